@@ -1,0 +1,142 @@
+// Package bucket holds the token-bucket arithmetic of the RL.* commands and
+// the byte encodings of bucket keys and states.
+//
+// It is pure: no I/O, no clock, no locks. Time is an argument in
+// milliseconds, so every result is reproducible from its inputs. All
+// functions are safe for concurrent use; none allocates unless it is handed a
+// destination slice that is too small.
+//
+// Arithmetic is int64 with no floats and no fractional tokens. Overflow
+// saturates instead of wrapping, so 0 <= tokens <= Max always holds.
+package bucket
+
+import "math"
+
+// Params identify a bucket: two requests with the same key and Params use the
+// same bucket; any difference in Params is another bucket, which starts full.
+type Params struct {
+	Max          int64 // tokens when full; >= 1
+	RefillAmount int64 // tokens added per refill period; >= 1
+	RefillMs     int64 // refill period in milliseconds; >= 1
+}
+
+// State is what is stored for a bucket.
+type State struct {
+	Amount       int64 // tokens left at Anchor
+	Anchor       int64 // last refill mark (ms); refills happen on its grid
+	LastReduce   int64 // server clock (ms) of the last write; used only to judge idleness
+	SessionStart int64 // start of the current session (ms), when HasSession
+	HasSession   bool  // false for buckets only ever written by REDUCE
+}
+
+// Valid reports whether p is a usable parameter set.
+func (p Params) Valid() bool {
+	return p.Max >= 1 && p.RefillAmount >= 1 && p.RefillMs >= 1
+}
+
+// Available returns the tokens available at now and the refill anchor that
+// goes with them. found is false for a bucket that does not exist yet: it is
+// full, anchored at now.
+//
+// Refills are whole periods since the anchor; the anchor advances by whole
+// periods only, keeping its phase even when the bucket is already full. Time
+// before the anchor gives no refill and leaves the anchor where it is.
+func (p Params) Available(s State, found bool, now int64) (tokens, anchor int64) {
+	if !found {
+		return p.Max, now
+	}
+	tokens, anchor = clamp(s.Amount, 0, p.Max), s.Anchor
+	if now > anchor {
+		refills := (now - anchor) / p.RefillMs
+		// refills*RefillMs <= now-anchor, so the anchor cannot overflow.
+		anchor += refills * p.RefillMs
+		tokens = min(p.Max, satAdd(tokens, satMul(refills, p.RefillAmount)))
+	}
+	return tokens, anchor
+}
+
+// Request is one REDUCE or SESSIONIZE.
+type Request struct {
+	Now    int64 // request time (ms): the client's AT or the server clock
+	Server int64 // server clock (ms), recorded as LastReduce
+	Take   int64 // tokens to take; >= 0
+	Strict bool  // restart the refill period when the bucket is emptied
+}
+
+// Reduce takes r.Take tokens. It returns the tokens available before the
+// take (the request is allowed iff before >= r.Take), the new state, and
+// whether that state must be written.
+//
+// A take of at least one always writes, also when it is denied: the bucket
+// is drained to zero rather than going negative. A take of zero reads only.
+func (p Params) Reduce(s State, found bool, r Request) (before int64, next State, write bool) {
+	before, anchor := p.Available(s, found, r.Now)
+	if r.Take <= 0 {
+		return before, s, false
+	}
+	next = State{
+		Amount:       max(before-r.Take, 0),
+		Anchor:       anchor,
+		LastReduce:   r.Server,
+		SessionStart: s.SessionStart,
+		HasSession:   found && s.HasSession,
+	}
+	if r.Strict && next.Amount == 0 && r.Now > next.Anchor {
+		next.Anchor = r.Now
+	}
+	return before, next, true
+}
+
+// Sessionize is Reduce in strict mode that also tracks when the current
+// session started: a request that is allowed starts a new session at r.Now;
+// one that is denied keeps the stored start. A bucket last written by REDUCE
+// has no stored start; a denied request then reports the bucket's anchor,
+// the last time the bucket's refill grid was reset, and stores it.
+func (p Params) Sessionize(s State, found bool, r Request) (before, sessionStart int64, next State, write bool) {
+	r.Strict = true
+	before, next, write = p.Reduce(s, found, r)
+	switch {
+	case before >= r.Take:
+		sessionStart = r.Now
+	case found && s.HasSession:
+		sessionStart = s.SessionStart
+	default:
+		_, sessionStart = p.Available(s, found, r.Now)
+	}
+	if write {
+		next.SessionStart, next.HasSession = sessionStart, true
+	}
+	return before, sessionStart, next, write
+}
+
+// Idle reports whether a stored state is equivalent to a missing bucket at
+// server time now, by the conservative rule of the original server: enough
+// whole refill periods have passed since the last write to refill an empty
+// bucket. Deleting an idle bucket changes no reply made on the server clock.
+func (p Params) Idle(s State, now int64) bool {
+	if now <= s.LastReduce {
+		return false
+	}
+	return satMul((now-s.LastReduce)/p.RefillMs, p.RefillAmount) >= p.Max
+}
+
+func clamp(v, lo, hi int64) int64 { return min(max(v, lo), hi) }
+
+// satAdd adds two non-negative numbers, saturating at MaxInt64.
+func satAdd(a, b int64) int64 {
+	if a > math.MaxInt64-b {
+		return math.MaxInt64
+	}
+	return a + b
+}
+
+// satMul multiplies two non-negative numbers, saturating at MaxInt64.
+func satMul(a, b int64) int64 {
+	if a == 0 || b == 0 {
+		return 0
+	}
+	if a > math.MaxInt64/b {
+		return math.MaxInt64
+	}
+	return a * b
+}

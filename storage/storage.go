@@ -1,0 +1,721 @@
+// Package storage keeps records in an embedded Pebble store and gives the
+// server one primitive: a read-modify-write of one key under that key's
+// lock, made durable according to the configured mode.
+//
+// How a write travels: Batch.Modify runs the caller's Mutator under a
+// striped lock, puts the new value in an in-memory overlay (so the next
+// reader sees it at once) and notes the key in the Batch. Batch.Commit hands
+// the noted keys to a single committer goroutine and waits as the durability
+// mode requires. The committer writes, for each noted key, the value the
+// overlay holds at that moment, so the log always receives the newest
+// in-memory state of a key whatever order connections hand over their keys;
+// once Pebble has the value, the overlay entry is dropped unless it changed
+// meanwhile. Memory is bounded: the overlay holds only keys whose write is on
+// its way, and Commit blocks while too many are.
+//
+// A Store is safe for concurrent use. A Batch belongs to one goroutine.
+package storage
+
+import (
+	"errors"
+	"fmt"
+	"hash/maphash"
+	"log/slog"
+	"os"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/cockroachdb/pebble/v2"
+	"github.com/cockroachdb/pebble/v2/bloom"
+	"github.com/cockroachdb/pebble/v2/vfs"
+)
+
+// SyncMode says when a write counts as done, like Redis' appendfsync.
+type SyncMode int
+
+const (
+	// SyncEverySec acknowledges a write once it is on its way to the log and
+	// syncs the log every SyncInterval: a crash loses about the last second.
+	SyncEverySec SyncMode = iota
+	// SyncAlways acknowledges a write only after the log holding it has been
+	// fsynced. One fsync covers every connection's pending writes.
+	SyncAlways
+	// SyncNo never syncs on its own: the operating system and Pebble decide.
+	SyncNo
+)
+
+// String returns the flag spelling of m.
+func (m SyncMode) String() string {
+	switch m {
+	case SyncAlways:
+		return "always"
+	case SyncEverySec:
+		return "everysec"
+	case SyncNo:
+		return "no"
+	}
+	return fmt.Sprintf("SyncMode(%d)", int(m))
+}
+
+// ParseSyncMode parses the flag spelling of a SyncMode.
+func ParseSyncMode(s string) (SyncMode, error) {
+	switch s {
+	case "always":
+		return SyncAlways, nil
+	case "everysec":
+		return SyncEverySec, nil
+	case "no":
+		return SyncNo, nil
+	}
+	return 0, fmt.Errorf("fsync mode %q: want always, everysec or no", s)
+}
+
+// Options configure a Store. A zero field means the default given.
+type Options struct {
+	Sync         SyncMode
+	SyncInterval time.Duration // everysec period; default 1s
+	CacheSize    int64         // Pebble block cache bytes; default 64 MiB
+	MemTableSize int64         // Pebble memtable bytes; default 16 MiB
+	// MaxQueued is how many written keys may wait for the committer before
+	// Commit blocks; it bounds the overlay. Default 65536.
+	MaxQueued int
+	Logger    *slog.Logger // default: discard
+
+	fs vfs.FS // tests: an in-memory or fault-injecting filesystem
+}
+
+// Defaults for Options.
+const (
+	DefaultSyncInterval = time.Second
+	DefaultCacheSize    = 64 << 20
+	DefaultMemTableSize = 16 << 20
+	DefaultMaxQueued    = 1 << 16
+)
+
+// Errors returned by the store.
+var (
+	ErrClosed   = errors.New("storage: closed")
+	ErrFailed   = errors.New("storage: a write to the store failed; the server refuses writes until it is restarted")
+	ErrNotStore = errors.New("storage: not a sluice data directory")
+)
+
+// Op is what a Mutator wants done with its key.
+type Op int
+
+const (
+	Keep   Op = iota // leave the record as it is
+	Put              // store the returned value
+	Delete           // remove the record
+)
+
+// A Mutator computes a record's new value from its current one. Mutate runs
+// with the key's lock held, so it must be quick and must not call the Store.
+// old is valid only during the call. The returned value is copied.
+type Mutator interface {
+	Mutate(old []byte, found bool) (val []byte, op Op, err error)
+}
+
+// formatKey marks a directory as a sluice store. It sorts before every
+// record key, which all start with a printable letter.
+var formatKey = []byte("\x00sluice.format")
+
+const formatVersion = "1"
+
+const numStripes = 1024
+
+// Store is a Pebble database with striped read-modify-write and an ordered
+// committer.
+type Store struct {
+	db     *pebble.DB
+	opts   Options
+	log    *slog.Logger
+	dir    string
+	seed   maphash.Seed
+	stripe [numStripes]stripe
+
+	q struct {
+		sync.Mutex
+		work    sync.Cond // the committer waits here for keys
+		done    sync.Cond // Commit waits here for rounds to finish
+		keys    []byte    // keys handed over, back to back
+		ends    []int     // end offset of each key in keys
+		round   uint64    // the round that will take the keys now queued
+		applied uint64    // every round <= applied is in Pebble
+		synced  uint64    // every round <= synced is fsynced
+		closing bool
+		stopped bool
+	}
+	failed atomic.Pointer[error]
+
+	closed   atomic.Bool
+	closeMu  sync.RWMutex // held for writing while Pebble closes
+	dbClosed bool         // guarded by closeMu
+
+	committerDone chan struct{}
+	syncerStop    chan struct{}
+	syncerDone    chan struct{}
+	closeOnce     sync.Once
+	closeErr      error
+
+	stats counters
+}
+
+type counters struct {
+	rounds      atomic.Int64
+	keysWritten atomic.Int64
+	fsyncs      atomic.Int64
+	fsyncNanos  atomic.Int64
+	lastSync    atomic.Int64 // unix ms
+	overlay     atomic.Int64
+	readErrors  atomic.Int64
+	writeErrors atomic.Int64
+}
+
+type stripe struct {
+	mu struct {
+		sync.Mutex
+		m    map[uint64]*entry
+		free *entry
+		nfree int
+	}
+	_ [64]byte // keep stripes on separate cache lines
+}
+
+// entry is a key whose newest value may not be in Pebble yet.
+type entry struct {
+	next    *entry // hash chain
+	hash    uint64
+	key     []byte
+	val     []byte
+	del     bool
+	version uint64 // bumped on every change
+	round   uint64 // the last round that wrote it, to write a key once per round
+}
+
+// Open opens or creates the store in dir.
+func Open(dir string, o Options) (*Store, error) {
+	if o.SyncInterval <= 0 {
+		o.SyncInterval = DefaultSyncInterval
+	}
+	if o.CacheSize <= 0 {
+		o.CacheSize = DefaultCacheSize
+	}
+	if o.MemTableSize <= 0 {
+		o.MemTableSize = DefaultMemTableSize
+	}
+	if o.MaxQueued <= 0 {
+		o.MaxQueued = DefaultMaxQueued
+	}
+	if o.Logger == nil {
+		o.Logger = slog.New(slog.DiscardHandler)
+	}
+	s := &Store{opts: o, log: o.Logger, dir: dir, seed: maphash.MakeSeed()}
+	if o.fs == nil {
+		if err := os.MkdirAll(dir, 0o750); err != nil {
+			return nil, fmt.Errorf("create data directory %s: %w", dir, err)
+		}
+	}
+	cache := pebble.NewCache(o.CacheSize)
+	defer cache.Unref()
+	po := &pebble.Options{
+		Cache:              cache,
+		MemTableSize:       uint64(o.MemTableSize),
+		FormatMajorVersion: pebble.FormatNewest,
+		Logger:             pebbleLogger{o.Logger},
+		FS:                 o.fs,
+	}
+	// Lookups of buckets that do not exist yet are common; a Bloom filter
+	// answers most of them without reading a block.
+	po.Levels[0].FilterPolicy = bloom.FilterPolicy(10)
+	db, err := pebble.Open(dir, po)
+	if err != nil {
+		return nil, fmt.Errorf("open store in %s: %w", dir, err)
+	}
+	if err := checkFormat(db, dir); err != nil {
+		db.Close()
+		return nil, err
+	}
+	s.db = db
+	for i := range s.stripe {
+		s.stripe[i].mu.m = make(map[uint64]*entry)
+	}
+	s.q.work.L = &s.q.Mutex
+	s.q.done.L = &s.q.Mutex
+	s.q.round = 1
+	s.committerDone = make(chan struct{})
+	go s.commitLoop()
+	if o.Sync == SyncEverySec {
+		s.syncerStop = make(chan struct{})
+		s.syncerDone = make(chan struct{})
+		go s.syncLoop()
+	}
+	return s, nil
+}
+
+// checkFormat refuses a Pebble store that sluice did not create, and marks a
+// new, empty one.
+func checkFormat(db *pebble.DB, dir string) error {
+	v, closer, err := db.Get(formatKey)
+	switch {
+	case err == nil:
+		got := string(v)
+		closer.Close()
+		if got != formatVersion {
+			return fmt.Errorf("%w: %s has format %q, this build reads format %q", ErrNotStore, dir, got, formatVersion)
+		}
+		return nil
+	case !errors.Is(err, pebble.ErrNotFound):
+		return fmt.Errorf("read format marker in %s: %w", dir, err)
+	}
+	it, err := db.NewIter(nil)
+	if err != nil {
+		return fmt.Errorf("scan %s: %w", dir, err)
+	}
+	nonEmpty := it.First()
+	if err := it.Close(); err != nil {
+		return fmt.Errorf("scan %s: %w", dir, err)
+	}
+	if nonEmpty {
+		return fmt.Errorf("%w: %s holds a Pebble store without sluice's format marker", ErrNotStore, dir)
+	}
+	if err := db.Set(formatKey, []byte(formatVersion), pebble.Sync); err != nil {
+		return fmt.Errorf("initialise %s: %w", dir, err)
+	}
+	return nil
+}
+
+// Dir returns the data directory.
+func (s *Store) Dir() string { return s.dir }
+
+// Mode returns the durability mode.
+func (s *Store) Mode() SyncMode { return s.opts.Sync }
+
+func (s *Store) stripeOf(h uint64) *stripe { return &s.stripe[h%numStripes] }
+
+// findLocked returns the overlay entry of key, or nil.
+func (st *stripe) findLocked(h uint64, key []byte) *entry {
+	for e := st.mu.m[h]; e != nil; e = e.next {
+		if string(e.key) == string(key) {
+			return e
+		}
+	}
+	return nil
+}
+
+func (st *stripe) insertLocked(h uint64, key []byte) *entry {
+	e := st.mu.free
+	if e != nil {
+		st.mu.free = e.next
+		st.mu.nfree--
+	} else {
+		e = &entry{}
+	}
+	*e = entry{next: st.mu.m[h], hash: h, key: append(e.key[:0], key...), val: e.val[:0]}
+	st.mu.m[h] = e
+	return e
+}
+
+// removeLocked drops e from the overlay and keeps it for reuse.
+func (st *stripe) removeLocked(e *entry) {
+	p := st.mu.m[e.hash]
+	if p == e {
+		if e.next == nil {
+			delete(st.mu.m, e.hash)
+		} else {
+			st.mu.m[e.hash] = e.next
+		}
+	} else {
+		for p != nil && p.next != e {
+			p = p.next
+		}
+		if p == nil {
+			return
+		}
+		p.next = e.next
+	}
+	if st.mu.nfree < 64 && cap(e.key) <= 1024 && cap(e.val) <= 1024 {
+		e.next = st.mu.free
+		st.mu.free = e
+		st.mu.nfree++
+	}
+}
+
+func (s *Store) usable() error {
+	if s.closed.Load() {
+		return ErrClosed
+	}
+	return s.failedErr()
+}
+
+func (s *Store) failedErr() error {
+	if p := s.failed.Load(); p != nil {
+		return fmt.Errorf("%w: %w", ErrFailed, *p)
+	}
+	return nil
+}
+
+// Batch collects the keys one goroutine changes between Commits. Reuse it:
+// its buffers are kept.
+type Batch struct {
+	s    *Store
+	keys []byte
+	ends []int
+}
+
+// NewBatch returns an empty Batch.
+func (s *Store) NewBatch() *Batch { return &Batch{s: s} }
+
+// Modify runs m on key's current value under key's lock and applies its
+// result. The change is visible to every reader at once; it is handed to the
+// committer by Commit. An error from m, or from reading the store, is
+// returned and nothing changes.
+func (b *Batch) Modify(key []byte, m Mutator) error {
+	s := b.s
+	if err := s.usable(); err != nil {
+		return err
+	}
+	h := maphash.Bytes(s.seed, key)
+	st := s.stripeOf(h)
+	st.mu.Lock()
+	defer st.mu.Unlock()
+	e := st.findLocked(h, key)
+	var (
+		val []byte
+		op  Op
+		err error
+	)
+	if e != nil {
+		val, op, err = m.Mutate(e.val, !e.del)
+	} else {
+		old, closer, gerr := s.db.Get(key)
+		switch {
+		case gerr == nil:
+			val, op, err = m.Mutate(old, true)
+			closer.Close()
+		case errors.Is(gerr, pebble.ErrNotFound):
+			val, op, err = m.Mutate(nil, false)
+		default:
+			s.stats.readErrors.Add(1)
+			return fmt.Errorf("storage: read: %w", gerr)
+		}
+	}
+	if err != nil || op == Keep {
+		return err
+	}
+	if e == nil {
+		e = st.insertLocked(h, key)
+		s.stats.overlay.Add(1)
+	}
+	e.version++
+	if op == Delete {
+		e.del, e.val = true, e.val[:0]
+	} else {
+		e.del, e.val = false, append(e.val[:0], val...)
+	}
+	b.keys = append(b.keys, key...)
+	b.ends = append(b.ends, len(b.keys))
+	return nil
+}
+
+// Pending reports whether the Batch holds changes not yet committed.
+func (b *Batch) Pending() bool { return len(b.ends) > 0 }
+
+// Commit hands the Batch's changes to the committer and returns when they
+// are as durable as the mode promises: fsynced for SyncAlways; queued for the
+// others, blocking only while the queue is full. It empties the Batch.
+func (b *Batch) Commit() error {
+	if len(b.ends) == 0 {
+		return nil
+	}
+	s := b.s
+	q := &s.q
+	q.Lock()
+	defer q.Unlock()
+	for len(q.ends) >= s.opts.MaxQueued && !q.closing {
+		q.done.Wait()
+	}
+	if q.stopped {
+		b.reset()
+		return ErrClosed
+	}
+	base := len(q.keys)
+	q.keys = append(q.keys, b.keys...)
+	for _, e := range b.ends {
+		q.ends = append(q.ends, base+e)
+	}
+	ticket := q.round
+	b.reset()
+	q.work.Signal()
+	if s.opts.Sync != SyncAlways {
+		return nil
+	}
+	for q.synced < ticket && !q.stopped {
+		if err := s.failedErr(); err != nil {
+			return err
+		}
+		q.done.Wait()
+	}
+	if q.synced < ticket {
+		if err := s.failedErr(); err != nil {
+			return err
+		}
+		return ErrClosed
+	}
+	return nil
+}
+
+func (b *Batch) reset() {
+	b.keys = b.keys[:0]
+	b.ends = b.ends[:0]
+}
+
+type written struct {
+	e       *entry
+	st      *stripe
+	version uint64
+}
+
+// commitLoop is the only writer to Pebble. Each round takes every key queued
+// so far and writes the overlay's current value of each, in one Pebble batch.
+func (s *Store) commitLoop() {
+	defer close(s.committerDone)
+	var (
+		keys []byte
+		ends []int
+		done []written
+	)
+	batch := s.db.NewBatch()
+	defer batch.Close()
+	q := &s.q
+	for {
+		q.Lock()
+		for len(q.ends) == 0 && !q.closing {
+			q.work.Wait()
+		}
+		if len(q.ends) == 0 && q.closing {
+			q.stopped = true
+			q.done.Broadcast()
+			q.Unlock()
+			return
+		}
+		keys, q.keys = q.keys, keys[:0]
+		ends, q.ends = q.ends, ends[:0]
+		round := q.round
+		q.round++
+		q.done.Broadcast() // room in the queue again
+		q.Unlock()
+
+		batch.Reset()
+		done = done[:0]
+		start := 0
+		for _, end := range ends {
+			key := keys[start:end]
+			start = end
+			h := maphash.Bytes(s.seed, key)
+			st := s.stripeOf(h)
+			st.mu.Lock()
+			if e := st.findLocked(h, key); e != nil && e.round != round {
+				e.round = round
+				var err error
+				if e.del {
+					err = batch.Delete(e.key, nil)
+				} else {
+					err = batch.Set(e.key, e.val, nil)
+				}
+				if err == nil {
+					done = append(done, written{e: e, st: st, version: e.version})
+				}
+			}
+			st.mu.Unlock()
+		}
+		opt := pebble.NoSync
+		if s.opts.Sync == SyncAlways {
+			opt = pebble.Sync
+		}
+		t0 := time.Now()
+		err := s.db.Apply(batch, opt)
+		if err == nil && opt == pebble.Sync {
+			s.noteSync(t0)
+		}
+		if err != nil {
+			s.fail(fmt.Errorf("commit %d keys: %w", len(done), err))
+		} else {
+			for _, w := range done {
+				w.st.mu.Lock()
+				if w.e.version == w.version {
+					w.st.removeLocked(w.e)
+					s.stats.overlay.Add(-1)
+				}
+				w.st.mu.Unlock()
+			}
+			s.stats.rounds.Add(1)
+			s.stats.keysWritten.Add(int64(len(done)))
+		}
+		clear(done) // drop entry pointers so reused entries are not pinned
+		q.Lock()
+		if err == nil {
+			q.applied = round
+			if opt == pebble.Sync {
+				q.synced = round
+			}
+		}
+		q.done.Broadcast()
+		q.Unlock()
+	}
+}
+
+func (s *Store) fail(err error) {
+	s.stats.writeErrors.Add(1)
+	if s.failed.CompareAndSwap(nil, &err) {
+		s.log.Error("store write failed; refusing writes until restart", "dir", s.dir, "err", err)
+	}
+	s.q.Lock()
+	s.q.done.Broadcast()
+	s.q.Unlock()
+}
+
+func (s *Store) noteSync(t0 time.Time) {
+	s.stats.fsyncs.Add(1)
+	s.stats.fsyncNanos.Add(int64(time.Since(t0)))
+	s.stats.lastSync.Store(time.Now().UnixMilli())
+}
+
+// syncLoop makes everything applied so far durable once per interval
+// (SyncEverySec). It syncs only when something was applied since the last
+// sync, so an idle server does no I/O.
+func (s *Store) syncLoop() {
+	defer close(s.syncerDone)
+	t := time.NewTicker(s.opts.SyncInterval)
+	defer t.Stop()
+	for {
+		select {
+		case <-s.syncerStop:
+			return
+		case <-t.C:
+			if err := s.syncApplied(); err != nil {
+				s.fail(fmt.Errorf("sync log: %w", err))
+			}
+		}
+	}
+}
+
+// syncApplied fsyncs the log if rounds were applied since the last sync.
+func (s *Store) syncApplied() error {
+	s.q.Lock()
+	applied, synced := s.q.applied, s.q.synced
+	s.q.Unlock()
+	if applied <= synced {
+		return nil
+	}
+	t0 := time.Now()
+	if err := s.db.LogData(nil, pebble.Sync); err != nil {
+		return err
+	}
+	s.noteSync(t0)
+	s.q.Lock()
+	if applied > s.q.synced {
+		s.q.synced = applied
+	}
+	s.q.done.Broadcast()
+	s.q.Unlock()
+	return nil
+}
+
+// Close writes everything queued, syncs the log and closes Pebble. Callers
+// must stop calling Modify and Commit first; Commits still waiting return
+// when their writes are done.
+func (s *Store) Close() error {
+	s.closeOnce.Do(func() {
+		s.closed.Store(true)
+		if s.syncerStop != nil {
+			close(s.syncerStop)
+			<-s.syncerDone
+		}
+		s.q.Lock()
+		s.q.closing = true
+		s.q.work.Broadcast()
+		s.q.done.Broadcast()
+		s.q.Unlock()
+		<-s.committerDone
+		var errs []error
+		if s.failed.Load() == nil {
+			if err := s.syncApplied(); err != nil {
+				errs = append(errs, fmt.Errorf("final sync: %w", err))
+			}
+		}
+		s.closeMu.Lock()
+		s.dbClosed = true
+		if err := s.db.Close(); err != nil {
+			errs = append(errs, fmt.Errorf("close store: %w", err))
+		}
+		s.closeMu.Unlock()
+		s.closeErr = errors.Join(errs...)
+	})
+	return s.closeErr
+}
+
+// Stats is a snapshot of the store's counters.
+type Stats struct {
+	Mode         SyncMode
+	Rounds       int64 // committer rounds applied
+	KeysWritten  int64 // keys written by the committer
+	Fsyncs       int64
+	FsyncTime    time.Duration // total time spent in fsyncs
+	LastSync     time.Time     // zero if never
+	Queued       int           // keys waiting for the committer
+	Overlay      int64         // keys whose newest value is not in Pebble yet
+	AppliedRound uint64
+	SyncedRound  uint64
+	ReadErrors   int64
+	WriteErrors  int64
+	Failed       error // the write error that stopped writes, if any
+	DiskBytes    uint64
+}
+
+// Stats returns the current counters.
+func (s *Store) Stats() Stats {
+	st := Stats{
+		Mode:        s.opts.Sync,
+		Rounds:      s.stats.rounds.Load(),
+		KeysWritten: s.stats.keysWritten.Load(),
+		Fsyncs:      s.stats.fsyncs.Load(),
+		FsyncTime:   time.Duration(s.stats.fsyncNanos.Load()),
+		Overlay:     s.stats.overlay.Load(),
+		ReadErrors:  s.stats.readErrors.Load(),
+		WriteErrors: s.stats.writeErrors.Load(),
+	}
+	if ms := s.stats.lastSync.Load(); ms != 0 {
+		st.LastSync = time.UnixMilli(ms)
+	}
+	if p := s.failed.Load(); p != nil {
+		st.Failed = *p
+	}
+	s.q.Lock()
+	st.Queued, st.AppliedRound, st.SyncedRound = len(s.q.ends), s.q.applied, s.q.synced
+	s.q.Unlock()
+	s.closeMu.RLock()
+	if !s.dbClosed {
+		st.DiskBytes = s.db.Metrics().DiskSpaceUsage()
+	}
+	s.closeMu.RUnlock()
+	return st
+}
+
+// pebbleLogger sends Pebble's log lines to slog. Pebble's Fatalf must not
+// return; it panics after logging, as Pebble's own default logger exits.
+type pebbleLogger struct{ l *slog.Logger }
+
+func (p pebbleLogger) Infof(format string, args ...any) {
+	p.l.Debug(fmt.Sprintf(format, args...), "component", "pebble")
+}
+
+func (p pebbleLogger) Errorf(format string, args ...any) {
+	p.l.Error(fmt.Sprintf(format, args...), "component", "pebble")
+}
+
+func (p pebbleLogger) Fatalf(format string, args ...any) {
+	msg := fmt.Sprintf(format, args...)
+	p.l.Error(msg, "component", "pebble", "fatal", true)
+	panic("pebble: " + msg)
+}
