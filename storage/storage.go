@@ -175,8 +175,8 @@ type counters struct {
 type stripe struct {
 	mu struct {
 		sync.Mutex
-		m    map[uint64]*entry
-		free *entry
+		m     map[uint64]*entry
+		free  *entry
 		nfree int
 	}
 	_ [64]byte // keep stripes on separate cache lines
@@ -420,6 +420,9 @@ func (b *Batch) Modify(key []byte, m Mutator) error {
 
 // Pending reports whether the Batch holds changes not yet committed.
 func (b *Batch) Pending() bool { return len(b.ends) > 0 }
+
+// Len returns how many changes the Batch holds.
+func (b *Batch) Len() int { return len(b.ends) }
 
 // Commit hands the Batch's changes to the committer and returns when they
 // are as durable as the mode promises: fsynced for SyncAlways; queued for the

@@ -1,0 +1,249 @@
+// Command sluice is a persistent rate-limit server that speaks the Redis
+// protocol. Run it with no flags to serve on 127.0.0.1:9049 with its data in
+// ./sluice-data; sluice --help lists every flag and environment variable.
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"os"
+	"os/signal"
+	"runtime/debug"
+	"strconv"
+	"strings"
+	"syscall"
+	"time"
+
+	"github.com/sluicehq/sluice/server"
+	"github.com/sluicehq/sluice/storage"
+)
+
+// version is stamped at build time with -ldflags "-X main.version=v1.2.3".
+var version = ""
+
+func main() {
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	err := run(ctx, os.Args[1:], os.LookupEnv, os.Stdout, os.Stderr)
+	if errors.Is(err, flag.ErrHelp) {
+		return
+	}
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "sluice:", err)
+		os.Exit(1)
+	}
+}
+
+// config is everything the flags and environment set.
+type config struct {
+	addr            string
+	data            string
+	fsync           string
+	maxArgs         int
+	maxBulk         byteSize
+	maxInline       byteSize
+	maxQueryBuffer  byteSize
+	cacheSize       byteSize
+	memtableSize    byteSize
+	shutdownTimeout time.Duration
+	logFormat       string
+	logLevel        string
+	showVersion     bool
+}
+
+func newFlagSet(cfg *config, stderr io.Writer) *flag.FlagSet {
+	fs := flag.NewFlagSet("sluice", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	cfg.maxBulk = server.DefaultMaxBulk
+	cfg.maxInline = server.DefaultMaxInline
+	cfg.maxQueryBuffer = server.DefaultMaxQueryBuffer
+	cfg.cacheSize = storage.DefaultCacheSize
+	cfg.memtableSize = storage.DefaultMemTableSize
+	fs.StringVar(&cfg.addr, "addr", "127.0.0.1:9049", "RESP listen address (host:port; port 0 picks a free one)")
+	fs.StringVar(&cfg.data, "data", "./sluice-data", "data directory, created if missing")
+	fs.StringVar(&cfg.fsync, "fsync", "everysec", "durability: always (reply after fsync), everysec (lose at most ~1s on a crash), no (the OS decides)")
+	fs.IntVar(&cfg.maxArgs, "max-args", server.DefaultMaxArgs, "most arguments in one command")
+	fs.Var(&cfg.maxBulk, "max-bulk", "most bytes in one argument (suffixes KiB, MiB, GiB)")
+	fs.Var(&cfg.maxInline, "max-inline", "most bytes in one inline (telnet-style) command line")
+	fs.Var(&cfg.maxQueryBuffer, "max-query-buffer", "most bytes of one incomplete command held per client")
+	fs.Var(&cfg.cacheSize, "cache-size", "Pebble block cache size")
+	fs.Var(&cfg.memtableSize, "memtable-size", "Pebble memtable size")
+	fs.DurationVar(&cfg.shutdownTimeout, "shutdown-timeout", server.DefaultShutdownTimeout, "on SIGTERM, how long connections may take to finish their last pipeline")
+	fs.StringVar(&cfg.logFormat, "log-format", "text", "log format: text or json")
+	fs.StringVar(&cfg.logLevel, "log-level", "info", "log level: debug, info, warn or error")
+	fs.BoolVar(&cfg.showVersion, "version", false, "print the version and exit")
+	fs.Usage = func() {
+		fmt.Fprintf(fs.Output(), "Usage: sluice [flags]\n\nsluice is a persistent rate-limit server that speaks the Redis protocol.\nEvery flag can also be set with the environment variable shown; a flag on\nthe command line wins.\n\n")
+		fs.VisitAll(func(f *flag.Flag) {
+			def := ""
+			if f.DefValue != "" && f.DefValue != "false" {
+				def = " (default " + f.DefValue + ")"
+			}
+			fmt.Fprintf(fs.Output(), "  --%s, %s\n        %s%s\n", f.Name, envName(f.Name), f.Usage, def)
+		})
+	}
+	return fs
+}
+
+// envName is the environment variable of a flag: --max-args is SLUICE_MAX_ARGS.
+func envName(flagName string) string {
+	return "SLUICE_" + strings.ToUpper(strings.ReplaceAll(flagName, "-", "_"))
+}
+
+// parseConfig reads the environment, then the command line over it.
+func parseConfig(args []string, lookupEnv func(string) (string, bool), stderr io.Writer) (config, error) {
+	var cfg config
+	fs := newFlagSet(&cfg, stderr)
+	var envErr error
+	fs.VisitAll(func(f *flag.Flag) {
+		if v, ok := lookupEnv(envName(f.Name)); ok && envErr == nil {
+			if err := fs.Set(f.Name, v); err != nil {
+				envErr = fmt.Errorf("environment variable %s=%q: %w", envName(f.Name), v, err)
+			}
+		}
+	})
+	if envErr != nil {
+		return cfg, envErr
+	}
+	if err := fs.Parse(args); err != nil {
+		return cfg, err
+	}
+	if fs.NArg() > 0 {
+		return cfg, fmt.Errorf("unexpected argument %q: sluice takes only flags (see --help)", fs.Arg(0))
+	}
+	if cfg.maxArgs < 1 {
+		return cfg, fmt.Errorf("--max-args %d: want at least 1", cfg.maxArgs)
+	}
+	for name, v := range map[string]byteSize{"max-bulk": cfg.maxBulk, "max-inline": cfg.maxInline, "max-query-buffer": cfg.maxQueryBuffer, "cache-size": cfg.cacheSize, "memtable-size": cfg.memtableSize} {
+		if v < 1 {
+			return cfg, fmt.Errorf("--%s %d: want at least 1 byte", name, v)
+		}
+	}
+	if cfg.shutdownTimeout <= 0 {
+		return cfg, fmt.Errorf("--shutdown-timeout %v: want a positive duration", cfg.shutdownTimeout)
+	}
+	return cfg, nil
+}
+
+func newLogger(format, level string, w io.Writer) (*slog.Logger, error) {
+	var lv slog.Level
+	if err := lv.UnmarshalText([]byte(level)); err != nil {
+		return nil, fmt.Errorf("--log-level %q: want debug, info, warn or error", level)
+	}
+	opts := &slog.HandlerOptions{Level: lv}
+	switch format {
+	case "text":
+		return slog.New(slog.NewTextHandler(w, opts)), nil
+	case "json":
+		return slog.New(slog.NewJSONHandler(w, opts)), nil
+	}
+	return nil, fmt.Errorf("--log-format %q: want text or json", format)
+}
+
+func buildVersion() string {
+	if version != "" {
+		return version
+	}
+	if bi, ok := debug.ReadBuildInfo(); ok && bi.Main.Version != "" && bi.Main.Version != "(devel)" {
+		return bi.Main.Version
+	}
+	return "dev"
+}
+
+// run is the whole program: it returns when ctx is done (a signal) or the
+// server fails, after a graceful shutdown.
+func run(ctx context.Context, args []string, lookupEnv func(string) (string, bool), stdout, stderr io.Writer) error {
+	cfg, err := parseConfig(args, lookupEnv, stderr)
+	if err != nil {
+		return err
+	}
+	if cfg.showVersion {
+		fmt.Fprintln(stdout, "sluice", buildVersion())
+		return nil
+	}
+	log, err := newLogger(cfg.logFormat, cfg.logLevel, stderr)
+	if err != nil {
+		return err
+	}
+	mode, err := storage.ParseSyncMode(cfg.fsync)
+	if err != nil {
+		return fmt.Errorf("--fsync: %w", err)
+	}
+	store, err := storage.Open(cfg.data, storage.Options{
+		Sync:         mode,
+		CacheSize:    int64(cfg.cacheSize),
+		MemTableSize: int64(cfg.memtableSize),
+		Logger:       log,
+	})
+	if err != nil {
+		return err
+	}
+	srv, err := server.New(server.Config{
+		Store:           store,
+		Logger:          log,
+		MaxArgs:         cfg.maxArgs,
+		MaxBulk:         int64(cfg.maxBulk),
+		MaxInline:       int(cfg.maxInline),
+		MaxQueryBuffer:  int(cfg.maxQueryBuffer),
+		ShutdownTimeout: cfg.shutdownTimeout,
+		Version:         buildVersion(),
+	})
+	if err != nil {
+		store.Close()
+		return err
+	}
+	ln, err := net.Listen("tcp", cfg.addr)
+	if err != nil {
+		store.Close()
+		return fmt.Errorf("listen on --addr %s: %w", cfg.addr, err)
+	}
+	log.Info("sluice starting", "version", buildVersion(), "addr", ln.Addr().String(), "data", cfg.data, "fsync", mode.String())
+	serveErr := make(chan error, 1)
+	go func() { serveErr <- srv.Serve(ln) }()
+	select {
+	case <-ctx.Done():
+		log.Info("shutting down: finishing in-flight commands")
+	case err = <-serveErr:
+		log.Error("server stopped", "err", err)
+	}
+	srv.Close()
+	if cerr := store.Close(); cerr != nil {
+		log.Error("closing the store", "err", cerr)
+		err = errors.Join(err, cerr)
+	}
+	if err == nil {
+		log.Info("shutdown complete")
+	}
+	return err
+}
+
+// byteSize is a flag value in bytes with an optional binary or decimal
+// suffix: 512, 64KiB, 16MiB, 1GiB, 100MB.
+type byteSize int64
+
+func (b *byteSize) String() string { return strconv.FormatInt(int64(*b), 10) }
+
+func (b *byteSize) Set(s string) error {
+	t := strings.TrimSpace(s)
+	mult := int64(1)
+	for _, u := range []struct {
+		suffix string
+		mult   int64
+	}{{"KiB", 1 << 10}, {"MiB", 1 << 20}, {"GiB", 1 << 30}, {"KB", 1e3}, {"MB", 1e6}, {"GB", 1e9}, {"B", 1}} {
+		if strings.HasSuffix(t, u.suffix) {
+			t, mult = strings.TrimSpace(strings.TrimSuffix(t, u.suffix)), u.mult
+			break
+		}
+	}
+	n, err := strconv.ParseInt(t, 10, 64)
+	if err != nil || n < 0 || n > (1<<62)/mult {
+		return fmt.Errorf("%q is not a size: want bytes, optionally with KiB, MiB, GiB, KB, MB or GB", s)
+	}
+	*b = byteSize(n * mult)
+	return nil
+}

@@ -1,0 +1,529 @@
+package server
+
+import (
+	"math"
+	"path"
+	"sort"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/tidwall/redcon"
+
+	"github.com/sluicehq/sluice/storage"
+)
+
+// client is one connection's state. Only the goroutine serving the
+// connection touches it, except for the fields CLIENT LIST reads, which
+// are atomic or fixed at accept.
+type client struct {
+	id      int64
+	addr    string
+	laddr   string
+	created time.Time
+
+	resp    int // 2 or 3, set by HELLO
+	name    string
+	libName string
+	libVer  string
+	quit    bool
+
+	batch  *storage.Batch
+	cmds   []redcon.Command
+	out    []byte
+	writes []span
+	rl     rlMutator
+	key    []byte
+	lname  [32]byte
+}
+
+// command is an entry of the command table.
+type command struct {
+	name  string
+	arity int // Redis' convention: > 0 exact, < 0 at least -arity; counts the name
+	flags []string
+	// first, last, step locate key arguments, as COMMAND reports them.
+	first, last, step int
+	run               func(s *Server, c *client, args [][]byte)
+}
+
+func commandTable() map[string]*command {
+	rlFlags := []string{"write", "fast"}
+	rlRead := []string{"readonly", "fast"}
+	list := []*command{
+		{name: "rl.reduce", arity: -4, flags: rlFlags, first: 1, last: 1, step: 1, run: rlRunner(rlSpec{kind: rlReduce})},
+		{name: "rl.preduce", arity: -4, flags: rlFlags, first: 1, last: 1, step: 1, run: rlRunner(rlSpec{kind: rlReduce, ms: true})},
+		{name: "rl.get", arity: -4, flags: rlRead, first: 1, last: 1, step: 1, run: rlRunner(rlSpec{kind: rlGet})},
+		{name: "rl.pget", arity: -4, flags: rlRead, first: 1, last: 1, step: 1, run: rlRunner(rlSpec{kind: rlGet, ms: true})},
+		{name: "rl.sessionize", arity: -4, flags: rlFlags, first: 1, last: 1, step: 1, run: rlRunner(rlSpec{kind: rlSessionize})},
+		{name: "rl.psessionize", arity: -4, flags: rlFlags, first: 1, last: 1, step: 1, run: rlRunner(rlSpec{kind: rlSessionize, ms: true})},
+		{name: "ping", arity: -1, flags: []string{"fast"}, run: cmdPing},
+		{name: "echo", arity: 2, flags: []string{"fast"}, run: cmdEcho},
+		{name: "quit", arity: -1, flags: []string{"fast"}, run: cmdQuit},
+		{name: "select", arity: 2, flags: []string{"fast"}, run: cmdSelect},
+		{name: "hello", arity: -1, flags: []string{"fast"}, run: cmdHello},
+		{name: "auth", arity: -2, flags: []string{"fast"}, run: cmdAuth},
+		{name: "client", arity: -2, flags: []string{"admin"}, run: cmdClient},
+		{name: "command", arity: -1, flags: []string{"loading"}, run: cmdCommand},
+		{name: "config", arity: -2, flags: []string{"admin"}, run: cmdConfig},
+		{name: "time", arity: 1, flags: []string{"fast"}, run: cmdTime},
+		{name: "ready", arity: 1, flags: []string{"fast"}, run: cmdReady},
+		{name: "info", arity: -1, flags: []string{"loading"}, run: cmdInfo},
+	}
+	m := make(map[string]*command, len(list))
+	for _, c := range list {
+		m[c.name] = c
+	}
+	return m
+}
+
+// exec runs one command, appending its reply to c.out.
+func (s *Server) exec(c *client, args [][]byte) {
+	name := args[0]
+	var cmd *command
+	if len(name) <= len(c.lname) {
+		for i, b := range name {
+			if 'A' <= b && b <= 'Z' {
+				b += 'a' - 'A'
+			}
+			c.lname[i] = b
+		}
+		cmd = s.cmds[string(c.lname[:len(name)])]
+	}
+	if cmd == nil {
+		c.out = appendError(c.out, unknownCommand(args))
+		s.stats.errorReplies.Add(1)
+		return
+	}
+	if (cmd.arity > 0 && len(args) != cmd.arity) || (cmd.arity < 0 && len(args) < -cmd.arity) {
+		s.replyErr(c, wrongArgs(cmd.name))
+		return
+	}
+	cmd.run(s, c, args)
+}
+
+func (s *Server) replyErr(c *client, err error) {
+	c.out = appendError(c.out, s.errorText(err))
+	s.stats.errorReplies.Add(1)
+}
+
+// unknownCommand words the error like Redis, quoting a bounded preview of
+// the arguments.
+func unknownCommand(args [][]byte) string {
+	var b strings.Builder
+	b.WriteString("ERR unknown command '")
+	b.WriteString(preview(args[0]))
+	b.WriteString("', with args beginning with: ")
+	for _, a := range args[1:min(len(args), 4)] {
+		b.WriteString("'")
+		b.WriteString(preview(a))
+		b.WriteString("' ")
+	}
+	return b.String()
+}
+
+func preview(a []byte) string {
+	if len(a) > 128 {
+		a = a[:128]
+	}
+	return string(a)
+}
+
+func rlRunner(spec rlSpec) func(*Server, *client, [][]byte) {
+	return func(s *Server, c *client, args [][]byte) {
+		s.runRL(c, spec, args)
+	}
+}
+
+func (s *Server) runRL(c *client, spec rlSpec, args [][]byte) {
+	m := &c.rl
+	if err := parseRL(spec, rlName(spec), args[1:], &m.req); err != nil {
+		s.replyErr(c, err)
+		return
+	}
+	m.spec = spec
+	m.server = s.clock().UnixMilli()
+	m.now = m.server
+	if m.req.hasAt {
+		m.now = m.req.at
+	}
+	c.key = appendBucketKey(c.key[:0], m.req)
+	if err := c.batch.Modify(c.key, m); err != nil {
+		s.replyErr(c, wrapStoreErr(err))
+		return
+	}
+	if spec.kind != rlGet {
+		if m.before >= m.req.take {
+			s.stats.rlAllowed.Add(1)
+		} else {
+			s.stats.rlDenied.Add(1)
+		}
+	}
+	if spec.kind == rlSessionize {
+		c.out = appendArray(c.out, 2)
+		c.out = appendInt(c.out, m.before)
+		c.out = appendInt(c.out, m.session)
+		return
+	}
+	c.out = appendInt(c.out, m.before)
+}
+
+func rlName(spec rlSpec) string {
+	switch {
+	case spec.kind == rlReduce && !spec.ms:
+		return "rl.reduce"
+	case spec.kind == rlReduce:
+		return "rl.preduce"
+	case spec.kind == rlGet && !spec.ms:
+		return "rl.get"
+	case spec.kind == rlGet:
+		return "rl.pget"
+	case !spec.ms:
+		return "rl.sessionize"
+	}
+	return "rl.psessionize"
+}
+
+func cmdPing(s *Server, c *client, args [][]byte) {
+	switch len(args) {
+	case 1:
+		c.out = appendSimple(c.out, "PONG")
+	case 2:
+		c.out = appendBulk(c.out, args[1])
+	default:
+		s.replyErr(c, wrongArgs("ping"))
+	}
+}
+
+func cmdEcho(s *Server, c *client, args [][]byte) {
+	c.out = appendBulk(c.out, args[1])
+}
+
+func cmdQuit(s *Server, c *client, args [][]byte) {
+	c.out = appendSimple(c.out, "OK")
+	c.quit = true
+}
+
+func cmdSelect(s *Server, c *client, args [][]byte) {
+	n, ok := parseInt(args[1])
+	switch {
+	case !ok || n < math.MinInt32 || n > math.MaxInt32:
+		s.replyErr(c, errNotInteger)
+	case n != 0:
+		s.replyErr(c, replyErr("ERR DB index is out of range"))
+	default:
+		c.out = appendSimple(c.out, "OK")
+	}
+}
+
+// checkAuth answers AUTH and HELLO ... AUTH. With no password configured
+// the default user needs none, as in Redis.
+func (s *Server) checkAuth(user, pass []byte) bool {
+	return string(user) == "default"
+}
+
+func cmdAuth(s *Server, c *client, args [][]byte) {
+	if len(args) > 3 {
+		s.replyErr(c, errSyntax)
+		return
+	}
+	if len(args) == 2 {
+		s.replyErr(c, replyErr("ERR AUTH <password> called without any password configured for the default user. Are you sure your configuration is correct?"))
+		return
+	}
+	if !s.checkAuth(args[1], args[2]) {
+		s.replyErr(c, replyErr("WRONGPASS invalid username-password pair or user is disabled."))
+		return
+	}
+	c.out = appendSimple(c.out, "OK")
+}
+
+// cmdHello implements HELLO [protover [AUTH username password] [SETNAME name]].
+func cmdHello(s *Server, c *client, args [][]byte) {
+	proto := c.resp
+	if len(args) > 1 {
+		v, ok := parseInt(args[1])
+		if !ok {
+			s.replyErr(c, replyErr("ERR Protocol version is not an integer or out of range"))
+			return
+		}
+		if v != 2 && v != 3 {
+			s.replyErr(c, replyErr("NOPROTO unsupported protocol version"))
+			return
+		}
+		proto = int(v)
+	}
+	var name []byte
+	setName := false
+	for i := 2; i < len(args); i++ {
+		switch {
+		case asciiEqualFold(args[i], "auth") && i+2 < len(args):
+			if !s.checkAuth(args[i+1], args[i+2]) {
+				s.replyErr(c, replyErr("WRONGPASS invalid username-password pair or user is disabled."))
+				return
+			}
+			i += 2
+		case asciiEqualFold(args[i], "setname") && i+1 < len(args):
+			name, setName = args[i+1], true
+			i++
+		default:
+			s.replyErr(c, replyErr("ERR Syntax error in HELLO option '"+preview(args[i])+"'"))
+			return
+		}
+	}
+	if setName && !validClientName(name) {
+		s.replyErr(c, errClientName)
+		return
+	}
+	c.resp = proto
+	if setName {
+		c.name = string(name)
+	}
+	r3 := c.resp == 3
+	c.out = appendMap(c.out, 7, r3)
+	c.out = appendBulkString(c.out, "server")
+	c.out = appendBulkString(c.out, "sluice")
+	c.out = appendBulkString(c.out, "version")
+	c.out = appendBulkString(c.out, s.cfg.Version)
+	c.out = appendBulkString(c.out, "proto")
+	c.out = appendInt(c.out, int64(c.resp))
+	c.out = appendBulkString(c.out, "id")
+	c.out = appendInt(c.out, c.id)
+	c.out = appendBulkString(c.out, "mode")
+	c.out = appendBulkString(c.out, "standalone")
+	c.out = appendBulkString(c.out, "role")
+	c.out = appendBulkString(c.out, "master")
+	c.out = appendBulkString(c.out, "modules")
+	c.out = appendArray(c.out, 0)
+}
+
+var errClientName = replyErr("ERR Client names cannot contain spaces, newlines or special characters.")
+
+func validClientName(b []byte) bool {
+	for _, ch := range b {
+		if ch < '!' || ch > '~' {
+			return false
+		}
+	}
+	return true
+}
+
+func cmdClient(s *Server, c *client, args [][]byte) {
+	sub := strings.ToLower(string(args[1]))
+	switch {
+	case sub == "id" && len(args) == 2:
+		c.out = appendInt(c.out, c.id)
+	case sub == "getname" && len(args) == 2:
+		if c.name == "" {
+			c.out = appendNull(c.out, c.resp == 3)
+		} else {
+			c.out = appendBulkString(c.out, c.name)
+		}
+	case sub == "setname" && len(args) == 3:
+		if !validClientName(args[2]) {
+			s.replyErr(c, errClientName)
+			return
+		}
+		c.name = string(args[2])
+		c.out = appendSimple(c.out, "OK")
+	case sub == "setinfo" && len(args) == 4:
+		attr := strings.ToLower(string(args[2]))
+		if !validClientName(args[3]) {
+			s.replyErr(c, replyErr("ERR "+attr+" cannot contain spaces, newlines or special characters."))
+			return
+		}
+		switch attr {
+		case "lib-name":
+			c.libName = string(args[3])
+		case "lib-ver":
+			c.libVer = string(args[3])
+		default:
+			s.replyErr(c, replyErr("ERR Unrecognized option '"+preview(args[2])+"'"))
+			return
+		}
+		c.out = appendSimple(c.out, "OK")
+	case sub == "info" && len(args) == 2:
+		c.out = appendBulkString(c.out, s.clientLine(c)+"\n")
+	case sub == "list" && len(args) == 2:
+		s.mu.Lock()
+		ids := make([]int64, 0, len(s.mu.clients))
+		for id := range s.mu.clients {
+			ids = append(ids, id)
+		}
+		s.mu.Unlock()
+		sort.Slice(ids, func(i, j int) bool { return ids[i] < ids[j] })
+		var b strings.Builder
+		for _, id := range ids {
+			s.mu.Lock()
+			other := s.mu.clients[id]
+			s.mu.Unlock()
+			if other == nil {
+				continue
+			}
+			if other == c {
+				b.WriteString(s.clientLine(c))
+			} else {
+				b.WriteString(s.clientLineShared(other))
+			}
+			b.WriteByte('\n')
+		}
+		c.out = appendBulkString(c.out, b.String())
+	case sub == "help":
+		lines := []string{
+			"CLIENT <subcommand> [<arg> ...]. Subcommands are:",
+			"ID", "    Return the ID of the current connection.",
+			"GETNAME", "    Return the name of the current connection.",
+			"SETNAME <name>", "    Assign the name <name> to the current connection.",
+			"SETINFO <LIB-NAME|LIB-VER> <value>", "    Record the client library's name or version.",
+			"INFO", "    Return information about the current connection.",
+			"LIST", "    Return information about all connections.",
+		}
+		c.out = appendArray(c.out, len(lines))
+		for _, l := range lines {
+			c.out = appendSimple(c.out, l)
+		}
+	default:
+		s.replyErr(c, replyErr("ERR unknown subcommand or wrong number of arguments for '"+preview(args[1])+"'. Try CLIENT HELP."))
+	}
+}
+
+// clientLine describes the calling connection, in CLIENT LIST's format.
+func (s *Server) clientLine(c *client) string {
+	return s.clientLineShared(c) + " name=" + c.name + " resp=" + strconv.Itoa(c.resp) +
+		" lib-name=" + c.libName + " lib-ver=" + c.libVer
+}
+
+// clientLineShared uses only the fields fixed at accept, which other
+// connections may read.
+func (s *Server) clientLineShared(c *client) string {
+	return "id=" + strconv.FormatInt(c.id, 10) + " addr=" + c.addr + " laddr=" + c.laddr +
+		" age=" + strconv.FormatInt(int64(time.Since(c.created)/time.Second), 10) + " db=0"
+}
+
+// cmdCommand implements COMMAND, COMMAND COUNT|LIST|INFO|DOCS, enough for
+// client libraries and redis-cli's interactive mode.
+func cmdCommand(s *Server, c *client, args [][]byte) {
+	names := make([]string, 0, len(s.cmds))
+	for n := range s.cmds {
+		names = append(names, n)
+	}
+	sort.Strings(names)
+	if len(args) == 1 {
+		c.out = appendArray(c.out, len(names))
+		for _, n := range names {
+			c.out = appendCommandInfo(c.out, s.cmds[n])
+		}
+		return
+	}
+	switch strings.ToLower(string(args[1])) {
+	case "count":
+		c.out = appendInt(c.out, int64(len(names)))
+	case "list":
+		c.out = appendArray(c.out, len(names))
+		for _, n := range names {
+			c.out = appendBulkString(c.out, n)
+		}
+	case "info":
+		c.out = appendArray(c.out, len(args)-2)
+		for _, a := range args[2:] {
+			if cmd := s.cmds[strings.ToLower(string(a))]; cmd != nil {
+				c.out = appendCommandInfo(c.out, cmd)
+			} else {
+				c.out = appendNull(c.out, c.resp == 3)
+			}
+		}
+	case "docs":
+		// No documentation records: clients fall back to their own help.
+		c.out = appendMap(c.out, 0, c.resp == 3)
+	default:
+		s.replyErr(c, replyErr("ERR unknown subcommand '"+preview(args[1])+"'. Try COMMAND HELP."))
+	}
+}
+
+func appendCommandInfo(b []byte, cmd *command) []byte {
+	b = appendArray(b, 10)
+	b = appendBulkString(b, cmd.name)
+	b = appendInt(b, int64(cmd.arity))
+	b = appendArray(b, len(cmd.flags))
+	for _, f := range cmd.flags {
+		b = appendSimple(b, f)
+	}
+	b = appendInt(b, int64(cmd.first))
+	b = appendInt(b, int64(cmd.last))
+	b = appendInt(b, int64(cmd.step))
+	b = appendArray(b, 0) // ACL categories
+	b = appendArray(b, 0) // tips
+	b = appendArray(b, 0) // key specs
+	return appendArray(b, 0)
+}
+
+// cmdConfig answers CONFIG GET with the server's settings (read-only: they
+// are flags), so that tools like redis-benchmark can read them.
+func cmdConfig(s *Server, c *client, args [][]byte) {
+	switch strings.ToLower(string(args[1])) {
+	case "get":
+		if len(args) < 3 {
+			s.replyErr(c, wrongArgs("config|get"))
+			return
+		}
+		all := s.configValues()
+		var keys []string
+		for k := range all {
+			for _, pat := range args[2:] {
+				if ok, _ := path.Match(strings.ToLower(string(pat)), k); ok {
+					keys = append(keys, k)
+					break
+				}
+			}
+		}
+		sort.Strings(keys)
+		c.out = appendMap(c.out, len(keys), c.resp == 3)
+		for _, k := range keys {
+			c.out = appendBulkString(c.out, k)
+			c.out = appendBulkString(c.out, all[k])
+		}
+	case "set", "rewrite", "resetstat":
+		s.replyErr(c, replyErr("ERR CONFIG "+strings.ToUpper(string(args[1]))+" is not supported: sluice is configured by flags and SLUICE_* environment variables at startup"))
+	default:
+		s.replyErr(c, replyErr("ERR unknown subcommand '"+preview(args[1])+"'. Try CONFIG GET."))
+	}
+}
+
+func (s *Server) configValues() map[string]string {
+	port := ""
+	if a := s.Addr(); a != nil {
+		if _, p, err := splitHostPort(a.String()); err == nil {
+			port = p
+		}
+	}
+	return map[string]string{
+		"fsync":                     s.store.Mode().String(),
+		"appendfsync":               s.store.Mode().String(),
+		"dir":                       s.store.Dir(),
+		"data":                      s.store.Dir(),
+		"port":                      port,
+		"databases":                 "1",
+		"save":                      "",
+		"max-args":                  strconv.Itoa(s.cfg.MaxArgs),
+		"max-bulk":                  strconv.FormatInt(s.cfg.MaxBulk, 10),
+		"proto-max-bulk-len":        strconv.FormatInt(s.cfg.MaxBulk, 10),
+		"max-inline":                strconv.Itoa(s.cfg.MaxInline),
+		"max-query-buffer":          strconv.Itoa(s.cfg.MaxQueryBuffer),
+		"client-query-buffer-limit": strconv.Itoa(s.cfg.MaxQueryBuffer),
+	}
+}
+
+func cmdTime(s *Server, c *client, args [][]byte) {
+	now := s.clock()
+	c.out = appendArray(c.out, 2)
+	c.out = appendBulkString(c.out, strconv.FormatInt(now.Unix(), 10))
+	c.out = appendBulkString(c.out, strconv.Itoa(now.Nanosecond()/1000))
+}
+
+func cmdReady(s *Server, c *client, args [][]byte) {
+	if s.closing.Load() {
+		c.out = appendInt(c.out, 0)
+		return
+	}
+	c.out = appendInt(c.out, 1)
+}

@@ -1,0 +1,138 @@
+package server
+
+import (
+	"net"
+	"os"
+	"runtime"
+	"strconv"
+	"strings"
+	"time"
+)
+
+// redisCompatVersion is the Redis version whose protocol and commands sluice
+// answers like. Client libraries read redis_version to pick features.
+const redisCompatVersion = "7.2.0"
+
+var infoSections = []string{"server", "clients", "stats", "persistence"}
+
+// cmdInfo implements INFO [section ...] in Redis' "# Section" and
+// "key:value" format. Unknown sections are left out, as in Redis.
+func cmdInfo(s *Server, c *client, args [][]byte) {
+	want := map[string]bool{}
+	for _, a := range args[1:] {
+		sec := strings.ToLower(string(a))
+		switch sec {
+		case "all", "everything", "default":
+			for _, n := range infoSections {
+				want[n] = true
+			}
+		default:
+			want[sec] = true
+		}
+	}
+	if len(args) == 1 {
+		for _, n := range infoSections {
+			want[n] = true
+		}
+	}
+	var b strings.Builder
+	for _, sec := range infoSections {
+		if !want[sec] {
+			continue
+		}
+		if b.Len() > 0 {
+			b.WriteString("\r\n")
+		}
+		s.writeInfo(&b, sec)
+	}
+	c.out = appendBulkString(c.out, b.String())
+}
+
+func (s *Server) writeInfo(b *strings.Builder, section string) {
+	kv := func(k string, v string) {
+		b.WriteString(k)
+		b.WriteByte(':')
+		b.WriteString(v)
+		b.WriteString("\r\n")
+	}
+	i64 := func(n int64) string { return strconv.FormatInt(n, 10) }
+	switch section {
+	case "server":
+		b.WriteString("# Server\r\n")
+		up := time.Since(s.start)
+		port := ""
+		if a := s.Addr(); a != nil {
+			_, port, _ = splitHostPort(a.String())
+		}
+		exe, _ := os.Executable()
+		kv("redis_version", redisCompatVersion)
+		kv("sluice_version", s.cfg.Version)
+		kv("redis_mode", "standalone")
+		kv("os", runtime.GOOS+" "+runtime.GOARCH)
+		kv("arch_bits", strconv.Itoa(strconv.IntSize))
+		kv("go_version", runtime.Version())
+		kv("process_id", strconv.Itoa(os.Getpid()))
+		kv("run_id", s.runID)
+		kv("tcp_port", port)
+		kv("server_time_usec", i64(s.clock().UnixMicro()))
+		kv("uptime_in_seconds", i64(int64(up/time.Second)))
+		kv("uptime_in_days", i64(int64(up/(24*time.Hour))))
+		kv("executable", exe)
+	case "clients":
+		b.WriteString("# Clients\r\n")
+		s.mu.Lock()
+		n := len(s.mu.clients)
+		s.mu.Unlock()
+		kv("connected_clients", strconv.Itoa(n))
+		kv("blocked_clients", "0")
+		kv("max_args", strconv.Itoa(s.cfg.MaxArgs))
+		kv("max_bulk", i64(s.cfg.MaxBulk))
+		kv("max_inline", strconv.Itoa(s.cfg.MaxInline))
+		kv("max_query_buffer", strconv.Itoa(s.cfg.MaxQueryBuffer))
+	case "stats":
+		b.WriteString("# Stats\r\n")
+		kv("total_connections_received", i64(s.stats.connsTotal.Load()))
+		kv("total_commands_processed", i64(s.stats.commands.Load()))
+		kv("total_net_input_bytes", i64(s.stats.netIn.Load()))
+		kv("total_net_output_bytes", i64(s.stats.netOut.Load()))
+		kv("total_error_replies", i64(s.stats.errorReplies.Load()))
+		kv("protocol_errors", i64(s.stats.protocolErrors.Load()))
+		kv("rl_allowed", i64(s.stats.rlAllowed.Load()))
+		kv("rl_denied", i64(s.stats.rlDenied.Load()))
+		kv("store_errors", i64(s.stats.storeErrors.Load()))
+		kv("handler_panics", i64(s.stats.panics.Load()))
+	case "persistence":
+		st := s.store.Stats()
+		b.WriteString("# Persistence\r\n")
+		kv("loading", "0")
+		kv("fsync_policy", st.Mode.String())
+		kv("data_dir", s.store.Dir())
+		kv("disk_usage_bytes", strconv.FormatUint(st.DiskBytes, 10))
+		kv("commit_rounds", i64(st.Rounds))
+		kv("keys_written", i64(st.KeysWritten))
+		kv("commit_queue_keys", strconv.Itoa(st.Queued))
+		kv("unwritten_keys", i64(st.Overlay))
+		kv("applied_round", strconv.FormatUint(st.AppliedRound, 10))
+		kv("synced_round", strconv.FormatUint(st.SyncedRound, 10))
+		kv("fsyncs", i64(st.Fsyncs))
+		avg := int64(0)
+		if st.Fsyncs > 0 {
+			avg = int64(st.FsyncTime/time.Microsecond) / st.Fsyncs
+		}
+		kv("fsync_avg_usec", i64(avg))
+		last := int64(-1)
+		if !st.LastSync.IsZero() {
+			last = st.LastSync.Unix()
+		}
+		kv("last_fsync_time", i64(last))
+		kv("store_read_errors", i64(st.ReadErrors))
+		kv("store_write_errors", i64(st.WriteErrors))
+		status := "ok"
+		if st.Failed != nil {
+			status = "failed"
+		}
+		kv("store_status", status)
+	}
+}
+
+func splitHostPort(addr string) (string, string, error) { return net.SplitHostPort(addr) }

@@ -1,0 +1,405 @@
+// Package server serves sluice's commands over RESP, the Redis protocol.
+//
+// It wires the pieces: a framing guard in front of redcon (so no client
+// input can crash or stall the process), the command table, per-pipeline
+// execution with one durability wait per pipeline, and connection state for
+// HELLO, CLIENT and INFO. Bucket arithmetic lives in package bucket and
+// persistence in package storage.
+//
+// Lifecycle: New, then Serve(listener) until Close. A Server is safe for
+// concurrent use.
+package server
+
+import (
+	"crypto/rand"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"runtime/debug"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/tidwall/redcon"
+
+	"github.com/sluicehq/sluice/bucket"
+	"github.com/sluicehq/sluice/storage"
+)
+
+// Config configures a Server. A zero field means the default given.
+type Config struct {
+	Store  *storage.Store // required
+	Logger *slog.Logger   // default: discard
+
+	MaxArgs        int   // most arguments in one command; default 1024
+	MaxBulk        int64 // most bytes in one argument; default 1 MiB
+	MaxInline      int   // most bytes in one inline (telnet) command line; default 64 KiB
+	MaxQueryBuffer int   // most bytes of one incomplete command held for a client; default 8 MiB
+
+	// ShutdownTimeout bounds how long Close waits for connections to
+	// finish their last pipeline before closing them; default 10s.
+	ShutdownTimeout time.Duration
+
+	Version string           // reported by INFO and HELLO; default "dev"
+	Clock   func() time.Time // server clock; default time.Now
+}
+
+// Defaults for Config.
+const (
+	DefaultMaxArgs         = 1024
+	DefaultMaxBulk         = 1 << 20
+	DefaultMaxInline       = 64 << 10
+	DefaultMaxQueryBuffer  = 8 << 20
+	DefaultShutdownTimeout = 10 * time.Second
+)
+
+// Server is a RESP server for sluice's commands.
+type Server struct {
+	cfg   Config
+	store *storage.Store
+	log   *slog.Logger
+	clock func() time.Time
+	cmds  map[string]*command
+	runID string
+	start time.Time
+
+	closing atomic.Bool
+	nextID  atomic.Int64
+	conns   sync.WaitGroup // one per connection redcon serves
+
+	mu struct {
+		sync.Mutex
+		rs      *redcon.Server
+		ln      net.Listener
+		guards  map[*guardConn]struct{}
+		clients map[int64]*client
+	}
+
+	stats struct {
+		connsTotal     atomic.Int64
+		commands       atomic.Int64
+		netIn          atomic.Int64
+		netOut         atomic.Int64
+		protocolErrors atomic.Int64
+		errorReplies   atomic.Int64
+		rlAllowed      atomic.Int64
+		rlDenied       atomic.Int64
+		storeErrors    atomic.Int64
+		panics         atomic.Int64
+	}
+}
+
+// ErrServing is returned by Serve on a Server that is already serving.
+var ErrServing = errors.New("server: already serving")
+
+// New returns a Server for cfg.
+func New(cfg Config) (*Server, error) {
+	if cfg.Store == nil {
+		return nil, errors.New("server: Config.Store is required")
+	}
+	if cfg.MaxArgs <= 0 {
+		cfg.MaxArgs = DefaultMaxArgs
+	}
+	if cfg.MaxBulk <= 0 {
+		cfg.MaxBulk = DefaultMaxBulk
+	}
+	if cfg.MaxInline <= 0 {
+		cfg.MaxInline = DefaultMaxInline
+	}
+	if cfg.MaxQueryBuffer <= 0 {
+		cfg.MaxQueryBuffer = DefaultMaxQueryBuffer
+	}
+	if cfg.ShutdownTimeout <= 0 {
+		cfg.ShutdownTimeout = DefaultShutdownTimeout
+	}
+	if cfg.Version == "" {
+		cfg.Version = "dev"
+	}
+	if cfg.Logger == nil {
+		cfg.Logger = slog.New(slog.DiscardHandler)
+	}
+	if cfg.Clock == nil {
+		cfg.Clock = time.Now
+	}
+	var id [20]byte
+	_, _ = rand.Read(id[:])
+	s := &Server{
+		cfg:   cfg,
+		store: cfg.Store,
+		log:   cfg.Logger,
+		clock: cfg.Clock,
+		runID: hex.EncodeToString(id[:]),
+		start: time.Now(),
+	}
+	s.cmds = commandTable()
+	s.mu.guards = make(map[*guardConn]struct{})
+	s.mu.clients = make(map[int64]*client)
+	return s, nil
+}
+
+// Serve accepts connections on ln until Close. It returns nil after Close.
+func (s *Server) Serve(ln net.Listener) error {
+	rs := redcon.NewServerNetwork(ln.Addr().Network(), ln.Addr().String(), s.handle, s.accept, s.closed)
+	s.mu.Lock()
+	if s.mu.rs != nil {
+		s.mu.Unlock()
+		return ErrServing
+	}
+	if s.closing.Load() {
+		s.mu.Unlock()
+		return net.ErrClosed
+	}
+	s.mu.rs, s.mu.ln = rs, ln
+	s.mu.Unlock()
+	s.log.Info("serving RESP", "addr", ln.Addr().String(), "fsync", s.store.Mode().String(), "data", s.store.Dir())
+	err := rs.Serve(&guardListener{Listener: ln, srv: s})
+	if s.closing.Load() {
+		return nil
+	}
+	return err
+}
+
+// Addr returns the listening address, or nil before Serve.
+func (s *Server) Addr() net.Addr {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.mu.ln == nil {
+		return nil
+	}
+	return s.mu.ln.Addr()
+}
+
+// Close shuts the server down gracefully: it stops accepting, stops reading
+// new commands, lets every connection finish and answer the pipeline it is
+// executing, and closes the connections. Connections still busy after
+// ShutdownTimeout (a client that does not read its replies) are closed
+// forcibly. Close does not close the store: whoever opened it does, after
+// Close returns.
+func (s *Server) Close() error {
+	if !s.closing.CompareAndSwap(false, true) {
+		return nil
+	}
+	s.mu.Lock()
+	rs := s.mu.rs
+	guards := make([]*guardConn, 0, len(s.mu.guards))
+	for g := range s.mu.guards {
+		guards = append(guards, g)
+	}
+	s.mu.Unlock()
+	for _, g := range guards {
+		g.startDrain()
+	}
+	if rs != nil {
+		_ = rs.Close()
+	}
+	done := make(chan struct{})
+	go func() {
+		s.conns.Wait()
+		close(done)
+	}()
+	select {
+	case <-done:
+	case <-time.After(s.cfg.ShutdownTimeout):
+		s.mu.Lock()
+		n := len(s.mu.guards)
+		for g := range s.mu.guards {
+			go g.forceClose()
+		}
+		s.mu.Unlock()
+		s.log.Warn("shutdown timeout: closing connections that are still busy", "connections", n, "timeout", s.cfg.ShutdownTimeout)
+		<-done
+	}
+	return nil
+}
+
+func (s *Server) newGuardConn(c net.Conn) *guardConn {
+	g := &guardConn{
+		Conn: c,
+		srv:  s,
+		f: newFramer(framingLimits{
+			MaxArgs:    s.cfg.MaxArgs,
+			MaxBulk:    s.cfg.MaxBulk,
+			MaxInline:  s.cfg.MaxInline,
+			MaxPending: s.cfg.MaxQueryBuffer,
+		}),
+		rbuf: make([]byte, 16<<10),
+	}
+	s.mu.Lock()
+	s.mu.guards[g] = struct{}{}
+	s.mu.Unlock()
+	if s.closing.Load() {
+		g.startDrain()
+	}
+	return g
+}
+
+func (s *Server) forgetConn(g *guardConn) {
+	s.mu.Lock()
+	delete(s.mu.guards, g)
+	s.mu.Unlock()
+}
+
+// accept runs in redcon's accept loop for each new connection.
+func (s *Server) accept(rc redcon.Conn) bool {
+	c := &client{
+		id:      s.nextID.Add(1),
+		addr:    rc.RemoteAddr(),
+		created: time.Now(),
+		resp:    2,
+		batch:   s.store.NewBatch(),
+	}
+	if g, ok := rc.NetConn().(*guardConn); ok {
+		c.laddr = g.LocalAddr().String()
+	}
+	rc.SetContext(c)
+	s.stats.connsTotal.Add(1)
+	s.conns.Add(1)
+	s.mu.Lock()
+	s.mu.clients[c.id] = c
+	s.mu.Unlock()
+	return true
+}
+
+// closed runs when redcon stops serving a connection. redcon holds its own
+// server lock here, so this must stay short.
+func (s *Server) closed(rc redcon.Conn, err error) {
+	if c, ok := rc.Context().(*client); ok {
+		s.mu.Lock()
+		delete(s.mu.clients, c.id)
+		s.mu.Unlock()
+	}
+	if g, ok := rc.NetConn().(*guardConn); ok {
+		_ = g.forceClose()
+	}
+	s.conns.Done()
+}
+
+// handle executes one pipeline: the command redcon passes plus every command
+// already read behind it. Replies are collected first, then the pipeline's
+// writes are committed once, and only then are the replies released: a
+// client never sees a reply for a write that is not as durable as the mode
+// promises.
+func (s *Server) handle(rc redcon.Conn, first redcon.Command) {
+	c := rc.Context().(*client)
+	c.cmds = append(c.cmds[:0], first)
+	c.cmds = append(c.cmds, rc.ReadPipeline()...)
+	c.out = c.out[:0]
+	c.writes = c.writes[:0]
+	n := s.execAll(c)
+	if c.batch.Pending() {
+		if err := c.batch.Commit(); err != nil {
+			s.failWrites(c, err)
+		}
+	}
+	rc.WriteRaw(c.out)
+	clear(c.cmds) // let redcon's per-command buffers go
+	s.stats.commands.Add(int64(n))
+	if c.quit {
+		_ = rc.Close()
+	}
+}
+
+// execAll runs the pipeline's commands in order, stopping after QUIT or a
+// panic. It returns how many ran.
+func (s *Server) execAll(c *client) (n int) {
+	defer func() {
+		if r := recover(); r != nil {
+			s.stats.panics.Add(1)
+			s.log.Error("command panicked; closing the connection", "client", c.id, "panic", r, "stack", string(debug.Stack()))
+			c.out = appendError(c.out, "ERR internal error")
+			c.quit = true
+		}
+	}()
+	for _, cmd := range c.cmds {
+		n++
+		before := c.batch.Len()
+		start := len(c.out)
+		s.exec(c, cmd.Args)
+		if c.batch.Len() > before {
+			c.writes = append(c.writes, span{start, len(c.out)})
+		}
+		if c.quit {
+			break
+		}
+	}
+	return n
+}
+
+// span is the reply of a command that wrote, within client.out.
+type span struct{ start, end int }
+
+// failWrites replaces the replies of the pipeline's writes by the error that
+// kept them from being committed. Replies of reads stay as they are.
+func (s *Server) failWrites(c *client, err error) {
+	msg := s.errorText(err)
+	out := make([]byte, 0, len(c.out))
+	prev := 0
+	for _, w := range c.writes {
+		out = append(out, c.out[prev:w.start]...)
+		out = appendError(out, msg)
+		s.stats.errorReplies.Add(1)
+		prev = w.end
+	}
+	c.out = append(out, c.out[prev:]...)
+}
+
+// replyErr is an error whose text is the RESP error reply.
+type replyErr string
+
+func (e replyErr) Error() string { return string(e) }
+
+var (
+	errNotInteger = replyErr("ERR value is not an integer or out of range")
+	errSyntax     = replyErr("ERR syntax error")
+)
+
+func wrongArgs(name string) error {
+	return replyErr("ERR wrong number of arguments for '" + name + "' command")
+}
+
+// errorText turns a handler's error into the text of an error reply. Errors
+// that are not meant for clients are logged and answered generically.
+func (s *Server) errorText(err error) string {
+	var re replyErr
+	switch {
+	case errors.As(err, &re):
+		return string(re)
+	case errors.Is(err, storage.ErrClosed):
+		return "ERR server is shutting down"
+	case errors.Is(err, storage.ErrFailed):
+		s.stats.storeErrors.Add(1)
+		return "ERR store unavailable: a write to the data directory failed; see the server log"
+	case errors.Is(err, errCorruptState):
+		s.stats.storeErrors.Add(1)
+		s.log.Error("stored bucket state is corrupt", "err", err)
+		return "ERR stored bucket state is corrupt; see the server log"
+	case errors.Is(err, errStoreRead):
+		s.stats.storeErrors.Add(1)
+		s.log.Error("store read failed", "err", err)
+		return "ERR store read failed; see the server log"
+	}
+	s.log.Error("internal error", "err", err)
+	return "ERR internal error"
+}
+
+var (
+	errCorruptState = errors.New("corrupt bucket state")
+	errStoreRead    = errors.New("store read")
+)
+
+// wrapStoreErr marks errors from a Modify so errorText can tell them apart.
+func wrapStoreErr(err error) error {
+	if errors.Is(err, storage.ErrClosed) || errors.Is(err, storage.ErrFailed) {
+		return err
+	}
+	var re replyErr
+	if errors.As(err, &re) {
+		return err
+	}
+	if errors.Is(err, bucket.ErrCorrupt) {
+		return fmt.Errorf("%w: %w", errCorruptState, err)
+	}
+	return fmt.Errorf("%w: %w", errStoreRead, err)
+}
