@@ -35,8 +35,12 @@ var errProtocolClosed = errors.New("connection closed after a protocol error")
 // Read hands redcon the next complete commands.
 func (g *guardConn) Read(p []byte) (int, error) {
 	for len(g.out) == 0 {
+		if pe, ok := g.err.(*pendingProtocolError); ok {
+			g.replyProtocolError(pe.err)
+			g.err = errProtocolClosed
+		}
 		if g.err != nil {
-			return 0, g.err
+			return 0, g.endRead(g.err)
 		}
 		if g.draining.Load() {
 			return 0, g.endRead(io.EOF)
@@ -60,15 +64,6 @@ func (g *guardConn) Read(p []byte) (int, error) {
 				err = io.EOF
 			}
 			g.err = err
-		}
-		if len(g.out) == 0 {
-			if pe, ok := g.err.(*pendingProtocolError); ok {
-				g.replyProtocolError(pe.err)
-				g.err = errProtocolClosed
-			}
-			if g.err != nil {
-				return 0, g.endRead(g.err)
-			}
 		}
 	}
 	n := copy(p, g.out)
