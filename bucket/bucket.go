@@ -90,8 +90,8 @@ func (p Params) Reduce(s State, found bool, r Request) (before int64, next State
 // Sessionize is Reduce in strict mode that also tracks when the current
 // session started: a request that is allowed starts a new session at r.Now;
 // one that is denied keeps the stored start. A bucket last written by REDUCE
-// has no stored start; a denied request then reports the bucket's anchor,
-// the last time the bucket's refill grid was reset, and stores it.
+// has no stored start; a denied request then reports the bucket's current
+// refill mark (its anchor after this request's refills), and stores it.
 func (p Params) Sessionize(s State, found bool, r Request) (before, sessionStart int64, next State, write bool) {
 	r.Strict = true
 	before, next, write = p.Reduce(s, found, r)

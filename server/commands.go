@@ -378,13 +378,19 @@ func cmdClient(s *Server, c *client, args [][]byte) {
 			"INFO", "    Return information about the current connection.",
 			"LIST", "    Return information about all connections.",
 		}
-		c.out = appendArray(c.out, len(lines))
-		for _, l := range lines {
-			c.out = appendSimple(c.out, l)
-		}
+		c.out = appendHelp(c.out, lines)
 	default:
 		s.replyErr(c, replyErr("ERR unknown subcommand or wrong number of arguments for '"+preview(args[1])+"'. Try CLIENT HELP."))
 	}
+}
+
+// appendHelp appends a HELP reply: one simple string per line, as Redis.
+func appendHelp(b []byte, lines []string) []byte {
+	b = appendArray(b, len(lines))
+	for _, l := range lines {
+		b = appendSimple(b, l)
+	}
+	return b
 }
 
 // clientLine describes the calling connection, in CLIENT LIST's format.
@@ -432,6 +438,16 @@ func cmdCommand(s *Server, c *client, args [][]byte) {
 				c.out = appendNull(c.out, c.resp == 3)
 			}
 		}
+	case "help":
+		lines := []string{
+			"COMMAND [<subcommand> [<arg> ...]]. Subcommands are:",
+			"(no subcommand)", "    Return details about all commands.",
+			"COUNT", "    Return the total number of commands.",
+			"LIST", "    Return the names of all commands.",
+			"INFO <command-name> [<command-name> ...]", "    Return details about the named commands.",
+			"DOCS [<command-name> ...]", "    Return documentation records (none: see docs/protocol.md).",
+		}
+		c.out = appendHelp(c.out, lines)
 	case "docs":
 		// No documentation records: clients fall back to their own help.
 		c.out = appendMap(c.out, 0, c.resp == 3)
@@ -520,8 +536,10 @@ func cmdTime(s *Server, c *client, args [][]byte) {
 	c.out = appendBulkString(c.out, strconv.Itoa(now.Nanosecond()/1000))
 }
 
+// cmdReady answers 1 while the server can serve writes: not shutting down
+// and the store not failed.
 func cmdReady(s *Server, c *client, args [][]byte) {
-	if s.closing.Load() {
+	if s.closing.Load() || s.store.Failed() != nil {
 		c.out = appendInt(c.out, 0)
 		return
 	}

@@ -348,6 +348,9 @@ func (s *Store) usable() error {
 	return s.failedErr()
 }
 
+// Failed returns the write error that made the store refuse writes, or nil.
+func (s *Store) Failed() error { return s.failedErr() }
+
 func (s *Store) failedErr() error {
 	if p := s.failed.Load(); p != nil {
 		return fmt.Errorf("%w: %w", ErrFailed, *p)

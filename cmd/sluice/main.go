@@ -84,11 +84,19 @@ func newFlagSet(cfg *config, stderr io.Writer) *flag.FlagSet {
 			if f.DefValue != "" && f.DefValue != "false" {
 				def = " (default " + f.DefValue + ")"
 			}
-			fmt.Fprintf(fs.Output(), "  --%s, %s\n        %s%s\n", f.Name, envName(f.Name), f.Usage, def)
+			env := ", " + envName(f.Name)
+			if noEnv[f.Name] {
+				env = ""
+			}
+			fmt.Fprintf(fs.Output(), "  --%s%s\n        %s%s\n", f.Name, env, f.Usage, def)
 		})
 	}
 	return fs
 }
+
+// noEnv lists flags that have no environment variable: SLUICE_VERSION is
+// a name deployments use for their own purposes.
+var noEnv = map[string]bool{"version": true}
 
 // envName is the environment variable of a flag: --max-args is SLUICE_MAX_ARGS.
 func envName(flagName string) string {
@@ -101,6 +109,9 @@ func parseConfig(args []string, lookupEnv func(string) (string, bool), stderr io
 	fs := newFlagSet(&cfg, stderr)
 	var envErr error
 	fs.VisitAll(func(f *flag.Flag) {
+		if noEnv[f.Name] {
+			return
+		}
 		if v, ok := lookupEnv(envName(f.Name)); ok && envErr == nil {
 			if err := fs.Set(f.Name, v); err != nil {
 				envErr = fmt.Errorf("environment variable %s=%q: %w", envName(f.Name), v, err)

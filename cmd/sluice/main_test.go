@@ -320,6 +320,10 @@ func TestConfigFromEnvAndFlags(t *testing.T) {
 		t.Fatalf("bad env value: %v", err)
 	}
 	delete(env, "SLUICE_MAX_ARGS")
+	env["SLUICE_VERSION"] = "1.2.3" // a deployment's own variable, not --version
+	if cfg, err := parseConfig(nil, lookup, io.Discard); err != nil || cfg.showVersion {
+		t.Fatalf("SLUICE_VERSION was read as --version: %+v, %v", cfg, err)
+	}
 	var help bytes.Buffer
 	parseConfig([]string{"--help"}, func(string) (string, bool) { return "", false }, &help)
 	for _, want := range []string{"--fsync, SLUICE_FSYNC", "--max-query-buffer, SLUICE_MAX_QUERY_BUFFER"} {
