@@ -1,0 +1,214 @@
+package main
+
+import (
+	"bufio"
+	"bytes"
+	"errors"
+	"fmt"
+	"io/fs"
+	"net"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"time"
+)
+
+// server is a process the harness started and measures.
+type server struct {
+	name string
+	cmd  *exec.Cmd
+	addr string
+	dir  string
+	log  *bytes.Buffer
+}
+
+// freeAddr returns a loopback address with a port that was free a moment ago.
+func freeAddr() (string, error) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		return "", err
+	}
+	defer ln.Close()
+	return ln.Addr().String(), nil
+}
+
+// buildSluice compiles ./cmd/sluice into dir; the harness runs from the
+// repository root.
+func buildSluice(dir string) (string, error) {
+	bin := filepath.Join(dir, "sluice")
+	out, err := exec.Command("go", "build", "-o", bin, "./cmd/sluice").CombinedOutput()
+	if err != nil {
+		return "", fmt.Errorf("go build ./cmd/sluice (run the harness from the repository root): %v\n%s", err, out)
+	}
+	return bin, nil
+}
+
+// startSluice starts the sluice binary with a fresh data directory.
+func startSluice(bin, dataDir string, flags []string) (*server, error) {
+	addr, err := freeAddr()
+	if err != nil {
+		return nil, err
+	}
+	args := append([]string{"--addr", addr, "--data", dataDir, "--log-level", "warn"}, flags...)
+	s := &server{name: "sluice", cmd: exec.Command(bin, args...), addr: addr, dir: dataDir, log: &bytes.Buffer{}}
+	s.cmd.Stderr = s.log
+	if err := s.cmd.Start(); err != nil {
+		return nil, err
+	}
+	return s, s.waitReady()
+}
+
+// startRedis starts redis-server with persistence off, as the comparison
+// promises ("Redis persisting nothing").
+func startRedis(dir string) (*server, error) {
+	bin, err := exec.LookPath("redis-server")
+	if err != nil {
+		return nil, errors.New("redis-server is not installed: apt-get install redis-server (Debian package), or run without --compare")
+	}
+	addr, err := freeAddr()
+	if err != nil {
+		return nil, err
+	}
+	_, port, _ := net.SplitHostPort(addr)
+	s := &server{name: "redis", addr: addr, dir: dir, log: &bytes.Buffer{}}
+	s.cmd = exec.Command(bin, "--port", port, "--bind", "127.0.0.1", "--save", "", "--appendonly", "no", "--dir", dir, "--protected-mode", "no")
+	s.cmd.Stdout = s.log
+	s.cmd.Stderr = s.log
+	if err := s.cmd.Start(); err != nil {
+		return nil, err
+	}
+	return s, s.waitReady()
+}
+
+// waitReady polls PING until the server answers, for up to ten seconds.
+func (s *server) waitReady() error {
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		if _, err := s.do("PING"); err == nil {
+			return nil
+		}
+		if time.Now().After(deadline) || (s.cmd.ProcessState != nil) {
+			s.stop()
+			return fmt.Errorf("%s did not start on %s:\n%s", s.name, s.addr, s.log)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+}
+
+// do sends one command and returns the reply's first line (or bulk body).
+func (s *server) do(args ...string) (string, error) {
+	c, err := net.DialTimeout("tcp", s.addr, time.Second)
+	if err != nil {
+		return "", err
+	}
+	defer c.Close()
+	c.SetDeadline(time.Now().Add(10 * time.Minute))
+	var b []byte
+	b = append(b, '*')
+	b = strconv.AppendInt(b, int64(len(args)), 10)
+	b = append(b, '\r', '\n')
+	for _, a := range args {
+		b = appendBulk(b, []byte(a))
+	}
+	if _, err := c.Write(b); err != nil {
+		return "", err
+	}
+	r := bufio.NewReader(c)
+	line, err := r.ReadString('\n')
+	if err != nil {
+		return "", err
+	}
+	line = strings.TrimRight(line, "\r\n")
+	switch {
+	case strings.HasPrefix(line, "-"):
+		return "", errors.New(line[1:])
+	case strings.HasPrefix(line, "$"):
+		n, _ := strconv.Atoi(line[1:])
+		if n < 0 {
+			return "", nil
+		}
+		body := make([]byte, n+2)
+		if _, err := readFull(r, body); err != nil {
+			return "", err
+		}
+		return string(body[:n]), nil
+	}
+	return line[1:], nil
+}
+
+func readFull(r *bufio.Reader, b []byte) (int, error) {
+	n := 0
+	for n < len(b) {
+		m, err := r.Read(b[n:])
+		n += m
+		if err != nil {
+			return n, err
+		}
+	}
+	return n, nil
+}
+
+// stop ends the server gracefully (SIGTERM) and waits.
+func (s *server) stop() {
+	if s.cmd.Process == nil || s.cmd.ProcessState != nil {
+		return
+	}
+	s.cmd.Process.Signal(os.Interrupt)
+	done := make(chan struct{})
+	go func() { s.cmd.Wait(); close(done) }()
+	select {
+	case <-done:
+	case <-time.After(30 * time.Second):
+		s.cmd.Process.Kill()
+		<-done
+	}
+}
+
+// cpuTime returns the process's user+system CPU time so far, from
+// /proc/PID/stat (in clock ticks of 1/100 s, Linux's USER_HZ).
+func (s *server) cpuTime() time.Duration {
+	raw, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", s.cmd.Process.Pid))
+	if err != nil {
+		return 0
+	}
+	// The command name may hold spaces; fields resume after its ')'.
+	rest := raw[bytes.LastIndexByte(raw, ')')+2:]
+	f := strings.Fields(string(rest))
+	if len(f) < 13 {
+		return 0
+	}
+	ut, _ := strconv.ParseInt(f[11], 10, 64)
+	st, _ := strconv.ParseInt(f[12], 10, 64)
+	return time.Duration(ut+st) * 10 * time.Millisecond
+}
+
+// peakRSS returns the process's peak resident set size (VmHWM) in bytes.
+func (s *server) peakRSS() int64 {
+	raw, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", s.cmd.Process.Pid))
+	if err != nil {
+		return 0
+	}
+	for _, line := range strings.Split(string(raw), "\n") {
+		if v, ok := strings.CutPrefix(line, "VmHWM:"); ok {
+			kb, _ := strconv.ParseInt(strings.TrimSuffix(strings.TrimSpace(v), " kB"), 10, 64)
+			return kb << 10
+		}
+	}
+	return 0
+}
+
+// dirSize is the bytes of the files under dir, like du --apparent-size.
+func dirSize(dir string) int64 {
+	var n int64
+	filepath.WalkDir(dir, func(_ string, d fs.DirEntry, err error) error {
+		if err == nil && !d.IsDir() {
+			if info, err := d.Info(); err == nil {
+				n += info.Size()
+			}
+		}
+		return nil
+	})
+	return n
+}
