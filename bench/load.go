@@ -19,9 +19,9 @@ import (
 type target int
 
 const (
-	targetSluice   target = iota // RL.PREDUCE / RL.PGET
-	targetRedisINCR              // INCR key
-	targetRedisLua               // EVALSHA of the reference token bucket
+	targetSluice    target = iota // RL.PREDUCE / RL.PGET
+	targetRedisINCR               // INCR key
+	targetRedisLua                // EVALSHA of the reference token bucket
 )
 
 func (t target) String() string {

@@ -346,4 +346,3 @@ func tableMarkdown(rep scenarioReport) string {
 	}
 	return b.String()
 }
-
