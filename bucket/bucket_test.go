@@ -207,15 +207,29 @@ func TestKeyRoundTripAndPrefix(t *testing.T) {
 	p := Params{Max: 10, RefillAmount: 3, RefillMs: 5000}
 	k1 := AppendKey(nil, p, []byte("user:1"))
 	k2 := AppendKey(nil, p, []byte(""))
-	if !bytes.HasPrefix(k1, k2) || len(k2) != KeyHeaderLen {
-		t.Fatalf("keys of one parameter set do not share the %d-byte prefix: %x %x", KeyHeaderLen, k1, k2)
+	if !bytes.HasPrefix(k1, k2) || len(k2) > MaxKeyHeaderLen {
+		t.Fatalf("keys of one parameter set do not share a header: %x %x", k1, k2)
 	}
-	gp, gk, err := ParseKey(k1)
-	if err != nil || gp != p || string(gk) != "user:1" {
-		t.Fatalf("ParseKey: %+v %q %v", gp, gk, err)
+	if len(k2) != 5 {
+		t.Errorf("header of small parameters takes %d bytes, want 5", len(k2))
 	}
-	if _, _, err := ParseKey([]byte("x")); err == nil {
-		t.Fatal("ParseKey accepted a short key")
+	// Another parameter set's keys never start with this header, whatever
+	// the client key: the header is a prefix-free code.
+	for _, q := range []Params{{10, 3, 50}, {10, 3, 500000}, {1, 1, 1}, {math.MaxInt64, math.MaxInt64, math.MaxInt64}} {
+		if bytes.HasPrefix(AppendKey(nil, q, k1), k2) {
+			t.Errorf("key of %+v starts with the header of %+v", q, p)
+		}
+	}
+	for _, q := range []Params{p, {1, 1, 1}, {math.MaxInt64, math.MaxInt64, math.MaxInt64}} {
+		gp, gk, err := ParseKey(AppendKey(nil, q, []byte("user:1")))
+		if err != nil || gp != q || string(gk) != "user:1" {
+			t.Fatalf("ParseKey(%+v): %+v %q %v", q, gp, gk, err)
+		}
+	}
+	for _, bad := range [][]byte{[]byte("x"), {KeyPrefix, 0, 1, 1}, {KeyPrefix, 0xff, 0xff}} {
+		if _, _, err := ParseKey(bad); err == nil {
+			t.Fatalf("ParseKey accepted %x", bad)
+		}
 	}
 }
 

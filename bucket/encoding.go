@@ -4,24 +4,26 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
+	"math"
 )
 
 // KeyPrefix is the first byte of every bucket key in the store. Other kinds
 // of records use other first bytes.
 const KeyPrefix = 'b'
 
-// KeyHeaderLen is the length of a bucket key before the client's key bytes.
-const KeyHeaderLen = 1 + 3*8
+// MaxKeyHeaderLen is the most bytes AppendKey adds before the client's key.
+const MaxKeyHeaderLen = 1 + 3*binary.MaxVarintLen64
 
-// AppendKey appends the store key of the client key under p: the prefix, the
-// three parameters as big-endian integers, then the client's key bytes. All
-// buckets of one parameter set therefore share a 25-byte prefix, which the
-// store compresses away.
+// AppendKey appends the store key of the client key under p: the prefix,
+// the three parameters as unsigned varints, then the client's key bytes.
+// Varints form a prefix-free code, so all buckets of one parameter set share
+// one header (a few bytes for typical limits) that no other set's keys
+// start with; short headers keep memtable comparisons and files small.
 func AppendKey(dst []byte, p Params, key []byte) []byte {
 	dst = append(dst, KeyPrefix)
-	dst = binary.BigEndian.AppendUint64(dst, uint64(p.Max))
-	dst = binary.BigEndian.AppendUint64(dst, uint64(p.RefillAmount))
-	dst = binary.BigEndian.AppendUint64(dst, uint64(p.RefillMs))
+	dst = binary.AppendUvarint(dst, uint64(p.Max))
+	dst = binary.AppendUvarint(dst, uint64(p.RefillAmount))
+	dst = binary.AppendUvarint(dst, uint64(p.RefillMs))
 	return append(dst, key...)
 }
 
@@ -30,18 +32,23 @@ var ErrBadKey = errors.New("bucket: not a bucket key")
 
 // ParseKey splits a store key made by AppendKey. The returned key aliases k.
 func ParseKey(k []byte) (Params, []byte, error) {
-	if len(k) < KeyHeaderLen || k[0] != KeyPrefix {
+	if len(k) < 4 || k[0] != KeyPrefix {
 		return Params{}, nil, ErrBadKey
 	}
-	p := Params{
-		Max:          int64(binary.BigEndian.Uint64(k[1:])),
-		RefillAmount: int64(binary.BigEndian.Uint64(k[9:])),
-		RefillMs:     int64(binary.BigEndian.Uint64(k[17:])),
+	var v [3]int64
+	rest := k[1:]
+	for i := range v {
+		u, n := binary.Uvarint(rest)
+		if n <= 0 || u > math.MaxInt64 {
+			return Params{}, nil, ErrBadKey
+		}
+		v[i], rest = int64(u), rest[n:]
 	}
+	p := Params{Max: v[0], RefillAmount: v[1], RefillMs: v[2]}
 	if !p.Valid() {
 		return Params{}, nil, ErrBadKey
 	}
-	return p, k[KeyHeaderLen:], nil
+	return p, rest, nil
 }
 
 // stateVersion1 is the only value format so far. The version byte lets a

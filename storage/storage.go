@@ -3,15 +3,20 @@
 // lock, made durable according to the configured mode.
 //
 // How a write travels: Batch.Modify runs the caller's Mutator under a
-// striped lock, puts the new value in an in-memory overlay (so the next
-// reader sees it at once) and notes the key in the Batch. Batch.Commit hands
+// striped lock, puts the new value in an in-memory table of entries (so the
+// next reader sees it at once) and notes the key in the Batch. Batch.Commit hands
 // the noted keys to a single committer goroutine and waits as the durability
 // mode requires. The committer writes, for each noted key, the value the
 // overlay holds at that moment, so the log always receives the newest
 // in-memory state of a key whatever order connections hand over their keys;
-// once Pebble has the value, the overlay entry is dropped unless it changed
-// meanwhile. Memory is bounded: the overlay holds only keys whose write is on
-// its way, and Commit blocks while too many are.
+// once Pebble has the value, the entry is marked clean unless it changed
+// meanwhile.
+//
+// The same table caches hot state: clean entries, and the results of Pebble
+// reads (found or not), stay until a CLOCK sweep evicts them, so a bucket
+// used again soon costs no Pebble read. Memory is bounded: at most
+// CacheEntries clean entries, plus the dirty ones whose write is on its way,
+// which Commit bounds by blocking while too many keys are queued.
 //
 // A Store is safe for concurrent use. A Batch belongs to one goroutine.
 package storage
@@ -78,9 +83,14 @@ type Options struct {
 	CacheSize    int64         // Pebble block cache bytes; default 64 MiB
 	MemTableSize int64         // Pebble memtable bytes; default 16 MiB
 	// MaxQueued is how many written keys may wait for the committer before
-	// Commit blocks; it bounds the overlay. Default 65536.
+	// Commit blocks; it bounds the dirty entries. Default 65536.
 	MaxQueued int
-	Logger    *slog.Logger // default: discard
+	// CacheEntries is how many records the hot-state cache may hold
+	// (about 150 bytes each). Zero means the default, 524288; a negative
+	// value turns the cache off, keeping only entries whose write is on its
+	// way.
+	CacheEntries int
+	Logger       *slog.Logger // default: discard
 
 	fs vfs.FS // tests: an in-memory or fault-injecting filesystem
 }
@@ -91,6 +101,7 @@ const (
 	DefaultCacheSize    = 64 << 20
 	DefaultMemTableSize = 16 << 20
 	DefaultMaxQueued    = 1 << 16
+	DefaultCacheEntries = 1 << 19
 )
 
 // Errors returned by the store.
@@ -127,12 +138,14 @@ const numStripes = 1024
 // Store is a Pebble database with striped read-modify-write and an ordered
 // committer.
 type Store struct {
-	db     *pebble.DB
-	opts   Options
-	log    *slog.Logger
-	dir    string
-	seed   maphash.Seed
-	stripe [numStripes]stripe
+	db   *pebble.DB
+	opts Options
+	log  *slog.Logger
+	// cacheLimit is the most entries per stripe; 0 keeps only dirty ones.
+	cacheLimit int
+	dir        string
+	seed       maphash.Seed
+	stripe     [numStripes]stripe
 
 	q struct {
 		sync.Mutex
@@ -167,7 +180,7 @@ type counters struct {
 	fsyncs      atomic.Int64
 	fsyncNanos  atomic.Int64
 	lastSync    atomic.Int64 // unix ms
-	overlay     atomic.Int64
+	dirty       atomic.Int64
 	readErrors  atomic.Int64
 	writeErrors atomic.Int64
 }
@@ -175,20 +188,28 @@ type counters struct {
 type stripe struct {
 	mu struct {
 		sync.Mutex
-		m     map[uint64]*entry
-		free  *entry
-		nfree int
+		m      map[uint64]*entry
+		ring   []*entry // every entry, for the CLOCK hand
+		hand   int
+		free   *entry
+		nfree  int
+		hits   int64
+		misses int64
 	}
 	_ [64]byte // keep stripes on separate cache lines
 }
 
-// entry is a key whose newest value may not be in Pebble yet.
+// entry is a record's newest state: dirty until Pebble has it, then clean,
+// a cached copy of what Pebble holds.
 type entry struct {
 	next    *entry // hash chain
 	hash    uint64
 	key     []byte
 	val     []byte
-	del     bool
+	del     bool   // the record does not exist
+	clean   bool   // Pebble holds this state; the entry may be evicted
+	ref     bool   // used since the CLOCK hand last passed
+	idx     int    // position in the stripe's ring
 	version uint64 // bumped on every change
 	round   uint64 // the last round that wrote it, to write a key once per round
 }
@@ -211,6 +232,12 @@ func Open(dir string, o Options) (*Store, error) {
 		o.Logger = slog.New(slog.DiscardHandler)
 	}
 	s := &Store{opts: o, log: o.Logger, dir: dir, seed: maphash.MakeSeed()}
+	switch {
+	case o.CacheEntries == 0:
+		s.cacheLimit = (DefaultCacheEntries + numStripes - 1) / numStripes
+	case o.CacheEntries > 0:
+		s.cacheLimit = (o.CacheEntries + numStripes - 1) / numStripes
+	}
 	if o.fs == nil {
 		if err := os.MkdirAll(dir, 0o750); err != nil {
 			return nil, fmt.Errorf("create data directory %s: %w", dir, err)
@@ -311,13 +338,46 @@ func (st *stripe) insertLocked(h uint64, key []byte) *entry {
 	} else {
 		e = &entry{}
 	}
-	*e = entry{next: st.mu.m[h], hash: h, key: append(e.key[:0], key...), val: e.val[:0]}
+	*e = entry{next: st.mu.m[h], hash: h, key: append(e.key[:0], key...), val: e.val[:0], idx: len(st.mu.ring)}
 	st.mu.m[h] = e
+	st.mu.ring = append(st.mu.ring, e)
 	return e
 }
 
-// removeLocked drops e from the overlay and keeps it for reuse.
+// evictLocked makes room for one entry if the stripe holds limit or more:
+// the CLOCK hand passes over dirty entries, clears the reference bit of
+// clean ones used since its last pass, and evicts the first clean entry not
+// used since. It reports whether there is room.
+func (st *stripe) evictLocked(limit int) bool {
+	if len(st.mu.ring) < limit {
+		return true
+	}
+	for range 2 * len(st.mu.ring) {
+		if st.mu.hand >= len(st.mu.ring) {
+			st.mu.hand = 0
+		}
+		e := st.mu.ring[st.mu.hand]
+		st.mu.hand++
+		if !e.clean {
+			continue
+		}
+		if e.ref {
+			e.ref = false
+			continue
+		}
+		st.removeLocked(e)
+		return true
+	}
+	return false
+}
+
+// removeLocked drops e from the table and keeps it for reuse.
 func (st *stripe) removeLocked(e *entry) {
+	last := len(st.mu.ring) - 1
+	moved := st.mu.ring[last]
+	st.mu.ring[e.idx], moved.idx = moved, e.idx
+	st.mu.ring[last] = nil
+	st.mu.ring = st.mu.ring[:last]
 	p := st.mu.m[e.hash]
 	if p == e {
 		if e.next == nil {
@@ -389,15 +449,26 @@ func (b *Batch) Modify(key []byte, m Mutator) error {
 		err error
 	)
 	if e != nil {
+		st.mu.hits++
+		e.ref = true
 		val, op, err = m.Mutate(e.val, !e.del)
 	} else {
+		st.mu.misses++
 		old, closer, gerr := s.db.Get(key)
 		switch {
 		case gerr == nil:
 			val, op, err = m.Mutate(old, true)
+			if err == nil && op == Keep && s.cacheLimit > 0 && st.evictLocked(s.cacheLimit) {
+				e = st.insertLocked(h, key)
+				e.val, e.clean = append(e.val, old...), true
+			}
 			closer.Close()
 		case errors.Is(gerr, pebble.ErrNotFound):
 			val, op, err = m.Mutate(nil, false)
+			if err == nil && op == Keep && s.cacheLimit > 0 && st.evictLocked(s.cacheLimit) {
+				e = st.insertLocked(h, key)
+				e.del, e.clean = true, true
+			}
 		default:
 			s.stats.readErrors.Add(1)
 			return fmt.Errorf("storage: read: %w", gerr)
@@ -407,8 +478,13 @@ func (b *Batch) Modify(key []byte, m Mutator) error {
 		return err
 	}
 	if e == nil {
+		st.evictLocked(s.cacheLimit)
 		e = st.insertLocked(h, key)
-		s.stats.overlay.Add(1)
+		e.clean = true // turned dirty just below
+	}
+	if e.clean {
+		e.clean = false
+		s.stats.dirty.Add(1)
 	}
 	e.version++
 	if op == Delete {
@@ -550,8 +626,11 @@ func (s *Store) commitLoop() {
 			for _, w := range done {
 				w.st.mu.Lock()
 				if w.e.version == w.version {
-					w.st.removeLocked(w.e)
-					s.stats.overlay.Add(-1)
+					w.e.clean = true
+					s.stats.dirty.Add(-1)
+					if s.cacheLimit <= 0 || len(w.st.mu.ring) > s.cacheLimit {
+						w.st.removeLocked(w.e)
+					}
 				}
 				w.st.mu.Unlock()
 			}
@@ -670,7 +749,10 @@ type Stats struct {
 	FsyncTime    time.Duration // total time spent in fsyncs
 	LastSync     time.Time     // zero if never
 	Queued       int           // keys waiting for the committer
-	Overlay      int64         // keys whose newest value is not in Pebble yet
+	Dirty        int64         // keys whose newest value is not in Pebble yet
+	CacheEntries int64         // entries held, dirty and clean
+	CacheHits    int64         // reads and writes answered from memory
+	CacheMisses  int64         // ... that needed a Pebble read
 	AppliedRound uint64
 	SyncedRound  uint64
 	ReadErrors   int64
@@ -687,9 +769,17 @@ func (s *Store) Stats() Stats {
 		KeysWritten: s.stats.keysWritten.Load(),
 		Fsyncs:      s.stats.fsyncs.Load(),
 		FsyncTime:   time.Duration(s.stats.fsyncNanos.Load()),
-		Overlay:     s.stats.overlay.Load(),
+		Dirty:       s.stats.dirty.Load(),
 		ReadErrors:  s.stats.readErrors.Load(),
 		WriteErrors: s.stats.writeErrors.Load(),
+	}
+	for i := range s.stripe {
+		sp := &s.stripe[i]
+		sp.mu.Lock()
+		st.CacheEntries += int64(len(sp.mu.ring))
+		st.CacheHits += sp.mu.hits
+		st.CacheMisses += sp.mu.misses
+		sp.mu.Unlock()
 	}
 	if ms := s.stats.lastSync.Load(); ms != 0 {
 		st.LastSync = time.UnixMilli(ms)

@@ -324,3 +324,78 @@ func BenchmarkModify(b *testing.B) {
 		}
 	}
 }
+
+// The cache holds at most about CacheEntries records once writes are
+// applied, answers repeated use from memory, and caches "not found" without
+// hiding a later write.
+func TestCacheBoundAndHits(t *testing.T) {
+	s, err := Open("db", Options{fs: vfs.NewMem(), CacheEntries: 2048})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	b := s.NewBatch()
+	for i := range 20_000 {
+		add(t, b, fmt.Sprintf("k%d", i), 1)
+		if i%100 == 99 {
+			if err := b.Commit(); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	waitApplied(t, s)
+	st := s.Stats()
+	if limit := int64(2048 + numStripes); st.CacheEntries > limit {
+		t.Fatalf("cache holds %d entries, want at most %d", st.CacheEntries, limit)
+	}
+	if st.Dirty != 0 {
+		t.Fatalf("%d dirty entries after every write was applied", st.Dirty)
+	}
+	// Every record is still readable, from the cache or from Pebble.
+	for i := range 20_000 {
+		if got, _ := read(t, s, fmt.Sprintf("k%d", i)); got != 1 {
+			t.Fatalf("k%d = %d, want 1", i, got)
+		}
+	}
+	before := s.Stats()
+	read(t, s, "k19999")
+	read(t, s, "k19999")
+	after := s.Stats()
+	if after.CacheHits-before.CacheHits < 3 { // read() does two Modifies each
+		t.Fatalf("repeated reads were not answered from the cache: %+v -> %+v", before, after)
+	}
+	// A cached "not found" is replaced by a write, not kept.
+	if _, found := read(t, s, "fresh"); found {
+		t.Fatal("fresh key found")
+	}
+	add(t, b, "fresh", 5)
+	if err := b.Commit(); err != nil {
+		t.Fatal(err)
+	}
+	if got, found := read(t, s, "fresh"); !found || got != 5 {
+		t.Fatalf("fresh = %d, %v after a write over a cached miss", got, found)
+	}
+}
+
+func TestCacheOff(t *testing.T) {
+	fs := vfs.NewMem()
+	s, err := Open("db", Options{fs: fs, CacheEntries: -1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	b := s.NewBatch()
+	for i := range 500 {
+		add(t, b, fmt.Sprintf("k%d", i%50), 1)
+	}
+	if err := b.Commit(); err != nil {
+		t.Fatal(err)
+	}
+	waitApplied(t, s)
+	if st := s.Stats(); st.CacheEntries != 0 || st.Dirty != 0 {
+		t.Fatalf("cache off still holds entries: %+v", st)
+	}
+	if got, _ := read(t, s, "k7"); got != 10 {
+		t.Fatalf("k7 = %d, want 10", got)
+	}
+	s.Close()
+}

@@ -49,6 +49,7 @@ type config struct {
 	maxInline       byteSize
 	maxQueryBuffer  byteSize
 	cacheSize       byteSize
+	cacheBuckets    int
 	memtableSize    byteSize
 	shutdownTimeout time.Duration
 	logFormat       string
@@ -72,6 +73,7 @@ func newFlagSet(cfg *config, stderr io.Writer) *flag.FlagSet {
 	fs.Var(&cfg.maxInline, "max-inline", "most bytes in one inline (telnet-style) command line")
 	fs.Var(&cfg.maxQueryBuffer, "max-query-buffer", "most bytes of one incomplete command held per client")
 	fs.Var(&cfg.cacheSize, "cache-size", "Pebble block cache size")
+	fs.IntVar(&cfg.cacheBuckets, "cache-buckets", storage.DefaultCacheEntries, "buckets whose state is kept in memory (about 150 bytes each); 0 turns the cache off")
 	fs.Var(&cfg.memtableSize, "memtable-size", "Pebble memtable size")
 	fs.DurationVar(&cfg.shutdownTimeout, "shutdown-timeout", server.DefaultShutdownTimeout, "on SIGTERM, how long connections may take to finish their last pipeline")
 	fs.StringVar(&cfg.logFormat, "log-format", "text", "log format: text or json")
@@ -135,6 +137,9 @@ func parseConfig(args []string, lookupEnv func(string) (string, bool), stderr io
 			return cfg, fmt.Errorf("--%s %d: want at least 1 byte", name, v)
 		}
 	}
+	if cfg.cacheBuckets < 0 {
+		return cfg, fmt.Errorf("--cache-buckets %d: want 0 (off) or more", cfg.cacheBuckets)
+	}
 	if cfg.shutdownTimeout <= 0 {
 		return cfg, fmt.Errorf("--shutdown-timeout %v: want a positive duration", cfg.shutdownTimeout)
 	}
@@ -188,6 +193,7 @@ func run(ctx context.Context, args []string, lookupEnv func(string) (string, boo
 	store, err := storage.Open(cfg.data, storage.Options{
 		Sync:         mode,
 		CacheSize:    int64(cfg.cacheSize),
+		CacheEntries: cacheEntries(cfg.cacheBuckets),
 		MemTableSize: int64(cfg.memtableSize),
 		Logger:       log,
 	})
@@ -231,6 +237,15 @@ func run(ctx context.Context, args []string, lookupEnv func(string) (string, boo
 		log.Info("shutdown complete")
 	}
 	return err
+}
+
+// cacheEntries maps --cache-buckets, where 0 is off, to storage's
+// convention, where 0 is the default and a negative number is off.
+func cacheEntries(n int) int {
+	if n == 0 {
+		return -1
+	}
+	return n
 }
 
 // byteSize is a flag value in bytes with an optional binary or decimal
