@@ -73,7 +73,7 @@ func newFlagSet(cfg *config, stderr io.Writer) *flag.FlagSet {
 	fs.Var(&cfg.maxInline, "max-inline", "most bytes in one inline (telnet-style) command line")
 	fs.Var(&cfg.maxQueryBuffer, "max-query-buffer", "most bytes of one incomplete command held per client")
 	fs.Var(&cfg.cacheSize, "cache-size", "Pebble block cache size")
-	fs.IntVar(&cfg.cacheBuckets, "cache-buckets", storage.DefaultCacheEntries, "buckets whose state is kept in memory (about 150 bytes each); 0 turns the cache off")
+	fs.IntVar(&cfg.cacheBuckets, "cache-buckets", storage.DefaultCacheEntries, "buckets whose state is kept in memory (about 350 bytes of RSS each); 0 turns the cache off")
 	fs.Var(&cfg.memtableSize, "memtable-size", "Pebble memtable size")
 	fs.DurationVar(&cfg.shutdownTimeout, "shutdown-timeout", server.DefaultShutdownTimeout, "on SIGTERM, how long connections may take to finish their last pipeline")
 	fs.StringVar(&cfg.logFormat, "log-format", "text", "log format: text or json")
