@@ -32,9 +32,11 @@ type client struct {
 	cmds   []redcon.Command
 	out    []byte
 	writes []span
-	rl     rlMutator
-	key    []byte
-	lname  [32]byte
+	// replyStart is where the reply of the command being executed begins.
+	replyStart int
+	rl         rlMutator
+	key        []byte
+	lname      [32]byte
 }
 
 // command is an entry of the command table.

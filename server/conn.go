@@ -134,7 +134,11 @@ func (l *guardListener) Accept() (net.Conn, error) {
 	for {
 		c, err := l.Listener.Accept()
 		if err == nil {
-			return l.srv.newGuardConn(c), nil
+			if g := l.srv.newGuardConn(c); g != nil {
+				return g, nil
+			}
+			c.Close()
+			return nil, net.ErrClosed
 		}
 		if errors.Is(err, net.ErrClosed) || l.srv.closing.Load() {
 			return nil, net.ErrClosed

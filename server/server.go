@@ -66,8 +66,9 @@ type Server struct {
 	start time.Time
 
 	closing atomic.Bool
+	done    chan struct{} // closed when Close has finished
 	nextID  atomic.Int64
-	conns   sync.WaitGroup // one per connection redcon serves
+	conns   sync.WaitGroup // one per accepted connection, until redcon is done with it
 
 	mu struct {
 		sync.Mutex
@@ -134,6 +135,7 @@ func New(cfg Config) (*Server, error) {
 		start: time.Now(),
 	}
 	s.cmds = commandTable()
+	s.done = make(chan struct{})
 	s.mu.guards = make(map[*guardConn]struct{})
 	s.mu.clients = make(map[int64]*client)
 	return s, nil
@@ -179,10 +181,12 @@ func (s *Server) Addr() net.Addr {
 // Close returns.
 func (s *Server) Close() error {
 	if !s.closing.CompareAndSwap(false, true) {
+		<-s.done
 		return nil
 	}
+	defer close(s.done)
 	s.mu.Lock()
-	rs := s.mu.rs
+	rs, ln := s.mu.rs, s.mu.ln
 	guards := make([]*guardConn, 0, len(s.mu.guards))
 	for g := range s.mu.guards {
 		guards = append(guards, g)
@@ -193,6 +197,11 @@ func (s *Server) Close() error {
 	}
 	if rs != nil {
 		_ = rs.Close()
+	}
+	if ln != nil {
+		// redcon ignores Close before its Serve has registered the
+		// listener; closing it here ends Accept either way.
+		_ = ln.Close()
 	}
 	done := make(chan struct{})
 	go func() {
@@ -209,11 +218,20 @@ func (s *Server) Close() error {
 		}
 		s.mu.Unlock()
 		s.log.Warn("shutdown timeout: closing connections that are still busy", "connections", n, "timeout", s.cfg.ShutdownTimeout)
-		<-done
+		select {
+		case <-done:
+		case <-time.After(s.cfg.ShutdownTimeout):
+			// A handler is stuck below the network, e.g. in an fsync that
+			// does not return. Give up on it rather than hang.
+			s.log.Error("shutdown: connections still busy after closing them; giving up on them")
+		}
 	}
 	return nil
 }
 
+// newGuardConn wraps an accepted connection and counts it in s.conns. It
+// returns nil once Close has begun: counting under s.mu, after checking
+// closing, keeps every Add before Close's Wait.
 func (s *Server) newGuardConn(c net.Conn) *guardConn {
 	g := &guardConn{
 		Conn: c,
@@ -227,11 +245,12 @@ func (s *Server) newGuardConn(c net.Conn) *guardConn {
 		rbuf: make([]byte, 16<<10),
 	}
 	s.mu.Lock()
-	s.mu.guards[g] = struct{}{}
-	s.mu.Unlock()
+	defer s.mu.Unlock()
 	if s.closing.Load() {
-		g.startDrain()
+		return nil
 	}
+	s.mu.guards[g] = struct{}{}
+	s.conns.Add(1)
 	return g
 }
 
@@ -255,7 +274,6 @@ func (s *Server) accept(rc redcon.Conn) bool {
 	}
 	rc.SetContext(c)
 	s.stats.connsTotal.Add(1)
-	s.conns.Add(1)
 	s.mu.Lock()
 	s.mu.clients[c.id] = c
 	s.mu.Unlock()
@@ -308,7 +326,8 @@ func (s *Server) execAll(c *client) (n int) {
 		if r := recover(); r != nil {
 			s.stats.panics.Add(1)
 			s.log.Error("command panicked; closing the connection", "client", c.id, "panic", r, "stack", string(debug.Stack()))
-			c.out = appendError(c.out, "ERR internal error")
+			// Drop the half-written reply so the error stands alone.
+			c.out = appendError(c.out[:c.replyStart], "ERR internal error")
 			c.quit = true
 		}
 	}()
@@ -316,6 +335,7 @@ func (s *Server) execAll(c *client) (n int) {
 		n++
 		before := c.batch.Len()
 		start := len(c.out)
+		c.replyStart = start
 		s.exec(c, cmd.Args)
 		if c.batch.Len() > before {
 			c.writes = append(c.writes, span{start, len(c.out)})

@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"log/slog"
 	"math/rand/v2"
 	"net"
 	"os"
@@ -421,5 +422,60 @@ func BenchmarkRLReduceCommand(b *testing.B) {
 				b.Fatal(err)
 			}
 		}
+	}
+}
+
+// gateHandler holds the "serving RESP" log line until released, which
+// widens the window between Serve starting and redcon taking the listener.
+type gateHandler struct {
+	reached chan struct{}
+	release chan struct{}
+}
+
+func (h *gateHandler) Enabled(context.Context, slog.Level) bool { return true }
+func (h *gateHandler) Handle(_ context.Context, r slog.Record) error {
+	if r.Message == "serving RESP" {
+		close(h.reached)
+		<-h.release
+	}
+	return nil
+}
+func (h *gateHandler) WithAttrs([]slog.Attr) slog.Handler { return h }
+func (h *gateHandler) WithGroup(string) slog.Handler      { return h }
+
+// A Close that lands while Serve is starting still stops it.
+func TestCloseDuringServeStart(t *testing.T) {
+	store, err := storage.Open(t.TempDir(), storage.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer store.Close()
+	h := &gateHandler{reached: make(chan struct{}), release: make(chan struct{})}
+	srv, err := New(Config{Store: store, Logger: slog.New(h)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	served := make(chan error, 1)
+	go func() { served <- srv.Serve(ln) }()
+	<-h.reached
+	if err := srv.Close(); err != nil {
+		t.Fatal(err)
+	}
+	close(h.release)
+	select {
+	case err := <-served:
+		if err != nil {
+			t.Fatalf("Serve: %v", err)
+		}
+	case <-time.After(30 * time.Second): // a hang guard, not a timing claim
+		t.Fatal("Serve kept running after Close")
+	}
+	if c, err := net.Dial("tcp", ln.Addr().String()); err == nil {
+		c.Close()
+		t.Fatal("listener still accepting after Close")
 	}
 }

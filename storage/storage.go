@@ -85,6 +85,9 @@ type Options struct {
 	// MaxQueued is how many written keys may wait for the committer before
 	// Commit blocks; it bounds the dirty entries. Default 65536.
 	MaxQueued int
+	// MaxQueuedBytes bounds the same queue by key bytes, so that long keys
+	// cannot grow it (or one Pebble batch) without limit. Default 64 MiB.
+	MaxQueuedBytes int
 	// CacheEntries is how many records the hot-state cache may hold
 	// (about 350 bytes of RSS each, measured). Zero means the default, 262144; a negative
 	// value turns the cache off, keeping only entries whose write is on its
@@ -97,11 +100,12 @@ type Options struct {
 
 // Defaults for Options.
 const (
-	DefaultSyncInterval = time.Second
-	DefaultCacheSize    = 64 << 20
-	DefaultMemTableSize = 16 << 20
-	DefaultMaxQueued    = 1 << 16
-	DefaultCacheEntries = 1 << 18
+	DefaultSyncInterval   = time.Second
+	DefaultCacheSize      = 64 << 20
+	DefaultMemTableSize   = 16 << 20
+	DefaultMaxQueued      = 1 << 16
+	DefaultCacheEntries   = 1 << 18
+	DefaultMaxQueuedBytes = 64 << 20
 )
 
 // Errors returned by the store.
@@ -227,6 +231,9 @@ func Open(dir string, o Options) (*Store, error) {
 	}
 	if o.MaxQueued <= 0 {
 		o.MaxQueued = DefaultMaxQueued
+	}
+	if o.MaxQueuedBytes <= 0 {
+		o.MaxQueuedBytes = DefaultMaxQueuedBytes
 	}
 	if o.Logger == nil {
 		o.Logger = slog.New(slog.DiscardHandler)
@@ -457,12 +464,14 @@ func (b *Batch) Modify(key []byte, m Mutator) error {
 		old, closer, gerr := s.db.Get(key)
 		switch {
 		case gerr == nil:
+			// val may alias old: release Pebble's buffer only after val
+			// has been copied.
+			defer closer.Close()
 			val, op, err = m.Mutate(old, true)
 			if err == nil && op == Keep && s.cacheLimit > 0 && st.evictLocked(s.cacheLimit) {
 				e = st.insertLocked(h, key)
 				e.val, e.clean = append(e.val, old...), true
 			}
-			closer.Close()
 		case errors.Is(gerr, pebble.ErrNotFound):
 			val, op, err = m.Mutate(nil, false)
 			if err == nil && op == Keep && s.cacheLimit > 0 && st.evictLocked(s.cacheLimit) {
@@ -474,8 +483,16 @@ func (b *Batch) Modify(key []byte, m Mutator) error {
 			return fmt.Errorf("storage: read: %w", gerr)
 		}
 	}
-	if err != nil || op == Keep {
+	if err != nil {
 		return err
+	}
+	if op == Keep {
+		// In SyncAlways a reply may only reflect fsynced state: a read of a
+		// change not yet synced waits for it, like the write's own reply.
+		if e != nil && !e.clean && s.opts.Sync == SyncAlways {
+			b.note(key)
+		}
+		return nil
 	}
 	if e == nil {
 		st.evictLocked(s.cacheLimit)
@@ -492,9 +509,14 @@ func (b *Batch) Modify(key []byte, m Mutator) error {
 	} else {
 		e.del, e.val = false, append(e.val[:0], val...)
 	}
+	b.note(key)
+	return nil
+}
+
+// note records that key must be committed before Commit returns.
+func (b *Batch) note(key []byte) {
 	b.keys = append(b.keys, key...)
 	b.ends = append(b.ends, len(b.keys))
-	return nil
 }
 
 // Pending reports whether the Batch holds changes not yet committed.
@@ -514,7 +536,7 @@ func (b *Batch) Commit() error {
 	q := &s.q
 	q.Lock()
 	defer q.Unlock()
-	for len(q.ends) >= s.opts.MaxQueued && !q.closing {
+	for (len(q.ends) >= s.opts.MaxQueued || len(q.keys) >= s.opts.MaxQueuedBytes) && !q.closing {
 		q.done.Wait()
 	}
 	if q.stopped {
@@ -532,19 +554,20 @@ func (b *Batch) Commit() error {
 	if s.opts.Sync != SyncAlways {
 		return nil
 	}
-	for q.synced < ticket && !q.stopped {
+	for {
+		// A failure first: after one, synced no longer moves, and a round
+		// that failed must never be reported as synced.
 		if err := s.failedErr(); err != nil {
 			return err
+		}
+		if q.synced >= ticket {
+			return nil
+		}
+		if q.stopped {
+			return ErrClosed
 		}
 		q.done.Wait()
 	}
-	if q.synced < ticket {
-		if err := s.failedErr(); err != nil {
-			return err
-		}
-		return ErrClosed
-	}
-	return nil
 }
 
 func (b *Batch) reset() {
@@ -597,7 +620,10 @@ func (s *Store) commitLoop() {
 			h := maphash.Bytes(s.seed, key)
 			st := s.stripeOf(h)
 			st.mu.Lock()
-			if e := st.findLocked(h, key); e != nil && e.round != round {
+			// A clean entry's state went out in an earlier round; only dirty
+			// entries are written, so no entry in done can be evicted (and
+			// reused for another key) while Apply runs.
+			if e := st.findLocked(h, key); e != nil && !e.clean && e.round != round {
 				e.round = round
 				var err error
 				if e.del {
@@ -615,13 +641,20 @@ func (s *Store) commitLoop() {
 		if s.opts.Sync == SyncAlways {
 			opt = pebble.Sync
 		}
-		t0 := time.Now()
-		err := s.db.Apply(batch, opt)
-		if err == nil && opt == pebble.Sync {
-			s.noteSync(t0)
+		var err error
+		if err = s.failedErr(); err == nil && !batch.Empty() {
+			t0 := time.Now()
+			err = s.db.Apply(batch, opt)
+			if err == nil && opt == pebble.Sync {
+				s.noteSync(t0)
+			}
 		}
+		// An empty round wrote nothing: its keys went out, synced in
+		// SyncAlways, in earlier rounds.
 		if err != nil {
-			s.fail(fmt.Errorf("commit %d keys: %w", len(done), err))
+			if !errors.Is(err, ErrFailed) {
+				s.fail(fmt.Errorf("commit %d keys: %w", len(done), err))
+			}
 		} else {
 			for _, w := range done {
 				w.st.mu.Lock()
@@ -690,7 +723,7 @@ func (s *Store) syncApplied() error {
 	s.q.Lock()
 	applied, synced := s.q.applied, s.q.synced
 	s.q.Unlock()
-	if applied <= synced {
+	if applied <= synced || s.failedErr() != nil {
 		return nil
 	}
 	t0 := time.Now()
@@ -800,6 +833,9 @@ func (s *Store) Stats() Stats {
 
 // pebbleLogger sends Pebble's log lines to slog. Pebble's Fatalf must not
 // return; it panics after logging, as Pebble's own default logger exits.
+// Pebble calls it when a write to its log fails (disk full, I/O error): it
+// cannot continue after that, so the process stops without acknowledging
+// the failed writes, and a restart recovers from the log.
 type pebbleLogger struct{ l *slog.Logger }
 
 func (p pebbleLogger) Infof(format string, args ...any) {

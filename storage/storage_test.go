@@ -4,12 +4,17 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
+	"hash/maphash"
 	"math/rand/v2"
+	"runtime"
+	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 
 	"github.com/cockroachdb/pebble/v2"
 	"github.com/cockroachdb/pebble/v2/vfs"
+	"github.com/cockroachdb/pebble/v2/vfs/errorfs"
 )
 
 // counter is a Mutator that adds delta to a big-endian uint64, or deletes
@@ -398,4 +403,103 @@ func TestCacheOff(t *testing.T) {
 		t.Fatalf("k7 = %d, want 10", got)
 	}
 	s.Close()
+}
+
+// syncGate blocks WAL syncs while on, announcing each on entered, so a test
+// can act while the committer is inside Apply.
+type syncGate struct {
+	on      atomic.Bool
+	entered chan struct{}
+	release chan struct{}
+}
+
+func (g *syncGate) String() string { return "syncGate" }
+func (g *syncGate) MaybeError(op errorfs.Op) error {
+	if g.on.Load() && strings.HasSuffix(op.Path, ".log") &&
+		(op.Kind == errorfs.OpFileSync || op.Kind == errorfs.OpFileSyncData) {
+		g.entered <- struct{}{}
+		<-g.release
+	}
+	return nil
+}
+
+// Regression: a committer round must not rewrite a clean entry, or another
+// connection can evict that entry and reuse it for a different key while
+// Apply runs, and the other key's acknowledged write is lost. Found in
+// review; this is its reproduction with the sleep replaced by a wait on the
+// queue.
+func TestEvictionDuringApplyLosesNothing(t *testing.T) {
+	g := &syncGate{entered: make(chan struct{}), release: make(chan struct{})}
+	s, err := Open("db", Options{Sync: SyncAlways, fs: errorfs.Wrap(vfs.NewMem(), g), CacheEntries: numStripes})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	var keys []string // three keys of one stripe (one entry per stripe allowed)
+	stripeOf := func(k string) uint64 { return maphash.Bytes(s.seed, []byte(k)) % numStripes }
+	for i := 0; len(keys) < 3; i++ {
+		k := fmt.Sprintf("key%d", i)
+		if len(keys) == 0 || stripeOf(k) == stripeOf(keys[0]) {
+			keys = append(keys, k)
+		}
+	}
+	k, k2, k3 := keys[0], keys[1], keys[2]
+
+	g.on.Store(true)
+	a, b := s.NewBatch(), s.NewBatch()
+	add(t, a, k, 1)
+	add(t, b, k, 1)
+	aDone := make(chan error)
+	go func() { aDone <- a.Commit() }()
+	<-g.entered // round R is in Apply
+	bDone := make(chan error)
+	go func() { bDone <- b.Commit() }()
+	for { // wait until b's key is queued for round R+1
+		s.q.Lock()
+		queued := len(s.q.ends)
+		s.q.Unlock()
+		if queued > 0 {
+			break
+		}
+		runtime.Gosched()
+	}
+	g.release <- struct{}{}
+	if err := <-aDone; err != nil {
+		t.Fatal(err)
+	}
+	// Round R+1 has nothing left to write for k; with the bug it rewrote
+	// k's clean entry and sat in Apply here.
+	var bErr error
+	select {
+	case <-g.entered:
+		c := s.NewBatch()
+		add(t, c, k2, 5) // evicts k's entry and reuses it
+		add(t, c, k2, 5)
+		g.release <- struct{}{}
+		bErr = <-bDone
+		g.on.Store(false)
+		if err := c.Commit(); err != nil {
+			t.Fatal(err)
+		}
+	case bErr = <-bDone:
+	}
+	if bErr != nil {
+		t.Fatal(bErr)
+	}
+	g.on.Store(false)
+	c := s.NewBatch()
+	add(t, c, k2, 10)
+	if err := c.Commit(); err != nil {
+		t.Fatal(err)
+	}
+	read(t, s, k3) // needs room in the stripe: evicts whatever is clean
+	if got, _ := read(t, s, k2); got != 10 {
+		t.Fatalf("%s = %d after an acknowledged write of 10", k2, got)
+	}
+	if got, _ := read(t, s, k); got != 2 {
+		t.Fatalf("%s = %d, want 2", k, got)
+	}
+	if st := s.Stats(); st.Dirty < 0 {
+		t.Fatalf("dirty count went negative: %d", st.Dirty)
+	}
 }

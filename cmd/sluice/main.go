@@ -29,6 +29,11 @@ var version = ""
 func main() {
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
+	go func() {
+		// After the first signal, a second one stops the process at once.
+		<-ctx.Done()
+		stop()
+	}()
 	err := run(ctx, os.Args[1:], os.LookupEnv, os.Stdout, os.Stderr)
 	if errors.Is(err, flag.ErrHelp) {
 		return
