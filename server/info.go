@@ -115,6 +115,7 @@ func (s *Server) writeInfo(b *strings.Builder, section string) {
 		kv("cache_entries", i64(st.CacheEntries))
 		kv("cache_hits", i64(st.CacheHits))
 		kv("cache_misses", i64(st.CacheMisses))
+		kv("key_filter_skips", i64(st.FilterSkips))
 		kv("applied_round", strconv.FormatUint(st.AppliedRound, 10))
 		kv("synced_round", strconv.FormatUint(st.SyncedRound, 10))
 		kv("fsyncs", i64(st.Fsyncs))

@@ -55,6 +55,7 @@ type config struct {
 	maxQueryBuffer  byteSize
 	cacheSize       byteSize
 	cacheBuckets    int
+	keyFilterSize   byteSize
 	memtableSize    byteSize
 	shutdownTimeout time.Duration
 	logFormat       string
@@ -70,6 +71,7 @@ func newFlagSet(cfg *config, stderr io.Writer) *flag.FlagSet {
 	cfg.maxQueryBuffer = server.DefaultMaxQueryBuffer
 	cfg.cacheSize = storage.DefaultCacheSize
 	cfg.memtableSize = storage.DefaultMemTableSize
+	cfg.keyFilterSize = storage.DefaultKeyFilter
 	fs.StringVar(&cfg.addr, "addr", "127.0.0.1:9049", "RESP listen address (host:port; port 0 picks a free one)")
 	fs.StringVar(&cfg.data, "data", "./sluice-data", "data directory, created if missing")
 	fs.StringVar(&cfg.fsync, "fsync", "everysec", "durability: always (reply after fsync), everysec (lose at most ~1s on a crash), no (the OS decides)")
@@ -80,6 +82,7 @@ func newFlagSet(cfg *config, stderr io.Writer) *flag.FlagSet {
 	fs.Var(&cfg.cacheSize, "cache-size", "Pebble block cache size")
 	fs.IntVar(&cfg.cacheBuckets, "cache-buckets", storage.DefaultCacheEntries, "buckets whose state is kept in memory (about 350 bytes of RSS each); 0 turns the cache off")
 	fs.Var(&cfg.memtableSize, "memtable-size", "Pebble memtable size")
+	fs.Var(&cfg.keyFilterSize, "key-filter-size", "in-memory filter of stored keys that spares a disk lookup for new buckets (about 10 bits per key); 0 turns it off")
 	fs.DurationVar(&cfg.shutdownTimeout, "shutdown-timeout", server.DefaultShutdownTimeout, "on SIGTERM, how long connections may take to finish their last pipeline")
 	fs.StringVar(&cfg.logFormat, "log-format", "text", "log format: text or json")
 	fs.StringVar(&cfg.logLevel, "log-level", "info", "log level: debug, info, warn or error")
@@ -196,11 +199,12 @@ func run(ctx context.Context, args []string, lookupEnv func(string) (string, boo
 		return fmt.Errorf("--fsync: %w", err)
 	}
 	store, err := storage.Open(cfg.data, storage.Options{
-		Sync:         mode,
-		CacheSize:    int64(cfg.cacheSize),
-		CacheEntries: cacheEntries(cfg.cacheBuckets),
-		MemTableSize: int64(cfg.memtableSize),
-		Logger:       log,
+		Sync:          mode,
+		CacheSize:     int64(cfg.cacheSize),
+		CacheEntries:  cacheEntries(cfg.cacheBuckets),
+		KeyFilterSize: offIfZero(int64(cfg.keyFilterSize)),
+		MemTableSize:  int64(cfg.memtableSize),
+		Logger:        log,
 	})
 	if err != nil {
 		return err
@@ -246,7 +250,11 @@ func run(ctx context.Context, args []string, lookupEnv func(string) (string, boo
 
 // cacheEntries maps --cache-buckets, where 0 is off, to storage's
 // convention, where 0 is the default and a negative number is off.
-func cacheEntries(n int) int {
+func cacheEntries(n int) int { return int(offIfZero(int64(n))) }
+
+// offIfZero maps a flag where 0 means off to storage.Options, where 0 means
+// the default and a negative number means off.
+func offIfZero(n int64) int64 {
 	if n == 0 {
 		return -1
 	}

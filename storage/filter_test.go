@@ -1,0 +1,70 @@
+package storage
+
+import (
+	"fmt"
+	"hash/maphash"
+	"testing"
+
+	"github.com/cockroachdb/pebble/v2/vfs"
+)
+
+func TestKeyFilterNoFalseNegativesFewPositives(t *testing.T) {
+	seed := maphash.MakeSeed()
+	const n = 100_000
+	f := newKeyFilter(n * 10 / 8) // about 10 bits per key
+	for i := range n {
+		f.add(maphash.String(seed, fmt.Sprintf("in-%d", i)))
+	}
+	for i := range n {
+		if !f.mayContain(maphash.String(seed, fmt.Sprintf("in-%d", i))) {
+			t.Fatalf("false negative for in-%d", i)
+		}
+	}
+	fp := 0
+	for i := range n {
+		if f.mayContain(maphash.String(seed, fmt.Sprintf("out-%d", i))) {
+			fp++
+		}
+	}
+	// About 1% is expected at 10 bits per key with 6 probes per block;
+	// 3% leaves room for the blocking.
+	if rate := float64(fp) / n; rate > 0.03 {
+		t.Fatalf("false positive rate %.2f%%, want under 3%%", rate*100)
+	}
+	if newKeyFilter(63) != nil {
+		t.Fatal("a filter smaller than one block should be off")
+	}
+}
+
+// New buckets skip Pebble; stored ones are found again after a reopen,
+// when the filter is rebuilt from a scan.
+func TestKeyFilterInStore(t *testing.T) {
+	fs := vfs.NewMem()
+	s, err := Open("db", Options{fs: fs, KeyFilterSize: 1 << 16})
+	if err != nil {
+		t.Fatal(err)
+	}
+	b := s.NewBatch()
+	for i := range 1000 {
+		add(t, b, fmt.Sprintf("k%d", i), 3)
+	}
+	if err := b.Commit(); err != nil {
+		t.Fatal(err)
+	}
+	if st := s.Stats(); st.FilterSkips < 900 {
+		t.Fatalf("only %d of 1000 new keys skipped the Pebble lookup", st.FilterSkips)
+	}
+	if err := s.Close(); err != nil {
+		t.Fatal(err)
+	}
+	s, err = Open("db", Options{fs: fs, KeyFilterSize: 1 << 16, CacheEntries: -1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	for i := range 1000 {
+		if got, found := read(t, s, fmt.Sprintf("k%d", i)); !found || got != 3 {
+			t.Fatalf("k%d = %d, %v after reopen", i, got, found)
+		}
+	}
+}
