@@ -12,8 +12,10 @@ import (
 	"net"
 	"os"
 	"runtime"
+	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -478,4 +480,60 @@ func TestCloseDuringServeStart(t *testing.T) {
 		c.Close()
 		t.Fatal("listener still accepting after Close")
 	}
+}
+
+// BenchmarkPipelineOverTCP drives a real server over loopback with
+// pipelines of 16 RL.PREDUCE on distinct keys from 4 connections, so its
+// allocations per op are those of the whole server path: framing, redcon,
+// the command, the store and the committer (the client side allocates
+// nothing per op). Run with -memprofile to see where they come from.
+func BenchmarkPipelineOverTCP(b *testing.B) {
+	const conns, depth = 4, 16
+	srv := startServer(b, Config{})
+	var next atomic.Int64
+	b.ReportAllocs()
+	b.SetParallelism(conns / runtime.GOMAXPROCS(0))
+	b.RunParallel(func(pb *testing.PB) {
+		c, err := net.Dial("tcp", srv.Addr().String())
+		if err != nil {
+			b.Error(err)
+			return
+		}
+		defer c.Close()
+		r := bufio.NewReader(c)
+		var out, key []byte
+		for more := true; more; {
+			out = out[:0]
+			n := 0
+			for ; n < depth; n++ {
+				if more = pb.Next(); !more {
+					break
+				}
+				key = strconv.AppendInt(append(key[:0], "k:"...), next.Add(1)%1_000_000, 10)
+				out = append(out, "*4\r\n$10\r\nRL.PREDUCE\r\n$"...)
+				out = strconv.AppendInt(out, int64(len(key)), 10)
+				out = append(out, "\r\n"...)
+				out = append(out, key...)
+				out = append(out, "\r\n$3\r\n100\r\n$5\r\n60000\r\n"...)
+			}
+			if n == 0 {
+				break
+			}
+			if _, err := c.Write(out); err != nil {
+				b.Error(err)
+				return
+			}
+			for range n {
+				line, err := r.ReadSlice('\n')
+				if err != nil {
+					b.Error(err)
+					return
+				}
+				if line[0] != ':' {
+					b.Errorf("reply %q, want an integer", line)
+					return
+				}
+			}
+		}
+	})
 }

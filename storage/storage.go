@@ -635,6 +635,16 @@ type written struct {
 	version uint64
 }
 
+// In SyncEverySec and SyncNo, a round of fewer than lingerKeys keys waits
+// commitLinger for more first. Measured on 2 cores with 50 unpipelined
+// clients: 3.7k Pebble commits instead of 175k for 300k commands, and about
+// 6% less server CPU. It adds at most commitLinger to the writes a crash
+// can lose in SyncEverySec.
+const (
+	commitLinger = time.Millisecond
+	lingerKeys   = 1024
+)
+
 // commitLoop is the only writer to Pebble. Each round takes every key queued
 // so far and writes the overlay's current value of each, in one Pebble batch.
 func (s *Store) commitLoop() {
@@ -657,6 +667,14 @@ func (s *Store) commitLoop() {
 			q.done.Broadcast()
 			q.Unlock()
 			return
+		}
+		if s.opts.Sync != SyncAlways && len(q.ends) < lingerKeys && !q.closing {
+			// Nobody waits for this round: let more keys gather, so that a
+			// trickle of single commands does not pay for one Pebble commit
+			// each. Readers are served from the overlay meanwhile.
+			q.Unlock()
+			time.Sleep(commitLinger)
+			q.Lock()
 		}
 		keys, q.keys = q.keys, keys[:0]
 		ends, q.ends = q.ends, ends[:0]
