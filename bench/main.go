@@ -20,6 +20,7 @@ import (
 	"io"
 	"os"
 	"slices"
+	"strconv"
 	"strings"
 )
 
@@ -197,6 +198,7 @@ type scenarioReport struct {
 	Scenario   scenario
 	Results    []result
 	DataBytes  int64 // sluice data directory after the run and a graceful stop
+	TableBytes int64 // sluice's sorted tables after COMPACT
 	Buckets    int64 // distinct buckets written, for bytes per bucket
 	RedisVer   string
 	SluiceArgs []string
@@ -272,9 +274,23 @@ func runScenario(o options, sc scenario, log io.Writer) (scenarioReport, error) 
 	res.PeakRSS = ss.peakRSS()
 	fmt.Fprintf(log, "   %-22s %10.0f ops/s\n", targetSluice, res.opsPerSec())
 	rep.Results = append(rep.Results, res)
+	if _, err := ss.do("COMPACT"); err != nil {
+		fmt.Fprintf(log, "   COMPACT: %v\n", err)
+	} else if info, err := ss.do("INFO", "storage"); err == nil {
+		for _, l := range strings.Split(info, "\r\n") {
+			if v, ok := strings.CutPrefix(l, "table_bytes:"); ok {
+				rep.TableBytes, _ = strconv.ParseInt(v, 10, 64)
+			}
+			if v, ok := strings.CutPrefix(l, "buckets:"); ok {
+				rep.Buckets, _ = strconv.ParseInt(v, 10, 64)
+			}
+		}
+	}
 	ss.stop()
 	rep.DataBytes = dirSize(dataDir)
-	rep.Buckets = min(w.Keys, w.Requests)
+	if rep.Buckets == 0 { // an older server without INFO storage
+		rep.Buckets = min(w.Keys, w.Requests)
+	}
 	return rep, nil
 }
 
@@ -340,9 +356,13 @@ func tableMarkdown(rep scenarioReport) string {
 	if incr > 0 && lua > 0 && ours > 0 {
 		fmt.Fprintf(&b, "\nsluice / Redis INCR = %.2f; sluice / Redis EVALSHA bucket = %.2f\n", ours/incr, ours/lua)
 	}
+	if rep.TableBytes > 0 && rep.Buckets > 0 {
+		fmt.Fprintf(&b, "\nafter COMPACT: sorted tables %.1f MiB for %d buckets = %.1f bytes per bucket\n",
+			float64(rep.TableBytes)/(1<<20), rep.Buckets, float64(rep.TableBytes)/float64(rep.Buckets))
+	}
 	if rep.DataBytes > 0 && rep.Buckets > 0 {
-		fmt.Fprintf(&b, "\ndata directory after a graceful stop: %.1f MiB for %d buckets = %.1f bytes per bucket (not compacted)\n",
-			float64(rep.DataBytes)/(1<<20), rep.Buckets, float64(rep.DataBytes)/float64(rep.Buckets))
+		fmt.Fprintf(&b, "\nwhole data directory after a graceful stop (write-ahead log included): %.1f MiB = %.1f bytes per bucket\n",
+			float64(rep.DataBytes)/(1<<20), float64(rep.DataBytes)/float64(rep.Buckets))
 	}
 	return b.String()
 }

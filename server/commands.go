@@ -71,6 +71,10 @@ func commandTable() map[string]*command {
 		{name: "time", arity: 1, flags: []string{"fast"}, run: cmdTime},
 		{name: "ready", arity: 1, flags: []string{"fast"}, run: cmdReady},
 		{name: "info", arity: -1, flags: []string{"loading"}, run: cmdInfo},
+		{name: "dbsize", arity: 1, flags: []string{"readonly", "fast"}, run: cmdDBSize},
+		{name: "compact", arity: 1, flags: []string{"admin"}, run: cmdCompact},
+		{name: "checkpoint", arity: -1, flags: []string{"admin"}, run: cmdCheckpoint},
+		{name: "lastsave", arity: 1, flags: []string{"fast"}, run: cmdLastSave},
 	}
 	m := make(map[string]*command, len(list))
 	for _, c := range list {

@@ -13,7 +13,7 @@ import (
 // answers like. Client libraries read redis_version to pick features.
 const redisCompatVersion = "7.2.0"
 
-var infoSections = []string{"server", "clients", "stats", "persistence"}
+var infoSections = []string{"server", "clients", "stats", "persistence", "storage", "keyspace"}
 
 // cmdInfo implements INFO [section ...] in Redis' "# Section" and
 // "key:value" format. Unknown sections are left out, as in Redis.
@@ -136,7 +136,61 @@ func (s *Server) writeInfo(b *strings.Builder, section string) {
 			status = "failed"
 		}
 		kv("store_status", status)
+		kv("last_checkpoint_time", i64(s.lastSave.Load()))
+	case "storage":
+		st := s.store.Stats()
+		sw := &s.sweep
+		b.WriteString("# Storage\r\n")
+		kv("buckets", i64(st.Records))
+		kv("table_bytes", strconv.FormatUint(st.TableBytes, 10))
+		kv("wal_bytes", strconv.FormatUint(st.WALBytes, 10))
+		kv("memtable_bytes", strconv.FormatUint(st.MemTableBytes, 10))
+		kv("block_cache_bytes", i64(st.BlockCacheBytes))
+		kv("block_cache_hits", i64(st.BlockCacheHits))
+		kv("block_cache_misses", i64(st.BlockCacheMisses))
+		kv("block_cache_hit_rate", ratio(st.BlockCacheHits, st.BlockCacheMisses))
+		kv("bucket_cache_hit_rate", ratio(st.CacheHits, st.CacheMisses))
+		kv("compaction_debt_bytes", strconv.FormatUint(st.CompactionDebt, 10))
+		kv("compactions", i64(st.Compactions))
+		interval := int64(-1)
+		if s.cfg.SweepInterval > 0 {
+			interval = int64(s.cfg.SweepInterval / time.Second)
+		}
+		kv("sweep_interval_sec", i64(interval))
+		kv("sweep_rate", strconv.Itoa(s.cfg.SweepRate))
+		kv("sweep_in_progress", boolInt(sw.running.Load()))
+		last := int64(-1)
+		if ms := sw.lastAt.Load(); ms != 0 {
+			last = ms / 1000
+		}
+		kv("last_sweep_time", i64(last))
+		kv("last_sweep_scanned", i64(sw.lastScanned.Load()))
+		kv("last_sweep_deleted", i64(sw.lastDeleted.Load()))
+		kv("last_sweep_duration_ms", i64(sw.lastTook.Load()/int64(time.Millisecond)))
+		kv("sweep_scanned_total", i64(st.SweepScanned))
+		kv("sweep_deleted_total", i64(st.SweepDeleted))
+	case "keyspace":
+		b.WriteString("# Keyspace\r\n")
+		// As in Redis, an empty database is not listed.
+		if n := s.store.Records(); n > 0 {
+			kv("db0", "keys="+i64(n)+",expires=0,avg_ttl=0")
+		}
 	}
+}
+
+// ratio formats hits/(hits+misses) with four decimals; 0 when both are 0.
+func ratio(hits, misses int64) string {
+	if hits+misses == 0 {
+		return "0"
+	}
+	return strconv.FormatFloat(float64(hits)/float64(hits+misses), 'f', 4, 64)
+}
+
+func boolInt(b bool) string {
+	if b {
+		return "1"
+	}
+	return "0"
 }
 
 func splitHostPort(addr string) (string, string, error) { return net.SplitHostPort(addr) }

@@ -44,6 +44,16 @@ type Config struct {
 
 	Version string           // reported by INFO and HELLO; default "dev"
 	Clock   func() time.Time // server clock; default time.Now
+
+	// SweepInterval is the pause between two passes of the idle sweep,
+	// which deletes buckets that have refilled to full; default 10m,
+	// negative turns the background sweep off (COMPACT still sweeps).
+	SweepInterval time.Duration
+	// SweepRate is the most records the background sweep examines per
+	// second; default 100000, negative for no limit.
+	SweepRate int
+	// BackupDir is where CHECKPOINT writes; default "sluice-backups".
+	BackupDir string
 }
 
 // Defaults for Config.
@@ -69,6 +79,9 @@ type Server struct {
 	done    chan struct{} // closed when Close has finished
 	nextID  atomic.Int64
 	conns   sync.WaitGroup // one per accepted connection, until redcon is done with it
+
+	sweep    sweeper
+	lastSave atomic.Int64 // unix seconds of the last CHECKPOINT, or of the start
 
 	mu struct {
 		sync.Mutex
@@ -124,6 +137,15 @@ func New(cfg Config) (*Server, error) {
 	if cfg.Clock == nil {
 		cfg.Clock = time.Now
 	}
+	if cfg.SweepInterval == 0 {
+		cfg.SweepInterval = DefaultSweepInterval
+	}
+	if cfg.SweepRate == 0 {
+		cfg.SweepRate = DefaultSweepRate
+	}
+	if cfg.BackupDir == "" {
+		cfg.BackupDir = "sluice-backups"
+	}
 	var id [20]byte
 	_, _ = rand.Read(id[:])
 	s := &Server{
@@ -136,6 +158,8 @@ func New(cfg Config) (*Server, error) {
 	}
 	s.cmds = commandTable()
 	s.done = make(chan struct{})
+	s.sweep.stop = make(chan struct{})
+	s.lastSave.Store(s.start.Unix())
 	s.mu.guards = make(map[*guardConn]struct{})
 	s.mu.clients = make(map[int64]*client)
 	return s, nil
@@ -156,6 +180,7 @@ func (s *Server) Serve(ln net.Listener) error {
 	s.mu.rs, s.mu.ln = rs, ln
 	s.mu.Unlock()
 	s.log.Info("serving RESP", "addr", ln.Addr().String(), "fsync", s.store.Mode().String(), "data", s.store.Dir())
+	s.startSweeper()
 	err := rs.Serve(&guardListener{Listener: ln, srv: s})
 	if s.closing.Load() {
 		return nil
@@ -185,6 +210,7 @@ func (s *Server) Close() error {
 		return nil
 	}
 	defer close(s.done)
+	s.stopSweeper() // also ends a running COMPACT early
 	s.mu.Lock()
 	rs, ln := s.mu.rs, s.mu.ln
 	guards := make([]*guardConn, 0, len(s.mu.guards))

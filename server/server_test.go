@@ -37,6 +37,14 @@ func startServer(t testing.TB, cfg Config) *Server {
 	if err != nil {
 		t.Fatal(err)
 	}
+	serveOn(t, srv, store)
+	return srv
+}
+
+// serveOn serves srv on 127.0.0.1:0 until the test ends, then closes it and
+// its store.
+func serveOn(t testing.TB, srv *Server, store *storage.Store) {
+	t.Helper()
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
@@ -55,7 +63,6 @@ func startServer(t testing.TB, cfg Config) *Server {
 			t.Errorf("store close: %v", err)
 		}
 	})
-	return srv
 }
 
 func newClient(t testing.TB, srv *Server) *redis.Client {

@@ -58,6 +58,9 @@ type config struct {
 	keyFilterSize   byteSize
 	memtableSize    byteSize
 	shutdownTimeout time.Duration
+	sweepInterval   time.Duration
+	sweepRate       int
+	backupDir       string
 	logFormat       string
 	logLevel        string
 	showVersion     bool
@@ -84,6 +87,9 @@ func newFlagSet(cfg *config, stderr io.Writer) *flag.FlagSet {
 	fs.Var(&cfg.memtableSize, "memtable-size", "Pebble memtable size")
 	fs.Var(&cfg.keyFilterSize, "key-filter-size", "in-memory filter of stored keys that spares a disk lookup for new buckets (about 10 bits per key); 0 turns it off")
 	fs.DurationVar(&cfg.shutdownTimeout, "shutdown-timeout", server.DefaultShutdownTimeout, "on SIGTERM, how long connections may take to finish their last pipeline")
+	fs.DurationVar(&cfg.sweepInterval, "sweep-interval", server.DefaultSweepInterval, "pause between passes of the sweep that deletes buckets refilled to full; 0 turns it off (COMPACT still sweeps)")
+	fs.IntVar(&cfg.sweepRate, "sweep-rate", server.DefaultSweepRate, "most buckets the background sweep examines per second; 0 for no limit")
+	fs.StringVar(&cfg.backupDir, "backup-dir", "./sluice-backups", "directory where CHECKPOINT writes its copies of the store")
 	fs.StringVar(&cfg.logFormat, "log-format", "text", "log format: text or json")
 	fs.StringVar(&cfg.logLevel, "log-level", "info", "log level: debug, info, warn or error")
 	fs.BoolVar(&cfg.showVersion, "version", false, "print the version and exit")
@@ -150,6 +156,15 @@ func parseConfig(args []string, lookupEnv func(string) (string, bool), stderr io
 	}
 	if cfg.shutdownTimeout <= 0 {
 		return cfg, fmt.Errorf("--shutdown-timeout %v: want a positive duration", cfg.shutdownTimeout)
+	}
+	if cfg.sweepInterval < 0 {
+		return cfg, fmt.Errorf("--sweep-interval %v: want 0 (off) or a positive duration", cfg.sweepInterval)
+	}
+	if cfg.sweepRate < 0 {
+		return cfg, fmt.Errorf("--sweep-rate %d: want 0 (no limit) or more", cfg.sweepRate)
+	}
+	if cfg.backupDir == "" {
+		return cfg, errors.New("--backup-dir: want a directory")
 	}
 	return cfg, nil
 }
@@ -218,6 +233,9 @@ func run(ctx context.Context, args []string, lookupEnv func(string) (string, boo
 		MaxQueryBuffer:  int(cfg.maxQueryBuffer),
 		ShutdownTimeout: cfg.shutdownTimeout,
 		Version:         buildVersion(),
+		SweepInterval:   time.Duration(offIfZero(int64(cfg.sweepInterval))),
+		SweepRate:       int(offIfZero(int64(cfg.sweepRate))),
+		BackupDir:       cfg.backupDir,
 	})
 	if err != nil {
 		store.Close()

@@ -1,0 +1,258 @@
+package server
+
+import (
+	"context"
+	"errors"
+	"os"
+	"path/filepath"
+	"strconv"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/sluicehq/sluice/bucket"
+	"github.com/sluicehq/sluice/storage"
+)
+
+// The idle sweep, COMPACT, DBSIZE, CHECKPOINT and LASTSAVE.
+//
+// A bucket that has refilled to full is equivalent to a missing one, so the
+// sweep deletes it, as the original server's compaction filter did. The
+// sweep runs in the background, paced to SweepRate records per second; a
+// pass starts SweepInterval after the previous one ended, and each pass
+// goes on from the key where the last step stopped.
+
+// Defaults for the sweep.
+const (
+	DefaultSweepInterval = 10 * time.Minute
+	DefaultSweepRate     = 100_000
+)
+
+// sweepStep is the most records one Sweep call examines: small enough that
+// pacing is smooth and a step holds no iterator for long.
+const sweepStep = 1000
+
+type sweeper struct {
+	mu     sync.Mutex // one pass at a time: the background loop or COMPACT
+	cursor []byte     // where the next step starts; nil at the first record
+
+	running atomic.Bool
+	// The last finished pass.
+	lastAt      atomic.Int64 // unix ms of its end; 0 if none
+	lastScanned atomic.Int64
+	lastDeleted atomic.Int64
+	lastTook    atomic.Int64 // ns
+
+	stop chan struct{} // closed by Close
+	done chan struct{} // closed when the loop has returned
+	once sync.Once
+}
+
+// idleFunc returns the sweep's test for one step, on the server clock.
+// Records that are not buckets, or whose state does not decode, are kept.
+func (s *Server) idleFunc() func(key, val []byte) bool {
+	now := s.clock().UnixMilli()
+	return func(key, val []byte) bool {
+		p, _, err := bucket.ParseKey(key)
+		if err != nil {
+			return false
+		}
+		st, err := bucket.DecodeState(val)
+		if err != nil {
+			return false
+		}
+		return p.Idle(st, now)
+	}
+}
+
+// startSweeper starts the background sweep, once, unless it is off.
+func (s *Server) startSweeper() {
+	if s.cfg.SweepInterval < 0 {
+		return
+	}
+	s.sweep.once.Do(func() {
+		s.sweep.done = make(chan struct{})
+		go s.sweepLoop()
+	})
+}
+
+// stopSweeper stops the background sweep and waits for it.
+func (s *Server) stopSweeper() {
+	s.sweep.once.Do(func() {}) // a sweeper not started by now never starts
+	close(s.sweep.stop)
+	if s.sweep.done != nil {
+		<-s.sweep.done
+	}
+}
+
+func (s *Server) sweepLoop() {
+	defer close(s.sweep.done)
+	t := time.NewTimer(s.cfg.SweepInterval)
+	defer t.Stop()
+	for {
+		select {
+		case <-s.sweep.stop:
+			return
+		case <-t.C:
+		}
+		if err := s.sweepPass(s.cfg.SweepRate, s.sweep.stop); err != nil && !s.closing.Load() {
+			s.log.Warn("idle sweep stopped early; it resumes at the next interval", "err", err)
+		}
+		t.Reset(s.cfg.SweepInterval)
+	}
+}
+
+// sweepPass sweeps from the saved cursor to the last record, at most rate
+// records per second (no limit if rate <= 0), and returns early, keeping
+// the cursor, when stop is closed or a step fails.
+func (s *Server) sweepPass(rate int, stop <-chan struct{}) error {
+	sw := &s.sweep
+	sw.mu.Lock()
+	defer sw.mu.Unlock()
+	sw.running.Store(true)
+	defer sw.running.Store(false)
+	t0 := time.Now()
+	var scanned, deleted int64
+	for {
+		next, res, err := s.store.Sweep(sw.cursor, sweepStep, s.idleFunc())
+		scanned += int64(res.Scanned)
+		deleted += int64(res.Deleted)
+		if err != nil {
+			return err
+		}
+		sw.cursor = next
+		if next == nil {
+			break
+		}
+		var wait time.Duration
+		if rate > 0 {
+			wait = time.Duration(float64(scanned)/float64(rate)*float64(time.Second)) - time.Since(t0)
+		}
+		if wait > 0 {
+			select {
+			case <-stop:
+				return nil
+			case <-time.After(wait):
+			}
+		} else {
+			select {
+			case <-stop:
+				return nil
+			default:
+			}
+		}
+	}
+	took := time.Since(t0)
+	sw.lastScanned.Store(scanned)
+	sw.lastDeleted.Store(deleted)
+	sw.lastTook.Store(int64(took))
+	sw.lastAt.Store(time.Now().UnixMilli())
+	s.log.Info("idle sweep done", "scanned", scanned, "deleted", deleted, "took", took.Round(time.Millisecond))
+	return nil
+}
+
+// cmdCompact sweeps the whole store now, unpaced, then compacts it, and
+// answers when both are done.
+func cmdCompact(s *Server, c *client, args [][]byte) {
+	// The connection's own changes so far go first, so the sweep and the
+	// compaction see them.
+	if err := c.batch.Commit(); err != nil {
+		s.replyErr(c, s.maintenanceErr("compact", err))
+		return
+	}
+	s.sweep.mu.Lock()
+	s.sweep.cursor = nil // a whole pass, from the first record
+	s.sweep.mu.Unlock()
+	if err := s.sweepPass(0, s.sweep.stop); err != nil {
+		s.replyErr(c, s.maintenanceErr("compact", err))
+		return
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	go func() {
+		select {
+		case <-s.sweep.stop:
+			cancel()
+		case <-ctx.Done():
+		}
+	}()
+	if err := s.store.Compact(ctx); err != nil {
+		s.replyErr(c, s.maintenanceErr("compact", err))
+		return
+	}
+	c.out = appendSimple(c.out, "OK")
+}
+
+// cmdDBSize answers the number of stored buckets: those found when the
+// store opened, plus those created since, minus those deleted.
+func cmdDBSize(s *Server, c *client, args [][]byte) {
+	c.out = appendInt(c.out, s.store.Records())
+}
+
+// cmdCheckpoint writes a consistent copy of the store into a new directory
+// under BackupDir, named by the argument or by the time, and answers its
+// path. `sluice --data <path>` serves the copy.
+func cmdCheckpoint(s *Server, c *client, args [][]byte) {
+	if len(args) > 2 {
+		s.replyErr(c, wrongArgs("checkpoint"))
+		return
+	}
+	name := "sluice-" + time.Now().UTC().Format("20060102T150405.000Z")
+	if len(args) == 2 {
+		name = string(args[1])
+		if !validBackupName(name) {
+			s.replyErr(c, replyErr("ERR checkpoint name must be 1 to 128 letters, digits, '.', '_' or '-', and not start with '.'"))
+			return
+		}
+	}
+	if err := c.batch.Commit(); err != nil {
+		s.replyErr(c, s.maintenanceErr("checkpoint", err))
+		return
+	}
+	dir, err := filepath.Abs(filepath.Join(s.cfg.BackupDir, name))
+	if err == nil {
+		if _, serr := os.Stat(dir); serr == nil {
+			s.replyErr(c, replyErr("ERR checkpoint "+strconv.Quote(dir)+" already exists"))
+			return
+		}
+	}
+	if err == nil {
+		err = s.store.Checkpoint(dir)
+	}
+	if err != nil {
+		s.replyErr(c, s.maintenanceErr("checkpoint", err))
+		return
+	}
+	s.lastSave.Store(time.Now().Unix())
+	s.log.Info("checkpoint written", "dir", dir)
+	c.out = appendBulkString(c.out, dir)
+}
+
+func validBackupName(n string) bool {
+	if n == "" || len(n) > 128 || n[0] == '.' {
+		return false
+	}
+	for i := 0; i < len(n); i++ {
+		b := n[i]
+		if !('a' <= b && b <= 'z' || 'A' <= b && b <= 'Z' || '0' <= b && b <= '9' || b == '.' || b == '_' || b == '-') {
+			return false
+		}
+	}
+	return true
+}
+
+// cmdLastSave answers the unix time of the last successful CHECKPOINT, or,
+// as in Redis, the start time before the first.
+func cmdLastSave(s *Server, c *client, args [][]byte) {
+	c.out = appendInt(c.out, s.lastSave.Load())
+}
+
+// maintenanceErr turns an error of a maintenance command into a reply: the
+// store's own conditions as for every command, anything else logged.
+func (s *Server) maintenanceErr(what string, err error) error {
+	if errors.Is(err, storage.ErrClosed) || errors.Is(err, storage.ErrFailed) {
+		return err
+	}
+	s.log.Error(what+" failed", "err", err)
+	return replyErr("ERR " + what + " failed: " + err.Error())
+}

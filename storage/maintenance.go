@@ -1,0 +1,181 @@
+package storage
+
+import (
+	"context"
+	"fmt"
+
+	"github.com/cockroachdb/pebble/v2"
+)
+
+// SweepResult counts what one Sweep call did.
+type SweepResult struct {
+	Scanned int // records examined
+	Deleted int // records deleted
+}
+
+// sweepMutator deletes the record if it is still idle under its lock.
+type sweepMutator struct {
+	key  []byte
+	idle func(key, val []byte) bool
+}
+
+func (m *sweepMutator) Mutate(old []byte, found bool) ([]byte, Op, error) {
+	if found && m.idle(m.key, old) {
+		return nil, Delete, nil
+	}
+	return nil, Keep, nil
+}
+
+// Sweep examines up to limit records in key order, starting at cursor (nil
+// for the first record), and deletes each record for which idle reports
+// true. idle sees the value Pebble holds and then, for a candidate, the
+// record's current value again under the record's lock, so a record changed
+// meanwhile is kept; deletes take the same ordered path as every write and
+// are as durable as the mode promises when Sweep returns. idle must not keep
+// its arguments. Records read by the sweep do not displace cached ones.
+//
+// Sweep returns the cursor to pass next time, or nil once the last record
+// has been examined.
+func (s *Store) Sweep(cursor []byte, limit int, idle func(key, val []byte) bool) (next []byte, res SweepResult, err error) {
+	if err := s.usable(); err != nil {
+		return cursor, res, err
+	}
+	lower := firstRecordKey
+	if len(cursor) > 0 {
+		lower = cursor
+	}
+	s.closeMu.RLock()
+	if s.dbClosed {
+		s.closeMu.RUnlock()
+		return cursor, res, ErrClosed
+	}
+	it, err := s.db.NewIter(&pebble.IterOptions{LowerBound: lower})
+	if err != nil {
+		s.closeMu.RUnlock()
+		return cursor, res, fmt.Errorf("storage: sweep: %w", err)
+	}
+	var (
+		cands []byte
+		ends  []int
+		last  []byte
+	)
+	for ok := it.First(); ok && res.Scanned < limit; ok = it.Next() {
+		res.Scanned++
+		last = append(last[:0], it.Key()...)
+		v, verr := it.ValueAndErr()
+		if verr != nil {
+			err = verr
+			break
+		}
+		if idle(it.Key(), v) {
+			cands = append(cands, it.Key()...)
+			ends = append(ends, len(cands))
+		}
+	}
+	more := it.Valid() && res.Scanned >= limit
+	if cerr := it.Close(); err == nil {
+		err = cerr
+	}
+	s.closeMu.RUnlock()
+	s.stats.swept.Add(int64(res.Scanned))
+	if err != nil {
+		return cursor, res, fmt.Errorf("storage: sweep: %w", err)
+	}
+	b := s.NewBatch()
+	m := &sweepMutator{idle: idle}
+	start := 0
+	for _, end := range ends {
+		m.key = cands[start:end]
+		start = end
+		op, err := b.modify(m.key, m, false)
+		if err != nil {
+			b.Commit()
+			return cursor, res, err
+		}
+		if op == Delete {
+			res.Deleted++
+		}
+	}
+	if err := b.Commit(); err != nil {
+		return cursor, res, err
+	}
+	s.stats.sweptOut.Add(int64(res.Deleted))
+	if !more {
+		return nil, res, nil
+	}
+	// The next record is the first key greater than last.
+	return append(last, 0), res, nil
+}
+
+// Flush returns once every change committed before the call has been
+// written to Pebble (not necessarily synced).
+func (s *Store) Flush() error {
+	q := &s.q
+	q.Lock()
+	defer q.Unlock()
+	// The queued keys go out in round q.round; with none queued, the last
+	// round taken may still be on its way.
+	ticket := q.round - 1
+	if len(q.ends) > 0 {
+		ticket = q.round
+		q.work.Signal()
+	}
+	for {
+		if err := s.failedErr(); err != nil {
+			return err
+		}
+		if q.applied >= ticket {
+			return nil
+		}
+		if q.stopped {
+			return ErrClosed
+		}
+		q.done.Wait()
+	}
+}
+
+// Checkpoint writes a consistent copy of the store into dir, which must not
+// exist, and returns when the copy is complete and synced: every change
+// committed before the call is in it. A server started with --data dir
+// serves the copy. Files are hard-linked where the filesystem allows, so a
+// checkpoint on the same filesystem costs little space until the store
+// compacts away from it.
+func (s *Store) Checkpoint(dir string) error {
+	return s.flushed(func(db *pebble.DB) error {
+		if err := db.Checkpoint(dir, pebble.WithFlushedWAL()); err != nil {
+			return fmt.Errorf("storage: checkpoint %s: %w", dir, err)
+		}
+		return nil
+	})
+}
+
+// Compact writes every change made so far to Pebble and compacts the
+// whole key space, dropping deleted records from disk. It can take long on
+// a large store; ctx stops it early.
+func (s *Store) Compact(ctx context.Context) error {
+	return s.flushed(func(db *pebble.DB) error {
+		// Compact's end bound is exclusive: 0xff sorts after every record
+		// key (they start with a printable letter).
+		if err := db.Compact(ctx, []byte{0}, []byte{0xff}, true); err != nil {
+			return fmt.Errorf("storage: compact: %w", err)
+		}
+		return nil
+	})
+}
+
+// flushed runs fn on Pebble once every change committed so far is in it,
+// keeping Close from closing Pebble meanwhile.
+func (s *Store) flushed(fn func(db *pebble.DB) error) error {
+	if err := s.usable(); err != nil {
+		return err
+	}
+	if err := s.Flush(); err != nil {
+		return err
+	}
+	s.closeMu.RLock()
+	defer s.closeMu.RUnlock()
+	if s.dbClosed {
+		return ErrClosed
+	}
+	return fn(s.db)
+}
