@@ -96,6 +96,7 @@ func writeChart(path string, reports []scenarioReport) error {
 	}
 	targets := []target{targetRedisINCR, targetRedisLua, targetSluice}
 	width := vg.Points(14)
+	top := 0.0
 	for i, t := range targets {
 		vals := make(plotter.Values, len(reports))
 		any := false
@@ -103,6 +104,7 @@ func writeChart(path string, reports []scenarioReport) error {
 			for _, res := range r.Results {
 				if res.Target == t {
 					vals[k] = res.opsPerSec() / 1000
+					top = max(top, vals[k])
 					any = true
 				}
 			}
@@ -121,6 +123,7 @@ func writeChart(path string, reports []scenarioReport) error {
 		p.Legend.Add(t.String(), bars)
 	}
 	p.Legend.Top = true
+	p.Y.Min, p.Y.Max = 0, top*1.3 // room for the legend above the bars
 	p.NominalX(names...)
 	return p.Save(vg.Length(110+90*len(reports))*vg.Millimeter/2, 90*vg.Millimeter, path)
 }
