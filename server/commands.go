@@ -1,6 +1,7 @@
 package server
 
 import (
+	"errors"
 	"math"
 	"path"
 	"sort"
@@ -155,8 +156,18 @@ func (s *Server) runRL(c *client, spec rlSpec, args [][]byte) {
 	}
 	c.key = appendBucketKey(c.key[:0], m.req)
 	if err := c.batch.Modify(c.key, m); err != nil {
-		s.replyErr(c, wrapStoreErr(err))
-		return
+		err = wrapStoreErr(err)
+		if !s.allowDespite(err, 1) {
+			s.replyErr(c, err)
+			return
+		}
+		if errors.Is(err, errStoreRead) {
+			// The state could not be read: answer as for a full bucket.
+			if _, _, err := m.Mutate(nil, false); err != nil {
+				s.replyErr(c, err)
+				return
+			}
+		}
 	}
 	if spec.kind != rlGet {
 		if m.before >= m.req.take {
@@ -543,11 +554,19 @@ func cmdTime(s *Server, c *client, args [][]byte) {
 }
 
 // cmdReady answers 1 while the server can serve writes: not shutting down
-// and the store not failed.
+// and the store neither failed nor refusing changes.
 func cmdReady(s *Server, c *client, args [][]byte) {
-	if s.closing.Load() || s.store.Failed() != nil {
+	if !s.Ready() {
 		c.out = appendInt(c.out, 0)
 		return
 	}
 	c.out = appendInt(c.out, 1)
+}
+
+// Ready reports whether the server can serve changes now: not shutting
+// down, and the store neither failed nor refusing changes because writes to
+// its disk fail.
+func (s *Server) Ready() bool {
+	st := s.store
+	return !s.closing.Load() && st.Failed() == nil && st.Unavailable() == nil
 }

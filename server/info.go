@@ -131,11 +131,23 @@ func (s *Server) writeInfo(b *strings.Builder, section string) {
 		kv("last_fsync_time", i64(last))
 		kv("store_read_errors", i64(st.ReadErrors))
 		kv("store_write_errors", i64(st.WriteErrors))
-		status := "ok"
-		if st.Failed != nil {
+		status, since := "ok", int64(-1)
+		switch {
+		case st.Failed != nil:
 			status = "failed"
+		case st.Unavailable != nil:
+			status, since = "unavailable", st.UnavailableSince.Unix()
 		}
 		kv("store_status", status)
+		kv("store_unavailable_since", i64(since))
+		kv("store_unavailable_times", i64(st.UnavailableTimes))
+		kv("store_write_retries", i64(st.WriteRetries))
+		policy := "deny"
+		if s.cfg.AllowOnStoreError {
+			policy = "allow"
+		}
+		kv("on_store_error", policy)
+		kv("store_error_allowed", i64(s.stats.storeAllowed.Load()))
 		kv("last_checkpoint_time", i64(s.lastSave.Load()))
 	case "storage":
 		st := s.store.Stats()

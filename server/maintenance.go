@@ -250,7 +250,7 @@ func cmdLastSave(s *Server, c *client, args [][]byte) {
 // maintenanceErr turns an error of a maintenance command into a reply: the
 // store's own conditions as for every command, anything else logged.
 func (s *Server) maintenanceErr(what string, err error) error {
-	if errors.Is(err, storage.ErrClosed) || errors.Is(err, storage.ErrFailed) {
+	if errors.Is(err, storage.ErrClosed) || errors.Is(err, storage.ErrFailed) || errors.Is(err, storage.ErrUnavailable) {
 		return err
 	}
 	s.log.Error(what+" failed", "err", err)

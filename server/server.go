@@ -54,6 +54,13 @@ type Config struct {
 	SweepRate int
 	// BackupDir is where CHECKPOINT writes; default "sluice-backups".
 	BackupDir string
+	// AllowOnStoreError makes limit commands answer normally when the store
+	// cannot take or give a bucket's state (disk full, I/O error): the
+	// reply is computed from the state the server can still read, or from
+	// a full bucket when it cannot, and the change is not stored. By
+	// default (false) such commands get an error reply, which clients of
+	// a rate limiter usually treat as a denial.
+	AllowOnStoreError bool
 }
 
 // Defaults for Config.
@@ -101,6 +108,7 @@ type Server struct {
 		rlAllowed      atomic.Int64
 		rlDenied       atomic.Int64
 		storeErrors    atomic.Int64
+		storeAllowed   atomic.Int64 // answered normally despite a store error
 		panics         atomic.Int64
 	}
 }
@@ -333,7 +341,7 @@ func (s *Server) handle(rc redcon.Conn, first redcon.Command) {
 	c.writes = c.writes[:0]
 	n := s.execAll(c)
 	if c.batch.Pending() {
-		if err := c.batch.Commit(); err != nil {
+		if err := c.batch.Commit(); err != nil && !s.allowDespite(err, len(c.writes)) {
 			s.failWrites(c, err)
 		}
 	}
@@ -414,6 +422,9 @@ func (s *Server) errorText(err error) string {
 		return string(re)
 	case errors.Is(err, storage.ErrClosed):
 		return "ERR server is shutting down"
+	case errors.Is(err, storage.ErrUnavailable):
+		s.stats.storeErrors.Add(1)
+		return "ERR store unavailable: writes to the data directory are failing (disk full or I/O error); the server retries and takes changes again by itself"
 	case errors.Is(err, storage.ErrFailed):
 		s.stats.storeErrors.Add(1)
 		return "ERR store unavailable: a write to the data directory failed; see the server log"
@@ -435,9 +446,25 @@ var (
 	errStoreRead    = errors.New("store read")
 )
 
+// allowDespite reports whether n replies computed despite store error err
+// stand, as AllowOnStoreError asks, and counts them.
+func (s *Server) allowDespite(err error, n int) bool {
+	if !s.cfg.AllowOnStoreError || !storeUnavailable(err) {
+		return false
+	}
+	s.stats.storeAllowed.Add(int64(n))
+	return true
+}
+
+// storeUnavailable reports whether err means the store cannot serve now, as
+// opposed to a bad request, a corrupt record or a shutdown.
+func storeUnavailable(err error) bool {
+	return errors.Is(err, storage.ErrUnavailable) || errors.Is(err, storage.ErrFailed) || errors.Is(err, errStoreRead)
+}
+
 // wrapStoreErr marks errors from a Modify so errorText can tell them apart.
 func wrapStoreErr(err error) error {
-	if errors.Is(err, storage.ErrClosed) || errors.Is(err, storage.ErrFailed) {
+	if errors.Is(err, storage.ErrClosed) || errors.Is(err, storage.ErrFailed) || errors.Is(err, storage.ErrUnavailable) {
 		return err
 	}
 	var re replyErr

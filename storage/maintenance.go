@@ -3,8 +3,11 @@ package storage
 import (
 	"context"
 	"fmt"
+	"log/slog"
+	"os"
 
 	"github.com/cockroachdb/pebble/v2"
+	"github.com/cockroachdb/pebble/v2/vfs"
 )
 
 // SweepResult counts what one Sweep call did.
@@ -178,4 +181,52 @@ func (s *Store) flushed(fn func(db *pebble.DB) error) error {
 		return ErrClosed
 	}
 	return fn(s.db)
+}
+
+// Inspect calls fn with every record of the store in dir, in key order,
+// until fn returns false. It opens the store read-only and changes nothing;
+// a store another process has open is refused with ErrLocked. key and val
+// are valid only during the call.
+func Inspect(dir string, fn func(key, val []byte) bool) error {
+	if _, err := os.Stat(dir); err != nil {
+		return fmt.Errorf("inspect %s: %w", dir, err)
+	}
+	if err := checkDir(vfs.Default, dir); err != nil {
+		return err
+	}
+	db, err := pebble.Open(dir, &pebble.Options{ReadOnly: true, Logger: pebbleLogger{slog.New(slog.DiscardHandler)}})
+	if err != nil {
+		if lockHeld(err) {
+			return fmt.Errorf("%w: %s (is a sluice serving it? stop it, or inspect a CHECKPOINT copy): %w", ErrLocked, dir, err)
+		}
+		return fmt.Errorf("open store in %s: %w", dir, err)
+	}
+	defer db.Close()
+	v, closer, err := db.Get(formatKey)
+	if err != nil {
+		return fmt.Errorf("%w: %s has no sluice format marker: %w", ErrNotStore, dir, err)
+	}
+	ok := string(v) == formatVersion
+	closer.Close()
+	if !ok {
+		return fmt.Errorf("%w: %s has format %q, this build reads format %q", ErrNotStore, dir, v, formatVersion)
+	}
+	it, err := db.NewIter(&pebble.IterOptions{LowerBound: firstRecordKey})
+	if err != nil {
+		return fmt.Errorf("inspect %s: %w", dir, err)
+	}
+	for valid := it.First(); valid; valid = it.Next() {
+		val, err := it.ValueAndErr()
+		if err != nil {
+			it.Close()
+			return fmt.Errorf("inspect %s: %w", dir, err)
+		}
+		if !fn(it.Key(), val) {
+			break
+		}
+	}
+	if err := it.Close(); err != nil {
+		return fmt.Errorf("inspect %s: %w", dir, err)
+	}
+	return nil
 }

@@ -28,8 +28,10 @@ import (
 	"io"
 	"log/slog"
 	"os"
+	"strings"
 	"sync"
 	"sync/atomic"
+	"syscall"
 	"time"
 
 	"github.com/cockroachdb/pebble/v2"
@@ -101,7 +103,11 @@ type Options struct {
 	KeyFilterSize int64
 	Logger        *slog.Logger // default: discard
 
-	fs vfs.FS // tests: an in-memory or fault-injecting filesystem
+	// Disk, for tests, holds the store in memory instead of in the
+	// directory; nil for the real filesystem.
+	Disk *MemDisk
+
+	fs vfs.FS // tests in this package: any Pebble filesystem
 }
 
 // Defaults for Options.
@@ -120,6 +126,7 @@ var (
 	ErrClosed   = errors.New("storage: closed")
 	ErrFailed   = errors.New("storage: a write to the store failed; the server refuses writes until it is restarted")
 	ErrNotStore = errors.New("storage: not a sluice data directory")
+	ErrLocked   = errors.New("storage: data directory in use by another process")
 )
 
 // Op is what a Mutator wants done with its key.
@@ -178,6 +185,7 @@ type Store struct {
 		stopped bool
 	}
 	failed atomic.Pointer[error]
+	guard  *guard // retries writes that fail for a while, see diskguard.go
 
 	closed   atomic.Bool
 	closeMu  sync.RWMutex // held for writing while Pebble closes
@@ -258,17 +266,25 @@ func Open(dir string, o Options) (*Store, error) {
 	if o.Logger == nil {
 		o.Logger = slog.New(slog.DiscardHandler)
 	}
-	s := &Store{opts: o, log: o.Logger, dir: dir, seed: maphash.MakeSeed()}
+	s := &Store{opts: o, log: o.Logger, dir: dir, seed: maphash.MakeSeed(), guard: newGuard(dir, o.Logger)}
 	switch {
 	case o.CacheEntries == 0:
 		s.cacheLimit = (DefaultCacheEntries + numStripes - 1) / numStripes
 	case o.CacheEntries > 0:
 		s.cacheLimit = (o.CacheEntries + numStripes - 1) / numStripes
 	}
-	if o.fs == nil {
+	base := o.fs
+	if base == nil && o.Disk != nil {
+		base = o.Disk.fs
+	}
+	if base == nil {
+		base = vfs.Default
 		if err := os.MkdirAll(dir, 0o750); err != nil {
 			return nil, fmt.Errorf("create data directory %s: %w", dir, err)
 		}
+	}
+	if err := checkDir(base, dir); err != nil {
+		return nil, err
 	}
 	cache := pebble.NewCache(o.CacheSize)
 	defer cache.Unref()
@@ -277,7 +293,7 @@ func Open(dir string, o Options) (*Store, error) {
 		MemTableSize:       uint64(o.MemTableSize),
 		FormatMajorVersion: pebble.FormatNewest,
 		Logger:             pebbleLogger{o.Logger},
-		FS:                 o.fs,
+		FS:                 guardFS{base, s.guard},
 	}
 	// Lookups of buckets that do not exist yet are common; a Bloom filter
 	// answers most of them without reading a block.
@@ -287,6 +303,9 @@ func Open(dir string, o Options) (*Store, error) {
 	po.ApplyCompressionSettings(func() pebble.DBCompressionSettings { return pebble.DBCompressionBalanced })
 	db, err := pebble.Open(dir, po)
 	if err != nil {
+		if lockHeld(err) {
+			return nil, fmt.Errorf("%w: %s (is another sluice serving it?): %w", ErrLocked, dir, err)
+		}
 		return nil, fmt.Errorf("open store in %s: %w", dir, err)
 	}
 	if err := checkFormat(db, dir); err != nil {
@@ -310,6 +329,12 @@ func Open(dir string, o Options) (*Store, error) {
 	s.q.work.L = &s.q.Mutex
 	s.q.done.L = &s.q.Mutex
 	s.q.round = 1
+	s.guard.wake = func() {
+		s.q.Lock()
+		s.q.done.Broadcast()
+		s.q.Unlock()
+	}
+	s.guard.armed.Store(true)
 	s.committerDone = make(chan struct{})
 	go s.commitLoop()
 	if o.Sync == SyncEverySec {
@@ -318,6 +343,39 @@ func Open(dir string, o Options) (*Store, error) {
 		go s.syncLoop()
 	}
 	return s, nil
+}
+
+// lockHeld reports whether Pebble could not take the store's lock file: held
+// by another process (EAGAIN from fcntl), or by this one, which Pebble
+// reports only in words.
+func lockHeld(err error) bool {
+	return errors.Is(err, syscall.EAGAIN) || strings.Contains(err.Error(), "lock held by current process")
+}
+
+// checkDir refuses a directory that holds files but no Pebble store, such
+// as a home directory given to --data by mistake: Pebble would create its
+// files among them. A new volume's lost+found is not a reason to refuse.
+func checkDir(fs vfs.FS, dir string) error {
+	names, err := fs.List(dir)
+	if err != nil {
+		if errors.Is(err, os.ErrNotExist) {
+			return nil
+		}
+		return fmt.Errorf("read data directory %s: %w", dir, err)
+	}
+	other := ""
+	for _, n := range names {
+		switch {
+		case n == "CURRENT", strings.HasPrefix(n, "MANIFEST-"), strings.HasPrefix(n, "marker.manifest."):
+			return nil // a Pebble store; checkFormat tells whose
+		case n != "lost+found" && other == "":
+			other = n
+		}
+	}
+	if other != "" {
+		return fmt.Errorf("%w: %s holds other files (%s, ...) and no store; give --data a new or empty directory", ErrNotStore, dir, other)
+	}
+	return nil
 }
 
 // checkFormat refuses a Pebble store that sluice did not create, and marks a
@@ -476,6 +534,10 @@ func (s *Store) usable() error {
 	return s.failedErr()
 }
 
+// Unavailable returns ErrUnavailable, wrapping the failing write's error,
+// while writes to the disk fail and changes are refused; nil otherwise.
+func (s *Store) Unavailable() error { return s.guard.unavailable() }
+
 // Failed returns the write error that made the store refuse writes, or nil.
 func (s *Store) Failed() error { return s.failedErr() }
 
@@ -581,6 +643,9 @@ func (b *Batch) modify(key []byte, m Mutator, cache bool) (Op, error) {
 	if op == Delete && !existed {
 		return Keep, nil // nothing to delete
 	}
+	if err := s.guard.unavailable(); err != nil {
+		return op, err
+	}
 	if e == nil {
 		if cache {
 			st.evictLocked(s.cacheLimit)
@@ -634,7 +699,10 @@ func (b *Batch) Commit() error {
 	q := &s.q
 	q.Lock()
 	defer q.Unlock()
-	for (len(q.ends) >= s.opts.MaxQueued || len(q.keys) >= s.opts.MaxQueuedBytes) && !q.closing {
+	// While writes to the disk fail the committer cannot drain the queue:
+	// queue anyway rather than wait, since the changes are already visible
+	// and modify refuses new ones, and tell the caller.
+	for (len(q.ends) >= s.opts.MaxQueued || len(q.keys) >= s.opts.MaxQueuedBytes) && !q.closing && s.guard.failing.Load() == 0 {
 		q.done.Wait()
 	}
 	if q.stopped {
@@ -650,13 +718,18 @@ func (b *Batch) Commit() error {
 	b.reset()
 	q.work.Signal()
 	if s.opts.Sync != SyncAlways {
-		return nil
+		return s.guard.unavailable()
 	}
 	for {
 		// A failure first: after one, synced no longer moves, and a round
 		// that failed must never be reported as synced.
 		if err := s.failedErr(); err != nil {
 			return err
+		}
+		if q.synced < ticket {
+			if err := s.guard.unavailable(); err != nil {
+				return err // the change stays queued and is written later
+			}
 		}
 		if q.synced >= ticket {
 			return nil
@@ -864,16 +937,25 @@ func (s *Store) syncApplied() error {
 func (s *Store) Close() error {
 	s.closeOnce.Do(func() {
 		s.closed.Store(true)
+		stuck := false
 		if s.syncerStop != nil {
 			close(s.syncerStop)
-			<-s.syncerDone
+			stuck = !s.waitUnlessStuck(s.syncerDone)
 		}
 		s.q.Lock()
 		s.q.closing = true
 		s.q.work.Broadcast()
 		s.q.done.Broadcast()
 		s.q.Unlock()
-		<-s.committerDone
+		if stuck || !s.waitUnlessStuck(s.committerDone) {
+			// Pebble is waiting for a write that keeps failing and cannot
+			// be closed meanwhile; leave it to the process exit.
+			s.closeMu.Lock()
+			s.dbClosed = true
+			s.closeMu.Unlock()
+			s.closeErr = fmt.Errorf("close store: %w; changes not yet in the log are lost, the rest is replayed at the next start", s.guard.unavailable())
+			return
+		}
 		var errs []error
 		if s.failed.Load() == nil {
 			if err := s.syncApplied(); err != nil {
@@ -889,6 +971,23 @@ func (s *Store) Close() error {
 		s.closeErr = errors.Join(errs...)
 	})
 	return s.closeErr
+}
+
+// waitUnlessStuck waits for done, and gives up when writes to the disk have
+// been failing for over a second, since then done may never come.
+func (s *Store) waitUnlessStuck(done <-chan struct{}) bool {
+	t := time.NewTicker(50 * time.Millisecond)
+	defer t.Stop()
+	for {
+		select {
+		case <-done:
+			return true
+		case <-t.C:
+			if since := s.guard.since(); !since.IsZero() && time.Since(since) > time.Second {
+				return false
+			}
+		}
+	}
 }
 
 // Stats is a snapshot of the store's counters.
@@ -915,6 +1014,13 @@ type Stats struct {
 	Records      int64
 	SweepScanned int64 // records examined by Sweep since Open
 	SweepDeleted int64 // records Sweep deleted since Open
+	// Unavailable is ErrUnavailable with the failing write's error while
+	// writes to the disk fail, and nil otherwise; UnavailableSince says
+	// since when.
+	Unavailable      error
+	UnavailableSince time.Time
+	WriteRetries     int64 // failed disk writes retried since Open
+	UnavailableTimes int64 // times the store became unavailable since Open
 
 	// From Pebble; zero once the store is closed.
 	DiskBytes        uint64 // every file of the store
@@ -954,6 +1060,11 @@ func (s *Store) Stats() Stats {
 		Records:      s.openRecords,
 		SweepScanned: s.stats.swept.Load(),
 		SweepDeleted: s.stats.sweptOut.Load(),
+
+		Unavailable:      s.guard.unavailable(),
+		UnavailableSince: s.guard.since(),
+		WriteRetries:     s.guard.retries.Load(),
+		UnavailableTimes: s.guard.spells.Load(),
 	}
 	for i := range s.stripe {
 		sp := &s.stripe[i]

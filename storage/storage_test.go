@@ -1,11 +1,14 @@
 package storage
 
 import (
+	"bytes"
 	"encoding/binary"
 	"errors"
 	"fmt"
 	"hash/maphash"
 	"math/rand/v2"
+	"os"
+	"path/filepath"
 	"runtime"
 	"strings"
 	"sync"
@@ -501,5 +504,62 @@ func TestEvictionDuringApplyLosesNothing(t *testing.T) {
 	}
 	if st := s.Stats(); st.Dirty < 0 {
 		t.Fatalf("dirty count went negative: %d", st.Dirty)
+	}
+}
+
+func TestRefusesDirectoryOfOtherFiles(t *testing.T) {
+	dir := t.TempDir()
+	if err := os.WriteFile(filepath.Join(dir, "notes.txt"), []byte("mine"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	_, err := Open(dir, Options{})
+	if !errors.Is(err, ErrNotStore) || !strings.Contains(err.Error(), dir) || !strings.Contains(err.Error(), "notes.txt") {
+		t.Fatalf("got %v, want ErrNotStore naming %s and notes.txt", err, dir)
+	}
+	// A fresh volume's lost+found is no reason to refuse.
+	dir = t.TempDir()
+	if err := os.Mkdir(filepath.Join(dir, "lost+found"), 0o700); err != nil {
+		t.Fatal(err)
+	}
+	s, err := Open(dir, Options{})
+	if err != nil {
+		t.Fatalf("directory with lost+found: %v", err)
+	}
+	s.Close()
+}
+
+func TestCorruptStoreNamesPath(t *testing.T) {
+	dir := t.TempDir()
+	s, err := Open(dir, Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	add(t, s.NewBatch(), "a", 1)
+	s.Close()
+	manifests, _ := filepath.Glob(filepath.Join(dir, "MANIFEST-*"))
+	if len(manifests) == 0 {
+		t.Fatal("no MANIFEST in the store")
+	}
+	for _, m := range manifests {
+		if err := os.WriteFile(m, bytes.Repeat([]byte{0xff}, 4096), 0o600); err != nil {
+			t.Fatal(err)
+		}
+	}
+	_, err = Open(dir, Options{})
+	if err == nil || !strings.Contains(err.Error(), dir) {
+		t.Fatalf("corrupt store: got %v, want an error naming %s", err, dir)
+	}
+}
+
+func TestSecondOpenIsRefusedAsLocked(t *testing.T) {
+	dir := t.TempDir()
+	s, err := Open(dir, Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	_, err = Open(dir, Options{})
+	if !errors.Is(err, ErrLocked) || !strings.Contains(err.Error(), dir) {
+		t.Fatalf("second open: got %v, want ErrLocked naming %s", err, dir)
 	}
 }

@@ -49,6 +49,7 @@ type config struct {
 	addr            string
 	data            string
 	fsync           string
+	onStoreError    string
 	maxArgs         int
 	maxBulk         byteSize
 	maxInline       byteSize
@@ -78,6 +79,7 @@ func newFlagSet(cfg *config, stderr io.Writer) *flag.FlagSet {
 	fs.StringVar(&cfg.addr, "addr", "127.0.0.1:9049", "RESP listen address (host:port; port 0 picks a free one)")
 	fs.StringVar(&cfg.data, "data", "./sluice-data", "data directory, created if missing")
 	fs.StringVar(&cfg.fsync, "fsync", "everysec", "durability: always (reply after fsync), everysec (lose at most ~1s on a crash), no (the OS decides)")
+	fs.StringVar(&cfg.onStoreError, "on-store-error", "deny", "when the disk refuses writes (full, I/O error): deny answers limit commands with an error; allow answers them from the last known state without storing the change")
 	fs.IntVar(&cfg.maxArgs, "max-args", server.DefaultMaxArgs, "most arguments in one command")
 	fs.Var(&cfg.maxBulk, "max-bulk", "most bytes in one argument (suffixes KiB, MiB, GiB)")
 	fs.Var(&cfg.maxInline, "max-inline", "most bytes in one inline (telnet-style) command line")
@@ -94,7 +96,7 @@ func newFlagSet(cfg *config, stderr io.Writer) *flag.FlagSet {
 	fs.StringVar(&cfg.logLevel, "log-level", "info", "log level: debug, info, warn or error")
 	fs.BoolVar(&cfg.showVersion, "version", false, "print the version and exit")
 	fs.Usage = func() {
-		fmt.Fprintf(fs.Output(), "Usage: sluice [flags]\n\nsluice is a persistent rate-limit server that speaks the Redis protocol.\nEvery flag can also be set with the environment variable shown; a flag on\nthe command line wins.\n\n")
+		fmt.Fprintf(fs.Output(), "Usage: sluice [flags]\n       sluice inspect [flags]   (lists stored buckets offline; see sluice inspect --help)\n\nsluice is a persistent rate-limit server that speaks the Redis protocol.\nEvery flag can also be set with the environment variable shown; a flag on\nthe command line wins.\n\n")
 		fs.VisitAll(func(f *flag.Flag) {
 			def := ""
 			if f.DefValue != "" && f.DefValue != "false" {
@@ -166,6 +168,9 @@ func parseConfig(args []string, lookupEnv func(string) (string, bool), stderr io
 	if cfg.backupDir == "" {
 		return cfg, errors.New("--backup-dir: want a directory")
 	}
+	if cfg.onStoreError != "deny" && cfg.onStoreError != "allow" {
+		return cfg, fmt.Errorf("--on-store-error %q: want deny or allow", cfg.onStoreError)
+	}
 	return cfg, nil
 }
 
@@ -197,6 +202,9 @@ func buildVersion() string {
 // run is the whole program: it returns when ctx is done (a signal) or the
 // server fails, after a graceful shutdown.
 func run(ctx context.Context, args []string, lookupEnv func(string) (string, bool), stdout, stderr io.Writer) error {
+	if len(args) > 0 && args[0] == "inspect" {
+		return runInspect(args[1:], lookupEnv, stdout, stderr)
+	}
 	cfg, err := parseConfig(args, lookupEnv, stderr)
 	if err != nil {
 		return err
@@ -236,6 +244,8 @@ func run(ctx context.Context, args []string, lookupEnv func(string) (string, boo
 		SweepInterval:   time.Duration(offIfZero(int64(cfg.sweepInterval))),
 		SweepRate:       int(offIfZero(int64(cfg.sweepRate))),
 		BackupDir:       cfg.backupDir,
+
+		AllowOnStoreError: cfg.onStoreError == "allow",
 	})
 	if err != nil {
 		store.Close()

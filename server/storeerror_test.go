@@ -1,0 +1,102 @@
+package server
+
+import (
+	"context"
+	"fmt"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/sluicehq/sluice/storage"
+)
+
+// TestDiskFullAnswersErrorsThenRecovers serves from a store whose disk
+// starts refusing writes: limit commands answer a clear error (or, with
+// AllowOnStoreError, a normal reply that is not stored), reads and other
+// clients keep working, nothing crashes, and once writes succeed again the
+// server takes changes by itself.
+func TestDiskFullAnswersErrorsThenRecovers(t *testing.T) {
+	for _, allow := range []bool{false, true} {
+		t.Run(fmt.Sprintf("allow=%v", allow), func(t *testing.T) {
+			disk := storage.NewMemDisk()
+			store, err := storage.Open("db", storage.Options{Sync: storage.SyncAlways, Disk: disk})
+			if err != nil {
+				t.Fatal(err)
+			}
+			srv, err := New(Config{Store: store, AllowOnStoreError: allow})
+			if err != nil {
+				t.Fatal(err)
+			}
+			serveOn(t, srv, store)
+			ctx := context.Background()
+			c := newClient(t, srv)
+			reduce := func() (int64, error) {
+				return c.Do(ctx, "RL.REDUCE", "k", 10, 3600, "AT", 1000).Int64()
+			}
+			if n, err := reduce(); err != nil || n != 10 {
+				t.Fatalf("first reduce = %d, %v; want 10", n, err)
+			}
+
+			disk.FailWrites(fmt.Errorf("injected: %w", syscall.ENOSPC))
+			// The write of this reduce fails; its change stays queued and
+			// is stored once the disk recovers. (Replies are the tokens
+			// the bucket held before the command.)
+			n, err := reduce()
+			if allow {
+				if err != nil || n != 9 {
+					t.Fatalf("reduce as the disk fills, allow: %d, %v; want 9", n, err)
+				}
+			} else if err == nil || !strings.Contains(err.Error(), "store unavailable") {
+				t.Fatalf("reduce as the disk fills: %d, %v; want a store unavailable error", n, err)
+			}
+			for range 3 {
+				n, err := reduce()
+				if allow {
+					// Answered from the bucket's state; nothing is taken.
+					if err != nil || n != 8 {
+						t.Fatalf("reduce on a full disk, allow: %d, %v; want 8", n, err)
+					}
+					continue
+				}
+				if err == nil || !strings.Contains(err.Error(), "disk full or I/O error") {
+					t.Fatalf("reduce on a full disk: %d, %v; want the store unavailable error", n, err)
+				}
+			}
+			// Reads work. In always mode a reply may only show synced
+			// state, and k's last change is not synced: without allow,
+			// reading k is refused too.
+			n, err = c.Do(ctx, "RL.GET", "k", 10, 3600, "AT", 1000).Int64()
+			if allow && (err != nil || n != 8) || !allow && err == nil {
+				t.Fatalf("RL.GET k on a full disk = %d, %v", n, err)
+			}
+			if n, err := c.Do(ctx, "RL.GET", "other", 10, 3600).Int64(); err != nil || n != 10 {
+				t.Fatalf("RL.GET other on a full disk = %d, %v; want 10", n, err)
+			}
+			if r, err := newClient(t, srv).Do(ctx, "READY").Int64(); err != nil || r != 0 {
+				t.Fatalf("READY on a full disk = %d, %v; want 0", r, err)
+			}
+			info := c.Info(ctx, "persistence").Val()
+			for _, want := range []string{"store_status:unavailable", "store_unavailable_times:1"} {
+				if !strings.Contains(info, want) {
+					t.Fatalf("INFO persistence on a full disk lacks %q:\n%s", want, info)
+				}
+			}
+
+			disk.FailWrites(nil)
+			deadline := time.Now().Add(20 * time.Second)
+			for c.Do(ctx, "READY").Val() != int64(1) {
+				if time.Now().After(deadline) {
+					t.Fatal("the server did not take writes again after the disk recovered")
+				}
+				time.Sleep(time.Millisecond)
+			}
+			if n, err := reduce(); err != nil || n != 8 {
+				t.Fatalf("reduce after recovery = %d, %v; want 8", n, err)
+			}
+			if !strings.Contains(c.Info(ctx, "persistence").Val(), "store_status:ok") {
+				t.Fatal("INFO persistence does not say ok after recovery")
+			}
+		})
+	}
+}
