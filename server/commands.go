@@ -7,6 +7,7 @@ import (
 	"sort"
 	"strconv"
 	"strings"
+	"sync/atomic"
 	"time"
 
 	"github.com/tidwall/redcon"
@@ -28,6 +29,7 @@ type client struct {
 	libName string
 	libVer  string
 	quit    bool
+	authed  bool // AUTH done, or no password configured
 
 	batch  *storage.Batch
 	cmds   []redcon.Command
@@ -38,7 +40,21 @@ type client struct {
 	rl         rlMutator
 	key        []byte
 	lname      [32]byte
+
+	tally   []tally    // per command, this pipeline
+	touched []*command // commands with a tally in this pipeline
+	cur     *tally     // the tally of the command being executed
+	result  rlResult   // of the command being executed
 }
+
+// rlResult is how a limit command decided, for the metrics.
+type rlResult uint8
+
+const (
+	rlNone rlResult = iota
+	rlAllowed
+	rlDenied
+)
 
 // command is an entry of the command table.
 type command struct {
@@ -48,7 +64,17 @@ type command struct {
 	// first, last, step locate key arguments, as COMMAND reports them.
 	first, last, step int
 	run               func(s *Server, c *client, args [][]byte)
+
+	idx  int // position in the table, and in each client's tally
+	stat struct {
+		calls, errors, allowed, denied atomic.Int64
+	}
 }
+
+// tally counts one command's outcomes within a pipeline; flushTally adds
+// them to the command's shared counters once per pipeline, so concurrent
+// clients do not contend on a counter per command.
+type tally struct{ calls, errors, allowed, denied int64 }
 
 func commandTable() map[string]*command {
 	rlFlags := []string{"write", "fast"}
@@ -78,10 +104,44 @@ func commandTable() map[string]*command {
 		{name: "lastsave", arity: 1, flags: []string{"fast"}, run: cmdLastSave},
 	}
 	m := make(map[string]*command, len(list))
-	for _, c := range list {
+	for i, c := range list {
+		c.idx = i
 		m[c.name] = c
 	}
 	return m
+}
+
+// count starts the tally of one execution of cmd.
+func (c *client) count(cmd *command) *tally {
+	t := &c.tally[cmd.idx]
+	if *t == (tally{}) {
+		c.touched = append(c.touched, cmd)
+	}
+	t.calls++
+	c.cur = t
+	return t
+}
+
+// flushTally adds the pipeline's tallies to the shared counters.
+func (s *Server) flushTally(c *client) {
+	for _, cmd := range c.touched {
+		t := &c.tally[cmd.idx]
+		cmd.stat.calls.Add(t.calls)
+		if t.errors != 0 {
+			cmd.stat.errors.Add(t.errors)
+		}
+		if t.allowed != 0 {
+			cmd.stat.allowed.Add(t.allowed)
+			s.stats.rlAllowed.Add(t.allowed)
+		}
+		if t.denied != 0 {
+			cmd.stat.denied.Add(t.denied)
+			s.stats.rlDenied.Add(t.denied)
+		}
+		*t = tally{}
+	}
+	c.touched = c.touched[:0]
+	c.cur = nil
 }
 
 // exec runs one command, appending its reply to c.out.
@@ -97,13 +157,21 @@ func (s *Server) exec(c *client, args [][]byte) {
 		}
 		cmd = s.cmds[string(c.lname[:len(name)])]
 	}
+	c.result = rlNone
 	if cmd == nil {
+		c.cur = nil
 		c.out = appendError(c.out, unknownCommand(args))
 		s.stats.errorReplies.Add(1)
+		s.stats.unknownCommands.Add(1)
 		return
 	}
+	c.count(cmd)
 	if (cmd.arity > 0 && len(args) != cmd.arity) || (cmd.arity < 0 && len(args) < -cmd.arity) {
 		s.replyErr(c, wrongArgs(cmd.name))
+		return
+	}
+	if !c.authed && !allowedBeforeAuth(cmd.name) {
+		s.replyErr(c, errNoAuth)
 		return
 	}
 	cmd.run(s, c, args)
@@ -112,6 +180,9 @@ func (s *Server) exec(c *client, args [][]byte) {
 func (s *Server) replyErr(c *client, err error) {
 	c.out = appendError(c.out, s.errorText(err))
 	s.stats.errorReplies.Add(1)
+	if c.cur != nil {
+		c.cur.errors++
+	}
 }
 
 // unknownCommand words the error like Redis, quoting a bounded preview of
@@ -171,9 +242,11 @@ func (s *Server) runRL(c *client, spec rlSpec, args [][]byte) {
 	}
 	if spec.kind != rlGet {
 		if m.before >= m.req.take {
-			s.stats.rlAllowed.Add(1)
+			c.cur.allowed++
+			c.result = rlAllowed
 		} else {
-			s.stats.rlDenied.Add(1)
+			c.cur.denied++
+			c.result = rlDenied
 		}
 	}
 	if spec.kind == rlSessionize {
@@ -235,24 +308,41 @@ func cmdSelect(s *Server, c *client, args [][]byte) {
 
 // checkAuth answers AUTH and HELLO ... AUTH. With no password configured
 // the default user needs none, as in Redis.
-func (s *Server) checkAuth(user, pass []byte) bool {
-	return string(user) == "default"
-}
-
+// cmdAuth implements AUTH [username] password.
 func cmdAuth(s *Server, c *client, args [][]byte) {
 	if len(args) > 3 {
 		s.replyErr(c, errSyntax)
 		return
 	}
-	if len(args) == 2 {
-		s.replyErr(c, replyErr("ERR AUTH <password> called without any password configured for the default user. Are you sure your configuration is correct?"))
+	if s.cfg.Password == "" {
+		// As in Redis: without a password the default user takes any.
+		if len(args) == 2 {
+			s.replyErr(c, errNoPass)
+			return
+		}
+		if string(args[1]) != "default" {
+			s.authFailed(c)
+			return
+		}
+		c.out = appendSimple(c.out, "OK")
 		return
 	}
-	if !s.checkAuth(args[1], args[2]) {
-		s.replyErr(c, replyErr("WRONGPASS invalid username-password pair or user is disabled."))
+	user, pass := []byte("default"), args[1]
+	if len(args) == 3 {
+		user, pass = args[1], args[2]
+	}
+	if !s.checkAuth(user, pass) {
+		s.authFailed(c)
 		return
 	}
+	c.authed = true
 	c.out = appendSimple(c.out, "OK")
+}
+
+func (s *Server) authFailed(c *client) {
+	s.stats.authFailures.Add(1)
+	s.log.Debug("authentication failed", "client", c.id, "remote", c.addr)
+	s.replyErr(c, errWrongPass)
 }
 
 // cmdHello implements HELLO [protover [AUTH username password] [SETNAME name]].
@@ -271,14 +361,19 @@ func cmdHello(s *Server, c *client, args [][]byte) {
 		proto = int(v)
 	}
 	var name []byte
-	setName := false
+	setName, authed := false, false
 	for i := 2; i < len(args); i++ {
 		switch {
 		case asciiEqualFold(args[i], "auth") && i+2 < len(args):
+			if s.cfg.Password == "" && string(args[i+1]) == "default" {
+				i += 2
+				continue
+			}
 			if !s.checkAuth(args[i+1], args[i+2]) {
-				s.replyErr(c, replyErr("WRONGPASS invalid username-password pair or user is disabled."))
+				s.authFailed(c)
 				return
 			}
+			authed = true
 			i += 2
 		case asciiEqualFold(args[i], "setname") && i+1 < len(args):
 			name, setName = args[i+1], true
@@ -288,10 +383,15 @@ func cmdHello(s *Server, c *client, args [][]byte) {
 			return
 		}
 	}
+	if !c.authed && !authed {
+		s.replyErr(c, replyErr("NOAUTH HELLO must be called with the client already authenticated, otherwise the HELLO <proto> AUTH <user> <pass> option can be used to authenticate the client and select the RESP protocol version at the same time"))
+		return
+	}
 	if setName && !validClientName(name) {
 		s.replyErr(c, errClientName)
 		return
 	}
+	c.authed = true
 	c.resp = proto
 	if setName {
 		c.name = string(name)

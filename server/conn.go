@@ -45,7 +45,18 @@ func (g *guardConn) Read(p []byte) (int, error) {
 		if g.draining.Load() {
 			return 0, g.endRead(io.EOF)
 		}
+		if t := g.srv.cfg.IdleTimeout; t > 0 {
+			_ = g.Conn.SetReadDeadline(time.Now().Add(t))
+			if g.draining.Load() {
+				// startDrain's deadline may have been overwritten.
+				return 0, g.endRead(io.EOF)
+			}
+		}
 		n, err := g.Conn.Read(g.rbuf)
+		if err != nil && g.srv.cfg.IdleTimeout > 0 && !g.draining.Load() && isTimeout(err) {
+			g.srv.stats.idleClosed.Add(1)
+			g.srv.log.Debug("closing idle connection", "remote", g.RemoteAddr().String(), "timeout", g.srv.cfg.IdleTimeout)
+		}
 		if n > 0 {
 			g.srv.stats.netIn.Add(int64(n))
 			var ferr error
@@ -134,11 +145,15 @@ func (l *guardListener) Accept() (net.Conn, error) {
 	for {
 		c, err := l.Listener.Accept()
 		if err == nil {
-			if g := l.srv.newGuardConn(c); g != nil {
+			g, closing := l.srv.newGuardConn(c)
+			if g != nil {
 				return g, nil
 			}
-			c.Close()
-			return nil, net.ErrClosed
+			if closing {
+				c.Close()
+				return nil, net.ErrClosed
+			}
+			continue // refused; admit answers and closes it
 		}
 		if errors.Is(err, net.ErrClosed) || l.srv.closing.Load() {
 			return nil, net.ErrClosed
@@ -152,4 +167,9 @@ func (l *guardListener) Accept() (net.Conn, error) {
 		l.srv.log.Warn("accept failed; retrying", "err", err, "retry_in", delay)
 		time.Sleep(delay)
 	}
+}
+
+func isTimeout(err error) bool {
+	var ne net.Error
+	return errors.As(err, &ne) && ne.Timeout()
 }

@@ -12,6 +12,8 @@ package server
 
 import (
 	"crypto/rand"
+	"crypto/sha256"
+	"crypto/tls"
 	"encoding/hex"
 	"errors"
 	"fmt"
@@ -61,6 +63,31 @@ type Config struct {
 	// default (false) such commands get an error reply, which clients of
 	// a rate limiter usually treat as a denial.
 	AllowOnStoreError bool
+
+	// Password, when set, must be given with AUTH or HELLO ... AUTH before
+	// any command other than AUTH, HELLO, PING and QUIT, as with Redis'
+	// requirepass (user "default").
+	Password string
+	// AllowRemoteWithoutAuth turns protected mode off. In protected mode
+	// (the default) a server with neither a Password nor TLS client
+	// certificates answers clients from addresses other than loopback
+	// with a DENIED error and closes them, as Redis does.
+	AllowRemoteWithoutAuth bool
+	// MaxClients is the most connections served at once; more are
+	// answered "ERR max number of clients reached" and closed. Default
+	// 10000, as in Redis.
+	MaxClients int
+	// IdleTimeout closes a connection that sends nothing for this long;
+	// zero never does.
+	IdleTimeout time.Duration
+	// MaxReplyBuffer bounds the replies one pipeline may queue for a
+	// client: past it the rest of the pipeline is answered with an error
+	// and the connection is closed. Default 64 MiB. With replies
+	// written before more is read, this and MaxQueryBuffer bound the
+	// memory a client that never reads can hold.
+	MaxReplyBuffer int
+	// TLS, when set, serves RESP (and HTTP) over TLS only.
+	TLS *TLSFiles
 }
 
 // Defaults for Config.
@@ -70,6 +97,8 @@ const (
 	DefaultMaxInline       = 64 << 10
 	DefaultMaxQueryBuffer  = 8 << 20
 	DefaultShutdownTimeout = 10 * time.Second
+	DefaultMaxClients      = 10000
+	DefaultMaxReplyBuffer  = 64 << 20
 )
 
 // Server is a RESP server for sluice's commands.
@@ -88,6 +117,9 @@ type Server struct {
 	conns   sync.WaitGroup // one per accepted connection, until redcon is done with it
 
 	sweep    sweeper
+	tls      *tlsState // nil without TLS
+	passHash [32]byte  // of cfg.Password, compared in constant time
+	http     httpState
 	lastSave atomic.Int64 // unix seconds of the last CHECKPOINT, or of the start
 
 	mu struct {
@@ -99,17 +131,23 @@ type Server struct {
 	}
 
 	stats struct {
-		connsTotal     atomic.Int64
-		commands       atomic.Int64
-		netIn          atomic.Int64
-		netOut         atomic.Int64
-		protocolErrors atomic.Int64
-		errorReplies   atomic.Int64
-		rlAllowed      atomic.Int64
-		rlDenied       atomic.Int64
-		storeErrors    atomic.Int64
-		storeAllowed   atomic.Int64 // answered normally despite a store error
-		panics         atomic.Int64
+		connsTotal      atomic.Int64
+		commands        atomic.Int64
+		netIn           atomic.Int64
+		netOut          atomic.Int64
+		protocolErrors  atomic.Int64
+		errorReplies    atomic.Int64
+		rlAllowed       atomic.Int64
+		rlDenied        atomic.Int64
+		storeErrors     atomic.Int64
+		storeAllowed    atomic.Int64 // answered normally despite a store error
+		panics          atomic.Int64
+		authFailures    atomic.Int64
+		rejectedMax     atomic.Int64 // connections refused: MaxClients
+		rejectedDenied  atomic.Int64 // connections refused: protected mode
+		idleClosed      atomic.Int64
+		replyOverflows  atomic.Int64
+		unknownCommands atomic.Int64
 	}
 }
 
@@ -154,6 +192,12 @@ func New(cfg Config) (*Server, error) {
 	if cfg.BackupDir == "" {
 		cfg.BackupDir = "sluice-backups"
 	}
+	if cfg.MaxClients <= 0 {
+		cfg.MaxClients = DefaultMaxClients
+	}
+	if cfg.MaxReplyBuffer <= 0 {
+		cfg.MaxReplyBuffer = DefaultMaxReplyBuffer
+	}
 	var id [20]byte
 	_, _ = rand.Read(id[:])
 	s := &Server{
@@ -164,7 +208,16 @@ func New(cfg Config) (*Server, error) {
 		runID: hex.EncodeToString(id[:]),
 		start: time.Now(),
 	}
+	if cfg.TLS != nil {
+		t, err := newTLSState(*cfg.TLS)
+		if err != nil {
+			return nil, err
+		}
+		s.tls = t
+	}
+	s.passHash = sha256.Sum256([]byte(cfg.Password))
 	s.cmds = commandTable()
+	s.initMetrics()
 	s.done = make(chan struct{})
 	s.sweep.stop = make(chan struct{})
 	s.lastSave.Store(s.start.Unix())
@@ -189,7 +242,12 @@ func (s *Server) Serve(ln net.Listener) error {
 	s.mu.Unlock()
 	s.log.Info("serving RESP", "addr", ln.Addr().String(), "fsync", s.store.Mode().String(), "data", s.store.Dir())
 	s.startSweeper()
-	err := rs.Serve(&guardListener{Listener: ln, srv: s})
+	s.warnIfExposed(ln.Addr())
+	var inner net.Listener = ln
+	if s.tls != nil {
+		inner = tls.NewListener(ln, s.tls.config())
+	}
+	err := rs.Serve(&guardListener{Listener: inner, srv: s})
 	if s.closing.Load() {
 		return nil
 	}
@@ -218,7 +276,8 @@ func (s *Server) Close() error {
 		return nil
 	}
 	defer close(s.done)
-	s.stopSweeper() // also ends a running COMPACT early
+	defer s.closeHTTP() // last: /readyz answers 503 while connections drain
+	s.stopSweeper()     // also ends a running COMPACT early
 	s.mu.Lock()
 	rs, ln := s.mu.rs, s.mu.ln
 	guards := make([]*guardConn, 0, len(s.mu.guards))
@@ -264,9 +323,10 @@ func (s *Server) Close() error {
 }
 
 // newGuardConn wraps an accepted connection and counts it in s.conns. It
-// returns nil once Close has begun: counting under s.mu, after checking
-// closing, keeps every Add before Close's Wait.
-func (s *Server) newGuardConn(c net.Conn) *guardConn {
+// returns nil, and closing true, once Close has begun: counting under s.mu,
+// after checking closing, keeps every Add before Close's Wait. It returns
+// nil and false for a connection admit refused.
+func (s *Server) newGuardConn(c net.Conn) (*guardConn, bool) {
 	g := &guardConn{
 		Conn: c,
 		srv:  s,
@@ -281,11 +341,37 @@ func (s *Server) newGuardConn(c net.Conn) *guardConn {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if s.closing.Load() {
-		return nil
+		return nil, true
+	}
+	if !s.admitLocked(c) {
+		return nil, false
 	}
 	s.mu.guards[g] = struct{}{}
 	s.conns.Add(1)
-	return g
+	return g, false
+}
+
+// admit decides whether a new connection may be served. It runs under s.mu
+// in the accept loop, so it must not block: a refusal is written by its
+// own goroutine.
+func (s *Server) admitLocked(c net.Conn) bool {
+	var msg string
+	switch {
+	case len(s.mu.guards) >= s.cfg.MaxClients:
+		s.stats.rejectedMax.Add(1)
+		msg = "ERR max number of clients reached"
+	case s.protected() && !isLoopback(c.RemoteAddr()):
+		s.stats.rejectedDenied.Add(1)
+		msg = deniedMessage
+	default:
+		return true
+	}
+	go func() {
+		_ = c.SetDeadline(time.Now().Add(time.Second))
+		_, _ = c.Write(appendError(nil, msg))
+		_ = c.Close()
+	}()
+	return false
 }
 
 func (s *Server) forgetConn(g *guardConn) {
@@ -302,6 +388,8 @@ func (s *Server) accept(rc redcon.Conn) bool {
 		created: time.Now(),
 		resp:    2,
 		batch:   s.store.NewBatch(),
+		authed:  s.cfg.Password == "",
+		tally:   make([]tally, len(s.cmds)),
 	}
 	if g, ok := rc.NetConn().(*guardConn); ok {
 		c.laddr = g.LocalAddr().String()
@@ -334,6 +422,7 @@ func (s *Server) closed(rc redcon.Conn, err error) {
 // client never sees a reply for a write that is not as durable as the mode
 // promises.
 func (s *Server) handle(rc redcon.Conn, first redcon.Command) {
+	t0 := time.Now()
 	c := rc.Context().(*client)
 	c.cmds = append(c.cmds[:0], first)
 	c.cmds = append(c.cmds, rc.ReadPipeline()...)
@@ -348,6 +437,8 @@ func (s *Server) handle(rc redcon.Conn, first redcon.Command) {
 	rc.WriteRaw(c.out)
 	clear(c.cmds) // let redcon's per-command buffers go
 	s.stats.commands.Add(int64(n))
+	s.flushTally(c)
+	s.http.batchSeconds.Observe(time.Since(t0).Seconds())
 	if c.quit {
 		_ = rc.Close()
 	}
@@ -372,9 +463,16 @@ func (s *Server) execAll(c *client) (n int) {
 		c.replyStart = start
 		s.exec(c, cmd.Args)
 		if c.batch.Len() > before {
-			c.writes = append(c.writes, span{start, len(c.out)})
+			c.writes = append(c.writes, span{start, len(c.out), c.cur, c.result})
 		}
 		if c.quit {
+			break
+		}
+		if len(c.out) > s.cfg.MaxReplyBuffer {
+			s.stats.replyOverflows.Add(1)
+			s.log.Warn("closing a client whose pipeline's replies exceed the reply buffer limit", "client", c.id, "remote", c.addr, "limit", s.cfg.MaxReplyBuffer)
+			c.out = appendError(c.out, "ERR reply buffer limit reached (--max-reply-buffer); closing the connection")
+			c.quit = true
 			break
 		}
 	}
@@ -382,7 +480,11 @@ func (s *Server) execAll(c *client) (n int) {
 }
 
 // span is the reply of a command that wrote, within client.out.
-type span struct{ start, end int }
+type span struct {
+	start, end int
+	t          *tally // its command's tally
+	result     rlResult
+}
 
 // failWrites replaces the replies of the pipeline's writes by the error that
 // kept them from being committed. Replies of reads stay as they are.
@@ -394,6 +496,15 @@ func (s *Server) failWrites(c *client, err error) {
 		out = append(out, c.out[prev:w.start]...)
 		out = appendError(out, msg)
 		s.stats.errorReplies.Add(1)
+		if w.t != nil {
+			w.t.errors++
+			switch w.result {
+			case rlAllowed:
+				w.t.allowed--
+			case rlDenied:
+				w.t.denied--
+			}
+		}
 		prev = w.end
 	}
 	c.out = append(out, c.out[prev:]...)

@@ -28,6 +28,12 @@ import (
 // directory, and stops both when the test ends.
 func startServer(t testing.TB, cfg Config) *Server {
 	t.Helper()
+	return startServerOn(t, cfg, "127.0.0.1:0")
+}
+
+// startServerOn is startServer listening on addr.
+func startServerOn(t testing.TB, cfg Config, addr string) *Server {
+	t.Helper()
 	store, err := storage.Open(t.TempDir(), storage.Options{Sync: storage.SyncEverySec})
 	if err != nil {
 		t.Fatal(err)
@@ -37,7 +43,7 @@ func startServer(t testing.TB, cfg Config) *Server {
 	if err != nil {
 		t.Fatal(err)
 	}
-	serveOn(t, srv, store)
+	serveAt(t, srv, store, addr)
 	return srv
 }
 
@@ -45,7 +51,12 @@ func startServer(t testing.TB, cfg Config) *Server {
 // its store.
 func serveOn(t testing.TB, srv *Server, store *storage.Store) {
 	t.Helper()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	serveAt(t, srv, store, "127.0.0.1:0")
+}
+
+func serveAt(t testing.TB, srv *Server, store *storage.Store, addr string) {
+	t.Helper()
+	ln, err := net.Listen("tcp", addr)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -420,16 +431,17 @@ func TestCloseFinishesPipelines(t *testing.T) {
 
 func BenchmarkRLReduceCommand(b *testing.B) {
 	srv := startServer(b, Config{})
-	c := &client{resp: 2, batch: srv.store.NewBatch()}
+	c := &client{resp: 2, batch: srv.store.NewBatch(), authed: true, tally: make([]tally, len(srv.cmds))}
 	args := [][]byte{[]byte("RL.PREDUCE"), []byte("user:12345"), []byte("1000000000"), []byte("60000")}
 	b.ReportAllocs()
 	for i := 0; b.Loop(); i++ {
 		c.out = c.out[:0]
 		srv.exec(c, args)
-		if i%16 == 15 {
+		if i%16 == 15 { // a pipeline of 16, as handle ends one
 			if err := c.batch.Commit(); err != nil {
 				b.Fatal(err)
 			}
+			srv.flushTally(c)
 		}
 	}
 }

@@ -50,6 +50,16 @@ type config struct {
 	data            string
 	fsync           string
 	onStoreError    string
+	httpAddr        string
+	requirePass     string
+	requirePassFile string
+	protectedMode   string
+	maxClients      int
+	timeout         int
+	maxReplyBuffer  byteSize
+	tlsCert         string
+	tlsKey          string
+	tlsCA           string
 	maxArgs         int
 	maxBulk         byteSize
 	maxInline       byteSize
@@ -73,12 +83,23 @@ func newFlagSet(cfg *config, stderr io.Writer) *flag.FlagSet {
 	cfg.maxBulk = server.DefaultMaxBulk
 	cfg.maxInline = server.DefaultMaxInline
 	cfg.maxQueryBuffer = server.DefaultMaxQueryBuffer
+	cfg.maxReplyBuffer = server.DefaultMaxReplyBuffer
 	cfg.cacheSize = storage.DefaultCacheSize
 	cfg.memtableSize = storage.DefaultMemTableSize
 	cfg.keyFilterSize = storage.DefaultKeyFilter
 	fs.StringVar(&cfg.addr, "addr", "127.0.0.1:9049", "RESP listen address (host:port; port 0 picks a free one)")
 	fs.StringVar(&cfg.data, "data", "./sluice-data", "data directory, created if missing")
 	fs.StringVar(&cfg.fsync, "fsync", "everysec", "durability: always (reply after fsync), everysec (lose at most ~1s on a crash), no (the OS decides)")
+	fs.StringVar(&cfg.httpAddr, "http-addr", "127.0.0.1:9050", "HTTP listen address for /metrics, /healthz and /readyz; empty turns HTTP off")
+	fs.StringVar(&cfg.requirePass, "requirepass", "", "password clients must give with AUTH (visible in process listings: prefer --requirepass-file)")
+	fs.StringVar(&cfg.requirePassFile, "requirepass-file", "", "file holding the password clients must give with AUTH (one line; a trailing newline is ignored)")
+	fs.StringVar(&cfg.protectedMode, "protected-mode", "yes", "yes: without a password or TLS client certificates, refuse clients not on loopback; no: serve everyone")
+	fs.IntVar(&cfg.maxClients, "maxclients", server.DefaultMaxClients, "most connections at once; more are answered with an error and closed")
+	fs.IntVar(&cfg.timeout, "timeout", 0, "close a connection idle for this many seconds; 0 never does")
+	fs.Var(&cfg.maxReplyBuffer, "max-reply-buffer", "most bytes of replies one pipeline may queue for a client before the connection is closed")
+	fs.StringVar(&cfg.tlsCert, "tls-cert", "", "PEM certificate file: serve RESP and HTTP over TLS only (with --tls-key); reloaded on SIGHUP")
+	fs.StringVar(&cfg.tlsKey, "tls-key", "", "PEM private key file of --tls-cert")
+	fs.StringVar(&cfg.tlsCA, "tls-ca", "", "PEM CA file: require RESP clients to present a certificate it signed")
 	fs.StringVar(&cfg.onStoreError, "on-store-error", "deny", "when the disk refuses writes (full, I/O error): deny answers limit commands with an error; allow answers them from the last known state without storing the change")
 	fs.IntVar(&cfg.maxArgs, "max-args", server.DefaultMaxArgs, "most arguments in one command")
 	fs.Var(&cfg.maxBulk, "max-bulk", "most bytes in one argument (suffixes KiB, MiB, GiB)")
@@ -168,6 +189,27 @@ func parseConfig(args []string, lookupEnv func(string) (string, bool), stderr io
 	if cfg.backupDir == "" {
 		return cfg, errors.New("--backup-dir: want a directory")
 	}
+	if cfg.protectedMode != "yes" && cfg.protectedMode != "no" {
+		return cfg, fmt.Errorf("--protected-mode %q: want yes or no", cfg.protectedMode)
+	}
+	if cfg.maxClients < 1 {
+		return cfg, fmt.Errorf("--maxclients %d: want at least 1", cfg.maxClients)
+	}
+	if cfg.timeout < 0 {
+		return cfg, fmt.Errorf("--timeout %d: want 0 (never) or a number of seconds", cfg.timeout)
+	}
+	if cfg.maxReplyBuffer < 1 {
+		return cfg, fmt.Errorf("--max-reply-buffer %d: want at least 1 byte", cfg.maxReplyBuffer)
+	}
+	if cfg.requirePass != "" && cfg.requirePassFile != "" {
+		return cfg, errors.New("--requirepass and --requirepass-file: give one, not both")
+	}
+	if (cfg.tlsCert == "") != (cfg.tlsKey == "") {
+		return cfg, errors.New("--tls-cert and --tls-key: give both or neither")
+	}
+	if cfg.tlsCA != "" && cfg.tlsCert == "" {
+		return cfg, errors.New("--tls-ca needs --tls-cert and --tls-key")
+	}
 	if cfg.onStoreError != "deny" && cfg.onStoreError != "allow" {
 		return cfg, fmt.Errorf("--on-store-error %q: want deny or allow", cfg.onStoreError)
 	}
@@ -221,6 +263,14 @@ func run(ctx context.Context, args []string, lookupEnv func(string) (string, boo
 	if err != nil {
 		return fmt.Errorf("--fsync: %w", err)
 	}
+	password, err := readPassword(cfg.requirePass, cfg.requirePassFile)
+	if err != nil {
+		return err
+	}
+	var tlsFiles *server.TLSFiles
+	if cfg.tlsCert != "" {
+		tlsFiles = &server.TLSFiles{Cert: cfg.tlsCert, Key: cfg.tlsKey, CA: cfg.tlsCA}
+	}
 	store, err := storage.Open(cfg.data, storage.Options{
 		Sync:          mode,
 		CacheSize:     int64(cfg.cacheSize),
@@ -246,6 +296,13 @@ func run(ctx context.Context, args []string, lookupEnv func(string) (string, boo
 		BackupDir:       cfg.backupDir,
 
 		AllowOnStoreError: cfg.onStoreError == "allow",
+
+		Password:               password,
+		AllowRemoteWithoutAuth: cfg.protectedMode == "no",
+		MaxClients:             cfg.maxClients,
+		IdleTimeout:            time.Duration(cfg.timeout) * time.Second,
+		MaxReplyBuffer:         int(cfg.maxReplyBuffer),
+		TLS:                    tlsFiles,
 	})
 	if err != nil {
 		store.Close()
@@ -256,14 +313,43 @@ func run(ctx context.Context, args []string, lookupEnv func(string) (string, boo
 		store.Close()
 		return fmt.Errorf("listen on --addr %s: %w", cfg.addr, err)
 	}
-	log.Info("sluice starting", "version", buildVersion(), "addr", ln.Addr().String(), "data", cfg.data, "fsync", mode.String())
-	serveErr := make(chan error, 1)
+	var httpLn net.Listener
+	if cfg.httpAddr != "" {
+		if httpLn, err = net.Listen("tcp", cfg.httpAddr); err != nil {
+			ln.Close()
+			store.Close()
+			return fmt.Errorf("listen on --http-addr %s: %w", cfg.httpAddr, err)
+		}
+	}
+	httpAddr := ""
+	if httpLn != nil {
+		httpAddr = httpLn.Addr().String()
+	}
+	log.Info("sluice starting", "version", buildVersion(), "addr", ln.Addr().String(), "http_addr", httpAddr, "data", cfg.data, "fsync", mode.String(), "auth", password != "", "tls", tlsFiles != nil)
+	serveErr := make(chan error, 2)
 	go func() { serveErr <- srv.Serve(ln) }()
-	select {
-	case <-ctx.Done():
-		log.Info("shutting down: finishing in-flight commands")
-	case err = <-serveErr:
-		log.Error("server stopped", "err", err)
+	if httpLn != nil {
+		go func() {
+			if err := srv.ServeHTTP(httpLn); err != nil {
+				serveErr <- fmt.Errorf("HTTP: %w", err)
+			}
+		}()
+	}
+	hup := make(chan os.Signal, 1)
+	signal.Notify(hup, syscall.SIGHUP)
+	defer signal.Stop(hup)
+wait:
+	for {
+		select {
+		case <-ctx.Done():
+			log.Info("shutting down: finishing in-flight commands")
+			break wait
+		case err = <-serveErr:
+			log.Error("server stopped", "err", err)
+			break wait
+		case <-hup:
+			_ = srv.ReloadTLS() // logs the outcome
+		}
 	}
 	srv.Close()
 	if cerr := store.Close(); cerr != nil {
@@ -274,6 +360,26 @@ func run(ctx context.Context, args []string, lookupEnv func(string) (string, boo
 		log.Info("shutdown complete")
 	}
 	return err
+}
+
+// readPassword returns the password from --requirepass or from the file
+// --requirepass-file names, without its trailing line break.
+func readPassword(pass, file string) (string, error) {
+	if file == "" {
+		return pass, nil
+	}
+	b, err := os.ReadFile(file)
+	if err != nil {
+		return "", fmt.Errorf("--requirepass-file: %w", err)
+	}
+	p := strings.TrimRight(string(b), "\r\n")
+	if p == "" {
+		return "", fmt.Errorf("--requirepass-file %s is empty: want the password", file)
+	}
+	if strings.ContainsAny(p, "\r\n") {
+		return "", fmt.Errorf("--requirepass-file %s has more than one line: want only the password", file)
+	}
+	return p, nil
 }
 
 // cacheEntries maps --cache-buckets, where 0 is off, to storage's

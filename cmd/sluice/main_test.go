@@ -39,13 +39,15 @@ type proc struct {
 	exited chan struct{}
 	err    error // exit status, valid after exited is closed
 	logs   *bytes.Buffer
+	// httpAddr is the HTTP listener's address, set before addr is.
+	httpAddr string
 }
 
 // startProc starts sluice on 127.0.0.1:0 with the data directory dir and
 // waits for the address it logs.
 func startProc(t *testing.T, dir string, flags ...string) *proc {
 	t.Helper()
-	args := append([]string{"--addr", "127.0.0.1:0", "--data", dir, "--log-format", "json"}, flags...)
+	args := append([]string{"--addr", "127.0.0.1:0", "--http-addr", "127.0.0.1:0", "--data", dir, "--log-format", "json"}, flags...)
 	cmd := exec.Command(os.Args[0], args...)
 	cmd.Env = append(os.Environ(), execMainEnv+"=1")
 	stderr, err := cmd.StderrPipe()
@@ -66,10 +68,12 @@ func startProc(t *testing.T, dir string, flags ...string) *proc {
 			p.logs.WriteByte('\n')
 			mu.Unlock()
 			var line struct {
-				Msg  string `json:"msg"`
-				Addr string `json:"addr"`
+				Msg      string `json:"msg"`
+				Addr     string `json:"addr"`
+				HTTPAddr string `json:"http_addr"`
 			}
 			if json.Unmarshal(sc.Bytes(), &line) == nil && line.Msg == "sluice starting" {
+				p.httpAddr = line.HTTPAddr
 				addrc <- line.Addr
 			}
 		}
@@ -333,5 +337,40 @@ func TestConfigFromEnvAndFlags(t *testing.T) {
 	}
 	if err := run(context.Background(), []string{"--fsync", "maybe", "--data", t.TempDir()}, lookup, io.Discard, io.Discard); err == nil || !strings.Contains(err.Error(), "fsync") {
 		t.Fatalf("bad --fsync: %v", err)
+	}
+}
+
+func TestReadPassword(t *testing.T) {
+	dir := t.TempDir()
+	write := func(name, content string) string {
+		p := filepath.Join(dir, name)
+		if err := os.WriteFile(p, []byte(content), 0o600); err != nil {
+			t.Fatal(err)
+		}
+		return p
+	}
+	if p, err := readPassword("", write("ok", "s3cret\n")); err != nil || p != "s3cret" {
+		t.Fatalf("file with a trailing newline: %q, %v", p, err)
+	}
+	if p, err := readPassword("direct", ""); err != nil || p != "direct" {
+		t.Fatalf("--requirepass: %q, %v", p, err)
+	}
+	for name, content := range map[string]string{"empty": "\n", "two-lines": "a\nb\n"} {
+		if _, err := readPassword("", write(name, content)); err == nil || !strings.Contains(err.Error(), name) {
+			t.Fatalf("%s password file: %v, want an error naming it", name, err)
+		}
+	}
+	noEnv := func(string) (string, bool) { return "", false }
+	for _, args := range [][]string{
+		{"--requirepass", "a", "--requirepass-file", "f"},
+		{"--protected-mode", "maybe"},
+		{"--tls-cert", "c"},
+		{"--tls-ca", "ca"},
+		{"--maxclients", "0"},
+		{"--timeout", "-1"},
+	} {
+		if _, err := parseConfig(args, noEnv, io.Discard); err == nil {
+			t.Errorf("parseConfig(%v) accepted it", args)
+		}
 	}
 }

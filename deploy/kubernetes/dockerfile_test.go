@@ -1,0 +1,176 @@
+package kubernetes_test
+
+import (
+	"encoding/json"
+	"os"
+	"path/filepath"
+	"regexp"
+	"slices"
+	"strconv"
+	"strings"
+	"testing"
+)
+
+// instruction is one Dockerfile instruction, continuation lines joined.
+type instruction struct {
+	keyword string // upper case: FROM, RUN, CMD, ...
+	args    string
+}
+
+// parseDockerfile returns the instructions of each build stage, in order.
+func parseDockerfile(src string) [][]instruction {
+	var stages [][]instruction
+	var cur strings.Builder
+	flush := func() {
+		line := strings.TrimSpace(cur.String())
+		cur.Reset()
+		if line == "" {
+			return
+		}
+		kw, args, _ := strings.Cut(line, " ")
+		in := instruction{strings.ToUpper(kw), strings.TrimSpace(args)}
+		if in.keyword == "FROM" || len(stages) == 0 {
+			stages = append(stages, nil)
+		}
+		stages[len(stages)-1] = append(stages[len(stages)-1], in)
+	}
+	for line := range strings.Lines(src) {
+		trimmed := strings.TrimSpace(line)
+		if strings.HasPrefix(trimmed, "#") {
+			continue // comments, also between continuation lines
+		}
+		if body, ok := strings.CutSuffix(trimmed, `\`); ok {
+			cur.WriteString(body + " ")
+			continue
+		}
+		cur.WriteString(trimmed)
+		flush()
+	}
+	flush()
+	return stages
+}
+
+// find returns the arguments of every instruction with the keyword.
+func find(stage []instruction, keyword string) []string {
+	var out []string
+	for _, in := range stage {
+		if in.keyword == keyword {
+			out = append(out, in.args)
+		}
+	}
+	return out
+}
+
+// execForm decodes a JSON-array CMD or ENTRYPOINT; the shell form would run
+// sluice under /bin/sh, which the image lacks and which would not pass
+// SIGTERM on.
+func execForm(t *testing.T, keyword string, args []string) []string {
+	t.Helper()
+	if len(args) != 1 {
+		t.Fatalf("want one %s in the final stage, have %d", keyword, len(args))
+	}
+	var out []string
+	if err := json.Unmarshal([]byte(args[0]), &out); err != nil {
+		t.Fatalf("%s %s: want the exec (JSON array) form: %v", keyword, args[0], err)
+	}
+	return out
+}
+
+func TestDockerfile(t *testing.T) {
+	raw, err := os.ReadFile(filepath.Join(repoRoot, "Dockerfile"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	stages := parseDockerfile(string(raw))
+	if len(stages) < 2 {
+		t.Fatalf("want a multi-stage build, have %d stages", len(stages))
+	}
+	final := stages[len(stages)-1]
+	m := load(t)
+	c := m.container(t)
+	src := sluiceSource(t)
+
+	// The build: static, reproducible, version stamped into a variable that
+	// exists.
+	build := strings.Join(find(slices.Concat(stages[:len(stages)-1]...), "RUN"), "\n")
+	for _, want := range []string{"CGO_ENABLED=0", "-trimpath", "-X main."} {
+		if !strings.Contains(build, want) {
+			t.Errorf("the build stage's go build lacks %s", want)
+		}
+	}
+	if stamp := regexp.MustCompile(`-X main\.(\w+)=\$\{?VERSION\}?`).FindStringSubmatch(build); stamp == nil {
+		t.Errorf("go build does not stamp $VERSION with -X main.<var>=${VERSION}")
+	} else if !regexp.MustCompile(`(?m)^var ` + stamp[1] + ` (string )?=`).MatchString(src) {
+		t.Errorf("-X main.%s: cmd/sluice has no string variable %s; the version would silently stay unset", stamp[1], stamp[1])
+	}
+
+	// The user: numeric, so that the kubelet can verify runAsNonRoot, and
+	// the one the StatefulSet runs as.
+	users := find(final, "USER")
+	if len(users) == 0 {
+		t.Fatal("the final stage has no USER: it would run as root")
+	}
+	uid, _, _ := strings.Cut(users[len(users)-1], ":")
+	n, err := strconv.ParseInt(uid, 10, 64)
+	if err != nil || n == 0 {
+		t.Errorf("USER %s: want a numeric, non-root user", users[len(users)-1])
+	}
+	if ru := m.sts().Spec.Template.Spec.SecurityContext.RunAsUser; ru == nil || *ru != n {
+		t.Errorf("USER %s is not the StatefulSet's pod runAsUser", uid)
+	}
+
+	if ep := execForm(t, "ENTRYPOINT", find(final, "ENTRYPOINT")); !slices.Equal(ep, []string{"/sluice"}) {
+		t.Errorf("ENTRYPOINT %q, want [\"/sluice\"]", ep)
+	}
+	cmd := execForm(t, "CMD", find(final, "CMD"))
+	flags := parseFlags(t, cmd)
+	for name := range flags {
+		if !strings.Contains(src, strconv.Quote(name)) {
+			t.Errorf("the Dockerfile's CMD passes --%s, which cmd/sluice does not define", name)
+		}
+	}
+	if v := flags["protected-mode"]; v != "yes" {
+		t.Errorf("CMD --protected-mode %q, want yes", v)
+	}
+
+	// Ports: the ones the CMD listens on, and the StatefulSet's.
+	var exposed []string
+	for _, e := range find(final, "EXPOSE") {
+		exposed = append(exposed, strings.Fields(e)...)
+	}
+	var want []string
+	for _, f := range []string{"addr", "http-addr"} {
+		want = append(want, strconv.Itoa(int(port(t, f, requireFlag(t, flags, f)))))
+	}
+	for _, p := range c.Ports {
+		want = append(want, strconv.Itoa(int(p.ContainerPort)))
+	}
+	want = slices.Compact(slices.Sorted(slices.Values(want)))
+	if !slices.Equal(want, slices.Sorted(slices.Values(exposed))) {
+		t.Errorf("EXPOSE %v, want %v (the CMD's listen ports and the StatefulSet's container ports)", exposed, want)
+	}
+
+	// Data: a volume, the same path as in the StatefulSet, with the backups
+	// on it.
+	data := requireFlag(t, flags, "data")
+	if !slices.ContainsFunc(find(final, "VOLUME"), func(v string) bool { return slices.Contains(strings.Fields(v), data) }) {
+		t.Errorf("CMD --data %s is not a VOLUME", data)
+	}
+	if k8sData := m.containerFlags(t)["data"]; k8sData != data {
+		t.Errorf("CMD --data %s, the StatefulSet's --data %s: keep them equal", data, k8sData)
+	}
+	if b := requireFlag(t, flags, "backup-dir"); !strings.HasPrefix(b, data+"/") {
+		t.Errorf("CMD --backup-dir %s is not on the data volume %s", b, data)
+	}
+}
+
+func TestParseDockerfile(t *testing.T) {
+	got := parseDockerfile("# c\nFROM a AS b\nRUN x \\\n  # note\n  y\n\nFROM c\nUSER 1:1\ncmd [\"z\"]\n")
+	want := [][]instruction{
+		{{"FROM", "a AS b"}, {"RUN", "x  y"}},
+		{{"FROM", "c"}, {"USER", "1:1"}, {"CMD", `["z"]`}},
+	}
+	if !slices.EqualFunc(got, want, slices.Equal) {
+		t.Errorf("parseDockerfile = %q, want %q", got, want)
+	}
+}

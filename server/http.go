@@ -1,0 +1,284 @@
+package server
+
+import (
+	"context"
+	"crypto/tls"
+	"errors"
+	"net"
+	"net/http"
+	"runtime"
+	"sync"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/collectors"
+	"github.com/prometheus/client_golang/prometheus/promhttp"
+)
+
+// httpState is the HTTP side: Prometheus metrics and health endpoints.
+type httpState struct {
+	reg          *prometheus.Registry
+	batchSeconds prometheus.Histogram
+
+	mu  sync.Mutex
+	srv *http.Server
+}
+
+func (s *Server) initMetrics() {
+	h := &s.http
+	h.reg = prometheus.NewRegistry()
+	h.batchSeconds = prometheus.NewHistogram(prometheus.HistogramOpts{
+		Name: "sluice_pipeline_duration_seconds",
+		Help: "Time to execute one pipeline of commands read together and commit its writes (observed once per pipeline, not per command).",
+		// 10µs to ~1.3s: a cached reduce takes microseconds, an fsync
+		// in --fsync always a millisecond or more.
+		Buckets: prometheus.ExponentialBuckets(10e-6, 2, 18),
+	})
+	build := prometheus.NewGaugeVec(prometheus.GaugeOpts{
+		Name: "sluice_build_info",
+		Help: "Always 1; the labels give the version of sluice and of Go.",
+	}, []string{"version", "goversion"})
+	build.WithLabelValues(s.cfg.Version, runtime.Version()).Set(1)
+	h.reg.MustRegister(
+		h.batchSeconds,
+		build,
+		(*serverCollector)(s),
+		collectors.NewGoCollector(),
+		collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}),
+	)
+}
+
+// ServeHTTP serves /metrics, /healthz and /readyz on ln until Close, over
+// TLS when the server has TLS. Client certificates are checked when given
+// but not required, so that probes and scrapers without one still work.
+func (s *Server) ServeHTTP(ln net.Listener) error {
+	mux := http.NewServeMux()
+	mux.Handle("GET /metrics", promhttp.HandlerFor(s.http.reg, promhttp.HandlerOpts{ErrorLog: nil}))
+	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, _ *http.Request) {
+		w.Header().Set("Content-Type", "text/plain; charset=utf-8")
+		_, _ = w.Write([]byte("ok\n"))
+	})
+	mux.HandleFunc("GET /readyz", func(w http.ResponseWriter, _ *http.Request) {
+		w.Header().Set("Content-Type", "text/plain; charset=utf-8")
+		if reason := s.notReady(); reason != "" {
+			w.WriteHeader(http.StatusServiceUnavailable)
+			_, _ = w.Write([]byte(reason + "\n"))
+			return
+		}
+		_, _ = w.Write([]byte("ready\n"))
+	})
+	srv := &http.Server{
+		Handler:           mux,
+		ReadHeaderTimeout: 10 * time.Second,
+		IdleTimeout:       2 * time.Minute,
+	}
+	if s.tls != nil {
+		srv.TLSConfig = &tls.Config{
+			MinVersion: tls.VersionTLS12,
+			GetConfigForClient: func(*tls.ClientHelloInfo) (*tls.Config, error) {
+				c := s.tls.cur.Load().Clone()
+				if c.ClientAuth == tls.RequireAndVerifyClientCert {
+					c.ClientAuth = tls.VerifyClientCertIfGiven
+				}
+				return c, nil
+			},
+		}
+	}
+	s.http.mu.Lock()
+	if s.closing.Load() || s.http.srv != nil {
+		s.http.mu.Unlock()
+		return net.ErrClosed
+	}
+	s.http.srv = srv
+	s.http.mu.Unlock()
+	s.log.Info("serving HTTP", "addr", ln.Addr().String(), "tls", s.tls != nil)
+	var err error
+	if s.tls != nil {
+		err = srv.ServeTLS(ln, "", "")
+	} else {
+		err = srv.Serve(ln)
+	}
+	if errors.Is(err, http.ErrServerClosed) {
+		return nil
+	}
+	return err
+}
+
+// closeHTTP stops the HTTP side; Close calls it last, so that /readyz
+// answers 503 while connections drain.
+func (s *Server) closeHTTP() {
+	s.http.mu.Lock()
+	srv := s.http.srv
+	s.http.srv = &http.Server{} // ServeHTTP after Close refuses
+	s.http.mu.Unlock()
+	if srv != nil && srv.Handler != nil {
+		ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+		defer cancel()
+		_ = srv.Shutdown(ctx)
+	}
+}
+
+// notReady says why the server should get no traffic, or "" when it should.
+func (s *Server) notReady() string {
+	switch {
+	case s.closing.Load():
+		return "shutting down"
+	case s.store.Failed() != nil:
+		return "store failed: " + s.store.Failed().Error()
+	case s.store.Unavailable() != nil:
+		return "store unavailable: " + s.store.Unavailable().Error()
+	}
+	return ""
+}
+
+// serverCollector turns the server's and the store's counters into
+// metrics at scrape time, so that commands only bump plain counters.
+type serverCollector Server
+
+var (
+	descCommands = prometheus.NewDesc("sluice_commands_total",
+		"Commands executed, by command and result: allowed or denied for limit commands that take tokens, ok for the others, error for error replies.",
+		[]string{"command", "result"}, nil)
+	descUnknown     = prometheus.NewDesc("sluice_unknown_commands_total", "Commands not known to sluice.", nil, nil)
+	descConns       = prometheus.NewDesc("sluice_connections", "Connections open now.", nil, nil)
+	descConnsTotal  = prometheus.NewDesc("sluice_connections_total", "Connections accepted and served.", nil, nil)
+	descRejected    = prometheus.NewDesc("sluice_rejected_connections_total", "Connections refused, by reason: maxclients or protected_mode.", []string{"reason"}, nil)
+	descIdleClosed  = prometheus.NewDesc("sluice_idle_closed_connections_total", "Connections closed by --timeout.", nil, nil)
+	descOverflows   = prometheus.NewDesc("sluice_reply_buffer_overflows_total", "Connections closed because a pipeline's replies exceeded --max-reply-buffer.", nil, nil)
+	descAuthFail    = prometheus.NewDesc("sluice_auth_failures_total", "AUTH and HELLO AUTH attempts with a wrong user or password.", nil, nil)
+	descProtoErrors = prometheus.NewDesc("sluice_protocol_errors_total", "Connections closed for malformed or oversized RESP.", nil, nil)
+	descNetIn       = prometheus.NewDesc("sluice_net_input_bytes_total", "Bytes read from clients.", nil, nil)
+	descNetOut      = prometheus.NewDesc("sluice_net_output_bytes_total", "Bytes written to clients.", nil, nil)
+	descStoreErrors = prometheus.NewDesc("sluice_store_error_replies_total", "Commands answered with a store error.", nil, nil)
+	descStoreAllow  = prometheus.NewDesc("sluice_store_error_allowed_total", "Commands answered normally despite a store error (--on-store-error allow).", nil, nil)
+	descPanics      = prometheus.NewDesc("sluice_handler_panics_total", "Commands that panicked (each closes its connection).", nil, nil)
+
+	descFsyncs        = prometheus.NewDesc("sluice_fsyncs_total", "fsyncs of the store's log.", nil, nil)
+	descFsyncSeconds  = prometheus.NewDesc("sluice_fsync_seconds_total", "Time spent in fsyncs of the store's log.", nil, nil)
+	descLastFsync     = prometheus.NewDesc("sluice_last_fsync_timestamp_seconds", "Unix time of the last fsync of the log; everything written before it survives a crash.", nil, nil)
+	descCommitRounds  = prometheus.NewDesc("sluice_commit_rounds_total", "Batches the committer wrote to the store.", nil, nil)
+	descKeysWritten   = prometheus.NewDesc("sluice_keys_written_total", "Bucket states the committer wrote to the store.", nil, nil)
+	descQueued        = prometheus.NewDesc("sluice_commit_queue_keys", "Keys waiting for the committer.", nil, nil)
+	descBuckets       = prometheus.NewDesc("sluice_buckets", "Buckets stored (counted at start, kept up to date).", nil, nil)
+	descUnavailable   = prometheus.NewDesc("sluice_store_unavailable", "1 while writes to the data directory fail and changes are refused.", nil, nil)
+	descFailed        = prometheus.NewDesc("sluice_store_failed", "1 once a write failed for good; a restart is needed.", nil, nil)
+	descWriteRetries  = prometheus.NewDesc("sluice_store_write_retries_total", "Failed writes to the data directory that were retried.", nil, nil)
+	descReadErrors    = prometheus.NewDesc("sluice_store_read_errors_total", "Failed reads of the store.", nil, nil)
+	descCacheEntries  = prometheus.NewDesc("sluice_bucket_cache_entries", "Bucket states held in memory.", nil, nil)
+	descCacheLookups  = prometheus.NewDesc("sluice_bucket_cache_lookups_total", "Bucket lookups, by result: hit (in memory) or miss.", []string{"result"}, nil)
+	descFilterSkips   = prometheus.NewDesc("sluice_key_filter_skips_total", "Misses the key filter answered as new buckets without a disk read.", nil, nil)
+	descDisk          = prometheus.NewDesc("sluice_store_disk_bytes", "Bytes of every file of the store.", nil, nil)
+	descTables        = prometheus.NewDesc("sluice_store_table_bytes", "Bytes of the store's sorted tables.", nil, nil)
+	descWAL           = prometheus.NewDesc("sluice_store_wal_bytes", "Bytes of the store's write-ahead log.", nil, nil)
+	descMemtable      = prometheus.NewDesc("sluice_store_memtable_bytes", "Bytes of memtables.", nil, nil)
+	descBlockCache    = prometheus.NewDesc("sluice_store_block_cache_bytes", "Bytes held by the block cache.", nil, nil)
+	descBlockLookups  = prometheus.NewDesc("sluice_store_block_cache_lookups_total", "Block cache lookups, by result: hit or miss.", []string{"result"}, nil)
+	descCompactDebt   = prometheus.NewDesc("sluice_store_compaction_debt_bytes", "Estimated bytes compactions still have to rewrite.", nil, nil)
+	descCompactions   = prometheus.NewDesc("sluice_store_compactions_total", "Compactions done.", nil, nil)
+	descSweepScanned  = prometheus.NewDesc("sluice_sweep_scanned_total", "Buckets the idle sweep examined.", nil, nil)
+	descSweepDeleted  = prometheus.NewDesc("sluice_sweep_deleted_total", "Idle buckets the sweep deleted.", nil, nil)
+	descSweepRunning  = prometheus.NewDesc("sluice_sweep_running", "1 while a sweep pass runs.", nil, nil)
+	descSweepLast     = prometheus.NewDesc("sluice_sweep_last_end_timestamp_seconds", "Unix time the last sweep pass ended; 0 before the first.", nil, nil)
+	descSweepDuration = prometheus.NewDesc("sluice_sweep_last_duration_seconds", "Duration of the last sweep pass.", nil, nil)
+	descCheckpoint    = prometheus.NewDesc("sluice_last_checkpoint_timestamp_seconds", "Unix time of the last CHECKPOINT (the start time before the first).", nil, nil)
+)
+
+// Describe implements prometheus.Collector.
+func (sc *serverCollector) Describe(ch chan<- *prometheus.Desc) {
+	prometheus.DescribeByCollect(sc, ch)
+}
+
+// Collect implements prometheus.Collector.
+func (sc *serverCollector) Collect(ch chan<- prometheus.Metric) {
+	s := (*Server)(sc)
+	counter := func(d *prometheus.Desc, v int64, labels ...string) {
+		ch <- prometheus.MustNewConstMetric(d, prometheus.CounterValue, float64(v), labels...)
+	}
+	gauge := func(d *prometheus.Desc, v float64, labels ...string) {
+		ch <- prometheus.MustNewConstMetric(d, prometheus.GaugeValue, v, labels...)
+	}
+	for _, cmd := range s.cmds {
+		calls, errs := cmd.stat.calls.Load(), cmd.stat.errors.Load()
+		allowed, denied := cmd.stat.allowed.Load(), cmd.stat.denied.Load()
+		if calls == 0 {
+			continue
+		}
+		counter(descCommands, calls-errs-allowed-denied, cmd.name, "ok")
+		counter(descCommands, errs, cmd.name, "error")
+		if takesTokens(cmd.name) {
+			counter(descCommands, allowed, cmd.name, "allowed")
+			counter(descCommands, denied, cmd.name, "denied")
+		}
+	}
+	st := &s.stats
+	counter(descUnknown, st.unknownCommands.Load())
+	s.mu.Lock()
+	open := len(s.mu.clients)
+	s.mu.Unlock()
+	gauge(descConns, float64(open))
+	counter(descConnsTotal, st.connsTotal.Load())
+	counter(descRejected, st.rejectedMax.Load(), "maxclients")
+	counter(descRejected, st.rejectedDenied.Load(), "protected_mode")
+	counter(descIdleClosed, st.idleClosed.Load())
+	counter(descOverflows, st.replyOverflows.Load())
+	counter(descAuthFail, st.authFailures.Load())
+	counter(descProtoErrors, st.protocolErrors.Load())
+	counter(descNetIn, st.netIn.Load())
+	counter(descNetOut, st.netOut.Load())
+	counter(descStoreErrors, st.storeErrors.Load())
+	counter(descStoreAllow, st.storeAllowed.Load())
+	counter(descPanics, st.panics.Load())
+
+	ss := s.store.Stats()
+	counter(descFsyncs, ss.Fsyncs)
+	ch <- prometheus.MustNewConstMetric(descFsyncSeconds, prometheus.CounterValue, ss.FsyncTime.Seconds())
+	last := 0.0
+	if !ss.LastSync.IsZero() {
+		last = float64(ss.LastSync.UnixMilli()) / 1000
+	}
+	gauge(descLastFsync, last)
+	counter(descCommitRounds, ss.Rounds)
+	counter(descKeysWritten, ss.KeysWritten)
+	gauge(descQueued, float64(ss.Queued))
+	gauge(descBuckets, float64(ss.Records))
+	gauge(descUnavailable, b2f(ss.Unavailable != nil))
+	gauge(descFailed, b2f(ss.Failed != nil))
+	counter(descWriteRetries, ss.WriteRetries)
+	counter(descReadErrors, ss.ReadErrors)
+	gauge(descCacheEntries, float64(ss.CacheEntries))
+	counter(descCacheLookups, ss.CacheHits, "hit")
+	counter(descCacheLookups, ss.CacheMisses, "miss")
+	counter(descFilterSkips, ss.FilterSkips)
+	gauge(descDisk, float64(ss.DiskBytes))
+	gauge(descTables, float64(ss.TableBytes))
+	gauge(descWAL, float64(ss.WALBytes))
+	gauge(descMemtable, float64(ss.MemTableBytes))
+	gauge(descBlockCache, float64(ss.BlockCacheBytes))
+	counter(descBlockLookups, ss.BlockCacheHits, "hit")
+	counter(descBlockLookups, ss.BlockCacheMisses, "miss")
+	gauge(descCompactDebt, float64(ss.CompactionDebt))
+	counter(descCompactions, ss.Compactions)
+	counter(descSweepScanned, ss.SweepScanned)
+	counter(descSweepDeleted, ss.SweepDeleted)
+	sw := &s.sweep
+	gauge(descSweepRunning, b2f(sw.running.Load()))
+	gauge(descSweepLast, float64(sw.lastAt.Load())/1000)
+	gauge(descSweepDuration, time.Duration(sw.lastTook.Load()).Seconds())
+	gauge(descCheckpoint, float64(s.lastSave.Load()))
+}
+
+// takesTokens reports whether a command decides allowed or denied.
+func takesTokens(name string) bool {
+	switch name {
+	case "rl.reduce", "rl.preduce", "rl.sessionize", "rl.psessionize":
+		return true
+	}
+	return false
+}
+
+func b2f(b bool) float64 {
+	if b {
+		return 1
+	}
+	return 0
+}

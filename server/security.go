@@ -1,0 +1,158 @@
+package server
+
+import (
+	"crypto/sha256"
+	"crypto/subtle"
+	"crypto/tls"
+	"crypto/x509"
+	"errors"
+	"fmt"
+	"net"
+	"os"
+	"sync/atomic"
+)
+
+// TLSFiles names the PEM files of the server's TLS identity. With CA set,
+// clients must present a certificate signed by it.
+type TLSFiles struct {
+	Cert, Key string
+	CA        string // optional
+}
+
+// tlsState holds the loaded certificates; Reload swaps them while
+// connections stay open, new handshakes use the new ones.
+type tlsState struct {
+	files TLSFiles
+	cur   atomic.Pointer[tls.Config]
+}
+
+func newTLSState(f TLSFiles) (*tlsState, error) {
+	if f.Cert == "" || f.Key == "" {
+		return nil, errors.New("server: TLS needs both a certificate and a key file")
+	}
+	t := &tlsState{files: f}
+	if err := t.load(); err != nil {
+		return nil, err
+	}
+	return t, nil
+}
+
+func (t *tlsState) load() error {
+	cert, err := tls.LoadX509KeyPair(t.files.Cert, t.files.Key)
+	if err != nil {
+		return fmt.Errorf("server: load TLS certificate %s and key %s: %w", t.files.Cert, t.files.Key, err)
+	}
+	c := &tls.Config{Certificates: []tls.Certificate{cert}, MinVersion: tls.VersionTLS12}
+	if t.files.CA != "" {
+		pem, err := os.ReadFile(t.files.CA)
+		if err != nil {
+			return fmt.Errorf("server: read TLS CA file: %w", err)
+		}
+		pool := x509.NewCertPool()
+		if !pool.AppendCertsFromPEM(pem) {
+			return fmt.Errorf("server: TLS CA file %s holds no PEM certificate", t.files.CA)
+		}
+		c.ClientCAs, c.ClientAuth = pool, tls.RequireAndVerifyClientCert
+	}
+	t.cur.Store(c)
+	return nil
+}
+
+// config is the listener's configuration: every handshake asks for the
+// current one.
+func (t *tlsState) config() *tls.Config {
+	return &tls.Config{
+		MinVersion: tls.VersionTLS12,
+		GetConfigForClient: func(*tls.ClientHelloInfo) (*tls.Config, error) {
+			return t.cur.Load(), nil
+		},
+	}
+}
+
+// ReloadTLS reads the TLS files again, for SIGHUP after a certificate
+// renewal. Open connections keep their session; on an error the old
+// certificates stay in use.
+func (s *Server) ReloadTLS() error {
+	if s.tls == nil {
+		return nil
+	}
+	if err := s.tls.load(); err != nil {
+		s.log.Error("TLS reload failed; keeping the certificates in use", "err", err)
+		return err
+	}
+	s.log.Info("TLS certificates reloaded", "cert", s.tls.files.Cert)
+	return nil
+}
+
+// clientCertsRequired reports whether TLS admits only clients with a
+// certificate from the configured CA.
+func (s *Server) clientCertsRequired() bool {
+	return s.tls != nil && s.tls.files.CA != ""
+}
+
+// protected reports whether protected mode applies: on, and neither a
+// password nor client certificates keep strangers out.
+func (s *Server) protected() bool {
+	return !s.cfg.AllowRemoteWithoutAuth && s.cfg.Password == "" && !s.clientCertsRequired()
+}
+
+const deniedMessage = "DENIED sluice is running in protected mode because protected mode is enabled and no password is set. " +
+	"In this mode connections are only accepted from the loopback interface. To accept others, set a password " +
+	"(--requirepass or --requirepass-file), require TLS client certificates (--tls-ca), or, if this server is " +
+	"only reachable from a network you trust, start it with --protected-mode no."
+
+func isLoopback(a net.Addr) bool {
+	switch a := a.(type) {
+	case *net.TCPAddr:
+		return a.IP.IsLoopback()
+	case *net.UnixAddr:
+		return true
+	}
+	host, _, err := net.SplitHostPort(a.String())
+	if err != nil {
+		return false
+	}
+	ip := net.ParseIP(host)
+	return ip != nil && ip.IsLoopback()
+}
+
+// warnIfExposed logs loudly when the listener is reachable from other
+// machines and nothing but the network keeps strangers out.
+func (s *Server) warnIfExposed(a net.Addr) {
+	if s.cfg.Password != "" || s.clientCertsRequired() {
+		return
+	}
+	if ta, ok := a.(*net.TCPAddr); ok && ta.IP.IsLoopback() {
+		return
+	}
+	if s.cfg.AllowRemoteWithoutAuth {
+		s.log.Warn("WARNING: listening on a non-loopback address with no password and no TLS client certificates, and protected mode is off: anyone who can reach this port can use and exhaust every limit",
+			"addr", a.String())
+		return
+	}
+	s.log.Warn("WARNING: listening on a non-loopback address with no password and no TLS client certificates: protected mode refuses every client that is not on loopback (set --requirepass-file, or --tls-ca, or --protected-mode no)",
+		"addr", a.String())
+}
+
+// checkAuth compares a user and password with the configuration in
+// constant time. The only user is "default", as in Redis without ACLs.
+func (s *Server) checkAuth(user, pass []byte) bool {
+	h := sha256.Sum256(pass)
+	okPass := subtle.ConstantTimeCompare(h[:], s.passHash[:]) == 1
+	return okPass && string(user) == "default" && s.cfg.Password != ""
+}
+
+// allowedBeforeAuth are the commands a client may send before AUTH.
+func allowedBeforeAuth(name string) bool {
+	switch name {
+	case "auth", "hello", "ping", "quit":
+		return true
+	}
+	return false
+}
+
+var (
+	errNoAuth    = replyErr("NOAUTH Authentication required.")
+	errWrongPass = replyErr("WRONGPASS invalid username-password pair or user is disabled.")
+	errNoPass    = replyErr("ERR AUTH <password> called without any password configured for the default user. Are you sure your configuration is correct?")
+)
