@@ -20,7 +20,6 @@ import (
 	"io"
 	"os"
 	"slices"
-	"strconv"
 	"strings"
 )
 
@@ -65,8 +64,12 @@ type options struct {
 	compare     string
 	scenario    string
 	writeDocs   string
-	w           workload
-	set         map[string]bool
+	serverBin   string
+	// The sweep scenario's own.
+	sweepBuckets int64
+	rounds       int
+	w            workload
+	set          map[string]bool
 }
 
 func main() {
@@ -87,7 +90,10 @@ func mainErr(args []string, stdout, stderr io.Writer) error {
 	fs.BoolVar(&o.spawn, "spawn", false, "build and start sluice with a fresh data directory, and report its CPU and peak RSS")
 	fs.StringVar(&o.serverFlags, "server-flags", "", "extra flags for the sluice the harness starts, e.g. \"--fsync always\"")
 	fs.StringVar(&o.compare, "compare", "", "also run the workload against redis-server: INCR and the EVALSHA token bucket (value: redis)")
-	fs.StringVar(&o.scenario, "scenario", "", "preset: "+strings.Join(scenarioNames(), ", ")+", or all")
+	fs.StringVar(&o.scenario, "scenario", "", "preset: "+strings.Join(scenarioNames(), ", ")+", or all (these five); or sweep (the idle sweep, sluice alone)")
+	fs.StringVar(&o.serverBin, "server-bin", "", "a sluice binary to start instead of building ./cmd/sluice")
+	fs.Int64Var(&o.sweepBuckets, "sweep-buckets", 10_000_000, "with --scenario sweep: buckets in each store swept")
+	fs.IntVar(&o.rounds, "rounds", 2, "with --scenario sweep: runs of the workload with the sweep off then on, on each store")
 	fs.StringVar(&o.writeDocs, "write-docs", "", "write the results table and a PNG chart into this markdown file (between its bench markers)")
 	fs.IntVar(&o.w.Conns, "conns", 50, "connections")
 	fs.IntVar(&o.w.Pipeline, "pipeline", 16, "commands per round trip")
@@ -107,6 +113,22 @@ func mainErr(args []string, stdout, stderr io.Writer) error {
 	if o.compare != "" && o.compare != "redis" {
 		return fmt.Errorf("--compare %q: the only comparison is redis", o.compare)
 	}
+	if o.scenario == "sweep" {
+		sc, err := sweepScenario(o)
+		if err != nil {
+			return err
+		}
+		rep, err := runSweep(o, sc, stdout)
+		if err != nil {
+			return err
+		}
+		fmt.Fprintln(stdout)
+		fmt.Fprint(stdout, sweepMarkdown(rep))
+		if o.writeDocs != "" {
+			return writeSweepDocs(o.writeDocs, rep, args)
+		}
+		return nil
+	}
 	var list []scenario
 	switch o.scenario {
 	case "":
@@ -116,7 +138,7 @@ func mainErr(args []string, stdout, stderr io.Writer) error {
 	default:
 		s, ok := findScenario(o.scenario)
 		if !ok {
-			return fmt.Errorf("--scenario %q: want one of %s, or all", o.scenario, strings.Join(scenarioNames(), ", "))
+			return fmt.Errorf("--scenario %q: want one of %s, all or sweep", o.scenario, strings.Join(scenarioNames(), ", "))
 		}
 		list = []scenario{s}
 	}
@@ -248,15 +270,11 @@ func runScenario(o options, sc scenario, log io.Writer) (scenarioReport, error) 
 		rep.Results = append(rep.Results, res)
 		return rep, nil
 	}
-	tmp, err := os.MkdirTemp("", "bench-sluice-")
+	tmp, bin, err := workDir(o, "bench-sluice-")
 	if err != nil {
 		return rep, err
 	}
 	defer os.RemoveAll(tmp)
-	bin, err := buildSluice(tmp)
-	if err != nil {
-		return rep, err
-	}
 	flags := append(append([]string{}, sc.SluiceFlags...), strings.Fields(o.serverFlags)...)
 	rep.SluiceArgs = flags
 	dataDir := tmp + "/data"
@@ -276,15 +294,8 @@ func runScenario(o options, sc scenario, log io.Writer) (scenarioReport, error) 
 	rep.Results = append(rep.Results, res)
 	if _, err := ss.do("COMPACT"); err != nil {
 		fmt.Fprintf(log, "   COMPACT: %v\n", err)
-	} else if info, err := ss.do("INFO", "storage"); err == nil {
-		for _, l := range strings.Split(info, "\r\n") {
-			if v, ok := strings.CutPrefix(l, "table_bytes:"); ok {
-				rep.TableBytes, _ = strconv.ParseInt(v, 10, 64)
-			}
-			if v, ok := strings.CutPrefix(l, "buckets:"); ok {
-				rep.Buckets, _ = strconv.ParseInt(v, 10, 64)
-			}
-		}
+	} else if info, err := ss.info("storage"); err == nil {
+		rep.TableBytes, rep.Buckets = info.int("table_bytes"), info.int("buckets")
 	}
 	ss.stop()
 	rep.DataBytes = dirSize(dataDir)
@@ -295,16 +306,11 @@ func runScenario(o options, sc scenario, log io.Writer) (scenarioReport, error) 
 }
 
 func redisVersion(s *server) (string, error) {
-	info, err := s.do("INFO", "server")
+	info, err := s.info("server")
 	if err != nil {
 		return "", err
 	}
-	for _, l := range strings.Split(info, "\r\n") {
-		if v, ok := strings.CutPrefix(l, "redis_version:"); ok {
-			return v, nil
-		}
-	}
-	return "", nil
+	return info["redis_version"], nil
 }
 
 func ms(h interface{ ValueAtQuantile(float64) int64 }, q float64) string {

@@ -34,6 +34,35 @@ func freeAddr() (string, error) {
 	return ln.Addr().String(), nil
 }
 
+// workDir makes a temporary directory for a run and puts the sluice binary
+// in it (or finds --server-bin). The caller removes the directory.
+func workDir(o options, prefix string) (dir, bin string, err error) {
+	dir, err = os.MkdirTemp("", prefix)
+	if err != nil {
+		return "", "", err
+	}
+	if bin, err = sluiceBinary(o, dir); err != nil {
+		os.RemoveAll(dir)
+		return "", "", err
+	}
+	return dir, bin, nil
+}
+
+// sluiceBinary is --server-bin if given, else ./cmd/sluice built into dir.
+func sluiceBinary(o options, dir string) (string, error) {
+	if o.serverBin == "" {
+		return buildSluice(dir)
+	}
+	bin, err := filepath.Abs(o.serverBin)
+	if err != nil {
+		return "", err
+	}
+	if _, err := os.Stat(bin); err != nil {
+		return "", fmt.Errorf("--server-bin: %w", err)
+	}
+	return bin, nil
+}
+
 // buildSluice compiles ./cmd/sluice into dir; the harness runs from the
 // repository root.
 func buildSluice(dir string) (string, error) {

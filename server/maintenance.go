@@ -22,10 +22,15 @@ import (
 // pass starts SweepInterval after the previous one ended, and each pass
 // goes on from the key where the last step stopped.
 
-// Defaults for the sweep.
+// Defaults for the sweep. Deleting is what costs live traffic: on the
+// 2-core development machine, with a workload saturating both cores and a
+// store whose buckets were all idle, 100000/s cost a third of the
+// throughput, and 20000/s stayed within the noise at 400k buckets but cost
+// about a quarter at 10M (docs/benchmarks.md, "Idle sweep"). At 20000/s a
+// pass over 10M buckets takes about 8 minutes.
 const (
 	DefaultSweepInterval = 10 * time.Minute
-	DefaultSweepRate     = 100_000
+	DefaultSweepRate     = 20_000
 )
 
 // sweepStep is the most records one Sweep call examines: small enough that
