@@ -27,6 +27,9 @@ func (f *fieldSet) set(name, text string) (problem string) {
 		f.r.MatchPolicy, problem = parseMatchPolicy(text)
 	case "label":
 		f.r.Label = text
+		if text != "" && !validLabel(text) {
+			problem = fmt.Sprintf("label %q does not match ^[a-zA-Z0-9_-]{1,255}$", text)
+		}
 	case "comment":
 		f.r.Comment = text
 	default:

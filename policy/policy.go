@@ -158,7 +158,7 @@ func (r *Rule) fail(line int, format string, args ...any) *ValidationError {
 
 // newPolicy validates rules, as parsed from file, and compiles them. The
 // loaders have already checked what one rule can say about itself
-// (integers, matchPolicy, duplicate keys); newPolicy checks the rest.
+// (integers, matchPolicy, labels, duplicate keys); newPolicy checks the rest.
 func newPolicy(file string, rules []Rule) (*Policy, error) {
 	if len(rules) == 0 {
 		return nil, &ValidationError{File: file, Problem: "no rules; a rule file needs at least a default rule ([default] or \"default\")"}
@@ -173,9 +173,6 @@ func newPolicy(file string, rules []Rule) (*Policy, error) {
 		r.conds = compile(r.Operation)
 		r.id = identity(r, ids)
 		if r.Label != "" {
-			if !validLabel(r.Label) {
-				return nil, r.fail(0, "label %q does not match ^[a-zA-Z0-9_-]{1,255}$", r.Label)
-			}
 			if j, dup := labels[r.Label]; dup {
 				return nil, r.fail(0, "label %q is already used by rule %d; labels must be unique", r.Label, j)
 			}

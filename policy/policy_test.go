@@ -384,9 +384,9 @@ func TestValidationErrors(t *testing.T) {
 		{"json negative", "t.json", `{"default": {"creditLimit": -3, "resetSeconds": 1}}`, `t.json:1: rule 1 [default]: creditLimit is -3; expected a non-negative integer`},
 		{"json bool count", "t.json", `{"default": {"creditLimit": true, "resetSeconds": 1}}`, `t.json:1: rule 1 [default]: creditLimit is true; expected a non-negative integer`},
 		// Labels and matchPolicy.
-		{"bad label", "t.ini", "[default]\nlabel = 'a b'\n" + iniBody, `t.ini:1: rule 1 [default]: label "a b" does not match ^[a-zA-Z0-9_-]{1,255}$`},
+		{"bad label", "t.ini", "[default]\nlabel = 'a b'\n" + iniBody, `t.ini:2: rule 1 [default]: label "a b" does not match ^[a-zA-Z0-9_-]{1,255}$`},
 		{"long label", "t.ini", "[default]\nlabel = " + strings.Repeat("x", 256) + "\n" + iniBody,
-			`t.ini:1: rule 1 [default]: label "` + strings.Repeat("x", 256) + `" does not match ^[a-zA-Z0-9_-]{1,255}$`},
+			`t.ini:2: rule 1 [default]: label "` + strings.Repeat("x", 256) + `" does not match ^[a-zA-Z0-9_-]{1,255}$`},
 		{"duplicate label", "t.ini", "[a=1]\nlabel = x\n" + iniBody + "[default]\nlabel = x\n" + iniBody,
 			`t.ini:5: rule 2 [default]: label "x" is already used by rule 1; labels must be unique`},
 		{"bad matchPolicy", "t.ini", "[default]\nmatchPolicy = Stop\n" + iniBody, `t.ini:2: rule 1 [default]: matchPolicy is "Stop"; expected stop or canary`},

@@ -38,6 +38,7 @@ type client struct {
 	// replyStart is where the reply of the command being executed begins.
 	replyStart int
 	rl         rlMutator
+	hit        hitter
 	key        []byte
 	lname      [32]byte
 
@@ -102,6 +103,8 @@ func commandTable() map[string]*command {
 		{name: "compact", arity: 1, flags: []string{"admin"}, run: cmdCompact},
 		{name: "checkpoint", arity: -1, flags: []string{"admin"}, run: cmdCheckpoint},
 		{name: "lastsave", arity: 1, flags: []string{"fast"}, run: cmdLastSave},
+		{name: "hit", arity: -1, flags: []string{"write", "fast"}, run: cmdHit},
+		{name: "policy", arity: 2, flags: []string{"admin"}, run: cmdPolicy},
 	}
 	m := make(map[string]*command, len(list))
 	for i, c := range list {

@@ -13,12 +13,15 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
+
+	"github.com/sluicehq/sluice/policy"
 )
 
 // httpState is the HTTP side: Prometheus metrics and health endpoints.
 type httpState struct {
 	reg          *prometheus.Registry
 	batchSeconds prometheus.Histogram
+	hitSeconds   prometheus.Histogram
 
 	mu  sync.Mutex
 	srv *http.Server
@@ -34,6 +37,13 @@ func (s *Server) initMetrics() {
 		// in --fsync always a millisecond or more.
 		Buckets: prometheus.ExponentialBuckets(10e-6, 2, 18),
 	})
+	h.hitSeconds = prometheus.NewHistogram(prometheus.HistogramOpts{
+		Name: "divvy_hit_duration_seconds",
+		Help: "Time to execute the HIT lines read together from one line-protocol connection, commit their writes and send the replies (observed once per round: each hit in it waited that long).",
+		// divvy's own buckets were Prometheus' defaults; these reach down
+		// to the microseconds a hit takes here.
+		Buckets: prometheus.ExponentialBuckets(10e-6, 2, 18),
+	})
 	build := prometheus.NewGaugeVec(prometheus.GaugeOpts{
 		Name: "sluice_build_info",
 		Help: "Always 1; the labels give the version of sluice and of Go.",
@@ -41,6 +51,7 @@ func (s *Server) initMetrics() {
 	build.WithLabelValues(s.cfg.Version, runtime.Version()).Set(1)
 	h.reg.MustRegister(
 		h.batchSeconds,
+		h.hitSeconds,
 		build,
 		(*serverCollector)(s),
 		collectors.NewGoCollector(),
@@ -180,6 +191,13 @@ var (
 	descSweepRunning  = prometheus.NewDesc("sluice_sweep_running", "1 while a sweep pass runs.", nil, nil)
 	descSweepLast     = prometheus.NewDesc("sluice_sweep_last_end_timestamp_seconds", "Unix time the last sweep pass ended; 0 before the first.", nil, nil)
 	descSweepDuration = prometheus.NewDesc("sluice_sweep_last_duration_seconds", "Duration of the last sweep pass.", nil, nil)
+	descDivvyHits     = prometheus.NewDesc("divvy_hits_total", "Hits by outcome (accepted, rejected, canary-accepted, canary-rejected) and the label of the rule that gave it, over RESP and the line protocol.", []string{"status", "rule_label"}, nil)
+	descDivvyErrors   = prometheus.NewDesc("divvy_errors_total", "ERR replies of the line protocol, by code; each closes its connection.", []string{"code"}, nil)
+	descDivvyConns    = prometheus.NewDesc("divvy_tcp_connections_total", "Line-protocol connections open now (a gauge, named as divvy named it).", nil, nil)
+	descDivvyAccepted = prometheus.NewDesc("sluice_divvy_connections_total", "Line-protocol connections accepted.", nil, nil)
+	descPolicyRules   = prometheus.NewDesc("sluice_policy_rules", "Rules of the policy in use; 0 without one.", nil, nil)
+	descPolicyLoaded  = prometheus.NewDesc("sluice_policy_loaded_timestamp_seconds", "Unix time the policy in use was loaded; 0 without one.", nil, nil)
+	descPolicyReloads = prometheus.NewDesc("sluice_policy_reloads_total", "Policy reloads, by result: ok, or failed (the file was bad and the rules in use were kept).", []string{"result"}, nil)
 	descCheckpoint    = prometheus.NewDesc("sluice_last_checkpoint_timestamp_seconds", "Unix time of the last CHECKPOINT (the start time before the first).", nil, nil)
 )
 
@@ -265,12 +283,32 @@ func (sc *serverCollector) Collect(ch chan<- prometheus.Metric) {
 	gauge(descSweepLast, float64(sw.lastAt.Load())/1000)
 	gauge(descSweepDuration, time.Duration(sw.lastTook.Load()).Seconds())
 	gauge(descCheckpoint, float64(s.lastSave.Load()))
+
+	ps := &s.pol
+	for _, hc := range s.labelCounts() {
+		counter(descDivvyHits, hc.accepted.Load(), "accepted", hc.label)
+		counter(descDivvyHits, hc.rejected.Load(), "rejected", hc.label)
+		counter(descDivvyHits, hc.canaryAccepted.Load(), "canary-accepted", hc.label)
+		counter(descDivvyHits, hc.canaryRejected.Load(), "canary-rejected", hc.label)
+	}
+	counter(descDivvyErrors, ps.errUnknownCommand.Load(), policy.CodeUnknownCommand)
+	counter(descDivvyErrors, ps.errUnknown.Load(), policy.CodeUnknown)
+	gauge(descDivvyConns, float64(s.divvy.open.Load()))
+	counter(descDivvyAccepted, s.divvy.total.Load())
+	rules, loaded := 0.0, 0.0
+	if lp := ps.cur.Load(); lp != nil {
+		rules, loaded = float64(len(lp.counts)), float64(lp.at.UnixMilli())/1000
+	}
+	gauge(descPolicyRules, rules)
+	gauge(descPolicyLoaded, loaded)
+	counter(descPolicyReloads, ps.reloads.Load(), "ok")
+	counter(descPolicyReloads, ps.reloadFailures.Load(), "failed")
 }
 
 // takesTokens reports whether a command decides allowed or denied.
 func takesTokens(name string) bool {
 	switch name {
-	case "rl.reduce", "rl.preduce", "rl.sessionize", "rl.psessionize":
+	case "rl.reduce", "rl.preduce", "rl.sessionize", "rl.psessionize", "hit":
 		return true
 	}
 	return false

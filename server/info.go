@@ -13,7 +13,7 @@ import (
 // answers like. Client libraries read redis_version to pick features.
 const redisCompatVersion = "7.2.0"
 
-var infoSections = []string{"server", "clients", "stats", "persistence", "storage", "keyspace"}
+var infoSections = []string{"server", "clients", "stats", "persistence", "storage", "policy", "keyspace"}
 
 // cmdInfo implements INFO [section ...] in Redis' "# Section" and
 // "key:value" format. Unknown sections are left out, as in Redis.
@@ -181,6 +181,9 @@ func (s *Server) writeInfo(b *strings.Builder, section string) {
 		kv("last_sweep_duration_ms", i64(sw.lastTook.Load()/int64(time.Millisecond)))
 		kv("sweep_scanned_total", i64(st.SweepScanned))
 		kv("sweep_deleted_total", i64(st.SweepDeleted))
+	case "policy":
+		b.WriteString("# Policy\r\n")
+		s.policyInfo(kv)
 	case "keyspace":
 		b.WriteString("# Keyspace\r\n")
 		// As in Redis, an empty database is not listed.

@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/sluicehq/sluice/bucket"
+	"github.com/sluicehq/sluice/policy"
 	"github.com/sluicehq/sluice/storage"
 )
 
@@ -58,6 +59,10 @@ type sweeper struct {
 func (s *Server) idleFunc() func(key, val []byte) bool {
 	now := s.clock().UnixMilli()
 	return func(key, val []byte) bool {
+		if len(key) > 0 && key[0] == policy.CounterKeyPrefix {
+			w, err := policy.DecodeWindow(val)
+			return err == nil && w.Expired(now)
+		}
 		p, _, err := bucket.ParseKey(key)
 		if err != nil {
 			return false
@@ -159,9 +164,14 @@ func (s *Server) sweepPass(rate int, stop <-chan struct{}) error {
 // cmdCompact sweeps the whole store now, unpaced, then compacts it, and
 // answers when both are done.
 func cmdCompact(s *Server, c *client, args [][]byte) {
-	// The connection's own changes so far go first, so the sweep and the
-	// compaction see them.
+	// The connection's own changes so far go first, and every change
+	// committed before the command is written to Pebble, so that the sweep
+	// and the compaction see them.
 	if err := c.batch.Commit(); err != nil {
+		s.replyErr(c, s.maintenanceErr("compact", err))
+		return
+	}
+	if err := s.store.Flush(); err != nil {
 		s.replyErr(c, s.maintenanceErr("compact", err))
 		return
 	}

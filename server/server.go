@@ -27,6 +27,7 @@ import (
 	"github.com/tidwall/redcon"
 
 	"github.com/sluicehq/sluice/bucket"
+	"github.com/sluicehq/sluice/policy"
 	"github.com/sluicehq/sluice/storage"
 )
 
@@ -52,7 +53,7 @@ type Config struct {
 	// negative turns the background sweep off (COMPACT still sweeps).
 	SweepInterval time.Duration
 	// SweepRate is the most records the background sweep examines per
-	// second; default 100000, negative for no limit.
+	// second; default 20000, negative for no limit.
 	SweepRate int
 	// BackupDir is where CHECKPOINT writes; default "sluice-backups".
 	BackupDir string
@@ -88,6 +89,24 @@ type Config struct {
 	MaxReplyBuffer int
 	// TLS, when set, serves RESP (and HTTP) over TLS only.
 	TLS *TLSFiles
+
+	// PolicyFile is a divvy rule file (.ini or .json) for HIT and the line
+	// protocol. New loads it and fails with its validation error;
+	// ReloadPolicy reads it again. Empty: no rules, and HIT answers an
+	// error.
+	PolicyFile string
+	// DivvyMaxLine is the longest line the line protocol accepts, without
+	// its line end; default 64 KiB. A longer one is answered
+	// `ERR unknown "line too long"` and the connection is closed.
+	DivvyMaxLine int
+	// DivvyMaxPipeline is the most HIT lines executed, and replies held,
+	// per round: a client that pipelines more waits for the replies of
+	// the first ones before the rest are read. Default 1024.
+	DivvyMaxPipeline int
+	// DivvyIdleTimeout closes a line-protocol connection that sends
+	// nothing, or does not take its replies, for this long; zero never
+	// does.
+	DivvyIdleTimeout time.Duration
 }
 
 // Defaults for Config.
@@ -121,6 +140,8 @@ type Server struct {
 	passHash [32]byte  // of cfg.Password, compared in constant time
 	http     httpState
 	lastSave atomic.Int64 // unix seconds of the last CHECKPOINT, or of the start
+	pol      policyState
+	divvy    divvyState
 
 	mu struct {
 		sync.Mutex
@@ -198,6 +219,12 @@ func New(cfg Config) (*Server, error) {
 	if cfg.MaxReplyBuffer <= 0 {
 		cfg.MaxReplyBuffer = DefaultMaxReplyBuffer
 	}
+	if cfg.DivvyMaxLine <= 0 {
+		cfg.DivvyMaxLine = DefaultDivvyMaxLine
+	}
+	if cfg.DivvyMaxPipeline <= 0 {
+		cfg.DivvyMaxPipeline = DefaultDivvyMaxPipeline
+	}
 	var id [20]byte
 	_, _ = rand.Read(id[:])
 	s := &Server{
@@ -216,6 +243,12 @@ func New(cfg Config) (*Server, error) {
 		s.tls = t
 	}
 	s.passHash = sha256.Sum256([]byte(cfg.Password))
+	if cfg.PolicyFile != "" {
+		s.pol.file = cfg.PolicyFile
+		if err := s.loadPolicy(); err != nil {
+			return nil, err
+		}
+	}
 	s.cmds = commandTable()
 	s.initMetrics()
 	s.done = make(chan struct{})
@@ -278,6 +311,12 @@ func (s *Server) Close() error {
 	defer close(s.done)
 	defer s.closeHTTP() // last: /readyz answers 503 while connections drain
 	s.stopSweeper()     // also ends a running COMPACT early
+	divvyDone := make(chan struct{})
+	go func() {
+		s.closeDivvy()
+		close(divvyDone)
+	}()
+	defer func() { <-divvyDone }()
 	s.mu.Lock()
 	rs, ln := s.mu.rs, s.mu.ln
 	guards := make([]*guardConn, 0, len(s.mu.guards))
@@ -429,10 +468,15 @@ func (s *Server) handle(rc redcon.Conn, first redcon.Command) {
 	c.out = c.out[:0]
 	c.writes = c.writes[:0]
 	n := s.execAll(c)
+	committed := true
 	if c.batch.Pending() {
 		if err := c.batch.Commit(); err != nil && !s.allowDespite(err, len(c.writes)) {
 			s.failWrites(c, err)
+			committed = false
 		}
+	}
+	if len(c.hit.done) > 0 {
+		c.hit.countHits(committed)
 	}
 	rc.WriteRaw(c.out)
 	clear(c.cmds) // let redcon's per-command buffers go
@@ -541,8 +585,8 @@ func (s *Server) errorText(err error) string {
 		return "ERR store unavailable: a write to the data directory failed; see the server log"
 	case errors.Is(err, errCorruptState):
 		s.stats.storeErrors.Add(1)
-		s.log.Error("stored bucket state is corrupt", "err", err)
-		return "ERR stored bucket state is corrupt; see the server log"
+		s.log.Error("stored state is corrupt", "err", err)
+		return "ERR stored state is corrupt; see the server log"
 	case errors.Is(err, errStoreRead):
 		s.stats.storeErrors.Add(1)
 		s.log.Error("store read failed", "err", err)
@@ -553,7 +597,7 @@ func (s *Server) errorText(err error) string {
 }
 
 var (
-	errCorruptState = errors.New("corrupt bucket state")
+	errCorruptState = errors.New("corrupt stored state")
 	errStoreRead    = errors.New("store read")
 )
 
@@ -582,7 +626,7 @@ func wrapStoreErr(err error) error {
 	if errors.As(err, &re) {
 		return err
 	}
-	if errors.Is(err, bucket.ErrCorrupt) {
+	if errors.Is(err, bucket.ErrCorrupt) || errors.Is(err, policy.ErrCorrupt) {
 		return fmt.Errorf("%w: %w", errCorruptState, err)
 	}
 	return fmt.Errorf("%w: %w", errStoreRead, err)

@@ -19,6 +19,7 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/sluicehq/sluice/policy"
 	"github.com/sluicehq/sluice/server"
 	"github.com/sluicehq/sluice/storage"
 )
@@ -75,6 +76,12 @@ type config struct {
 	logFormat       string
 	logLevel        string
 	showVersion     bool
+
+	policyFile       string
+	divvyAddr        string
+	divvyMaxLine     byteSize
+	divvyMaxPipeline int
+	divvyTimeout     int
 }
 
 func newFlagSet(cfg *config, stderr io.Writer) *flag.FlagSet {
@@ -87,6 +94,7 @@ func newFlagSet(cfg *config, stderr io.Writer) *flag.FlagSet {
 	cfg.cacheSize = storage.DefaultCacheSize
 	cfg.memtableSize = storage.DefaultMemTableSize
 	cfg.keyFilterSize = storage.DefaultKeyFilter
+	cfg.divvyMaxLine = server.DefaultDivvyMaxLine
 	fs.StringVar(&cfg.addr, "addr", "127.0.0.1:9049", "RESP listen address (host:port; port 0 picks a free one)")
 	fs.StringVar(&cfg.data, "data", "./sluice-data", "data directory, created if missing")
 	fs.StringVar(&cfg.fsync, "fsync", "everysec", "durability: always (reply after fsync), everysec (lose at most ~1s on a crash), no (the OS decides)")
@@ -115,6 +123,11 @@ func newFlagSet(cfg *config, stderr io.Writer) *flag.FlagSet {
 	fs.StringVar(&cfg.backupDir, "backup-dir", "./sluice-backups", "directory where CHECKPOINT writes its copies of the store")
 	fs.StringVar(&cfg.logFormat, "log-format", "text", "log format: text or json")
 	fs.StringVar(&cfg.logLevel, "log-level", "info", "log level: debug, info, warn or error")
+	fs.StringVar(&cfg.policyFile, "policy", "", "divvy rule file (.ini or .json) for HIT and the line protocol; reloaded on SIGHUP and POLICY RELOAD")
+	fs.StringVar(&cfg.divvyAddr, "divvy-addr", "", "listen address for divvy's line protocol (conventionally 127.0.0.1:8321); empty turns it off")
+	fs.Var(&cfg.divvyMaxLine, "divvy-max-line", "longest line the divvy line protocol accepts")
+	fs.IntVar(&cfg.divvyMaxPipeline, "divvy-max-pipeline", server.DefaultDivvyMaxPipeline, "most HIT lines of one divvy connection executed before their replies are sent and more are read")
+	fs.IntVar(&cfg.divvyTimeout, "divvy-timeout", 300, "close a divvy connection idle for this many seconds; 0 never does")
 	fs.BoolVar(&cfg.showVersion, "version", false, "print the version and exit")
 	fs.Usage = func() {
 		fmt.Fprintf(fs.Output(), "Usage: sluice [flags]\n       sluice inspect [flags]   (lists stored buckets offline; see sluice inspect --help)\n\nsluice is a persistent rate-limit server that speaks the Redis protocol.\nEvery flag can also be set with the environment variable shown; a flag on\nthe command line wins.\n\n")
@@ -166,12 +179,20 @@ func parseConfig(args []string, lookupEnv func(string) (string, bool), stderr io
 	if fs.NArg() > 0 {
 		return cfg, fmt.Errorf("unexpected argument %q: sluice takes only flags (see --help)", fs.Arg(0))
 	}
-	if cfg.maxArgs < 1 {
-		return cfg, fmt.Errorf("--max-args %d: want at least 1", cfg.maxArgs)
+	for name, v := range map[string]int{"max-args": cfg.maxArgs, "maxclients": cfg.maxClients, "divvy-max-pipeline": cfg.divvyMaxPipeline} {
+		if v < 1 {
+			return cfg, fmt.Errorf("--%s %d: want at least 1", name, v)
+		}
 	}
-	for name, v := range map[string]byteSize{"max-bulk": cfg.maxBulk, "max-inline": cfg.maxInline, "max-query-buffer": cfg.maxQueryBuffer, "cache-size": cfg.cacheSize, "memtable-size": cfg.memtableSize} {
+	for name, v := range map[string]byteSize{"max-bulk": cfg.maxBulk, "max-inline": cfg.maxInline, "max-query-buffer": cfg.maxQueryBuffer, "max-reply-buffer": cfg.maxReplyBuffer,
+		"cache-size": cfg.cacheSize, "memtable-size": cfg.memtableSize, "divvy-max-line": cfg.divvyMaxLine} {
 		if v < 1 {
 			return cfg, fmt.Errorf("--%s %d: want at least 1 byte", name, v)
+		}
+	}
+	for name, v := range map[string]int{"timeout": cfg.timeout, "divvy-timeout": cfg.divvyTimeout} {
+		if v < 0 {
+			return cfg, fmt.Errorf("--%s %d: want 0 (never) or a number of seconds", name, v)
 		}
 	}
 	if cfg.cacheBuckets < 0 {
@@ -192,15 +213,6 @@ func parseConfig(args []string, lookupEnv func(string) (string, bool), stderr io
 	if cfg.protectedMode != "yes" && cfg.protectedMode != "no" {
 		return cfg, fmt.Errorf("--protected-mode %q: want yes or no", cfg.protectedMode)
 	}
-	if cfg.maxClients < 1 {
-		return cfg, fmt.Errorf("--maxclients %d: want at least 1", cfg.maxClients)
-	}
-	if cfg.timeout < 0 {
-		return cfg, fmt.Errorf("--timeout %d: want 0 (never) or a number of seconds", cfg.timeout)
-	}
-	if cfg.maxReplyBuffer < 1 {
-		return cfg, fmt.Errorf("--max-reply-buffer %d: want at least 1 byte", cfg.maxReplyBuffer)
-	}
 	if cfg.requirePass != "" && cfg.requirePassFile != "" {
 		return cfg, errors.New("--requirepass and --requirepass-file: give one, not both")
 	}
@@ -209,6 +221,9 @@ func parseConfig(args []string, lookupEnv func(string) (string, bool), stderr io
 	}
 	if cfg.tlsCA != "" && cfg.tlsCert == "" {
 		return cfg, errors.New("--tls-ca needs --tls-cert and --tls-key")
+	}
+	if cfg.divvyAddr != "" && cfg.policyFile == "" {
+		return cfg, errors.New("--divvy-addr needs --policy: the line protocol answers HITs from a rule file")
 	}
 	if cfg.onStoreError != "deny" && cfg.onStoreError != "allow" {
 		return cfg, fmt.Errorf("--on-store-error %q: want deny or allow", cfg.onStoreError)
@@ -267,6 +282,13 @@ func run(ctx context.Context, args []string, lookupEnv func(string) (string, boo
 	if err != nil {
 		return err
 	}
+	if cfg.policyFile != "" {
+		// Refuse a bad rule file before opening the store, which can take
+		// a while.
+		if _, err := policy.Load(cfg.policyFile); err != nil {
+			return fmt.Errorf("--policy: %w", err)
+		}
+	}
 	var tlsFiles *server.TLSFiles
 	if cfg.tlsCert != "" {
 		tlsFiles = &server.TLSFiles{Cert: cfg.tlsCert, Key: cfg.tlsKey, CA: cfg.tlsCA}
@@ -303,6 +325,11 @@ func run(ctx context.Context, args []string, lookupEnv func(string) (string, boo
 		IdleTimeout:            time.Duration(cfg.timeout) * time.Second,
 		MaxReplyBuffer:         int(cfg.maxReplyBuffer),
 		TLS:                    tlsFiles,
+
+		PolicyFile:       cfg.policyFile,
+		DivvyMaxLine:     int(cfg.divvyMaxLine),
+		DivvyMaxPipeline: cfg.divvyMaxPipeline,
+		DivvyIdleTimeout: time.Duration(cfg.divvyTimeout) * time.Second,
 	})
 	if err != nil {
 		store.Close()
@@ -321,17 +348,38 @@ func run(ctx context.Context, args []string, lookupEnv func(string) (string, boo
 			return fmt.Errorf("listen on --http-addr %s: %w", cfg.httpAddr, err)
 		}
 	}
-	httpAddr := ""
+	var divvyLn net.Listener
+	if cfg.divvyAddr != "" {
+		if divvyLn, err = net.Listen("tcp", cfg.divvyAddr); err != nil {
+			ln.Close()
+			if httpLn != nil {
+				httpLn.Close()
+			}
+			store.Close()
+			return fmt.Errorf("listen on --divvy-addr %s: %w", cfg.divvyAddr, err)
+		}
+	}
+	httpAddr, divvyAddr := "", ""
 	if httpLn != nil {
 		httpAddr = httpLn.Addr().String()
 	}
-	log.Info("sluice starting", "version", buildVersion(), "addr", ln.Addr().String(), "http_addr", httpAddr, "data", cfg.data, "fsync", mode.String(), "auth", password != "", "tls", tlsFiles != nil)
-	serveErr := make(chan error, 2)
+	if divvyLn != nil {
+		divvyAddr = divvyLn.Addr().String()
+	}
+	log.Info("sluice starting", "version", buildVersion(), "addr", ln.Addr().String(), "http_addr", httpAddr, "divvy_addr", divvyAddr, "policy", cfg.policyFile, "data", cfg.data, "fsync", mode.String(), "auth", password != "", "tls", tlsFiles != nil)
+	serveErr := make(chan error, 3)
 	go func() { serveErr <- srv.Serve(ln) }()
 	if httpLn != nil {
 		go func() {
 			if err := srv.ServeHTTP(httpLn); err != nil {
 				serveErr <- fmt.Errorf("HTTP: %w", err)
+			}
+		}()
+	}
+	if divvyLn != nil {
+		go func() {
+			if err := srv.ServeDivvy(divvyLn); err != nil {
+				serveErr <- fmt.Errorf("divvy line protocol: %w", err)
 			}
 		}()
 	}
@@ -349,6 +397,9 @@ wait:
 			break wait
 		case <-hup:
 			_ = srv.ReloadTLS() // logs the outcome
+			if cfg.policyFile != "" {
+				_ = srv.ReloadPolicy() // logs the outcome; a bad file keeps the rules in use
+			}
 		}
 	}
 	srv.Close()

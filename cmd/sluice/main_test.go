@@ -39,8 +39,9 @@ type proc struct {
 	exited chan struct{}
 	err    error // exit status, valid after exited is closed
 	logs   *bytes.Buffer
-	// httpAddr is the HTTP listener's address, set before addr is.
-	httpAddr string
+	// httpAddr and divvyAddr are the HTTP and line-protocol listeners'
+	// addresses, set before addr is.
+	httpAddr, divvyAddr string
 }
 
 // startProc starts sluice on 127.0.0.1:0 with the data directory dir and
@@ -68,12 +69,13 @@ func startProc(t *testing.T, dir string, flags ...string) *proc {
 			p.logs.WriteByte('\n')
 			mu.Unlock()
 			var line struct {
-				Msg      string `json:"msg"`
-				Addr     string `json:"addr"`
-				HTTPAddr string `json:"http_addr"`
+				Msg       string `json:"msg"`
+				Addr      string `json:"addr"`
+				HTTPAddr  string `json:"http_addr"`
+				DivvyAddr string `json:"divvy_addr"`
 			}
 			if json.Unmarshal(sc.Bytes(), &line) == nil && line.Msg == "sluice starting" {
-				p.httpAddr = line.HTTPAddr
+				p.httpAddr, p.divvyAddr = line.HTTPAddr, line.DivvyAddr
 				addrc <- line.Addr
 			}
 		}

@@ -1,0 +1,353 @@
+package server
+
+import (
+	"bytes"
+	"errors"
+	"io"
+	"net"
+	"sync"
+	"sync/atomic"
+	"syscall"
+	"time"
+
+	"github.com/sluicehq/sluice/policy"
+	"github.com/sluicehq/sluice/storage"
+)
+
+// The divvy line protocol: one HIT per line, one reply line per request in
+// order, ERR then close on a bad line. Lines read together are executed as
+// one round: their writes are committed once, and only then are their
+// replies written, as for a RESP pipeline.
+
+// Defaults for the line protocol's limits.
+const (
+	DefaultDivvyMaxLine     = 64 << 10
+	DefaultDivvyMaxPipeline = 1024
+)
+
+// divvyState is the line-protocol listener and its connections.
+type divvyState struct {
+	open  atomic.Int64 // connections open (divvy_tcp_connections_total)
+	total atomic.Int64 // connections accepted
+	wg    sync.WaitGroup
+	// guarded by Server.mu
+	ln    net.Listener
+	conns map[*divvyConn]struct{}
+}
+
+// divvyConn is one line-protocol connection.
+type divvyConn struct {
+	s        *Server
+	nc       net.Conn
+	draining atomic.Bool
+	buf      []byte
+	out      []byte
+	batch    *storage.Batch
+	h        hitter
+}
+
+// ServeDivvy accepts line-protocol connections on ln until Close. It
+// returns nil after Close. The line protocol has no authentication: in
+// protected mode (the default) it serves loopback clients only.
+func (s *Server) ServeDivvy(ln net.Listener) error {
+	s.mu.Lock()
+	if s.closing.Load() {
+		s.mu.Unlock()
+		return net.ErrClosed
+	}
+	if s.divvy.ln != nil {
+		s.mu.Unlock()
+		return ErrServing
+	}
+	s.divvy.ln = ln
+	s.mu.Unlock()
+	s.log.Info("serving the divvy line protocol", "addr", ln.Addr().String(), "policy", s.pol.file)
+	if s.cfg.Password != "" || s.clientCertsRequired() {
+		s.log.Warn("the divvy line protocol has no AUTH and no TLS: anyone who can reach its address can use it", "addr", ln.Addr().String())
+	}
+	var delay time.Duration
+	for {
+		nc, err := ln.Accept()
+		if err != nil {
+			if s.closing.Load() {
+				return nil
+			}
+			var ne net.Error
+			if errors.As(err, &ne) && ne.Timeout() || errors.Is(err, syscall.EMFILE) || errors.Is(err, syscall.ENFILE) {
+				// Out of file descriptors, for example: wait, as net/http does.
+				delay = min(max(2*delay, 5*time.Millisecond), time.Second)
+				s.log.Warn("divvy accept failed; retrying", "err", err, "in", delay)
+				time.Sleep(delay)
+				continue
+			}
+			return err
+		}
+		delay = 0
+		if d := s.admitDivvy(nc); d != nil {
+			go d.serve()
+		}
+	}
+}
+
+// divvyAddr is the line protocol's address, or "" when it is off.
+func (s *Server) divvyAddr() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.divvy.ln == nil {
+		return ""
+	}
+	return s.divvy.ln.Addr().String()
+}
+
+// admitDivvy registers a new connection, or answers and closes it when
+// --maxclients (shared with RESP) is reached, protected mode refuses it,
+// or the server is closing.
+func (s *Server) admitDivvy(nc net.Conn) *divvyConn {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	var reason string
+	switch {
+	case s.closing.Load():
+		reason = "server is shutting down"
+	case len(s.mu.guards)+len(s.divvy.conns) >= s.cfg.MaxClients:
+		s.stats.rejectedMax.Add(1)
+		reason = "max number of clients reached"
+	case !s.cfg.AllowRemoteWithoutAuth && !isLoopback(nc.RemoteAddr()):
+		s.stats.rejectedDenied.Add(1)
+		reason = "DENIED: sluice is in protected mode and the divvy line protocol has no authentication; it serves clients on loopback only unless started with --protected-mode no"
+	default:
+		d := &divvyConn{s: s, nc: nc, batch: s.store.NewBatch()}
+		if s.divvy.conns == nil {
+			s.divvy.conns = make(map[*divvyConn]struct{})
+		}
+		s.divvy.conns[d] = struct{}{}
+		s.divvy.wg.Add(1)
+		s.divvy.open.Add(1)
+		s.divvy.total.Add(1)
+		s.stats.connsTotal.Add(1)
+		return d
+	}
+	s.pol.errUnknown.Add(1)
+	go func() {
+		_ = nc.SetDeadline(time.Now().Add(time.Second))
+		_, _ = nc.Write((&policy.ProtocolError{Code: policy.CodeUnknown, Reason: reason}).AppendReply(nil))
+		_ = nc.Close()
+	}()
+	return nil
+}
+
+// closeDivvy stops accepting, asks every connection to finish its round
+// and close, and waits for them until ShutdownTimeout, then closes the
+// ones left. Close calls it.
+func (s *Server) closeDivvy() {
+	s.mu.Lock()
+	ln := s.divvy.ln
+	conns := make([]*divvyConn, 0, len(s.divvy.conns))
+	for d := range s.divvy.conns {
+		conns = append(conns, d)
+	}
+	s.mu.Unlock()
+	if ln != nil {
+		_ = ln.Close()
+	}
+	for _, d := range conns {
+		d.draining.Store(true)
+		_ = d.nc.SetReadDeadline(time.Now())
+	}
+	done := make(chan struct{})
+	go func() {
+		s.divvy.wg.Wait()
+		close(done)
+	}()
+	select {
+	case <-done:
+	case <-time.After(s.cfg.ShutdownTimeout):
+		s.mu.Lock()
+		for d := range s.divvy.conns {
+			_ = d.nc.Close()
+		}
+		s.mu.Unlock()
+		<-done
+	}
+}
+
+func (d *divvyConn) serve() {
+	s := d.s
+	defer func() {
+		_ = d.nc.Close()
+		s.mu.Lock()
+		delete(s.divvy.conns, d)
+		s.mu.Unlock()
+		s.divvy.open.Add(-1)
+		s.divvy.wg.Done()
+	}()
+	defer func() {
+		if r := recover(); r != nil {
+			s.stats.panics.Add(1)
+			s.log.Error("divvy line panicked; closing the connection", "remote", d.nc.RemoteAddr().String(), "panic", r)
+		}
+	}()
+	maxLine := s.cfg.DivvyMaxLine
+	// Room for one whole line and its "\r\n", or more, so that a read
+	// brings in many pipelined lines.
+	d.buf = make([]byte, max(maxLine+2, 16<<10))
+	start, end := 0, 0
+	eof := false
+	for {
+		if bytes.IndexByte(d.buf[start:end], '\n') >= 0 || (eof && end > start) {
+			var stop bool
+			start, stop = d.round(start, end, eof)
+			if stop {
+				return
+			}
+			continue
+		}
+		if eof || d.draining.Load() {
+			return
+		}
+		if end-start > maxLine+1 { // a "\r" may still come before the "\n"
+			d.fail(policy.CodeUnknown, "line too long")
+			return
+		}
+		if start > 0 {
+			end = copy(d.buf, d.buf[start:end])
+			start = 0
+		}
+		if t := s.cfg.DivvyIdleTimeout; t > 0 {
+			_ = d.nc.SetReadDeadline(time.Now().Add(t))
+		}
+		if d.draining.Load() {
+			return
+		}
+		n, err := d.nc.Read(d.buf[end:])
+		end += n
+		if n > 0 {
+			s.stats.netIn.Add(int64(n))
+		}
+		switch {
+		case err == nil:
+		case errors.Is(err, io.EOF):
+			eof = true // a last line without "\n" is still executed
+		case isTimeout(err) && !d.draining.Load():
+			s.stats.idleClosed.Add(1)
+			return
+		default:
+			return
+		}
+	}
+}
+
+// round executes the complete lines in d.buf[start:end], at most
+// DivvyMaxPipeline of them, and, when eof, a last line without "\n";
+// commits their writes; and writes their replies. It returns where the
+// unread bytes start, and stop when the connection must close.
+func (d *divvyConn) round(start, end int, eof bool) (next int, stop bool) {
+	s := d.s
+	t0 := time.Now()
+	lp := s.pol.cur.Load()
+	d.out = d.out[:0]
+	firstWrite := -1
+	writes := 0
+	for n := 0; n < s.cfg.DivvyMaxPipeline && start < end && !stop; {
+		var line []byte
+		if i := bytes.IndexByte(d.buf[start:end], '\n'); i >= 0 {
+			line = d.buf[start : start+i]
+			start += i + 1
+		} else if eof {
+			line = d.buf[start:end]
+			start = end
+		} else {
+			break
+		}
+		if len(line) > 0 && line[len(line)-1] == '\r' {
+			line = line[:len(line)-1]
+		}
+		if len(line) > s.cfg.DivvyMaxLine {
+			d.out = d.errReply(policy.CodeUnknown, "line too long")
+			stop = true
+			break
+		}
+		cmd, req, err := policy.ParseLine(line, d.h.req)
+		if req != nil {
+			d.h.req = req
+		}
+		if err != nil {
+			var pe *policy.ProtocolError
+			if !errors.As(err, &pe) {
+				pe = &policy.ProtocolError{Code: policy.CodeUnknown, Reason: err.Error()}
+			}
+			d.out = d.errReply(pe.Code, pe.Reason)
+			stop = true
+			break
+		}
+		if cmd == policy.CmdNone {
+			continue
+		}
+		n++
+		if lp == nil {
+			d.out = d.errReply(policy.CodeUnknown, divvyReason(string(errNoPolicy)))
+			stop = true
+			break
+		}
+		mark, before := len(d.out), d.batch.Len()
+		out, err := s.hit(&d.h, lp, d.batch, s.clock().UnixMilli())
+		if err != nil {
+			d.out = d.errReply(policy.CodeUnknown, divvyReason(s.errorText(err)))
+			stop = true
+			break
+		}
+		if d.batch.Len() > before {
+			writes++
+			if firstWrite < 0 {
+				firstWrite = mark
+			}
+		}
+		d.out = out.AppendReply(d.out)
+	}
+	committed := true
+	if d.batch.Pending() {
+		if err := d.batch.Commit(); err != nil && !s.allowDespite(err, writes) {
+			// No reply may show a change that was not stored: the replies
+			// from the first write on become one error, and the connection
+			// closes, as after any ERR.
+			committed = false
+			if firstWrite >= 0 {
+				d.out = d.out[:firstWrite]
+			}
+			d.out = d.errReply(policy.CodeUnknown, divvyReason(s.errorText(err)))
+			stop = true
+		}
+	}
+	d.h.countHits(committed)
+	if len(d.out) > 0 {
+		if t := s.cfg.DivvyIdleTimeout; t > 0 {
+			_ = d.nc.SetWriteDeadline(time.Now().Add(t))
+		}
+		n, err := d.nc.Write(d.out)
+		s.stats.netOut.Add(int64(n))
+		if err != nil {
+			stop = true
+		}
+	}
+	s.http.hitSeconds.Observe(time.Since(t0).Seconds())
+	return start, stop
+}
+
+// errReply appends an ERR line to d.out and counts it.
+func (d *divvyConn) errReply(code, reason string) []byte {
+	switch code {
+	case policy.CodeUnknownCommand:
+		d.s.pol.errUnknownCommand.Add(1)
+	default:
+		d.s.pol.errUnknown.Add(1)
+	}
+	return (&policy.ProtocolError{Code: code, Reason: reason}).AppendReply(d.out)
+}
+
+// fail writes one ERR line, for a connection about to close.
+func (d *divvyConn) fail(code, reason string) {
+	d.out = d.errReply(code, reason)
+	_ = d.nc.SetWriteDeadline(time.Now().Add(time.Second))
+	n, _ := d.nc.Write(d.out)
+	d.s.stats.netOut.Add(int64(n))
+}

@@ -1,0 +1,362 @@
+package server
+
+import (
+	"errors"
+	"sort"
+	"strconv"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/sluicehq/sluice/policy"
+	"github.com/sluicehq/sluice/storage"
+)
+
+// Policy rules (divvy's model): HIT over RESP, the rules in use, their
+// reload, and the counters behind the divvy_* metrics. The line protocol is
+// in divvy.go; both execute hits with Server.hit.
+
+// loadedPolicy is a rule file in use, with the metric counters of its
+// rules. It is replaced as a whole on reload: a hit reads the pointer once,
+// so it never sees a mix of two files.
+type loadedPolicy struct {
+	p      *policy.Policy
+	counts []*hitCounts // by rule position - 1
+	at     time.Time
+}
+
+// hitCounts are the hits of the rules with one label, since the start.
+type hitCounts struct {
+	label                                              string
+	accepted, rejected, canaryAccepted, canaryRejected atomic.Int64
+}
+
+// policyState is the server's rules and their bookkeeping.
+type policyState struct {
+	file string // reloaded by ReloadPolicy; "" when there is no policy
+	cur  atomic.Pointer[loadedPolicy]
+
+	mu      sync.Mutex            // one load at a time
+	byLabel map[string]*hitCounts // kept across reloads, so counters never go back
+
+	reloads, reloadFailures atomic.Int64
+	lastErr                 atomic.Pointer[string] // of the last failed reload, until one succeeds
+
+	// divvy_errors_total, by code.
+	errUnknownCommand, errUnknown atomic.Int64
+}
+
+var errNoPolicy = replyErr("ERR no policy loaded: start sluice with --policy FILE (a divvy .ini or .json rule file)")
+
+// loadPolicy reads the rule file and puts it in use. It returns the
+// validation error, naming the file, rule and problem, and leaves the
+// rules in use as they were when the file is bad.
+func (s *Server) loadPolicy() error {
+	ps := &s.pol
+	ps.mu.Lock()
+	defer ps.mu.Unlock()
+	p, err := policy.Load(ps.file)
+	if err != nil {
+		return err
+	}
+	if ps.byLabel == nil {
+		ps.byLabel = make(map[string]*hitCounts)
+	}
+	rules := p.Rules()
+	lp := &loadedPolicy{p: p, counts: make([]*hitCounts, len(rules)), at: time.Now()}
+	for i, r := range rules {
+		hc := ps.byLabel[r.Label]
+		if hc == nil {
+			hc = &hitCounts{label: r.Label}
+			ps.byLabel[r.Label] = hc
+		}
+		lp.counts[i] = hc
+	}
+	ps.cur.Store(lp)
+	return nil
+}
+
+// ReloadPolicy reads the --policy file again and, if it is valid, puts it
+// in use at once for every new hit; hits under way finish with the rules
+// they started with. A bad file keeps the rules in use, is logged and
+// counted, and its error is returned. Without a policy file it does
+// nothing and returns errNoPolicy.
+func (s *Server) ReloadPolicy() error {
+	if s.pol.file == "" {
+		return errNoPolicy
+	}
+	if err := s.loadPolicy(); err != nil {
+		s.pol.reloadFailures.Add(1)
+		msg := err.Error()
+		s.pol.lastErr.Store(&msg)
+		s.log.Error("policy reload failed; keeping the rules in use", "file", s.pol.file, "err", err)
+		return err
+	}
+	s.pol.reloads.Add(1)
+	s.pol.lastErr.Store(nil)
+	s.log.Info("policy reloaded", "file", s.pol.file, "rules", len(s.pol.cur.Load().counts))
+	return nil
+}
+
+// hitter is one connection's reusable state for executing hits, so that a
+// hit allocates nothing.
+type hitter struct {
+	req      policy.Request
+	canaries []*policy.Rule
+	key      []byte
+	m        windowMutator
+	// done holds the outcomes of this round's hits until its writes are
+	// committed; the metrics count only what clients were told.
+	done []hitDone
+}
+
+type hitDone struct {
+	counts        *hitCounts
+	canary, wrote bool
+	allowed       bool
+}
+
+// windowMutator applies one hit of one rule to its stored window.
+type windowMutator struct {
+	rule *policy.Rule
+	now  int64
+	out  policy.Outcome
+	val  [policy.WindowLen]byte
+}
+
+// Mutate implements storage.Mutator.
+func (m *windowMutator) Mutate(old []byte, found bool) ([]byte, storage.Op, error) {
+	var w policy.Window
+	if found {
+		var err error
+		if w, err = policy.DecodeWindow(old); err != nil {
+			return nil, storage.Keep, err
+		}
+	}
+	next, write, out := m.rule.Hit(w, found, m.now)
+	m.out = out
+	if !write {
+		return nil, storage.Keep, nil
+	}
+	return policy.AppendWindow(m.val[:0], next), storage.Put, nil
+}
+
+// hit executes h.req at now (unix ms) under lp: each canary rule matched
+// before the deciding rule takes its credit, then the deciding rule
+// answers. Changes are queued in b; the caller commits them before it
+// answers.
+func (s *Server) hit(h *hitter, lp *loadedPolicy, b *storage.Batch, now int64) (policy.Outcome, error) {
+	decider, canaries := lp.p.Match(h.req, h.canaries[:0])
+	h.canaries = canaries
+	for _, r := range canaries {
+		if _, err := s.hitRule(h, lp, r, true, b, now); err != nil {
+			return policy.Outcome{}, err
+		}
+	}
+	return s.hitRule(h, lp, decider, false, b, now)
+}
+
+func (s *Server) hitRule(h *hitter, lp *loadedPolicy, r *policy.Rule, canary bool, b *storage.Batch, now int64) (policy.Outcome, error) {
+	d := hitDone{counts: lp.counts[r.Pos-1], canary: canary}
+	var out policy.Outcome
+	if r.Counted() {
+		h.m.rule, h.m.now = r, now
+		h.key = r.CounterKey(h.key[:0], h.req)
+		before := b.Len()
+		if err := b.Modify(h.key, &h.m); err != nil {
+			err = wrapStoreErr(err)
+			if !s.allowDespite(err, 1) {
+				return out, err
+			}
+			if errors.Is(err, errStoreRead) {
+				// The window could not be read: answer as for a new one.
+				_, _, _ = h.m.Mutate(nil, false)
+			}
+		}
+		out = h.m.out
+		d.wrote = b.Len() > before
+	} else {
+		_, _, out = r.Hit(policy.Window{}, false, now)
+	}
+	d.allowed = out.Allowed
+	h.done = append(h.done, d)
+	return out, nil
+}
+
+// countHits adds the round's hits to the metrics; with committed false
+// (the writes were not stored) only the hits that wrote nothing count.
+func (h *hitter) countHits(committed bool) {
+	for _, d := range h.done {
+		if !committed && d.wrote {
+			continue
+		}
+		switch {
+		case d.canary && d.allowed:
+			d.counts.canaryAccepted.Add(1)
+		case d.canary:
+			d.counts.canaryRejected.Add(1)
+		case d.allowed:
+			d.counts.accepted.Add(1)
+		default:
+			d.counts.rejected.Add(1)
+		}
+	}
+	h.done = h.done[:0]
+}
+
+// cmdHit implements HIT key=value [key=value ...]: the reply is
+// [allowed (1 or 0), credits left, seconds until the window resets].
+func cmdHit(s *Server, c *client, args [][]byte) {
+	lp := s.pol.cur.Load()
+	if lp == nil {
+		s.replyErr(c, errNoPolicy)
+		return
+	}
+	h := &c.hit
+	req, err := policy.ParseArgs(args[1:], h.req)
+	h.req = req
+	if err != nil {
+		var pe *policy.ProtocolError
+		if errors.As(err, &pe) {
+			err = replyErr("ERR HIT " + pe.Reason + "; expected HIT key=value [key=value ...]")
+		}
+		s.replyErr(c, err)
+		return
+	}
+	out, err := s.hit(h, lp, c.batch, s.clock().UnixMilli())
+	if err != nil {
+		s.replyErr(c, err)
+		return
+	}
+	if out.Allowed {
+		c.cur.allowed++
+		c.result = rlAllowed
+	} else {
+		c.cur.denied++
+		c.result = rlDenied
+	}
+	c.out = appendArray(c.out, 3)
+	c.out = appendInt(c.out, int64(b2i(out.Allowed)))
+	c.out = appendInt(c.out, out.CreditsLeft)
+	c.out = appendInt(c.out, out.SecondsUntilReset)
+}
+
+func b2i(b bool) int {
+	if b {
+		return 1
+	}
+	return 0
+}
+
+// cmdPolicy implements POLICY RELOAD and POLICY SHOW.
+func cmdPolicy(s *Server, c *client, args [][]byte) {
+	switch {
+	case len(args) == 2 && asciiEqualFold(args[1], "reload"):
+		if err := s.ReloadPolicy(); err != nil {
+			var ve *policy.ValidationError
+			if errors.As(err, &ve) || !errors.Is(err, errNoPolicy) {
+				err = replyErr("ERR " + oneLine(err.Error()) + "; the rules in use are kept")
+			}
+			s.replyErr(c, err)
+			return
+		}
+		c.out = appendSimple(c.out, "OK")
+	case len(args) == 2 && asciiEqualFold(args[1], "show"):
+		lp := s.pol.cur.Load()
+		if lp == nil {
+			s.replyErr(c, errNoPolicy)
+			return
+		}
+		rules := lp.p.Rules()
+		c.out = appendArray(c.out, len(rules))
+		for _, r := range rules {
+			c.out = appendRule(c.out, r)
+		}
+	default:
+		s.replyErr(c, replyErr("ERR unknown POLICY subcommand or wrong number of arguments; expected POLICY RELOAD or POLICY SHOW"))
+	}
+}
+
+// appendRule appends one rule of POLICY SHOW as a flat array of names and
+// values, in the fields' order in a rule file.
+func appendRule(out []byte, r *policy.Rule) []byte {
+	out = appendArray(out, 16)
+	out = appendBulkString(out, "position")
+	out = appendInt(out, int64(r.Pos))
+	out = appendBulkString(out, "operation")
+	out = appendBulkString(out, r.String())
+	out = appendBulkString(out, "creditLimit")
+	out = appendInt(out, r.CreditLimit)
+	out = appendBulkString(out, "resetSeconds")
+	out = appendInt(out, r.ResetSeconds)
+	out = appendBulkString(out, "actorField")
+	out = appendBulkString(out, r.ActorField)
+	out = appendBulkString(out, "matchPolicy")
+	out = appendBulkString(out, r.MatchPolicy.String())
+	out = appendBulkString(out, "label")
+	out = appendBulkString(out, r.Label)
+	out = appendBulkString(out, "comment")
+	return appendBulkString(out, r.Comment)
+}
+
+// oneLine keeps an error message fit for a one-line reply.
+func oneLine(s string) string {
+	b := []byte(s)
+	for i, c := range b {
+		if c == '\r' || c == '\n' {
+			b[i] = ' '
+		}
+	}
+	return string(b)
+}
+
+// policyInfo is INFO's policy section.
+func (s *Server) policyInfo(kv func(k, v string)) {
+	ps := &s.pol
+	lp := ps.cur.Load()
+	kv("policy_file", ps.file)
+	if lp != nil {
+		kv("policy_rules", strconv.Itoa(len(lp.counts)))
+		kv("policy_loaded_at", strconv.FormatInt(lp.at.Unix(), 10))
+	} else {
+		kv("policy_rules", "0")
+		kv("policy_loaded_at", "0")
+	}
+	kv("policy_reloads", strconv.FormatInt(ps.reloads.Load(), 10))
+	kv("policy_reload_failures", strconv.FormatInt(ps.reloadFailures.Load(), 10))
+	last := ""
+	if p := ps.lastErr.Load(); p != nil {
+		last = *p
+	}
+	kv("policy_last_reload_error", last)
+	kv("divvy_addr", s.divvyAddr())
+	kv("divvy_connections", strconv.FormatInt(s.divvy.open.Load(), 10))
+}
+
+// labelCounts returns the hit counters by label, sorted, for the metrics.
+func (s *Server) labelCounts() []*hitCounts {
+	ps := &s.pol
+	ps.mu.Lock()
+	out := make([]*hitCounts, 0, len(ps.byLabel))
+	for _, hc := range ps.byLabel {
+		out = append(out, hc)
+	}
+	ps.mu.Unlock()
+	sort.Slice(out, func(i, j int) bool { return out[i].label < out[j].label })
+	return out
+}
+
+// divvyReason is the quoted part of a line-protocol ERR for a server error:
+// errorText without its "ERR " and without characters the reply cannot hold.
+func divvyReason(text string) string {
+	if len(text) > 4 && text[:4] == "ERR " {
+		text = text[4:]
+	}
+	b := []byte(text)
+	for i, c := range b {
+		if c == '"' || c == '\n' || c == '\r' {
+			b[i] = '\''
+		}
+	}
+	return string(b)
+}
