@@ -703,3 +703,55 @@ func BenchmarkHitCommand(b *testing.B) {
 		}
 	}
 }
+
+// FuzzDivvyLines sends arbitrary bytes to the line protocol: the server
+// answers only whole reply lines, OK lines then at most one ERR line last,
+// and never hangs or crashes.
+func FuzzDivvyLines(f *testing.F) {
+	path := policyFile(f, "p.ini", "[path=/x ip=*]\ncreditLimit = 3\nresetSeconds = 60\nactorField = ip\n\n[path=/y]\ncreditLimit = 1\nresetSeconds = 0\nmatchPolicy = canary\n\n[default]\ncreditLimit = 0\nresetSeconds = 0\n")
+	srv := startServer(f, Config{PolicyFile: path, DivvyMaxLine: 256, DivvyMaxPipeline: 4})
+	addr := startDivvy(f, srv)
+	for _, seed := range []string{
+		"HIT path=/x ip=1\n", "hit\r\n\r\nHIT path=/y\n", "HIT \"a b\"=\"c=d\"\nHIT x=\"\n", "PING\nHIT\n",
+		"HIT a=b c", "HIT a=\"b\"c=d\n", strings.Repeat("HIT path=/x ip=2\n", 9), "\x00\xff=\n", strings.Repeat("x", 300),
+	} {
+		f.Add([]byte(seed))
+	}
+	f.Fuzz(func(t *testing.T, in []byte) {
+		conn, err := net.Dial("tcp", addr)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer conn.Close()
+		_ = conn.SetDeadline(time.Now().Add(20 * time.Second))
+		go func() {
+			conn.Write(in) // fails once the server closes after an ERR
+			conn.(*net.TCPConn).CloseWrite()
+		}()
+		out, err := io.ReadAll(conn)
+		if err != nil && !strings.Contains(err.Error(), "reset by peer") {
+			t.Fatalf("reading the replies: %v", err)
+		}
+		if len(out) > 0 && out[len(out)-1] != '\n' {
+			t.Fatalf("a reply is not a whole line: %q", out)
+		}
+		lines := strings.Split(strings.TrimSuffix(string(out), "\n"), "\n")
+		for i, l := range lines {
+			switch {
+			case l == "" && len(out) == 0:
+			case strings.HasPrefix(l, "OK "):
+				var ok bool
+				var n, secs int64
+				if _, err := fmt.Sscanf(l, "OK %t %d %d", &ok, &n, &secs); err != nil {
+					t.Fatalf("reply %q: %v", l, err)
+				}
+			case strings.HasPrefix(l, "ERR unknown"):
+				if i != len(lines)-1 {
+					t.Fatalf("replies after an ERR: %q", out)
+				}
+			default:
+				t.Fatalf("reply %q is neither OK nor ERR", l)
+			}
+		}
+	})
+}

@@ -78,7 +78,10 @@ func serveAt(t testing.TB, srv *Server, store *storage.Store, addr string) {
 
 func newClient(t testing.TB, srv *Server) *redis.Client {
 	t.Helper()
-	c := redis.NewClient(&redis.Options{Addr: srv.Addr().String(), MaxRetries: -1})
+	// Timeouts far beyond any reply: COMPACT of a large store under -race on
+	// a busy machine takes seconds, and go-redis' default is 3s. A hang
+	// still fails the test instead of blocking it.
+	c := redis.NewClient(&redis.Options{Addr: srv.Addr().String(), MaxRetries: -1, ReadTimeout: 2 * time.Minute, WriteTimeout: 2 * time.Minute})
 	t.Cleanup(func() { c.Close() })
 	return c
 }

@@ -95,7 +95,7 @@ func startProc(t *testing.T, dir string, flags ...string) *proc {
 }
 
 func (p *proc) client(t *testing.T) *redis.Client {
-	c := redis.NewClient(&redis.Options{Addr: p.addr, MaxRetries: -1})
+	c := redis.NewClient(&redis.Options{Addr: p.addr, MaxRetries: -1, ReadTimeout: 2 * time.Minute, WriteTimeout: 2 * time.Minute})
 	t.Cleanup(func() { c.Close() })
 	return c
 }
