@@ -40,6 +40,7 @@ type divvyConn struct {
 	s        *Server
 	nc       net.Conn
 	draining atomic.Bool
+	errSent  bool // an ERR was written: close gently, see lingerClose
 	buf      []byte
 	out      []byte
 	batch    *storage.Batch
@@ -174,6 +175,9 @@ func (s *Server) closeDivvy() {
 func (d *divvyConn) serve() {
 	s := d.s
 	defer func() {
+		if d.errSent {
+			d.lingerClose()
+		}
 		_ = d.nc.Close()
 		s.mu.Lock()
 		delete(s.divvy.conns, d)
@@ -188,9 +192,10 @@ func (d *divvyConn) serve() {
 		}
 	}()
 	maxLine := s.cfg.DivvyMaxLine
-	// Room for one whole line and its "\r\n", or more, so that a read
-	// brings in many pipelined lines.
-	d.buf = make([]byte, max(maxLine+2, 16<<10))
+	// 16 KiB brings in many pipelined lines per read; the buffer grows, up
+	// to one whole line and its "\r\n", only for a client that sends long
+	// lines.
+	d.buf = make([]byte, min(maxLine+2, 16<<10))
 	start, end := 0, 0
 	eof := false
 	for {
@@ -212,6 +217,11 @@ func (d *divvyConn) serve() {
 		if start > 0 {
 			end = copy(d.buf, d.buf[start:end])
 			start = 0
+		}
+		if end == len(d.buf) {
+			grown := make([]byte, min(2*len(d.buf), maxLine+2))
+			end = copy(grown, d.buf[:end])
+			d.buf = grown
 		}
 		if t := s.cfg.DivvyIdleTimeout; t > 0 {
 			_ = d.nc.SetReadDeadline(time.Now().Add(t))
@@ -333,8 +343,24 @@ func (d *divvyConn) round(start, end int, eof bool) (next int, stop bool) {
 	return start, stop
 }
 
+// lingerClose ends a connection after an ERR without losing the ERR: a
+// close with the client's unread lines still queued would send a TCP reset,
+// which can discard the reply before the client reads it. So it sends FIN
+// first, then reads and drops what the client still sends, for at most a
+// second or 1 MiB, before the caller closes.
+func (d *divvyConn) lingerClose() {
+	tc, ok := d.nc.(*net.TCPConn)
+	if !ok {
+		return
+	}
+	_ = tc.CloseWrite()
+	_ = tc.SetReadDeadline(time.Now().Add(time.Second))
+	_, _ = io.CopyN(io.Discard, tc, 1<<20)
+}
+
 // errReply appends an ERR line to d.out and counts it.
 func (d *divvyConn) errReply(code, reason string) []byte {
+	d.errSent = true
 	switch code {
 	case policy.CodeUnknownCommand:
 		d.s.pol.errUnknownCommand.Add(1)
