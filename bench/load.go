@@ -46,6 +46,7 @@ type workload struct {
 	Dist     string  // uniform, zipf or seq (every key once, in order, then again)
 	ZipfS    float64 // zipf exponent, > 1
 	GetPct   int     // share of RL.PGET among sluice commands, percent
+	HitPct   int     // share of HIT (policy rules) among sluice commands, percent
 	Take     int64
 	Max      int64
 	RefillMs int64
@@ -96,8 +97,25 @@ func (g *keyGen) next() int64 {
 	return g.rng.Int64N(g.w.Keys)
 }
 
-// appendCommand appends one request for t as a RESP array.
-func appendCommand(b []byte, t target, w workload, key int64, get bool, sha string) []byte {
+// Kinds of sluice command in a workload's mix.
+const (
+	opReduce = iota
+	opGet
+	opHit
+)
+
+// hitPolicy is the rule file a spawned sluice gets for a workload with
+// HIT: one counted rule per key, with the workload's limits (whole
+// seconds, at least one), and a default that denies.
+func hitPolicy(w workload) string {
+	return fmt.Sprintf("[path=/bench ip=*]\ncreditLimit = %d\nresetSeconds = %d\nactorField = ip\n\n[default]\ncreditLimit = 0\nresetSeconds = 0\n",
+		w.Max, max(1, w.RefillMs/1000))
+}
+
+// appendCommand appends one request for t as a RESP array: for sluice, op
+// picks RL.PREDUCE, RL.PGET or HIT path=/bench ip=<key>.
+func appendCommand(b []byte, t target, w workload, key int64, op int, sha string) []byte {
+	get := op == opGet
 	var kb [24]byte
 	k := strconv.AppendInt(append(kb[:0], "k:"...), key, 10)
 	switch t {
@@ -117,6 +135,11 @@ func appendCommand(b []byte, t target, w workload, key int64, get bool, sha stri
 			take = 0
 		}
 		return appendIntBulk(b, take)
+	}
+	if op == opHit {
+		b = append(b, "*3\r\n$3\r\nHIT\r\n$11\r\npath=/bench\r\n"...)
+		var ib [32]byte
+		return appendBulk(b, append(append(ib[:0], "ip="...), k...))
 	}
 	if get {
 		b = append(b, "*4\r\n$7\r\nRL.PGET\r\n"...)
@@ -230,8 +253,16 @@ func run(addr string, t target, w workload, sha string) (result, error) {
 				}
 				buf = buf[:0]
 				for range n {
-					get := w.GetPct > 0 && g.rng.IntN(100) < w.GetPct
-					buf = appendCommand(buf, t, w, g.next(), get, sha)
+					op := opReduce
+					if w.GetPct > 0 || w.HitPct > 0 {
+						switch r := g.rng.IntN(100); {
+						case r < w.GetPct:
+							op = opGet
+						case r < w.GetPct+w.HitPct:
+							op = opHit
+						}
+					}
+					buf = appendCommand(buf, t, w, g.next(), op, sha)
 				}
 				t0 := time.Now()
 				if _, err := c.Write(buf); err != nil {

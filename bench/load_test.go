@@ -39,15 +39,17 @@ func parseArray(t *testing.T, r *bufio.Reader) []string {
 func TestCommandsAreWellFormed(t *testing.T) {
 	w := workload{Take: 2, Max: 100, RefillMs: 60000}
 	var b []byte
-	b = appendCommand(b, targetSluice, w, 42, false, "")
-	b = appendCommand(b, targetSluice, w, 7, true, "")
-	b = appendCommand(b, targetRedisINCR, w, 9, false, "")
-	b = appendCommand(b, targetRedisLua, w, 3, false, "abc123")
-	b = appendCommand(b, targetRedisLua, w, 3, true, "abc123")
+	b = appendCommand(b, targetSluice, w, 42, opReduce, "")
+	b = appendCommand(b, targetSluice, w, 7, opGet, "")
+	b = appendCommand(b, targetSluice, w, 12345, opHit, "")
+	b = appendCommand(b, targetRedisINCR, w, 9, opReduce, "")
+	b = appendCommand(b, targetRedisLua, w, 3, opReduce, "abc123")
+	b = appendCommand(b, targetRedisLua, w, 3, opGet, "abc123")
 	r := bufio.NewReader(bytes.NewReader(b))
 	want := []string{
 		"RL.PREDUCE k:42 100 60000 TAKE 2",
 		"RL.PGET k:7 100 60000",
+		"HIT path=/bench ip=k:12345",
 		"INCR k:9",
 		"EVALSHA abc123 1 k:3 100 60000 100 2",
 		"EVALSHA abc123 1 k:3 100 60000 100 0",

@@ -19,6 +19,7 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"path/filepath"
 	"slices"
 	"strings"
 )
@@ -102,6 +103,7 @@ func mainErr(args []string, stdout, stderr io.Writer) error {
 	fs.StringVar(&o.w.Dist, "dist", "uniform", "key distribution: uniform, zipf or seq")
 	fs.Float64Var(&o.w.ZipfS, "zipf-s", 1.2, "zipf exponent (> 1)")
 	fs.IntVar(&o.w.GetPct, "get-pct", 0, "percent of RL.PGET among sluice commands (the rest RL.PREDUCE)")
+	fs.IntVar(&o.w.HitPct, "hit-pct", 0, "percent of HIT path=/bench ip=<key> among sluice commands; a spawned sluice gets a --policy with a rule for it (see hitPolicy), a running one needs its own")
 	fs.Int64Var(&o.w.Take, "take", 1, "TAKE of each RL.PREDUCE")
 	fs.Int64Var(&o.w.Max, "max", 100, "bucket max")
 	fs.Int64Var(&o.w.RefillMs, "refill-ms", 60_000, "bucket refill period in ms")
@@ -112,6 +114,9 @@ func mainErr(args []string, stdout, stderr io.Writer) error {
 	fs.Visit(func(f *flag.Flag) { o.set[f.Name] = true })
 	if o.compare != "" && o.compare != "redis" {
 		return fmt.Errorf("--compare %q: the only comparison is redis", o.compare)
+	}
+	if o.compare != "" && o.w.HitPct > 0 {
+		return errors.New("--hit-pct measures sluice alone (Redis has no HIT): drop --compare, or use --spawn")
 	}
 	if o.scenario == "sweep" {
 		sc, err := sweepScenario(o)
@@ -187,6 +192,9 @@ func (o options) overrides(w workload) workload {
 	if o.set["get-pct"] {
 		w.GetPct = o.w.GetPct
 	}
+	if o.set["hit-pct"] {
+		w.HitPct = o.w.HitPct
+	}
 	w.Take, w.Max, w.RefillMs = o.w.Take, o.w.Max, o.w.RefillMs
 	return w
 }
@@ -199,8 +207,8 @@ func validate(w workload) error {
 		return fmt.Errorf("--dist %q: want uniform, zipf or seq", w.Dist)
 	case w.Dist == "zipf" && w.ZipfS <= 1:
 		return errors.New("--zipf-s must be greater than 1")
-	case w.GetPct < 0 || w.GetPct > 100:
-		return errors.New("--get-pct must be 0..100")
+	case w.GetPct < 0 || w.HitPct < 0 || w.GetPct+w.HitPct > 100:
+		return errors.New("--get-pct and --hit-pct must be 0..100 together")
 	case w.Take < 0 || w.Max < 1 || w.RefillMs < 1:
 		return errors.New("--take >= 0, --max >= 1 and --refill-ms >= 1")
 	}
@@ -276,6 +284,13 @@ func runScenario(o options, sc scenario, log io.Writer) (scenarioReport, error) 
 	}
 	defer os.RemoveAll(tmp)
 	flags := append(append([]string{}, sc.SluiceFlags...), strings.Fields(o.serverFlags)...)
+	if w.HitPct > 0 {
+		pol := filepath.Join(tmp, "bench-policy.ini")
+		if err := os.WriteFile(pol, []byte(hitPolicy(w)), 0o644); err != nil {
+			return rep, err
+		}
+		flags = append(flags, "--policy", pol)
+	}
 	rep.SluiceArgs = flags
 	dataDir := tmp + "/data"
 	ss, err := startSluice(bin, dataDir, flags)
@@ -323,6 +338,24 @@ func printReport(w io.Writer, rep scenarioReport) {
 	fmt.Fprintln(w)
 }
 
+// sluiceMix names sluice's row by its command mix, e.g. "sluice RL.PREDUCE"
+// or "sluice 50% HIT, 50% RL.PREDUCE".
+func sluiceMix(w workload) string {
+	if w.GetPct == 0 && w.HitPct == 0 {
+		return targetSluice.String()
+	}
+	var parts []string
+	for _, p := range []struct {
+		pct  int
+		name string
+	}{{w.HitPct, "HIT"}, {w.GetPct, "RL.PGET"}, {100 - w.GetPct - w.HitPct, "RL.PREDUCE"}} {
+		if p.pct > 0 {
+			parts = append(parts, fmt.Sprintf("%d%% %s", p.pct, p.name))
+		}
+	}
+	return "sluice " + strings.Join(parts, ", ")
+}
+
 func tableMarkdown(rep scenarioReport) string {
 	var b strings.Builder
 	wl := rep.Scenario.W
@@ -348,7 +381,11 @@ func tableMarkdown(rep scenarioReport) string {
 		if r.FirstErr != "" {
 			errs += " (" + r.FirstErr + ")"
 		}
-		fmt.Fprintf(&b, "| %s | %.0f | %s | %s | %s | %s | %s | %s | %s | %s |\n", r.Target, r.opsPerSec(),
+		name := r.Target.String()
+		if r.Target == targetSluice {
+			name = sluiceMix(wl)
+		}
+		fmt.Fprintf(&b, "| %s | %.0f | %s | %s | %s | %s | %s | %s | %s | %s |\n", name, r.opsPerSec(),
 			ms(r.Hist, 50), ms(r.Hist, 90), ms(r.Hist, 99), ms(r.Hist, 99.9), errs, cpu, perOp, rss)
 		switch r.Target {
 		case targetRedisINCR:
