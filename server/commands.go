@@ -1,7 +1,6 @@
 package server
 
 import (
-	"errors"
 	"math"
 	"path"
 	"sort"
@@ -229,19 +228,9 @@ func (s *Server) runRL(c *client, spec rlSpec, args [][]byte) {
 		m.now = m.req.at
 	}
 	c.key = appendBucketKey(c.key[:0], m.req)
-	if err := c.batch.Modify(c.key, m); err != nil {
-		err = wrapStoreErr(err)
-		if !s.allowDespite(err, 1) {
-			s.replyErr(c, err)
-			return
-		}
-		if errors.Is(err, errStoreRead) {
-			// The state could not be read: answer as for a full bucket.
-			if _, _, err := m.Mutate(nil, false); err != nil {
-				s.replyErr(c, err)
-				return
-			}
-		}
+	if err := s.modify(c.batch, c.key, m); err != nil {
+		s.replyErr(c, err)
+		return
 	}
 	if spec.kind != rlGet {
 		if m.before >= m.req.take {
@@ -309,9 +298,8 @@ func cmdSelect(s *Server, c *client, args [][]byte) {
 	}
 }
 
-// checkAuth answers AUTH and HELLO ... AUTH. With no password configured
+// cmdAuth implements AUTH [username] password. With no password configured
 // the default user needs none, as in Redis.
-// cmdAuth implements AUTH [username] password.
 func cmdAuth(s *Server, c *client, args [][]byte) {
 	if len(args) > 3 {
 		s.replyErr(c, errSyntax)

@@ -163,15 +163,8 @@ func (s *Server) hitRule(h *hitter, lp *loadedPolicy, r *policy.Rule, canary boo
 		h.m.rule, h.m.now = r, now
 		h.key = r.CounterKey(h.key[:0], h.req)
 		before := b.Len()
-		if err := b.Modify(h.key, &h.m); err != nil {
-			err = wrapStoreErr(err)
-			if !s.allowDespite(err, 1) {
-				return out, err
-			}
-			if errors.Is(err, errStoreRead) {
-				// The window could not be read: answer as for a new one.
-				_, _, _ = h.m.Mutate(nil, false)
-			}
+		if err := s.modify(b, h.key, &h.m); err != nil {
+			return out, err
 		}
 		out = h.m.out
 		d.wrote = b.Len() > before
@@ -253,8 +246,7 @@ func cmdPolicy(s *Server, c *client, args [][]byte) {
 	switch {
 	case len(args) == 2 && asciiEqualFold(args[1], "reload"):
 		if err := s.ReloadPolicy(); err != nil {
-			var ve *policy.ValidationError
-			if errors.As(err, &ve) || !errors.Is(err, errNoPolicy) {
+			if !errors.Is(err, errNoPolicy) { // a bad file: say which, and that nothing changed
 				err = replyErr("ERR " + oneLine(err.Error()) + "; the rules in use are kept")
 			}
 			s.replyErr(c, err)

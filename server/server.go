@@ -172,6 +172,13 @@ type Server struct {
 	}
 }
 
+// orDefault sets a limit that is zero or negative to its default.
+func orDefault[T int | int64 | time.Duration](v *T, def T) {
+	if *v <= 0 {
+		*v = def
+	}
+}
+
 // ErrServing is returned by Serve on a Server that is already serving.
 var ErrServing = errors.New("server: already serving")
 
@@ -180,21 +187,15 @@ func New(cfg Config) (*Server, error) {
 	if cfg.Store == nil {
 		return nil, errors.New("server: Config.Store is required")
 	}
-	if cfg.MaxArgs <= 0 {
-		cfg.MaxArgs = DefaultMaxArgs
-	}
-	if cfg.MaxBulk <= 0 {
-		cfg.MaxBulk = DefaultMaxBulk
-	}
-	if cfg.MaxInline <= 0 {
-		cfg.MaxInline = DefaultMaxInline
-	}
-	if cfg.MaxQueryBuffer <= 0 {
-		cfg.MaxQueryBuffer = DefaultMaxQueryBuffer
-	}
-	if cfg.ShutdownTimeout <= 0 {
-		cfg.ShutdownTimeout = DefaultShutdownTimeout
-	}
+	orDefault(&cfg.MaxArgs, DefaultMaxArgs)
+	orDefault(&cfg.MaxBulk, DefaultMaxBulk)
+	orDefault(&cfg.MaxInline, DefaultMaxInline)
+	orDefault(&cfg.MaxQueryBuffer, DefaultMaxQueryBuffer)
+	orDefault(&cfg.ShutdownTimeout, DefaultShutdownTimeout)
+	orDefault(&cfg.MaxClients, DefaultMaxClients)
+	orDefault(&cfg.MaxReplyBuffer, DefaultMaxReplyBuffer)
+	orDefault(&cfg.DivvyMaxLine, DefaultDivvyMaxLine)
+	orDefault(&cfg.DivvyMaxPipeline, DefaultDivvyMaxPipeline)
 	if cfg.Version == "" {
 		cfg.Version = "dev"
 	}
@@ -204,6 +205,8 @@ func New(cfg Config) (*Server, error) {
 	if cfg.Clock == nil {
 		cfg.Clock = time.Now
 	}
+	// Zero means the default; negative turns the background sweep (or its
+	// pacing) off.
 	if cfg.SweepInterval == 0 {
 		cfg.SweepInterval = DefaultSweepInterval
 	}
@@ -212,18 +215,6 @@ func New(cfg Config) (*Server, error) {
 	}
 	if cfg.BackupDir == "" {
 		cfg.BackupDir = "sluice-backups"
-	}
-	if cfg.MaxClients <= 0 {
-		cfg.MaxClients = DefaultMaxClients
-	}
-	if cfg.MaxReplyBuffer <= 0 {
-		cfg.MaxReplyBuffer = DefaultMaxReplyBuffer
-	}
-	if cfg.DivvyMaxLine <= 0 {
-		cfg.DivvyMaxLine = DefaultDivvyMaxLine
-	}
-	if cfg.DivvyMaxPipeline <= 0 {
-		cfg.DivvyMaxPipeline = DefaultDivvyMaxPipeline
 	}
 	var id [20]byte
 	_, _ = rand.Read(id[:])
@@ -600,6 +591,28 @@ var (
 	errCorruptState = errors.New("corrupt stored state")
 	errStoreRead    = errors.New("store read")
 )
+
+// modify runs m on key's record through b. A store error is returned
+// ready for errorText, unless AllowOnStoreError lets the reply stand: then
+// m has computed it from the last state the store could give, or, when the
+// state could not be read, from a missing record (a full bucket, a new
+// window), and nothing is stored.
+func (s *Server) modify(b *storage.Batch, key []byte, m storage.Mutator) error {
+	err := b.Modify(key, m)
+	if err == nil {
+		return nil
+	}
+	err = wrapStoreErr(err)
+	if !s.allowDespite(err, 1) {
+		return err
+	}
+	if errors.Is(err, errStoreRead) {
+		if _, _, err := m.Mutate(nil, false); err != nil {
+			return err
+		}
+	}
+	return nil
+}
 
 // allowDespite reports whether n replies computed despite store error err
 // stand, as AllowOnStoreError asks, and counts them.

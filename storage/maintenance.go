@@ -202,14 +202,12 @@ func Inspect(dir string, fn func(key, val []byte) bool) error {
 		return fmt.Errorf("open store in %s: %w", dir, err)
 	}
 	defer db.Close()
-	v, closer, err := db.Get(formatKey)
+	found, err := readFormat(db, dir)
 	if err != nil {
-		return fmt.Errorf("%w: %s has no sluice format marker: %w", ErrNotStore, dir, err)
+		return err
 	}
-	ok := string(v) == formatVersion
-	closer.Close()
-	if !ok {
-		return fmt.Errorf("%w: %s has format %q, this build reads format %q", ErrNotStore, dir, v, formatVersion)
+	if !found {
+		return fmt.Errorf("%w: %s has no sluice format marker", ErrNotStore, dir)
 	}
 	it, err := db.NewIter(&pebble.IterOptions{LowerBound: firstRecordKey})
 	if err != nil {

@@ -381,17 +381,8 @@ func checkDir(fs vfs.FS, dir string) error {
 // checkFormat refuses a Pebble store that sluice did not create, and marks a
 // new, empty one.
 func checkFormat(db *pebble.DB, dir string) error {
-	v, closer, err := db.Get(formatKey)
-	switch {
-	case err == nil:
-		got := string(v)
-		closer.Close()
-		if got != formatVersion {
-			return fmt.Errorf("%w: %s has format %q, this build reads format %q", ErrNotStore, dir, got, formatVersion)
-		}
-		return nil
-	case !errors.Is(err, pebble.ErrNotFound):
-		return fmt.Errorf("read format marker in %s: %w", dir, err)
+	if found, err := readFormat(db, dir); err != nil || found {
+		return err
 	}
 	it, err := db.NewIter(nil)
 	if err != nil {
@@ -408,6 +399,23 @@ func checkFormat(db *pebble.DB, dir string) error {
 		return fmt.Errorf("initialise %s: %w", dir, err)
 	}
 	return nil
+}
+
+// readFormat reports whether db holds sluice's format marker, and refuses
+// a marker of another format version.
+func readFormat(db *pebble.DB, dir string) (found bool, err error) {
+	v, closer, err := db.Get(formatKey)
+	if errors.Is(err, pebble.ErrNotFound) {
+		return false, nil
+	}
+	if err != nil {
+		return false, fmt.Errorf("read format marker in %s: %w", dir, err)
+	}
+	defer closer.Close()
+	if string(v) != formatVersion {
+		return true, fmt.Errorf("%w: %s has format %q, this build reads format %q", ErrNotStore, dir, v, formatVersion)
+	}
+	return true, nil
 }
 
 // scanRecords counts the records and adds every key to the key filter,
