@@ -4,9 +4,12 @@ import (
 	"context"
 	"crypto/tls"
 	"errors"
+	"log"
+	"log/slog"
 	"net"
 	"net/http"
 	"runtime"
+	"strings"
 	"sync"
 	"time"
 
@@ -82,6 +85,7 @@ func (s *Server) ServeHTTP(ln net.Listener) error {
 		Handler:           mux,
 		ReadHeaderTimeout: 10 * time.Second,
 		IdleTimeout:       2 * time.Minute,
+		ErrorLog:          log.New(httpLogWriter{s.log}, "", 0),
 	}
 	if s.tls != nil {
 		srv.TLSConfig = &tls.Config{
@@ -113,6 +117,23 @@ func (s *Server) ServeHTTP(ln net.Listener) error {
 		return nil
 	}
 	return err
+}
+
+// httpLogWriter takes net/http's own log lines (failed TLS handshakes,
+// accept errors, recovered handler panics) into the server's logger, so
+// that --log-format json stays one JSON object per line. Failed handshakes
+// are routine (port scanners, TCP probes on a TLS port) and go to debug,
+// as protocol errors on RESP do; the rest are warnings.
+type httpLogWriter struct{ log *slog.Logger }
+
+func (w httpLogWriter) Write(p []byte) (int, error) {
+	msg := strings.TrimRight(string(p), "\n")
+	level := slog.LevelWarn
+	if strings.HasPrefix(msg, "http: TLS handshake error") {
+		level = slog.LevelDebug
+	}
+	w.log.Log(context.Background(), level, msg, "component", "http")
+	return len(p), nil
 }
 
 // closeHTTP stops the HTTP side; Close calls it last, so that /readyz

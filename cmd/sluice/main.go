@@ -28,6 +28,11 @@ import (
 var version = ""
 
 func main() {
+	// Signals first: a SIGHUP that arrives while the store opens must wait
+	// for the server rather than kill the process (its default action) or,
+	// under nohup, be ignored.
+	hup := make(chan os.Signal, 1)
+	signal.Notify(hup, syscall.SIGHUP)
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
 	go func() {
@@ -35,15 +40,23 @@ func main() {
 		<-ctx.Done()
 		stop()
 	}()
-	err := run(ctx, os.Args[1:], os.LookupEnv, os.Stdout, os.Stderr)
+	err := runReloading(ctx, hup, os.Args[1:], os.LookupEnv, os.Stdout, os.Stderr)
 	if errors.Is(err, flag.ErrHelp) {
 		return
 	}
 	if err != nil {
-		fmt.Fprintln(os.Stderr, "sluice:", err)
+		if !errors.As(err, new(loggedError)) {
+			fmt.Fprintln(os.Stderr, "sluice:", err)
+		}
 		os.Exit(1)
 	}
 }
+
+// loggedError is an error run has already logged.
+type loggedError struct{ err error }
+
+func (e loggedError) Error() string { return e.err.Error() }
+func (e loggedError) Unwrap() error { return e.err }
 
 // config is everything the flags and environment set.
 type config struct {
@@ -257,8 +270,19 @@ func buildVersion() string {
 }
 
 // run is the whole program: it returns when ctx is done (a signal) or the
-// server fails, after a graceful shutdown.
+// server fails, after a graceful shutdown. SIGHUP reloads the TLS
+// certificates and the rule file from the time run starts.
 func run(ctx context.Context, args []string, lookupEnv func(string) (string, bool), stdout, stderr io.Writer) error {
+	hup := make(chan os.Signal, 1)
+	signal.Notify(hup, syscall.SIGHUP)
+	defer signal.Stop(hup)
+	return runReloading(ctx, hup, args, lookupEnv, stdout, stderr)
+}
+
+// runReloading is run with the SIGHUP channel given: main registers it
+// before anything else, so that a SIGHUP received while the store opens is
+// acted on once the server runs.
+func runReloading(ctx context.Context, hup <-chan os.Signal, args []string, lookupEnv func(string) (string, bool), stdout, stderr io.Writer) (err error) {
 	if len(args) > 0 && args[0] == "inspect" {
 		return runInspect(args[1:], lookupEnv, stdout, stderr)
 	}
@@ -274,6 +298,14 @@ func run(ctx context.Context, args []string, lookupEnv func(string) (string, boo
 	if err != nil {
 		return err
 	}
+	defer func() {
+		// Once there is a logger, the reason for stopping goes through it
+		// too, so that --log-format json holds for every line.
+		if err != nil {
+			log.Error("sluice stopped", "err", err)
+			err = loggedError{err}
+		}
+	}()
 	mode, err := storage.ParseSyncMode(cfg.fsync)
 	if err != nil {
 		return fmt.Errorf("--fsync: %w", err)
@@ -383,9 +415,6 @@ func run(ctx context.Context, args []string, lookupEnv func(string) (string, boo
 			}
 		}()
 	}
-	hup := make(chan os.Signal, 1)
-	signal.Notify(hup, syscall.SIGHUP)
-	defer signal.Stop(hup)
 wait:
 	for {
 		select {

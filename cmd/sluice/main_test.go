@@ -42,11 +42,25 @@ type proc struct {
 	// httpAddr and divvyAddr are the HTTP and line-protocol listeners'
 	// addresses, set before addr is.
 	httpAddr, divvyAddr string
+	addrc               chan string // the RESP address, once logged
 }
 
 // startProc starts sluice on 127.0.0.1:0 with the data directory dir and
 // waits for the address it logs.
 func startProc(t *testing.T, dir string, flags ...string) *proc {
+	t.Helper()
+	p := startProcAsync(t, dir, flags...)
+	select {
+	case p.addr = <-p.addrc:
+	case <-p.exited:
+		t.Fatalf("sluice exited before serving: %v\n%s", p.err, p.logs)
+	}
+	return p
+}
+
+// startProcAsync starts sluice as startProc does, without waiting for it
+// to serve: its RESP address arrives on p.addrc.
+func startProcAsync(t *testing.T, dir string, flags ...string) *proc {
 	t.Helper()
 	args := append([]string{"--addr", "127.0.0.1:0", "--http-addr", "127.0.0.1:0", "--data", dir, "--log-format", "json"}, flags...)
 	cmd := exec.Command(os.Args[0], args...)
@@ -58,8 +72,8 @@ func startProc(t *testing.T, dir string, flags ...string) *proc {
 	if err := cmd.Start(); err != nil {
 		t.Fatal(err)
 	}
-	p := &proc{cmd: cmd, exited: make(chan struct{}), logs: &bytes.Buffer{}}
-	addrc := make(chan string, 1)
+	p := &proc{cmd: cmd, exited: make(chan struct{}), logs: &bytes.Buffer{}, addrc: make(chan string, 1)}
+	addrc := p.addrc
 	var mu sync.Mutex
 	go func() {
 		sc := bufio.NewScanner(stderr)
@@ -82,11 +96,6 @@ func startProc(t *testing.T, dir string, flags ...string) *proc {
 		p.err = cmd.Wait()
 		close(p.exited)
 	}()
-	select {
-	case p.addr = <-addrc:
-	case <-p.exited:
-		t.Fatalf("sluice exited before serving: %v\n%s", p.err, p.logs)
-	}
 	t.Cleanup(func() {
 		cmd.Process.Kill()
 		<-p.exited
