@@ -293,7 +293,9 @@ func run(ctx context.Context, args []string, lookupEnv func(string) (string, boo
 	if cfg.tlsCert != "" {
 		tlsFiles = &server.TLSFiles{Cert: cfg.tlsCert, Key: cfg.tlsKey, CA: cfg.tlsCA}
 	}
-	store, err := storage.Open(cfg.data, storage.Options{
+	// A signal stops the open too: replaying a long log, or a store that
+	// cannot be opened, must not make the process ignore SIGTERM.
+	store, err := storage.OpenContext(ctx, cfg.data, storage.Options{
 		Sync:          mode,
 		CacheSize:     int64(cfg.cacheSize),
 		CacheEntries:  cacheEntries(cfg.cacheBuckets),
@@ -302,6 +304,9 @@ func run(ctx context.Context, args []string, lookupEnv func(string) (string, boo
 		Logger:        log,
 	})
 	if err != nil {
+		if ctx.Err() != nil {
+			return fmt.Errorf("stopped by a signal while opening the store: %w", err)
+		}
 		return err
 	}
 	srv, err := server.New(server.Config{
@@ -395,6 +400,12 @@ wait:
 		case err = <-serveErr:
 			log.Error("server stopped", "err", err)
 			break wait
+		case <-store.FailedC():
+			// Nothing more can be made durable: stop, so that a restart
+			// replays the log. Shutdown below says what may be lost.
+			err = fmt.Errorf("the store failed: %w", store.Failed())
+			log.Error("store failed; shutting down, exit status 1 (restart to replay the log)", "dir", cfg.data, "err", store.Failed())
+			break wait
 		case <-hup:
 			_ = srv.ReloadTLS() // logs the outcome
 			if cfg.policyFile != "" {
@@ -402,15 +413,50 @@ wait:
 			}
 		}
 	}
-	srv.Close()
-	if cerr := store.Close(); cerr != nil {
-		log.Error("closing the store", "err", cerr)
+	if cerr := shutdown(srv, store, cfg.shutdownTimeout, log); cerr != nil {
 		err = errors.Join(err, cerr)
 	}
 	if err == nil {
 		log.Info("shutdown complete")
 	}
 	return err
+}
+
+// shutdown closes the server, then the store, within about timeout in
+// every state: connections get up to nine tenths of it to finish their
+// pipelines, and the store what is left, at least a tenth. A store that
+// cannot be closed cleanly in time (a disk that fails, a Pebble that does
+// not close) is left to the process exit, and the error says what may be
+// lost.
+func shutdown(srv *server.Server, store *storage.Store, timeout time.Duration, log *slog.Logger) error {
+	deadline := time.Now().Add(timeout)
+	closed := make(chan struct{})
+	go func() {
+		srv.Close()
+		close(closed)
+	}()
+	t := time.NewTimer(timeout - timeout/10)
+	select {
+	case <-closed:
+	case <-t.C:
+		log.Warn("connections still busy; closing the store anyway", "timeout", timeout)
+	}
+	t.Stop()
+	deadline = later(deadline, time.Now().Add(timeout/10))
+	ctx, cancel := context.WithDeadline(context.Background(), deadline)
+	defer cancel()
+	if err := store.Shutdown(ctx); err != nil {
+		log.Error("the store was not closed cleanly; exit status 1", "dir", store.Dir(), "err", err)
+		return err
+	}
+	return nil
+}
+
+func later(a, b time.Time) time.Time {
+	if a.After(b) {
+		return a
+	}
+	return b
 }
 
 // readPassword returns the password from --requirepass or from the file
