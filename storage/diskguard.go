@@ -3,6 +3,7 @@ package storage
 import (
 	"errors"
 	"fmt"
+	"io/fs"
 	"log/slog"
 	"os"
 	"path/filepath"
@@ -204,7 +205,9 @@ func (g *guard) do(kind opKind, what, name string, op func() error) error {
 // neither a failed fsync nor a failed log write (see the top of the file),
 // and the process exits soon, since main stops on a failed store.
 func (g *guard) giveUp(what, name string, err error) {
-	err = fmt.Errorf("%s %s: %w", what, name, err)
+	if pe := (*fs.PathError)(nil); !errors.As(err, &pe) || pe.Path != name {
+		err = fmt.Errorf("%s %s: %w", what, name, err)
+	}
 	if g.fatal != nil {
 		g.fatal(err)
 	}

@@ -331,7 +331,7 @@ func OpenContext(ctx context.Context, dir string, o Options) (*Store, error) {
 			err = <-opened
 			break
 		}
-		return nil, openError(dir, s.failedErr())
+		return nil, openError(dir, *s.failed.Load())
 	case <-ctx.Done():
 		if !state.CompareAndSwap(0, 2) {
 			err = <-opened
@@ -339,8 +339,8 @@ func OpenContext(ctx context.Context, dir string, o Options) (*Store, error) {
 		}
 		return nil, fmt.Errorf("open store in %s: interrupted: %w", dir, ctx.Err())
 	}
-	if err == nil {
-		err = s.failedErr() // a Fatalf that Pebble survived
+	if p := s.failed.Load(); err == nil && p != nil {
+		err = *p // a Fatalf that Pebble survived
 	}
 	if err != nil {
 		if s.db != nil && s.failedErr() == nil {
@@ -422,13 +422,13 @@ func openError(dir string, err error) error {
 	case errors.Is(err, ErrLocked), errors.Is(err, ErrNotStore):
 		return err
 	case errors.Is(err, syscall.ENOSPC), errors.Is(err, syscall.EDQUOT):
-		return fmt.Errorf("open store in %s: the disk is full (a write failed: %w); free space or grow the volume, then start again", dir, err)
+		return fmt.Errorf("open store in %s: the disk is full (%w); free space or grow the volume, then start again", dir, err)
 	case errors.Is(err, syscall.EMFILE), errors.Is(err, syscall.ENFILE):
 		return fmt.Errorf("open store in %s: out of file descriptors (%w); raise the limit (ulimit -n), then start again", dir, err)
 	case errors.Is(err, ErrCorrupt) || pebble.IsCorruptionError(err):
 		return fmt.Errorf("open store in %s: %w: %v; restore a CHECKPOINT copy (sluice inspect --data %s lists what is still readable)", dir, ErrCorrupt, err, dir)
-	case errors.Is(err, ErrFailed):
-		return fmt.Errorf("open store in %s: a write failed: %w; check the device", dir, err)
+	case errors.Is(err, syscall.EIO), errors.Is(err, syscall.EROFS):
+		return fmt.Errorf("open store in %s: a write failed: %w; check the device and its kernel log", dir, err)
 	}
 	return fmt.Errorf("open store in %s: %w", dir, err)
 }
