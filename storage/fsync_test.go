@@ -184,3 +184,81 @@ func TestFatalfParksAndFails(t *testing.T) {
 		t.Fatalf("Close after Fatalf: %v, want a CloseError", err)
 	}
 }
+
+// gateFS blocks the first write outside dir ("db") until gate is closed,
+// after telling started.
+type gateFS struct {
+	vfs.FS
+	once    atomic.Bool
+	started chan struct{}
+	gate    chan struct{}
+}
+
+func (f *gateFS) Create(name string, cat vfs.DiskWriteCategory) (vfs.File, error) {
+	file, err := f.FS.Create(name, cat)
+	if err != nil || strings.HasPrefix(name, "db/") {
+		return file, err
+	}
+	return gateFile{file, f}, nil
+}
+
+type gateFile struct {
+	vfs.File
+	fs *gateFS
+}
+
+func (f gateFile) Write(p []byte) (int, error) {
+	if f.fs.once.CompareAndSwap(false, true) {
+		close(f.fs.started)
+		<-f.fs.gate
+	}
+	return f.File.Write(p)
+}
+
+// TestShutdownStopsCheckpoint: Shutdown during a checkpoint makes the
+// checkpoint fail (leaving no copy) instead of waiting for it to finish.
+func TestShutdownStopsCheckpoint(t *testing.T) {
+	fs := &gateFS{FS: vfs.NewMem(), started: make(chan struct{}), gate: make(chan struct{})}
+	s := openMem(t, fs, SyncAlways)
+	b := s.NewBatch()
+	for i := range 1000 {
+		add(t, b, fmt.Sprint("k", i), 1)
+	}
+	if err := b.Commit(); err != nil {
+		t.Fatal(err)
+	}
+	checkpointed := make(chan error, 1)
+	go func() { checkpointed <- s.Checkpoint("backup/cp") }()
+	<-fs.started
+	closed := make(chan error, 1)
+	go func() { closed <- s.Shutdown(context.Background()) }()
+	eventually(t, "Shutdown to begin", s.guard.closing.Load)
+	close(fs.gate)
+	if err := <-checkpointed; !errors.Is(err, ErrClosed) {
+		t.Fatalf("checkpoint during Shutdown: %v, want ErrClosed", err)
+	}
+	if _, err := fs.Stat("backup/cp"); err == nil {
+		t.Fatal("the stopped checkpoint left its copy")
+	}
+	if err := <-closed; err != nil {
+		t.Fatalf("Shutdown during a checkpoint: %v", err)
+	}
+}
+
+// TestOpenContextStops: a signal (a done context) ends a slow Open at once.
+func TestOpenContextStops(t *testing.T) {
+	fs := &gateFS{FS: vfs.NewMem(), started: make(chan struct{}), gate: make(chan struct{})}
+	ctx, cancel := context.WithCancel(context.Background())
+	opened := make(chan error, 1)
+	go func() {
+		// The store in "slow" is outside gateFS' "db/": its first write waits.
+		_, err := OpenContext(ctx, "slow", Options{fs: fs})
+		opened <- err
+	}()
+	<-fs.started
+	cancel()
+	if err := <-opened; !errors.Is(err, context.Canceled) || !strings.Contains(err.Error(), "slow") {
+		t.Fatalf("OpenContext cancelled while opening: %v, want context.Canceled naming the directory", err)
+	}
+	close(fs.gate) // the abandoned open finishes and closes what it opened
+}
