@@ -301,3 +301,37 @@ func TestFsyncFailureOnThinVolume(t *testing.T) {
 		t.Fatal("nothing was acknowledged")
 	}
 }
+
+// TestCheckpointIntoFullBackupDir: CHECKPOINT into a --backup-dir whose
+// disk is full answers an error naming the directory and the cause, leaves
+// no copy, and leaves writes, READY and shutdown as they were. It used to
+// never answer, refuse every write, and block SIGTERM.
+func TestCheckpointIntoFullBackupDir(t *testing.T) {
+	backups := mountTmpfs(t, "256k")
+	p := startProc(t, t.TempDir(), "--backup-dir", backups, "--fsync", "always")
+	reduceMany(t, p, 20000) // about 1 MiB of log: more than the tmpfs holds
+	rdb := p.client(t)
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	err := rdb.Do(ctx, "CHECKPOINT", "nightly").Err()
+	if ctx.Err() != nil {
+		t.Fatal("CHECKPOINT into a full backup directory: no answer after a minute (hangs)")
+	}
+	cp := filepath.Join(backups, "nightly")
+	if err == nil || !strings.Contains(err.Error(), cp) || !strings.Contains(err.Error(), "no space left") {
+		t.Fatalf("CHECKPOINT into a full backup directory: %v, want an error naming %s and the full disk", err, cp)
+	}
+	if _, err := os.Stat(cp); !errors.Is(err, os.ErrNotExist) {
+		t.Fatalf("a partial checkpoint was left behind: %v", err)
+	}
+	if n, err := rdb.Do(ctx, "READY").Int64(); err != nil || n != 1 {
+		t.Fatalf("READY after a failed checkpoint: %d, %v; want 1", n, err)
+	}
+	if err := rdb.Do(ctx, "RL.REDUCE", "after", 10, 60, "AT", 1000).Err(); err != nil {
+		t.Fatalf("a write after a failed checkpoint: %v", err)
+	}
+	p.stop(t, syscall.SIGTERM)
+	if p.err != nil {
+		t.Fatalf("exit after SIGTERM: %v\n%s", p.err, tail(p.logs.Bytes(), 5))
+	}
+}
