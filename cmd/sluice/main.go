@@ -117,7 +117,7 @@ func newFlagSet(cfg *config, stderr io.Writer) *flag.FlagSet {
 	fs.IntVar(&cfg.cacheBuckets, "cache-buckets", storage.DefaultCacheEntries, "buckets whose state is kept in memory (about 350 bytes of RSS each); 0 turns the cache off")
 	fs.Var(&cfg.memtableSize, "memtable-size", "Pebble memtable size")
 	fs.Var(&cfg.keyFilterSize, "key-filter-size", "in-memory filter of stored keys that spares a disk lookup for new buckets (about 10 bits per key); 0 turns it off")
-	fs.DurationVar(&cfg.shutdownTimeout, "shutdown-timeout", server.DefaultShutdownTimeout, "on SIGTERM, how long connections may take to finish their last pipeline")
+	fs.DurationVar(&cfg.shutdownTimeout, "shutdown-timeout", server.DefaultShutdownTimeout, "on SIGTERM, the most the shutdown takes: connections finish their last pipeline, then the store is written, fsynced and closed; past it, sluice exits with status 1 and logs what may be lost")
 	fs.DurationVar(&cfg.sweepInterval, "sweep-interval", server.DefaultSweepInterval, "pause between passes of the sweep that deletes buckets refilled to full; 0 turns it off (COMPACT still sweeps)")
 	fs.IntVar(&cfg.sweepRate, "sweep-rate", server.DefaultSweepRate, "most buckets the background sweep examines per second; 0 for no limit")
 	fs.StringVar(&cfg.backupDir, "backup-dir", "./sluice-backups", "directory where CHECKPOINT writes its copies of the store")
