@@ -17,9 +17,12 @@ import (
 )
 
 // Pebble cannot survive a failed write to its log: the commit pipeline stops
-// (rotateWAL panics with a mutex released, which the runtime turns into a
-// fatal error no recover can catch, or Fatalf is called) and the DB can be
-// neither used nor closed. So Pebble must never see a write fail for a
+// (Fatalf is called, or the next switch to a new log file panics in
+// rotateWAL with the commit pipeline's mutex held; measured: one failed
+// fsync of the log, then writes until the memtable is full. With the
+// error EMFILE the same panic ended the adversarial run in "fatal error:
+// sync: unlock of unlocked mutex", which no recover catches) and the DB
+// can be neither used nor closed. So Pebble must never see a write fail for a
 // reason that goes away by itself (a full disk, a quota, a transient I/O
 // error, no file descriptor left). The guard sits between Pebble and the
 // data directory: a write or file creation that fails that way is retried
@@ -33,7 +36,8 @@ import (
 // proves nothing (measured: ext4 on a full thin-provisioned volume, where
 // the "successful" retry left zero-filled sstables). Nor does Pebble see
 // the error: for the log it panics as above, and a failed flush is retried
-// at once, forever, at full CPU. So a failed fsync, like any other failure
+// at once, forever, at full CPU (measured: 176k attempts, 30 MB of log in a
+// minute). So a failed fsync, like any other failure
 // of a data-directory write that will not be retried (a write that keeps
 // failing while the store closes, or one that fails while it opens), makes
 // the store fail (ErrFailed: nothing more is acknowledged, main exits and a
