@@ -111,20 +111,26 @@ func TestDiskErrorsRefuseThenRecover(t *testing.T) {
 
 func TestRetryable(t *testing.T) {
 	for _, c := range []struct {
+		kind opKind
 		err  error
-		sync bool
 		want bool
 	}{
-		{syscall.ENOSPC, false, true},
-		{syscall.ENOSPC, true, true},
-		{fmt.Errorf("write x: %w", syscall.EDQUOT), true, true},
-		{syscall.EIO, false, true},
-		{syscall.EIO, true, false}, // the kernel may have dropped the pages
-		{syscall.EACCES, false, false},
-		{errors.New("other"), false, false},
+		{opWrite, syscall.ENOSPC, true},
+		{opWrite, fmt.Errorf("write x: %w", syscall.EDQUOT), true},
+		{opWrite, syscall.EIO, true},
+		{opCreate, syscall.EMFILE, true},
+		{opCreate, syscall.ENFILE, true},
+		{opWrite, syscall.EROFS, false},
+		{opWrite, syscall.EACCES, false},
+		{opWrite, errors.New("other"), false},
+		// No fsync error is ever retried: the kernel may have dropped the
+		// pages, and a retry that succeeds proves nothing.
+		{opSync, syscall.ENOSPC, false},
+		{opSync, syscall.EDQUOT, false},
+		{opSync, syscall.EIO, false},
 	} {
-		if got := retryable(c.err, c.sync); got != c.want {
-			t.Errorf("retryable(%v, sync=%v) = %v, want %v", c.err, c.sync, got, c.want)
+		if got := retryable(c.kind, c.err); got != c.want {
+			t.Errorf("retryable(%v, %v) = %v, want %v", c.kind, c.err, got, c.want)
 		}
 	}
 }

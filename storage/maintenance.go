@@ -1,10 +1,14 @@
 package storage
 
 import (
+	"bytes"
 	"context"
+	"errors"
 	"fmt"
 	"log/slog"
 	"os"
+	"slices"
+	"sync"
 
 	"github.com/cockroachdb/pebble/v2"
 	"github.com/cockroachdb/pebble/v2/vfs"
@@ -130,6 +134,10 @@ func (s *Store) Flush() error {
 		if q.applied >= ticket {
 			return nil
 		}
+		// The committer is stuck on a failing write: answer now.
+		if err := s.guard.unavailable(); err != nil {
+			return err
+		}
 		if q.stopped {
 			return ErrClosed
 		}
@@ -143,12 +151,29 @@ func (s *Store) Flush() error {
 // serves the copy. Files are hard-linked where the filesystem allows, so a
 // checkpoint on the same filesystem costs little space until the store
 // compacts away from it.
+//
+// dir's writes are not the data directory's: one that fails (a full backup
+// disk) fails the checkpoint at once, and never makes the store refuse
+// changes. A failed checkpoint leaves no directory behind. Once the store
+// closes, a checkpoint in progress fails.
 func (s *Store) Checkpoint(dir string) error {
 	return s.flushed(func(db *pebble.DB) error {
-		if err := db.Checkpoint(dir, pebble.WithFlushedWAL()); err != nil {
-			return fmt.Errorf("storage: checkpoint %s: %w", dir, err)
+		if _, err := s.base.Stat(dir); err == nil {
+			return fmt.Errorf("storage: checkpoint %s: %w", dir, os.ErrExist)
 		}
-		return nil
+		err := db.Checkpoint(dir, pebble.WithFlushedWAL())
+		if err == nil {
+			return nil
+		}
+		// Pebble removes its partial copy too; a leftover must never pass
+		// for a backup.
+		if rerr := s.base.RemoveAll(dir); rerr != nil {
+			s.log.Error("removing a failed checkpoint", "dir", dir, "err", rerr)
+		}
+		if errors.Is(err, errCheckpointClosing) {
+			return fmt.Errorf("storage: checkpoint %s: %w", dir, ErrClosed)
+		}
+		return fmt.Errorf("storage: checkpoint %s: %w", dir, err)
 	})
 }
 
@@ -183,21 +208,55 @@ func (s *Store) flushed(fn func(db *pebble.DB) error) error {
 	return fn(s.db)
 }
 
+// Corruption is a part of a store Inspect could not read: a table, the keys
+// it holds, and the error.
+type Corruption struct {
+	File       string
+	Start, End []byte // the table's keys: [Start, End]
+	Err        error
+}
+
 // Inspect calls fn with every record of the store in dir, in key order,
 // until fn returns false. It opens the store read-only and changes nothing;
 // a store another process has open is refused with ErrLocked. key and val
 // are valid only during the call.
-func Inspect(dir string, fn func(key, val []byte) bool) error {
+//
+// A table that cannot be read is reported to corrupt, which may be nil,
+// and skipped: the records in its key range that Inspect had not listed yet
+// are left out, the rest is listed. Inspect then returns an error wrapping
+// ErrCorrupt.
+func Inspect(dir string, fn func(key, val []byte) bool, corrupt func(Corruption)) (err error) {
 	if _, err := os.Stat(dir); err != nil {
 		return fmt.Errorf("inspect %s: %w", dir, err)
 	}
 	if err := checkDir(vfs.Default, dir); err != nil {
 		return err
 	}
-	db, err := pebble.Open(dir, &pebble.Options{ReadOnly: true, Logger: pebbleLogger{slog.New(slog.DiscardHandler)}})
+	defer func() {
+		// Some corruption makes Pebble call Fatalf, which panics here.
+		if r := recover(); r != nil {
+			err = fmt.Errorf("inspect %s: %w: pebble panicked: %v", dir, ErrCorrupt, r)
+		}
+	}()
+	var (
+		mu   sync.Mutex
+		last *pebble.DataCorruptionInfo
+	)
+	db, err := pebble.Open(dir, &pebble.Options{
+		ReadOnly: true,
+		Logger:   pebbleLogger{l: slog.New(slog.DiscardHandler)},
+		EventListener: &pebble.EventListener{DataCorruption: func(info pebble.DataCorruptionInfo) {
+			mu.Lock()
+			last = &info
+			mu.Unlock()
+		}},
+	})
 	if err != nil {
 		if lockHeld(err) {
 			return fmt.Errorf("%w: %s (is a sluice serving it? stop it, or inspect a CHECKPOINT copy): %w", ErrLocked, dir, err)
+		}
+		if pebble.IsCorruptionError(err) {
+			return fmt.Errorf("open store in %s: %w: %w", dir, ErrCorrupt, err)
 		}
 		return fmt.Errorf("open store in %s: %w", dir, err)
 	}
@@ -209,22 +268,56 @@ func Inspect(dir string, fn func(key, val []byte) bool) error {
 	if !found {
 		return fmt.Errorf("%w: %s has no sluice format marker", ErrNotStore, dir)
 	}
-	it, err := db.NewIter(&pebble.IterOptions{LowerBound: firstRecordKey})
+	bad := 0
+	lower := firstRecordKey
+	for {
+		err := inspectFrom(db, lower, fn)
+		if err == nil {
+			break
+		}
+		mu.Lock()
+		info := last
+		last = nil
+		mu.Unlock()
+		if info == nil {
+			return fmt.Errorf("inspect %s: %w", dir, err)
+		}
+		end := info.Bounds.End.Key
+		next := end
+		if info.Bounds.End.IsUpperBoundFor(bytes.Compare, end) { // inclusive
+			next = append(slices.Clip(end), 0)
+		}
+		if bytes.Compare(next, lower) <= 0 {
+			return fmt.Errorf("inspect %s: %w: %w", dir, ErrCorrupt, err)
+		}
+		bad++
+		if corrupt != nil {
+			corrupt(Corruption{File: info.Path, Start: info.Bounds.Start, End: end, Err: err})
+		}
+		lower = next
+	}
+	if bad > 0 {
+		return fmt.Errorf("inspect %s: %w: %d tables could not be read; the records listed are the rest", dir, ErrCorrupt, bad)
+	}
+	return nil
+}
+
+// inspectFrom lists records from lower on, until fn returns false or a
+// read fails.
+func inspectFrom(db *pebble.DB, lower []byte, fn func(key, val []byte) bool) error {
+	it, err := db.NewIter(&pebble.IterOptions{LowerBound: lower})
 	if err != nil {
-		return fmt.Errorf("inspect %s: %w", dir, err)
+		return err
 	}
 	for valid := it.First(); valid; valid = it.Next() {
 		val, err := it.ValueAndErr()
 		if err != nil {
 			it.Close()
-			return fmt.Errorf("inspect %s: %w", dir, err)
+			return err
 		}
 		if !fn(it.Key(), val) {
 			break
 		}
 	}
-	if err := it.Close(); err != nil {
-		return fmt.Errorf("inspect %s: %w", dir, err)
-	}
-	return nil
+	return it.Close()
 }

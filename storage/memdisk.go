@@ -23,9 +23,11 @@ func NewMemDisk() *MemDisk {
 	return d
 }
 
-// FailWrites makes every write, sync and file creation fail with err from
-// now on (wrap syscall.ENOSPC for a full disk); nil makes them succeed
-// again.
+// FailWrites makes every write and file creation fail with err from now
+// on (wrap syscall.ENOSPC for a full disk); nil makes them succeed again.
+// An fsync still succeeds, as it does on a full disk for data already
+// written: a failed fsync makes the store fail for good (see diskguard.go),
+// which is not what a full disk does.
 func (d *MemDisk) FailWrites(err error) {
 	if err == nil {
 		d.fail.Store(nil)
@@ -42,6 +44,8 @@ func (d *MemDisk) maybeError(op errorfs.Op) error {
 	switch op.Kind {
 	case errorfs.OpFileClose, errorfs.OpRemove, errorfs.OpRemoveAll, errorfs.OpLock:
 		// Failing these tells nothing about a full disk; Pebble only logs.
+		return nil
+	case errorfs.OpFileSync, errorfs.OpFileSyncData, errorfs.OpFileSyncTo, errorfs.OpFileFlush:
 		return nil
 	}
 	return *p

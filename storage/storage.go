@@ -22,6 +22,7 @@
 package storage
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"hash/maphash"
@@ -127,6 +128,7 @@ var (
 	ErrFailed   = errors.New("storage: a write to the store failed; the server refuses writes until it is restarted")
 	ErrNotStore = errors.New("storage: not a sluice data directory")
 	ErrLocked   = errors.New("storage: data directory in use by another process")
+	ErrCorrupt  = errors.New("storage: the store is corrupt")
 )
 
 // Op is what a Mutator wants done with its key.
@@ -169,6 +171,7 @@ type Store struct {
 	// openRecords is the number of records found by the scan at Open.
 	openRecords int64
 	dir         string
+	base        vfs.FS // the filesystem under the guard
 	seed        maphash.Seed
 	stripe      [numStripes]stripe
 
@@ -183,9 +186,14 @@ type Store struct {
 		synced  uint64    // every round <= synced is fsynced
 		closing bool
 		stopped bool
+		// Cumulative keys written to Pebble up to round applied, and up
+		// to round synced: their difference is what a crash can lose.
+		appliedKeys int64
+		syncedKeys  int64
 	}
-	failed atomic.Pointer[error]
-	guard  *guard // retries writes that fail for a while, see diskguard.go
+	failed  atomic.Pointer[error]
+	failedC chan struct{} // closed when failed is set
+	guard   *guard        // retries writes that fail for a while, see diskguard.go
 
 	closed   atomic.Bool
 	closeMu  sync.RWMutex // held for writing while Pebble closes
@@ -246,8 +254,18 @@ type entry struct {
 	round   uint64 // the last round that wrote it, to write a key once per round
 }
 
-// Open opens or creates the store in dir.
+// Open opens or creates the store in dir. See OpenContext.
 func Open(dir string, o Options) (*Store, error) {
+	return OpenContext(context.Background(), dir, o)
+}
+
+// OpenContext opens or creates the store in dir, and gives up when ctx is
+// done. Opening replays the log and may write (flush it, create files); a
+// write that fails, as on a full disk, fails the open at once instead of
+// being retried. After an error other than a refused directory (ErrLocked,
+// ErrNotStore) Pebble may still hold the directory or a goroutine: the
+// process should exit.
+func OpenContext(ctx context.Context, dir string, o Options) (*Store, error) {
 	if o.SyncInterval <= 0 {
 		o.SyncInterval = DefaultSyncInterval
 	}
@@ -266,7 +284,8 @@ func Open(dir string, o Options) (*Store, error) {
 	if o.Logger == nil {
 		o.Logger = slog.New(slog.DiscardHandler)
 	}
-	s := &Store{opts: o, log: o.Logger, dir: dir, seed: maphash.MakeSeed(), guard: newGuard(dir, o.Logger)}
+	s := &Store{opts: o, log: o.Logger, dir: dir, seed: maphash.MakeSeed(), guard: newGuard(dir, o.Logger), failedC: make(chan struct{})}
+	s.guard.fatal = s.fail
 	switch {
 	case o.CacheEntries == 0:
 		s.cacheLimit = (DefaultCacheEntries + numStripes - 1) / numStripes
@@ -286,43 +305,50 @@ func Open(dir string, o Options) (*Store, error) {
 	if err := checkDir(base, dir); err != nil {
 		return nil, err
 	}
-	cache := pebble.NewCache(o.CacheSize)
-	defer cache.Unref()
-	po := &pebble.Options{
-		Cache:              cache,
-		MemTableSize:       uint64(o.MemTableSize),
-		FormatMajorVersion: pebble.FormatNewest,
-		Logger:             pebbleLogger{o.Logger},
-		FS:                 guardFS{base, s.guard},
-	}
-	// Lookups of buckets that do not exist yet are common; a Bloom filter
-	// answers most of them without reading a block.
-	po.Levels[0].FilterPolicy = bloom.FilterPolicy(10)
-	// Most records sit in the last level, which Zstd compresses to about
-	// two thirds of what the default does; upper levels stay fast.
-	po.ApplyCompressionSettings(func() pebble.DBCompressionSettings { return pebble.DBCompressionBalanced })
-	db, err := pebble.Open(dir, po)
-	if err != nil {
-		if lockHeld(err) {
-			return nil, fmt.Errorf("%w: %s (is another sluice serving it?): %w", ErrLocked, dir, err)
+	s.base = base
+
+	// Pebble opens in a goroutine, so that a failed write (which parks the
+	// writer, see diskguard.go), a Fatalf (which parks its caller) or a
+	// signal ends the wait. state says who finished first: 1 the opener,
+	// 2 the waiter, which then leaves the opener to close what it opened.
+	var state atomic.Int32
+	opened := make(chan error, 1)
+	go func() {
+		err := s.openPebble(base)
+		if !state.CompareAndSwap(0, 1) {
+			if s.db != nil {
+				s.db.Close()
+			}
+			return
 		}
-		return nil, fmt.Errorf("open store in %s: %w", dir, err)
+		opened <- err
+	}()
+	var err error
+	select {
+	case err = <-opened:
+	case <-s.failedC:
+		if !state.CompareAndSwap(0, 2) {
+			err = <-opened
+			break
+		}
+		return nil, openError(dir, *s.failed.Load())
+	case <-ctx.Done():
+		if !state.CompareAndSwap(0, 2) {
+			err = <-opened
+			break
+		}
+		return nil, fmt.Errorf("open store in %s: interrupted: %w", dir, ctx.Err())
 	}
-	if err := checkFormat(db, dir); err != nil {
-		db.Close()
-		return nil, err
+	if p := s.failed.Load(); err == nil && p != nil {
+		err = *p // a Fatalf that Pebble survived
 	}
-	s.db = db
-	switch {
-	case o.KeyFilterSize == 0:
-		s.filter = newKeyFilter(DefaultKeyFilter)
-	case o.KeyFilterSize > 0:
-		s.filter = newKeyFilter(o.KeyFilterSize)
+	if err != nil {
+		if s.db != nil && s.failedErr() == nil {
+			s.db.Close()
+		}
+		return nil, openError(dir, err)
 	}
-	if err := s.scanRecords(); err != nil {
-		db.Close()
-		return nil, err
-	}
+
 	for i := range s.stripe {
 		s.stripe[i].mu.m = make(map[uint64]*entry)
 	}
@@ -343,6 +369,74 @@ func Open(dir string, o Options) (*Store, error) {
 		go s.syncLoop()
 	}
 	return s, nil
+}
+
+// openPebble opens Pebble, checks the format marker and scans the records.
+// A panic inside Pebble (some kinds of corruption) becomes an error.
+func (s *Store) openPebble(base vfs.FS) (err error) {
+	defer func() {
+		if r := recover(); r != nil {
+			err = fmt.Errorf("%w: pebble panicked: %v", ErrCorrupt, r)
+		}
+	}()
+	o, dir := s.opts, s.dir
+	cache := pebble.NewCache(o.CacheSize)
+	defer cache.Unref()
+	po := &pebble.Options{
+		Cache:              cache,
+		MemTableSize:       uint64(o.MemTableSize),
+		FormatMajorVersion: pebble.FormatNewest,
+		Logger:             pebbleLogger{l: o.Logger, fail: s.fail},
+		FS:                 guardFS{base, s.guard},
+		EventListener:      &pebble.EventListener{DataCorruption: s.corruption},
+	}
+	// Lookups of buckets that do not exist yet are common; a Bloom filter
+	// answers most of them without reading a block.
+	po.Levels[0].FilterPolicy = bloom.FilterPolicy(10)
+	// Most records sit in the last level, which Zstd compresses to about
+	// two thirds of what the default does; upper levels stay fast.
+	po.ApplyCompressionSettings(func() pebble.DBCompressionSettings { return pebble.DBCompressionBalanced })
+	db, err := pebble.Open(dir, po)
+	if err != nil {
+		if lockHeld(err) {
+			return fmt.Errorf("%w: %s (is another sluice serving it?): %w", ErrLocked, dir, err)
+		}
+		return err
+	}
+	s.db = db
+	if err := checkFormat(db, dir); err != nil {
+		return err
+	}
+	switch {
+	case o.KeyFilterSize == 0:
+		s.filter = newKeyFilter(DefaultKeyFilter)
+	case o.KeyFilterSize > 0:
+		s.filter = newKeyFilter(o.KeyFilterSize)
+	}
+	return s.scanRecords()
+}
+
+// openError says why a store could not be opened, and what to do about it.
+func openError(dir string, err error) error {
+	switch {
+	case errors.Is(err, ErrLocked), errors.Is(err, ErrNotStore):
+		return err
+	case errors.Is(err, syscall.ENOSPC), errors.Is(err, syscall.EDQUOT):
+		return fmt.Errorf("open store in %s: the disk is full (%w); free space or grow the volume, then start again", dir, err)
+	case errors.Is(err, syscall.EMFILE), errors.Is(err, syscall.ENFILE):
+		return fmt.Errorf("open store in %s: out of file descriptors (%w); raise the limit (ulimit -n), then start again", dir, err)
+	case errors.Is(err, ErrCorrupt) || pebble.IsCorruptionError(err):
+		return fmt.Errorf("open store in %s: %w: %v; restore a CHECKPOINT copy (sluice inspect --data %s lists what is still readable)", dir, ErrCorrupt, err, dir)
+	case errors.Is(err, syscall.EIO), errors.Is(err, syscall.EROFS):
+		return fmt.Errorf("open store in %s: a write failed: %w; check the device and its kernel log", dir, err)
+	}
+	return fmt.Errorf("open store in %s: %w", dir, err)
+}
+
+// corruption is Pebble's DataCorruption event. Pebble's default calls
+// Fatalf; the read that found it returns an error anyway, which is enough.
+func (s *Store) corruption(info pebble.DataCorruptionInfo) {
+	s.log.Error("on-disk corruption found", "dir", s.dir, "file", info.Path, "keys", info.Bounds.String(), "err", info.Details)
 }
 
 // lockHeld reports whether Pebble could not take the store's lock file: held
@@ -549,6 +643,12 @@ func (s *Store) Unavailable() error { return s.guard.unavailable() }
 // Failed returns the write error that made the store refuse writes, or nil.
 func (s *Store) Failed() error { return s.failedErr() }
 
+// FailedC returns a channel closed when the store fails (see Failed). A
+// failed store acknowledges nothing more and cannot be closed cleanly: the
+// process should shut down and exit non-zero, so that a restart replays the
+// log.
+func (s *Store) FailedC() <-chan struct{} { return s.failedC }
+
 func (s *Store) failedErr() error {
 	if p := s.failed.Load(); p != nil {
 		return fmt.Errorf("%w: %w", ErrFailed, *p)
@@ -707,10 +807,11 @@ func (b *Batch) Commit() error {
 	q := &s.q
 	q.Lock()
 	defer q.Unlock()
-	// While writes to the disk fail the committer cannot drain the queue:
-	// queue anyway rather than wait, since the changes are already visible
-	// and modify refuses new ones, and tell the caller.
-	for (len(q.ends) >= s.opts.MaxQueued || len(q.keys) >= s.opts.MaxQueuedBytes) && !q.closing && s.guard.failing.Load() == 0 {
+	// While writes to the disk fail, or after the store failed, the
+	// committer cannot drain the queue: queue anyway rather than wait, since
+	// the changes are already visible and modify refuses new ones, and tell
+	// the caller.
+	for (len(q.ends) >= s.opts.MaxQueued || len(q.keys) >= s.opts.MaxQueuedBytes) && !q.closing && s.guard.failing.Load() == 0 && s.failed.Load() == nil {
 		q.done.Wait()
 	}
 	if q.stopped {
@@ -726,6 +827,9 @@ func (b *Batch) Commit() error {
 	b.reset()
 	q.work.Signal()
 	if s.opts.Sync != SyncAlways {
+		if err := s.failedErr(); err != nil {
+			return err
+		}
 		return s.guard.unavailable()
 	}
 	for {
@@ -873,8 +977,10 @@ func (s *Store) commitLoop() {
 		q.Lock()
 		if err == nil {
 			q.applied = round
+			q.appliedKeys += int64(len(done))
 			if opt == pebble.Sync {
 				q.synced = round
+				q.syncedKeys = q.appliedKeys
 			}
 		}
 		q.done.Broadcast()
@@ -882,10 +988,15 @@ func (s *Store) commitLoop() {
 	}
 }
 
+// fail makes the store refuse every change from now on, and tells Failed's
+// channel.
 func (s *Store) fail(err error) {
 	s.stats.writeErrors.Add(1)
 	if s.failed.CompareAndSwap(nil, &err) {
-		s.log.Error("store write failed; refusing writes until restart", "dir", s.dir, "err", err)
+		if s.guard.armed.Load() { // while opening, Open reports it
+			s.log.Error("store failed: nothing more is written or acknowledged; restart to replay the log", "dir", s.dir, "err", err)
+		}
+		close(s.failedC)
 	}
 	s.q.Lock()
 	s.q.done.Broadcast()
@@ -920,7 +1031,7 @@ func (s *Store) syncLoop() {
 // syncApplied fsyncs the log if rounds were applied since the last sync.
 func (s *Store) syncApplied() error {
 	s.q.Lock()
-	applied, synced := s.q.applied, s.q.synced
+	applied, synced, keys := s.q.applied, s.q.synced, s.q.appliedKeys
 	s.q.Unlock()
 	if applied <= synced || s.failedErr() != nil {
 		return nil
@@ -933,69 +1044,142 @@ func (s *Store) syncApplied() error {
 	s.q.Lock()
 	if applied > s.q.synced {
 		s.q.synced = applied
+		s.q.syncedKeys = keys
 	}
 	s.q.done.Broadcast()
 	s.q.Unlock()
 	return nil
 }
 
-// Close writes everything queued, syncs the log and closes Pebble. Callers
-// must stop calling Modify and Commit first; Commits still waiting return
-// when their writes are done.
+// DefaultCloseTimeout bounds Close.
+const DefaultCloseTimeout = 10 * time.Second
+
+// Close is Shutdown bounded by DefaultCloseTimeout.
 func (s *Store) Close() error {
-	s.closeOnce.Do(func() {
-		s.closed.Store(true)
-		stuck := false
-		if s.syncerStop != nil {
-			close(s.syncerStop)
-			stuck = !s.waitUnlessStuck(s.syncerDone)
-		}
-		s.q.Lock()
-		s.q.closing = true
-		s.q.work.Broadcast()
-		s.q.done.Broadcast()
-		s.q.Unlock()
-		if stuck || !s.waitUnlessStuck(s.committerDone) {
-			// Pebble is waiting for a write that keeps failing and cannot
-			// be closed meanwhile; leave it to the process exit.
-			s.closeMu.Lock()
-			s.dbClosed = true
-			s.closeMu.Unlock()
-			s.closeErr = fmt.Errorf("close store: %w; changes not yet in the log are lost, the rest is replayed at the next start", s.guard.unavailable())
-			return
-		}
-		var errs []error
-		if s.failed.Load() == nil {
-			if err := s.syncApplied(); err != nil {
-				errs = append(errs, fmt.Errorf("final sync: %w", err))
-			}
-		}
-		s.closeMu.Lock()
-		s.dbClosed = true
-		if err := s.db.Close(); err != nil {
-			errs = append(errs, fmt.Errorf("close store: %w", err))
-		}
-		s.closeMu.Unlock()
-		s.closeErr = errors.Join(errs...)
-	})
+	ctx, cancel := context.WithTimeout(context.Background(), DefaultCloseTimeout)
+	defer cancel()
+	return s.Shutdown(ctx)
+}
+
+// Shutdown writes everything queued, syncs the log and closes Pebble, and
+// gives up when ctx is done or the store fails, whichever comes first: a
+// write still being retried then stops (the store fails), and Pebble is
+// left to the process exit. It returns nil when everything was written,
+// synced and closed; otherwise a *CloseError, which says what may be lost.
+// Callers must stop calling Modify and Commit first; Commits still waiting
+// return when their writes are done or the store gives up. Only the first
+// call does anything; later ones return its result.
+func (s *Store) Shutdown(ctx context.Context) error {
+	s.closeOnce.Do(func() { s.closeErr = s.shutdown(ctx) })
 	return s.closeErr
 }
 
-// waitUnlessStuck waits for done, and gives up when writes to the disk have
-// been failing for over a second, since then done may never come.
-func (s *Store) waitUnlessStuck(done <-chan struct{}) bool {
-	t := time.NewTicker(50 * time.Millisecond)
-	defer t.Stop()
-	for {
+func (s *Store) shutdown(ctx context.Context) error {
+	s.closed.Store(true)
+	// From now on a write that fails is not retried: the store fails, and
+	// a checkpoint in progress stops.
+	s.guard.closing.Store(true)
+	wait := func(done <-chan struct{}) bool {
 		select {
 		case <-done:
 			return true
-		case <-t.C:
-			if since := s.guard.since(); !since.IsZero() && time.Since(since) > time.Second {
-				return false
-			}
+		case <-s.failedC:
+			return false
+		case <-ctx.Done():
+			return false
 		}
 	}
+	ok := true
+	if s.syncerStop != nil {
+		close(s.syncerStop)
+		ok = wait(s.syncerDone)
+	}
+	s.q.Lock()
+	s.q.closing = true
+	s.q.work.Broadcast()
+	s.q.done.Broadcast()
+	s.q.Unlock()
+	ok = ok && wait(s.committerDone)
+	if ok {
+		synced := make(chan struct{})
+		var err error
+		go func() {
+			err = s.syncApplied()
+			close(synced)
+		}()
+		if ok = wait(synced); ok && err != nil {
+			s.fail(fmt.Errorf("final sync: %w", err))
+			ok = false
+		}
+	}
+	var closeErr error
+	if ok {
+		closed := make(chan struct{})
+		go func() {
+			// A checkpoint holds closeMu for reading; its writes fail now.
+			s.closeMu.Lock()
+			s.dbClosed = true
+			closeErr = s.db.Close()
+			s.closeMu.Unlock()
+			close(closed)
+		}()
+		ok = wait(closed)
+	}
+	if ok && closeErr == nil && s.failed.Load() == nil {
+		return nil
+	}
+	ce := &CloseError{Dir: s.dir, Mode: s.opts.Sync, Unwritten: s.stats.dirty.Load()}
+	s.q.Lock()
+	ce.Unsynced = s.q.appliedKeys - s.q.syncedKeys
+	s.q.Unlock()
+	if ms := s.stats.lastSync.Load(); ms != 0 {
+		ce.LastSync = time.UnixMilli(ms)
+	}
+	switch {
+	case s.failed.Load() != nil:
+		ce.Err = s.failedErr()
+	case ok:
+		// Pebble closed with an error, after the final sync succeeded.
+		ce.Err, ce.Unsynced = fmt.Errorf("close Pebble: %w", closeErr), 0
+	default:
+		ce.Err = fmt.Errorf("not closed in time (%w)", ctx.Err())
+		if err := s.guard.unavailable(); err != nil {
+			ce.Err = fmt.Errorf("%w, while %w", ce.Err, err)
+		}
+	}
+	return ce
+}
+
+// CloseError is Shutdown's error when the store could not be closed
+// cleanly: it says what the next start will not find.
+type CloseError struct {
+	Dir  string
+	Mode SyncMode
+	Err  error // why
+	// Unwritten is how many buckets have a change that never reached
+	// Pebble: lost.
+	Unwritten int64
+	// Unsynced is how many keys were written to Pebble's log after its last
+	// successful fsync: lost unless Pebble had handed them to the operating
+	// system and the machine stays up.
+	Unsynced int64
+	LastSync time.Time // zero if never
+}
+
+func (e *CloseError) Unwrap() error { return e.Err }
+
+func (e *CloseError) Error() string {
+	last := "none since the start"
+	if !e.LastSync.IsZero() {
+		last = e.LastSync.UTC().Format(time.RFC3339Nano)
+	}
+	if e.Mode == SyncAlways {
+		// Nothing unsynced was acknowledged in this mode.
+		return fmt.Sprintf("store in %s not closed cleanly: %v; no acknowledged change is lost (--fsync always); buckets with changes not yet in the log: %d, keys written to the log since the last fsync (%s): %d; these were never acknowledged and may be lost",
+			e.Dir, e.Err, e.Unwritten, last, e.Unsynced)
+	}
+	return fmt.Sprintf("store in %s not closed cleanly: %v; lost: acknowledged changes of %d buckets not yet in the log; may be lost (--fsync %s): %d keys written to the log since the last fsync (%s); everything else is replayed at the next start",
+		e.Dir, e.Err, e.Unwritten, e.Mode, e.Unsynced, last)
 }
 
 // Stats is a snapshot of the store's counters.
@@ -1093,7 +1277,14 @@ func (s *Store) Stats() Stats {
 	s.q.Lock()
 	st.Queued, st.AppliedRound, st.SyncedRound = len(s.q.ends), s.q.applied, s.q.synced
 	s.q.Unlock()
-	s.closeMu.RLock()
+	// Once the store failed, a goroutine may be parked inside Pebble with
+	// its mutex held (see diskguard.go), and while Shutdown closes Pebble
+	// closeMu is held: Metrics would block in both cases.
+	if st.Failed == nil && s.closeMu.TryRLock() {
+		defer s.closeMu.RUnlock()
+	} else {
+		return st
+	}
 	if !s.dbClosed {
 		m := s.db.Metrics()
 		st.DiskBytes = m.DiskSpaceUsage()
@@ -1105,16 +1296,20 @@ func (s *Store) Stats() Stats {
 		st.CompactionDebt = m.Compact.EstimatedDebt
 		st.Compactions = m.Compact.Count
 	}
-	s.closeMu.RUnlock()
 	return st
 }
 
 // pebbleLogger sends Pebble's log lines to slog. Pebble's Fatalf must not
-// return; it panics after logging, as Pebble's own default logger exits.
-// Pebble calls it when a write to its log fails (disk full, I/O error): it
-// cannot continue after that, so the process stops without acknowledging
-// the failed writes, and a restart recovers from the log.
-type pebbleLogger struct{ l *slog.Logger }
+// return. Pebble calls it when it cannot go on (a log write failed, an
+// invariant broke), sometimes with its mutexes held, so panicking would
+// unwind through them into an unrecoverable runtime error: instead Fatalf
+// makes the store fail, so that main shuts down and exits, and parks the
+// calling goroutine until then. Without fail (Inspect, read-only) it panics
+// for Inspect to recover.
+type pebbleLogger struct {
+	l    *slog.Logger
+	fail func(error)
+}
 
 func (p pebbleLogger) Infof(format string, args ...any) {
 	p.l.Debug(fmt.Sprintf(format, args...), "component", "pebble")
@@ -1127,5 +1322,9 @@ func (p pebbleLogger) Errorf(format string, args ...any) {
 func (p pebbleLogger) Fatalf(format string, args ...any) {
 	msg := fmt.Sprintf(format, args...)
 	p.l.Error(msg, "component", "pebble", "fatal", true)
-	panic("pebble: " + msg)
+	if p.fail == nil {
+		panic("pebble: " + msg)
+	}
+	p.fail(errors.New("pebble: " + msg))
+	park()
 }

@@ -3,6 +3,7 @@ package main
 import (
 	"bytes"
 	"encoding/json"
+	"errors"
 	"flag"
 	"fmt"
 	"io"
@@ -72,6 +73,7 @@ func runInspect(args []string, lookupEnv func(string) (string, bool), stdout, st
 		enc    *json.Encoder
 		listed int
 		other  int
+		bad    int // records that do not decode
 		werr   error
 	)
 	if cfg.format == "text" {
@@ -92,8 +94,10 @@ func runInspect(args []string, lookupEnv func(string) (string, bool), stdout, st
 		}
 		st, err := bucket.DecodeState(v)
 		if err != nil {
-			werr = fmt.Errorf("bucket %q: %w", key, err)
-			return false
+			// Report it and go on: the rest of the store is worth seeing.
+			bad++
+			fmt.Fprintf(stderr, "corrupt record: bucket %s (%d value bytes): %v; skipped\n", strconv.Quote(string(key)), len(v), err)
+			return true
 		}
 		tokens, _ := p.Available(st, true, now)
 		row := inspectRow{
@@ -117,8 +121,14 @@ func runInspect(args []string, lookupEnv func(string) (string, bool), stdout, st
 		}
 		listed++
 		return werr == nil && (cfg.limit == 0 || listed < cfg.limit)
+	}, func(c storage.Corruption) {
+		if tw != nil {
+			tw.Flush() // the rows before it first
+		}
+		fmt.Fprintf(stderr, "corrupt table %s, keys %s to %s: %v; its records not listed above are skipped\n",
+			c.File, strconv.Quote(string(c.Start)), strconv.Quote(string(c.End)), c.Err)
 	})
-	if err != nil {
+	if err != nil && !errors.Is(err, storage.ErrCorrupt) {
 		return err
 	}
 	if werr != nil {
@@ -134,6 +144,12 @@ func runInspect(args []string, lookupEnv func(string) (string, bool), stdout, st
 		fmt.Fprintf(stderr, "; %d records that are not buckets skipped", other)
 	}
 	fmt.Fprintln(stderr)
+	switch {
+	case err != nil:
+		return err
+	case bad > 0:
+		return fmt.Errorf("inspect %s: %d records could not be decoded (listed on stderr); the rest is listed", cfg.data, bad)
+	}
 	return nil
 }
 

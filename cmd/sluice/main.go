@@ -130,7 +130,7 @@ func newFlagSet(cfg *config, stderr io.Writer) *flag.FlagSet {
 	fs.IntVar(&cfg.cacheBuckets, "cache-buckets", storage.DefaultCacheEntries, "buckets whose state is kept in memory (about 350 bytes of RSS each); 0 turns the cache off")
 	fs.Var(&cfg.memtableSize, "memtable-size", "Pebble memtable size")
 	fs.Var(&cfg.keyFilterSize, "key-filter-size", "in-memory filter of stored keys that spares a disk lookup for new buckets (about 10 bits per key); 0 turns it off")
-	fs.DurationVar(&cfg.shutdownTimeout, "shutdown-timeout", server.DefaultShutdownTimeout, "on SIGTERM, how long connections may take to finish their last pipeline")
+	fs.DurationVar(&cfg.shutdownTimeout, "shutdown-timeout", server.DefaultShutdownTimeout, "on SIGTERM, the most the shutdown takes: connections finish their last pipeline, then the store is written, fsynced and closed; past it, sluice exits with status 1 and logs what may be lost")
 	fs.DurationVar(&cfg.sweepInterval, "sweep-interval", server.DefaultSweepInterval, "pause between passes of the sweep that deletes buckets refilled to full; 0 turns it off (COMPACT still sweeps)")
 	fs.IntVar(&cfg.sweepRate, "sweep-rate", server.DefaultSweepRate, "most buckets the background sweep examines per second; 0 for no limit")
 	fs.StringVar(&cfg.backupDir, "backup-dir", "./sluice-backups", "directory where CHECKPOINT writes its copies of the store")
@@ -325,7 +325,9 @@ func runReloading(ctx context.Context, hup <-chan os.Signal, args []string, look
 	if cfg.tlsCert != "" {
 		tlsFiles = &server.TLSFiles{Cert: cfg.tlsCert, Key: cfg.tlsKey, CA: cfg.tlsCA}
 	}
-	store, err := storage.Open(cfg.data, storage.Options{
+	// A signal stops the open too: replaying a long log, or a store that
+	// cannot be opened, must not make the process ignore SIGTERM.
+	store, err := storage.OpenContext(ctx, cfg.data, storage.Options{
 		Sync:          mode,
 		CacheSize:     int64(cfg.cacheSize),
 		CacheEntries:  cacheEntries(cfg.cacheBuckets),
@@ -334,6 +336,9 @@ func runReloading(ctx context.Context, hup <-chan os.Signal, args []string, look
 		Logger:        log,
 	})
 	if err != nil {
+		if ctx.Err() != nil {
+			return fmt.Errorf("stopped by a signal while opening the store: %w", err)
+		}
 		return err
 	}
 	srv, err := server.New(server.Config{
@@ -424,6 +429,12 @@ wait:
 		case err = <-serveErr:
 			log.Error("server stopped", "err", err)
 			break wait
+		case <-store.FailedC():
+			// Nothing more can be made durable: stop, so that a restart
+			// replays the log. Shutdown below says what may be lost.
+			err = fmt.Errorf("the store failed: %w", store.Failed())
+			log.Error("store failed; shutting down, exit status 1 (restart to replay the log)", "dir", cfg.data, "err", store.Failed())
+			break wait
 		case <-hup:
 			_ = srv.ReloadTLS() // logs the outcome
 			if cfg.policyFile != "" {
@@ -431,15 +442,50 @@ wait:
 			}
 		}
 	}
-	srv.Close()
-	if cerr := store.Close(); cerr != nil {
-		log.Error("closing the store", "err", cerr)
+	if cerr := shutdown(srv, store, cfg.shutdownTimeout, log); cerr != nil {
 		err = errors.Join(err, cerr)
 	}
 	if err == nil {
 		log.Info("shutdown complete")
 	}
 	return err
+}
+
+// shutdown closes the server, then the store, within about timeout in
+// every state: connections get up to nine tenths of it to finish their
+// pipelines, and the store what is left, at least a tenth. A store that
+// cannot be closed cleanly in time (a disk that fails, a Pebble that does
+// not close) is left to the process exit, and the error says what may be
+// lost.
+func shutdown(srv *server.Server, store *storage.Store, timeout time.Duration, log *slog.Logger) error {
+	deadline := time.Now().Add(timeout)
+	closed := make(chan struct{})
+	go func() {
+		srv.Close()
+		close(closed)
+	}()
+	t := time.NewTimer(timeout - timeout/10)
+	select {
+	case <-closed:
+	case <-t.C:
+		log.Warn("connections still busy; closing the store anyway", "timeout", timeout)
+	}
+	t.Stop()
+	deadline = later(deadline, time.Now().Add(timeout/10))
+	ctx, cancel := context.WithDeadline(context.Background(), deadline)
+	defer cancel()
+	if err := store.Shutdown(ctx); err != nil {
+		log.Error("the store was not closed cleanly; exit status 1", "dir", store.Dir(), "err", err)
+		return err
+	}
+	return nil
+}
+
+func later(a, b time.Time) time.Time {
+	if a.After(b) {
+		return a
+	}
+	return b
 }
 
 // readPassword returns the password from --requirepass or from the file
