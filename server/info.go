@@ -89,6 +89,9 @@ func (s *Server) writeInfo(b *strings.Builder, section string) {
 		kv("max_bulk", i64(s.cfg.MaxBulk))
 		kv("max_inline", strconv.Itoa(s.cfg.MaxInline))
 		kv("max_query_buffer", strconv.Itoa(s.cfg.MaxQueryBuffer))
+		kv("max_reply_buffer", strconv.Itoa(s.cfg.MaxReplyBuffer))
+		kv("mem_clients_normal", i64(s.clientMem.Load()))
+		kv("maxmemory_clients", i64(max(s.cfg.MaxMemoryClients, 0)))
 	case "stats":
 		b.WriteString("# Stats\r\n")
 		kv("total_connections_received", i64(s.stats.connsTotal.Load()))
@@ -97,6 +100,8 @@ func (s *Server) writeInfo(b *strings.Builder, section string) {
 		kv("total_net_output_bytes", i64(s.stats.netOut.Load()))
 		kv("total_error_replies", i64(s.stats.errorReplies.Load()))
 		kv("protocol_errors", i64(s.stats.protocolErrors.Load()))
+		kv("evicted_clients", i64(s.stats.evictedClients.Load()))
+		kv("client_reply_overflows", i64(s.stats.replyOverflows.Load()))
 		kv("rl_allowed", i64(s.stats.rlAllowed.Load()))
 		kv("rl_denied", i64(s.stats.rlDenied.Load()))
 		kv("store_errors", i64(s.stats.storeErrors.Load()))
