@@ -2,6 +2,7 @@ package server
 
 import (
 	"errors"
+	"io"
 	"net"
 	"runtime/debug"
 	"sync"
@@ -65,6 +66,7 @@ type conn struct {
 
 	mem    int64 // bytes of buffers counted in srv.clientMem
 	outCap int   // cap(cl.out) when mem was last counted
+	failed bool  // closing after an error reply: see lingerClose
 
 	draining  atomic.Bool // shutdown: finish the pipeline, read no more
 	closeOnce sync.Once
@@ -225,6 +227,7 @@ func (cn *conn) process(p []byte) bool {
 			// Bounded: a client that sent garbage gets no more patience.
 			_ = cn.nc.SetWriteDeadline(time.Now().Add(time.Second))
 			cn.write(appendError(nil, "ERR "+ferr.Error()))
+			cn.failed = true
 		}
 		return false
 	}
@@ -240,6 +243,7 @@ func (cn *conn) evict() {
 		"limit", s.cfg.MaxMemoryClients, "client_buffers", cn.mem)
 	c.out = appendError(c.out, "ERR client memory limit reached: the buffers of all clients exceed --maxmemory-clients; closing the connection")
 	c.quit = true
+	cn.failed = true
 }
 
 // commitAndSend commits the pipeline's pending writes, replaces their
@@ -331,6 +335,12 @@ func (cn *conn) account() bool {
 	}
 	cn.mem = m
 	total := s.clientMem.Add(d)
+	for d > 0 {
+		peak := s.clientMemPeak.Load()
+		if total <= peak || s.clientMemPeak.CompareAndSwap(peak, total) {
+			break
+		}
+	}
 	return d < 0 || s.cfg.MaxMemoryClients < 0 || total <= s.cfg.MaxMemoryClients
 }
 
@@ -362,14 +372,32 @@ func nextCommand(cmds []byte, args [][]byte) ([][]byte, []byte) {
 // finish closes the connection and forgets it.
 func (cn *conn) finish() {
 	s := cn.srv
+	cn.rbuf, cn.obuf, cn.args, cn.cl.out = nil, nil, nil, nil
+	cn.f = nil
+	s.clientMem.Add(-cn.mem)
+	cn.mem = 0
+	if cn.failed {
+		cn.lingerClose()
+	}
 	cn.forceClose()
 	s.mu.Lock()
 	delete(s.mu.guards, cn)
 	delete(s.mu.clients, cn.cl.id)
 	s.mu.Unlock()
-	s.clientMem.Add(-cn.mem)
-	cn.mem = 0
 	s.conns.Done()
+}
+
+// lingerClose ends the sending side first and drains (boundedly) what the
+// client still sends, so that closing with unread input, which makes the
+// kernel reset the connection, cannot discard the error reply just sent.
+func (cn *conn) lingerClose() {
+	cw, ok := cn.nc.(interface{ CloseWrite() error })
+	if !ok {
+		return
+	}
+	_ = cw.CloseWrite()
+	_ = cn.nc.SetReadDeadline(time.Now().Add(time.Second))
+	_, _ = io.CopyN(io.Discard, cn.nc, 1<<20)
 }
 
 func (cn *conn) forceClose() {

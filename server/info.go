@@ -91,6 +91,7 @@ func (s *Server) writeInfo(b *strings.Builder, section string) {
 		kv("max_query_buffer", strconv.Itoa(s.cfg.MaxQueryBuffer))
 		kv("max_reply_buffer", strconv.Itoa(s.cfg.MaxReplyBuffer))
 		kv("mem_clients_normal", i64(s.clientMem.Load()))
+		kv("mem_clients_peak", i64(s.clientMemPeak.Load()))
 		kv("maxmemory_clients", i64(max(s.cfg.MaxMemoryClients, 0)))
 	case "stats":
 		b.WriteString("# Stats\r\n")

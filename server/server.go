@@ -144,7 +144,8 @@ type Server struct {
 	conns   sync.WaitGroup // one per accepted connection, until its goroutine ends
 	// clientMem is the bytes of all RESP connections' buffers, bounded by
 	// MaxMemoryClients.
-	clientMem atomic.Int64
+	clientMem     atomic.Int64
+	clientMemPeak atomic.Int64 // the most clientMem has been
 
 	sweep    sweeper
 	tls      *tlsState // nil without TLS
@@ -412,6 +413,7 @@ func (s *Server) execAll(cn *conn, cmds []byte) (n int) {
 		if len(c.out) > s.cfg.MaxReplyBuffer {
 			s.stats.replyOverflows.Add(1)
 			s.log.Warn("closing a client whose reply exceeds the reply buffer limit", "client", c.id, "remote", c.addr, "limit", s.cfg.MaxReplyBuffer)
+			cn.failed = true
 			c.out = appendError(c.out, "ERR reply buffer limit reached (--max-reply-buffer); closing the connection")
 			c.quit = true
 			break
