@@ -88,7 +88,7 @@ type Config struct {
 	// MaxMemoryClients bounds the bytes of all RESP clients' buffers
 	// together (query and reply, as Redis' maxmemory-clients): a client
 	// whose buffers grow the total past it is answered with an error and
-	// closed. Default 128 MiB; negative: no bound.
+	// closed. Default 64 MiB; negative: no bound.
 	MaxMemoryClients int64
 	// TLS, when set, serves RESP (and HTTP) over TLS only.
 	TLS *TLSFiles
@@ -121,11 +121,14 @@ const (
 	DefaultShutdownTimeout = 10 * time.Second
 	DefaultMaxClients      = 10000
 	DefaultMaxReplyBuffer  = 64 << 20
-	// DefaultMaxMemoryClients leaves room for the default --maxclients'
-	// idle connections (about 4 KiB each) and for several clients at the
-	// default --max-query-buffer at once, and keeps the default sizing
-	// rule within a 384 MiB container.
-	DefaultMaxMemoryClients = 128 << 20
+	// DefaultMaxMemoryClients: Redis' maxmemory-clients is off by
+	// default, ours must bound. Sluice's commands are a few hundred bytes,
+	// so 64 MiB holds the read buffers of thousands of connections (4 KiB
+	// each when idle) and several clients at the default
+	// --max-query-buffer at once, while an attack through big commands
+	// adds at most about three times this to RSS (measured; garbage the
+	// collector has not reclaimed yet makes up the rest).
+	DefaultMaxMemoryClients = 64 << 20
 )
 
 // Server is a RESP server for sluice's commands.
