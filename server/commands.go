@@ -34,6 +34,7 @@ type client struct {
 	// batchBytes is the bytes of this pipeline's commands that wrote: the
 	// batch keeps room for their keys, so a large total replaces it.
 	batchBytes int
+	ran        int // commands executed and not yet counted in the stats
 	out        []byte
 	writes     []span
 	// replyStart is where the reply of the command being executed begins.

@@ -196,7 +196,6 @@ func (cn *conn) process(p []byte) bool {
 	c.out = c.out[:0]
 	c.writes = c.writes[:0]
 	var ferr error
-	n := 0
 	for len(p) > 0 && !c.quit {
 		// Before AUTH each command is framed alone, so that AUTH lifts the
 		// small limits for the commands pipelined behind it.
@@ -208,7 +207,7 @@ func (cn *conn) process(p []byte) bool {
 			cn.evict()
 			break
 		}
-		n += s.execAll(cn, cn.obuf)
+		c.ran += s.execAll(cn, cn.obuf)
 		if ferr != nil {
 			break
 		}
@@ -217,8 +216,6 @@ func (cn *conn) process(p []byte) bool {
 		}
 	}
 	sent := cn.commitAndSend()
-	s.stats.commands.Add(int64(n))
-	s.flushTally(c)
 	s.http.batchSeconds.Observe(time.Since(t0).Seconds())
 	if ferr != nil && !c.quit {
 		s.stats.protocolErrors.Add(1)
@@ -247,7 +244,8 @@ func (cn *conn) evict() {
 }
 
 // commitAndSend commits the pipeline's pending writes, replaces their
-// replies by the error if that fails, and sends every reply queued. It
+// replies by the error if that fails, counts the commands, and sends every
+// reply queued: a client that has its replies sees them in the metrics. It
 // reports whether the client can still be written to.
 func (cn *conn) commitAndSend() bool {
 	s, c := cn.srv, cn.cl
@@ -261,6 +259,9 @@ func (cn *conn) commitAndSend() bool {
 	if len(c.hit.done) > 0 {
 		c.hit.countHits(committed)
 	}
+	s.stats.commands.Add(int64(c.ran))
+	c.ran = 0
+	s.flushTally(c)
 	c.writes = c.writes[:0]
 	ok := true
 	if len(c.out) > 0 {

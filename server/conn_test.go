@@ -11,6 +11,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/sluicehq/sluice/storage"
 )
 
 // rawClient speaks RESP over a plain TCP connection, so the test holds no
@@ -297,4 +299,31 @@ func skipBulk(r *bufio.Reader) error {
 	}
 	_, err = io.CopyN(io.Discard, r, int64(n)+2)
 	return err
+}
+
+// A pipeline whose replies span several chunks: each chunk is sent after
+// the writes before it are committed, and every reply arrives in order.
+func TestLongPipelineInChunks(t *testing.T) {
+	store, err := storage.Open(t.TempDir(), storage.Options{Sync: storage.SyncAlways})
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv, err := New(Config{Store: store})
+	if err != nil {
+		t.Fatal(err)
+	}
+	serveOn(t, srv, store)
+	const n = 5000 // about 40 KiB of replies: three chunks
+	var in []byte
+	for range n {
+		in = append(in, respCommand([]byte("RL.REDUCE"), []byte("k"), []byte("100000"), []byte("60"), []byte("AT"), []byte("1000"))...)
+	}
+	c := dialRaw(t, srv)
+	c.write(in)
+	for i := range n {
+		c.expect(":" + strconv.Itoa(100000-i))
+	}
+	if got := store.Stats().KeysWritten; got == 0 {
+		t.Fatalf("keys written = %d, want the pipeline's writes committed", got)
+	}
 }
