@@ -289,7 +289,7 @@ loop:
 			if int64(n) > f.remaining {
 				n = int(f.remaining)
 			}
-			w = append(w, p[i:i+n]...)
+			w = frameAppend(w, p[i:i+n])
 			i += n
 			f.remaining -= int64(n)
 			if f.remaining == 0 {
@@ -631,6 +631,19 @@ func (f *framer) endInline(w []byte) ([]byte, *protocolError) {
 		f.ends = f.ends[:0]
 	}
 	return w, nil
+}
+
+// frameAppend is append, except that a buffer that must grow doubles:
+// append grows big slices by about 1.25×, which, while a command of
+// megabytes arrives a read at a time, leaves about four times its size in
+// garbage; doubling leaves at most its size.
+func frameAppend(w, p []byte) []byte {
+	if need := len(w) + len(p); need > cap(w) {
+		grown := make([]byte, len(w), max(need, 2*cap(w)))
+		copy(grown, w)
+		w = grown
+	}
+	return append(w, p...)
 }
 
 func frameTrimBuf(b []byte) []byte {

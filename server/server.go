@@ -126,7 +126,7 @@ const (
 	// so 64 MiB holds the read buffers of thousands of connections (4 KiB
 	// each when idle) and several clients at the default
 	// --max-query-buffer at once, while an attack through big commands
-	// adds at most about three times this to RSS (measured; garbage the
+	// adds up to about 3.5 times this to peak RSS (measured; garbage the
 	// collector has not reclaimed yet makes up the rest).
 	DefaultMaxMemoryClients = 64 << 20
 )
