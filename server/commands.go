@@ -1,15 +1,15 @@
 package server
 
 import (
+	"cmp"
 	"math"
 	"path"
+	"slices"
 	"sort"
 	"strconv"
 	"strings"
 	"sync/atomic"
 	"time"
-
-	"github.com/tidwall/redcon"
 
 	"github.com/sluicehq/sluice/storage"
 )
@@ -30,10 +30,13 @@ type client struct {
 	quit    bool
 	authed  bool // AUTH done, or no password configured
 
-	batch  *storage.Batch
-	cmds   []redcon.Command
-	out    []byte
-	writes []span
+	batch *storage.Batch
+	// batchBytes is the bytes of this pipeline's commands that wrote: the
+	// batch keeps room for their keys, so a large total replaces it.
+	batchBytes int
+	ran        int // commands executed and not yet counted in the stats
+	out        []byte
+	writes     []span
 	// replyStart is where the reply of the command being executed begins.
 	replyStart int
 	rl         rlMutator
@@ -453,29 +456,7 @@ func cmdClient(s *Server, c *client, args [][]byte) {
 	case sub == "info" && len(args) == 2:
 		c.out = appendBulkString(c.out, s.clientLine(c)+"\n")
 	case sub == "list" && len(args) == 2:
-		s.mu.Lock()
-		ids := make([]int64, 0, len(s.mu.clients))
-		for id := range s.mu.clients {
-			ids = append(ids, id)
-		}
-		s.mu.Unlock()
-		sort.Slice(ids, func(i, j int) bool { return ids[i] < ids[j] })
-		var b strings.Builder
-		for _, id := range ids {
-			s.mu.Lock()
-			other := s.mu.clients[id]
-			s.mu.Unlock()
-			if other == nil {
-				continue
-			}
-			if other == c {
-				b.WriteString(s.clientLine(c))
-			} else {
-				b.WriteString(s.clientLineShared(other))
-			}
-			b.WriteByte('\n')
-		}
-		c.out = appendBulkString(c.out, b.String())
+		s.clientList(c)
 	case sub == "help":
 		lines := []string{
 			"CLIENT <subcommand> [<arg> ...]. Subcommands are:",
@@ -501,17 +482,78 @@ func appendHelp(b []byte, lines []string) []byte {
 	return b
 }
 
-// clientLine describes the calling connection, in CLIENT LIST's format.
-func (s *Server) clientLine(c *client) string {
-	return s.clientLineShared(c) + " name=" + c.name + " resp=" + strconv.Itoa(c.resp) +
-		" lib-name=" + c.libName + " lib-ver=" + c.libVer
+// clientList answers CLIENT LIST. Its reply grows with the number of
+// connections (about 80 bytes each, at most --maxclients), so it is
+// written straight into the reply buffer, which counts against
+// --max-reply-buffer and --maxmemory-clients and is sent in chunks: a
+// client that pipelines it holds one reply at a time, not one per command.
+func (s *Server) clientList(c *client) {
+	s.mu.Lock()
+	list := make([]*client, 0, len(s.mu.clients))
+	for _, other := range s.mu.clients {
+		list = append(list, other)
+	}
+	s.mu.Unlock()
+	slices.SortFunc(list, func(a, b *client) int { return cmp.Compare(a.id, b.id) })
+	now := time.Now()
+	size := 0
+	for _, other := range list {
+		size += clientLineLen(other, c, now)
+	}
+	c.out = append(c.out, '$')
+	c.out = strconv.AppendInt(c.out, int64(size), 10)
+	c.out = append(c.out, '\r', '\n')
+	c.out = slices.Grow(c.out, size+2)
+	for _, other := range list {
+		c.out = appendClientLine(c.out, other, c, now)
+	}
+	c.out = append(c.out, '\r', '\n')
 }
 
-// clientLineShared uses only the fields fixed at accept, which other
-// connections may read.
-func (s *Server) clientLineShared(c *client) string {
-	return "id=" + strconv.FormatInt(c.id, 10) + " addr=" + c.addr + " laddr=" + c.laddr +
-		" age=" + strconv.FormatInt(int64(time.Since(c.created)/time.Second), 10) + " db=0"
+// appendClientLine appends other's CLIENT LIST line, newline included.
+// Only self's line has the fields its own goroutine changes (name, resp,
+// library); the others use the fields fixed at accept, which any
+// connection may read.
+func appendClientLine(b []byte, other, self *client, now time.Time) []byte {
+	b = append(b, "id="...)
+	b = strconv.AppendInt(b, other.id, 10)
+	b = append(b, " addr="...)
+	b = append(b, other.addr...)
+	b = append(b, " laddr="...)
+	b = append(b, other.laddr...)
+	b = append(b, " age="...)
+	b = strconv.AppendInt(b, int64(now.Sub(other.created)/time.Second), 10)
+	b = append(b, " db=0"...)
+	if other == self {
+		b = append(b, " name="...)
+		b = append(b, self.name...)
+		b = append(b, " resp="...)
+		b = strconv.AppendInt(b, int64(self.resp), 10)
+		b = append(b, " lib-name="...)
+		b = append(b, self.libName...)
+		b = append(b, " lib-ver="...)
+		b = append(b, self.libVer...)
+	}
+	return append(b, '\n')
+}
+
+// clientLineLen is len(appendClientLine(nil, other, self, now)), without
+// building it.
+func clientLineLen(other, self *client, now time.Time) int {
+	var num [20]byte
+	n := len("id= addr= laddr= age= db=0\n") + len(other.addr) + len(other.laddr) +
+		len(strconv.AppendInt(num[:0], other.id, 10)) +
+		len(strconv.AppendInt(num[:0], int64(now.Sub(other.created)/time.Second), 10))
+	if other == self {
+		n += len(" name= resp= lib-name= lib-ver=") + len(self.name) + 1 + len(self.libName) + len(self.libVer)
+	}
+	return n
+}
+
+// clientLine describes the calling connection, in CLIENT LIST's format.
+func (s *Server) clientLine(c *client) string {
+	b := appendClientLine(nil, c, c, time.Now())
+	return string(b[:len(b)-1])
 }
 
 // cmdCommand implements COMMAND, COMMAND COUNT|LIST|INFO|DOCS, enough for

@@ -4,169 +4,412 @@ import (
 	"errors"
 	"io"
 	"net"
+	"runtime/debug"
 	"sync"
 	"sync/atomic"
 	"time"
 )
 
-// guardConn sits between a client's socket and redcon. Everything redcon
-// reads has passed the framer: complete, canonical commands within the
-// limits. A framing violation is answered with an error reply and ends the
-// connection. It also counts bytes and lets a graceful shutdown end the
-// read side while the last pipeline's replies are still written.
-type guardConn struct {
-	net.Conn
+// sluice serves each RESP connection with its own loop around the framer
+// rather than with redcon's server. redcon's reader can be crashed or hung
+// by one malformed command (design.md), and it keeps the largest buffer it
+// ever grew for the life of the connection (it reslices its buffer instead
+// of letting it go), so an idle client that once sent a 7 MiB command pinned
+// tens of MiB for good. Here every buffer goes back to a small size after
+// the command or pipeline that grew it.
+
+// Buffer sizes of a connection.
+const (
+	// connReadMin is the socket read buffer of a connection; it doubles
+	// while reads fill it, up to connReadMax, and goes back when the client
+	// is between commands.
+	connReadMin = 4 << 10
+	connReadMax = 64 << 10
+	// connKeepBuf is the largest buffer a connection keeps between
+	// pipelines; a larger one is let go.
+	connKeepBuf = 8 << 10
+	// replyChunk is how many reply bytes a pipeline queues before its
+	// pending writes are committed and the replies sent, so a long
+	// pipeline holds about this plus one reply.
+	replyChunk = 16 << 10
+)
+
+// Limits for clients that have not authenticated (a password is set and
+// the client has not given it), as Redis hard-codes them: AUTH, HELLO,
+// PING and QUIT need no more.
+const (
+	unauthMaxArgs  = 10
+	unauthMaxBulk  = 16 << 10
+	unauthMaxQuery = 64 << 10
+)
+
+var unauthLimits = framingLimits{
+	MaxArgs:    unauthMaxArgs,
+	MaxBulk:    unauthMaxBulk,
+	MaxInline:  unauthMaxBulk,
+	MaxPending: unauthMaxQuery,
+	Unauth:     true,
+}
+
+// conn is one RESP connection. Its goroutine reads, frames, executes and
+// answers; Close's goroutine may only mark it draining or close its socket.
+type conn struct {
 	srv *Server
+	nc  net.Conn
+	cl  *client
 	f   *framer
+	lim framingLimits // the framer's limits once authenticated
 
-	rbuf []byte // socket reads
-	obuf []byte // framer output, reused
-	out  []byte // unread part of obuf
-	err  error  // sticky read error
+	rbuf []byte   // socket reads
+	obuf []byte   // the framer's output: the canonical commands of one read
+	args [][]byte // the arguments of the command being executed, into obuf
 
-	draining  atomic.Bool // shutdown: stop reading, finish what was read
-	readDone  atomic.Bool // the reader has seen its last byte
+	mem    int64 // bytes of buffers counted in srv.clientMem
+	outCap int   // cap(cl.out) when mem was last counted
+	failed bool  // closing after an error reply: see lingerClose
+
+	draining  atomic.Bool // shutdown: finish the pipeline, read no more
 	closeOnce sync.Once
 }
 
-// errProtocolClosed ends a connection after a framing violation.
-var errProtocolClosed = errors.New("connection closed after a protocol error")
-
-// Read hands redcon the next complete commands.
-func (g *guardConn) Read(p []byte) (int, error) {
-	for len(g.out) == 0 {
-		if pe, ok := g.err.(*pendingProtocolError); ok {
-			g.replyProtocolError(pe.err)
-			g.err = errProtocolClosed
-		}
-		if g.err != nil {
-			return 0, g.endRead(g.err)
-		}
-		if g.draining.Load() {
-			return 0, g.endRead(io.EOF)
-		}
-		if t := g.srv.cfg.IdleTimeout; t > 0 {
-			_ = g.Conn.SetReadDeadline(time.Now().Add(t))
-			if g.draining.Load() {
-				// startDrain's deadline may have been overwritten.
-				return 0, g.endRead(io.EOF)
-			}
-		}
-		n, err := g.Conn.Read(g.rbuf)
-		if err != nil && g.srv.cfg.IdleTimeout > 0 && !g.draining.Load() && isTimeout(err) {
-			g.srv.stats.idleClosed.Add(1)
-			g.srv.log.Debug("closing idle connection", "remote", g.RemoteAddr().String(), "timeout", g.srv.cfg.IdleTimeout)
-		}
-		if n > 0 {
-			g.srv.stats.netIn.Add(int64(n))
-			var ferr error
-			g.obuf, ferr = g.f.feed(g.obuf[:0], g.rbuf[:n])
-			g.out = g.obuf
-			if ferr != nil {
-				g.srv.stats.protocolErrors.Add(1)
-				g.srv.log.Debug("closing connection after a protocol error", "remote", g.RemoteAddr().String(), "err", ferr)
-				// Commands before the violation still run; the error reply
-				// goes out when redcon asks for more.
-				g.err = &pendingProtocolError{ferr}
-			}
-		}
-		if err != nil && g.err == nil {
-			if g.draining.Load() {
-				err = io.EOF
-			}
-			g.err = err
-		}
+// newConn registers an accepted connection. It returns nil, and closing
+// true, once Close has begun: counting under s.mu, after checking closing,
+// keeps every Add before Close's Wait. It returns nil and false for a
+// connection admission refused.
+func (s *Server) newConn(nc net.Conn) (*conn, bool) {
+	lim := framingLimits{
+		MaxArgs:    s.cfg.MaxArgs,
+		MaxBulk:    s.cfg.MaxBulk,
+		MaxInline:  s.cfg.MaxInline,
+		MaxPending: s.cfg.MaxQueryBuffer,
 	}
-	n := copy(p, g.out)
-	g.out = g.out[n:]
-	return n, nil
-}
-
-type pendingProtocolError struct{ err error }
-
-func (e *pendingProtocolError) Error() string { return e.err.Error() }
-
-func (g *guardConn) endRead(err error) error {
-	g.readDone.Store(true)
-	return err
-}
-
-// replyProtocolError writes the error reply straight to the socket. redcon
-// has flushed every earlier reply before it asks for more input, so the
-// order holds.
-func (g *guardConn) replyProtocolError(err error) {
-	msg := appendError(nil, "ERR "+err.Error())
-	_ = g.Conn.SetWriteDeadline(time.Now().Add(time.Second))
-	_, _ = g.Write(msg)
-}
-
-// Write sends replies and counts them.
-func (g *guardConn) Write(p []byte) (int, error) {
-	n, err := g.Conn.Write(p)
-	g.srv.stats.netOut.Add(int64(n))
-	return n, err
-}
-
-// Close closes the socket, except while draining for a shutdown before the
-// reader has finished: then it only stops further reads, so that the
-// pipeline being executed can still send its replies. redcon closes again
-// when its reader returns.
-func (g *guardConn) Close() error {
-	if g.draining.Load() && !g.readDone.Load() {
-		return g.Conn.SetReadDeadline(time.Now())
+	c := &client{
+		addr:    nc.RemoteAddr().String(),
+		laddr:   nc.LocalAddr().String(),
+		created: time.Now(),
+		resp:    2,
+		batch:   s.store.NewBatch(),
+		authed:  s.cfg.Password == "",
+		tally:   make([]tally, len(s.cmds)),
 	}
-	return g.forceClose()
+	flim := lim
+	if !c.authed {
+		flim = unauthLimits
+	}
+	cn := &conn{srv: s, nc: nc, cl: c, f: newFramer(flim), lim: lim, rbuf: make([]byte, connReadMin)}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.closing.Load() {
+		return nil, true
+	}
+	if !s.admitLocked(nc) {
+		return nil, false
+	}
+	c.id = s.nextID.Add(1)
+	s.mu.guards[cn] = struct{}{}
+	s.mu.clients[c.id] = c
+	s.conns.Add(1)
+	s.stats.connsTotal.Add(1)
+	cn.account()
+	return cn, false
 }
 
-func (g *guardConn) forceClose() error {
-	var err error
-	g.closeOnce.Do(func() {
-		err = g.Conn.Close()
-		g.srv.forgetConn(g)
-	})
-	return err
-}
-
-// startDrain stops reading more commands from this connection.
-func (g *guardConn) startDrain() {
-	g.draining.Store(true)
-	_ = g.Conn.SetReadDeadline(time.Now())
-}
-
-// guardListener wraps accepted connections in guardConns and retries
-// temporary accept errors with a backoff, which redcon does not.
-type guardListener struct {
-	net.Listener
-	srv *Server
-}
-
-func (l *guardListener) Accept() (net.Conn, error) {
+// acceptLoop serves ln's connections until it fails or Close. It retries
+// temporary accept errors (out of file descriptors and the like) with a
+// backoff rather than spin.
+func (s *Server) acceptLoop(ln net.Listener) error {
 	var delay time.Duration
 	for {
-		c, err := l.Listener.Accept()
-		if err == nil {
-			g, closing := l.srv.newGuardConn(c)
-			if g != nil {
-				return g, nil
+		nc, err := ln.Accept()
+		if err != nil {
+			if s.closing.Load() {
+				return nil
 			}
-			if closing {
-				c.Close()
-				return nil, net.ErrClosed
+			if errors.Is(err, net.ErrClosed) {
+				return err
 			}
-			continue // refused; admit answers and closes it
+			if delay == 0 {
+				delay = 5 * time.Millisecond
+			} else if delay *= 2; delay > time.Second {
+				delay = time.Second
+			}
+			s.log.Warn("accept failed; retrying", "err", err, "retry_in", delay)
+			time.Sleep(delay)
+			continue
 		}
-		if errors.Is(err, net.ErrClosed) || l.srv.closing.Load() {
-			return nil, net.ErrClosed
+		delay = 0
+		cn, closing := s.newConn(nc)
+		if closing {
+			_ = nc.Close()
+			return nil
 		}
-		// Out of file descriptors and the like: wait rather than spin.
-		if delay == 0 {
-			delay = 5 * time.Millisecond
-		} else if delay *= 2; delay > time.Second {
-			delay = time.Second
+		if cn != nil {
+			go cn.serve()
 		}
-		l.srv.log.Warn("accept failed; retrying", "err", err, "retry_in", delay)
-		time.Sleep(delay)
 	}
+}
+
+// serve reads and executes pipelines until the client leaves, breaks a
+// limit, or the server shuts down.
+func (cn *conn) serve() {
+	s := cn.srv
+	defer cn.finish()
+	defer func() {
+		// Commands recover their own panics (execAll); this is for the
+		// connection's own code, so that a bug ends one connection only.
+		if r := recover(); r != nil {
+			s.stats.panics.Add(1)
+			s.log.Error("connection panicked; closing it", "client", cn.cl.id, "panic", r, "stack", string(debug.Stack()))
+		}
+	}()
+	for !cn.draining.Load() {
+		if t := s.cfg.IdleTimeout; t > 0 {
+			_ = cn.nc.SetReadDeadline(time.Now().Add(t))
+			if cn.draining.Load() {
+				return // startDrain's deadline may have been overwritten
+			}
+		}
+		n, err := cn.nc.Read(cn.rbuf)
+		if n > 0 {
+			s.stats.netIn.Add(int64(n))
+			if !cn.process(cn.rbuf[:n]) {
+				return
+			}
+			cn.resize(n)
+		}
+		if err != nil {
+			if s.cfg.IdleTimeout > 0 && !cn.draining.Load() && isTimeout(err) {
+				s.stats.idleClosed.Add(1)
+				s.log.Debug("closing idle connection", "remote", cn.cl.addr, "timeout", s.cfg.IdleTimeout)
+			}
+			return
+		}
+	}
+}
+
+// process frames and executes the commands p completes, as one pipeline:
+// their replies are released only once their writes are committed
+// (commitAndSend). It reports whether to go on reading.
+func (cn *conn) process(p []byte) bool {
+	s, c := cn.srv, cn.cl
+	t0 := time.Now()
+	c.out = c.out[:0]
+	c.writes = c.writes[:0]
+	var ferr error
+	for len(p) > 0 && !c.quit {
+		// Before AUTH each command is framed alone, so that AUTH lifts the
+		// small limits for the commands pipelined behind it.
+		one := !c.authed
+		var used int
+		cn.obuf, used, ferr = cn.f.feedSome(cn.obuf[:0], p, one)
+		p = p[used:]
+		if !cn.account() {
+			cn.evict()
+			break
+		}
+		c.ran += s.execAll(cn, cn.obuf)
+		if ferr != nil {
+			break
+		}
+		if one && c.authed {
+			cn.f.lim = cn.lim
+		}
+	}
+	sent := cn.commitAndSend()
+	s.http.batchSeconds.Observe(time.Since(t0).Seconds())
+	if ferr != nil && !c.quit {
+		s.stats.protocolErrors.Add(1)
+		s.log.Debug("closing connection after a protocol error", "remote", c.addr, "err", ferr)
+		if sent {
+			// Bounded: a client that sent garbage gets no more patience.
+			_ = cn.nc.SetWriteDeadline(time.Now().Add(time.Second))
+			cn.write(appendError(nil, "ERR "+ferr.Error()))
+			cn.failed = true
+		}
+		return false
+	}
+	return sent && !c.quit
+}
+
+// evict answers a client whose buffers pushed the total of all clients'
+// buffers past --maxmemory-clients, and ends it.
+func (cn *conn) evict() {
+	s, c := cn.srv, cn.cl
+	s.stats.evictedClients.Add(1)
+	s.log.Warn("closing a client: the buffers of all clients exceed --maxmemory-clients", "client", c.id, "remote", c.addr,
+		"limit", s.cfg.MaxMemoryClients, "client_buffers", cn.mem)
+	c.out = appendError(c.out, "ERR client memory limit reached: the buffers of all clients exceed --maxmemory-clients; closing the connection")
+	c.quit = true
+	cn.failed = true
+}
+
+// commitAndSend commits the pipeline's pending writes, replaces their
+// replies by the error if that fails, counts the commands, and sends every
+// reply queued: a client that has its replies sees them in the metrics. It
+// reports whether the client can still be written to.
+func (cn *conn) commitAndSend() bool {
+	s, c := cn.srv, cn.cl
+	committed := true
+	if c.batch.Pending() {
+		if err := c.batch.Commit(); err != nil && !s.allowDespite(err, len(c.writes)) {
+			s.failWrites(c, err)
+			committed = false
+		}
+	}
+	if len(c.hit.done) > 0 {
+		c.hit.countHits(committed)
+	}
+	s.stats.commands.Add(int64(c.ran))
+	c.ran = 0
+	s.flushTally(c)
+	c.writes = c.writes[:0]
+	ok := true
+	if len(c.out) > 0 {
+		ok = cn.write(c.out)
+	}
+	c.out = c.out[:0]
+	return ok
+}
+
+func (cn *conn) write(b []byte) bool {
+	n, err := cn.nc.Write(b)
+	cn.srv.stats.netOut.Add(int64(n))
+	return err == nil
+}
+
+// resize lets go of buffers a command or pipeline grew. n is how much the
+// last read returned.
+func (cn *conn) resize(n int) {
+	c := cn.cl
+	switch {
+	case n == len(cn.rbuf) && len(cn.rbuf) < connReadMax:
+		cn.rbuf = make([]byte, 2*len(cn.rbuf))
+	case len(cn.rbuf) > connReadMin && cn.f.between():
+		cn.rbuf = make([]byte, connReadMin)
+	}
+	if cap(cn.obuf) > connKeepBuf {
+		cn.obuf = nil
+	}
+	if cap(cn.args) > connKeepBuf/24 {
+		cn.args = nil
+	} else {
+		clear(cn.args[:cap(cn.args)]) // no pointers into a dropped obuf
+	}
+	if cap(c.out) > connKeepBuf {
+		c.out = nil
+	}
+	if cap(c.writes) > connKeepBuf/48 {
+		c.writes = nil
+	}
+	if cap(c.key) > connKeepBuf {
+		c.key = nil
+	}
+	if c.batchBytes > connKeepBuf {
+		// The batch keeps the keys of its largest pipeline.
+		c.batch = cn.srv.store.NewBatch()
+	}
+	c.batchBytes = 0
+	if cn.f.between() {
+		cn.f.trim(connKeepBuf)
+	}
+	cn.account()
+}
+
+// footprint is the bytes of the connection's buffers, as counted against
+// --maxmemory-clients.
+func (cn *conn) footprint() int64 {
+	c := cn.cl
+	return int64(cap(cn.rbuf) + cap(cn.obuf) + 24*cap(cn.args) + cn.f.footprint() +
+		cap(c.out) + 48*cap(c.writes) + cap(c.key))
+}
+
+// account updates the connection's share of the clients' memory. It
+// reports false when the connection has just grown it past
+// --maxmemory-clients.
+func (cn *conn) account() bool {
+	s := cn.srv
+	m := cn.footprint()
+	cn.outCap = cap(cn.cl.out)
+	d := m - cn.mem
+	if d == 0 {
+		return true
+	}
+	cn.mem = m
+	total := s.clientMem.Add(d)
+	for d > 0 {
+		peak := s.clientMemPeak.Load()
+		if total <= peak || s.clientMemPeak.CompareAndSwap(peak, total) {
+			break
+		}
+	}
+	return d < 0 || s.cfg.MaxMemoryClients < 0 || total <= s.cfg.MaxMemoryClients
+}
+
+// nextCommand splits the first command off cmds, the framer's output, into
+// args (reused) and returns the rest. The framer has checked every byte
+// and written canonical RESP, `*N\r\n` then `$len\r\nbytes\r\n` per
+// argument, so this only reads the lengths back; each argument is a slice
+// of cmds, capped so that appending to it cannot touch the next.
+func nextCommand(cmds []byte, args [][]byte) ([][]byte, []byte) {
+	i := 1
+	n := 0
+	for ; cmds[i] != '\r'; i++ {
+		n = n*10 + int(cmds[i]-'0')
+	}
+	i += 2
+	args = args[:0]
+	for range n {
+		l := 0
+		for i++; cmds[i] != '\r'; i++ {
+			l = l*10 + int(cmds[i]-'0')
+		}
+		i += 2
+		args = append(args, cmds[i:i+l:i+l])
+		i += l + 2
+	}
+	return args, cmds[i:]
+}
+
+// finish closes the connection and forgets it.
+func (cn *conn) finish() {
+	s := cn.srv
+	cn.rbuf, cn.obuf, cn.args, cn.cl.out = nil, nil, nil, nil
+	cn.f = nil
+	s.clientMem.Add(-cn.mem)
+	cn.mem = 0
+	if cn.failed {
+		cn.lingerClose()
+	}
+	cn.forceClose()
+	s.mu.Lock()
+	delete(s.mu.guards, cn)
+	delete(s.mu.clients, cn.cl.id)
+	s.mu.Unlock()
+	s.conns.Done()
+}
+
+// lingerClose ends the sending side first and drains (boundedly) what the
+// client still sends, so that closing with unread input, which makes the
+// kernel reset the connection, cannot discard the error reply just sent.
+func (cn *conn) lingerClose() {
+	cw, ok := cn.nc.(interface{ CloseWrite() error })
+	if !ok {
+		return
+	}
+	_ = cw.CloseWrite()
+	_ = cn.nc.SetReadDeadline(time.Now().Add(time.Second))
+	_, _ = io.CopyN(io.Discard, cn.nc, 1<<20)
+}
+
+func (cn *conn) forceClose() {
+	cn.closeOnce.Do(func() { _ = cn.nc.Close() })
+}
+
+// startDrain stops reading more commands from this connection; the
+// pipeline being executed still gets its replies.
+func (cn *conn) startDrain() {
+	cn.draining.Store(true)
+	_ = cn.nc.SetReadDeadline(time.Now())
 }
 
 func isTimeout(err error) bool {

@@ -11,6 +11,18 @@ type framingLimits struct {
 	MaxBulk    int64 // most bytes in one bulk argument, e.g. 1 MiB
 	MaxInline  int   // most bytes in one inline line, newline excluded, e.g. 64 KiB
 	MaxPending int   // most bytes of one incomplete command held between reads, e.g. 8 MiB
+
+	// Unauth words the errors for a client that has not authenticated:
+	// these limits are then fixed ones, not the flags.
+	Unauth bool
+}
+
+// flag names what sets a limit, for error messages.
+func (l *framingLimits) flag(name string) string {
+	if l.Unauth {
+		return "for clients that have not authenticated; AUTH first"
+	}
+	return name
 }
 
 // protocolError is a framing violation. Error() returns a single line with no CR/LF, starting
@@ -63,8 +75,8 @@ const (
 
 // framer checks a client's byte stream incrementally and passes on only complete,
 // canonical RESP multibulk commands within its limits; everything the client sends
-// goes through it before redcon sees it, because redcon can be crashed or hung by
-// malformed input. Output and errors do not depend on how the stream is split into
+// goes through it before any command is parsed, so malformed input can neither crash
+// nor hang the server. Output and errors do not depend on how the stream is split into
 // feeds, and work is linear in the input. For that reason MaxPending bounds every
 // command, refused as soon as it is known to need more than MaxPending bytes before
 // completing, even if it happens to arrive in one read. Not safe for concurrent use;
@@ -108,8 +120,16 @@ func newFramer(l framingLimits) *framer {
 // *protocolError; after that the framer is dead and every later feed returns the same error
 // and appends nothing.
 func (f *framer) feed(out, p []byte) ([]byte, error) {
+	out, _, err := f.feedSome(out, p, false)
+	return out, err
+}
+
+// feedSome is feed that, with one set, stops after the first command p completes and
+// also returns how many bytes of p it consumed; the caller feeds the rest later (after
+// running that command, which may change the limits). Without one it consumes all of p.
+func (f *framer) feedSome(out, p []byte, one bool) ([]byte, int, error) {
 	if f.err != nil {
-		return out, f.err
+		return out, 0, f.err
 	}
 	// The current command is written straight into out while it stays within this
 	// feed; one already in progress continues in held, so no held byte is copied twice.
@@ -185,8 +205,8 @@ loop:
 				break
 			}
 			if n > uint64(f.lim.MaxArgs) {
-				err = framingErrorf("%s arguments exceed the limit of %d (--max-args)",
-					frameNumText(f.num[:f.numLen]), f.lim.MaxArgs)
+				err = framingErrorf("%s arguments exceed the limit of %d (%s)",
+					frameNumText(f.num[:f.numLen]), f.lim.MaxArgs, f.lim.flag("--max-args"))
 				break loop
 			}
 			w = append(w, '*')
@@ -244,8 +264,8 @@ loop:
 			i++
 			n := frameNumValue(f.num[:f.numLen])
 			if n > uint64(f.lim.MaxBulk) {
-				err = framingErrorf("bulk length %s exceeds the limit of %d (--max-bulk)",
-					frameNumText(f.num[:f.numLen]), f.lim.MaxBulk)
+				err = framingErrorf("bulk length %s exceeds the limit of %d (%s)",
+					frameNumText(f.num[:f.numLen]), f.lim.MaxBulk, f.lim.flag("--max-bulk"))
 				break loop
 			}
 			w = append(w, '$')
@@ -269,7 +289,7 @@ loop:
 			if int64(n) > f.remaining {
 				n = int(f.remaining)
 			}
-			w = append(w, p[i:i+n]...)
+			w = frameAppend(w, p[i:i+n])
 			i += n
 			f.remaining -= int64(n)
 			if f.remaining == 0 {
@@ -331,12 +351,21 @@ loop:
 		}
 		if done {
 			if held {
-				out = append(out, w...)
-				f.held = frameTrimBuf(w)
+				if len(out) == 0 && cap(w) > cap(out) {
+					// The first command of this feed: hand its buffer over
+					// rather than copy a command that may be megabytes long.
+					out, w = w, out[:0]
+				} else {
+					out = append(out, w...)
+				}
+				f.held = frameTrimBuf(w[:0])
 				held = false
 				w = out
 			}
 			start = len(w)
+			if one {
+				break loop
+			}
 		}
 	}
 
@@ -345,19 +374,44 @@ loop:
 		f.held = nil
 		f.args, f.ends = nil, nil
 		if held {
-			return out, err
+			return out, i, err
 		}
-		return w[:start], err
+		return w[:start], i, err
 	}
 	if held {
 		f.held = w
-		return out, nil
+		return out, i, nil
 	}
 	if len(w) > start {
 		f.held = append(f.held[:0], w[start:]...)
 		w = w[:start]
 	}
-	return w, nil
+	return w, i, nil
+}
+
+// between reports whether the framer is between commands: nothing of an
+// incomplete command is held.
+func (f *framer) between() bool {
+	return f.state == fsStart && f.err == nil
+}
+
+// trim lets go of internal buffers larger than keep; call it between
+// commands, so an idle connection holds little whatever it sent before.
+func (f *framer) trim(keep int) {
+	if cap(f.held) > keep {
+		f.held = nil
+	}
+	if cap(f.args) > keep {
+		f.args = nil
+	}
+	if cap(f.ends)*8 > keep {
+		f.ends = nil
+	}
+}
+
+// footprint is the bytes of the framer's buffers.
+func (f *framer) footprint() int {
+	return cap(f.held) + cap(f.args) + 8*cap(f.ends)
 }
 
 // fastArgs consumes from p[i:] the arguments that are entirely present and well
@@ -413,16 +467,16 @@ func frameFastNum(p []byte) (v uint64, m int) {
 }
 
 func (f *framer) pendingError() *protocolError {
-	return framingErrorf("command exceeds the query buffer limit of %d bytes (--max-query-buffer)",
-		f.lim.MaxPending)
+	return framingErrorf("command exceeds the query buffer limit of %d bytes (%s)",
+		f.lim.MaxPending, f.lim.flag("--max-query-buffer"))
 }
 
 // inlineByte takes one byte of an inline line (never the line's terminator).
 func (f *framer) inlineByte(c byte) *protocolError {
 	f.lineLen++
 	if f.lineLen > f.lim.MaxInline {
-		return framingErrorf("too big inline request: line exceeds the limit of %d bytes (--max-inline)",
-			f.lim.MaxInline)
+		return framingErrorf("too big inline request: line exceeds the limit of %d bytes (%s)",
+			f.lim.MaxInline, f.lim.flag("--max-inline"))
 	}
 	if f.lineLen > f.lim.MaxPending {
 		return f.pendingError()
@@ -434,8 +488,8 @@ func (f *framer) inlineByte(c byte) *protocolError {
 				return nil
 			}
 			if len(f.ends) >= f.lim.MaxArgs {
-				return framingErrorf("inline request exceeds the limit of %d arguments (--max-args)",
-					f.lim.MaxArgs)
+				return framingErrorf("inline request exceeds the limit of %d arguments (%s)",
+					f.lim.MaxArgs, f.lim.flag("--max-args"))
 			}
 			f.tokPos = len(f.args)
 			f.ist = fiToken
@@ -539,7 +593,7 @@ func (f *framer) inlineByte(c byte) *protocolError {
 
 func (f *framer) argByte(c byte) *protocolError {
 	if int64(len(f.args)-f.tokPos) >= f.lim.MaxBulk {
-		return framingErrorf("inline argument exceeds the limit of %d bytes (--max-bulk)", f.lim.MaxBulk)
+		return framingErrorf("inline argument exceeds the limit of %d bytes (%s)", f.lim.MaxBulk, f.lim.flag("--max-bulk"))
 	}
 	f.args = append(f.args, c)
 	return nil
@@ -577,6 +631,19 @@ func (f *framer) endInline(w []byte) ([]byte, *protocolError) {
 		f.ends = f.ends[:0]
 	}
 	return w, nil
+}
+
+// frameAppend is append, except that a buffer that must grow doubles:
+// append grows big slices by about 1.25×, which, while a command of
+// megabytes arrives a read at a time, leaves about four times its size in
+// garbage; doubling leaves at most its size.
+func frameAppend(w, p []byte) []byte {
+	if need := len(w) + len(p); need > cap(w) {
+		grown := make([]byte, len(w), max(need, 2*cap(w)))
+		copy(grown, w)
+		w = grown
+	}
+	return append(w, p...)
 }
 
 func frameTrimBuf(b []byte) []byte {

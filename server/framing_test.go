@@ -4,13 +4,10 @@ import (
 	"bytes"
 	"errors"
 	"fmt"
-	"io"
 	"math/rand/v2"
 	"strconv"
 	"strings"
 	"testing"
-
-	"github.com/tidwall/redcon"
 )
 
 var frTestLimits = framingLimits{
@@ -127,8 +124,9 @@ func frSplitCanonical(out []byte) ([][]byte, [][]string, error) {
 	return raws, all, nil
 }
 
-// frCheckOutput checks that out is a sequence of canonical commands within l, that redcon
-// parses each the same way, one at a time and streamed, and returns them.
+// frCheckOutput checks that out is a sequence of canonical commands within l, that
+// nextCommand (which the connection loop uses) splits each the same way, alone and in
+// sequence, and returns them.
 func frCheckOutput(t *testing.T, out []byte, l framingLimits) [][]string {
 	t.Helper()
 	raws, all, err := frSplitCanonical(out)
@@ -144,22 +142,16 @@ func frCheckOutput(t *testing.T, out []byte, l framingLimits) [][]string {
 				t.Fatalf("command %q has a %d-byte argument, limit %d", raw, len(a), l.MaxBulk)
 			}
 		}
-		cmd, err := redcon.Parse(raw)
-		if err != nil {
-			t.Fatalf("redcon.Parse(%q): %v", raw, err)
-		}
-		if !frSameArgs(cmd.Args, all[i]) {
-			t.Fatalf("redcon.Parse(%q) = %q, want %q", raw, cmd.Args, all[i])
+		args, rest := nextCommand(raw, nil)
+		if len(rest) != 0 || !frSameArgs(args, all[i]) {
+			t.Fatalf("nextCommand(%q) = %q, rest %q; want %q", raw, args, rest, all[i])
 		}
 	}
-	rd := redcon.NewReader(bytes.NewReader(out))
-	for i := 0; ; i++ {
-		cmd, err := rd.ReadCommand()
-		if err == io.EOF && i == len(all) {
-			break
-		}
-		if err != nil || i >= len(all) || !frSameArgs(cmd.Args, all[i]) {
-			t.Fatalf("redcon.Reader command %d of %q: %q, %v; want %d commands", i, out, cmd.Args, err, len(all))
+	var args [][]byte
+	for i, rest := 0, out; len(rest) > 0; i++ {
+		args, rest = nextCommand(rest, args)
+		if i >= len(all) || !frSameArgs(args, all[i]) {
+			t.Fatalf("nextCommand, command %d of %q: %q; want %d commands", i, out, args, len(all))
 		}
 	}
 	return all
@@ -196,10 +188,10 @@ var framingCases = []framingCase{
 	{name: "leading zeros", in: "*02\r\n$003\r\nGET\r\n$01\r\nk\r\n", want: frCmds(frArgs("GET", "k"))},
 	{name: "empty commands ignored", in: "*0\r\n*-1\r\n" + frPing + "*-0\r\n*00\r\n*-9999999999999999999\r\n",
 		want: frCmds(frArgs("PING"))},
-	{name: "max args", in: "*3\r\n$1\r\na\r\n$1\r\nb\r\n$1\r\nc\r\n", lim: &framingLimits{3, 4, 16, 64},
+	{name: "max args", in: "*3\r\n$1\r\na\r\n$1\r\nb\r\n$1\r\nc\r\n", lim: &framingLimits{MaxArgs: 3, MaxBulk: 4, MaxInline: 16, MaxPending: 64},
 		want: frCmds(frArgs("a", "b", "c"))},
-	{name: "max bulk", in: "*1\r\n$4\r\nabcd\r\n", lim: &framingLimits{3, 4, 16, 64}, want: frCmds(frArgs("abcd"))},
-	{name: "max pending", in: "*2\r\n$1\r\na\r\n$10\r\n0123456789\r\n", lim: &framingLimits{3, 16, 16, 26},
+	{name: "max bulk", in: "*1\r\n$4\r\nabcd\r\n", lim: &framingLimits{MaxArgs: 3, MaxBulk: 4, MaxInline: 16, MaxPending: 64}, want: frCmds(frArgs("abcd"))},
+	{name: "max pending", in: "*2\r\n$1\r\na\r\n$10\r\n0123456789\r\n", lim: &framingLimits{MaxArgs: 3, MaxBulk: 16, MaxInline: 16, MaxPending: 26},
 		want: frCmds(frArgs("a", "0123456789"))},
 
 	// Inline.
@@ -222,9 +214,9 @@ var framingCases = []framingCase{
 	{name: "quote before crlf", in: "'a'\r\n", want: frCmds(frArgs("a"))},
 	{name: "nul is data", in: "a\x00b\n", want: frCmds(frArgs("a\x00b"))},
 	{name: "inline starting with $", in: "$3\r\n", want: frCmds(frArgs("$3"))},
-	{name: "inline at max length", in: "0123456789abcdef\r\n", lim: &framingLimits{3, 16, 16, 64},
+	{name: "inline at max length", in: "0123456789abcdef\r\n", lim: &framingLimits{MaxArgs: 3, MaxBulk: 16, MaxInline: 16, MaxPending: 64},
 		want: frCmds(frArgs("0123456789abcdef"))},
-	{name: "inline max args", in: "a b c \r\n", lim: &framingLimits{3, 16, 16, 64}, want: frCmds(frArgs("a", "b", "c"))},
+	{name: "inline max args", in: "a b c \r\n", lim: &framingLimits{MaxArgs: 3, MaxBulk: 16, MaxInline: 16, MaxPending: 64}, want: frCmds(frArgs("a", "b", "c"))},
 
 	// Violations, each after a complete command that must still be emitted.
 	{name: "huge bulk length", in: frPing + "*1\r\n$9223372036854775807\r\n", want: frCmds(frArgs("PING")),
@@ -291,19 +283,19 @@ var framingCases = []framingCase{
 		err: `Protocol error: expected '\r\n' after bulk data, got 'x'`},
 	{name: "data then lf", in: frPing + "*1\r\n$3\r\nabc\n", want: frCmds(frArgs("PING")),
 		err: `Protocol error: expected '\r\n' after bulk data, got '\x0a'`},
-	{name: "too many args", in: frPing + "*4\r\n", lim: &framingLimits{3, 4, 16, 64}, want: frCmds(frArgs("PING")),
+	{name: "too many args", in: frPing + "*4\r\n", lim: &framingLimits{MaxArgs: 3, MaxBulk: 4, MaxInline: 16, MaxPending: 64}, want: frCmds(frArgs("PING")),
 		err: "Protocol error: 4 arguments exceed the limit of 3 (--max-args)"},
-	{name: "bulk too big", in: frPing + "*1\r\n$5\r\n", lim: &framingLimits{3, 4, 16, 64}, want: frCmds(frArgs("PING")),
+	{name: "bulk too big", in: frPing + "*1\r\n$5\r\n", lim: &framingLimits{MaxArgs: 3, MaxBulk: 4, MaxInline: 16, MaxPending: 64}, want: frCmds(frArgs("PING")),
 		err: "Protocol error: bulk length 5 exceeds the limit of 4 (--max-bulk)"},
-	{name: "pending exceeded", in: frPing + "*2\r\n$1\r\na\r\n$11\r\n", lim: &framingLimits{3, 16, 16, 26},
+	{name: "pending exceeded", in: frPing + "*2\r\n$1\r\na\r\n$11\r\n", lim: &framingLimits{MaxArgs: 3, MaxBulk: 16, MaxInline: 16, MaxPending: 26},
 		want: frCmds(frArgs("PING")),
 		err:  "Protocol error: command exceeds the query buffer limit of 26 bytes (--max-query-buffer)"},
 	{name: "pending exceeded by args", in: frPing + "*3\r\n$4\r\nabcd\r\n$4\r\nabcd\r\n$0\r\n",
-		lim: &framingLimits{3, 16, 16, 26}, want: frCmds(frArgs("PING")),
+		lim: &framingLimits{MaxArgs: 3, MaxBulk: 16, MaxInline: 16, MaxPending: 26}, want: frCmds(frArgs("PING")),
 		err: "Protocol error: command exceeds the query buffer limit of 26 bytes (--max-query-buffer)"},
-	{name: "header exceeds pending", in: "a\n*1\r\n", lim: &framingLimits{3, 16, 16, 3}, want: frCmds(frArgs("a")),
+	{name: "header exceeds pending", in: "a\n*1\r\n", lim: &framingLimits{MaxArgs: 3, MaxBulk: 16, MaxInline: 16, MaxPending: 3}, want: frCmds(frArgs("a")),
 		err: "Protocol error: command exceeds the query buffer limit of 3 bytes (--max-query-buffer)"},
-	{name: "inline line exceeds pending", in: "a\nabcdefghi\n", lim: &framingLimits{3, 16, 32, 8},
+	{name: "inline line exceeds pending", in: "a\nabcdefghi\n", lim: &framingLimits{MaxArgs: 3, MaxBulk: 16, MaxInline: 32, MaxPending: 8},
 		want: frCmds(frArgs("a")),
 		err:  "Protocol error: command exceeds the query buffer limit of 8 bytes (--max-query-buffer)"},
 	{name: "21-char negative count", in: frPing + "*-10000000000000000000\r\n", want: frCmds(frArgs("PING")),
@@ -320,30 +312,30 @@ var framingCases = []framingCase{
 		err: "Protocol error: unbalanced quotes in request"},
 	{name: "text after closing single quote", in: frPing + `'a''b'` + "\n", want: frCmds(frArgs("PING")),
 		err: "Protocol error: unbalanced quotes in request"},
-	{name: "inline too many args", in: frPing + "a b c d\n", lim: &framingLimits{3, 16, 16, 64}, want: frCmds(frArgs("PING")),
+	{name: "inline too many args", in: frPing + "a b c d\n", lim: &framingLimits{MaxArgs: 3, MaxBulk: 16, MaxInline: 16, MaxPending: 64}, want: frCmds(frArgs("PING")),
 		err: "Protocol error: inline request exceeds the limit of 3 arguments (--max-args)"},
-	{name: "inline argument too big", in: frPing + "0123456789abcdefg\n", lim: &framingLimits{3, 16, 32, 64},
+	{name: "inline argument too big", in: frPing + "0123456789abcdefg\n", lim: &framingLimits{MaxArgs: 3, MaxBulk: 16, MaxInline: 32, MaxPending: 64},
 		want: frCmds(frArgs("PING")),
 		err:  "Protocol error: inline argument exceeds the limit of 16 bytes (--max-bulk)"},
-	{name: "inline quoted argument too big", in: frPing + `"0123456789abcdef\x41"` + "\n", lim: &framingLimits{3, 16, 32, 64},
+	{name: "inline quoted argument too big", in: frPing + `"0123456789abcdef\x41"` + "\n", lim: &framingLimits{MaxArgs: 3, MaxBulk: 16, MaxInline: 32, MaxPending: 64},
 		want: frCmds(frArgs("PING")),
 		err:  "Protocol error: inline argument exceeds the limit of 16 bytes (--max-bulk)"},
-	{name: "inline argument too big at \\x", in: "a\n" + `"ab\xz"` + "\n", lim: &framingLimits{3, 2, 32, 64},
+	{name: "inline argument too big at \\x", in: "a\n" + `"ab\xz"` + "\n", lim: &framingLimits{MaxArgs: 3, MaxBulk: 2, MaxInline: 32, MaxPending: 64},
 		want: frCmds(frArgs("a")),
 		err:  "Protocol error: inline argument exceeds the limit of 2 bytes (--max-bulk)"},
-	{name: "inline argument too big at \\xH", in: "a\n" + `"ab\x4z"` + "\n", lim: &framingLimits{3, 2, 32, 64},
+	{name: "inline argument too big at \\xH", in: "a\n" + `"ab\x4z"` + "\n", lim: &framingLimits{MaxArgs: 3, MaxBulk: 2, MaxInline: 32, MaxPending: 64},
 		want: frCmds(frArgs("a")),
 		err:  "Protocol error: inline argument exceeds the limit of 2 bytes (--max-bulk)"},
-	{name: "inline argument too big at \\x4 in x", in: "a\n" + `"a\x4z"` + "\n", lim: &framingLimits{3, 2, 32, 64},
+	{name: "inline argument too big at \\x4 in x", in: "a\n" + `"a\x4z"` + "\n", lim: &framingLimits{MaxArgs: 3, MaxBulk: 2, MaxInline: 32, MaxPending: 64},
 		want: frCmds(frArgs("a")),
 		err:  "Protocol error: inline argument exceeds the limit of 2 bytes (--max-bulk)"},
-	{name: "inline argument too big at backslash", in: "a\n" + `'ab\c'` + "\n", lim: &framingLimits{3, 2, 32, 64},
+	{name: "inline argument too big at backslash", in: "a\n" + `'ab\c'` + "\n", lim: &framingLimits{MaxArgs: 3, MaxBulk: 2, MaxInline: 32, MaxPending: 64},
 		want: frCmds(frArgs("a")),
 		err:  "Protocol error: inline argument exceeds the limit of 2 bytes (--max-bulk)"},
-	{name: "inline too long", in: frPing + "0123456789abcdefg\r\n", lim: &framingLimits{3, 16, 16, 64},
+	{name: "inline too long", in: frPing + "0123456789abcdefg\r\n", lim: &framingLimits{MaxArgs: 3, MaxBulk: 16, MaxInline: 16, MaxPending: 64},
 		want: frCmds(frArgs("PING")),
 		err:  "Protocol error: too big inline request: line exceeds the limit of 16 bytes (--max-inline)"},
-	{name: "inline too long by a cr", in: frPing + "0123456789abcdef\r\r\n", lim: &framingLimits{3, 16, 16, 64},
+	{name: "inline too long by a cr", in: frPing + "0123456789abcdef\r\r\n", lim: &framingLimits{MaxArgs: 3, MaxBulk: 16, MaxInline: 16, MaxPending: 64},
 		want: frCmds(frArgs("PING")),
 		err:  "Protocol error: too big inline request: line exceeds the limit of 16 bytes (--max-inline)"},
 }
@@ -464,7 +456,7 @@ func frSplitInputs() []string {
 }
 
 func TestFramerSplitInvariance(t *testing.T) {
-	limits := []framingLimits{frTestLimits, frFuzzLimits, {3, 16, 16, 26}}
+	limits := []framingLimits{frTestLimits, frFuzzLimits, {MaxArgs: 3, MaxBulk: 16, MaxInline: 16, MaxPending: 26}}
 	for _, in := range frSplitInputs() {
 		for _, l := range limits {
 			want, wantErr := frFeedAll(l, []byte(in))
@@ -499,6 +491,22 @@ func FuzzFramer(f *testing.F) {
 			t.Fatalf("fed in chunks: %q, %v; all at once: %q, %v", got, err, want, wantErr)
 		}
 		frCheckOutput(t, want, l)
+
+		// One command per feed, as before AUTH, gives the same commands.
+		fo := newFramer(l)
+		var one []byte
+		var oneErr error
+		for rest := in; len(rest) > 0 && oneErr == nil; {
+			var used int
+			one, used, oneErr = fo.feedSome(one, rest, true)
+			if oneErr == nil && (used == 0 || used > len(rest)) {
+				t.Fatalf("feedSome consumed %d of %d bytes", used, len(rest))
+			}
+			rest = rest[used:]
+		}
+		if !bytes.Equal(one, want) || frErrText(oneErr) != frErrText(wantErr) {
+			t.Fatalf("fed one command at a time: %q, %v; all at once: %q, %v", one, oneErr, want, wantErr)
+		}
 
 		fr := newFramer(l)
 		out, err := fr.feed(nil, in)

@@ -1,7 +1,8 @@
 // Package server serves sluice's commands over RESP, the Redis protocol.
 //
-// It wires the pieces: a framing guard in front of redcon (so no client
-// input can crash or stall the process), the command table, per-pipeline
+// It wires the pieces: a connection loop around a framing check (so no
+// client input can crash or stall the process, and no buffer outlives the
+// command that grew it), the command table, per-pipeline
 // execution with one durability wait per pipeline, and connection state for
 // HELLO, CLIENT and INFO. Bucket arithmetic lives in package bucket and
 // persistence in package storage.
@@ -23,8 +24,6 @@ import (
 	"sync"
 	"sync/atomic"
 	"time"
-
-	"github.com/tidwall/redcon"
 
 	"github.com/sluicehq/sluice/bucket"
 	"github.com/sluicehq/sluice/policy"
@@ -81,12 +80,16 @@ type Config struct {
 	// IdleTimeout closes a connection that sends nothing for this long;
 	// zero never does.
 	IdleTimeout time.Duration
-	// MaxReplyBuffer bounds the replies one pipeline may queue for a
-	// client: past it the rest of the pipeline is answered with an error
-	// and the connection is closed. Default 64 MiB. With replies
-	// written before more is read, this and MaxQueryBuffer bound the
-	// memory a client that never reads can hold.
+	// MaxReplyBuffer bounds the replies queued for a client: past it the
+	// rest of the pipeline is answered with an error and the connection is
+	// closed. Default 64 MiB. A long pipeline's replies are sent every
+	// 16 KiB, so this bounds one reply (plus that chunk).
 	MaxReplyBuffer int
+	// MaxMemoryClients bounds the bytes of all RESP clients' buffers
+	// together (query and reply, as Redis' maxmemory-clients): a client
+	// whose buffers grow the total past it is answered with an error and
+	// closed. Default 64 MiB; negative: no bound.
+	MaxMemoryClients int64
 	// TLS, when set, serves RESP (and HTTP) over TLS only.
 	TLS *TLSFiles
 
@@ -118,6 +121,14 @@ const (
 	DefaultShutdownTimeout = 10 * time.Second
 	DefaultMaxClients      = 10000
 	DefaultMaxReplyBuffer  = 64 << 20
+	// DefaultMaxMemoryClients: Redis' maxmemory-clients is off by
+	// default, ours must bound. Sluice's commands are a few hundred bytes,
+	// so 64 MiB holds the read buffers of thousands of connections (4 KiB
+	// each when idle) and several clients at the default
+	// --max-query-buffer at once, while an attack through big commands
+	// adds up to about 3.5 times this to peak RSS (measured; garbage the
+	// collector has not reclaimed yet makes up the rest).
+	DefaultMaxMemoryClients = 64 << 20
 )
 
 // Server is a RESP server for sluice's commands.
@@ -133,7 +144,11 @@ type Server struct {
 	closing atomic.Bool
 	done    chan struct{} // closed when Close has finished
 	nextID  atomic.Int64
-	conns   sync.WaitGroup // one per accepted connection, until redcon is done with it
+	conns   sync.WaitGroup // one per accepted connection, until its goroutine ends
+	// clientMem is the bytes of all RESP connections' buffers, bounded by
+	// MaxMemoryClients.
+	clientMem     atomic.Int64
+	clientMemPeak atomic.Int64 // the most clientMem has been
 
 	sweep    sweeper
 	tls      *tlsState // nil without TLS
@@ -145,9 +160,8 @@ type Server struct {
 
 	mu struct {
 		sync.Mutex
-		rs      *redcon.Server
 		ln      net.Listener
-		guards  map[*guardConn]struct{}
+		guards  map[*conn]struct{} // RESP connections being served
 		clients map[int64]*client
 	}
 
@@ -168,6 +182,7 @@ type Server struct {
 		rejectedDenied  atomic.Int64 // connections refused: protected mode
 		idleClosed      atomic.Int64
 		replyOverflows  atomic.Int64
+		evictedClients  atomic.Int64 // closed: MaxMemoryClients
 		unknownCommands atomic.Int64
 	}
 }
@@ -194,6 +209,9 @@ func New(cfg Config) (*Server, error) {
 	orDefault(&cfg.ShutdownTimeout, DefaultShutdownTimeout)
 	orDefault(&cfg.MaxClients, DefaultMaxClients)
 	orDefault(&cfg.MaxReplyBuffer, DefaultMaxReplyBuffer)
+	if cfg.MaxMemoryClients == 0 {
+		cfg.MaxMemoryClients = DefaultMaxMemoryClients
+	}
 	orDefault(&cfg.DivvyMaxLine, DefaultDivvyMaxLine)
 	orDefault(&cfg.DivvyMaxPipeline, DefaultDivvyMaxPipeline)
 	if cfg.Version == "" {
@@ -245,16 +263,15 @@ func New(cfg Config) (*Server, error) {
 	s.done = make(chan struct{})
 	s.sweep.stop = make(chan struct{})
 	s.lastSave.Store(s.start.Unix())
-	s.mu.guards = make(map[*guardConn]struct{})
+	s.mu.guards = make(map[*conn]struct{})
 	s.mu.clients = make(map[int64]*client)
 	return s, nil
 }
 
 // Serve accepts connections on ln until Close. It returns nil after Close.
 func (s *Server) Serve(ln net.Listener) error {
-	rs := redcon.NewServerNetwork(ln.Addr().Network(), ln.Addr().String(), s.handle, s.accept, s.closed)
 	s.mu.Lock()
-	if s.mu.rs != nil {
+	if s.mu.ln != nil {
 		s.mu.Unlock()
 		return ErrServing
 	}
@@ -262,20 +279,15 @@ func (s *Server) Serve(ln net.Listener) error {
 		s.mu.Unlock()
 		return net.ErrClosed
 	}
-	s.mu.rs, s.mu.ln = rs, ln
+	s.mu.ln = ln
 	s.mu.Unlock()
 	s.log.Info("serving RESP", "addr", ln.Addr().String(), "fsync", s.store.Mode().String(), "data", s.store.Dir())
 	s.startSweeper()
 	s.warnIfExposed(ln.Addr())
-	var inner net.Listener = ln
 	if s.tls != nil {
-		inner = tls.NewListener(ln, s.tls.config())
+		ln = tls.NewListener(ln, s.tls.config())
 	}
-	err := rs.Serve(&guardListener{Listener: inner, srv: s})
-	if s.closing.Load() {
-		return nil
-	}
-	return err
+	return s.acceptLoop(ln)
 }
 
 // Addr returns the listening address, or nil before Serve.
@@ -309,22 +321,17 @@ func (s *Server) Close() error {
 	}()
 	defer func() { <-divvyDone }()
 	s.mu.Lock()
-	rs, ln := s.mu.rs, s.mu.ln
-	guards := make([]*guardConn, 0, len(s.mu.guards))
+	ln := s.mu.ln
+	guards := make([]*conn, 0, len(s.mu.guards))
 	for g := range s.mu.guards {
 		guards = append(guards, g)
 	}
 	s.mu.Unlock()
+	if ln != nil {
+		_ = ln.Close()
+	}
 	for _, g := range guards {
 		g.startDrain()
-	}
-	if rs != nil {
-		_ = rs.Close()
-	}
-	if ln != nil {
-		// redcon ignores Close before its Serve has registered the
-		// listener; closing it here ends Accept either way.
-		_ = ln.Close()
 	}
 	done := make(chan struct{})
 	go func() {
@@ -352,35 +359,6 @@ func (s *Server) Close() error {
 	return nil
 }
 
-// newGuardConn wraps an accepted connection and counts it in s.conns. It
-// returns nil, and closing true, once Close has begun: counting under s.mu,
-// after checking closing, keeps every Add before Close's Wait. It returns
-// nil and false for a connection admit refused.
-func (s *Server) newGuardConn(c net.Conn) (*guardConn, bool) {
-	g := &guardConn{
-		Conn: c,
-		srv:  s,
-		f: newFramer(framingLimits{
-			MaxArgs:    s.cfg.MaxArgs,
-			MaxBulk:    s.cfg.MaxBulk,
-			MaxInline:  s.cfg.MaxInline,
-			MaxPending: s.cfg.MaxQueryBuffer,
-		}),
-		rbuf: make([]byte, 16<<10),
-	}
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	if s.closing.Load() {
-		return nil, true
-	}
-	if !s.admitLocked(c) {
-		return nil, false
-	}
-	s.mu.guards[g] = struct{}{}
-	s.conns.Add(1)
-	return g, false
-}
-
 // admit decides whether a new connection may be served. It runs under s.mu
 // in the accept loop, so it must not block: a refusal is written by its
 // own goroutine.
@@ -404,84 +382,13 @@ func (s *Server) admitLocked(c net.Conn) bool {
 	return false
 }
 
-func (s *Server) forgetConn(g *guardConn) {
-	s.mu.Lock()
-	delete(s.mu.guards, g)
-	s.mu.Unlock()
-}
-
-// accept runs in redcon's accept loop for each new connection.
-func (s *Server) accept(rc redcon.Conn) bool {
-	c := &client{
-		id:      s.nextID.Add(1),
-		addr:    rc.RemoteAddr(),
-		created: time.Now(),
-		resp:    2,
-		batch:   s.store.NewBatch(),
-		authed:  s.cfg.Password == "",
-		tally:   make([]tally, len(s.cmds)),
-	}
-	if g, ok := rc.NetConn().(*guardConn); ok {
-		c.laddr = g.LocalAddr().String()
-	}
-	rc.SetContext(c)
-	s.stats.connsTotal.Add(1)
-	s.mu.Lock()
-	s.mu.clients[c.id] = c
-	s.mu.Unlock()
-	return true
-}
-
-// closed runs when redcon stops serving a connection. redcon holds its own
-// server lock here, so this must stay short.
-func (s *Server) closed(rc redcon.Conn, err error) {
-	if c, ok := rc.Context().(*client); ok {
-		s.mu.Lock()
-		delete(s.mu.clients, c.id)
-		s.mu.Unlock()
-	}
-	if g, ok := rc.NetConn().(*guardConn); ok {
-		_ = g.forceClose()
-	}
-	s.conns.Done()
-}
-
-// handle executes one pipeline: the command redcon passes plus every command
-// already read behind it. Replies are collected first, then the pipeline's
-// writes are committed once, and only then are the replies released: a
-// client never sees a reply for a write that is not as durable as the mode
-// promises.
-func (s *Server) handle(rc redcon.Conn, first redcon.Command) {
-	t0 := time.Now()
-	c := rc.Context().(*client)
-	c.cmds = append(c.cmds[:0], first)
-	c.cmds = append(c.cmds, rc.ReadPipeline()...)
-	c.out = c.out[:0]
-	c.writes = c.writes[:0]
-	n := s.execAll(c)
-	committed := true
-	if c.batch.Pending() {
-		if err := c.batch.Commit(); err != nil && !s.allowDespite(err, len(c.writes)) {
-			s.failWrites(c, err)
-			committed = false
-		}
-	}
-	if len(c.hit.done) > 0 {
-		c.hit.countHits(committed)
-	}
-	rc.WriteRaw(c.out)
-	clear(c.cmds) // let redcon's per-command buffers go
-	s.stats.commands.Add(int64(n))
-	s.flushTally(c)
-	s.http.batchSeconds.Observe(time.Since(t0).Seconds())
-	if c.quit {
-		_ = rc.Close()
-	}
-}
-
-// execAll runs the pipeline's commands in order, stopping after QUIT or a
-// panic. It returns how many ran.
-func (s *Server) execAll(c *client) (n int) {
+// execAll runs the commands in cmds, the framer's output, in order,
+// appending their replies to the client's; it stops after QUIT, a panic or
+// a limit. A long pipeline's replies are sent in chunks, each after the
+// writes before it are committed, so a client holds about replyChunk plus
+// one reply. It returns how many commands ran.
+func (s *Server) execAll(cn *conn, cmds []byte) (n int) {
+	c := cn.cl
 	defer func() {
 		if r := recover(); r != nil {
 			s.stats.panics.Add(1)
@@ -491,22 +398,34 @@ func (s *Server) execAll(c *client) (n int) {
 			c.quit = true
 		}
 	}()
-	for _, cmd := range c.cmds {
+	for len(cmds) > 0 {
+		rest := cmds
+		cn.args, cmds = nextCommand(cmds, cn.args)
 		n++
 		before := c.batch.Len()
 		start := len(c.out)
 		c.replyStart = start
-		s.exec(c, cmd.Args)
+		s.exec(c, cn.args)
 		if c.batch.Len() > before {
 			c.writes = append(c.writes, span{start, len(c.out), c.cur, c.result})
+			c.batchBytes += len(rest) - len(cmds)
 		}
 		if c.quit {
 			break
 		}
 		if len(c.out) > s.cfg.MaxReplyBuffer {
 			s.stats.replyOverflows.Add(1)
-			s.log.Warn("closing a client whose pipeline's replies exceed the reply buffer limit", "client", c.id, "remote", c.addr, "limit", s.cfg.MaxReplyBuffer)
+			s.log.Warn("closing a client whose reply exceeds the reply buffer limit", "client", c.id, "remote", c.addr, "limit", s.cfg.MaxReplyBuffer)
+			cn.failed = true
 			c.out = appendError(c.out, "ERR reply buffer limit reached (--max-reply-buffer); closing the connection")
+			c.quit = true
+			break
+		}
+		if cap(c.out) != cn.outCap && !cn.account() {
+			cn.evict()
+			break
+		}
+		if len(c.out) >= replyChunk && !cn.commitAndSend() {
 			c.quit = true
 			break
 		}

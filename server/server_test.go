@@ -450,7 +450,7 @@ func BenchmarkRLReduceCommand(b *testing.B) {
 }
 
 // gateHandler holds the "serving RESP" log line until released, which
-// widens the window between Serve starting and redcon taking the listener.
+// widens the window between Serve starting and its accept loop taking the listener.
 type gateHandler struct {
 	reached chan struct{}
 	release chan struct{}
@@ -506,7 +506,7 @@ func TestCloseDuringServeStart(t *testing.T) {
 
 // BenchmarkPipelineOverTCP drives a real server over loopback with
 // pipelines of 16 RL.PREDUCE on distinct keys from 4 connections, so its
-// allocations per op are those of the whole server path: framing, redcon,
+// allocations per op are those of the whole server path: framing, the connection loop,
 // the command, the store and the committer (the client side allocates
 // nothing per op). Run with -memprofile to see where they come from.
 func BenchmarkPipelineOverTCP(b *testing.B) {

@@ -71,6 +71,7 @@ type config struct {
 	maxClients      int
 	timeout         int
 	maxReplyBuffer  byteSize
+	maxMemClients   byteSize
 	tlsCert         string
 	tlsKey          string
 	tlsCA           string
@@ -104,6 +105,7 @@ func newFlagSet(cfg *config, stderr io.Writer) *flag.FlagSet {
 	cfg.maxInline = server.DefaultMaxInline
 	cfg.maxQueryBuffer = server.DefaultMaxQueryBuffer
 	cfg.maxReplyBuffer = server.DefaultMaxReplyBuffer
+	cfg.maxMemClients = server.DefaultMaxMemoryClients
 	cfg.cacheSize = storage.DefaultCacheSize
 	cfg.memtableSize = storage.DefaultMemTableSize
 	cfg.keyFilterSize = storage.DefaultKeyFilter
@@ -117,7 +119,8 @@ func newFlagSet(cfg *config, stderr io.Writer) *flag.FlagSet {
 	fs.StringVar(&cfg.protectedMode, "protected-mode", "yes", "yes: without a password or TLS client certificates, refuse clients not on loopback; no: serve everyone")
 	fs.IntVar(&cfg.maxClients, "maxclients", server.DefaultMaxClients, "most connections at once; more are answered with an error and closed")
 	fs.IntVar(&cfg.timeout, "timeout", 0, "close a connection idle for this many seconds; 0 never does")
-	fs.Var(&cfg.maxReplyBuffer, "max-reply-buffer", "most bytes of replies one pipeline may queue for a client before the connection is closed")
+	fs.Var(&cfg.maxReplyBuffer, "max-reply-buffer", "most bytes of replies queued for a client (one reply, as long pipelines are answered in 16 KiB chunks) before the connection is closed")
+	fs.Var(&cfg.maxMemClients, "maxmemory-clients", "most bytes of all RESP clients' query and reply buffers together; a client that grows them past it gets an error and is closed; 0 for no bound")
 	fs.StringVar(&cfg.tlsCert, "tls-cert", "", "PEM certificate file: serve RESP and HTTP over TLS only (with --tls-key); reloaded on SIGHUP")
 	fs.StringVar(&cfg.tlsKey, "tls-key", "", "PEM private key file of --tls-cert")
 	fs.StringVar(&cfg.tlsCA, "tls-ca", "", "PEM CA file: require RESP clients to present a certificate it signed")
@@ -207,6 +210,9 @@ func parseConfig(args []string, lookupEnv func(string) (string, bool), stderr io
 		if v < 0 {
 			return cfg, fmt.Errorf("--%s %d: want 0 (never) or a number of seconds", name, v)
 		}
+	}
+	if cfg.maxMemClients < 0 {
+		return cfg, fmt.Errorf("--maxmemory-clients %d: want 0 (no bound) or a number of bytes", cfg.maxMemClients)
 	}
 	if cfg.cacheBuckets < 0 {
 		return cfg, fmt.Errorf("--cache-buckets %d: want 0 (off) or more", cfg.cacheBuckets)
@@ -361,6 +367,7 @@ func runReloading(ctx context.Context, hup <-chan os.Signal, args []string, look
 		MaxClients:             cfg.maxClients,
 		IdleTimeout:            time.Duration(cfg.timeout) * time.Second,
 		MaxReplyBuffer:         int(cfg.maxReplyBuffer),
+		MaxMemoryClients:       offIfZero(int64(cfg.maxMemClients)),
 		TLS:                    tlsFiles,
 
 		PolicyFile:       cfg.policyFile,
