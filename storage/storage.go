@@ -102,6 +102,9 @@ type Options struct {
 	// Zero means the default, 16 MiB (about 13M keys); negative turns it off.
 	KeyFilterSize int64
 	Logger        *slog.Logger // default: discard
+	// MaxOpenFiles is Pebble's soft limit on the files it keeps open
+	// (tables, logs, lock); zero means Pebble's default, 1000.
+	MaxOpenFiles int
 
 	// Disk, for tests, holds the store in memory instead of in the
 	// directory; nil for the real filesystem.
@@ -294,6 +297,7 @@ func Open(dir string, o Options) (*Store, error) {
 		FormatMajorVersion: pebble.FormatNewest,
 		Logger:             pebbleLogger{o.Logger},
 		FS:                 guardFS{base, s.guard},
+		MaxOpenFiles:       o.MaxOpenFiles,
 	}
 	// Lookups of buckets that do not exist yet are common; a Bloom filter
 	// answers most of them without reading a block.

@@ -56,6 +56,7 @@ type config struct {
 	requirePassFile string
 	protectedMode   string
 	maxClients      int
+	maxAuthFailures int
 	timeout         int
 	maxReplyBuffer  byteSize
 	tlsCert         string
@@ -102,7 +103,8 @@ func newFlagSet(cfg *config, stderr io.Writer) *flag.FlagSet {
 	fs.StringVar(&cfg.requirePass, "requirepass", "", "password clients must give with AUTH (visible in process listings: prefer --requirepass-file)")
 	fs.StringVar(&cfg.requirePassFile, "requirepass-file", "", "file holding the password clients must give with AUTH (one line; a trailing newline is ignored)")
 	fs.StringVar(&cfg.protectedMode, "protected-mode", "yes", "yes: without a password or TLS client certificates, refuse clients not on loopback; no: serve everyone")
-	fs.IntVar(&cfg.maxClients, "maxclients", server.DefaultMaxClients, "most connections at once; more are answered with an error and closed")
+	fs.IntVar(&cfg.maxClients, "maxclients", server.DefaultMaxClients, "most connections at once, RESP, divvy and HTTP together; more are answered with an error and closed; lowered to what the open-file limit allows")
+	fs.IntVar(&cfg.maxAuthFailures, "max-auth-failures", server.DefaultMaxAuthFailures, "failed AUTH attempts after which a connection is closed; 0 never closes")
 	fs.IntVar(&cfg.timeout, "timeout", 0, "close a connection idle for this many seconds; 0 never does")
 	fs.Var(&cfg.maxReplyBuffer, "max-reply-buffer", "most bytes of replies one pipeline may queue for a client before the connection is closed")
 	fs.StringVar(&cfg.tlsCert, "tls-cert", "", "PEM certificate file: serve RESP and HTTP over TLS only (with --tls-key); reloaded on SIGHUP")
@@ -194,6 +196,9 @@ func parseConfig(args []string, lookupEnv func(string) (string, bool), stderr io
 		if v < 0 {
 			return cfg, fmt.Errorf("--%s %d: want 0 (never) or a number of seconds", name, v)
 		}
+	}
+	if cfg.maxAuthFailures < 0 {
+		return cfg, fmt.Errorf("--max-auth-failures %d: want 0 (never close) or more", cfg.maxAuthFailures)
 	}
 	if cfg.cacheBuckets < 0 {
 		return cfg, fmt.Errorf("--cache-buckets %d: want 0 (off) or more", cfg.cacheBuckets)
@@ -289,6 +294,10 @@ func run(ctx context.Context, args []string, lookupEnv func(string) (string, boo
 			return fmt.Errorf("--policy: %w", err)
 		}
 	}
+	files, err := fdBudget(log)
+	if err != nil {
+		return err
+	}
 	var tlsFiles *server.TLSFiles
 	if cfg.tlsCert != "" {
 		tlsFiles = &server.TLSFiles{Cert: cfg.tlsCert, Key: cfg.tlsKey, CA: cfg.tlsCA}
@@ -299,6 +308,7 @@ func run(ctx context.Context, args []string, lookupEnv func(string) (string, boo
 		CacheEntries:  cacheEntries(cfg.cacheBuckets),
 		KeyFilterSize: offIfZero(int64(cfg.keyFilterSize)),
 		MemTableSize:  int64(cfg.memtableSize),
+		MaxOpenFiles:  files.StoreFiles,
 		Logger:        log,
 	})
 	if err != nil {
@@ -322,6 +332,8 @@ func run(ctx context.Context, args []string, lookupEnv func(string) (string, boo
 		Password:               password,
 		AllowRemoteWithoutAuth: cfg.protectedMode == "no",
 		MaxClients:             cfg.maxClients,
+		Files:                  files,
+		MaxAuthFailures:        int(offIfZero(int64(cfg.maxAuthFailures))),
 		IdleTimeout:            time.Duration(cfg.timeout) * time.Second,
 		MaxReplyBuffer:         int(cfg.maxReplyBuffer),
 		TLS:                    tlsFiles,
@@ -366,7 +378,7 @@ func run(ctx context.Context, args []string, lookupEnv func(string) (string, boo
 	if divvyLn != nil {
 		divvyAddr = divvyLn.Addr().String()
 	}
-	log.Info("sluice starting", "version", buildVersion(), "addr", ln.Addr().String(), "http_addr", httpAddr, "divvy_addr", divvyAddr, "policy", cfg.policyFile, "data", cfg.data, "fsync", mode.String(), "auth", password != "", "tls", tlsFiles != nil)
+	log.Info("sluice starting", "version", buildVersion(), "addr", ln.Addr().String(), "http_addr", httpAddr, "divvy_addr", divvyAddr, "policy", cfg.policyFile, "data", cfg.data, "fsync", mode.String(), "auth", password != "", "tls", tlsFiles != nil, "fd_limit", files.Limit)
 	serveErr := make(chan error, 3)
 	go func() { serveErr <- srv.Serve(ln) }()
 	if httpLn != nil {
@@ -411,6 +423,22 @@ wait:
 		log.Info("shutdown complete")
 	}
 	return err
+}
+
+// fdBudget raises the open-file limit to its hard limit and shares it
+// between the store, the process and connections (server.BudgetFDs). It
+// fails when the limit is too low to run; when the limit cannot be read it
+// warns and returns a zero budget, which leaves --maxclients as given.
+func fdBudget(log *slog.Logger) (server.FDBudget, error) {
+	now, was, err := raiseFDLimit()
+	if err != nil {
+		log.Warn("cannot read the open-file limit; --maxclients is not checked against it", "err", err)
+		return server.FDBudget{}, nil
+	}
+	if now > was {
+		log.Info("raised the open-file limit (soft RLIMIT_NOFILE) to the hard limit", "from", was, "to", now)
+	}
+	return server.BudgetFDs(now)
 }
 
 // readPassword returns the password from --requirepass or from the file

@@ -27,6 +27,10 @@ const execMainEnv = "SLUICE_TEST_EXEC_MAIN"
 
 func TestMain(m *testing.M) {
 	if os.Getenv(execMainEnv) == "1" {
+		if err := setNoFile(os.Getenv(noFileEnv)); err != nil {
+			fmt.Fprintln(os.Stderr, "test helper:", err)
+			os.Exit(3)
+		}
 		main()
 		os.Exit(0)
 	}
@@ -48,9 +52,15 @@ type proc struct {
 // waits for the address it logs.
 func startProc(t *testing.T, dir string, flags ...string) *proc {
 	t.Helper()
+	return startProcEnv(t, dir, nil, flags...)
+}
+
+// startProcEnv is startProc with more environment variables.
+func startProcEnv(t *testing.T, dir string, env []string, flags ...string) *proc {
+	t.Helper()
 	args := append([]string{"--addr", "127.0.0.1:0", "--http-addr", "127.0.0.1:0", "--data", dir, "--log-format", "json"}, flags...)
 	cmd := exec.Command(os.Args[0], args...)
-	cmd.Env = append(os.Environ(), execMainEnv+"=1")
+	cmd.Env = append(append(os.Environ(), execMainEnv+"=1"), env...)
 	stderr, err := cmd.StderrPipe()
 	if err != nil {
 		t.Fatal(err)
