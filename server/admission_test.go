@@ -253,6 +253,23 @@ func TestAcceptErrorsDoNotStopListeners(t *testing.T) {
 		}
 	}
 
+	// RESP's guardListener pauses the same way; redcon ends Serve on the
+	// close without an error.
+	store, err := storage.Open(t.TempDir(), storage.Options{Sync: storage.SyncEverySec})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer store.Close()
+	resp, err := New(Config{Store: store, SweepInterval: -1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Close()
+	ln := &fakeListener{errs: acceptErrs()}
+	if err := resp.Serve(ln); err != nil || ln.calls != 4 {
+		t.Errorf("resp: Serve returned %v after %d Accepts; want every error retried (4 Accepts)", err, ln.calls)
+	}
+
 	// The pause doubles from 5ms up to 1s, and a success resets it.
 	var slept []time.Duration
 	b := acceptBackoff{sleep: func(d time.Duration) { slept = append(slept, d) }}

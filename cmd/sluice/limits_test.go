@@ -12,6 +12,7 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
+	"sync"
 	"syscall"
 	"testing"
 	"time"
@@ -178,6 +179,29 @@ func TestFDLimitCapsConnections(t *testing.T) {
 	}
 	reduce(conns)
 
+	// A burst of concurrent connections while the server is full: all
+	// are refused (answered, or closed at once when 16 refusals are in
+	// flight), and none makes the server run out of descriptors.
+	var wg sync.WaitGroup
+	for i := range 600 {
+		addr := [...]string{p.addr, p.httpAddr, p.divvyAddr}[i%3]
+		wg.Go(func() {
+			c, err := net.Dial("tcp", addr)
+			if err != nil {
+				return
+			}
+			defer c.Close()
+			_ = c.SetDeadline(time.Now().Add(20 * time.Second))
+			_, _ = io.WriteString(c, "PING\r\n")
+			_, _ = io.Copy(io.Discard, c)
+		})
+	}
+	wg.Wait()
+	reduce(conns + 10)
+	if got := infoString(t, rdb, "rejected_connections"); got != strconv.Itoa(conns-91+600) {
+		t.Errorf("INFO rejected_connections after the burst = %q, want %d", got, conns-91+600)
+	}
+
 	for _, c := range open {
 		c.Close()
 	}
@@ -187,6 +211,9 @@ func TestFDLimitCapsConnections(t *testing.T) {
 		t.Fatalf("exit after SIGTERM: %v\n%s", p.err, p.logs)
 	}
 	logs := p.logs.String()
+	if strings.Contains(logs, "too many open files") {
+		t.Errorf("sluice ran out of file descriptors:\n%s", logs)
+	}
 	for _, want := range []string{`"msg":"raised the open-file limit (soft RLIMIT_NOFILE) to the hard limit","from":128,"to":256`,
 		`"msg":"maxclients lowered to what the open-file limit allows; raise the limit (ulimit -n, LimitNOFILE=) to serve more clients","maxclients":92,"requested":10000,"fd_limit":256`} {
 		if !strings.Contains(logs, want) {
