@@ -29,6 +29,9 @@ type client struct {
 	libVer  string
 	quit    bool
 	authed  bool // AUTH done, or no password configured
+	// authFails counts failed AUTH and HELLO AUTH attempts, for
+	// MaxAuthFailures.
+	authFails int
 
 	batch *storage.Batch
 	// batchBytes is the bytes of this pipeline's commands that wrote: the
@@ -331,12 +334,6 @@ func cmdAuth(s *Server, c *client, args [][]byte) {
 	}
 	c.authed = true
 	c.out = appendSimple(c.out, "OK")
-}
-
-func (s *Server) authFailed(c *client) {
-	s.stats.authFailures.Add(1)
-	s.log.Debug("authentication failed", "client", c.id, "remote", c.addr)
-	s.replyErr(c, errWrongPass)
 }
 
 // cmdHello implements HELLO [protover [AUTH username password] [SETNAME name]].

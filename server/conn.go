@@ -385,6 +385,7 @@ func (cn *conn) finish() {
 	delete(s.mu.guards, cn)
 	delete(s.mu.clients, cn.cl.id)
 	s.mu.Unlock()
+	s.adm.release() // the slot admitLocked took
 	s.conns.Done()
 }
 

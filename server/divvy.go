@@ -7,7 +7,6 @@ import (
 	"net"
 	"sync"
 	"sync/atomic"
-	"syscall"
 	"time"
 
 	"github.com/sluicehq/sluice/policy"
@@ -66,24 +65,22 @@ func (s *Server) ServeDivvy(ln net.Listener) error {
 	if s.cfg.Password != "" || s.clientCertsRequired() {
 		s.log.Warn("the divvy line protocol has no AUTH and no TLS: anyone who can reach its address can use it", "addr", ln.Addr().String())
 	}
-	var delay time.Duration
+	var backoff acceptBackoff
 	for {
 		nc, err := ln.Accept()
 		if err != nil {
 			if s.closing.Load() {
 				return nil
 			}
-			var ne net.Error
-			if errors.As(err, &ne) && ne.Timeout() || errors.Is(err, syscall.EMFILE) || errors.Is(err, syscall.ENFILE) {
-				// Out of file descriptors, for example: wait, as net/http does.
-				delay = min(max(2*delay, 5*time.Millisecond), time.Second)
-				s.log.Warn("divvy accept failed; retrying", "err", err, "in", delay)
-				time.Sleep(delay)
-				continue
+			if errors.Is(err, net.ErrClosed) {
+				return err
 			}
-			return err
+			// Out of file descriptors, for example: wait rather than spin
+			// or stop serving.
+			backoff.wait(s, "divvy", err)
+			continue
 		}
-		delay = 0
+		backoff.delay = 0
 		if d := s.admitDivvy(nc); d != nil {
 			go d.serve()
 		}
@@ -101,7 +98,7 @@ func (s *Server) divvyAddr() string {
 }
 
 // admitDivvy registers a new connection, or answers and closes it when
-// --maxclients (shared with RESP) is reached, protected mode refuses it,
+// --maxclients (shared with RESP and HTTP) is reached, protected mode refuses it,
 // or the server is closing.
 func (s *Server) admitDivvy(nc net.Conn) *divvyConn {
 	s.mu.Lock()
@@ -110,10 +107,11 @@ func (s *Server) admitDivvy(nc net.Conn) *divvyConn {
 	switch {
 	case s.closing.Load():
 		reason = "server is shutting down"
-	case len(s.mu.guards)+len(s.divvy.conns) >= s.cfg.MaxClients:
+	case !s.adm.take():
 		s.stats.rejectedMax.Add(1)
 		reason = "max number of clients reached"
 	case !s.cfg.AllowRemoteWithoutAuth && !isLoopback(nc.RemoteAddr()):
+		s.adm.release()
 		s.stats.rejectedDenied.Add(1)
 		reason = "DENIED: sluice is in protected mode and the divvy line protocol has no authentication; it serves clients on loopback only unless started with --protected-mode no"
 	default:
@@ -129,11 +127,7 @@ func (s *Server) admitDivvy(nc net.Conn) *divvyConn {
 		return d
 	}
 	s.pol.errUnknown.Add(1)
-	go func() {
-		_ = nc.SetDeadline(time.Now().Add(time.Second))
-		_, _ = nc.Write((&policy.ProtocolError{Code: policy.CodeUnknown, Reason: reason}).AppendReply(nil))
-		_ = nc.Close()
-	}()
+	s.refuse(nc, (&policy.ProtocolError{Code: policy.CodeUnknown, Reason: reason}).AppendReply(nil))
 	return nil
 }
 
@@ -183,6 +177,7 @@ func (d *divvyConn) serve() {
 		delete(s.divvy.conns, d)
 		s.mu.Unlock()
 		s.divvy.open.Add(-1)
+		s.adm.release()
 		s.divvy.wg.Done()
 	}()
 	defer func() {

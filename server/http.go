@@ -107,6 +107,8 @@ func (s *Server) ServeHTTP(ln net.Listener) error {
 	s.http.srv = srv
 	s.http.mu.Unlock()
 	s.log.Info("serving HTTP", "addr", ln.Addr().String(), "tls", s.tls != nil)
+	// Below TLS, so a refusal costs no handshake.
+	ln = &httpAdmitListener{Listener: ln, srv: s}
 	var err error
 	if s.tls != nil {
 		err = srv.ServeTLS(ln, "", "")
@@ -180,6 +182,9 @@ var (
 	descEvicted     = prometheus.NewDesc("sluice_evicted_clients_total", "Connections closed because the buffers of all clients exceeded --maxmemory-clients.", nil, nil)
 	descClientMem   = prometheus.NewDesc("sluice_client_buffers_bytes", "Bytes of all RESP clients' query and reply buffers, bounded by --maxmemory-clients.", nil, nil)
 	descAuthFail    = prometheus.NewDesc("sluice_auth_failures_total", "AUTH and HELLO AUTH attempts with a wrong user or password.", nil, nil)
+	descAuthClosed  = prometheus.NewDesc("sluice_auth_closed_connections_total", "Connections closed after --max-auth-failures failed AUTH or HELLO AUTH attempts.", nil, nil)
+	descMaxClients  = prometheus.NewDesc("sluice_maxclients", "Most connections served at once, RESP, line protocol and HTTP together: --maxclients, lowered to what the open-file limit allows.", nil, nil)
+	descAdmitted    = prometheus.NewDesc("sluice_admitted_connections", "Connections counted against sluice_maxclients now: RESP, line protocol and HTTP.", nil, nil)
 	descProtoErrors = prometheus.NewDesc("sluice_protocol_errors_total", "Connections closed for malformed or oversized RESP.", nil, nil)
 	descNetIn       = prometheus.NewDesc("sluice_net_input_bytes_total", "Bytes read from clients.", nil, nil)
 	descNetOut      = prometheus.NewDesc("sluice_net_output_bytes_total", "Bytes written to clients.", nil, nil)
@@ -265,6 +270,9 @@ func (sc *serverCollector) Collect(ch chan<- prometheus.Metric) {
 	counter(descEvicted, st.evictedClients.Load())
 	gauge(descClientMem, float64(s.clientMem.Load()))
 	counter(descAuthFail, st.authFailures.Load())
+	counter(descAuthClosed, st.authClosed.Load())
+	gauge(descMaxClients, float64(s.cfg.MaxClients))
+	gauge(descAdmitted, float64(s.adm.open.Load()))
 	counter(descProtoErrors, st.protocolErrors.Load())
 	counter(descNetIn, st.netIn.Load())
 	counter(descNetOut, st.netOut.Load())

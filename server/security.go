@@ -9,7 +9,10 @@ import (
 	"fmt"
 	"net"
 	"os"
+	"strconv"
+	"sync"
 	"sync/atomic"
+	"time"
 )
 
 // TLSFiles names the PEM files of the server's TLS identity. With CA set,
@@ -156,3 +159,111 @@ var (
 	errWrongPass = replyErr("WRONGPASS invalid username-password pair or user is disabled.")
 	errNoPass    = replyErr("ERR AUTH <password> called without any password configured for the default user. Are you sure your configuration is correct?")
 )
+
+// authFailed answers a failed AUTH or HELLO AUTH, counts it, and closes
+// the connection after its MaxAuthFailures-th failure: one connection can
+// then try a few passwords, not hundreds of thousands a second.
+func (s *Server) authFailed(c *client) {
+	s.stats.authFailures.Add(1)
+	c.authFails++
+	closing := s.cfg.MaxAuthFailures > 0 && c.authFails >= s.cfg.MaxAuthFailures
+	if closing {
+		s.stats.authClosed.Add(1)
+		c.quit = true // after this reply; the rest of the pipeline is not run
+	}
+	s.authLog.failed(s, c, closing)
+	s.replyErr(c, errWrongPass)
+}
+
+// authLogWindow is the most often failed authentications are logged: the
+// first failure after a quiet window is logged at once, later ones are
+// summed up in one line per window.
+const authLogWindow = 10 * time.Second
+
+// authLogMaxAddrs bounds the distinct addresses a summary counts, so that
+// failures from many addresses cannot grow memory.
+const authLogMaxAddrs = 1024
+
+// authLog rate-limits the warnings about failed authentications.
+type authLog struct {
+	mu struct {
+		sync.Mutex
+		timer    *time.Timer // set while a window is open
+		stopped  bool
+		failures int // since the last line
+		closed   int // connections closed for too many failures, since the last line
+		addrs    map[string]struct{}
+	}
+}
+
+func (a *authLog) failed(s *Server, c *client, closing bool) {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	if a.mu.stopped {
+		return
+	}
+	if a.mu.timer == nil {
+		s.log.Warn("authentication failed", "client", c.id, "remote", c.addr, "failures_on_connection", c.authFails, "connection_closed", closing,
+			"note", "further failures are summed up every "+authLogWindow.String())
+		a.mu.timer = time.AfterFunc(authLogWindow, func() { a.flush(s) })
+		return
+	}
+	a.mu.failures++
+	if closing {
+		a.mu.closed++
+	}
+	if a.mu.addrs == nil {
+		a.mu.addrs = make(map[string]struct{})
+	}
+	if len(a.mu.addrs) < authLogMaxAddrs {
+		host, _, err := net.SplitHostPort(c.addr)
+		if err != nil {
+			host = c.addr
+		}
+		a.mu.addrs[host] = struct{}{}
+	}
+}
+
+// flush ends a window: it logs the failures since the last line, if any,
+// and opens the next window; after a quiet window the next failure is
+// logged at once again.
+func (a *authLog) flush(s *Server) {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	if a.mu.stopped {
+		return
+	}
+	if a.mu.failures == 0 {
+		a.mu.timer = nil
+		return
+	}
+	a.logLocked(s)
+	a.mu.timer.Reset(authLogWindow)
+}
+
+func (a *authLog) logLocked(s *Server) {
+	addrs := strconv.Itoa(len(a.mu.addrs))
+	if len(a.mu.addrs) >= authLogMaxAddrs {
+		addrs += " or more"
+	}
+	s.log.Warn("authentication failures", "failures", a.mu.failures, "addresses", addrs, "connections_closed", a.mu.closed,
+		"failures_total", s.stats.authFailures.Load(), "window", authLogWindow.String())
+	a.mu.failures, a.mu.closed = 0, 0
+	clear(a.mu.addrs)
+}
+
+// stop logs what is left and ends the windows; Close calls it.
+func (a *authLog) stop(s *Server) {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	if a.mu.stopped {
+		return
+	}
+	a.mu.stopped = true
+	if a.mu.timer != nil {
+		a.mu.timer.Stop()
+	}
+	if a.mu.failures > 0 {
+		a.logLocked(s)
+	}
+}

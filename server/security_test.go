@@ -1,6 +1,7 @@
 package server
 
 import (
+	"bufio"
 	"context"
 	"crypto/ecdsa"
 	"crypto/elliptic"
@@ -9,11 +10,14 @@ import (
 	"crypto/x509"
 	"crypto/x509/pkix"
 	"encoding/pem"
+	"io"
+	"log/slog"
 	"math/big"
 	"net"
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -309,4 +313,109 @@ func firstNonLoopbackIP() net.IP {
 		}
 	}
 	return nil
+}
+
+// TestAuthFailuresCloseTheConnection: a connection's MaxAuthFailures-th
+// failed AUTH or HELLO AUTH is answered WRONGPASS and the connection is
+// closed, so one connection cannot guess passwords without end.
+func TestAuthFailuresCloseTheConnection(t *testing.T) {
+	wrong := "*2\r\n$4\r\nAUTH\r\n$5\r\nwrong\r\n"
+	helloWrong := "*5\r\n$5\r\nHELLO\r\n$1\r\n3\r\n$4\r\nAUTH\r\n$7\r\ndefault\r\n$5\r\nwrong\r\n"
+	wrongPass := "-WRONGPASS invalid username-password pair or user is disabled.\r\n"
+
+	t.Run("default", func(t *testing.T) {
+		srv := startServer(t, Config{Password: "s3cret"})
+		conn := dial(t, srv)
+		// Four AUTHs and a HELLO AUTH, then a PING that must not run.
+		if _, err := io.WriteString(conn, strings.Repeat(wrong, 4)+helloWrong+"PING\r\n"); err != nil {
+			t.Fatal(err)
+		}
+		got, err := io.ReadAll(conn)
+		if err != nil || string(got) != strings.Repeat(wrongPass, 5) {
+			t.Fatalf("after %d failed AUTHs read %q, %v; want %d WRONGPASS and the connection closed",
+				DefaultMaxAuthFailures, got, err, DefaultMaxAuthFailures)
+		}
+		if f, c := srv.stats.authFailures.Load(), srv.stats.authClosed.Load(); f != 5 || c != 1 {
+			t.Fatalf("failures %d, connections closed %d; want 5 and 1", f, c)
+		}
+		// Other connections are not affected, and the password still works.
+		ok := newClient(t, srv)
+		if err := ok.Do(context.Background(), "AUTH", "s3cret").Err(); err != nil {
+			t.Fatal(err)
+		}
+		if got := infoField(t, ok, "stats", "auth_closed_connections"); got != "1" {
+			t.Fatalf("INFO auth_closed_connections = %q", got)
+		}
+		if got := infoField(t, ok, "stats", "acl_access_denied_auth"); got != "5" {
+			t.Fatalf("INFO acl_access_denied_auth = %q", got)
+		}
+	})
+	t.Run("a pipeline of guesses stops at the limit", func(t *testing.T) {
+		srv := startServer(t, Config{Password: "s3cret", MaxAuthFailures: 3})
+		conn := dial(t, srv)
+		go io.WriteString(conn, strings.Repeat(wrong, 10000)+"AUTH s3cret\r\n")
+		got, _ := io.ReadAll(conn) // a reset is fine: the server did not read everything
+		if n := strings.Count(string(got), "WRONGPASS"); n != 3 || strings.Contains(string(got), "+OK") {
+			t.Fatalf("read %d WRONGPASS (%q...); want exactly 3 and no OK", n, got[:min(len(got), 200)])
+		}
+		if f := srv.stats.authFailures.Load(); f != 3 {
+			t.Fatalf("failures counted %d, want 3: the rest of the pipeline must not run", f)
+		}
+	})
+	t.Run("negative never closes", func(t *testing.T) {
+		srv := startServer(t, Config{Password: "s3cret", MaxAuthFailures: -1})
+		conn := dial(t, srv)
+		r := bufio.NewReader(conn)
+		for range 20 {
+			if got := roundTrip(t, conn, r, wrong); got != wrongPass {
+				t.Fatalf("AUTH wrong: %q", got)
+			}
+		}
+		if got := roundTrip(t, conn, r, "PING\r\n"); got != "+PONG\r\n" {
+			t.Fatalf("PING after 20 failures: %q", got)
+		}
+	})
+}
+
+// TestAuthFailuresLoggedAtWarn: the first failure is logged at warn at
+// once; later ones are summed up in one line per window, with how many
+// failures from how many addresses.
+func TestAuthFailuresLoggedAtWarn(t *testing.T) {
+	logs := &logRecorder{level: slog.LevelWarn}
+	srv := startServer(t, Config{Password: "s3cret", Logger: slog.New(logs)})
+	ctx := context.Background()
+	c := newClient(t, srv)
+	authWarnings := func() []map[string]string {
+		var out []map[string]string
+		for _, r := range logs.records() {
+			if strings.HasPrefix(r["msg"], "authentication fail") {
+				out = append(out, r)
+			}
+		}
+		return out
+	}
+	if err := c.Do(ctx, "AUTH", "guess1").Err(); err == nil {
+		t.Fatal("a wrong password was accepted")
+	}
+	recs := authWarnings()
+	if len(recs) != 1 || recs[0]["level"] != "WARN" || !strings.HasPrefix(recs[0]["remote"], "127.0.0.1:") {
+		t.Fatalf("after one failure, logged %v; want one warning naming the client's address", recs)
+	}
+	for i := range 3 {
+		if err := c.Do(ctx, "AUTH", "guess"+strconv.Itoa(i+2)).Err(); err == nil {
+			t.Fatal("a wrong password was accepted")
+		}
+	}
+	if recs := authWarnings(); len(recs) != 1 {
+		t.Fatalf("failures within the window logged one by one: %v", recs)
+	}
+	srv.authLog.flush(srv) // the window's end
+	recs = authWarnings()
+	if len(recs) != 2 || recs[1]["failures"] != "3" || recs[1]["addresses"] != "1" || recs[1]["failures_total"] != "4" {
+		t.Fatalf("at the window's end logged %v; want a summary of 3 failures from 1 address", recs)
+	}
+	srv.authLog.flush(srv) // a quiet window: nothing to say
+	if recs := authWarnings(); len(recs) != 2 {
+		t.Fatalf("a quiet window logged %v", recs[2:])
+	}
 }

@@ -73,10 +73,20 @@ type Config struct {
 	// certificates answers clients from addresses other than loopback
 	// with a DENIED error and closes them, as Redis does.
 	AllowRemoteWithoutAuth bool
-	// MaxClients is the most connections served at once; more are
-	// answered "ERR max number of clients reached" and closed. Default
-	// 10000, as in Redis.
+	// MaxClients is the most connections served at once, RESP, line
+	// protocol and HTTP together; more are answered "ERR max number of
+	// clients reached" (HTTP: 503) and closed. Default 10000, as in
+	// Redis; lowered to what Files leaves.
 	MaxClients int
+	// Files is how the process's open-file limit is shared (see
+	// BudgetFDs); with its Limit set, MaxClients is lowered to
+	// Files.Clients() and New fails when that is below MinClients. Zero:
+	// MaxClients as given.
+	Files FDBudget
+	// MaxAuthFailures is how many failed AUTH or HELLO AUTH attempts a
+	// connection may make: the last one is answered WRONGPASS and the
+	// connection is closed. Default 5; negative never closes.
+	MaxAuthFailures int
 	// IdleTimeout closes a connection that sends nothing for this long;
 	// zero never does.
 	IdleTimeout time.Duration
@@ -129,6 +139,7 @@ const (
 	// adds up to about 3.5 times this to peak RSS (measured; garbage the
 	// collector has not reclaimed yet makes up the rest).
 	DefaultMaxMemoryClients = 64 << 20
+	DefaultMaxAuthFailures = 5
 )
 
 // Server is a RESP server for sluice's commands.
@@ -157,6 +168,8 @@ type Server struct {
 	lastSave atomic.Int64 // unix seconds of the last CHECKPOINT, or of the start
 	pol      policyState
 	divvy    divvyState
+	adm      admission
+	authLog  authLog
 
 	mu struct {
 		sync.Mutex
@@ -178,6 +191,7 @@ type Server struct {
 		storeAllowed    atomic.Int64 // answered normally despite a store error
 		panics          atomic.Int64
 		authFailures    atomic.Int64
+		authClosed      atomic.Int64 // connections closed: MaxAuthFailures
 		rejectedMax     atomic.Int64 // connections refused: MaxClients
 		rejectedDenied  atomic.Int64 // connections refused: protected mode
 		idleClosed      atomic.Int64
@@ -214,6 +228,9 @@ func New(cfg Config) (*Server, error) {
 	}
 	orDefault(&cfg.DivvyMaxLine, DefaultDivvyMaxLine)
 	orDefault(&cfg.DivvyMaxPipeline, DefaultDivvyMaxPipeline)
+	if cfg.MaxAuthFailures == 0 {
+		cfg.MaxAuthFailures = DefaultMaxAuthFailures
+	}
 	if cfg.Version == "" {
 		cfg.Version = "dev"
 	}
@@ -250,6 +267,9 @@ func New(cfg Config) (*Server, error) {
 			return nil, err
 		}
 		s.tls = t
+	}
+	if err := s.initAdmission(); err != nil {
+		return nil, err
 	}
 	s.passHash = sha256.Sum256([]byte(cfg.Password))
 	if cfg.PolicyFile != "" {
@@ -312,6 +332,7 @@ func (s *Server) Close() error {
 		return nil
 	}
 	defer close(s.done)
+	defer s.authLog.stop(s)
 	defer s.closeHTTP() // last: /readyz answers 503 while connections drain
 	s.stopSweeper()     // also ends a running COMPACT early
 	divvyDone := make(chan struct{})
@@ -360,27 +381,9 @@ func (s *Server) Close() error {
 }
 
 // admit decides whether a new connection may be served. It runs under s.mu
-// in the accept loop, so it must not block: a refusal is written by its
-// own goroutine.
-func (s *Server) admitLocked(c net.Conn) bool {
-	var msg string
-	switch {
-	case len(s.mu.guards) >= s.cfg.MaxClients:
-		s.stats.rejectedMax.Add(1)
-		msg = "ERR max number of clients reached"
-	case s.protected() && !isLoopback(c.RemoteAddr()):
-		s.stats.rejectedDenied.Add(1)
-		msg = deniedMessage
-	default:
-		return true
-	}
-	go func() {
-		_ = c.SetDeadline(time.Now().Add(time.Second))
-		_, _ = c.Write(appendError(nil, msg))
-		_ = c.Close()
-	}()
-	return false
-}
+// in the accept loop, so it must not block. An admitted connection holds a
+// slot of MaxClients until forgetConn.
+func (s *Server) admitLocked(c net.Conn) bool { return s.admitRESP(c) }
 
 // execAll runs the commands in cmds, the framer's output, in order,
 // appending their replies to the client's; it stops after QUIT, a panic or

@@ -103,6 +103,9 @@ type Options struct {
 	// Zero means the default, 16 MiB (about 13M keys); negative turns it off.
 	KeyFilterSize int64
 	Logger        *slog.Logger // default: discard
+	// MaxOpenFiles is Pebble's soft limit on the files it keeps open
+	// (tables, logs, lock); zero means Pebble's default, 1000.
+	MaxOpenFiles int
 
 	// Disk, for tests, holds the store in memory instead of in the
 	// directory; nil for the real filesystem.
@@ -389,6 +392,7 @@ func (s *Store) openPebble(base vfs.FS) (err error) {
 		Logger:             pebbleLogger{l: o.Logger, fail: s.fail},
 		FS:                 guardFS{base, s.guard},
 		EventListener:      &pebble.EventListener{DataCorruption: s.corruption},
+		MaxOpenFiles:       o.MaxOpenFiles,
 	}
 	// Lookups of buckets that do not exist yet are common; a Bloom filter
 	// answers most of them without reading a block.

@@ -69,6 +69,7 @@ type config struct {
 	requirePassFile string
 	protectedMode   string
 	maxClients      int
+	maxAuthFailures int
 	timeout         int
 	maxReplyBuffer  byteSize
 	maxMemClients   byteSize
@@ -117,7 +118,8 @@ func newFlagSet(cfg *config, stderr io.Writer) *flag.FlagSet {
 	fs.StringVar(&cfg.requirePass, "requirepass", "", "password clients must give with AUTH (visible in process listings: prefer --requirepass-file)")
 	fs.StringVar(&cfg.requirePassFile, "requirepass-file", "", "file holding the password clients must give with AUTH (one line; a trailing newline is ignored)")
 	fs.StringVar(&cfg.protectedMode, "protected-mode", "yes", "yes: without a password or TLS client certificates, refuse clients not on loopback; no: serve everyone")
-	fs.IntVar(&cfg.maxClients, "maxclients", server.DefaultMaxClients, "most connections at once; more are answered with an error and closed")
+	fs.IntVar(&cfg.maxClients, "maxclients", server.DefaultMaxClients, "most connections at once, RESP, divvy and HTTP together; more are answered with an error and closed; lowered to what the open-file limit allows")
+	fs.IntVar(&cfg.maxAuthFailures, "max-auth-failures", server.DefaultMaxAuthFailures, "failed AUTH attempts after which a connection is closed; 0 never closes")
 	fs.IntVar(&cfg.timeout, "timeout", 0, "close a connection idle for this many seconds; 0 never does")
 	fs.Var(&cfg.maxReplyBuffer, "max-reply-buffer", "most bytes of replies queued for a client (one reply, as long pipelines are answered in 16 KiB chunks) before the connection is closed")
 	fs.Var(&cfg.maxMemClients, "maxmemory-clients", "most bytes of all RESP clients' query and reply buffers together; a client that grows them past it gets an error and is closed; 0 for no bound")
@@ -213,6 +215,9 @@ func parseConfig(args []string, lookupEnv func(string) (string, bool), stderr io
 	}
 	if cfg.maxMemClients < 0 {
 		return cfg, fmt.Errorf("--maxmemory-clients %d: want 0 (no bound) or a number of bytes", cfg.maxMemClients)
+	}
+	if cfg.maxAuthFailures < 0 {
+		return cfg, fmt.Errorf("--max-auth-failures %d: want 0 (never close) or more", cfg.maxAuthFailures)
 	}
 	if cfg.cacheBuckets < 0 {
 		return cfg, fmt.Errorf("--cache-buckets %d: want 0 (off) or more", cfg.cacheBuckets)
@@ -327,6 +332,10 @@ func runReloading(ctx context.Context, hup <-chan os.Signal, args []string, look
 			return fmt.Errorf("--policy: %w", err)
 		}
 	}
+	files, err := fdBudget(log)
+	if err != nil {
+		return err
+	}
 	var tlsFiles *server.TLSFiles
 	if cfg.tlsCert != "" {
 		tlsFiles = &server.TLSFiles{Cert: cfg.tlsCert, Key: cfg.tlsKey, CA: cfg.tlsCA}
@@ -339,6 +348,7 @@ func runReloading(ctx context.Context, hup <-chan os.Signal, args []string, look
 		CacheEntries:  cacheEntries(cfg.cacheBuckets),
 		KeyFilterSize: offIfZero(int64(cfg.keyFilterSize)),
 		MemTableSize:  int64(cfg.memtableSize),
+		MaxOpenFiles:  files.StoreFiles,
 		Logger:        log,
 	})
 	if err != nil {
@@ -365,6 +375,8 @@ func runReloading(ctx context.Context, hup <-chan os.Signal, args []string, look
 		Password:               password,
 		AllowRemoteWithoutAuth: cfg.protectedMode == "no",
 		MaxClients:             cfg.maxClients,
+		Files:                  files,
+		MaxAuthFailures:        int(offIfZero(int64(cfg.maxAuthFailures))),
 		IdleTimeout:            time.Duration(cfg.timeout) * time.Second,
 		MaxReplyBuffer:         int(cfg.maxReplyBuffer),
 		MaxMemoryClients:       offIfZero(int64(cfg.maxMemClients)),
@@ -410,7 +422,7 @@ func runReloading(ctx context.Context, hup <-chan os.Signal, args []string, look
 	if divvyLn != nil {
 		divvyAddr = divvyLn.Addr().String()
 	}
-	log.Info("sluice starting", "version", buildVersion(), "addr", ln.Addr().String(), "http_addr", httpAddr, "divvy_addr", divvyAddr, "policy", cfg.policyFile, "data", cfg.data, "fsync", mode.String(), "auth", password != "", "tls", tlsFiles != nil)
+	log.Info("sluice starting", "version", buildVersion(), "addr", ln.Addr().String(), "http_addr", httpAddr, "divvy_addr", divvyAddr, "policy", cfg.policyFile, "data", cfg.data, "fsync", mode.String(), "auth", password != "", "tls", tlsFiles != nil, "fd_limit", files.Limit)
 	serveErr := make(chan error, 3)
 	go func() { serveErr <- srv.Serve(ln) }()
 	if httpLn != nil {
@@ -493,6 +505,22 @@ func later(a, b time.Time) time.Time {
 		return a
 	}
 	return b
+}
+
+// fdBudget raises the open-file limit to its hard limit and shares it
+// between the store, the process and connections (server.BudgetFDs). It
+// fails when the limit is too low to run; when the limit cannot be read it
+// warns and returns a zero budget, which leaves --maxclients as given.
+func fdBudget(log *slog.Logger) (server.FDBudget, error) {
+	now, was, err := raiseFDLimit()
+	if err != nil {
+		log.Warn("cannot read the open-file limit; --maxclients is not checked against it", "err", err)
+		return server.FDBudget{}, nil
+	}
+	if now > was {
+		log.Info("raised the open-file limit (soft RLIMIT_NOFILE) to the hard limit", "from", was, "to", now)
+	}
+	return server.BudgetFDs(now)
 }
 
 // readPassword returns the password from --requirepass or from the file

@@ -27,6 +27,10 @@ const execMainEnv = "SLUICE_TEST_EXEC_MAIN"
 
 func TestMain(m *testing.M) {
 	if os.Getenv(execMainEnv) == "1" {
+		if err := setNoFile(os.Getenv(noFileEnv)); err != nil {
+			fmt.Fprintln(os.Stderr, "test helper:", err)
+			os.Exit(3)
+		}
 		main()
 		os.Exit(0)
 	}
@@ -49,7 +53,13 @@ type proc struct {
 // waits for the address it logs.
 func startProc(t *testing.T, dir string, flags ...string) *proc {
 	t.Helper()
-	p := startProcAsync(t, dir, flags...)
+	return startProcEnv(t, dir, nil, flags...)
+}
+
+// startProcEnv is startProc with more environment variables.
+func startProcEnv(t *testing.T, dir string, env []string, flags ...string) *proc {
+	t.Helper()
+	p := startProcAsync(t, dir, env, flags...)
 	select {
 	case p.addr = <-p.addrc:
 	case <-p.exited:
@@ -58,13 +68,13 @@ func startProc(t *testing.T, dir string, flags ...string) *proc {
 	return p
 }
 
-// startProcAsync starts sluice as startProc does, without waiting for it
-// to serve: its RESP address arrives on p.addrc.
-func startProcAsync(t *testing.T, dir string, flags ...string) *proc {
+// startProcAsync starts sluice as startProcEnv does, without waiting for
+// it to serve: its RESP address arrives on p.addrc.
+func startProcAsync(t *testing.T, dir string, env []string, flags ...string) *proc {
 	t.Helper()
 	args := append([]string{"--addr", "127.0.0.1:0", "--http-addr", "127.0.0.1:0", "--data", dir, "--log-format", "json"}, flags...)
 	cmd := exec.Command(os.Args[0], args...)
-	cmd.Env = append(os.Environ(), execMainEnv+"=1")
+	cmd.Env = append(append(os.Environ(), execMainEnv+"=1"), env...)
 	stderr, err := cmd.StderrPipe()
 	if err != nil {
 		t.Fatal(err)

@@ -34,7 +34,7 @@ func TestSIGHUPDuringStartupIsKept(t *testing.T) {
 	if err := syscall.Mkfifo(rules, 0o600); err != nil {
 		t.Skipf("mkfifo: %v", err)
 	}
-	p := startProcAsync(t, filepath.Join(dir, "data"), "--policy", rules)
+	p := startProcAsync(t, filepath.Join(dir, "data"), nil, "--policy", rules)
 	// Opening the pipe for writing returns once sluice has opened it for
 	// reading: it is blocked in startup, reading the rules.
 	w, err := os.OpenFile(rules, os.O_WRONLY, 0)

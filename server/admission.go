@@ -1,0 +1,240 @@
+package server
+
+import (
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"sync"
+	"sync/atomic"
+	"time"
+)
+
+// Connection admission: one count of open connections for every listener
+// (RESP, the divvy line protocol, HTTP) against MaxClients, so that no
+// listener can take the file descriptors the store needs. MaxClients itself
+// is lowered to what the open-file limit leaves (see FDBudget).
+
+// FDBudget is how the process's open-file limit (the soft RLIMIT_NOFILE) is
+// shared: StoreFiles for the store's tables, ProcessFiles for everything
+// else the process opens, and the rest for client connections, as Redis
+// lowers maxclients to its limit minus a reserve.
+type FDBudget struct {
+	Limit      int // the open-file limit the process runs with
+	StoreFiles int // Pebble's MaxOpenFiles: tables kept open, its logs and lock
+	Reserved   int // StoreFiles + ProcessFiles: never given to connections
+}
+
+// File-descriptor reserve.
+const (
+	// ProcessFiles are the descriptors kept for everything but the store's
+	// table cache and the connections: stdin, stdout and stderr, the
+	// network poller, three listeners, the store's directory handles,
+	// compaction outputs and the WAL being rotated (which Pebble does not
+	// count in MaxOpenFiles), tables iterators keep open past the cache's
+	// soft limit, CHECKPOINT copies, TLS and policy reloads, /proc reads
+	// of the metrics collector, and RefusalSlots connections being refused.
+	ProcessFiles = 64
+	// RefusalSlots is how many refused connections may be answered at once;
+	// beyond that a refused connection is closed without a reply, so that
+	// a flood cannot hold descriptors or goroutines.
+	RefusalSlots = 16
+	// MinStoreFiles is the least MaxOpenFiles sluice gives Pebble: its
+	// table cache never goes below 64 tables plus 10 other files.
+	MinStoreFiles = 100
+	// MaxStoreFiles is Pebble's own default MaxOpenFiles, the most sluice
+	// gives it: a store of a few GiB has far fewer tables.
+	MaxStoreFiles = 1000
+	// MinClients is the fewest connections worth starting for: a limit
+	// leaving fewer is an error.
+	MinClients = 16
+)
+
+// ErrFDLimit is returned when the open-file limit is too low to run.
+var ErrFDLimit = errors.New("server: open-file limit too low")
+
+// BudgetFDs shares an open-file limit: a quarter of it, between
+// MinStoreFiles and MaxStoreFiles, for the store, ProcessFiles for the
+// process, the rest for connections. It fails with ErrFDLimit when fewer
+// than MinClients connections would be left.
+func BudgetFDs(limit int) (FDBudget, error) {
+	b := FDBudget{Limit: limit, StoreFiles: min(max(limit/4, MinStoreFiles), MaxStoreFiles)}
+	b.Reserved = b.StoreFiles + ProcessFiles
+	if need := b.Reserved + MinClients; limit < need {
+		return b, fmt.Errorf("%w: the open-file limit (RLIMIT_NOFILE) is %d; sluice needs at least %d: %d for the store, %d for itself and %d for clients; raise it (ulimit -n, or LimitNOFILE= in a systemd unit, or --ulimit nofile= for docker)",
+			ErrFDLimit, limit, need, b.StoreFiles, ProcessFiles, MinClients)
+	}
+	return b, nil
+}
+
+// Clients is the most connections the budget leaves.
+func (b FDBudget) Clients() int { return b.Limit - b.Reserved }
+
+// admission counts open connections of every listener.
+type admission struct {
+	max       int64        // effective MaxClients
+	requested int          // MaxClients as configured
+	open      atomic.Int64 // connections admitted and not yet closed
+	refusing  atomic.Int64 // refusals being written
+}
+
+// take admits a connection, or reports false when max are open.
+func (a *admission) take() bool {
+	for {
+		n := a.open.Load()
+		if n >= a.max {
+			return false
+		}
+		if a.open.CompareAndSwap(n, n+1) {
+			return true
+		}
+	}
+}
+
+func (a *admission) release() { a.open.Add(-1) }
+
+// initAdmission sets the effective MaxClients: the configured one, lowered
+// to what Config.Files leaves for connections, with a warning that names
+// both numbers, as Redis logs when it lowers maxclients.
+func (s *Server) initAdmission() error {
+	s.adm.requested = s.cfg.MaxClients
+	if b := s.cfg.Files; b.Limit > 0 {
+		if b.Clients() < MinClients {
+			_, err := BudgetFDs(b.Limit)
+			if err == nil {
+				err = fmt.Errorf("%w: %d files reserved of %d", ErrFDLimit, b.Reserved, b.Limit)
+			}
+			return err
+		}
+		if b.Clients() < s.cfg.MaxClients {
+			s.cfg.MaxClients = b.Clients()
+			s.log.Warn("maxclients lowered to what the open-file limit allows; raise the limit (ulimit -n, LimitNOFILE=) to serve more clients",
+				"maxclients", s.cfg.MaxClients, "requested", s.adm.requested, "fd_limit", b.Limit, "fd_reserved", b.Reserved, "store_max_open_files", b.StoreFiles)
+		}
+	}
+	s.adm.max = int64(s.cfg.MaxClients)
+	return nil
+}
+
+// admitRESP is admitLocked for a RESP connection: a slot, and
+// protected mode. It does not block: a refusal is written by its own
+// goroutine.
+func (s *Server) admitRESP(c net.Conn) bool {
+	var msg string
+	switch {
+	case !s.adm.take():
+		s.stats.rejectedMax.Add(1)
+		msg = "ERR max number of clients reached"
+	case s.protected() && !isLoopback(c.RemoteAddr()):
+		s.adm.release()
+		s.stats.rejectedDenied.Add(1)
+		msg = deniedMessage
+	default:
+		return true
+	}
+	s.refuse(c, appendError(nil, msg))
+	return false
+}
+
+// refuse answers a connection that was not admitted with reply and closes
+// it. The answer is written by a goroutine (a TLS handshake can take a
+// while), at most RefusalSlots at once; past that the connection is closed
+// without a reply. The goroutine sends the reply, half-closes, and reads
+// what the client still sends for up to a second before closing, so that
+// unread client input does not turn the close into a reset that could
+// discard the reply.
+func (s *Server) refuse(c net.Conn, reply []byte) {
+	if s.adm.refusing.Add(1) > RefusalSlots {
+		s.adm.refusing.Add(-1)
+		_ = c.Close()
+		return
+	}
+	go func() {
+		defer s.adm.refusing.Add(-1)
+		_ = c.SetDeadline(time.Now().Add(time.Second))
+		n, err := c.Write(reply)
+		s.stats.netOut.Add(int64(n))
+		if cw, ok := c.(interface{ CloseWrite() error }); ok && err == nil {
+			if cw.CloseWrite() == nil {
+				_, _ = io.CopyN(io.Discard, c, 64<<10)
+			}
+		}
+		_ = c.Close()
+	}()
+}
+
+// acceptBackoff paces a listener's retries after failed Accepts (out of
+// file descriptors, for example) as net/http does: 5ms, doubling to 1s, so
+// that no accept loop spins; a success resets it.
+type acceptBackoff struct {
+	delay time.Duration
+	sleep func(time.Duration) // time.Sleep; tests replace it
+}
+
+// wait logs err and sleeps before the next Accept.
+func (b *acceptBackoff) wait(s *Server, listener string, err error) {
+	b.delay = min(max(2*b.delay, 5*time.Millisecond), time.Second)
+	s.log.Warn("accept failed; retrying", "listener", listener, "err", err, "retry_in", b.delay)
+	sleep := b.sleep
+	if sleep == nil {
+		sleep = time.Sleep
+	}
+	sleep(b.delay)
+}
+
+// httpAdmitListener counts HTTP connections against MaxClients: past it a
+// connection is answered 503 (without TLS; with TLS, which runs above this
+// listener, it is closed) and not handed to the HTTP server. It also
+// retries failed Accepts with a backoff instead of returning them.
+type httpAdmitListener struct {
+	net.Listener
+	srv     *Server
+	backoff acceptBackoff
+}
+
+var http503 = []byte("HTTP/1.1 503 Service Unavailable\r\nContent-Type: text/plain; charset=utf-8\r\nContent-Length: 30\r\nConnection: close\r\n\r\nmax number of clients reached\n")
+
+func (l *httpAdmitListener) Accept() (net.Conn, error) {
+	for {
+		c, err := l.Listener.Accept()
+		if err != nil {
+			if errors.Is(err, net.ErrClosed) || l.srv.closing.Load() {
+				return nil, err
+			}
+			l.backoff.wait(l.srv, "http", err)
+			continue
+		}
+		l.backoff.delay = 0
+		if !l.srv.adm.take() {
+			l.srv.stats.rejectedMax.Add(1)
+			if l.srv.tls != nil {
+				_ = c.Close()
+			} else {
+				l.srv.refuse(c, http503)
+			}
+			continue
+		}
+		return &admittedConn{Conn: c, adm: &l.srv.adm}, nil
+	}
+}
+
+// admittedConn gives its slot back when closed.
+type admittedConn struct {
+	net.Conn
+	adm  *admission
+	once sync.Once
+}
+
+func (c *admittedConn) Close() error {
+	err := c.Conn.Close()
+	c.once.Do(c.adm.release)
+	return err
+}
+
+// CloseWrite lets net/http half-close, as it does on a plain TCP conn.
+func (c *admittedConn) CloseWrite() error {
+	if cw, ok := c.Conn.(interface{ CloseWrite() error }); ok {
+		return cw.CloseWrite()
+	}
+	return nil
+}

@@ -1,0 +1,285 @@
+package server
+
+import (
+	"bufio"
+	"context"
+	"errors"
+	"io"
+	"log/slog"
+	"net"
+	"net/http"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/sluicehq/sluice/storage"
+)
+
+func TestBudgetFDs(t *testing.T) {
+	for _, tc := range []struct {
+		limit                    int
+		store, reserved, clients int
+		err                      bool
+	}{
+		{limit: 1 << 20, store: 1000, reserved: 1064, clients: 1<<20 - 1064},
+		{limit: 65536, store: 1000, reserved: 1064, clients: 64472},
+		{limit: 4000, store: 1000, reserved: 1064, clients: 2936},
+		{limit: 1024, store: 256, reserved: 320, clients: 704},
+		{limit: 256, store: 100, reserved: 164, clients: 92},
+		{limit: 180, store: 100, reserved: 164, clients: 16},
+		{limit: 179, err: true},
+		{limit: 64, err: true},
+	} {
+		b, err := BudgetFDs(tc.limit)
+		if tc.err {
+			if !errors.Is(err, ErrFDLimit) || !strings.Contains(err.Error(), "ulimit -n") {
+				t.Errorf("BudgetFDs(%d): %v, want ErrFDLimit that says what to raise", tc.limit, err)
+			}
+			continue
+		}
+		if err != nil || b.StoreFiles != tc.store || b.Reserved != tc.reserved || b.Clients() != tc.clients {
+			t.Errorf("BudgetFDs(%d) = %+v (%d clients), %v; want store %d, reserved %d, clients %d",
+				tc.limit, b, b.Clients(), err, tc.store, tc.reserved, tc.clients)
+		}
+	}
+}
+
+// logRecorder is a slog.Handler that keeps the records at or above level.
+type logRecorder struct {
+	level slog.Level
+	mu    sync.Mutex
+	recs  []slog.Record
+}
+
+func (h *logRecorder) Enabled(_ context.Context, l slog.Level) bool { return l >= h.level }
+func (h *logRecorder) Handle(_ context.Context, r slog.Record) error {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	h.recs = append(h.recs, r.Clone())
+	return nil
+}
+func (h *logRecorder) WithAttrs([]slog.Attr) slog.Handler { return h }
+func (h *logRecorder) WithGroup(string) slog.Handler      { return h }
+
+// records returns the messages logged, with their attributes.
+func (h *logRecorder) records() []map[string]string {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	var out []map[string]string
+	for _, r := range h.recs {
+		m := map[string]string{"msg": r.Message, "level": r.Level.String()}
+		r.Attrs(func(a slog.Attr) bool {
+			m[a.Key] = a.Value.String()
+			return true
+		})
+		out = append(out, m)
+	}
+	return out
+}
+
+func TestMaxClientsLoweredToFDLimit(t *testing.T) {
+	store, err := storage.Open(t.TempDir(), storage.Options{Sync: storage.SyncEverySec})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { store.Close() })
+	b, err := BudgetFDs(256)
+	if err != nil {
+		t.Fatal(err)
+	}
+	logs := &logRecorder{level: slog.LevelWarn}
+	srv, err := New(Config{Store: store, Logger: slog.New(logs), Files: b})
+	if err != nil {
+		t.Fatal(err)
+	}
+	serveOn(t, srv, store)
+	c := newClient(t, srv)
+	for field, want := range map[string]string{
+		"clients/maxclients":           "92",
+		"clients/maxclients_requested": "10000",
+		"server/fd_limit":              "256",
+		"server/fd_reserved":           "164",
+		"server/store_max_open_files":  "100",
+	} {
+		sec, name, _ := strings.Cut(field, "/")
+		if got := infoField(t, c, sec, name); got != want {
+			t.Errorf("INFO %s = %q, want %q", field, got, want)
+		}
+	}
+	recs := logs.records()
+	if len(recs) != 1 || !strings.Contains(recs[0]["msg"], "maxclients lowered") || recs[0]["maxclients"] != "92" ||
+		recs[0]["requested"] != "10000" || recs[0]["fd_limit"] != "256" {
+		t.Fatalf("warnings logged: %v; want one that names maxclients 92, the 10000 requested and the limit 256", recs)
+	}
+
+	// A --maxclients below what the limit allows stays; a limit that
+	// leaves too few clients is an error.
+	srv2, err := New(Config{Store: store, Files: b, MaxClients: 50})
+	if err != nil || srv2.cfg.MaxClients != 50 {
+		t.Fatalf("MaxClients 50 under a limit allowing 92: %v, %v", srv2.cfg.MaxClients, err)
+	}
+	if _, err := New(Config{Store: store, Files: FDBudget{Limit: 170, StoreFiles: 100, Reserved: 164}}); !errors.Is(err, ErrFDLimit) {
+		t.Fatalf("New with 6 descriptors left for clients: %v, want ErrFDLimit", err)
+	}
+}
+
+// httpGet sends one keep-alive request on conn and returns the status.
+func httpGet(t *testing.T, conn net.Conn, r *bufio.Reader, path string) int {
+	t.Helper()
+	if _, err := io.WriteString(conn, "GET "+path+" HTTP/1.1\r\nHost: sluice\r\n\r\n"); err != nil {
+		t.Fatal(err)
+	}
+	resp, err := http.ReadResponse(r, nil)
+	if err != nil {
+		t.Fatalf("GET %s: %v", path, err)
+	}
+	_, _ = io.Copy(io.Discard, resp.Body)
+	resp.Body.Close()
+	return resp.StatusCode
+}
+
+// TestAdmissionSharedByEveryListener: RESP, line-protocol and HTTP
+// connections take slots of one MaxClients; a refused one is answered in
+// its protocol and counted, and a freed slot serves any listener again.
+func TestAdmissionSharedByEveryListener(t *testing.T) {
+	path := policyFile(t, "p.ini", "[default]\ncreditLimit = 100\nresetSeconds = 60\n")
+	srv := startServer(t, Config{PolicyFile: path, MaxClients: 3})
+	divvyAddr := startDivvy(t, srv)
+	httpAddr := strings.TrimPrefix(serveHTTPOn(t, srv), "http://")
+
+	resp := dial(t, srv)
+	if got := roundTrip(t, resp, bufio.NewReader(resp), "PING\r\n"); got != "+PONG\r\n" {
+		t.Fatalf("PING = %q", got)
+	}
+	line := dialLine(t, divvyAddr)
+	line.send("HIT\n")
+	if got := line.line(); !strings.HasPrefix(got, "OK true") {
+		t.Fatalf("HIT = %q", got)
+	}
+	hc, err := net.Dial("tcp", httpAddr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer hc.Close()
+	_ = hc.SetDeadline(time.Now().Add(20 * time.Second))
+	hr := bufio.NewReader(hc)
+	if code := httpGet(t, hc, hr, "/metrics"); code != 200 {
+		t.Fatalf("GET /metrics under the limit: %d", code)
+	}
+	if n := srv.adm.open.Load(); n != 3 {
+		t.Fatalf("admitted connections = %d, want 3", n)
+	}
+
+	// Full: each listener refuses in its own protocol.
+	extra := dial(t, srv)
+	if got, err := io.ReadAll(extra); err != nil || string(got) != "-ERR max number of clients reached\r\n" {
+		t.Fatalf("RESP client past the limit got %q, %v; want the max clients error and EOF", got, err)
+	}
+	extraLine := dialLine(t, divvyAddr)
+	if got, err := io.ReadAll(extraLine.r); err != nil || string(got) != `ERR unknown "max number of clients reached"`+"\n" {
+		t.Fatalf("line client past the limit got %q, %v", got, err)
+	}
+	xh, err := net.Dial("tcp", httpAddr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer xh.Close()
+	_ = xh.SetDeadline(time.Now().Add(20 * time.Second))
+	if code := httpGet(t, xh, bufio.NewReader(xh), "/healthz"); code != http.StatusServiceUnavailable {
+		t.Fatalf("HTTP client past the limit: %d, want 503", code)
+	}
+	if n := srv.stats.rejectedMax.Load(); n != 3 {
+		t.Fatalf("rejected (maxclients) = %d, want 3", n)
+	}
+
+	// Closing the HTTP connection frees a slot for RESP.
+	hc.Close()
+	deadline := time.Now().Add(20 * time.Second)
+	for {
+		c := dial(t, srv)
+		if roundTrip(t, c, bufio.NewReader(c), "PING\r\n") == "+PONG\r\n" {
+			break
+		}
+		c.Close()
+		if time.Now().After(deadline) {
+			t.Fatal("no RESP client admitted after the HTTP connection closed")
+		}
+		time.Sleep(time.Millisecond)
+	}
+}
+
+// fakeListener returns errs from Accept, one per call, then net.ErrClosed.
+type fakeListener struct {
+	mu    sync.Mutex
+	errs  []error
+	calls int
+}
+
+func (l *fakeListener) Accept() (net.Conn, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	l.calls++
+	if len(l.errs) == 0 {
+		return nil, net.ErrClosed
+	}
+	err := l.errs[0]
+	l.errs = l.errs[1:]
+	return nil, err
+}
+func (l *fakeListener) Close() error   { return nil }
+func (l *fakeListener) Addr() net.Addr { return &net.TCPAddr{IP: net.IPv4(127, 0, 0, 1), Port: 1} }
+
+func acceptErrs() []error {
+	return []error{
+		&net.OpError{Op: "accept", Net: "tcp", Err: syscall.EMFILE},
+		&net.OpError{Op: "accept", Net: "tcp", Err: syscall.ENOBUFS},
+		&net.OpError{Op: "accept", Net: "tcp", Err: syscall.ENFILE},
+	}
+}
+
+// TestAcceptErrorsDoNotStopListeners: a failed Accept (out of descriptors
+// or buffers) is retried after a pause on the line-protocol and HTTP
+// listeners; it neither stops the listener nor spins.
+func TestAcceptErrorsDoNotStopListeners(t *testing.T) {
+	path := policyFile(t, "p.ini", "[default]\ncreditLimit = 1\nresetSeconds = 0\n")
+	srv := startServer(t, Config{PolicyFile: path})
+	for name, serve := range map[string]func(net.Listener) error{"divvy": srv.ServeDivvy, "http": srv.ServeHTTP} {
+		ln := &fakeListener{errs: acceptErrs()}
+		err := serve(ln)
+		if !errors.Is(err, net.ErrClosed) || ln.calls != 4 {
+			t.Errorf("%s: Serve returned %v after %d Accepts; want every error retried (4 Accepts) and the close", name, err, ln.calls)
+		}
+	}
+
+	// RESP's guardListener pauses the same way; redcon ends Serve on the
+	// close without an error.
+	store, err := storage.Open(t.TempDir(), storage.Options{Sync: storage.SyncEverySec})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer store.Close()
+	resp, err := New(Config{Store: store, SweepInterval: -1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Close()
+	ln := &fakeListener{errs: acceptErrs()}
+	if err := resp.Serve(ln); err != nil || ln.calls != 4 {
+		t.Errorf("resp: Serve returned %v after %d Accepts; want every error retried (4 Accepts)", err, ln.calls)
+	}
+
+	// The pause doubles from 5ms up to 1s, and a success resets it.
+	var slept []time.Duration
+	b := acceptBackoff{sleep: func(d time.Duration) { slept = append(slept, d) }}
+	for range 10 {
+		b.wait(srv, "test", syscall.EMFILE)
+	}
+	want := []time.Duration{5, 10, 20, 40, 80, 160, 320, 640, 1000, 1000}
+	for i := range want {
+		if slept[i] != want[i]*time.Millisecond {
+			t.Fatalf("pauses %v, want %v ms", slept, want)
+		}
+	}
+}
