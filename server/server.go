@@ -139,7 +139,7 @@ const (
 	// adds up to about 3.5 times this to peak RSS (measured; garbage the
 	// collector has not reclaimed yet makes up the rest).
 	DefaultMaxMemoryClients = 64 << 20
-	DefaultMaxAuthFailures = 5
+	DefaultMaxAuthFailures  = 5
 )
 
 // Server is a RESP server for sluice's commands.
