@@ -67,6 +67,7 @@ type config struct {
 	maxQueryBuffer  byteSize
 	cacheSize       byteSize
 	cacheBuckets    int
+	cacheMemory     byteSize
 	keyFilterSize   byteSize
 	memtableSize    byteSize
 	shutdownTimeout time.Duration
@@ -92,6 +93,7 @@ func newFlagSet(cfg *config, stderr io.Writer) *flag.FlagSet {
 	cfg.maxQueryBuffer = server.DefaultMaxQueryBuffer
 	cfg.maxReplyBuffer = server.DefaultMaxReplyBuffer
 	cfg.cacheSize = storage.DefaultCacheSize
+	cfg.cacheMemory = storage.DefaultCacheMemory
 	cfg.memtableSize = storage.DefaultMemTableSize
 	cfg.keyFilterSize = storage.DefaultKeyFilter
 	cfg.divvyMaxLine = server.DefaultDivvyMaxLine
@@ -114,7 +116,8 @@ func newFlagSet(cfg *config, stderr io.Writer) *flag.FlagSet {
 	fs.Var(&cfg.maxInline, "max-inline", "most bytes in one inline (telnet-style) command line")
 	fs.Var(&cfg.maxQueryBuffer, "max-query-buffer", "most bytes of one incomplete command held per client")
 	fs.Var(&cfg.cacheSize, "cache-size", "Pebble block cache size")
-	fs.IntVar(&cfg.cacheBuckets, "cache-buckets", storage.DefaultCacheEntries, "buckets whose state is kept in memory (about 350 bytes of RSS each); 0 turns the cache off")
+	fs.IntVar(&cfg.cacheBuckets, "cache-buckets", storage.DefaultCacheEntries, "most buckets whose state is kept in memory (about 350 bytes of RSS each with short keys); 0 turns the cache off")
+	fs.Var(&cfg.cacheMemory, "cache-memory", "most bytes the bucket cache holds, each bucket charged its key, its state and about 200 bytes; a bucket over 1/1024 of it is not cached; 0 turns the cache off")
 	fs.Var(&cfg.memtableSize, "memtable-size", "Pebble memtable size")
 	fs.Var(&cfg.keyFilterSize, "key-filter-size", "in-memory filter of stored keys that spares a disk lookup for new buckets (about 10 bits per key); 0 turns it off")
 	fs.DurationVar(&cfg.shutdownTimeout, "shutdown-timeout", server.DefaultShutdownTimeout, "on SIGTERM, how long connections may take to finish their last pipeline")
@@ -297,6 +300,7 @@ func run(ctx context.Context, args []string, lookupEnv func(string) (string, boo
 		Sync:          mode,
 		CacheSize:     int64(cfg.cacheSize),
 		CacheEntries:  cacheEntries(cfg.cacheBuckets),
+		CacheMemory:   offIfZero(int64(cfg.cacheMemory)),
 		KeyFilterSize: offIfZero(int64(cfg.keyFilterSize)),
 		MemTableSize:  int64(cfg.memtableSize),
 		Logger:        log,
