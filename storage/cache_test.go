@@ -142,9 +142,9 @@ func TestRecordTooBigForCacheIsNotCached(t *testing.T) {
 }
 
 // The free list of removed entries is outside the byte bound, so it must
-// not keep big buffers: with the cache off, 16384 records with 1000-byte
-// keys written at once left up to 128 MiB of 1 KiB buffers on the free
-// lists.
+// keep little: with the cache off, 16384 records with 1000-byte keys
+// written at once left 16 MiB of entries on the free lists, and up to
+// 64 entries of 2 KiB per stripe (128 MiB) could stay there.
 func TestFreeListKeepsNoBigBuffers(t *testing.T) {
 	s, err := Open("db", Options{fs: vfs.NewMem(), CacheEntries: -1, MaxQueued: 1 << 20, MaxQueuedBytes: 1 << 30})
 	if err != nil {
@@ -166,12 +166,12 @@ func TestFreeListKeepsNoBigBuffers(t *testing.T) {
 		st := &s.stripe[i]
 		st.mu.Lock()
 		for e := st.mu.free; e != nil; e = e.next {
-			free += cap(e.key) + cap(e.val)
+			free += 192 + cap(e.key) + cap(e.val)
 		}
 		st.mu.Unlock()
 	}
-	if limit := numStripes * 16 * 256; free > limit {
-		t.Fatalf("free lists keep %d KiB of buffers, want at most %d KiB", free>>10, limit>>10)
+	if limit := numStripes << 12; free > limit {
+		t.Fatalf("free lists keep %d KiB, want at most 4 KiB per stripe, %d KiB", free>>10, limit>>10)
 	}
 }
 

@@ -237,6 +237,7 @@ type stripe struct {
 		hand   int
 		free   *entry // removed entries kept for reuse, see removeLocked
 		nfree  int
+		fbytes int64 // the free entries' size, outside the byte bound
 		hits   int64
 		misses int64
 		skips  int64 // misses the key filter answered without Pebble
@@ -505,6 +506,7 @@ func (st *stripe) insertLocked(h uint64, key []byte) *entry {
 	if e != nil {
 		st.mu.free = e.next
 		st.mu.nfree--
+		st.mu.fbytes -= e.size()
 	} else {
 		e = &entry{}
 	}
@@ -578,21 +580,22 @@ func (st *stripe) removeLocked(e *entry) {
 		}
 		p.next = e.next
 	}
-	// The free list spares an allocation per write for entries that live
-	// only until their write is done. It is outside the byte bound, so it
-	// keeps only a few small entries: at most 1024 stripes × 16 × (192 +
-	// 256) bytes, about 7 MiB.
-	if st.mu.nfree < maxFree && cap(e.key)+cap(e.val) <= maxFreeBuffers {
+	// The free list spares an allocation when an eviction makes room for
+	// a new entry, and for entries that live only until their write is
+	// done. It is outside the byte bound, so it keeps a few small entries:
+	// at most 1024 × maxFreeBytes, 4 MiB, in all.
+	if sz := e.size(); st.mu.nfree < maxFree && st.mu.fbytes+sz <= maxFreeBytes {
 		e.next = st.mu.free
 		st.mu.free = e
 		st.mu.nfree++
+		st.mu.fbytes += sz
 	}
 }
 
 // Bounds of a stripe's free list.
 const (
-	maxFree        = 16
-	maxFreeBuffers = 256
+	maxFree      = 16
+	maxFreeBytes = 4 << 10
 )
 
 func (s *Store) usable() error {
