@@ -228,3 +228,50 @@ func TestEntryOverhead(t *testing.T) {
 		runtime.KeepAlive(s)
 	}
 }
+
+// BenchmarkModifyEvicting is BenchmarkModify with more keys than the cache
+// holds, by count or by bytes: each Modify reads Pebble, evicts and reuses
+// the evicted entry.
+func BenchmarkModifyEvicting(b *testing.B) {
+	for _, tc := range []struct {
+		name   string
+		keyLen int
+		opts   Options
+	}{
+		{"count", 16, Options{CacheEntries: 4 * numStripes}},
+		{"bytes", 600, Options{CacheMemory: 4 * numStripes * (entryOverhead + 640 + 16)}},
+	} {
+		b.Run(tc.name, func(b *testing.B) {
+			s, err := Open(b.TempDir(), tc.opts)
+			if err != nil {
+				b.Fatal(err)
+			}
+			defer s.Close()
+			keys := make([][]byte, 1<<14)
+			bt := s.NewBatch()
+			c := &counter{delta: 1}
+			for i := range keys {
+				keys[i] = bigKey(i, tc.keyLen)
+				if err := bt.Modify(keys[i], c); err != nil {
+					b.Fatal(err)
+				}
+				if i%16 == 15 {
+					if err := bt.Commit(); err != nil {
+						b.Fatal(err)
+					}
+				}
+			}
+			r := &counter{}
+			b.ReportAllocs()
+			for i := 0; b.Loop(); i++ {
+				if err := bt.Modify(keys[i%len(keys)], r); err != nil {
+					b.Fatal(err)
+				}
+			}
+			b.StopTimer()
+			if st := s.Stats(); st.CacheEntries > int64(4*numStripes) || st.CacheBytes > st.CacheMemory {
+				b.Fatalf("cache over its bounds: %d entries, %d of %d bytes", st.CacheEntries, st.CacheBytes, st.CacheMemory)
+			}
+		})
+	}
+}
