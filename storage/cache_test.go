@@ -197,35 +197,41 @@ func TestQueueChargesWholeEntries(t *testing.T) {
 }
 
 // entryOverhead must cover what an entry costs besides its buffers. Fill
-// every stripe to the default entry bound with short keys and values, the
-// layout the cache has when full, and compare the heap's growth.
+// every stripe with short keys and values, the layout the cache has when
+// full, and compare the heap's growth with the charge. Small fills use
+// several tables, so that about 256K entries drown the heap's noise.
 func TestEntryOverhead(t *testing.T) {
 	key := make([]byte, 16)
 	val := make([]byte, 16)
 	// Just past the map's growth steps is the dearest fill.
 	for _, perStripe := range []int{9, 15, 57, 225, DefaultCacheEntries / numStripes} {
-		s := &Store{seed: maphash.MakeSeed()}
-		for i := range s.stripe {
-			s.stripe[i].mu.m = make(map[uint64]*entry)
+		stores := make([]*Store, (DefaultCacheEntries+perStripe*numStripes-1)/(perStripe*numStripes))
+		for k := range stores {
+			stores[k] = &Store{seed: maphash.MakeSeed()}
+			for i := range stores[k].stripe {
+				stores[k].stripe[i].mu.m = make(map[uint64]*entry)
+			}
 		}
 		base := heapInUse()
 		n, charged := 0, int64(0)
-		for i := range s.stripe {
-			st := &s.stripe[i]
-			for j := range perStripe {
-				copy(key, fmt.Sprintf("%06d:%06d", i, j))
-				e := st.insertLocked(maphash.Bytes(s.seed, key), key)
-				st.setValLocked(e, val)
-				n++
+		for _, s := range stores {
+			for i := range s.stripe {
+				st := &s.stripe[i]
+				for j := range perStripe {
+					copy(key, fmt.Sprintf("%06d:%06d", i, j))
+					e := st.insertLocked(maphash.Bytes(s.seed, key), key)
+					st.setValLocked(e, val)
+					n++
+				}
+				charged += st.mu.bytes
 			}
-			charged += st.mu.bytes
 		}
 		grown := int64(heapInUse()) - int64(base)
 		t.Logf("%d per stripe: heap %d B per entry, charged %d B", perStripe, grown/int64(n), charged/int64(n))
 		if grown > charged {
 			t.Errorf("%d entries (%d per stripe) took %d bytes of heap but were charged %d: raise entryOverhead (%d) by %d", n, perStripe, grown, charged, entryOverhead, (grown-charged)/int64(n)+1)
 		}
-		runtime.KeepAlive(s)
+		runtime.KeepAlive(stores)
 	}
 }
 
