@@ -180,6 +180,8 @@ func (s *Server) writeInfo(b *strings.Builder, section string) {
 		kv("block_cache_misses", i64(st.BlockCacheMisses))
 		kv("block_cache_hit_rate", ratio(st.BlockCacheHits, st.BlockCacheMisses))
 		kv("bucket_cache_hit_rate", ratio(st.CacheHits, st.CacheMisses))
+		kv("bucket_cache_bytes", i64(st.CacheBytes))
+		kv("bucket_cache_memory", i64(st.CacheMemory))
 		kv("compaction_debt_bytes", strconv.FormatUint(st.CompactionDebt, 10))
 		kv("compactions", i64(st.Compactions))
 		interval := int64(-1)

@@ -277,6 +277,10 @@ func TestBuiltins(t *testing.T) {
 	if sec, _ := rdb.Info(ctx, "persistence").Result(); strings.Contains(sec, "# Server") || !strings.Contains(sec, "# Persistence") {
 		t.Fatalf("INFO persistence:\n%s", sec)
 	}
+	// The bucket cache's bytes and its bound (the default, 90 MiB).
+	if sec, _ := rdb.Info(ctx, "storage").Result(); !strings.Contains(sec, "\r\nbucket_cache_bytes:") || !strings.Contains(sec, "\r\nbucket_cache_memory:94371840\r\n") {
+		t.Fatalf("INFO storage lacks the bucket cache's bytes and bound:\n%s", sec)
+	}
 	// go-redis negotiated RESP3 with HELLO 3.
 	hello, err := rdb.Do(ctx, "HELLO", "3").Result()
 	if m, ok := hello.(map[any]any); err != nil || !ok || m["proto"] != int64(3) || m["server"] != "sluice" {

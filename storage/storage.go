@@ -14,9 +14,11 @@
 //
 // The same table caches hot state: clean entries, and the results of Pebble
 // reads (found or not), stay until a CLOCK sweep evicts them, so a bucket
-// used again soon costs no Pebble read. Memory is bounded: at most
-// CacheEntries clean entries, plus the dirty ones whose write is on its way,
-// which Commit bounds by blocking while too many keys are queued.
+// used again soon costs no Pebble read. Memory is bounded: clean entries by
+// CacheEntries and by CacheMemory bytes (each entry charged its key and
+// value buffers plus a fixed overhead), plus the dirty ones whose write is
+// on its way, which Commit bounds by blocking while too many keys, or too
+// many bytes of entries, are queued.
 //
 // A Store is safe for concurrent use. A Batch belongs to one goroutine.
 package storage
@@ -89,14 +91,23 @@ type Options struct {
 	// MaxQueued is how many written keys may wait for the committer before
 	// Commit blocks; it bounds the dirty entries. Default 65536.
 	MaxQueued int
-	// MaxQueuedBytes bounds the same queue by key bytes, so that long keys
-	// cannot grow it (or one Pebble batch) without limit. Default 64 MiB.
+	// MaxQueuedBytes bounds the same queue by the bytes of the entries it
+	// holds (key, value and entryOverhead each), so that long keys or values
+	// cannot grow the dirty entries, the queue or one Pebble batch without
+	// limit. Default 16 MiB.
 	MaxQueuedBytes int
 	// CacheEntries is how many records the hot-state cache may hold
-	// (about 350 bytes of RSS each, measured). Zero means the default, 262144; a negative
-	// value turns the cache off, keeping only entries whose write is on its
-	// way.
+	// (about 350 bytes of RSS each with short keys, measured). Zero means
+	// the default, 262144; a negative value turns the cache off, keeping
+	// only entries whose write is on its way.
 	CacheEntries int
+	// CacheMemory bounds the same cache in bytes: each entry is charged
+	// entryOverhead plus the capacity of its key and value buffers, and each
+	// of the 1024 stripes gets an equal share, so a record bigger than
+	// CacheMemory/1024 is never cached (it is kept only while its write is
+	// on its way). The cache evicts until both bounds hold. Zero means the
+	// default, 90 MiB; negative turns the cache off.
+	CacheMemory int64
 	// KeyFilterSize is the bytes of the in-memory filter of stored keys,
 	// which answers lookups of buckets that do not exist without reading
 	// Pebble; about 10 bits per key keep its false positives near 1%.
@@ -121,8 +132,9 @@ const (
 	DefaultMemTableSize   = 16 << 20
 	DefaultMaxQueued      = 1 << 16
 	DefaultCacheEntries   = 1 << 18
+	DefaultCacheMemory    = 90 << 20
 	DefaultKeyFilter      = 16 << 20
-	DefaultMaxQueuedBytes = 64 << 20
+	DefaultMaxQueuedBytes = 16 << 20
 )
 
 // Errors returned by the store.
@@ -168,8 +180,10 @@ type Store struct {
 	db   *pebble.DB
 	opts Options
 	log  *slog.Logger
-	// cacheLimit is the most entries per stripe; 0 keeps only dirty ones.
+	// cacheLimit is the most entries per stripe and byteLimit the most
+	// bytes; both are 0 when the cache is off, which keeps only dirty ones.
 	cacheLimit int
+	byteLimit  int64
 	filter     *keyFilter // nil when off
 	// openRecords is the number of records found by the scan at Open.
 	openRecords int64
@@ -184,6 +198,7 @@ type Store struct {
 		done    sync.Cond // Commit waits here for rounds to finish
 		keys    []byte    // keys handed over, back to back
 		ends    []int     // end offset of each key in keys
+		bytes   int       // entry bytes charged for the keys queued
 		round   uint64    // the round that will take the keys now queued
 		applied uint64    // every round <= applied is in Pebble
 		synced  uint64    // every round <= synced is fsynced
@@ -229,9 +244,11 @@ type stripe struct {
 		sync.Mutex
 		m      map[uint64]*entry
 		ring   []*entry // every entry, for the CLOCK hand
+		bytes  int64    // the entries' charge, see entry.size
 		hand   int
-		free   *entry
+		free   *entry // removed entries kept for reuse, see removeLocked
 		nfree  int
+		fbytes int64 // the free entries' size, outside the byte bound
 		hits   int64
 		misses int64
 		skips  int64 // misses the key filter answered without Pebble
@@ -256,6 +273,19 @@ type entry struct {
 	version uint64 // bumped on every change
 	round   uint64 // the last round that wrote it, to write a key once per round
 }
+
+// entryOverhead is what an entry costs besides its key and value buffers:
+// the entry itself, its map slot and its ring slot, with their growth
+// slack. TestEntryOverhead measured 160 to 176 bytes (amd64, Go 1.26), the
+// most just after the map grows; 192 leaves room for other platforms.
+const entryOverhead = 192
+
+// size is what e is charged against the cache's byte bound.
+func (e *entry) size() int64 { return entryOverhead + int64(cap(e.key)) + int64(cap(e.val)) }
+
+// sizeOf is the charge of an entry for key and val, before rounding to the
+// allocator's size classes.
+func sizeOf(key, val []byte) int64 { return entryOverhead + int64(len(key)) + int64(len(val)) }
 
 // Open opens or creates the store in dir. See OpenContext.
 func Open(dir string, o Options) (*Store, error) {
@@ -287,13 +317,20 @@ func OpenContext(ctx context.Context, dir string, o Options) (*Store, error) {
 	if o.Logger == nil {
 		o.Logger = slog.New(slog.DiscardHandler)
 	}
+	if o.CacheEntries == 0 {
+		o.CacheEntries = DefaultCacheEntries
+	}
+	if o.CacheMemory == 0 {
+		o.CacheMemory = DefaultCacheMemory
+	}
+	if o.CacheEntries < 0 || o.CacheMemory < 0 {
+		o.CacheEntries, o.CacheMemory = 0, 0 // off
+	}
 	s := &Store{opts: o, log: o.Logger, dir: dir, seed: maphash.MakeSeed(), guard: newGuard(dir, o.Logger), failedC: make(chan struct{})}
 	s.guard.fatal = s.fail
-	switch {
-	case o.CacheEntries == 0:
-		s.cacheLimit = (DefaultCacheEntries + numStripes - 1) / numStripes
-	case o.CacheEntries > 0:
+	if o.CacheEntries > 0 {
 		s.cacheLimit = (o.CacheEntries + numStripes - 1) / numStripes
+		s.byteLimit = o.CacheMemory / numStripes
 	}
 	base := o.fs
 	if base == nil && o.Disk != nil {
@@ -567,24 +604,39 @@ func (st *stripe) insertLocked(h uint64, key []byte) *entry {
 	if e != nil {
 		st.mu.free = e.next
 		st.mu.nfree--
+		st.mu.fbytes -= e.size()
 	} else {
 		e = &entry{}
 	}
 	*e = entry{next: st.mu.m[h], hash: h, key: append(e.key[:0], key...), val: e.val[:0], idx: len(st.mu.ring)}
 	st.mu.m[h] = e
 	st.mu.ring = append(st.mu.ring, e)
+	st.mu.bytes += e.size()
 	return e
 }
 
-// evictLocked makes room for one entry if the stripe holds limit or more:
-// the CLOCK hand passes over dirty entries, clears the reference bit of
-// clean ones used since its last pass, and evicts the first clean entry not
-// used since. It reports whether there is room.
-func (st *stripe) evictLocked(limit int) bool {
-	if len(st.mu.ring) < limit {
-		return true
+// setValLocked sets e's value, keeping the stripe's charge exact.
+func (st *stripe) setValLocked(e *entry, val []byte) {
+	c := cap(e.val)
+	e.val = append(e.val[:0], val...)
+	st.mu.bytes += int64(cap(e.val) - c)
+}
+
+// makeRoomLocked evicts clean entries until one more entry charged need
+// bytes fits: fewer than limit entries, and at most byteLimit bytes with
+// it. The CLOCK hand passes over dirty entries, clears the reference bit of
+// clean ones used since its last pass, and evicts clean ones not used
+// since. It reports whether there is room; an entry bigger than byteLimit
+// never fits, and evicts nothing.
+func (st *stripe) makeRoomLocked(limit int, byteLimit, need int64) bool {
+	if need > byteLimit {
+		return false
 	}
-	for range 2 * len(st.mu.ring) {
+	// Two passes see every clean entry: the first may only clear its bit.
+	for steps := 2 * len(st.mu.ring); len(st.mu.ring) >= limit || st.mu.bytes+need > byteLimit; steps-- {
+		if steps <= 0 || len(st.mu.ring) == 0 {
+			return false
+		}
 		if st.mu.hand >= len(st.mu.ring) {
 			st.mu.hand = 0
 		}
@@ -598,9 +650,8 @@ func (st *stripe) evictLocked(limit int) bool {
 			continue
 		}
 		st.removeLocked(e)
-		return true
 	}
-	return false
+	return true
 }
 
 // removeLocked drops e from the table and keeps it for reuse.
@@ -610,6 +661,7 @@ func (st *stripe) removeLocked(e *entry) {
 	st.mu.ring[e.idx], moved.idx = moved, e.idx
 	st.mu.ring[last] = nil
 	st.mu.ring = st.mu.ring[:last]
+	st.mu.bytes -= e.size()
 	p := st.mu.m[e.hash]
 	if p == e {
 		if e.next == nil {
@@ -626,12 +678,23 @@ func (st *stripe) removeLocked(e *entry) {
 		}
 		p.next = e.next
 	}
-	if st.mu.nfree < 64 && cap(e.key) <= 1024 && cap(e.val) <= 1024 {
+	// The free list spares an allocation when an eviction makes room for
+	// a new entry, and for entries that live only until their write is
+	// done. It is outside the byte bound, so it keeps a few small entries:
+	// at most 1024 × maxFreeBytes, 4 MiB, in all.
+	if sz := e.size(); st.mu.nfree < maxFree && st.mu.fbytes+sz <= maxFreeBytes {
 		e.next = st.mu.free
 		st.mu.free = e
 		st.mu.nfree++
+		st.mu.fbytes += sz
 	}
 }
+
+// Bounds of a stripe's free list.
+const (
+	maxFree      = 16
+	maxFreeBytes = 4 << 10
+)
 
 func (s *Store) usable() error {
 	if s.closed.Load() {
@@ -663,9 +726,10 @@ func (s *Store) failedErr() error {
 // Batch collects the keys one goroutine changes between Commits. Reuse it:
 // its buffers are kept.
 type Batch struct {
-	s    *Store
-	keys []byte
-	ends []int
+	s     *Store
+	keys  []byte
+	ends  []int
+	bytes int // the noted entries' sizes, charged to the queue
 }
 
 // NewBatch returns an empty Batch.
@@ -726,15 +790,18 @@ func (b *Batch) modify(key []byte, m Mutator, cache bool) (Op, error) {
 			defer closer.Close()
 			existed = true
 			val, op, err = m.Mutate(old, true)
-			if err == nil && op == Keep && fill && st.evictLocked(s.cacheLimit) {
+			if err == nil && op == Keep && fill && st.makeRoomLocked(s.cacheLimit, s.byteLimit, sizeOf(key, old)) {
 				e = st.insertLocked(h, key)
-				e.val, e.clean = append(e.val, old...), true
+				st.setValLocked(e, old)
+				e.clean = true
+				e = st.keepIfFitsLocked(e, s.byteLimit)
 			}
 		case errors.Is(gerr, pebble.ErrNotFound):
 			val, op, err = m.Mutate(nil, false)
-			if err == nil && op == Keep && fill && st.evictLocked(s.cacheLimit) {
+			if err == nil && op == Keep && fill && st.makeRoomLocked(s.cacheLimit, s.byteLimit, sizeOf(key, nil)) {
 				e = st.insertLocked(h, key)
 				e.del, e.clean = true, true
+				e = st.keepIfFitsLocked(e, s.byteLimit)
 			}
 		default:
 			s.stats.readErrors.Add(1)
@@ -748,7 +815,7 @@ func (b *Batch) modify(key []byte, m Mutator, cache bool) (Op, error) {
 		// In SyncAlways a reply may only reflect fsynced state: a read of a
 		// change not yet synced waits for it, like the write's own reply.
 		if e != nil && !e.clean && s.opts.Sync == SyncAlways {
-			b.note(key)
+			b.note(key, e)
 		}
 		return Keep, nil
 	}
@@ -759,8 +826,10 @@ func (b *Batch) modify(key []byte, m Mutator, cache bool) (Op, error) {
 		return op, err
 	}
 	if e == nil {
-		if cache {
-			st.evictLocked(s.cacheLimit)
+		if fill {
+			// If there is no room the entry is kept only until its write
+			// is done, as with the cache off.
+			st.makeRoomLocked(s.cacheLimit, s.byteLimit, sizeOf(key, val))
 		}
 		e = st.insertLocked(h, key)
 		e.clean = true // turned dirty just below
@@ -782,16 +851,30 @@ func (b *Batch) modify(key []byte, m Mutator, cache bool) (Op, error) {
 	if op == Delete {
 		e.del, e.val = true, e.val[:0]
 	} else {
-		e.del, e.val = false, append(e.val[:0], val...)
+		e.del = false
+		st.setValLocked(e, val)
 	}
-	b.note(key)
+	b.note(key, e)
 	return op, nil
 }
 
-// note records that key must be committed before Commit returns.
-func (b *Batch) note(key []byte) {
+// keepIfFitsLocked removes e, just filled from Pebble, if the allocator's
+// rounding of its buffers took the stripe over byteLimit, and returns the
+// entry that stays, or nil.
+func (st *stripe) keepIfFitsLocked(e *entry, byteLimit int64) *entry {
+	if st.mu.bytes <= byteLimit {
+		return e
+	}
+	st.removeLocked(e)
+	return nil
+}
+
+// note records that key, held by e, must be committed before Commit
+// returns, and charges e's size to the queue.
+func (b *Batch) note(key []byte, e *entry) {
 	b.keys = append(b.keys, key...)
 	b.ends = append(b.ends, len(b.keys))
+	b.bytes += int(e.size())
 }
 
 // Pending reports whether the Batch holds changes not yet committed.
@@ -815,7 +898,7 @@ func (b *Batch) Commit() error {
 	// committer cannot drain the queue: queue anyway rather than wait, since
 	// the changes are already visible and modify refuses new ones, and tell
 	// the caller.
-	for (len(q.ends) >= s.opts.MaxQueued || len(q.keys) >= s.opts.MaxQueuedBytes) && !q.closing && s.guard.failing.Load() == 0 && s.failed.Load() == nil {
+	for (len(q.ends) >= s.opts.MaxQueued || q.bytes >= s.opts.MaxQueuedBytes) && !q.closing && s.guard.failing.Load() == 0 && s.failed.Load() == nil {
 		q.done.Wait()
 	}
 	if q.stopped {
@@ -827,6 +910,7 @@ func (b *Batch) Commit() error {
 	for _, e := range b.ends {
 		q.ends = append(q.ends, base+e)
 	}
+	q.bytes += b.bytes
 	ticket := q.round
 	b.reset()
 	q.work.Signal()
@@ -858,8 +942,12 @@ func (b *Batch) Commit() error {
 }
 
 func (b *Batch) reset() {
+	if cap(b.keys) > maxKeptBatch {
+		b.keys = nil // long keys: a connection does not keep their buffer
+	}
 	b.keys = b.keys[:0]
 	b.ends = b.ends[:0]
+	b.bytes = 0
 }
 
 type written struct {
@@ -876,6 +964,11 @@ type written struct {
 const (
 	commitLinger = time.Millisecond
 	lingerKeys   = 1024
+	// maxKeptKeys is the largest key buffer the committer and the queue
+	// keep between rounds; with short keys a full queue fits.
+	maxKeptKeys = 4 << 20
+	// maxKeptBatch is the same for a Batch, which each connection keeps.
+	maxKeptBatch = 64 << 10
 )
 
 // commitLoop is the only writer to Pebble. Each round takes every key queued
@@ -911,6 +1004,7 @@ func (s *Store) commitLoop() {
 		}
 		keys, q.keys = q.keys, keys[:0]
 		ends, q.ends = q.ends, ends[:0]
+		q.bytes = 0
 		round := q.round
 		q.round++
 		q.done.Broadcast() // room in the queue again
@@ -968,7 +1062,7 @@ func (s *Store) commitLoop() {
 					s.stats.dirty.Add(-1)
 					// A deleted record is not worth a cache slot: deletes
 					// come from the sweep, for records nobody uses.
-					if s.cacheLimit <= 0 || len(w.st.mu.ring) > s.cacheLimit || w.e.del {
+					if s.cacheLimit <= 0 || len(w.st.mu.ring) > s.cacheLimit || w.st.mu.bytes > s.byteLimit || w.e.del {
 						w.st.removeLocked(w.e)
 					}
 				}
@@ -978,6 +1072,12 @@ func (s *Store) commitLoop() {
 			s.stats.keysWritten.Add(int64(len(done)))
 		}
 		clear(done) // drop entry pointers so reused entries are not pinned
+		// Keep no big buffers until the next round: Reset drops a Pebble
+		// batch's over 1 MiB, and a round of long keys leaves its own.
+		batch.Reset()
+		if cap(keys) > maxKeptKeys {
+			keys = nil
+		}
 		q.Lock()
 		if err == nil {
 			q.applied = round
@@ -1197,6 +1297,8 @@ type Stats struct {
 	Queued       int           // keys waiting for the committer
 	Dirty        int64         // keys whose newest value is not in Pebble yet
 	CacheEntries int64         // entries held, dirty and clean
+	CacheBytes   int64         // their charge against CacheMemory
+	CacheMemory  int64         // the byte bound of the clean entries; 0 when the cache is off
 	CacheHits    int64         // reads and writes answered from memory
 	CacheMisses  int64         // ... that were not in memory
 	FilterSkips  int64         // misses answered by the key filter without a Pebble read
@@ -1246,6 +1348,7 @@ func (s *Store) Records() int64 {
 func (s *Store) Stats() Stats {
 	st := Stats{
 		Mode:         s.opts.Sync,
+		CacheMemory:  s.opts.CacheMemory,
 		Rounds:       s.stats.rounds.Load(),
 		KeysWritten:  s.stats.keysWritten.Load(),
 		Fsyncs:       s.stats.fsyncs.Load(),
@@ -1266,6 +1369,7 @@ func (s *Store) Stats() Stats {
 		sp := &s.stripe[i]
 		sp.mu.Lock()
 		st.CacheEntries += int64(len(sp.mu.ring))
+		st.CacheBytes += sp.mu.bytes
 		st.CacheHits += sp.mu.hits
 		st.CacheMisses += sp.mu.misses
 		st.FilterSkips += sp.mu.skips

@@ -82,6 +82,7 @@ type config struct {
 	maxQueryBuffer  byteSize
 	cacheSize       byteSize
 	cacheBuckets    int
+	cacheMemory     byteSize
 	keyFilterSize   byteSize
 	memtableSize    byteSize
 	shutdownTimeout time.Duration
@@ -108,6 +109,7 @@ func newFlagSet(cfg *config, stderr io.Writer) *flag.FlagSet {
 	cfg.maxReplyBuffer = server.DefaultMaxReplyBuffer
 	cfg.maxMemClients = server.DefaultMaxMemoryClients
 	cfg.cacheSize = storage.DefaultCacheSize
+	cfg.cacheMemory = storage.DefaultCacheMemory
 	cfg.memtableSize = storage.DefaultMemTableSize
 	cfg.keyFilterSize = storage.DefaultKeyFilter
 	cfg.divvyMaxLine = server.DefaultDivvyMaxLine
@@ -132,7 +134,8 @@ func newFlagSet(cfg *config, stderr io.Writer) *flag.FlagSet {
 	fs.Var(&cfg.maxInline, "max-inline", "most bytes in one inline (telnet-style) command line")
 	fs.Var(&cfg.maxQueryBuffer, "max-query-buffer", "most bytes of one incomplete command held per client")
 	fs.Var(&cfg.cacheSize, "cache-size", "Pebble block cache size")
-	fs.IntVar(&cfg.cacheBuckets, "cache-buckets", storage.DefaultCacheEntries, "buckets whose state is kept in memory (about 350 bytes of RSS each); 0 turns the cache off")
+	fs.IntVar(&cfg.cacheBuckets, "cache-buckets", storage.DefaultCacheEntries, "most buckets whose state is kept in memory (about 350 bytes of RSS each with short keys); 0 turns the cache off")
+	fs.Var(&cfg.cacheMemory, "cache-memory", "most bytes the bucket cache holds, each bucket charged its key, its state and about 200 bytes; a bucket over 1/1024 of it is not cached; 0 turns the cache off")
 	fs.Var(&cfg.memtableSize, "memtable-size", "Pebble memtable size")
 	fs.Var(&cfg.keyFilterSize, "key-filter-size", "in-memory filter of stored keys that spares a disk lookup for new buckets (about 10 bits per key); 0 turns it off")
 	fs.DurationVar(&cfg.shutdownTimeout, "shutdown-timeout", server.DefaultShutdownTimeout, "on SIGTERM, the most the shutdown takes: connections finish their last pipeline, then the store is written, fsynced and closed; past it, sluice exits with status 1 and logs what may be lost")
@@ -346,6 +349,7 @@ func runReloading(ctx context.Context, hup <-chan os.Signal, args []string, look
 		Sync:          mode,
 		CacheSize:     int64(cfg.cacheSize),
 		CacheEntries:  cacheEntries(cfg.cacheBuckets),
+		CacheMemory:   offIfZero(int64(cfg.cacheMemory)),
 		KeyFilterSize: offIfZero(int64(cfg.keyFilterSize)),
 		MemTableSize:  int64(cfg.memtableSize),
 		MaxOpenFiles:  files.StoreFiles,

@@ -331,13 +331,13 @@ func TestRedisCLITranscripts(t *testing.T) {
 }
 
 func TestConfigFromEnvAndFlags(t *testing.T) {
-	env := map[string]string{"SLUICE_FSYNC": "always", "SLUICE_MAX_BULK": "2MiB", "SLUICE_ADDR": ":1"}
+	env := map[string]string{"SLUICE_FSYNC": "always", "SLUICE_MAX_BULK": "2MiB", "SLUICE_ADDR": ":1", "SLUICE_CACHE_MEMORY": "32MiB"}
 	lookup := func(k string) (string, bool) { v, ok := env[k]; return v, ok }
 	cfg, err := parseConfig([]string{"--addr", "127.0.0.1:7"}, lookup, io.Discard)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if cfg.fsync != "always" || cfg.maxBulk != 2<<20 || cfg.addr != "127.0.0.1:7" {
+	if cfg.fsync != "always" || cfg.maxBulk != 2<<20 || cfg.addr != "127.0.0.1:7" || cfg.cacheMemory != 32<<20 {
 		t.Fatalf("got %+v", cfg)
 	}
 	env["SLUICE_MAX_ARGS"] = "lots"
