@@ -33,8 +33,15 @@ const (
 	// compaction outputs and the WAL being rotated (which Pebble does not
 	// count in MaxOpenFiles), tables iterators keep open past the cache's
 	// soft limit, CHECKPOINT copies, TLS and policy reloads, /proc reads
-	// of the metrics collector, and RefusalSlots connections being refused.
+	// of the metrics collector, HTTPReserve probes, and RefusalSlots
+	// connections being refused.
 	ProcessFiles = 64
+	// HTTPReserve is how many HTTP connections may be open past MaxClients,
+	// so that liveness and readiness probes and metric scrapes are still
+	// answered while RESP or line-protocol clients hold every slot (a probe
+	// refused then would have the orchestrator restart a healthy server).
+	// They are part of ProcessFiles.
+	HTTPReserve = 8
 	// RefusalSlots is how many refused connections may be answered at once;
 	// beyond that a refused connection is closed without a reply, so that
 	// a flood cannot hold descriptors or goroutines.
@@ -79,10 +86,16 @@ type admission struct {
 }
 
 // take admits a connection, or reports false when max are open.
-func (a *admission) take() bool {
+func (a *admission) take() bool { return a.takeUpTo(a.max) }
+
+// takeHTTP admits an HTTP connection, which may also use HTTPReserve
+// slots past max.
+func (a *admission) takeHTTP() bool { return a.takeUpTo(a.max + HTTPReserve) }
+
+func (a *admission) takeUpTo(limit int64) bool {
 	for {
 		n := a.open.Load()
-		if n >= a.max {
+		if n >= limit {
 			return false
 		}
 		if a.open.CompareAndSwap(n, n+1) {
@@ -182,7 +195,8 @@ func (b *acceptBackoff) wait(s *Server, listener string, err error) {
 	sleep(b.delay)
 }
 
-// httpAdmitListener counts HTTP connections against MaxClients: past it a
+// httpAdmitListener counts HTTP connections against MaxClients (plus
+// HTTPReserve, for probes): past it a
 // connection is answered 503 (without TLS; with TLS, which runs above this
 // listener, it is closed) and not handed to the HTTP server. It also
 // retries failed Accepts with a backoff instead of returning them.
@@ -205,7 +219,7 @@ func (l *httpAdmitListener) Accept() (net.Conn, error) {
 			continue
 		}
 		l.backoff.delay = 0
-		if !l.srv.adm.take() {
+		if !l.srv.adm.takeHTTP() {
 			l.srv.stats.rejectedMax.Add(1)
 			if l.srv.tls != nil {
 				_ = c.Close()

@@ -181,17 +181,30 @@ func TestAdmissionSharedByEveryListener(t *testing.T) {
 	if got, err := io.ReadAll(extraLine.r); err != nil || string(got) != `ERR unknown "max number of clients reached"`+"\n" {
 		t.Fatalf("line client past the limit got %q, %v", got, err)
 	}
-	xh, err := net.Dial("tcp", httpAddr)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer xh.Close()
-	_ = xh.SetDeadline(time.Now().Add(20 * time.Second))
-	if code := httpGet(t, xh, bufio.NewReader(xh), "/healthz"); code != http.StatusServiceUnavailable {
-		t.Fatalf("HTTP client past the limit: %d, want 503", code)
+	// HTTP keeps HTTPReserve connections past the limit for probes and
+	// scrapes; past those it refuses too.
+	var probes []net.Conn
+	for i := range HTTPReserve + 1 {
+		xh, err := net.Dial("tcp", httpAddr)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer xh.Close()
+		_ = xh.SetDeadline(time.Now().Add(20 * time.Second))
+		code := httpGet(t, xh, bufio.NewReader(xh), "/healthz")
+		switch {
+		case i < HTTPReserve && code != http.StatusOK:
+			t.Fatalf("probe %d while the clients hold every slot: %d, want 200 from the HTTP reserve", i, code)
+		case i == HTTPReserve && code != http.StatusServiceUnavailable:
+			t.Fatalf("HTTP client past the limit and the reserve: %d, want 503", code)
+		}
+		probes = append(probes, xh)
 	}
 	if n := srv.stats.rejectedMax.Load(); n != 3 {
 		t.Fatalf("rejected (maxclients) = %d, want 3", n)
+	}
+	for _, c := range probes {
+		c.Close()
 	}
 
 	// Closing the HTTP connection frees a slot for RESP.
@@ -253,8 +266,8 @@ func TestAcceptErrorsDoNotStopListeners(t *testing.T) {
 		}
 	}
 
-	// RESP's guardListener pauses the same way; redcon ends Serve on the
-	// close without an error.
+	// RESP's accept loop pauses the same way, and returns the listener's
+	// close.
 	store, err := storage.Open(t.TempDir(), storage.Options{Sync: storage.SyncEverySec})
 	if err != nil {
 		t.Fatal(err)
@@ -266,7 +279,7 @@ func TestAcceptErrorsDoNotStopListeners(t *testing.T) {
 	}
 	defer resp.Close()
 	ln := &fakeListener{errs: acceptErrs()}
-	if err := resp.Serve(ln); err != nil || ln.calls != 4 {
+	if err := resp.Serve(ln); !errors.Is(err, net.ErrClosed) || ln.calls != 4 {
 		t.Errorf("resp: Serve returned %v after %d Accepts; want every error retried (4 Accepts)", err, ln.calls)
 	}
 

@@ -118,7 +118,7 @@ func (s *Server) newConn(nc net.Conn) (*conn, bool) {
 // temporary accept errors (out of file descriptors and the like) with a
 // backoff rather than spin.
 func (s *Server) acceptLoop(ln net.Listener) error {
-	var delay time.Duration
+	var backoff acceptBackoff
 	for {
 		nc, err := ln.Accept()
 		if err != nil {
@@ -128,16 +128,10 @@ func (s *Server) acceptLoop(ln net.Listener) error {
 			if errors.Is(err, net.ErrClosed) {
 				return err
 			}
-			if delay == 0 {
-				delay = 5 * time.Millisecond
-			} else if delay *= 2; delay > time.Second {
-				delay = time.Second
-			}
-			s.log.Warn("accept failed; retrying", "err", err, "retry_in", delay)
-			time.Sleep(delay)
+			backoff.wait(s, "resp", err)
 			continue
 		}
-		delay = 0
+		backoff.delay = 0
 		cn, closing := s.newConn(nc)
 		if closing {
 			_ = nc.Close()
