@@ -100,13 +100,15 @@ func (s *Store) Sweep(cursor []byte, limit int, idle func(key, val []byte) bool)
 			return cursor, res, err
 		}
 		if op == Delete {
+			// Counted with the record count, which the delete has just
+			// lowered, so that no reader sees one without the other.
 			res.Deleted++
+			s.stats.sweptOut.Add(1)
 		}
 	}
 	if err := b.Commit(); err != nil {
 		return cursor, res, err
 	}
-	s.stats.sweptOut.Add(int64(res.Deleted))
 	if !more {
 		return nil, res, nil
 	}
