@@ -43,9 +43,10 @@ type Config struct {
 	// MaxKeySize is the longest key a command may name: the key of an
 	// RL.* command, the actor value of a HIT. A longer one is refused with
 	// an error reply naming both lengths, and the store is not touched.
-	// Default 16 KiB: long keys cost memory the sizing rule does not count
-	// (each command copies its key, Pebble holds the first and last key
-	// of every table), so the bound keeps the rule true for any input.
+	// Default 16 KiB: past it the costs that grow with each key (its
+	// copies on the way to the disk, Pebble's first and last key of every
+	// table) dominate; 4000 commands with 512 KiB keys took peak RSS to
+	// 785-950 MiB, with 16 KiB keys to 247-265 MiB.
 	MaxKeySize int
 
 	// ShutdownTimeout bounds how long Close waits for connections to
