@@ -227,6 +227,10 @@ func (s *Server) runRL(c *client, spec rlSpec, args [][]byte) {
 		s.replyErr(c, err)
 		return
 	}
+	if err := s.checkKeySize("key", len(m.req.key)); err != nil {
+		s.replyErr(c, err)
+		return
+	}
 	m.spec = spec
 	m.server = s.clock().UnixMilli()
 	m.now = m.server
@@ -671,6 +675,7 @@ func (s *Server) configValues() map[string]string {
 		"max-bulk":                  strconv.FormatInt(s.cfg.MaxBulk, 10),
 		"proto-max-bulk-len":        strconv.FormatInt(s.cfg.MaxBulk, 10),
 		"max-inline":                strconv.Itoa(s.cfg.MaxInline),
+		"max-key-size":              strconv.Itoa(s.cfg.MaxKeySize),
 		"max-query-buffer":          strconv.Itoa(s.cfg.MaxQueryBuffer),
 		"client-query-buffer-limit": strconv.Itoa(s.cfg.MaxQueryBuffer),
 	}

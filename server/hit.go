@@ -148,12 +148,35 @@ func (m *windowMutator) Mutate(old []byte, found bool) ([]byte, storage.Op, erro
 func (s *Server) hit(h *hitter, lp *loadedPolicy, b *storage.Batch, now int64) (policy.Outcome, error) {
 	decider, canaries := lp.p.Match(h.req, h.canaries[:0])
 	h.canaries = canaries
+	// Every key is checked before the first rule takes its credit, so a
+	// refused hit changes nothing.
+	if err := s.checkActorKey(h.req, decider); err != nil {
+		return policy.Outcome{}, err
+	}
+	for _, r := range canaries {
+		if err := s.checkActorKey(h.req, r); err != nil {
+			return policy.Outcome{}, err
+		}
+	}
 	for _, r := range canaries {
 		if _, err := s.hitRule(h, lp, r, true, b, now); err != nil {
 			return policy.Outcome{}, err
 		}
 	}
 	return s.hitRule(h, lp, decider, false, b, now)
+}
+
+// checkActorKey refuses a hit whose value of r's actor field, the part of
+// r's counter key the client chooses, is longer than MaxKeySize.
+func (s *Server) checkActorKey(req policy.Request, r *policy.Rule) error {
+	if !r.Counted() || r.ActorField == "" {
+		return nil
+	}
+	v, _ := req.Get(r.ActorField)
+	if len(v) <= s.cfg.MaxKeySize { // before building the name: no allocation on the way
+		return nil
+	}
+	return s.checkKeySize("value of actor field "+r.ActorField, len(v))
 }
 
 func (s *Server) hitRule(h *hitter, lp *loadedPolicy, r *policy.Rule, canary bool, b *storage.Batch, now int64) (policy.Outcome, error) {

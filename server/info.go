@@ -95,6 +95,7 @@ func (s *Server) writeInfo(b *strings.Builder, section string) {
 		kv("max_auth_failures", strconv.Itoa(max(s.cfg.MaxAuthFailures, 0)))
 		kv("max_args", strconv.Itoa(s.cfg.MaxArgs))
 		kv("max_bulk", i64(s.cfg.MaxBulk))
+		kv("max_key_size", strconv.Itoa(s.cfg.MaxKeySize))
 		kv("max_inline", strconv.Itoa(s.cfg.MaxInline))
 		kv("max_query_buffer", strconv.Itoa(s.cfg.MaxQueryBuffer))
 		kv("max_reply_buffer", strconv.Itoa(s.cfg.MaxReplyBuffer))

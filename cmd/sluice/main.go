@@ -78,6 +78,7 @@ type config struct {
 	tlsCA           string
 	maxArgs         int
 	maxBulk         byteSize
+	maxKeySize      byteSize
 	maxInline       byteSize
 	maxQueryBuffer  byteSize
 	cacheSize       byteSize
@@ -104,6 +105,7 @@ func newFlagSet(cfg *config, stderr io.Writer) *flag.FlagSet {
 	fs := flag.NewFlagSet("sluice", flag.ContinueOnError)
 	fs.SetOutput(stderr)
 	cfg.maxBulk = server.DefaultMaxBulk
+	cfg.maxKeySize = server.DefaultMaxKeySize
 	cfg.maxInline = server.DefaultMaxInline
 	cfg.maxQueryBuffer = server.DefaultMaxQueryBuffer
 	cfg.maxReplyBuffer = server.DefaultMaxReplyBuffer
@@ -131,6 +133,7 @@ func newFlagSet(cfg *config, stderr io.Writer) *flag.FlagSet {
 	fs.StringVar(&cfg.onStoreError, "on-store-error", "deny", "when the disk refuses writes (full, I/O error): deny answers limit commands with an error; allow answers them from the last known state without storing the change")
 	fs.IntVar(&cfg.maxArgs, "max-args", server.DefaultMaxArgs, "most arguments in one command")
 	fs.Var(&cfg.maxBulk, "max-bulk", "most bytes in one argument (suffixes KiB, MiB, GiB)")
+	fs.Var(&cfg.maxKeySize, "max-key-size", "longest key a command may name (RL.* key, HIT actor value); a longer one gets an error reply and nothing is stored; bounds what one key costs in memory")
 	fs.Var(&cfg.maxInline, "max-inline", "most bytes in one inline (telnet-style) command line")
 	fs.Var(&cfg.maxQueryBuffer, "max-query-buffer", "most bytes of one incomplete command held per client")
 	fs.Var(&cfg.cacheSize, "cache-size", "Pebble block cache size")
@@ -205,7 +208,7 @@ func parseConfig(args []string, lookupEnv func(string) (string, bool), stderr io
 			return cfg, fmt.Errorf("--%s %d: want at least 1", name, v)
 		}
 	}
-	for name, v := range map[string]byteSize{"max-bulk": cfg.maxBulk, "max-inline": cfg.maxInline, "max-query-buffer": cfg.maxQueryBuffer, "max-reply-buffer": cfg.maxReplyBuffer,
+	for name, v := range map[string]byteSize{"max-bulk": cfg.maxBulk, "max-key-size": cfg.maxKeySize, "max-inline": cfg.maxInline, "max-query-buffer": cfg.maxQueryBuffer, "max-reply-buffer": cfg.maxReplyBuffer,
 		"cache-size": cfg.cacheSize, "memtable-size": cfg.memtableSize, "divvy-max-line": cfg.divvyMaxLine} {
 		if v < 1 {
 			return cfg, fmt.Errorf("--%s %d: want at least 1 byte", name, v)
@@ -366,6 +369,7 @@ func runReloading(ctx context.Context, hup <-chan os.Signal, args []string, look
 		Logger:          log,
 		MaxArgs:         cfg.maxArgs,
 		MaxBulk:         int64(cfg.maxBulk),
+		MaxKeySize:      int(cfg.maxKeySize),
 		MaxInline:       int(cfg.maxInline),
 		MaxQueryBuffer:  int(cfg.maxQueryBuffer),
 		ShutdownTimeout: cfg.shutdownTimeout,
