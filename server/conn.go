@@ -243,20 +243,10 @@ func (cn *conn) evict() {
 // reports whether the client can still be written to.
 func (cn *conn) commitAndSend() bool {
 	s, c := cn.srv, cn.cl
-	committed := true
-	if c.batch.Pending() {
-		if err := c.batch.Commit(); err != nil && !s.allowDespite(err, len(c.writes)) {
-			s.failWrites(c, err)
-			committed = false
-		}
-	}
-	if len(c.hit.done) > 0 {
-		c.hit.countHits(committed)
-	}
+	_ = s.commitWrites(c) // a failure is in the replies now
 	s.stats.commands.Add(int64(c.ran))
 	c.ran = 0
 	s.flushTally(c)
-	c.writes = c.writes[:0]
 	ok := true
 	if len(c.out) > 0 {
 		ok = cn.write(c.out)

@@ -167,7 +167,7 @@ func cmdCompact(s *Server, c *client, args [][]byte) {
 	// The connection's own changes so far go first, and every change
 	// committed before the command is written to Pebble, so that the sweep
 	// and the compaction see them.
-	if err := c.batch.Commit(); err != nil {
+	if err := s.commitWrites(c); err != nil {
 		s.replyErr(c, s.maintenanceErr("compact", err))
 		return
 	}
@@ -220,7 +220,7 @@ func cmdCheckpoint(s *Server, c *client, args [][]byte) {
 			return
 		}
 	}
-	if err := c.batch.Commit(); err != nil {
+	if err := s.commitWrites(c); err != nil {
 		s.replyErr(c, s.maintenanceErr("checkpoint", err))
 		return
 	}

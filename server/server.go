@@ -447,6 +447,30 @@ func (s *Server) execAll(cn *conn, cmds []byte) (n int) {
 	return n
 }
 
+// commitWrites commits the writes the client's pipeline has made so far:
+// at the end of a pipeline, before a chunk of replies is sent, and in a
+// command that needs them in the store first (COMPACT, CHECKPOINT). When
+// the commit fails, their replies become the error (unless
+// AllowOnStoreError lets them stand), so that no reply of a write that is
+// not as durable as the mode promises is ever sent. It returns the commit's
+// error, for a command that must fail with it.
+func (s *Server) commitWrites(c *client) error {
+	var err error
+	committed := true
+	if c.batch.Pending() {
+		if err = c.batch.Commit(); err != nil && !s.allowDespite(err, len(c.writes)) {
+			s.failWrites(c, err)
+			committed = false
+		}
+	}
+	if len(c.hit.done) > 0 {
+		c.hit.countHits(committed)
+	}
+	c.writes = c.writes[:0]
+	c.replyStart = len(c.out) // failWrites may have moved it
+	return err
+}
+
 // span is the reply of a command that wrote, within client.out.
 type span struct {
 	start, end int

@@ -1,8 +1,11 @@
 package server
 
 import (
+	"bufio"
 	"context"
 	"fmt"
+	"io"
+	"net"
 	"strings"
 	"syscall"
 	"testing"
@@ -96,6 +99,58 @@ func TestDiskFullAnswersErrorsThenRecovers(t *testing.T) {
 			}
 			if !strings.Contains(c.Info(ctx, "persistence").Val(), "store_status:ok") {
 				t.Fatal("INFO persistence does not say ok after recovery")
+			}
+		})
+	}
+}
+
+// TestWritesBeforeMaintenanceFailWithIt: COMPACT and CHECKPOINT commit the
+// writes pipelined before them first. When that commit fails, those
+// writes' replies must be the error too, never a success for a change that
+// is not as durable as --fsync always promises.
+func TestWritesBeforeMaintenanceFailWithIt(t *testing.T) {
+	for _, cmd := range []string{"CHECKPOINT", "COMPACT"} {
+		t.Run(cmd, func(t *testing.T) {
+			disk := storage.NewMemDisk()
+			store, err := storage.Open("db", storage.Options{Sync: storage.SyncAlways, Disk: disk})
+			if err != nil {
+				t.Fatal(err)
+			}
+			srv, err := New(Config{Store: store, BackupDir: t.TempDir(), SweepInterval: -1})
+			if err != nil {
+				t.Fatal(err)
+			}
+			serveOn(t, srv, store)
+			nc, err := net.Dial("tcp", srv.Addr().String())
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer nc.Close()
+			_ = nc.SetDeadline(time.Now().Add(time.Minute))
+			r := bufio.NewReader(nc)
+			// The disk fails before the pipeline: the reduce is made in
+			// memory, and its commit, in the maintenance command, fails.
+			disk.FailWrites(fmt.Errorf("injected: %w", syscall.ENOSPC))
+			if _, err := io.WriteString(nc, "RL.REDUCE k 10 3600 AT 1000\r\n"+cmd+"\r\n"); err != nil {
+				t.Fatal(err)
+			}
+			first, err := r.ReadString('\n')
+			if err != nil {
+				t.Fatal(err)
+			}
+			second, err := r.ReadString('\n')
+			if err != nil {
+				t.Fatal(err)
+			}
+			disk.FailWrites(nil)
+			for store.Unavailable() != nil { // the retried write goes through
+				time.Sleep(time.Millisecond)
+			}
+			if !strings.HasPrefix(second, "-ERR") {
+				t.Fatalf("%s on a failing disk answered %q, want an error", cmd, second)
+			}
+			if !strings.HasPrefix(first, "-ERR store unavailable") {
+				t.Fatalf("the reduce before %s answered %q although its commit failed (%s said %q)", cmd, first, cmd, second)
 			}
 		})
 	}

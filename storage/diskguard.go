@@ -76,7 +76,8 @@ const (
 // store opens, nothing is retried: a failure is reported to Open instead.
 type guard struct {
 	armed   atomic.Bool
-	closing atomic.Bool  // Close has begun: stop retrying
+	closing atomic.Bool  // Close has begun: checkpoints stop
+	expired atomic.Bool  // Close's time is up: stop retrying
 	failing atomic.Int64 // writes being retried now
 	retries atomic.Int64 // failed attempts since Open
 	spells  atomic.Int64 // times the store became unavailable
@@ -176,7 +177,7 @@ func (g *guard) do(kind opKind, what, name string, op func() error) error {
 	if err == nil || !diskError(kind, err) {
 		return err
 	}
-	if !g.armed.Load() || g.closing.Load() || !retryable(kind, err) {
+	if !g.armed.Load() || g.expired.Load() || !retryable(kind, err) {
 		g.giveUp(what, name, err)
 	}
 	g.begin(what, name, err)
@@ -184,7 +185,7 @@ func (g *guard) do(kind opKind, what, name string, op func() error) error {
 	for {
 		g.sleep(wait)
 		wait = min(2*wait, guardMaxRetry)
-		if g.closing.Load() {
+		if g.expired.Load() {
 			g.end(false)
 			g.giveUp(what, name, fmt.Errorf("still failing when the store closed: %w", err))
 		}

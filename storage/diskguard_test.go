@@ -1,6 +1,7 @@
 package storage
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"syscall"
@@ -143,5 +144,48 @@ func TestOpenReportsDiskErrors(t *testing.T) {
 	_, err := Open("db", Options{Disk: disk})
 	if err == nil || !errors.Is(err, syscall.ENOSPC) {
 		t.Fatalf("open on a full disk: got %v, want an ENOSPC error", err)
+	}
+}
+
+// TestShutdownRetriesUntilItsDeadline: a disk that is full for a moment
+// while the store shuts down loses nothing acknowledged. The failing write
+// is retried until Shutdown's deadline, not given up the moment shutdown
+// begins, and once it goes through the store closes cleanly with every
+// change in it.
+func TestShutdownRetriesUntilItsDeadline(t *testing.T) {
+	disk := NewMemDisk()
+	s := openDisk(t, disk, SyncEverySec)
+	s.guard.sleep = func(time.Duration) { time.Sleep(100 * time.Microsecond) }
+	b := s.NewBatch()
+	add(t, b, "before", 3)
+	if err := b.Commit(); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.Flush(); err != nil {
+		t.Fatal(err)
+	}
+	disk.FailWrites(errDiskFull)
+	add(t, b, "acknowledged", 5)
+	if err := b.Commit(); err != nil { // everysec: acknowledged once queued
+		t.Fatal(err)
+	}
+	eventually(t, "the write to fail", func() bool { return s.Unavailable() != nil })
+	closed := make(chan error, 1)
+	go func() {
+		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+		defer cancel()
+		closed <- s.Shutdown(ctx)
+	}()
+	eventually(t, "shutdown to begin", s.guard.closing.Load)
+	disk.FailWrites(nil)
+	if err := <-closed; err != nil {
+		t.Fatalf("Shutdown after the disk recovered: %v", err)
+	}
+	s = openDisk(t, disk, SyncEverySec)
+	defer s.Close()
+	for key, want := range map[string]uint64{"before": 3, "acknowledged": 5} {
+		if got, _ := read(t, s, key); got != want {
+			t.Fatalf("after reopening, %s = %d, want %d", key, got, want)
+		}
 	}
 }

@@ -1180,9 +1180,20 @@ func (s *Store) Shutdown(ctx context.Context) error {
 
 func (s *Store) shutdown(ctx context.Context) error {
 	s.closed.Store(true)
-	// From now on a write that fails is not retried: the store fails, and
-	// a checkpoint in progress stops.
+	// A checkpoint in progress stops now. A write that fails while the
+	// queue drains is still retried (a disk that is full for a moment must
+	// not lose what was acknowledged) until ctx is done; then it is given
+	// up and the store fails.
 	s.guard.closing.Store(true)
+	finished := make(chan struct{})
+	defer close(finished)
+	go func() {
+		select {
+		case <-ctx.Done():
+			s.guard.expired.Store(true)
+		case <-finished:
+		}
+	}()
 	wait := func(done <-chan struct{}) bool {
 		select {
 		case <-done:
