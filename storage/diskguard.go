@@ -7,7 +7,6 @@ import (
 	"log/slog"
 	"os"
 	"path/filepath"
-	"strings"
 	"sync"
 	"sync/atomic"
 	"syscall"
@@ -83,7 +82,7 @@ type guard struct {
 	spells  atomic.Int64 // times the store became unavailable
 	log     *slog.Logger
 	dir     string // as given to Open
-	prefix  string // filepath.Clean(dir) + separator: files Pebble keeps in it
+	clean   string // filepath.Clean(dir): Pebble's files are its direct children
 
 	mu struct {
 		sync.Mutex
@@ -100,16 +99,16 @@ type guard struct {
 }
 
 func newGuard(dir string, log *slog.Logger) *guard {
-	clean := filepath.Clean(dir)
-	return &guard{log: log, dir: dir, prefix: strings.TrimSuffix(clean, string(filepath.Separator)) + string(filepath.Separator), sleep: time.Sleep}
+	return &guard{log: log, dir: dir, clean: filepath.Clean(dir), sleep: time.Sleep}
 }
 
-// inDir reports whether name is the data directory or a file in it. Pebble
-// joins its file names to the directory it was given, so a prefix test is
-// exact for them.
+// inDir reports whether name is the data directory or a file directly in
+// it. Pebble keeps every file of the store there, named by joining the
+// directory it was given (so "." gives "000002.log"); anything deeper, such
+// as a --backup-dir inside --data, is not the store's and is not guarded.
 func (g *guard) inDir(name string) bool {
 	clean := filepath.Clean(name)
-	return clean+string(filepath.Separator) == g.prefix || strings.HasPrefix(clean, g.prefix)
+	return clean == g.clean || filepath.Dir(clean) == g.clean
 }
 
 // unavailable returns ErrUnavailable, with the failing write's error, while

@@ -4,9 +4,16 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync/atomic"
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/cockroachdb/pebble/v2/vfs"
+	"github.com/cockroachdb/pebble/v2/vfs/errorfs"
 )
 
 var errDiskFull = fmt.Errorf("injected: %w", syscall.ENOSPC)
@@ -186,6 +193,133 @@ func TestShutdownRetriesUntilItsDeadline(t *testing.T) {
 	for key, want := range map[string]uint64{"before": 3, "acknowledged": 5} {
 		if got, _ := read(t, s, key); got != want {
 			t.Fatalf("after reopening, %s = %d, want %d", key, got, want)
+		}
+	}
+}
+
+// TestGuardCoversOnlyTheDataDirectory: the guard retries and watches the
+// writes of the store's own files, which Pebble names by joining the data
+// directory (however it was spelled) and a file name, and nothing deeper:
+// with --data . every file was unguarded, so a full disk crashed Pebble;
+// and a --backup-dir inside --data made a checkpoint's failures the
+// store's.
+func TestGuardCoversOnlyTheDataDirectory(t *testing.T) {
+	for _, c := range []struct {
+		dir, name string
+		want      bool
+	}{
+		{".", "000002.log", true},
+		{".", ".", true},
+		{".", "backups/nightly/000002.log", false},
+		{"./data", "data/000002.log", true},
+		{"data/", "data/MANIFEST-000001", true},
+		{"/var/lib/sluice", "/var/lib/sluice/000002.log", true},
+		{"/var/lib/sluice", "/var/lib/sluice", true},
+		{"/var/lib/sluice", "/var/lib/sluice/backups/nightly/000002.log", false},
+		{"/var/lib/sluice", "/var/lib/sluice-backups/nightly/000002.log", false},
+		{"db", "db/000002.log", true},
+	} {
+		if got := newGuard(c.dir, nil).inDir(c.name); got != c.want {
+			t.Errorf("data directory %q: inDir(%q) = %v, want %v", c.dir, c.name, got, c.want)
+		}
+	}
+}
+
+// TestDotDataDirIsGuarded: with the data directory given as ".", a failed
+// fsync of the log fails the store, as it does for any other spelling,
+// instead of reaching Pebble.
+func TestDotDataDirIsGuarded(t *testing.T) {
+	t.Chdir(t.TempDir())
+	var failSync atomic.Bool
+	fs := errorfs.Wrap(vfs.Default, errorfs.InjectorFunc(func(op errorfs.Op) error {
+		if failSync.Load() && (op.Kind == errorfs.OpFileSync || op.Kind == errorfs.OpFileSyncData || op.Kind == errorfs.OpFileSyncTo) {
+			return fmt.Errorf("injected: %w", syscall.EIO)
+		}
+		return nil
+	}))
+	s, err := Open(".", Options{Sync: SyncAlways, fs: fs})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var faults []string
+	s.guard.fatal = func(err error) { // observe, then fail the store as usual
+		faults = append(faults, err.Error())
+		s.fail(err)
+	}
+	failSync.Store(true)
+	b := s.NewBatch()
+	add(t, b, "k", 1)
+	if err := b.Commit(); !errors.Is(err, ErrFailed) {
+		t.Fatalf("commit whose fsync failed: %v, want ErrFailed", err)
+	}
+	if len(faults) == 0 {
+		t.Fatalf("the failed fsync reached Pebble instead of the guard; store failed with: %v", s.Failed())
+	}
+}
+
+// TestCheckpointIntoDataDirRefused: a checkpoint inside the data
+// directory is refused before anything is written, since its files would
+// count as the store's (a failed fsync of one would fail the store), and
+// the store goes on.
+func TestCheckpointIntoDataDirRefused(t *testing.T) {
+	dir := t.TempDir()
+	s, err := Open(dir, Options{Sync: SyncAlways})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	b := s.NewBatch()
+	add(t, b, "k", 1)
+	if err := b.Commit(); err != nil {
+		t.Fatal(err)
+	}
+	for _, into := range []string{filepath.Join(dir, "backups", "x"), filepath.Join(dir, "x"), dir} {
+		err := s.Checkpoint(into)
+		if err == nil || !strings.Contains(err.Error(), "inside the data directory") {
+			t.Fatalf("checkpoint into %s: %v, want a refusal", into, err)
+		}
+	}
+	if err := s.Checkpoint(dir + "-backups/x"); err != nil {
+		t.Fatalf("checkpoint next to the data directory: %v", err)
+	}
+	add(t, b, "k", 1)
+	if err := b.Commit(); err != nil || s.Failed() != nil {
+		t.Fatalf("a write after the refused checkpoints: %v (store failed: %v)", err, s.Failed())
+	}
+}
+
+// TestConcurrentCheckpointsKeepTheirCopies: of two checkpoints into one
+// directory, one succeeds and one fails, and the failing one never
+// removes the copy the other reported.
+func TestConcurrentCheckpointsKeepTheirCopies(t *testing.T) {
+	s, err := Open(t.TempDir(), Options{Sync: SyncEverySec})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	b := s.NewBatch()
+	add(t, b, "k", 1)
+	if err := b.Commit(); err != nil {
+		t.Fatal(err)
+	}
+	backups := t.TempDir()
+	for round := range 20 {
+		into := filepath.Join(backups, fmt.Sprint(round))
+		errs := make(chan error, 2)
+		for range 2 {
+			go func() { errs <- s.Checkpoint(into) }()
+		}
+		ok := 0
+		for range 2 {
+			if err := <-errs; err == nil {
+				ok++
+			} else if !errors.Is(err, os.ErrExist) {
+				t.Fatalf("round %d: the losing checkpoint failed with %v, want ErrExist", round, err)
+			}
+		}
+		manifests, err := filepath.Glob(filepath.Join(into, "MANIFEST-*"))
+		if ok != 1 || err != nil || len(manifests) == 0 {
+			t.Fatalf("round %d: %d checkpoints succeeded, and the copy has manifests %v (%v); want one complete copy", round, ok, manifests, err)
 		}
 	}
 }

@@ -7,7 +7,9 @@ import (
 	"fmt"
 	"log/slog"
 	"os"
+	"path/filepath"
 	"slices"
+	"strings"
 	"sync"
 
 	"github.com/cockroachdb/pebble/v2"
@@ -159,6 +161,15 @@ func (s *Store) Flush() error {
 // changes. A failed checkpoint leaves no directory behind. Once the store
 // closes, a checkpoint in progress fails.
 func (s *Store) Checkpoint(dir string) error {
+	if inside(s.dir, dir) {
+		// Its files would count as the store's: a failure writing them
+		// would fail the store, and later checkpoints would copy it.
+		return fmt.Errorf("storage: checkpoint %s: inside the data directory %s; write checkpoints to another directory", dir, s.dir)
+	}
+	// One at a time: two into the same directory would each see it free,
+	// and the one that failed would remove the other's finished copy.
+	s.checkpointMu.Lock()
+	defer s.checkpointMu.Unlock()
 	return s.flushed(func(db *pebble.DB) error {
 		if _, err := s.base.Stat(dir); err == nil {
 			return fmt.Errorf("storage: checkpoint %s: %w", dir, os.ErrExist)
@@ -177,6 +188,18 @@ func (s *Store) Checkpoint(dir string) error {
 		}
 		return fmt.Errorf("storage: checkpoint %s: %w", dir, err)
 	})
+}
+
+// inside reports whether path is dir or lies below it, by their absolute
+// names (symbolic links are not followed).
+func inside(dir, path string) bool {
+	d, err1 := filepath.Abs(dir)
+	p, err2 := filepath.Abs(path)
+	if err1 != nil || err2 != nil {
+		return false
+	}
+	rel, err := filepath.Rel(d, p)
+	return err == nil && rel != ".." && !strings.HasPrefix(rel, ".."+string(filepath.Separator))
 }
 
 // Compact writes every change made so far to Pebble and compacts the

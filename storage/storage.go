@@ -213,9 +213,11 @@ type Store struct {
 	failedC chan struct{} // closed when failed is set
 	guard   *guard        // retries writes that fail for a while, see diskguard.go
 
-	closed   atomic.Bool
-	closeMu  sync.RWMutex // held for writing while Pebble closes
-	dbClosed bool         // guarded by closeMu
+	closed  atomic.Bool
+	closeMu sync.RWMutex // held for writing while Pebble closes
+	// checkpointMu makes checkpoints one at a time.
+	checkpointMu sync.Mutex
+	dbClosed     bool // guarded by closeMu
 
 	committerDone chan struct{}
 	syncerStop    chan struct{}
