@@ -11,8 +11,10 @@ import (
 type Unit uint8
 
 const (
-	Second      Unit = iota // plain forms
-	Millisecond             // P forms
+	// Second is the unit of the plain forms; it is the zero Unit.
+	Second Unit = iota
+	// Millisecond is the unit of the P forms.
+	Millisecond
 )
 
 func (u Unit) valid() bool { return u <= Millisecond }
