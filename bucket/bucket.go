@@ -1,13 +1,29 @@
-// Package bucket holds the token-bucket arithmetic of the RL.* commands and
-// the byte encodings of bucket keys and states.
+// Package bucket holds the arithmetic of sluice's limiter kinds and the byte
+// encodings of their stored states:
 //
-// It is pure: no I/O, no clock, no locks. Time is an argument in
-// milliseconds, so every result is reproducible from its inputs. All
-// functions are safe for concurrent use; none allocates unless it is handed a
-// destination slice that is too small.
+//   - the token bucket of the RL.* commands (Params, State, Reduce), whose
+//     bucket keys are encoded here too;
+//   - GCRA, the generic cell rate algorithm of CL.THROTTLE and CL.PTHROTTLE
+//     (GCRAParams, GCRA, GCRAState), in nanoseconds;
+//   - fixed windows aligned to the Unix epoch, optionally staggered per key,
+//     of FW.INCR, FW.PINCR, FW.GET and FW.PGET (WindowParams, Window,
+//     WindowState), in milliseconds.
 //
-// Arithmetic is int64 with no floats and no fractional tokens. Overflow
-// saturates instead of wrapping, so 0 <= tokens <= Max always holds.
+// GCRA and the windows answer with one Decision, which carries every value
+// of their replies and of X-RateLimit-* headers already rounded to the
+// command's Unit. Each kind's state has a versioned codec, an Idle predicate
+// for the sweep and, for the newer kinds, a Describe line for sluice inspect.
+//
+// It is pure: no I/O, no clock, no locks. Time is an argument (milliseconds
+// for token buckets and windows, nanoseconds for GCRA), so every result is
+// reproducible from its inputs. All functions are safe for concurrent use;
+// none allocates unless it is handed a destination slice that is too small,
+// or fails, or describes a state.
+//
+// Arithmetic is int64 with no floats and no fractional tokens. In the token
+// bucket overflow saturates instead of wrapping, so 0 <= tokens <= Max always
+// holds; GCRA and the windows follow a spec that refuses, with an *ArgError
+// naming the argument, any call whose arithmetic would overflow.
 package bucket
 
 import "math"
