@@ -82,6 +82,8 @@ func (s *Server) writeInfo(b *strings.Builder, section string) {
 		kv("fd_limit", strconv.Itoa(s.cfg.Files.Limit))
 		kv("fd_reserved", strconv.Itoa(s.cfg.Files.Reserved))
 		kv("store_max_open_files", strconv.Itoa(s.cfg.Files.StoreFiles))
+		kv("memory_limit", i64(s.cfg.MemoryLimit))
+		kv("memory_limit_source", s.cfg.MemoryLimitSource)
 	case "clients":
 		b.WriteString("# Clients\r\n")
 		s.mu.Lock()

@@ -111,6 +111,12 @@ type Config struct {
 	MaxMemoryClients int64
 	// TLS, when set, serves RESP (and HTTP) over TLS only.
 	TLS *TLSFiles
+	// MemoryLimit is the Go runtime's soft memory limit the process runs
+	// with (0: none), and MemoryLimitSource where it came from (auto,
+	// --memory-limit, GOMEMLIMIT, off). For INFO only: the command sets
+	// the limit, as it is the process's.
+	MemoryLimit       int64
+	MemoryLimitSource string
 
 	// PolicyFile is a divvy rule file (.ini or .json) for HIT and the line
 	// protocol. New loads it and fails with its validation error;

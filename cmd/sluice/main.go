@@ -86,6 +86,7 @@ type config struct {
 	cacheMemory     byteSize
 	keyFilterSize   byteSize
 	memtableSize    byteSize
+	memoryLimit     memoryLimit
 	shutdownTimeout time.Duration
 	sweepInterval   time.Duration
 	sweepRate       int
@@ -115,6 +116,7 @@ func newFlagSet(cfg *config, stderr io.Writer) *flag.FlagSet {
 	cfg.memtableSize = storage.DefaultMemTableSize
 	cfg.keyFilterSize = storage.DefaultKeyFilter
 	cfg.divvyMaxLine = server.DefaultDivvyMaxLine
+	cfg.memoryLimit = memoryLimit{auto: true}
 	fs.StringVar(&cfg.addr, "addr", "127.0.0.1:9049", "RESP listen address (host:port; port 0 picks a free one)")
 	fs.StringVar(&cfg.data, "data", "./sluice-data", "data directory, created if missing")
 	fs.StringVar(&cfg.fsync, "fsync", "everysec", "durability: always (reply after fsync), everysec (lose at most ~1s on a crash), no (the OS decides)")
@@ -140,6 +142,7 @@ func newFlagSet(cfg *config, stderr io.Writer) *flag.FlagSet {
 	fs.IntVar(&cfg.cacheBuckets, "cache-buckets", storage.DefaultCacheEntries, "most buckets whose state is kept in memory (about 350 bytes of RSS each with short keys); 0 turns the cache off")
 	fs.Var(&cfg.cacheMemory, "cache-memory", "most bytes the bucket cache holds, each bucket charged its key, its state and about 200 bytes; a bucket over 1/1024 of it is not cached; 0 turns the cache off")
 	fs.Var(&cfg.memtableSize, "memtable-size", "Pebble memtable size")
+	fs.Var(&cfg.memoryLimit, "memory-limit", "the Go runtime's soft memory limit: auto computes the sizing rule from the memory flags (README.md), 0 sets none, or a size; the GOMEMLIMIT environment variable wins over it")
 	fs.Var(&cfg.keyFilterSize, "key-filter-size", "in-memory filter of stored keys that spares a disk lookup for new buckets (about 10 bits per key); 0 turns it off")
 	fs.DurationVar(&cfg.shutdownTimeout, "shutdown-timeout", server.DefaultShutdownTimeout, "on SIGTERM, the most the shutdown takes: connections finish their last pipeline, then the store is written, fsynced and closed; past it, sluice exits with status 1 and logs what may be lost")
 	fs.DurationVar(&cfg.sweepInterval, "sweep-interval", server.DefaultSweepInterval, "pause between passes of the sweep that deletes buckets refilled to full; 0 turns it off (COMPACT still sweeps)")
@@ -342,6 +345,10 @@ func runReloading(ctx context.Context, hup <-chan os.Signal, args []string, look
 	if err != nil {
 		return err
 	}
+	// Before the store opens, so that replaying a long log is collected
+	// within the limit too. restore matters only to tests that call run.
+	memLimit, memLimitSource, restoreMemLimit := applyMemoryLimit(cfg, lookupEnv, log)
+	defer restoreMemLimit()
 	var tlsFiles *server.TLSFiles
 	if cfg.tlsCert != "" {
 		tlsFiles = &server.TLSFiles{Cert: cfg.tlsCert, Key: cfg.tlsKey, CA: cfg.tlsCA}
@@ -377,6 +384,9 @@ func runReloading(ctx context.Context, hup <-chan os.Signal, args []string, look
 		SweepInterval:   time.Duration(offIfZero(int64(cfg.sweepInterval))),
 		SweepRate:       int(offIfZero(int64(cfg.sweepRate))),
 		BackupDir:       cfg.backupDir,
+
+		MemoryLimit:       memLimit,
+		MemoryLimitSource: memLimitSource,
 
 		AllowOnStoreError: cfg.onStoreError == "allow",
 
