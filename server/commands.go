@@ -28,7 +28,10 @@ type client struct {
 	libName string
 	libVer  string
 	quit    bool
-	authed  bool // AUTH done, or no password configured
+	// failed asks the connection to close gently after an error reply
+	// (conn.lingerClose): the client may have pipelined more behind it.
+	failed bool
+	authed bool // AUTH done, or no password configured
 	// authFails counts failed AUTH and HELLO AUTH attempts, for
 	// MaxAuthFailures.
 	authFails int

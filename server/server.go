@@ -430,7 +430,7 @@ func (s *Server) execAll(cn *conn, cmds []byte) (n int) {
 		if len(c.out) > s.cfg.MaxReplyBuffer {
 			s.stats.replyOverflows.Add(1)
 			s.log.Warn("closing a client whose reply exceeds the reply buffer limit", "client", c.id, "remote", c.addr, "limit", s.cfg.MaxReplyBuffer)
-			cn.failed = true
+			c.failed = true
 			c.out = appendError(c.out, "ERR reply buffer limit reached (--max-reply-buffer); closing the connection")
 			c.quit = true
 			break
