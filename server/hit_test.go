@@ -14,6 +14,7 @@ import (
 	"strings"
 	"sync"
 	"sync/atomic"
+	"syscall"
 	"testing"
 	"time"
 
@@ -772,8 +773,9 @@ func TestIdleConnectionsLetBigHITsGo(t *testing.T) {
 		{"big value", func(big []byte) []byte {
 			return respCommand([]byte("HIT"), []byte("method=GET"), append([]byte("path="), big...))
 		}},
-		// Its window is stored below, before the measure, so this one is
-		// refused and writes nothing; the counter key is built all the same.
+		// The store refuses writes (below), so the counter key is built
+		// and the hit refused before anything is stored: the heap measured
+		// holds no big record.
 		{"big actor value", func(big []byte) []byte {
 			return respCommand([]byte("HIT"), []byte("method=GET"), []byte("path=/pantry/x"), append([]byte("ip="), big...))
 		}},
@@ -781,34 +783,44 @@ func TestIdleConnectionsLetBigHITsGo(t *testing.T) {
 			return respCommand([]byte("HIT"), []byte("method=GET"), big)
 		}},
 	}
-	send := func(c *rawClient, i int) {
-		c.write(cmds[i].cmd(bytes.Repeat([]byte("x"), size)))
-		if r := c.reply(); r != "*3" && !strings.HasPrefix(r, "-ERR HIT argument 2 is not key=value") {
-			t.Fatalf("%s: reply %.80q", cmds[i].name, r)
-		}
-		// Served after the HIT's pipeline is done with, buffers included.
-		c.write([]byte("PING\r\n"))
-		c.expect("+PONG")
+	disk := storage.NewMemDisk()
+	store, err := storage.Open("db", storage.Options{Sync: storage.SyncAlways, Disk: disk})
+	if err != nil {
+		t.Fatal(err)
 	}
 	path := filepath.Join("..", "policy", "testdata", "example-config.ini")
-	srv := startServer(t, Config{PolicyFile: path, MaxBulk: 8 << 20, MaxQueryBuffer: 16 << 20, MaxKeySize: 8 << 20})
+	srv, err := New(Config{Store: store, PolicyFile: path, MaxBulk: 8 << 20, MaxQueryBuffer: 16 << 20, MaxKeySize: 8 << 20})
+	if err != nil {
+		t.Fatal(err)
+	}
+	serveOn(t, srv, store)
 	conns := make([]*rawClient, 2*len(cmds))
 	for i := range conns {
 		conns[i] = dialRaw(t, srv)
 		conns[i].write([]byte("PING\r\n"))
 		conns[i].expect("+PONG")
 	}
-	send(conns[1], 1) // the rule's one credit a day
-	// Out of the commit queue and the memtable, so that what Pebble does
-	// with the stored window is not counted as the connections'.
-	if err := srv.store.Compact(context.Background()); err != nil {
-		t.Fatal(err)
+	disk.FailWrites(fmt.Errorf("injected: %w", syscall.ENOSPC))
+	conns[0].write([]byte("RL.REDUCE k 10 60\r\n"))
+	if r := conns[0].reply(); !strings.HasPrefix(r, "-ERR store unavailable") {
+		t.Fatalf("RL.REDUCE on a failing disk: %q, want the store unavailable", r)
 	}
 	before := heapInuse()
 	for i, c := range conns {
-		send(c, i%len(cmds))
+		cmd := cmds[i%len(cmds)]
+		c.write(cmd.cmd(bytes.Repeat([]byte("x"), size)))
+		if r := c.reply(); r != "*3" && !strings.HasPrefix(r, "-ERR HIT argument 2 is not key=value") && !strings.HasPrefix(r, "-ERR store unavailable") {
+			t.Fatalf("%s: reply %.80q", cmd.name, r)
+		}
+		// Served after the HIT's pipeline is done with, buffers included.
+		c.write([]byte("PING\r\n"))
+		c.expect("+PONG")
 	}
 	grew := heapInuse() - before
+	disk.FailWrites(nil)
+	for store.Unavailable() != nil { // the retried write goes through, so the store closes cleanly
+		time.Sleep(time.Millisecond)
+	}
 	t.Logf("%d idle clients that each sent a %d MiB HIT: server heap grew %d KiB; client buffers counted: %d KiB",
 		len(conns), size>>20, grew>>10, srv.clientMem.Load()>>10)
 	if grew > 2<<20 {
