@@ -28,7 +28,10 @@ type client struct {
 	libName string
 	libVer  string
 	quit    bool
-	authed  bool // AUTH done, or no password configured
+	// failed asks the connection to close gently after an error reply
+	// (conn.lingerClose): the client may have pipelined more behind it.
+	failed bool
+	authed bool // AUTH done, or no password configured
 	// authFails counts failed AUTH and HELLO AUTH attempts, for
 	// MaxAuthFailures.
 	authFails int
@@ -382,9 +385,15 @@ func cmdHello(s *Server, c *client, args [][]byte) {
 		s.replyErr(c, replyErr("NOAUTH HELLO must be called with the client already authenticated, otherwise the HELLO <proto> AUTH <user> <pass> option can be used to authenticate the client and select the RESP protocol version at the same time"))
 		return
 	}
-	if setName && !validClientName(name) {
-		s.replyErr(c, errClientName)
-		return
+	if setName {
+		if err := clientNameTooLong("client name", name); err != nil {
+			s.replyErr(c, err)
+			return
+		}
+		if !validClientName(name) {
+			s.replyErr(c, errClientName)
+			return
+		}
 	}
 	c.authed = true
 	c.resp = proto
@@ -411,6 +420,21 @@ func cmdHello(s *Server, c *client, args [][]byte) {
 
 var errClientName = replyErr("ERR Client names cannot contain spaces, newlines or special characters.")
 
+// maxClientName is the longest client name, library name or version a
+// connection may set. Redis has no limit; here each is kept for the life of
+// the connection and not counted in --maxmemory-clients, so a fixed cap
+// keeps three of them from costing up to 3 × --max-bulk per connection.
+const maxClientName = 256
+
+// clientNameTooLong refuses a name longer than maxClientName; what names
+// it in the error.
+func clientNameTooLong(what string, b []byte) error {
+	if len(b) <= maxClientName {
+		return nil
+	}
+	return replyErr("ERR " + what + " is " + strconv.Itoa(len(b)) + " bytes, longer than the limit of " + strconv.Itoa(maxClientName) + " bytes")
+}
+
 func validClientName(b []byte) bool {
 	for _, ch := range b {
 		if ch < '!' || ch > '~' {
@@ -432,6 +456,10 @@ func cmdClient(s *Server, c *client, args [][]byte) {
 			c.out = appendBulkString(c.out, c.name)
 		}
 	case sub == "setname" && len(args) == 3:
+		if err := clientNameTooLong("client name", args[2]); err != nil {
+			s.replyErr(c, err)
+			return
+		}
 		if !validClientName(args[2]) {
 			s.replyErr(c, errClientName)
 			return
@@ -440,9 +468,15 @@ func cmdClient(s *Server, c *client, args [][]byte) {
 		c.out = appendSimple(c.out, "OK")
 	case sub == "setinfo" && len(args) == 4:
 		attr := strings.ToLower(string(args[2]))
-		if !validClientName(args[3]) {
-			s.replyErr(c, replyErr("ERR "+attr+" cannot contain spaces, newlines or special characters."))
-			return
+		if attr == "lib-name" || attr == "lib-ver" { // else refused below, as in Redis
+			if err := clientNameTooLong(attr, args[3]); err != nil {
+				s.replyErr(c, err)
+				return
+			}
+			if !validClientName(args[3]) {
+				s.replyErr(c, replyErr("ERR "+attr+" cannot contain spaces, newlines or special characters."))
+				return
+			}
 		}
 		switch attr {
 		case "lib-name":

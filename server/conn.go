@@ -66,7 +66,6 @@ type conn struct {
 
 	mem    int64 // bytes of buffers counted in srv.clientMem
 	outCap int   // cap(cl.out) when mem was last counted
-	failed bool  // closing after an error reply: see lingerClose
 
 	draining  atomic.Bool // shutdown: finish the pipeline, read no more
 	closeOnce sync.Once
@@ -218,7 +217,7 @@ func (cn *conn) process(p []byte) bool {
 			// Bounded: a client that sent garbage gets no more patience.
 			_ = cn.nc.SetWriteDeadline(time.Now().Add(time.Second))
 			cn.write(appendError(nil, "ERR "+ferr.Error()))
-			cn.failed = true
+			c.failed = true
 		}
 		return false
 	}
@@ -234,7 +233,7 @@ func (cn *conn) evict() {
 		"limit", s.cfg.MaxMemoryClients, "client_buffers", cn.mem)
 	c.out = appendError(c.out, "ERR client memory limit reached: the buffers of all clients exceed --maxmemory-clients; closing the connection")
 	c.quit = true
-	cn.failed = true
+	c.failed = true
 }
 
 // commitAndSend commits the pipeline's pending writes, replaces their
@@ -288,6 +287,7 @@ func (cn *conn) resize(n int) {
 	if cap(c.key) > connKeepBuf {
 		c.key = nil
 	}
+	c.hit.resize()
 	if c.batchBytes > connKeepBuf {
 		// The batch keeps the keys of its largest pipeline.
 		c.batch = cn.srv.store.NewBatch()
@@ -304,7 +304,7 @@ func (cn *conn) resize(n int) {
 func (cn *conn) footprint() int64 {
 	c := cn.cl
 	return int64(cap(cn.rbuf) + cap(cn.obuf) + 24*cap(cn.args) + cn.f.footprint() +
-		cap(c.out) + 48*cap(c.writes) + cap(c.key))
+		cap(c.out) + 48*cap(c.writes) + cap(c.key) + c.hit.footprint())
 }
 
 // account updates the connection's share of the clients' memory. It
@@ -361,7 +361,7 @@ func (cn *conn) finish() {
 	cn.f = nil
 	s.clientMem.Add(-cn.mem)
 	cn.mem = 0
-	if cn.failed {
+	if cn.cl.failed {
 		cn.lingerClose()
 	}
 	cn.forceClose()

@@ -132,9 +132,9 @@ func (s *Server) admitDivvy(nc net.Conn) *divvyConn {
 }
 
 // closeDivvy stops accepting, asks every connection to finish its round
-// and close, and waits for them until ShutdownTimeout, then closes the
-// ones left. Close calls it.
-func (s *Server) closeDivvy() {
+// and close, and waits for them until forceAt, then closes the ones left
+// and waits for them for rest at most. Close calls it.
+func (s *Server) closeDivvy(forceAt time.Time, rest time.Duration) {
 	s.mu.Lock()
 	ln := s.divvy.ln
 	conns := make([]*divvyConn, 0, len(s.divvy.conns))
@@ -156,13 +156,18 @@ func (s *Server) closeDivvy() {
 	}()
 	select {
 	case <-done:
-	case <-time.After(s.cfg.ShutdownTimeout):
+	case <-s.after(time.Until(forceAt)):
 		s.mu.Lock()
 		for d := range s.divvy.conns {
 			_ = d.nc.Close()
 		}
 		s.mu.Unlock()
-		<-done
+		select {
+		case <-done:
+		case <-s.after(rest):
+			// As in Close: a hit stuck below the network is given up on.
+			s.log.Error("shutdown: line-protocol connections still busy after closing them; giving up on them")
+		}
 	}
 }
 

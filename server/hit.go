@@ -110,6 +110,43 @@ type hitter struct {
 	done []hitDone
 }
 
+// Sizes of a hitter's elements, for its footprint.
+const (
+	fieldSize   = 48 // policy.Field: two slice headers
+	hitDoneSize = 16 // hitDone: a pointer and three bools, padded
+)
+
+// resize lets go of what a pipeline's hits grew, as conn.resize does for
+// the connection's buffers. req's fields point into the framer's output of
+// the last pipeline, so its whole capacity is cleared: a slice header left
+// beyond len would keep a dropped multi-MiB command reachable for the life
+// of the connection.
+func (h *hitter) resize() {
+	if cap(h.req)*fieldSize > connKeepBuf {
+		h.req = nil
+	} else {
+		clear(h.req[:cap(h.req)])
+		h.req = h.req[:0]
+	}
+	if cap(h.canaries)*8 > connKeepBuf {
+		h.canaries = nil
+	} else {
+		clear(h.canaries[:cap(h.canaries)]) // rules of a policy a reload may replace
+		h.canaries = h.canaries[:0]
+	}
+	if cap(h.key) > connKeepBuf {
+		h.key = nil
+	}
+	if cap(h.done)*hitDoneSize > connKeepBuf {
+		h.done = nil
+	}
+}
+
+// footprint is the bytes of h's buffers, counted with the connection's.
+func (h *hitter) footprint() int {
+	return fieldSize*cap(h.req) + 8*cap(h.canaries) + cap(h.key) + hitDoneSize*cap(h.done)
+}
+
 type hitDone struct {
 	counts        *hitCounts
 	canary, wrote bool

@@ -2,6 +2,7 @@ package server
 
 import (
 	"bufio"
+	"bytes"
 	"context"
 	"fmt"
 	"io"
@@ -13,6 +14,7 @@ import (
 	"strings"
 	"sync"
 	"sync/atomic"
+	"syscall"
 	"testing"
 	"time"
 
@@ -754,4 +756,113 @@ func FuzzDivvyLines(f *testing.F) {
 			}
 		}
 	})
+}
+
+// An idle connection whose last command was a big HIT holds a few KiB: the
+// parsed fields of a HIT point into the pipeline's buffer, so keeping them
+// (even beyond len, or after a parse error) kept the whole command; and a
+// counter key built from a big actor value was kept as well.
+func TestIdleConnectionsLetBigHITsGo(t *testing.T) {
+	const size = 7 << 20
+	// Made when sent, so that the test's own copies are not in the heap
+	// measured before.
+	cmds := []struct {
+		name string
+		cmd  func(big []byte) []byte
+	}{
+		{"big value", func(big []byte) []byte {
+			return respCommand([]byte("HIT"), []byte("method=GET"), append([]byte("path="), big...))
+		}},
+		// The store refuses writes (below), so the counter key is built
+		// and the hit refused before anything is stored: the heap measured
+		// holds no big record.
+		{"big actor value", func(big []byte) []byte {
+			return respCommand([]byte("HIT"), []byte("method=GET"), []byte("path=/pantry/x"), append([]byte("ip="), big...))
+		}},
+		{"parse error after a field", func(big []byte) []byte {
+			return respCommand([]byte("HIT"), []byte("method=GET"), big)
+		}},
+	}
+	disk := storage.NewMemDisk()
+	store, err := storage.Open("db", storage.Options{Sync: storage.SyncAlways, Disk: disk})
+	if err != nil {
+		t.Fatal(err)
+	}
+	path := filepath.Join("..", "policy", "testdata", "example-config.ini")
+	srv, err := New(Config{Store: store, PolicyFile: path, MaxBulk: 8 << 20, MaxQueryBuffer: 16 << 20, MaxKeySize: 8 << 20})
+	if err != nil {
+		t.Fatal(err)
+	}
+	serveOn(t, srv, store)
+	conns := make([]*rawClient, 2*len(cmds))
+	for i := range conns {
+		conns[i] = dialRaw(t, srv)
+		conns[i].write([]byte("PING\r\n"))
+		conns[i].expect("+PONG")
+	}
+	disk.FailWrites(fmt.Errorf("injected: %w", syscall.ENOSPC))
+	conns[0].write([]byte("RL.REDUCE k 10 60\r\n"))
+	if r := conns[0].reply(); !strings.HasPrefix(r, "-ERR store unavailable") {
+		t.Fatalf("RL.REDUCE on a failing disk: %q, want the store unavailable", r)
+	}
+	before := heapInuse()
+	for i, c := range conns {
+		cmd := cmds[i%len(cmds)]
+		c.write(cmd.cmd(bytes.Repeat([]byte("x"), size)))
+		if r := c.reply(); r != "*3" && !strings.HasPrefix(r, "-ERR HIT argument 2 is not key=value") && !strings.HasPrefix(r, "-ERR store unavailable") {
+			t.Fatalf("%s: reply %.80q", cmd.name, r)
+		}
+		// Served after the HIT's pipeline is done with, buffers included.
+		c.write([]byte("PING\r\n"))
+		c.expect("+PONG")
+	}
+	grew := heapInuse() - before
+	disk.FailWrites(nil)
+	for store.Unavailable() != nil { // the retried write goes through, so the store closes cleanly
+		time.Sleep(time.Millisecond)
+	}
+	t.Logf("%d idle clients that each sent a %d MiB HIT: server heap grew %d KiB; client buffers counted: %d KiB",
+		len(conns), size>>20, grew>>10, srv.clientMem.Load()>>10)
+	if grew > 2<<20 {
+		t.Fatalf("heap grew %d KiB after the HITs were answered; idle connections should hold a few KiB each", grew>>10)
+	}
+}
+
+// The buffers a HIT keeps between pipelines are counted against
+// --maxmemory-clients like the connection's others.
+func TestClientMemoryCountsHitBuffers(t *testing.T) {
+	path := filepath.Join("..", "policy", "testdata", "example-config.ini")
+	srv := startServer(t, Config{PolicyFile: path})
+	// 128 fields of 6 bytes: a command of under 2 KiB whose parsed fields
+	// (two slice headers each) take 6 KiB, under connKeepBuf, so kept.
+	const fields = 128
+	args := [][]byte{nil}
+	for i := range fields {
+		args = append(args, fmt.Appendf(nil, "k%03d=v", i))
+	}
+	// grew is how much the client buffers grew for a command of name and
+	// args, sent alone on a new connection.
+	grew := func(name, reply string) int64 {
+		c := dialRaw(t, srv)
+		defer c.conn.Close()
+		c.write([]byte("PING\r\n"))
+		c.expect("+PONG")
+		before := srv.clientMem.Load()
+		args[0] = []byte(name)
+		c.write(respCommand(args...))
+		if r := c.reply(); !strings.HasPrefix(r, reply) {
+			t.Fatalf("%s: reply %q, want %q...", name, r, reply)
+		}
+		c.write([]byte("PING\r\n"))
+		c.expect("+PONG")
+		return srv.clientMem.Load() - before
+	}
+	// ECHO with as many arguments is refused: it grows the same framing
+	// buffers, not the HIT's.
+	hit, echo := grew("HIT", "*3"), grew("ECHO", "-ERR wrong number of arguments")
+	t.Logf("a command of %d arguments: client buffers grew %d bytes for HIT, %d for ECHO", fields+1, hit, echo)
+	if want := int64(fields * fieldSize); hit-echo < want {
+		t.Fatalf("client buffers grew %d bytes after a HIT of %d fields and %d after an ECHO as long; the HIT's parsed fields alone take %d",
+			hit, fields, echo, want)
+	}
 }

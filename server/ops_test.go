@@ -7,8 +7,10 @@ import (
 	"io"
 	"net"
 	"net/http"
+	"path/filepath"
 	"runtime"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -269,4 +271,93 @@ func TestMetricsAndHealth(t *testing.T) {
 	}
 	hog.Close()
 	<-closed
+}
+
+// smallSendBuffers is a listener whose connections have a small socket
+// send buffer, so that a client that does not read stalls them soon.
+type smallSendBuffers struct{ net.Listener }
+
+func (l smallSendBuffers) Accept() (net.Conn, error) {
+	c, err := l.Listener.Accept()
+	if tc, ok := c.(*net.TCPConn); ok {
+		_ = tc.SetWriteBuffer(4 << 10)
+	}
+	return c, err
+}
+
+// stall writes chunk to conn, never reading, until the server stops
+// reading because its replies cannot be sent; a write deadline that passes
+// is how it knows.
+func stall(t *testing.T, conn net.Conn, chunk []byte) {
+	t.Helper()
+	for sent := 0; sent < 1<<30; {
+		_ = conn.SetWriteDeadline(time.Now().Add(500 * time.Millisecond))
+		n, err := conn.Write(chunk)
+		sent += n
+		if err != nil {
+			if !isTimeout(err) {
+				t.Fatalf("write: %v", err)
+			}
+			return
+		}
+	}
+	t.Fatal("the server read 1 GiB of commands whose replies nobody read")
+}
+
+// TestCloseForcesConnectionsAtNineTenths: Close closes the connections
+// still busy after nine tenths of ShutdownTimeout, then waits for them at
+// most the last tenth, on both protocols. cmd/sluice closes the store after
+// nine tenths: a Close that waited the whole timeout left connections
+// running commands on a closed store, and a line-protocol connection stuck
+// after its close held Close forever.
+func TestCloseForcesConnectionsAtNineTenths(t *testing.T) {
+	const timeout = 10 * time.Second
+	path := filepath.Join("..", "policy", "testdata", "example-config.ini")
+	srv := startServer(t, Config{PolicyFile: path, ShutdownTimeout: timeout})
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	go srv.ServeDivvy(smallSendBuffers{ln})
+
+	resp := dial(t, srv)
+	stall(t, resp, respCommand([]byte("ECHO"), bytes.Repeat([]byte("x"), 1<<20)))
+	line, err := net.Dial("tcp", ln.Addr().String())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer line.Close()
+	_ = line.(*net.TCPConn).SetReadBuffer(4 << 10)
+	stall(t, line, bytes.Repeat([]byte("HIT method=GET path=/status\n"), 1000))
+
+	// Every wait ends at once: the durations asked for are what counts.
+	var (
+		mu    sync.Mutex
+		waits []time.Duration
+	)
+	srv.after = func(d time.Duration) <-chan time.Time {
+		mu.Lock()
+		waits = append(waits, d)
+		mu.Unlock()
+		ch := make(chan time.Time, 1)
+		ch <- time.Time{}
+		return ch
+	}
+	srv.Close()
+	mu.Lock()
+	defer mu.Unlock()
+	force, rest := 0, 0
+	for _, d := range waits {
+		switch {
+		case d > timeout/2 && d <= timeout-timeout/10:
+			force++
+		case d <= timeout/10:
+			rest++
+		}
+	}
+	t.Logf("waits of Close with a %v timeout: %v", timeout, waits)
+	if len(waits) != 4 || force != 2 || rest != 2 {
+		t.Fatalf("Close with a %v timeout and a stalled connection on each protocol waited %v; want, for each protocol, up to %v before closing them and up to %v after",
+			timeout, waits, timeout-timeout/10, timeout/10)
+	}
 }

@@ -170,6 +170,7 @@ func (s *Server) authFailed(c *client) {
 	if closing {
 		s.stats.authClosed.Add(1)
 		c.quit = true // after this reply; the rest of the pipeline is not run
+		c.failed = true
 	}
 	s.authLog.failed(s, c, closing)
 	s.replyErr(c, errWrongPass)

@@ -419,3 +419,26 @@ func TestAuthFailuresLoggedAtWarn(t *testing.T) {
 		t.Fatalf("a quiet window logged %v", recs[2:])
 	}
 }
+
+// TestAuthFailureCloseKeepsTheReplies: the connection closed at the
+// MaxAuthFailures-th failure still delivers every WRONGPASS when the
+// client pipelined more behind it: a plain close with its commands unread
+// makes the kernel reset the connection, which can discard the replies
+// before the client reads them.
+func TestAuthFailureCloseKeepsTheReplies(t *testing.T) {
+	wrong := "*2\r\n$4\r\nAUTH\r\n$5\r\nwrong\r\n"
+	wrongPass := "-WRONGPASS invalid username-password pair or user is disabled.\r\n"
+	srv := startServer(t, Config{Password: "s3cret"})
+	conn := dial(t, srv)
+	// 100 PINGs of 100 bytes: more than the server's first read, so that
+	// some is still unread when it closes.
+	pings := strings.Repeat("PING "+strings.Repeat("x", 100)+"\r\n", 100)
+	if _, err := io.WriteString(conn, strings.Repeat(wrong, DefaultMaxAuthFailures)+pings); err != nil {
+		t.Fatal(err)
+	}
+	got, err := io.ReadAll(conn)
+	if err != nil || string(got) != strings.Repeat(wrongPass, DefaultMaxAuthFailures) {
+		t.Fatalf("after %d failed AUTHs and 100 PINGs in one write, read %q, %v; want %d WRONGPASS then EOF",
+			DefaultMaxAuthFailures, got, err, DefaultMaxAuthFailures)
+	}
+}

@@ -49,8 +49,9 @@ type Config struct {
 	// 785-950 MiB, with 16 KiB keys to 247-265 MiB.
 	MaxKeySize int
 
-	// ShutdownTimeout bounds how long Close waits for connections to
-	// finish their last pipeline before closing them; default 10s.
+	// ShutdownTimeout bounds Close: connections get nine tenths of it to
+	// finish their last pipeline, are then closed, and Close waits for them
+	// at most the last tenth; default 10s.
 	ShutdownTimeout time.Duration
 
 	Version string           // reported by INFO and HELLO; default "dev"
@@ -170,8 +171,10 @@ type Server struct {
 
 	closing atomic.Bool
 	done    chan struct{} // closed when Close has finished
-	nextID  atomic.Int64
-	conns   sync.WaitGroup // one per accepted connection, until its goroutine ends
+	// after is time.After for Close's waits; tests see and drive them.
+	after  func(time.Duration) <-chan time.Time
+	nextID atomic.Int64
+	conns  sync.WaitGroup // one per accepted connection, until its goroutine ends
 	// clientMem is the bytes of all RESP connections' buffers, bounded by
 	// MaxMemoryClients.
 	clientMem     atomic.Int64
@@ -298,6 +301,7 @@ func New(cfg Config) (*Server, error) {
 	s.cmds = commandTable()
 	s.initMetrics()
 	s.done = make(chan struct{})
+	s.after = time.After
 	s.sweep.stop = make(chan struct{})
 	s.lastSave.Store(s.start.Unix())
 	s.mu.guards = make(map[*conn]struct{})
@@ -340,21 +344,29 @@ func (s *Server) Addr() net.Addr {
 // Close shuts the server down gracefully: it stops accepting, stops reading
 // new commands, lets every connection finish and answer the pipeline it is
 // executing, and closes the connections. Connections still busy after
-// ShutdownTimeout (a client that does not read its replies) are closed
-// forcibly. Close does not close the store: whoever opened it does, after
-// Close returns.
+// nine tenths of ShutdownTimeout (a client that does not read its
+// replies) are closed forcibly, and Close waits for them at most the last
+// tenth. Close does not close the store: whoever opened it does, after
+// Close returns, or, as cmd/sluice does, once nine tenths of the same
+// timeout have passed: Close's forced close is timed to that moment rather
+// than the whole timeout, so connections are not left serving for a tenth
+// of it on a closed store.
 func (s *Server) Close() error {
 	if !s.closing.CompareAndSwap(false, true) {
 		<-s.done
 		return nil
 	}
+	// From now, as cmd/sluice's own timer: a slow stopSweeper does not
+	// push the forced close past the moment the store is closed.
+	rest := s.cfg.ShutdownTimeout / 10
+	forceAt := time.Now().Add(s.cfg.ShutdownTimeout - rest)
 	defer close(s.done)
 	defer s.authLog.stop(s)
 	defer s.closeHTTP() // last: /readyz answers 503 while connections drain
 	s.stopSweeper()     // also ends a running COMPACT early
 	divvyDone := make(chan struct{})
 	go func() {
-		s.closeDivvy()
+		s.closeDivvy(forceAt, rest)
 		close(divvyDone)
 	}()
 	defer func() { <-divvyDone }()
@@ -378,7 +390,7 @@ func (s *Server) Close() error {
 	}()
 	select {
 	case <-done:
-	case <-time.After(s.cfg.ShutdownTimeout):
+	case <-s.after(time.Until(forceAt)):
 		s.mu.Lock()
 		n := len(s.mu.guards)
 		for g := range s.mu.guards {
@@ -388,7 +400,7 @@ func (s *Server) Close() error {
 		s.log.Warn("shutdown timeout: closing connections that are still busy", "connections", n, "timeout", s.cfg.ShutdownTimeout)
 		select {
 		case <-done:
-		case <-time.After(s.cfg.ShutdownTimeout):
+		case <-s.after(rest):
 			// A handler is stuck below the network, e.g. in an fsync that
 			// does not return. Give up on it rather than hang.
 			s.log.Error("shutdown: connections still busy after closing them; giving up on them")
@@ -436,7 +448,7 @@ func (s *Server) execAll(cn *conn, cmds []byte) (n int) {
 		if len(c.out) > s.cfg.MaxReplyBuffer {
 			s.stats.replyOverflows.Add(1)
 			s.log.Warn("closing a client whose reply exceeds the reply buffer limit", "client", c.id, "remote", c.addr, "limit", s.cfg.MaxReplyBuffer)
-			cn.failed = true
+			c.failed = true
 			c.out = appendError(c.out, "ERR reply buffer limit reached (--max-reply-buffer); closing the connection")
 			c.quit = true
 			break

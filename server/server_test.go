@@ -563,3 +563,40 @@ func BenchmarkPipelineOverTCP(b *testing.B) {
 		}
 	})
 }
+
+// TestClientNamesAreCapped: a client name, library name or version is at
+// most maxClientName bytes (Redis has no limit): each is kept for the life
+// of the connection, so without a cap a client could park up to three
+// bulk strings of --max-bulk there.
+func TestClientNamesAreCapped(t *testing.T) {
+	srv := startServer(t, Config{})
+	c := dialRaw(t, srv)
+	ok, long := strings.Repeat("n", maxClientName), strings.Repeat("n", maxClientName+1)
+	for _, tc := range []struct {
+		what string
+		cmd  []string
+	}{
+		{"client name", []string{"CLIENT", "SETNAME"}},
+		{"lib-name", []string{"CLIENT", "SETINFO", "LIB-NAME"}},
+		{"lib-ver", []string{"CLIENT", "SETINFO", "lib-ver"}},
+		{"client name", []string{"HELLO", "2", "SETNAME"}},
+	} {
+		send := func(v string) string {
+			var args [][]byte
+			for _, a := range tc.cmd {
+				args = append(args, []byte(a))
+			}
+			c.write(respCommand(append(args, []byte(v))...))
+			return c.reply()
+		}
+		if got := send(ok); got != "+OK" && got != "*14" {
+			t.Fatalf("%v with %d bytes: %q, want it accepted", tc.cmd, len(ok), got)
+		}
+		want := fmt.Sprintf("-ERR %s is %d bytes, longer than the limit of %d bytes", tc.what, len(long), maxClientName)
+		if got := send(long); got != want {
+			t.Fatalf("%v with %d bytes: %q, want %q", tc.cmd, len(long), got, want)
+		}
+	}
+	c.write([]byte("CLIENT GETNAME\r\n"))
+	c.expect("$" + strconv.Itoa(maxClientName)) // the last name accepted
+}

@@ -249,7 +249,9 @@ type Corruption struct {
 // A table that cannot be read is reported to corrupt, which may be nil,
 // and skipped: the records in its key range that Inspect had not listed yet
 // are left out, the rest is listed. Inspect then returns an error wrapping
-// ErrCorrupt.
+// ErrCorrupt. When the table holding the format marker is the one that
+// cannot be read, the store is listed all the same, the marker's failure
+// reported first.
 func Inspect(dir string, fn func(key, val []byte) bool, corrupt func(Corruption)) (err error) {
 	if _, err := os.Stat(dir); err != nil {
 		return fmt.Errorf("inspect %s: %w", dir, err)
@@ -286,24 +288,42 @@ func Inspect(dir string, fn func(key, val []byte) bool, corrupt func(Corruption)
 		return fmt.Errorf("open store in %s: %w", dir, err)
 	}
 	defer db.Close()
-	found, err := readFormat(db, dir)
-	if err != nil {
-		return err
-	}
-	if !found {
-		return fmt.Errorf("%w: %s has no sluice format marker", ErrNotStore, dir)
+	// takeLast returns the corruption Pebble reported since the last call.
+	takeLast := func() *pebble.DataCorruptionInfo {
+		mu.Lock()
+		defer mu.Unlock()
+		info := last
+		last = nil
+		return info
 	}
 	bad := 0
+	markerFile := "" // the table holding an unreadable format marker
+	found, err := readFormat(db, dir)
+	switch {
+	case err != nil && pebble.IsCorruptionError(err):
+		// The marker's table is damaged, not necessarily the rest: say that
+		// the store could not be checked, and list what can be read.
+		bad++
+		c := Corruption{Err: fmt.Errorf("the sluice format marker could not be checked, listing the store anyway: %w", err)}
+		if info := takeLast(); info != nil {
+			c.File, c.Start, c.End = info.Path, info.Bounds.Start, info.Bounds.End.Key
+			markerFile = info.Path
+		}
+		if corrupt != nil {
+			corrupt(c)
+		}
+	case err != nil:
+		return err
+	case !found:
+		return fmt.Errorf("%w: %s has no sluice format marker", ErrNotStore, dir)
+	}
 	lower := firstRecordKey
 	for {
 		err := inspectFrom(db, lower, fn)
 		if err == nil {
 			break
 		}
-		mu.Lock()
-		info := last
-		last = nil
-		mu.Unlock()
+		info := takeLast()
 		if info == nil {
 			return fmt.Errorf("inspect %s: %w", dir, err)
 		}
@@ -315,9 +335,11 @@ func Inspect(dir string, fn func(key, val []byte) bool, corrupt func(Corruption)
 		if bytes.Compare(next, lower) <= 0 {
 			return fmt.Errorf("inspect %s: %w: %w", dir, ErrCorrupt, err)
 		}
-		bad++
-		if corrupt != nil {
-			corrupt(Corruption{File: info.Path, Start: info.Bounds.Start, End: end, Err: err})
+		if info.Path != markerFile { // reported already
+			bad++
+			if corrupt != nil {
+				corrupt(Corruption{File: info.Path, Start: info.Bounds.Start, End: end, Err: err})
+			}
 		}
 		lower = next
 	}

@@ -199,6 +199,14 @@ func TestOutOfFileDescriptorsIsRetried(t *testing.T) {
 // the m… table. It returns that table's name.
 func corruptStore(t *testing.T, dir string) string {
 	t.Helper()
+	return corruptTable(t, dir, 'm', func(size int64) int64 { return size / 3 })
+}
+
+// corruptTable writes a store of three tables, a, m and z keys, and
+// overwrites 64 bytes at off(its size) of the one whose smallest key
+// starts with first; it returns that table's path.
+func corruptTable(t *testing.T, dir string, first byte, off func(size int64) int64) string {
+	t.Helper()
 	s, err := Open(dir, Options{})
 	if err != nil {
 		t.Fatal(err)
@@ -227,7 +235,7 @@ func corruptStore(t *testing.T, dir string) string {
 	for _, level := range tables {
 		for _, tab := range level {
 			n++
-			if tab.Smallest.UserKey[0] == 'm' {
+			if tab.Smallest.UserKey[0] == first {
 				victim = filepath.Join(dir, fmt.Sprintf("%s.sst", tab.BackingSSTNum))
 			}
 		}
@@ -236,7 +244,7 @@ func corruptStore(t *testing.T, dir string) string {
 		t.Fatal(err)
 	}
 	if victim == "" || n != 3 {
-		t.Fatalf("want 3 tables, one of the m keys; got %d: %v", n, tables)
+		t.Fatalf("want 3 tables, one starting with %q; got %d: %v", first, n, tables)
 	}
 	f, err := os.OpenFile(victim, os.O_RDWR, 0)
 	if err != nil {
@@ -247,7 +255,7 @@ func corruptStore(t *testing.T, dir string) string {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if _, err := f.WriteAt([]byte(strings.Repeat("X", 64)), fi.Size()/3); err != nil {
+	if _, err := f.WriteAt([]byte(strings.Repeat("X", 64)), off(fi.Size())); err != nil {
 		t.Fatal(err)
 	}
 	return victim
@@ -272,6 +280,33 @@ func TestInspectSkipsCorruptTable(t *testing.T) {
 	}
 	if count['a'] != 2000 || count['z'] != 2000 || count['m'] >= 2000 {
 		t.Fatalf("records listed by first letter: %v; want all 2000 a and z, fewer m", count)
+	}
+}
+
+// TestInspectListsPastACorruptFormatMarker: when the table that holds the
+// format marker (the first, with the a keys) cannot be read, Inspect says
+// so, lists every record of the other tables, and returns ErrCorrupt.
+func TestInspectListsPastACorruptFormatMarker(t *testing.T) {
+	dir := t.TempDir()
+	victim := corruptTable(t, dir, 0, func(int64) int64 { return 0 }) // the marker's key sorts first
+	count := map[byte]int{}
+	var bad []Corruption
+	err := Inspect(dir, func(key, val []byte) bool {
+		count[key[0]]++
+		return true
+	}, func(c Corruption) { bad = append(bad, c) })
+	t.Logf("Inspect: %v; listed by first letter: %v", err, count)
+	for _, c := range bad {
+		t.Logf("corrupt: %s, keys %q to %q: %v", c.File, c.Start, c.End, c.Err)
+	}
+	if count['m'] != 2000 || count['z'] != 2000 {
+		t.Fatalf("records listed by first letter: %v; want all 2000 m and z", count)
+	}
+	if !errors.Is(err, ErrCorrupt) {
+		t.Fatalf("Inspect with the format marker's table corrupt: %v, want ErrCorrupt", err)
+	}
+	if len(bad) != 1 || bad[0].File != victim || !strings.Contains(bad[0].Err.Error(), "format marker could not be checked") {
+		t.Fatalf("corruptions reported: %+v; want one, of %s, naming the format marker", bad, victim)
 	}
 }
 
