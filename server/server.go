@@ -428,6 +428,7 @@ func (s *Server) execAll(cn *conn, cmds []byte) (n int) {
 			// Drop the half-written reply so the error stands alone.
 			c.out = appendError(c.out[:c.replyStart], "ERR internal error")
 			c.quit = true
+			c.failed = true // close gently, so the error reply is read
 		}
 	}()
 	for len(cmds) > 0 {
