@@ -201,6 +201,11 @@ func TestQueueChargesWholeEntries(t *testing.T) {
 // full, and compare the heap's growth with the charge. Small fills use
 // several tables, so that about 256K entries drown the heap's noise.
 func TestEntryOverhead(t *testing.T) {
+	if raceEnabled {
+		// Measured with 16-byte keys and values: 207 to 233 B of heap per
+		// entry under -race, 185 to 197 B without, against 224 charged.
+		t.Skip("the race detector changes what an entry costs on the heap; run without -race")
+	}
 	key := make([]byte, 16)
 	val := make([]byte, 16)
 	// Just past the map's growth steps is the dearest fill.

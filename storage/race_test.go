@@ -1,0 +1,6 @@
+//go:build race
+
+package storage
+
+// raceEnabled: the race detector changes what objects cost on the heap.
+const raceEnabled = true
