@@ -195,6 +195,31 @@ func (b *acceptBackoff) wait(s *Server, listener string, err error) {
 	sleep(b.delay)
 }
 
+// acceptEach accepts connections on ln and hands each to serve, until Close
+// (nil), the listener's close (its error), or serve reports false (nil).
+// A failed Accept (out of file descriptors, for example) is logged and
+// retried after a pause: the listener neither spins nor stops serving.
+func (s *Server) acceptEach(ln net.Listener, name string, serve func(net.Conn) bool) error {
+	var backoff acceptBackoff
+	for {
+		nc, err := ln.Accept()
+		if err != nil {
+			if s.closing.Load() {
+				return nil
+			}
+			if errors.Is(err, net.ErrClosed) {
+				return err
+			}
+			backoff.wait(s, name, err)
+			continue
+		}
+		backoff.delay = 0
+		if !serve(nc) {
+			return nil
+		}
+	}
+}
+
 // httpAdmitListener counts HTTP connections against MaxClients (plus
 // HTTPReserve, for probes): past it a
 // connection is answered 503 (without TLS; with TLS, which runs above this

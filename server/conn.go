@@ -117,29 +117,17 @@ func (s *Server) newConn(nc net.Conn) (*conn, bool) {
 // temporary accept errors (out of file descriptors and the like) with a
 // backoff rather than spin.
 func (s *Server) acceptLoop(ln net.Listener) error {
-	var backoff acceptBackoff
-	for {
-		nc, err := ln.Accept()
-		if err != nil {
-			if s.closing.Load() {
-				return nil
-			}
-			if errors.Is(err, net.ErrClosed) {
-				return err
-			}
-			backoff.wait(s, "resp", err)
-			continue
-		}
-		backoff.delay = 0
+	return s.acceptEach(ln, "resp", func(nc net.Conn) bool {
 		cn, closing := s.newConn(nc)
 		if closing {
 			_ = nc.Close()
-			return nil
+			return false
 		}
 		if cn != nil {
 			go cn.serve()
 		}
-	}
+		return true
+	})
 }
 
 // serve reads and executes pipelines until the client leaves, breaks a

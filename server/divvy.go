@@ -65,26 +65,12 @@ func (s *Server) ServeDivvy(ln net.Listener) error {
 	if s.cfg.Password != "" || s.clientCertsRequired() {
 		s.log.Warn("the divvy line protocol has no AUTH and no TLS: anyone who can reach its address can use it", "addr", ln.Addr().String())
 	}
-	var backoff acceptBackoff
-	for {
-		nc, err := ln.Accept()
-		if err != nil {
-			if s.closing.Load() {
-				return nil
-			}
-			if errors.Is(err, net.ErrClosed) {
-				return err
-			}
-			// Out of file descriptors, for example: wait rather than spin
-			// or stop serving.
-			backoff.wait(s, "divvy", err)
-			continue
-		}
-		backoff.delay = 0
+	return s.acceptEach(ln, "divvy", func(nc net.Conn) bool {
 		if d := s.admitDivvy(nc); d != nil {
 			go d.serve()
 		}
-	}
+		return true
+	})
 }
 
 // divvyAddr is the line protocol's address, or "" when it is off.
