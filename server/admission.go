@@ -129,9 +129,10 @@ func (s *Server) initAdmission() error {
 	return nil
 }
 
-// admitRESP is admitLocked for a RESP connection: a slot, and
-// protected mode. It does not block: a refusal is written by its own
-// goroutine.
+// admitRESP decides whether a new RESP connection may be served: a slot of
+// MaxClients, held until the connection finishes, and protected mode. It
+// runs in the accept loop, so it does not block: a refusal is written by
+// its own goroutine.
 func (s *Server) admitRESP(c net.Conn) bool {
 	var msg string
 	switch {

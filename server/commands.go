@@ -386,12 +386,8 @@ func cmdHello(s *Server, c *client, args [][]byte) {
 		return
 	}
 	if setName {
-		if err := clientNameTooLong("client name", name); err != nil {
+		if err := checkClientName("client name", name, errClientName); err != nil {
 			s.replyErr(c, err)
-			return
-		}
-		if !validClientName(name) {
-			s.replyErr(c, errClientName)
 			return
 		}
 	}
@@ -426,22 +422,19 @@ var errClientName = replyErr("ERR Client names cannot contain spaces, newlines o
 // keeps three of them from costing up to 3 × --max-bulk per connection.
 const maxClientName = 256
 
-// clientNameTooLong refuses a name longer than maxClientName; what names
-// it in the error.
-func clientNameTooLong(what string, b []byte) error {
-	if len(b) <= maxClientName {
-		return nil
+// checkClientName refuses a client name, library name or version (what)
+// longer than maxClientName, or with characters other than printable
+// ASCII: then bad.
+func checkClientName(what string, b []byte, bad error) error {
+	if len(b) > maxClientName {
+		return replyErr("ERR " + what + " is " + strconv.Itoa(len(b)) + " bytes, longer than the limit of " + strconv.Itoa(maxClientName) + " bytes")
 	}
-	return replyErr("ERR " + what + " is " + strconv.Itoa(len(b)) + " bytes, longer than the limit of " + strconv.Itoa(maxClientName) + " bytes")
-}
-
-func validClientName(b []byte) bool {
 	for _, ch := range b {
 		if ch < '!' || ch > '~' {
-			return false
+			return bad
 		}
 	}
-	return true
+	return nil
 }
 
 func cmdClient(s *Server, c *client, args [][]byte) {
@@ -456,12 +449,8 @@ func cmdClient(s *Server, c *client, args [][]byte) {
 			c.out = appendBulkString(c.out, c.name)
 		}
 	case sub == "setname" && len(args) == 3:
-		if err := clientNameTooLong("client name", args[2]); err != nil {
+		if err := checkClientName("client name", args[2], errClientName); err != nil {
 			s.replyErr(c, err)
-			return
-		}
-		if !validClientName(args[2]) {
-			s.replyErr(c, errClientName)
 			return
 		}
 		c.name = string(args[2])
@@ -469,12 +458,8 @@ func cmdClient(s *Server, c *client, args [][]byte) {
 	case sub == "setinfo" && len(args) == 4:
 		attr := strings.ToLower(string(args[2]))
 		if attr == "lib-name" || attr == "lib-ver" { // else refused below, as in Redis
-			if err := clientNameTooLong(attr, args[3]); err != nil {
+			if err := checkClientName(attr, args[3], replyErr("ERR "+attr+" cannot contain spaces, newlines or special characters.")); err != nil {
 				s.replyErr(c, err)
-				return
-			}
-			if !validClientName(args[3]) {
-				s.replyErr(c, replyErr("ERR "+attr+" cannot contain spaces, newlines or special characters."))
 				return
 			}
 		}
@@ -489,7 +474,7 @@ func cmdClient(s *Server, c *client, args [][]byte) {
 		}
 		c.out = appendSimple(c.out, "OK")
 	case sub == "info" && len(args) == 2:
-		c.out = appendBulkString(c.out, s.clientLine(c)+"\n")
+		c.out = appendBulk(c.out, appendClientLine(nil, c, c, time.Now()))
 	case sub == "list" && len(args) == 2:
 		s.clientList(c)
 	case sub == "help":
@@ -583,12 +568,6 @@ func clientLineLen(other, self *client, now time.Time) int {
 		n += len(" name= resp= lib-name= lib-ver=") + len(self.name) + 1 + len(self.libName) + len(self.libVer)
 	}
 	return n
-}
-
-// clientLine describes the calling connection, in CLIENT LIST's format.
-func (s *Server) clientLine(c *client) string {
-	b := appendClientLine(nil, c, c, time.Now())
-	return string(b[:len(b)-1])
 }
 
 // cmdCommand implements COMMAND, COMMAND COUNT|LIST|INFO|DOCS, enough for

@@ -101,7 +101,7 @@ func (s *Server) newConn(nc net.Conn) (*conn, bool) {
 	if s.closing.Load() {
 		return nil, true
 	}
-	if !s.admitLocked(nc) {
+	if !s.admitRESP(nc) {
 		return nil, false
 	}
 	c.id = s.nextID.Add(1)
@@ -357,7 +357,7 @@ func (cn *conn) finish() {
 	delete(s.mu.guards, cn)
 	delete(s.mu.clients, cn.cl.id)
 	s.mu.Unlock()
-	s.adm.release() // the slot admitLocked took
+	s.adm.release() // the slot admitRESP took
 	s.conns.Done()
 }
 

@@ -409,11 +409,6 @@ func (s *Server) Close() error {
 	return nil
 }
 
-// admit decides whether a new connection may be served. It runs under s.mu
-// in the accept loop, so it must not block. An admitted connection holds a
-// slot of MaxClients until forgetConn.
-func (s *Server) admitLocked(c net.Conn) bool { return s.admitRESP(c) }
-
 // execAll runs the commands in cmds, the framer's output, in order,
 // appending their replies to the client's; it stops after QUIT, a panic or
 // a limit. A long pipeline's replies are sent in chunks, each after the

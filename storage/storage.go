@@ -1401,11 +1401,10 @@ func (s *Store) Stats() Stats {
 	// Once the store failed, a goroutine may be parked inside Pebble with
 	// its mutex held (see diskguard.go), and while Shutdown closes Pebble
 	// closeMu is held: Metrics would block in both cases.
-	if st.Failed == nil && s.closeMu.TryRLock() {
-		defer s.closeMu.RUnlock()
-	} else {
+	if st.Failed != nil || !s.closeMu.TryRLock() {
 		return st
 	}
+	defer s.closeMu.RUnlock()
 	if !s.dbClosed {
 		m := s.db.Metrics()
 		st.DiskBytes = m.DiskSpaceUsage()

@@ -508,7 +508,9 @@ func shutdown(srv *server.Server, store *storage.Store, timeout time.Duration, l
 		log.Warn("connections still busy; closing the store anyway", "timeout", timeout)
 	}
 	t.Stop()
-	deadline = later(deadline, time.Now().Add(timeout/10))
+	if least := time.Now().Add(timeout / 10); deadline.Before(least) {
+		deadline = least
+	}
 	ctx, cancel := context.WithDeadline(context.Background(), deadline)
 	defer cancel()
 	if err := store.Shutdown(ctx); err != nil {
@@ -516,13 +518,6 @@ func shutdown(srv *server.Server, store *storage.Store, timeout time.Duration, l
 		return err
 	}
 	return nil
-}
-
-func later(a, b time.Time) time.Time {
-	if a.After(b) {
-		return a
-	}
-	return b
 }
 
 // fdBudget raises the open-file limit to its hard limit and shares it
