@@ -231,7 +231,11 @@ func (e *Rule) covers(r *Rule) bool {
 	return true
 }
 
-const idLen = 8
+const idLen = CounterIDLen
+
+// CounterIDLen is the length of the rule identity that starts every
+// counter key after CounterKeyPrefix.
+const CounterIDLen = 8
 
 // identity computes the counter identity of r: a hash of what the counter
 // means (the operation as a set, the limits and the actor field) and of how

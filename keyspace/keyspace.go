@@ -1,0 +1,268 @@
+// Package keyspace lays out sluice's records in the store and holds the
+// registry of limiter kinds.
+//
+// Every record key starts with the Redis Cluster hash slot of the client's
+// key (2 bytes, big-endian), then one byte naming the record's kind, then
+// the kind's own layout:
+//
+//	slot  'b'  uvarint max, uvarint refill, uvarint refill_ms, key   token bucket (RL.*)
+//	slot  'd'  rule identity (8 bytes), actor                        divvy counter (HIT)
+//	slot  'g'  key                                                   GCRA (CL.THROTTLE)
+//	slot  'w'  uvarint window_ms, stagger (0 or 1), key              fixed window (FW.*)
+//
+// The records of one slot are one contiguous key range, so DEL reads one
+// slot and, later, a slot moves between cluster nodes as a range. Inside a
+// slot, the keys of one parameter set still share a prefix. A divvy counter
+// has no client key: its slot is that of its rule identity and actor.
+//
+// Each kind in the registry knows how to split its keys, whether a record
+// is idle (the sweep may delete it), and how to describe a record for
+// sluice inspect, so that the sweep, inspect, DEL, INFO and metrics need not
+// know the kinds. Like bucket and policy, the package is pure: time is an
+// argument, in unix nanoseconds.
+package keyspace
+
+import (
+	"encoding/binary"
+	"errors"
+	"fmt"
+
+	"github.com/sluicehq/sluice/bucket"
+	"github.com/sluicehq/sluice/policy"
+)
+
+// The kind bytes. Bucket and divvy keys keep the first byte they had before
+// slots were added, so that upgrading an old store only prepends the slot.
+const (
+	KindBucket  byte = bucket.KeyPrefix        // 'b'
+	KindCounter byte = policy.CounterKeyPrefix // 'd'
+	KindGCRA    byte = 'g'
+	KindWindow  byte = 'w'
+)
+
+// HeaderLen is the length of the slot and kind bytes.
+const HeaderLen = 3
+
+// PutSlot writes slot into the first two bytes of k.
+func PutSlot(k []byte, slot uint16) { binary.BigEndian.PutUint16(k, slot) }
+
+// appendHeader appends the slot of key and the kind byte.
+func appendHeader(dst []byte, key []byte, kind byte) []byte {
+	s := Slot(key)
+	return append(dst, byte(s>>8), byte(s), kind)
+}
+
+// AppendBucketKey appends the store key of the RL.* bucket key under p.
+func AppendBucketKey(dst []byte, p bucket.Params, key []byte) []byte {
+	s := Slot(key)
+	return bucket.AppendKey(append(dst, byte(s>>8), byte(s)), p, key)
+}
+
+// AppendCounterKey appends the store key of r's divvy counter for req. Its
+// slot is that of the counter's own key (rule identity and actor).
+func AppendCounterKey(dst []byte, r *policy.Rule, req policy.Request) []byte {
+	start := len(dst)
+	dst = r.CounterKey(append(dst, 0, 0), req)
+	PutSlot(dst[start:], Slot(dst[start+HeaderLen:]))
+	return dst
+}
+
+// AppendGCRAKey appends the store key of the CL.THROTTLE key key. Its
+// parameters are not part of it: like redis-cell, a call with other
+// parameters reinterprets the stored state.
+func AppendGCRAKey(dst []byte, key []byte) []byte {
+	return append(appendHeader(dst, key, KindGCRA), key...)
+}
+
+// AppendWindowKey appends the store key of the FW.* counter of key with
+// windows of ms milliseconds, staggered or not: the counter's identity. The
+// limit is not part of it, so it can change and keep the count.
+func AppendWindowKey(dst []byte, ms int64, stagger bool, key []byte) []byte {
+	dst = appendHeader(dst, key, KindWindow)
+	dst = binary.AppendUvarint(dst, uint64(ms))
+	var st byte
+	if stagger {
+		st = 1
+	}
+	dst = append(dst, st)
+	return append(dst, key...)
+}
+
+// SlotRange returns the bounds [lower, upper) of every record key of slot.
+func SlotRange(slot uint16) (lower, upper [2]byte) {
+	binary.BigEndian.PutUint16(lower[:], slot)
+	binary.BigEndian.PutUint16(upper[:], slot+1) // slot < Slots: no wrap
+	return lower, upper
+}
+
+// Record is a record key split into its parts.
+type Record struct {
+	Slot uint16
+	Kind *Kind
+	// Params is the kind's bytes between the kind byte and the client key
+	// (empty for GCRA); Key the client key, or for a divvy counter its
+	// actor. Both alias the record key.
+	Params, Key []byte
+}
+
+// ErrBadKey is returned for a store key that no kind laid out.
+var ErrBadKey = errors.New("keyspace: not a record key")
+
+// Parse splits a record key. Keys of unknown kinds or malformed layouts
+// are ErrBadKey.
+func Parse(k []byte) (Record, error) {
+	if len(k) < HeaderLen {
+		return Record{}, fmt.Errorf("%w: %d bytes", ErrBadKey, len(k))
+	}
+	slot := binary.BigEndian.Uint16(k)
+	if slot >= Slots {
+		return Record{}, fmt.Errorf("%w: slot %d", ErrBadKey, slot)
+	}
+	kind := Lookup(k[2])
+	if kind == nil {
+		return Record{}, fmt.Errorf("%w: unknown kind %q", ErrBadKey, k[2])
+	}
+	n, ok := kind.split(k[HeaderLen:])
+	if !ok {
+		return Record{}, fmt.Errorf("%w: malformed %s key", ErrBadKey, kind.Name)
+	}
+	rest := k[HeaderLen:]
+	return Record{Slot: slot, Kind: kind, Params: rest[:n], Key: rest[n:]}, nil
+}
+
+// ClientKey reports whether the record key k belongs to the client key key:
+// what DEL removes. Divvy counters belong to no client key.
+func ClientKey(k, key []byte) bool {
+	r, err := Parse(k)
+	return err == nil && r.Kind.HasClientKey && string(r.Key) == string(key)
+}
+
+// Idle reports whether the record (k, v) is idle at now (unix ns on the
+// server clock), so that the sweep may delete it. A record of an unknown
+// kind, or one that does not decode, is kept.
+func Idle(k, v []byte, now int64) bool {
+	r, err := Parse(k)
+	if err != nil {
+		return false
+	}
+	idle, err := r.Kind.idle(r.Params, v, now)
+	return err == nil && idle
+}
+
+// Class is the storage class of a record key, for per-kind record counts:
+// the kind's Class, or 0 for a key of no known kind.
+func Class(k []byte) int {
+	if len(k) < HeaderLen {
+		return 0
+	}
+	if kind := Lookup(k[2]); kind != nil {
+		return kind.Class
+	}
+	return 0
+}
+
+// UpgradeKey maps a record key of the previous layout (format 1: a bucket
+// or divvy key without the slot) to the current one, by prepending the
+// slot. A key already in the current layout, left by an interrupted
+// upgrade, is returned unchanged with moved false. Any other key is an
+// error: it is never guessed at.
+func UpgradeKey(dst, k []byte) (newKey []byte, moved bool, err error) {
+	if len(k) > 0 && k[0] < Slots>>8 {
+		// Current keys start with the slot's high byte, below 0x40; keys of
+		// the previous layout with their kind byte, 'b' or 'd'.
+		if _, err := Parse(k); err != nil {
+			return nil, false, fmt.Errorf("keyspace: upgrade: %q is in neither layout: %w", k, err)
+		}
+		return k, false, nil
+	}
+	if len(k) < 1 {
+		return nil, false, fmt.Errorf("keyspace: upgrade: empty key")
+	}
+	var slot uint16
+	switch k[0] {
+	case KindBucket:
+		_, key, err := bucket.ParseKey(k)
+		if err != nil {
+			return nil, false, fmt.Errorf("keyspace: upgrade: %q: %w", k, err)
+		}
+		slot = Slot(key)
+	case KindCounter:
+		if len(k) < 1+policy.CounterIDLen {
+			return nil, false, fmt.Errorf("keyspace: upgrade: %q: divvy counter key shorter than its rule identity", k)
+		}
+		slot = Slot(k[1:])
+	default:
+		return nil, false, fmt.Errorf("keyspace: upgrade: %q: unknown kind %q in the previous layout", k, k[0])
+	}
+	dst = append(dst, byte(slot>>8), byte(slot))
+	return append(dst, k...), true, nil
+}
+
+// Kind is one limiter kind in the registry.
+type Kind struct {
+	ID   byte   // the kind byte of its keys
+	Name string // in INFO keyspace, metrics and sluice inspect
+	// Commands names the commands that write it, for documentation.
+	Commands string
+	// Class is the kind's storage class, 1 or more: see Class.
+	Class int
+	// HasClientKey is false for kinds whose records belong to no client
+	// key (divvy counters): DEL leaves them alone.
+	HasClientKey bool
+
+	// split returns the length of the parameter bytes at the start of rest,
+	// the part of a key after the kind byte; ok false if rest is malformed.
+	split func(rest []byte) (n int, ok bool)
+	// idle reports whether a record with these parameter bytes and value
+	// is idle at now (unix ns).
+	idle func(params, val []byte, now int64) (bool, error)
+	// describe summarises a record for sluice inspect.
+	describe func(params, val []byte, now int64) (Description, error)
+}
+
+// Description is a record as sluice inspect shows it.
+type Description struct {
+	Params string // the kind's parameters, "max=10 refill=10 refill_ms=60000"
+	State  string // its state at the time asked, "tokens=3 anchor=..."
+	Idle   bool   // the sweep would delete it
+	// Fields are the parameters and the state as named values, for JSON.
+	Fields []Field
+}
+
+// Field is one named value of a Description.
+type Field struct {
+	Name  string
+	Value any
+}
+
+// Describe summarises a record at now (unix ns) for sluice inspect.
+func (r Record) Describe(v []byte, now int64) (Description, error) {
+	return r.Kind.describe(r.Params, v, now)
+}
+
+var kinds = []*Kind{
+	{ID: KindBucket, Name: "bucket", Commands: "RL.REDUCE, RL.GET, RL.SESSIONIZE", Class: 1, HasClientKey: true,
+		split: splitBucket, idle: idleBucket, describe: describeBucket},
+	{ID: KindCounter, Name: "divvy", Commands: "HIT", Class: 2,
+		split: splitCounter, idle: idleCounter, describe: describeCounter},
+	{ID: KindGCRA, Name: "gcra", Commands: "CL.THROTTLE, CL.PTHROTTLE", Class: 3, HasClientKey: true,
+		split: func([]byte) (int, bool) { return 0, true }, idle: idleGCRA, describe: describeGCRA},
+	{ID: KindWindow, Name: "window", Commands: "FW.INCR, FW.PINCR", Class: 4, HasClientKey: true,
+		split: splitWindow, idle: idleWindow, describe: describeWindow},
+}
+
+var byID = func() (t [256]*Kind) {
+	for _, k := range kinds {
+		t[k.ID] = k
+	}
+	return t
+}()
+
+// Kinds returns the registry, in class order. The slice must not be changed.
+func Kinds() []*Kind { return kinds }
+
+// Lookup returns the kind of kind byte id, or nil.
+func Lookup(id byte) *Kind { return byID[id] }
+
+// MaxClass is the largest Class of a kind.
+const MaxClass = 4

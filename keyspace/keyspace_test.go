@@ -1,0 +1,200 @@
+package keyspace
+
+import (
+	"bytes"
+	"errors"
+	"math"
+	"testing"
+
+	"github.com/sluicehq/sluice/bucket"
+	"github.com/sluicehq/sluice/policy"
+)
+
+const t0 = int64(1_700_000_000) * 1e9 // unix ns
+
+func TestLayout(t *testing.T) {
+	key := []byte("user:42")
+	slot := Slot(key)
+	p := bucket.Params{Max: 10, RefillAmount: 5, RefillMs: 60000}
+	for _, c := range []struct {
+		name   string
+		k      []byte
+		kind   byte
+		params []byte
+	}{
+		{"bucket", AppendBucketKey(nil, p, key), KindBucket, bucket.AppendKey(nil, p, nil)[1:]},
+		{"gcra", AppendGCRAKey(nil, key), KindGCRA, nil},
+		{"window", AppendWindowKey(nil, 300000, false, key), KindWindow, []byte{0xe0, 0xa7, 0x12, 0}},
+		{"window stagger", AppendWindowKey(nil, 300000, true, key), KindWindow, []byte{0xe0, 0xa7, 0x12, 1}},
+	} {
+		if got := uint16(c.k[0])<<8 | uint16(c.k[1]); got != slot || c.k[2] != c.kind {
+			t.Errorf("%s: header % x, want slot %d kind %q", c.name, c.k[:3], slot, c.kind)
+		}
+		r, err := Parse(c.k)
+		if err != nil {
+			t.Fatalf("%s: Parse: %v", c.name, err)
+		}
+		if r.Slot != slot || r.Kind.ID != c.kind || !bytes.Equal(r.Params, c.params) || string(r.Key) != "user:42" {
+			t.Errorf("%s: Parse = slot %d kind %s params % x key %q", c.name, r.Slot, r.Kind.Name, r.Params, r.Key)
+		}
+		if !ClientKey(c.k, key) || ClientKey(c.k, []byte("user:4")) {
+			t.Errorf("%s: ClientKey does not match exactly its own key", c.name)
+		}
+		if Class(c.k) != r.Kind.Class || Class(c.k) < 1 || Class(c.k) > MaxClass {
+			t.Errorf("%s: Class = %d, kind's %d", c.name, Class(c.k), r.Kind.Class)
+		}
+		lo, hi := SlotRange(slot)
+		if bytes.Compare(c.k, lo[:]) < 0 || bytes.Compare(c.k, hi[:]) >= 0 {
+			t.Errorf("%s: key % x outside its slot range [% x, % x)", c.name, c.k, lo, hi)
+		}
+	}
+	// Windows of other lengths or stagger are other counters; one parameter
+	// set's keys share a prefix.
+	a, b := AppendWindowKey(nil, 300000, false, key), AppendWindowKey(nil, 300, false, key)
+	if bytes.Equal(a, b) || bytes.Equal(a, AppendWindowKey(nil, 300000, true, key)) {
+		t.Error("window identity ignores the window length or stagger")
+	}
+	// Keys that share a hash tag share a slot.
+	if Slot([]byte("{user:42}:a")) != Slot([]byte("{user:42}:b")) {
+		t.Error("hash tags do not share a slot")
+	}
+}
+
+func TestCounterKey(t *testing.T) {
+	pol, err := policy.ParseINI("t.ini", []byte("[default]\nactorField = ip\ncreditLimit = 3\nresetSeconds = 60\n"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	req, err := policy.ParseArgs([][]byte{[]byte("method=GET"), []byte("ip=1.2.3.4")}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	rule, _ := pol.Match(req, nil)
+	k := AppendCounterKey([]byte("prefix"), rule, req)[len("prefix"):]
+	own := rule.CounterKey(nil, req)
+	if !bytes.Equal(k[2:], own) || uint16(k[0])<<8|uint16(k[1]) != Slot(own[1:]) {
+		t.Fatalf("counter key % x: want slot of % x, then the counter key", k, own)
+	}
+	r, err := Parse(k)
+	if err != nil || r.Kind.ID != KindCounter || string(r.Key) != "1.2.3.4" || len(r.Params) != policy.CounterIDLen {
+		t.Fatalf("Parse = %+v, %v", r, err)
+	}
+	if ClientKey(k, []byte("1.2.3.4")) {
+		t.Error("DEL would remove a divvy counter")
+	}
+}
+
+func TestParseRefuses(t *testing.T) {
+	for _, k := range [][]byte{
+		nil, {0}, {0, 0}, {0x40, 0, 'g'}, {0, 0, 'z', 'k'}, {0xff, 0xff, 'g'},
+		{0, 0, 'b', 0, 1, 1}, // max 0
+		{0, 0, 'b', 1, 1},    // truncated
+		{0, 0, 'b', 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0x01, 1, 1}, // > MaxInt64
+		{0, 0, 'w', 5},       // no stagger byte
+		{0, 0, 'w', 5, 2},    // stagger 2
+		{0, 0, 'd', 1, 2, 3}, // short rule identity
+	} {
+		if _, err := Parse(k); !errors.Is(err, ErrBadKey) {
+			t.Errorf("Parse(% x) = %v, want ErrBadKey", k, err)
+		}
+		if Idle(k, nil, t0) || Class(k) != 0 && len(k) >= 3 && Lookup(k[2]) == nil {
+			t.Errorf("% x: idle or classed", k)
+		}
+	}
+}
+
+func TestIdle(t *testing.T) {
+	key := []byte("k")
+	p := bucket.Params{Max: 10, RefillAmount: 10, RefillMs: 1000}
+	nowMs := t0 / 1e6
+	full := bucket.AppendState(nil, bucket.State{Amount: 10, Anchor: nowMs - 5000, LastReduce: nowMs - 5000})
+	used := bucket.AppendState(nil, bucket.State{Amount: 3, Anchor: nowMs, LastReduce: nowMs})
+	for _, c := range []struct {
+		name string
+		k, v []byte
+		idle bool
+	}{
+		{"bucket full", AppendBucketKey(nil, p, key), full, true},
+		{"bucket used", AppendBucketKey(nil, p, key), used, false},
+		{"bucket corrupt", AppendBucketKey(nil, p, key), []byte{9}, false},
+		{"gcra past", AppendGCRAKey(nil, key), bucket.AppendGCRAState(nil, bucket.GCRAState{TAT: t0}), true},
+		{"gcra future", AppendGCRAKey(nil, key), bucket.AppendGCRAState(nil, bucket.GCRAState{TAT: t0 + 1}), false},
+		{"window ended", AppendWindowKey(nil, 1000, false, key), bucket.AppendWindowState(nil, bucket.WindowState{End: nowMs, Count: 3}), true},
+		{"window live", AppendWindowKey(nil, 1000, false, key), bucket.AppendWindowState(nil, bucket.WindowState{End: nowMs + 1, Count: 3}), false},
+		{"counter ended", append([]byte{0, 0, 'd'}, "12345678ip"...), policy.AppendWindow(nil, policy.Window{End: nowMs, Left: 1}), true},
+		{"counter live", append([]byte{0, 0, 'd'}, "12345678ip"...), policy.AppendWindow(nil, policy.Window{End: nowMs + 1, Left: 1}), false},
+	} {
+		if got := Idle(c.k, c.v, t0); got != c.idle {
+			t.Errorf("%s: Idle = %v, want %v", c.name, got, c.idle)
+		}
+		r, err := Parse(c.k)
+		if err != nil {
+			t.Fatal(err)
+		}
+		d, err := r.Describe(c.v, t0)
+		if c.name == "bucket corrupt" {
+			if err == nil {
+				t.Errorf("%s: described a corrupt value", c.name)
+			}
+			continue
+		}
+		if err != nil || d.Idle != c.idle || d.State == "" || len(d.Fields) == 0 {
+			t.Errorf("%s: Describe = %+v, %v", c.name, d, err)
+		}
+	}
+}
+
+func TestUpgradeKey(t *testing.T) {
+	p := bucket.Params{Max: 3, RefillAmount: 1, RefillMs: 1000}
+	for _, key := range []string{"user:42", "", "{tag}x", "\xff\x00bin"} {
+		old := bucket.AppendKey(nil, p, []byte(key))
+		nk, moved, err := UpgradeKey(nil, old)
+		if err != nil || !moved || !bytes.Equal(nk, AppendBucketKey(nil, p, []byte(key))) {
+			t.Errorf("bucket %q: UpgradeKey = % x, %v, %v", key, nk, moved, err)
+		}
+		again, moved, err := UpgradeKey(nil, nk)
+		if err != nil || moved || !bytes.Equal(again, nk) {
+			t.Errorf("bucket %q: a second UpgradeKey = % x, %v, %v", key, again, moved, err)
+		}
+	}
+	oldCounter := append([]byte{'d'}, "12345678actor"...)
+	nk, moved, err := UpgradeKey(nil, oldCounter)
+	if err != nil || !moved || Slot(nk[3:]) != uint16(nk[0])<<8|uint16(nk[1]) || !bytes.Equal(nk[2:], oldCounter) {
+		t.Errorf("counter: UpgradeKey = % x, %v, %v", nk, moved, err)
+	}
+	for _, k := range [][]byte{nil, {'b'}, {'b', 0, 1, 1}, {'d', 1}, {'x', 1, 2}, {0, 0, 'z'}} {
+		if _, _, err := UpgradeKey(nil, k); err == nil {
+			t.Errorf("UpgradeKey(% x) accepted a key of no layout", k)
+		}
+	}
+}
+
+func TestKinds(t *testing.T) {
+	seen := map[int]bool{}
+	for _, k := range Kinds() {
+		if Lookup(k.ID) != k || k.Class < 1 || k.Class > MaxClass || seen[k.Class] || k.Name == "" {
+			t.Errorf("kind %q: bad registry entry %+v", k.ID, k)
+		}
+		seen[k.Class] = true
+	}
+}
+
+// FuzzParse: any key parses or is refused, and what parses is consistent.
+func FuzzParse(f *testing.F) {
+	f.Add(AppendBucketKey(nil, bucket.Params{Max: 1, RefillAmount: 1, RefillMs: 1}, []byte("k")), []byte{1, 0, 2, 0})
+	f.Add(AppendWindowKey(nil, math.MaxInt64, true, []byte("k")), bucket.AppendWindowState(nil, bucket.WindowState{End: 5}))
+	f.Add(AppendGCRAKey(nil, []byte("\xff")), bucket.AppendGCRAState(nil, bucket.GCRAState{TAT: math.MinInt64}))
+	f.Fuzz(func(t *testing.T, k, v []byte) {
+		Idle(k, v, t0)
+		Class(k)
+		UpgradeKey(nil, k)
+		r, err := Parse(k)
+		if err != nil {
+			return
+		}
+		if r.Slot >= Slots || len(r.Params)+len(r.Key) != len(k)-HeaderLen {
+			t.Fatalf("Parse(% x) = %+v", k, r)
+		}
+		r.Describe(v, t0)
+	})
+}
