@@ -8,6 +8,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/sluicehq/sluice/keyspace"
 	"github.com/sluicehq/sluice/policy"
 	"github.com/sluicehq/sluice/storage"
 )
@@ -221,7 +222,7 @@ func (s *Server) hitRule(h *hitter, lp *loadedPolicy, r *policy.Rule, canary boo
 	var out policy.Outcome
 	if r.Counted() {
 		h.m.rule, h.m.now = r, now
-		h.key = r.CounterKey(h.key[:0], h.req)
+		h.key = keyspace.AppendCounterKey(h.key[:0], r, h.req)
 		before := b.Len()
 		if err := s.modify(b, h.key, &h.m); err != nil {
 			return out, err

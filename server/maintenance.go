@@ -10,8 +10,7 @@ import (
 	"sync/atomic"
 	"time"
 
-	"github.com/sluicehq/sluice/bucket"
-	"github.com/sluicehq/sluice/policy"
+	"github.com/sluicehq/sluice/keyspace"
 	"github.com/sluicehq/sluice/storage"
 )
 
@@ -54,25 +53,12 @@ type sweeper struct {
 	once sync.Once
 }
 
-// idleFunc returns the sweep's test for one step, on the server clock.
-// Records that are not buckets, or whose state does not decode, are kept.
+// idleFunc returns the sweep's test for one step, on the server clock: the
+// registry of kinds judges each record. Records of no known kind, or whose
+// state does not decode, are kept.
 func (s *Server) idleFunc() func(key, val []byte) bool {
-	now := s.clock().UnixMilli()
-	return func(key, val []byte) bool {
-		if len(key) > 0 && key[0] == policy.CounterKeyPrefix {
-			w, err := policy.DecodeWindow(val)
-			return err == nil && w.Expired(now)
-		}
-		p, _, err := bucket.ParseKey(key)
-		if err != nil {
-			return false
-		}
-		st, err := bucket.DecodeState(val)
-		if err != nil {
-			return false
-		}
-		return p.Idle(st, now)
-	}
+	now := s.clock().UnixNano()
+	return func(key, val []byte) bool { return keyspace.Idle(key, val, now) }
 }
 
 // startSweeper starts the background sweep, once, unless it is off.

@@ -4,6 +4,7 @@ import (
 	"math"
 
 	"github.com/sluicehq/sluice/bucket"
+	"github.com/sluicehq/sluice/keyspace"
 	"github.com/sluicehq/sluice/storage"
 )
 
@@ -205,5 +206,5 @@ func (m *rlMutator) Mutate(old []byte, found bool) ([]byte, storage.Op, error) {
 
 // appendBucketKey appends the store key of a parsed request.
 func appendBucketKey(dst []byte, r rlRequest) []byte {
-	return bucket.AppendKey(dst, r.params, r.key)
+	return keyspace.AppendBucketKey(dst, r.params, r.key)
 }
