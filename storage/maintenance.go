@@ -49,7 +49,7 @@ func (s *Store) Sweep(cursor []byte, limit int, idle func(key, val []byte) bool)
 	if err := s.usable(); err != nil {
 		return cursor, res, err
 	}
-	lower := firstRecordKey
+	var lower []byte // the first record
 	if len(cursor) > 0 {
 		lower = cursor
 	}
@@ -58,7 +58,7 @@ func (s *Store) Sweep(cursor []byte, limit int, idle func(key, val []byte) bool)
 		s.closeMu.RUnlock()
 		return cursor, res, ErrClosed
 	}
-	it, err := s.db.NewIter(&pebble.IterOptions{LowerBound: lower})
+	it, err := s.db.NewIter(&pebble.IterOptions{LowerBound: lower, UpperBound: recordsEnd})
 	if err != nil {
 		s.closeMu.RUnlock()
 		return cursor, res, fmt.Errorf("storage: sweep: %w", err)
@@ -116,6 +116,50 @@ func (s *Store) Sweep(cursor []byte, limit int, idle func(key, val []byte) bool)
 	}
 	// The next record is the first key greater than last.
 	return append(last, 0), res, nil
+}
+
+// Scan calls fn with each record Pebble holds in [lower, upper), in key
+// order, until fn returns false; nil bounds mean from the first record, to
+// the last. It sees what Pebble holds, which lags behind Modify: call Flush
+// first to include every change committed before. The store's own keys are
+// never listed. fn must not keep its arguments, and must not call Close or
+// Shutdown, which wait for Scan to return.
+func (s *Store) Scan(lower, upper []byte, fn func(key, val []byte) bool) error {
+	if err := s.usable(); err != nil {
+		return err
+	}
+	if upper == nil || bytes.Compare(upper, recordsEnd) > 0 {
+		upper = recordsEnd
+	}
+	if bytes.Compare(lower, upper) >= 0 {
+		return nil
+	}
+	s.closeMu.RLock()
+	defer s.closeMu.RUnlock()
+	if s.dbClosed {
+		return ErrClosed
+	}
+	it, err := s.db.NewIter(&pebble.IterOptions{LowerBound: lower, UpperBound: upper})
+	if err != nil {
+		return fmt.Errorf("storage: scan: %w", err)
+	}
+	for ok := it.First(); ok; ok = it.Next() {
+		v, verr := it.ValueAndErr()
+		if verr != nil {
+			err = verr
+			break
+		}
+		if !fn(it.Key(), v) {
+			break
+		}
+	}
+	if cerr := it.Close(); err == nil {
+		err = cerr
+	}
+	if err != nil {
+		return fmt.Errorf("storage: scan: %w", err)
+	}
+	return nil
 }
 
 // Flush returns once every change committed before the call has been
@@ -207,9 +251,8 @@ func inside(dir, path string) bool {
 // a large store; ctx stops it early.
 func (s *Store) Compact(ctx context.Context) error {
 	return s.flushed(func(db *pebble.DB) error {
-		// Compact's end bound is exclusive: 0xff sorts after every record
-		// key (they start with a printable letter).
-		if err := db.Compact(ctx, []byte{0}, []byte{0xff}, true); err != nil {
+		// Compact's end bound is exclusive, like recordsEnd.
+		if err := db.Compact(ctx, []byte{}, recordsEnd, true); err != nil {
 			return fmt.Errorf("storage: compact: %w", err)
 		}
 		return nil
@@ -298,7 +341,7 @@ func Inspect(dir string, fn func(key, val []byte) bool, corrupt func(Corruption)
 	}
 	bad := 0
 	markerFile := "" // the table holding an unreadable format marker
-	found, err := readFormat(db, dir)
+	format, err := readFormat(db, dir)
 	switch {
 	case err != nil && pebble.IsCorruptionError(err):
 		// The marker's table is damaged, not necessarily the rest: say that
@@ -314,10 +357,13 @@ func Inspect(dir string, fn func(key, val []byte) bool, corrupt func(Corruption)
 		}
 	case err != nil:
 		return err
-	case !found:
+	case format == legacyFormatVersion:
+		// Its keys are not the ones the caller decodes.
+		return legacyFormatError(dir)
+	case format == "":
 		return fmt.Errorf("%w: %s has no sluice format marker", ErrNotStore, dir)
 	}
-	lower := firstRecordKey
+	var lower []byte // the first record
 	for {
 		err := inspectFrom(db, lower, fn)
 		if err == nil {
@@ -335,11 +381,16 @@ func Inspect(dir string, fn func(key, val []byte) bool, corrupt func(Corruption)
 		if bytes.Compare(next, lower) <= 0 {
 			return fmt.Errorf("inspect %s: %w: %w", dir, ErrCorrupt, err)
 		}
+		// A table that reaches recordsEnd holds the last records.
+		last := bytes.Compare(next, recordsEnd) >= 0
 		if info.Path != markerFile { // reported already
 			bad++
 			if corrupt != nil {
 				corrupt(Corruption{File: info.Path, Start: info.Bounds.Start, End: end, Err: err})
 			}
+		}
+		if last {
+			break
 		}
 		lower = next
 	}
@@ -352,7 +403,7 @@ func Inspect(dir string, fn func(key, val []byte) bool, corrupt func(Corruption)
 // inspectFrom lists records from lower on, until fn returns false or a
 // read fails.
 func inspectFrom(db *pebble.DB, lower []byte, fn func(key, val []byte) bool) error {
-	it, err := db.NewIter(&pebble.IterOptions{LowerBound: lower})
+	it, err := db.NewIter(&pebble.IterOptions{LowerBound: lower, UpperBound: recordsEnd})
 	if err != nil {
 		return err
 	}

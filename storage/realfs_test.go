@@ -202,13 +202,18 @@ func corruptStore(t *testing.T, dir string) string {
 	return corruptTable(t, dir, 'm', func(size int64) int64 { return size / 3 })
 }
 
-// corruptTable writes a store of three tables, a, m and z keys, and
-// overwrites 64 bytes at off(its size) of the one whose smallest key
-// starts with first; it returns that table's path.
+// corruptTable writes a store of four tables, the format marker (0xff…),
+// a, m and z keys, and overwrites 64 bytes at off(its size) of the one
+// whose smallest key starts with first; it returns that table's path.
 func corruptTable(t *testing.T, dir string, first byte, off func(size int64) int64) string {
 	t.Helper()
 	s, err := Open(dir, Options{})
 	if err != nil {
+		t.Fatal(err)
+	}
+	// The marker in a table of its own, which overlaps no other: a table
+	// from 'a' to 0xff would overlap the next two, and be compacted with them.
+	if err := s.db.Flush(); err != nil {
 		t.Fatal(err)
 	}
 	for _, p := range []string{"a", "m", "z"} {
@@ -243,8 +248,8 @@ func corruptTable(t *testing.T, dir string, first byte, off func(size int64) int
 	if err := s.Close(); err != nil {
 		t.Fatal(err)
 	}
-	if victim == "" || n != 3 {
-		t.Fatalf("want 3 tables, one starting with %q; got %d: %v", first, n, tables)
+	if victim == "" || n != 4 {
+		t.Fatalf("want 4 tables, one starting with %q; got %d: %v", first, n, tables)
 	}
 	f, err := os.OpenFile(victim, os.O_RDWR, 0)
 	if err != nil {
@@ -284,11 +289,11 @@ func TestInspectSkipsCorruptTable(t *testing.T) {
 }
 
 // TestInspectListsPastACorruptFormatMarker: when the table that holds the
-// format marker (the first, with the a keys) cannot be read, Inspect says
-// so, lists every record of the other tables, and returns ErrCorrupt.
+// format marker cannot be read, Inspect says so, lists every record of the
+// other tables, and returns ErrCorrupt.
 func TestInspectListsPastACorruptFormatMarker(t *testing.T) {
 	dir := t.TempDir()
-	victim := corruptTable(t, dir, 0, func(int64) int64 { return 0 }) // the marker's key sorts first
+	victim := corruptTable(t, dir, 0xff, func(int64) int64 { return 0 }) // the marker's key sorts last
 	count := map[byte]int{}
 	var bad []Corruption
 	err := Inspect(dir, func(key, val []byte) bool {
@@ -299,8 +304,8 @@ func TestInspectListsPastACorruptFormatMarker(t *testing.T) {
 	for _, c := range bad {
 		t.Logf("corrupt: %s, keys %q to %q: %v", c.File, c.Start, c.End, c.Err)
 	}
-	if count['m'] != 2000 || count['z'] != 2000 {
-		t.Fatalf("records listed by first letter: %v; want all 2000 m and z", count)
+	if count['a'] != 2000 || count['m'] != 2000 || count['z'] != 2000 {
+		t.Fatalf("records listed by first letter: %v; want all 2000 a, m and z", count)
 	}
 	if !errors.Is(err, ErrCorrupt) {
 		t.Fatalf("Inspect with the format marker's table corrupt: %v, want ErrCorrupt", err)

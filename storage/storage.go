@@ -31,6 +31,7 @@ import (
 	"io"
 	"log/slog"
 	"os"
+	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -122,8 +123,33 @@ type Options struct {
 	// directory; nil for the real filesystem.
 	Disk *MemDisk
 
+	// Upgrade maps a record key of a format 1 store to its key in the
+	// current layout. Open calls it for every record of a format 1 store,
+	// before serving anything, and moves each record for which it reports
+	// moved to newKey (appended to dst, which it may reuse); moved false
+	// means the key is in the current layout already (an upgrade was
+	// interrupted) and stays. It must map distinct keys to distinct new
+	// keys, below 0xff, that it reports as not moved; an error refuses the
+	// open. Nil refuses a format 1 store, as Inspect does.
+	Upgrade func(dst, key []byte) (newKey []byte, moved bool, err error)
+	// Class sorts a record key into one of MaxClasses classes, counted
+	// apart (RecordsByClass). It runs when a record is created or deleted,
+	// under the record's lock, and for every record at Open: it must be
+	// quick and must not keep key. Nil puts every record in class 0, and so
+	// does a result outside 0..MaxClasses-1.
+	Class func(key []byte) int
+
 	fs vfs.FS // tests in this package: any Pebble filesystem
+	// Tests in this package: the most records and bytes of one upgrade
+	// batch (zero: upgradeChunkRecords, upgradeChunkBytes), and a function
+	// called after each batch is applied.
+	upgradeChunk      int
+	upgradeChunkBytes int
+	afterUpgradeChunk func(db *pebble.DB, moved int64)
 }
+
+// MaxClasses is how many classes of records Options.Class may tell apart.
+const MaxClasses = 8
 
 // Defaults for Options.
 const (
@@ -144,6 +170,9 @@ var (
 	ErrNotStore = errors.New("storage: not a sluice data directory")
 	ErrLocked   = errors.New("storage: data directory in use by another process")
 	ErrCorrupt  = errors.New("storage: the store is corrupt")
+	// ErrReservedKey refuses a record key that starts with 0xff: such keys
+	// are the store's own, such as its format marker.
+	ErrReservedKey = errors.New("storage: keys starting with byte 0xff are reserved for the store")
 )
 
 // Op is what a Mutator wants done with its key.
@@ -162,15 +191,30 @@ type Mutator interface {
 	Mutate(old []byte, found bool) (val []byte, op Op, err error)
 }
 
-// formatKey marks a directory as a sluice store. It sorts before every
-// record key, which all start with a printable letter.
-var formatKey = []byte("\x00sluice.format")
+// formatKey marks a directory as a sluice store, and says which format it
+// holds. Keys from 0xff on are the store's own; every record key sorts
+// below recordsEnd.
+var formatKey = []byte("\xffsluice.format")
 
-const formatVersion = "1"
+// formatVersion 2 puts a record key's Redis Cluster hash slot first (two
+// bytes, below 0x40). Format 1 keys started with a letter, and its marker,
+// legacyFormatKey, sorted before them.
+const formatVersion = "2"
 
-// firstRecordKey sorts after the store's own keys, which start with 0, and
-// before every record key.
-var firstRecordKey = []byte{1}
+var legacyFormatKey = []byte("\x00sluice.format")
+
+const legacyFormatVersion = "1"
+
+// recordsEnd is the exclusive upper bound of every record key; the lower
+// bound is the empty key.
+var recordsEnd = []byte{0xff}
+
+// Upgrade batches: big enough that a Pebble commit per batch costs little,
+// small enough to bound the memory of one batch.
+const (
+	upgradeChunkRecords = 1 << 16
+	upgradeChunkBytes   = 4 << 20
+)
 
 const numStripes = 1024
 
@@ -185,8 +229,9 @@ type Store struct {
 	cacheLimit int
 	byteLimit  int64
 	filter     *keyFilter // nil when off
-	// openRecords is the number of records found by the scan at Open.
-	openRecords int64
+	// openRecords is the number of records of each class found by the
+	// scan at Open.
+	openRecords [MaxClasses]int64
 	dir         string
 	base        vfs.FS // the filesystem under the guard
 	seed        maphash.Seed
@@ -254,9 +299,9 @@ type stripe struct {
 		hits   int64
 		misses int64
 		skips  int64 // misses the key filter answered without Pebble
-		// records is the change in the number of records made through
-		// this stripe since Open.
-		records int64
+		// records is the change in the number of records of each class
+		// made through this stripe since Open.
+		records [MaxClasses]int64
 	}
 	_ [64]byte // keep stripes on separate cache lines
 }
@@ -356,7 +401,7 @@ func OpenContext(ctx context.Context, dir string, o Options) (*Store, error) {
 	var state atomic.Int32
 	opened := make(chan error, 1)
 	go func() {
-		err := s.openPebble(base)
+		err := s.openPebble(ctx, base)
 		if !state.CompareAndSwap(0, 1) {
 			if s.db != nil {
 				s.db.Close()
@@ -413,9 +458,10 @@ func OpenContext(ctx context.Context, dir string, o Options) (*Store, error) {
 	return s, nil
 }
 
-// openPebble opens Pebble, checks the format marker and scans the records.
-// A panic inside Pebble (some kinds of corruption) becomes an error.
-func (s *Store) openPebble(base vfs.FS) (err error) {
+// openPebble opens Pebble, checks the format marker, upgrades a format 1
+// store and scans the records. A panic inside Pebble (some kinds of
+// corruption) becomes an error.
+func (s *Store) openPebble(ctx context.Context, base vfs.FS) (err error) {
 	defer func() {
 		if r := recover(); r != nil {
 			err = fmt.Errorf("%w: pebble panicked: %v", ErrCorrupt, r)
@@ -447,8 +493,17 @@ func (s *Store) openPebble(base vfs.FS) (err error) {
 		return err
 	}
 	s.db = db
-	if err := checkFormat(db, dir); err != nil {
+	format, err := checkFormat(db, dir)
+	if err != nil {
 		return err
+	}
+	if format == legacyFormatVersion {
+		if o.Upgrade == nil {
+			return legacyFormatError(dir)
+		}
+		if err := s.upgrade(ctx); err != nil {
+			return err
+		}
 	}
 	switch {
 	case o.KeyFilterSize == 0:
@@ -515,44 +570,180 @@ func checkDir(fs vfs.FS, dir string) error {
 	return nil
 }
 
-// checkFormat refuses a Pebble store that sluice did not create, and marks a
-// new, empty one.
-func checkFormat(db *pebble.DB, dir string) error {
-	if found, err := readFormat(db, dir); err != nil || found {
-		return err
+// checkFormat refuses a Pebble store that sluice did not create, marks a
+// new, empty one, and returns the store's format version: formatVersion,
+// or legacyFormatVersion for a store to upgrade.
+func checkFormat(db *pebble.DB, dir string) (string, error) {
+	format, err := readFormat(db, dir)
+	if err != nil || format != "" {
+		return format, err
 	}
 	it, err := db.NewIter(nil)
 	if err != nil {
-		return fmt.Errorf("scan %s: %w", dir, err)
+		return "", fmt.Errorf("scan %s: %w", dir, err)
 	}
 	nonEmpty := it.First()
 	if err := it.Close(); err != nil {
-		return fmt.Errorf("scan %s: %w", dir, err)
+		return "", fmt.Errorf("scan %s: %w", dir, err)
 	}
 	if nonEmpty {
-		return fmt.Errorf("%w: %s holds a Pebble store without sluice's format marker", ErrNotStore, dir)
+		return "", fmt.Errorf("%w: %s holds a Pebble store without sluice's format marker", ErrNotStore, dir)
 	}
 	if err := db.Set(formatKey, []byte(formatVersion), pebble.Sync); err != nil {
-		return fmt.Errorf("initialise %s: %w", dir, err)
+		return "", fmt.Errorf("initialise %s: %w", dir, err)
 	}
-	return nil
+	return formatVersion, nil
 }
 
-// readFormat reports whether db holds sluice's format marker, and refuses
-// a marker of another format version.
-func readFormat(db *pebble.DB, dir string) (found bool, err error) {
-	v, closer, err := db.Get(formatKey)
+// readFormat returns the format version of the store in db: formatVersion
+// or legacyFormatVersion, or "" when it has no sluice format marker. It
+// refuses a marker of another version. The current marker is read first: in
+// a format 2 store, legacyFormatKey could be a record's key.
+func readFormat(db *pebble.DB, dir string) (string, error) {
+	v, err := getString(db, formatKey)
+	switch {
+	case err != nil:
+		return "", fmt.Errorf("read format marker in %s: %w", dir, err)
+	case v == formatVersion:
+		return v, nil
+	case v != "":
+		return "", fmt.Errorf("%w: %s has format %q, this build reads format %q (and upgrades format %q)", ErrNotStore, dir, v, formatVersion, legacyFormatVersion)
+	}
+	v, err = getString(db, legacyFormatKey)
+	switch {
+	case err != nil:
+		return "", fmt.Errorf("read format marker in %s: %w", dir, err)
+	case v == "" || v == legacyFormatVersion:
+		return v, nil
+	}
+	return "", fmt.Errorf("%w: %s has format %q, this build reads format %q (and upgrades format %q)", ErrNotStore, dir, v, formatVersion, legacyFormatVersion)
+}
+
+// getString returns key's value, "" if it is missing. A marker is never
+// empty.
+func getString(db *pebble.DB, key []byte) (string, error) {
+	v, closer, err := db.Get(key)
 	if errors.Is(err, pebble.ErrNotFound) {
-		return false, nil
+		return "", nil
 	}
 	if err != nil {
-		return false, fmt.Errorf("read format marker in %s: %w", dir, err)
+		return "", err
 	}
 	defer closer.Close()
-	if string(v) != formatVersion {
-		return true, fmt.Errorf("%w: %s has format %q, this build reads format %q", ErrNotStore, dir, v, formatVersion)
+	return string(v), nil
+}
+
+// legacyFormatError refuses a format 1 store where it cannot be upgraded.
+func legacyFormatError(dir string) error {
+	return fmt.Errorf("%w: %s holds a store of format %s, written by an older sluice; this build reads format %s. Start a sluice server with --data %s once: it upgrades the store in place before serving (sluice inspect only reads, and cannot upgrade it)",
+		ErrNotStore, dir, legacyFormatVersion, formatVersion, dir)
+}
+
+// upgrade moves every record of a format 1 store to the key Upgrade gives
+// it, then replaces the format marker. Each batch of moves is atomic, and
+// the marker changes last, in a synced batch of its own: a crash at any
+// point leaves a store of format 1 whose records are partly moved, which
+// the next Open finishes upgrading (Upgrade reports moved keys as such).
+// The batches themselves need no sync: the last one makes them durable.
+func (s *Store) upgrade(ctx context.Context) error {
+	t0 := time.Now()
+	o := s.opts
+	maxRecords, maxBytes := o.upgradeChunk, o.upgradeChunkBytes
+	if maxRecords <= 0 {
+		maxRecords = upgradeChunkRecords
 	}
-	return true, nil
+	if maxBytes <= 0 {
+		maxBytes = upgradeChunkBytes
+	}
+	s.log.Info("upgrading store", "dir", s.dir, "from_format", legacyFormatVersion, "to_format", formatVersion)
+	batch := s.db.NewBatch()
+	defer batch.Close()
+	var (
+		moved, kept int64
+		lower       []byte // the next key to look at; nil: the first
+		newKey      []byte
+	)
+	for {
+		if err := ctx.Err(); err != nil {
+			return fmt.Errorf("upgrade %s: interrupted after moving %d records: %w", s.dir, moved, err)
+		}
+		// A fresh iterator for each batch, so that one pass does not pin
+		// every table and memtable of the store until it ends. It does not
+		// see the batch it feeds, which is applied only after it closes.
+		it, err := s.db.NewIter(&pebble.IterOptions{LowerBound: lower, UpperBound: recordsEnd})
+		if err != nil {
+			return fmt.Errorf("upgrade %s: %w", s.dir, err)
+		}
+		n := 0
+		more := false
+		for ok := it.First(); ok; ok = it.Next() {
+			if n >= maxRecords || int(batch.Len()) >= maxBytes {
+				more = true
+				lower = slices.Clone(it.Key()) // it still uses the old bound
+				break
+			}
+			key := it.Key()
+			if string(key) == string(legacyFormatKey) {
+				continue
+			}
+			var ok bool
+			newKey, ok, err = o.Upgrade(newKey[:0], key)
+			if err == nil && ok && (len(newKey) > 0 && newKey[0] == recordsEnd[0]) {
+				err = fmt.Errorf("new key %q is reserved (starts with 0xff)", newKey)
+			}
+			if err != nil {
+				it.Close()
+				return fmt.Errorf("upgrade %s from format %s to %s: key %q: %w; the store was left as it was, except for the %d records already moved to the new layout, and is still of format %s",
+					s.dir, legacyFormatVersion, formatVersion, key, err, moved, legacyFormatVersion)
+			}
+			if !ok || string(newKey) == string(key) {
+				kept++
+				continue
+			}
+			val, err := it.ValueAndErr()
+			if err == nil {
+				err = batch.Set(newKey, val, nil)
+			}
+			if err == nil {
+				err = batch.Delete(key, nil)
+			}
+			if err != nil {
+				it.Close()
+				return fmt.Errorf("upgrade %s: key %q: %w", s.dir, key, err)
+			}
+			n++
+		}
+		if err := it.Close(); err != nil {
+			return fmt.Errorf("upgrade %s: %w", s.dir, err)
+		}
+		if n > 0 {
+			if err := s.db.Apply(batch, pebble.NoSync); err != nil {
+				return fmt.Errorf("upgrade %s: after moving %d records: %w", s.dir, moved, err)
+			}
+			moved += int64(n)
+			batch.Reset()
+			if o.afterUpgradeChunk != nil {
+				o.afterUpgradeChunk(s.db, moved)
+			}
+		}
+		if !more {
+			break
+		}
+	}
+	batch.Reset()
+	err := batch.Delete(legacyFormatKey, nil)
+	if err == nil {
+		err = batch.Set(formatKey, []byte(formatVersion), nil)
+	}
+	if err == nil {
+		err = s.db.Apply(batch, pebble.Sync)
+	}
+	if err != nil {
+		return fmt.Errorf("upgrade %s: replace the format marker, after moving every record: %w", s.dir, err)
+	}
+	s.log.Info("store upgraded", "dir", s.dir, "from_format", legacyFormatVersion, "to_format", formatVersion,
+		"records_moved", moved, "records_kept", kept, "took", time.Since(t0).Round(time.Millisecond))
+	return nil
 }
 
 // scanRecords counts the records and adds every key to the key filter,
@@ -560,7 +751,7 @@ func readFormat(db *pebble.DB, dir string) (found bool, err error) {
 // second per 5M records on a warm disk.
 func (s *Store) scanRecords() error {
 	t0 := time.Now()
-	it, err := s.db.NewIter(&pebble.IterOptions{LowerBound: firstRecordKey})
+	it, err := s.db.NewIter(&pebble.IterOptions{UpperBound: recordsEnd})
 	if err != nil {
 		return fmt.Errorf("scan %s: %w", s.dir, err)
 	}
@@ -569,12 +760,12 @@ func (s *Store) scanRecords() error {
 		if s.filter != nil {
 			s.filter.add(maphash.Bytes(s.seed, it.Key()))
 		}
+		s.openRecords[s.classOf(it.Key())]++
 		n++
 	}
 	if err := it.Close(); err != nil {
 		return fmt.Errorf("scan %s: %w", s.dir, err)
 	}
-	s.openRecords = n
 	filterBytes := 0
 	if s.filter != nil {
 		filterBytes = len(s.filter.words) * 8
@@ -590,6 +781,17 @@ func (s *Store) Dir() string { return s.dir }
 func (s *Store) Mode() SyncMode { return s.opts.Sync }
 
 func (s *Store) stripeOf(h uint64) *stripe { return &s.stripe[h%numStripes] }
+
+// classOf returns key's class, 0 without Options.Class.
+func (s *Store) classOf(key []byte) int {
+	if s.opts.Class == nil {
+		return 0
+	}
+	if c := s.opts.Class(key); c >= 0 && c < MaxClasses {
+		return c
+	}
+	return 0
+}
 
 // findLocked returns the overlay entry of key, or nil.
 func (st *stripe) findLocked(h uint64, key []byte) *entry {
@@ -755,6 +957,9 @@ func (b *Batch) modify(key []byte, m Mutator, cache bool) (Op, error) {
 	if err := s.usable(); err != nil {
 		return Keep, err
 	}
+	if len(key) > 0 && key[0] == recordsEnd[0] {
+		return Keep, fmt.Errorf("%w: key %q", ErrReservedKey, key)
+	}
 	h := maphash.Bytes(s.seed, key)
 	st := s.stripeOf(h)
 	st.mu.Lock()
@@ -842,9 +1047,9 @@ func (b *Batch) modify(key []byte, m Mutator, cache bool) (Op, error) {
 	}
 	switch {
 	case op == Put && !existed:
-		st.mu.records++
+		st.mu.records[s.classOf(key)]++
 	case op == Delete:
-		st.mu.records--
+		st.mu.records[s.classOf(key)]--
 	}
 	if op == Put && s.filter != nil {
 		s.filter.add(h) // before the committer can write it
@@ -1322,9 +1527,11 @@ type Stats struct {
 	Failed       error // the write error that stopped writes, if any
 	// Records is the number of records: those found at Open plus those
 	// created since, minus those deleted. Exact unless a write failed.
-	Records      int64
-	SweepScanned int64 // records examined by Sweep since Open
-	SweepDeleted int64 // records Sweep deleted since Open
+	Records int64
+	// RecordsByClass splits Records by Options.Class.
+	RecordsByClass [MaxClasses]int64
+	SweepScanned   int64 // records examined by Sweep since Open
+	SweepDeleted   int64 // records Sweep deleted since Open
 	// Unavailable is ErrUnavailable with the failing write's error while
 	// writes to the disk fail, and nil otherwise; UnavailableSince says
 	// since when.
@@ -1347,11 +1554,23 @@ type Stats struct {
 
 // Records returns the number of records, as Stats does.
 func (s *Store) Records() int64 {
+	n := int64(0)
+	for _, c := range s.RecordsByClass() {
+		n += c
+	}
+	return n
+}
+
+// RecordsByClass returns the number of records of each class
+// (Options.Class), as Stats does.
+func (s *Store) RecordsByClass() [MaxClasses]int64 {
 	n := s.openRecords
 	for i := range s.stripe {
 		sp := &s.stripe[i]
 		sp.mu.Lock()
-		n += sp.mu.records
+		for c, d := range sp.mu.records {
+			n[c] += d
+		}
 		sp.mu.Unlock()
 	}
 	return n
@@ -1360,18 +1579,18 @@ func (s *Store) Records() int64 {
 // Stats returns the current counters.
 func (s *Store) Stats() Stats {
 	st := Stats{
-		Mode:         s.opts.Sync,
-		CacheMemory:  s.opts.CacheMemory,
-		Rounds:       s.stats.rounds.Load(),
-		KeysWritten:  s.stats.keysWritten.Load(),
-		Fsyncs:       s.stats.fsyncs.Load(),
-		FsyncTime:    time.Duration(s.stats.fsyncNanos.Load()),
-		Dirty:        s.stats.dirty.Load(),
-		ReadErrors:   s.stats.readErrors.Load(),
-		WriteErrors:  s.stats.writeErrors.Load(),
-		Records:      s.openRecords,
-		SweepScanned: s.stats.swept.Load(),
-		SweepDeleted: s.stats.sweptOut.Load(),
+		Mode:           s.opts.Sync,
+		CacheMemory:    s.opts.CacheMemory,
+		Rounds:         s.stats.rounds.Load(),
+		KeysWritten:    s.stats.keysWritten.Load(),
+		Fsyncs:         s.stats.fsyncs.Load(),
+		FsyncTime:      time.Duration(s.stats.fsyncNanos.Load()),
+		Dirty:          s.stats.dirty.Load(),
+		ReadErrors:     s.stats.readErrors.Load(),
+		WriteErrors:    s.stats.writeErrors.Load(),
+		RecordsByClass: s.openRecords,
+		SweepScanned:   s.stats.swept.Load(),
+		SweepDeleted:   s.stats.sweptOut.Load(),
 
 		Unavailable:      s.guard.unavailable(),
 		UnavailableSince: s.guard.since(),
@@ -1386,8 +1605,13 @@ func (s *Store) Stats() Stats {
 		st.CacheHits += sp.mu.hits
 		st.CacheMisses += sp.mu.misses
 		st.FilterSkips += sp.mu.skips
-		st.Records += sp.mu.records
+		for c, d := range sp.mu.records {
+			st.RecordsByClass[c] += d
+		}
 		sp.mu.Unlock()
+	}
+	for _, n := range st.RecordsByClass {
+		st.Records += n
 	}
 	if ms := s.stats.lastSync.Load(); ms != 0 {
 		st.LastSync = time.UnixMilli(ms)
