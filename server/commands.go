@@ -49,6 +49,9 @@ type client struct {
 	hit        hitter
 	key        []byte
 	lname      [32]byte
+	// del and delEnds hold the record keys DEL found, back to back.
+	del     []byte
+	delEnds []int
 
 	tally   []tally    // per command, this pipeline
 	touched []*command // commands with a tally in this pipeline
@@ -107,6 +110,7 @@ func commandTable() map[string]*command {
 		{name: "time", arity: 1, flags: []string{"fast"}, run: cmdTime},
 		{name: "ready", arity: 1, flags: []string{"fast"}, run: cmdReady},
 		{name: "info", arity: -1, flags: []string{"loading"}, run: cmdInfo},
+		{name: "del", arity: -2, flags: []string{"write"}, first: 1, last: -1, step: 1, run: cmdDel},
 		{name: "dbsize", arity: 1, flags: []string{"readonly", "fast"}, run: cmdDBSize},
 		{name: "compact", arity: 1, flags: []string{"admin"}, run: cmdCompact},
 		{name: "checkpoint", arity: -1, flags: []string{"admin"}, run: cmdCheckpoint},

@@ -4,6 +4,7 @@ import (
 	"context"
 	"crypto/tls"
 	"errors"
+	"github.com/sluicehq/sluice/keyspace"
 	"log"
 	"log/slog"
 	"net"
@@ -198,7 +199,8 @@ var (
 	descCommitRounds  = prometheus.NewDesc("sluice_commit_rounds_total", "Batches the committer wrote to the store.", nil, nil)
 	descKeysWritten   = prometheus.NewDesc("sluice_keys_written_total", "Bucket states the committer wrote to the store.", nil, nil)
 	descQueued        = prometheus.NewDesc("sluice_commit_queue_keys", "Keys waiting for the committer.", nil, nil)
-	descBuckets       = prometheus.NewDesc("sluice_buckets", "Buckets stored (counted at start, kept up to date).", nil, nil)
+	descBuckets       = prometheus.NewDesc("sluice_buckets", "Records stored, of every kind, as DBSIZE (counted at start, kept up to date).", nil, nil)
+	descRecords       = prometheus.NewDesc("sluice_records", "Records stored, by limiter kind (counted at start, kept up to date).", []string{"kind"}, nil)
 	descUnavailable   = prometheus.NewDesc("sluice_store_unavailable", "1 while writes to the data directory fail and changes are refused.", nil, nil)
 	descFailed        = prometheus.NewDesc("sluice_store_failed", "1 once a write failed for good; a restart is needed.", nil, nil)
 	descWriteRetries  = prometheus.NewDesc("sluice_store_write_retries_total", "Failed writes to the data directory that were retried.", nil, nil)
@@ -292,6 +294,9 @@ func (sc *serverCollector) Collect(ch chan<- prometheus.Metric) {
 	counter(descKeysWritten, ss.KeysWritten)
 	gauge(descQueued, float64(ss.Queued))
 	gauge(descBuckets, float64(ss.Records))
+	for _, k := range keyspace.Kinds() {
+		gauge(descRecords, float64(ss.RecordsByClass[k.Class]), k.Name)
+	}
 	gauge(descUnavailable, b2f(ss.Unavailable != nil))
 	gauge(descFailed, b2f(ss.Failed != nil))
 	counter(descWriteRetries, ss.WriteRetries)

@@ -1,6 +1,7 @@
 package server
 
 import (
+	"github.com/sluicehq/sluice/keyspace"
 	"net"
 	"os"
 	"runtime"
@@ -174,7 +175,11 @@ func (s *Server) writeInfo(b *strings.Builder, section string) {
 		st := s.store.Stats()
 		sw := &s.sweep
 		b.WriteString("# Storage\r\n")
-		kv("buckets", i64(st.Records))
+		kv("records", i64(st.Records))
+		for _, k := range keyspace.Kinds() {
+			kv("records_"+k.Name, i64(st.RecordsByClass[k.Class]))
+		}
+		kv("buckets", i64(st.RecordsByClass[keyspace.Lookup(keyspace.KindBucket).Class]))
 		kv("table_bytes", strconv.FormatUint(st.TableBytes, 10))
 		kv("wal_bytes", strconv.FormatUint(st.WALBytes, 10))
 		kv("memtable_bytes", strconv.FormatUint(st.MemTableBytes, 10))
@@ -212,6 +217,10 @@ func (s *Server) writeInfo(b *strings.Builder, section string) {
 		// As in Redis, an empty database is not listed.
 		if n := s.store.Records(); n > 0 {
 			kv("db0", "keys="+i64(n)+",expires=0,avg_ttl=0")
+			byClass := s.store.RecordsByClass()
+			for _, k := range keyspace.Kinds() {
+				kv("keys_"+k.Name, i64(byClass[k.Class]))
+			}
 		}
 	}
 }

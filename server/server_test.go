@@ -34,7 +34,7 @@ func startServer(t testing.TB, cfg Config) *Server {
 // startServerOn is startServer listening on addr.
 func startServerOn(t testing.TB, cfg Config, addr string) *Server {
 	t.Helper()
-	store, err := storage.Open(t.TempDir(), storage.Options{Sync: storage.SyncEverySec})
+	store, err := storage.Open(t.TempDir(), StoreOptions(storage.Options{Sync: storage.SyncEverySec}))
 	if err != nil {
 		t.Fatal(err)
 	}

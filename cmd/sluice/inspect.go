@@ -2,17 +2,19 @@ package main
 
 import (
 	"bytes"
+	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"flag"
 	"fmt"
 	"io"
 	"strconv"
+	"strings"
 	"text/tabwriter"
 	"time"
 	"unicode/utf8"
 
-	"github.com/sluicehq/sluice/bucket"
+	"github.com/sluicehq/sluice/keyspace"
 	"github.com/sluicehq/sluice/storage"
 )
 
@@ -22,22 +24,24 @@ type inspectConfig struct {
 	prefix string
 	limit  int
 	format string
+	kind   string
 	at     int64
 }
 
-// runInspect lists the buckets of a data directory without a server: read
-// only, and refused while a server holds the directory.
+// runInspect lists the records of a data directory, of every kind, without
+// a server: read only, and refused while a server holds the directory.
 func runInspect(args []string, lookupEnv func(string) (string, bool), stdout, stderr io.Writer) error {
 	var cfg inspectConfig
 	fs := flag.NewFlagSet("sluice inspect", flag.ContinueOnError)
 	fs.SetOutput(stderr)
 	fs.StringVar(&cfg.data, "data", "./sluice-data", "data directory to read (a stopped server's, or a CHECKPOINT copy)")
-	fs.StringVar(&cfg.prefix, "prefix", "", "list only buckets whose key starts with this")
-	fs.IntVar(&cfg.limit, "limit", 0, "list at most this many buckets; 0 for all")
+	fs.StringVar(&cfg.prefix, "prefix", "", "list only records whose key starts with this")
+	fs.StringVar(&cfg.kind, "kind", "", "list only records of this kind ("+kindNames()+"); empty for all")
+	fs.IntVar(&cfg.limit, "limit", 0, "list at most this many records; 0 for all")
 	fs.StringVar(&cfg.format, "format", "text", "output: text (a table) or json (one object per line)")
-	fs.Int64Var(&cfg.at, "at", 0, "unix time in milliseconds at which to compute tokens; 0 for now")
+	fs.Int64Var(&cfg.at, "at", 0, "unix time in milliseconds at which to compute tokens and idleness; 0 for now")
 	fs.Usage = func() {
-		fmt.Fprintf(stderr, "Usage: sluice inspect [flags]\n\nLists the buckets stored in a data directory, read-only. The directory must\nnot be in use by a running server. Flags also read SLUICE_<NAME>.\n\n")
+		fmt.Fprintf(stderr, "Usage: sluice inspect [flags]\n\nLists the records stored in a data directory (token buckets, divvy counters,\nGCRA and fixed-window records), read-only. The directory must not be in use\nby a running server. Flags also read SLUICE_<NAME>.\n\n")
 		fs.PrintDefaults()
 	}
 	var envErr error
@@ -63,61 +67,63 @@ func runInspect(args []string, lookupEnv func(string) (string, bool), stdout, st
 	if cfg.limit < 0 {
 		return fmt.Errorf("--limit %d: want 0 (all) or more", cfg.limit)
 	}
+	var onlyKind *keyspace.Kind
+	if cfg.kind != "" {
+		for _, k := range keyspace.Kinds() {
+			if k.Name == cfg.kind {
+				onlyKind = k
+			}
+		}
+		if onlyKind == nil {
+			return fmt.Errorf("--kind %q: want one of %s", cfg.kind, kindNames())
+		}
+	}
 	now := cfg.at
 	if now == 0 {
 		now = time.Now().UnixMilli()
 	}
+	nowNs := now * 1e6 // --at is far from overflowing: it is a flag in ms
 
 	var (
 		tw     *tabwriter.Writer
-		enc    *json.Encoder
 		listed int
 		other  int
 		bad    int // records that do not decode
 		werr   error
+		line   []byte
 	)
 	if cfg.format == "text" {
 		tw = tabwriter.NewWriter(stdout, 0, 0, 2, ' ', 0)
-		fmt.Fprintln(tw, "KEY\tMAX\tREFILL\tREFILL_MS\tTOKENS\tIDLE\tLAST_WRITE")
-	} else {
-		enc = json.NewEncoder(stdout)
+		fmt.Fprintln(tw, "KIND\tSLOT\tKEY\tPARAMS\tSTATE\tIDLE")
 	}
 	prefix := []byte(cfg.prefix)
 	err := storage.Inspect(cfg.data, func(k, v []byte) bool {
-		p, key, err := bucket.ParseKey(k)
+		r, err := keyspace.Parse(k)
 		if err != nil {
 			other++
 			return true
 		}
-		if !bytes.HasPrefix(key, prefix) {
+		if (onlyKind != nil && r.Kind != onlyKind) || !bytes.HasPrefix(r.Key, prefix) {
 			return true
 		}
-		st, err := bucket.DecodeState(v)
+		d, err := r.Describe(v, nowNs)
 		if err != nil {
 			// Report it and go on: the rest of the store is worth seeing.
 			bad++
-			fmt.Fprintf(stderr, "corrupt record: bucket %s (%d value bytes): %v; skipped\n", strconv.Quote(string(key)), len(v), err)
+			fmt.Fprintf(stderr, "corrupt record: %s %s (%d value bytes): %v; skipped\n", r.Kind.Name, strconv.Quote(string(r.Key)), len(v), err)
 			return true
 		}
-		tokens, _ := p.Available(st, true, now)
-		row := inspectRow{
-			Max: p.Max, Refill: p.RefillAmount, RefillMs: p.RefillMs,
-			Tokens: tokens, StoredTokens: st.Amount, AnchorMs: st.Anchor,
-			LastWriteMs: st.LastReduce, Idle: p.Idle(st, now),
-		}
-		if st.HasSession {
-			row.SessionStartMs = &st.SessionStart
-		}
-		if utf8.Valid(key) {
-			row.Key = string(key)
+		if tw != nil {
+			params := d.Params
+			if params == "" {
+				params = "-"
+			}
+			_, werr = fmt.Fprintf(tw, "%s\t%d\t%s\t%s\t%s\t%s\n", r.Kind.Name, r.Slot, strconv.Quote(string(r.Key)), params, d.State, yesNo(d.Idle))
 		} else {
-			row.KeyHex = fmt.Sprintf("%x", key)
-		}
-		if enc != nil {
-			werr = enc.Encode(row)
-		} else {
-			_, werr = fmt.Fprintf(tw, "%s\t%d\t%d\t%d\t%d\t%s\t%s\n", strconv.Quote(string(key)), p.Max, p.RefillAmount, p.RefillMs,
-				tokens, yesNo(row.Idle), time.UnixMilli(st.LastReduce).UTC().Format("2006-01-02T15:04:05.000Z"))
+			line, werr = appendInspectJSON(line[:0], r, d)
+			if werr == nil {
+				_, werr = stdout.Write(line)
+			}
 		}
 		listed++
 		return werr == nil && (cfg.limit == 0 || listed < cfg.limit)
@@ -139,9 +145,9 @@ func runInspect(args []string, lookupEnv func(string) (string, bool), stdout, st
 			return err
 		}
 	}
-	fmt.Fprintf(stderr, "%d buckets listed", listed)
+	fmt.Fprintf(stderr, "%d records listed", listed)
 	if other > 0 {
-		fmt.Fprintf(stderr, "; %d records that are not buckets skipped", other)
+		fmt.Fprintf(stderr, "; %d records of no known kind skipped", other)
 	}
 	fmt.Fprintln(stderr)
 	switch {
@@ -153,19 +159,47 @@ func runInspect(args []string, lookupEnv func(string) (string, bool), stdout, st
 	return nil
 }
 
-// inspectRow is one bucket in `sluice inspect --format json`.
-type inspectRow struct {
-	Key            string `json:"key,omitempty"`
-	KeyHex         string `json:"key_hex,omitempty"` // keys that are not UTF-8
-	Max            int64  `json:"max"`
-	Refill         int64  `json:"refill"`
-	RefillMs       int64  `json:"refill_ms"`
-	Tokens         int64  `json:"tokens"`        // available at --at
-	StoredTokens   int64  `json:"stored_tokens"` // as stored, before refill
-	AnchorMs       int64  `json:"anchor_ms"`
-	LastWriteMs    int64  `json:"last_write_ms"`
-	SessionStartMs *int64 `json:"session_start_ms,omitempty"`
-	Idle           bool   `json:"idle"` // full again: the sweep deletes it
+// appendInspectJSON appends one record of `sluice inspect --format json`:
+// kind, slot, the key ("key", or "key_hex" when it is not UTF-8), the kind's
+// own fields in their order, and idle, on one line.
+func appendInspectJSON(b []byte, r keyspace.Record, d keyspace.Description) ([]byte, error) {
+	b = append(b, `{"kind":`...)
+	b = strconv.AppendQuote(b, r.Kind.Name)
+	b = append(b, `,"slot":`...)
+	b = strconv.AppendUint(b, uint64(r.Slot), 10)
+	if utf8.Valid(r.Key) {
+		b = append(b, `,"key":`...)
+		k, err := json.Marshal(string(r.Key))
+		if err != nil {
+			return b, err
+		}
+		b = append(b, k...)
+	} else {
+		b = append(b, `,"key_hex":"`...)
+		b = hex.AppendEncode(b, r.Key)
+		b = append(b, '"')
+	}
+	for _, f := range d.Fields {
+		v, err := json.Marshal(f.Value)
+		if err != nil {
+			return b, err
+		}
+		b = append(b, ',')
+		b = strconv.AppendQuote(b, f.Name)
+		b = append(b, ':')
+		b = append(b, v...)
+	}
+	b = append(b, `,"idle":`...)
+	b = strconv.AppendBool(b, d.Idle)
+	return append(b, "}\n"...), nil
+}
+
+func kindNames() string {
+	var names []string
+	for _, k := range keyspace.Kinds() {
+		names = append(names, k.Name)
+	}
+	return strings.Join(names, ", ")
 }
 
 func yesNo(b bool) string {

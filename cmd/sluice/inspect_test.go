@@ -21,7 +21,7 @@ import (
 // fillStore serves dir in this process, runs cmds, and closes everything.
 func fillStore(t *testing.T, dir string, cmds [][]any) {
 	t.Helper()
-	store, err := storage.Open(dir, storage.Options{})
+	store, err := storage.Open(dir, server.StoreOptions(storage.Options{}))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -85,7 +85,7 @@ func TestInspectListsBuckets(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		if len(rows) != 4 || !strings.Contains(summary, "4 buckets listed") {
+		if len(rows) != 4 || !strings.Contains(summary, "4 records listed") {
 			t.Fatalf("got %d rows (%s): %+v", len(rows), summary, rows)
 		}
 		byKey := map[string]inspectRow{}
@@ -128,7 +128,7 @@ func TestInspectListsBuckets(t *testing.T) {
 		t.Fatalf("--limit 1 gave %d rows, %v", len(listed), err)
 	}
 	_, text, err := inspect("--prefix", "user:2", "--at", "1000000")
-	if err != nil || !strings.HasPrefix(text, "KEY ") || !strings.Contains(text, `"user:2"`) || strings.Contains(text, "user:1") {
+	if err != nil || !strings.HasPrefix(text, "KIND ") || !strings.Contains(text, `"user:2"`) || strings.Contains(text, "user:1") {
 		t.Fatalf("text output: %v\n%s", err, text)
 	}
 }
@@ -148,4 +148,22 @@ func TestInspectRefusesWhileServed(t *testing.T) {
 	if err == nil || !strings.Contains(err.Error(), "missing") {
 		t.Fatalf("inspect of a missing directory: %v", err)
 	}
+}
+
+// inspectRow is the part of a line of `sluice inspect --format json` that
+// the tests read: the common fields and a token bucket's.
+type inspectRow struct {
+	Kind           string `json:"kind"`
+	Slot           int    `json:"slot"`
+	Key            string `json:"key,omitempty"`
+	KeyHex         string `json:"key_hex,omitempty"` // keys that are not UTF-8
+	Max            int64  `json:"max"`
+	Refill         int64  `json:"refill"`
+	RefillMs       int64  `json:"refill_ms"`
+	Tokens         int64  `json:"tokens"`        // available at --at
+	StoredTokens   int64  `json:"stored_tokens"` // as stored, before refill
+	AnchorMs       int64  `json:"anchor_ms"`
+	LastWriteMs    int64  `json:"last_write_ms"`
+	SessionStartMs *int64 `json:"session_start_ms,omitempty"`
+	Idle           bool   `json:"idle"` // the sweep deletes it
 }

@@ -355,7 +355,7 @@ func runReloading(ctx context.Context, hup <-chan os.Signal, args []string, look
 	}
 	// A signal stops the open too: replaying a long log, or a store that
 	// cannot be opened, must not make the process ignore SIGTERM.
-	store, err := storage.OpenContext(ctx, cfg.data, storage.Options{
+	store, err := storage.OpenContext(ctx, cfg.data, server.StoreOptions(storage.Options{
 		Sync:          mode,
 		CacheSize:     int64(cfg.cacheSize),
 		CacheEntries:  cacheEntries(cfg.cacheBuckets),
@@ -364,7 +364,7 @@ func runReloading(ctx context.Context, hup <-chan os.Signal, args []string, look
 		MemTableSize:  int64(cfg.memtableSize),
 		MaxOpenFiles:  files.StoreFiles,
 		Logger:        log,
-	})
+	}))
 	if err != nil {
 		if ctx.Err() != nil {
 			return fmt.Errorf("stopped by a signal while opening the store: %w", err)

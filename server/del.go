@@ -1,0 +1,87 @@
+package server
+
+import (
+	"github.com/sluicehq/sluice/keyspace"
+	"github.com/sluicehq/sluice/storage"
+)
+
+// StoreOptions returns o with what the store must know of the server's
+// record layout: how to upgrade the keys of a store written before hash
+// slots (format 1), and each record's kind, for the per-kind counts of INFO
+// and /metrics. Open the store given to New with them.
+func StoreOptions(o storage.Options) storage.Options {
+	o.Upgrade = keyspace.UpgradeKey
+	o.Class = keyspace.Class
+	return o
+}
+
+// delMutator deletes a record that exists, and notes that it did.
+type delMutator struct{ deleted bool }
+
+func (m *delMutator) Mutate(_ []byte, found bool) ([]byte, storage.Op, error) {
+	if !found {
+		return nil, storage.Keep, nil
+	}
+	m.deleted = true
+	return nil, storage.Delete, nil
+}
+
+// cmdDel is DEL key [key ...]: it removes every record stored under each
+// key, of every kind that has a client key (token buckets of every
+// parameter set, GCRA, windows), and answers how many of the keys had one.
+//
+// A key's records are all in its hash slot's range of the store. DEL first
+// commits this connection's writes and waits until every change committed
+// before it is in Pebble, then reads the slot's range for the key's records
+// and deletes each under its lock, through the same ordered path as every
+// write: a record changed meanwhile is deleted in its current state, and
+// one created after the read is not (it was created after the DEL).
+func cmdDel(s *Server, c *client, args [][]byte) {
+	for _, k := range args[1:] {
+		if err := s.checkKeySize("key", len(k)); err != nil {
+			s.replyErr(c, err)
+			return
+		}
+	}
+	if err := s.commitWrites(c); err != nil {
+		s.replyErr(c, err)
+		return
+	}
+	if err := s.store.Flush(); err != nil {
+		s.replyErr(c, wrapStoreErr(err))
+		return
+	}
+	var n int64
+	for _, key := range args[1:] {
+		lo, hi := keyspace.SlotRange(keyspace.Slot(key))
+		c.del = c.del[:0]
+		c.delEnds = c.delEnds[:0]
+		err := s.store.Scan(lo[:], hi[:], func(k, _ []byte) bool {
+			if keyspace.ClientKey(k, key) {
+				c.del = append(c.del, k...)
+				c.delEnds = append(c.delEnds, len(c.del))
+			}
+			return true
+		})
+		if err != nil {
+			s.replyErr(c, wrapStoreErr(err))
+			return
+		}
+		m := delMutator{}
+		start := 0
+		for _, end := range c.delEnds {
+			if err := c.batch.Modify(c.del[start:end], &m); err != nil {
+				s.replyErr(c, wrapStoreErr(err))
+				return
+			}
+			start = end
+		}
+		if m.deleted {
+			n++
+		}
+	}
+	if cap(c.del) > connKeepBuf {
+		c.del, c.delEnds = nil, nil
+	}
+	c.out = appendInt(c.out, n)
+}
