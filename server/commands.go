@@ -11,6 +11,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/sluicehq/sluice/bucket"
 	"github.com/sluicehq/sluice/storage"
 )
 
@@ -46,6 +47,9 @@ type client struct {
 	// replyStart is where the reply of the command being executed begins.
 	replyStart int
 	rl         rlMutator
+	cl         clMutator
+	fw         fwMutator
+	fwReq      fwRequest
 	hit        hitter
 	key        []byte
 	lname      [32]byte
@@ -95,6 +99,12 @@ func commandTable() map[string]*command {
 		{name: "rl.pget", arity: -4, flags: rlRead, first: 1, last: 1, step: 1, run: rlRunner(rlSpec{kind: rlGet, ms: true})},
 		{name: "rl.sessionize", arity: -4, flags: rlFlags, first: 1, last: 1, step: 1, run: rlRunner(rlSpec{kind: rlSessionize})},
 		{name: "rl.psessionize", arity: -4, flags: rlFlags, first: 1, last: 1, step: 1, run: rlRunner(rlSpec{kind: rlSessionize, ms: true})},
+		{name: "cl.throttle", arity: -5, flags: rlFlags, first: 1, last: 1, step: 1, run: clRunner(bucket.Second)},
+		{name: "cl.pthrottle", arity: -5, flags: rlFlags, first: 1, last: 1, step: 1, run: clRunner(bucket.Millisecond)},
+		{name: "fw.incr", arity: -4, flags: rlFlags, first: 1, last: 1, step: 1, run: fwRunner(fwSpec{unit: bucket.Second})},
+		{name: "fw.pincr", arity: -4, flags: rlFlags, first: 1, last: 1, step: 1, run: fwRunner(fwSpec{unit: bucket.Millisecond})},
+		{name: "fw.get", arity: -4, flags: rlRead, first: 1, last: 1, step: 1, run: fwRunner(fwSpec{get: true, unit: bucket.Second})},
+		{name: "fw.pget", arity: -4, flags: rlRead, first: 1, last: 1, step: 1, run: fwRunner(fwSpec{get: true, unit: bucket.Millisecond})},
 		{name: "ping", arity: -1, flags: []string{"fast"}, run: cmdPing},
 		{name: "echo", arity: 2, flags: []string{"fast"}, run: cmdEcho},
 		{name: "quit", arity: -1, flags: []string{"fast"}, run: cmdQuit},
