@@ -202,3 +202,19 @@ func unitName(u bucket.Unit) string {
 	}
 	return "unix_s"
 }
+
+var (
+	clThrottleDoc  = clDoc("Rate limits key by GCRA, as redis-cell: count requests per period seconds, bursts of max_burst + 1. Replies [limited, limit, remaining, retry_after, reset_after] in seconds.", "period", "unix_s")
+	clPThrottleDoc = clDoc("CL.THROTTLE with the period, AT and the reply's durations in milliseconds.", "period_ms", "unix_ms")
+)
+
+func clDoc(summary, period, at string) *cmdDoc {
+	return &cmdDoc{summary: summary, group: "rate-limit", args: []docArg{
+		{name: "key", typ: "key"},
+		{name: "max_burst", typ: "integer"},
+		{name: "count", typ: "integer"},
+		{name: period, typ: "integer"},
+		{name: "quantity", typ: "integer", optional: true},
+		{name: at, typ: "unix-time", token: "AT", optional: true},
+	}}
+}

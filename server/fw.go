@@ -183,3 +183,29 @@ func (s *Server) runFW(c *client, spec fwSpec, args [][]byte) {
 		c.out = appendInt(c.out, v)
 	}
 }
+
+var (
+	fwIncrDoc  = fwDoc("Counts a request in key's fixed window of window seconds, aligned to the Unix epoch. Replies [limited, limit, remaining, retry_after, reset_after, used, reset_at] in seconds.", fwSpec{})
+	fwPIncrDoc = fwDoc("FW.INCR with the window, AT and the reply's times in milliseconds.", fwSpec{unit: bucket.Millisecond})
+	fwGetDoc   = fwDoc("FW.INCR's reply without counting: would a request of COST pass now.", fwSpec{get: true})
+	fwPGetDoc  = fwDoc("FW.GET with the window, AT and the reply's times in milliseconds.", fwSpec{get: true, unit: bucket.Millisecond})
+)
+
+func fwDoc(summary string, spec fwSpec) *cmdDoc {
+	window, at := "window", "unix_s"
+	if spec.unit == bucket.Millisecond {
+		window, at = "window_ms", "unix_ms"
+	}
+	args := []docArg{
+		{name: "key", typ: "key"},
+		{name: "limit", typ: "integer"},
+		{name: window, typ: "integer"},
+		{name: "n", typ: "integer", token: "COST", optional: true},
+		{name: at, typ: "unix-time", token: "AT", optional: true},
+	}
+	if !spec.get {
+		args = append(args, docArg{name: "nocountblocked", typ: "pure-token", token: "NOCOUNTBLOCKED", optional: true})
+	}
+	args = append(args, docArg{name: "stagger", typ: "pure-token", token: "STAGGER", optional: true})
+	return &cmdDoc{summary: summary, group: "rate-limit", args: args}
+}

@@ -384,6 +384,42 @@ func TestLimiterCommandInfo(t *testing.T) {
 			t.Errorf("COMMAND INFO %s = %v, %v", name, v, err)
 		}
 	}
+
+	// COMMAND DOCS: a record per command, with its arguments (RESP3).
+	docs, err := c.Do(ctx, "COMMAND", "DOCS", "fw.incr", "CL.PTHROTTLE", "ping", "nosuch").Result()
+	if err != nil {
+		t.Fatal(err)
+	}
+	m, ok := docs.(map[any]any)
+	if !ok || len(m) != 2 {
+		t.Fatalf("COMMAND DOCS = %#v, want the records of fw.incr and cl.pthrottle", docs)
+	}
+	for name, want := range map[string][]string{
+		"fw.incr":      {"key", "limit", "window", "n", "unix_s", "nocountblocked", "stagger"},
+		"cl.pthrottle": {"key", "max_burst", "count", "period_ms", "quantity", "unix_ms"},
+	} {
+		rec, _ := m[name].(map[any]any)
+		if s, _ := rec["summary"].(string); s == "" {
+			t.Errorf("COMMAND DOCS %s has no summary: %#v", name, rec)
+		}
+		args, _ := rec["arguments"].([]any)
+		var got []string
+		for _, a := range args {
+			am, _ := a.(map[any]any)
+			n, _ := am["name"].(string)
+			got = append(got, n)
+		}
+		if !slices.Equal(got, want) {
+			t.Errorf("COMMAND DOCS %s arguments %v, want %v", name, got, want)
+		}
+	}
+	// RESP2: a flat array of name, record; every record of COMMAND DOCS.
+	c2 := redis.NewClient(&redis.Options{Addr: srv.Addr().String(), Protocol: 2})
+	defer c2.Close()
+	flat, err := c2.Do(ctx, "COMMAND", "DOCS").Slice()
+	if err != nil || len(flat) != 12 {
+		t.Fatalf("COMMAND DOCS over RESP2 = %v, %v; want 6 records", flat, err)
+	}
 }
 
 // The deciding commands count allowed and denied for the metrics; FW.GET
