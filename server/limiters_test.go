@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"hash/fnv"
+	"net"
 	"reflect"
 	"slices"
 	"strconv"
@@ -13,6 +14,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/sluicehq/sluice/bucket"
+	"github.com/sluicehq/sluice/storage"
 )
 
 // The CL.* and FW.* commands over the wire, through go-redis, against a
@@ -283,7 +285,7 @@ func TestLimiterErrors(t *testing.T) {
 	} {
 		err := c.Do(ctx, tc.args...).Err()
 		if err == nil || err.Error() != tc.want {
-			t.Errorf("%q: %v, want %q", tc.args, err, tc.want)
+			t.Errorf("%v: %v, want %q", tc.args, err, tc.want)
 		}
 	}
 	if n := dbSize(t, c); n != 0 {
@@ -354,6 +356,50 @@ func TestLimiterOddInputs(t *testing.T) {
 	if err := c.Ping(ctx).Err(); err != nil {
 		t.Fatalf("after %d odd calls: %v", calls, err)
 	}
+}
+
+// GCRA and window state are written through the store like buckets: with
+// --fsync always, what was answered is there after a restart.
+func TestLimitersSurviveRestart(t *testing.T) {
+	dir := t.TempDir()
+	clock := newTestClock(t0)
+	run := func(check func(c *redis.Client)) {
+		t.Helper()
+		store, err := storage.Open(dir, storage.Options{Sync: storage.SyncAlways})
+		if err != nil {
+			t.Fatal(err)
+		}
+		srv, err := New(Config{Store: store, Clock: clock.now})
+		if err != nil {
+			t.Fatal(err)
+		}
+		ln, err := net.Listen("tcp", "127.0.0.1:0")
+		if err != nil {
+			t.Fatal(err)
+		}
+		done := make(chan error, 1)
+		go func() { done <- srv.Serve(ln) }()
+		c := redis.NewClient(&redis.Options{Addr: ln.Addr().String(), MaxRetries: -1})
+		check(c)
+		c.Close()
+		if err := srv.Close(); err != nil {
+			t.Fatal(err)
+		}
+		if err := <-done; err != nil {
+			t.Fatal(err)
+		}
+		if err := store.Close(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	run(func(c *redis.Client) {
+		wantInts(t, c, []int64{0, 16, 15, -1, 2}, "CL.THROTTLE", "user123", 15, 30, 60)
+		wantInts(t, c, []int64{0, 5, 4, -1, 100, 1, 1700000100}, "FW.INCR", "user:42", 5, 300)
+	})
+	run(func(c *redis.Client) {
+		wantInts(t, c, []int64{0, 16, 14, -1, 4}, "CL.THROTTLE", "user123", 15, 30, 60)
+		wantInts(t, c, []int64{0, 5, 3, -1, 100, 2, 1700000100}, "FW.INCR", "user:42", 5, 300)
+	})
 }
 
 // COMMAND, COMMAND INFO and COMMAND DOCS describe the new commands.
