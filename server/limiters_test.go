@@ -491,6 +491,9 @@ func TestLimiterMetrics(t *testing.T) {
 			t.Errorf("takesTokens(%s) = %v", name, takesTokens(name))
 		}
 	}
+	if a, d := infoField(t, c, "stats", "rl_allowed"), infoField(t, c, "stats", "rl_denied"); a != "4" || d != "8" {
+		t.Errorf("INFO rl_allowed %s, rl_denied %s; want 4 and 8", a, d)
+	}
 }
 
 func benchCommand(b *testing.B, args [][]byte) {
