@@ -71,7 +71,7 @@ func parseCL(unit bucket.Unit, name string, args [][]byte, r *clRequest) error {
 		r.hasAt = true
 	}
 	if r.gcra, err = bucket.NewGCRA(p); err != nil {
-		return argErr(err)
+		return argErrIn(err, unit)
 	}
 	if r.quantity < 0 {
 		return replyErr("ERR quantity: " + strconv.FormatInt(r.quantity, 10) + ": want 0 or more")
@@ -185,6 +185,16 @@ func argErr(err error) error {
 		return replyErr("ERR " + ae.Arg + ": " + ae.Msg)
 	}
 	return err
+}
+
+// argErrIn is argErr for a command in unit: the P forms name their
+// durations period_ms and window_ms, as in their grammar.
+func argErrIn(err error, unit bucket.Unit) error {
+	var ae *bucket.ArgError
+	if unit == bucket.Millisecond && errors.As(err, &ae) && (ae.Arg == "period" || ae.Arg == "window") {
+		return replyErr("ERR " + ae.Arg + "_ms: " + ae.Msg)
+	}
+	return argErr(err)
 }
 
 // unexpectedArg refuses an argument where only the keywords want may come.

@@ -146,7 +146,7 @@ func (s *Server) runFW(c *client, spec fwSpec, args [][]byte) {
 	}
 	var err error
 	if m.w, err = bucket.NewWindow(req.params, req.key); err != nil {
-		s.replyErr(c, argErr(err))
+		s.replyErr(c, argErrIn(err, spec.unit))
 		return
 	}
 	if err := s.checkKeySize("key", len(req.key)); err != nil {

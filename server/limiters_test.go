@@ -265,6 +265,9 @@ func TestLimiterErrors(t *testing.T) {
 		{[]any{"CL.THROTTLE", "k", -1, 30, 60}, "ERR max_burst: -1: want 0 or more"},
 		{[]any{"CL.THROTTLE", "k", 15, 0, 60}, "ERR count: 0: want 1 or more"},
 		{[]any{"CL.THROTTLE", "k", 15, 30, -60}, "ERR period: -60: want 1 or more"},
+		{[]any{"CL.PTHROTTLE", "k", 15, 30, 0}, "ERR period_ms: 0: want 1 or more"},
+		{[]any{"FW.PINCR", "k", 5, -1}, "ERR window_ms: -1: want 1 or more"},
+		{[]any{"FW.PGET", "k", 5, 0}, "ERR window_ms: 0: want 1 or more"},
 		{[]any{"CL.THROTTLE", "k", 15, 30, 60, -1}, "ERR quantity: -1: want 0 or more"},
 		{[]any{"CL.THROTTLE", "k", 15, 30, 9223372036854775807}, "ERR period: 9223372036854775807: too long, its nanoseconds overflow int64: want at most 9223372036"},
 		{[]any{"CL.PTHROTTLE", "k", 15, 2000000, 1}, "ERR count: 2000000: rate too high, more than one request per nanosecond: want at most 1000000 for this period"},
@@ -590,7 +593,7 @@ func FuzzParseFW(f *testing.F) {
 		}
 		w, err := bucket.NewWindow(r.params, r.key)
 		if err != nil {
-			checkErrReply(t, args, argErr(err))
+			checkErrReply(t, args, argErrIn(err, spec.unit))
 			return
 		}
 		if w.Millis() < 1 || w.Offset() < 0 || w.Offset() >= w.Millis() {
