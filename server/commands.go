@@ -11,6 +11,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/sluicehq/sluice/bucket"
 	"github.com/sluicehq/sluice/storage"
 )
 
@@ -46,6 +47,9 @@ type client struct {
 	// replyStart is where the reply of the command being executed begins.
 	replyStart int
 	rl         rlMutator
+	cl         clMutator
+	fw         fwMutator
+	fwReq      fwRequest
 	hit        hitter
 	key        []byte
 	lname      [32]byte
@@ -76,6 +80,9 @@ type command struct {
 	// first, last, step locate key arguments, as COMMAND reports them.
 	first, last, step int
 	run               func(s *Server, c *client, args [][]byte)
+	// doc is the COMMAND DOCS record; commands without one are left out of
+	// it, and clients fall back to their own help.
+	doc *cmdDoc
 
 	idx  int // position in the table, and in each client's tally
 	stat struct {
@@ -98,6 +105,12 @@ func commandTable() map[string]*command {
 		{name: "rl.pget", arity: -4, flags: rlRead, first: 1, last: 1, step: 1, run: rlRunner(rlSpec{kind: rlGet, ms: true})},
 		{name: "rl.sessionize", arity: -4, flags: rlFlags, first: 1, last: 1, step: 1, run: rlRunner(rlSpec{kind: rlSessionize})},
 		{name: "rl.psessionize", arity: -4, flags: rlFlags, first: 1, last: 1, step: 1, run: rlRunner(rlSpec{kind: rlSessionize, ms: true})},
+		{name: "cl.throttle", arity: -5, flags: rlFlags, first: 1, last: 1, step: 1, run: clRunner(bucket.Second), doc: clThrottleDoc},
+		{name: "cl.pthrottle", arity: -5, flags: rlFlags, first: 1, last: 1, step: 1, run: clRunner(bucket.Millisecond), doc: clPThrottleDoc},
+		{name: "fw.incr", arity: -4, flags: rlFlags, first: 1, last: 1, step: 1, run: fwRunner(fwSpec{unit: bucket.Second}), doc: fwIncrDoc},
+		{name: "fw.pincr", arity: -4, flags: rlFlags, first: 1, last: 1, step: 1, run: fwRunner(fwSpec{unit: bucket.Millisecond}), doc: fwPIncrDoc},
+		{name: "fw.get", arity: -4, flags: rlRead, first: 1, last: 1, step: 1, run: fwRunner(fwSpec{get: true, unit: bucket.Second}), doc: fwGetDoc},
+		{name: "fw.pget", arity: -4, flags: rlRead, first: 1, last: 1, step: 1, run: fwRunner(fwSpec{get: true, unit: bucket.Millisecond}), doc: fwPGetDoc},
 		{name: "ping", arity: -1, flags: []string{"fast"}, run: cmdPing},
 		{name: "echo", arity: 2, flags: []string{"fast"}, run: cmdEcho},
 		{name: "quit", arity: -1, flags: []string{"fast"}, run: cmdQuit},
@@ -613,15 +626,94 @@ func cmdCommand(s *Server, c *client, args [][]byte) {
 			"COUNT", "    Return the total number of commands.",
 			"LIST", "    Return the names of all commands.",
 			"INFO <command-name> [<command-name> ...]", "    Return details about the named commands.",
-			"DOCS [<command-name> ...]", "    Return documentation records (none: see docs/protocol.md).",
+			"DOCS [<command-name> ...]", "    Return documentation records of the CL.* and FW.* commands (the others: see docs/protocol.md).",
 		}
 		c.out = appendHelp(c.out, lines)
 	case "docs":
-		// No documentation records: clients fall back to their own help.
-		c.out = appendMap(c.out, 0, c.resp == 3)
+		// As Redis: every command's record, or the named ones; names
+		// without a record are left out.
+		var docs []*command
+		if len(args) == 2 {
+			for _, n := range names {
+				if cmd := s.cmds[n]; cmd.doc != nil {
+					docs = append(docs, cmd)
+				}
+			}
+		} else {
+			for _, a := range args[2:] {
+				if cmd := s.cmds[strings.ToLower(string(a))]; cmd != nil && cmd.doc != nil {
+					docs = append(docs, cmd)
+				}
+			}
+		}
+		r3 := c.resp == 3
+		c.out = appendMap(c.out, len(docs), r3)
+		for _, cmd := range docs {
+			c.out = appendBulkString(c.out, cmd.name)
+			c.out = cmd.doc.append(c.out, r3)
+		}
 	default:
 		s.replyErr(c, replyErr("ERR unknown subcommand '"+preview(args[1])+"'. Try COMMAND HELP."))
 	}
+}
+
+// cmdDoc is a command's COMMAND DOCS record: what redis-cli and client
+// libraries show as its help and argument hints.
+type cmdDoc struct {
+	summary string
+	group   string
+	args    []docArg
+}
+
+// docArg is one argument of a cmdDoc, in Redis' terms: typ is "key",
+// "integer", "unix-time" or "pure-token"; token is the keyword before the
+// value, if any.
+type docArg struct {
+	name, typ, token   string
+	optional, multiple bool
+}
+
+func (d *cmdDoc) append(b []byte, r3 bool) []byte {
+	b = appendMap(b, 3, r3)
+	b = appendBulkString(b, "summary")
+	b = appendBulkString(b, d.summary)
+	b = appendBulkString(b, "group")
+	b = appendBulkString(b, d.group)
+	b = appendBulkString(b, "arguments")
+	b = appendArray(b, len(d.args))
+	for _, a := range d.args {
+		var flags []string
+		if a.optional {
+			flags = append(flags, "optional")
+		}
+		if a.multiple {
+			flags = append(flags, "multiple")
+		}
+		n := 2
+		if a.token != "" {
+			n++
+		}
+		if len(flags) > 0 {
+			n++
+		}
+		b = appendMap(b, n, r3)
+		b = appendBulkString(b, "name")
+		b = appendBulkString(b, a.name)
+		b = appendBulkString(b, "type")
+		b = appendBulkString(b, a.typ)
+		if a.token != "" {
+			b = appendBulkString(b, "token")
+			b = appendBulkString(b, a.token)
+		}
+		if len(flags) > 0 {
+			b = appendBulkString(b, "flags")
+			b = appendArray(b, len(flags))
+			for _, f := range flags {
+				b = appendSimple(b, f)
+			}
+		}
+	}
+	return b
 }
 
 func appendCommandInfo(b []byte, cmd *command) []byte {

@@ -346,7 +346,8 @@ func (sc *serverCollector) Collect(ch chan<- prometheus.Metric) {
 // takesTokens reports whether a command decides allowed or denied.
 func takesTokens(name string) bool {
 	switch name {
-	case "rl.reduce", "rl.preduce", "rl.sessionize", "rl.psessionize", "hit":
+	case "rl.reduce", "rl.preduce", "rl.sessionize", "rl.psessionize", "hit",
+		"cl.throttle", "cl.pthrottle", "fw.incr", "fw.pincr":
 		return true
 	}
 	return false
