@@ -12,6 +12,7 @@ import (
 	"strings"
 	"sync"
 	"sync/atomic"
+	"syscall"
 	"time"
 
 	"github.com/HdrHistogram/hdrhistogram-go"
@@ -145,6 +146,7 @@ type result struct {
 	Elapsed  time.Duration
 	Hist     *hdrhistogram.Histogram // µs per request
 	CPU      time.Duration           // server CPU during the run, when known
+	GenCPU   time.Duration           // the load generator's own CPU during the run
 	PeakRSS  int64                   // server peak RSS in bytes, when known
 }
 
@@ -445,6 +447,7 @@ func run(addr string, t target, w workload, sha string) (result, error) {
 	}
 	replies := t.replies()
 	var ioErr atomic.Value
+	gen0 := selfCPU()
 	start := time.Now()
 	for i, c := range conns {
 		wg.Go(func() {
@@ -499,7 +502,7 @@ func run(addr string, t target, w workload, sha string) (result, error) {
 		})
 	}
 	wg.Wait()
-	res := result{Target: t, Requests: total.TotalCount(), Errors: errs.Load(), Elapsed: time.Since(start), Hist: total}
+	res := result{Target: t, Requests: total.TotalCount(), Errors: errs.Load(), Elapsed: time.Since(start), Hist: total, GenCPU: selfCPU() - gen0}
 	if v, ok := firstErr.Load().(string); ok {
 		res.FirstErr = v
 	}
@@ -516,4 +519,14 @@ func run(addr string, t target, w workload, sha string) (result, error) {
 			targetName(t, w), res.Errors, res.FirstErr)
 	}
 	return res, nil
+}
+
+// selfCPU is this process's user+system CPU time so far: the generator's
+// cost, which says whether it, rather than the server, set the pace.
+func selfCPU() time.Duration {
+	var ru syscall.Rusage
+	if syscall.Getrusage(syscall.RUSAGE_SELF, &ru) != nil {
+		return 0
+	}
+	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
 }

@@ -5,12 +5,15 @@ import (
 	"bytes"
 	"fmt"
 	"net"
+	"os"
 	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
+
+	"github.com/HdrHistogram/hdrhistogram-go"
 )
 
 // parseArray reads one RESP array of bulk strings, as a server would.
@@ -376,5 +379,45 @@ func TestRunReadsEveryReplyOfARequest(t *testing.T) {
 		if res.Requests != w.Requests || sent != w.Requests*int64(c.t.replies()) {
 			t.Errorf("%s: %d requests, %d commands; want %d and %d", targetName(c.t, w), res.Requests, sent, w.Requests, w.Requests*int64(c.t.replies()))
 		}
+	}
+}
+
+// TestWriteDocsKeepsEachGroupApart: a limiters run rewrites its own part
+// of the page and chart, and leaves the main scenarios' part alone.
+func TestWriteDocsKeepsEachGroupApart(t *testing.T) {
+	dir := t.TempDir()
+	path := dir + "/benchmarks.md"
+	main := "# Benchmarks\n\n" + beginMarker + "\nmain figures\n" + endMarker + "\n\n## Profile findings\n\nfindings\n"
+	if err := os.WriteFile(path, []byte(main), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	h := hdrhistogram.New(1, 60_000_000, 3)
+	h.RecordValue(1000)
+	sc, _ := findScenario("window")
+	sc.W.Take, sc.W.Max, sc.W.RefillMs = 1, 100, 60000 // the flags' defaults
+	rep := scenarioReport{Scenario: sc, Pinned: true, Results: []result{
+		{Target: targetRedisFW, Requests: 1, Elapsed: time.Millisecond, Hist: h, CPU: 3 * time.Microsecond},
+		{Target: targetSluice, Requests: 1, Elapsed: time.Millisecond, Hist: h, CPU: 4 * time.Microsecond},
+	}}
+	if err := writeDocs(path, []scenarioReport{rep}, []string{"--scenario", "window"}); err != nil {
+		t.Fatal(err)
+	}
+	got, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	doc := string(got)
+	part := docsParts[groupLimiters]
+	i, j, k := strings.Index(doc, part.begin), strings.Index(doc, part.end), strings.Index(doc, "## Profile findings")
+	switch {
+	case !strings.Contains(doc, beginMarker+"\nmain figures\n"+endMarker):
+		t.Errorf("the main part changed:\n%s", doc)
+	case i < 0 || j < i || k < j:
+		t.Errorf("the limiters part is missing or not before Profile findings:\n%s", doc)
+	case !strings.Contains(doc[i:j], "| sluice FW.PINCR |") || !strings.Contains(doc[i:j], "- redis INCR+EXPIRE: `INCR ratelimit/k:<id>/<window>; EXPIRE ratelimit/k:<id>/<window> 60 NX`"):
+		t.Errorf("the limiters part lacks its rows:\n%s", doc[i:j])
+	}
+	if _, err := os.Stat(dir + "/benchmarks-limiters.png"); err != nil {
+		t.Errorf("chart: %v", err)
 	}
 }

@@ -23,6 +23,7 @@ import (
 	"path/filepath"
 	"slices"
 	"strings"
+	"time"
 )
 
 //go:embed tokenbucket.lua
@@ -362,7 +363,7 @@ func runScenario(o options, sc scenario, log io.Writer) (scenarioReport, error) 
 	}
 	res.CPU = cpu
 	res.PeakRSS = ss.peakRSS()
-	fmt.Fprintf(log, "   %-28s %10.0f ops/s\n", targetName(targetSluice, w), res.opsPerSec())
+	logResult(log, res, w)
 	rep.Results = append(rep.Results, res)
 	if _, err := ss.do("COMPACT"); err != nil {
 		fmt.Fprintf(log, "   COMPACT: %v\n", err)
@@ -433,7 +434,7 @@ func runRedis(o options, rep *scenarioReport, log io.Writer) error {
 	}
 	rs, err := startRedis(o.serverWrap(), tmp, "--loadmodule", mod)
 	if err != nil {
-		skip(fmt.Sprintf("redis-server --loadmodule %s: %v", mod, err))
+		skip(fmt.Sprintf("redis-server --loadmodule %s did not start: %s", mod, moduleLines(err.Error())))
 		return nil
 	}
 	defer rs.stop()
@@ -443,6 +444,21 @@ func runRedis(o options, rep *scenarioReport, log io.Writer) error {
 	}
 	rep.RedisVer, _ = redisVersion(rs)
 	return measureRedis(rs, targetRedisCell, rep, log)
+}
+
+// moduleLines keeps the lines of a failed Redis start's log that speak of
+// the module ("Module ... failed to load: ..."), else the whole text.
+func moduleLines(log string) string {
+	var keep []string
+	for _, l := range strings.Split(log, "\n") {
+		if strings.Contains(l, "odule") {
+			keep = append(keep, strings.TrimSpace(l))
+		}
+	}
+	if len(keep) == 0 {
+		return log
+	}
+	return strings.Join(keep, " / ")
 }
 
 // measureRedis runs the scenario's workload against rs as t, on an empty
@@ -466,9 +482,17 @@ func measureRedis(rs *server, t target, rep *scenarioReport, log io.Writer) erro
 	}
 	res.CPU = rs.cpuTime() - cpu0
 	res.PeakRSS = rs.peakRSS()
-	fmt.Fprintf(log, "   %-28s %10.0f ops/s\n", t, res.opsPerSec())
+	logResult(log, res, w)
 	rep.Results = append(rep.Results, res)
 	return nil
+}
+
+// logResult prints a row's main figures as soon as it is measured, so
+// that a run that fails later still shows them.
+func logResult(log io.Writer, r result, w workload) {
+	perReq := func(d time.Duration) float64 { return float64(d.Microseconds()) / float64(max(r.Requests, 1)) }
+	fmt.Fprintf(log, "   %-28s %10.0f ops/s, %6.2f µs server CPU per request (generator %.2f), p99 %s ms\n", targetName(r.Target, w), r.opsPerSec(),
+		perReq(r.CPU), perReq(r.GenCPU), ms(r.Hist, 99))
 }
 
 func redisVersion(s *server) (string, error) {

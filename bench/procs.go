@@ -10,9 +10,11 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"regexp"
 	"runtime"
 	"strconv"
 	"strings"
+	"syscall"
 	"time"
 )
 
@@ -341,14 +343,28 @@ func startPerf(s *server, out string) (*profiler, error) {
 	}
 }
 
-// stop ends the recording (perf writes its file on SIGINT) and says where
-// it is and how to turn its shares into CPU µs per request.
+// stop ends the recording (perf writes its file on SIGINT, then ends by
+// that signal) and says where it is and how to turn its shares into CPU µs
+// per request.
 func (p *profiler) stop(requests int64, cpu time.Duration) string {
 	p.cmd.Process.Signal(os.Interrupt)
-	if err := p.cmd.Wait(); err != nil {
+	err := p.cmd.Wait()
+	var ee *exec.ExitError
+	if errors.As(err, &ee) {
+		if ws, ok := ee.Sys().(syscall.WaitStatus); ok && ws.Signaled() && ws.Signal() == syscall.SIGINT {
+			err = nil
+		}
+	}
+	if fi, serr := os.Stat(p.out); err != nil || serr != nil || fi.Size() == 0 {
 		return fmt.Sprintf("perf record failed (%v): %s", err, strings.TrimSpace(p.log.String()))
 	}
+	samples := "?"
+	if m := perfSamples.FindStringSubmatch(p.log.String()); m != nil {
+		samples = m[1]
+	}
 	perOp := float64(cpu.Microseconds()) / float64(max(requests, 1))
-	return fmt.Sprintf("CPU profile of sluice during the run: %s (%.2f µs of server CPU per request: a function's share of the samples × that = its µs per request); read it with perf report -i %s --no-children --sort symbol",
-		p.out, perOp, p.out)
+	return fmt.Sprintf("CPU profile of sluice during the run: %s, %s samples; %.2f µs of server CPU per request, so a function's share of the samples × %.2f = its µs per request (inclusive: perf report -i %s --children --sort symbol --stdio)",
+		p.out, samples, perOp, perOp, p.out)
 }
+
+var perfSamples = regexp.MustCompile(`\((\d+) samples\)`)
