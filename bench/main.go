@@ -118,7 +118,7 @@ func mainErr(args []string, stdout, stderr io.Writer) error {
 	fs.StringVar(&o.serverBin, "server-bin", "", "a sluice binary to start instead of building ./cmd/sluice")
 	fs.StringVar(&o.redisCell, "redis-cell", os.Getenv("SLUICE_BENCH_REDIS_CELL"), "with --compare redis: the redis-cell module (libredis_cell.so, built for the installed Redis) to load with --loadmodule for the CL.THROTTLE row; without it that row is skipped (env SLUICE_BENCH_REDIS_CELL)")
 	fs.BoolVar(&o.pin, "pin", false, "one core per server: start sluice and redis-server under taskset -c 0 and move the load generator to CPU 1 (needs 2 CPUs and taskset)")
-	fs.StringVar(&o.perfDir, "perf", "", "directory: record a CPU profile of each sluice the harness starts, during its measured run, with perf record -g, into perf-<scenario>.data there")
+	fs.StringVar(&o.perfDir, "perf", "", "directory: record a CPU profile of the sluice each scenario starts (not sweep's), during its measured run, with perf record -g, into perf-<scenario>.data there")
 	fs.StringVar(&o.w.Command, "command", cmdRLPReduce, "the sluice command of the workload: "+strings.Join(sluiceCommands, ", "))
 	fs.Int64Var(&o.sweepBuckets, "sweep-buckets", 10_000_000, "with --scenario sweep: buckets in each store swept")
 	fs.IntVar(&o.rounds, "rounds", 2, "with --scenario sweep: runs of the workload with the sweep off then on, on each store")
@@ -145,8 +145,8 @@ func mainErr(args []string, stdout, stderr io.Writer) error {
 	if o.compare != "" && o.w.HitPct > 0 {
 		return errors.New("--hit-pct measures sluice alone (Redis has no HIT): drop --compare, or use --spawn")
 	}
-	if o.perfDir != "" && !o.spawn && o.compare == "" {
-		return errors.New("--perf profiles a sluice the harness starts: add --spawn or --compare redis")
+	if o.perfDir != "" && (o.scenario == "sweep" || !o.spawn && o.compare == "") {
+		return errors.New("--perf profiles the sluice a scenario starts: add --spawn or --compare redis (the sweep scenario has no --perf)")
 	}
 	if o.pin {
 		if err := pinGenerator(); err != nil {
