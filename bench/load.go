@@ -2,43 +2,108 @@ package main
 
 import (
 	"bufio"
+	"bytes"
 	"errors"
 	"fmt"
 	"io"
 	"math/rand/v2"
 	"net"
 	"strconv"
+	"strings"
 	"sync"
 	"sync/atomic"
+	"syscall"
 	"time"
 
 	"github.com/HdrHistogram/hdrhistogram-go"
 )
 
-// target is what a workload's commands are sent as.
+// target is what a workload's requests are sent as.
 type target int
 
 const (
-	targetSluice    target = iota // RL.PREDUCE / RL.PGET
-	targetRedisINCR               // INCR key
-	targetRedisLua                // EVALSHA of the reference token bucket
+	targetSluice       target = iota // the workload's sluice command (workload.Command)
+	targetRedisINCR                  // INCR key
+	targetRedisLua                   // EVALSHA of the reference token bucket
+	targetRedisCell                  // CL.THROTTLE on redis-server with the redis-cell module
+	targetRedisFW                    // INCR + EXPIRE NX of ratelimit/{id}/{window}, pipelined: one request, two commands
+	targetRedisFWMulti               // the same pair inside MULTI/EXEC: one request, four commands
+	targetRedisFWLua                 // EVALSHA of bench/fixedwindow.lua, the script fixed-window stores send
 )
 
 func (t target) String() string {
 	switch t {
 	case targetSluice:
-		return "sluice RL.PREDUCE"
+		return "sluice"
 	case targetRedisINCR:
 		return "redis INCR"
 	case targetRedisLua:
 		return "redis EVALSHA bucket"
+	case targetRedisCell:
+		return "redis-cell CL.THROTTLE"
+	case targetRedisFW:
+		return "redis INCR+EXPIRE"
+	case targetRedisFWMulti:
+		return "redis MULTI INCR EXPIRE EXEC"
+	case targetRedisFWLua:
+		return "redis EVALSHA window"
 	}
 	return "?"
+}
+
+// script is the Lua script t sends by EVALSHA, if any.
+func (t target) script() string {
+	switch t {
+	case targetRedisLua:
+		return tokenBucketLua
+	case targetRedisFWLua:
+		return fixedWindowLua
+	}
+	return ""
+}
+
+// replies is how many RESP replies one request of t reads: its commands.
+func (t target) replies() int {
+	switch t {
+	case targetRedisFW:
+		return 2
+	case targetRedisFWMulti:
+		return 4 // +OK, +QUEUED, +QUEUED, and EXEC's array
+	}
+	return 1
+}
+
+// The sluice commands a workload can send (workload.Command). RL.PREDUCE
+// is the default and the only one that mixes with RL.PGET and HIT.
+const (
+	cmdRLPReduce   = "RL.PREDUCE"
+	cmdCLThrottle  = "CL.THROTTLE"
+	cmdCLPThrottle = "CL.PTHROTTLE"
+	cmdFWIncr      = "FW.INCR"
+	cmdFWPIncr     = "FW.PINCR"
+)
+
+var sluiceCommands = []string{cmdRLPReduce, cmdCLThrottle, cmdCLPThrottle, cmdFWIncr, cmdFWPIncr}
+
+// redisTargets is what --compare redis runs for a workload: the Redis way
+// of doing what its sluice command does. GCRA is compared with redis-cell's
+// CL.THROTTLE (seconds only: redis-cell has no CL.PTHROTTLE), fixed windows
+// with what fixed-window middlewares send to Redis; both with the plain
+// INCR+EXPIRE pair as the cheapest limiter Redis can run at all.
+func redisTargets(cmd string) []target {
+	switch cmd {
+	case cmdCLThrottle, cmdCLPThrottle:
+		return []target{targetRedisFW, targetRedisCell}
+	case cmdFWIncr, cmdFWPIncr:
+		return []target{targetRedisFW, targetRedisFWMulti, targetRedisFWLua}
+	}
+	return []target{targetRedisINCR, targetRedisLua}
 }
 
 // workload is one load to apply: the same for every target, so that ratios
 // compare like with like.
 type workload struct {
+	Command  string // the sluice command: one of sluiceCommands; empty means RL.PREDUCE
 	Conns    int
 	Pipeline int
 	Requests int64
@@ -47,9 +112,29 @@ type workload struct {
 	ZipfS    float64 // zipf exponent, > 1
 	GetPct   int     // share of RL.PGET among sluice commands, percent
 	HitPct   int     // share of HIT (policy rules) among sluice commands, percent
-	Take     int64
-	Max      int64
-	RefillMs int64
+	Take     int64   // RL TAKE, CL quantity, FW COST
+	Max      int64   // RL max, CL max_burst and count, FW limit
+	RefillMs int64   // RL refill period, CL period, FW window (the seconds forms send it in whole seconds)
+}
+
+// command is the workload's sluice command, RL.PREDUCE when unset.
+func (w workload) command() string {
+	if w.Command == "" {
+		return cmdRLPReduce
+	}
+	return w.Command
+}
+
+// windowSeconds is RefillMs in whole seconds, for the commands that take
+// seconds (CL.THROTTLE, FW.INCR, redis-cell) and for EXPIRE: validate
+// refuses a RefillMs they cannot carry.
+func (w workload) windowSeconds() int64 { return w.RefillMs / 1000 }
+
+// windowStart is the Unix second at which the fixed window holding now
+// starts: the {window} of a middleware's ratelimit/{id}/{window} key.
+func (w workload) windowStart(now time.Time) int64 {
+	ws := max(w.windowSeconds(), 1)
+	return now.Unix() / ws * ws
 }
 
 // result is what one run measured.
@@ -61,6 +146,7 @@ type result struct {
 	Elapsed  time.Duration
 	Hist     *hdrhistogram.Histogram // µs per request
 	CPU      time.Duration           // server CPU during the run, when known
+	GenCPU   time.Duration           // the load generator's own CPU during the run
 	PeakRSS  int64                   // server peak RSS in bytes, when known
 }
 
@@ -112,10 +198,12 @@ func hitPolicy(w workload) string {
 		w.Max, max(1, w.RefillMs/1000))
 }
 
-// appendCommand appends one request for t as a RESP array: for sluice, op
-// picks RL.PREDUCE, RL.PGET or HIT path=/bench ip=<key>.
-func appendCommand(b []byte, t target, w workload, key int64, op int, sha string) []byte {
-	get := op == opGet
+// appendCommand appends one request for t as RESP arrays: for sluice, the
+// workload's command, where op picks RL.PREDUCE, RL.PGET or HIT
+// path=/bench ip=<key> in an RL.PREDUCE workload. win is the start of the
+// current fixed window in Unix seconds, for the Redis fixed-window keys;
+// sha is the script of targetRedisLua or targetRedisFWLua.
+func appendCommand(b []byte, t target, w workload, key int64, op int, win int64, sha string) []byte {
 	var kb [24]byte
 	k := strconv.AppendInt(append(kb[:0], "k:"...), key, 10)
 	switch t {
@@ -124,24 +212,83 @@ func appendCommand(b []byte, t target, w workload, key int64, op int, sha string
 		return appendBulk(b, k)
 	case targetRedisLua:
 		b = append(b, "*8\r\n$7\r\nEVALSHA\r\n"...)
-		b = appendBulk(b, []byte(sha))
+		b = appendBulkString(b, sha)
 		b = append(b, "$1\r\n1\r\n"...)
 		b = appendBulk(b, k)
 		b = appendIntBulk(b, w.Max)
 		b = appendIntBulk(b, w.RefillMs)
 		b = appendIntBulk(b, w.Max) // refill amount: RL's default
 		take := w.Take
-		if get {
+		if op == opGet {
 			take = 0
 		}
 		return appendIntBulk(b, take)
+	case targetRedisCell:
+		return appendThrottle(b, "CL.THROTTLE", k, w, w.windowSeconds())
+	case targetRedisFW, targetRedisFWMulti, targetRedisFWLua:
+		var fb [64]byte
+		fk := append(append(fb[:0], "ratelimit/"...), k...)
+		fk = strconv.AppendInt(append(fk, '/'), win, 10)
+		if t == targetRedisFWLua {
+			b = append(b, "*6\r\n$7\r\nEVALSHA\r\n"...)
+			b = appendBulkString(b, sha)
+			b = append(b, "$1\r\n1\r\n"...)
+			b = appendBulk(b, fk)
+			b = appendIntBulk(b, w.Take)
+			return appendIntBulk(b, w.RefillMs)
+		}
+		if t == targetRedisFWMulti {
+			b = append(b, "*1\r\n$5\r\nMULTI\r\n"...)
+		}
+		if w.Take == 1 {
+			b = append(b, "*2\r\n$4\r\nINCR\r\n"...)
+			b = appendBulk(b, fk)
+		} else {
+			b = append(b, "*3\r\n$6\r\nINCRBY\r\n"...)
+			b = appendBulk(b, fk)
+			b = appendIntBulk(b, w.Take)
+		}
+		// NX: the first request of a window sets its TTL and later ones
+		// leave it, so the key goes when its window has passed.
+		b = append(b, "*4\r\n$6\r\nEXPIRE\r\n"...)
+		b = appendBulk(b, fk)
+		b = appendIntBulk(b, w.windowSeconds())
+		b = append(b, "$2\r\nNX\r\n"...)
+		if t == targetRedisFWMulti {
+			b = append(b, "*1\r\n$4\r\nEXEC\r\n"...)
+		}
+		return b
+	}
+	switch w.command() {
+	case cmdCLThrottle:
+		return appendThrottle(b, cmdCLThrottle, k, w, w.windowSeconds())
+	case cmdCLPThrottle:
+		return appendThrottle(b, cmdCLPThrottle, k, w, w.RefillMs)
+	case cmdFWIncr, cmdFWPIncr:
+		window, n := w.RefillMs, "*4\r\n"
+		if w.command() == cmdFWIncr {
+			window = w.windowSeconds()
+		}
+		if w.Take != 1 {
+			n = "*6\r\n"
+		}
+		b = append(b, n...)
+		b = appendBulkString(b, w.command())
+		b = appendBulk(b, k)
+		b = appendIntBulk(b, w.Max)
+		b = appendIntBulk(b, window)
+		if w.Take != 1 {
+			b = append(b, "$4\r\nCOST\r\n"...)
+			b = appendIntBulk(b, w.Take)
+		}
+		return b
 	}
 	if op == opHit {
 		b = append(b, "*3\r\n$3\r\nHIT\r\n$11\r\npath=/bench\r\n"...)
 		var ib [32]byte
 		return appendBulk(b, append(append(ib[:0], "ip="...), k...))
 	}
-	if get {
+	if op == opGet {
 		b = append(b, "*4\r\n$7\r\nRL.PGET\r\n"...)
 		b = appendBulk(b, k)
 		b = appendIntBulk(b, w.Max)
@@ -155,7 +302,69 @@ func appendCommand(b []byte, t target, w workload, key int64, op int, sha string
 	return appendIntBulk(b, w.Take)
 }
 
+// requestText is one request of t as text, with <id> for the key and
+// <window> for the window's start, for the docs.
+func requestText(t target, w workload) string {
+	b := appendCommand(nil, t, w, 0, opReduce, 0, "<sha>")
+	var cmds []string
+	for len(b) > 0 {
+		var words []string
+		words, b = splitArray(b)
+		if words == nil {
+			break
+		}
+		cmds = append(cmds, strings.Join(words, " "))
+	}
+	s := strings.Join(cmds, "; ")
+	s = strings.ReplaceAll(s, "k:0", "k:<id>")
+	return strings.ReplaceAll(s, "/0", "/<window>")
+}
+
+// splitArray splits the first RESP array of bulk strings off b, as
+// appendCommand writes them; nil words if b does not start with one.
+func splitArray(b []byte) (words []string, rest []byte) {
+	line, rest, ok := bytes.Cut(b, []byte("\r\n"))
+	if !ok || len(line) < 2 || line[0] != '*' {
+		return nil, b
+	}
+	n, err := strconv.Atoi(string(line[1:]))
+	if err != nil {
+		return nil, b
+	}
+	for range n {
+		line, rest, ok = bytes.Cut(rest, []byte("\r\n"))
+		size, err := strconv.Atoi(string(line[min(1, len(line)):]))
+		if !ok || len(line) < 2 || line[0] != '$' || err != nil || size+2 > len(rest) {
+			return nil, b
+		}
+		words = append(words, string(rest[:size]))
+		rest = rest[size+2:]
+	}
+	return words, rest
+}
+
+// appendThrottle appends a GCRA request in redis-cell's grammar, name key
+// max_burst count period quantity, with the workload's max as both burst
+// and count (compare-redis.sh's "100 100 60").
+func appendThrottle(b []byte, name string, k []byte, w workload, period int64) []byte {
+	b = append(b, "*6\r\n"...)
+	b = appendBulkString(b, name)
+	b = appendBulk(b, k)
+	b = appendIntBulk(b, w.Max)
+	b = appendIntBulk(b, w.Max)
+	b = appendIntBulk(b, period)
+	return appendIntBulk(b, w.Take)
+}
+
 func appendBulk(b, p []byte) []byte {
+	b = append(b, '$')
+	b = strconv.AppendInt(b, int64(len(p)), 10)
+	b = append(b, '\r', '\n')
+	b = append(b, p...)
+	return append(b, '\r', '\n')
+}
+
+func appendBulkString(b []byte, p string) []byte {
 	b = append(b, '$')
 	b = strconv.AppendInt(b, int64(len(p)), 10)
 	b = append(b, '\r', '\n')
@@ -209,9 +418,11 @@ func readReply(r *bufio.Reader) (isErr bool, msg string, err error) {
 	return false, "", fmt.Errorf("unexpected reply %q", line)
 }
 
-// run applies w to addr as t. Each connection sends Pipeline commands, reads
-// as many replies, and records the round trip as every request's latency,
-// as redis-benchmark does.
+// run applies w to addr as t. Each connection sends Pipeline requests,
+// reads their replies, and records the round trip as every request's
+// latency, as redis-benchmark does. An error reply ends the run with an
+// error: a request the server refused measures nothing, and counting it as
+// throughput would flatter a server that does not know the command.
 func run(addr string, t target, w workload, sha string) (result, error) {
 	var (
 		remaining atomic.Int64
@@ -234,7 +445,9 @@ func run(addr string, t target, w workload, sha string) (result, error) {
 		}
 		conns[i] = c
 	}
+	replies := t.replies()
 	var ioErr atomic.Value
+	gen0 := selfCPU()
 	start := time.Now()
 	for i, c := range conns {
 		wg.Go(func() {
@@ -243,7 +456,7 @@ func run(addr string, t target, w workload, sha string) (result, error) {
 			g := newKeyGen(w, uint64(i)+1, &seq)
 			r := bufio.NewReaderSize(c, 64<<10)
 			buf := make([]byte, 0, 64<<10)
-			for {
+			for errs.Load() == 0 {
 				n := int64(w.Pipeline)
 				if left := remaining.Add(-n); left < 0 {
 					n += left
@@ -252,6 +465,7 @@ func run(addr string, t target, w workload, sha string) (result, error) {
 					}
 				}
 				buf = buf[:0]
+				win := w.windowStart(time.Now())
 				for range n {
 					op := opReduce
 					if w.GetPct > 0 || w.HitPct > 0 {
@@ -262,14 +476,14 @@ func run(addr string, t target, w workload, sha string) (result, error) {
 							op = opHit
 						}
 					}
-					buf = appendCommand(buf, t, w, g.next(), op, sha)
+					buf = appendCommand(buf, t, w, g.next(), op, win, sha)
 				}
 				t0 := time.Now()
 				if _, err := c.Write(buf); err != nil {
 					ioErr.CompareAndSwap(nil, err)
 					return
 				}
-				for range n {
+				for range n * int64(replies) {
 					isErr, msg, err := readReply(r)
 					if err != nil {
 						ioErr.CompareAndSwap(nil, err)
@@ -288,12 +502,31 @@ func run(addr string, t target, w workload, sha string) (result, error) {
 		})
 	}
 	wg.Wait()
-	res := result{Target: t, Requests: total.TotalCount(), Errors: errs.Load(), Elapsed: time.Since(start), Hist: total}
+	res := result{Target: t, Requests: total.TotalCount(), Errors: errs.Load(), Elapsed: time.Since(start), Hist: total, GenCPU: selfCPU() - gen0}
 	if v, ok := firstErr.Load().(string); ok {
 		res.FirstErr = v
 	}
-	if v, ok := ioErr.Load().(error); ok && !errors.Is(v, io.EOF) {
-		return res, fmt.Errorf("%s: %w", t, v)
+	if v, ok := ioErr.Load().(error); ok {
+		if errors.Is(v, io.EOF) {
+			// The server hung up on a request: what it did not answer
+			// was not served, so the run measured nothing sound either.
+			v = fmt.Errorf("the server closed a connection before it answered (after %d requests in all): %w", res.Requests, v)
+		}
+		return res, fmt.Errorf("%s: %w", targetName(t, w), v)
+	}
+	if res.Errors > 0 {
+		return res, fmt.Errorf("%s: the server answered %d commands with an error, the first %q; the run stopped, since refused commands measure nothing (does the server know the command, and are the workload's parameters in its ranges?)",
+			targetName(t, w), res.Errors, res.FirstErr)
 	}
 	return res, nil
+}
+
+// selfCPU is this process's user+system CPU time so far: the generator's
+// cost, which says whether it, rather than the server, set the pace.
+func selfCPU() time.Duration {
+	var ru syscall.Rusage
+	if syscall.Getrusage(syscall.RUSAGE_SELF, &ru) != nil {
+		return 0
+	}
+	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
 }

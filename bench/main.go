@@ -5,6 +5,7 @@
 //	go run ./bench --spawn --scenario durable                 # start sluice itself
 //	go run ./bench --compare redis --scenario pipelined       # sluice vs Redis INCR and Lua
 //	go run ./bench --compare redis --scenario all --write-docs docs/benchmarks.md
+//	go run ./bench --compare redis --pin --scenario limiters --redis-cell path/to/libredis_cell.so
 //
 // It reports throughput and latency percentiles from an HDR histogram, and,
 // for servers it started, their CPU time and peak RSS from /proc. Run it
@@ -22,18 +23,31 @@ import (
 	"path/filepath"
 	"slices"
 	"strings"
+	"time"
 )
 
 //go:embed tokenbucket.lua
 var tokenBucketLua string
 
+//go:embed fixedwindow.lua
+var fixedWindowLua string
+
 // scenario is a named preset.
 type scenario struct {
 	Name        string
+	Group       string // groupMain or groupLimiters: which --scenario runs it, and its part of the docs
 	About       string
 	W           workload
 	SluiceFlags []string
 }
+
+// Groups of scenarios. --scenario all runs the main group (the token
+// bucket against Redis), --scenario limiters the GCRA and fixed-window
+// commands against redis-cell and what fixed-window middlewares send.
+const (
+	groupMain     = ""
+	groupLimiters = "limiters"
+)
 
 var scenarios = []scenario{
 	{Name: "pipelined", About: "50 connections, pipeline 16, 1M keys uniform, --fsync everysec",
@@ -47,6 +61,12 @@ var scenarios = []scenario{
 		SluiceFlags: []string{"--fsync", "always"}},
 	{Name: "hot", About: "zipf(1.2) over 1000 keys: a few hot buckets, lock contention, pipeline 16",
 		W: workload{Conns: 50, Pipeline: 16, Requests: 2_000_000, Keys: 1000, Dist: "zipf", ZipfS: 1.2}},
+	{Name: "cell", Group: groupLimiters, About: "GCRA: CL.THROTTLE (max_burst and count --max, period --refill-ms in seconds), 50 connections, pipeline 16, 1M keys uniform, --fsync everysec",
+		W: workload{Command: cmdCLThrottle, Conns: 50, Pipeline: 16, Requests: 2_000_000, Keys: 1_000_000, Dist: "uniform"}},
+	{Name: "pcell", Group: groupLimiters, About: "GCRA in ms: CL.PTHROTTLE, otherwise as cell (redis-cell has no CL.PTHROTTLE: its row is CL.THROTTLE)",
+		W: workload{Command: cmdCLPThrottle, Conns: 50, Pipeline: 16, Requests: 2_000_000, Keys: 1_000_000, Dist: "uniform"}},
+	{Name: "window", Group: groupLimiters, About: "aligned fixed windows: FW.PINCR (limit --max, window --refill-ms), 50 connections, pipeline 16, 1M keys uniform, --fsync everysec",
+		W: workload{Command: cmdFWPIncr, Conns: 50, Pipeline: 16, Requests: 2_000_000, Keys: 1_000_000, Dist: "uniform"}},
 }
 
 func findScenario(name string) (scenario, bool) {
@@ -66,6 +86,9 @@ type options struct {
 	scenario    string
 	writeDocs   string
 	serverBin   string
+	redisCell   string // path of the redis-cell module, for its row
+	pin         bool
+	perfDir     string
 	// The sweep scenario's own.
 	sweepBuckets int64
 	rounds       int
@@ -90,9 +113,13 @@ func mainErr(args []string, stdout, stderr io.Writer) error {
 	fs.StringVar(&o.addr, "addr", "127.0.0.1:9049", "address of a running sluice (ignored with --spawn or --compare)")
 	fs.BoolVar(&o.spawn, "spawn", false, "build and start sluice with a fresh data directory, and report its CPU and peak RSS")
 	fs.StringVar(&o.serverFlags, "server-flags", "", "extra flags for the sluice the harness starts, e.g. \"--fsync always\"")
-	fs.StringVar(&o.compare, "compare", "", "also run the workload against redis-server: INCR and the EVALSHA token bucket (value: redis)")
-	fs.StringVar(&o.scenario, "scenario", "", "preset: "+strings.Join(scenarioNames(), ", ")+", or all (these five); or sweep (the idle sweep, sluice alone)")
+	fs.StringVar(&o.compare, "compare", "", "also run the workload against redis-server, the Redis way of doing what its sluice command does (value: redis): for RL.PREDUCE, INCR and the EVALSHA token bucket; for CL.*, redis-cell and INCR+EXPIRE; for FW.*, INCR+EXPIRE, the same in MULTI/EXEC, and the EVALSHA fixed window")
+	fs.StringVar(&o.scenario, "scenario", "", "preset: "+strings.Join(scenarioNames(), ", ")+"; or all ("+strings.Join(groupNames(groupMain), ", ")+"); or limiters ("+strings.Join(groupNames(groupLimiters), ", ")+"); or sweep (the idle sweep, sluice alone)")
 	fs.StringVar(&o.serverBin, "server-bin", "", "a sluice binary to start instead of building ./cmd/sluice")
+	fs.StringVar(&o.redisCell, "redis-cell", os.Getenv("SLUICE_BENCH_REDIS_CELL"), "with --compare redis: the redis-cell module (libredis_cell.so, built for the installed Redis) to load with --loadmodule for the CL.THROTTLE row; without it that row is skipped (env SLUICE_BENCH_REDIS_CELL)")
+	fs.BoolVar(&o.pin, "pin", false, "one core per server: start sluice and redis-server under taskset -c 0 and move the load generator to CPU 1 (needs 2 CPUs and taskset)")
+	fs.StringVar(&o.perfDir, "perf", "", "directory: record a CPU profile of the sluice each scenario starts (not sweep's), during its measured run, with perf record -g, into perf-<scenario>.data there")
+	fs.StringVar(&o.w.Command, "command", cmdRLPReduce, "the sluice command of the workload: "+strings.Join(sluiceCommands, ", "))
 	fs.Int64Var(&o.sweepBuckets, "sweep-buckets", 10_000_000, "with --scenario sweep: buckets in each store swept")
 	fs.IntVar(&o.rounds, "rounds", 2, "with --scenario sweep: runs of the workload with the sweep off then on, on each store")
 	fs.StringVar(&o.writeDocs, "write-docs", "", "write the results table and a PNG chart into this markdown file (between its bench markers)")
@@ -118,6 +145,14 @@ func mainErr(args []string, stdout, stderr io.Writer) error {
 	if o.compare != "" && o.w.HitPct > 0 {
 		return errors.New("--hit-pct measures sluice alone (Redis has no HIT): drop --compare, or use --spawn")
 	}
+	if o.perfDir != "" && (o.scenario == "sweep" || !o.spawn && o.compare == "") {
+		return errors.New("--perf profiles the sluice a scenario starts: add --spawn or --compare redis (the sweep scenario has no --perf)")
+	}
+	if o.pin {
+		if err := pinGenerator(); err != nil {
+			return err
+		}
+	}
 	if o.scenario == "sweep" {
 		sc, err := sweepScenario(o)
 		if err != nil {
@@ -139,11 +174,13 @@ func mainErr(args []string, stdout, stderr io.Writer) error {
 	case "":
 		list = []scenario{{Name: "custom", About: "flags as given", W: o.w}}
 	case "all":
-		list = scenarios
+		list = group(groupMain)
+	case "limiters":
+		list = group(groupLimiters)
 	default:
 		s, ok := findScenario(o.scenario)
 		if !ok {
-			return fmt.Errorf("--scenario %q: want one of %s, all or sweep", o.scenario, strings.Join(scenarioNames(), ", "))
+			return fmt.Errorf("--scenario %q: want one of %s, all, limiters or sweep", o.scenario, strings.Join(scenarioNames(), ", "))
 		}
 		list = []scenario{s}
 	}
@@ -151,6 +188,9 @@ func mainErr(args []string, stdout, stderr io.Writer) error {
 		list[i].W = o.overrides(list[i].W)
 		if err := validate(list[i].W); err != nil {
 			return fmt.Errorf("scenario %s: %w", list[i].Name, err)
+		}
+		if w := list[i].W; o.compare != "" && w.command() != cmdRLPReduce && w.RefillMs%1000 != 0 {
+			return fmt.Errorf("scenario %s: --refill-ms %d: the Redis rows of %s take whole seconds (redis-cell's period, EXPIRE): want a multiple of 1000", list[i].Name, w.RefillMs, w.command())
 		}
 	}
 	var reports []scenarioReport
@@ -171,6 +211,9 @@ func mainErr(args []string, stdout, stderr io.Writer) error {
 // overrides applies the workload flags given on the command line to a
 // preset.
 func (o options) overrides(w workload) workload {
+	if o.set["command"] {
+		w.Command = o.w.Command
+	}
 	if o.set["conns"] {
 		w.Conns = o.w.Conns
 	}
@@ -211,6 +254,12 @@ func validate(w workload) error {
 		return errors.New("--get-pct and --hit-pct must be 0..100 together")
 	case w.Take < 0 || w.Max < 1 || w.RefillMs < 1:
 		return errors.New("--take >= 0, --max >= 1 and --refill-ms >= 1")
+	case w.Command != "" && !slices.Contains(sluiceCommands, w.Command):
+		return fmt.Errorf("--command %q: want one of %s", w.Command, strings.Join(sluiceCommands, ", "))
+	case w.command() != cmdRLPReduce && (w.GetPct > 0 || w.HitPct > 0):
+		return fmt.Errorf("--get-pct and --hit-pct mix RL.PGET and HIT into RL.PREDUCE, not into %s", w.command())
+	case (w.command() == cmdCLThrottle || w.command() == cmdFWIncr) && w.RefillMs%1000 != 0:
+		return fmt.Errorf("--refill-ms %d: %s takes its period in whole seconds; want a multiple of 1000", w.RefillMs, w.command())
 	}
 	return nil
 }
@@ -218,6 +267,25 @@ func validate(w workload) error {
 func scenarioNames() []string {
 	var n []string
 	for _, s := range scenarios {
+		n = append(n, s.Name)
+	}
+	return n
+}
+
+// group is the scenarios of one group, in order.
+func group(g string) []scenario {
+	var list []scenario
+	for _, s := range scenarios {
+		if s.Group == g {
+			list = append(list, s)
+		}
+	}
+	return list
+}
+
+func groupNames(g string) []string {
+	var n []string
+	for _, s := range group(g) {
 		n = append(n, s.Name)
 	}
 	return n
@@ -232,43 +300,19 @@ type scenarioReport struct {
 	Buckets    int64 // distinct buckets written, for bytes per bucket
 	RedisVer   string
 	SluiceArgs []string
+	Pinned     bool
+	Notes      []string // rows skipped and why; profiles written
 }
 
 func runScenario(o options, sc scenario, log io.Writer) (scenarioReport, error) {
-	rep := scenarioReport{Scenario: sc}
+	rep := scenarioReport{Scenario: sc, Pinned: o.pin}
 	w := sc.W
 	fmt.Fprintf(log, "== %s: %s; %d requests\n", sc.Name, sc.About, w.Requests)
 	spawn := o.spawn || o.compare != ""
 	if o.compare == "redis" {
-		tmp, err := os.MkdirTemp("", "bench-redis-")
-		if err != nil {
+		if err := runRedis(o, &rep, log); err != nil {
 			return rep, err
 		}
-		defer os.RemoveAll(tmp)
-		rs, err := startRedis(tmp)
-		if err != nil {
-			return rep, err
-		}
-		rep.RedisVer, _ = redisVersion(rs)
-		sha, err := rs.do("SCRIPT", "LOAD", tokenBucketLua)
-		if err != nil {
-			rs.stop()
-			return rep, fmt.Errorf("load the Lua bucket into Redis: %w", err)
-		}
-		for _, t := range []target{targetRedisINCR, targetRedisLua} {
-			rs.do("FLUSHALL")
-			cpu0 := rs.cpuTime()
-			res, err := run(rs.addr, t, w, sha)
-			if err != nil {
-				rs.stop()
-				return rep, err
-			}
-			res.CPU = rs.cpuTime() - cpu0
-			res.PeakRSS = rs.peakRSS()
-			fmt.Fprintf(log, "   %-22s %10.0f ops/s\n", t, res.opsPerSec())
-			rep.Results = append(rep.Results, res)
-		}
-		rs.stop()
 	}
 	if !spawn {
 		res, err := run(o.addr, targetSluice, w, "")
@@ -293,19 +337,33 @@ func runScenario(o options, sc scenario, log io.Writer) (scenarioReport, error) 
 	}
 	rep.SluiceArgs = flags
 	dataDir := tmp + "/data"
-	ss, err := startSluice(bin, dataDir, flags)
+	ss, err := startSluice(o.serverWrap(), bin, dataDir, flags)
 	if err != nil {
 		return rep, err
 	}
+	var prof *profiler
+	if o.perfDir != "" {
+		out := filepath.Join(o.perfDir, "perf-"+sc.Name+".data")
+		if prof, err = startPerf(ss, out); err != nil {
+			ss.stop()
+			return rep, err
+		}
+	}
 	cpu0 := ss.cpuTime()
 	res, err := run(ss.addr, targetSluice, w, "")
+	cpu := ss.cpuTime() - cpu0
+	if prof != nil {
+		note := prof.stop(res.Requests, cpu)
+		fmt.Fprintf(log, "   %s\n", note)
+		rep.Notes = append(rep.Notes, note)
+	}
 	if err != nil {
 		ss.stop()
 		return rep, fmt.Errorf("%w\nserver log:\n%s", err, ss.log)
 	}
-	res.CPU = ss.cpuTime() - cpu0
+	res.CPU = cpu
 	res.PeakRSS = ss.peakRSS()
-	fmt.Fprintf(log, "   %-22s %10.0f ops/s\n", targetSluice, res.opsPerSec())
+	logResult(log, res, w)
 	rep.Results = append(rep.Results, res)
 	if _, err := ss.do("COMPACT"); err != nil {
 		fmt.Fprintf(log, "   COMPACT: %v\n", err)
@@ -318,6 +376,123 @@ func runScenario(o options, sc scenario, log io.Writer) (scenarioReport, error) 
 		rep.Buckets = min(w.Keys, w.Requests)
 	}
 	return rep, nil
+}
+
+// runRedis runs the scenario's Redis rows (redisTargets): the plain ones on
+// one redis-server, redis-cell's on another started with --loadmodule. A
+// redis-cell row that cannot run is skipped with a note that says why;
+// every other failure ends the run.
+func runRedis(o options, rep *scenarioReport, log io.Writer) error {
+	w := rep.Scenario.W
+	var plain []target
+	cell := false
+	for _, t := range redisTargets(w.command()) {
+		if t == targetRedisCell {
+			cell = true
+		} else {
+			plain = append(plain, t)
+		}
+	}
+	tmp, err := os.MkdirTemp("", "bench-redis-")
+	if err != nil {
+		return err
+	}
+	defer os.RemoveAll(tmp)
+	if len(plain) > 0 {
+		rs, err := startRedis(o.serverWrap(), tmp)
+		if err != nil {
+			return err
+		}
+		rep.RedisVer, _ = redisVersion(rs)
+		for _, t := range plain {
+			if err := measureRedis(rs, t, rep, log); err != nil {
+				rs.stop()
+				return err
+			}
+		}
+		rs.stop()
+	}
+	if !cell {
+		return nil
+	}
+	skip := func(why string) {
+		note := targetRedisCell.String() + " row skipped: " + why
+		fmt.Fprintf(log, "   %s\n", note)
+		rep.Notes = append(rep.Notes, note)
+	}
+	if o.redisCell == "" {
+		skip("no --redis-cell (the path of a libredis_cell.so built for this Redis, e.g. redis-cell v0.3.1 for Redis 7.0)")
+		return nil
+	}
+	mod, err := filepath.Abs(o.redisCell)
+	if err == nil {
+		_, err = os.Stat(mod)
+	}
+	if err != nil {
+		skip(fmt.Sprintf("--redis-cell: %v", err))
+		return nil
+	}
+	rs, err := startRedis(o.serverWrap(), tmp, "--loadmodule", mod)
+	if err != nil {
+		skip(fmt.Sprintf("redis-server --loadmodule %s did not start: %s", mod, moduleLines(err.Error())))
+		return nil
+	}
+	defer rs.stop()
+	if _, err := rs.do("CL.THROTTLE", "bench:probe", "1", "1", "1"); err != nil {
+		skip(fmt.Sprintf("%s loaded, but CL.THROTTLE answered %q", mod, err))
+		return nil
+	}
+	rep.RedisVer, _ = redisVersion(rs)
+	return measureRedis(rs, targetRedisCell, rep, log)
+}
+
+// moduleLines keeps the lines of a failed Redis start's log that speak of
+// the module ("Module ... failed to load: ..."), else the whole text.
+func moduleLines(log string) string {
+	var keep []string
+	for _, l := range strings.Split(log, "\n") {
+		if strings.Contains(l, "odule") {
+			keep = append(keep, strings.TrimSpace(l))
+		}
+	}
+	if len(keep) == 0 {
+		return log
+	}
+	return strings.Join(keep, " / ")
+}
+
+// measureRedis runs the scenario's workload against rs as t, on an empty
+// database, and adds the result with Redis's CPU time and peak RSS.
+func measureRedis(rs *server, t target, rep *scenarioReport, log io.Writer) error {
+	w := rep.Scenario.W
+	if _, err := rs.do("FLUSHALL"); err != nil {
+		return fmt.Errorf("redis FLUSHALL: %w", err)
+	}
+	sha := ""
+	if script := t.script(); script != "" {
+		var err error
+		if sha, err = rs.do("SCRIPT", "LOAD", script); err != nil {
+			return fmt.Errorf("load the script of %s into Redis: %w", t, err)
+		}
+	}
+	cpu0 := rs.cpuTime()
+	res, err := run(rs.addr, t, w, sha)
+	if err != nil {
+		return fmt.Errorf("%w\nredis log:\n%s", err, rs.log)
+	}
+	res.CPU = rs.cpuTime() - cpu0
+	res.PeakRSS = rs.peakRSS()
+	logResult(log, res, w)
+	rep.Results = append(rep.Results, res)
+	return nil
+}
+
+// logResult prints a row's main figures as soon as it is measured, so
+// that a run that fails later still shows them.
+func logResult(log io.Writer, r result, w workload) {
+	perReq := func(d time.Duration) float64 { return float64(d.Microseconds()) / float64(max(r.Requests, 1)) }
+	fmt.Fprintf(log, "   %-28s %10.0f ops/s, %6.2f µs server CPU per request (generator %.2f), p99 %s ms\n", targetName(r.Target, w), r.opsPerSec(),
+		perReq(r.CPU), perReq(r.GenCPU), ms(r.Hist, 99))
 }
 
 func redisVersion(s *server) (string, error) {
@@ -338,11 +513,11 @@ func printReport(w io.Writer, rep scenarioReport) {
 	fmt.Fprintln(w)
 }
 
-// sluiceMix names sluice's row by its command mix, e.g. "sluice RL.PREDUCE"
-// or "sluice 50% HIT, 50% RL.PREDUCE".
+// sluiceMix names sluice's row by its command mix, e.g. "sluice RL.PREDUCE",
+// "sluice 50% HIT, 50% RL.PREDUCE" or "sluice FW.PINCR".
 func sluiceMix(w workload) string {
 	if w.GetPct == 0 && w.HitPct == 0 {
-		return targetSluice.String()
+		return "sluice " + w.command()
 	}
 	var parts []string
 	for _, p := range []struct {
@@ -356,6 +531,14 @@ func sluiceMix(w workload) string {
 	return "sluice " + strings.Join(parts, ", ")
 }
 
+// targetName is a row's name: sluice's by its command mix.
+func targetName(t target, w workload) string {
+	if t == targetSluice {
+		return sluiceMix(w)
+	}
+	return t.String()
+}
+
 func tableMarkdown(rep scenarioReport) string {
 	var b strings.Builder
 	wl := rep.Scenario.W
@@ -364,10 +547,22 @@ func tableMarkdown(rep scenarioReport) string {
 	if len(rep.SluiceArgs) > 0 {
 		fmt.Fprintf(&b, ", sluice %s", strings.Join(rep.SluiceArgs, " "))
 	}
+	if rep.Pinned {
+		b.WriteString("; pinned: each server on CPU 0, the load generator on CPU 1")
+	}
 	b.WriteString(")\n\n")
+	if wl.command() != cmdRLPReduce {
+		// Say what each row sends, since a request is not one command for
+		// every row.
+		b.WriteString("Each request, per row:\n\n")
+		for _, r := range rep.Results {
+			fmt.Fprintf(&b, "- %s: `%s`\n", targetName(r.Target, wl), requestText(r.Target, wl))
+		}
+		b.WriteString("\n")
+	}
 	b.WriteString("| target | ops/s | p50 ms | p90 ms | p99 ms | p99.9 ms | errors | server CPU s | CPU µs/op | peak RSS MiB |\n")
 	b.WriteString("|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|\n")
-	var incr, lua, ours float64
+	var ours float64
 	for _, r := range rep.Results {
 		cpu, perOp, rss := "-", "-", "-"
 		if r.CPU > 0 {
@@ -381,23 +576,23 @@ func tableMarkdown(rep scenarioReport) string {
 		if r.FirstErr != "" {
 			errs += " (" + r.FirstErr + ")"
 		}
-		name := r.Target.String()
-		if r.Target == targetSluice {
-			name = sluiceMix(wl)
-		}
-		fmt.Fprintf(&b, "| %s | %.0f | %s | %s | %s | %s | %s | %s | %s | %s |\n", name, r.opsPerSec(),
+		fmt.Fprintf(&b, "| %s | %.0f | %s | %s | %s | %s | %s | %s | %s | %s |\n", targetName(r.Target, wl), r.opsPerSec(),
 			ms(r.Hist, 50), ms(r.Hist, 90), ms(r.Hist, 99), ms(r.Hist, 99.9), errs, cpu, perOp, rss)
-		switch r.Target {
-		case targetRedisINCR:
-			incr = r.opsPerSec()
-		case targetRedisLua:
-			lua = r.opsPerSec()
-		case targetSluice:
+		if r.Target == targetSluice {
 			ours = r.opsPerSec()
 		}
 	}
-	if incr > 0 && lua > 0 && ours > 0 {
-		fmt.Fprintf(&b, "\nsluice / Redis INCR = %.2f; sluice / Redis EVALSHA bucket = %.2f\n", ours/incr, ours/lua)
+	var ratios []string
+	for _, r := range rep.Results {
+		if r.Target != targetSluice && ours > 0 && r.opsPerSec() > 0 {
+			ratios = append(ratios, fmt.Sprintf("sluice / %s = %.2f", r.Target, ours/r.opsPerSec()))
+		}
+	}
+	if len(ratios) > 0 {
+		fmt.Fprintf(&b, "\n%s\n", strings.Join(ratios, "; "))
+	}
+	for _, n := range rep.Notes {
+		fmt.Fprintf(&b, "\n%s\n", n)
 	}
 	if rep.TableBytes > 0 && rep.Buckets > 0 {
 		fmt.Fprintf(&b, "\nafter COMPACT: sorted tables %.1f MiB for %d buckets = %.1f bytes per bucket\n",

@@ -10,8 +10,11 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"regexp"
+	"runtime"
 	"strconv"
 	"strings"
+	"syscall"
 	"time"
 )
 
@@ -22,6 +25,64 @@ type server struct {
 	addr string
 	dir  string
 	log  *bytes.Buffer
+	done chan struct{} // closed when the process has exited
+}
+
+// start starts the server's process and the goroutine that waits for it.
+func (s *server) start() error {
+	if err := s.cmd.Start(); err != nil {
+		return fmt.Errorf("start %s: %w", s.name, err)
+	}
+	s.done = make(chan struct{})
+	go func() { s.cmd.Wait(); close(s.done) }()
+	return nil
+}
+
+// exited reports whether the process has ended.
+func (s *server) exited() bool {
+	select {
+	case <-s.done:
+		return true
+	default:
+		return false
+	}
+}
+
+// serverWrap is the command prefix the servers start under: with --pin,
+// taskset -c 0, so that each server has one core (a Go server's
+// GOMAXPROCS follows its affinity) and the generator the other.
+func (o options) serverWrap() []string {
+	if o.pin {
+		return []string{"taskset", "-c", "0"}
+	}
+	return nil
+}
+
+// command builds a command run under wrap (taskset execs the server, so
+// the process's pid is the server's, for /proc).
+func command(wrap []string, bin string, args ...string) *exec.Cmd {
+	if len(wrap) == 0 {
+		return exec.Command(bin, args...)
+	}
+	return exec.Command(wrap[0], append(append(append([]string{}, wrap[1:]...), bin), args...)...)
+}
+
+// pinGenerator moves every thread of this process to CPU 1 (threads made
+// later inherit it) and runs Go on one P, so that the load generator has
+// one core and the servers, under serverWrap, the other.
+func pinGenerator() error {
+	if runtime.NumCPU() < 2 {
+		return fmt.Errorf("--pin needs 2 CPUs, this process may use %d", runtime.NumCPU())
+	}
+	if _, err := exec.LookPath("taskset"); err != nil {
+		return errors.New("--pin needs taskset (util-linux)")
+	}
+	out, err := exec.Command("taskset", "-a", "-p", "-c", "1", strconv.Itoa(os.Getpid())).CombinedOutput()
+	if err != nil {
+		return fmt.Errorf("--pin: taskset -a -p -c 1 %d: %v: %s", os.Getpid(), err, out)
+	}
+	runtime.GOMAXPROCS(1)
+	return nil
 }
 
 // freeAddr returns a loopback address with a port that was free a moment ago.
@@ -74,24 +135,26 @@ func buildSluice(dir string) (string, error) {
 	return bin, nil
 }
 
-// startSluice starts the sluice binary with a fresh data directory.
-func startSluice(bin, dataDir string, flags []string) (*server, error) {
+// startSluice starts the sluice binary, under wrap, with a fresh data
+// directory.
+func startSluice(wrap []string, bin, dataDir string, flags []string) (*server, error) {
 	addr, err := freeAddr()
 	if err != nil {
 		return nil, err
 	}
 	args := append([]string{"--addr", addr, "--data", dataDir, "--log-level", "warn"}, flags...)
-	s := &server{name: "sluice", cmd: exec.Command(bin, args...), addr: addr, dir: dataDir, log: &bytes.Buffer{}}
+	s := &server{name: "sluice", cmd: command(wrap, bin, args...), addr: addr, dir: dataDir, log: &bytes.Buffer{}}
 	s.cmd.Stderr = s.log
-	if err := s.cmd.Start(); err != nil {
+	if err := s.start(); err != nil {
 		return nil, err
 	}
 	return s, s.waitReady()
 }
 
-// startRedis starts redis-server with persistence off, as the comparison
-// promises ("Redis persisting nothing").
-func startRedis(dir string) (*server, error) {
+// startRedis starts redis-server, under wrap, with persistence off, as the
+// comparison promises ("Redis persisting nothing"), and extra arguments
+// such as --loadmodule.
+func startRedis(wrap []string, dir string, extra ...string) (*server, error) {
 	bin, err := exec.LookPath("redis-server")
 	if err != nil {
 		return nil, errors.New("redis-server is not installed: apt-get install redis-server (Debian package), or run without --compare")
@@ -102,10 +165,11 @@ func startRedis(dir string) (*server, error) {
 	}
 	_, port, _ := net.SplitHostPort(addr)
 	s := &server{name: "redis", addr: addr, dir: dir, log: &bytes.Buffer{}}
-	s.cmd = exec.Command(bin, "--port", port, "--bind", "127.0.0.1", "--save", "", "--appendonly", "no", "--dir", dir, "--protected-mode", "no")
+	args := append([]string{"--port", port, "--bind", "127.0.0.1", "--save", "", "--appendonly", "no", "--dir", dir, "--protected-mode", "no"}, extra...)
+	s.cmd = command(wrap, bin, args...)
 	s.cmd.Stdout = s.log
 	s.cmd.Stderr = s.log
-	if err := s.cmd.Start(); err != nil {
+	if err := s.start(); err != nil {
 		return nil, err
 	}
 	return s, s.waitReady()
@@ -118,7 +182,10 @@ func (s *server) waitReady() error {
 		if _, err := s.do("PING"); err == nil {
 			return nil
 		}
-		if time.Now().After(deadline) || (s.cmd.ProcessState != nil) {
+		if s.exited() {
+			return fmt.Errorf("%s exited before it answered on %s (%v):\n%s", s.name, s.addr, s.cmd.ProcessState, s.log)
+		}
+		if time.Now().After(deadline) {
 			s.stop()
 			return fmt.Errorf("%s did not start on %s:\n%s", s.name, s.addr, s.log)
 		}
@@ -181,17 +248,15 @@ func readFull(r *bufio.Reader, b []byte) (int, error) {
 
 // stop ends the server gracefully (SIGTERM) and waits.
 func (s *server) stop() {
-	if s.cmd.Process == nil || s.cmd.ProcessState != nil {
+	if s.done == nil || s.exited() {
 		return
 	}
 	s.cmd.Process.Signal(os.Interrupt)
-	done := make(chan struct{})
-	go func() { s.cmd.Wait(); close(done) }()
 	select {
-	case <-done:
+	case <-s.done:
 	case <-time.After(30 * time.Second):
 		s.cmd.Process.Kill()
-		<-done
+		<-s.done
 	}
 }
 
@@ -241,3 +306,65 @@ func dirSize(dir string) int64 {
 	})
 	return n
 }
+
+// profiler is a perf record attached to a server for one measured run.
+type profiler struct {
+	cmd *exec.Cmd
+	out string
+	log *bytes.Buffer
+}
+
+// startPerf attaches perf record (call graphs, 999 Hz) to s, writing to
+// out, and returns once perf has created out, so that the run it is to
+// profile starts after it.
+func startPerf(s *server, out string) (*profiler, error) {
+	if _, err := exec.LookPath("perf"); err != nil {
+		return nil, errors.New("--perf needs perf (Debian: apt-get install linux-perf)")
+	}
+	if err := os.MkdirAll(filepath.Dir(out), 0o755); err != nil {
+		return nil, fmt.Errorf("--perf: %w", err)
+	}
+	os.Remove(out)
+	p := &profiler{out: out, log: &bytes.Buffer{}}
+	p.cmd = exec.Command("perf", "record", "-F", "999", "-g", "-p", strconv.Itoa(s.cmd.Process.Pid), "-o", out)
+	p.cmd.Stdout, p.cmd.Stderr = p.log, p.log
+	if err := p.cmd.Start(); err != nil {
+		return nil, fmt.Errorf("--perf: start perf record: %w", err)
+	}
+	for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(20 * time.Millisecond) {
+		if _, err := os.Stat(out); err == nil {
+			return p, nil
+		}
+		if time.Now().After(deadline) {
+			p.cmd.Process.Kill()
+			p.cmd.Wait()
+			return nil, fmt.Errorf("--perf: perf record did not start writing %s:\n%s", out, p.log)
+		}
+	}
+}
+
+// stop ends the recording (perf writes its file on SIGINT, then ends by
+// that signal) and says where it is and how to turn its shares into CPU µs
+// per request.
+func (p *profiler) stop(requests int64, cpu time.Duration) string {
+	p.cmd.Process.Signal(os.Interrupt)
+	err := p.cmd.Wait()
+	var ee *exec.ExitError
+	if errors.As(err, &ee) {
+		if ws, ok := ee.Sys().(syscall.WaitStatus); ok && ws.Signaled() && ws.Signal() == syscall.SIGINT {
+			err = nil
+		}
+	}
+	if fi, serr := os.Stat(p.out); err != nil || serr != nil || fi.Size() == 0 {
+		return fmt.Sprintf("perf record failed (%v): %s", err, strings.TrimSpace(p.log.String()))
+	}
+	samples := "?"
+	if m := perfSamples.FindStringSubmatch(p.log.String()); m != nil {
+		samples = m[1]
+	}
+	perOp := float64(cpu.Microseconds()) / float64(max(requests, 1))
+	return fmt.Sprintf("CPU profile of sluice during the run: %s, %s samples; %.2f µs of server CPU per request, so a function's share of the samples × %.2f = its µs per request (inclusive: perf report -i %s --children --sort symbol --stdio)",
+		p.out, samples, perOp, perOp, p.out)
+}
+
+var perfSamples = regexp.MustCompile(`\((\d+) samples\)`)

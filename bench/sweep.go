@@ -119,7 +119,7 @@ func runSweep(o options, sc scenario, log io.Writer) (sweepReport, error) {
 	}
 	snapshots := map[string]string{}
 	for _, pop := range populations {
-		cr, snap, err := fillAndCompact(bin, filepath.Join(tmp, pop.Name), pop, rep.Buckets, flags(sweepOffFlags), log)
+		cr, snap, err := fillAndCompact(o.serverWrap(), bin, filepath.Join(tmp, pop.Name), pop, rep.Buckets, flags(sweepOffFlags), log)
 		if err != nil {
 			return rep, err
 		}
@@ -133,7 +133,7 @@ func runSweep(o options, sc scenario, log io.Writer) (sweepReport, error) {
 				if on {
 					extra = sweepOnFlags
 				}
-				r, err := measureRun(bin, snapshots[pop.Name], filepath.Join(tmp, "run"), flags(extra), on, sc.W)
+				r, err := measureRun(o.serverWrap(), bin, snapshots[pop.Name], filepath.Join(tmp, "run"), flags(extra), on, sc.W)
 				if err != nil {
 					return rep, fmt.Errorf("%s store, sweep %s: %w", pop.Name, onOff(on), err)
 				}
@@ -157,9 +157,9 @@ func onOff(on bool) string {
 // fillAndCompact fills a fresh store with n buckets of pop, waits for it to
 // settle (and for the buckets to be idle, if they are to be), checkpoints
 // it, and times COMPACT. It returns the checkpoint's directory.
-func fillAndCompact(bin, dir string, pop population, n int64, flags []string, log io.Writer) (compactResult, string, error) {
+func fillAndCompact(wrap []string, bin, dir string, pop population, n int64, flags []string, log io.Writer) (compactResult, string, error) {
 	cr := compactResult{Pop: pop}
-	ss, err := startSluice(bin, filepath.Join(dir, "data"), flags)
+	ss, err := startSluice(wrap, bin, filepath.Join(dir, "data"), flags)
 	if err != nil {
 		return cr, "", err
 	}
@@ -226,14 +226,14 @@ func fillAndCompact(bin, dir string, pop population, n int64, flags []string, lo
 // measureRun starts sluice on a fresh copy of the store in snap, waits for
 // the first sweep pass to start (if the sweep is on), and runs w while it
 // reads INFO storage every sweepSample.
-func measureRun(bin, snap, dir string, flags []string, on bool, w workload) (sweepRun, error) {
+func measureRun(wrap []string, bin, snap, dir string, flags []string, on bool, w workload) (sweepRun, error) {
 	r := sweepRun{Sweep: on}
 	os.RemoveAll(dir)
 	defer os.RemoveAll(dir)
 	if err := copyDir(snap, dir); err != nil {
 		return r, err
 	}
-	ss, err := startSluice(bin, dir, flags)
+	ss, err := startSluice(wrap, bin, dir, flags)
 	if err != nil {
 		return r, err
 	}
