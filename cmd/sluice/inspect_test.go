@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"github.com/redis/go-redis/v9"
+	"github.com/sluicehq/sluice/keyspace"
 	"github.com/sluicehq/sluice/server"
 	"github.com/sluicehq/sluice/storage"
 )
@@ -166,4 +167,49 @@ type inspectRow struct {
 	LastWriteMs    int64  `json:"last_write_ms"`
 	SessionStartMs *int64 `json:"session_start_ms,omitempty"`
 	Idle           bool   `json:"idle"` // the sweep deletes it
+}
+
+func TestInspectListsEveryKind(t *testing.T) {
+	dir := t.TempDir()
+	fillStore(t, dir, [][]any{
+		{"RL.REDUCE", "user:1", 10, 60, "AT", 1000},
+		{"CL.THROTTLE", "user:1", 15, 30, 60, "AT", 4102444800}, // 2100: not idle at --at
+		{"FW.PINCR", "user:1", 5, 60000, "STAGGER", "AT", 4102444800000},
+	})
+	noEnv := func(string) (string, bool) { return "", false }
+	var out, errOut bytes.Buffer
+	if err := run(context.Background(), []string{"inspect", "--data", dir, "--format", "json", "--at", "4102444800000"}, noEnv, &out, &errOut); err != nil {
+		t.Fatal(err, errOut.String())
+	}
+	kinds := map[string]map[string]any{}
+	sc := bufio.NewScanner(&out)
+	for sc.Scan() {
+		var m map[string]any
+		if err := json.Unmarshal(sc.Bytes(), &m); err != nil {
+			t.Fatalf("line %q: %v", sc.Text(), err)
+		}
+		kinds[m["kind"].(string)] = m
+	}
+	if len(kinds) != 3 || !strings.Contains(errOut.String(), "3 records listed") {
+		t.Fatalf("listed %v (%s)", kinds, errOut.String())
+	}
+	g := kinds["gcra"]
+	if g["key"] != "user:1" || g["tat_ns"] != float64(4102444800e9+2e9) || g["idle"] != false || g["slot"] != float64(keyspace.Slot([]byte("user:1"))) {
+		t.Errorf("gcra row %v", g)
+	}
+	w := kinds["window"]
+	if w["window_ms"] != float64(60000) || w["stagger"] != true || w["count"] != float64(1) || w["idle"] != false {
+		t.Errorf("window row %v", w)
+	}
+	out.Reset()
+	errOut.Reset()
+	if err := run(context.Background(), []string{"inspect", "--data", dir, "--kind", "window"}, noEnv, &out, &errOut); err != nil {
+		t.Fatal(err)
+	}
+	if lines := strings.Split(strings.TrimSpace(out.String()), "\n"); len(lines) != 2 || !strings.HasPrefix(lines[1], "window ") || !strings.Contains(lines[1], "window_ms=60000 stagger") {
+		t.Errorf("--kind window:\n%s", out.String())
+	}
+	if err := run(context.Background(), []string{"inspect", "--data", dir, "--kind", "nope"}, noEnv, io.Discard, io.Discard); err == nil || !strings.Contains(err.Error(), "bucket, divvy, gcra, window") {
+		t.Errorf("--kind nope: %v", err)
+	}
 }
