@@ -11,7 +11,8 @@
 //
 // GCRA and the windows answer with one Decision, which carries every value
 // of their replies and of X-RateLimit-* headers already rounded to the
-// command's Unit. Each kind's state has a versioned codec, an Idle predicate
+// command's Unit; Params.Decision describes a token bucket's call the same
+// way, so that no later layer redoes any kind's arithmetic. Each kind's state has a versioned codec, an Idle predicate
 // for the sweep and, for the newer kinds, a Describe line for sluice inspect.
 //
 // It is pure: no I/O, no clock, no locks. Time is an argument (milliseconds
@@ -155,4 +156,68 @@ func satMul(a, b int64) int64 {
 		return math.MaxInt64
 	}
 	return a * b
+}
+
+// Decision describes one Reduce, Sessionize or read (a take of 0) the way
+// the newer kinds answer, for the layers that reply with X-RateLimit-*
+// headers, so that they need not redo the bucket's arithmetic. before and
+// next are what Reduce returned for a take of take at now (ms); for a take
+// of 0, pass next = State{Amount: before, Anchor: anchor} from Available.
+// Durations are in u, rounded up.
+//
+// Remaining is the tokens left after the call (a denied take drains the
+// bucket, as Reduce does); ResetAfter the time until the refills make it
+// full again, ResetAt that instant; RetryAfter, for a denied call, the time
+// until take tokens will have refilled, or -1 when take exceeds Max or the
+// call was allowed. Used is Max - Remaining.
+func (p Params) Decision(before, take int64, next State, now int64, u Unit) Decision {
+	left := clamp(next.Amount, 0, p.Max)
+	d := Decision{
+		Limited:    before < take,
+		Limit:      p.Max,
+		Remaining:  left,
+		Used:       p.Max - left,
+		RetryAfter: -1,
+	}
+	// refilledAt is when whole refills from next.Anchor bring the bucket to
+	// n tokens (n <= Max), in ms; saturating, as the bucket is.
+	refilledAt := func(n int64) int64 {
+		if left >= n {
+			return now
+		}
+		periods := (n - left + p.RefillAmount - 1) / p.RefillAmount // n-left >= 1: no overflow
+		return max(satAddSigned(next.Anchor, satMul(periods, p.RefillMs)), now)
+	}
+	// wait is the time until n tokens, at least 1 ms when there are fewer:
+	// near the end of int64 time the instant saturates at now.
+	wait := func(n int64) int64 {
+		w := satSubNonNeg(refilledAt(n), now)
+		if left < n {
+			w = max(w, 1)
+		}
+		return w
+	}
+	d.ResetAfter = u.fromMillis(wait(p.Max))
+	d.ResetAt = u.fromMillis(refilledAt(p.Max))
+	if d.Limited && take <= p.Max {
+		d.RetryAfter = u.fromMillis(wait(take))
+	}
+	return d
+}
+
+// satAddSigned adds b >= 0 to any a, saturating at MaxInt64.
+func satAddSigned(a, b int64) int64 {
+	if a > math.MaxInt64-b {
+		return math.MaxInt64
+	}
+	return a + b
+}
+
+// satSubNonNeg is a - b for a >= b, saturating at MaxInt64.
+func satSubNonNeg(a, b int64) int64 {
+	d, ok := subOK(a, b)
+	if !ok {
+		return math.MaxInt64
+	}
+	return d
 }

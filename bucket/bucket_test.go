@@ -276,11 +276,64 @@ func FuzzReduce(f *testing.F) {
 				t.Fatalf("read back %d, left %d", again, next.Amount)
 			}
 		}
+		dn := next
+		if !write {
+			dn = State{Amount: before, Anchor: a}
+		}
+		for _, u := range []Unit{Second, Millisecond} {
+			d := p.Decision(before, take, dn, now, u)
+			if d.Limited != (before < take) || d.Limit != p.Max || d.Remaining < 0 || d.Remaining > d.Limit || d.Used != d.Limit-d.Remaining ||
+				d.ResetAfter < 0 || (d.RetryAfter < 0 && d.RetryAfter != -1) || (d.Remaining == d.Limit) != (d.ResetAfter == 0) ||
+				(d.RetryAfter >= 0) != (d.Limited && take <= p.Max) || (d.RetryAfter > d.ResetAfter && d.ResetAfter < math.MaxInt64/1000) {
+				t.Fatalf("unit %d: decision %+v for before %d take %d next %+v now %d", u, d, before, take, dn, now)
+			}
+		}
 		b2, sess, n2, w2 := p.Sessionize(s, found, Request{Now: now, Server: server, Take: take})
 		if b2 != avail || w2 != write || (w2 && (!n2.HasSession || n2.SessionStart != sess)) {
 			t.Fatalf("sessionize: before %d sess %d next %+v write %v", b2, sess, n2, w2)
 		}
 	})
+}
+
+// TestDecision checks the token bucket's Decision on fixed instants.
+func TestDecision(t *testing.T) {
+	p := Params{Max: 10, RefillAmount: 2, RefillMs: 1000}
+	const now = int64(1_000_000)
+	for _, c := range []struct {
+		name  string
+		s     State
+		found bool
+		take  int64
+		u     Unit
+		want  Decision
+	}{
+		// A new bucket, 3 taken: full again after two refills of 2.
+		{"new", State{}, false, 3, Millisecond, Decision{Remaining: 7, Used: 3, RetryAfter: -1, ResetAfter: 2000, ResetAt: now + 2000}},
+		{"new, seconds", State{}, false, 3, Second, Decision{Remaining: 7, Used: 3, RetryAfter: -1, ResetAfter: 2, ResetAt: now/1000 + 2}},
+		// 1 token, anchored 500 ms ago; 4 asked: denied and drained. 4
+		// tokens after 2 refills (at anchor + 2 s), full after 5.
+		{"denied", State{Amount: 1, Anchor: now - 500}, true, 4, Millisecond, Decision{Limited: true, Remaining: 0, Used: 10, RetryAfter: 1500, ResetAfter: 4500, ResetAt: now + 4500}},
+		{"denied, seconds", State{Amount: 1, Anchor: now - 500}, true, 4, Second, Decision{Limited: true, Remaining: 0, Used: 10, RetryAfter: 2, ResetAfter: 5, ResetAt: now/1000 + 5}},
+		// More than the bucket holds: waiting cannot help (and, as
+		// always, the denied take drains it).
+		{"take > max", State{}, false, 11, Millisecond, Decision{Limited: true, Remaining: 0, Used: 10, RetryAfter: -1, ResetAfter: 5000, ResetAt: now + 5000}},
+		// A read of a full bucket.
+		{"read", State{}, false, 0, Millisecond, Decision{Remaining: 10, RetryAfter: -1, ResetAt: now}},
+		// AT before the anchor: no refill yet, and the refills count from
+		// the anchor.
+		{"before anchor", State{Amount: 9, Anchor: now + 3000}, true, 1, Millisecond, Decision{Remaining: 8, Used: 2, RetryAfter: -1, ResetAfter: 4000, ResetAt: now + 4000}},
+	} {
+		before, next, write := p.Reduce(c.s, c.found, Request{Now: now, Server: now, Take: c.take})
+		if !write {
+			var anchor int64
+			before, anchor = p.Available(c.s, c.found, now)
+			next = State{Amount: before, Anchor: anchor}
+		}
+		c.want.Limit = 10
+		if got := p.Decision(before, c.take, next, now, c.u); got != c.want {
+			t.Errorf("%s: %+v, want %+v", c.name, got, c.want)
+		}
+	}
 }
 
 func FuzzDecodeState(f *testing.F) {

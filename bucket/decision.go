@@ -133,3 +133,6 @@ func ceilDiv(a, b int64) int64 {
 	}
 	return q
 }
+
+// fromMillis converts a duration or an instant in ms to u, rounded up.
+func (u Unit) fromMillis(ms int64) int64 { return ceilDiv(ms, u.millis()) }
