@@ -123,7 +123,7 @@ func commandTable() map[string]*command {
 		{name: "time", arity: 1, flags: []string{"fast"}, run: cmdTime},
 		{name: "ready", arity: 1, flags: []string{"fast"}, run: cmdReady},
 		{name: "info", arity: -1, flags: []string{"loading"}, run: cmdInfo},
-		{name: "del", arity: -2, flags: []string{"write"}, first: 1, last: -1, step: 1, run: cmdDel},
+		{name: "del", arity: -2, flags: []string{"write"}, first: 1, last: -1, step: 1, run: cmdDel, doc: delDoc},
 		{name: "dbsize", arity: 1, flags: []string{"readonly", "fast"}, run: cmdDBSize},
 		{name: "compact", arity: 1, flags: []string{"admin"}, run: cmdCompact},
 		{name: "checkpoint", arity: -1, flags: []string{"admin"}, run: cmdCheckpoint},
@@ -626,7 +626,7 @@ func cmdCommand(s *Server, c *client, args [][]byte) {
 			"COUNT", "    Return the total number of commands.",
 			"LIST", "    Return the names of all commands.",
 			"INFO <command-name> [<command-name> ...]", "    Return details about the named commands.",
-			"DOCS [<command-name> ...]", "    Return documentation records of the CL.* and FW.* commands (the others: see docs/protocol.md).",
+			"DOCS [<command-name> ...]", "    Return documentation records of the CL.*, FW.* and DEL commands (the others: see docs/protocol.md).",
 		}
 		c.out = appendHelp(c.out, lines)
 	case "docs":

@@ -15,6 +15,12 @@ func StoreOptions(o storage.Options) storage.Options {
 	return o
 }
 
+var delDoc = &cmdDoc{
+	summary: "Removes every limit stored under the keys, of every kind (token buckets, GCRA, fixed windows); returns how many keys had one.",
+	group:   "generic",
+	args:    []docArg{{name: "key", typ: "key", multiple: true}},
+}
+
 // delMutator deletes a record that exists, and notes that it did.
 type delMutator struct{ deleted bool }
 

@@ -466,8 +466,8 @@ func TestLimiterCommandInfo(t *testing.T) {
 	c2 := redis.NewClient(&redis.Options{Addr: srv.Addr().String(), Protocol: 2})
 	defer c2.Close()
 	flat, err := c2.Do(ctx, "COMMAND", "DOCS").Slice()
-	if err != nil || len(flat) != 12 {
-		t.Fatalf("COMMAND DOCS over RESP2 = %v, %v; want 6 records", flat, err)
+	if err != nil || len(flat) != 14 {
+		t.Fatalf("COMMAND DOCS over RESP2 = %v, %v; want 7 records (CL.*, FW.*, DEL)", flat, err)
 	}
 }
 
