@@ -8,39 +8,48 @@ import (
 	"testing"
 )
 
-// TestLimitersSurviveKill: with --fsync always, every CL.THROTTLE and
-// FW.INCR answered before a SIGKILL is in the store after the restart.
-func TestLimitersSurviveKill(t *testing.T) {
-	dir := t.TempDir()
-	p := startProc(t, dir, "--fsync", "always")
-	rdb := p.client(t)
-	ctx := context.Background()
-	for i := range 20 {
-		key := fmt.Sprintf("user:%d", i)
-		for range i%5 + 1 {
-			if err := rdb.Do(ctx, "CL.THROTTLE", key, 15, 30, 60, "AT", 1700000000).Err(); err != nil {
-				t.Fatal(err)
+// TestLimitersSurviveRestart: every CL.THROTTLE and FW.INCR answered before
+// a SIGTERM (in the default --fsync everysec: a clean shutdown writes
+// everything) or a SIGKILL (with --fsync always) is in the store after the
+// restart.
+func TestLimitersSurviveRestart(t *testing.T) {
+	for _, tc := range []struct {
+		sig   syscall.Signal
+		fsync string
+	}{{syscall.SIGTERM, "everysec"}, {syscall.SIGKILL, "always"}} {
+		t.Run(tc.sig.String(), func(t *testing.T) {
+			dir := t.TempDir()
+			p := startProc(t, dir, "--fsync", tc.fsync)
+			rdb := p.client(t)
+			ctx := context.Background()
+			for i := range 20 {
+				key := fmt.Sprintf("user:%d", i)
+				for range i%5 + 1 {
+					if err := rdb.Do(ctx, "CL.THROTTLE", key, 15, 30, 60, "AT", 1700000000).Err(); err != nil {
+						t.Fatal(err)
+					}
+					if err := rdb.Do(ctx, "FW.PINCR", key, 100, 300000, "STAGGER", "AT", 1700000000000).Err(); err != nil {
+						t.Fatal(err)
+					}
+				}
 			}
-			if err := rdb.Do(ctx, "FW.PINCR", key, 100, 300000, "STAGGER", "AT", 1700000000000).Err(); err != nil {
-				t.Fatal(err)
+			p.stop(t, tc.sig)
+			p2 := startProc(t, dir, "--fsync", tc.fsync)
+			rdb2 := p2.client(t)
+			for i := range 20 {
+				key := fmt.Sprintf("user:%d", i)
+				n := int64(i%5 + 1)
+				// A look (quantity 0) at the same instant: n emission
+				// intervals of 2 s used.
+				cl, err := rdb2.Do(ctx, "CL.THROTTLE", key, 15, 30, 60, 0, "AT", 1700000000).Int64Slice()
+				if err != nil || !slices.Equal(cl, []int64{0, 16, 16 - n, -1, 2 * n}) {
+					t.Fatalf("%s after %v: CL %v, %v; want %d used", key, tc.sig, cl, err, n)
+				}
+				fw, err := rdb2.Do(ctx, "FW.PGET", key, 100, 300000, "STAGGER", "AT", 1700000000000).Int64Slice()
+				if err != nil || len(fw) != 7 || fw[5] != n {
+					t.Fatalf("%s after %v: FW %v, %v; want %d used", key, tc.sig, fw, err, n)
+				}
 			}
-		}
-	}
-	p.stop(t, syscall.SIGKILL)
-	p2 := startProc(t, dir, "--fsync", "always")
-	rdb2 := p2.client(t)
-	for i := range 20 {
-		key := fmt.Sprintf("user:%d", i)
-		n := int64(i%5 + 1)
-		// A look (quantity 0) at the same instant: n emission intervals
-		// of 2 s used.
-		cl, err := rdb2.Do(ctx, "CL.THROTTLE", key, 15, 30, 60, 0, "AT", 1700000000).Int64Slice()
-		if err != nil || !slices.Equal(cl, []int64{0, 16, 16 - n, -1, 2 * n}) {
-			t.Fatalf("%s after SIGKILL: CL %v, %v; want %d used", key, cl, err, n)
-		}
-		fw, err := rdb2.Do(ctx, "FW.PGET", key, 100, 300000, "STAGGER", "AT", 1700000000000).Int64Slice()
-		if err != nil || len(fw) != 7 || fw[5] != n {
-			t.Fatalf("%s after SIGKILL: FW %v, %v; want %d used", key, fw, err, n)
-		}
+		})
 	}
 }
