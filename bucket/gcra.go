@@ -99,7 +99,9 @@ func (g GCRA) Throttle(s GCRAState, found bool, now, quantity int64) (next GCRAS
 		if base > now {
 			return s, false, Decision{}, &ArgError{Arg: "quantity", Msg: fmt.Sprintf("%d: the key's TAT (%d ns) plus quantity × emission interval overflows int64", quantity, base)}
 		}
-		return s, false, Decision{}, atRangeErr(now)
+		// Named after what the caller can change: with no AT, the server
+		// clock is not it.
+		return s, false, Decision{}, &ArgError{Arg: "period", Msg: fmt.Sprintf("now (%d ns) plus quantity %d × emission interval (%d ns) overflows int64: want a shorter period, a smaller quantity or an earlier AT", now, quantity, g.ei)}
 	}
 	lo, ok1 := subOK(newTAT, g.dvt)
 	diff, ok2 := subOK(now, lo)

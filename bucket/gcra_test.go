@@ -222,8 +222,11 @@ func TestGCRARefuses(t *testing.T) {
 	wantArgErr(t, err, "quantity")
 	_, _, _, err = g.Throttle(GCRAState{}, false, 0, math.MaxInt64/(2*nsPerS)+1)
 	wantArgErr(t, err, "quantity")
+	// now + quantity × emission interval overflows: named after the
+	// period, since with no AT the server clock is not for the caller to
+	// change (the message names all three).
 	_, _, _, err = g.Throttle(GCRAState{}, false, math.MaxInt64-1e9, 1)
-	wantArgErr(t, err, "AT")
+	wantArgErr(t, err, "period")
 	_, _, _, err = g.Throttle(GCRAState{TAT: math.MaxInt64 - 1e9}, true, 0, 1)
 	wantArgErr(t, err, "quantity")
 	_, _, _, err = g.Throttle(GCRAState{TAT: math.MaxInt64}, true, math.MinInt64, 0)

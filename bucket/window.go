@@ -145,9 +145,12 @@ func (w Window) decide(s WindowState, found bool, now int64, incr bool) (next Wi
 	allowed := w.cost <= w.limit-count
 	used := count
 	if incr && (allowed || !w.noCountBlocked) {
+		// Only a refused request can overflow (an allowed one stays within
+		// the limit): its count saturates, so that one huge COST cannot
+		// turn every later call of the window into an error.
 		var ok bool
 		if used, ok = addOK(count, w.cost); !ok {
-			return s, false, Decision{}, &ArgError{Arg: "COST", Msg: fmt.Sprintf("%d: the window's count %d plus COST overflows int64", w.cost, count)}
+			used = math.MaxInt64
 		}
 	}
 	if used != count {

@@ -248,10 +248,22 @@ func TestWindowRefuses(t *testing.T) {
 	wantArgErr(t, err, "AT")
 	_, err = w.Get(WindowState{}, false, math.MaxInt64)
 	wantArgErr(t, err, "AT")
-	// A count that would pass MaxInt64 is refused, not wrapped.
+	// A refused request that would take the count past MaxInt64 leaves it
+	// there, limited, neither wrapped nor an error.
 	_, end, _ := w.Bounds(0)
-	_, _, _, err = w.Incr(WindowState{End: end, Count: math.MaxInt64}, true, 0)
-	wantArgErr(t, err, "COST")
+	next, _, d, err := w.Incr(WindowState{End: end, Count: math.MaxInt64 - 1}, true, 0)
+	if err != nil || !d.Limited || d.Used != math.MaxInt64 || next.Count != math.MaxInt64 || d.Remaining != 0 {
+		t.Errorf("count near MaxInt64: %+v, %+v, %v; want limited, saturated at MaxInt64", next, d, err)
+	}
+	big, _ := NewWindow(WindowParams{Limit: 5, Window: 300_000, Cost: math.MaxInt64, Unit: Millisecond}, []byte("k"))
+	next, _, d, err = big.Incr(WindowState{End: end, Count: 3}, true, 0)
+	if err != nil || !d.Limited || next.Count != math.MaxInt64 || d.RetryAfter != -1 {
+		t.Errorf("COST MaxInt64: %+v, %+v, %v; want limited, saturated, no retry", next, d, err)
+	}
+	next, _, d, err = w.Incr(next, true, 0)
+	if err != nil || !d.Limited || next.Count != math.MaxInt64 {
+		t.Errorf("the next call after a saturated count: %+v, %+v, %v; want limited", next, d, err)
+	}
 	_, _, _, err = Window{}.Incr(WindowState{}, false, 0)
 	wantArgErr(t, err, "params")
 }
@@ -385,7 +397,7 @@ func FuzzWindow(f *testing.F) {
 			if found && s.End == wend {
 				before = s.Count
 			}
-			if d.Used != before+cost {
+			if sum, ok := addOK(before, cost); d.Used != sum && !(!ok && d.Limited && d.Used == math.MaxInt64) {
 				t.Fatalf("used %d after cost %d on %+v", d.Used, cost, s)
 			}
 		} else if next != s {

@@ -164,7 +164,7 @@ func Class(k []byte) int {
 // UpgradeKey maps a record key of the previous layout (format 1: a bucket
 // or divvy key without the slot) to the current one, by prepending the
 // slot. A key already in the current layout, left by an interrupted
-// upgrade, is returned unchanged with moved false. Any other key is an
+// upgrade, is reported with moved false and a nil key. Any other key is an
 // error: it is never guessed at.
 func UpgradeKey(dst, k []byte) (newKey []byte, moved bool, err error) {
 	if len(k) > 0 && k[0] < Slots>>8 {
@@ -173,7 +173,7 @@ func UpgradeKey(dst, k []byte) (newKey []byte, moved bool, err error) {
 		if _, err := Parse(k); err != nil {
 			return nil, false, fmt.Errorf("keyspace: upgrade: %q is in neither layout: %w", k, err)
 		}
-		return k, false, nil
+		return nil, false, nil
 	}
 	if len(k) < 1 {
 		return nil, false, fmt.Errorf("keyspace: upgrade: empty key")

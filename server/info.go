@@ -179,7 +179,7 @@ func (s *Server) writeInfo(b *strings.Builder, section string) {
 		for _, k := range keyspace.Kinds() {
 			kv("records_"+k.Name, i64(st.RecordsByClass[k.Class]))
 		}
-		kv("buckets", i64(st.RecordsByClass[keyspace.Lookup(keyspace.KindBucket).Class]))
+		kv("buckets", i64(st.Records)) // its name predates the other kinds
 		kv("table_bytes", strconv.FormatUint(st.TableBytes, 10))
 		kv("wal_bytes", strconv.FormatUint(st.WALBytes, 10))
 		kv("memtable_bytes", strconv.FormatUint(st.MemTableBytes, 10))

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"hash/fnv"
+	"math"
 	"net"
 	"reflect"
 	"slices"
@@ -613,4 +614,16 @@ func checkErrReply(t *testing.T, args [][]byte, err error) {
 	if !ok || !strings.HasPrefix(string(re), "ERR ") {
 		t.Fatalf("%q: error %v (%T), want an ERR reply", args, err, err)
 	}
+}
+
+// A refused FW.INCR whose COST would take the count past 2^63 - 1 leaves it
+// there: every later call of the window is answered limited, not with an
+// error (which clients that let requests through on errors would take for
+// a pass).
+func TestFWHugeCostSaturates(t *testing.T) {
+	srv := startServer(t, Config{Clock: newTestClock(t0).now})
+	c := newClient(t, srv)
+	wantInts(t, c, []int64{1, 5, 0, -1, 100, math.MaxInt64, 1700000100}, "FW.INCR", "poison", 5, 300, "COST", int64(math.MaxInt64), "AT", 1700000000)
+	wantInts(t, c, []int64{1, 5, 0, 100, 100, math.MaxInt64, 1700000100}, "FW.INCR", "poison", 5, 300, "AT", 1700000000)
+	wantInts(t, c, []int64{1, 5, 0, 100, 100, math.MaxInt64, 1700000100}, "FW.INCR", "poison", 5, 300, "COST", 5, "AT", 1700000000)
 }

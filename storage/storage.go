@@ -205,6 +205,12 @@ var legacyFormatKey = []byte("\x00sluice.format")
 
 const legacyFormatVersion = "1"
 
+// upgradingVersion replaces legacyFormatVersion, synced, before the upgrade
+// moves any record: a store whose records are partly moved is still to be
+// upgraded, and an older sluice, which reads only format "1", refuses it
+// instead of serving it without the records already moved.
+const upgradingVersion = "1-upgrading"
+
 // recordsEnd is the exclusive upper bound of every record key; the lower
 // bound is the empty key.
 var recordsEnd = []byte{0xff}
@@ -615,6 +621,8 @@ func readFormat(db *pebble.DB, dir string) (string, error) {
 		return "", fmt.Errorf("read format marker in %s: %w", dir, err)
 	case v == "" || v == legacyFormatVersion:
 		return v, nil
+	case v == upgradingVersion:
+		return legacyFormatVersion, nil
 	}
 	return "", fmt.Errorf("%w: %s has format %q, this build reads format %q (and upgrades format %q)", ErrNotStore, dir, v, formatVersion, legacyFormatVersion)
 }
@@ -656,6 +664,9 @@ func (s *Store) upgrade(ctx context.Context) error {
 		maxBytes = upgradeChunkBytes
 	}
 	s.log.Info("upgrading store", "dir", s.dir, "from_format", legacyFormatVersion, "to_format", formatVersion)
+	if err := s.db.Set(legacyFormatKey, []byte(upgradingVersion), pebble.Sync); err != nil {
+		return fmt.Errorf("upgrade %s: mark the upgrade as begun: %w", s.dir, err)
+	}
 	batch := s.db.NewBatch()
 	defer batch.Close()
 	var (
@@ -686,9 +697,15 @@ func (s *Store) upgrade(ctx context.Context) error {
 			if string(key) == string(legacyFormatKey) {
 				continue
 			}
-			var ok bool
-			newKey, ok, err = o.Upgrade(newKey[:0], key)
-			if err == nil && ok && (len(newKey) > 0 && newKey[0] == recordsEnd[0]) {
+			// A key that stays may come back as key itself, which aliases
+			// the iterator's buffer: newKey keeps only keys that moved, so
+			// that the next call never appends into the iterator's key.
+			nk, ok, err := o.Upgrade(newKey[:0], key)
+			ok = ok && err == nil && string(nk) != string(key)
+			if ok {
+				newKey = nk
+			}
+			if ok && len(newKey) > 0 && newKey[0] == recordsEnd[0] {
 				err = fmt.Errorf("new key %q is reserved (starts with 0xff)", newKey)
 			}
 			if err != nil {
@@ -696,7 +713,7 @@ func (s *Store) upgrade(ctx context.Context) error {
 				return fmt.Errorf("upgrade %s from format %s to %s: key %q: %w; the store was left as it was, except for the %d records already moved to the new layout, and is still of format %s",
 					s.dir, legacyFormatVersion, formatVersion, key, err, moved, legacyFormatVersion)
 			}
-			if !ok || string(newKey) == string(key) {
+			if !ok {
 				kept++
 				continue
 			}

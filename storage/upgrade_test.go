@@ -249,8 +249,8 @@ func TestUpgradeErrorThenResume(t *testing.T) {
 	legacy, _ := getString(db, legacyFormatKey)
 	current, _ := getString(db, formatKey)
 	db.Close()
-	if old != n-1000 || moved != 1000 || legacy != legacyFormatVersion || current != "" {
-		t.Fatalf("after the failed upgrade: %d old keys, %d moved, markers %q and %q; want %d, 1000, the format 1 marker only", old, moved, legacy, current, n-1000)
+	if old != n-1000 || moved != 1000 || legacy != upgradingVersion || current != "" {
+		t.Fatalf("after the failed upgrade: %d old keys, %d moved, markers %q and %q; want %d, 1000, the format 1 marker only, saying the upgrade began", old, moved, legacy, current, n-1000)
 	}
 
 	s, err := Open("db", Options{fs: fs, Upgrade: fakeUpgrade, upgradeChunk: 100})
@@ -560,8 +560,8 @@ func TestUpgradeSurvivesSIGKILL(t *testing.T) {
 	legacy, _ := getString(db, legacyFormatKey)
 	db.Close()
 	t.Logf("killed after moving %d of %d records (%d batches of %d)", moved, n, moved/chunk, chunk)
-	if moved < 3*chunk || old < 5*chunk || moved%chunk != 0 || legacy != legacyFormatVersion {
-		t.Fatalf("after the kill: %d moved, %d not, format 1 marker %q; want at least %d moved, whole batches, %d not, the marker", moved, old, legacy, 3*chunk, 5*chunk)
+	if moved < 3*chunk || old < 5*chunk || moved%chunk != 0 || legacy != upgradingVersion {
+		t.Fatalf("after the kill: %d moved, %d not, format 1 marker %q; want at least %d moved, whole batches, %d not, the marker saying the upgrade began", moved, old, legacy, 3*chunk, 5*chunk)
 	}
 	s, err := Open(dir, Options{Upgrade: fakeUpgrade})
 	if err != nil {

@@ -8,6 +8,7 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"math"
 	"strconv"
 	"strings"
 	"text/tabwriter"
@@ -82,7 +83,10 @@ func runInspect(args []string, lookupEnv func(string) (string, bool), stdout, st
 	if now == 0 {
 		now = time.Now().UnixMilli()
 	}
-	nowNs := now * 1e6 // --at is far from overflowing: it is a flag in ms
+	if now > math.MaxInt64/int64(1e6) || now < math.MinInt64/int64(1e6) {
+		return fmt.Errorf("--at %d: out of range: want unix milliseconds from %d to %d", cfg.at, math.MinInt64/int64(1e6), math.MaxInt64/int64(1e6))
+	}
+	nowNs := now * 1e6
 
 	var (
 		tw     *tabwriter.Writer

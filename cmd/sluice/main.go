@@ -135,7 +135,7 @@ func newFlagSet(cfg *config, stderr io.Writer) *flag.FlagSet {
 	fs.StringVar(&cfg.onStoreError, "on-store-error", "deny", "when the disk refuses writes (full, I/O error): deny answers limit commands with an error; allow answers them from the last known state without storing the change")
 	fs.IntVar(&cfg.maxArgs, "max-args", server.DefaultMaxArgs, "most arguments in one command")
 	fs.Var(&cfg.maxBulk, "max-bulk", "most bytes in one argument (suffixes KiB, MiB, GiB)")
-	fs.Var(&cfg.maxKeySize, "max-key-size", "longest key a command may name (RL.* key, HIT actor value); a longer one gets an error reply and nothing is stored; bounds what one key costs in memory")
+	fs.Var(&cfg.maxKeySize, "max-key-size", "longest key a command may name (the key of RL.*, CL.*, FW.* and DEL, a HIT actor value); a longer one gets an error reply and nothing is stored; bounds what one key costs in memory")
 	fs.Var(&cfg.maxInline, "max-inline", "most bytes in one inline (telnet-style) command line")
 	fs.Var(&cfg.maxQueryBuffer, "max-query-buffer", "most bytes of one incomplete command held per client")
 	fs.Var(&cfg.cacheSize, "cache-size", "Pebble block cache size")
@@ -145,8 +145,8 @@ func newFlagSet(cfg *config, stderr io.Writer) *flag.FlagSet {
 	fs.Var(&cfg.memoryLimit, "memory-limit", "the Go runtime's soft memory limit: auto computes the sizing rule from the memory flags (README.md), 0 sets none, or a size; the GOMEMLIMIT environment variable wins over it")
 	fs.Var(&cfg.keyFilterSize, "key-filter-size", "in-memory filter of stored keys that spares a disk lookup for new buckets (about 10 bits per key); 0 turns it off")
 	fs.DurationVar(&cfg.shutdownTimeout, "shutdown-timeout", server.DefaultShutdownTimeout, "on SIGTERM, the most the shutdown takes: connections finish their last pipeline, then the store is written, fsynced and closed; past it, sluice exits with status 1 and logs what may be lost")
-	fs.DurationVar(&cfg.sweepInterval, "sweep-interval", server.DefaultSweepInterval, "pause between passes of the sweep that deletes buckets refilled to full; 0 turns it off (COMPACT still sweeps)")
-	fs.IntVar(&cfg.sweepRate, "sweep-rate", server.DefaultSweepRate, "most buckets the background sweep examines per second; 0 for no limit")
+	fs.DurationVar(&cfg.sweepInterval, "sweep-interval", server.DefaultSweepInterval, "pause between passes of the sweep that deletes idle records (buckets refilled to full, ended windows, GCRA keys whose allowance is whole); 0 turns it off (COMPACT still sweeps)")
+	fs.IntVar(&cfg.sweepRate, "sweep-rate", server.DefaultSweepRate, "most records the background sweep examines per second; 0 for no limit")
 	fs.StringVar(&cfg.backupDir, "backup-dir", "./sluice-backups", "directory where CHECKPOINT writes its copies of the store")
 	fs.StringVar(&cfg.logFormat, "log-format", "text", "log format: text or json")
 	fs.StringVar(&cfg.logLevel, "log-level", "info", "log level: debug, info, warn or error")
@@ -157,7 +157,7 @@ func newFlagSet(cfg *config, stderr io.Writer) *flag.FlagSet {
 	fs.IntVar(&cfg.divvyTimeout, "divvy-timeout", 300, "close a divvy connection idle for this many seconds; 0 never does")
 	fs.BoolVar(&cfg.showVersion, "version", false, "print the version and exit")
 	fs.Usage = func() {
-		fmt.Fprintf(fs.Output(), "Usage: sluice [flags]\n       sluice inspect [flags]   (lists stored buckets offline; see sluice inspect --help)\n\nsluice is a persistent rate-limit server that speaks the Redis protocol.\nEvery flag can also be set with the environment variable shown; a flag on\nthe command line wins.\n\n")
+		fmt.Fprintf(fs.Output(), "Usage: sluice [flags]\n       sluice inspect [flags]   (lists stored records offline; see sluice inspect --help)\n\nsluice is a persistent rate-limit server that speaks the Redis protocol.\nEvery flag can also be set with the environment variable shown; a flag on\nthe command line wins.\n\n")
 		fs.VisitAll(func(f *flag.Flag) {
 			def := ""
 			if f.DefValue != "" && f.DefValue != "false" {
