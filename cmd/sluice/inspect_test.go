@@ -26,7 +26,23 @@ func fillStore(t *testing.T, dir string, cmds [][]any) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	srv, err := server.New(server.Config{Store: store})
+	c, stop := serveStore(t, server.Config{Store: store})
+	for _, cmd := range cmds {
+		if err := c.Do(context.Background(), cmd...).Err(); err != nil {
+			t.Fatalf("%v: %v", cmd, err)
+		}
+	}
+	stop()
+	if err := store.Close(); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// serveStore serves cfg.Store in this process on 127.0.0.1:0 and returns a
+// client; stop closes the client and the server, not the store.
+func serveStore(t *testing.T, cfg server.Config) (c *redis.Client, stop func()) {
+	t.Helper()
+	srv, err := server.New(cfg)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -36,19 +52,13 @@ func fillStore(t *testing.T, dir string, cmds [][]any) {
 	}
 	done := make(chan error, 1)
 	go func() { done <- srv.Serve(ln) }()
-	c := redis.NewClient(&redis.Options{Addr: ln.Addr().String()})
-	for _, cmd := range cmds {
-		if err := c.Do(context.Background(), cmd...).Err(); err != nil {
-			t.Fatalf("%v: %v", cmd, err)
+	c = redis.NewClient(&redis.Options{Addr: ln.Addr().String()})
+	return c, func() {
+		c.Close()
+		srv.Close()
+		if err := <-done; err != nil {
+			t.Error(err)
 		}
-	}
-	c.Close()
-	srv.Close()
-	if err := <-done; err != nil {
-		t.Fatal(err)
-	}
-	if err := store.Close(); err != nil {
-		t.Fatal(err)
 	}
 }
 

@@ -4,14 +4,12 @@ import (
 	"bufio"
 	"context"
 	"encoding/hex"
-	"net"
 	"os"
 	"path/filepath"
 	"strings"
 	"testing"
 	"time"
 
-	"github.com/redis/go-redis/v9"
 	"github.com/sluicehq/sluice/keyspace"
 	"github.com/sluicehq/sluice/server"
 	"github.com/sluicehq/sluice/storage"
@@ -88,27 +86,13 @@ func TestUpgradeFormat1(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer store.Close()
-	srv, err := server.New(server.Config{
+	c, stop := serveStore(t, server.Config{
 		Store:         store,
 		PolicyFile:    "testdata/format1/policy.ini",
 		Clock:         func() time.Time { return time.UnixMilli(1795469061587) },
 		SweepInterval: -1,
 	})
-	if err != nil {
-		t.Fatal(err)
-	}
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	done := make(chan error, 1)
-	go func() { done <- srv.Serve(ln) }()
-	defer func() {
-		srv.Close()
-		<-done
-	}()
-	c := redis.NewClient(&redis.Options{Addr: ln.Addr().String()})
-	defer c.Close()
+	defer stop()
 	ctx := context.Background()
 	for _, q := range []struct {
 		cmd  []any
