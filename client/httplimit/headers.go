@@ -52,8 +52,8 @@ const (
 // not change between requests) and used by every request.
 type fields struct {
 	style  HeaderStyle
-	name   string   // the policy's name, for X-RateLimit-Resource
-	quoted string   // the name as a Structured Field String, quotes included
+	name   string // the policy's name, for X-RateLimit-Resource
+	quoted string // the name as a Structured Field String, quotes included
 	policy string // the RateLimit-Policy value
 }
 
