@@ -55,9 +55,12 @@ func (w FixedWindow) call(ctx context.Context, c *Client, key string, n int64, p
 	if err != nil {
 		return Result{}, err
 	}
-	args := make([]any, 0, 11)
-	args = append(args, cmd, key, w.Limit, windowMs, "COST", n)
-	if at, _, ok := c.at(1); ok {
+	at, _, sent := c.at(1)
+	// The slice is sized exactly: it is the largest allocation of the call.
+	size := 6 + flag(sent)*2 + flag(w.NoCountBlocked && !peek) + flag(w.Stagger)
+	args := make([]any, 0, size)
+	args = append(args, boxed(cmd), key, w.Limit, windowMs, "COST", n)
+	if sent {
 		args = append(args, "AT", at)
 	}
 	if w.NoCountBlocked && !peek {
@@ -149,9 +152,9 @@ func (g GCRA) call(ctx context.Context, c *Client, key string, n int64, peek boo
 		// worked out below from the remaining count.
 		q = 0
 	}
-	args := make([]any, 0, 8)
-	args = append(args, cmd, key, g.burst()-1, g.Count, periodMs, q)
 	at, now, sent := c.at(1)
+	args := make([]any, 0, 6+flag(sent)*2)
+	args = append(args, boxed(cmd), key, g.burst()-1, g.Count, periodMs, q)
 	if sent {
 		args = append(args, "AT", at)
 	}
@@ -272,10 +275,11 @@ func (b TokenBucket) check(cmd string, n int64) (period, unit int64, err error) 
 	return p / 1000, 1000, nil
 }
 
-// rlArgs are an RL command's arguments up to its options.
-func (b TokenBucket) rlArgs(cmd, key string, period int64, capacity int) []any {
-	args := make([]any, 0, capacity)
-	args = append(args, cmd, key, b.Max, period)
+// rlArgs are an RL command's arguments up to its options, in a slice with
+// room for more options.
+func (b TokenBucket) rlArgs(cmd, key string, period int64, more int) []any {
+	args := make([]any, 0, 4+flag(b.RefillAmount != 0)*2+more)
+	args = append(args, boxed(cmd), key, b.Max, period)
 	if b.RefillAmount != 0 {
 		args = append(args, "REFILL", b.RefillAmount)
 	}
@@ -288,11 +292,11 @@ func (b TokenBucket) call(ctx context.Context, c *Client, key string, n int64, p
 		return Result{}, err
 	}
 	cmd := rlName(peek, unit)
-	args := b.rlArgs(cmd, key, period, 11)
+	at, now, sent := c.at(unit)
+	args := b.rlArgs(cmd, key, period, flag(!peek)*2+flag(sent)*2+flag(b.Strict))
 	if !peek {
 		args = append(args, "TAKE", n)
 	}
-	at, now, sent := c.at(unit)
 	if sent {
 		args = append(args, "AT", at)
 	}
@@ -353,9 +357,9 @@ func (c *Client) Sessionize(ctx context.Context, key string, b TokenBucket, n in
 	if unit != 1 {
 		cmd = "RL.SESSIONIZE"
 	}
-	args := b.rlArgs(cmd, key, period, 10)
-	args = append(args, "TAKE", n)
 	at, now, sent := c.at(unit)
+	args := b.rlArgs(cmd, key, period, 2+flag(sent)*2)
+	args = append(args, "TAKE", n)
 	if sent {
 		args = append(args, "AT", at)
 	}
@@ -404,6 +408,40 @@ func (c *Client) Del(ctx context.Context, keys ...string) (int64, error) {
 		args = append(args, k)
 	}
 	return c.int(ctx, "DEL", args)
+}
+
+func flag(b bool) int {
+	if b {
+		return 1
+	}
+	return 0
+}
+
+// boxed returns a command name as an interface value without allocating:
+// converting a string variable to any copies its header to the heap,
+// converting a constant does not.
+func boxed(cmd string) any {
+	switch cmd {
+	case "FW.PINCR":
+		return "FW.PINCR"
+	case "FW.PGET":
+		return "FW.PGET"
+	case "CL.PTHROTTLE":
+		return "CL.PTHROTTLE"
+	case "RL.PREDUCE":
+		return "RL.PREDUCE"
+	case "RL.PGET":
+		return "RL.PGET"
+	case "RL.REDUCE":
+		return "RL.REDUCE"
+	case "RL.GET":
+		return "RL.GET"
+	case "RL.PSESSIONIZE":
+		return "RL.PSESSIONIZE"
+	case "RL.SESSIONIZE":
+		return "RL.SESSIONIZE"
+	}
+	return cmd
 }
 
 // ints sends args and reads an array of want integers.

@@ -58,20 +58,48 @@ func ClientIP(remoteAddr string, forwardedFor []string, trusted []netip.Prefix) 
 	return client
 }
 
-// parseAddr parses "ip", "ip:port", "[ipv6]" or "[ipv6]:port".
+// parseAddr parses "ip", "ipv4:port", "[ipv6]" or "[ipv6]:port". It
+// picks the form by its colons before parsing: netip's parse errors
+// allocate, and RemoteAddr always carries a port.
 func parseAddr(s string) netip.Addr {
-	if a, err := netip.ParseAddr(s); err == nil {
+	if s == "" {
+		return netip.Addr{}
+	}
+	if s[0] == '[' {
+		end := strings.IndexByte(s, ']')
+		if end < 0 || (end+1 < len(s) && (s[end+1] != ':' || !isPort(s[end+2:]))) {
+			return netip.Addr{}
+		}
+		a, err := netip.ParseAddr(s[1:end])
+		if err != nil || !a.Is6() {
+			return netip.Addr{}
+		}
 		return norm(a)
 	}
-	if ap, err := netip.ParseAddrPort(s); err == nil {
-		return norm(ap.Addr())
+	v4port := false
+	if i := strings.IndexByte(s, ':'); i >= 0 && strings.IndexByte(s[i+1:], ':') < 0 {
+		if !isPort(s[i+1:]) {
+			return netip.Addr{}
+		}
+		s, v4port = s[:i], true
 	}
-	if len(s) > 2 && s[0] == '[' && s[len(s)-1] == ']' {
-		if a, err := netip.ParseAddr(s[1 : len(s)-1]); err == nil && a.Is6() {
-			return norm(a)
+	a, err := netip.ParseAddr(s)
+	if err != nil || (v4port && !a.Is4()) {
+		return netip.Addr{}
+	}
+	return norm(a)
+}
+
+func isPort(s string) bool {
+	if s == "" || len(s) > 5 {
+		return false
+	}
+	for i := 0; i < len(s); i++ {
+		if s[i] < '0' || s[i] > '9' {
+			return false
 		}
 	}
-	return netip.Addr{}
+	return true
 }
 
 func norm(a netip.Addr) netip.Addr { return a.Unmap().WithZone("") }

@@ -171,6 +171,9 @@ func TestClientIP(t *testing.T) {
 		{"IPv4-mapped IPv6 peer is IPv4", "[::ffff:10.0.0.2]:443", []string{"198.51.100.1"}, "198.51.100.1"},
 		{"zones are dropped", "[fe80::1%eth0]:443", nil, "fe80::1"},
 		{"a Unix socket peer", "@", []string{"198.51.100.1"}, ""},
+		{"a bad port is not an address", "10.0.0.2:443", []string{"198.51.100.1:http, 10.1.1.1"}, "10.1.1.1"},
+		{"an IPv6 address with a port needs brackets", "10.0.0.2:443", []string{"[2001:db8::1]x"}, "10.0.0.2"},
+		{"a bracketed IPv4 is not an address", "10.0.0.2:443", []string{"[198.51.100.1]"}, "10.0.0.2"},
 	} {
 		got := ClientIP(tc.remote, tc.xff, trusted)
 		want := netip.Addr{}

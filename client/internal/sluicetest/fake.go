@@ -2,6 +2,7 @@ package sluicetest
 
 import (
 	"bufio"
+	"bytes"
 	"io"
 	"net"
 	"strconv"
@@ -97,8 +98,16 @@ func readCommand(r *bufio.Reader) ([]string, error) {
 	return args, nil
 }
 
+// isHello reports whether the command in p, "*N\r\n$5\r\nHELLO\r\n...",
+// is HELLO.
+func isHello(p []byte) bool {
+	i := bytes.Index(p, []byte("\r\n$5\r\n"))
+	return i >= 0 && len(p) >= i+11 && bytes.EqualFold(p[i+6:i+11], []byte("HELLO"))
+}
+
 // Conn is an in-memory net.Conn for go-redis' Dialer that answers every
-// command written to it with Reply, without parsing it: a transport that
+// command written to it with Reply (and HELLO with an error), without
+// parsing it further: a transport that
 // costs next to nothing, for benchmarks that must leave sluice out.
 // go-redis writes each command with one Write and reads its reply before
 // sending the next one on the same connection.
@@ -124,7 +133,13 @@ func (c *Conn) Write(p []byte) (int, error) {
 	if c.off == len(c.buf) {
 		c.buf, c.off = c.buf[:0], 0
 	}
-	c.buf = append(c.buf, c.Reply...)
+	if isHello(p) {
+		// go-redis opens every connection with HELLO and falls back to
+		// RESP2 when it is refused.
+		c.buf = append(c.buf, "-ERR unknown command 'HELLO'\r\n"...)
+	} else {
+		c.buf = append(c.buf, c.Reply...)
+	}
 	c.mu.Unlock()
 	c.cond.Signal()
 	return len(p), nil
