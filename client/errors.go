@@ -44,6 +44,7 @@ type Error struct {
 	Msg string
 }
 
+// Error says the kind, the command and what went wrong.
 func (e *Error) Error() string {
 	text := e.Msg
 	if e.Err != nil {

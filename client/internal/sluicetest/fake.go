@@ -128,6 +128,7 @@ func NewConn(reply string) *Conn {
 	return c
 }
 
+// Write takes one command and queues its reply.
 func (c *Conn) Write(p []byte) (int, error) {
 	c.mu.Lock()
 	if c.off == len(c.buf) {
@@ -145,6 +146,7 @@ func (c *Conn) Write(p []byte) (int, error) {
 	return len(p), nil
 }
 
+// Read returns queued replies, waiting for one if there is none.
 func (c *Conn) Read(p []byte) (int, error) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
@@ -159,6 +161,7 @@ func (c *Conn) Read(p []byte) (int, error) {
 	return n, nil
 }
 
+// Close makes reads fail.
 func (c *Conn) Close() error {
 	c.mu.Lock()
 	c.closed = true
