@@ -5,6 +5,7 @@ import (
 	"errors"
 	"hash/fnv"
 	"os"
+	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -169,6 +170,48 @@ func TestKindsOverRESP(t *testing.T) {
 			t.Fatalf("after Del: %+v, %v; want a fresh window", res, err)
 		}
 	})
+}
+
+// TestHit: HIT's three integers in a Result, against a real rule file.
+func TestHit(t *testing.T) {
+	rules := filepath.Join(t.TempDir(), "rules.ini")
+	if err := os.WriteFile(rules, []byte("[method=GET path=/cookies ip=*]\ncreditLimit = 2\nresetSeconds = 3600\nactorField = ip\n\n[default]\ncreditLimit = 0\nresetSeconds = 0\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	_, rdb := start(t, "--policy", rules)
+	c := client.New(rdb, client.Config{})
+	ctx := context.Background()
+	for i, want := range []client.Result{
+		{Allowed: true, Remaining: 1, RetryAfter: client.NoRetry, ResetAfter: time.Hour},
+		{Allowed: true, Remaining: 0, RetryAfter: client.NoRetry, ResetAfter: time.Hour},
+		{Allowed: false, Remaining: 0, RetryAfter: time.Hour, ResetAfter: time.Hour},
+	} {
+		res, err := c.Hit(ctx, "method=GET", "path=/cookies", "ip=1.2.3.4")
+		if err != nil {
+			t.Fatal(err)
+		}
+		// The window started at the first hit, by the server's clock: its
+		// reset is within the hour, in whole seconds.
+		if res.ResetAfter <= 0 || res.ResetAfter > time.Hour || res.ResetAfter%time.Second != 0 {
+			t.Errorf("hit %d: reset after %v, want whole seconds up to an hour", i+1, res.ResetAfter)
+		}
+		if !want.Allowed && res.RetryAfter != res.ResetAfter {
+			t.Errorf("hit %d refused: retry after %v, want the reset, %v", i+1, res.RetryAfter, res.ResetAfter)
+		}
+		if want.RetryAfter > 0 {
+			want.RetryAfter = res.RetryAfter
+		}
+		res.ResetAt, res.ResetAfter = time.Time{}, want.ResetAfter
+		if res != want {
+			t.Errorf("hit %d: %+v, want %+v", i+1, res, want)
+		}
+	}
+	res, err := c.Hit(ctx, "method=POST")
+	if err != nil || res.Allowed || res.RetryAfter != client.NoRetry {
+		t.Errorf("the always-deny default: %+v, %v; want refused for good", res, err)
+	}
+	_, err = c.Hit(ctx, "method")
+	wantKind(t, "a field without =", err, client.ErrArgument, "ERR HIT argument")
 }
 
 // TestServerClock: without a Config clock no AT is sent, and the reset
