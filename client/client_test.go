@@ -359,6 +359,26 @@ func TestErrorKinds(t *testing.T) {
 		}
 	})
 
+	// A server that takes the command and never answers: the call ends
+	// at its context's deadline, with go-redis' ContextTimeoutEnabled.
+	t.Run("deadline", func(t *testing.T) {
+		hang := make(chan struct{})
+		defer close(hang)
+		addr := sluicetest.Serve(t, func(args []string) string {
+			if strings.EqualFold(args[0], "HELLO") {
+				return "-ERR unknown command 'HELLO'\r\n"
+			}
+			<-hang
+			return ""
+		})
+		rdb := redis.NewClient(&redis.Options{Addr: addr, Protocol: 2, DisableIdentity: true, MaxRetries: -1, ContextTimeoutEnabled: true})
+		defer rdb.Close()
+		dctx, cancel := context.WithTimeout(ctx, 50*time.Millisecond)
+		defer cancel()
+		_, err := client.New(rdb, client.Config{}).Take(dctx, "k", w, 1)
+		wantKind(t, "no answer before the deadline", err, client.ErrUnavailable, "timeout")
+	})
+
 	t.Run("not a sluice reply", func(t *testing.T) {
 		addr := sluicetest.Serve(t, func([]string) string { return "*2\r\n:1\r\n:2\r\n" })
 		rdb := redis.NewClient(&redis.Options{Addr: addr, Protocol: 2, DisableIdentity: true})
