@@ -246,6 +246,12 @@ func (m *middleware) wrap(next http.Handler) http.Handler {
 		}
 		res, err := m.c.Take(r.Context(), m.keyOf(r), m.limit, cost)
 		if err != nil {
+			if r.Context().Err() != nil {
+				// The request itself was cancelled (its client went away,
+				// or a timeout handler has answered): nobody is waiting
+				// for a response, and sluice is not to blame.
+				return
+			}
 			m.failed(r.Context(), err)
 			if m.failClosed {
 				m.write(w, http.StatusServiceUnavailable, m.contentType(), m.unavailable)

@@ -348,6 +348,26 @@ func checkFailModes(t *testing.T, c *client.Client, logWants string) {
 	}
 }
 
+// TestRequestCancelled: a request whose own context is done when the call
+// fails is dropped: no handler, no response, no log line blaming sluice.
+func TestRequestCancelled(t *testing.T) {
+	var logs lockedBuffer
+	c := client.New(redis.NewClient(&redis.Options{Addr: "127.0.0.1:1"}), client.Config{})
+	mw, err := httplimit.New(httplimit.Config{Client: c, Requests: 5, Per: time.Minute, Logger: slog.New(slog.NewTextHandler(&logs, nil))})
+	if err != nil {
+		t.Fatal(err)
+	}
+	called := false
+	h := mw(http.HandlerFunc(func(http.ResponseWriter, *http.Request) { called = true }))
+	ctx, cancel := context.WithCancel(context.Background())
+	cancel()
+	rec := httptest.NewRecorder()
+	h.ServeHTTP(rec, httptest.NewRequest("GET", "/", nil).WithContext(ctx))
+	if called || rec.Body.Len() != 0 || logs.String() != "" {
+		t.Errorf("cancelled request: handler called %v, body %q, log %q; want none", called, rec.Body, logs.String())
+	}
+}
+
 // TestSluiceDown: sluice killed, in both fail modes.
 func TestSluiceDown(t *testing.T) {
 	p, rdb := startSluice(t)
