@@ -329,40 +329,97 @@ func LogStateLen(n int) int { return 1 + 2*binary.MaxVarintLen64 + n*binary.MaxV
 // DecodeLogState decodes a value made by AppendLogState. The entries are
 // appended to dst[:0], so that a caller can reuse one array.
 func DecodeLogState(dst []int64, b []byte) (LogState, error) {
+	it, err := newLogIter(b)
+	if err != nil {
+		return LogState{}, err
+	}
+	entries := dst[:0]
+	for it.n > 0 {
+		t, err := it.next()
+		if err != nil {
+			return LogState{}, err
+		}
+		entries = append(entries, t)
+	}
+	if err := it.end(); err != nil {
+		return LogState{}, err
+	}
+	return LogState{Interval: it.interval, Entries: entries}, nil
+}
+
+// LogValueIdle is LogState.Idle on an encoded log, without decoding it into
+// memory: the sweep judges logs of up to MaxLogEntries entries.
+func LogValueIdle(b []byte, now int64) (bool, error) {
+	it, err := newLogIter(b)
+	if err != nil {
+		return false, err
+	}
+	thr, ok := subOK(now, satMul1000(it.interval))
+	idle := ok
+	for it.n > 0 {
+		t, err := it.next()
+		if err != nil {
+			return false, err
+		}
+		if t > thr {
+			idle = false
+		}
+	}
+	if err := it.end(); err != nil {
+		return false, err
+	}
+	return idle, nil
+}
+
+// logIter reads the entries of an encoded log one at a time.
+type logIter struct {
+	interval int64
+	n        int // entries left
+	i        int // entries read
+	prev     int64
+	rest     []byte
+}
+
+func newLogIter(b []byte) (logIter, error) {
 	if len(b) < 3 {
-		return LogState{}, fmt.Errorf("%w: log value of %d bytes, want at least 3", ErrCorrupt, len(b))
+		return logIter{}, fmt.Errorf("%w: log value of %d bytes, want at least 3", ErrCorrupt, len(b))
 	}
 	if b[0] != logVersion1 {
-		return LogState{}, fmt.Errorf("%w: log format version %d, this build reads version %d", ErrCorrupt, b[0], logVersion1)
+		return logIter{}, fmt.Errorf("%w: log format version %d, this build reads version %d", ErrCorrupt, b[0], logVersion1)
 	}
 	rest := b[1:]
 	iv, k := binary.Uvarint(rest)
 	if k <= 0 || iv < 1 || iv > math.MaxInt64/1000 {
-		return LogState{}, fmt.Errorf("%w: log interval truncated or out of range", ErrCorrupt)
+		return logIter{}, fmt.Errorf("%w: log interval truncated or out of range", ErrCorrupt)
 	}
 	rest = rest[k:]
 	n, k := binary.Uvarint(rest)
 	if k <= 0 || n < 1 || n > MaxLogEntries {
-		return LogState{}, fmt.Errorf("%w: log of %d entries, want 1 to %d", ErrCorrupt, n, MaxLogEntries)
+		return logIter{}, fmt.Errorf("%w: log of %d entries, want 1 to %d", ErrCorrupt, n, MaxLogEntries)
 	}
 	rest = rest[k:]
 	if n > uint64(len(rest)) {
 		// Each entry takes a byte at least: refuse before allocating.
-		return LogState{}, fmt.Errorf("%w: log of %d entries in %d bytes", ErrCorrupt, n, len(rest))
+		return logIter{}, fmt.Errorf("%w: log of %d entries in %d bytes", ErrCorrupt, n, len(rest))
 	}
-	entries := dst[:0]
-	var prev int64
-	for i := range int(n) {
-		d, k := binary.Varint(rest)
-		if k <= 0 {
-			return LogState{}, fmt.Errorf("%w: log entry %d truncated or too long", ErrCorrupt, i)
-		}
-		rest = rest[k:]
-		prev = int64(uint64(prev) + uint64(d))
-		entries = append(entries, prev)
+	return logIter{interval: int64(iv), n: int(n), rest: rest}, nil
+}
+
+func (it *logIter) next() (int64, error) {
+	d, k := binary.Varint(it.rest)
+	if k <= 0 {
+		return 0, fmt.Errorf("%w: log entry %d truncated or too long", ErrCorrupt, it.i)
 	}
-	if len(rest) != 0 {
-		return LogState{}, fmt.Errorf("%w: %d trailing bytes after the log entries", ErrCorrupt, len(rest))
+	it.rest = it.rest[k:]
+	it.prev = int64(uint64(it.prev) + uint64(d))
+	it.n--
+	it.i++
+	return it.prev, nil
+}
+
+func (it *logIter) end() error {
+	if len(it.rest) != 0 {
+		return fmt.Errorf("%w: %d trailing bytes after the log entries", ErrCorrupt, len(it.rest))
 	}
-	return LogState{Interval: int64(iv), Entries: entries}, nil
+	return nil
 }

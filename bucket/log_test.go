@@ -243,6 +243,14 @@ func TestLogIdleAndDescribe(t *testing.T) {
 			t.Errorf("Idle at %d = %v, want %v", c.now, got, c.want)
 		}
 	}
+	for _, now := range []int64{0, 39_999, 40_000, math.MaxInt64, math.MinInt64} {
+		if got, err := LogValueIdle(AppendLogState(nil, s), now); err != nil || got != s.Idle(now) {
+			t.Errorf("LogValueIdle at %d = %v, %v; Idle says %v", now, got, err, s.Idle(now))
+		}
+	}
+	if _, err := LogValueIdle([]byte{logVersion1, 10, 2, 0}, 0); !errors.Is(err, ErrCorrupt) {
+		t.Errorf("LogValueIdle of a truncated log: %v", err)
+	}
 	if got := s.Live(25_000); got != 2 {
 		t.Errorf("Live = %d, want 2", got)
 	}
@@ -432,10 +440,18 @@ func FuzzDecodeLog(f *testing.F) {
 			if !errors.Is(err, ErrCorrupt) {
 				t.Fatalf("error %v is not ErrCorrupt", err)
 			}
+			if _, err := LogValueIdle(b, 0); !errors.Is(err, ErrCorrupt) {
+				t.Fatalf("LogValueIdle accepted %x: %v", b, err)
+			}
 			return
 		}
 		if s.Interval < 1 || len(s.Entries) < 1 || len(s.Entries) > MaxLogEntries {
 			t.Fatalf("decoded interval %d, %d entries", s.Interval, len(s.Entries))
+		}
+		for _, now := range []int64{0, s.Entries[0], math.MaxInt64} {
+			if idle, err := LogValueIdle(b, now); err != nil || idle != s.Idle(now) {
+				t.Fatalf("LogValueIdle(%x, %d) = %v, %v; Idle says %v", b, now, idle, err, s.Idle(now))
+			}
 		}
 		if got := AppendLogState(nil, s); !bytes.Equal(got, b) {
 			s2, err := DecodeLogState(nil, got)

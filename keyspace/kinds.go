@@ -178,13 +178,9 @@ func describeWindow(params, val []byte, now int64) (Description, error) {
 }
 
 func idleLog(_, val []byte, now int64) (bool, error) {
-	// The sweep decodes into a fresh array: it runs rarely per record, and a
-	// log may hold up to bucket.MaxLogEntries entries.
-	s, err := bucket.DecodeLogState(nil, val)
-	if err != nil {
-		return false, err
-	}
-	return s.Idle(floorUs(now)), nil
+	// Judged on the encoded value: a log may hold up to
+	// bucket.MaxLogEntries entries, and the sweep need not copy them.
+	return bucket.LogValueIdle(val, floorUs(now))
 }
 
 func describeLog(_, val []byte, now int64) (Description, error) {
