@@ -125,9 +125,11 @@ func (l Log) IntervalMillis() int64 { return l.intervalMs }
 // returned state shares s.Entries' array and s must not be used after.
 // Only the last max+1 entries are kept: while timestamps arrive in order,
 // older ones cannot change any reply.
-func (l Log) Limit(s LogState, now int64) (next LogState, write bool, r LogResult) {
+//
+// It fails only for a Log not built by NewLog.
+func (l Log) Limit(s LogState, now int64) (next LogState, write bool, r LogResult, err error) {
 	if l.max < 1 {
-		panic("bucket: Log not built by NewLog")
+		return s, false, LogResult{}, errLogZero
 	}
 	live, dropped := l.filter(s.Entries, now)
 	r = l.evaluate(live, now)
@@ -141,21 +143,23 @@ func (l Log) Limit(s LogState, now int64) (next LogState, write bool, r LogResul
 		write = true
 	}
 	l.resetTimes(&r, next.Entries, now)
-	return next, write, r
+	return next, write, r, nil
 }
 
 // WouldLimit is ROLL.WOULDLIMIT: Limit's reply without recording anything.
 // Like Limit it filters s.Entries in place.
-func (l Log) WouldLimit(s LogState, now int64) LogResult {
+func (l Log) WouldLimit(s LogState, now int64) (LogResult, error) {
 	if l.max < 1 {
-		panic("bucket: Log not built by NewLog")
+		return LogResult{}, errLogZero
 	}
 	live, _ := l.filter(s.Entries, now)
 	r := l.evaluate(live, now)
 	r.Used--
 	l.resetTimes(&r, live, now)
-	return r
+	return r, nil
 }
+
+var errLogZero = &ArgError{Arg: "params", Msg: "Log not built by NewLog"}
 
 // filter keeps, in place and in order, the entries still in the interval at
 // now: t > now - interval, so an entry exactly an interval old is dropped.

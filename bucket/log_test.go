@@ -32,14 +32,17 @@ func runLog(t *testing.T, steps []logStep) LogState {
 		before := LogState{Interval: s.Interval, Entries: slices.Clone(s.Entries)}
 		var r LogResult
 		if st.would {
-			r = l.WouldLimit(LogState{Interval: s.Interval, Entries: slices.Clone(s.Entries)}, st.at)
+			r, err = l.WouldLimit(LogState{Interval: s.Interval, Entries: slices.Clone(s.Entries)}, st.at)
 		} else {
 			var next LogState
 			var write bool
-			next, write, r = l.Limit(LogState{Interval: s.Interval, Entries: slices.Clone(s.Entries)}, st.at)
+			next, write, r, err = l.Limit(LogState{Interval: s.Interval, Entries: slices.Clone(s.Entries)}, st.at)
 			if write {
 				s = LogState{Interval: next.Interval, Entries: slices.Clone(next.Entries)}
 			}
+		}
+		if err != nil {
+			t.Fatalf("step %d: %v", i, err)
 		}
 		if got := r.Reply(); got != st.want {
 			t.Fatalf("step %d (%+v): got %v, want %v (log before %v)", i, st, got, st.want, before.Entries)
@@ -145,7 +148,7 @@ func TestLogNoCountBlocked(t *testing.T) {
 		var allowed []int64
 		for i := range int64(60) {
 			now := t0*sec + i*sec
-			next, write, r := l.Limit(LogState{Interval: s.Interval, Entries: slices.Clone(s.Entries)}, now)
+			next, write, r, _ := l.Limit(LogState{Interval: s.Interval, Entries: slices.Clone(s.Entries)}, now)
 			if write {
 				s = LogState{Interval: next.Interval, Entries: slices.Clone(next.Entries)}
 			}
@@ -175,17 +178,17 @@ func TestLogNoCountBlocked(t *testing.T) {
 
 func TestLogDecision(t *testing.T) {
 	l, _ := NewLog(roll(10, 2, 0))
-	s, _, r := l.Limit(LogState{}, 1_000_000)
+	s, _, r, _ := l.Limit(LogState{}, 1_000_000)
 	if d := r.Decision(); d != (Decision{Limit: 2, Remaining: 1, RetryAfter: -1, ResetAfter: 10, Used: 1, ResetAt: 1010}) {
 		t.Fatalf("first: %+v", d)
 	}
-	s, _, _ = l.Limit(s, 1_004_000)
-	_, _, r = l.Limit(s, 1_005_500)
+	s, _, _, _ = l.Limit(s, 1_004_000)
+	_, _, r, _ = l.Limit(s, 1_005_500)
 	if d := r.Decision(); d != (Decision{Limited: true, Limit: 2, Remaining: 0, RetryAfter: 9, ResetAfter: 10, Used: 3, ResetAt: 1016}) {
 		t.Fatalf("blocked: %+v (%+v)", d, r)
 	}
 	ncb, _ := NewLog(LogParams{Interval: 10, Max: 2, NoCountBlocked: true})
-	_, write, r := ncb.Limit(LogState{Interval: 10, Entries: []int64{1_000_000, 1_004_000}}, 1_005_500)
+	_, write, r, _ := ncb.Limit(LogState{Interval: 10, Entries: []int64{1_000_000, 1_004_000}}, 1_005_500)
 	if d := r.Decision(); write || d != (Decision{Limited: true, Limit: 2, Remaining: 0, RetryAfter: 9, ResetAfter: 9, Used: 2, ResetAt: 1014}) {
 		t.Fatalf("blocked, not counted: %+v, write %v", d, write)
 	}
@@ -211,6 +214,10 @@ func TestLogRefuses(t *testing.T) {
 	if _, err := NewLog(roll(math.MaxInt64/1000, MaxLogMax, math.MaxInt64/1000)); err != nil {
 		t.Fatalf("largest values refused: %v", err)
 	}
+	_, _, _, err := Log{}.Limit(LogState{}, 0)
+	wantArgErr(t, err, "params")
+	_, err = Log{}.WouldLimit(LogState{}, 0)
+	wantArgErr(t, err, "params")
 }
 
 func TestLogExtremeInstants(t *testing.T) {
@@ -226,7 +233,7 @@ func TestLogExtremeInstants(t *testing.T) {
 		{[]int64{math.MinInt64}, math.MaxInt64},
 		{nil, math.MaxInt64},
 	} {
-		_, _, r := l.Limit(LogState{Interval: 1, Entries: slices.Clone(c.entries)}, c.now)
+		_, _, r, _ := l.Limit(LogState{Interval: 1, Entries: slices.Clone(c.entries)}, c.now)
 		if r.MsUntilAllowed < 0 || r.ActionsRemaining < 0 || r.ResetAfter < 0 {
 			t.Errorf("%v at %d: %+v", c.entries, c.now, r)
 		}
@@ -380,9 +387,12 @@ func FuzzLog(f *testing.F) {
 			write bool
 		)
 		if would {
-			r = l.WouldLimit(s, now)
+			r, err = l.WouldLimit(s, now)
 		} else {
-			next, write, r = l.Limit(s, now)
+			next, write, r, err = l.Limit(s, now)
+		}
+		if err != nil {
+			t.Fatal(err)
 		}
 		if r.MsUntilAllowed < 0 || r.ActionsRemaining < 0 || r.ActionsRemaining >= maxN || r.Blocked != (r.BlockedByCount || r.BlockedByMinDiff) {
 			t.Fatalf("reply %+v", r)
@@ -483,7 +493,10 @@ func BenchmarkLog(b *testing.B) {
 		if err != nil {
 			b.Fatal(err)
 		}
-		next, _, r := l.Limit(s, t0*1e6+20_000+int64(i%1000))
+		next, _, r, err := l.Limit(s, t0*1e6+20_000+int64(i%1000))
+		if err != nil {
+			b.Fatal(err)
+		}
 		sinkLog = r
 		vbuf = AppendLogState(vbuf[:0], next)
 	}

@@ -95,10 +95,17 @@ func (m *rollMutator) Mutate(old []byte, found bool) ([]byte, storage.Op, error)
 		m.entries = s.Entries[:0]
 	}
 	if m.would {
-		m.r = m.l.WouldLimit(s, m.now)
+		r, err := m.l.WouldLimit(s, m.now)
+		if err != nil {
+			return nil, storage.Keep, argErr(err)
+		}
+		m.r = r
 		return nil, storage.Keep, nil
 	}
-	next, write, r := m.l.Limit(s, m.now)
+	next, write, r, err := m.l.Limit(s, m.now)
+	if err != nil {
+		return nil, storage.Keep, argErr(err)
+	}
 	m.r = r
 	if cap(next.Entries) > cap(m.entries) {
 		m.entries = next.Entries[:0] // appending now grew the array
