@@ -8,6 +8,7 @@
 //	slot  'b'  uvarint max, uvarint refill, uvarint refill_ms, key   token bucket (RL.*)
 //	slot  'd'  rule identity (8 bytes), actor                        divvy counter (HIT)
 //	slot  'g'  key                                                   GCRA (CL.THROTTLE)
+//	slot  'r'  key                                                   sliding log (ROLL.*)
 //	slot  'w'  uvarint window_ms, stagger (0 or 1), key              fixed window (FW.*)
 //
 // The records of one slot are one contiguous key range, so DEL reads one
@@ -38,6 +39,7 @@ const (
 	KindCounter byte = policy.CounterKeyPrefix // 'd'
 	KindGCRA    byte = 'g'
 	KindWindow  byte = 'w'
+	KindLog     byte = 'r'
 )
 
 // HeaderLen is the length of the slot and kind bytes.
@@ -88,6 +90,14 @@ func AppendWindowKey(dst []byte, ms int64, stagger bool, key []byte) []byte {
 	return append(dst, key...)
 }
 
+// AppendLogKey appends the store key of the ROLL.* log of key. As the npm
+// rolling-rate-limiter keeps one sorted set per id, the parameters are not
+// part of it: they are per call, and the stored value carries the interval
+// of the last call that wrote it, for the sweep.
+func AppendLogKey(dst []byte, key []byte) []byte {
+	return append(appendHeader(dst, key, KindLog), key...)
+}
+
 // SlotRange returns the bounds [lower, upper) of every record key of slot.
 func SlotRange(slot uint16) (lower, upper [2]byte) {
 	binary.BigEndian.PutUint16(lower[:], slot)
@@ -100,7 +110,7 @@ type Record struct {
 	Slot uint16
 	Kind *Kind
 	// Params is the kind's bytes between the kind byte and the client key
-	// (empty for GCRA); Key the client key, or for a divvy counter its
+	// (empty for GCRA and logs); Key the client key, or for a divvy counter its
 	// actor. Both alias the record key.
 	Params, Key []byte
 }
@@ -249,6 +259,8 @@ var kinds = []*Kind{
 		split: func([]byte) (int, bool) { return 0, true }, idle: idleGCRA, describe: describeGCRA},
 	{ID: KindWindow, Name: "window", Commands: "FW.INCR, FW.PINCR", Class: 4, HasClientKey: true,
 		split: splitWindow, idle: idleWindow, describe: describeWindow},
+	{ID: KindLog, Name: "log", Commands: "ROLL.LIMIT, ROLL.WOULDLIMIT, ROLL.CLEAR", Class: 5, HasClientKey: true,
+		split: func([]byte) (int, bool) { return 0, true }, idle: idleLog, describe: describeLog},
 }
 
 var byID = func() (t [256]*Kind) {
@@ -265,4 +277,4 @@ func Kinds() []*Kind { return kinds }
 func Lookup(id byte) *Kind { return byID[id] }
 
 // MaxClass is the largest Class of a kind.
-const MaxClass = 4
+const MaxClass = 5

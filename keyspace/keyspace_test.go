@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"errors"
 	"math"
+	"strings"
 	"testing"
 
 	"github.com/sluicehq/sluice/bucket"
@@ -24,6 +25,7 @@ func TestLayout(t *testing.T) {
 	}{
 		{"bucket", AppendBucketKey(nil, p, key), KindBucket, bucket.AppendKey(nil, p, nil)[1:]},
 		{"gcra", AppendGCRAKey(nil, key), KindGCRA, nil},
+		{"log", AppendLogKey(nil, key), KindLog, nil},
 		{"window", AppendWindowKey(nil, 300000, false, key), KindWindow, []byte{0xe0, 0xa7, 0x12, 0}},
 		{"window stagger", AppendWindowKey(nil, 300000, true, key), KindWindow, []byte{0xe0, 0xa7, 0x12, 1}},
 	} {
@@ -121,6 +123,9 @@ func TestIdle(t *testing.T) {
 		{"gcra future", AppendGCRAKey(nil, key), bucket.AppendGCRAState(nil, bucket.GCRAState{TAT: t0 + 1}), false},
 		{"window ended", AppendWindowKey(nil, 1000, false, key), bucket.AppendWindowState(nil, bucket.WindowState{End: nowMs, Count: 3}), true},
 		{"window live", AppendWindowKey(nil, 1000, false, key), bucket.AppendWindowState(nil, bucket.WindowState{End: nowMs + 1, Count: 3}), false},
+		{"log idle", AppendLogKey(nil, key), bucket.AppendLogState(nil, bucket.LogState{Interval: 1000, Entries: []int64{t0/1e3 - 5e6, t0/1e3 - 1e6}}), true},
+		{"log live", AppendLogKey(nil, key), bucket.AppendLogState(nil, bucket.LogState{Interval: 1000, Entries: []int64{t0/1e3 - 1e6 + 1, t0/1e3 - 5e6}}), false},
+		{"log corrupt", AppendLogKey(nil, key), []byte{1, 10, 5, 0}, false},
 		{"counter ended", append([]byte{0, 0, 'd'}, "12345678ip"...), policy.AppendWindow(nil, policy.Window{End: nowMs, Left: 1}), true},
 		{"counter live", append([]byte{0, 0, 'd'}, "12345678ip"...), policy.AppendWindow(nil, policy.Window{End: nowMs + 1, Left: 1}), false},
 	} {
@@ -132,7 +137,7 @@ func TestIdle(t *testing.T) {
 			t.Fatal(err)
 		}
 		d, err := r.Describe(c.v, t0)
-		if c.name == "bucket corrupt" {
+		if strings.HasSuffix(c.name, "corrupt") {
 			if err == nil {
 				t.Errorf("%s: described a corrupt value", c.name)
 			}
@@ -184,6 +189,7 @@ func FuzzParse(f *testing.F) {
 	f.Add(AppendBucketKey(nil, bucket.Params{Max: 1, RefillAmount: 1, RefillMs: 1}, []byte("k")), []byte{1, 0, 2, 0})
 	f.Add(AppendWindowKey(nil, math.MaxInt64, true, []byte("k")), bucket.AppendWindowState(nil, bucket.WindowState{End: 5}))
 	f.Add(AppendGCRAKey(nil, []byte("\xff")), bucket.AppendGCRAState(nil, bucket.GCRAState{TAT: math.MinInt64}))
+	f.Add(AppendLogKey(nil, []byte("k")), bucket.AppendLogState(nil, bucket.LogState{Interval: 1, Entries: []int64{math.MinInt64, math.MaxInt64}}))
 	f.Fuzz(func(t *testing.T, k, v []byte) {
 		Idle(k, v, t0)
 		Class(k)

@@ -11,7 +11,8 @@ import (
 )
 
 // The kinds' key splitting, idleness and descriptions. Token buckets and
-// divvy counters keep milliseconds, GCRA nanoseconds, windows milliseconds.
+// divvy counters keep milliseconds, GCRA nanoseconds, windows milliseconds,
+// logs microseconds.
 
 const nsPerMs = int64(1e6)
 
@@ -174,6 +175,41 @@ func describeWindow(params, val []byte, now int64) (Description, error) {
 		Idle:   s.Idle(floorMs(now)),
 		Fields: []Field{{"window_ms", v[0]}, {"stagger", stagger}, {"count", s.Count}, {"window_end_ms", s.End}},
 	}, nil
+}
+
+func idleLog(_, val []byte, now int64) (bool, error) {
+	// Judged on the encoded value: a log may hold up to
+	// bucket.MaxLogEntries entries, and the sweep need not copy them.
+	return bucket.LogValueIdle(val, floorUs(now))
+}
+
+func describeLog(_, val []byte, now int64) (Description, error) {
+	s, err := bucket.DecodeLogState(nil, val)
+	if err != nil {
+		return Description{}, err
+	}
+	us := floorUs(now)
+	live := s.Live(us)
+	first, last := s.Entries[0], s.Entries[len(s.Entries)-1]
+	return Description{
+		State: fmt.Sprintf("interval_ms=%d entries=%d live=%d oldest=%s newest=%s", s.Interval, len(s.Entries), live, fmtUs(first), fmtUs(last)),
+		Idle:  s.Idle(us),
+		Fields: []Field{{"interval_ms", s.Interval}, {"entries", len(s.Entries)}, {"live", live},
+			{"oldest_us", first}, {"newest_us", last}},
+	}, nil
+}
+
+// floorUs converts unix ns to unix µs, rounding down.
+func floorUs(ns int64) int64 {
+	us := ns / 1000
+	if ns%1000 < 0 {
+		us--
+	}
+	return us
+}
+
+func fmtUs(us int64) string {
+	return time.UnixMicro(us).UTC().Format("2006-01-02T15:04:05.000000Z")
 }
 
 // floorMs converts unix ns to unix ms, rounding down.

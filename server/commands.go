@@ -50,6 +50,9 @@ type client struct {
 	cl         clMutator
 	fw         fwMutator
 	fwReq      fwRequest
+	roll       rollMutator
+	rollReq    rollRequest
+	clear      delMutator // ROLL.CLEAR's
 	hit        hitter
 	key        []byte
 	lname      [32]byte
@@ -111,6 +114,9 @@ func commandTable() map[string]*command {
 		{name: "fw.pincr", arity: -4, flags: rlFlags, first: 1, last: 1, step: 1, run: fwRunner(fwSpec{unit: bucket.Millisecond}), doc: fwPIncrDoc},
 		{name: "fw.get", arity: -4, flags: rlRead, first: 1, last: 1, step: 1, run: fwRunner(fwSpec{get: true, unit: bucket.Second}), doc: fwGetDoc},
 		{name: "fw.pget", arity: -4, flags: rlRead, first: 1, last: 1, step: 1, run: fwRunner(fwSpec{get: true, unit: bucket.Millisecond}), doc: fwPGetDoc},
+		{name: "roll.limit", arity: -4, flags: rlFlags, first: 1, last: 1, step: 1, run: rollRunner(false), doc: rollLimitDoc},
+		{name: "roll.wouldlimit", arity: -4, flags: rlRead, first: 1, last: 1, step: 1, run: rollRunner(true), doc: rollWouldDoc},
+		{name: "roll.clear", arity: 2, flags: rlFlags, first: 1, last: 1, step: 1, run: cmdRollClear, doc: rollClearDoc},
 		{name: "ping", arity: -1, flags: []string{"fast"}, run: cmdPing},
 		{name: "echo", arity: 2, flags: []string{"fast"}, run: cmdEcho},
 		{name: "quit", arity: -1, flags: []string{"fast"}, run: cmdQuit},

@@ -276,6 +276,7 @@ func (cn *conn) resize(n int) {
 		c.key = nil
 	}
 	c.hit.resize()
+	c.roll.resize()
 	if c.batchBytes > connKeepBuf {
 		// The batch keeps the keys of its largest pipeline.
 		c.batch = cn.srv.store.NewBatch()
@@ -292,7 +293,7 @@ func (cn *conn) resize(n int) {
 func (cn *conn) footprint() int64 {
 	c := cn.cl
 	return int64(cap(cn.rbuf) + cap(cn.obuf) + 24*cap(cn.args) + cn.f.footprint() +
-		cap(c.out) + 48*cap(c.writes) + cap(c.key) + c.hit.footprint())
+		cap(c.out) + 48*cap(c.writes) + cap(c.key) + c.hit.footprint() + c.roll.footprint())
 }
 
 // account updates the connection's share of the clients' memory. It

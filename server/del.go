@@ -16,7 +16,7 @@ func StoreOptions(o storage.Options) storage.Options {
 }
 
 var delDoc = &cmdDoc{
-	summary: "Removes every limit stored under the keys, of every kind (token buckets, GCRA, fixed windows); returns how many keys had one.",
+	summary: "Removes every limit stored under the keys, of every kind (token buckets, GCRA, fixed windows, sliding logs); returns how many keys had one.",
 	group:   "generic",
 	args:    []docArg{{name: "key", typ: "key", multiple: true}},
 }
@@ -34,7 +34,7 @@ func (m *delMutator) Mutate(_ []byte, found bool) ([]byte, storage.Op, error) {
 
 // cmdDel is DEL key [key ...]: it removes every record stored under each
 // key, of every kind that has a client key (token buckets of every
-// parameter set, GCRA, windows), and answers how many of the keys had one.
+// parameter set, GCRA, windows, logs), and answers how many of the keys had one.
 //
 // A key's records are all in its hash slot's range of the store. DEL first
 // commits this connection's writes and waits until every change committed

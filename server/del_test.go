@@ -31,6 +31,7 @@ func TestDelRemovesEveryKind(t *testing.T) {
 			{"FW.INCR", k, 5, 300},
 			{"FW.INCR", k, 5, 60}, // another window length: another counter
 			{"FW.PINCR", k, 5, 300000, "STAGGER"},
+			{"ROLL.LIMIT", k, 60000, 5},
 		} {
 			if err := c.Do(ctx, cmd...).Err(); err != nil {
 				t.Fatalf("%v: %v", cmd, err)
@@ -43,8 +44,8 @@ func TestDelRemovesEveryKind(t *testing.T) {
 	if keyspace.Slot([]byte("{u}a")) != keyspace.Slot([]byte("{u}b")) {
 		t.Fatal("the test needs two keys of one slot")
 	}
-	if got := dbSize(t, c); got != 3*6+1 {
-		t.Fatalf("DBSIZE = %d, want 19", got)
+	if got := dbSize(t, c); got != 3*7+1 {
+		t.Fatalf("DBSIZE = %d, want 22", got)
 	}
 
 	// Two of the keys had records, "missing" none; a key named twice counts once.
@@ -52,8 +53,8 @@ func TestDelRemovesEveryKind(t *testing.T) {
 	if err != nil || n != 2 {
 		t.Fatalf("DEL = %d, %v; want 2", n, err)
 	}
-	if got := dbSize(t, c); got != 6+1 {
-		t.Fatalf("DBSIZE after DEL = %d, want 7: {u}b's six records and the divvy counter", got)
+	if got := dbSize(t, c); got != 7+1 {
+		t.Fatalf("DBSIZE after DEL = %d, want 8: {u}b's seven records and the divvy counter", got)
 	}
 	if n, err := c.Do(ctx, "del", "{u}a").Int64(); err != nil || n != 0 {
 		t.Fatalf("DEL of a deleted key = %d, %v; want 0", n, err)
@@ -70,6 +71,8 @@ func TestDelRemovesEveryKind(t *testing.T) {
 	wantInts(t, c, []int64{0, 16, 14, -1, 4}, "CL.THROTTLE", "{u}b", 15, 30, 60)
 	wantInts(t, c, []int64{0, 5, 5, -1, 100, 0, 1700000100}, "FW.GET", "bin\xff\x00", 5, 300)
 	wantInts(t, c, []int64{0, 5, 4, -1, 100, 1, 1700000100}, "FW.GET", "{u}b", 5, 300)
+	wantInts(t, c, []int64{0, 0, 0, 0, 4}, "ROLL.WOULDLIMIT", "{u}a", 60000, 5)
+	wantInts(t, c, []int64{0, 0, 0, 0, 3}, "ROLL.WOULDLIMIT", "{u}b", 60000, 5)
 	hit, err := c.Do(ctx, "HIT", "user={u}a").Slice()
 	if err != nil || hit[1] != int64(3) {
 		t.Errorf("HIT after DEL = %v, %v; want 3 credits left: DEL leaves divvy counters alone", hit, err)
@@ -102,6 +105,7 @@ func TestDelDurable(t *testing.T) {
 	p := c.Pipeline()
 	p.Do(ctx, "CL.THROTTLE", "k", 1, 1, 60)
 	p.Do(ctx, "FW.INCR", "k", 5, 300)
+	p.Do(ctx, "ROLL.LIMIT", "k", 60000, 5)
 	p.Do(ctx, "CL.THROTTLE", "kept", 1, 1, 60)
 	del := p.Do(ctx, "DEL", "k")
 	if _, err := p.Exec(ctx); err != nil {

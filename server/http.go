@@ -347,7 +347,7 @@ func (sc *serverCollector) Collect(ch chan<- prometheus.Metric) {
 func takesTokens(name string) bool {
 	switch name {
 	case "rl.reduce", "rl.preduce", "rl.sessionize", "rl.psessionize", "hit",
-		"cl.throttle", "cl.pthrottle", "fw.incr", "fw.pincr":
+		"cl.throttle", "cl.pthrottle", "fw.incr", "fw.pincr", "roll.limit":
 		return true
 	}
 	return false

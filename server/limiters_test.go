@@ -399,10 +399,14 @@ func TestLimitersSurviveRestart(t *testing.T) {
 	run(func(c *redis.Client) {
 		wantInts(t, c, []int64{0, 16, 15, -1, 2}, "CL.THROTTLE", "user123", 15, 30, 60)
 		wantInts(t, c, []int64{0, 5, 4, -1, 100, 1, 1700000100}, "FW.INCR", "user:42", 5, 300)
+		wantInts(t, c, []int64{0, 0, 0, 2, 2}, "ROLL.LIMIT", "ex", 10, 3, "MINDIFF", 2, "AT", 0)
+		wantInts(t, c, []int64{0, 0, 0, 2, 1}, "ROLL.LIMIT", "ex", 10, 3, "MINDIFF", 2, "AT", 4000)
 	})
 	run(func(c *redis.Client) {
 		wantInts(t, c, []int64{0, 16, 14, -1, 4}, "CL.THROTTLE", "user123", 15, 30, 60)
 		wantInts(t, c, []int64{0, 5, 3, -1, 100, 2, 1700000100}, "FW.INCR", "user:42", 5, 300)
+		// The spec example's third call sees both actions of the first run.
+		wantInts(t, c, []int64{1, 0, 1, 5, 0}, "ROLL.LIMIT", "ex", 10, 3, "MINDIFF", 2, "AT", 5000)
 	})
 }
 
@@ -467,8 +471,8 @@ func TestLimiterCommandInfo(t *testing.T) {
 	c2 := redis.NewClient(&redis.Options{Addr: srv.Addr().String(), Protocol: 2})
 	defer c2.Close()
 	flat, err := c2.Do(ctx, "COMMAND", "DOCS").Slice()
-	if err != nil || len(flat) != 14 {
-		t.Fatalf("COMMAND DOCS over RESP2 = %v, %v; want 7 records (CL.*, FW.*, DEL)", flat, err)
+	if err != nil || len(flat) != 20 {
+		t.Fatalf("COMMAND DOCS over RESP2 = %v, %v; want 10 records (CL.*, FW.*, ROLL.*, DEL)", flat, err)
 	}
 }
 

@@ -42,7 +42,7 @@ func runInspect(args []string, lookupEnv func(string) (string, bool), stdout, st
 	fs.StringVar(&cfg.format, "format", "text", "output: text (a table) or json (one object per line)")
 	fs.Int64Var(&cfg.at, "at", 0, "unix time in milliseconds at which to compute tokens and idleness; 0 for now")
 	fs.Usage = func() {
-		fmt.Fprintf(stderr, "Usage: sluice inspect [flags]\n\nLists the records stored in a data directory (token buckets, divvy counters,\nGCRA and fixed-window records), read-only. The directory must not be in use\nby a running server. Flags also read SLUICE_<NAME>.\n\n")
+		fmt.Fprintf(stderr, "Usage: sluice inspect [flags]\n\nLists the records stored in a data directory (token buckets, divvy counters,\nGCRA, fixed-window and sliding-log records), read-only. The directory must not be in use\nby a running server. Flags also read SLUICE_<NAME>.\n\n")
 		fs.PrintDefaults()
 	}
 	var envErr error

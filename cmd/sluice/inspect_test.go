@@ -185,6 +185,8 @@ func TestInspectListsEveryKind(t *testing.T) {
 		{"RL.REDUCE", "user:1", 10, 60, "AT", 1000},
 		{"CL.THROTTLE", "user:1", 15, 30, 60, "AT", 4102444800}, // 2100: not idle at --at
 		{"FW.PINCR", "user:1", 5, 60000, "STAGGER", "AT", 4102444800000},
+		{"ROLL.LIMIT", "user:1", 60000, 5, "AT", 4102444800000000},
+		{"ROLL.LIMIT", "user:1", 60000, 5, "AT", 4102444700000000}, // 100 s earlier: out of the minute
 	})
 	noEnv := func(string) (string, bool) { return "", false }
 	var out, errOut bytes.Buffer
@@ -200,7 +202,7 @@ func TestInspectListsEveryKind(t *testing.T) {
 		}
 		kinds[m["kind"].(string)] = m
 	}
-	if len(kinds) != 3 || !strings.Contains(errOut.String(), "3 records listed") {
+	if len(kinds) != 4 || !strings.Contains(errOut.String(), "4 records listed") {
 		t.Fatalf("listed %v (%s)", kinds, errOut.String())
 	}
 	g := kinds["gcra"]
@@ -211,6 +213,19 @@ func TestInspectListsEveryKind(t *testing.T) {
 	if w["window_ms"] != float64(60000) || w["stagger"] != true || w["count"] != float64(1) || w["idle"] != false {
 		t.Errorf("window row %v", w)
 	}
+	l := kinds["log"]
+	if l["interval_ms"] != float64(60000) || l["entries"] != float64(2) || l["live"] != float64(1) || l["idle"] != false ||
+		l["oldest_us"] != float64(4102444800000000) || l["newest_us"] != float64(4102444700000000) {
+		t.Errorf("log row %v", l)
+	}
+	out.Reset()
+	errOut.Reset()
+	if err := run(context.Background(), []string{"inspect", "--data", dir, "--kind", "log", "--at", "4102444860000"}, noEnv, &out, &errOut); err != nil {
+		t.Fatal(err)
+	}
+	if lines := strings.Split(strings.TrimSpace(out.String()), "\n"); len(lines) != 2 || !strings.HasPrefix(lines[1], "log ") || !strings.Contains(lines[1], "entries=2 live=0") || !strings.HasSuffix(lines[1], "yes") {
+		t.Errorf("--kind log a minute later:\n%s", out.String())
+	}
 	out.Reset()
 	errOut.Reset()
 	if err := run(context.Background(), []string{"inspect", "--data", dir, "--kind", "window"}, noEnv, &out, &errOut); err != nil {
@@ -219,7 +234,7 @@ func TestInspectListsEveryKind(t *testing.T) {
 	if lines := strings.Split(strings.TrimSpace(out.String()), "\n"); len(lines) != 2 || !strings.HasPrefix(lines[1], "window ") || !strings.Contains(lines[1], "window_ms=60000 stagger") {
 		t.Errorf("--kind window:\n%s", out.String())
 	}
-	if err := run(context.Background(), []string{"inspect", "--data", dir, "--kind", "nope"}, noEnv, io.Discard, io.Discard); err == nil || !strings.Contains(err.Error(), "bucket, divvy, gcra, window") {
+	if err := run(context.Background(), []string{"inspect", "--data", dir, "--kind", "nope"}, noEnv, io.Discard, io.Discard); err == nil || !strings.Contains(err.Error(), "bucket, divvy, gcra, window, log") {
 		t.Errorf("--kind nope: %v", err)
 	}
 }

@@ -8,7 +8,8 @@ import (
 	"testing"
 )
 
-// TestLimitersSurviveRestart: every CL.THROTTLE and FW.INCR answered before
+// TestLimitersSurviveRestart: every CL.THROTTLE, FW.INCR and ROLL.LIMIT
+// answered before
 // a SIGTERM (in the default --fsync everysec: a clean shutdown writes
 // everything) or a SIGKILL (with --fsync always) is in the store after the
 // restart.
@@ -31,6 +32,9 @@ func TestLimitersSurviveRestart(t *testing.T) {
 					if err := rdb.Do(ctx, "FW.PINCR", key, 100, 300000, "STAGGER", "AT", 1700000000000).Err(); err != nil {
 						t.Fatal(err)
 					}
+					if err := rdb.Do(ctx, "ROLL.LIMIT", key, 60000, 10, "AT", 1700000000000000).Err(); err != nil {
+						t.Fatal(err)
+					}
 				}
 			}
 			p.stop(t, tc.sig)
@@ -48,6 +52,11 @@ func TestLimitersSurviveRestart(t *testing.T) {
 				fw, err := rdb2.Do(ctx, "FW.PGET", key, 100, 300000, "STAGGER", "AT", 1700000000000).Int64Slice()
 				if err != nil || len(fw) != 7 || fw[5] != n {
 					t.Fatalf("%s after %v: FW %v, %v; want %d used", key, tc.sig, fw, err, n)
+				}
+				// n actions logged: one more would leave 10 - n - 1.
+				roll, err := rdb2.Do(ctx, "ROLL.WOULDLIMIT", key, 60000, 10, "AT", 1700000001000000).Int64Slice()
+				if err != nil || !slices.Equal(roll, []int64{0, 0, 0, 0, 9 - n}) {
+					t.Fatalf("%s after %v: ROLL %v, %v; want %d logged", key, tc.sig, roll, err, n)
 				}
 			}
 		})

@@ -86,6 +86,7 @@ type config struct {
 	cacheMemory     byteSize
 	keyFilterSize   byteSize
 	memtableSize    byteSize
+	commitQueueMem  byteSize
 	memoryLimit     memoryLimit
 	shutdownTimeout time.Duration
 	sweepInterval   time.Duration
@@ -115,6 +116,7 @@ func newFlagSet(cfg *config, stderr io.Writer) *flag.FlagSet {
 	cfg.cacheMemory = storage.DefaultCacheMemory
 	cfg.memtableSize = storage.DefaultMemTableSize
 	cfg.keyFilterSize = storage.DefaultKeyFilter
+	cfg.commitQueueMem = storage.DefaultMaxQueuedBytes
 	cfg.divvyMaxLine = server.DefaultDivvyMaxLine
 	cfg.memoryLimit = memoryLimit{auto: true}
 	fs.StringVar(&cfg.addr, "addr", "127.0.0.1:9049", "RESP listen address (host:port; port 0 picks a free one)")
@@ -142,6 +144,7 @@ func newFlagSet(cfg *config, stderr io.Writer) *flag.FlagSet {
 	fs.IntVar(&cfg.cacheBuckets, "cache-buckets", storage.DefaultCacheEntries, "most buckets whose state is kept in memory (about 350 bytes of RSS each with short keys); 0 turns the cache off")
 	fs.Var(&cfg.cacheMemory, "cache-memory", "most bytes the bucket cache holds, each bucket charged its key, its state and about 200 bytes; a bucket over 1/1024 of it is not cached; 0 turns the cache off")
 	fs.Var(&cfg.memtableSize, "memtable-size", "Pebble memtable size")
+	fs.Var(&cfg.commitQueueMem, "commit-queue-memory", "most bytes of written records (keys and values) waiting to be written to Pebble; a command that would pass it waits for the disk; bounds what large sliding logs cost")
 	fs.Var(&cfg.memoryLimit, "memory-limit", "the Go runtime's soft memory limit: auto computes the sizing rule from the memory flags (README.md), 0 sets none, or a size; the GOMEMLIMIT environment variable wins over it")
 	fs.Var(&cfg.keyFilterSize, "key-filter-size", "in-memory filter of stored keys that spares a disk lookup for new buckets (about 10 bits per key); 0 turns it off")
 	fs.DurationVar(&cfg.shutdownTimeout, "shutdown-timeout", server.DefaultShutdownTimeout, "on SIGTERM, the most the shutdown takes: connections finish their last pipeline, then the store is written, fsynced and closed; past it, sluice exits with status 1 and logs what may be lost")
@@ -212,7 +215,7 @@ func parseConfig(args []string, lookupEnv func(string) (string, bool), stderr io
 		}
 	}
 	for name, v := range map[string]byteSize{"max-bulk": cfg.maxBulk, "max-key-size": cfg.maxKeySize, "max-inline": cfg.maxInline, "max-query-buffer": cfg.maxQueryBuffer, "max-reply-buffer": cfg.maxReplyBuffer,
-		"cache-size": cfg.cacheSize, "memtable-size": cfg.memtableSize, "divvy-max-line": cfg.divvyMaxLine} {
+		"cache-size": cfg.cacheSize, "memtable-size": cfg.memtableSize, "divvy-max-line": cfg.divvyMaxLine, "commit-queue-memory": cfg.commitQueueMem} {
 		if v < 1 {
 			return cfg, fmt.Errorf("--%s %d: want at least 1 byte", name, v)
 		}
@@ -356,14 +359,15 @@ func runReloading(ctx context.Context, hup <-chan os.Signal, args []string, look
 	// A signal stops the open too: replaying a long log, or a store that
 	// cannot be opened, must not make the process ignore SIGTERM.
 	store, err := storage.OpenContext(ctx, cfg.data, server.StoreOptions(storage.Options{
-		Sync:          mode,
-		CacheSize:     int64(cfg.cacheSize),
-		CacheEntries:  cacheEntries(cfg.cacheBuckets),
-		CacheMemory:   offIfZero(int64(cfg.cacheMemory)),
-		KeyFilterSize: offIfZero(int64(cfg.keyFilterSize)),
-		MemTableSize:  int64(cfg.memtableSize),
-		MaxOpenFiles:  files.StoreFiles,
-		Logger:        log,
+		Sync:           mode,
+		CacheSize:      int64(cfg.cacheSize),
+		CacheEntries:   cacheEntries(cfg.cacheBuckets),
+		CacheMemory:    offIfZero(int64(cfg.cacheMemory)),
+		KeyFilterSize:  offIfZero(int64(cfg.keyFilterSize)),
+		MemTableSize:   int64(cfg.memtableSize),
+		MaxOpenFiles:   files.StoreFiles,
+		MaxQueuedBytes: int(cfg.commitQueueMem),
+		Logger:         log,
 	}))
 	if err != nil {
 		if ctx.Err() != nil {

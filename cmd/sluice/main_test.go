@@ -331,13 +331,13 @@ func TestRedisCLITranscripts(t *testing.T) {
 }
 
 func TestConfigFromEnvAndFlags(t *testing.T) {
-	env := map[string]string{"SLUICE_FSYNC": "always", "SLUICE_MAX_BULK": "2MiB", "SLUICE_ADDR": ":1", "SLUICE_CACHE_MEMORY": "32MiB", "SLUICE_MAX_KEY_SIZE": "1KiB"}
+	env := map[string]string{"SLUICE_FSYNC": "always", "SLUICE_MAX_BULK": "2MiB", "SLUICE_ADDR": ":1", "SLUICE_CACHE_MEMORY": "32MiB", "SLUICE_MAX_KEY_SIZE": "1KiB", "SLUICE_COMMIT_QUEUE_MEMORY": "4MiB"}
 	lookup := func(k string) (string, bool) { v, ok := env[k]; return v, ok }
 	cfg, err := parseConfig([]string{"--addr", "127.0.0.1:7"}, lookup, io.Discard)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if cfg.fsync != "always" || cfg.maxBulk != 2<<20 || cfg.addr != "127.0.0.1:7" || cfg.cacheMemory != 32<<20 || cfg.maxKeySize != 1<<10 {
+	if cfg.fsync != "always" || cfg.maxBulk != 2<<20 || cfg.addr != "127.0.0.1:7" || cfg.cacheMemory != 32<<20 || cfg.maxKeySize != 1<<10 || cfg.commitQueueMem != 4<<20 {
 		t.Fatalf("got %+v", cfg)
 	}
 	env["SLUICE_MAX_ARGS"] = "lots"
@@ -390,6 +390,7 @@ func TestReadPassword(t *testing.T) {
 		{"--maxclients", "0"},
 		{"--timeout", "-1"},
 		{"--max-key-size", "0"},
+		{"--commit-queue-memory", "0"},
 	} {
 		if _, err := parseConfig(args, noEnv, io.Discard); err == nil {
 			t.Errorf("parseConfig(%v) accepted it", args)

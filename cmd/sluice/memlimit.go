@@ -8,11 +8,13 @@ import (
 	"strings"
 
 	"github.com/sluicehq/sluice/server"
+	"github.com/sluicehq/sluice/storage"
 )
 
 // runtimeMemory is the sizing rule's term for what the flags do not bound:
 // the Go runtime, goroutine stacks, Pebble's indexes and table metadata,
-// the commit queue (README.md, "Memory is bounded by the flags").
+// and the commit queue at its default bound (README.md, "Memory is bounded
+// by the flags"); --commit-queue-memory above that default adds to it.
 const runtimeMemory = 40 << 20
 
 // autoMemoryLimit is the soft memory limit of --memory-limit auto: the
@@ -36,6 +38,7 @@ func autoMemoryLimit(cfg config, pebbleOnGoHeap bool) int64 {
 	// one is the cache's most.
 	bucketCache := min(350*int64(cfg.cacheBuckets), int64(cfg.cacheMemory))
 	n := bucketCache + int64(cfg.keyFilterSize) + clients + runtimeMemory
+	n += max(int64(cfg.commitQueueMem)-storage.DefaultMaxQueuedBytes, 0)
 	if pebbleOnGoHeap {
 		n += int64(cfg.cacheSize) + 2*int64(cfg.memtableSize)
 	}

@@ -39,6 +39,9 @@ func TestAutoMemoryLimit(t *testing.T) {
 		{"no key filter", []string{"--key-filter-size", "0"}, 350*262144 + 64*mib + 40*mib},
 		{"maxmemory-clients", []string{"--maxmemory-clients", "1GiB"}, 350*262144 + 16*mib + 1024*mib + 40*mib},
 		{"maxmemory-clients off counts its default", []string{"--maxmemory-clients", "0"}, 350*262144 + 16*mib + 64*mib + 40*mib},
+		// The runtime term holds the commit queue's default 16 MiB.
+		{"commit queue above its default", []string{"--commit-queue-memory", "48MiB"}, 350*262144 + 16*mib + 64*mib + 40*mib + 32*mib},
+		{"commit queue below its default", []string{"--commit-queue-memory", "1MiB"}, 350*262144 + 16*mib + 64*mib + 40*mib},
 	} {
 		cfg := mustParse(t, tc.flags...)
 		if got := autoMemoryLimit(cfg, false); got != tc.want {
