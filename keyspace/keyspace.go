@@ -212,7 +212,7 @@ func UpgradeKey(dst, k []byte) (newKey []byte, moved bool, err error) {
 type Kind struct {
 	ID   byte   // the kind byte of its keys
 	Name string // in INFO keyspace, metrics and sluice inspect
-	// Commands names the commands that write it, for documentation.
+	// Commands names the commands that read and write it, for documentation.
 	Commands string
 	// Class is the kind's storage class, 1 or more: see Class.
 	Class int
