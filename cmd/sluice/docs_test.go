@@ -49,6 +49,14 @@ func TestOperationsDocListsEveryFlag(t *testing.T) {
 	}
 	rows := flagRows(t, string(raw))
 	fs := newFlagSet(&config{}, io.Discard)
+	// sluice health's own flags (the others are the server's) have rows
+	// too.
+	health := newHealthFlagSet(&healthConfig{}, io.Discard)
+	health.VisitAll(func(f *flag.Flag) {
+		if fs.Lookup(f.Name) == nil {
+			fs.Var(f.Value, f.Name, f.Usage)
+		}
+	})
 	fs.VisitAll(func(f *flag.Flag) {
 		row, ok := rows[f.Name]
 		if !ok {
@@ -71,6 +79,9 @@ func TestOperationsDocListsEveryFlag(t *testing.T) {
 		// The doc may write 64MiB for 67108864 or 10m for 10m0s: set a
 		// fresh flag to the documented value and compare.
 		fresh := newFlagSet(&config{}, io.Discard)
+		if fresh.Lookup(f.Name) == nil {
+			fresh = newHealthFlagSet(&healthConfig{}, io.Discard)
+		}
 		if err := fresh.Set(f.Name, row.defVal); err != nil {
 			t.Errorf("docs/operations.md:%d: --%s default %q is not a valid value: %v", row.line, f.Name, row.defVal, err)
 			return
