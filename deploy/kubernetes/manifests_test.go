@@ -1,4 +1,5 @@
-// Package kubernetes_test checks the manifests in this directory, and the
+// Package kubernetes_test checks the manifests in this directory, the TLS
+// overlay in ../kubernetes-tls, and the
 // Dockerfile at the root of the repository, against each other and against
 // the flags of cmd/sluice. It needs no cluster and no network: every
 // manifest is decoded strictly into the Kubernetes API types, so a
@@ -47,6 +48,12 @@ type kustomization struct {
 	metav1.TypeMeta `json:",inline"`
 	Resources       []string         `json:"resources"`
 	Images          []kustomizeImage `json:"images,omitempty"`
+	Patches         []kustomizePatch `json:"patches,omitempty"`
+}
+
+// kustomizePatch is a patch file of a kustomization.
+type kustomizePatch struct {
+	Path string `json:"path"`
 }
 
 type kustomizeImage struct {
@@ -522,6 +529,9 @@ func TestService(t *testing.T) {
 	c := m.container(t)
 	if svc.Spec.ClusterIP != corev1.ClusterIPNone {
 		t.Errorf("clusterIP %q: want None (headless)", svc.Spec.ClusterIP)
+	}
+	if !svc.Spec.PublishNotReadyAddresses {
+		t.Errorf("publishNotReadyAddresses: want true, so that sluice-0.sluice keeps resolving while /readyz is 503 and clients get sluice's configured replies rather than a lookup failure")
 	}
 	if sts.Spec.ServiceName != svc.Name {
 		t.Errorf("serviceName %q is not the headless Service %q", sts.Spec.ServiceName, svc.Name)
