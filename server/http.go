@@ -63,7 +63,7 @@ func (s *Server) initMetrics() {
 	)
 }
 
-// ServeHTTP serves /metrics, /healthz and /readyz on ln until Close, over
+// ServeHTTP serves /metrics, /healthz, /readyz and /backup on ln until Close, over
 // TLS when the server has TLS. Client certificates are checked when given
 // but not required, so that probes and scrapers without one still work.
 func (s *Server) ServeHTTP(ln net.Listener) error {
@@ -73,6 +73,7 @@ func (s *Server) ServeHTTP(ln net.Listener) error {
 		w.Header().Set("Content-Type", "text/plain; charset=utf-8")
 		_, _ = w.Write([]byte("ok\n"))
 	})
+	mux.HandleFunc("GET /backup", s.serveBackup)
 	mux.HandleFunc("GET /readyz", func(w http.ResponseWriter, _ *http.Request) {
 		w.Header().Set("Content-Type", "text/plain; charset=utf-8")
 		if reason := s.notReady(); reason != "" {

@@ -55,7 +55,7 @@ func versionOf(stamped string, bi *debug.BuildInfo) string {
 }
 
 // knownEnv is every SLUICE_* variable some part of sluice reads, with the
-// flag it sets: the server's, sluice inspect's and sluice health's (the
+// flag it sets: the server's and those of sluice inspect, health and backup (the
 // same name sets the same-named flag of each).
 func knownEnv() map[string]string {
 	known := map[string]string{}
@@ -69,6 +69,7 @@ func knownEnv() map[string]string {
 	add(newFlagSet(&config{}, io.Discard))
 	add(newInspectFlagSet(&inspectConfig{}, io.Discard))
 	add(newHealthFlagSet(&healthConfig{}, io.Discard))
+	add(newBackupFlagSet(&backupConfig{}, io.Discard))
 	return known
 }
 

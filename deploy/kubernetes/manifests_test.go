@@ -23,6 +23,7 @@ import (
 	"time"
 
 	appsv1 "k8s.io/api/apps/v1"
+	batchv1 "k8s.io/api/batch/v1"
 	corev1 "k8s.io/api/core/v1"
 	policyv1 "k8s.io/api/policy/v1"
 	"k8s.io/apimachinery/pkg/api/resource"
@@ -70,6 +71,8 @@ type manifests struct {
 	secrets        []*corev1.Secret
 	budgets        []*policyv1.PodDisruptionBudget
 	kustomizations []*kustomization
+	cronJobs       []*batchv1.CronJob
+	claims         []*corev1.PersistentVolumeClaim
 }
 
 // add decodes one YAML document strictly into the type its apiVersion and
@@ -91,6 +94,10 @@ func (m *manifests) add(doc []byte) error {
 		m.budgets, err = appendStrict(m.budgets, doc)
 	case "kustomize.config.k8s.io/v1beta1 Kustomization":
 		m.kustomizations, err = appendStrict(m.kustomizations, doc)
+	case "batch/v1 CronJob":
+		m.cronJobs, err = appendStrict(m.cronJobs, doc)
+	case "v1 PersistentVolumeClaim":
+		m.claims, err = appendStrict(m.claims, doc)
 	default:
 		return fmt.Errorf("unknown apiVersion %q kind %q: teach manifests_test.go about it", tm.APIVersion, tm.Kind)
 	}
@@ -156,11 +163,13 @@ func load(t *testing.T) *manifests {
 		}
 	}
 	for kind, n := range map[string]int{
-		"StatefulSet":         len(m.statefulSets),
-		"Service":             len(m.services),
-		"Secret":              len(m.secrets),
-		"PodDisruptionBudget": len(m.budgets),
-		"Kustomization":       len(m.kustomizations),
+		"StatefulSet":           len(m.statefulSets),
+		"Service":               len(m.services),
+		"Secret":                len(m.secrets),
+		"PodDisruptionBudget":   len(m.budgets),
+		"Kustomization":         len(m.kustomizations),
+		"CronJob":               len(m.cronJobs),
+		"PersistentVolumeClaim": len(m.claims),
 	} {
 		if n != 1 {
 			t.Fatalf("want one %s, have %d", kind, n)
