@@ -119,7 +119,9 @@ func (s *Server) backupAllowed(r *http.Request) (int, string) {
 		}
 		if !ok || !s.checkAuth([]byte(user), []byte(pass)) {
 			s.stats.authFailures.Add(1)
-			s.log.Warn("backup over HTTP: authentication failed", "remote", r.RemoteAddr, "gave_credentials", ok)
+			// Debug, not warn: every request is a new attempt, and a guesser
+			// must not fill the log; sluice_auth_failures_total counts them.
+			s.log.Debug("backup over HTTP: authentication failed", "remote", r.RemoteAddr, "gave_credentials", ok)
 			return http.StatusUnauthorized, "WRONGPASS invalid username-password pair or user is disabled (use HTTP basic authentication with the password)"
 		}
 		return 0, ""

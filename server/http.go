@@ -183,7 +183,7 @@ var (
 	descOverflows   = prometheus.NewDesc("sluice_reply_buffer_overflows_total", "Connections closed because a pipeline's replies exceeded --max-reply-buffer.", nil, nil)
 	descEvicted     = prometheus.NewDesc("sluice_evicted_clients_total", "Connections closed because the buffers of all clients exceeded --maxmemory-clients.", nil, nil)
 	descClientMem   = prometheus.NewDesc("sluice_client_buffers_bytes", "Bytes of all RESP clients' query and reply buffers, bounded by --maxmemory-clients.", nil, nil)
-	descAuthFail    = prometheus.NewDesc("sluice_auth_failures_total", "AUTH and HELLO AUTH attempts with a wrong user or password.", nil, nil)
+	descAuthFail    = prometheus.NewDesc("sluice_auth_failures_total", "AUTH and HELLO AUTH attempts, and GET /backup requests, with a wrong user or password or none.", nil, nil)
 	descAuthClosed  = prometheus.NewDesc("sluice_auth_closed_connections_total", "Connections closed after --max-auth-failures failed AUTH or HELLO AUTH attempts.", nil, nil)
 	descMaxClients  = prometheus.NewDesc("sluice_maxclients", "Most connections served at once, RESP, line protocol and HTTP together: --maxclients, lowered to what the open-file limit allows.", nil, nil)
 	descAdmitted    = prometheus.NewDesc("sluice_admitted_connections", "Connections counted against sluice_maxclients now: RESP, line protocol and HTTP.", nil, nil)
