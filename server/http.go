@@ -63,9 +63,10 @@ func (s *Server) initMetrics() {
 	)
 }
 
-// ServeHTTP serves /metrics, /healthz, /readyz and /backup on ln until Close, over
-// TLS when the server has TLS. Client certificates are checked when given
-// but not required, so that probes and scrapers without one still work.
+// ServeHTTP serves /metrics, /healthz, /readyz and /backup on ln until
+// Close, over TLS when the server has TLS. Client certificates are checked
+// when given but not required, so that probes and scrapers without one
+// still work; /backup requires one when RESP does.
 func (s *Server) ServeHTTP(ln net.Listener) error {
 	mux := http.NewServeMux()
 	mux.Handle("GET /metrics", promhttp.HandlerFor(s.http.reg, promhttp.HandlerOpts{ErrorLog: nil}))
