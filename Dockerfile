@@ -32,7 +32,20 @@ USER 65532:65532
 VOLUME /data
 # 9049: RESP. 9050: HTTP /metrics, /healthz, /readyz.
 EXPOSE 9049 9050
+# The defaults are variables, not a CMD: arguments after the image name
+# (docker run sluice --fsync always) replace the CMD, and would lose them;
+# they add to the variables instead, and a flag wins over its variable.
+# Listening on every interface, protected mode refuses clients that are not
+# on loopback until there is a password or client certificates: pass one
+# with SLUICE_REQUIREPASS_FILE (or SLUICE_REQUIREPASS).
+ENV SLUICE_ADDR=:9049 \
+    SLUICE_HTTP_ADDR=:9050 \
+    SLUICE_DATA=/data \
+    SLUICE_BACKUP_DIR=/data/backups \
+    SLUICE_PROTECTED_MODE=yes
 ENTRYPOINT ["/sluice"]
-# Protected mode refuses to listen on a non-loopback address without a
-# password: pass one with SLUICE_REQUIREPASS_FILE (or SLUICE_REQUIREPASS).
-CMD ["--addr", ":9049", "--http-addr", ":9050", "--data", "/data", "--backup-dir", "/data/backups", "--protected-mode", "yes"]
+# No shell or curl here: the binary checks itself. sluice health reads the
+# same variables (address, password, TLS) and GETs /readyz. The start
+# period covers replaying a long log after a crash.
+HEALTHCHECK --interval=10s --timeout=10s --start-period=5m --retries=3 \
+    CMD ["/sluice", "health"]

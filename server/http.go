@@ -63,9 +63,10 @@ func (s *Server) initMetrics() {
 	)
 }
 
-// ServeHTTP serves /metrics, /healthz and /readyz on ln until Close, over
-// TLS when the server has TLS. Client certificates are checked when given
-// but not required, so that probes and scrapers without one still work.
+// ServeHTTP serves /metrics, /healthz, /readyz and /backup on ln until
+// Close, over TLS when the server has TLS. Client certificates are checked
+// when given but not required, so that probes and scrapers without one
+// still work; /backup requires one when RESP does.
 func (s *Server) ServeHTTP(ln net.Listener) error {
 	mux := http.NewServeMux()
 	mux.Handle("GET /metrics", promhttp.HandlerFor(s.http.reg, promhttp.HandlerOpts{ErrorLog: nil}))
@@ -73,6 +74,7 @@ func (s *Server) ServeHTTP(ln net.Listener) error {
 		w.Header().Set("Content-Type", "text/plain; charset=utf-8")
 		_, _ = w.Write([]byte("ok\n"))
 	})
+	mux.HandleFunc("GET /backup", s.serveBackup)
 	mux.HandleFunc("GET /readyz", func(w http.ResponseWriter, _ *http.Request) {
 		w.Header().Set("Content-Type", "text/plain; charset=utf-8")
 		if reason := s.notReady(); reason != "" {
@@ -182,7 +184,7 @@ var (
 	descOverflows   = prometheus.NewDesc("sluice_reply_buffer_overflows_total", "Connections closed because a pipeline's replies exceeded --max-reply-buffer.", nil, nil)
 	descEvicted     = prometheus.NewDesc("sluice_evicted_clients_total", "Connections closed because the buffers of all clients exceeded --maxmemory-clients.", nil, nil)
 	descClientMem   = prometheus.NewDesc("sluice_client_buffers_bytes", "Bytes of all RESP clients' query and reply buffers, bounded by --maxmemory-clients.", nil, nil)
-	descAuthFail    = prometheus.NewDesc("sluice_auth_failures_total", "AUTH and HELLO AUTH attempts with a wrong user or password.", nil, nil)
+	descAuthFail    = prometheus.NewDesc("sluice_auth_failures_total", "AUTH and HELLO AUTH attempts, and GET /backup requests, with a wrong user or password or none.", nil, nil)
 	descAuthClosed  = prometheus.NewDesc("sluice_auth_closed_connections_total", "Connections closed after --max-auth-failures failed AUTH or HELLO AUTH attempts.", nil, nil)
 	descMaxClients  = prometheus.NewDesc("sluice_maxclients", "Most connections served at once, RESP, line protocol and HTTP together: --maxclients, lowered to what the open-file limit allows.", nil, nil)
 	descAdmitted    = prometheus.NewDesc("sluice_admitted_connections", "Connections counted against sluice_maxclients now: RESP, line protocol and HTTP.", nil, nil)

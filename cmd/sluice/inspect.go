@@ -29,10 +29,8 @@ type inspectConfig struct {
 	at     int64
 }
 
-// runInspect lists the records of a data directory, of every kind, without
-// a server: read only, and refused while a server holds the directory.
-func runInspect(args []string, lookupEnv func(string) (string, bool), stdout, stderr io.Writer) error {
-	var cfg inspectConfig
+// newInspectFlagSet defines the flags of sluice inspect on cfg.
+func newInspectFlagSet(cfg *inspectConfig, stderr io.Writer) *flag.FlagSet {
 	fs := flag.NewFlagSet("sluice inspect", flag.ContinueOnError)
 	fs.SetOutput(stderr)
 	fs.StringVar(&cfg.data, "data", "./sluice-data", "data directory to read (a stopped server's, or a CHECKPOINT copy)")
@@ -42,9 +40,17 @@ func runInspect(args []string, lookupEnv func(string) (string, bool), stdout, st
 	fs.StringVar(&cfg.format, "format", "text", "output: text (a table) or json (one object per line)")
 	fs.Int64Var(&cfg.at, "at", 0, "unix time in milliseconds at which to compute tokens and idleness; 0 for now")
 	fs.Usage = func() {
-		fmt.Fprintf(stderr, "Usage: sluice inspect [flags]\n\nLists the records stored in a data directory (token buckets, divvy counters,\nGCRA, fixed-window and sliding-log records), read-only. The directory must not be in use\nby a running server. Flags also read SLUICE_<NAME>.\n\n")
+		fmt.Fprintf(fs.Output(), "Usage: sluice inspect [flags]\n\nLists the records stored in a data directory (token buckets, divvy counters,\nGCRA, fixed-window and sliding-log records), read-only. The directory must not be in use\nby a running server. Flags also read SLUICE_<NAME>.\n\n")
 		fs.PrintDefaults()
 	}
+	return fs
+}
+
+// runInspect lists the records of a data directory, of every kind, without
+// a server: read only, and refused while a server holds the directory.
+func runInspect(args []string, lookupEnv func(string) (string, bool), stdout, stderr io.Writer) error {
+	var cfg inspectConfig
+	fs := newInspectFlagSet(&cfg, stderr)
 	var envErr error
 	fs.VisitAll(func(f *flag.Flag) {
 		if v, ok := lookupEnv(envName(f.Name)); ok && envErr == nil {

@@ -13,7 +13,6 @@ import (
 	"net"
 	"os"
 	"os/signal"
-	"runtime/debug"
 	"strconv"
 	"strings"
 	"syscall"
@@ -24,7 +23,8 @@ import (
 	"github.com/sluicehq/sluice/storage"
 )
 
-// version is stamped at build time with -ldflags "-X main.version=v1.2.3".
+// version is stamped at build time with -ldflags "-X main.version=v1.2.3";
+// when it is not, buildVersion asks the Go build information.
 var version = ""
 
 func main() {
@@ -40,7 +40,7 @@ func main() {
 		<-ctx.Done()
 		stop()
 	}()
-	err := runReloading(ctx, hup, os.Args[1:], os.LookupEnv, os.Stdout, os.Stderr)
+	err := runReloading(ctx, hup, os.Args[1:], os.LookupEnv, os.Environ(), os.Stdout, os.Stderr)
 	if errors.Is(err, flag.ErrHelp) {
 		return
 	}
@@ -160,7 +160,7 @@ func newFlagSet(cfg *config, stderr io.Writer) *flag.FlagSet {
 	fs.IntVar(&cfg.divvyTimeout, "divvy-timeout", 300, "close a divvy connection idle for this many seconds; 0 never does")
 	fs.BoolVar(&cfg.showVersion, "version", false, "print the version and exit")
 	fs.Usage = func() {
-		fmt.Fprintf(fs.Output(), "Usage: sluice [flags]\n       sluice inspect [flags]   (lists stored records offline; see sluice inspect --help)\n\nsluice is a persistent rate-limit server that speaks the Redis protocol.\nEvery flag can also be set with the environment variable shown; a flag on\nthe command line wins.\n\n")
+		fmt.Fprintf(fs.Output(), "Usage: sluice [flags]\n       sluice inspect [flags]   (lists stored records offline; see sluice inspect --help)\n       sluice health [flags]    (exits 0 when a server is ready, for a HEALTHCHECK; see sluice health --help)\n       sluice backup [flags]    (takes a backup of a running server over HTTP; see sluice backup --help)\n\nsluice is a persistent rate-limit server that speaks the Redis protocol.\nEvery flag can also be set with the environment variable shown; a flag on\nthe command line wins.\n\n")
 		fs.VisitAll(func(f *flag.Flag) {
 			def := ""
 			if f.DefValue != "" && f.DefValue != "false" {
@@ -282,16 +282,6 @@ func newLogger(format, level string, w io.Writer) (*slog.Logger, error) {
 	return nil, fmt.Errorf("--log-format %q: want text or json", format)
 }
 
-func buildVersion() string {
-	if version != "" {
-		return version
-	}
-	if bi, ok := debug.ReadBuildInfo(); ok && bi.Main.Version != "" && bi.Main.Version != "(devel)" {
-		return bi.Main.Version
-	}
-	return "dev"
-}
-
 // run is the whole program: it returns when ctx is done (a signal) or the
 // server fails, after a graceful shutdown. SIGHUP reloads the TLS
 // certificates and the rule file from the time run starts.
@@ -299,15 +289,23 @@ func run(ctx context.Context, args []string, lookupEnv func(string) (string, boo
 	hup := make(chan os.Signal, 1)
 	signal.Notify(hup, syscall.SIGHUP)
 	defer signal.Stop(hup)
-	return runReloading(ctx, hup, args, lookupEnv, stdout, stderr)
+	return runReloading(ctx, hup, args, lookupEnv, nil, stdout, stderr)
 }
 
 // runReloading is run with the SIGHUP channel given: main registers it
 // before anything else, so that a SIGHUP received while the store opens is
-// acted on once the server runs.
-func runReloading(ctx context.Context, hup <-chan os.Signal, args []string, lookupEnv func(string) (string, bool), stdout, stderr io.Writer) (err error) {
+// acted on once the server runs. environ is the whole environment, whose
+// SLUICE_* variables that no flag reads are warned about (run, for tests,
+// passes none).
+func runReloading(ctx context.Context, hup <-chan os.Signal, args []string, lookupEnv func(string) (string, bool), environ []string, stdout, stderr io.Writer) (err error) {
 	if len(args) > 0 && args[0] == "inspect" {
 		return runInspect(args[1:], lookupEnv, stdout, stderr)
+	}
+	if len(args) > 0 && args[0] == "health" {
+		return runHealth(args[1:], lookupEnv, stdout, stderr)
+	}
+	if len(args) > 0 && args[0] == "backup" {
+		return runBackup(ctx, args[1:], lookupEnv, stdout, stderr)
 	}
 	cfg, err := parseConfig(args, lookupEnv, stderr)
 	if err != nil {
@@ -329,6 +327,7 @@ func runReloading(ctx context.Context, hup <-chan os.Signal, args []string, look
 			err = loggedError{err}
 		}
 	}()
+	warnUnknownEnv(environ, log)
 	mode, err := storage.ParseSyncMode(cfg.fsync)
 	if err != nil {
 		return fmt.Errorf("--fsync: %w", err)

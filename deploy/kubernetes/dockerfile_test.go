@@ -2,6 +2,7 @@ package kubernetes_test
 
 import (
 	"encoding/json"
+	"maps"
 	"os"
 	"path/filepath"
 	"regexp"
@@ -9,6 +10,7 @@ import (
 	"strconv"
 	"strings"
 	"testing"
+	"time"
 )
 
 // instruction is one Dockerfile instruction, continuation lines joined.
@@ -122,18 +124,57 @@ func TestDockerfile(t *testing.T) {
 	if ep := execForm(t, "ENTRYPOINT", find(final, "ENTRYPOINT")); !slices.Equal(ep, []string{"/sluice"}) {
 		t.Errorf("ENTRYPOINT %q, want [\"/sluice\"]", ep)
 	}
-	cmd := execForm(t, "CMD", find(final, "CMD"))
-	flags := parseFlags(t, cmd)
+	// Defaults live in the environment, not in a CMD, which the arguments
+	// of docker run replace: docker run sluice --fsync always keeps them.
+	if cmds := find(final, "CMD"); len(cmds) != 0 {
+		t.Errorf("CMD %s: docker run arguments replace it and lose its defaults; set SLUICE_* in ENV", cmds[0])
+	}
+	flags := envFlags(t, find(final, "ENV"))
 	for name := range flags {
 		if !strings.Contains(src, strconv.Quote(name)) {
-			t.Errorf("the Dockerfile's CMD passes --%s, which cmd/sluice does not define", name)
+			t.Errorf("the Dockerfile's ENV sets %s, which is no flag of cmd/sluice", "SLUICE_"+strings.ToUpper(strings.ReplaceAll(name, "-", "_")))
 		}
 	}
 	if v := flags["protected-mode"]; v != "yes" {
-		t.Errorf("CMD --protected-mode %q, want yes", v)
+		t.Errorf("SLUICE_PROTECTED_MODE %q, want yes", v)
+	}
+	withArgs := maps.Clone(flags)
+	maps.Copy(withArgs, parseFlags(t, []string{"--fsync", "always"}))
+	for _, f := range []string{"addr", "http-addr", "data", "backup-dir"} {
+		if flags[f] == "" {
+			t.Errorf("the image's ENV does not set --%s; set it explicitly", f)
+		} else if withArgs[f] != flags[f] {
+			t.Errorf("docker run sluice --fsync always: --%s %q, want the image's %q", f, withArgs[f], flags[f])
+		}
 	}
 
-	// Ports: the ones the CMD listens on, and the StatefulSet's.
+	// The health check: the binary itself (no shell), a subcommand of it,
+	// and a start period as long as the StatefulSet's startup probe allows
+	// for replaying a log.
+	hc := find(final, "HEALTHCHECK")
+	if len(hc) != 1 {
+		t.Fatalf("want one HEALTHCHECK in the final stage, have %d", len(hc))
+	}
+	opts, exec, ok := strings.Cut(hc[0], "CMD ")
+	if !ok {
+		t.Fatalf("HEALTHCHECK %s: want CMD", hc[0])
+	}
+	argv := execForm(t, "HEALTHCHECK CMD", []string{exec})
+	if len(argv) < 2 || argv[0] != "/sluice" || !strings.Contains(src, `args[0] == "`+argv[1]+`"`) {
+		t.Errorf("HEALTHCHECK CMD %q: want /sluice and a subcommand cmd/sluice dispatches", argv)
+	}
+	hcFlags := parseFlags(t, strings.Fields(opts))
+	start, err := time.ParseDuration(hcFlags["start-period"])
+	if err != nil {
+		t.Errorf("HEALTHCHECK --start-period %q: %v", hcFlags["start-period"], err)
+	}
+	if sp := m.container(t).StartupProbe; sp != nil {
+		if allowed := time.Duration(sp.PeriodSeconds*sp.FailureThreshold) * time.Second; start < allowed {
+			t.Errorf("HEALTHCHECK --start-period %v is shorter than the startup probe's %v: a log replay marks the container unhealthy", start, allowed)
+		}
+	}
+
+	// Ports: the ones the image listens on, and the StatefulSet's.
 	var exposed []string
 	for _, e := range find(final, "EXPOSE") {
 		exposed = append(exposed, strings.Fields(e)...)
@@ -147,21 +188,40 @@ func TestDockerfile(t *testing.T) {
 	}
 	want = slices.Compact(slices.Sorted(slices.Values(want)))
 	if !slices.Equal(want, slices.Sorted(slices.Values(exposed))) {
-		t.Errorf("EXPOSE %v, want %v (the CMD's listen ports and the StatefulSet's container ports)", exposed, want)
+		t.Errorf("EXPOSE %v, want %v (the image's listen ports and the StatefulSet's container ports)", exposed, want)
 	}
 
 	// Data: a volume, the same path as in the StatefulSet, with the backups
 	// on it.
 	data := requireFlag(t, flags, "data")
 	if !slices.ContainsFunc(find(final, "VOLUME"), func(v string) bool { return slices.Contains(strings.Fields(v), data) }) {
-		t.Errorf("CMD --data %s is not a VOLUME", data)
+		t.Errorf("SLUICE_DATA %s is not a VOLUME", data)
 	}
 	if k8sData := m.containerFlags(t)["data"]; k8sData != data {
-		t.Errorf("CMD --data %s, the StatefulSet's --data %s: keep them equal", data, k8sData)
+		t.Errorf("SLUICE_DATA %s, the StatefulSet's --data %s: keep them equal", data, k8sData)
 	}
 	if b := requireFlag(t, flags, "backup-dir"); !strings.HasPrefix(b, data+"/") {
-		t.Errorf("CMD --backup-dir %s is not on the data volume %s", b, data)
+		t.Errorf("SLUICE_BACKUP_DIR %s is not on the data volume %s", b, data)
 	}
+}
+
+// envFlags reads ENV instructions (KEY=value pairs) and returns the flags
+// their SLUICE_* variables set, as cmd/sluice maps them.
+func envFlags(t *testing.T, envs []string) map[string]string {
+	t.Helper()
+	flags := map[string]string{}
+	for _, e := range envs {
+		for _, kv := range strings.Fields(e) {
+			k, v, ok := strings.Cut(kv, "=")
+			if !ok || strings.ContainsAny(v, `"'$`) {
+				t.Fatalf("ENV %s: write KEY=value pairs without quotes or variables; this test reads no more", e)
+			}
+			if name, ok := strings.CutPrefix(k, "SLUICE_"); ok {
+				flags[strings.ReplaceAll(strings.ToLower(name), "_", "-")] = v
+			}
+		}
+	}
+	return flags
 }
 
 func TestParseDockerfile(t *testing.T) {

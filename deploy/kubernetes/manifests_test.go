@@ -1,4 +1,5 @@
-// Package kubernetes_test checks the manifests in this directory, and the
+// Package kubernetes_test checks the manifests in this directory, the TLS
+// overlay in ../kubernetes-tls, and the
 // Dockerfile at the root of the repository, against each other and against
 // the flags of cmd/sluice. It needs no cluster and no network: every
 // manifest is decoded strictly into the Kubernetes API types, so a
@@ -22,6 +23,7 @@ import (
 	"time"
 
 	appsv1 "k8s.io/api/apps/v1"
+	batchv1 "k8s.io/api/batch/v1"
 	corev1 "k8s.io/api/core/v1"
 	policyv1 "k8s.io/api/policy/v1"
 	"k8s.io/apimachinery/pkg/api/resource"
@@ -47,6 +49,12 @@ type kustomization struct {
 	metav1.TypeMeta `json:",inline"`
 	Resources       []string         `json:"resources"`
 	Images          []kustomizeImage `json:"images,omitempty"`
+	Patches         []kustomizePatch `json:"patches,omitempty"`
+}
+
+// kustomizePatch is a patch file of a kustomization.
+type kustomizePatch struct {
+	Path string `json:"path"`
 }
 
 type kustomizeImage struct {
@@ -63,6 +71,8 @@ type manifests struct {
 	secrets        []*corev1.Secret
 	budgets        []*policyv1.PodDisruptionBudget
 	kustomizations []*kustomization
+	cronJobs       []*batchv1.CronJob
+	claims         []*corev1.PersistentVolumeClaim
 }
 
 // add decodes one YAML document strictly into the type its apiVersion and
@@ -84,6 +94,10 @@ func (m *manifests) add(doc []byte) error {
 		m.budgets, err = appendStrict(m.budgets, doc)
 	case "kustomize.config.k8s.io/v1beta1 Kustomization":
 		m.kustomizations, err = appendStrict(m.kustomizations, doc)
+	case "batch/v1 CronJob":
+		m.cronJobs, err = appendStrict(m.cronJobs, doc)
+	case "v1 PersistentVolumeClaim":
+		m.claims, err = appendStrict(m.claims, doc)
 	default:
 		return fmt.Errorf("unknown apiVersion %q kind %q: teach manifests_test.go about it", tm.APIVersion, tm.Kind)
 	}
@@ -149,11 +163,13 @@ func load(t *testing.T) *manifests {
 		}
 	}
 	for kind, n := range map[string]int{
-		"StatefulSet":         len(m.statefulSets),
-		"Service":             len(m.services),
-		"Secret":              len(m.secrets),
-		"PodDisruptionBudget": len(m.budgets),
-		"Kustomization":       len(m.kustomizations),
+		"StatefulSet":           len(m.statefulSets),
+		"Service":               len(m.services),
+		"Secret":                len(m.secrets),
+		"PodDisruptionBudget":   len(m.budgets),
+		"Kustomization":         len(m.kustomizations),
+		"CronJob":               len(m.cronJobs),
+		"PersistentVolumeClaim": len(m.claims),
 	} {
 		if n != 1 {
 			t.Fatalf("want one %s, have %d", kind, n)
@@ -522,6 +538,9 @@ func TestService(t *testing.T) {
 	c := m.container(t)
 	if svc.Spec.ClusterIP != corev1.ClusterIPNone {
 		t.Errorf("clusterIP %q: want None (headless)", svc.Spec.ClusterIP)
+	}
+	if !svc.Spec.PublishNotReadyAddresses {
+		t.Errorf("publishNotReadyAddresses: want true, so that sluice-0.sluice keeps resolving while /readyz is 503 and clients get sluice's configured replies rather than a lookup failure")
 	}
 	if sts.Spec.ServiceName != svc.Name {
 		t.Errorf("serviceName %q is not the headless Service %q", sts.Spec.ServiceName, svc.Name)
