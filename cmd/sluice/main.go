@@ -137,7 +137,7 @@ func newFlagSet(cfg *config, stderr io.Writer) *flag.FlagSet {
 	fs.StringVar(&cfg.onStoreError, "on-store-error", "deny", "when the disk refuses writes (full, I/O error): deny answers limit commands with an error; allow answers them from the last known state without storing the change")
 	fs.IntVar(&cfg.maxArgs, "max-args", server.DefaultMaxArgs, "most arguments in one command")
 	fs.Var(&cfg.maxBulk, "max-bulk", "most bytes in one argument (suffixes KiB, MiB, GiB)")
-	fs.Var(&cfg.maxKeySize, "max-key-size", "longest key a command may name (the key of RL.*, CL.*, FW.* and DEL, a HIT actor value); a longer one gets an error reply and nothing is stored; bounds what one key costs in memory")
+	fs.Var(&cfg.maxKeySize, "max-key-size", "longest key a command may name (the key of RL.*, CL.*, FW.*, ROLL.* and DEL, a HIT actor value); a longer one gets an error reply and nothing is stored; bounds what one key costs in memory")
 	fs.Var(&cfg.maxInline, "max-inline", "most bytes in one inline (telnet-style) command line")
 	fs.Var(&cfg.maxQueryBuffer, "max-query-buffer", "most bytes of one incomplete command held per client")
 	fs.Var(&cfg.cacheSize, "cache-size", "Pebble block cache size")
