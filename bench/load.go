@@ -29,6 +29,7 @@ const (
 	targetRedisFW                    // INCR + EXPIRE NX of ratelimit/{id}/{window}, pipelined: one request, two commands
 	targetRedisFWMulti               // the same pair inside MULTI/EXEC: one request, four commands
 	targetRedisFWLua                 // EVALSHA of bench/fixedwindow.lua, the script fixed-window stores send
+	targetRedisRoll                  // what rolling-rate-limiter's RedisRateLimiter sends per limit(): MULTI, ZREMRANGEBYSCORE, ZADD, ZRANGE WITHSCORES, EXPIRE, EXEC
 )
 
 func (t target) String() string {
@@ -47,6 +48,8 @@ func (t target) String() string {
 		return "redis MULTI INCR EXPIRE EXEC"
 	case targetRedisFWLua:
 		return "redis EVALSHA window"
+	case targetRedisRoll:
+		return "redis MULTI ZREMRANGEBYSCORE ZADD ZRANGE EXPIRE EXEC"
 	}
 	return "?"
 }
@@ -69,6 +72,8 @@ func (t target) replies() int {
 		return 2
 	case targetRedisFWMulti:
 		return 4 // +OK, +QUEUED, +QUEUED, and EXEC's array
+	case targetRedisRoll:
+		return 6 // +OK, four +QUEUED, and EXEC's array
 	}
 	return 1
 }
@@ -81,9 +86,10 @@ const (
 	cmdCLPThrottle = "CL.PTHROTTLE"
 	cmdFWIncr      = "FW.INCR"
 	cmdFWPIncr     = "FW.PINCR"
+	cmdRollLimit   = "ROLL.LIMIT"
 )
 
-var sluiceCommands = []string{cmdRLPReduce, cmdCLThrottle, cmdCLPThrottle, cmdFWIncr, cmdFWPIncr}
+var sluiceCommands = []string{cmdRLPReduce, cmdCLThrottle, cmdCLPThrottle, cmdFWIncr, cmdFWPIncr, cmdRollLimit}
 
 // redisTargets is what --compare redis runs for a workload: the Redis way
 // of doing what its sluice command does. GCRA is compared with redis-cell's
@@ -96,6 +102,8 @@ func redisTargets(cmd string) []target {
 		return []target{targetRedisFW, targetRedisCell}
 	case cmdFWIncr, cmdFWPIncr:
 		return []target{targetRedisFW, targetRedisFWMulti, targetRedisFWLua}
+	case cmdRollLimit:
+		return []target{targetRedisRoll}
 	}
 	return []target{targetRedisINCR, targetRedisLua}
 }
@@ -112,9 +120,9 @@ type workload struct {
 	ZipfS    float64 // zipf exponent, > 1
 	GetPct   int     // share of RL.PGET among sluice commands, percent
 	HitPct   int     // share of HIT (policy rules) among sluice commands, percent
-	Take     int64   // RL TAKE, CL quantity, FW COST
-	Max      int64   // RL max, CL max_burst and count, FW limit
-	RefillMs int64   // RL refill period, CL period, FW window (the seconds forms send it in whole seconds)
+	Take     int64   // RL TAKE, CL quantity, FW COST (ROLL.LIMIT has none)
+	Max      int64   // RL max, CL max_burst and count, FW limit, ROLL max
+	RefillMs int64   // RL refill period, CL period, FW window, ROLL interval_ms (the seconds forms send it in whole seconds)
 }
 
 // command is the workload's sluice command, RL.PREDUCE when unset.
@@ -200,13 +208,18 @@ func hitPolicy(w workload) string {
 
 // appendCommand appends one request for t as RESP arrays: for sluice, the
 // workload's command, where op picks RL.PREDUCE, RL.PGET or HIT
-// path=/bench ip=<key> in an RL.PREDUCE workload. win is the start of the
-// current fixed window in Unix seconds, for the Redis fixed-window keys;
-// sha is the script of targetRedisLua or targetRedisFWLua.
-func appendCommand(b []byte, t target, w workload, key int64, op int, win int64, sha string) []byte {
+// path=/bench ip=<key> in an RL.PREDUCE workload. nowUs is the generator's
+// clock in Unix µs: the Redis fixed-window keys take the start of its
+// window, the Redis sliding log its timestamp. seq numbers the request,
+// unique in the run: the sliding log's member. sha is the script of
+// targetRedisLua or targetRedisFWLua.
+func appendCommand(b []byte, t target, w workload, key int64, op int, nowUs int64, seq uint64, sha string) []byte {
 	var kb [24]byte
 	k := strconv.AppendInt(append(kb[:0], "k:"...), key, 10)
+	win := w.windowStart(time.UnixMicro(nowUs))
 	switch t {
+	case targetRedisRoll:
+		return appendRollRedis(b, k, w, nowUs, seq)
 	case targetRedisINCR:
 		b = append(b, "*2\r\n$4\r\nINCR\r\n"...)
 		return appendBulk(b, k)
@@ -260,6 +273,11 @@ func appendCommand(b []byte, t target, w workload, key int64, op int, win int64,
 		return b
 	}
 	switch w.command() {
+	case cmdRollLimit:
+		b = append(b, "*4\r\n$10\r\nROLL.LIMIT\r\n"...)
+		b = appendBulk(b, k)
+		b = appendIntBulk(b, w.RefillMs)
+		return appendIntBulk(b, w.Max)
 	case cmdCLThrottle:
 		return appendThrottle(b, cmdCLThrottle, k, w, w.windowSeconds())
 	case cmdCLPThrottle:
@@ -302,10 +320,15 @@ func appendCommand(b []byte, t target, w workload, key int64, op int, win int64,
 	return appendIntBulk(b, w.Take)
 }
 
-// requestText is one request of t as text, with <id> for the key and
-// <window> for the window's start, for the docs.
+// textNowUs is the clock requestText writes requests at: a time whose
+// digits appear nowhere else in a request, so that they can be named.
+const textNowUs = 1_111_111_111_111_111
+
+// requestText is one request of t as text, with <id> for the key,
+// <window> for the window's start, <now> for the clock in µs and <uuid>
+// for a sliding log's member, for the docs.
 func requestText(t target, w workload) string {
-	b := appendCommand(nil, t, w, 0, opReduce, 0, "<sha>")
+	b := appendCommand(nil, t, w, 0, opReduce, textNowUs, 0, "<sha>")
 	var cmds []string
 	for len(b) > 0 {
 		var words []string
@@ -317,7 +340,67 @@ func requestText(t target, w workload) string {
 	}
 	s := strings.Join(cmds, "; ")
 	s = strings.ReplaceAll(s, "k:0", "k:<id>")
-	return strings.ReplaceAll(s, "/0", "/<window>")
+	s = strings.ReplaceAll(s, "/"+strconv.FormatInt(w.windowStart(time.UnixMicro(textNowUs)), 10), "/<window>")
+	s = strings.ReplaceAll(s, string(appendMember(nil, 0)), "<uuid>")
+	s = strings.ReplaceAll(s, strconv.FormatInt(textNowUs-w.RefillMs*1000, 10), "<now-interval>")
+	return strings.ReplaceAll(s, strconv.FormatInt(textNowUs, 10), "<now>")
+}
+
+// appendRollRedis appends what rolling-rate-limiter's RedisRateLimiter
+// sends for one limit(id) (getTimestamps with a new timestamp): a MULTI of
+// ZREMRANGEBYSCORE key 0 (now - interval), ZADD key now <uuid v4>, ZRANGE
+// key 0 -1 WITHSCORES and EXPIRE key <interval in whole seconds, rounded
+// up>, and EXEC; its clock and scores are in µs. The client then decides
+// from the timestamps it got back.
+func appendRollRedis(b, k []byte, w workload, nowUs int64, seq uint64) []byte {
+	b = append(b, "*1\r\n$5\r\nMULTI\r\n"...)
+	b = append(b, "*4\r\n$16\r\nZREMRANGEBYSCORE\r\n"...)
+	b = appendBulk(b, k)
+	b = append(b, "$1\r\n0\r\n"...)
+	b = appendIntBulk(b, nowUs-w.RefillMs*1000)
+	b = append(b, "*4\r\n$4\r\nZADD\r\n"...)
+	b = appendBulk(b, k)
+	b = appendIntBulk(b, nowUs)
+	var mb [36]byte
+	b = appendBulk(b, appendMember(mb[:0], seq))
+	b = append(b, "*5\r\n$6\r\nZRANGE\r\n"...)
+	b = appendBulk(b, k)
+	b = append(b, "$1\r\n0\r\n$2\r\n-1\r\n$10\r\nWITHSCORES\r\n"...)
+	b = append(b, "*3\r\n$6\r\nEXPIRE\r\n"...)
+	b = appendBulk(b, k)
+	b = appendIntBulk(b, (w.RefillMs+999)/1000)
+	return append(b, "*1\r\n$4\r\nEXEC\r\n"...)
+}
+
+// appendMember appends a 36-character member in the layout of a v4 UUID,
+// as the package's uuid() makes, derived from seq so that members are
+// unique in a run (two calls in the same µs must both be recorded) and the
+// bytes are reproducible.
+func appendMember(b []byte, seq uint64) []byte {
+	mix := func(x uint64) uint64 { // splitmix64's finaliser
+		x += 0x9e3779b97f4a7c15
+		x = (x ^ x>>30) * 0xbf58476d1ce4e5b9
+		x = (x ^ x>>27) * 0x94d049bb133111eb
+		return x ^ x>>31
+	}
+	hi, lo := mix(seq), mix(^seq)
+	hi = hi&^0xf000 | 0x4000           // version 4
+	lo = lo&^(0xc000<<48) | 0x8000<<48 // variant 10
+	const hex = "0123456789abcdef"
+	var raw [32]byte
+	for i := range 16 {
+		raw[15-i] = hex[hi>>(4*i)&0xf]
+		raw[31-i] = hex[lo>>(4*i)&0xf]
+	}
+	b = append(b, raw[0:8]...)
+	b = append(b, '-')
+	b = append(b, raw[8:12]...)
+	b = append(b, '-')
+	b = append(b, raw[12:16]...)
+	b = append(b, '-')
+	b = append(b, raw[16:20]...)
+	b = append(b, '-')
+	return append(b, raw[20:32]...)
 }
 
 // splitArray splits the first RESP array of bulk strings off b, as
@@ -408,12 +491,20 @@ func readReply(r *bufio.Reader) (isErr bool, msg string, err error) {
 		if line[0] == '%' {
 			n *= 2
 		}
+		// Read every element even after an error (EXEC answers a failed
+		// command inside its array), so that the connection stays in step;
+		// report the first error.
+		isErr, msg := false, ""
 		for range max(n, 0) {
-			if e, m, err := readReply(r); err != nil || e {
-				return e, m, err
+			e, m, err := readReply(r)
+			if err != nil {
+				return false, "", err
+			}
+			if e && !isErr {
+				isErr, msg = true, m
 			}
 		}
-		return false, "", nil
+		return isErr, msg, nil
 	}
 	return false, "", fmt.Errorf("unexpected reply %q", line)
 }
@@ -427,6 +518,7 @@ func run(addr string, t target, w workload, sha string) (result, error) {
 	var (
 		remaining atomic.Int64
 		seq       atomic.Int64
+		reqSeq    atomic.Uint64
 		errs      atomic.Int64
 		firstErr  atomic.Value
 		wg        sync.WaitGroup
@@ -465,7 +557,7 @@ func run(addr string, t target, w workload, sha string) (result, error) {
 					}
 				}
 				buf = buf[:0]
-				win := w.windowStart(time.Now())
+				nowUs := time.Now().UnixMicro()
 				for range n {
 					op := opReduce
 					if w.GetPct > 0 || w.HitPct > 0 {
@@ -476,7 +568,7 @@ func run(addr string, t target, w workload, sha string) (result, error) {
 							op = opHit
 						}
 					}
-					buf = appendCommand(buf, t, w, g.next(), op, win, sha)
+					buf = appendCommand(buf, t, w, g.next(), op, nowUs, reqSeq.Add(1)-1, sha)
 				}
 				t0 := time.Now()
 				if _, err := c.Write(buf); err != nil {

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"net"
 	"os"
+	"regexp"
 	"strconv"
 	"strings"
 	"sync"
@@ -14,6 +15,9 @@ import (
 	"time"
 
 	"github.com/HdrHistogram/hdrhistogram-go"
+	"github.com/sluicehq/sluice/bucket"
+	"github.com/sluicehq/sluice/keyspace"
+	"github.com/sluicehq/sluice/storage"
 )
 
 // parseArray reads one RESP array of bulk strings, as a server would.
@@ -46,12 +50,12 @@ func parseArray(t *testing.T, r *bufio.Reader) []string {
 func TestCommandsAreWellFormed(t *testing.T) {
 	w := workload{Take: 2, Max: 100, RefillMs: 60000}
 	var b []byte
-	b = appendCommand(b, targetSluice, w, 42, opReduce, 0, "")
-	b = appendCommand(b, targetSluice, w, 7, opGet, 0, "")
-	b = appendCommand(b, targetSluice, w, 12345, opHit, 0, "")
-	b = appendCommand(b, targetRedisINCR, w, 9, opReduce, 0, "")
-	b = appendCommand(b, targetRedisLua, w, 3, opReduce, 0, "abc123")
-	b = appendCommand(b, targetRedisLua, w, 3, opGet, 0, "abc123")
+	b = appendCommand(b, targetSluice, w, 42, opReduce, 0, 0, "")
+	b = appendCommand(b, targetSluice, w, 7, opGet, 0, 0, "")
+	b = appendCommand(b, targetSluice, w, 12345, opHit, 0, 0, "")
+	b = appendCommand(b, targetRedisINCR, w, 9, opReduce, 0, 0, "")
+	b = appendCommand(b, targetRedisLua, w, 3, opReduce, 0, 0, "abc123")
+	b = appendCommand(b, targetRedisLua, w, 3, opGet, 0, 0, "abc123")
 	r := bufio.NewReader(bytes.NewReader(b))
 	want := []string{
 		"RL.PREDUCE k:42 100 60000 TAKE 2",
@@ -113,7 +117,7 @@ func TestScenarioPresetsValid(t *testing.T) {
 			t.Errorf("%s: %v", s.Name, err)
 		}
 	}
-	for _, g := range []string{groupMain, groupLimiters} {
+	for _, g := range []string{groupMain, groupLimiters, groupRoll, groupRollMem} {
 		if _, ok := docsParts[g]; !ok || len(group(g)) == 0 {
 			t.Errorf("group %q: no docs part or no scenario", g)
 		}
@@ -174,9 +178,9 @@ func TestLimiterCommandsAreWellFormed(t *testing.T) {
 			"*1\r\n$4\r\nEXEC\r\n"},
 		{targetRedisFWLua, with(cmdFWPIncr, 1), "*6\r\n$7\r\nEVALSHA\r\n$6\r\nabc123\r\n$1\r\n1\r\n$25\r\nratelimit/k:42/1700000040\r\n$1\r\n1\r\n$5\r\n60000\r\n"},
 	}
-	win := base.windowStart(time.Unix(1700000059, 0))
+	const nowUs = 1700000059_000000 // in the window that starts at 1700000040
 	for _, c := range cases {
-		got := string(appendCommand(nil, c.t, c.w, 42, opReduce, win, "abc123"))
+		got := string(appendCommand(nil, c.t, c.w, 42, opReduce, nowUs, 0, "abc123"))
 		if got != c.want {
 			t.Errorf("%s with %s (take %d):\n got %q\nwant %q", c.t, c.w.command(), c.w.Take, got, c.want)
 		}
@@ -207,6 +211,15 @@ func TestRequestText(t *testing.T) {
 		targetSluice:       "FW.PINCR k:<id> 100 60000",
 		targetRedisFWMulti: "MULTI; INCR ratelimit/k:<id>/<window>; EXPIRE ratelimit/k:<id>/<window> 60 NX; EXEC",
 		targetRedisFWLua:   "EVALSHA <sha> 1 ratelimit/k:<id>/<window> 1 60000",
+	} {
+		if got := requestText(tg, w); got != want {
+			t.Errorf("%s: %q, want %q", tg, got, want)
+		}
+	}
+	w = workload{Command: cmdRollLimit, Max: 10, RefillMs: 60000}
+	for tg, want := range map[target]string{
+		targetSluice:    "ROLL.LIMIT k:<id> 60000 10",
+		targetRedisRoll: "MULTI; ZREMRANGEBYSCORE k:<id> 0 <now-interval>; ZADD k:<id> <now> <uuid>; ZRANGE k:<id> 0 -1 WITHSCORES; EXPIRE k:<id> 60; EXEC",
 	} {
 		if got := requestText(tg, w); got != want {
 			t.Errorf("%s: %q, want %q", tg, got, want)
@@ -359,6 +372,10 @@ func TestRunReadsEveryReplyOfARequest(t *testing.T) {
 			return "*7\r\n:0\r\n:100\r\n:99\r\n:-1\r\n:60000\r\n:1\r\n:1700000060000\r\n"
 		case "EVALSHA":
 			return "*2\r\n:1\r\n:60000\r\n"
+		case "ZREMRANGEBYSCORE", "ZADD", "ZRANGE", "EXPIRE":
+			return "+QUEUED\r\n"
+		case "ROLL.LIMIT":
+			return "*5\r\n:0\r\n:0\r\n:0\r\n:0\r\n:9\r\n"
 		}
 		return ":1\r\n"
 	})
@@ -368,6 +385,7 @@ func TestRunReadsEveryReplyOfARequest(t *testing.T) {
 	}{
 		{targetSluice, cmdCLThrottle}, {targetSluice, cmdCLPThrottle}, {targetSluice, cmdFWPIncr},
 		{targetRedisCell, cmdCLThrottle}, {targetRedisFW, cmdFWPIncr}, {targetRedisFWMulti, cmdFWPIncr}, {targetRedisFWLua, cmdFWPIncr},
+		{targetSluice, cmdRollLimit}, {targetRedisRoll, cmdRollLimit},
 	} {
 		w := workload{Command: c.cmd, Conns: 3, Pipeline: 7, Requests: 1000, Keys: 100, Dist: "uniform", Take: 1, Max: 100, RefillMs: 60000}
 		before := commands.Load()
@@ -419,5 +437,154 @@ func TestWriteDocsKeepsEachGroupApart(t *testing.T) {
 	}
 	if _, err := os.Stat(dir + "/benchmarks-limiters.png"); err != nil {
 		t.Errorf("chart: %v", err)
+	}
+}
+
+// TestRollCommandsAreWellFormed pins the bytes of the sliding-log rows:
+// sluice's ROLL.LIMIT, and what rolling-rate-limiter's RedisRateLimiter
+// sends for one limit(id), scores and the cut-off in µs, the TTL in whole
+// seconds rounded up.
+func TestRollCommandsAreWellFormed(t *testing.T) {
+	w := workload{Command: cmdRollLimit, Take: 1, Max: 10, RefillMs: 60500}
+	const now = 1700000059123456
+	if got, want := string(appendCommand(nil, targetSluice, w, 42, opReduce, now, 7, "")),
+		"*4\r\n$10\r\nROLL.LIMIT\r\n$4\r\nk:42\r\n$5\r\n60500\r\n$2\r\n10\r\n"; got != want {
+		t.Errorf("sluice:\n got %q\nwant %q", got, want)
+	}
+	member := string(appendMember(nil, 7))
+	want := "*1\r\n$5\r\nMULTI\r\n" +
+		"*4\r\n$16\r\nZREMRANGEBYSCORE\r\n$4\r\nk:42\r\n$1\r\n0\r\n$16\r\n1699999998623456\r\n" +
+		"*4\r\n$4\r\nZADD\r\n$4\r\nk:42\r\n$16\r\n1700000059123456\r\n$36\r\n" + member + "\r\n" +
+		"*5\r\n$6\r\nZRANGE\r\n$4\r\nk:42\r\n$1\r\n0\r\n$2\r\n-1\r\n$10\r\nWITHSCORES\r\n" +
+		"*3\r\n$6\r\nEXPIRE\r\n$4\r\nk:42\r\n$2\r\n61\r\n" +
+		"*1\r\n$4\r\nEXEC\r\n"
+	got := string(appendCommand(nil, targetRedisRoll, w, 42, opReduce, now, 7, ""))
+	if got != want {
+		t.Errorf("redis:\n got %q\nwant %q", got, want)
+	}
+	r := bufio.NewReader(strings.NewReader(got))
+	for range targetRedisRoll.replies() {
+		parseArray(t, r)
+	}
+	if r.Buffered() != 0 {
+		t.Errorf("%d bytes beyond the request's %d commands", r.Buffered(), targetRedisRoll.replies())
+	}
+	// The member has a v4 UUID's layout, and differs per request: two
+	// calls in the same µs must both be recorded, as uuid() makes them.
+	uuid := regexp.MustCompile(`^[0-9a-f]{8}-[0-9a-f]{4}-4[0-9a-f]{3}-[89ab][0-9a-f]{3}-[0-9a-f]{12}$`)
+	seen := map[string]bool{}
+	for seq := range uint64(10000) {
+		m := string(appendMember(nil, seq))
+		if !uuid.MatchString(m) {
+			t.Fatalf("member %d: %q is not laid out as a v4 UUID", seq, m)
+		}
+		if seen[m] {
+			t.Fatalf("member %d: %q repeats", seq, m)
+		}
+		seen[m] = true
+	}
+}
+
+// TestRunFailsOnErrorsInsideExec: Redis answers a failed command inside a
+// transaction as an error element of EXEC's array (WRONGTYPE on a key of
+// another type), and a refused transaction as -EXECABORT; either ends the
+// run with an error that quotes it.
+func TestRunFailsOnErrorsInsideExec(t *testing.T) {
+	for _, exec := range []string{
+		"*4\r\n:0\r\n-WRONGTYPE Operation against a key holding the wrong kind of value\r\n*0\r\n:1\r\n",
+		"-EXECABORT Transaction discarded because of previous errors.\r\n",
+	} {
+		addr, _ := fakeServer(t, func(name string) string {
+			switch name {
+			case "MULTI":
+				return "+OK\r\n"
+			case "EXEC":
+				return exec
+			}
+			return "+QUEUED\r\n"
+		})
+		w := workload{Command: cmdRollLimit, Conns: 2, Pipeline: 8, Requests: 10_000, Keys: 100, Dist: "uniform", Take: 1, Max: 10, RefillMs: 60000}
+		res, err := run(addr, targetRedisRoll, w, "")
+		if err == nil {
+			t.Fatalf("EXEC answering %q: no error, %d requests", exec, res.Requests)
+		}
+		if first, _, _ := strings.Cut(exec[strings.Index(exec, "-")+1:], " "); !strings.Contains(err.Error(), first) {
+			t.Errorf("the error does not quote %s: %v", first, err)
+		}
+	}
+}
+
+// TestPresetLimitsHold: a preset's own max and interval (the sliding
+// logs') survive the flags' defaults, and a flag given on the command line
+// still wins.
+func TestPresetLimitsHold(t *testing.T) {
+	o := options{w: workload{Take: 1, Max: 100, RefillMs: 60000, ZipfS: 1.2}, set: map[string]bool{}}
+	sc, _ := findScenario("roll1000")
+	if w := o.overrides(sc.W); w.Max != 1000 || w.RefillMs != 3_600_000 || w.Take != 1 {
+		t.Errorf("roll1000 with default flags: max %d, interval %d, take %d", w.Max, w.RefillMs, w.Take)
+	}
+	o.set["max"] = true
+	if w := o.overrides(sc.W); w.Max != 100 {
+		t.Errorf("roll1000 with --max 100: max %d", w.Max)
+	}
+	pc, _ := findScenario("pipelined")
+	if w := o.overrides(pc.W); w.Max != 100 || w.RefillMs != 60000 {
+		t.Errorf("pipelined: max %d, refill %d; want the flags'", w.Max, w.RefillMs)
+	}
+}
+
+// TestPrefillLogs: the logs rollbig writes are where ROLL.LIMIT looks for
+// them, full and live.
+func TestPrefillLogs(t *testing.T) {
+	dir := t.TempDir()
+	w := workload{Keys: 3, Max: 50, RefillMs: 60000}
+	size, err := prefillLogs(dir, w)
+	if err != nil {
+		t.Fatal(err)
+	}
+	st, err := storage.Open(dir, storage.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer st.Close()
+	now := time.Now().UnixMicro()
+	found := map[string]bool{}
+	err = st.Scan(nil, nil, func(k, v []byte) bool {
+		rec, err := keyspace.Parse(k)
+		if err != nil {
+			t.Errorf("key %q: %v", k, err)
+			return false
+		}
+		s, err := bucket.DecodeLogState(nil, v)
+		if err != nil || len(v) != size || s.Interval != w.RefillMs || s.Live(now) != int(w.Max)+1 {
+			t.Errorf("%q: %d bytes, interval %d, %d live entries, %v", k, len(v), s.Interval, s.Live(now), err)
+		}
+		found[string(k)] = rec.Kind != nil && rec.Kind.ID == keyspace.KindLog
+		return true
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i := range w.Keys {
+		k := string(keyspace.AppendLogKey(nil, []byte("k:"+strconv.FormatInt(i, 10))))
+		if !found[k] {
+			t.Errorf("no log at %q", k)
+		}
+	}
+}
+
+// TestReadReplyReadsAWholeArrayWithAnError: an error inside an array
+// (EXEC's answer for a failed command) is reported, and the rest of the
+// array is consumed, so that the next reply read is the next one sent.
+func TestReadReplyReadsAWholeArrayWithAnError(t *testing.T) {
+	r := bufio.NewReader(strings.NewReader("*3\r\n:1\r\n-WRONGTYPE first\r\n-ERR second\r\n+OK\r\n"))
+	if isErr, msg, err := readReply(r); err != nil || !isErr || msg != "WRONGTYPE first" {
+		t.Fatalf("the array: isErr=%v msg=%q err=%v; want its first error", isErr, msg, err)
+	}
+	if isErr, msg, err := readReply(r); err != nil || isErr {
+		t.Fatalf("the reply after the array: isErr=%v msg=%q err=%v; want +OK", isErr, msg, err)
+	}
+	if r.Buffered() != 0 {
+		t.Fatalf("%d bytes left", r.Buffered())
 	}
 }

@@ -39,6 +39,10 @@ type scenario struct {
 	About       string
 	W           workload
 	SluiceFlags []string
+	// PrefillLogs: sluice alone, on a store filled before it starts with
+	// full sliding logs (prefillLogs), since ROLL.LIMIT cannot fill large
+	// ones in reasonable time.
+	PrefillLogs bool
 }
 
 // Groups of scenarios. --scenario all runs the main group (the token
@@ -47,6 +51,8 @@ type scenario struct {
 const (
 	groupMain     = ""
 	groupLimiters = "limiters"
+	groupRoll     = "roll"
+	groupRollMem  = "rollmem"
 )
 
 var scenarios = []scenario{
@@ -67,6 +73,17 @@ var scenarios = []scenario{
 		W: workload{Command: cmdCLPThrottle, Conns: 50, Pipeline: 16, Requests: 2_000_000, Keys: 1_000_000, Dist: "uniform"}},
 	{Name: "window", Group: groupLimiters, About: "aligned fixed windows: FW.PINCR (limit --max, window --refill-ms), 50 connections, pipeline 16, 1M keys uniform, --fsync everysec",
 		W: workload{Command: cmdFWPIncr, Conns: 50, Pipeline: 16, Requests: 2_000_000, Keys: 1_000_000, Dist: "uniform"}},
+	// The sliding logs: every key is called max+1 times in turn, so that
+	// each log ends full, and both servers hold the same entries at every
+	// moment (the package's sorted set keeps blocked calls too, as sluice
+	// does, and neither has more than max+1 yet). The interval is an hour
+	// so that no log goes idle before COMPACT (which would sweep it).
+	{Name: "roll10", Group: groupRoll, About: "sliding logs, max 10: ROLL.LIMIT k:<id> 3600000 10, 1M keys called 11 times each in turn (every log ends full, 11 entries), 50 connections, pipeline 16, --fsync everysec",
+		W: workload{Command: cmdRollLimit, Conns: 50, Pipeline: 16, Requests: 11_000_000, Keys: 1_000_000, Dist: "seq", Max: 10, RefillMs: 3_600_000}},
+	{Name: "roll1000", Group: groupRoll, About: "sliding logs, max 1000: ROLL.LIMIT k:<id> 3600000 1000, 200 keys called 1001 times each in turn (logs grow from 0 to 1001 entries, 500 on average), 50 connections, pipeline 16, --fsync everysec",
+		W: workload{Command: cmdRollLimit, Conns: 50, Pipeline: 16, Requests: 200_200, Keys: 200, Dist: "seq", Max: 1000, RefillMs: 3_600_000}},
+	{Name: "rollbig", Group: groupRollMem, PrefillLogs: true, About: "the largest logs: 100 keys whose logs hold 100001 entries 9 to 63 ms apart (written into the store before sluice starts), then ROLL.LIMIT k:<id> 7200000 100000 on them in turn, each call on a full log; sluice alone, 50 connections, pipeline 16",
+		W: workload{Command: cmdRollLimit, Conns: 50, Pipeline: 16, Requests: 5000, Keys: 100, Dist: "seq", Max: 100_000, RefillMs: 7_200_000}},
 }
 
 func findScenario(name string) (scenario, bool) {
@@ -113,8 +130,8 @@ func mainErr(args []string, stdout, stderr io.Writer) error {
 	fs.StringVar(&o.addr, "addr", "127.0.0.1:9049", "address of a running sluice (ignored with --spawn or --compare)")
 	fs.BoolVar(&o.spawn, "spawn", false, "build and start sluice with a fresh data directory, and report its CPU and peak RSS")
 	fs.StringVar(&o.serverFlags, "server-flags", "", "extra flags for the sluice the harness starts, e.g. \"--fsync always\"")
-	fs.StringVar(&o.compare, "compare", "", "also run the workload against redis-server, the Redis way of doing what its sluice command does (value: redis): for RL.PREDUCE, INCR and the EVALSHA token bucket; for CL.*, redis-cell and INCR+EXPIRE; for FW.*, INCR+EXPIRE, the same in MULTI/EXEC, and the EVALSHA fixed window")
-	fs.StringVar(&o.scenario, "scenario", "", "preset: "+strings.Join(scenarioNames(), ", ")+"; or all ("+strings.Join(groupNames(groupMain), ", ")+"); or limiters ("+strings.Join(groupNames(groupLimiters), ", ")+"); or sweep (the idle sweep, sluice alone)")
+	fs.StringVar(&o.compare, "compare", "", "also run the workload against redis-server, the Redis way of doing what its sluice command does (value: redis): for RL.PREDUCE, INCR and the EVALSHA token bucket; for CL.*, redis-cell and INCR+EXPIRE; for FW.*, INCR+EXPIRE, the same in MULTI/EXEC, and the EVALSHA fixed window; for ROLL.LIMIT, rolling-rate-limiter's MULTI of ZREMRANGEBYSCORE, ZADD, ZRANGE WITHSCORES and EXPIRE")
+	fs.StringVar(&o.scenario, "scenario", "", "preset: "+strings.Join(scenarioNames(), ", ")+"; or all ("+strings.Join(groupNames(groupMain), ", ")+"); or limiters ("+strings.Join(groupNames(groupLimiters), ", ")+"); or roll ("+strings.Join(groupNames(groupRoll), ", ")+"); or sweep (the idle sweep, sluice alone)")
 	fs.StringVar(&o.serverBin, "server-bin", "", "a sluice binary to start instead of building ./cmd/sluice")
 	fs.StringVar(&o.redisCell, "redis-cell", os.Getenv("SLUICE_BENCH_REDIS_CELL"), "with --compare redis: the redis-cell module (libredis_cell.so, built for the installed Redis) to load with --loadmodule for the CL.THROTTLE row; without it that row is skipped (env SLUICE_BENCH_REDIS_CELL)")
 	fs.BoolVar(&o.pin, "pin", false, "one core per server: start sluice and redis-server under taskset -c 0 and move the load generator to CPU 1 (needs 2 CPUs and taskset)")
@@ -177,10 +194,12 @@ func mainErr(args []string, stdout, stderr io.Writer) error {
 		list = group(groupMain)
 	case "limiters":
 		list = group(groupLimiters)
+	case "roll":
+		list = group(groupRoll)
 	default:
 		s, ok := findScenario(o.scenario)
 		if !ok {
-			return fmt.Errorf("--scenario %q: want one of %s, all, limiters or sweep", o.scenario, strings.Join(scenarioNames(), ", "))
+			return fmt.Errorf("--scenario %q: want one of %s, all, limiters, roll or sweep", o.scenario, strings.Join(scenarioNames(), ", "))
 		}
 		list = []scenario{s}
 	}
@@ -238,7 +257,17 @@ func (o options) overrides(w workload) workload {
 	if o.set["hit-pct"] {
 		w.HitPct = o.w.HitPct
 	}
-	w.Take, w.Max, w.RefillMs = o.w.Take, o.w.Max, o.w.RefillMs
+	// A preset's own limit and period (the sliding logs') hold unless the
+	// flag is given; the others take the flags' values.
+	if o.set["take"] || w.Take == 0 {
+		w.Take = o.w.Take
+	}
+	if o.set["max"] || w.Max == 0 {
+		w.Max = o.w.Max
+	}
+	if o.set["refill-ms"] || w.RefillMs == 0 {
+		w.RefillMs = o.w.RefillMs
+	}
 	return w
 }
 
@@ -308,8 +337,8 @@ func runScenario(o options, sc scenario, log io.Writer) (scenarioReport, error) 
 	rep := scenarioReport{Scenario: sc, Pinned: o.pin}
 	w := sc.W
 	fmt.Fprintf(log, "== %s: %s; %d requests\n", sc.Name, sc.About, w.Requests)
-	spawn := o.spawn || o.compare != ""
-	if o.compare == "redis" {
+	spawn := o.spawn || o.compare != "" || sc.PrefillLogs
+	if o.compare == "redis" && !sc.PrefillLogs {
 		if err := runRedis(o, &rep, log); err != nil {
 			return rep, err
 		}
@@ -337,9 +366,21 @@ func runScenario(o options, sc scenario, log io.Writer) (scenarioReport, error) 
 	}
 	rep.SluiceArgs = flags
 	dataDir := tmp + "/data"
+	if sc.PrefillLogs {
+		t0 := time.Now()
+		size, err := prefillLogs(dataDir, w)
+		if err != nil {
+			return rep, err
+		}
+		rep.Notes = append(rep.Notes, fmt.Sprintf("prefilled %d logs of %d entries (%d bytes each, %.1f MiB in all) in %.1f s, before sluice started",
+			w.Keys, w.Max+1, size, float64(size)*float64(w.Keys)/(1<<20), time.Since(t0).Seconds()))
+	}
 	ss, err := startSluice(o.serverWrap(), bin, dataDir, flags)
 	if err != nil {
 		return rep, err
+	}
+	if sc.PrefillLogs {
+		rep.Notes = append(rep.Notes, fmt.Sprintf("sluice's peak RSS after it opened the store, before the load: %.0f MiB", float64(ss.peakRSS())/(1<<20)))
 	}
 	var prof *profiler
 	if o.perfDir != "" {
