@@ -85,7 +85,8 @@ type Result struct {
 const NoRetry time.Duration = -1
 
 // Limit is a limit of one of sluice's kinds: FixedWindow, GCRA,
-// TokenBucket or SlidingLog. The set is closed: only this package's types implement it.
+// TokenBucket or SlidingLog. The set is closed: only this package's types
+// implement it.
 type Limit interface {
 	// Validate reports, without asking sluice, whether the limit's
 	// parameters are in the ranges sluice accepts.
