@@ -67,7 +67,8 @@ type Result struct {
 	// call; 0 <= Remaining <= Limit (except for Hit).
 	Remaining int64
 	// Used is what the window has counted after this call (for GCRA and
-	// token buckets, Limit - Remaining).
+	// token buckets, Limit - Remaining; for sliding logs, the actions in the
+	// interval, a lower bound when refused by count: see SlidingLog).
 	Used int64
 	// RetryAfter is, for a refused request, how long until it would be
 	// allowed. It is NoRetry when the request was allowed, or when waiting
