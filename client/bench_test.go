@@ -69,3 +69,18 @@ func BenchmarkGoRedisCommand(b *testing.B) {
 		}
 	}
 }
+
+// BenchmarkTakeSlidingLog: one ROLL.LIMIT Take, as BenchmarkTake; the
+// reply is allowed, 4 actions remaining.
+func BenchmarkTakeSlidingLog(b *testing.B) {
+	c := client.New(fakeRedis(b, "*5\r\n:0\r\n:0\r\n:0\r\n:0\r\n:4\r\n"), client.Config{})
+	ctx := context.Background()
+	lim := client.SlidingLog{Interval: 300 * time.Second, Max: 5}
+	b.ReportAllocs()
+	for b.Loop() {
+		res, err := c.Take(ctx, benchKey, lim, 1)
+		if err != nil || res.Remaining != 4 {
+			b.Fatal(res, err)
+		}
+	}
+}

@@ -5,10 +5,10 @@
 // answers every kind of limit with one Result.
 //
 // A limit is a value of one of the Limit types: FixedWindow (FW.*),
-// GCRA (redis-cell's CL.THROTTLE), TokenBucket (RL.*). Client.Take counts a
-// request against a key's limit, Client.Peek answers what Take would without
-// counting. Client.Sessionize, Client.Hit and Client.Del cover the rest of
-// the command families.
+// GCRA (redis-cell's CL.THROTTLE), TokenBucket (RL.*), SlidingLog (ROLL.*).
+// Client.Take counts a request against a key's limit, Client.Peek answers
+// what Take would without counting. Client.Sessionize, Client.Hit,
+// Client.ClearLog and Client.Del cover the rest of the command families.
 //
 // Every error is an *Error whose kind is one of ErrUnavailable, ErrAuth,
 // ErrArgument or ErrUnsupported, so that a caller can decide to fail open
@@ -60,14 +60,15 @@ type Result struct {
 	// allowed request has been counted.
 	Allowed bool
 	// Limit is the requests the limit allows at once: the window's limit,
-	// GCRA's burst, the token bucket's Max. It is 0 for Hit, whose limits
-	// are in the server's rule file.
+	// GCRA's burst, the token bucket's and the sliding log's Max. It is 0
+	// for Hit, whose limits are in the server's rule file.
 	Limit int64
 	// Remaining is the requests that would still be allowed now, after this
 	// call; 0 <= Remaining <= Limit (except for Hit).
 	Remaining int64
 	// Used is what the window has counted after this call (for GCRA and
-	// token buckets, Limit - Remaining).
+	// token buckets, Limit - Remaining; for sliding logs, the actions in the
+	// interval, a lower bound when refused by count: see SlidingLog).
 	Used int64
 	// RetryAfter is, for a refused request, how long until it would be
 	// allowed. It is NoRetry when the request was allowed, or when waiting
@@ -84,16 +85,17 @@ type Result struct {
 // when it was allowed.
 const NoRetry time.Duration = -1
 
-// Limit is a limit of one of sluice's kinds: FixedWindow, GCRA or
-// TokenBucket. The set is closed: only this package's types implement it.
+// Limit is a limit of one of sluice's kinds: FixedWindow, GCRA,
+// TokenBucket or SlidingLog. The set is closed: only this package's types
+// implement it.
 type Limit interface {
 	// Validate reports, without asking sluice, whether the limit's
 	// parameters are in the ranges sluice accepts.
 	Validate() error
 	// Quota is the requests the limit allows at once and the time it takes
-	// to allow as many again from nothing (the fixed window's length; for
-	// GCRA and token buckets, the time to refill from empty). It is what a
-	// RateLimit-Policy header announces.
+	// to allow as many again from nothing (the fixed window's length, the
+	// sliding log's interval; for GCRA and token buckets, the time to
+	// refill from empty). It is what a RateLimit-Policy header announces.
 	Quota() (limit int64, window time.Duration)
 	// call runs one Take (peek false) or Peek of n against key.
 	call(ctx context.Context, c *Client, key string, n int64, peek bool) (Result, error)
@@ -101,8 +103,8 @@ type Limit interface {
 
 // Take counts a request of n units (a cost; 1 for one request) against
 // key's limit and answers whether it is allowed. Refused requests of a
-// fixed window are counted too unless NoCountBlocked is set, as sluice
-// documents for each kind.
+// fixed window or a sliding log are counted too unless NoCountBlocked is
+// set, as sluice documents for each kind.
 func (c *Client) Take(ctx context.Context, key string, lim Limit, n int64) (Result, error) {
 	return lim.call(ctx, c, key, n, false)
 }

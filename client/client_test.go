@@ -159,6 +159,73 @@ func TestKindsOverRESP(t *testing.T) {
 		check(t, "RL.REDUCE with a 30-day period", res, err, want)
 	})
 
+	t.Run("SlidingLog", func(t *testing.T) {
+		// The spec's example: 3 per 10 ms, 2 ms apart; AT in µs.
+		l := client.SlidingLog{Interval: 10 * time.Millisecond, Max: 3, MinGap: 2 * time.Millisecond}
+		us := func(v int64) *client.Client {
+			return client.New(rdb, client.Config{Now: func() time.Time { return time.UnixMicro(v) }})
+		}
+		ms := func(v int64) time.Duration { return time.Duration(v) * time.Millisecond }
+		res, err := us(0).Take(ctx, "ex", l, 1)
+		want := client.Result{Allowed: true, Limit: 3, Remaining: 2, Used: 1, RetryAfter: client.NoRetry, ResetAfter: ms(10), ResetAt: time.UnixMicro(10000)}
+		check(t, "ROLL.LIMIT ex 10 3 MINDIFF 2 AT 0 -> [0,0,0,2,2]", res, err, want)
+		res, err = us(4000).Take(ctx, "ex", l, 1)
+		want = client.Result{Allowed: true, Limit: 3, Remaining: 1, Used: 2, RetryAfter: client.NoRetry, ResetAfter: ms(10), ResetAt: time.UnixMicro(14000)}
+		check(t, "AT 4000 -> [0,0,0,2,1]", res, err, want)
+		res, err = us(5000).Take(ctx, "ex", l, 1)
+		want = client.Result{Allowed: false, Limit: 3, Remaining: 0, Used: 3, RetryAfter: ms(5), ResetAfter: ms(10), ResetAt: time.UnixMicro(15000)}
+		check(t, "AT 5000 -> [1,0,1,5,0]: too close, recorded", res, err, want)
+		res, err = us(8000).Take(ctx, "ex", l, 1)
+		want = client.Result{Allowed: false, Limit: 3, Remaining: 0, Used: 4, RetryAfter: ms(6), ResetAfter: ms(10), ResetAt: time.UnixMicro(18000)}
+		check(t, "AT 8000 -> [1,1,0,6,0]: 4 in 10 ms", res, err, want)
+		// Peek records nothing: Used is the log's live actions (4000, 5000,
+		// 8000), ResetAfter the Interval, an upper bound.
+		res, err = us(11000).Peek(ctx, "ex", l, 1)
+		want = client.Result{Allowed: false, Limit: 3, Remaining: 0, Used: 3, RetryAfter: ms(4), ResetAfter: ms(10), ResetAt: time.UnixMicro(21000)}
+		check(t, "ROLL.WOULDLIMIT AT 11000 -> [1,1,0,4,0]", res, err, want)
+		res, err = us(17000).Peek(ctx, "ex", l, 1)
+		want = client.Result{Allowed: true, Limit: 3, Remaining: 1, Used: 1, RetryAfter: client.NoRetry, ResetAfter: ms(10), ResetAt: time.UnixMicro(27000)}
+		check(t, "ROLL.WOULDLIMIT AT 17000 -> [0,0,0,2,1]", res, err, want)
+		res, err = us(17000).Take(ctx, "ex", l, 0)
+		check(t, "Take of 0 looks as Peek", res, err, want)
+
+		// ROLL.CLEAR deletes the log only.
+		fw := client.FixedWindow{Limit: 5, Window: time.Second}
+		if _, err := us(17000).Take(ctx, "ex", fw, 1); err != nil {
+			t.Fatal(err)
+		}
+		if ok, err := us(17000).ClearLog(ctx, "ex"); !ok || err != nil {
+			t.Fatalf("ClearLog: %v, %v; want true", ok, err)
+		}
+		if ok, err := us(17000).ClearLog(ctx, "ex"); ok || err != nil {
+			t.Fatalf("ClearLog again: %v, %v; want false", ok, err)
+		}
+		res, err = us(17000).Peek(ctx, "ex", l, 1)
+		want = client.Result{Allowed: true, Limit: 3, Remaining: 2, Used: 0, RetryAfter: client.NoRetry, ResetAt: time.UnixMicro(17000)}
+		check(t, "Peek after ClearLog: an empty log", res, err, want)
+		if res, err := us(17000).Peek(ctx, "ex", fw, 1); err != nil || res.Used != 1 {
+			t.Errorf("the fixed window after ClearLog: %+v, %v; want it kept, Used 1", res, err)
+		}
+
+		// NoCountBlocked: the refusal at 5000 is not recorded, so 6000 is
+		// 2 ms after 4000 and allowed.
+		l.NoCountBlocked = true
+		for _, at := range []int64{0, 4000} {
+			if _, err := us(at).Take(ctx, "ncb", l, 1); err != nil {
+				t.Fatal(err)
+			}
+		}
+		res, err = us(5000).Take(ctx, "ncb", l, 1)
+		want = client.Result{Allowed: false, Limit: 3, Remaining: 0, Used: 2, RetryAfter: ms(5), ResetAfter: ms(10), ResetAt: time.UnixMicro(15000)}
+		check(t, "NoCountBlocked at 5000: refused, not recorded", res, err, want)
+		res, err = us(6000).Take(ctx, "ncb", l, 1)
+		want = client.Result{Allowed: true, Limit: 3, Remaining: 0, Used: 3, RetryAfter: client.NoRetry, ResetAfter: ms(10), ResetAt: time.UnixMicro(16000)}
+		check(t, "NoCountBlocked at 6000: allowed", res, err, want)
+		res, err = us(7000).Take(ctx, "ncb", l, 1)
+		want = client.Result{Allowed: false, Limit: 3, Remaining: 0, Used: 3, RetryAfter: ms(7), ResetAfter: ms(10), ResetAt: time.UnixMicro(17000)}
+		check(t, "NoCountBlocked at 7000: full and too close", res, err, want)
+	})
+
 	t.Run("Del", func(t *testing.T) {
 		c := client.New(rdb, client.Config{Now: at(t0)})
 		n, err := c.Del(ctx, "user:42", "user123", "never-seen")
@@ -268,12 +335,20 @@ func TestErrorKinds(t *testing.T) {
 			{client.GCRA{Count: 1, Period: 0}, 1, "GCRA.Period 0s"},
 			{client.TokenBucket{Max: 0, Refill: time.Second}, 1, "TokenBucket.Max 0"},
 			{client.TokenBucket{Max: 1, Refill: 30*24*time.Hour + time.Millisecond}, 1, "want at most 2147483647ms, or a whole number of seconds"},
+			{client.SlidingLog{Interval: 0, Max: 1}, 1, "SlidingLog.Interval 0s: want a whole number of milliseconds, at least 1ms"},
+			{client.SlidingLog{Interval: 1500 * time.Microsecond, Max: 1}, 1, "SlidingLog.Interval 1.5ms"},
+			{client.SlidingLog{Interval: time.Second, Max: 0}, 1, "SlidingLog.Max 0: want 1 to 100000"},
+			{client.SlidingLog{Interval: time.Second, Max: 100001}, 1, "SlidingLog.Max 100001: want 1 to 100000"},
+			{client.SlidingLog{Interval: time.Second, Max: 1, MinGap: -time.Millisecond}, 1, "SlidingLog.MinGap -1ms: want a whole number of milliseconds, 0 or more"},
+			{client.SlidingLog{Interval: time.Second, Max: 1, MinGap: 1500 * time.Microsecond}, 1, "SlidingLog.MinGap 1.5ms"},
+			{client.SlidingLog{Interval: time.Second, Max: 1}, 2, "cost 2: want 1 (one action per call), or 0"},
+			{client.SlidingLog{Interval: time.Second, Max: 1}, -1, "cost -1: want 1"},
 		} {
 			_, err := c.Take(ctx, "k", tc.lim, tc.n)
 			if !errors.Is(err, client.ErrArgument) || !strings.Contains(err.Error(), tc.want) {
 				t.Errorf("%+v take %d: %v; want ErrArgument saying %q", tc.lim, tc.n, err, tc.want)
 			}
-			if tc.n >= 0 && tc.lim.Validate() == nil {
+			if tc.n == 1 && tc.lim.Validate() == nil {
 				t.Errorf("%+v: Validate accepts it", tc.lim)
 			}
 		}

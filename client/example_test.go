@@ -69,6 +69,28 @@ func ExampleTokenBucket() {
 	fmt.Println(res.Allowed, res.Remaining)
 }
 
+// A sliding log (ROLL.LIMIT, the npm rolling-rate-limiter): at most 10
+// notifications a minute, 2 s apart. Take records one action per call.
+func ExampleSlidingLog() {
+	c := client.New(rdb, client.Config{})
+	lim := client.SlidingLog{Interval: time.Minute, Max: 10, MinGap: 2 * time.Second}
+	res, err := c.Take(context.Background(), "notify:user:42", lim, 1)
+	if err != nil {
+		log.Fatal(err)
+	}
+	if !res.Allowed {
+		fmt.Println("too soon; retry in", res.RetryAfter)
+	}
+}
+
+// ClearLog forgets a key's sliding log (ROLL.CLEAR); its other limits stay.
+func ExampleClient_ClearLog() {
+	c := client.New(rdb, client.Config{})
+	if _, err := c.ClearLog(context.Background(), "notify:user:42"); err != nil {
+		log.Fatal(err)
+	}
+}
+
 // Peek answers what Take would, without counting: to show a quota, or to
 // check before expensive work.
 func ExampleClient_Peek() {

@@ -440,6 +440,10 @@ func boxed(cmd string) any {
 		return "RL.PSESSIONIZE"
 	case "RL.SESSIONIZE":
 		return "RL.SESSIONIZE"
+	case "ROLL.LIMIT":
+		return "ROLL.LIMIT"
+	case "ROLL.WOULDLIMIT":
+		return "ROLL.WOULDLIMIT"
 	}
 	return cmd
 }

@@ -53,8 +53,9 @@ type Config struct {
 	Per      time.Duration
 	// Limit, instead of Requests and Per, is a limit of any kind:
 	// client.FixedWindow (with Stagger or NoCountBlocked),
-	// client.GCRA or client.TokenBucket. The response headers follow its
-	// decisions.
+	// client.GCRA, client.TokenBucket or client.SlidingLog (which counts
+	// one action per request: Cost 0 or 1). The response headers follow
+	// its decisions.
 	Limit client.Limit
 
 	// Identity returns the authenticated identity of the request's caller
@@ -96,8 +97,8 @@ type Config struct {
 
 	// Cost returns what a request counts for (a bulk request may count for
 	// several). Nil: 1. A cost of 0 checks the limit without counting; a
-	// negative cost is a bug, handled as a sluice error with FailClosed's
-	// choice.
+	// negative cost (or, with a client.SlidingLog, one above 1) is a bug,
+	// handled as a sluice error with FailClosed's choice.
 	Cost func(*http.Request) int64
 	// Skip returns true for requests that are not limited (health checks,
 	// static assets): they get no call to sluice and no headers.

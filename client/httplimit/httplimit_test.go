@@ -107,6 +107,27 @@ func checkResp(t *testing.T, what string, resp *http.Response, w want) {
 	}
 }
 
+// TestSlidingLogCountsRefused: "5 per 300 s" as a sliding log that records
+// refused requests (the default): five 200s, then 429s whose
+// X-RateLimit-Used is the client's lower bound, Max + 1 (the reply does
+// not say how many actions the log holds beyond Max).
+func TestSlidingLogCountsRefused(t *testing.T) {
+	_, rdb := startSluice(t)
+	srv := serve(t, httplimit.Config{
+		Client:   client.New(rdb, client.Config{Now: fixedClock}),
+		Limit:    client.SlidingLog{Interval: 300 * time.Second, Max: 5},
+		Identity: userOf,
+		Headers:  httplimit.BothHeaders,
+	})
+	for k := int64(1); k <= 7; k++ {
+		w := want{200, 5 - k, k, t0 + 300, 300, ""}
+		if k > 5 {
+			w = want{429, 0, 6, t0 + 300, 300, "300"}
+		}
+		checkResp(t, fmt.Sprintf("alice's request %d", k), get(t, srv, "X-User", "alice"), w)
+	}
+}
+
 // TestFiveEveryFiveMinutes is the issue's scenario, for each kind: a real
 // sluice, the middleware in front of an httptest server, "5 per 300 s per
 // user". Seven requests of one user: five 200s with X-RateLimit-Remaining
@@ -142,6 +163,14 @@ func TestFiveEveryFiveMinutes(t *testing.T) {
 		{"token bucket", client.TokenBucket{Max: 5, Refill: 300 * time.Second}, func(k int64) want {
 			// 5 tokens, all refilled every 300 s: the client reckons the
 			// refill from now (an upper bound, see client.TokenBucket).
+			if k <= 5 {
+				return want{200, 5 - k, k, t0 + 300, 300, ""}
+			}
+			return want{429, 0, 5, t0 + 300, 300, "300"}
+		}},
+		{"sliding log", client.SlidingLog{Interval: 300 * time.Second, Max: 5, NoCountBlocked: true}, func(k int64) want {
+			// Five actions at t0 fill the log until t0+300; refused ones
+			// are not recorded, so the log stays at five.
 			if k <= 5 {
 				return want{200, 5 - k, k, t0 + 300, 300, ""}
 			}
