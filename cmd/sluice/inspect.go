@@ -51,22 +51,8 @@ func newInspectFlagSet(cfg *inspectConfig, stderr io.Writer) *flag.FlagSet {
 func runInspect(args []string, lookupEnv func(string) (string, bool), stdout, stderr io.Writer) error {
 	var cfg inspectConfig
 	fs := newInspectFlagSet(&cfg, stderr)
-	var envErr error
-	fs.VisitAll(func(f *flag.Flag) {
-		if v, ok := lookupEnv(envName(f.Name)); ok && envErr == nil {
-			if err := fs.Set(f.Name, v); err != nil {
-				envErr = fmt.Errorf("environment variable %s=%q: %w", envName(f.Name), v, err)
-			}
-		}
-	})
-	if envErr != nil {
-		return envErr
-	}
-	if err := fs.Parse(args); err != nil {
+	if err := parseSubcommand(fs, args, lookupEnv); err != nil {
 		return err
-	}
-	if fs.NArg() > 0 {
-		return fmt.Errorf("unexpected argument %q: sluice inspect takes only flags", fs.Arg(0))
 	}
 	if cfg.format != "text" && cfg.format != "json" {
 		return fmt.Errorf("--format %q: want text or json", cfg.format)
