@@ -611,3 +611,44 @@ func FuzzParseRoll(f *testing.F) {
 		}
 	})
 }
+
+// A long pipeline of writes is committed in pieces of at most a quarter of
+// the commit queue's byte bound (--commit-queue-memory), not held whole in
+// memory until it ends, however large its values (sliding logs can be
+// hundreds of KB). In --fsync always each commit is a round of its own: 200
+// writes of about 300 bytes each (entry charge included) against an 8 KiB
+// bound, pieces of 2 KiB, take dozens of rounds; arriving in one or two
+// reads, the pipeline used to be committed in one or two.
+func TestPipelineCommitsLargeWritesInPieces(t *testing.T) {
+	ctx := context.Background()
+	store, err := storage.Open(t.TempDir(), StoreOptions(storage.Options{Sync: storage.SyncAlways, MaxQueuedBytes: 8 << 10}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv, err := New(Config{Store: store, SweepInterval: -1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	serveOn(t, srv, store)
+	c := newClient(t, srv)
+	before := store.Stats().Rounds
+	p := c.Pipeline()
+	cmds := make([]*redis.Cmd, 200)
+	for i := range cmds {
+		cmds[i] = p.Do(ctx, "ROLL.LIMIT", "k"+strconv.Itoa(i), 60000, 10, "AT", 1_700_000_000_000_000)
+	}
+	if _, err := p.Exec(ctx); err != nil {
+		t.Fatal(err)
+	}
+	for i, cmd := range cmds {
+		if v, err := cmd.Int64Slice(); err != nil || v[0] != 0 {
+			t.Fatalf("command %d: %v, %v", i, v, err)
+		}
+	}
+	if rounds := store.Stats().Rounds - before; rounds < 20 {
+		t.Errorf("200 writes were committed in %d rounds, want at least 20: pieces of a quarter of the queue's bytes", rounds)
+	}
+	if got := dbSize(t, c); got != 200 {
+		t.Errorf("DBSIZE = %d, want 200", got)
+	}
+}

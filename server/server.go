@@ -453,7 +453,10 @@ func (s *Server) execAll(cn *conn, cmds []byte) (n int) {
 			cn.evict()
 			break
 		}
-		if len(c.out) >= replyChunk && !cn.commitAndSend() {
+		// Replies go out in chunks, and writes are committed in chunks too:
+		// a pipeline of large sliding logs must not hold more than a
+		// quarter of --commit-queue-memory before the committer sees it.
+		if (len(c.out) >= replyChunk || c.batch.Full()) && !cn.commitAndSend() {
 			c.quit = true
 			break
 		}

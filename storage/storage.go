@@ -1107,6 +1107,15 @@ func (b *Batch) Pending() bool { return len(b.ends) > 0 }
 // Len returns how many changes the Batch holds.
 func (b *Batch) Len() int { return len(b.ends) }
 
+// Full reports whether the Batch holds a quarter of the commit queue's
+// bounds (MaxQueued, MaxQueuedBytes) or more: a caller that keeps adding to
+// it, as a long pipeline does, should commit it now, so that what waits in
+// memory for the committer stays near the bounds however large the values.
+func (b *Batch) Full() bool {
+	o := &b.s.opts
+	return len(b.ends) >= o.MaxQueued/4 || b.bytes >= o.MaxQueuedBytes/4
+}
+
 // Commit hands the Batch's changes to the committer and returns when they
 // are as durable as the mode promises: fsynced for SyncAlways; queued for the
 // others, blocking only while the queue is full. It empties the Batch.
@@ -1122,7 +1131,9 @@ func (b *Batch) Commit() error {
 	// committer cannot drain the queue: queue anyway rather than wait, since
 	// the changes are already visible and modify refuses new ones, and tell
 	// the caller.
-	for (len(q.ends) >= s.opts.MaxQueued || q.bytes >= s.opts.MaxQueuedBytes) && !q.closing && s.guard.failing.Load() == 0 && s.failed.Load() == nil {
+	// A batch waits until it fits beside what is queued; one that does not
+	// fit even an empty queue goes in once the queue is empty.
+	for len(q.ends) > 0 && (len(q.ends)+len(b.ends) > s.opts.MaxQueued || q.bytes+b.bytes > s.opts.MaxQueuedBytes) && !q.closing && s.guard.failing.Load() == 0 && s.failed.Load() == nil {
 		q.done.Wait()
 	}
 	if q.stopped {
