@@ -247,10 +247,12 @@ func (m *middleware) wrap(next http.Handler) http.Handler {
 		}
 		res, err := m.c.Take(r.Context(), m.keyOf(r), m.limit, cost)
 		if err != nil {
-			if r.Context().Err() != nil {
-				// The request itself was cancelled (its client went away,
-				// or a timeout handler has answered): nobody is waiting
-				// for a response, and sluice is not to blame.
+			if errors.Is(r.Context().Err(), context.Canceled) {
+				// The request itself was cancelled (its client went
+				// away): nobody is waiting for a response, and sluice is
+				// not to blame. A deadline is another matter: a client
+				// may still wait behind it, and returning here would
+				// answer it an empty 200, so the fail mode decides.
 				return
 			}
 			m.failed(r.Context(), err)

@@ -397,6 +397,31 @@ func TestRequestCancelled(t *testing.T) {
 	}
 }
 
+// TestRequestDeadline: a request whose context passed a deadline (a
+// timeout in front of the middleware) goes by the fail mode: 503 when
+// failing closed, the handler when failing open; never an empty 200.
+func TestRequestDeadline(t *testing.T) {
+	for _, failClosed := range []bool{false, true} {
+		c := client.New(redis.NewClient(&redis.Options{Addr: "127.0.0.1:1"}), client.Config{})
+		mw, err := httplimit.New(httplimit.Config{Client: c, Requests: 5, Per: time.Minute, FailClosed: failClosed, Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
+		if err != nil {
+			t.Fatal(err)
+		}
+		called := false
+		h := mw(http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) { called = true; w.Write([]byte("handler ran")) }))
+		ctx, cancel := context.WithDeadline(context.Background(), time.Unix(0, 0))
+		rec := httptest.NewRecorder()
+		h.ServeHTTP(rec, httptest.NewRequest("GET", "/", nil).WithContext(ctx))
+		cancel()
+		switch {
+		case failClosed && (called || rec.Code != http.StatusServiceUnavailable):
+			t.Errorf("fail closed, deadline passed: handler called %v, status %d; want 503", called, rec.Code)
+		case !failClosed && (!called || rec.Body.String() != "handler ran"):
+			t.Errorf("fail open, deadline passed: handler called %v, body %q; want the handler's response", called, rec.Body)
+		}
+	}
+}
+
 // TestSluiceDown: sluice killed, in both fail modes.
 func TestSluiceDown(t *testing.T) {
 	p, rdb := startSluice(t)
