@@ -124,13 +124,21 @@ func TestBackupOverHTTP(t *testing.T) {
 	if len(files) != 1 || !strings.HasPrefix(filepath.Base(files[0]), "sluice-") || !strings.HasSuffix(files[0], ".tar") {
 		t.Fatalf("--out %s/ made %v, want one sluice-<time>.tar", outDir, files)
 	}
+	// It is another checkpoint than the one in --dir, taken later, so its
+	// log files may differ (Pebble may have rotated its log meanwhile): it
+	// must hold a store's files in one directory, whatever their number.
 	names := tarNames(t, files[0])
-	entries, err := os.ReadDir(restored)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if len(names) != len(entries) {
-		t.Errorf("--out holds %d files %v, --dir %d", len(names), names, len(entries))
+	dir := strings.TrimSuffix(filepath.Base(files[0]), ".tar")
+	for _, want := range []string{"MANIFEST-", "OPTIONS-", "marker.manifest."} {
+		found := false
+		for _, n := range names {
+			if strings.HasPrefix(n, dir+"/") && strings.HasPrefix(strings.TrimPrefix(n, dir+"/"), want) {
+				found = true
+			}
+		}
+		if !found {
+			t.Errorf("--out holds %v: no %s* file in %s/", names, want, dir)
+		}
 	}
 
 	// Restore into a second server.
