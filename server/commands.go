@@ -83,8 +83,8 @@ type command struct {
 	// first, last, step locate key arguments, as COMMAND reports them.
 	first, last, step int
 	run               func(s *Server, c *client, args [][]byte)
-	// doc is the COMMAND DOCS record; commands without one are left out of
-	// it, and clients fall back to their own help.
+	// doc is the COMMAND DOCS record; every command has one (builtinDocs
+	// fills those the table leaves nil).
 	doc *cmdDoc
 
 	idx  int // position in the table, and in each client's tally
@@ -139,6 +139,9 @@ func commandTable() map[string]*command {
 	}
 	m := make(map[string]*command, len(list))
 	for i, c := range list {
+		if c.doc == nil {
+			c.doc = builtinDocs[c.name]
+		}
 		c.idx = i
 		m[c.name] = c
 	}
@@ -632,7 +635,7 @@ func cmdCommand(s *Server, c *client, args [][]byte) {
 			"COUNT", "    Return the total number of commands.",
 			"LIST", "    Return the names of all commands.",
 			"INFO <command-name> [<command-name> ...]", "    Return details about the named commands.",
-			"DOCS [<command-name> ...]", "    Return documentation records of the CL.*, FW.* and DEL commands (the others: see docs/protocol.md).",
+			"DOCS [<command-name> ...]", "    Return documentation records (summary, since, group, arguments) of every command, or of the named ones.",
 		}
 		c.out = appendHelp(c.out, lines)
 	case "docs":
@@ -671,6 +674,11 @@ type cmdDoc struct {
 	args    []docArg
 }
 
+// docSince is every record's "since": the sluice version a command first
+// appeared in is not tracked, and redis-cli only prints the field in HELP,
+// so every command says it has been there since the first release.
+const docSince = "1.0.0"
+
 // docArg is one argument of a cmdDoc, in Redis' terms: typ is "key",
 // "integer", "unix-time" or "pure-token"; token is the keyword before the
 // value, if any.
@@ -680,9 +688,11 @@ type docArg struct {
 }
 
 func (d *cmdDoc) append(b []byte, r3 bool) []byte {
-	b = appendMap(b, 3, r3)
+	b = appendMap(b, 4, r3)
 	b = appendBulkString(b, "summary")
 	b = appendBulkString(b, d.summary)
+	b = appendBulkString(b, "since")
+	b = appendBulkString(b, docSince)
 	b = appendBulkString(b, "group")
 	b = appendBulkString(b, d.group)
 	b = appendBulkString(b, "arguments")
