@@ -397,3 +397,71 @@ func TestReadPassword(t *testing.T) {
 		}
 	}
 }
+
+// redis-cli's interactive HELP shows an RL.* command's summary and
+// arguments, built from COMMAND DOCS (issue 19). redis-cli runs under a
+// pseudo-terminal from script(1); its line editor asks the terminal for the
+// cursor position (ESC [6n) twice before each prompt (the terminal's width,
+// then the cursor), so the test answers both and sends the next line only
+// after the second: input sent earlier would be read as the answer.
+func TestRedisCLIHelp(t *testing.T) {
+	cli, err := exec.LookPath("redis-cli")
+	if err == nil {
+		_, err = exec.LookPath("script")
+	}
+	if err != nil {
+		if os.Getenv("CI") != "" {
+			t.Fatal("redis-cli or script is missing; .ci/run installs them (redis-tools, util-linux)")
+		}
+		t.Skip("redis-cli or script not installed")
+	}
+	p := startProc(t, t.TempDir())
+	_, port, _ := strings.Cut(p.addr, ":")
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute) // a hang fails, not blocks the suite
+	defer cancel()
+	cmd := exec.CommandContext(ctx, "script", "-qc", cli+" -p "+port, "/dev/null")
+	in, err := cmd.StdinPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	out, err := cmd.StdoutPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	lines := []string{"HELP RL.REDUCE", "quit"}
+	var got []byte
+	buf := make([]byte, 4096)
+	seen, queries := 0, 0
+	for {
+		n, err := out.Read(buf)
+		got = append(got, buf[:n]...)
+		for {
+			i := bytes.Index(got[seen:], []byte("\x1b[6n"))
+			if i < 0 {
+				break
+			}
+			seen += i + 4
+			queries++
+			reply := "\x1b[1;1R"
+			if queries%2 == 0 && len(lines) > 0 { // the second query of a prompt: it is up
+				reply += lines[0] + "\r"
+				lines = lines[1:]
+			}
+			io.WriteString(in, reply)
+		}
+		if err != nil {
+			break
+		}
+	}
+	in.Close()
+	cmd.Wait()
+	text := string(got)
+	for _, want := range []string{"RL.REDUCE", "key max refill_s [REFILL refill] [TAKE take] [AT unix_s] [STRICT]", "summary:", "Takes TAKE tokens", "group:", "rate-limit"} {
+		if !strings.Contains(text, want) {
+			t.Errorf("redis-cli HELP RL.REDUCE lacks %q:\n%q", want, text)
+		}
+	}
+}
