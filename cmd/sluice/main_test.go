@@ -411,7 +411,7 @@ func TestRedisCLIHelp(t *testing.T) {
 	}
 	if err != nil {
 		if os.Getenv("CI") != "" {
-			t.Fatal("redis-cli or script is missing; .ci/run installs them (redis-tools, util-linux)")
+			t.Fatal("redis-cli or script is missing; .ci/run installs them (redis-tools, bsdutils)")
 		}
 		t.Skip("redis-cli or script not installed")
 	}
