@@ -212,8 +212,6 @@ func UpgradeKey(dst, k []byte) (newKey []byte, moved bool, err error) {
 type Kind struct {
 	ID   byte   // the kind byte of its keys
 	Name string // in INFO keyspace, metrics and sluice inspect
-	// Commands names the commands that read and write it, for documentation.
-	Commands string
 	// Class is the kind's storage class, 1 or more: see Class.
 	Class int
 	// HasClientKey is false for kinds whose records belong to no client
@@ -251,15 +249,15 @@ func (r Record) Describe(v []byte, now int64) (Description, error) {
 }
 
 var kinds = []*Kind{
-	{ID: KindBucket, Name: "bucket", Commands: "RL.REDUCE, RL.GET, RL.SESSIONIZE", Class: 1, HasClientKey: true,
+	{ID: KindBucket, Name: "bucket", Class: 1, HasClientKey: true,
 		split: splitBucket, idle: idleBucket, describe: describeBucket},
-	{ID: KindCounter, Name: "divvy", Commands: "HIT", Class: 2,
+	{ID: KindCounter, Name: "divvy", Class: 2,
 		split: splitCounter, idle: idleCounter, describe: describeCounter},
-	{ID: KindGCRA, Name: "gcra", Commands: "CL.THROTTLE, CL.PTHROTTLE", Class: 3, HasClientKey: true,
+	{ID: KindGCRA, Name: "gcra", Class: 3, HasClientKey: true,
 		split: func([]byte) (int, bool) { return 0, true }, idle: idleGCRA, describe: describeGCRA},
-	{ID: KindWindow, Name: "window", Commands: "FW.INCR, FW.PINCR", Class: 4, HasClientKey: true,
+	{ID: KindWindow, Name: "window", Class: 4, HasClientKey: true,
 		split: splitWindow, idle: idleWindow, describe: describeWindow},
-	{ID: KindLog, Name: "log", Commands: "ROLL.LIMIT, ROLL.WOULDLIMIT, ROLL.CLEAR", Class: 5, HasClientKey: true,
+	{ID: KindLog, Name: "log", Class: 5, HasClientKey: true,
 		split: func([]byte) (int, bool) { return 0, true }, idle: idleLog, describe: describeLog},
 }
 

@@ -21,6 +21,10 @@ var delDoc = &cmdDoc{
 	args:    []docArg{{name: "key", typ: "key", multiple: true}},
 }
 
+// Every kind's class must be one the store counts apart (an array of
+// negative length does not compile).
+var _ [storage.MaxClasses - 1 - keyspace.MaxClass]struct{}
+
 // delMutator deletes a record that exists, and notes that it did.
 type delMutator struct{ deleted bool }
 
