@@ -7,6 +7,9 @@
 FROM --platform=$BUILDPLATFORM golang:1.26 AS build
 WORKDIR /src
 COPY go.mod go.sum ./
+# go.mod replaces the client module by ./client (the server uses two of its
+# standard-library-only packages), so its go.mod is needed to download.
+COPY client/go.mod client/go.sum ./client/
 RUN go mod download
 COPY . .
 ARG TARGETOS

@@ -7,6 +7,7 @@ require (
 	github.com/cockroachdb/pebble/v2 v2.1.7
 	github.com/prometheus/client_golang v1.25.0
 	github.com/redis/go-redis/v9 v9.23.0
+	github.com/sluicehq/sluice/client v0.0.0-00010101000000-000000000000
 	gonum.org/v1/plot v0.16.0
 	k8s.io/api v0.37.2
 	k8s.io/apimachinery v0.37.2
@@ -85,3 +86,5 @@ require (
 	sigs.k8s.io/randfill v1.0.0 // indirect
 	sigs.k8s.io/structured-merge-diff/v6 v6.4.2 // indirect
 )
+
+replace github.com/sluicehq/sluice/client => ./client

@@ -56,6 +56,7 @@ func (s *Server) initMetrics() {
 	h.reg.MustRegister(
 		h.batchSeconds,
 		h.hitSeconds,
+		s.check.seconds,
 		build,
 		(*serverCollector)(s),
 		collectors.NewGoCollector(),
@@ -223,7 +224,7 @@ var (
 	descSweepRunning  = prometheus.NewDesc("sluice_sweep_running", "1 while a sweep pass runs.", nil, nil)
 	descSweepLast     = prometheus.NewDesc("sluice_sweep_last_end_timestamp_seconds", "Unix time the last sweep pass ended; 0 before the first.", nil, nil)
 	descSweepDuration = prometheus.NewDesc("sluice_sweep_last_duration_seconds", "Duration of the last sweep pass.", nil, nil)
-	descDivvyHits     = prometheus.NewDesc("divvy_hits_total", "Hits by outcome (accepted, rejected, canary-accepted, canary-rejected) and the label of the rule that gave it, over RESP and the line protocol.", []string{"status", "rule_label"}, nil)
+	descDivvyHits     = prometheus.NewDesc("divvy_hits_total", "Hits by outcome (accepted, rejected, canary-accepted, canary-rejected) and the label of the rule that gave it, over RESP, the line protocol and /check.", []string{"status", "rule_label"}, nil)
 	descDivvyErrors   = prometheus.NewDesc("divvy_errors_total", "ERR replies of the line protocol, by code; each closes its connection.", []string{"code"}, nil)
 	descDivvyConns    = prometheus.NewDesc("divvy_tcp_connections_total", "Line-protocol connections open now (a gauge, named as divvy named it).", nil, nil)
 	descDivvyAccepted = prometheus.NewDesc("sluice_divvy_connections_total", "Line-protocol connections accepted.", nil, nil)
@@ -341,6 +342,7 @@ func (sc *serverCollector) Collect(ch chan<- prometheus.Metric) {
 	}
 	gauge(descPolicyRules, rules)
 	gauge(descPolicyLoaded, loaded)
+	s.collectCheck(ch)
 	counter(descPolicyReloads, ps.reloads.Load(), "ok")
 	counter(descPolicyReloads, ps.reloadFailures.Load(), "failed")
 }

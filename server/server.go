@@ -74,6 +74,9 @@ type Config struct {
 	// a rate limiter usually treat as a denial.
 	AllowOnStoreError bool
 
+	// Check configures the forward-auth endpoint (ServeCheck).
+	Check CheckConfig
+
 	// Password, when set, must be given with AUTH or HELLO ... AUTH before
 	// any command other than AUTH, HELLO, PING and QUIT, as with Redis'
 	// requirepass (user "default").
@@ -187,6 +190,7 @@ type Server struct {
 	lastSave atomic.Int64 // unix seconds of the last CHECKPOINT, or of the start
 	pol      policyState
 	divvy    divvyState
+	check    checkState
 	adm      admission
 	authLog  authLog
 
@@ -299,6 +303,7 @@ func New(cfg Config) (*Server, error) {
 		}
 	}
 	s.cmds = commandTable()
+	s.initCheck()
 	s.initMetrics()
 	s.done = make(chan struct{})
 	s.after = time.After
@@ -363,6 +368,7 @@ func (s *Server) Close() error {
 	defer close(s.done)
 	defer s.authLog.stop(s)
 	defer s.closeHTTP() // last: /readyz answers 503 while connections drain
+	s.closeCheck()      // first: its requests finish before the store may close
 	s.stopSweeper()     // also ends a running COMPACT early
 	divvyDone := make(chan struct{})
 	go func() {

@@ -2,137 +2,22 @@ package httplimit
 
 import (
 	"net/netip"
-	"strings"
+
+	"github.com/sluicehq/sluice/client/clientip"
 )
 
 // ClientIP returns the address of the client a request comes from, given
 // the request's RemoteAddr (the TCP peer, "host:port"), its
 // X-Forwarded-For field lines in order, and the proxies trusted to append
-// to X-Forwarded-For.
-//
-// A peer that is not a trusted proxy is the client, whatever the request
-// says: anyone can send an X-Forwarded-For. A trusted peer appended the
-// address it received the request from to the end of the field, so the
-// entries are read from right to left, through trusted proxies only: the
-// first entry that is not a trusted proxy is the client. The leftmost entry
-// is never taken blindly; it is the client only when every hop to its
-// right is trusted. An entry that is not an address (garbage, "unknown",
-// an obfuscated name) stops the walk at the trusted hop to its right,
-// which is then keyed as the client, since nothing left of it can be
-// believed. Entries may carry a port and IPv6 brackets
-// ("[2001:db8::1]:443"). IPv4-mapped IPv6 addresses are returned as IPv4,
-// and zones are dropped.
-//
-// It returns the zero Addr when RemoteAddr is not an IP address (a Unix
-// socket).
+// to X-Forwarded-For: the rightmost address that is not a trusted proxy,
+// reading through trusted proxies only. See clientip.Resolve, which it
+// calls, for the details.
 func ClientIP(remoteAddr string, forwardedFor []string, trusted []netip.Prefix) netip.Addr {
-	peer := parseAddr(remoteAddr)
-	if !peer.IsValid() || !contains(trusted, peer) {
-		return peer
-	}
-	client := peer
-	for i := len(forwardedFor) - 1; i >= 0; i-- {
-		line := forwardedFor[i]
-		for {
-			entry := line
-			j := strings.LastIndexByte(line, ',')
-			if j >= 0 {
-				entry, line = line[j+1:], line[:j]
-			}
-			entry = strings.TrimSpace(entry)
-			if entry != "" {
-				a := parseAddr(entry)
-				if !a.IsValid() {
-					return client
-				}
-				client = a
-				if !contains(trusted, a) {
-					return a
-				}
-			}
-			if j < 0 {
-				break
-			}
-		}
-	}
-	return client
-}
-
-// parseAddr parses "ip", "ipv4:port", "[ipv6]" or "[ipv6]:port". It
-// picks the form by its colons before parsing: netip's parse errors
-// allocate, and RemoteAddr always carries a port.
-func parseAddr(s string) netip.Addr {
-	if s == "" {
-		return netip.Addr{}
-	}
-	if s[0] == '[' {
-		end := strings.IndexByte(s, ']')
-		if end < 0 || (end+1 < len(s) && (s[end+1] != ':' || !isPort(s[end+2:]))) {
-			return netip.Addr{}
-		}
-		a, err := netip.ParseAddr(s[1:end])
-		if err != nil || !a.Is6() {
-			return netip.Addr{}
-		}
-		return norm(a)
-	}
-	v4port := false
-	if i := strings.IndexByte(s, ':'); i >= 0 && strings.IndexByte(s[i+1:], ':') < 0 {
-		if !isPort(s[i+1:]) {
-			return netip.Addr{}
-		}
-		s, v4port = s[:i], true
-	}
-	a, err := netip.ParseAddr(s)
-	if err != nil || (v4port && !a.Is4()) {
-		return netip.Addr{}
-	}
-	return norm(a)
-}
-
-func isPort(s string) bool {
-	if s == "" || len(s) > 5 {
-		return false
-	}
-	for i := 0; i < len(s); i++ {
-		if s[i] < '0' || s[i] > '9' {
-			return false
-		}
-	}
-	return true
-}
-
-func norm(a netip.Addr) netip.Addr { return a.Unmap().WithZone("") }
-
-func contains(prefixes []netip.Prefix, a netip.Addr) bool {
-	for _, p := range prefixes {
-		if p.Contains(a) {
-			return true
-		}
-	}
-	return false
+	return clientip.Resolve(remoteAddr, forwardedFor, trusted)
 }
 
 // AppendIPKey appends the part of a rate-limit key that names the client
-// address a: the address itself for IPv4 with v4Bits 32, else the network
-// of v4Bits (IPv4) or v6Bits (IPv6) around it, as a prefix
-// ("2001:db8:1:2::/64"). One IPv6 customer usually holds a whole /64, so
-// keying single IPv6 addresses would let them rotate through 2^64 limits.
-// An invalid a appends "unknown".
+// address a: see clientip.AppendKey, which it calls.
 func AppendIPKey(b []byte, a netip.Addr, v4Bits, v6Bits int) []byte {
-	if !a.IsValid() {
-		return append(b, "unknown"...)
-	}
-	bits := v6Bits
-	if a.Is4() {
-		bits = v4Bits
-	}
-	if bits >= a.BitLen() {
-		return a.AppendTo(b)
-	}
-	p, err := a.Prefix(bits)
-	if err != nil {
-		return a.AppendTo(b)
-	}
-	return p.AppendTo(b)
+	return clientip.AppendKey(b, a, v4Bits, v6Bits)
 }

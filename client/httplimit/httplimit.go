@@ -36,6 +36,8 @@ import (
 	"time"
 
 	"github.com/sluicehq/sluice/client"
+	"github.com/sluicehq/sluice/client/clientip"
+	"github.com/sluicehq/sluice/client/ratelimitheader"
 )
 
 // Config holds the middleware's settings. Client and a limit (Requests and
@@ -134,7 +136,7 @@ type middleware struct {
 	prefix     string
 	trusted    []netip.Prefix
 	v4, v6     int
-	fields     fields
+	fields     *ratelimitheader.Fields
 	cost       func(*http.Request) int64
 	skip       func(*http.Request) bool
 	failClosed bool
@@ -201,17 +203,11 @@ func newMiddleware(cfg Config) (*middleware, error) {
 	if m.v6 < 1 || m.v6 > 128 {
 		return nil, errors.New("httplimit: IPv6Bits " + strconv.Itoa(m.v6) + ": want 1 to 128")
 	}
-	for _, p := range cfg.TrustedProxies {
-		if !p.IsValid() {
-			return nil, errors.New("httplimit: TrustedProxies holds an invalid prefix")
-		}
-		// IPv4 peers are compared unmapped, so ::ffff:a.b.c.d/n is
-		// a.b.c.d/(n-96).
-		if p.Addr().Is4In6() && p.Bits() >= 96 {
-			p = netip.PrefixFrom(p.Addr().Unmap(), p.Bits()-96)
-		}
-		m.trusted = append(m.trusted, p.Masked())
+	trusted, err := clientip.Trusted(cfg.TrustedProxies)
+	if err != nil {
+		return nil, errors.New("httplimit: TrustedProxies holds an invalid prefix")
 	}
+	m.trusted = trusted
 	if m.log == nil {
 		m.log = slog.Default()
 	}
@@ -219,7 +215,6 @@ func newMiddleware(cfg Config) (*middleware, error) {
 	if name == "" {
 		name = "default"
 	}
-	var err error
 	if m.fields, err = newFields(cfg.Headers, name, lim); err != nil {
 		return nil, err
 	}
@@ -263,7 +258,7 @@ func (m *middleware) wrap(next http.Handler) http.Handler {
 			next.ServeHTTP(w, r)
 			return
 		}
-		m.fields.set(w.Header(), res)
+		m.fields.Set(w.Header(), ratelimitheader.Result(res))
 		if !res.Allowed {
 			m.write(w, http.StatusTooManyRequests, m.tooManyType, m.tooMany)
 			return
@@ -297,11 +292,11 @@ func (m *middleware) keyOf(r *http.Request) string {
 	if id != "" {
 		return m.prefix + "user:" + id
 	}
-	a := ClientIP(r.RemoteAddr, r.Header["X-Forwarded-For"], m.trusted)
+	a := clientip.Resolve(r.RemoteAddr, r.Header["X-Forwarded-For"], m.trusted)
 	var buf [96]byte
 	b := append(buf[:0], m.prefix...)
 	b = append(b, "ip:"...)
-	b = AppendIPKey(b, a, m.v4, m.v6)
+	b = clientip.AppendKey(b, a, m.v4, m.v6)
 	return string(b)
 }
 

@@ -101,6 +101,8 @@ type config struct {
 	divvyMaxLine     byteSize
 	divvyMaxPipeline int
 	divvyTimeout     int
+
+	check checkFlags
 }
 
 func newFlagSet(cfg *config, stderr io.Writer) *flag.FlagSet {
@@ -158,6 +160,7 @@ func newFlagSet(cfg *config, stderr io.Writer) *flag.FlagSet {
 	fs.Var(&cfg.divvyMaxLine, "divvy-max-line", "longest line the divvy line protocol accepts")
 	fs.IntVar(&cfg.divvyMaxPipeline, "divvy-max-pipeline", server.DefaultDivvyMaxPipeline, "most HIT lines of one divvy connection executed before their replies are sent and more are read")
 	fs.IntVar(&cfg.divvyTimeout, "divvy-timeout", 300, "close a divvy connection idle for this many seconds; 0 never does")
+	addCheckFlags(fs, &cfg.check)
 	fs.BoolVar(&cfg.showVersion, "version", false, "print the version and exit")
 	fs.Usage = func() {
 		fmt.Fprintf(fs.Output(), "Usage: sluice [flags]\n       sluice inspect [flags]   (lists stored records offline; see sluice inspect --help)\n       sluice health [flags]    (exits 0 when a server is ready, for a HEALTHCHECK; see sluice health --help)\n       sluice backup [flags]    (takes a backup of a running server over HTTP; see sluice backup --help)\n\nsluice is a persistent rate-limit server that speaks the Redis protocol.\nEvery flag can also be set with the environment variable shown; a flag on\nthe command line wins.\n\n")
@@ -263,6 +266,9 @@ func parseConfig(args []string, lookupEnv func(string) (string, bool), stderr io
 	}
 	if cfg.onStoreError != "deny" && cfg.onStoreError != "allow" {
 		return cfg, fmt.Errorf("--on-store-error %q: want deny or allow", cfg.onStoreError)
+	}
+	if err := cfg.check.validate(cfg.policyFile); err != nil {
+		return cfg, err
 	}
 	return cfg, nil
 }
@@ -407,6 +413,8 @@ func runReloading(ctx context.Context, hup <-chan os.Signal, args []string, look
 		DivvyMaxLine:     int(cfg.divvyMaxLine),
 		DivvyMaxPipeline: cfg.divvyMaxPipeline,
 		DivvyIdleTimeout: time.Duration(cfg.divvyTimeout) * time.Second,
+
+		Check: cfg.check.serverConfig(),
 	})
 	if err != nil {
 		store.Close()
@@ -436,15 +444,30 @@ func runReloading(ctx context.Context, hup <-chan os.Signal, args []string, look
 			return fmt.Errorf("listen on --divvy-addr %s: %w", cfg.divvyAddr, err)
 		}
 	}
-	httpAddr, divvyAddr := "", ""
+	var checkLn net.Listener
+	if cfg.check.addr != "" {
+		if checkLn, err = net.Listen("tcp", cfg.check.addr); err != nil {
+			for _, l := range []net.Listener{ln, httpLn, divvyLn} {
+				if l != nil {
+					l.Close()
+				}
+			}
+			store.Close()
+			return fmt.Errorf("listen on --check-addr %s: %w", cfg.check.addr, err)
+		}
+	}
+	httpAddr, divvyAddr, checkAddr := "", "", ""
+	if checkLn != nil {
+		checkAddr = checkLn.Addr().String()
+	}
 	if httpLn != nil {
 		httpAddr = httpLn.Addr().String()
 	}
 	if divvyLn != nil {
 		divvyAddr = divvyLn.Addr().String()
 	}
-	log.Info("sluice starting", "version", buildVersion(), "addr", ln.Addr().String(), "http_addr", httpAddr, "divvy_addr", divvyAddr, "policy", cfg.policyFile, "data", cfg.data, "fsync", mode.String(), "auth", password != "", "tls", tlsFiles != nil, "fd_limit", files.Limit)
-	serveErr := make(chan error, 3)
+	log.Info("sluice starting", "version", buildVersion(), "addr", ln.Addr().String(), "http_addr", httpAddr, "divvy_addr", divvyAddr, "check_addr", checkAddr, "policy", cfg.policyFile, "data", cfg.data, "fsync", mode.String(), "auth", password != "", "tls", tlsFiles != nil, "fd_limit", files.Limit)
+	serveErr := make(chan error, 4)
 	go func() { serveErr <- srv.Serve(ln) }()
 	if httpLn != nil {
 		go func() {
@@ -457,6 +480,13 @@ func runReloading(ctx context.Context, hup <-chan os.Signal, args []string, look
 		go func() {
 			if err := srv.ServeDivvy(divvyLn); err != nil {
 				serveErr <- fmt.Errorf("divvy line protocol: %w", err)
+			}
+		}()
+	}
+	if checkLn != nil {
+		go func() {
+			if err := srv.ServeCheck(checkLn); err != nil {
+				serveErr <- fmt.Errorf("/check: %w", err)
 			}
 		}()
 	}

@@ -1,4 +1,4 @@
-package httplimit
+package clientip
 
 import (
 	"net/netip"
@@ -6,11 +6,11 @@ import (
 	"testing"
 )
 
-// FuzzClientIP: X-Forwarded-For is whatever a client sends. Whatever it
-// holds, ClientIP does not panic; an untrusted peer is always the answer;
+// FuzzResolve: X-Forwarded-For is whatever a client sends. Whatever it
+// holds, Resolve does not panic; an untrusted peer is always the answer;
 // otherwise the answer is the peer or one of the entries, and every entry
 // right of it, and the peer, are trusted proxies.
-func FuzzClientIP(f *testing.F) {
+func FuzzResolve(f *testing.F) {
 	f.Add("10.0.0.2:443", "6.6.6.6, 203.0.113.9, 10.1.1.1", "")
 	f.Add("203.0.113.7:1", "198.51.100.1", "x")
 	f.Add("[2001:db8:ffff::1]:443", "[2001:db8:1:2::7]:80, 2001:db8:ffff::2", "unknown,,")
@@ -18,7 +18,7 @@ func FuzzClientIP(f *testing.F) {
 	trusted := []netip.Prefix{netip.MustParsePrefix("10.0.0.0/8"), netip.MustParsePrefix("2001:db8:ffff::/48")}
 	f.Fuzz(func(t *testing.T, remote, line1, line2 string) {
 		lines := []string{line1, line2}
-		got := ClientIP(remote, lines, trusted)
+		got := Resolve(remote, lines, trusted)
 		peer := parseAddr(remote)
 		if !peer.IsValid() || !contains(trusted, peer) {
 			if got != peer {

@@ -1,0 +1,120 @@
+package main
+
+import (
+	"errors"
+	"flag"
+	"fmt"
+	"net/netip"
+	"strings"
+
+	"github.com/sluicehq/sluice/client/ratelimitheader"
+	"github.com/sluicehq/sluice/server"
+)
+
+// checkFlags are the flags of the forward-auth endpoint /check.
+type checkFlags struct {
+	addr           string
+	trusted        prefixList
+	identityHeader string
+	fieldHeaders   fieldHeaderList
+	headerStyle    string
+}
+
+func addCheckFlags(fs *flag.FlagSet, c *checkFlags) {
+	fs.StringVar(&c.addr, "check-addr", "", "listen address of the forward-auth endpoint /check for reverse proxies (needs --policy); empty turns it off")
+	fs.Var(&c.trusted, "check-trusted-proxies", "comma-separated networks (CIDR, or single addresses) of the proxies whose X-Forwarded-For /check believes; others' is ignored and the peer is the client")
+	fs.StringVar(&c.identityHeader, "check-identity-header", "", "header holding the caller's identity, which /check passes to the rules as the user field; empty: no user field")
+	fs.Var(&c.fieldHeaders, "check-field-header", "FIELD=Header: /check passes the value of Header to the rules as FIELD (e.g. quota=X-Quota); repeat the flag, or separate pairs with commas")
+	fs.StringVar(&c.headerStyle, "check-header-style", "github", "rate-limit header fields /check answers with: github (X-RateLimit-*), ietf (RateLimit, RateLimit-Policy), both or none")
+}
+
+// validate checks the flags against the rest of the configuration.
+func (c *checkFlags) validate(policyFile string) error {
+	if c.addr != "" && policyFile == "" {
+		return errors.New("--check-addr needs --policy: /check answers from a rule file")
+	}
+	if _, err := ratelimitheader.ParseStyle(c.headerStyle); err != nil {
+		return fmt.Errorf("--check-header-style %q: want github, ietf, both or none", c.headerStyle)
+	}
+	return nil
+}
+
+// serverConfig is the server's CheckConfig; validate has passed.
+func (c *checkFlags) serverConfig() server.CheckConfig {
+	style, _ := ratelimitheader.ParseStyle(c.headerStyle)
+	return server.CheckConfig{
+		TrustedProxies: c.trusted,
+		IdentityHeader: c.identityHeader,
+		FieldHeaders:   c.fieldHeaders,
+		HeaderStyle:    style,
+	}
+}
+
+// prefixList is a comma-separated list of networks; each Set adds to it.
+type prefixList []netip.Prefix
+
+func (p *prefixList) String() string {
+	s := make([]string, len(*p))
+	for i, x := range *p {
+		s[i] = x.String()
+	}
+	return strings.Join(s, ",")
+}
+
+func (p *prefixList) Set(v string) error {
+	for _, part := range strings.Split(v, ",") {
+		part = strings.TrimSpace(part)
+		if part == "" {
+			continue
+		}
+		if strings.Contains(part, "/") {
+			x, err := netip.ParsePrefix(part)
+			if err != nil {
+				return fmt.Errorf("%q: want a network such as 10.0.0.0/8 or fd00::/8, or an address", part)
+			}
+			*p = append(*p, x.Masked())
+			continue
+		}
+		a, err := netip.ParseAddr(part)
+		if err != nil {
+			return fmt.Errorf("%q: want a network such as 10.0.0.0/8 or fd00::/8, or an address", part)
+		}
+		*p = append(*p, netip.PrefixFrom(a, a.BitLen()))
+	}
+	return nil
+}
+
+// fieldHeaderList is FIELD=Header pairs; each Set adds to it.
+type fieldHeaderList []server.CheckFieldHeader
+
+func (f *fieldHeaderList) String() string {
+	s := make([]string, len(*f))
+	for i, x := range *f {
+		s[i] = x.Field + "=" + x.Header
+	}
+	return strings.Join(s, ",")
+}
+
+func (f *fieldHeaderList) Set(v string) error {
+	for _, part := range strings.Split(v, ",") {
+		part = strings.TrimSpace(part)
+		if part == "" {
+			continue
+		}
+		field, header, ok := strings.Cut(part, "=")
+		if !ok {
+			return fmt.Errorf("%q: want FIELD=Header, e.g. quota=X-Quota", part)
+		}
+		fh := server.CheckFieldHeader{Field: strings.TrimSpace(field), Header: strings.TrimSpace(header)}
+		if err := server.ValidateCheckFieldHeader(fh); err != nil {
+			return fmt.Errorf("%q: %w", part, err)
+		}
+		for _, old := range *f {
+			if old.Field == fh.Field {
+				return fmt.Errorf("%q: field %s is already taken from header %s", part, fh.Field, old.Header)
+			}
+		}
+		*f = append(*f, fh)
+	}
+	return nil
+}

@@ -1,0 +1,55 @@
+package main
+
+import (
+	"io"
+	"net/netip"
+	"reflect"
+	"strings"
+	"testing"
+
+	"github.com/sluicehq/sluice/client/ratelimitheader"
+	"github.com/sluicehq/sluice/server"
+)
+
+// TestCheckFlags: the /check flags from the command line and the
+// environment, and each refusal naming what was wrong.
+func TestCheckFlags(t *testing.T) {
+	env := map[string]string{
+		"SLUICE_CHECK_TRUSTED_PROXIES": "10.0.0.0/8, 192.0.2.7",
+		"SLUICE_CHECK_FIELD_HEADER":    "quota=X-Quota,plan=X-Plan",
+	}
+	lookup := func(k string) (string, bool) { v, ok := env[k]; return v, ok }
+	cfg, err := parseConfig([]string{"--policy", "p.ini", "--check-addr", "127.0.0.1:0", "--check-identity-header", "X-User",
+		"--check-field-header", "tier=X-Tier", "--check-header-style", "both"}, lookup, io.Discard)
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := cfg.check.serverConfig()
+	want := server.CheckConfig{
+		TrustedProxies: []netip.Prefix{netip.MustParsePrefix("10.0.0.0/8"), netip.MustParsePrefix("192.0.2.7/32")},
+		IdentityHeader: "X-User",
+		FieldHeaders:   []server.CheckFieldHeader{{Field: "quota", Header: "X-Quota"}, {Field: "plan", Header: "X-Plan"}, {Field: "tier", Header: "X-Tier"}},
+		HeaderStyle:    ratelimitheader.Both,
+	}
+	if !reflect.DeepEqual(got, want) {
+		t.Fatalf("got %+v\nwant %+v", got, want)
+	}
+	none := func(string) (string, bool) { return "", false }
+	for _, tc := range []struct {
+		args []string
+		want string
+	}{
+		{[]string{"--check-addr", "127.0.0.1:0"}, "--check-addr needs --policy"},
+		{[]string{"--check-trusted-proxies", "10.0.0.0/33"}, `"10.0.0.0/33": want a network such as 10.0.0.0/8`},
+		{[]string{"--check-trusted-proxies", "proxy.local"}, `"proxy.local": want a network`},
+		{[]string{"--check-field-header", "quota"}, `"quota": want FIELD=Header`},
+		{[]string{"--check-field-header", "ip=X-Real-IP"}, "one /check builds itself"},
+		{[]string{"--check-field-header", "q=X-A", "--check-field-header", "q=X-B"}, "field q is already taken from header X-A"},
+		{[]string{"--check-header-style", "draft"}, `--check-header-style "draft": want github, ietf, both or none`},
+	} {
+		_, err := parseConfig(tc.args, none, io.Discard)
+		if err == nil || !strings.Contains(err.Error(), tc.want) {
+			t.Errorf("%q: %v, want an error containing %q", tc.args, err, tc.want)
+		}
+	}
+}

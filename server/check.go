@@ -1,0 +1,479 @@
+package server
+
+import (
+	"context"
+	"crypto/tls"
+	"errors"
+	"log"
+	"net"
+	"net/http"
+	"net/netip"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/sluicehq/sluice/client/clientip"
+	"github.com/sluicehq/sluice/client/ratelimitheader"
+	"github.com/sluicehq/sluice/policy"
+	"github.com/sluicehq/sluice/storage"
+)
+
+// The forward-auth endpoint: a reverse proxy (Traefik ForwardAuth, nginx
+// auth_request, Caddy forward_auth, Envoy ext_authz over HTTP) asks
+// GET /check before it forwards a request; sluice builds the request's
+// fields from what the proxy sends, evaluates the policy's rules as HIT
+// does, and answers 200 to let the request through or 429 with
+// Retry-After, both with the rate-limit header fields, so that refused
+// requests never reach the application.
+
+// CheckConfig configures the forward-auth endpoint (ServeCheck). The zero
+// value trusts no proxy, reads no identity and sends GitHub's header
+// fields.
+type CheckConfig struct {
+	// TrustedProxies are the networks of the proxies whose
+	// X-Forwarded-For entries are believed: the request's ip is the
+	// rightmost address that is not one of them (clientip.Resolve). Nil:
+	// the peer address is the ip, whatever X-Forwarded-For says.
+	TrustedProxies []netip.Prefix
+	// IdentityHeader names the header holding the caller's identity, the
+	// request's user field (absent when the header is absent or empty).
+	// "": no user field.
+	IdentityHeader string
+	// FieldHeaders are more request fields, each taken from a header
+	// (absent when the header is absent), such as a per-request quota.
+	FieldHeaders []CheckFieldHeader
+	// HeaderStyle chooses the rate-limit header fields of the answers.
+	HeaderStyle ratelimitheader.Style
+}
+
+// CheckFieldHeader takes the request field Field from the header Header.
+type CheckFieldHeader struct {
+	Field, Header string
+}
+
+// checkBuiltinFields are the fields /check always builds: a field header
+// may not replace them, or a client could choose its own ip.
+var checkBuiltinFields = []string{"method", "host", "path", "ip", "user"}
+
+// checkFieldNames are checkBuiltinFields as the keys of request fields.
+var checkFieldNames = [5][]byte{[]byte("method"), []byte("host"), []byte("path"), []byte("ip"), []byte("user")}
+
+// ValidateCheckFieldHeader reports what is wrong with a field header, for
+// the flag's error message.
+func ValidateCheckFieldHeader(f CheckFieldHeader) error {
+	for _, b := range checkBuiltinFields {
+		if f.Field == b {
+			return errors.New("field " + strconv.Quote(f.Field) + " is one /check builds itself (method, host, path, ip, user); choose another name")
+		}
+	}
+	if f.Field == "" || strings.ContainsAny(f.Field, " \t\r\n=\"") {
+		return errors.New("field name " + strconv.Quote(f.Field) + ": want a non-empty name without spaces, '=' or '\"'")
+	}
+	if f.Header == "" || strings.ContainsAny(f.Header, " \t\r\n:") {
+		return errors.New("header name " + strconv.Quote(f.Header) + ": want a non-empty HTTP field name")
+	}
+	return nil
+}
+
+// checkState is the endpoint's listener, metrics and reusable state.
+type checkState struct {
+	trusted []netip.Prefix // normalised TrustedProxies
+	pool    sync.Pool      // of *checker
+
+	seconds prometheus.Histogram
+	// Requests answered, by result.
+	allowed, denied, failed, refused atomic.Int64
+
+	fields atomic.Pointer[checkFields] // of the policy in use
+
+	extraNames [][]byte // the fields of FieldHeaders, as keys
+
+	mu  sync.Mutex
+	srv *http.Server
+}
+
+// checker is the state one check request uses, pooled so that a check
+// reuses the buffers of earlier ones.
+type checker struct {
+	h     hitter
+	batch *storage.Batch
+	vals  []byte // the values of the built fields, one buffer
+	match []*policy.Rule
+}
+
+// checkFields are the header fields of each rule of one loaded policy.
+type checkFields struct {
+	lp    *loadedPolicy
+	byPos []*ratelimitheader.Fields
+}
+
+var (
+	descCheckRequests = prometheus.NewDesc("sluice_check_requests_total",
+		"Requests to the forward-auth endpoint /check, by result: allowed (200), denied (429), error (503: no decision, see --on-store-error) or refused (403: protected mode, or a request /check cannot read).",
+		[]string{"result"}, nil)
+)
+
+func (s *Server) initCheck() {
+	c := &s.check
+	c.trusted, _ = clientip.Trusted(s.cfg.Check.TrustedProxies) // cmd/sluice parses them valid
+	c.seconds = prometheus.NewHistogram(prometheus.HistogramOpts{
+		Name:    "sluice_check_duration_seconds",
+		Help:    "Time to answer one request to the forward-auth endpoint /check, including the commit of its writes.",
+		Buckets: prometheus.ExponentialBuckets(10e-6, 2, 18),
+	})
+	for i, f := range s.cfg.Check.FieldHeaders {
+		s.cfg.Check.FieldHeaders[i].Header = http.CanonicalHeaderKey(f.Header)
+		c.extraNames = append(c.extraNames, []byte(f.Field))
+	}
+	c.pool.New = func() any { return &checker{batch: s.store.NewBatch()} }
+}
+
+// collectCheck adds the endpoint's counters to a scrape.
+func (s *Server) collectCheck(ch chan<- prometheus.Metric) {
+	c := &s.check
+	for _, v := range []struct {
+		n     *atomic.Int64
+		label string
+	}{{&c.allowed, "allowed"}, {&c.denied, "denied"}, {&c.failed, "error"}, {&c.refused, "refused"}} {
+		ch <- prometheus.MustNewConstMetric(descCheckRequests, prometheus.CounterValue, float64(v.n.Load()), v.label)
+	}
+}
+
+// ServeCheck serves the forward-auth endpoint /check on ln until Close,
+// over TLS when the server has TLS (client certificates are checked when
+// given). It answers only with a policy loaded. In protected mode it
+// answers only proxies on loopback, or, with TLS client certificates
+// configured, proxies that present one: /check has no password.
+func (s *Server) ServeCheck(ln net.Listener) error {
+	if s.pol.cur.Load() == nil {
+		return errNoPolicy
+	}
+	mux := http.NewServeMux()
+	// Any method: Envoy's ext_authz sends the original request's method,
+	// and its path after a path prefix.
+	mux.HandleFunc("/check", s.serveCheck)
+	mux.HandleFunc("/check/", s.serveCheck)
+	srv := &http.Server{
+		Handler:           mux,
+		ReadHeaderTimeout: 10 * time.Second,
+		IdleTimeout:       2 * time.Minute,
+		ErrorLog:          log.New(httpLogWriter{s.log}, "", 0),
+	}
+	if s.tls != nil {
+		srv.TLSConfig = &tls.Config{
+			MinVersion: tls.VersionTLS12,
+			GetConfigForClient: func(*tls.ClientHelloInfo) (*tls.Config, error) {
+				c := s.tls.cur.Load().Clone()
+				if c.ClientAuth == tls.RequireAndVerifyClientCert {
+					c.ClientAuth = tls.VerifyClientCertIfGiven
+				}
+				return c, nil
+			},
+		}
+	}
+	s.check.mu.Lock()
+	if s.closing.Load() || s.check.srv != nil {
+		s.check.mu.Unlock()
+		return net.ErrClosed
+	}
+	s.check.srv = srv
+	s.check.mu.Unlock()
+	s.log.Info("serving the forward-auth endpoint /check", "addr", ln.Addr().String(), "tls", s.tls != nil, "policy", s.pol.file)
+	if ta, ok := ln.Addr().(*net.TCPAddr); ok && !ta.IP.IsLoopback() && s.protected() {
+		s.log.Warn("protected mode: /check answers proxies on loopback only (or, with --tls-ca, proxies that present a client certificate); set --protected-mode no to serve others", "addr", ln.Addr().String())
+	}
+	ln = &checkAdmitListener{Listener: ln, srv: s}
+	var err error
+	if s.tls != nil {
+		err = srv.ServeTLS(ln, "", "")
+	} else {
+		err = srv.Serve(ln)
+	}
+	if errors.Is(err, http.ErrServerClosed) {
+		return nil
+	}
+	return err
+}
+
+// closeCheck stops the endpoint; Close calls it once no new request may
+// start a hit.
+func (s *Server) closeCheck() {
+	s.check.mu.Lock()
+	srv := s.check.srv
+	s.check.srv = &http.Server{} // ServeCheck after Close refuses
+	s.check.mu.Unlock()
+	if srv != nil && srv.Handler != nil {
+		ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+		defer cancel()
+		_ = srv.Shutdown(ctx)
+	}
+}
+
+// checkAdmitListener counts the endpoint's connections against MaxClients,
+// as RESP's are (without the HTTP reserve, which is for probes), and
+// refuses the rest with 503.
+type checkAdmitListener struct {
+	net.Listener
+	srv     *Server
+	backoff acceptBackoff
+}
+
+func (l *checkAdmitListener) Accept() (net.Conn, error) {
+	for {
+		c, err := l.Listener.Accept()
+		if err != nil {
+			if errors.Is(err, net.ErrClosed) || l.srv.closing.Load() {
+				return nil, err
+			}
+			l.backoff.wait(l.srv, "check", err)
+			continue
+		}
+		l.backoff.delay = 0
+		if !l.srv.adm.take() {
+			l.srv.stats.rejectedMax.Add(1)
+			if l.srv.tls != nil {
+				_ = c.Close()
+			} else {
+				l.srv.refuse(c, http503)
+			}
+			continue
+		}
+		return &admittedConn{Conn: c, adm: &l.srv.adm}, nil
+	}
+}
+
+// checkAdmitted reports whether protected mode lets r's peer use /check:
+// it must be on loopback, or have presented a certificate the TLS CA
+// signed.
+func (s *Server) checkAdmitted(r *http.Request) bool {
+	if !s.protected() {
+		return true
+	}
+	if r.TLS != nil && len(r.TLS.VerifiedChains) > 0 {
+		return true
+	}
+	a, err := netip.ParseAddrPort(r.RemoteAddr)
+	return err == nil && a.Addr().Unmap().IsLoopback()
+}
+
+const checkDenied = "DENIED sluice is in protected mode and /check has no password: it answers proxies on loopback only, or, with --tls-ca, proxies that present a client certificate; start sluice with --protected-mode no to answer others\n"
+
+func (s *Server) serveCheck(w http.ResponseWriter, r *http.Request) {
+	t0 := time.Now()
+	defer func() { s.check.seconds.Observe(time.Since(t0).Seconds()) }()
+	if !s.checkAdmitted(r) {
+		s.check.refused.Add(1)
+		s.stats.rejectedDenied.Add(1)
+		checkText(w, http.StatusForbidden, checkDenied)
+		return
+	}
+	lp := s.pol.cur.Load()
+	if lp == nil { // ServeCheck refuses to start without one; a policy is never unloaded
+		s.check.failed.Add(1)
+		checkText(w, http.StatusServiceUnavailable, string(errNoPolicy)+"\n")
+		return
+	}
+	c := s.check.pool.Get().(*checker)
+	defer s.putChecker(c)
+	s.checkFields(c, r)
+	if err := s.validateCheckRequest(c.h.req); err != nil {
+		s.check.refused.Add(1)
+		checkText(w, http.StatusBadRequest, err.Error()+"\n")
+		return
+	}
+	now := s.clock()
+	out, err := s.hit(&c.h, lp, c.batch, now.UnixMilli())
+	// Changes are visible once made: even after an error, what the canary
+	// rules changed before it is committed.
+	committed := true
+	if writes := c.batch.Len(); writes > 0 {
+		if cerr := c.batch.Commit(); cerr != nil && !s.allowDespite(cerr, writes) {
+			committed = false
+			if err == nil {
+				err = cerr
+			}
+		}
+	}
+	c.h.countHits(committed)
+	if err != nil {
+		s.check.failed.Add(1)
+		w.Header().Set("Retry-After", "1")
+		checkText(w, http.StatusServiceUnavailable, s.errorText(err)+"\n")
+		return
+	}
+	decider, _ := lp.p.Match(c.h.req, c.match[:0])
+	clear(c.match[:cap(c.match)])
+	res := checkResult(decider, out, now)
+	h := w.Header()
+	s.fieldsOf(lp, decider).Set(h, res)
+	if s.cfg.AllowOnStoreError && (s.store.Unavailable() != nil || s.store.Failed() != nil) {
+		// --on-store-error allow: the answer stands, but is not stored.
+		h.Set("X-Sluice-Degraded", "store-unavailable")
+	}
+	if out.Allowed {
+		s.check.allowed.Add(1)
+		w.WriteHeader(http.StatusOK)
+		return
+	}
+	s.check.denied.Add(1)
+	checkText(w, http.StatusTooManyRequests, "Too Many Requests\n")
+}
+
+// putChecker returns c to the pool, without a buffer a huge request grew.
+func (s *Server) putChecker(c *checker) {
+	if cap(c.vals) > connKeepBuf {
+		c.vals = nil
+	}
+	c.h.resize()
+	s.check.pool.Put(c)
+}
+
+func checkText(w http.ResponseWriter, code int, body string) {
+	h := w.Header()
+	h.Set("Content-Type", "text/plain; charset=utf-8")
+	h.Set("X-Content-Type-Options", "nosniff")
+	h.Set("Cache-Control", "no-store")
+	w.WriteHeader(code)
+	_, _ = w.Write([]byte(body))
+}
+
+// checkFields builds c.h.req from r: method, host and path from
+// X-Forwarded-Method, -Host and -Uri, else from r itself (Envoy sends the
+// original method and host, and the original path after /check); ip from
+// X-Forwarded-For through the trusted proxies only, else the peer; user
+// from the identity header; and the configured field headers. The values
+// are copied into one buffer the fields point into.
+func (s *Server) checkFields(c *checker, r *http.Request) {
+	cfg := &s.cfg.Check
+	b := c.vals[:0]
+	var ends [5]int
+	method := r.Header.Get("X-Forwarded-Method")
+	if method == "" {
+		method = r.Method
+	}
+	b = append(b, method...)
+	ends[0] = len(b)
+	host := r.Header.Get("X-Forwarded-Host")
+	if host == "" {
+		host = r.Host
+	}
+	b = append(b, host...)
+	ends[1] = len(b)
+	if uri := r.Header.Get("X-Forwarded-Uri"); uri != "" {
+		if i := strings.IndexByte(uri, '?'); i >= 0 {
+			uri = uri[:i]
+		}
+		b = append(b, uri...)
+	} else {
+		p := strings.TrimPrefix(r.URL.Path, "/check")
+		if p == "" {
+			p = "/"
+		}
+		b = append(b, p...)
+	}
+	ends[2] = len(b)
+	ip := clientip.Resolve(r.RemoteAddr, r.Header["X-Forwarded-For"], s.check.trusted)
+	if ip.IsValid() {
+		b = ip.AppendTo(b)
+	}
+	ends[3] = len(b)
+	user := ""
+	if cfg.IdentityHeader != "" {
+		user = r.Header.Get(cfg.IdentityHeader)
+	}
+	b = append(b, user...)
+	ends[4] = len(b)
+	type extra struct{ start, end int }
+	var extras [8]extra
+	xs := extras[:0]
+	for _, f := range cfg.FieldHeaders {
+		v, ok := r.Header[f.Header] // canonicalised by initCheck
+		if !ok || len(v) == 0 {
+			xs = append(xs, extra{-1, -1})
+			continue
+		}
+		start := len(b)
+		b = append(b, v[0]...)
+		xs = append(xs, extra{start, len(b)})
+	}
+	c.vals = b
+	req := c.h.req[:0]
+	start := 0
+	for i, n := range checkFieldNames {
+		if i == 4 && ends[4] == start { // no identity: no user field
+			break
+		}
+		if i == 3 && ends[3] == start { // no IP peer (a Unix socket): no ip field
+			start = ends[i]
+			continue
+		}
+		req = append(req, policy.Field{Key: n, Value: b[start:ends[i]:ends[i]]})
+		start = ends[i]
+	}
+	for i, x := range xs {
+		if x.start < 0 {
+			continue
+		}
+		req = append(req, policy.Field{Key: s.check.extraNames[i], Value: b[x.start:x.end:x.end]})
+	}
+	c.h.req = req
+}
+
+// validateCheckRequest refuses field values HIT could not carry either.
+func (s *Server) validateCheckRequest(req policy.Request) error {
+	for _, f := range req {
+		if len(f.Value) > s.cfg.MaxKeySize {
+			return errors.New("the value of field " + string(f.Key) + " is " + strconv.Itoa(len(f.Value)) + " bytes, longer than --max-key-size " + strconv.Itoa(s.cfg.MaxKeySize))
+		}
+	}
+	return nil
+}
+
+// checkResult turns a rule's outcome into the values of the header
+// fields: divvy's window has CreditLimit credits per ResetSeconds; the
+// credits left are Remaining, and the window's end is the reset.
+func checkResult(r *policy.Rule, out policy.Outcome, now time.Time) ratelimitheader.Result {
+	res := ratelimitheader.Result{
+		Allowed:    out.Allowed,
+		Limit:      max(r.CreditLimit, 0),
+		Remaining:  max(out.CreditsLeft, 0),
+		RetryAfter: ratelimitheader.NoRetry,
+		ResetAt:    now,
+	}
+	res.Used = max(res.Limit-res.Remaining, 0)
+	if out.SecondsUntilReset > 0 {
+		res.ResetAfter = time.Duration(out.SecondsUntilReset) * time.Second
+		res.ResetAt = now.Add(res.ResetAfter)
+		if !out.Allowed {
+			res.RetryAfter = res.ResetAfter
+		}
+	}
+	return res
+}
+
+// fieldsOf returns the header fields of rule r of lp, built once per
+// loaded policy: named by the rule's label, else "rule-<position>".
+func (s *Server) fieldsOf(lp *loadedPolicy, r *policy.Rule) *ratelimitheader.Fields {
+	cf := s.check.fields.Load()
+	if cf == nil || cf.lp != lp {
+		rules := lp.p.Rules()
+		cf = &checkFields{lp: lp, byPos: make([]*ratelimitheader.Fields, len(rules))}
+		for i, rr := range rules {
+			name := rr.Label
+			if name == "" {
+				name = "rule-" + strconv.Itoa(rr.Pos)
+			}
+			f, err := ratelimitheader.New(s.cfg.Check.HeaderStyle, name, max(rr.CreditLimit, 0), time.Duration(rr.ResetSeconds)*time.Second)
+			if err != nil { // labels are [A-Za-z0-9_-]; the style was validated
+				f, _ = ratelimitheader.New(ratelimitheader.None, "", 0, 0)
+			}
+			cf.byPos[i] = f
+		}
+		s.check.fields.Store(cf)
+	}
+	return cf.byPos[r.Pos-1]
+}

@@ -1,0 +1,270 @@
+package server
+
+import (
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"net/http/httptest"
+	"net/netip"
+	"strings"
+	"syscall"
+	"testing"
+
+	"github.com/sluicehq/sluice/client/ratelimitheader"
+	"github.com/sluicehq/sluice/storage"
+)
+
+// checkPolicy is the issue's rule: 5 requests per 300 s per user when the
+// proxy names one, else per IP.
+const checkPolicy = `[user=*]
+creditLimit = 5
+resetSeconds = 300
+actorField = user
+label = per-user
+
+[path=/api/* method=POST]
+creditLimit = 1
+resetSeconds = 60
+actorField = ip
+label = api-post
+
+[default]
+creditLimit = 5
+resetSeconds = 300
+actorField = ip
+label = per-ip
+`
+
+// startCheck serves srv's /check on 127.0.0.1:0 and returns its base URL.
+func startCheck(t testing.TB, srv *Server) string {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	done := make(chan error, 1)
+	go func() { done <- srv.ServeCheck(ln) }()
+	t.Cleanup(func() {
+		srv.Close()
+		if err := <-done; err != nil {
+			t.Errorf("ServeCheck: %v", err)
+		}
+	})
+	return "http://" + ln.Addr().String()
+}
+
+// checkGet asks /check with the given headers ("Name: value").
+func checkGet(t testing.TB, method, url string, headers ...string) *http.Response {
+	t.Helper()
+	req, err := http.NewRequest(method, url, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, h := range headers {
+		k, v, _ := strings.Cut(h, ": ")
+		req.Header.Add(k, v)
+	}
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, _ = io.Copy(io.Discard, resp.Body)
+	resp.Body.Close()
+	return resp
+}
+
+// TestCheckEndpoint drives the issue's rule through /check: five requests
+// per user pass with the headers counting down, the sixth gets 429 with
+// Retry-After, another user and another IP are unaffected, an
+// X-Forwarded-For from a peer that is not a trusted proxy is ignored, one
+// from a trusted proxy is read right to left, and Envoy's form (the
+// original method, the path after /check) reaches the rules too.
+func TestCheckEndpoint(t *testing.T) {
+	clock := newTestClock(t0)
+	path := policyFile(t, "check.ini", checkPolicy)
+	srv := startServer(t, Config{Clock: clock.now, PolicyFile: path, SweepInterval: -1, Check: CheckConfig{
+		IdentityHeader: "X-User",
+		TrustedProxies: []netip.Prefix{netip.MustParsePrefix("127.0.0.2/32")},
+		HeaderStyle:    ratelimitheader.Both,
+	}})
+	base := startCheck(t, srv)
+
+	for i := 1; i <= 5; i++ {
+		resp := checkGet(t, "GET", base+"/check", "X-User: alice", "X-Forwarded-Uri: /x?y=1")
+		if resp.StatusCode != http.StatusOK {
+			t.Fatalf("alice's request %d: status %d, want 200", i, resp.StatusCode)
+		}
+		want := map[string]string{
+			"X-Ratelimit-Limit":     "5",
+			"X-Ratelimit-Remaining": string(rune('0' + 5 - i)),
+			"X-Ratelimit-Used":      string(rune('0' + i)),
+			"X-Ratelimit-Reset":     "1700000300",
+			"X-Ratelimit-Resource":  "per-user",
+			"Ratelimit-Policy":      `"per-user";q=5;w=300`,
+			"Ratelimit":             `"per-user";r=` + string(rune('0'+5-i)) + ";t=300",
+		}
+		for k, v := range want {
+			if got := resp.Header.Get(k); got != v {
+				t.Errorf("alice's request %d: %s = %q, want %q", i, k, got, v)
+			}
+		}
+		if ra := resp.Header.Get("Retry-After"); ra != "" {
+			t.Errorf("allowed request %d has Retry-After %q", i, ra)
+		}
+	}
+	clock.ms.Add(100_000) // 200 s of the window left
+	resp := checkGet(t, "GET", base+"/check", "X-User: alice")
+	if resp.StatusCode != http.StatusTooManyRequests || resp.Header.Get("Retry-After") != "200" || resp.Header.Get("X-Ratelimit-Remaining") != "0" {
+		t.Fatalf("alice's sixth: status %d, Retry-After %q, remaining %q; want 429, 200, 0", resp.StatusCode, resp.Header.Get("Retry-After"), resp.Header.Get("X-Ratelimit-Remaining"))
+	}
+	if resp := checkGet(t, "GET", base+"/check", "X-User: bob"); resp.StatusCode != http.StatusOK || resp.Header.Get("X-Ratelimit-Remaining") != "4" {
+		t.Fatalf("bob: status %d, remaining %q; want 200, 4", resp.StatusCode, resp.Header.Get("X-Ratelimit-Remaining"))
+	}
+
+	// Anonymous: keyed by IP. The peer 127.0.0.1 is no trusted proxy, so
+	// the X-Forwarded-For it sends is ignored: every request counts for
+	// 127.0.0.1.
+	for i := 1; i <= 5; i++ {
+		spoof := "X-Forwarded-For: 203.0.113." + string(rune('0'+i))
+		if resp := checkGet(t, "GET", base+"/check", spoof); resp.StatusCode != http.StatusOK {
+			t.Fatalf("anonymous request %d: status %d, want 200", i, resp.StatusCode)
+		}
+	}
+	if resp := checkGet(t, "GET", base+"/check", "X-Forwarded-For: 198.51.100.7"); resp.StatusCode != http.StatusTooManyRequests || resp.Header.Get("X-Ratelimit-Resource") != "per-ip" {
+		t.Fatalf("sixth anonymous request with a spoofed X-Forwarded-For: status %d, resource %q; want 429 per-ip", resp.StatusCode, resp.Header.Get("X-Ratelimit-Resource"))
+	}
+
+	// Through a trusted proxy (peer 127.0.0.2), the rightmost untrusted
+	// entry is the client: a fresh IP.
+	trustedClient := &http.Client{Transport: &http.Transport{DialContext: (&net.Dialer{LocalAddr: &net.TCPAddr{IP: net.IPv4(127, 0, 0, 2)}}).DialContext}}
+	req, _ := http.NewRequest("GET", base+"/check", nil)
+	req.Header.Set("X-Forwarded-For", "192.0.2.66, 198.51.100.9")
+	r2, err := trustedClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	r2.Body.Close()
+	if r2.StatusCode != http.StatusOK || r2.Header.Get("X-Ratelimit-Remaining") != "4" {
+		t.Fatalf("via a trusted proxy: status %d, remaining %q; want 200, 4 (the client 198.51.100.9 is fresh)", r2.StatusCode, r2.Header.Get("X-Ratelimit-Remaining"))
+	}
+
+	// Envoy's ext_authz: the original method, the original path after the
+	// /check prefix.
+	if resp := checkGet(t, "POST", base+"/check/api/orders", "X-User: "); resp.StatusCode != http.StatusOK || resp.Header.Get("X-Ratelimit-Resource") != "api-post" {
+		t.Fatalf("POST /check/api/orders: status %d, resource %q; want 200 api-post (an empty identity is no user)", resp.StatusCode, resp.Header.Get("X-Ratelimit-Resource"))
+	}
+	resp = checkGet(t, "POST", base+"/check/api/orders")
+	if resp.StatusCode != http.StatusTooManyRequests || resp.Header.Get("X-Ratelimit-Resource") != "api-post" || resp.Header.Get("Retry-After") != "60" {
+		t.Fatalf("second POST /check/api/orders: status %d, resource %q, Retry-After %q; want 429 api-post 60", resp.StatusCode, resp.Header.Get("X-Ratelimit-Resource"), resp.Header.Get("Retry-After"))
+	}
+
+	hits := hitsByLabel(srv)
+	if hits["per-user"] != [4]int64{6, 1, 0, 0} || hits["per-ip"] != [4]int64{6, 1, 0, 0} || hits["api-post"] != [4]int64{1, 1, 0, 0} {
+		t.Errorf("hits by label %v", hits)
+	}
+	if a, d := srv.check.allowed.Load(), srv.check.denied.Load(); a != 13 || d != 3 {
+		t.Errorf("sluice_check_requests_total: allowed %d denied %d, want 13 and 3", a, d)
+	}
+}
+
+// TestCheckFieldHeader: a configured field header reaches the rules as a
+// request field; absent, the field is absent.
+func TestCheckFieldHeader(t *testing.T) {
+	path := policyFile(t, "check.ini", `[plan=free]
+creditLimit = 1
+resetSeconds = 60
+label = free
+
+[default]
+creditLimit = 100
+resetSeconds = 60
+`)
+	srv := startServer(t, Config{Clock: newTestClock(t0).now, PolicyFile: path, SweepInterval: -1, Check: CheckConfig{
+		FieldHeaders: []CheckFieldHeader{{Field: "plan", Header: "x-plan"}},
+	}})
+	base := startCheck(t, srv)
+	if resp := checkGet(t, "GET", base+"/check", "X-Plan: free"); resp.StatusCode != 200 || resp.Header.Get("X-Ratelimit-Resource") != "free" {
+		t.Fatalf("X-Plan: free: status %d resource %q; want 200 free", resp.StatusCode, resp.Header.Get("X-Ratelimit-Resource"))
+	}
+	if resp := checkGet(t, "GET", base+"/check", "X-Plan: free"); resp.StatusCode != 429 {
+		t.Fatalf("second X-Plan: free: status %d; want 429", resp.StatusCode)
+	}
+	if resp := checkGet(t, "GET", base+"/check"); resp.StatusCode != 200 || resp.Header.Get("X-Ratelimit-Resource") != "rule-2" {
+		t.Fatalf("no X-Plan: status %d resource %q; want 200 rule-2 (the default rule has no label)", resp.StatusCode, resp.Header.Get("X-Ratelimit-Resource"))
+	}
+	if err := ValidateCheckFieldHeader(CheckFieldHeader{Field: "ip", Header: "X-Ip"}); err == nil || !strings.Contains(err.Error(), "builds itself") {
+		t.Errorf("field ip from a header: %v, want refused", err)
+	}
+}
+
+// TestCheckProtectedMode: in protected mode /check answers loopback peers
+// only, since it has no password; --protected-mode no answers everyone.
+func TestCheckProtectedMode(t *testing.T) {
+	path := policyFile(t, "check.ini", checkPolicy)
+	for _, tc := range []struct {
+		open bool
+		want int
+	}{{false, http.StatusForbidden}, {true, http.StatusOK}} {
+		srv := startServer(t, Config{PolicyFile: path, SweepInterval: -1, AllowRemoteWithoutAuth: tc.open})
+		req := httptest.NewRequest("GET", "/check", nil)
+		req.RemoteAddr = "192.0.2.1:4711"
+		w := httptest.NewRecorder()
+		srv.serveCheck(w, req)
+		if w.Code != tc.want {
+			t.Errorf("protected mode off=%v: status %d, want %d (%s)", tc.open, w.Code, tc.want, w.Body.String())
+		}
+	}
+}
+
+// TestCheckNeedsPolicy: without rules there is nothing to answer with, so
+// ServeCheck refuses to start.
+func TestCheckNeedsPolicy(t *testing.T) {
+	srv := startServer(t, Config{SweepInterval: -1})
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	if err := srv.ServeCheck(ln); !errors.Is(err, errNoPolicy) {
+		t.Fatalf("ServeCheck without a policy: %v, want errNoPolicy", err)
+	}
+}
+
+// TestCheckStoreError: with the store refusing writes, --on-store-error
+// deny answers 503 with Retry-After (no decision could be stored), allow
+// lets the decision stand and says so in X-Sluice-Degraded.
+func TestCheckStoreError(t *testing.T) {
+	for _, allow := range []bool{false, true} {
+		t.Run(fmt.Sprintf("allow=%v", allow), func(t *testing.T) {
+			disk := storage.NewMemDisk()
+			store, err := storage.Open("db", storage.Options{Sync: storage.SyncAlways, Disk: disk})
+			if err != nil {
+				t.Fatal(err)
+			}
+			path := policyFile(t, "check.ini", checkPolicy)
+			srv, err := New(Config{Store: store, AllowOnStoreError: allow, PolicyFile: path, SweepInterval: -1})
+			if err != nil {
+				t.Fatal(err)
+			}
+			serveOn(t, srv, store)
+			base := startCheck(t, srv)
+			if resp := checkGet(t, "GET", base+"/check"); resp.StatusCode != 200 || resp.Header.Get("X-Sluice-Degraded") != "" {
+				t.Fatalf("before the failure: status %d, degraded %q", resp.StatusCode, resp.Header.Get("X-Sluice-Degraded"))
+			}
+			disk.FailWrites(fmt.Errorf("injected: %w", syscall.ENOSPC))
+			resp := checkGet(t, "GET", base+"/check")
+			switch {
+			case allow && (resp.StatusCode != 200 || resp.Header.Get("X-Sluice-Degraded") != "store-unavailable" || resp.Header.Get("X-Ratelimit-Remaining") != "3"):
+				t.Fatalf("allow: status %d, degraded %q, remaining %q; want 200, store-unavailable, 3", resp.StatusCode, resp.Header.Get("X-Sluice-Degraded"), resp.Header.Get("X-Ratelimit-Remaining"))
+			case !allow && (resp.StatusCode != http.StatusServiceUnavailable || resp.Header.Get("Retry-After") != "1"):
+				t.Fatalf("deny: status %d, Retry-After %q; want 503, 1", resp.StatusCode, resp.Header.Get("Retry-After"))
+			}
+			if f := srv.check.failed.Load(); f != int64(b2i(!allow)) {
+				t.Errorf("errors counted %d", f)
+			}
+			disk.FailWrites(nil)
+		})
+	}
+}
