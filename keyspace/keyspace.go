@@ -69,6 +69,31 @@ func AppendCounterKey(dst []byte, r *policy.Rule, req policy.Request) []byte {
 	return dst
 }
 
+// AppendRuleKey appends the store key of the counter of a hit on rule r
+// under limit (r.Limit's), whose identity id is r.AppendCounterID's. A
+// divvy rule's counter is a divvy record, as AppendCounterKey makes; the
+// other algorithms store theirs as the records of their kind, with id as
+// the client key, so the sweep, sluice inspect and INFO's per-kind counts
+// treat them as any other: a fixedWindow rule as a window of its period and
+// stagger, a tokenBucket rule as a bucket of r.BucketParams(limit), a gcra
+// rule as a GCRA key, a slidingLog rule as a log. The slot is id's, as for
+// divvy counters.
+func AppendRuleKey(dst []byte, r *policy.Rule, limit int64, id []byte) []byte {
+	switch r.Algorithm {
+	case policy.FixedWindow:
+		return AppendWindowKey(dst, r.PeriodMillis(), r.Stagger, id)
+	case policy.TokenBucket:
+		return AppendBucketKey(dst, r.BucketParams(limit), id)
+	case policy.GCRA:
+		return AppendGCRAKey(dst, id)
+	case policy.SlidingLog:
+		return AppendLogKey(dst, id)
+	}
+	s := Slot(id)
+	dst = append(dst, byte(s>>8), byte(s), KindCounter)
+	return append(dst, id...)
+}
+
 // AppendGCRAKey appends the store key of the CL.THROTTLE key key. Its
 // parameters are not part of it: like redis-cell, a call with other
 // parameters reinterprets the stored state.

@@ -7,20 +7,34 @@ import (
 
 // fieldSet collects one rule's fields, for both loaders.
 type fieldSet struct {
-	r                   *Rule
-	lines               map[string]int // INI: the line of each field given
-	hasCredit, hasReset bool
+	r     *Rule
+	lines map[string]int  // the line of each field given (INI: also of nulls, for repeats)
+	given map[string]bool // fields given a value (not null)
 }
+
+// fieldNames lists the fields in the order rule files and POLICY SHOW give
+// them, for messages.
+const fieldNames = "creditLimit, resetSeconds, algorithm, stagger, burst, minGapMillis, quotaField, maxQuota, actorField, matchPolicy, label and comment"
 
 // set assigns a field from its text and returns the problem, if any.
 func (f *fieldSet) set(name, text string) (problem string) {
 	switch name {
 	case "creditLimit":
 		f.r.CreditLimit, problem = parseCount(name, text)
-		f.hasCredit = true
 	case "resetSeconds":
 		f.r.ResetSeconds, problem = parseCount(name, text)
-		f.hasReset = true
+	case "algorithm":
+		f.r.Algorithm, problem = parseAlgorithm(text)
+	case "stagger":
+		f.r.Stagger, problem = parseBool(name, text)
+	case "burst":
+		f.r.Burst, problem = parseCount(name, text)
+	case "minGapMillis":
+		f.r.MinGapMillis, problem = parseCount(name, text)
+	case "quotaField":
+		f.r.QuotaField = text
+	case "maxQuota":
+		f.r.MaxQuota, problem = parseCount(name, text)
 	case "actorField":
 		f.r.ActorField = text
 	case "matchPolicy":
@@ -33,33 +47,59 @@ func (f *fieldSet) set(name, text string) (problem string) {
 	case "comment":
 		f.r.Comment = text
 	default:
-		problem = fmt.Sprintf("unknown field %q; the fields are creditLimit, resetSeconds, actorField, matchPolicy, label and comment", name)
+		return fmt.Sprintf("unknown field %q; the fields are %s", name, fieldNames)
 	}
+	if f.given == nil {
+		f.given = make(map[string]bool)
+	}
+	// An empty string field is the same as leaving it out.
+	f.given[name] = problem == "" && (text != "" || isCount(name) || isBool(name))
 	return problem
 }
 
 func knownField(name string) bool {
 	switch name {
-	case "creditLimit", "resetSeconds", "actorField", "matchPolicy", "label", "comment":
+	case "creditLimit", "resetSeconds", "algorithm", "stagger", "burst", "minGapMillis", "quotaField", "maxQuota",
+		"actorField", "matchPolicy", "label", "comment":
 		return true
 	}
 	return false
 }
 
-func isCount(name string) bool { return name == "creditLimit" || name == "resetSeconds" }
-
-func (f *fieldSet) missing() string {
-	switch {
-	case !f.hasCredit:
-		return "creditLimit is missing; expected a non-negative integer"
-	case !f.hasReset:
-		return "resetSeconds is missing; expected a non-negative integer"
+// isCount reports whether a field is a non-negative integer: a JSON number.
+func isCount(name string) bool {
+	switch name {
+	case "creditLimit", "resetSeconds", "burst", "minGapMillis", "maxQuota":
+		return true
 	}
-	return ""
+	return false
 }
 
-// parseCount reads creditLimit or resetSeconds: decimal digits with an
-// optional minus sign, which is then rejected.
+// isBool reports whether a field is a boolean: JSON true or false.
+func isBool(name string) bool { return name == "stagger" }
+
+// finish checks the rule once all its fields are set, and returns the
+// field the problem is about ("" for the rule as a whole) and the problem.
+func (f *fieldSet) finish() (field, problem string) {
+	switch {
+	case !f.given["creditLimit"]:
+		return "", "creditLimit is missing; expected a non-negative integer"
+	case !f.given["resetSeconds"]:
+		return "", "resetSeconds is missing; expected a non-negative integer"
+	}
+	return f.checkAlgorithm()
+}
+
+// line is the line of field, or 0 (the rule's line) when it is "".
+func (f *fieldSet) line(field string) int {
+	if field == "" {
+		return 0
+	}
+	return f.lines[field]
+}
+
+// parseCount reads an integer field: decimal digits with an optional minus
+// sign, which is then rejected.
 func parseCount(name, text string) (int64, string) {
 	n, err := strconv.ParseInt(text, 10, 64)
 	switch {
@@ -69,4 +109,17 @@ func parseCount(name, text string) (int64, string) {
 		return 0, fmt.Sprintf("%s is %s; expected a non-negative integer", name, text)
 	}
 	return n, ""
+}
+
+// parseBool reads a boolean field: true or false, as JSON writes them.
+func parseBool(name, text string) (bool, string) {
+	switch text {
+	case "":
+		return false, name + " is empty; expected true or false"
+	case "true":
+		return true, ""
+	case "false":
+		return false, ""
+	}
+	return false, fmt.Sprintf("%s is %s; expected true or false", name, text)
 }

@@ -17,8 +17,8 @@ func ParseINI(name string, data []byte) (*Policy, error) {
 		if cur == nil {
 			return nil
 		}
-		if problem := cur.missing(); problem != "" {
-			return cur.r.fail(0, "%s", problem)
+		if field, problem := cur.finish(); problem != "" {
+			return cur.r.fail(cur.line(field), "%s", problem)
 		}
 		rules = append(rules, *cur.r)
 		return nil

@@ -12,8 +12,9 @@ import (
 // error messages. A non-nil error is a *ValidationError.
 //
 // Decoding is strict: unknown or repeated members are errors, operation
-// values must be strings, and creditLimit and resetSeconds must be written as
-// non-negative integers (not 1.5, 1e3 or "3"). A null member is the same as
+// values must be strings, creditLimit, resetSeconds, burst, minGapMillis and
+// maxQuota must be written as non-negative integers (not 1.5, 1e3 or "3"),
+// and stagger as true or false (not "true"). A null member is the same as
 // a missing one. "default" may be left out only if the last override has an
 // empty operation.
 func ParseJSON(name string, data []byte) (*Policy, error) {
@@ -159,12 +160,13 @@ func (j *jsonFile) rule(raw []byte, off, pos int, isDefault bool) (Rule, error) 
 	if !hasOp && !isDefault {
 		return Rule{}, r.fail(0, "operation is missing; expected an object of strings")
 	}
-	fs := fieldSet{r: r}
+	fs := fieldSet{r: r, lines: map[string]int{}}
 	for _, m := range ms {
 		var problem string
+		fs.lines[m.name] = j.line(m.off)
 		switch {
 		case m.name == "operation":
-		case !knownField(m.name) || isCount(m.name) && !isNull(m.raw):
+		case !knownField(m.name) || (isCount(m.name) || isBool(m.name)) && !isNull(m.raw):
 			problem = fs.set(m.name, string(m.raw))
 		case isNull(m.raw):
 		case m.raw[0] == '"':
@@ -181,8 +183,8 @@ func (j *jsonFile) rule(raw []byte, off, pos int, isDefault bool) (Rule, error) 
 			return Rule{}, r.fail(j.line(m.off), "%s", problem)
 		}
 	}
-	if problem := fs.missing(); problem != "" {
-		return Rule{}, r.fail(0, "%s", problem)
+	if field, problem := fs.finish(); problem != "" {
+		return Rule{}, r.fail(fs.line(field), "%s", problem)
 	}
 	return *r, nil
 }

@@ -57,10 +57,19 @@ type Rule struct {
 	Operation    []Pair
 	CreditLimit  int64 // allowed hits per window; 0 denies every hit
 	ResetSeconds int64 // window length; 0 (with CreditLimit > 0) allows every hit
-	ActorField   string
-	MatchPolicy  MatchPolicy
-	Label        string // "" when the file gives none
-	Comment      string
+	// Algorithm is how hits are counted; Divvy when the file gives none.
+	Algorithm    Algorithm
+	Stagger      bool  // FixedWindow: shift the windows by a per-counter offset
+	Burst        int64 // GCRA, TokenBucket: most hits at once; 0 means the limit
+	MinGapMillis int64 // SlidingLog: least time between two hits; 0 for none
+	// QuotaField names the request field whose value, capped at MaxQuota,
+	// replaces CreditLimit for that hit; "" for none. See Rule.Limit.
+	QuotaField  string
+	MaxQuota    int64
+	ActorField  string
+	MatchPolicy MatchPolicy
+	Label       string // "" when the file gives none
+	Comment     string
 
 	Pos  int    // position in the file, counting from 1 as error messages do
 	File string // the name the policy was loaded under
@@ -74,9 +83,10 @@ type Rule struct {
 // `[method=GET path=/status]` or `[default]`.
 func (r *Rule) String() string { return formatHeader(r.Operation) }
 
-// Counted reports whether hits on r use a counter. Always-deny
-// (CreditLimit 0) and always-allow (ResetSeconds 0) rules do not, so a server
-// can skip the store for them.
+// Counted reports whether hits on r under its own CreditLimit use a
+// counter. Always-deny (CreditLimit 0) and always-allow (ResetSeconds 0)
+// rules do not, so a server can skip the store for them. With a quota, see
+// MayCount.
 func (r *Rule) Counted() bool { return r.CreditLimit > 0 && r.ResetSeconds > 0 }
 
 // Policy is a validated, ordered list of rules whose last rule is the
@@ -258,6 +268,21 @@ func identity(r *Rule, seen map[string]int) [idLen]byte {
 	b = binary.AppendVarint(b, r.CreditLimit)
 	b = binary.AppendVarint(b, r.ResetSeconds)
 	str(r.ActorField)
+	// Divvy rules without a quota hash as before these fields existed, so
+	// their counters survive an upgrade.
+	if r.Algorithm != Divvy || r.QuotaField != "" {
+		b = append(b, "\x00v2"...)
+		b = append(b, byte(r.Algorithm))
+		if r.Stagger {
+			b = append(b, 1)
+		} else {
+			b = append(b, 0)
+		}
+		b = binary.AppendVarint(b, r.Burst)
+		b = binary.AppendVarint(b, r.MinGapMillis)
+		str(r.QuotaField)
+		b = binary.AppendVarint(b, r.MaxQuota)
+	}
 	n := seen[string(b)]
 	seen[string(b)] = n + 1
 	b = binary.AppendUvarint(b, uint64(n))

@@ -178,7 +178,7 @@ func TestTestConfig(t *testing.T) {
 
 // The INI and JSON versions of each divvy file load to the same rules.
 func TestFormatsAgree(t *testing.T) {
-	for _, name := range []string{"example-config", "test-config"} {
+	for _, name := range []string{"example-config", "test-config", "algorithms"} {
 		a := mustLoad(t, "testdata/"+name+".json")
 		b := mustLoad(t, "testdata/"+name+".ini")
 		if name == "example-config" {
@@ -394,7 +394,7 @@ func TestValidationErrors(t *testing.T) {
 		{"json number label", "t.json", `{"default": {"label": 5, "creditLimit": 1, "resetSeconds": 1}}`, `t.json:1: rule 1 [default]: label is 5; expected a string`},
 		// INI syntax.
 		{"unknown field", "t.ini", "[default]\ncreditlimit = 1\n" + iniBody,
-			`t.ini:2: rule 1 [default]: unknown field "creditlimit"; the fields are creditLimit, resetSeconds, actorField, matchPolicy, label and comment`},
+			`t.ini:2: rule 1 [default]: unknown field "creditlimit"; the fields are creditLimit, resetSeconds, algorithm, stagger, burst, minGapMillis, quotaField, maxQuota, actorField, matchPolicy, label and comment`},
 		{"repeated field", "t.ini", "[default]\n" + iniBody + "comment = a\ncreditLimit = 2\n", "t.ini:5: rule 1 [default]: creditLimit is given twice (first on line 2)"},
 		{"repeated null field", "t.ini", "[default]\n" + iniBody + "label = null\nlabel = x\n", "t.ini:5: rule 1 [default]: label is given twice (first on line 4)"},
 		{"field outside rule", "t.ini", "creditLimit = 1\n" + iniDefault, `t.ini:1: "creditLimit = 1" is outside any rule; a rule starts with a [header]`},
@@ -421,9 +421,9 @@ func TestValidationErrors(t *testing.T) {
 		{"json overrides not array", "t.json", `{"overrides": {}}`, `t.json:1: overrides is {}; expected an array of rules`},
 		{"json rule not object", "t.json", `{"overrides": [3]}`, `t.json:1: rule 1: a rule is 3; expected an object`},
 		{"json unknown field", "t.json", `{"default": {"creditLimit": 1, "resetSeconds": 1, "credit": 2}}`,
-			`t.json:1: rule 1 [default]: unknown field "credit"; the fields are creditLimit, resetSeconds, actorField, matchPolicy, label and comment`},
+			`t.json:1: rule 1 [default]: unknown field "credit"; the fields are creditLimit, resetSeconds, algorithm, stagger, burst, minGapMillis, quotaField, maxQuota, actorField, matchPolicy, label and comment`},
 		{"json unknown null field", "t.json", `{"default": {"creditLimit": 1, "resetSeconds": 1, "credit": null}}`,
-			`t.json:1: rule 1 [default]: unknown field "credit"; the fields are creditLimit, resetSeconds, actorField, matchPolicy, label and comment`},
+			`t.json:1: rule 1 [default]: unknown field "credit"; the fields are creditLimit, resetSeconds, algorithm, stagger, burst, minGapMillis, quotaField, maxQuota, actorField, matchPolicy, label and comment`},
 		{"json repeated field", "t.json", `{"default": {"creditLimit": 1, "resetSeconds": 1, "creditLimit": 2}}`, `t.json:1: rule 1: a rule has "creditLimit" twice`},
 		{"json missing operation", "t.json", `{"overrides": [{"creditLimit": 1, "resetSeconds": 1}]}`, `t.json:1: rule 1 [default]: operation is missing; expected an object of strings`},
 		{"json operation not object", "t.json", `{"overrides": [{"operation": "a=1"}]}`, `t.json:1: rule 1: operation is "a=1"; expected an object`},
@@ -499,7 +499,7 @@ func TestReachability(t *testing.T) {
 	}
 }
 
-func TestImportsStandardLibraryOnly(t *testing.T) {
+func TestImportsStandardLibraryAndBucketOnly(t *testing.T) {
 	files, err := filepath.Glob("*.go")
 	if err != nil {
 		t.Fatal(err)
@@ -511,8 +511,10 @@ func TestImportsStandardLibraryOnly(t *testing.T) {
 		}
 		for _, imp := range af.Imports {
 			path, _ := strconv.Unquote(imp.Path.Value)
-			if first, _, _ := strings.Cut(path, "/"); strings.Contains(first, ".") {
-				t.Errorf("%s imports %s: policy uses only the standard library", f, path)
+			// bucket is pure and standard-library-only too: its arithmetic
+			// counts the rules' other algorithms.
+			if first, _, _ := strings.Cut(path, "/"); strings.Contains(first, ".") && path != "github.com/sluicehq/sluice/bucket" {
+				t.Errorf("%s imports %s: policy uses only the standard library and bucket", f, path)
 			}
 		}
 	}
@@ -536,6 +538,21 @@ func toJSON(p *Policy) []byte {
 			str(kv.Value)
 		}
 		b.WriteString(`},"creditLimit":` + strconv.FormatInt(r.CreditLimit, 10) + `,"resetSeconds":` + strconv.FormatInt(r.ResetSeconds, 10))
+		b.WriteString(`,"algorithm":"` + r.Algorithm.String() + `"`)
+		if r.Stagger {
+			b.WriteString(`,"stagger":true`)
+		}
+		if r.Burst > 0 {
+			b.WriteString(`,"burst":` + strconv.FormatInt(r.Burst, 10))
+		}
+		if r.MinGapMillis > 0 {
+			b.WriteString(`,"minGapMillis":` + strconv.FormatInt(r.MinGapMillis, 10))
+		}
+		if r.QuotaField != "" {
+			b.WriteString(`,"quotaField":`)
+			str(r.QuotaField)
+			b.WriteString(`,"maxQuota":` + strconv.FormatInt(r.MaxQuota, 10))
+		}
 		for _, f := range [][2]string{{"actorField", r.ActorField}, {"matchPolicy", r.MatchPolicy.String()}, {"label", r.Label}, {"comment", r.Comment}} {
 			b.WriteString(`,"` + f[0] + `":`)
 			str(f[1])
@@ -558,7 +575,7 @@ func toJSON(p *Policy) []byte {
 
 func allValidUTF8(p *Policy) bool {
 	for _, r := range p.Rules() {
-		for _, s := range []string{r.ActorField, r.Label, r.Comment} {
+		for _, s := range []string{r.ActorField, r.Label, r.Comment, r.QuotaField} {
 			if !utf8.ValidString(s) {
 				return false
 			}
@@ -606,6 +623,10 @@ func FuzzParseINI(f *testing.F) {
 	seedTestdata(f, ".ini")
 	f.Add([]byte("[a='x y' b=\"=\"]\nlabel = null\n" + iniBody + iniDefault))
 	f.Add([]byte("[p=/v1/*]\n" + iniBody + "[p=/v1/*/x]\n" + iniBody + iniDefault))
+	f.Add([]byte("[a=1]\nalgorithm = gcra\nburst = 0\n" + iniBody + iniDefault))
+	f.Add([]byte("[a=1]\nalgorithm = slidingLog\ncreditLimit = 100001\nresetSeconds = 1\n" + iniDefault))
+	f.Add([]byte("[a=1]\nalgorithm = fixedWindow\nstagger = yes\n" + iniBody + iniDefault))
+	f.Add([]byte("[default]\nalgorithm = tokenBucket\nquotaField = q\nmaxQuota = 9223372036854775807\n" + iniBody))
 	f.Fuzz(func(t *testing.T, data []byte) {
 		p, err := ParseINI("f.ini", data)
 		checkParsed(t, "f.ini", p, err)
@@ -615,6 +636,9 @@ func FuzzParseINI(f *testing.F) {
 func FuzzParseJSON(f *testing.F) {
 	seedTestdata(f, ".json")
 	f.Add([]byte(`{"default": {"creditLimit": 1, "resetSeconds": 1}}`))
+	f.Add([]byte(`{"default": {"algorithm": "fixedWindow", "stagger": "true", "creditLimit": 1, "resetSeconds": 1}}`))
+	f.Add([]byte(`{"default": {"algorithm": "gcra", "burst": 9223372036854775807, "creditLimit": 1, "resetSeconds": 9223372036854775}}`))
+	f.Add([]byte(`{"default": {"algorithm": "slidingLog", "minGapMillis": 5, "quotaField": "q", "maxQuota": 100000, "creditLimit": 1, "resetSeconds": 1}}`))
 	f.Add([]byte(`{"overrides": [{"operation": {"a": "*"}, "creditLimit": 1, "resetSeconds": 1, "matchPolicy": "canary"}], "default": {"creditLimit": 0, "resetSeconds": 0}}`))
 	f.Fuzz(func(t *testing.T, data []byte) {
 		p, err := ParseJSON("f.json", data)

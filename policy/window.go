@@ -21,14 +21,42 @@ type Window struct {
 // the same as none: the next hit opens a new one, and a sweep may delete it.
 func (w Window) Expired(now int64) bool { return now >= w.End }
 
-// Outcome is the reply to one hit on one rule.
+// Outcome is the answer to one hit on one rule, for every algorithm.
+//
+// Allowed, CreditsLeft and SecondsUntilReset are the reply of HIT over RESP
+// and the line protocol; the other fields are for front ends that answer
+// with rate-limit headers (GET /check, Envoy's RLS), already rounded so that
+// none redoes an algorithm's arithmetic.
 type Outcome struct {
-	Allowed     bool
+	Allowed bool
+	// CreditsLeft is the hits the counter lets through now, after this one
+	// (the remaining of X-RateLimit-Remaining); for always-allow rules the
+	// limit.
 	CreditsLeft int64
-	// SecondsUntilReset is the time until the window ends, rounded up, so
-	// that a live window never reports 0; -1 for always-deny rules and 0 for
-	// always-allow rules.
+	// SecondsUntilReset is ResetAfterMs rounded up to whole seconds, so that
+	// a counter in use never reports 0; -1 for always-deny rules and 0 for
+	// always-allow rules. For divvy it is the time until the window ends.
 	SecondsUntilReset int64
+
+	// Limit is what CreditsLeft counts toward: the limit that applied
+	// (creditLimit, or the request's quota), or for gcra and tokenBucket
+	// the burst, which is the limit unless the rule sets one.
+	Limit int64
+	// RetryAfterMs is, for a denied hit, the time until the same hit would
+	// be allowed; -1 when it was allowed or when waiting cannot help (an
+	// always-deny rule, or more hits than the limit at once).
+	RetryAfterMs int64
+	// ResetAfterMs is the time until the counter is whole again (the
+	// window ends, the bucket or GCRA is full, every hit has left the
+	// log); 0 when nothing is used (but a fixedWindow's window always has
+	// an end), -1 for always-deny rules.
+	ResetAfterMs int64
+	// Quota says where Limit came from.
+	Quota QuotaStatus
+	// Rule is the rule that answered; its Label, Algorithm and
+	// PeriodMillis describe the limit. Set by Counter and the server, not
+	// by Rule.Hit.
+	Rule *Rule
 }
 
 // AppendReply appends the line protocol's reply, e.g. "OK true 2 3600\n".
@@ -45,8 +73,8 @@ func (o Outcome) AppendReply(dst []byte) []byte {
 const msPerSecond = 1000
 
 // Hit applies one hit at now (unix ms) to r's counter, whose stored window
-// is w when found. It returns the window to store when write is true;
-// otherwise the store is left as it is.
+// is w when found, under r's own CreditLimit. It returns the window to
+// store when write is true; otherwise the store is left as it is.
 //
 // The first hit, or the first after the window ended, opens a window of
 // ResetSeconds with CreditLimit-1 credits left. Each allowed hit takes one
@@ -54,36 +82,85 @@ const msPerSecond = 1000
 // not Counted never write: CreditLimit 0 answers false 0 -1, ResetSeconds 0
 // answers true CreditLimit 0.
 func (r *Rule) Hit(w Window, found bool, now int64) (next Window, write bool, out Outcome) {
-	switch {
-	case r.CreditLimit <= 0:
-		return w, false, Outcome{Allowed: false, CreditsLeft: 0, SecondsUntilReset: -1}
-	case r.ResetSeconds <= 0:
-		return w, false, Outcome{Allowed: true, CreditsLeft: r.CreditLimit, SecondsUntilReset: 0}
-	}
-	if !found || w.Expired(now) {
-		w = Window{End: satAdd(now, satMul(r.ResetSeconds, msPerSecond)), Left: r.CreditLimit - 1}
-		return w, true, Outcome{Allowed: true, CreditsLeft: w.Left, SecondsUntilReset: r.secondsUntil(w.End, now)}
-	}
-	// A window written under other limits cannot reach here (the limits are
-	// part of the counter key), but a damaged one is clamped all the same.
-	left := min(w.Left, r.CreditLimit-1)
-	secs := r.secondsUntil(w.End, now)
-	if left <= 0 {
-		return w, false, Outcome{Allowed: false, CreditsLeft: 0, SecondsUntilReset: secs}
-	}
-	w.Left = left - 1
-	return w, true, Outcome{Allowed: true, CreditsLeft: w.Left, SecondsUntilReset: secs}
+	return r.Take(w, found, now, r.CreditLimit, 1)
 }
 
-// secondsUntil is ceil((end-now)/1000) for end > now, clamped to
-// ResetSeconds in case the clock went back.
-func (r *Rule) secondsUntil(end, now int64) int64 {
-	d := uint64(end) - uint64(now) // exact: end > now
-	s := d / msPerSecond
-	if d%msPerSecond != 0 {
+// Take is Hit for hits credits at once under limit (CreditLimit or a
+// request's quota, see Limit). A window opens when the hits fit in limit;
+// an allowed take leaves Left - hits; a denied one changes nothing. Hits 0
+// reads without writing.
+//
+// Left is stored, not the count, so a window opened under a larger quota
+// keeps at most limit-1 credits under a smaller one (the clamp below):
+// lowering a quota takes effect at once, raising it at the next window.
+func (r *Rule) Take(w Window, found bool, now, limit, hits int64) (next Window, write bool, out Outcome) {
+	switch {
+	case limit <= 0:
+		return w, false, denyAll(limit)
+	case r.ResetSeconds <= 0:
+		return w, false, allowAll(limit)
+	}
+	out = Outcome{Limit: limit, RetryAfterMs: -1}
+	if !found || w.Expired(now) {
+		if hits == 0 || hits > limit {
+			// Nothing to count, or more than a window holds: no window
+			// opens, and the reply describes the one a hit would open.
+			out.Allowed = hits == 0
+			out.CreditsLeft = limit
+			out.SecondsUntilReset = r.ResetSeconds
+			return w, false, out
+		}
+		w = Window{End: satAdd(now, r.PeriodMillis()), Left: limit - hits}
+		out.Allowed, out.CreditsLeft = true, w.Left
+		out.ResetAfterMs = r.msUntil(w.End, now)
+		out.SecondsUntilReset = ceilSeconds(out.ResetAfterMs)
+		return w, true, out
+	}
+	// A window written under other limits cannot reach here (the limits are
+	// part of the counter key) unless the limit is a quota, but a damaged
+	// one is clamped all the same.
+	left := min(w.Left, limit-1)
+	out.ResetAfterMs = r.msUntil(w.End, now)
+	out.SecondsUntilReset = ceilSeconds(out.ResetAfterMs)
+	if left < hits {
+		out.CreditsLeft = max(left, 0)
+		if hits <= limit {
+			out.RetryAfterMs = out.ResetAfterMs
+		}
+		return w, false, out
+	}
+	out.Allowed, out.CreditsLeft = true, left-hits
+	if hits == 0 {
+		return w, false, out
+	}
+	w.Left = left - hits
+	return w, true, out
+}
+
+// denyAll is the answer of an always-deny rule, or of a quota of 0.
+func denyAll(limit int64) Outcome {
+	return Outcome{Allowed: false, CreditsLeft: 0, SecondsUntilReset: -1, Limit: max(limit, 0), RetryAfterMs: -1, ResetAfterMs: -1}
+}
+
+// allowAll is the answer of an always-allow rule (ResetSeconds 0).
+func allowAll(limit int64) Outcome {
+	return Outcome{Allowed: true, CreditsLeft: limit, SecondsUntilReset: 0, Limit: limit, RetryAfterMs: -1}
+}
+
+// ceilSeconds rounds a duration in ms >= 0 up to whole seconds.
+func ceilSeconds(ms int64) int64 {
+	s := ms / msPerSecond
+	if ms%msPerSecond > 0 {
 		s++
 	}
-	return int64(min(s, uint64(r.ResetSeconds)))
+	return s
+}
+
+// msUntil is end-now for end > now, clamped to the period in case the
+// clock went back.
+func (r *Rule) msUntil(end, now int64) int64 {
+	d := uint64(end) - uint64(now) // exact: end > now
+	return int64(min(d, uint64(r.PeriodMillis())))
 }
 
 // satAdd adds b >= 0 to a, saturating at MaxInt64.

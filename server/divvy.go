@@ -286,7 +286,7 @@ func (d *divvyConn) round(start, end int, eof bool) (next int, stop bool) {
 			break
 		}
 		mark, before := len(d.out), d.batch.Len()
-		out, err := s.hit(&d.h, lp, d.batch, s.clock().UnixMilli())
+		out, err := s.hit(&d.h, lp, d.h.req, 1, d.batch, s.clock().UnixNano())
 		if err != nil {
 			d.out = d.errReply(policy.CodeUnknown, divvyReason(s.errorText(err)))
 			stop = true

@@ -4,10 +4,12 @@ import (
 	"errors"
 	"sort"
 	"strconv"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
 
+	"github.com/sluicehq/sluice/bucket"
 	"github.com/sluicehq/sluice/keyspace"
 	"github.com/sluicehq/sluice/policy"
 	"github.com/sluicehq/sluice/storage"
@@ -104,8 +106,8 @@ func (s *Server) ReloadPolicy() error {
 type hitter struct {
 	req      policy.Request
 	canaries []*policy.Rule
-	key      []byte
-	m        windowMutator
+	id, key  []byte
+	m        ruleMutator
 	// done holds the outcomes of this round's hits until its writes are
 	// committed; the metrics count only what clients were told.
 	done []hitDone
@@ -138,14 +140,18 @@ func (h *hitter) resize() {
 	if cap(h.key) > connKeepBuf {
 		h.key = nil
 	}
+	if cap(h.id) > connKeepBuf {
+		h.id = nil
+	}
 	if cap(h.done)*hitDoneSize > connKeepBuf {
 		h.done = nil
 	}
+	h.m.c.Shrink(connKeepBuf)
 }
 
 // footprint is the bytes of h's buffers, counted with the connection's.
 func (h *hitter) footprint() int {
-	return fieldSize*cap(h.req) + 8*cap(h.canaries) + cap(h.key) + hitDoneSize*cap(h.done)
+	return fieldSize*cap(h.req) + 8*cap(h.canaries) + cap(h.id) + cap(h.key) + hitDoneSize*cap(h.done) + h.m.c.Footprint()
 }
 
 type hitDone struct {
@@ -154,60 +160,76 @@ type hitDone struct {
 	allowed       bool
 }
 
-// windowMutator applies one hit of one rule to its stored window.
-type windowMutator struct {
-	rule *policy.Rule
-	now  int64
-	out  policy.Outcome
-	val  [policy.WindowLen]byte
+// ruleMutator applies one hit of one rule to its stored counter, whatever
+// the rule's algorithm (policy.Counter).
+type ruleMutator struct {
+	c policy.Counter
 }
 
 // Mutate implements storage.Mutator.
-func (m *windowMutator) Mutate(old []byte, found bool) ([]byte, storage.Op, error) {
-	var w policy.Window
-	if found {
-		var err error
-		if w, err = policy.DecodeWindow(old); err != nil {
-			return nil, storage.Keep, err
-		}
-	}
-	next, write, out := m.rule.Hit(w, found, m.now)
-	m.out = out
-	if !write {
+func (m *ruleMutator) Mutate(old []byte, found bool) ([]byte, storage.Op, error) {
+	val, write, err := m.c.Apply(old, found)
+	switch {
+	case err != nil:
+		return nil, storage.Keep, hitErr(err)
+	case !write:
 		return nil, storage.Keep, nil
 	}
-	return policy.AppendWindow(m.val[:0], next), storage.Put, nil
+	return val, storage.Put, nil
 }
 
-// hit executes h.req at now (unix ms) under lp: each canary rule matched
-// before the deciding rule takes its credit, then the deciding rule
-// answers. Changes are queued in b; the caller commits them before it
-// answers.
-func (s *Server) hit(h *hitter, lp *loadedPolicy, b *storage.Batch, now int64) (policy.Outcome, error) {
-	decider, canaries := lp.p.Match(h.req, h.canaries[:0])
+// hitErr turns what policy.Counter refuses into the error a client is
+// told: a hit count the rule cannot take, or arithmetic out of range,
+// which the loader's checks leave only to extreme clocks. A stored value
+// that does not decode is passed on as it is.
+func hitErr(err error) error {
+	var ae *bucket.ArgError
+	switch {
+	case errors.Is(err, policy.ErrHits):
+		return replyErr("ERR " + strings.TrimPrefix(err.Error(), "policy: "))
+	case errors.As(err, &ae):
+		return replyErr("ERR rule arithmetic out of range: " + ae.Arg + ": " + ae.Msg)
+	}
+	return err
+}
+
+// hit is the entry point every front end uses to evaluate a request
+// against the rules: HIT over RESP, the divvy line protocol, GET /check and
+// (later) Envoy's rate-limit service. It evaluates req, the request's
+// fields, at now (unix ns) under lp, for a cost of hits (Envoy's
+// hits_addend; 1 for one request, 0 to read without counting): each canary
+// rule matched before the deciding rule takes its hits, then the deciding
+// rule answers. The answer carries the deciding rule (Outcome.Rule) and
+// what rate-limit headers need.
+//
+// h is the caller's reusable state (one per connection or goroutine); req
+// may be h.req. Changes are queued in b; the caller commits them before
+// it answers, then calls h.countHits for the metrics.
+func (s *Server) hit(h *hitter, lp *loadedPolicy, req policy.Request, hits int64, b *storage.Batch, now int64) (policy.Outcome, error) {
+	decider, canaries := lp.p.Match(req, h.canaries[:0])
 	h.canaries = canaries
 	// Every key is checked before the first rule takes its credit, so a
 	// refused hit changes nothing.
-	if err := s.checkActorKey(h.req, decider); err != nil {
+	if err := s.checkActorKey(req, decider); err != nil {
 		return policy.Outcome{}, err
 	}
 	for _, r := range canaries {
-		if err := s.checkActorKey(h.req, r); err != nil {
+		if err := s.checkActorKey(req, r); err != nil {
 			return policy.Outcome{}, err
 		}
 	}
 	for _, r := range canaries {
-		if _, err := s.hitRule(h, lp, r, true, b, now); err != nil {
+		if _, err := s.hitRule(h, lp, r, req, hits, true, b, now); err != nil {
 			return policy.Outcome{}, err
 		}
 	}
-	return s.hitRule(h, lp, decider, false, b, now)
+	return s.hitRule(h, lp, decider, req, hits, false, b, now)
 }
 
 // checkActorKey refuses a hit whose value of r's actor field, the part of
 // r's counter key the client chooses, is longer than MaxKeySize.
 func (s *Server) checkActorKey(req policy.Request, r *policy.Rule) error {
-	if !r.Counted() || r.ActorField == "" {
+	if !r.MayCount() || r.ActorField == "" {
 		return nil
 	}
 	v, _ := req.Get(r.ActorField)
@@ -217,21 +239,26 @@ func (s *Server) checkActorKey(req policy.Request, r *policy.Rule) error {
 	return s.checkKeySize("value of actor field "+r.ActorField, len(v))
 }
 
-func (s *Server) hitRule(h *hitter, lp *loadedPolicy, r *policy.Rule, canary bool, b *storage.Batch, now int64) (policy.Outcome, error) {
+func (s *Server) hitRule(h *hitter, lp *loadedPolicy, r *policy.Rule, req policy.Request, hits int64, canary bool, b *storage.Batch, now int64) (policy.Outcome, error) {
 	d := hitDone{counts: lp.counts[r.Pos-1], canary: canary}
-	var out policy.Outcome
-	if r.Counted() {
-		h.m.rule, h.m.now = r, now
-		h.key = keyspace.AppendCounterKey(h.key[:0], r, h.req)
+	c := &h.m.c
+	c.Rule, c.Hits, c.Now = r, hits, now
+	var quota policy.QuotaStatus
+	c.Limit, quota = r.Limit(req)
+	if c.Limit > 0 && r.ResetSeconds > 0 {
+		h.id = r.AppendCounterID(h.id[:0], req)
+		c.ID = h.id
+		h.key = keyspace.AppendRuleKey(h.key[:0], r, c.Limit, h.id)
 		before := b.Len()
 		if err := s.modify(b, h.key, &h.m); err != nil {
-			return out, err
+			return policy.Outcome{}, err
 		}
-		out = h.m.out
 		d.wrote = b.Len() > before
-	} else {
-		_, _, out = r.Hit(policy.Window{}, false, now)
+	} else if _, _, err := c.Apply(nil, false); err != nil {
+		return policy.Outcome{}, hitErr(err)
 	}
+	out := c.Out
+	out.Quota = quota
 	d.allowed = out.Allowed
 	h.done = append(h.done, d)
 	return out, nil
@@ -277,7 +304,7 @@ func cmdHit(s *Server, c *client, args [][]byte) {
 		s.replyErr(c, err)
 		return
 	}
-	out, err := s.hit(h, lp, c.batch, s.clock().UnixMilli())
+	out, err := s.hit(h, lp, h.req, 1, c.batch, s.clock().UnixNano())
 	if err != nil {
 		s.replyErr(c, err)
 		return
@@ -331,9 +358,10 @@ func cmdPolicy(s *Server, c *client, args [][]byte) {
 }
 
 // appendRule appends one rule of POLICY SHOW as a flat array of names and
-// values, in the fields' order in a rule file.
+// values, in the fields' order in a rule file. Every field is shown, those
+// of other algorithms with their zero value (burst 0 is the limit).
 func appendRule(out []byte, r *policy.Rule) []byte {
-	out = appendArray(out, 16)
+	out = appendArray(out, 28)
 	out = appendBulkString(out, "position")
 	out = appendInt(out, int64(r.Pos))
 	out = appendBulkString(out, "operation")
@@ -342,6 +370,18 @@ func appendRule(out []byte, r *policy.Rule) []byte {
 	out = appendInt(out, r.CreditLimit)
 	out = appendBulkString(out, "resetSeconds")
 	out = appendInt(out, r.ResetSeconds)
+	out = appendBulkString(out, "algorithm")
+	out = appendBulkString(out, r.Algorithm.String())
+	out = appendBulkString(out, "stagger")
+	out = appendBulkString(out, strconv.FormatBool(r.Stagger))
+	out = appendBulkString(out, "burst")
+	out = appendInt(out, r.Burst)
+	out = appendBulkString(out, "minGapMillis")
+	out = appendInt(out, r.MinGapMillis)
+	out = appendBulkString(out, "quotaField")
+	out = appendBulkString(out, r.QuotaField)
+	out = appendBulkString(out, "maxQuota")
+	out = appendInt(out, r.MaxQuota)
 	out = appendBulkString(out, "actorField")
 	out = appendBulkString(out, r.ActorField)
 	out = appendBulkString(out, "matchPolicy")

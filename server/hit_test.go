@@ -519,7 +519,11 @@ resetSeconds = 0
 }
 
 func TestPolicyCommands(t *testing.T) {
-	path := policyFile(t, "p.ini", "[method=GET path=/x ip=*]\ncreditLimit = 3\nresetSeconds = 60\nactorField = ip\nlabel = x\ncomment = 'three a minute'\n\n[default]\ncreditLimit = 1\nresetSeconds = 0\n")
+	path := policyFile(t, "p.ini", "[method=GET path=/x ip=*]\ncreditLimit = 3\nresetSeconds = 60\nactorField = ip\nlabel = x\ncomment = 'three a minute'\n\n"+
+		"[path=/y]\ncreditLimit = 10\nresetSeconds = 1\nalgorithm = gcra\nburst = 5\nquotaField = quota\nmaxQuota = 100\n\n"+
+		"[path=/z]\ncreditLimit = 10\nresetSeconds = 1\nalgorithm = fixedWindow\nstagger = true\n\n"+
+		"[path=/w]\ncreditLimit = 10\nresetSeconds = 1\nalgorithm = slidingLog\nminGapMillis = 20\n\n"+
+		"[default]\ncreditLimit = 1\nresetSeconds = 0\n")
 	srv := startServer(t, Config{PolicyFile: path})
 	c := newClient(t, srv)
 	ctx := context.Background()
@@ -527,8 +531,11 @@ func TestPolicyCommands(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	want := "[[position 1 operation [method=GET path=/x ip=*] creditLimit 3 resetSeconds 60 actorField ip matchPolicy stop label x comment three a minute] " +
-		"[position 2 operation [default] creditLimit 1 resetSeconds 0 actorField  matchPolicy stop label  comment ]]"
+	want := "[[position 1 operation [method=GET path=/x ip=*] creditLimit 3 resetSeconds 60 algorithm divvy stagger false burst 0 minGapMillis 0 quotaField  maxQuota 0 actorField ip matchPolicy stop label x comment three a minute] " +
+		"[position 2 operation [path=/y] creditLimit 10 resetSeconds 1 algorithm gcra stagger false burst 5 minGapMillis 0 quotaField quota maxQuota 100 actorField  matchPolicy stop label  comment ] " +
+		"[position 3 operation [path=/z] creditLimit 10 resetSeconds 1 algorithm fixedWindow stagger true burst 0 minGapMillis 0 quotaField  maxQuota 0 actorField  matchPolicy stop label  comment ] " +
+		"[position 4 operation [path=/w] creditLimit 10 resetSeconds 1 algorithm slidingLog stagger false burst 0 minGapMillis 20 quotaField  maxQuota 0 actorField  matchPolicy stop label  comment ] " +
+		"[position 5 operation [default] creditLimit 1 resetSeconds 0 algorithm divvy stagger false burst 0 minGapMillis 0 quotaField  maxQuota 0 actorField  matchPolicy stop label  comment ]]"
 	if got := fmt.Sprint(v); got != want {
 		t.Fatalf("POLICY SHOW:\n got %s\nwant %s", got, want)
 	}
@@ -540,11 +547,11 @@ func TestPolicyCommands(t *testing.T) {
 	if err == nil || !strings.Contains(err.Error(), path+":8: rule 2 [default]: label ") || !strings.Contains(err.Error(), "rules in use are kept") {
 		t.Fatalf("POLICY RELOAD of a bad file: %v", err)
 	}
-	if v, _ := c.Do(ctx, "POLICY", "SHOW").Slice(); len(v) != 2 {
+	if v, _ := c.Do(ctx, "POLICY", "SHOW").Slice(); len(v) != 5 {
 		t.Fatalf("rules after a failed reload: %v", v)
 	}
 	info, err := c.Info(ctx, "policy").Result()
-	if err != nil || !strings.Contains(info, "policy_reload_failures:1") || !strings.Contains(info, "policy_rules:2") {
+	if err != nil || !strings.Contains(info, "policy_reload_failures:1") || !strings.Contains(info, "policy_rules:5") {
 		t.Fatalf("INFO policy: %q, %v", info, err)
 	}
 	if err := c.Do(ctx, "POLICY", "LIST").Err(); err == nil || !strings.Contains(err.Error(), "POLICY RELOAD or POLICY SHOW") {
