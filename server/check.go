@@ -102,7 +102,6 @@ type checker struct {
 	h     hitter
 	batch *storage.Batch
 	vals  []byte // the values of the built fields, one buffer
-	match []*policy.Rule
 }
 
 // checkFields are the header fields of each rule of one loaded policy.
@@ -286,7 +285,7 @@ func (s *Server) serveCheck(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	now := s.clock()
-	out, err := s.hit(&c.h, lp, c.batch, now.UnixMilli())
+	out, err := s.hit(&c.h, lp, c.h.req, 1, c.batch, now.UnixNano())
 	// Changes are visible once made: even after an error, what the canary
 	// rules changed before it is committed.
 	committed := true
@@ -305,11 +304,14 @@ func (s *Server) serveCheck(w http.ResponseWriter, r *http.Request) {
 		checkText(w, http.StatusServiceUnavailable, s.errorText(err)+"\n")
 		return
 	}
-	decider, _ := lp.p.Match(c.h.req, c.match[:0])
-	clear(c.match[:cap(c.match)])
-	res := checkResult(decider, out, now)
+	res := checkResult(out, now)
 	h := w.Header()
-	s.fieldsOf(lp, decider).Set(h, res)
+	s.fieldsOf(lp, out).Set(h, res)
+	if q := out.Quota; q == policy.QuotaClamped || q == policy.QuotaMissing || q == policy.QuotaMalformed {
+		// The rule has a quotaField and the request's quota did not apply
+		// as sent: say so, for the proxy's logs.
+		h.Set("X-Sluice-Quota", q.String())
+	}
 	if s.cfg.AllowOnStoreError && (s.store.Unavailable() != nil || s.store.Failed() != nil) {
 		// --on-store-error allow: the answer stands, but is not stored.
 		h.Set("X-Sluice-Degraded", "store-unavailable")
@@ -433,47 +435,56 @@ func (s *Server) validateCheckRequest(req policy.Request) error {
 	return nil
 }
 
-// checkResult turns a rule's outcome into the values of the header
-// fields: divvy's window has CreditLimit credits per ResetSeconds; the
-// credits left are Remaining, and the window's end is the reset.
-func checkResult(r *policy.Rule, out policy.Outcome, now time.Time) ratelimitheader.Result {
+// checkResult turns the deciding rule's outcome into the values of the
+// header fields.
+func checkResult(out policy.Outcome, now time.Time) ratelimitheader.Result {
 	res := ratelimitheader.Result{
 		Allowed:    out.Allowed,
-		Limit:      max(r.CreditLimit, 0),
+		Limit:      max(out.Limit, 0),
 		Remaining:  max(out.CreditsLeft, 0),
 		RetryAfter: ratelimitheader.NoRetry,
 		ResetAt:    now,
 	}
 	res.Used = max(res.Limit-res.Remaining, 0)
-	if out.SecondsUntilReset > 0 {
-		res.ResetAfter = time.Duration(out.SecondsUntilReset) * time.Second
+	if out.ResetAfterMs > 0 {
+		res.ResetAfter = time.Duration(out.ResetAfterMs) * time.Millisecond
 		res.ResetAt = now.Add(res.ResetAfter)
-		if !out.Allowed {
-			res.RetryAfter = res.ResetAfter
-		}
+	}
+	if !out.Allowed && out.RetryAfterMs >= 0 {
+		res.RetryAfter = time.Duration(out.RetryAfterMs) * time.Millisecond
 	}
 	return res
 }
 
-// fieldsOf returns the header fields of rule r of lp, built once per
-// loaded policy: named by the rule's label, else "rule-<position>".
-func (s *Server) fieldsOf(lp *loadedPolicy, r *policy.Rule) *ratelimitheader.Fields {
+// fieldsOf returns the header fields of the rule that decided out, named
+// by its label, else "rule-<position>". They are built once per loaded
+// policy for each rule's own limit; a per-request quota (another limit in
+// RateLimit-Policy) builds them for the request.
+func (s *Server) fieldsOf(lp *loadedPolicy, out policy.Outcome) *ratelimitheader.Fields {
+	r := out.Rule
+	if out.Limit != max(r.CreditLimit, 0) {
+		return newCheckFields(s.cfg.Check.HeaderStyle, r, out.Limit)
+	}
 	cf := s.check.fields.Load()
 	if cf == nil || cf.lp != lp {
 		rules := lp.p.Rules()
 		cf = &checkFields{lp: lp, byPos: make([]*ratelimitheader.Fields, len(rules))}
 		for i, rr := range rules {
-			name := rr.Label
-			if name == "" {
-				name = "rule-" + strconv.Itoa(rr.Pos)
-			}
-			f, err := ratelimitheader.New(s.cfg.Check.HeaderStyle, name, max(rr.CreditLimit, 0), time.Duration(rr.ResetSeconds)*time.Second)
-			if err != nil { // labels are [A-Za-z0-9_-]; the style was validated
-				f, _ = ratelimitheader.New(ratelimitheader.None, "", 0, 0)
-			}
-			cf.byPos[i] = f
+			cf.byPos[i] = newCheckFields(s.cfg.Check.HeaderStyle, rr, max(rr.CreditLimit, 0))
 		}
 		s.check.fields.Store(cf)
 	}
 	return cf.byPos[r.Pos-1]
+}
+
+func newCheckFields(style ratelimitheader.Style, r *policy.Rule, limit int64) *ratelimitheader.Fields {
+	name := r.Label
+	if name == "" {
+		name = "rule-" + strconv.Itoa(r.Pos)
+	}
+	f, err := ratelimitheader.New(style, name, limit, time.Duration(r.PeriodMillis())*time.Millisecond)
+	if err != nil { // labels are [A-Za-z0-9_-]; the style was validated
+		f, _ = ratelimitheader.New(ratelimitheader.None, "", 0, 0)
+	}
+	return f
 }

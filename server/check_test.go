@@ -268,3 +268,83 @@ func TestCheckStoreError(t *testing.T) {
 		})
 	}
 }
+
+// TestCheckAlgorithmsAndQuota: /check answers for every algorithm a rule
+// chooses, with Retry-After as that algorithm computes it (GCRA: the
+// spacing of hits, not the whole period), and a per-request quota taken
+// from a header through --check-field-header: honoured within maxQuota,
+// clamped over it, and creditLimit when malformed, with X-Sluice-Quota
+// saying which; RateLimit-Policy names the limit that applied.
+func TestCheckAlgorithmsAndQuota(t *testing.T) {
+	clock := newTestClock(t0)
+	path := policyFile(t, "check.ini", `[path=/gcra]
+algorithm = gcra
+creditLimit = 60
+resetSeconds = 60
+burst = 2
+actorField = ip
+label = gcra
+
+[path=/quota]
+algorithm = fixedWindow
+creditLimit = 2
+resetSeconds = 60
+quotaField = quota
+maxQuota = 5
+actorField = tenant
+label = quota
+
+[default]
+creditLimit = 0
+resetSeconds = 0
+`)
+	srv := startServer(t, Config{Clock: clock.now, PolicyFile: path, SweepInterval: -1, Check: CheckConfig{
+		FieldHeaders: []CheckFieldHeader{{Field: "quota", Header: "X-Quota"}, {Field: "tenant", Header: "X-Tenant"}},
+		HeaderStyle:  ratelimitheader.Both,
+	}})
+	base := startCheck(t, srv)
+
+	// GCRA: 1 a second in bursts of 2; the third at once waits a second.
+	for i := 0; i < 2; i++ {
+		if resp := checkGet(t, "GET", base+"/check", "X-Forwarded-Uri: /gcra"); resp.StatusCode != 200 {
+			t.Fatalf("gcra hit %d: status %d", i+1, resp.StatusCode)
+		}
+	}
+	resp := checkGet(t, "GET", base+"/check", "X-Forwarded-Uri: /gcra")
+	if resp.StatusCode != 429 || resp.Header.Get("Retry-After") != "1" || resp.Header.Get("X-Ratelimit-Limit") != "2" {
+		t.Fatalf("third gcra hit: status %d, Retry-After %q, limit %q; want 429, 1, 2 (the burst)", resp.StatusCode, resp.Header.Get("Retry-After"), resp.Header.Get("X-Ratelimit-Limit"))
+	}
+
+	for _, tc := range []struct {
+		tenant, quota string
+		allowed       int
+		limit, status string
+	}{
+		{"a", "4", 4, "4", ""},
+		{"b", "50", 5, "5", "clamped"},
+		{"c", "lots", 2, "2", "malformed"},
+		{"d", "", 2, "2", "missing"},
+	} {
+		for i := 1; i <= tc.allowed+1; i++ {
+			h := []string{"X-Forwarded-Uri: /quota", "X-Tenant: " + tc.tenant}
+			if tc.quota != "" {
+				h = append(h, "X-Quota: "+tc.quota)
+			}
+			resp := checkGet(t, "GET", base+"/check", h...)
+			want := 200
+			if i > tc.allowed {
+				want = 429
+			}
+			if resp.StatusCode != want || resp.Header.Get("X-Ratelimit-Limit") != tc.limit || resp.Header.Get("X-Sluice-Quota") != tc.status ||
+				resp.Header.Get("Ratelimit-Policy") != `"quota";q=`+tc.limit+";w=60" {
+				t.Fatalf("tenant %s, quota %q, hit %d: status %d, limit %q, X-Sluice-Quota %q, RateLimit-Policy %q; want %d, %s, %q",
+					tc.tenant, tc.quota, i, resp.StatusCode, resp.Header.Get("X-Ratelimit-Limit"), resp.Header.Get("X-Sluice-Quota"), resp.Header.Get("Ratelimit-Policy"), want, tc.limit, tc.status)
+			}
+		}
+	}
+	// The default denies without a counter: 429 and no Retry-After,
+	// since waiting does not help.
+	if resp := checkGet(t, "GET", base+"/check", "X-Forwarded-Uri: /other"); resp.StatusCode != 429 || resp.Header.Get("Retry-After") != "" {
+		t.Fatalf("always-deny: status %d, Retry-After %q; want 429 and none", resp.StatusCode, resp.Header.Get("Retry-After"))
+	}
+}
