@@ -90,7 +90,8 @@ type checkState struct {
 
 	fields atomic.Pointer[checkFields] // of the policy in use
 
-	extraNames [][]byte // the fields of FieldHeaders, as keys
+	extraNames   [][]byte // the fields of FieldHeaders, as keys
+	extraHeaders []string // their headers, canonicalised
 
 	mu  sync.Mutex
 	srv *http.Server
@@ -124,8 +125,8 @@ func (s *Server) initCheck() {
 		Help:    "Time to answer one request to the forward-auth endpoint /check, including the commit of its writes.",
 		Buckets: prometheus.ExponentialBuckets(10e-6, 2, 18),
 	})
-	for i, f := range s.cfg.Check.FieldHeaders {
-		s.cfg.Check.FieldHeaders[i].Header = http.CanonicalHeaderKey(f.Header)
+	for _, f := range s.cfg.Check.FieldHeaders {
+		c.extraHeaders = append(c.extraHeaders, http.CanonicalHeaderKey(f.Header))
 		c.extraNames = append(c.extraNames, []byte(f.Field))
 	}
 	c.pool.New = func() any { return &checker{batch: s.store.NewBatch()} }
@@ -182,7 +183,7 @@ func (s *Server) ServeCheck(ln net.Listener) error {
 	s.check.srv = srv
 	s.check.mu.Unlock()
 	s.log.Info("serving the forward-auth endpoint /check", "addr", ln.Addr().String(), "tls", s.tls != nil, "policy", s.pol.file)
-	if ta, ok := ln.Addr().(*net.TCPAddr); ok && !ta.IP.IsLoopback() && s.protected() {
+	if ta, ok := ln.Addr().(*net.TCPAddr); ok && !ta.IP.IsLoopback() && !s.cfg.AllowRemoteWithoutAuth {
 		s.log.Warn("protected mode: /check answers proxies on loopback only (or, with --tls-ca, proxies that present a client certificate); set --protected-mode no to serve others", "addr", ln.Addr().String())
 	}
 	ln = &checkAdmitListener{Listener: ln, srv: s}
@@ -245,11 +246,12 @@ func (l *checkAdmitListener) Accept() (net.Conn, error) {
 	}
 }
 
-// checkAdmitted reports whether protected mode lets r's peer use /check:
-// it must be on loopback, or have presented a certificate the TLS CA
-// signed.
+// checkAdmitted reports whether protected mode lets r's peer use /check.
+// /check has no password, so, as for the line protocol, a password set for
+// RESP does not open it: the peer must be on loopback, or have presented a
+// certificate the TLS CA signed, unless protected mode is off.
 func (s *Server) checkAdmitted(r *http.Request) bool {
-	if !s.protected() {
+	if s.cfg.AllowRemoteWithoutAuth {
 		return true
 	}
 	if r.TLS != nil && len(r.TLS.VerifiedChains) > 0 {
@@ -392,8 +394,8 @@ func (s *Server) checkFields(c *checker, r *http.Request) {
 	type extra struct{ start, end int }
 	var extras [8]extra
 	xs := extras[:0]
-	for _, f := range cfg.FieldHeaders {
-		v, ok := r.Header[f.Header] // canonicalised by initCheck
+	for _, hk := range s.check.extraHeaders {
+		v, ok := r.Header[hk]
 		if !ok || len(v) == 0 {
 			xs = append(xs, extra{-1, -1})
 			continue

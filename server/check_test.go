@@ -1,6 +1,7 @@
 package server
 
 import (
+	"crypto/tls"
 	"errors"
 	"fmt"
 	"io"
@@ -346,5 +347,57 @@ resetSeconds = 0
 	// since waiting does not help.
 	if resp := checkGet(t, "GET", base+"/check", "X-Forwarded-Uri: /other"); resp.StatusCode != 429 || resp.Header.Get("Retry-After") != "" {
 		t.Fatalf("always-deny: status %d, Retry-After %q; want 429 and none", resp.StatusCode, resp.Header.Get("Retry-After"))
+	}
+}
+
+// TestCheckTLS: with --tls-cert /check is on TLS only; with --tls-ca, in
+// protected mode, a proxy that is not on loopback is answered when it
+// presents a certificate the CA signed, and refused with 403 without one.
+func TestCheckTLS(t *testing.T) {
+	pki := newTestPKI(t)
+	path := policyFile(t, "check.ini", checkPolicy)
+	srv := startServer(t, Config{PolicyFile: path, SweepInterval: -1, TLS: &TLSFiles{Cert: pki.cert, Key: pki.key, CA: pki.ca}})
+	ip := firstNonLoopbackIP()
+	if ip == nil {
+		t.Skip("this machine has no non-loopback IPv4 address to reach /check from")
+	}
+	ln, err := net.Listen("tcp", net.JoinHostPort(ip.String(), "0"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	done := make(chan error, 1)
+	go func() { done <- srv.ServeCheck(ln) }()
+	t.Cleanup(func() {
+		srv.Close()
+		if err := <-done; err != nil {
+			t.Errorf("ServeCheck: %v", err)
+		}
+	})
+	url := "https://" + ln.Addr().String() + "/check"
+	get := func(cert *tls.Certificate) (int, error) {
+		cfg := &tls.Config{RootCAs: pki.caPool, MinVersion: tls.VersionTLS12, InsecureSkipVerify: true} // the server's certificate names 127.0.0.1 only
+		if cert != nil {
+			cfg.Certificates = []tls.Certificate{*cert}
+		}
+		c := &http.Client{Transport: &http.Transport{TLSClientConfig: cfg}}
+		defer c.CloseIdleConnections()
+		resp, err := c.Get(url)
+		if err != nil {
+			return 0, err
+		}
+		resp.Body.Close()
+		return resp.StatusCode, nil
+	}
+	if code, err := get(&pki.client); err != nil || code != http.StatusOK {
+		t.Fatalf("with a client certificate, from %s: %d, %v; want 200", ip, code, err)
+	}
+	if code, err := get(nil); err != nil || code != http.StatusForbidden {
+		t.Fatalf("without a client certificate, from %s: %d, %v; want 403 (protected mode)", ip, code, err)
+	}
+	if resp, err := http.Get("http://" + ln.Addr().String() + "/check"); err == nil {
+		resp.Body.Close()
+		if resp.StatusCode == http.StatusOK {
+			t.Fatal("plain HTTP was answered 200 by a TLS listener")
+		}
 	}
 }
