@@ -401,3 +401,26 @@ func TestCheckTLS(t *testing.T) {
 		}
 	}
 }
+
+// TestCheckMetrics: /metrics carries the endpoint's counters and
+// histogram, and the hits of /check in divvy_hits_total by label.
+func TestCheckMetrics(t *testing.T) {
+	path := policyFile(t, "check.ini", checkPolicy)
+	srv := startServer(t, Config{PolicyFile: path, SweepInterval: -1})
+	base := startCheck(t, srv)
+	for i := 0; i < 6; i++ {
+		checkGet(t, "GET", base+"/check")
+	}
+	_, body := get(t, serveHTTPOn(t, srv)+"/metrics")
+	for _, want := range []string{
+		`sluice_check_requests_total{result="allowed"} 5`,
+		`sluice_check_requests_total{result="denied"} 1`,
+		`sluice_check_duration_seconds_count 6`,
+		`divvy_hits_total{rule_label="per-ip",status="accepted"} 5`,
+		`divvy_hits_total{rule_label="per-ip",status="rejected"} 1`,
+	} {
+		if !strings.Contains(body, want) {
+			t.Errorf("/metrics lacks %q", want)
+		}
+	}
+}
