@@ -111,7 +111,7 @@ func (s *Server) clientInfo(c *client) {
 }
 
 // clientList answers CLIENT LIST. Its reply grows with the number of
-// connections (about 350 bytes each, at most --maxclients), so it is
+// connections (about 280 bytes each, at most --maxclients), so it is
 // written straight into the reply buffer, which counts against
 // --max-reply-buffer and --maxmemory-clients and is sent in chunks: a
 // client that pipelines it holds one reply at a time, not one per command.
@@ -126,7 +126,7 @@ func (s *Server) clientList(c *client) {
 	slices.SortFunc(list, func(a, b *client) int { return cmp.Compare(a.id, b.id) })
 	now := s.clock().UnixMilli()
 	start := len(c.out)
-	c.out = slices.Grow(c.out, 360*len(list)+24)
+	c.out = slices.Grow(c.out, 300*len(list)+24)
 	for _, other := range list {
 		if other == c {
 			c.out = appendClientLine(c.out, c, &self, now)

@@ -641,8 +641,8 @@ type cmdDoc struct {
 const docSince = "1.0.0"
 
 // docArg is one argument of a cmdDoc, in Redis' terms: typ is "key",
-// "integer", "unix-time" or "pure-token"; token is the keyword before the
-// value, if any.
+// "integer", "unix-time", "pure-token", or "oneof" with its choices in
+// args; token is the keyword before the value, if any.
 type docArg struct {
 	name, typ, token   string
 	optional, multiple bool
