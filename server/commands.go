@@ -1,13 +1,12 @@
 package server
 
 import (
-	"cmp"
 	"math"
 	"path"
-	"slices"
 	"sort"
 	"strconv"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"time"
 
@@ -22,7 +21,9 @@ type client struct {
 	id      int64
 	addr    string
 	laddr   string
-	created time.Time
+	fd      int       // the socket's, for CLIENT LIST; -1 if none
+	created time.Time // server clock
+	conn    *conn
 
 	resp    int // 2 or 3, set by HELLO
 	name    string
@@ -64,6 +65,15 @@ type client struct {
 	touched []*command // commands with a tally in this pipeline
 	cur     *tally     // the tally of the command being executed
 	result  rlResult   // of the command being executed
+
+	// For CLIENT INFO and LIST (clientinfo.go).
+	lastCmd string // full name of the command being or last executed
+	lastAt  int64  // server clock, unix ms, when the last pipeline was read
+	outPeak int    // the most reply bytes queued at once
+	shown   struct {
+		sync.Mutex
+		v clientView // published by the connection's goroutine
+	}
 }
 
 // rlResult is how a limit command decided, for the metrics.
@@ -86,6 +96,9 @@ type command struct {
 	// doc is the COMMAND DOCS record; every command has one (builtinDocs
 	// fills those the table leaves nil).
 	doc *cmdDoc
+	// subs are a container's subcommands (builtinSubs), for COMMAND,
+	// COMMAND DOCS and CLIENT LIST.
+	subs []subcommand
 
 	idx  int // position in the table, and in each client's tally
 	stat struct {
@@ -142,6 +155,7 @@ func commandTable() map[string]*command {
 		if c.doc == nil {
 			c.doc = builtinDocs[c.name]
 		}
+		c.subs = builtinSubs[c.name]
 		c.idx = i
 		m[c.name] = c
 	}
@@ -203,6 +217,7 @@ func (s *Server) exec(c *client, args [][]byte) {
 		return
 	}
 	c.count(cmd)
+	c.lastCmd = cmd.fullName(args)
 	if (cmd.arity > 0 && len(args) != cmd.arity) || (cmd.arity < 0 && len(args) < -cmd.arity) {
 		s.replyErr(c, wrongArgs(cmd.name))
 		return
@@ -500,7 +515,7 @@ func cmdClient(s *Server, c *client, args [][]byte) {
 		}
 		c.out = appendSimple(c.out, "OK")
 	case sub == "info" && len(args) == 2:
-		c.out = appendBulk(c.out, appendClientLine(nil, c, c, time.Now()))
+		s.clientInfo(c)
 	case sub == "list" && len(args) == 2:
 		s.clientList(c)
 	case sub == "help":
@@ -526,74 +541,6 @@ func appendHelp(b []byte, lines []string) []byte {
 		b = appendSimple(b, l)
 	}
 	return b
-}
-
-// clientList answers CLIENT LIST. Its reply grows with the number of
-// connections (about 80 bytes each, at most --maxclients), so it is
-// written straight into the reply buffer, which counts against
-// --max-reply-buffer and --maxmemory-clients and is sent in chunks: a
-// client that pipelines it holds one reply at a time, not one per command.
-func (s *Server) clientList(c *client) {
-	s.mu.Lock()
-	list := make([]*client, 0, len(s.mu.clients))
-	for _, other := range s.mu.clients {
-		list = append(list, other)
-	}
-	s.mu.Unlock()
-	slices.SortFunc(list, func(a, b *client) int { return cmp.Compare(a.id, b.id) })
-	now := time.Now()
-	size := 0
-	for _, other := range list {
-		size += clientLineLen(other, c, now)
-	}
-	c.out = append(c.out, '$')
-	c.out = strconv.AppendInt(c.out, int64(size), 10)
-	c.out = append(c.out, '\r', '\n')
-	c.out = slices.Grow(c.out, size+2)
-	for _, other := range list {
-		c.out = appendClientLine(c.out, other, c, now)
-	}
-	c.out = append(c.out, '\r', '\n')
-}
-
-// appendClientLine appends other's CLIENT LIST line, newline included.
-// Only self's line has the fields its own goroutine changes (name, resp,
-// library); the others use the fields fixed at accept, which any
-// connection may read.
-func appendClientLine(b []byte, other, self *client, now time.Time) []byte {
-	b = append(b, "id="...)
-	b = strconv.AppendInt(b, other.id, 10)
-	b = append(b, " addr="...)
-	b = append(b, other.addr...)
-	b = append(b, " laddr="...)
-	b = append(b, other.laddr...)
-	b = append(b, " age="...)
-	b = strconv.AppendInt(b, int64(now.Sub(other.created)/time.Second), 10)
-	b = append(b, " db=0"...)
-	if other == self {
-		b = append(b, " name="...)
-		b = append(b, self.name...)
-		b = append(b, " resp="...)
-		b = strconv.AppendInt(b, int64(self.resp), 10)
-		b = append(b, " lib-name="...)
-		b = append(b, self.libName...)
-		b = append(b, " lib-ver="...)
-		b = append(b, self.libVer...)
-	}
-	return append(b, '\n')
-}
-
-// clientLineLen is len(appendClientLine(nil, other, self, now)), without
-// building it.
-func clientLineLen(other, self *client, now time.Time) int {
-	var num [20]byte
-	n := len("id= addr= laddr= age= db=0\n") + len(other.addr) + len(other.laddr) +
-		len(strconv.AppendInt(num[:0], other.id, 10)) +
-		len(strconv.AppendInt(num[:0], int64(now.Sub(other.created)/time.Second), 10))
-	if other == self {
-		n += len(" name= resp= lib-name= lib-ver=") + len(self.name) + 1 + len(self.libName) + len(self.libVer)
-	}
-	return n
 }
 
 // cmdCommand implements COMMAND, COMMAND COUNT|LIST|INFO|DOCS, enough for
@@ -622,9 +569,13 @@ func cmdCommand(s *Server, c *client, args [][]byte) {
 	case "info":
 		c.out = appendArray(c.out, len(args)-2)
 		for _, a := range args[2:] {
-			if cmd := s.cmds[strings.ToLower(string(a))]; cmd != nil {
+			cmd, sub := s.lookupCommand(a)
+			switch {
+			case sub != nil:
+				c.out = appendSubcommandInfo(c.out, sub)
+			case cmd != nil:
 				c.out = appendCommandInfo(c.out, cmd)
-			} else {
+			default:
 				c.out = appendNull(c.out, c.resp == 3)
 			}
 		}
@@ -639,27 +590,37 @@ func cmdCommand(s *Server, c *client, args [][]byte) {
 		}
 		c.out = appendHelp(c.out, lines)
 	case "docs":
-		// As Redis: every command's record, or the named ones; names
-		// without a record are left out.
-		var docs []*command
+		// As Redis: every command's record, or the named ones (a
+		// subcommand by its full name, "client|info"); names without a
+		// record are left out.
+		type rec struct {
+			name string
+			doc  *cmdDoc
+			subs []subcommand
+		}
+		var docs []rec
 		if len(args) == 2 {
 			for _, n := range names {
 				if cmd := s.cmds[n]; cmd.doc != nil {
-					docs = append(docs, cmd)
+					docs = append(docs, rec{cmd.name, cmd.doc, cmd.subs})
 				}
 			}
 		} else {
 			for _, a := range args[2:] {
-				if cmd := s.cmds[strings.ToLower(string(a))]; cmd != nil && cmd.doc != nil {
-					docs = append(docs, cmd)
+				cmd, sub := s.lookupCommand(a)
+				switch {
+				case sub != nil:
+					docs = append(docs, rec{sub.name, &sub.doc, nil})
+				case cmd != nil && cmd.doc != nil:
+					docs = append(docs, rec{cmd.name, cmd.doc, cmd.subs})
 				}
 			}
 		}
 		r3 := c.resp == 3
 		c.out = appendMap(c.out, len(docs), r3)
-		for _, cmd := range docs {
-			c.out = appendBulkString(c.out, cmd.name)
-			c.out = cmd.doc.append(c.out, r3)
+		for _, d := range docs {
+			c.out = appendBulkString(c.out, d.name)
+			c.out = d.doc.append(c.out, r3, d.subs)
 		}
 	default:
 		s.replyErr(c, replyErr("ERR unknown subcommand '"+preview(args[1])+"'. Try COMMAND HELP."))
@@ -680,15 +641,23 @@ type cmdDoc struct {
 const docSince = "1.0.0"
 
 // docArg is one argument of a cmdDoc, in Redis' terms: typ is "key",
-// "integer", "unix-time" or "pure-token"; token is the keyword before the
-// value, if any.
+// "integer", "unix-time", "pure-token", or "oneof" with its choices in
+// args; token is the keyword before the value, if any.
 type docArg struct {
 	name, typ, token   string
 	optional, multiple bool
+	args               []docArg // of a "oneof" or "block"
 }
 
-func (d *cmdDoc) append(b []byte, r3 bool) []byte {
-	b = appendMap(b, 4, r3)
+// append appends d as COMMAND DOCS gives it: a map of summary, since,
+// group, arguments and, for a container, subcommands: a map from each
+// subcommand's full name to its own record.
+func (d *cmdDoc) append(b []byte, r3 bool, subs []subcommand) []byte {
+	n := 4
+	if len(subs) > 0 {
+		n++
+	}
+	b = appendMap(b, n, r3)
 	b = appendBulkString(b, "summary")
 	b = appendBulkString(b, d.summary)
 	b = appendBulkString(b, "since")
@@ -696,8 +665,21 @@ func (d *cmdDoc) append(b []byte, r3 bool) []byte {
 	b = appendBulkString(b, "group")
 	b = appendBulkString(b, d.group)
 	b = appendBulkString(b, "arguments")
-	b = appendArray(b, len(d.args))
-	for _, a := range d.args {
+	b = appendDocArgs(b, d.args, r3)
+	if len(subs) > 0 {
+		b = appendBulkString(b, "subcommands")
+		b = appendMap(b, len(subs), r3)
+		for i := range subs {
+			b = appendBulkString(b, subs[i].name)
+			b = subs[i].doc.append(b, r3, nil)
+		}
+	}
+	return b
+}
+
+func appendDocArgs(b []byte, args []docArg, r3 bool) []byte {
+	b = appendArray(b, len(args))
+	for _, a := range args {
 		var flags []string
 		if a.optional {
 			flags = append(flags, "optional")
@@ -710,6 +692,9 @@ func (d *cmdDoc) append(b []byte, r3 bool) []byte {
 			n++
 		}
 		if len(flags) > 0 {
+			n++
+		}
+		if len(a.args) > 0 {
 			n++
 		}
 		b = appendMap(b, n, r3)
@@ -728,25 +713,63 @@ func (d *cmdDoc) append(b []byte, r3 bool) []byte {
 				b = appendSimple(b, f)
 			}
 		}
+		if len(a.args) > 0 {
+			b = appendBulkString(b, "arguments")
+			b = appendDocArgs(b, a.args, r3)
+		}
 	}
 	return b
 }
 
+// appendCommandInfo appends cmd's COMMAND reply, the ten elements of Redis
+// 7: name, arity, flags, first key, last key, step, ACL categories, tips,
+// key specs, and the subcommands, each its own ten elements.
 func appendCommandInfo(b []byte, cmd *command) []byte {
+	b = appendInfoHead(b, cmd.name, cmd.arity, cmd.flags, cmd.first, cmd.last, cmd.step)
+	b = appendArray(b, len(cmd.subs))
+	for i := range cmd.subs {
+		b = appendSubcommandInfo(b, &cmd.subs[i])
+	}
+	return b
+}
+
+func appendSubcommandInfo(b []byte, sc *subcommand) []byte {
+	b = appendInfoHead(b, sc.name, sc.arity, sc.flags, 0, 0, 0)
+	return appendArray(b, 0)
+}
+
+// appendInfoHead appends the first nine elements of a COMMAND reply.
+func appendInfoHead(b []byte, name string, arity int, flags []string, first, last, step int) []byte {
 	b = appendArray(b, 10)
-	b = appendBulkString(b, cmd.name)
-	b = appendInt(b, int64(cmd.arity))
-	b = appendArray(b, len(cmd.flags))
-	for _, f := range cmd.flags {
+	b = appendBulkString(b, name)
+	b = appendInt(b, int64(arity))
+	b = appendArray(b, len(flags))
+	for _, f := range flags {
 		b = appendSimple(b, f)
 	}
-	b = appendInt(b, int64(cmd.first))
-	b = appendInt(b, int64(cmd.last))
-	b = appendInt(b, int64(cmd.step))
-	b = appendArray(b, 0) // ACL categories
-	b = appendArray(b, 0) // tips
-	b = appendArray(b, 0) // key specs
-	return appendArray(b, 0)
+	b = appendInt(b, int64(first))
+	b = appendInt(b, int64(last))
+	b = appendInt(b, int64(step))
+	b = appendArray(b, 0)    // ACL categories
+	b = appendArray(b, 0)    // tips
+	return appendArray(b, 0) // key specs
+}
+
+// lookupCommand finds a command by name, or a subcommand by its full
+// name ("client|info"), ignoring case; it returns nil, nil for neither.
+func (s *Server) lookupCommand(name []byte) (*command, *subcommand) {
+	lower := strings.ToLower(string(name))
+	parent, _, isSub := strings.Cut(lower, "|")
+	cmd := s.cmds[parent]
+	if cmd == nil || !isSub {
+		return cmd, nil
+	}
+	for i := range cmd.subs {
+		if cmd.subs[i].name == lower {
+			return nil, &cmd.subs[i]
+		}
+	}
+	return nil, nil
 }
 
 // cmdConfig answers CONFIG GET with the server's settings (read-only: they

@@ -85,7 +85,8 @@ func (s *Server) newConn(nc net.Conn) (*conn, bool) {
 	c := &client{
 		addr:    nc.RemoteAddr().String(),
 		laddr:   nc.LocalAddr().String(),
-		created: time.Now(),
+		fd:      connFD(nc),
+		created: s.clock(),
 		resp:    2,
 		batch:   s.store.NewBatch(),
 		authed:  s.cfg.Password == "",
@@ -96,6 +97,8 @@ func (s *Server) newConn(nc net.Conn) (*conn, bool) {
 		flim = unauthLimits
 	}
 	cn := &conn{srv: s, nc: nc, cl: c, f: newFramer(flim), lim: lim, rbuf: make([]byte, connReadMin)}
+	c.conn = cn
+	c.lastAt = c.created.UnixMilli()
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if s.closing.Load() {
@@ -174,6 +177,7 @@ func (cn *conn) serve() {
 func (cn *conn) process(p []byte) bool {
 	s, c := cn.srv, cn.cl
 	t0 := time.Now()
+	c.lastAt = s.clock().UnixMilli() // CLIENT LIST's idle; the clock tests drive
 	c.out = c.out[:0]
 	c.writes = c.writes[:0]
 	var ferr error
@@ -234,6 +238,8 @@ func (cn *conn) commitAndSend() bool {
 	s.stats.commands.Add(int64(c.ran))
 	c.ran = 0
 	s.flushTally(c)
+	c.outPeak = max(c.outPeak, len(c.out))
+	cn.publish() // before the replies: a client that saw them sees its changes in CLIENT LIST
 	ok := true
 	if len(c.out) > 0 {
 		ok = cn.write(c.out)
@@ -303,6 +309,7 @@ func (cn *conn) account() bool {
 	s := cn.srv
 	m := cn.footprint()
 	cn.outCap = cap(cn.cl.out)
+	cn.publish()
 	d := m - cn.mem
 	if d == 0 {
 		return true

@@ -409,6 +409,14 @@ func (f *framer) trim(keep int) {
 	}
 }
 
+// pending is the bytes held of an incomplete command.
+func (f *framer) pending() int {
+	if f.between() {
+		return 0
+	}
+	return len(f.held) + len(f.args)
+}
+
 // footprint is the bytes of the framer's buffers.
 func (f *framer) footprint() int {
 	return cap(f.held) + cap(f.args) + 8*cap(f.ends)

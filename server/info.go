@@ -14,7 +14,7 @@ import (
 // answers like. Client libraries read redis_version to pick features.
 const redisCompatVersion = "7.2.0"
 
-var infoSections = []string{"server", "clients", "stats", "persistence", "storage", "policy", "keyspace"}
+var infoSections = []string{"server", "clients", "memory", "stats", "persistence", "storage", "policy", "keyspace"}
 
 // cmdInfo implements INFO [section ...] in Redis' "# Section" and
 // "key:value" format. Unknown sections are left out, as in Redis.
@@ -105,6 +105,9 @@ func (s *Server) writeInfo(b *strings.Builder, section string) {
 		kv("mem_clients_normal", i64(s.clientMem.Load()))
 		kv("mem_clients_peak", i64(s.clientMemPeak.Load()))
 		kv("maxmemory_clients", i64(max(s.cfg.MaxMemoryClients, 0)))
+	case "memory":
+		b.WriteString("# Memory\r\n")
+		s.writeMemoryInfo(kv)
 	case "stats":
 		b.WriteString("# Stats\r\n")
 		kv("total_connections_received", i64(s.stats.connsTotal.Load()))

@@ -193,6 +193,7 @@ type Server struct {
 	check    checkState
 	adm      admission
 	authLog  authLog
+	mem      memState
 
 	mu struct {
 		sync.Mutex
@@ -329,6 +330,7 @@ func (s *Server) Serve(ln net.Listener) error {
 	s.mu.Unlock()
 	s.log.Info("serving RESP", "addr", ln.Addr().String(), "fsync", s.store.Mode().String(), "data", s.store.Dir())
 	s.startSweeper()
+	s.startMemory()
 	s.warnIfExposed(ln.Addr())
 	if s.tls != nil {
 		ln = tls.NewListener(ln, s.tls.config())

@@ -405,6 +405,33 @@ func TestReadPassword(t *testing.T) {
 // then the cursor), so the test answers both and sends the next line only
 // after the second: input sent earlier would be read as the answer.
 func TestRedisCLIHelp(t *testing.T) {
+	text := redisCLISession(t, "HELP RL.REDUCE")
+	for _, want := range []string{"RL.REDUCE", "key max refill_s [REFILL refill] [TAKE take] [AT unix_s] [STRICT]", "summary:", "Takes TAKE tokens", "group:", "rate-limit"} {
+		if !strings.Contains(text, want) {
+			t.Errorf("redis-cli HELP RL.REDUCE lacks %q:\n%q", want, text)
+		}
+	}
+}
+
+// redis-cli knows a container's subcommands from COMMAND DOCS: HELP CLIENT
+// SETNAME shows its summary and argument, and Tab completes "client setn"
+// to CLIENT SETNAME (the name set proves the completed line ran; without
+// the subcommand records Tab has nothing to offer and the server answers
+// "unknown subcommand 'setn'").
+func TestRedisCLISubcommands(t *testing.T) {
+	text := redisCLISession(t, "HELP CLIENT SETNAME", "client setn\t tabbed", "CLIENT GETNAME")
+	for _, want := range []string{"CLIENT SETNAME", "connection-name", "Names the connection", "CLIENT SETNAME tabbed", `"tabbed"`} {
+		if !strings.Contains(text, want) {
+			t.Errorf("redis-cli session lacks %q:\n%q", want, text)
+		}
+	}
+}
+
+// redisCLISession runs redis-cli interactively against a new server,
+// types lines at its prompts, then quit, and returns what the terminal
+// showed.
+func redisCLISession(t *testing.T, lines ...string) string {
+	t.Helper()
 	cli, err := exec.LookPath("redis-cli")
 	if err == nil {
 		_, err = exec.LookPath("script")
@@ -431,7 +458,7 @@ func TestRedisCLIHelp(t *testing.T) {
 	if err := cmd.Start(); err != nil {
 		t.Fatal(err)
 	}
-	lines := []string{"HELP RL.REDUCE", "quit"}
+	lines = append(lines, "quit")
 	var got []byte
 	buf := make([]byte, 4096)
 	seen, queries := 0, 0
@@ -458,10 +485,5 @@ func TestRedisCLIHelp(t *testing.T) {
 	}
 	in.Close()
 	cmd.Wait()
-	text := string(got)
-	for _, want := range []string{"RL.REDUCE", "key max refill_s [REFILL refill] [TAKE take] [AT unix_s] [STRICT]", "summary:", "Takes TAKE tokens", "group:", "rate-limit"} {
-		if !strings.Contains(text, want) {
-			t.Errorf("redis-cli HELP RL.REDUCE lacks %q:\n%q", want, text)
-		}
-	}
+	return string(got)
 }
