@@ -72,7 +72,9 @@ var (
 )
 
 // multiCount is the number of commands queued, or -1 outside MULTI, for
-// CLIENT INFO and LIST's multi field.
+// CLIENT INFO and LIST's multi field. Only the connection's own goroutine
+// may call it: the transaction is not guarded (in CLIENT LIST, self's
+// line only, as for the other fields that change).
 func (c *client) multiCount() int {
 	if !c.tx.on {
 		return -1
