@@ -30,15 +30,11 @@ type clientView struct {
 
 	qbuf, qbufFree int64 // query buffer: bytes of an incomplete command, and the rest of the buffers' room
 	argvMem        int64 // the framed commands of the pipeline and their argument list
-	multiMem       int64 // commands queued by MULTI: 0, no transactions here
+	multiMem       int64 // commands queued by MULTI and the keys WATCH watches
 	rbs, rbp, obl  int64 // reply buffer: capacity, most bytes queued at once, bytes queued now
 	omem           int64 // reply buffer and the spans of replies awaiting their commit
 	totMem         int64 // every buffer of the connection, as --maxmemory-clients counts it
 }
-
-// multiCount is the number of commands queued by MULTI, or -1 outside a
-// transaction. Transactions are not in this branch: -1 always.
-func (c *client) multiCount() int { return -1 }
 
 // view computes the connection's changing fields now. Only its own
 // goroutine may call it.
@@ -53,6 +49,7 @@ func (cn *conn) view() clientView {
 		name: c.name, libName: c.libName, libVer: c.libVer,
 		resp:     c.resp,
 		multi:    c.multiCount(),
+		multiMem: int64(cap(c.tx.buf) + 24*cap(c.tx.args) + 16*cap(c.tx.watches)),
 		cmd:      cmd,
 		last:     c.lastAt,
 		qbuf:     qbuf,

@@ -61,6 +61,8 @@ type client struct {
 	del     []byte
 	delEnds []int
 
+	tx txState // MULTI and WATCH, see tx.go
+
 	tally   []tally    // per command, this pipeline
 	touched []*command // commands with a tally in this pipeline
 	cur     *tally     // the tally of the command being executed
@@ -149,6 +151,11 @@ func commandTable() map[string]*command {
 		{name: "lastsave", arity: 1, flags: []string{"fast"}, run: cmdLastSave},
 		{name: "hit", arity: -1, flags: []string{"write", "fast"}, run: cmdHit},
 		{name: "policy", arity: 2, flags: []string{"admin"}, run: cmdPolicy},
+		{name: "multi", arity: 1, flags: []string{"noscript", "loading", "stale", "fast"}, run: cmdMulti, doc: multiDoc},
+		{name: "exec", arity: 1, flags: []string{"noscript", "loading", "stale"}, run: cmdExec, doc: execDoc},
+		{name: "discard", arity: 1, flags: []string{"noscript", "loading", "stale", "fast"}, run: cmdDiscard, doc: discDoc},
+		{name: "watch", arity: -2, flags: []string{"noscript", "loading", "stale", "fast"}, first: 1, last: -1, step: 1, run: cmdWatch, doc: watchDoc},
+		{name: "unwatch", arity: 1, flags: []string{"noscript", "loading", "stale", "fast"}, run: cmdUnwatch, doc: unwatchDoc},
 	}
 	m := make(map[string]*command, len(list))
 	for i, c := range list {
@@ -197,18 +204,11 @@ func (s *Server) flushTally(c *client) {
 
 // exec runs one command, appending its reply to c.out.
 func (s *Server) exec(c *client, args [][]byte) {
-	name := args[0]
-	var cmd *command
-	if len(name) <= len(c.lname) {
-		for i, b := range name {
-			if 'A' <= b && b <= 'Z' {
-				b += 'a' - 'A'
-			}
-			c.lname[i] = b
-		}
-		cmd = s.cmds[string(c.lname[:len(name)])]
-	}
+	cmd := s.lookup(c, args[0])
 	c.result = rlNone
+	if c.tx.on && s.queue(c, cmd, args) {
+		return
+	}
 	if cmd == nil {
 		c.cur = nil
 		c.out = appendError(c.out, unknownCommand(args))
@@ -227,6 +227,20 @@ func (s *Server) exec(c *client, args [][]byte) {
 		return
 	}
 	cmd.run(s, c, args)
+}
+
+// lookup returns the command named name, any case, or nil.
+func (s *Server) lookup(c *client, name []byte) *command {
+	if len(name) > len(c.lname) {
+		return nil
+	}
+	for i, b := range name {
+		if 'A' <= b && b <= 'Z' {
+			b += 'a' - 'A'
+		}
+		c.lname[i] = b
+	}
+	return s.cmds[string(c.lname[:len(name)])]
 }
 
 func (s *Server) replyErr(c *client, err error) {

@@ -299,7 +299,8 @@ func (cn *conn) resize(n int) {
 func (cn *conn) footprint() int64 {
 	c := cn.cl
 	return int64(cap(cn.rbuf) + cap(cn.obuf) + 24*cap(cn.args) + cn.f.footprint() +
-		cap(c.out) + 48*cap(c.writes) + cap(c.key) + c.hit.footprint() + c.roll.footprint())
+		cap(c.out) + 48*cap(c.writes) + cap(c.key) + c.hit.footprint() + c.roll.footprint() +
+		cap(c.tx.buf) + 24*cap(c.tx.args) + 16*cap(c.tx.watches))
 }
 
 // account updates the connection's share of the clients' memory. It
@@ -310,6 +311,7 @@ func (cn *conn) account() bool {
 	m := cn.footprint()
 	cn.outCap = cap(cn.cl.out)
 	cn.publish()
+	cn.cl.tx.grew = false
 	d := m - cn.mem
 	if d == 0 {
 		return true
@@ -353,6 +355,7 @@ func nextCommand(cmds []byte, args [][]byte) ([][]byte, []byte) {
 // finish closes the connection and forgets it.
 func (cn *conn) finish() {
 	s := cn.srv
+	s.txEnd(cn.cl) // a watch it holds makes every write count
 	cn.rbuf, cn.obuf, cn.args, cn.cl.out = nil, nil, nil, nil
 	cn.f = nil
 	s.clientMem.Add(-cn.mem)

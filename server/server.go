@@ -113,6 +113,12 @@ type Config struct {
 	// whose buffers grow the total past it is answered with an error and
 	// closed. Default 64 MiB; negative: no bound.
 	MaxMemoryClients int64
+	// MaxMultiBytes bounds a connection's transaction: the bytes of the
+	// commands queued after MULTI plus 64 for each command and each key
+	// WATCH watches; past it the transaction is discarded (EXEC answers
+	// EXECABORT). Default DefaultMaxMultiBytes. The queue also counts
+	// against MaxMemoryClients.
+	MaxMultiBytes int
 	// TLS, when set, serves RESP (and HTTP) over TLS only.
 	TLS *TLSFiles
 	// MemoryLimit is the Go runtime's soft memory limit the process runs
@@ -248,6 +254,7 @@ func New(cfg Config) (*Server, error) {
 	orDefault(&cfg.ShutdownTimeout, DefaultShutdownTimeout)
 	orDefault(&cfg.MaxClients, DefaultMaxClients)
 	orDefault(&cfg.MaxReplyBuffer, DefaultMaxReplyBuffer)
+	orDefault(&cfg.MaxMultiBytes, DefaultMaxMultiBytes)
 	if cfg.MaxMemoryClients == 0 {
 		cfg.MaxMemoryClients = DefaultMaxMemoryClients
 	}
@@ -457,7 +464,7 @@ func (s *Server) execAll(cn *conn, cmds []byte) (n int) {
 			c.quit = true
 			break
 		}
-		if cap(c.out) != cn.outCap && !cn.account() {
+		if (cap(c.out) != cn.outCap || c.tx.grew) && !cn.account() {
 			cn.evict()
 			break
 		}

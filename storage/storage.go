@@ -25,6 +25,7 @@ package storage
 
 import (
 	"context"
+	"encoding/binary"
 	"errors"
 	"fmt"
 	"hash/maphash"
@@ -224,6 +225,10 @@ const (
 
 const numStripes = 1024
 
+// numSlots is the number of Redis Cluster hash slots: record keys start
+// with their slot, two bytes big-endian (format 2).
+const numSlots = 16384
+
 // Store is a Pebble database with striped read-modify-write and an ordered
 // committer.
 type Store struct {
@@ -242,6 +247,16 @@ type Store struct {
 	base        vfs.FS // the filesystem under the guard
 	seed        maphash.Seed
 	stripe      [numStripes]stripe
+
+	// txMu makes a held Batch (a transaction, see Batch.Hold) and the
+	// committer's collection of a round exclusive, so that a round holds
+	// all of a transaction's keys or none; transactions also run one at a
+	// time under it, which is what keeps their stripe locks deadlock-free.
+	txMu sync.Mutex
+	// watching counts the watchers (see Watch); while it is not zero,
+	// every write bumps its slot's counter in slotMods.
+	watching atomic.Int64
+	slotMods [numSlots]atomic.Uint64
 
 	q struct {
 		sync.Mutex
@@ -951,6 +966,20 @@ type Batch struct {
 	keys  []byte
 	ends  []int
 	bytes int // the noted entries' sizes, charged to the queue
+	// hold is the stripes a held Batch has locked (see Hold); nil when
+	// not held.
+	hold *held
+	// queued is how many changes Release handed to the committer that
+	// Commit has not waited for yet; ticket is the round they are in.
+	queued int
+	ticket uint64
+}
+
+// held is the stripes a held Batch has locked: a bit per stripe, and their
+// indexes in the order taken.
+type held struct {
+	bits [numStripes / 64]uint64
+	idx  []uint16
 }
 
 // NewBatch returns an empty Batch.
@@ -979,8 +1008,12 @@ func (b *Batch) modify(key []byte, m Mutator, cache bool) (Op, error) {
 	}
 	h := maphash.Bytes(s.seed, key)
 	st := s.stripeOf(h)
-	st.mu.Lock()
-	defer st.mu.Unlock()
+	if b.hold == nil {
+		st.mu.Lock()
+		defer st.mu.Unlock()
+	} else {
+		b.lockStripe(h % numStripes)
+	}
 	e := st.findLocked(h, key)
 	var (
 		val     []byte
@@ -1062,6 +1095,11 @@ func (b *Batch) modify(key []byte, m Mutator, cache bool) (Op, error) {
 		e.clean = false
 		s.stats.dirty.Add(1)
 	}
+	// Under the stripe lock, so that a transaction holding every stripe
+	// sees every write that has begun (see Watch).
+	if s.watching.Load() != 0 && len(key) >= 2 {
+		s.slotMods[binary.BigEndian.Uint16(key)%numSlots].Add(1)
+	}
 	switch {
 	case op == Put && !existed:
 		st.mu.records[s.classOf(key)]++
@@ -1081,6 +1119,88 @@ func (b *Batch) modify(key []byte, m Mutator, cache bool) (Op, error) {
 	b.note(key, e)
 	return op, nil
 }
+
+// Hold starts a transaction on the Batch: from now until Release, each
+// Modify keeps its key's stripe locked instead of unlocking it, so no other
+// goroutine reads or changes a key the transaction has touched until it is
+// over (two-phase locking), and the committer takes none of the Batch's
+// changes before Release hands them over, all in one round. Transactions
+// run one at a time; the store's other users hold one stripe at a time and
+// wait for nothing while they do, so the locks cannot deadlock. With all
+// set, Hold also locks every stripe at once, for a transaction that must
+// see no write in flight (WatchChanged).
+//
+// A held Batch must not be committed, nor the Store used otherwise (Stats,
+// Records, Flush, Scan, Checkpoint) by the goroutine holding it, before
+// Release: those wait for stripe locks it holds.
+func (b *Batch) Hold(all bool) {
+	b.s.txMu.Lock()
+	if b.hold == nil {
+		b.hold = &held{}
+	}
+	if all {
+		for i := range uint64(numStripes) {
+			b.lockStripe(i)
+		}
+	}
+}
+
+// lockStripe locks stripe i for the held Batch unless it holds it already.
+func (b *Batch) lockStripe(i uint64) {
+	h := b.hold
+	if h.bits[i/64]&(1<<(i%64)) != 0 {
+		return
+	}
+	b.s.stripe[i].mu.Lock()
+	h.bits[i/64] |= 1 << (i % 64)
+	h.idx = append(h.idx, uint16(i))
+}
+
+// Release ends the transaction Hold began: it hands the Batch's changes to
+// the committer as one unit, which the next round takes whole, and unlocks
+// the stripes. It does not wait for durability: Commit does, as for any
+// change. Release does not wait for room in the commit queue (the
+// committer may need a stripe the Batch holds to make room), so a
+// transaction may overfill the queue by its own size, which the server
+// bounds.
+func (b *Batch) Release() {
+	s := b.s
+	if b.hold == nil {
+		return
+	}
+	if len(b.ends) > 0 {
+		q := &s.q
+		q.Lock()
+		if !q.stopped { // else Commit reports ErrClosed
+			b.queued += len(b.ends)
+			b.ticket = b.enqueueLocked()
+		}
+		q.Unlock()
+	}
+	h := b.hold
+	for _, i := range h.idx {
+		s.stripe[i].mu.Unlock()
+	}
+	h.idx = h.idx[:0]
+	clear(h.bits[:])
+	b.hold = nil
+	s.txMu.Unlock()
+}
+
+// Watch starts counting the writes of every hash slot (see SlotWrites);
+// each call needs an Unwatch. Writes are counted only while someone
+// watches, so the cost of WATCH falls on its users: other writes pay one
+// atomic load.
+func (s *Store) Watch() { s.watching.Add(1) }
+
+// Unwatch undoes one Watch.
+func (s *Store) Unwatch() { s.watching.Add(-1) }
+
+// SlotWrites returns the number of writes counted for hash slot slot
+// while anyone watched. A watcher compares two readings: between a Watch
+// and a Hold(true), a write to a record of the slot that began after the
+// Watch changes the count.
+func (s *Store) SlotWrites(slot uint16) uint64 { return s.slotMods[slot%numSlots].Load() }
 
 // keepIfFitsLocked removes e, just filled from Pebble, if the allocator's
 // rounding of its buffers took the stripe over byteLimit, and returns the
@@ -1102,10 +1222,11 @@ func (b *Batch) note(key []byte, e *entry) {
 }
 
 // Pending reports whether the Batch holds changes not yet committed.
-func (b *Batch) Pending() bool { return len(b.ends) > 0 }
+func (b *Batch) Pending() bool { return len(b.ends) > 0 || b.queued > 0 }
 
-// Len returns how many changes the Batch holds.
-func (b *Batch) Len() int { return len(b.ends) }
+// Len returns how many changes the Batch holds, counting those Release
+// handed over that Commit has not waited for.
+func (b *Batch) Len() int { return len(b.ends) + b.queued }
 
 // Full reports whether the Batch holds a quarter of the commit queue's
 // bounds (MaxQueued, MaxQueuedBytes) or more: a caller that keeps adding to
@@ -1120,13 +1241,17 @@ func (b *Batch) Full() bool {
 // are as durable as the mode promises: fsynced for SyncAlways; queued for the
 // others, blocking only while the queue is full. It empties the Batch.
 func (b *Batch) Commit() error {
-	if len(b.ends) == 0 {
+	if len(b.ends) == 0 && b.queued == 0 {
 		return nil
 	}
 	s := b.s
 	q := &s.q
 	q.Lock()
 	defer q.Unlock()
+	b.queued = 0
+	if len(b.ends) == 0 {
+		return b.waitLocked(b.ticket) // Release queued them
+	}
 	// While writes to the disk fail, or after the store failed, the
 	// committer cannot drain the queue: queue anyway rather than wait, since
 	// the changes are already visible and modify refuses new ones, and tell
@@ -1140,15 +1265,29 @@ func (b *Batch) Commit() error {
 		b.reset()
 		return ErrClosed
 	}
+	return b.waitLocked(b.enqueueLocked())
+}
+
+// enqueueLocked hands the Batch's changes to the committer, empties it, and
+// returns the round that will take them. q must be locked and not stopped.
+func (b *Batch) enqueueLocked() uint64 {
+	q := &b.s.q
 	base := len(q.keys)
 	q.keys = append(q.keys, b.keys...)
 	for _, e := range b.ends {
 		q.ends = append(q.ends, base+e)
 	}
 	q.bytes += b.bytes
-	ticket := q.round
 	b.reset()
 	q.work.Signal()
+	return q.round
+}
+
+// waitLocked waits, with q locked, until round ticket is as durable as the
+// mode promises.
+func (b *Batch) waitLocked(ticket uint64) error {
+	s := b.s
+	q := &s.q
 	if s.opts.Sync != SyncAlways {
 		if err := s.failedErr(); err != nil {
 			return err
@@ -1237,6 +1376,12 @@ func (s *Store) commitLoop() {
 			time.Sleep(commitLinger)
 			q.Lock()
 		}
+		// No transaction runs while the round is taken and its values
+		// read (see Batch.Hold): a transaction's changes are then either
+		// all in this round or all after it. txMu comes before q.
+		q.Unlock()
+		s.txMu.Lock()
+		q.Lock()
 		keys, q.keys = q.keys, keys[:0]
 		ends, q.ends = q.ends, ends[:0]
 		q.bytes = 0
@@ -1271,6 +1416,7 @@ func (s *Store) commitLoop() {
 			}
 			st.mu.Unlock()
 		}
+		s.txMu.Unlock()
 		opt := pebble.NoSync
 		if s.opts.Sync == SyncAlways {
 			opt = pebble.Sync

@@ -73,6 +73,7 @@ type config struct {
 	timeout         int
 	maxReplyBuffer  byteSize
 	maxMemClients   byteSize
+	maxMultiBytes   byteSize
 	tlsCert         string
 	tlsKey          string
 	tlsCA           string
@@ -114,6 +115,7 @@ func newFlagSet(cfg *config, stderr io.Writer) *flag.FlagSet {
 	cfg.maxQueryBuffer = server.DefaultMaxQueryBuffer
 	cfg.maxReplyBuffer = server.DefaultMaxReplyBuffer
 	cfg.maxMemClients = server.DefaultMaxMemoryClients
+	cfg.maxMultiBytes = server.DefaultMaxMultiBytes
 	cfg.cacheSize = storage.DefaultCacheSize
 	cfg.cacheMemory = storage.DefaultCacheMemory
 	cfg.memtableSize = storage.DefaultMemTableSize
@@ -131,6 +133,7 @@ func newFlagSet(cfg *config, stderr io.Writer) *flag.FlagSet {
 	fs.IntVar(&cfg.maxClients, "maxclients", server.DefaultMaxClients, "most connections at once, RESP, divvy and HTTP together; more are answered with an error and closed; lowered to what the open-file limit allows")
 	fs.IntVar(&cfg.maxAuthFailures, "max-auth-failures", server.DefaultMaxAuthFailures, "failed AUTH attempts after which a connection is closed; 0 never closes")
 	fs.IntVar(&cfg.timeout, "timeout", 0, "close a connection idle for this many seconds; 0 never does")
+	fs.Var(&cfg.maxMultiBytes, "max-multi-bytes", "most bytes of one connection's transaction: the commands queued after MULTI plus 64 for each command and WATCHed key; past it the transaction is discarded (EXEC answers EXECABORT)")
 	fs.Var(&cfg.maxReplyBuffer, "max-reply-buffer", "most bytes of replies queued for a client (one reply, as long pipelines are answered in 16 KiB chunks) before the connection is closed")
 	fs.Var(&cfg.maxMemClients, "maxmemory-clients", "most bytes of all RESP clients' query and reply buffers together; a client that grows them past it gets an error and is closed; 0 for no bound")
 	fs.StringVar(&cfg.tlsCert, "tls-cert", "", "PEM certificate file: serve RESP and HTTP over TLS only (with --tls-key); reloaded on SIGHUP")
@@ -217,7 +220,7 @@ func parseConfig(args []string, lookupEnv func(string) (string, bool), stderr io
 			return cfg, fmt.Errorf("--%s %d: want at least 1", name, v)
 		}
 	}
-	for name, v := range map[string]byteSize{"max-bulk": cfg.maxBulk, "max-key-size": cfg.maxKeySize, "max-inline": cfg.maxInline, "max-query-buffer": cfg.maxQueryBuffer, "max-reply-buffer": cfg.maxReplyBuffer,
+	for name, v := range map[string]byteSize{"max-bulk": cfg.maxBulk, "max-key-size": cfg.maxKeySize, "max-inline": cfg.maxInline, "max-query-buffer": cfg.maxQueryBuffer, "max-reply-buffer": cfg.maxReplyBuffer, "max-multi-bytes": cfg.maxMultiBytes,
 		"cache-size": cfg.cacheSize, "memtable-size": cfg.memtableSize, "divvy-max-line": cfg.divvyMaxLine, "commit-queue-memory": cfg.commitQueueMem} {
 		if v < 1 {
 			return cfg, fmt.Errorf("--%s %d: want at least 1 byte", name, v)
@@ -406,6 +409,7 @@ func runReloading(ctx context.Context, hup <-chan os.Signal, args []string, look
 		MaxAuthFailures:        int(offIfZero(int64(cfg.maxAuthFailures))),
 		IdleTimeout:            time.Duration(cfg.timeout) * time.Second,
 		MaxReplyBuffer:         int(cfg.maxReplyBuffer),
+		MaxMultiBytes:          int(cfg.maxMultiBytes),
 		MaxMemoryClients:       offIfZero(int64(cfg.maxMemClients)),
 		TLS:                    tlsFiles,
 

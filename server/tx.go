@@ -1,0 +1,332 @@
+package server
+
+import (
+	"slices"
+	"strconv"
+
+	"github.com/sluicehq/sluice/keyspace"
+)
+
+// Transactions: MULTI, EXEC, DISCARD, WATCH and UNWATCH, as Redis defines
+// them. MULTI makes exec queue every command (after the checks exec makes
+// before running one) and answer QUEUED; EXEC runs the queue under
+// storage.Batch.Hold, which keeps every key the queue touches locked until
+// the last command has run and hands all its writes to the committer as
+// one unit, so that no other client's command on those keys falls between
+// the queued ones and the log receives all of them or none. Its reply, one
+// array, is a write's reply like any other: sent once the writes are as
+// durable as --fsync promises, replaced by the error when their commit
+// fails.
+
+// DefaultMaxMultiBytes bounds one connection's queued transaction: the
+// queued commands' bytes plus txEntryCost for each command and watched
+// key. 1 MiB holds thousands of limit commands, far more than a
+// transaction needs, while an EXEC holds its keys locked, and the
+// committer waits, for as long as its queue takes to run.
+const DefaultMaxMultiBytes = 1 << 20
+
+// txEntryCost is what a queued command or a watched key is charged beside
+// its bytes: its share of the bookkeeping, and the bound on their number.
+const txEntryCost = 64
+
+// txState is a connection's transaction: MULTI's queue and WATCH's keys.
+type txState struct {
+	on      bool // between MULTI and EXEC or DISCARD
+	aborted bool // a command was refused while queuing: EXEC answers EXECABORT
+	writes  bool // a queued command writes
+	n       int  // commands queued
+	// buf holds the queued commands, in the framer's canonical RESP, back
+	// to back, for nextCommand.
+	buf    []byte
+	charge int // bytes charged against MaxMultiBytes
+	// grew says buf or watches grew since the connection last counted its
+	// memory against --maxmemory-clients.
+	grew     bool
+	args     [][]byte // the arguments of the queued command EXEC runs
+	watching bool     // registered with the store's Watch
+	watches  []watch
+}
+
+// watch is a key WATCH watches: its hash slot, and the slot's write count
+// when WATCH ran.
+type watch struct {
+	slot   uint16
+	writes uint64
+}
+
+var (
+	errExecAbort    = replyErr("EXECABORT Transaction discarded because of previous errors.")
+	errNestedMulti  = replyErr("ERR MULTI calls can not be nested")
+	errExecNoMulti  = replyErr("ERR EXEC without MULTI")
+	errDiscNoMulti  = replyErr("ERR DISCARD without MULTI")
+	errWatchInMulti = replyErr("ERR WATCH inside MULTI is not allowed")
+)
+
+var (
+	multiDoc = &cmdDoc{summary: "Starts a transaction: the commands that follow are queued (each answers QUEUED) until EXEC runs them or DISCARD drops them.", group: "transactions"}
+	execDoc  = &cmdDoc{summary: "Runs the queued commands as one atomic, durable unit; replies an array of their replies, or null if a watched key was written.", group: "transactions"}
+	discDoc  = &cmdDoc{summary: "Drops the queued commands and the watched keys.", group: "transactions"}
+	watchDoc = &cmdDoc{summary: "Makes the next EXEC fail (reply null) if a record of a key is written before it, by anyone; keys in the same hash slot count as the same key.", group: "transactions",
+		args: []docArg{{name: "key", typ: "key", multiple: true}}}
+	unwatchDoc = &cmdDoc{summary: "Forgets the keys WATCH watches.", group: "transactions"}
+)
+
+// multiCount is the number of commands queued, or -1 outside MULTI, for
+// CLIENT INFO and LIST's multi field. Only the connection's own goroutine
+// may call it: the transaction is not guarded (in CLIENT LIST, self's
+// line only, as for the other fields that change).
+func (c *client) multiCount() int {
+	if !c.tx.on {
+		return -1
+	}
+	return c.tx.n
+}
+
+// txImmediate reports whether a command runs at once inside MULTI instead
+// of being queued, as in Redis: the transaction's own commands, and QUIT.
+func txImmediate(name string) bool {
+	switch name {
+	case "exec", "discard", "multi", "watch", "quit":
+		return true
+	}
+	return false
+}
+
+// txRefused says why a command may not be queued, or "". These read or
+// flush the whole store, which waits for the stripe locks an EXEC holds:
+// DEL, COMPACT and CHECKPOINT commit and wait for the committer first,
+// INFO and DBSIZE count every stripe's records.
+func txRefused(name string) bool {
+	switch name {
+	case "del", "compact", "checkpoint", "info", "dbsize":
+		return true
+	}
+	return false
+}
+
+// queue handles a command sent inside MULTI: it runs the checks exec makes
+// before running a command and queues it, answering QUEUED, or answers the
+// check's error and marks the transaction aborted. It reports false for a
+// command that runs at once (txImmediate).
+func (s *Server) queue(c *client, cmd *command, args [][]byte) bool {
+	if cmd != nil && txImmediate(cmd.name) {
+		return false
+	}
+	t := &c.tx
+	c.cur = nil
+	var err error
+	switch {
+	case cmd == nil:
+		s.stats.unknownCommands.Add(1)
+		err = replyErr(unknownCommand(args))
+	case (cmd.arity > 0 && len(args) != cmd.arity) || (cmd.arity < 0 && len(args) < -cmd.arity):
+		err = wrongArgs(cmd.name)
+	case !c.authed && !allowedBeforeAuth(cmd.name):
+		err = errNoAuth
+	case txRefused(cmd.name):
+		err = replyErr("ERR Command not allowed inside a transaction: " + cmd.name + " reads or flushes the whole store, which an EXEC cannot do atomically")
+	}
+	if err == nil && !t.aborted {
+		err = s.txAdd(c, args)
+		if err == nil && slices.Contains(cmd.flags, "write") {
+			t.writes = true
+		}
+	}
+	if err != nil {
+		s.replyErr(c, err)
+		s.txAbort(c)
+		return true
+	}
+	t.n++
+	c.out = appendSimple(c.out, "QUEUED")
+	return true
+}
+
+// txAdd appends a command to the queue, within MaxMultiBytes.
+func (s *Server) txAdd(c *client, args [][]byte) error {
+	t := &c.tx
+	size := txEntryCost
+	for _, a := range args {
+		size += len(a) + 16
+	}
+	if t.charge+size > s.cfg.MaxMultiBytes {
+		return s.errTxFull()
+	}
+	t.charge += size
+	before := cap(t.buf)
+	t.buf = append(t.buf, '*')
+	t.buf = strconv.AppendInt(t.buf, int64(len(args)), 10)
+	t.buf = append(t.buf, '\r', '\n')
+	for _, a := range args {
+		t.buf = append(t.buf, '$')
+		t.buf = strconv.AppendInt(t.buf, int64(len(a)), 10)
+		t.buf = append(t.buf, '\r', '\n')
+		t.buf = append(t.buf, a...)
+		t.buf = append(t.buf, '\r', '\n')
+	}
+	t.grew = t.grew || cap(t.buf) != before
+	return nil
+}
+
+func (s *Server) errTxFull() error {
+	return replyErr("ERR transaction exceeds --max-multi-bytes " + strconv.Itoa(s.cfg.MaxMultiBytes) +
+		" (queued commands' bytes plus " + strconv.Itoa(txEntryCost) + " for each command and watched key); it is discarded: EXEC will answer EXECABORT")
+}
+
+// txAbort marks the transaction aborted and lets go of its queue, which
+// will never run.
+func (s *Server) txAbort(c *client) {
+	t := &c.tx
+	t.aborted = true
+	t.buf = nil
+	t.grew = true
+}
+
+// txEnd ends the transaction and forgets the watched keys, as EXEC and
+// DISCARD do, and a closing connection.
+func (s *Server) txEnd(c *client) {
+	t := &c.tx
+	t.on, t.aborted, t.writes = false, false, false
+	t.n, t.charge = 0, 0
+	if cap(t.buf) > connKeepBuf {
+		t.buf = nil
+	}
+	t.buf = t.buf[:0]
+	if cap(t.args) > connKeepBuf/24 {
+		t.args = nil
+	}
+	clear(t.args[:cap(t.args)]) // no pointers into the queue
+	s.unwatch(c)
+}
+
+func (s *Server) unwatch(c *client) {
+	t := &c.tx
+	if t.watching {
+		s.store.Unwatch()
+		t.watching = false
+	}
+	if cap(t.watches) > connKeepBuf/16 {
+		t.watches = nil
+	}
+	t.watches = t.watches[:0]
+}
+
+func cmdMulti(s *Server, c *client, args [][]byte) {
+	if c.tx.on {
+		s.replyErr(c, errNestedMulti) // the transaction goes on, as in Redis
+		return
+	}
+	c.tx.on = true
+	c.out = appendSimple(c.out, "OK")
+}
+
+func cmdDiscard(s *Server, c *client, args [][]byte) {
+	if !c.tx.on {
+		s.replyErr(c, errDiscNoMulti)
+		return
+	}
+	s.txEnd(c)
+	c.out = appendSimple(c.out, "OK")
+}
+
+// cmdWatch records the write count of each key's hash slot. The store
+// counts writes per slot only while someone watches; a write that began
+// before the count started is one the client's next read of the key
+// already sees, as it waits for the write's lock.
+func cmdWatch(s *Server, c *client, args [][]byte) {
+	t := &c.tx
+	if t.on {
+		s.replyErr(c, errWatchInMulti) // the transaction goes on, as in Redis
+		return
+	}
+	for _, k := range args[1:] {
+		if err := s.checkKeySize("key", len(k)); err != nil {
+			s.replyErr(c, err)
+			return
+		}
+	}
+	if t.charge+len(args[1:])*txEntryCost > s.cfg.MaxMultiBytes {
+		s.replyErr(c, replyErr("ERR WATCH exceeds --max-multi-bytes "+strconv.Itoa(s.cfg.MaxMultiBytes)+
+			" ("+strconv.Itoa(txEntryCost)+" bytes for each watched key); no key added"))
+		return
+	}
+	if !t.watching {
+		s.store.Watch()
+		t.watching = true
+	}
+	before := cap(t.watches)
+	for _, k := range args[1:] {
+		slot := keyspace.Slot(k)
+		t.watches = append(t.watches, watch{slot: slot, writes: s.store.SlotWrites(slot)})
+		t.charge += txEntryCost
+	}
+	t.grew = t.grew || cap(t.watches) != before
+	c.out = appendSimple(c.out, "OK")
+}
+
+func cmdUnwatch(s *Server, c *client, args [][]byte) {
+	s.unwatch(c)
+	c.out = appendSimple(c.out, "OK")
+}
+
+// cmdExec runs the queue: see the comment at the top of this file. A
+// watched slot written since WATCH makes it answer a null array and run
+// nothing; so does, with an error, a store that refuses writes, when a
+// queued command writes (unless AllowOnStoreError), so that the
+// transaction's writes are never partly made.
+func cmdExec(s *Server, c *client, args [][]byte) {
+	t := &c.tx
+	if !t.on {
+		s.replyErr(c, errExecNoMulti)
+		return
+	}
+	if t.aborted {
+		s.txEnd(c)
+		s.replyErr(c, errExecAbort)
+		return
+	}
+	if t.writes && !s.cfg.AllowOnStoreError {
+		err := s.store.Failed()
+		if err == nil {
+			err = s.store.Unavailable()
+		}
+		if err != nil {
+			s.txEnd(c)
+			s.replyErr(c, err)
+			return
+		}
+	}
+	self := c.cur
+	t.on = false // the queued commands run as usual
+	s.execHeld(c)
+	c.cur, c.result = self, rlNone
+	s.txEnd(c)
+}
+
+// execHeld runs the queue with the batch held (see storage.Batch.Hold),
+// releasing it even if a command panics.
+func (s *Server) execHeld(c *client) {
+	t := &c.tx
+	c.batch.Hold(len(t.watches) > 0)
+	defer c.batch.Release()
+	for _, w := range t.watches {
+		if s.store.SlotWrites(w.slot) != w.writes {
+			c.out = appendNullArray(c.out, c.resp == 3)
+			return
+		}
+	}
+	c.out = appendArray(c.out, t.n)
+	for rest := t.buf; len(rest) > 0; {
+		t.args, rest = nextCommand(rest, t.args)
+		s.exec(c, t.args)
+	}
+}
+
+// appendNullArray appends a null array: EXEC's reply when a watched key
+// was written.
+func appendNullArray(b []byte, resp3 bool) []byte {
+	if resp3 {
+		return append(b, '_', '\r', '\n')
+	}
+	return append(b, '*', '-', '1', '\r', '\n')
+}
