@@ -459,3 +459,44 @@ func TestTxQueueCountsAgainstClientMemory(t *testing.T) {
 	}
 	t.Fatal("1 MiB queued in a transaction never hit --maxmemory-clients 256 KiB")
 }
+
+// TestTxClientListShowsQueue: CLIENT LIST shows a connection inside MULTI
+// with flag x, its queued commands in multi and their bytes in multi-mem.
+func TestTxClientListShowsQueue(t *testing.T) {
+	srv := startServer(t, Config{})
+	nc, err := net.Dial("tcp", srv.Addr().String())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer nc.Close()
+	_ = nc.SetDeadline(time.Now().Add(time.Minute))
+	if _, err := io.WriteString(nc, "CLIENT SETNAME queuer\r\nMULTI\r\nRL.REDUCE q 3 3600\r\nRL.REDUCE q 3 3600\r\n"); err != nil {
+		t.Fatal(err)
+	}
+	want := "+OK\r\n+OK\r\n+QUEUED\r\n+QUEUED\r\n"
+	got := make([]byte, len(want))
+	if _, err := io.ReadFull(nc, got); err != nil || string(got) != want {
+		t.Fatalf("replies %q, %v; want %q", got, err, want)
+	}
+	list, err := newClient(t, srv).ClientList(context.Background()).Result()
+	if err != nil {
+		t.Fatal(err)
+	}
+	var line string
+	for _, l := range strings.Split(list, "\n") {
+		if strings.Contains(l, " name=queuer ") {
+			line = l
+		}
+	}
+	fields := map[string]string{}
+	for _, f := range strings.Fields(line) {
+		k, v, _ := strings.Cut(f, "=")
+		fields[k] = v
+	}
+	if fields["flags"] != "x" || fields["multi"] != "2" {
+		t.Fatalf("line of the connection in MULTI: %q; want flags=x multi=2", line)
+	}
+	if n, err := strconv.Atoi(fields["multi-mem"]); err != nil || n <= 0 {
+		t.Fatalf("multi-mem of a connection with 2 queued commands: %q; want > 0", fields["multi-mem"])
+	}
+}
