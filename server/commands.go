@@ -136,6 +136,10 @@ func commandTable() map[string]*command {
 		{name: "lastsave", arity: 1, flags: []string{"fast"}, run: cmdLastSave},
 		{name: "hit", arity: -1, flags: []string{"write", "fast"}, run: cmdHit},
 		{name: "policy", arity: 2, flags: []string{"admin"}, run: cmdPolicy},
+		{name: "cluster", arity: -2, flags: []string{"admin"}, run: cmdCluster, doc: clusterDoc},
+		{name: "asking", arity: 1, flags: []string{"fast"}, run: cmdAsking, doc: askingDoc},
+		{name: "readonly", arity: 1, flags: []string{"fast"}, run: cmdAsking, doc: readonlyDoc},
+		{name: "readwrite", arity: 1, flags: []string{"fast"}, run: cmdAsking, doc: readwriteDoc},
 	}
 	m := make(map[string]*command, len(list))
 	for i, c := range list {
@@ -209,6 +213,9 @@ func (s *Server) exec(c *client, args [][]byte) {
 	}
 	if !c.authed && !allowedBeforeAuth(cmd.name) {
 		s.replyErr(c, errNoAuth)
+		return
+	}
+	if cmd.first > 0 && s.clus.on && !s.routeKeys(c, cmd, args) {
 		return
 	}
 	cmd.run(s, c, args)
@@ -427,13 +434,16 @@ func cmdHello(s *Server, c *client, args [][]byte) {
 	c.out = appendBulkString(c.out, "server")
 	c.out = appendBulkString(c.out, "sluice")
 	c.out = appendBulkString(c.out, "version")
-	c.out = appendBulkString(c.out, s.cfg.Version)
+	// The Redis version, as INFO's redis_version: clients pick features
+	// by it (rueidis asks CLUSTER SHARDS from 8 on); sluice's own version
+	// is INFO's sluice_version.
+	c.out = appendBulkString(c.out, redisCompatVersion)
 	c.out = appendBulkString(c.out, "proto")
 	c.out = appendInt(c.out, int64(c.resp))
 	c.out = appendBulkString(c.out, "id")
 	c.out = appendInt(c.out, c.id)
 	c.out = appendBulkString(c.out, "mode")
-	c.out = appendBulkString(c.out, "standalone")
+	c.out = appendBulkString(c.out, s.helloMode())
 	c.out = appendBulkString(c.out, "role")
 	c.out = appendBulkString(c.out, "master")
 	c.out = appendBulkString(c.out, "modules")
@@ -638,6 +648,8 @@ func cmdCommand(s *Server, c *client, args [][]byte) {
 			"DOCS [<command-name> ...]", "    Return documentation records (summary, since, group, arguments) of every command, or of the named ones.",
 		}
 		c.out = appendHelp(c.out, lines)
+	case "getkeys":
+		s.commandGetKeys(c, args)
 	case "docs":
 		// As Redis: every command's record, or the named ones; names
 		// without a record are left out.

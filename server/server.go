@@ -136,6 +136,10 @@ type Config struct {
 	// nothing, or does not take its replies, for this long; zero never
 	// does.
 	DivvyIdleTimeout time.Duration
+
+	// Cluster, when set, serves the Redis Cluster protocol (cluster.go);
+	// nil: standalone.
+	Cluster *ClusterConfig
 }
 
 // Defaults for Config.
@@ -189,6 +193,7 @@ type Server struct {
 	divvy    divvyState
 	adm      admission
 	authLog  authLog
+	clus     clusterState
 
 	mu struct {
 		sync.Mutex
@@ -297,6 +302,9 @@ func New(cfg Config) (*Server, error) {
 		if err := s.loadPolicy(); err != nil {
 			return nil, err
 		}
+	}
+	if err := s.initCluster(); err != nil {
+		return nil, err
 	}
 	s.cmds = commandTable()
 	s.initMetrics()

@@ -101,6 +101,10 @@ type config struct {
 	divvyMaxLine     byteSize
 	divvyMaxPipeline int
 	divvyTimeout     int
+
+	clusterNodes   string
+	clusterSize    int
+	clusterOrdinal int
 }
 
 func newFlagSet(cfg *config, stderr io.Writer) *flag.FlagSet {
@@ -158,6 +162,9 @@ func newFlagSet(cfg *config, stderr io.Writer) *flag.FlagSet {
 	fs.Var(&cfg.divvyMaxLine, "divvy-max-line", "longest line the divvy line protocol accepts")
 	fs.IntVar(&cfg.divvyMaxPipeline, "divvy-max-pipeline", server.DefaultDivvyMaxPipeline, "most HIT lines of one divvy connection executed before their replies are sent and more are read")
 	fs.IntVar(&cfg.divvyTimeout, "divvy-timeout", 300, "close a divvy connection idle for this many seconds; 0 never does")
+	fs.StringVar(&cfg.clusterNodes, "cluster-nodes", "", "cluster mode: the nodes' announced host:port in ordinal order, comma-separated, or a template with {i} (sluice-{i}.sluice:9049) and --cluster-size; empty: standalone")
+	fs.IntVar(&cfg.clusterSize, "cluster-size", 0, "cluster mode: the number of initial nodes when --cluster-nodes is a template")
+	fs.IntVar(&cfg.clusterOrdinal, "cluster-ordinal", -1, "cluster mode: this node's ordinal in --cluster-nodes; -1 takes the number after the last - of the hostname (a StatefulSet pod's)")
 	fs.BoolVar(&cfg.showVersion, "version", false, "print the version and exit")
 	fs.Usage = func() {
 		fmt.Fprintf(fs.Output(), "Usage: sluice [flags]\n       sluice inspect [flags]   (lists stored records offline; see sluice inspect --help)\n       sluice health [flags]    (exits 0 when a server is ready, for a HEALTHCHECK; see sluice health --help)\n       sluice backup [flags]    (takes a backup of a running server over HTTP; see sluice backup --help)\n\nsluice is a persistent rate-limit server that speaks the Redis protocol.\nEvery flag can also be set with the environment variable shown; a flag on\nthe command line wins.\n\n")
@@ -261,6 +268,9 @@ func parseConfig(args []string, lookupEnv func(string) (string, bool), stderr io
 	if cfg.divvyAddr != "" && cfg.policyFile == "" {
 		return cfg, errors.New("--divvy-addr needs --policy: the line protocol answers HITs from a rule file")
 	}
+	if cfg.clusterNodes == "" && (cfg.clusterSize != 0 || cfg.clusterOrdinal != -1) {
+		return cfg, errors.New("--cluster-size and --cluster-ordinal need --cluster-nodes")
+	}
 	if cfg.onStoreError != "deny" && cfg.onStoreError != "allow" {
 		return cfg, fmt.Errorf("--on-store-error %q: want deny or allow", cfg.onStoreError)
 	}
@@ -343,6 +353,10 @@ func runReloading(ctx context.Context, hup <-chan os.Signal, args []string, look
 			return fmt.Errorf("--policy: %w", err)
 		}
 	}
+	clusterCfg, err := clusterConfig(cfg.clusterNodes, cfg.clusterSize, cfg.clusterOrdinal, os.Hostname)
+	if err != nil {
+		return err
+	}
 	files, err := fdBudget(log)
 	if err != nil {
 		return err
@@ -407,6 +421,8 @@ func runReloading(ctx context.Context, hup <-chan os.Signal, args []string, look
 		DivvyMaxLine:     int(cfg.divvyMaxLine),
 		DivvyMaxPipeline: cfg.divvyMaxPipeline,
 		DivvyIdleTimeout: time.Duration(cfg.divvyTimeout) * time.Second,
+
+		Cluster: clusterCfg,
 	})
 	if err != nil {
 		store.Close()
