@@ -8,6 +8,7 @@ import (
 	"strings"
 	"sync"
 	"sync/atomic"
+	"time"
 
 	"github.com/sluicehq/sluice/cluster"
 	"github.com/sluicehq/sluice/keyspace"
@@ -32,6 +33,9 @@ type ClusterConfig struct {
 	// (a pod added by scaling the StatefulSet up), the node starts as a
 	// member that owns no slot, until a rebalance gives it some.
 	Self string
+	// ForwardTimeout bounds one counter hit forwarded to the node owning
+	// the counter (forward.go); default DefaultForwardTimeout.
+	ForwardTimeout time.Duration
 }
 
 // metaTopology is the store's metadata name of the topology in use.
@@ -129,6 +133,12 @@ func (s *Server) routeKeys(c *client, cmd *command, args [][]byte) bool {
 			return false
 		}
 	}
+	return s.routeSlot(c, slot)
+}
+
+// routeSlot is routeKeys' check of one slot: it answers CLUSTERDOWN or
+// MOVED and returns false unless this node owns slot.
+func (s *Server) routeSlot(c *client, slot uint16) bool {
 	v := s.clus.view.Load()
 	o := v.owner[slot]
 	switch {

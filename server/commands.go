@@ -140,6 +140,7 @@ func commandTable() map[string]*command {
 		{name: "asking", arity: 1, flags: []string{"fast"}, run: cmdAsking, doc: askingDoc},
 		{name: "readonly", arity: 1, flags: []string{"fast"}, run: cmdAsking, doc: readonlyDoc},
 		{name: "readwrite", arity: 1, flags: []string{"fast"}, run: cmdAsking, doc: readwriteDoc},
+		{name: "sluice.counterhit", arity: 4, flags: []string{"write"}, run: cmdCounterHit, doc: counterHitDoc},
 	}
 	m := make(map[string]*command, len(list))
 	for i, c := range list {

@@ -224,7 +224,12 @@ func (s *Server) hitRule(h *hitter, lp *loadedPolicy, r *policy.Rule, canary boo
 		h.m.rule, h.m.now = r, now
 		h.key = keyspace.AppendCounterKey(h.key[:0], r, h.req)
 		before := b.Len()
-		if err := s.modify(b, h.key, &h.m); err != nil {
+		if fwd, o, err := s.forwardCounter(h.key, r, now); fwd { // cluster mode: another node owns the counter (forward.go)
+			if err != nil {
+				return out, err
+			}
+			h.m.out = o
+		} else if err := s.modify(b, h.key, &h.m); err != nil {
 			return out, err
 		}
 		out = h.m.out

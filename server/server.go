@@ -194,6 +194,7 @@ type Server struct {
 	adm      admission
 	authLog  authLog
 	clus     clusterState
+	fwd      forwarder
 
 	mu struct {
 		sync.Mutex
@@ -370,6 +371,7 @@ func (s *Server) Close() error {
 	forceAt := time.Now().Add(s.cfg.ShutdownTimeout - rest)
 	defer close(s.done)
 	defer s.authLog.stop(s)
+	defer s.fwd.closeAll()
 	defer s.closeHTTP() // last: /readyz answers 503 while connections drain
 	s.stopSweeper()     // also ends a running COMPACT early
 	divvyDone := make(chan struct{})
