@@ -275,9 +275,10 @@ func FormatRanges(rs []Range) string {
 }
 
 // ExpandNodes reads --cluster-nodes: either the announced host:port of
-// every node, comma-separated in ordinal order (size must then be 0 or
-// their number), or a template containing {i}, which is replaced by each
-// ordinal from 0 to size-1.
+// every node, comma-separated in ordinal order (size must then be 0 or at
+// most their number: the nodes past size are known, for their own
+// ordinals, but not in the initial topology), or a template containing
+// {i}, which is replaced by each ordinal from 0 to size-1.
 func ExpandNodes(list string, size int) ([]string, error) {
 	var addrs []string
 	if strings.Contains(list, "{i}") {
@@ -291,8 +292,8 @@ func ExpandNodes(list string, size int) ([]string, error) {
 		for _, a := range strings.Split(list, ",") {
 			addrs = append(addrs, strings.TrimSpace(a))
 		}
-		if size != 0 && size != len(addrs) {
-			return nil, fmt.Errorf("%w: --cluster-size %d but --cluster-nodes lists %d nodes", ErrBadTopology, size, len(addrs))
+		if size > len(addrs) {
+			return nil, fmt.Errorf("%w: --cluster-size %d but --cluster-nodes lists only %d nodes", ErrBadTopology, size, len(addrs))
 		}
 	}
 	for i, a := range addrs {
@@ -321,4 +322,127 @@ func OrdinalFromHostname(host string) (int, error) {
 		return 0, fmt.Errorf("%w: hostname %q does not end in -N, a StatefulSet ordinal: give --cluster-ordinal", ErrBadTopology, host)
 	}
 	return n, nil
+}
+
+// Move is a hand-over of slots from one node to another, by address; From
+// is "" for slots no node owns (a push alone gives them).
+type Move struct {
+	From, To string
+	Slots    []Range
+}
+
+// Moved returns t with rs given to the node at addr (added when t lacks
+// it), taken from whoever owned them, under the next epoch.
+func (t Topology) Moved(rs []Range, addr string) Topology {
+	var give [Slots]bool
+	for _, r := range rs {
+		for s := int(r.First); s <= int(r.Last); s++ {
+			give[s] = true
+		}
+	}
+	u := Topology{Epoch: t.Epoch + 1}
+	found := false
+	for _, n := range t.Nodes {
+		m := Node{ID: n.ID, Addr: n.Addr}
+		for _, r := range n.Slots {
+			for s := int(r.First); s <= int(r.Last); s++ {
+				if !give[s] {
+					m.Slots = append(m.Slots, Range{uint16(s), uint16(s)})
+				}
+			}
+		}
+		if n.Addr == addr {
+			found = true
+			m.Slots = append(m.Slots, rs...)
+		}
+		m.Slots = Merge(m.Slots)
+		u.Nodes = append(u.Nodes, m)
+	}
+	if !found {
+		u.Nodes = append(u.Nodes, Node{ID: NodeID(addr), Addr: addr, Slots: Merge(rs)})
+	}
+	return u
+}
+
+// Without returns t without the nodes that own no slot and are not in
+// keep, under the next epoch.
+func (t Topology) Without(keep []string) Topology {
+	u := Topology{Epoch: t.Epoch + 1}
+	for _, n := range t.Nodes {
+		if len(n.Slots) > 0 || slices.Contains(keep, n.Addr) {
+			u.Nodes = append(u.Nodes, n)
+		}
+	}
+	return u
+}
+
+// Rebalance plans the moves that spread the slots evenly over want, the
+// nodes' addresses in ordinal order (node i gets 16384/len(want) slots,
+// one more for the first 16384 mod len(want)), moving as few slots as it
+// can: nodes not in want give all theirs, the highest ordinals first (a
+// scale-down), then unowned slots, then the nodes over their share give
+// their highest slots; nodes under it take them in ordinal order.
+func Rebalance(t Topology, want []string) []Move {
+	m := len(want)
+	if m == 0 {
+		return nil
+	}
+	type give struct {
+		from string
+		slot uint16
+	}
+	var surplus []give
+	owned := map[string][]uint16{}
+	var unowned []uint16
+	o := t.Owners()
+	for s := range Slots {
+		if o[s] == 0 {
+			unowned = append(unowned, uint16(s))
+			continue
+		}
+		a := t.Nodes[o[s]-1].Addr
+		owned[a] = append(owned[a], uint16(s))
+	}
+	for i := len(t.Nodes) - 1; i >= 0; i-- {
+		if a := t.Nodes[i].Addr; !slices.Contains(want, a) {
+			for _, s := range owned[a] {
+				surplus = append(surplus, give{a, s})
+			}
+		}
+	}
+	for _, s := range unowned {
+		surplus = append(surplus, give{"", s})
+	}
+	quota := func(i int) int {
+		q := Slots / m
+		if i < Slots%m {
+			q++
+		}
+		return q
+	}
+	for i, a := range want {
+		if extra := len(owned[a]) - quota(i); extra > 0 {
+			for _, s := range owned[a][len(owned[a])-extra:] {
+				surplus = append(surplus, give{a, s})
+			}
+		}
+	}
+	var moves []Move
+	for i, a := range want {
+		need := quota(i) - len(owned[a])
+		for need > 0 && len(surplus) > 0 {
+			g := surplus[0]
+			surplus = surplus[1:]
+			need--
+			if n := len(moves); n > 0 && moves[n-1].From == g.from && moves[n-1].To == a {
+				moves[n-1].Slots = append(moves[n-1].Slots, Range{g.slot, g.slot})
+				continue
+			}
+			moves = append(moves, Move{From: g.from, To: a, Slots: []Range{{g.slot, g.slot}}})
+		}
+	}
+	for i := range moves {
+		moves[i].Slots = Merge(moves[i].Slots)
+	}
+	return moves
 }

@@ -132,3 +132,54 @@ func TestOrdinalFromHostname(t *testing.T) {
 		}
 	}
 }
+
+func applyMoves(t Topology, moves []Move) Topology {
+	for _, mv := range moves {
+		t = t.Moved(mv.Slots, mv.To)
+	}
+	return t
+}
+
+func TestRebalance(t *testing.T) {
+	three := []string{"a:1", "b:2", "c:3"}
+	four := append(slices.Clone(three), "d:4")
+	top := Initial(three)
+	moves := Rebalance(top, four)
+	moved := 0
+	for _, mv := range moves {
+		if mv.To != "d:4" {
+			t.Fatalf("3→4 moves slots to %s: %+v", mv.To, mv)
+		}
+		moved += Topology{Nodes: []Node{{Slots: mv.Slots}}}.Assigned()
+	}
+	if moved != 4096 {
+		t.Fatalf("3→4 moves %d slots, want 4096", moved)
+	}
+	t4 := applyMoves(top, moves)
+	if t4.Assigned() != Slots || t4.Epoch != uint64(len(moves)) {
+		t.Fatalf("after 3→4: %d assigned, epoch %d", t4.Assigned(), t4.Epoch)
+	}
+	for _, n := range t4.Nodes {
+		if c := (Topology{Nodes: []Node{n}}).Assigned(); c != 4096 {
+			t.Fatalf("node %s has %d slots", n.Addr, c)
+		}
+	}
+	if len(Rebalance(t4, four)) != 0 {
+		t.Fatal("a balanced topology plans moves")
+	}
+	back := Rebalance(t4, three)
+	for _, mv := range back {
+		if mv.From != "d:4" {
+			t.Fatalf("4→3 moves slots off %s", mv.From)
+		}
+	}
+	t3 := applyMoves(t4, back).Without(three)
+	if t3.Assigned() != Slots || len(t3.Nodes) != 3 {
+		t.Fatalf("after 4→3: %+v", t3)
+	}
+	// Unowned slots are given too.
+	hole := Topology{Nodes: []Node{{ID: NodeID("a:1"), Addr: "a:1", Slots: []Range{{0, 99}}}}}
+	if got := applyMoves(hole, Rebalance(hole, []string{"a:1", "b:2"})); got.Assigned() != Slots {
+		t.Fatalf("unowned slots left: %d", got.Assigned())
+	}
+}

@@ -49,6 +49,7 @@ type clusterState struct {
 	myAddr string
 	view   atomic.Pointer[clusterView]
 	mu     sync.Mutex // one SETTOPOLOGY at a time
+	mig    migration  // slots being moved off this node (migrate.go)
 }
 
 // clusterView is a topology with its slot table.
@@ -145,7 +146,9 @@ func (s *Server) routeSlot(c *client, slot uint16) bool {
 	case o == 0:
 		s.replyErr(c, errClusterDown)
 		return false
-	case o != v.self:
+	case o == v.self:
+		return !s.clus.mig.active.Load() || !s.pausedSlot(c, slot)
+	default:
 		c.out = append(c.out, "-MOVED "...)
 		c.out = strconv.AppendUint(c.out, uint64(slot), 10)
 		c.out = append(c.out, ' ')
@@ -157,7 +160,6 @@ func (s *Server) routeSlot(c *client, slot uint16) bool {
 		}
 		return false
 	}
-	return true
 }
 
 // helloMode is HELLO's mode and INFO's redis_mode.
@@ -226,7 +228,9 @@ func cmdCluster(s *Server, c *client, args [][]byte) {
 		}
 		c.out = appendSimple(c.out, "OK")
 	default:
-		s.replyErr(c, replyErr("ERR unknown subcommand or wrong number of arguments for '"+preview(args[1])+"'. Try CLUSTER HELP."))
+		if !s.cmdClusterMigrate(c, sub, args) {
+			s.replyErr(c, replyErr("ERR unknown subcommand or wrong number of arguments for '"+preview(args[1])+"'. Try CLUSTER HELP."))
+		}
 	}
 }
 
@@ -264,7 +268,9 @@ func (s *Server) setTopology(args []string) error {
 	if err := s.store.SetMeta(metaTopology, t.Encode()); err != nil {
 		return fmt.Errorf("store the cluster topology: %w", err)
 	}
-	cs.view.Store(newClusterView(t, cs.myID))
+	nv := newClusterView(t, cs.myID)
+	cs.view.Store(nv)
+	s.forgetMigrations(nv)
 	s.log.Info("cluster: topology replaced", "epoch", t.Epoch, "previous_epoch", cur.Epoch, "nodes", len(t.Nodes), "slots_owned", slotsOf(t, cs.myID))
 	return nil
 }

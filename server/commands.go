@@ -33,6 +33,9 @@ type client struct {
 	// (conn.lingerClose): the client may have pipelined more behind it.
 	failed bool
 	authed bool // AUTH done, or no password configured
+	// pipes counts the pipelines begun and ended (odd: one under way),
+	// for MIGRATE PAUSE's grace period (migrate.go).
+	pipes atomic.Int64
 	// authFails counts failed AUTH and HELLO AUTH attempts, for
 	// MaxAuthFailures.
 	authFails int

@@ -173,6 +173,8 @@ func (cn *conn) serve() {
 // (commitAndSend). It reports whether to go on reading.
 func (cn *conn) process(p []byte) bool {
 	s, c := cn.srv, cn.cl
+	c.pipes.Add(1)
+	defer c.pipes.Add(1)
 	t0 := time.Now()
 	c.out = c.out[:0]
 	c.writes = c.writes[:0]

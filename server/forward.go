@@ -58,7 +58,7 @@ func (s *Server) forwardCounter(key []byte, r *policy.Rule, now int64) (forwarde
 	v := s.clus.view.Load()
 	o := v.owner[slot]
 	switch {
-	case o == v.self && o != 0:
+	case o == v.self && o != 0 && !s.slotMigrating(slot):
 		return false, out, nil
 	case o == 0:
 		return true, out, errClusterDown

@@ -39,5 +39,9 @@ func clusterConfig(nodes string, size, ordinal int, hostname func() (string, err
 	default:
 		return nil, fmt.Errorf("--cluster-ordinal %d: --cluster-nodes lists %d nodes (ordinals 0 to %d)", ordinal, len(addrs), len(addrs)-1)
 	}
-	return &server.ClusterConfig{Nodes: addrs, Self: self}, nil
+	initial := addrs
+	if size > 0 && size < len(addrs) {
+		initial = addrs[:size] // the others join owning no slot
+	}
+	return &server.ClusterConfig{Nodes: initial, Self: self}, nil
 }
