@@ -245,6 +245,14 @@ var clusterHelp = []string{
 	"TOPOLOGY", "    Return the topology in use as the arguments of SETTOPOLOGY: <epoch> <host:port> <slots> ...",
 	"SETTOPOLOGY <epoch> <host:port> <slots> [<host:port> <slots> ...]",
 	"    Replace the topology by one with a higher epoch and store it; <slots> is like 0-5460,6000 or - for none.",
+	"MIGRATE START <slots> | PAUSE | DIRTY <count> | CANCEL",
+	"    Resharding, on the source: note the keys written in <slots>, pause them (TRYAGAIN), hand over the keys changed, or stop.",
+	"DUMP <first-slot> <last-slot> <cursor> <count>",
+	"    Resharding, on the source: a page of the slots' records, [next cursor, key, value, ...].",
+	"RESTORE <key> <value> [<key> <value> ...]",
+	"    Resharding, on the target: write records of slots this node does not serve (an empty value deletes).",
+	"DROP <slots>",
+	"    Delete every record of slots this node does not serve.",
 }
 
 // setTopology takes a pushed topology when its epoch is above the one in
@@ -436,7 +444,7 @@ func (s *Server) commandGetKeys(c *client, args [][]byte) {
 }
 
 var clusterDoc = &cmdDoc{
-	summary: "Cluster mode: INFO, MYID, KEYSLOT, SLOTS, SHARDS, NODES as Redis Cluster answers them; TOPOLOGY and SETTOPOLOGY read and push the topology (epoch, nodes and their slots).",
+	summary: "Cluster mode: INFO, MYID, KEYSLOT, SLOTS, SHARDS, NODES as Redis Cluster answers them; TOPOLOGY and SETTOPOLOGY read and push the topology (epoch, nodes and their slots); MIGRATE, DUMP, RESTORE and DROP move slots (sluice cluster rebalance drives them).",
 	group:   "cluster",
 	args:    []docArg{{name: "subcommand", typ: "string"}, {name: "arg", typ: "string", optional: true, multiple: true}},
 }

@@ -25,6 +25,7 @@ import (
 
 type clusterToolConfig struct {
 	nodes    string
+	size     int
 	slots    string
 	to       string
 	passFile string
@@ -36,7 +37,8 @@ type clusterToolConfig struct {
 func newClusterFlagSet(cfg *clusterToolConfig, stderr io.Writer) *flag.FlagSet {
 	fs := flag.NewFlagSet("sluice cluster", flag.ContinueOnError)
 	fs.SetOutput(stderr)
-	fs.StringVar(&cfg.nodes, "nodes", "", "sluice cluster: the nodes' announced host:port, comma-separated; for rebalance, exactly the nodes that should own slots, in ordinal order")
+	fs.StringVar(&cfg.nodes, "nodes", "", "sluice cluster: the nodes' announced host:port, comma-separated, or a template with {i} and --cluster-size; for rebalance, exactly the nodes that should own slots, in ordinal order")
+	fs.IntVar(&cfg.size, "cluster-size", 0, "sluice cluster: the number of nodes when --nodes is a template")
 	fs.StringVar(&cfg.slots, "slots", "", "sluice cluster move: the slots to move, as 0-99,200")
 	fs.StringVar(&cfg.to, "to", "", "sluice cluster move: the announced host:port of the node to move them to")
 	fs.StringVar(&cfg.passFile, "requirepass-file", "", "file holding the password clients must give with AUTH (one line; a trailing newline is ignored)")
@@ -67,7 +69,7 @@ func runCluster(ctx context.Context, args []string, lookupEnv func(string) (stri
 	if cfg.nodes == "" {
 		return errors.New("sluice cluster: --nodes: want the nodes' host:port, comma-separated")
 	}
-	nodes, err := cluster.ExpandNodes(cfg.nodes, 0)
+	nodes, err := cluster.ExpandNodes(cfg.nodes, cfg.size)
 	if err != nil {
 		return err
 	}
