@@ -58,6 +58,8 @@ type migration struct {
 	}
 }
 
+var errNotMigrating = replyErr("ERR no slot of this node is migrating (did it restart since CLUSTER MIGRATE START?): start the move again")
+
 var errTryAgain = replyErr("TRYAGAIN Slot is being handed over to another node; retry shortly")
 
 // pausedSlot is routeSlot's check of a slot this node owns while some
@@ -198,7 +200,22 @@ func (s *Server) clusterMigrate(c *client, op string, args [][]byte) {
 			}
 		}
 		c.out = appendSimple(c.out, "OK")
-	case op == "pause" && len(args) == 0:
+	case (op == "pause" && len(args) == 0) || (op == "dirty" && len(args) == 1):
+		// A node restarted since START has forgotten the migration, and
+		// the keys written meanwhile: the move must start over.
+		if !m.active.Load() {
+			s.replyErr(c, errNotMigrating)
+			return
+		}
+		if op == "dirty" {
+			n, ok := parseInt(args[0])
+			if !ok || n < 1 {
+				s.replyErr(c, errNotInteger)
+				return
+			}
+			s.popDirty(c, int(n))
+			return
+		}
 		for slot := range m.state {
 			m.state[slot].CompareAndSwap(slotMigrating, slotPaused)
 		}
@@ -216,13 +233,6 @@ func (s *Server) clusterMigrate(c *client, op string, args [][]byte) {
 			return
 		}
 		c.out = appendSimple(c.out, "OK")
-	case op == "dirty" && len(args) == 1:
-		n, ok := parseInt(args[0])
-		if !ok || n < 1 {
-			s.replyErr(c, errNotInteger)
-			return
-		}
-		s.popDirty(c, int(n))
 	case op == "cancel" && len(args) == 0:
 		for slot := range m.state {
 			m.state[slot].Store(slotServing)
@@ -274,7 +284,9 @@ func (s *Server) popDirty(c *client, n int) {
 		if err := b.Modify([]byte(k), &r); err != nil {
 			// Put it back: the next DIRTY tries again.
 			m.mu.Lock()
-			m.mu.dirty[k] = struct{}{}
+			if m.mu.dirty != nil {
+				m.mu.dirty[k] = struct{}{}
+			}
 			m.mu.Unlock()
 			r.found = false
 		}
