@@ -2,10 +2,15 @@ package server
 
 import (
 	"context"
+	"encoding/binary"
+	"fmt"
+	"path/filepath"
+	"strconv"
 	"strings"
 	"testing"
 
 	"github.com/sluicehq/sluice/keyspace"
+	"github.com/sluicehq/sluice/policy"
 )
 
 // TestMigrateCommands: the source side of a slot move notes the keys
@@ -65,5 +70,66 @@ func TestMigrateCommands(t *testing.T) {
 	}
 	if err := rdb.Do(ctx, "RL.REDUCE", key, 10, 60).Err(); err != nil {
 		t.Fatalf("after CANCEL: %v", err)
+	}
+}
+
+// TestMigrateRuleCounters: a slot move hands over rule counters of every
+// kind AppendRuleKey makes, not only divvy's: hits forwarded to the owner
+// of a migrating slot are noted by DIRTY with their values, and DUMP
+// copies the same records.
+func TestMigrateRuleCounters(t *testing.T) {
+	path := filepath.Join("..", "policy", "testdata", "algorithms.ini")
+	clock := newTestClock(t0)
+	nodes := startClusterServers(t, 2, Config{PolicyFile: path, Clock: clock.now, SweepInterval: -1})
+	rules := nodes[0].pol.cur.Load().p.Rules()
+	v := nodes[0].clus.view.Load()
+	// One counter of each kind in a slot of node 0.
+	var lines, slots []string
+	want := map[string]bool{}
+	kinds := map[byte]bool{}
+	for _, f := range []string{"path=/fws user=u%d", "path=/tb user=u%d", "path=/gcra-quota user=u%d quota=7", "path=/log user=u%d", "path=/quota user=u%d quota=4"} {
+		for u := 0; ; u++ {
+			line := fmt.Sprintf(f, u)
+			req, _ := policy.ParseArgs(bytesFields(line), nil)
+			r, _ := nodes[0].pol.cur.Load().p.Match(req, nil)
+			lim, _ := r.Limit(req)
+			key := keyspace.AppendRuleKey(nil, r, lim, r.AppendCounterID(nil, req))
+			if slot := binary.BigEndian.Uint16(key); v.owner[slot] == v.self {
+				lines, slots = append(lines, line), append(slots, strconv.Itoa(int(slot)))
+				want[string(key)], kinds[key[2]] = true, true
+				break
+			}
+		}
+	}
+	if len(kinds) != 5 || len(rules) == 0 {
+		t.Fatalf("kinds %v; want 5", kinds)
+	}
+	rdb := newClient(t, nodes[0])
+	ctx := context.Background()
+	if err := rdb.Do(ctx, "CLUSTER", "MIGRATE", "START", strings.Join(slots, ",")).Err(); err != nil {
+		t.Fatal(err)
+	}
+	for i, line := range lines {
+		if _, _, err := hitDirect(t, nodes[i%2], line, 1); err != nil {
+			t.Fatalf("%s: %v", line, err)
+		}
+	}
+	dirty, err := rdb.Do(ctx, "CLUSTER", "MIGRATE", "DIRTY", 100).StringSlice()
+	if err != nil || len(dirty) != 2*len(want) {
+		t.Fatalf("DIRTY: %q %v; want the %d counters", dirty, err, len(want))
+	}
+	for i := 0; i < len(dirty); i += 2 {
+		k := dirty[i]
+		if !want[k] || dirty[i+1] == "" {
+			t.Fatalf("DIRTY noted %q = %q; want one of the counters, with its value", k, dirty[i+1])
+		}
+		slot := int(binary.BigEndian.Uint16([]byte(k)))
+		dump, err := rdb.Do(ctx, "CLUSTER", "DUMP", slot, slot, "", 10).StringSlice()
+		if err != nil || len(dump) != 3 || dump[1] != k || dump[2] != dirty[i+1] {
+			t.Fatalf("DUMP of slot %d: %q %v; want %q and DIRTY's value", slot, dump, err, k)
+		}
+	}
+	if err := rdb.Do(ctx, "CLUSTER", "MIGRATE", "CANCEL").Err(); err != nil {
+		t.Fatal(err)
 	}
 }
