@@ -34,6 +34,9 @@ type client struct {
 	// (conn.lingerClose): the client may have pipelined more behind it.
 	failed bool
 	authed bool // AUTH done, or no password configured
+	// pipes counts the pipelines begun and ended (odd: one under way),
+	// for MIGRATE PAUSE's grace period (migrate.go).
+	pipes atomic.Int64
 	// authFails counts failed AUTH and HELLO AUTH attempts, for
 	// MaxAuthFailures.
 	authFails int
@@ -156,6 +159,11 @@ func commandTable() map[string]*command {
 		{name: "discard", arity: 1, flags: []string{"noscript", "loading", "stale", "fast"}, run: cmdDiscard, doc: discDoc},
 		{name: "watch", arity: -2, flags: []string{"noscript", "loading", "stale", "fast"}, first: 1, last: -1, step: 1, run: cmdWatch, doc: watchDoc},
 		{name: "unwatch", arity: 1, flags: []string{"noscript", "loading", "stale", "fast"}, run: cmdUnwatch, doc: unwatchDoc},
+		{name: "cluster", arity: -2, flags: []string{"admin"}, run: cmdCluster, doc: clusterDoc},
+		{name: "asking", arity: 1, flags: []string{"fast"}, run: cmdAsking, doc: askingDoc},
+		{name: "readonly", arity: 1, flags: []string{"fast"}, run: cmdAsking, doc: readonlyDoc},
+		{name: "readwrite", arity: 1, flags: []string{"fast"}, run: cmdAsking, doc: readwriteDoc},
+		{name: "sluice.counterhit", arity: 6, flags: []string{"write"}, run: cmdCounterHit, doc: counterHitDoc},
 	}
 	m := make(map[string]*command, len(list))
 	for i, c := range list {
@@ -224,6 +232,9 @@ func (s *Server) exec(c *client, args [][]byte) {
 	}
 	if !c.authed && !allowedBeforeAuth(cmd.name) {
 		s.replyErr(c, errNoAuth)
+		return
+	}
+	if cmd.first > 0 && s.clus.on && !s.routeKeys(c, cmd, args) {
 		return
 	}
 	cmd.run(s, c, args)
@@ -456,13 +467,16 @@ func cmdHello(s *Server, c *client, args [][]byte) {
 	c.out = appendBulkString(c.out, "server")
 	c.out = appendBulkString(c.out, "sluice")
 	c.out = appendBulkString(c.out, "version")
-	c.out = appendBulkString(c.out, s.cfg.Version)
+	// The Redis version, as INFO's redis_version: clients pick features
+	// by it (rueidis asks CLUSTER SHARDS from 8 on); sluice's own version
+	// is INFO's sluice_version.
+	c.out = appendBulkString(c.out, redisCompatVersion)
 	c.out = appendBulkString(c.out, "proto")
 	c.out = appendInt(c.out, int64(c.resp))
 	c.out = appendBulkString(c.out, "id")
 	c.out = appendInt(c.out, c.id)
 	c.out = appendBulkString(c.out, "mode")
-	c.out = appendBulkString(c.out, "standalone")
+	c.out = appendBulkString(c.out, s.helloMode())
 	c.out = appendBulkString(c.out, "role")
 	c.out = appendBulkString(c.out, "master")
 	c.out = appendBulkString(c.out, "modules")
@@ -603,6 +617,8 @@ func cmdCommand(s *Server, c *client, args [][]byte) {
 			"DOCS [<command-name> ...]", "    Return documentation records (summary, since, group, arguments) of every command, or of the named ones.",
 		}
 		c.out = appendHelp(c.out, lines)
+	case "getkeys":
+		s.commandGetKeys(c, args)
 	case "docs":
 		// As Redis: every command's record, or the named ones (a
 		// subcommand by its full name, "client|info"); names without a

@@ -176,6 +176,8 @@ func (cn *conn) serve() {
 // (commitAndSend). It reports whether to go on reading.
 func (cn *conn) process(p []byte) bool {
 	s, c := cn.srv, cn.cl
+	c.pipes.Add(1)
+	defer c.pipes.Add(1)
 	t0 := time.Now()
 	c.lastAt = s.clock().UnixMilli() // CLIENT LIST's idle; the clock tests drive
 	c.out = c.out[:0]

@@ -302,6 +302,9 @@ func (d *divvyConn) round(start, end int, eof bool) (next int, stop bool) {
 	}
 	committed := true
 	if d.batch.Pending() {
+		if s.clus.mig.active.Load() {
+			s.noteDirty(d.batch) // resharding (migrate.go)
+		}
 		if err := d.batch.Commit(); err != nil && !s.allowDespite(err, writes) {
 			// No reply may show a change that was not stored: the replies
 			// from the first write on become one error, and the connection

@@ -250,7 +250,16 @@ func (s *Server) hitRule(h *hitter, lp *loadedPolicy, r *policy.Rule, req policy
 		c.ID = h.id
 		h.key = keyspace.AppendRuleKey(h.key[:0], r, c.Limit, h.id)
 		before := b.Len()
-		if err := s.modify(b, h.key, &h.m); err != nil {
+		// In cluster mode another node may own the counter's slot: it
+		// applies the same hit (rule, counter ID, limit, hits, now) and
+		// answers the whole outcome (forward.go).
+		if fwd, o, err := s.forwardCounter(h.key, r, c.Limit, hits, now); fwd {
+			if err != nil {
+				return policy.Outcome{}, err
+			}
+			o.Rule = r
+			c.Out = o
+		} else if err := s.modify(b, h.key, &h.m); err != nil {
 			return policy.Outcome{}, err
 		}
 		d.wrote = b.Len() > before

@@ -14,7 +14,7 @@ import (
 // answers like. Client libraries read redis_version to pick features.
 const redisCompatVersion = "7.2.0"
 
-var infoSections = []string{"server", "clients", "memory", "stats", "persistence", "storage", "policy", "keyspace"}
+var infoSections = []string{"server", "clients", "memory", "stats", "persistence", "storage", "policy", "cluster", "keyspace"}
 
 // cmdInfo implements INFO [section ...] in Redis' "# Section" and
 // "key:value" format. Unknown sections are left out, as in Redis.
@@ -68,7 +68,7 @@ func (s *Server) writeInfo(b *strings.Builder, section string) {
 		exe, _ := os.Executable()
 		kv("redis_version", redisCompatVersion)
 		kv("sluice_version", s.cfg.Version)
-		kv("redis_mode", "standalone")
+		kv("redis_mode", s.helloMode())
 		kv("os", runtime.GOOS+" "+runtime.GOARCH)
 		kv("arch_bits", strconv.Itoa(strconv.IntSize))
 		kv("go_version", runtime.Version())
@@ -215,6 +215,8 @@ func (s *Server) writeInfo(b *strings.Builder, section string) {
 	case "policy":
 		b.WriteString("# Policy\r\n")
 		s.policyInfo(kv)
+	case "cluster":
+		s.writeClusterInfo(b)
 	case "keyspace":
 		b.WriteString("# Keyspace\r\n")
 		// As in Redis, an empty database is not listed.

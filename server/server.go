@@ -145,6 +145,10 @@ type Config struct {
 	// nothing, or does not take its replies, for this long; zero never
 	// does.
 	DivvyIdleTimeout time.Duration
+
+	// Cluster, when set, serves the Redis Cluster protocol (cluster.go);
+	// nil: standalone.
+	Cluster *ClusterConfig
 }
 
 // Defaults for Config.
@@ -200,6 +204,8 @@ type Server struct {
 	adm      admission
 	authLog  authLog
 	mem      memState
+	clus     clusterState
+	fwd      forwarder
 
 	mu struct {
 		sync.Mutex
@@ -310,6 +316,9 @@ func New(cfg Config) (*Server, error) {
 			return nil, err
 		}
 	}
+	if err := s.initCluster(); err != nil {
+		return nil, err
+	}
 	s.cmds = commandTable()
 	s.initCheck()
 	s.initMetrics()
@@ -376,6 +385,7 @@ func (s *Server) Close() error {
 	forceAt := time.Now().Add(s.cfg.ShutdownTimeout - rest)
 	defer close(s.done)
 	defer s.authLog.stop(s)
+	defer s.fwd.closeAll()
 	defer s.closeHTTP() // last: /readyz answers 503 while connections drain
 	s.closeCheck()      // first: its requests finish before the store may close
 	s.stopSweeper()     // also ends a running COMPACT early
@@ -490,6 +500,9 @@ func (s *Server) commitWrites(c *client) error {
 	var err error
 	committed := true
 	if c.batch.Pending() {
+		if s.clus.mig.active.Load() {
+			s.noteDirty(c.batch) // resharding: the keys changed in migrating slots (migrate.go)
+		}
 		if err = c.batch.Commit(); err != nil && !s.allowDespite(err, len(c.writes)) {
 			s.failWrites(c, err)
 			committed = false

@@ -45,6 +45,11 @@ type txState struct {
 	args     [][]byte // the arguments of the queued command EXEC runs
 	watching bool     // registered with the store's Watch
 	watches  []watch
+	// slot is the hash slot of the queued commands' keys in cluster mode,
+	// where, as in Redis, a transaction's keys must share one slot, owned
+	// here; slotSet says a keyed command set it.
+	slot    uint16
+	slotSet bool
 }
 
 // watch is a key WATCH watches: its hash slot, and the slot's write count
@@ -125,6 +130,12 @@ func (s *Server) queue(c *client, cmd *command, args [][]byte) bool {
 		err = errNoAuth
 	case txRefused(cmd.name):
 		err = replyErr("ERR Command not allowed inside a transaction: " + cmd.name + " reads or flushes the whole store, which an EXEC cannot do atomically")
+	case s.clus.on && cmd.name == "hit":
+		err = replyErr("ERR Command not allowed inside a transaction in cluster mode: hit's counters may be owned by other nodes, which an EXEC cannot change atomically")
+	}
+	if err == nil && !t.aborted && s.clus.on && cmd.first > 0 && !s.txRoute(c, cmd, args) {
+		s.txAbort(c) // txRoute answered MOVED, CROSSSLOT, CLUSTERDOWN or TRYAGAIN
+		return true
 	}
 	if err == nil && !t.aborted {
 		err = s.txAdd(c, args)
@@ -184,9 +195,26 @@ func (s *Server) txAbort(c *client) {
 
 // txEnd ends the transaction and forgets the watched keys, as EXEC and
 // DISCARD do, and a closing connection.
+// txRoute checks a keyed command queued in cluster mode as exec would run
+// it (MOVED for a slot owned elsewhere), and that its keys share the slot
+// of the commands queued before it (CROSSSLOT), answering the error.
+func (s *Server) txRoute(c *client, cmd *command, args [][]byte) bool {
+	t := &c.tx
+	if !s.routeKeys(c, cmd, args) {
+		return false
+	}
+	slot := keyspace.Slot(args[cmd.first])
+	if t.slotSet && slot != t.slot {
+		s.replyErr(c, errCrossSlot)
+		return false
+	}
+	t.slot, t.slotSet = slot, true
+	return true
+}
+
 func (s *Server) txEnd(c *client) {
 	t := &c.tx
-	t.on, t.aborted, t.writes = false, false, false
+	t.on, t.aborted, t.writes, t.slotSet = false, false, false, false
 	t.n, t.charge = 0, 0
 	if cap(t.buf) > connKeepBuf {
 		t.buf = nil

@@ -419,3 +419,49 @@ func inspectFrom(db *pebble.DB, lower []byte, fn func(key, val []byte) bool) err
 	}
 	return it.Close()
 }
+
+// metaPrefix starts the keys of Meta and SetMeta: from 0xff, with the
+// format marker, among the store's own keys, which no scan, sweep or
+// inspect lists.
+const metaPrefix = "\xffsluice.meta."
+
+// Meta returns the value SetMeta last stored under name, or nil when there
+// is none. The value is the caller's.
+func (s *Store) Meta(name string) ([]byte, error) {
+	if err := s.usable(); err != nil {
+		return nil, err
+	}
+	s.closeMu.RLock()
+	defer s.closeMu.RUnlock()
+	if s.dbClosed {
+		return nil, ErrClosed
+	}
+	v, closer, err := s.db.Get([]byte(metaPrefix + name))
+	if errors.Is(err, pebble.ErrNotFound) {
+		return nil, nil
+	}
+	if err != nil {
+		return nil, fmt.Errorf("storage: read %s: %w", name, err)
+	}
+	defer closer.Close()
+	return bytes.Clone(v), nil
+}
+
+// SetMeta stores val under name, among the store's own keys, and returns
+// once it is synced: a small value the server keeps across restarts (the
+// cluster topology), not a record. It goes straight to Pebble, beside the
+// commit queue, so it is not ordered with records.
+func (s *Store) SetMeta(name string, val []byte) error {
+	if err := s.usable(); err != nil {
+		return err
+	}
+	s.closeMu.RLock()
+	defer s.closeMu.RUnlock()
+	if s.dbClosed {
+		return ErrClosed
+	}
+	if err := s.db.Set([]byte(metaPrefix+name), val, pebble.Sync); err != nil {
+		return fmt.Errorf("storage: write %s: %w", name, err)
+	}
+	return nil
+}

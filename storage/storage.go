@@ -1221,6 +1221,16 @@ func (b *Batch) note(key []byte, e *entry) {
 	b.bytes += int(e.size())
 }
 
+// Keys calls fn with the key of each change the Batch holds, in order;
+// fn must not keep it.
+func (b *Batch) Keys(fn func(key []byte)) {
+	start := 0
+	for _, end := range b.ends {
+		fn(b.keys[start:end])
+		start = end
+	}
+}
+
 // Pending reports whether the Batch holds changes not yet committed.
 func (b *Batch) Pending() bool { return len(b.ends) > 0 || b.queued > 0 }
 

@@ -55,6 +55,7 @@ func TestOperationsDocListsEveryFlag(t *testing.T) {
 	for _, sub := range []func() *flag.FlagSet{
 		func() *flag.FlagSet { return newHealthFlagSet(&healthConfig{}, io.Discard) },
 		func() *flag.FlagSet { return newBackupFlagSet(&backupConfig{}, io.Discard) },
+		func() *flag.FlagSet { return newClusterFlagSet(&clusterToolConfig{}, io.Discard) },
 	} {
 		sub().VisitAll(func(f *flag.Flag) {
 			if fs.Lookup(f.Name) == nil {

@@ -103,7 +103,11 @@ type config struct {
 	divvyMaxPipeline int
 	divvyTimeout     int
 
-	check checkFlags
+	check          checkFlags
+	clusterNodes   string
+	clusterSize    int
+	clusterOrdinal int
+	clusterTimeout time.Duration
 }
 
 func newFlagSet(cfg *config, stderr io.Writer) *flag.FlagSet {
@@ -164,9 +168,13 @@ func newFlagSet(cfg *config, stderr io.Writer) *flag.FlagSet {
 	fs.IntVar(&cfg.divvyMaxPipeline, "divvy-max-pipeline", server.DefaultDivvyMaxPipeline, "most HIT lines of one divvy connection executed before their replies are sent and more are read")
 	fs.IntVar(&cfg.divvyTimeout, "divvy-timeout", 300, "close a divvy connection idle for this many seconds; 0 never does")
 	addCheckFlags(fs, &cfg.check)
+	fs.StringVar(&cfg.clusterNodes, "cluster-nodes", "", "cluster mode: the nodes' announced host:port in ordinal order, comma-separated, or a template with {i} (sluice-{i}.sluice:9049) and --cluster-size; empty: standalone")
+	fs.IntVar(&cfg.clusterSize, "cluster-size", 0, "cluster mode: the number of initial nodes when --cluster-nodes is a template")
+	fs.IntVar(&cfg.clusterOrdinal, "cluster-ordinal", -1, "cluster mode: this node's ordinal in --cluster-nodes; -1 takes the number after the last - of the hostname (a StatefulSet pod's)")
+	fs.DurationVar(&cfg.clusterTimeout, "cluster-forward-timeout", server.DefaultForwardTimeout, "cluster mode: the most one HIT counter forwarded to the node owning it may take, connecting included")
 	fs.BoolVar(&cfg.showVersion, "version", false, "print the version and exit")
 	fs.Usage = func() {
-		fmt.Fprintf(fs.Output(), "Usage: sluice [flags]\n       sluice inspect [flags]   (lists stored records offline; see sluice inspect --help)\n       sluice health [flags]    (exits 0 when a server is ready, for a HEALTHCHECK; see sluice health --help)\n       sluice backup [flags]    (takes a backup of a running server over HTTP; see sluice backup --help)\n\nsluice is a persistent rate-limit server that speaks the Redis protocol.\nEvery flag can also be set with the environment variable shown; a flag on\nthe command line wins.\n\n")
+		fmt.Fprintf(fs.Output(), "Usage: sluice [flags]\n       sluice inspect [flags]   (lists stored records offline; see sluice inspect --help)\n       sluice health [flags]    (exits 0 when a server is ready, for a HEALTHCHECK; see sluice health --help)\n       sluice backup [flags]    (takes a backup of a running server over HTTP; see sluice backup --help)\n       sluice cluster rebalance|move|show [flags]   (reshards a cluster online; see sluice cluster rebalance --help)\n\nsluice is a persistent rate-limit server that speaks the Redis protocol.\nEvery flag can also be set with the environment variable shown; a flag on\nthe command line wins.\n\n")
 		fs.VisitAll(func(f *flag.Flag) {
 			def := ""
 			if f.DefValue != "" && f.DefValue != "false" {
@@ -267,6 +275,12 @@ func parseConfig(args []string, lookupEnv func(string) (string, bool), stderr io
 	if cfg.divvyAddr != "" && cfg.policyFile == "" {
 		return cfg, errors.New("--divvy-addr needs --policy: the line protocol answers HITs from a rule file")
 	}
+	if cfg.clusterNodes == "" && (cfg.clusterSize != 0 || cfg.clusterOrdinal != -1) {
+		return cfg, errors.New("--cluster-size and --cluster-ordinal need --cluster-nodes")
+	}
+	if cfg.clusterTimeout <= 0 {
+		return cfg, fmt.Errorf("--cluster-forward-timeout %v: want a positive duration", cfg.clusterTimeout)
+	}
 	if cfg.onStoreError != "deny" && cfg.onStoreError != "allow" {
 		return cfg, fmt.Errorf("--on-store-error %q: want deny or allow", cfg.onStoreError)
 	}
@@ -316,6 +330,9 @@ func runReloading(ctx context.Context, hup <-chan os.Signal, args []string, look
 	if len(args) > 0 && args[0] == "backup" {
 		return runBackup(ctx, args[1:], lookupEnv, stdout, stderr)
 	}
+	if len(args) > 0 && args[0] == "cluster" {
+		return runCluster(ctx, args[1:], lookupEnv, stdout, stderr)
+	}
 	cfg, err := parseConfig(args, lookupEnv, stderr)
 	if err != nil {
 		return err
@@ -351,6 +368,13 @@ func runReloading(ctx context.Context, hup <-chan os.Signal, args []string, look
 		if _, err := policy.Load(cfg.policyFile); err != nil {
 			return fmt.Errorf("--policy: %w", err)
 		}
+	}
+	clusterCfg, err := clusterConfig(cfg.clusterNodes, cfg.clusterSize, cfg.clusterOrdinal, os.Hostname)
+	if err != nil {
+		return err
+	}
+	if clusterCfg != nil {
+		clusterCfg.ForwardTimeout = cfg.clusterTimeout
 	}
 	files, err := fdBudget(log)
 	if err != nil {
@@ -418,7 +442,8 @@ func runReloading(ctx context.Context, hup <-chan os.Signal, args []string, look
 		DivvyMaxPipeline: cfg.divvyMaxPipeline,
 		DivvyIdleTimeout: time.Duration(cfg.divvyTimeout) * time.Second,
 
-		Check: cfg.check.serverConfig(),
+		Check:   cfg.check.serverConfig(),
+		Cluster: clusterCfg,
 	})
 	if err != nil {
 		store.Close()

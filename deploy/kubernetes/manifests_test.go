@@ -1,5 +1,6 @@
 // Package kubernetes_test checks the manifests in this directory, the TLS
-// overlay in ../kubernetes-tls, and the
+// overlay in ../kubernetes-tls, the cluster overlay in
+// ../kubernetes-cluster, and the
 // Dockerfile at the root of the repository, against each other and against
 // the flags of cmd/sluice. It needs no cluster and no network: every
 // manifest is decoded strictly into the Kubernetes API types, so a

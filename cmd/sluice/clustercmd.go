@@ -1,0 +1,353 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"slices"
+	"strings"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+	"github.com/sluicehq/sluice/cluster"
+)
+
+// sluice cluster rebalance|move: online resharding, driven from outside
+// the nodes. For each hand-over of slots the target's leftovers in them
+// are dropped, the source starts noting the keys written in them, their
+// records are copied page by page, then the keys changed meanwhile, then
+// the source pauses the slots (clients get TRYAGAIN and retry), the last
+// changes are copied, the topology with the next epoch is pushed to the
+// target, the source and every other node, and the source drops its copy.
+// server/migrate.go has the nodes' side.
+
+type clusterToolConfig struct {
+	nodes    string
+	size     int
+	slots    string
+	to       string
+	passFile string
+	pass     string
+	timeout  time.Duration
+	page     int
+}
+
+func newClusterFlagSet(cfg *clusterToolConfig, stderr io.Writer) *flag.FlagSet {
+	fs := flag.NewFlagSet("sluice cluster", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	fs.StringVar(&cfg.nodes, "nodes", "", "sluice cluster: the nodes' announced host:port, comma-separated, or a template with {i} and --cluster-size; for rebalance, exactly the nodes that should own slots, in ordinal order")
+	fs.IntVar(&cfg.size, "cluster-size", 0, "sluice cluster: the number of nodes when --nodes is a template")
+	fs.StringVar(&cfg.slots, "slots", "", "sluice cluster move: the slots to move, as 0-99,200")
+	fs.StringVar(&cfg.to, "to", "", "sluice cluster move: the announced host:port of the node to move them to")
+	fs.StringVar(&cfg.passFile, "requirepass-file", "", "file holding the password clients must give with AUTH (one line; a trailing newline is ignored)")
+	fs.StringVar(&cfg.pass, "requirepass", "", "password clients must give with AUTH (visible in process listings: prefer --requirepass-file)")
+	fs.DurationVar(&cfg.timeout, "cluster-command-timeout", 30*time.Second, "sluice cluster: the most one command to a node may take")
+	fs.IntVar(&cfg.page, "cluster-page", 500, "sluice cluster: records copied per page while moving slots")
+	fs.Usage = func() {
+		fmt.Fprintf(fs.Output(), "Usage: sluice cluster rebalance --nodes a:p,b:p,c:p   (spread the slots evenly over exactly these nodes)\n       sluice cluster move --nodes a:p,... --slots 0-99 --to d:p\n       sluice cluster show --nodes a:p,...   (the topology with the highest epoch)\n\n")
+		fs.PrintDefaults()
+	}
+	return fs
+}
+
+func runCluster(ctx context.Context, args []string, lookupEnv func(string) (string, bool), stdout, stderr io.Writer) error {
+	if len(args) == 0 || strings.HasPrefix(args[0], "-") {
+		return errors.New("sluice cluster: want a subcommand: rebalance, move or show (see sluice cluster rebalance --help)")
+	}
+	sub := args[0]
+	var cfg clusterToolConfig
+	fs := newClusterFlagSet(&cfg, stderr)
+	if err := parseSubcommand(fs, args[1:], lookupEnv); err != nil {
+		return err
+	}
+	pass, err := readPassword(cfg.pass, cfg.passFile)
+	if err != nil {
+		return err
+	}
+	if cfg.nodes == "" {
+		return errors.New("sluice cluster: --nodes: want the nodes' host:port, comma-separated")
+	}
+	nodes, err := cluster.ExpandNodes(cfg.nodes, cfg.size)
+	if err != nil {
+		return err
+	}
+	if cfg.page < 1 || cfg.page > 500 {
+		// RESTORE takes a page's pairs in one command, under --max-args.
+		return fmt.Errorf("--cluster-page %d: want 1 to 500 (RESTORE sends a page's key-value pairs in one command, under the nodes' --max-args 1024)", cfg.page)
+	}
+	ct := &clusterTool{pass: pass, timeout: cfg.timeout, page: cfg.page, out: stdout, clients: map[string]*redis.Client{}}
+	defer ct.close()
+	t, err := ct.topology(ctx, nodes)
+	if err != nil {
+		return err
+	}
+	switch sub {
+	case "show":
+		fmt.Fprintln(stdout, strings.Join(t.Args(), " "))
+		return nil
+	case "move":
+		rs, err := cluster.ParseRanges(cfg.slots)
+		if err != nil || len(rs) == 0 {
+			return fmt.Errorf("--slots %q: want slots like 0-99,200: %v", cfg.slots, err)
+		}
+		if err := cluster.CheckAddr(cfg.to); err != nil {
+			return fmt.Errorf("--to: %w", err)
+		}
+		o := t.Owners()
+		bySource := map[string][]cluster.Range{}
+		var sources []string
+		for _, r := range rs {
+			for s := int(r.First); s <= int(r.Last); s++ {
+				from := ""
+				if o[s] != 0 {
+					from = t.Nodes[o[s]-1].Addr
+				}
+				if from == cfg.to {
+					continue
+				}
+				if _, ok := bySource[from]; !ok {
+					sources = append(sources, from)
+				}
+				bySource[from] = append(bySource[from], cluster.Range{First: uint16(s), Last: uint16(s)})
+			}
+		}
+		for _, from := range sources {
+			if t, err = ct.move(ctx, t, cluster.Move{From: from, To: cfg.to, Slots: cluster.Merge(bySource[from])}); err != nil {
+				return err
+			}
+		}
+		return nil
+	case "rebalance":
+		for _, mv := range cluster.Rebalance(t, nodes) {
+			if t, err = ct.move(ctx, t, mv); err != nil {
+				return err
+			}
+		}
+		if u := t.Without(nodes); len(u.Nodes) != len(t.Nodes) {
+			if err := ct.push(ctx, u, t, nil); err != nil {
+				return err
+			}
+			t = u
+		}
+		fmt.Fprintf(stdout, "balanced: epoch %d: %s\n", t.Epoch, strings.Join(t.Args()[1:], " "))
+		return nil
+	}
+	return fmt.Errorf("sluice cluster %s: unknown subcommand; want rebalance, move or show", sub)
+}
+
+// clusterTool talks to the nodes, one client each.
+type clusterTool struct {
+	pass    string
+	timeout time.Duration
+	page    int
+	out     io.Writer
+	clients map[string]*redis.Client
+}
+
+func (ct *clusterTool) client(addr string) *redis.Client {
+	c := ct.clients[addr]
+	if c == nil {
+		c = redis.NewClient(&redis.Options{Addr: addr, Password: ct.pass, MaxRetries: -1, PoolSize: 4,
+			DialTimeout: ct.timeout, ReadTimeout: ct.timeout, WriteTimeout: ct.timeout, Protocol: 2})
+		ct.clients[addr] = c
+	}
+	return c
+}
+
+func (ct *clusterTool) close() {
+	for _, c := range ct.clients {
+		c.Close()
+	}
+}
+
+// do runs one command on addr, naming the node and command in its error.
+func (ct *clusterTool) do(ctx context.Context, addr string, args ...any) (any, error) {
+	v, err := ct.client(addr).Do(ctx, args...).Result()
+	if err != nil {
+		name := fmt.Sprint(args[0])
+		if len(args) > 1 {
+			name += " " + fmt.Sprint(args[1])
+		}
+		return nil, fmt.Errorf("node %s: %s: %w", addr, name, err)
+	}
+	return v, nil
+}
+
+// topology asks every node given, and every node their topologies name,
+// for its topology, and returns the one with the highest epoch.
+func (ct *clusterTool) topology(ctx context.Context, nodes []string) (cluster.Topology, error) {
+	var best cluster.Topology
+	found := false
+	asked := map[string]bool{}
+	queue := slices.Clone(nodes)
+	var errs []error
+	for len(queue) > 0 {
+		addr := queue[0]
+		queue = queue[1:]
+		if asked[addr] {
+			continue
+		}
+		asked[addr] = true
+		v, err := ct.do(ctx, addr, "CLUSTER", "TOPOLOGY")
+		if err != nil {
+			errs = append(errs, err)
+			continue
+		}
+		s, _ := v.(string)
+		t, err := cluster.Parse(strings.Fields(s))
+		if err != nil {
+			return best, fmt.Errorf("node %s: CLUSTER TOPOLOGY: %w", addr, err)
+		}
+		for _, n := range t.Nodes {
+			queue = append(queue, n.Addr)
+		}
+		if !found || t.Epoch > best.Epoch {
+			best, found = t, true
+		}
+	}
+	if !found {
+		return best, fmt.Errorf("no node answered CLUSTER TOPOLOGY: %w", errors.Join(errs...))
+	}
+	return best, nil
+}
+
+// push gives t to the nodes in first, in order (an error there stops it),
+// then to every other node of t and of old (an error there is reported and
+// skipped: such a node redirects through the others until it gets a later
+// topology, e.g. when it restarts and reads its own).
+func (ct *clusterTool) push(ctx context.Context, t, old cluster.Topology, first []string) error {
+	args := []any{"CLUSTER", "SETTOPOLOGY"}
+	for _, a := range t.Args() {
+		args = append(args, a)
+	}
+	done := map[string]bool{}
+	for _, addr := range first {
+		if _, err := ct.do(ctx, addr, args...); err != nil {
+			return err
+		}
+		done[addr] = true
+	}
+	for _, n := range append(slices.Clone(t.Nodes), old.Nodes...) {
+		if done[n.Addr] {
+			continue
+		}
+		done[n.Addr] = true
+		if _, err := ct.do(ctx, n.Addr, args...); err != nil {
+			fmt.Fprintf(ct.out, "warning: %v; it redirects through the others until it gets epoch %d or later\n", err, t.Epoch)
+		}
+	}
+	return nil
+}
+
+// move hands mv's slots over, with their records, and returns the new
+// topology. On an error before the push, the source serves the slots
+// again and the target's partial copy is dropped.
+func (ct *clusterTool) move(ctx context.Context, t cluster.Topology, mv cluster.Move) (cluster.Topology, error) {
+	ranges := cluster.FormatRanges(mv.Slots)
+	nt := t.Moved(mv.Slots, mv.To)
+	if mv.From == "" {
+		if err := ct.push(ctx, nt, t, []string{mv.To}); err != nil {
+			return t, err
+		}
+		fmt.Fprintf(ct.out, "gave unowned slots %s to %s (epoch %d)\n", ranges, mv.To, nt.Epoch)
+		return nt, nil
+	}
+	start := time.Now()
+	if _, err := ct.do(ctx, mv.To, "CLUSTER", "DROP", ranges); err != nil {
+		return t, err
+	}
+	if _, err := ct.do(ctx, mv.From, "CLUSTER", "MIGRATE", "START", ranges); err != nil {
+		return t, err
+	}
+	n, err := ct.copySlots(ctx, mv)
+	if err == nil {
+		_, err = ct.do(ctx, mv.From, "CLUSTER", "MIGRATE", "PAUSE")
+	}
+	var last int
+	if err == nil {
+		last, err = ct.copyDirty(ctx, mv, true)
+	}
+	if err == nil {
+		err = ct.push(ctx, nt, t, []string{mv.To, mv.From})
+	}
+	if err != nil {
+		_, _ = ct.do(ctx, mv.From, "CLUSTER", "MIGRATE", "CANCEL")
+		_, _ = ct.do(ctx, mv.To, "CLUSTER", "DROP", ranges)
+		return t, fmt.Errorf("moving slots %s from %s to %s (the source serves them again): %w", ranges, mv.From, mv.To, err)
+	}
+	dropped, err := ct.do(ctx, mv.From, "CLUSTER", "DROP", ranges)
+	if err != nil {
+		fmt.Fprintf(ct.out, "warning: %v; the source keeps a stale copy of slots %s, which it no longer serves\n", err, ranges)
+	}
+	fmt.Fprintf(ct.out, "moved slots %s from %s to %s: %d records written to the target before the pause, %d after it, %v records dropped on the source, epoch %d, %v\n",
+		ranges, mv.From, mv.To, n, last, dropped, nt.Epoch, time.Since(start).Round(time.Millisecond))
+	return nt, nil
+}
+
+// copySlots copies the records of mv's slots page by page, then the keys
+// changed meanwhile until few change per round; it returns how many
+// records it wrote.
+func (ct *clusterTool) copySlots(ctx context.Context, mv cluster.Move) (int, error) {
+	total := 0
+	for _, r := range mv.Slots {
+		cursor := ""
+		for {
+			v, err := ct.do(ctx, mv.From, "CLUSTER", "DUMP", int(r.First), int(r.Last), cursor, ct.page)
+			if err != nil {
+				return total, err
+			}
+			a, _ := v.([]any)
+			if len(a) == 0 {
+				return total, fmt.Errorf("node %s: CLUSTER DUMP: empty reply", mv.From)
+			}
+			if err := ct.restore(ctx, mv.To, a[1:]); err != nil {
+				return total, err
+			}
+			total += len(a[1:]) / 2
+			cursor, _ = a[0].(string)
+			if cursor == "" {
+				break
+			}
+		}
+	}
+	n, err := ct.copyDirty(ctx, mv, false)
+	return total + n, err
+}
+
+// copyDirty copies the keys the source noted as changed: until a round
+// returns less than a page (all false), or until none is left (all true).
+func (ct *clusterTool) copyDirty(ctx context.Context, mv cluster.Move, all bool) (int, error) {
+	total := 0
+	for round := 0; ; round++ {
+		v, err := ct.do(ctx, mv.From, "CLUSTER", "MIGRATE", "DIRTY", ct.page)
+		if err != nil {
+			return total, err
+		}
+		a, _ := v.([]any)
+		if err := ct.restore(ctx, mv.To, a); err != nil {
+			return total, err
+		}
+		total += len(a) / 2
+		if len(a) == 0 || (!all && (len(a)/2 < ct.page || round >= 50)) {
+			return total, nil
+		}
+	}
+}
+
+// restore writes key-value pairs to addr with CLUSTER RESTORE.
+func (ct *clusterTool) restore(ctx context.Context, addr string, pairs []any) error {
+	if len(pairs) == 0 {
+		return nil
+	}
+	args := append([]any{"CLUSTER", "RESTORE"}, pairs...)
+	v, err := ct.do(ctx, addr, args...)
+	if err != nil {
+		return err
+	}
+	if n, _ := v.(int64); n != int64(len(pairs)/2) {
+		return fmt.Errorf("node %s: CLUSTER RESTORE wrote %v records of %d", addr, v, len(pairs)/2)
+	}
+	return nil
+}

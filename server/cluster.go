@@ -1,0 +1,454 @@
+package server
+
+import (
+	"errors"
+	"fmt"
+	"slices"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/sluicehq/sluice/cluster"
+	"github.com/sluicehq/sluice/keyspace"
+)
+
+// Cluster mode: the Redis Cluster protocol over a topology decided outside
+// the nodes (package cluster). Every keyed command is checked once, in
+// exec, against the slot table of the topology in use: a key another node
+// owns is answered -MOVED, a slot nobody owns -CLUSTERDOWN, keys of several
+// slots in one command -CROSSSLOT. CLUSTER answers the replies cluster
+// clients read (SLOTS, SHARDS, NODES, INFO, MYID, KEYSLOT), and CLUSTER
+// SETTOPOLOGY takes a topology pushed with a higher epoch and stores it, so
+// a restarted node keeps it.
+
+// ClusterConfig turns cluster mode on.
+type ClusterConfig struct {
+	// Nodes are the announced host:port of the initial nodes, in ordinal
+	// order: ordinal i owns slots ⌊16384·i/N⌋ to ⌊16384·(i+1)/N⌋−1 until a
+	// topology is pushed.
+	Nodes []string
+	// Self is this node's announced host:port. When it is not among Nodes
+	// (a pod added by scaling the StatefulSet up), the node starts as a
+	// member that owns no slot, until a rebalance gives it some.
+	Self string
+	// ForwardTimeout bounds one counter hit forwarded to the node owning
+	// the counter (forward.go); default DefaultForwardTimeout.
+	ForwardTimeout time.Duration
+}
+
+// metaTopology is the store's metadata name of the topology in use.
+const metaTopology = "cluster.topology"
+
+// clusterState is the server's cluster mode. view is replaced as a whole
+// when a topology is pushed; a command loads it once.
+type clusterState struct {
+	on     bool
+	myID   string
+	myAddr string
+	view   atomic.Pointer[clusterView]
+	mu     sync.Mutex // one SETTOPOLOGY at a time
+	mig    migration  // slots being moved off this node (migrate.go)
+}
+
+// clusterView is a topology with its slot table.
+type clusterView struct {
+	top   cluster.Topology
+	owner *[cluster.Slots]uint16 // node index + 1; 0: no owner
+	self  uint16                 // this node's index + 1; 0: not a member
+}
+
+func newClusterView(top cluster.Topology, myID string) *clusterView {
+	return &clusterView{top: top, owner: top.Owners(), self: uint16(top.Index(myID) + 1)}
+}
+
+// initCluster starts cluster mode from cfg.Cluster and the topology the
+// store kept, if any: a stored topology was pushed later than the flags'
+// initial one, so it wins.
+func (s *Server) initCluster() error {
+	cc := s.cfg.Cluster
+	if cc == nil {
+		return nil
+	}
+	if len(cc.Nodes) == 0 {
+		return errors.New("server: cluster mode needs the nodes' addresses (--cluster-nodes)")
+	}
+	for _, a := range append(slices.Clone(cc.Nodes), cc.Self) {
+		if err := cluster.CheckAddr(a); err != nil {
+			return fmt.Errorf("server: cluster mode: %w", err)
+		}
+	}
+	cs := &s.clus
+	cs.on = true
+	cs.myAddr = cc.Self
+	cs.myID = cluster.NodeID(cc.Self)
+	top := cluster.Initial(cc.Nodes)
+	if top.Index(cs.myID) < 0 {
+		top.Nodes = append(top.Nodes, cluster.Node{ID: cs.myID, Addr: cc.Self})
+	}
+	stored, err := s.store.Meta(metaTopology)
+	if err != nil {
+		return fmt.Errorf("server: read the stored cluster topology: %w", err)
+	}
+	if stored != nil {
+		t, err := cluster.Decode(stored)
+		if err != nil {
+			return fmt.Errorf("server: the stored cluster topology in %s: %w", s.store.Dir(), err)
+		}
+		s.log.Info("cluster: using the stored topology, pushed after the initial one", "epoch", t.Epoch, "nodes", len(t.Nodes))
+		top = t
+	}
+	cs.view.Store(newClusterView(top, cs.myID))
+	s.log.Info("cluster mode", "id", cs.myID, "announce", cs.myAddr, "epoch", top.Epoch, "slots_owned", slotsOf(top, cs.myID))
+	return nil
+}
+
+func slotsOf(t cluster.Topology, id string) int {
+	i := t.Index(id)
+	if i < 0 {
+		return 0
+	}
+	return cluster.Topology{Nodes: t.Nodes[i : i+1]}.Assigned()
+}
+
+var (
+	errClusterDisabled = replyErr("ERR This instance has cluster support disabled")
+	errCrossSlot       = replyErr("CROSSSLOT Keys in request don't hash to the same slot")
+	errClusterDown     = replyErr("CLUSTERDOWN Hash slot not served")
+)
+
+// routeKeys checks, in cluster mode, that a keyed command's keys (at the
+// command table's first, last and step positions) share one slot and that
+// this node owns it; otherwise it answers CROSSSLOT, CLUSTERDOWN or MOVED
+// and returns false. It allocates nothing.
+func (s *Server) routeKeys(c *client, cmd *command, args [][]byte) bool {
+	last := cmd.last
+	if last < 0 {
+		last += len(args)
+	}
+	slot := keyspace.Slot(args[cmd.first])
+	for i := cmd.first + cmd.step; i <= last && i < len(args); i += cmd.step {
+		if keyspace.Slot(args[i]) != slot {
+			s.replyErr(c, errCrossSlot)
+			return false
+		}
+	}
+	return s.routeSlot(c, slot)
+}
+
+// routeSlot is routeKeys' check of one slot: it answers CLUSTERDOWN or
+// MOVED and returns false unless this node owns slot.
+func (s *Server) routeSlot(c *client, slot uint16) bool {
+	v := s.clus.view.Load()
+	o := v.owner[slot]
+	switch {
+	case o == 0:
+		s.replyErr(c, errClusterDown)
+		return false
+	case o == v.self:
+		return !s.clus.mig.active.Load() || !s.pausedSlot(c, slot)
+	default:
+		c.out = append(c.out, "-MOVED "...)
+		c.out = strconv.AppendUint(c.out, uint64(slot), 10)
+		c.out = append(c.out, ' ')
+		c.out = append(c.out, v.top.Nodes[o-1].Addr...)
+		c.out = append(c.out, '\r', '\n')
+		s.stats.errorReplies.Add(1)
+		if c.cur != nil {
+			c.cur.errors++
+		}
+		return false
+	}
+}
+
+// helloMode is HELLO's mode and INFO's redis_mode.
+func (s *Server) helloMode() string {
+	if s.clus.on {
+		return "cluster"
+	}
+	return "standalone"
+}
+
+func (s *Server) writeClusterInfo(b *strings.Builder) {
+	b.WriteString("# Cluster\r\ncluster_enabled:")
+	if s.clus.on {
+		b.WriteString("1\r\n")
+	} else {
+		b.WriteString("0\r\n")
+	}
+}
+
+// cmdAsking, cmdReadonly and cmdReadwrite accept what cluster clients send.
+// Slots move with a write pause rather than ASK redirections, and there
+// are no replicas, so they change nothing.
+func cmdAsking(s *Server, c *client, args [][]byte) {
+	if !s.clus.on {
+		s.replyErr(c, errClusterDisabled)
+		return
+	}
+	c.out = appendSimple(c.out, "OK")
+}
+
+func cmdCluster(s *Server, c *client, args [][]byte) {
+	sub := strings.ToLower(string(args[1]))
+	if sub == "help" {
+		c.out = appendHelp(c.out, clusterHelp)
+		return
+	}
+	if !s.clus.on {
+		s.replyErr(c, errClusterDisabled)
+		return
+	}
+	v := s.clus.view.Load()
+	r3 := c.resp == 3
+	switch {
+	case sub == "myid" && len(args) == 2:
+		c.out = appendBulkString(c.out, s.clus.myID)
+	case sub == "keyslot" && len(args) == 3:
+		c.out = appendInt(c.out, int64(keyspace.Slot(args[2])))
+	case sub == "info" && len(args) == 2:
+		c.out = appendBulkString(c.out, clusterInfo(v))
+	case sub == "slots" && len(args) == 2:
+		c.out = appendClusterSlots(c.out, v)
+	case sub == "shards" && len(args) == 2:
+		c.out = appendClusterShards(c.out, v, r3)
+	case sub == "nodes" && len(args) == 2:
+		c.out = appendBulkString(c.out, clusterNodes(v))
+	case sub == "topology" && len(args) == 2:
+		c.out = appendBulkString(c.out, strings.Join(v.top.Args(), " "))
+	case sub == "settopology" && len(args) >= 5:
+		str := make([]string, len(args)-2)
+		for i, a := range args[2:] {
+			str[i] = string(a)
+		}
+		if err := s.setTopology(str); err != nil {
+			s.replyErr(c, err)
+			return
+		}
+		c.out = appendSimple(c.out, "OK")
+	default:
+		if !s.cmdClusterMigrate(c, sub, args) {
+			s.replyErr(c, replyErr("ERR unknown subcommand or wrong number of arguments for '"+preview(args[1])+"'. Try CLUSTER HELP."))
+		}
+	}
+}
+
+var clusterHelp = []string{
+	"CLUSTER <subcommand> [<arg> ...]. Subcommands are:",
+	"INFO", "    Return information about the cluster.",
+	"MYID", "    Return the node id.",
+	"KEYSLOT <key>", "    Return the hash slot for <key>.",
+	"SLOTS", "    Return information about slots range mappings.",
+	"SHARDS", "    Return information about slot range mappings and the nodes serving them.",
+	"NODES", "    Return cluster configuration seen by node (Redis' format).",
+	"TOPOLOGY", "    Return the topology in use as the arguments of SETTOPOLOGY: <epoch> <host:port> <slots> ...",
+	"SETTOPOLOGY <epoch> <host:port> <slots> [<host:port> <slots> ...]",
+	"    Replace the topology by one with a higher epoch and store it; <slots> is like 0-5460,6000 or - for none.",
+	"MIGRATE START <slots> | PAUSE | DIRTY <count> | CANCEL",
+	"    Resharding, on the source: note the keys written in <slots>, pause them (TRYAGAIN), hand over the keys changed, or stop.",
+	"DUMP <first-slot> <last-slot> <cursor> <count>",
+	"    Resharding, on the source: a page of the slots' records, [next cursor, key, value, ...].",
+	"RESTORE <key> <value> [<key> <value> ...]",
+	"    Resharding, on the target: write records of slots this node does not serve (an empty value deletes).",
+	"DROP <slots>",
+	"    Delete every record of slots this node does not serve.",
+}
+
+// setTopology takes a pushed topology when its epoch is above the one in
+// use, storing it (synced) before using it. The same topology pushed again
+// is accepted, so a push can be retried.
+func (s *Server) setTopology(args []string) error {
+	t, err := cluster.Parse(args)
+	if err != nil {
+		return replyErr("ERR " + err.Error())
+	}
+	cs := &s.clus
+	cs.mu.Lock()
+	defer cs.mu.Unlock()
+	cur := cs.view.Load().top
+	switch {
+	case t.Equal(cur):
+		return nil
+	case t.Epoch <= cur.Epoch:
+		return replyErr("ERR epoch " + strconv.FormatUint(t.Epoch, 10) + " is not above the current epoch " + strconv.FormatUint(cur.Epoch, 10) + ": push a topology with a higher epoch")
+	}
+	if err := s.store.SetMeta(metaTopology, t.Encode()); err != nil {
+		return fmt.Errorf("store the cluster topology: %w", err)
+	}
+	nv := newClusterView(t, cs.myID)
+	cs.view.Store(nv)
+	s.forgetMigrations(nv)
+	s.log.Info("cluster: topology replaced", "epoch", t.Epoch, "previous_epoch", cur.Epoch, "nodes", len(t.Nodes), "slots_owned", slotsOf(t, cs.myID))
+	return nil
+}
+
+func clusterInfo(v *clusterView) string {
+	assigned := v.top.Assigned()
+	state := "ok"
+	if assigned < cluster.Slots {
+		state = "fail"
+	}
+	size := 0
+	for _, n := range v.top.Nodes {
+		if len(n.Slots) > 0 {
+			size++
+		}
+	}
+	epoch := strconv.FormatUint(v.top.Epoch, 10)
+	var b strings.Builder
+	kv := func(k, val string) { b.WriteString(k + ":" + val + "\r\n") }
+	kv("cluster_state", state)
+	kv("cluster_slots_assigned", strconv.Itoa(assigned))
+	kv("cluster_slots_ok", strconv.Itoa(assigned))
+	kv("cluster_slots_pfail", "0")
+	kv("cluster_slots_fail", "0")
+	kv("cluster_known_nodes", strconv.Itoa(len(v.top.Nodes)))
+	kv("cluster_size", strconv.Itoa(size))
+	kv("cluster_current_epoch", epoch)
+	kv("cluster_my_epoch", epoch)
+	kv("cluster_stats_messages_sent", "0")
+	kv("cluster_stats_messages_received", "0")
+	kv("total_cluster_links_buffer_limit_exceeded", "0")
+	return b.String()
+}
+
+// hostPort splits an announced address; CheckAddr has vetted it.
+func hostPort(addr string) (string, int64) {
+	h, p, _ := cluster.SplitAddr(addr)
+	n, _ := strconv.ParseInt(p, 10, 64)
+	return h, n
+}
+
+// appendClusterSlots appends CLUSTER SLOTS: one entry per range, in slot
+// order, each with its owner as [host, port, id] (three elements: go-redis
+// refuses more than four).
+func appendClusterSlots(b []byte, v *clusterView) []byte {
+	type owned struct {
+		r cluster.Range
+		n *cluster.Node
+	}
+	var all []owned
+	for i := range v.top.Nodes {
+		for _, r := range v.top.Nodes[i].Slots {
+			all = append(all, owned{r, &v.top.Nodes[i]})
+		}
+	}
+	slices.SortFunc(all, func(a, b owned) int { return int(a.r.First) - int(b.r.First) })
+	b = appendArray(b, len(all))
+	for _, o := range all {
+		host, port := hostPort(o.n.Addr)
+		b = appendArray(b, 3)
+		b = appendInt(b, int64(o.r.First))
+		b = appendInt(b, int64(o.r.Last))
+		b = appendArray(b, 3)
+		b = appendBulkString(b, host)
+		b = appendInt(b, port)
+		b = appendBulkString(b, o.n.ID)
+	}
+	return b
+}
+
+// appendClusterShards appends CLUSTER SHARDS: one shard per node (there
+// are no replicas), slotless nodes included, as Redis lists them.
+func appendClusterShards(b []byte, v *clusterView, r3 bool) []byte {
+	b = appendArray(b, len(v.top.Nodes))
+	for _, n := range v.top.Nodes {
+		host, port := hostPort(n.Addr)
+		b = appendMap(b, 2, r3)
+		b = appendBulkString(b, "slots")
+		b = appendArray(b, 2*len(n.Slots))
+		for _, r := range n.Slots {
+			b = appendInt(b, int64(r.First))
+			b = appendInt(b, int64(r.Last))
+		}
+		b = appendBulkString(b, "nodes")
+		b = appendArray(b, 1)
+		b = appendMap(b, 8, r3)
+		b = appendBulkString(b, "id")
+		b = appendBulkString(b, n.ID)
+		b = appendBulkString(b, "port")
+		b = appendInt(b, port)
+		b = appendBulkString(b, "ip")
+		b = appendBulkString(b, host)
+		b = appendBulkString(b, "endpoint")
+		b = appendBulkString(b, host)
+		b = appendBulkString(b, "hostname")
+		b = appendBulkString(b, host)
+		b = appendBulkString(b, "role")
+		b = appendBulkString(b, "master")
+		b = appendBulkString(b, "replication-offset")
+		b = appendInt(b, 0)
+		b = appendBulkString(b, "health")
+		b = appendBulkString(b, "online")
+	}
+	return b
+}
+
+// clusterNodes is CLUSTER NODES in Redis' line format, which Lettuce and
+// redis-py parse: id, host:port@cport, flags, master, ping-sent,
+// pong-recv, config-epoch, link-state, then the slots.
+func clusterNodes(v *clusterView) string {
+	var b strings.Builder
+	for i, n := range v.top.Nodes {
+		flags := "master"
+		if uint16(i+1) == v.self {
+			flags = "myself,master"
+		}
+		b.WriteString(n.ID + " " + n.Addr + "@0 " + flags + " - 0 0 " + strconv.FormatUint(v.top.Epoch, 10) + " connected")
+		for _, r := range n.Slots {
+			b.WriteByte(' ')
+			b.WriteString(strconv.Itoa(int(r.First)))
+			if r.Last != r.First {
+				b.WriteString("-" + strconv.Itoa(int(r.Last)))
+			}
+		}
+		b.WriteByte('\n')
+	}
+	return b.String()
+}
+
+// commandGetKeys answers COMMAND GETKEYS from the command table's key
+// positions, as cluster clients ask it for commands they do not know.
+func (s *Server) commandGetKeys(c *client, args [][]byte) {
+	if len(args) < 3 {
+		s.replyErr(c, wrongArgs("command|getkeys"))
+		return
+	}
+	cmd := s.cmds[strings.ToLower(string(args[2]))]
+	if cmd == nil {
+		s.replyErr(c, replyErr("ERR Invalid command specified"))
+		return
+	}
+	call := args[2:]
+	if (cmd.arity > 0 && len(call) != cmd.arity) || (cmd.arity < 0 && len(call) < -cmd.arity) {
+		s.replyErr(c, replyErr("ERR Invalid number of arguments specified for command"))
+		return
+	}
+	if cmd.first == 0 {
+		s.replyErr(c, replyErr("ERR The command has no key arguments"))
+		return
+	}
+	last := cmd.last
+	if last < 0 {
+		last += len(call)
+	}
+	var keys [][]byte
+	for i := cmd.first; i <= last && i < len(call); i += cmd.step {
+		keys = append(keys, call[i])
+	}
+	c.out = appendArray(c.out, len(keys))
+	for _, k := range keys {
+		c.out = appendBulk(c.out, k)
+	}
+}
+
+var clusterDoc = &cmdDoc{
+	summary: "Cluster mode: INFO, MYID, KEYSLOT, SLOTS, SHARDS, NODES as Redis Cluster answers them; TOPOLOGY and SETTOPOLOGY read and push the topology (epoch, nodes and their slots); MIGRATE, DUMP, RESTORE and DROP move slots (sluice cluster rebalance drives them).",
+	group:   "cluster",
+	args:    []docArg{{name: "subcommand", typ: "string"}, {name: "arg", typ: "string", optional: true, multiple: true}},
+}
+
+var askingDoc = &cmdDoc{summary: "Accepted for cluster clients; slots move with a write pause, not ASK redirections.", group: "cluster"}
+var readonlyDoc = &cmdDoc{summary: "Accepted for cluster clients; there are no replicas to read from.", group: "cluster"}
+var readwriteDoc = &cmdDoc{summary: "Accepted for cluster clients; there are no replicas to read from.", group: "cluster"}

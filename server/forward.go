@@ -1,0 +1,362 @@
+package server
+
+import (
+	"bufio"
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"net"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/sluicehq/sluice/keyspace"
+	"github.com/sluicehq/sluice/policy"
+)
+
+// Keyless requests in cluster mode. A HIT (over RESP or the divvy line
+// protocol) has no client key: it is matched against the rules on the node
+// that receives it, and each counted rule's counter lives in the slot of
+// its own key (rule identity and actor). When another node owns that slot,
+// the hit of that one counter is forwarded to it as SLUICE.COUNTERHIT over
+// RESP, on pooled connections with a timeout, and the owner applies it
+// under the same rule (the nodes must run the same rule file; the owner
+// checks the rule's identity). The hook is one call in hitRule (hit.go).
+//
+// The owner applies exactly what the receiving node would: the rule, by
+// position, with its algorithm; the counter ID, from the key; the limit
+// the receiving node resolved from the request (r.Limit: the request's
+// quota, which the owner cannot see, or creditLimit); the hit count (0
+// reads without counting); and the receiving node's now. It answers the
+// whole policy.Outcome but Quota and Rule, which the receiving node sets.
+
+// DefaultForwardTimeout bounds one forwarded counter hit, connecting
+// included.
+const DefaultForwardTimeout = 2 * time.Second
+
+// forwardIdle is the most idle connections kept per node.
+const forwardIdle = 8
+
+// forwarder holds the pooled connections to the other nodes.
+type forwarder struct {
+	mu struct {
+		sync.Mutex
+		idle   map[string][]*fwdConn
+		closed bool
+	}
+}
+
+type fwdConn struct {
+	nc  net.Conn
+	r   *bufio.Reader
+	buf []byte
+}
+
+// forwardCounter is hitRule's hook: in cluster mode, when another node owns
+// the slot of the counter key key (keyspace.AppendRuleKey's, any kind), it
+// has that node apply hits of r under limit at now (unix ns) and returns
+// its outcome with forwarded true. Otherwise it returns forwarded false and
+// the caller applies the hit here.
+func (s *Server) forwardCounter(key []byte, r *policy.Rule, limit, hits, now int64) (forwarded bool, out policy.Outcome, err error) {
+	if !s.clus.on {
+		return false, out, nil
+	}
+	slot := binary.BigEndian.Uint16(key)
+	v := s.clus.view.Load()
+	o := v.owner[slot]
+	switch {
+	case o == v.self && o != 0 && !s.slotMigrating(slot):
+		return false, out, nil
+	case o == 0:
+		return true, out, errClusterDown
+	}
+	out, err = s.forwardHit(v.top.Nodes[o-1].Addr, slot, key, r, limit, hits, now)
+	return true, out, err
+}
+
+// forwardHit sends SLUICE.COUNTERHIT to addr, following a MOVED and
+// retrying a TRYAGAIN (a slot being handed over) until the timeout.
+func (s *Server) forwardHit(addr string, slot uint16, key []byte, r *policy.Rule, limit, hits, now int64) (policy.Outcome, error) {
+	deadline := time.Now().Add(s.forwardTimeout())
+	args := [][]byte{[]byte("SLUICE.COUNTERHIT"), key, []byte(strconv.Itoa(r.Pos)), []byte(strconv.FormatInt(now, 10)),
+		[]byte(strconv.FormatInt(limit, 10)), []byte(strconv.FormatInt(hits, 10))}
+	for hops := 0; ; hops++ {
+		reply, err := s.fwd.call(s, addr, deadline, args)
+		if err != nil {
+			return policy.Outcome{}, replyErr(fmt.Sprintf("ERR cluster: forwarding a counter of slot %d to its owner %s failed: %v", slot, addr, oneLine(err.Error())))
+		}
+		var re replyErr
+		if !errors.As(reply.err, &re) {
+			if reply.err != nil {
+				return policy.Outcome{}, reply.err
+			}
+			return reply.outcome(), nil
+		}
+		msg := string(re)
+		switch {
+		case strings.HasPrefix(msg, "MOVED ") && hops < 3:
+			if f := strings.Fields(msg); len(f) == 3 {
+				addr = f[2]
+				continue
+			}
+		case strings.HasPrefix(msg, "TRYAGAIN") && time.Now().Before(deadline):
+			time.Sleep(5 * time.Millisecond)
+			continue
+		}
+		return policy.Outcome{}, replyErr(msg)
+	}
+}
+
+func (s *Server) forwardTimeout() time.Duration {
+	if t := s.cfg.Cluster.ForwardTimeout; t > 0 {
+		return t
+	}
+	return DefaultForwardTimeout
+}
+
+// fwdReply is a SLUICE.COUNTERHIT reply: counterHitReplyLen integers, or
+// an error the owner answered (err is a replyErr).
+type fwdReply struct {
+	ints [counterHitReplyLen]int64
+	err  error
+}
+
+// counterHitReplyLen is the length of SLUICE.COUNTERHIT's reply: allowed
+// (1 or 0), credits left, seconds until reset, limit, retry after (ms),
+// reset after (ms), the fields of policy.Outcome in that order.
+const counterHitReplyLen = 6
+
+// appendCounterHitReply appends o as SLUICE.COUNTERHIT's reply.
+func appendCounterHitReply(dst []byte, o policy.Outcome) []byte {
+	dst = appendArray(dst, counterHitReplyLen)
+	dst = appendInt(dst, int64(b2i(o.Allowed)))
+	dst = appendInt(dst, o.CreditsLeft)
+	dst = appendInt(dst, o.SecondsUntilReset)
+	dst = appendInt(dst, o.Limit)
+	dst = appendInt(dst, o.RetryAfterMs)
+	return appendInt(dst, o.ResetAfterMs)
+}
+
+// outcome is the Outcome the reply carries, without Quota and Rule.
+func (r fwdReply) outcome() policy.Outcome {
+	return policy.Outcome{Allowed: r.ints[0] == 1, CreditsLeft: r.ints[1], SecondsUntilReset: r.ints[2],
+		Limit: r.ints[3], RetryAfterMs: r.ints[4], ResetAfterMs: r.ints[5]}
+}
+
+// call sends args to addr on a pooled connection and reads the reply.
+func (f *forwarder) call(s *Server, addr string, deadline time.Time, args [][]byte) (fwdReply, error) {
+	c, err := f.get(s, addr, deadline)
+	if err != nil {
+		return fwdReply{}, err
+	}
+	_ = c.nc.SetDeadline(deadline)
+	c.buf = appendCommand(c.buf[:0], args)
+	if _, err := c.nc.Write(c.buf); err != nil {
+		c.nc.Close()
+		return fwdReply{}, err
+	}
+	rep, err := readHitReply(c.r)
+	if err != nil {
+		c.nc.Close()
+		return fwdReply{}, err
+	}
+	f.put(addr, c)
+	return rep, nil
+}
+
+// get returns an idle connection to addr, or dials one and authenticates
+// with this node's password (the nodes of a cluster share it).
+func (f *forwarder) get(s *Server, addr string, deadline time.Time) (*fwdConn, error) {
+	f.mu.Lock()
+	if l := f.mu.idle[addr]; len(l) > 0 {
+		c := l[len(l)-1]
+		f.mu.idle[addr] = l[:len(l)-1]
+		f.mu.Unlock()
+		return c, nil
+	}
+	f.mu.Unlock()
+	if s.tls != nil {
+		return nil, errors.New("forwarding between nodes over TLS is not supported: run cluster mode without --tls-cert, or send HIT to the node owning its counter")
+	}
+	d := net.Dialer{Deadline: deadline}
+	nc, err := d.Dial("tcp", addr)
+	if err != nil {
+		return nil, err
+	}
+	c := &fwdConn{nc: nc, r: bufio.NewReaderSize(nc, 512)}
+	if s.cfg.Password != "" {
+		_ = nc.SetDeadline(deadline)
+		c.buf = appendCommand(c.buf[:0], [][]byte{[]byte("AUTH"), []byte(s.cfg.Password)})
+		if _, err := nc.Write(c.buf); err != nil {
+			nc.Close()
+			return nil, err
+		}
+		line, err := c.r.ReadString('\n')
+		if err != nil || !strings.HasPrefix(line, "+OK") {
+			nc.Close()
+			if err == nil {
+				err = fmt.Errorf("AUTH refused: %s (the nodes of a cluster must share --requirepass)", strings.TrimSpace(line))
+			}
+			return nil, err
+		}
+	}
+	return c, nil
+}
+
+func (f *forwarder) put(addr string, c *fwdConn) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if f.mu.closed || len(f.mu.idle[addr]) >= forwardIdle {
+		c.nc.Close()
+		return
+	}
+	if f.mu.idle == nil {
+		f.mu.idle = make(map[string][]*fwdConn)
+	}
+	f.mu.idle[addr] = append(f.mu.idle[addr], c)
+}
+
+// closeAll closes the idle connections, and every one returned later.
+func (f *forwarder) closeAll() {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.mu.closed = true
+	for _, l := range f.mu.idle {
+		for _, c := range l {
+			c.nc.Close()
+		}
+	}
+	f.mu.idle = nil
+}
+
+func appendCommand(b []byte, args [][]byte) []byte {
+	b = appendArray(b, len(args))
+	for _, a := range args {
+		b = appendBulk(b, a)
+	}
+	return b
+}
+
+// readHitReply reads a reply of counterHitReplyLen integers, or an error
+// reply.
+func readHitReply(r *bufio.Reader) (fwdReply, error) {
+	line, err := r.ReadString('\n')
+	if err != nil {
+		return fwdReply{}, err
+	}
+	line = strings.TrimRight(line, "\r\n")
+	switch {
+	case strings.HasPrefix(line, "-"):
+		return fwdReply{err: replyErr(line[1:])}, nil
+	case line != "*"+strconv.Itoa(counterHitReplyLen):
+		return fwdReply{}, fmt.Errorf("unexpected reply %q", line)
+	}
+	var rep fwdReply
+	for i := range rep.ints {
+		l, err := r.ReadString('\n')
+		if err != nil {
+			return fwdReply{}, err
+		}
+		l = strings.TrimRight(l, "\r\n")
+		if len(l) < 2 || l[0] != ':' {
+			return fwdReply{}, fmt.Errorf("unexpected reply element %q", l)
+		}
+		n, err := strconv.ParseInt(l[1:], 10, 64)
+		if err != nil {
+			return fwdReply{}, fmt.Errorf("unexpected reply element %q", l)
+		}
+		rep.ints[i] = n
+	}
+	return rep, nil
+}
+
+// cmdCounterHit is SLUICE.COUNTERHIT key rule-position now-ns limit hits,
+// what a node forwards to the owner of a rule's counter: apply hits of the
+// rule at that position of the rule file, under limit, at now (unix ns),
+// to the counter key (a store key of any kind keyspace.AppendRuleKey
+// makes), and answer the Outcome (appendCounterHitReply).
+//
+// Nothing is taken on trust: the rule's identity must be the key's (the
+// nodes run the same rules), limit one the rule can resolve (creditLimit,
+// or 1 to maxQuota with a quotaField), hits 0 or more, and the key exactly
+// the one the rule makes for its counter ID under that limit (kind,
+// parameters and slot).
+func cmdCounterHit(s *Server, c *client, args [][]byte) {
+	key := args[1]
+	rec, err := keyspace.Parse(key)
+	var id []byte
+	if err == nil {
+		id = rec.Key
+		if rec.Kind.ID == keyspace.KindCounter {
+			id = key[keyspace.HeaderLen:] // rule identity (Params) and actor
+		}
+	}
+	if err != nil || len(id) < policy.CounterIDLen {
+		s.replyErr(c, replyErr("ERR SLUICE.COUNTERHIT: not a rule counter key; expected a store key keyspace.AppendRuleKey makes"))
+		return
+	}
+	pos, ok1 := parseInt(args[2])
+	now, ok2 := parseInt(args[3])
+	limit, ok3 := parseInt(args[4])
+	hits, ok4 := parseInt(args[5])
+	if !ok1 || !ok2 || !ok3 || !ok4 {
+		s.replyErr(c, errNotInteger)
+		return
+	}
+	if s.clus.on && !s.routeSlot(c, rec.Slot) {
+		return
+	}
+	lp := s.pol.cur.Load()
+	if lp == nil {
+		s.replyErr(c, errNoPolicy)
+		return
+	}
+	rules := lp.p.Rules()
+	if pos < 1 || pos > int64(len(rules)) {
+		s.replyErr(c, replyErr("ERR cluster: this node's rule file has no rule "+strconv.FormatInt(pos, 10)+": every node must run the same rules"))
+		return
+	}
+	r := rules[pos-1]
+	h := &c.hit
+	h.id = r.AppendCounterID(h.id[:0], nil) // the identity alone: no actor
+	if !r.MayCount() || string(h.id) != string(id[:policy.CounterIDLen]) {
+		s.replyErr(c, replyErr("ERR cluster: rule "+strconv.FormatInt(pos, 10)+" of this node's rule file is not the sender's: every node must run the same rules"))
+		return
+	}
+	if limit < 1 || (limit != r.CreditLimit && (r.QuotaField == "" || limit > r.MaxQuota)) {
+		s.replyErr(c, replyErr("ERR SLUICE.COUNTERHIT: limit "+strconv.FormatInt(limit, 10)+" is not one rule "+strconv.FormatInt(pos, 10)+
+			" can apply; expected its creditLimit "+strconv.FormatInt(r.CreditLimit, 10)+" or, with a quotaField, 1 to its maxQuota "+strconv.FormatInt(r.MaxQuota, 10)))
+		return
+	}
+	if hits < 0 {
+		s.replyErr(c, replyErr("ERR SLUICE.COUNTERHIT: hits "+strconv.FormatInt(hits, 10)+"; expected 0 or more"))
+		return
+	}
+	// The key must be the one the rule makes for this counter under this
+	// limit: the kind is the rule's algorithm, the parameters (a bucket's
+	// depend on the limit, a window's on the period) and the slot are the
+	// rule's and the ID's.
+	h.key = keyspace.AppendRuleKey(h.key[:0], r, limit, id)
+	if string(h.key) != string(key) {
+		s.replyErr(c, replyErr("ERR SLUICE.COUNTERHIT: the key is not rule "+strconv.FormatInt(pos, 10)+"'s counter under limit "+strconv.FormatInt(limit, 10)+
+			"; expected a "+r.Algorithm.String()+" counter of its parameters, in the slot of its counter ID"))
+		return
+	}
+	m := &h.m.c
+	m.Rule, m.Limit, m.Hits, m.Now, m.ID = r, limit, hits, now, id
+	err = s.modify(c.batch, key, &h.m)
+	m.ID = nil // aliases the command's arguments
+	if err != nil {
+		s.replyErr(c, err)
+		return
+	}
+	c.out = appendCounterHitReply(c.out, m.Out)
+}
+
+var counterHitDoc = &cmdDoc{
+	summary: "Cluster mode, between nodes: applies hits of a rule, under a limit, to a rule counter this node owns and answers the outcome; a node receiving a HIT or GET /check sends it to the counter's owner.",
+	group:   "cluster",
+	args: []docArg{{name: "counter-key", typ: "string"}, {name: "rule-position", typ: "integer"}, {name: "now-ns", typ: "integer"},
+		{name: "limit", typ: "integer"}, {name: "hits", typ: "integer"}},
+}

@@ -1,0 +1,444 @@
+package server
+
+import (
+	"bytes"
+	"encoding/binary"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/sluicehq/sluice/cluster"
+	"github.com/sluicehq/sluice/keyspace"
+	"github.com/sluicehq/sluice/storage"
+)
+
+// Online resharding: moving slots, with their records, from this node (the
+// source) to another (the target), driven by `sluice cluster move` and
+// `sluice cluster rebalance` (cmd/sluice). The steps, each a CLUSTER
+// subcommand:
+//
+//  1. MIGRATE START ranges on the source: from now, every write to a record
+//     of those slots notes its key (noteDirty, before the commit).
+//  2. DUMP on the source pages through the slots' records as the store holds
+//     them; the tool writes them to the target with RESTORE.
+//  3. MIGRATE DIRTY on the source hands over the keys changed meanwhile,
+//     with their current values (or none: deleted), until few are left.
+//  4. MIGRATE PAUSE on the source: commands on those slots get TRYAGAIN, and
+//     it returns once every RESP pipeline under way when the pause began has
+//     ended (a grace period: each connection counts its pipelines), so the
+//     last MIGRATE DIRTY calls see every change. While a slot migrates, a
+//     HIT counter of it is forwarded to this node over RESP, so the line
+//     protocol's writes take the same path.
+//  5. The tool pushes the topology giving the slots to the target, epoch
+//     bumped, to the target first, then the source (which then answers
+//     MOVED for them and forgets their migration state), then the others.
+//  6. DROP ranges on the source deletes the slots' records.
+//
+// The idle sweep may delete an idle record on the source after it was
+// copied, without noting it: the target then holds an idle record, which
+// reads as the absent one does (a full bucket, an ended window), and its
+// own sweep deletes it.
+
+// Migration states of a slot.
+const (
+	slotServing   = 0
+	slotMigrating = 1 // writes note their keys
+	slotPaused    = 2 // and commands get TRYAGAIN
+)
+
+// migration is the source side of slot moves.
+type migration struct {
+	active atomic.Bool // some slot is not slotServing
+	state  [cluster.Slots]atomic.Uint32
+	mu     struct {
+		sync.Mutex
+		dirty map[string]struct{}
+	}
+}
+
+var errNotMigrating = replyErr("ERR no slot of this node is migrating (did it restart since CLUSTER MIGRATE START?): start the move again")
+
+var errTryAgain = replyErr("TRYAGAIN Slot is being handed over to another node; retry shortly")
+
+// pausedSlot is routeSlot's check of a slot this node owns while some
+// slot migrates: a paused slot answers TRYAGAIN.
+func (s *Server) pausedSlot(c *client, slot uint16) bool {
+	if s.clus.mig.state[slot].Load() == slotPaused {
+		s.replyErr(c, errTryAgain)
+		return true
+	}
+	return false
+}
+
+// noteDirty notes the keys of b's changes in migrating slots, before b is
+// committed.
+func (s *Server) noteDirty(b *storage.Batch) {
+	m := &s.clus.mig
+	b.Keys(func(k []byte) {
+		if len(k) < 2 || m.state[binary.BigEndian.Uint16(k)].Load() == slotServing {
+			return
+		}
+		m.mu.Lock()
+		if m.mu.dirty == nil {
+			m.mu.dirty = make(map[string]struct{})
+		}
+		m.mu.dirty[string(k)] = struct{}{}
+		m.mu.Unlock()
+	})
+}
+
+// waitPipelines returns once every RESP pipeline under way when it was
+// called, other than self's, has ended, or false after migratePauseWait.
+func (s *Server) waitPipelines(self *client) bool {
+	type running struct {
+		c *client
+		n int64
+	}
+	var busy []running
+	s.mu.Lock()
+	for _, c := range s.mu.clients {
+		if n := c.pipes.Load(); c != self && n%2 == 1 {
+			busy = append(busy, running{c, n})
+		}
+	}
+	s.mu.Unlock()
+	deadline := time.Now().Add(migratePauseWait)
+	for _, r := range busy {
+		for r.c.pipes.Load() == r.n {
+			if time.Now().After(deadline) {
+				return false
+			}
+			time.Sleep(100 * time.Microsecond)
+		}
+	}
+	return true
+}
+
+// slotMigrating reports whether slot is being moved off this node.
+func (s *Server) slotMigrating(slot uint16) bool {
+	return s.clus.mig.active.Load() && s.clus.mig.state[slot].Load() != slotServing
+}
+
+// forgetMigrations clears the migration state of the slots v does not give
+// this node: after a push, they answer MOVED.
+func (s *Server) forgetMigrations(v *clusterView) {
+	m := &s.clus.mig
+	any := false
+	for slot := range m.state {
+		if m.state[slot].Load() == slotServing {
+			continue
+		}
+		if v.owner[slot] != v.self || v.self == 0 {
+			m.state[slot].Store(slotServing)
+			continue
+		}
+		any = true
+	}
+	if !any {
+		m.active.Store(false)
+		m.mu.Lock()
+		m.mu.dirty = nil
+		m.mu.Unlock()
+	}
+}
+
+// cmdClusterMigrate handles the CLUSTER subcommands of resharding. It
+// reports false for a subcommand that is not one of them.
+func (s *Server) cmdClusterMigrate(c *client, sub string, args [][]byte) bool {
+	switch {
+	case sub == "migrate" && len(args) >= 3:
+		s.clusterMigrate(c, strings.ToLower(string(args[2])), args[3:])
+	case sub == "dump" && len(args) == 6:
+		s.clusterDump(c, args[2:])
+	case sub == "restore" && len(args) >= 4 && len(args)%2 == 0:
+		s.clusterRestore(c, args[2:])
+	case sub == "drop" && len(args) == 3:
+		s.clusterDrop(c, string(args[2]))
+	default:
+		return false
+	}
+	return true
+}
+
+// ownedRanges parses ranges and refuses them unless this node owns (own
+// true) or does not own (own false) every slot of them.
+func (s *Server) ownedRanges(arg string, own bool) ([]cluster.Range, error) {
+	rs, err := cluster.ParseRanges(arg)
+	if err != nil {
+		return nil, replyErr("ERR " + err.Error())
+	}
+	v := s.clus.view.Load()
+	for _, r := range rs {
+		for slot := int(r.First); slot <= int(r.Last); slot++ {
+			mine := v.self != 0 && v.owner[slot] == v.self
+			if mine != own {
+				if own {
+					return nil, replyErr("ERR slot " + strconv.Itoa(slot) + " is not this node's: migrate slots from the node that owns them")
+				}
+				return nil, replyErr("ERR slot " + strconv.Itoa(slot) + " is this node's: refusing to overwrite or drop the records of a slot it serves")
+			}
+		}
+	}
+	return rs, nil
+}
+
+func (s *Server) clusterMigrate(c *client, op string, args [][]byte) {
+	m := &s.clus.mig
+	switch {
+	case op == "start" && len(args) == 1:
+		rs, err := s.ownedRanges(string(args[0]), true)
+		if err != nil {
+			s.replyErr(c, err)
+			return
+		}
+		m.active.Store(true)
+		for _, r := range rs {
+			for slot := int(r.First); slot <= int(r.Last); slot++ {
+				m.state[slot].CompareAndSwap(slotServing, slotMigrating)
+			}
+		}
+		c.out = appendSimple(c.out, "OK")
+	case (op == "pause" && len(args) == 0) || (op == "dirty" && len(args) == 1):
+		// A node restarted since START has forgotten the migration, and
+		// the keys written meanwhile: the move must start over.
+		if !m.active.Load() {
+			s.replyErr(c, errNotMigrating)
+			return
+		}
+		if op == "dirty" {
+			n, ok := parseInt(args[0])
+			if !ok || n < 1 {
+				s.replyErr(c, errNotInteger)
+				return
+			}
+			s.popDirty(c, int(n))
+			return
+		}
+		for slot := range m.state {
+			m.state[slot].CompareAndSwap(slotMigrating, slotPaused)
+		}
+		// This connection's own pipeline may have written before PAUSE:
+		// commit it first.
+		if err := s.commitWrites(c); err != nil {
+			s.replyErr(c, err)
+			return
+		}
+		if !s.waitPipelines(c) {
+			for slot := range m.state {
+				m.state[slot].CompareAndSwap(slotPaused, slotMigrating)
+			}
+			s.replyErr(c, replyErr("ERR pipelines under way did not finish within "+migratePauseWait.String()+"; the slots serve again, retry the pause"))
+			return
+		}
+		c.out = appendSimple(c.out, "OK")
+	case op == "cancel" && len(args) == 0:
+		for slot := range m.state {
+			m.state[slot].Store(slotServing)
+		}
+		m.active.Store(false)
+		m.mu.Lock()
+		m.mu.dirty = nil
+		m.mu.Unlock()
+		c.out = appendSimple(c.out, "OK")
+	default:
+		s.replyErr(c, replyErr("ERR CLUSTER MIGRATE: want START <slots>, PAUSE, DIRTY <count> or CANCEL"))
+	}
+}
+
+// migratePauseWait bounds MIGRATE PAUSE's wait for pipelines in flight.
+const migratePauseWait = 10 * time.Second
+
+// readMutator reads a record and changes nothing.
+type readMutator struct {
+	val   []byte
+	found bool
+}
+
+func (m *readMutator) Mutate(old []byte, found bool) ([]byte, storage.Op, error) {
+	m.val = append(m.val[:0], old...)
+	m.found = found
+	return nil, storage.Keep, nil
+}
+
+// popDirty answers up to n keys changed in the migrating slots since START
+// (or the last DIRTY), each with its current value, or an empty value when
+// it has none (deleted), as a flat array of keys and values.
+func (s *Server) popDirty(c *client, n int) {
+	m := &s.clus.mig
+	m.mu.Lock()
+	keys := make([]string, 0, min(n, len(m.mu.dirty)))
+	for k := range m.mu.dirty {
+		if len(keys) == n {
+			break
+		}
+		keys = append(keys, k)
+		delete(m.mu.dirty, k)
+	}
+	m.mu.Unlock()
+	b := s.store.NewBatch()
+	var r readMutator
+	c.out = appendArray(c.out, 2*len(keys))
+	for _, k := range keys {
+		if err := b.Modify([]byte(k), &r); err != nil {
+			// Put it back: the next DIRTY tries again.
+			m.mu.Lock()
+			if m.mu.dirty != nil {
+				m.mu.dirty[k] = struct{}{}
+			}
+			m.mu.Unlock()
+			r.found = false
+		}
+		c.out = appendBulkString(c.out, k)
+		if r.found {
+			c.out = appendBulk(c.out, r.val)
+		} else {
+			c.out = appendBulkString(c.out, "")
+		}
+	}
+}
+
+// clusterDump answers DUMP first last cursor count: up to count records of
+// slots first to last, from cursor (a store key, or "" for the start), as
+// [next cursor ("" when done), key, value, ...].
+func (s *Server) clusterDump(c *client, args [][]byte) {
+	first, ok1 := parseInt(args[0])
+	last, ok2 := parseInt(args[1])
+	count, ok3 := parseInt(args[3])
+	if !ok1 || !ok2 || !ok3 || first < 0 || last >= cluster.Slots || first > last || count < 1 {
+		s.replyErr(c, replyErr("ERR CLUSTER DUMP: want <first slot> <last slot> <cursor> <count>"))
+		return
+	}
+	if err := s.store.Flush(); err != nil {
+		s.replyErr(c, wrapStoreErr(err))
+		return
+	}
+	lo, _ := keyspace.SlotRange(uint16(first))
+	var hi []byte
+	if last < cluster.Slots-1 {
+		h, _ := keyspace.SlotRange(uint16(last + 1))
+		hi = h[:]
+	} else {
+		hi = []byte{0xff}
+	}
+	from := lo[:]
+	if cur := args[2]; len(cur) > 0 && bytes.Compare(cur, from) > 0 {
+		from = cur
+	}
+	var recs [][]byte
+	var next []byte
+	err := s.store.Scan(from, hi, func(k, v []byte) bool {
+		if len(recs) == 2*int(count) {
+			next = append([]byte(nil), k...)
+			return false
+		}
+		recs = append(recs, append([]byte(nil), k...), append([]byte(nil), v...))
+		return true
+	})
+	if err != nil {
+		s.replyErr(c, wrapStoreErr(err))
+		return
+	}
+	c.out = appendArray(c.out, 1+len(recs))
+	c.out = appendBulk(c.out, next)
+	for _, r := range recs {
+		c.out = appendBulk(c.out, r)
+	}
+}
+
+// restoreMutator sets a record to val, or deletes it when val is empty.
+type restoreMutator struct{ val []byte }
+
+func (m *restoreMutator) Mutate([]byte, bool) ([]byte, storage.Op, error) {
+	if len(m.val) == 0 {
+		return nil, storage.Delete, nil
+	}
+	return m.val, storage.Put, nil
+}
+
+// clusterRestore writes RESTORE's key-value pairs (an empty value deletes)
+// into slots this node does not serve yet; the replies wait for the
+// commit, as every write's.
+func (s *Server) clusterRestore(c *client, args [][]byte) {
+	v := s.clus.view.Load()
+	for i := 0; i < len(args); i += 2 {
+		k := args[i]
+		if len(k) < keyspace.HeaderLen || k[0] == 0xff || int(binary.BigEndian.Uint16(k)) >= cluster.Slots {
+			s.replyErr(c, replyErr("ERR CLUSTER RESTORE: not a record key"))
+			return
+		}
+		if slot := binary.BigEndian.Uint16(k); v.self != 0 && v.owner[slot] == v.self {
+			s.replyErr(c, replyErr("ERR CLUSTER RESTORE: slot "+strconv.Itoa(int(slot))+" is this node's: refusing to overwrite a slot it serves"))
+			return
+		}
+	}
+	var m restoreMutator
+	for i := 0; i < len(args); i += 2 {
+		m.val = args[i+1]
+		if err := c.batch.Modify(args[i], &m); err != nil {
+			s.replyErr(c, wrapStoreErr(err))
+			return
+		}
+	}
+	c.out = appendInt(c.out, int64(len(args)/2))
+}
+
+// clusterDrop deletes every record of slots this node does not own: the
+// source's copy after a move, or a target's leftovers before one.
+func (s *Server) clusterDrop(c *client, arg string) {
+	rs, err := s.ownedRanges(arg, false)
+	if err != nil {
+		s.replyErr(c, err)
+		return
+	}
+	if err := s.commitWrites(c); err != nil {
+		s.replyErr(c, err)
+		return
+	}
+	if err := s.store.Flush(); err != nil {
+		s.replyErr(c, wrapStoreErr(err))
+		return
+	}
+	var n int64
+	var keys [][]byte
+	del := delMutator{}
+	b := s.store.NewBatch()
+	for _, r := range rs {
+		lo, _ := keyspace.SlotRange(r.First)
+		hi := []byte{0xff}
+		if r.Last < cluster.Slots-1 {
+			h, _ := keyspace.SlotRange(r.Last + 1)
+			hi = h[:]
+		}
+		for from := lo[:]; from != nil; {
+			keys = keys[:0]
+			from2 := from
+			from = nil
+			err := s.store.Scan(from2, hi, func(k, _ []byte) bool {
+				if len(keys) == 1000 {
+					from = append([]byte(nil), k...)
+					return false
+				}
+				keys = append(keys, append([]byte(nil), k...))
+				return true
+			})
+			if err != nil {
+				s.replyErr(c, wrapStoreErr(err))
+				return
+			}
+			for _, k := range keys {
+				if err := b.Modify(k, &del); err != nil {
+					s.replyErr(c, wrapStoreErr(err))
+					return
+				}
+			}
+			if err := b.Commit(); err != nil {
+				s.replyErr(c, wrapStoreErr(err))
+				return
+			}
+			n += int64(len(keys))
+		}
+	}
+	c.out = appendInt(c.out, n)
+}

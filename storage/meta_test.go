@@ -1,0 +1,35 @@
+package storage
+
+import (
+	"testing"
+
+	"github.com/cockroachdb/pebble/v2/vfs"
+)
+
+// TestMeta: a value SetMeta stores is read back by Meta after a reopen,
+// is never listed as a record, and a missing name reads as nil.
+func TestMeta(t *testing.T) {
+	fs := vfs.NewMem()
+	s := openMem(t, fs, SyncNo)
+	if v, err := s.Meta("cluster.topology"); err != nil || v != nil {
+		t.Fatalf("missing: %q, %v", v, err)
+	}
+	if err := s.SetMeta("cluster.topology", []byte("v1 3 a:1 0-16383")); err != nil {
+		t.Fatal(err)
+	}
+	n := 0
+	if err := s.Scan(nil, nil, func(k, v []byte) bool { n++; return true }); err != nil || n != 0 {
+		t.Fatalf("Scan lists %d records (%v), want none", n, err)
+	}
+	if err := s.Close(); err != nil {
+		t.Fatal(err)
+	}
+	s = openMem(t, fs, SyncNo)
+	defer s.Close()
+	if v, err := s.Meta("cluster.topology"); err != nil || string(v) != "v1 3 a:1 0-16383" {
+		t.Fatalf("after reopen: %q, %v", v, err)
+	}
+	if s.Records() != 0 {
+		t.Fatalf("Records() = %d, want 0", s.Records())
+	}
+}
