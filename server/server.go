@@ -136,6 +136,21 @@ type Config struct {
 	// nothing, or does not take its replies, for this long; zero never
 	// does.
 	DivvyIdleTimeout time.Duration
+
+	// RLSConfigDir is a directory of envoyproxy/ratelimit YAML files for
+	// Envoy's rate limit service (ServeRLS). New loads it and fails with
+	// its validation error; ReloadRLS reads it again. Empty: no RLS.
+	RLSConfigDir string
+	// RLSResponseHeaders adds the RateLimit-Limit, RateLimit-Remaining
+	// and RateLimit-Reset headers to every RLS reply with a limit
+	// (envoyproxy/ratelimit's LIMIT_RESPONSE_HEADERS_ENABLED).
+	RLSResponseHeaders bool
+	// RLSMaxMessage is the largest gRPC request accepted, in bytes;
+	// default DefaultRLSMaxMessage.
+	RLSMaxMessage int
+	// RLSMaxStreams is the most gRPC calls in flight on one connection;
+	// default DefaultRLSMaxStreams.
+	RLSMaxStreams int
 }
 
 // Defaults for Config.
@@ -187,6 +202,7 @@ type Server struct {
 	lastSave atomic.Int64 // unix seconds of the last CHECKPOINT, or of the start
 	pol      policyState
 	divvy    divvyState
+	rls      rlsState
 	adm      admission
 	authLog  authLog
 
@@ -300,6 +316,9 @@ func New(cfg Config) (*Server, error) {
 	}
 	s.cmds = commandTable()
 	s.initMetrics()
+	if err := s.initRLS(); err != nil {
+		return nil, err
+	}
 	s.done = make(chan struct{})
 	s.after = time.After
 	s.sweep.stop = make(chan struct{})
@@ -363,6 +382,7 @@ func (s *Server) Close() error {
 	defer close(s.done)
 	defer s.authLog.stop(s)
 	defer s.closeHTTP() // last: /readyz answers 503 while connections drain
+	defer s.closeRLS(forceAt)
 	s.stopSweeper()     // also ends a running COMPACT early
 	divvyDone := make(chan struct{})
 	go func() {
