@@ -55,12 +55,14 @@ const (
 	Year   Unit = 365 * 86400
 )
 
-// units are the units by name, in the order of Envoy's enum
-// (RateLimitResponse.RateLimit.Unit: UNKNOWN 0, SECOND 1 ... YEAR 7).
+// units are the units by name, with their values in Envoy's enum
+// (RateLimitResponse.RateLimit.Unit; RateLimitOverride's
+// envoy.type.v3.RateLimitUnit has the same values).
 var units = []struct {
 	name string
 	unit Unit
-}{{"second", Second}, {"minute", Minute}, {"hour", Hour}, {"day", Day}, {"week", Week}, {"month", Month}, {"year", Year}}
+	enum int32
+}{{"second", Second, 1}, {"minute", Minute, 2}, {"hour", Hour, 3}, {"day", Day, 4}, {"week", Week, 7}, {"month", Month, 5}, {"year", Year, 6}}
 
 // String returns the unit's name in upper case, as Envoy's enum names it.
 func (u Unit) String() string {
@@ -75,21 +77,23 @@ func (u Unit) String() string {
 // Enum is u's value in Envoy's RateLimitResponse.RateLimit.Unit; 0
 // (UNKNOWN) for another duration.
 func (u Unit) Enum() int32 {
-	for i, x := range units {
+	for _, x := range units {
 		if x.unit == u {
-			return int32(i + 1)
+			return x.enum
 		}
 	}
 	return 0
 }
 
 // UnitOfEnum is the unit of Envoy's enum value e; ok is false for UNKNOWN
-// and values past YEAR.
+// and values it does not define.
 func UnitOfEnum(e int32) (u Unit, ok bool) {
-	if e < 1 || int(e) > len(units) {
-		return 0, false
+	for _, x := range units {
+		if x.enum == e {
+			return x.unit, true
+		}
 	}
-	return units[e-1].unit, true
+	return 0, false
 }
 
 // Field names of the request a server hands policy for a limit's rule.
@@ -150,7 +154,7 @@ type Config struct {
 	domains   map[string]*node
 	limits    []*Limit
 	rules     []*policy.Rule
-	overrides map[string]*[7]*policy.Rule // by domain, by Envoy's unit enum - 1
+	overrides map[string]*[7]*policy.Rule // by domain, in the order of units
 	files     []string
 }
 
@@ -219,11 +223,15 @@ func (c *Config) Find(domain string, entries []Entry) *Limit {
 // domains.
 func (c *Config) Override(domain string, unit Unit) *policy.Rule {
 	o := c.overrides[domain]
-	e := unit.Enum()
-	if o == nil || e == 0 {
+	if o == nil {
 		return nil
 	}
-	return o[e-1]
+	for i, x := range units {
+		if x.unit == unit {
+			return o[i]
+		}
+	}
+	return nil
 }
 
 // wildMatch reports whether v matches a value split at its `*`s: each

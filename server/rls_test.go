@@ -475,7 +475,9 @@ func (l fakeRemoteListener) Accept() (net.Conn, error) {
 	return fakeRemoteConn{c}, nil
 }
 
-func (fakeRemoteConn) RemoteAddr() net.Addr { return &net.TCPAddr{IP: net.ParseIP("10.1.2.3"), Port: 4000} }
+func (fakeRemoteConn) RemoteAddr() net.Addr {
+	return &net.TCPAddr{IP: net.ParseIP("10.1.2.3"), Port: 4000}
+}
 
 func TestRLSProtectedMode(t *testing.T) {
 	for _, tc := range []struct {

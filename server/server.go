@@ -383,7 +383,7 @@ func (s *Server) Close() error {
 	defer s.authLog.stop(s)
 	defer s.closeHTTP() // last: /readyz answers 503 while connections drain
 	defer s.closeRLS(forceAt)
-	s.stopSweeper()     // also ends a running COMPACT early
+	s.stopSweeper() // also ends a running COMPACT early
 	divvyDone := make(chan struct{})
 	go func() {
 		s.closeDivvy(forceAt, rest)
