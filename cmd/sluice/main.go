@@ -19,6 +19,7 @@ import (
 	"time"
 
 	"github.com/sluicehq/sluice/policy"
+	"github.com/sluicehq/sluice/rls"
 	"github.com/sluicehq/sluice/server"
 	"github.com/sluicehq/sluice/storage"
 )
@@ -101,6 +102,12 @@ type config struct {
 	divvyMaxLine     byteSize
 	divvyMaxPipeline int
 	divvyTimeout     int
+
+	rlsAddr            string
+	rlsConfig          string
+	rlsResponseHeaders bool
+	rlsMaxMessage      byteSize
+	rlsMaxStreams      int
 }
 
 func newFlagSet(cfg *config, stderr io.Writer) *flag.FlagSet {
@@ -158,6 +165,12 @@ func newFlagSet(cfg *config, stderr io.Writer) *flag.FlagSet {
 	fs.Var(&cfg.divvyMaxLine, "divvy-max-line", "longest line the divvy line protocol accepts")
 	fs.IntVar(&cfg.divvyMaxPipeline, "divvy-max-pipeline", server.DefaultDivvyMaxPipeline, "most HIT lines of one divvy connection executed before their replies are sent and more are read")
 	fs.IntVar(&cfg.divvyTimeout, "divvy-timeout", 300, "close a divvy connection idle for this many seconds; 0 never does")
+	cfg.rlsMaxMessage = server.DefaultRLSMaxMessage
+	fs.StringVar(&cfg.rlsAddr, "rls-addr", "", "gRPC listen address for Envoy's rate limit service (ShouldRateLimit and gRPC health; conventionally 127.0.0.1:8081); empty turns it off")
+	fs.StringVar(&cfg.rlsConfig, "rls-config", "", "directory of envoyproxy/ratelimit YAML files (*.yaml, *.yml) for --rls-addr; reloaded on SIGHUP")
+	fs.BoolVar(&cfg.rlsResponseHeaders, "rls-response-headers", false, "add RateLimit-Limit, RateLimit-Remaining and RateLimit-Reset to rate limit service replies (envoyproxy/ratelimit's LIMIT_RESPONSE_HEADERS_ENABLED)")
+	fs.Var(&cfg.rlsMaxMessage, "rls-max-message", "largest gRPC request the rate limit service accepts")
+	fs.IntVar(&cfg.rlsMaxStreams, "rls-max-streams", server.DefaultRLSMaxStreams, "most rate limit service calls in flight on one gRPC connection")
 	fs.BoolVar(&cfg.showVersion, "version", false, "print the version and exit")
 	fs.Usage = func() {
 		fmt.Fprintf(fs.Output(), "Usage: sluice [flags]\n       sluice inspect [flags]   (lists stored records offline; see sluice inspect --help)\n       sluice health [flags]    (exits 0 when a server is ready, for a HEALTHCHECK; see sluice health --help)\n       sluice backup [flags]    (takes a backup of a running server over HTTP; see sluice backup --help)\n\nsluice is a persistent rate-limit server that speaks the Redis protocol.\nEvery flag can also be set with the environment variable shown; a flag on\nthe command line wins.\n\n")
@@ -209,13 +222,13 @@ func parseConfig(args []string, lookupEnv func(string) (string, bool), stderr io
 	if fs.NArg() > 0 {
 		return cfg, fmt.Errorf("unexpected argument %q: sluice takes only flags (see --help)", fs.Arg(0))
 	}
-	for name, v := range map[string]int{"max-args": cfg.maxArgs, "maxclients": cfg.maxClients, "divvy-max-pipeline": cfg.divvyMaxPipeline} {
+	for name, v := range map[string]int{"max-args": cfg.maxArgs, "maxclients": cfg.maxClients, "divvy-max-pipeline": cfg.divvyMaxPipeline, "rls-max-streams": cfg.rlsMaxStreams} {
 		if v < 1 {
 			return cfg, fmt.Errorf("--%s %d: want at least 1", name, v)
 		}
 	}
 	for name, v := range map[string]byteSize{"max-bulk": cfg.maxBulk, "max-key-size": cfg.maxKeySize, "max-inline": cfg.maxInline, "max-query-buffer": cfg.maxQueryBuffer, "max-reply-buffer": cfg.maxReplyBuffer,
-		"cache-size": cfg.cacheSize, "memtable-size": cfg.memtableSize, "divvy-max-line": cfg.divvyMaxLine, "commit-queue-memory": cfg.commitQueueMem} {
+		"cache-size": cfg.cacheSize, "memtable-size": cfg.memtableSize, "divvy-max-line": cfg.divvyMaxLine, "commit-queue-memory": cfg.commitQueueMem, "rls-max-message": cfg.rlsMaxMessage} {
 		if v < 1 {
 			return cfg, fmt.Errorf("--%s %d: want at least 1 byte", name, v)
 		}
@@ -260,6 +273,12 @@ func parseConfig(args []string, lookupEnv func(string) (string, bool), stderr io
 	}
 	if cfg.divvyAddr != "" && cfg.policyFile == "" {
 		return cfg, errors.New("--divvy-addr needs --policy: the line protocol answers HITs from a rule file")
+	}
+	if cfg.rlsAddr != "" && cfg.rlsConfig == "" {
+		return cfg, errors.New("--rls-addr needs --rls-config: the rate limit service answers from a directory of envoyproxy/ratelimit YAML files")
+	}
+	if cfg.rlsMaxMessage > 1<<30 {
+		return cfg, fmt.Errorf("--rls-max-message %d: want at most 1GiB", cfg.rlsMaxMessage)
 	}
 	if cfg.onStoreError != "deny" && cfg.onStoreError != "allow" {
 		return cfg, fmt.Errorf("--on-store-error %q: want deny or allow", cfg.onStoreError)
@@ -343,6 +362,11 @@ func runReloading(ctx context.Context, hup <-chan os.Signal, args []string, look
 			return fmt.Errorf("--policy: %w", err)
 		}
 	}
+	if cfg.rlsConfig != "" {
+		if _, err := rls.Load(cfg.rlsConfig); err != nil {
+			return fmt.Errorf("--rls-config: %w", err)
+		}
+	}
 	files, err := fdBudget(log)
 	if err != nil {
 		return err
@@ -407,6 +431,11 @@ func runReloading(ctx context.Context, hup <-chan os.Signal, args []string, look
 		DivvyMaxLine:     int(cfg.divvyMaxLine),
 		DivvyMaxPipeline: cfg.divvyMaxPipeline,
 		DivvyIdleTimeout: time.Duration(cfg.divvyTimeout) * time.Second,
+
+		RLSConfigDir:       cfg.rlsConfig,
+		RLSResponseHeaders: cfg.rlsResponseHeaders,
+		RLSMaxMessage:      int(cfg.rlsMaxMessage),
+		RLSMaxStreams:      cfg.rlsMaxStreams,
 	})
 	if err != nil {
 		store.Close()
@@ -436,6 +465,19 @@ func runReloading(ctx context.Context, hup <-chan os.Signal, args []string, look
 			return fmt.Errorf("listen on --divvy-addr %s: %w", cfg.divvyAddr, err)
 		}
 	}
+	var rlsLn net.Listener
+	if cfg.rlsAddr != "" {
+		if rlsLn, err = net.Listen("tcp", cfg.rlsAddr); err != nil {
+			for _, l := range []net.Listener{ln, httpLn, divvyLn} {
+				if l != nil {
+					l.Close()
+				}
+			}
+			store.Close()
+			return fmt.Errorf("listen on --rls-addr %s: %w", cfg.rlsAddr, err)
+		}
+		log.Info("rate limit service listening", "rls_addr", rlsLn.Addr().String(), "rls_config", cfg.rlsConfig)
+	}
 	httpAddr, divvyAddr := "", ""
 	if httpLn != nil {
 		httpAddr = httpLn.Addr().String()
@@ -444,7 +486,7 @@ func runReloading(ctx context.Context, hup <-chan os.Signal, args []string, look
 		divvyAddr = divvyLn.Addr().String()
 	}
 	log.Info("sluice starting", "version", buildVersion(), "addr", ln.Addr().String(), "http_addr", httpAddr, "divvy_addr", divvyAddr, "policy", cfg.policyFile, "data", cfg.data, "fsync", mode.String(), "auth", password != "", "tls", tlsFiles != nil, "fd_limit", files.Limit)
-	serveErr := make(chan error, 3)
+	serveErr := make(chan error, 4)
 	go func() { serveErr <- srv.Serve(ln) }()
 	if httpLn != nil {
 		go func() {
@@ -457,6 +499,13 @@ func runReloading(ctx context.Context, hup <-chan os.Signal, args []string, look
 		go func() {
 			if err := srv.ServeDivvy(divvyLn); err != nil {
 				serveErr <- fmt.Errorf("divvy line protocol: %w", err)
+			}
+		}()
+	}
+	if rlsLn != nil {
+		go func() {
+			if err := srv.ServeRLS(rlsLn); err != nil {
+				serveErr <- fmt.Errorf("rate limit service: %w", err)
 			}
 		}()
 	}
@@ -480,6 +529,7 @@ wait:
 			if cfg.policyFile != "" {
 				_ = srv.ReloadPolicy() // logs the outcome; a bad file keeps the rules in use
 			}
+			_ = srv.ReloadRLS() // logs the outcome; a bad directory keeps the configuration in use
 		}
 	}
 	if cerr := shutdown(srv, store, cfg.shutdownTimeout, log); cerr != nil {
