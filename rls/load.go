@@ -123,7 +123,7 @@ func Parse(files []File) (*Config, error) {
 		domainFile[domain] = f.Name
 		top := &node{}
 		if d := fields["descriptors"]; d != nil {
-			if err := p.descriptors(d, top, domain, ""); err != nil {
+			if err := p.descriptors(d, top, domain, "", 1); err != nil {
 				return nil, err
 			}
 		}
@@ -313,7 +313,7 @@ func (p *parser) integer(n *yaml.Node, name string, max uint64) (uint64, error) 
 
 // descriptors reads a list of descriptors into parent, whose key (the
 // path from the domain) is parentKey.
-func (p *parser) descriptors(n *yaml.Node, parent *node, domain, parentKey string) error {
+func (p *parser) descriptors(n *yaml.Node, parent *node, domain, parentKey string, depth int) error {
 	n, err := p.deref(n)
 	if err != nil {
 		return err
@@ -401,7 +401,7 @@ func (p *parser) descriptors(n *yaml.Node, parent *node, domain, parentKey strin
 			if err != nil {
 				return err
 			}
-			l.ShadowMode, l.DetailedMetric, l.Line = shadow, detailed, kn.Line
+			l.ShadowMode, l.DetailedMetric, l.Line, l.Depth = shadow, detailed, kn.Line, depth
 			child.limit = l
 			p.limits = append(p.limits, l)
 			if p.rules == nil {
@@ -410,7 +410,7 @@ func (p *parser) descriptors(n *yaml.Node, parent *node, domain, parentKey strin
 			p.rules[l] = r
 		}
 		if d := fields["descriptors"]; d != nil {
-			if err := p.descriptors(d, child, domain, full); err != nil {
+			if err := p.descriptors(d, child, domain, full, depth+1); err != nil {
 				return err
 			}
 		}

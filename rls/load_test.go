@@ -420,3 +420,30 @@ func FuzzParse(f *testing.F) {
 		}
 	})
 }
+
+func FuzzFind(f *testing.F) {
+	var files []File
+	for name, y := range readmeExamples {
+		files = append(files, File{Name: name, Data: []byte(y)})
+	}
+	c, err := Parse(files)
+	if err != nil {
+		f.Fatal(err)
+	}
+	f.Add("messaging", "message_type", "marketing", "to_number", "1", 2)
+	f.Add("example9", "route", "/api/a/resource/b/action", "", "", 1)
+	f.Fuzz(func(t *testing.T, domain, k1, v1, k2, v2 string, n int) {
+		e := []Entry{{k1, v1}, {k2, v2}}[:min(max(n, 0), 2)]
+		l := c.Find(domain, e)
+		if l == nil {
+			return
+		}
+		if l.Domain != domain || len(e) == 0 {
+			t.Fatalf("Find(%q, %v) = %+v", domain, e, l)
+		}
+		// The limit's path has as many levels as the descriptor.
+		if l.Depth != len(e) {
+			t.Fatalf("Find(%q, %v) = %s: %d levels for %d entries", domain, e, l.Key, l.Depth, len(e))
+		}
+	})
+}

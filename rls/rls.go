@@ -114,7 +114,10 @@ type Limit struct {
 	// Key is the path below the domain as envoyproxy/ratelimit's metrics
 	// name it: key or key_value per level, joined with dots
 	// ("to_number.from_number").
-	Key             string
+	Key string
+	// Depth is the number of levels of the path below the domain: the
+	// number of entries of the descriptors the limit applies to.
+	Depth           int
 	RequestsPerUnit uint32
 	Unit            Unit
 	Name            string
