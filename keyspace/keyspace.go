@@ -14,7 +14,10 @@
 // The records of one slot are one contiguous key range, so DEL reads one
 // slot and, later, a slot moves between cluster nodes as a range. Inside a
 // slot, the keys of one parameter set still share a prefix. A divvy counter
-// has no client key: its slot is that of its rule identity and actor.
+// has no client key: its slot is that of its rule identity and actor. The
+// counters of rules with another algorithm (fixedWindow, tokenBucket, gcra,
+// slidingLog) are records of that algorithm's kind whose client key is the
+// rule identity and actor, so their slot is the same (AppendRuleKey).
 //
 // Each kind in the registry knows how to split its keys, whether a record
 // is idle (the sweep may delete it), and how to describe a record for

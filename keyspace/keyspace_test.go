@@ -86,6 +86,74 @@ func TestCounterKey(t *testing.T) {
 	}
 }
 
+// TestRuleKey: each algorithm's counter is a record of its kind, whose
+// client key is the rule identity and actor and whose slot is theirs; a
+// divvy rule's is the divvy counter key. Records of every kind are idle
+// and described as their kind's.
+func TestRuleKey(t *testing.T) {
+	pol, err := policy.ParseINI("t.ini", []byte(`[a=divvy]
+creditLimit = 3
+resetSeconds = 60
+actorField = ip
+[a=fw]
+algorithm = fixedWindow
+stagger = true
+creditLimit = 3
+resetSeconds = 60
+actorField = ip
+[a=tb]
+algorithm = tokenBucket
+quotaField = q
+maxQuota = 100
+creditLimit = 3
+resetSeconds = 60
+actorField = ip
+[a=gcra]
+algorithm = gcra
+creditLimit = 3
+resetSeconds = 60
+actorField = ip
+[a=log]
+algorithm = slidingLog
+creditLimit = 3
+resetSeconds = 60
+actorField = ip
+[default]
+creditLimit = 0
+resetSeconds = 0
+`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, tt := range []struct {
+		a      string
+		kind   byte
+		params string
+	}{
+		{"divvy", KindCounter, ""}, {"fw", KindWindow, "\xe0\xd4\x03\x01"}, {"tb", KindBucket, "\x07\x07\xe0\xd4\x03"}, // the quota, 7 per 60 s,
+		{"gcra", KindGCRA, ""}, {"log", KindLog, ""},
+	} {
+		req, _ := policy.ParseArgs([][]byte{[]byte("a=" + tt.a), []byte("ip=1.2.3.4"), []byte("q=7")}, nil)
+		rule, _ := pol.Match(req, nil)
+		limit, _ := rule.Limit(req)
+		id := rule.AppendCounterID(nil, req)
+		k := AppendRuleKey([]byte("prefix"), rule, limit, id)[len("prefix"):]
+		r, err := Parse(k)
+		if err != nil || r.Kind.ID != tt.kind || r.Slot != Slot(id) {
+			t.Fatalf("%s: Parse(% x) = %+v, %v; want kind %c in the slot of % x", tt.a, k, r, err, tt.kind, id)
+		}
+		if tt.kind == KindCounter {
+			if !bytes.Equal(k, AppendCounterKey(nil, rule, req)) {
+				t.Errorf("divvy: % x is not the divvy counter key", k)
+			}
+			continue
+		}
+		if string(r.Params) != tt.params || !bytes.Equal(r.Key, id) {
+			t.Errorf("%s: params % x key % x, want % x and % x", tt.a, r.Params, r.Key, tt.params, id)
+		}
+	}
+}
+
 func TestParseRefuses(t *testing.T) {
 	for _, k := range [][]byte{
 		nil, {0}, {0, 0}, {0x40, 0, 'g'}, {0, 0, 'z', 'k'}, {0xff, 0xff, 'g'},

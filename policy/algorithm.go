@@ -1,6 +1,7 @@
 package policy
 
 import (
+	"errors"
 	"fmt"
 	"math"
 
@@ -226,11 +227,11 @@ func (f *fieldSet) checkAlgorithm() (field, problem string) {
 	case f.given["burst"] && r.Burst < 1:
 		return "burst", "burst is 0; expected a positive integer (leave it out for a burst of the limit)"
 	}
-	if r.ResetSeconds > math.MaxInt64/msPerSecond {
-		return "resetSeconds", fmt.Sprintf("resetSeconds is %d; expected at most %d, so that the period fits in int64 milliseconds", r.ResetSeconds, math.MaxInt64/msPerSecond)
-	}
 	if r.ResetSeconds == 0 || r.Algorithm == Divvy {
-		return "", ""
+		return "", "" // divvy saturates its arithmetic, as it always has
+	}
+	if r.ResetSeconds > math.MaxInt64/msPerSecond {
+		return "resetSeconds", fmt.Sprintf("resetSeconds is %d; expected at most %d for algorithm %s, so that the period fits in int64 milliseconds", r.ResetSeconds, math.MaxInt64/msPerSecond, r.Algorithm)
 	}
 	limits := []int64{r.CreditLimit}
 	if r.QuotaField != "" {
@@ -240,25 +241,38 @@ func (f *fieldSet) checkAlgorithm() (field, problem string) {
 		if limit <= 0 {
 			continue
 		}
+		// The field that sets this limit, for the message.
+		limitField := "creditLimit"
+		if limit != r.CreditLimit {
+			limitField = "maxQuota"
+			if limit != r.MaxQuota {
+				limitField = "quotaField" // the smallest quota, 1
+			}
+		}
 		var err error
 		switch r.Algorithm {
 		case SlidingLog:
 			if limit > bucket.MaxLogMax {
-				name := "creditLimit"
-				if limit == r.MaxQuota && limit != r.CreditLimit {
-					name = "maxQuota"
-				}
-				return name, fmt.Sprintf("%s is %d; a slidingLog keeps every hit of its interval, expected at most %d", name, limit, bucket.MaxLogMax)
+				return limitField, fmt.Sprintf("%s is %d; a slidingLog keeps every hit of its interval: expected at most %d", limitField, limit, bucket.MaxLogMax)
 			}
 			_, err = bucket.NewLog(r.LogParams(limit))
-			if err != nil {
-				return "minGapMillis", fmt.Sprintf("minGapMillis is %d; expected at most %d, so that it fits in int64 microseconds", r.MinGapMillis, math.MaxInt64/1000)
-			}
 		case GCRA:
-			if _, err = bucket.NewGCRA(r.GCRAParams(limit)); err != nil {
-				return "", fmt.Sprintf("gcra with limit %d per %d s and burst %d cannot be computed in int64 nanoseconds: %v", limit, r.ResetSeconds, r.BurstFor(limit), err)
-			}
+			_, err = bucket.NewGCRA(r.GCRAParams(limit))
 		}
+		var ae *bucket.ArgError
+		if !errors.As(err, &ae) {
+			continue
+		}
+		field := limitField
+		switch ae.Arg {
+		case "interval_ms", "period":
+			field = "resetSeconds"
+		case "MINDIFF":
+			field = "minGapMillis"
+		case "max_burst":
+			field = "burst"
+		}
+		return field, fmt.Sprintf("%s with limit %d per %d s cannot be computed in int64 time: %s: %s", r.Algorithm, limit, r.ResetSeconds, ae.Arg, ae.Msg)
 	}
 	return "", ""
 }

@@ -1,14 +1,17 @@
 // Package policy holds divvy-style rate-limit rules: loading and validating
-// rule files, matching requests to rules, the fixed-window counting of a hit,
-// the stored form of a window, and the divvy line protocol's parsing and
-// replies.
+// rule files, matching requests to rules, the counting of a hit under each
+// rule's algorithm (Counter), the stored form of a divvy window, and the
+// divvy line protocol's parsing and replies.
 //
 // It is pure: only Load touches the file system, and nothing reads a clock,
-// takes a lock or keeps package-level state. Time is an argument in unix
-// milliseconds, so every result follows from the inputs. A loaded *Policy
-// and its rules are immutable and safe for concurrent use. Match, Get,
-// CounterKey, Hit, AppendWindow, AppendReply and a successful ParseLine
-// allocate nothing when the destination slices have room.
+// takes a lock or keeps package-level state. It imports only the standard
+// library and the bucket package, whose arithmetic the algorithms other
+// than divvy's use. Time is an argument (unix milliseconds for Hit, unix
+// nanoseconds for Counter), so every result follows from the inputs. A
+// loaded *Policy and its rules are immutable and safe for concurrent use.
+// Match, Get, Limit, CounterKey, AppendCounterID, Hit, Take, AppendWindow,
+// AppendReply, a successful ParseLine and Counter.Apply (once its scratch
+// space has grown) allocate nothing when the destination slices have room.
 //
 // # Rules
 //
@@ -29,9 +32,13 @@
 // key the last value counts. Nothing is normalised.
 //
 // The fields of a rule are creditLimit and resetSeconds (non-negative
-// integers, required), actorField, matchPolicy (stop or canary, stop when
-// left out), label and comment. An empty actorField, matchPolicy or label is
-// the same as leaving it out; rules need no label, but a label must match
+// integers, required), algorithm (divvy, fixedWindow, tokenBucket, gcra or
+// slidingLog; divvy when left out), stagger (true or false, fixedWindow
+// only), burst (a positive integer, gcra and tokenBucket only),
+// minGapMillis (a non-negative integer, slidingLog only), quotaField and
+// maxQuota (given together), actorField, matchPolicy (stop or canary, stop
+// when left out), label and comment. An empty string field is the same as
+// leaving it out; rules need no label, but a label must match
 // ^[a-zA-Z0-9_-]{1,255}$ and be unique in the file.
 //
 // In INI files each section is a rule. The header lists the operation as
@@ -51,8 +58,10 @@
 //
 // Loading fails with a *ValidationError naming the file, the line, the rule
 // and the first problem found, in file order: a syntax error, an unknown or
-// repeated field, a bad integer, matchPolicy or label, a repeated label, no
-// rules, a default rule that is not last or not stop, a last rule that is not
+// repeated field, a bad integer, boolean, algorithm, matchPolicy or label, a
+// field the rule's algorithm does not use, a burst of 0, quotaField without
+// maxQuota or the other way round, algorithm parameters whose arithmetic
+// would overflow for some limit a hit may have, a repeated label, no rules, a default rule that is not last or not stop, a last rule that is not
 // a default, or an unreachable rule. A rule is unreachable when one earlier
 // stop rule matches every request it matches: the earlier rule names no key
 // the later one lacks, and each of its values is equal to, `*`, or a glob
@@ -64,8 +73,19 @@
 //
 // Each rule with creditLimit > 0 and resetSeconds > 0 has one counter per
 // actor value (the request's value of actorField; the empty string when the
-// rule has none or the request lacks it). A counter is a fixed window opened
-// by its first hit; see Rule.Hit. Replies give the seconds until the window
+// rule has none or the request lacks it). A divvy counter is a fixed window
+// opened by its first hit; see Rule.Hit. The other algorithms count as
+// their commands do, with the bucket package's arithmetic and state
+// encodings (see Counter and the Rule methods that give their parameters),
+// and a denied hit takes nothing (NOCOUNTBLOCKED) except in a tokenBucket,
+// which RL.REDUCE drains.
+//
+// With a quotaField, a hit's limit is the request's value of it, a
+// decimal integer capped at maxQuota; a missing or malformed value falls
+// back to creditLimit (see Rule.Limit). A divvy window stores credits left,
+// capped by the limit on each hit; fixed windows, GCRA and logs store
+// counts or times the next limit reads as they are; a token bucket's
+// parameters are part of its key, so another quota is another bucket. Replies give the seconds until the window
 // ends rounded up: the first hit of a 3600 s window answers 3600, and a live
 // window never answers 0, which is reserved for always-allow rules.
 // Counters are found by Rule.CounterKey, which identifies a rule by its

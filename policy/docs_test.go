@@ -4,6 +4,7 @@ import (
 	"os"
 	"regexp"
 	"slices"
+	"strings"
 	"testing"
 )
 
@@ -60,5 +61,53 @@ func TestDocExample(t *testing.T) {
 				}
 			}
 		})
+	}
+}
+
+// TestDocBlocksLoad: every INI and JSON block of docs/policy.md loads, and
+// the quota example's requests get the limits the text gives them.
+func TestDocBlocksLoad(t *testing.T) {
+	raw, err := os.ReadFile("../docs/policy.md")
+	if err != nil {
+		t.Fatal(err)
+	}
+	quotas := 0
+	for i, m := range docBlock.FindAllStringSubmatch(string(raw), -1) {
+		parse := ParseINI
+		if m[1] == "json" {
+			parse = ParseJSON
+		}
+		p, err := parse("policy.md", []byte(m[2]))
+		if err != nil {
+			t.Errorf("block %d (%s) does not load: %v", i+1, m[1], err)
+			continue
+		}
+		r := p.Rules()[0]
+		if r.QuotaField == "" {
+			continue
+		}
+		quotas++
+		for _, tt := range []struct {
+			line  string
+			limit int64
+		}{
+			{"HIT path=/api/orders tenant=acme quota=5000", 5000},
+			{"HIT path=/api/orders tenant=acme quota=50000", 10000},
+			{"HIT path=/api/orders tenant=acme", 100},
+			{"HIT path=/api/orders tenant=acme quota=lots", 100},
+			{"HIT path=/api/orders tenant=acme quota=0", 0},
+		} {
+			_, q, err := ParseLine([]byte(tt.line), nil)
+			if err != nil {
+				t.Fatal(err)
+			}
+			d, _ := p.Match(q, nil)
+			if got, _ := d.Limit(q); d != r || got != tt.limit || !strings.Contains(string(raw), tt.line) {
+				t.Errorf("%q: rule %d limit %d, want rule 1 limit %d, as docs/policy.md says", tt.line, d.Pos, got, tt.limit)
+			}
+		}
+	}
+	if quotas != 1 {
+		t.Errorf("docs/policy.md has %d quota examples, want 1", quotas)
 	}
 }

@@ -234,6 +234,9 @@ func refMatch(p *Policy, q Request) (decider *Rule, canaries []*Rule) {
 }
 
 func FuzzMatch(f *testing.F) {
+	f.Add([]byte(mustRead(f, "testdata/algorithms.ini")), []byte("HIT path=/quota user=a quota=4"))
+	f.Add([]byte(mustRead(f, "testdata/algorithms.ini")), []byte("HIT path=/gcra-quota user=a quota=99999999999999999999999"))
+	f.Add([]byte(mustRead(f, "testdata/algorithms.ini")), []byte("HIT path=/quota user=a quota=-1"))
 	for _, file := range []string{"testdata/test-config.ini", "testdata/example-config.ini"} {
 		f.Add([]byte(mustRead(f, file)), []byte("HIT method=GET path=/ping local=true ip=1"))
 		f.Add([]byte(mustRead(f, file)), []byte(`HIT method=POST path="/account/x y" isAuthenticated=true ip=`))
@@ -259,6 +262,15 @@ func FuzzMatch(f *testing.F) {
 		}
 		if k := d.CounterKey(nil, q); !bytes.HasPrefix(k, []byte{CounterKeyPrefix}) || len(k) < 1+idLen {
 			t.Fatalf("counter key %q", k)
+		}
+		// The limit is creditLimit, or a quota within [0, maxQuota].
+		limit, st := d.Limit(q)
+		switch {
+		case d.QuotaField == "" && (st != QuotaNone || limit != d.CreditLimit),
+			(st == QuotaMissing || st == QuotaMalformed) && limit != d.CreditLimit,
+			st == QuotaClamped && limit != d.MaxQuota,
+			st == QuotaUsed && (limit < 0 || limit > d.MaxQuota):
+			t.Fatalf("Limit of rule %d for %q: %d %v", d.Pos, line, limit, st)
 		}
 	})
 }

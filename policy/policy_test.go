@@ -178,7 +178,7 @@ func TestTestConfig(t *testing.T) {
 
 // The INI and JSON versions of each divvy file load to the same rules.
 func TestFormatsAgree(t *testing.T) {
-	for _, name := range []string{"example-config", "test-config"} {
+	for _, name := range []string{"example-config", "test-config", "algorithms"} {
 		a := mustLoad(t, "testdata/"+name+".json")
 		b := mustLoad(t, "testdata/"+name+".ini")
 		if name == "example-config" {
@@ -538,6 +538,21 @@ func toJSON(p *Policy) []byte {
 			str(kv.Value)
 		}
 		b.WriteString(`},"creditLimit":` + strconv.FormatInt(r.CreditLimit, 10) + `,"resetSeconds":` + strconv.FormatInt(r.ResetSeconds, 10))
+		b.WriteString(`,"algorithm":"` + r.Algorithm.String() + `"`)
+		if r.Stagger {
+			b.WriteString(`,"stagger":true`)
+		}
+		if r.Burst > 0 {
+			b.WriteString(`,"burst":` + strconv.FormatInt(r.Burst, 10))
+		}
+		if r.MinGapMillis > 0 {
+			b.WriteString(`,"minGapMillis":` + strconv.FormatInt(r.MinGapMillis, 10))
+		}
+		if r.QuotaField != "" {
+			b.WriteString(`,"quotaField":`)
+			str(r.QuotaField)
+			b.WriteString(`,"maxQuota":` + strconv.FormatInt(r.MaxQuota, 10))
+		}
 		for _, f := range [][2]string{{"actorField", r.ActorField}, {"matchPolicy", r.MatchPolicy.String()}, {"label", r.Label}, {"comment", r.Comment}} {
 			b.WriteString(`,"` + f[0] + `":`)
 			str(f[1])
@@ -560,7 +575,7 @@ func toJSON(p *Policy) []byte {
 
 func allValidUTF8(p *Policy) bool {
 	for _, r := range p.Rules() {
-		for _, s := range []string{r.ActorField, r.Label, r.Comment} {
+		for _, s := range []string{r.ActorField, r.Label, r.Comment, r.QuotaField} {
 			if !utf8.ValidString(s) {
 				return false
 			}
@@ -608,6 +623,10 @@ func FuzzParseINI(f *testing.F) {
 	seedTestdata(f, ".ini")
 	f.Add([]byte("[a='x y' b=\"=\"]\nlabel = null\n" + iniBody + iniDefault))
 	f.Add([]byte("[p=/v1/*]\n" + iniBody + "[p=/v1/*/x]\n" + iniBody + iniDefault))
+	f.Add([]byte("[a=1]\nalgorithm = gcra\nburst = 0\n" + iniBody + iniDefault))
+	f.Add([]byte("[a=1]\nalgorithm = slidingLog\ncreditLimit = 100001\nresetSeconds = 1\n" + iniDefault))
+	f.Add([]byte("[a=1]\nalgorithm = fixedWindow\nstagger = yes\n" + iniBody + iniDefault))
+	f.Add([]byte("[default]\nalgorithm = tokenBucket\nquotaField = q\nmaxQuota = 9223372036854775807\n" + iniBody))
 	f.Fuzz(func(t *testing.T, data []byte) {
 		p, err := ParseINI("f.ini", data)
 		checkParsed(t, "f.ini", p, err)
@@ -617,6 +636,9 @@ func FuzzParseINI(f *testing.F) {
 func FuzzParseJSON(f *testing.F) {
 	seedTestdata(f, ".json")
 	f.Add([]byte(`{"default": {"creditLimit": 1, "resetSeconds": 1}}`))
+	f.Add([]byte(`{"default": {"algorithm": "fixedWindow", "stagger": "true", "creditLimit": 1, "resetSeconds": 1}}`))
+	f.Add([]byte(`{"default": {"algorithm": "gcra", "burst": 9223372036854775807, "creditLimit": 1, "resetSeconds": 9223372036854775}}`))
+	f.Add([]byte(`{"default": {"algorithm": "slidingLog", "minGapMillis": 5, "quotaField": "q", "maxQuota": 100000, "creditLimit": 1, "resetSeconds": 1}}`))
 	f.Add([]byte(`{"overrides": [{"operation": {"a": "*"}, "creditLimit": 1, "resetSeconds": 1, "matchPolicy": "canary"}], "default": {"creditLimit": 0, "resetSeconds": 0}}`))
 	f.Fuzz(func(t *testing.T, data []byte) {
 		p, err := ParseJSON("f.json", data)

@@ -48,7 +48,8 @@ type Outcome struct {
 	RetryAfterMs int64
 	// ResetAfterMs is the time until the counter is whole again (the
 	// window ends, the bucket or GCRA is full, every hit has left the
-	// log); 0 when nothing is used, -1 for always-deny rules.
+	// log); 0 when nothing is used (but a fixedWindow's window always has
+	// an end), -1 for always-deny rules.
 	ResetAfterMs int64
 	// Quota says where Limit came from.
 	Quota QuotaStatus
