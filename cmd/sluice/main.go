@@ -476,16 +476,18 @@ func runReloading(ctx context.Context, hup <-chan os.Signal, args []string, look
 			store.Close()
 			return fmt.Errorf("listen on --rls-addr %s: %w", cfg.rlsAddr, err)
 		}
-		log.Info("rate limit service listening", "rls_addr", rlsLn.Addr().String(), "rls_config", cfg.rlsConfig)
 	}
-	httpAddr, divvyAddr := "", ""
+	httpAddr, divvyAddr, rlsAddr := "", "", ""
+	if rlsLn != nil {
+		rlsAddr = rlsLn.Addr().String()
+	}
 	if httpLn != nil {
 		httpAddr = httpLn.Addr().String()
 	}
 	if divvyLn != nil {
 		divvyAddr = divvyLn.Addr().String()
 	}
-	log.Info("sluice starting", "version", buildVersion(), "addr", ln.Addr().String(), "http_addr", httpAddr, "divvy_addr", divvyAddr, "policy", cfg.policyFile, "data", cfg.data, "fsync", mode.String(), "auth", password != "", "tls", tlsFiles != nil, "fd_limit", files.Limit)
+	log.Info("sluice starting", "version", buildVersion(), "addr", ln.Addr().String(), "http_addr", httpAddr, "divvy_addr", divvyAddr, "rls_addr", rlsAddr, "policy", cfg.policyFile, "rls_config", cfg.rlsConfig, "data", cfg.data, "fsync", mode.String(), "auth", password != "", "tls", tlsFiles != nil, "fd_limit", files.Limit)
 	serveErr := make(chan error, 4)
 	go func() { serveErr <- srv.Serve(ln) }()
 	if httpLn != nil {

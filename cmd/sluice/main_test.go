@@ -45,7 +45,7 @@ type proc struct {
 	logs   *bytes.Buffer
 	// httpAddr and divvyAddr are the HTTP and line-protocol listeners'
 	// addresses, set before addr is.
-	httpAddr, divvyAddr string
+	httpAddr, divvyAddr, rlsAddr string
 	addrc               chan string // the RESP address, once logged
 }
 
@@ -97,9 +97,10 @@ func startProcAsync(t *testing.T, dir string, env []string, flags ...string) *pr
 				Addr      string `json:"addr"`
 				HTTPAddr  string `json:"http_addr"`
 				DivvyAddr string `json:"divvy_addr"`
+				RLSAddr   string `json:"rls_addr"`
 			}
 			if json.Unmarshal(sc.Bytes(), &line) == nil && line.Msg == "sluice starting" {
-				p.httpAddr, p.divvyAddr = line.HTTPAddr, line.DivvyAddr
+				p.httpAddr, p.divvyAddr, p.rlsAddr = line.HTTPAddr, line.DivvyAddr, line.RLSAddr
 				addrc <- line.Addr
 			}
 		}

@@ -2,7 +2,6 @@ package main
 
 import (
 	"context"
-	"encoding/json"
 	"io"
 	"net/http"
 	"os"
@@ -33,22 +32,6 @@ func TestRLSFlags(t *testing.T) {
 	if err == nil || !strings.Contains(err.Error(), "--rls-config: rls: "+filepath.Join(bad, "a.yaml")+":4: invalid rate limit unit 'fortnight'") {
 		t.Fatalf("bad --rls-config: %v", err)
 	}
-}
-
-// rlsAddr finds the rate limit service's address in the process's log.
-func (p *proc) rlsAddr(t *testing.T) string {
-	t.Helper()
-	for _, l := range strings.Split(p.logs.String(), "\n") {
-		var line struct {
-			Msg     string `json:"msg"`
-			RLSAddr string `json:"rls_addr"`
-		}
-		if json.Unmarshal([]byte(l), &line) == nil && line.Msg == "rate limit service listening" {
-			return line.RLSAddr
-		}
-	}
-	t.Fatalf("no rls_addr in the log:\n%s", p.logs)
-	return ""
 }
 
 func rlsClient(t *testing.T, addr string) rlspb.RateLimitServiceClient {
@@ -97,7 +80,7 @@ func TestRLSLimitSurvivesRestart(t *testing.T) {
 	write("3")
 	flags := []string{"--rls-addr", "127.0.0.1:0", "--rls-config", conf}
 	p := startProc(t, filepath.Join(dir, "data"), flags...)
-	c := rlsClient(t, p.rlsAddr(t))
+	c := rlsClient(t, p.rlsAddr)
 	for i := 0; i < 3; i++ {
 		if st := shouldRateLimit(t, c, "alice"); st.Code != rlspb.RateLimitResponse_OK {
 			t.Fatalf("hit %d: %v", i+1, st)
@@ -115,7 +98,7 @@ func TestRLSLimitSurvivesRestart(t *testing.T) {
 	}
 
 	p2 := startProc(t, filepath.Join(dir, "data"), flags...)
-	c2 := rlsClient(t, p2.rlsAddr(t))
+	c2 := rlsClient(t, p2.rlsAddr)
 	if st := shouldRateLimit(t, c2, "alice"); st.Code != rlspb.RateLimitResponse_OVER_LIMIT {
 		t.Fatalf("alice after the restart: %v; want OVER_LIMIT", st)
 	}
