@@ -46,7 +46,7 @@ type proc struct {
 	// httpAddr and divvyAddr are the HTTP and line-protocol listeners'
 	// addresses, set before addr is.
 	httpAddr, divvyAddr, rlsAddr string
-	addrc               chan string // the RESP address, once logged
+	addrc                        chan string // the RESP address, once logged
 }
 
 // startProc starts sluice on 127.0.0.1:0 with the data directory dir and
