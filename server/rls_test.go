@@ -7,6 +7,7 @@ import (
 	"net"
 	"os"
 	"path/filepath"
+	"strings"
 	"testing"
 	"time"
 
@@ -519,5 +520,23 @@ func BenchmarkRLSShouldRateLimit(b *testing.B) {
 		if _, err := srv.shouldRateLimit(req); err != nil {
 			b.Fatal(err)
 		}
+	}
+}
+
+func TestRLSMaxMessage(t *testing.T) {
+	f := newRLS(t, Config{RLSMaxMessage: 512})
+	big := desc("k", strings.Repeat("x", 600))
+	_, err := f.client.ShouldRateLimit(context.Background(), &rlspb.RateLimitRequest{Domain: "test", Descriptors: []*rlcommon.RateLimitDescriptor{big}})
+	if status.Code(err) != codes.ResourceExhausted {
+		t.Fatalf("a 600-byte request with --rls-max-message 512: %v; want ResourceExhausted", err)
+	}
+	checkStatus(t, "a small one", f.one(t, desc("k", "a")), rlspb.RateLimitResponse_OK, 2, 26)
+}
+
+func TestRLSMaxKeySize(t *testing.T) {
+	f := newRLS(t, Config{MaxKeySize: 100})
+	_, err := f.client.ShouldRateLimit(context.Background(), &rlspb.RateLimitRequest{Domain: "test", Descriptors: []*rlcommon.RateLimitDescriptor{desc("k", strings.Repeat("x", 200))}})
+	if status.Code(err) != codes.InvalidArgument || !strings.Contains(err.Error(), "descriptor 0: ") {
+		t.Fatalf("a descriptor longer than --max-key-size: %v; want InvalidArgument naming descriptor 0", err)
 	}
 }
