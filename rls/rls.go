@@ -269,6 +269,25 @@ func AppendDescriptor(dst []byte, entries []Entry) []byte {
 	return dst
 }
 
+// DescriptorLen is len(AppendDescriptor(nil, entries)), without building
+// it.
+func DescriptorLen(entries []Entry) int {
+	n := 0
+	for _, e := range entries {
+		n += uvarintLen(len(e.Key)) + len(e.Key) + uvarintLen(len(e.Value)) + len(e.Value)
+	}
+	return n
+}
+
+func uvarintLen(n int) int {
+	l := 1
+	for n >= 0x80 {
+		n >>= 7
+		l++
+	}
+	return l
+}
+
 func appendLenString(dst []byte, s string) []byte {
 	n := uint64(len(s))
 	for n >= 0x80 {

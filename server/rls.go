@@ -341,10 +341,10 @@ type rlsHealth struct {
 	s *Server
 }
 
+// After closeRLS has called Shutdown, the health server ignores the update
+// and answers NOT_SERVING.
 func (h rlsHealth) Check(ctx context.Context, in *healthpb.HealthCheckRequest) (*healthpb.HealthCheckResponse, error) {
-	if !h.s.rls.mu.closed {
-		h.s.updateRLSHealth()
-	}
+	h.s.updateRLSHealth()
 	return h.Server.Check(ctx, in)
 }
 
@@ -446,6 +446,21 @@ func (s *Server) shouldRateLimit(req *rlspb.RateLimitRequest) (*rlspb.RateLimitR
 		}
 		*lim = rlsLimit{l: l, rule: l.Rule, unit: l.Unit, rpu: l.RequestsPerUnit, name: l.Name}
 	}
+	// Every descriptor is checked before the first one is counted, so a
+	// refused request changes nothing, as a refused HIT.
+	for i, d := range req.Descriptors {
+		lim := &w.limits[i]
+		if lim.rule == nil {
+			continue
+		}
+		w.entries = appendEntries(w.entries[:0], d)
+		if n := rls.DescriptorLen(w.entries); n > s.cfg.MaxKeySize {
+			return nil, status.Errorf(codes.InvalidArgument, "descriptor %d: its entries take %d bytes, longer than --max-key-size %d", i, n, s.cfg.MaxKeySize)
+		}
+		if lim.rule.Algorithm == policy.SlidingLog && hitsAddend(req, d) > 1 {
+			return nil, status.Errorf(codes.InvalidArgument, "descriptor %d: hits_addend %d; a sliding_log limit counts one request at a time (hits_addend 0 or 1)", i, hitsAddend(req, d))
+		}
+	}
 	for i := range w.limits {
 		if lim := &w.limits[i]; lim.name != "" && w.replaced[lim.name] {
 			*lim = rlsLimit{}
@@ -467,10 +482,6 @@ func (s *Server) shouldRateLimit(req *rlspb.RateLimitRequest) (*rlspb.RateLimitR
 		if lim.override {
 			w.rpu = rls.FormatOverride(w.rpu[:0], lim.rpu)
 			w.req = append(w.req, policy.Field{Key: []byte(rls.OverrideField), Value: w.rpu})
-		}
-		if err := s.checkActorKey(w.req, lim.rule); err != nil {
-			evalErr = status.Error(codes.InvalidArgument, "descriptor "+strconv.Itoa(i)+": "+errText(s, err))
-			break
 		}
 		before := w.batch.Len()
 		out, err := s.hitRule(&w.h, ld.lp, lim.rule, w.req, hitsAddend(req, d), false, w.batch, nowNs)

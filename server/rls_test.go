@@ -535,8 +535,28 @@ func TestRLSMaxMessage(t *testing.T) {
 
 func TestRLSMaxKeySize(t *testing.T) {
 	f := newRLS(t, Config{MaxKeySize: 100})
-	_, err := f.client.ShouldRateLimit(context.Background(), &rlspb.RateLimitRequest{Domain: "test", Descriptors: []*rlcommon.RateLimitDescriptor{desc("k", strings.Repeat("x", 200))}})
-	if status.Code(err) != codes.InvalidArgument || !strings.Contains(err.Error(), "descriptor 0: ") {
-		t.Fatalf("a descriptor longer than --max-key-size: %v; want InvalidArgument naming descriptor 0", err)
+	// The first descriptor fits, the second does not: the request is
+	// refused as a whole and counts nothing.
+	_, err := f.client.ShouldRateLimit(context.Background(), &rlspb.RateLimitRequest{Domain: "test", Descriptors: []*rlcommon.RateLimitDescriptor{desc("k", "a"), desc("k", strings.Repeat("x", 200))}})
+	if status.Code(err) != codes.InvalidArgument || !strings.Contains(err.Error(), "descriptor 1: its entries take 204 bytes, longer than --max-key-size 100") {
+		t.Fatalf("a descriptor longer than --max-key-size: %v; want InvalidArgument naming descriptor 1", err)
+	}
+	checkStatus(t, "nothing counted", f.one(t, desc("k", "a")), rlspb.RateLimitResponse_OK, 2, 26)
+}
+
+func TestRLSSlidingLogTakesOneHit(t *testing.T) {
+	f := newRLS(t, Config{RLSConfigDir: rlsConfigDir(t, "domain: test\ndescriptors:\n  - key: k\n    rate_limit: {unit: minute, requests_per_unit: 3}\n  - key: log\n    rate_limit: {unit: minute, requests_per_unit: 3, algorithm: sliding_log}\n")})
+	d := desc("log", "a")
+	d.HitsAddend = wrapperspb.UInt64(2)
+	_, err := f.client.ShouldRateLimit(context.Background(), &rlspb.RateLimitRequest{Domain: "test", Descriptors: []*rlcommon.RateLimitDescriptor{desc("k", "a"), d}})
+	if status.Code(err) != codes.InvalidArgument || !strings.Contains(err.Error(), "descriptor 1: hits_addend 2; a sliding_log limit counts one request at a time") {
+		t.Fatalf("hits_addend 2 on a sliding_log: %v", err)
+	}
+	checkStatus(t, "nothing counted", f.one(t, desc("k", "a")), rlspb.RateLimitResponse_OK, 2, 26)
+	for i := uint32(1); i <= 3; i++ {
+		checkStatus(t, "log", f.one(t, desc("log", "a")), rlspb.RateLimitResponse_OK, 3-i, 60)
+	}
+	if st := f.one(t, desc("log", "a")); st.Code != rlspb.RateLimitResponse_OVER_LIMIT {
+		t.Fatalf("4th on the log: %v", st)
 	}
 }
