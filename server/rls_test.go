@@ -461,6 +461,28 @@ func TestRLSTLS(t *testing.T) {
 	if _, err := f.client.ShouldRateLimit(ctx, req); err == nil {
 		t.Fatal("served a plain-text client")
 	}
+	// Renewal: new files and ReloadTLS (SIGHUP); new connections get the
+	// new certificate, verified against the new CA.
+	renewed := newTestPKI(t)
+	for src, dst := range map[string]string{renewed.cert: pki.cert, renewed.key: pki.key, renewed.ca: pki.ca} {
+		b, err := os.ReadFile(src)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(dst, b, 0o600); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := f.srv.ReloadTLS(); err != nil {
+		t.Fatal(err)
+	}
+	newCreds := credentials.NewTLS(&tls.Config{RootCAs: renewed.caPool, Certificates: []tls.Certificate{renewed.client}, MinVersion: tls.VersionTLS12})
+	if _, err := rlspb.NewRateLimitServiceClient(dialRLS(t, f.addr, newCreds)).ShouldRateLimit(ctx, req); err != nil {
+		t.Fatalf("after the reload, with the new CA and client certificate: %v", err)
+	}
+	if _, err := rlspb.NewRateLimitServiceClient(dialRLS(t, f.addr, withCert)).ShouldRateLimit(ctx, req); err == nil {
+		t.Fatal("after the reload, a client trusting only the old CA was served")
+	}
 }
 
 // fakeRemoteListener makes every client look remote.
