@@ -180,7 +180,7 @@ func Parse(files []File) (*Config, error) {
 var (
 	rootFields       = []string{"domain", "descriptors"}
 	descriptorFields = []string{"key", "value", "rate_limit", "descriptors", "shadow_mode", "detailed_metric"}
-	rateLimitFields  = []string{"unit", "requests_per_unit", "unlimited", "name", "replaces", "algorithm", "burst"}
+	rateLimitFields  = []string{"unit", "requests_per_unit", "unlimited", "name", "replaces", "algorithm", "burst", "max_requests_per_unit"}
 	replacesFields   = []string{"name"}
 	// unsupported are envoyproxy/ratelimit's fields sluice refuses rather
 	// than ignore, since ignoring them would change what a limit does.
@@ -529,6 +529,21 @@ func (p *parser) rateLimit(n *yaml.Node, domain, key string) (*Limit, policy.Rul
 	if alg == policy.SlidingLog && int64(l.RequestsPerUnit) > bucket.MaxLogMax {
 		return nil, policy.Rule{}, p.fail(fields["requests_per_unit"].Line, "requests_per_unit is %d; a sliding_log keeps every request of its unit, expected at most %d", l.RequestsPerUnit, bucket.MaxLogMax)
 	}
+	if mn := fields["max_requests_per_unit"]; mn != nil {
+		v, err := p.integer(mn, "max_requests_per_unit", math.MaxUint32)
+		if err != nil {
+			return nil, policy.Rule{}, err
+		}
+		switch {
+		case l.Unlimited:
+			return nil, policy.Rule{}, p.fail(mn.Line, "max_requests_per_unit does not apply to an unlimited rate_limit")
+		case v == 0:
+			return nil, policy.Rule{}, p.fail(mn.Line, "max_requests_per_unit is 0; expected a positive integer, the most a request's limit override may ask for")
+		case alg == policy.SlidingLog && int64(v) > bucket.MaxLogMax:
+			return nil, policy.Rule{}, p.fail(mn.Line, "max_requests_per_unit is %d; a sliding_log keeps every request of its unit, expected at most %d", v, bucket.MaxLogMax)
+		}
+		l.MaxOverride = uint32(v)
+	}
 	if l.Unlimited {
 		return l, policy.Rule{}, nil
 	}
@@ -541,9 +556,19 @@ func (p *parser) rateLimit(n *yaml.Node, domain, key string) (*Limit, policy.Rul
 		ActorField:   DescriptorField,
 		Label:        l.Name,
 	}
-	if alg == policy.GCRA && r.CreditLimit > 0 {
-		if _, err := bucket.NewGCRA(r.GCRAParams(r.CreditLimit)); err != nil {
-			return nil, policy.Rule{}, p.fail(n.Line, "gcra with %d per %s and burst %d cannot be computed: %v", l.RequestsPerUnit, l.Unit, r.BurstFor(r.CreditLimit), err)
+	if l.MaxOverride > 0 {
+		r.QuotaField, r.MaxQuota = OverrideField, int64(l.MaxOverride)
+	}
+	if alg == policy.GCRA {
+		// Every limit a request may get: its own, the cap, and 1, the
+		// smallest override.
+		for _, limit := range []int64{r.CreditLimit, r.MaxQuota, 1} {
+			if limit <= 0 || limit == 1 && r.MaxQuota == 0 {
+				continue
+			}
+			if _, err := bucket.NewGCRA(r.GCRAParams(limit)); err != nil {
+				return nil, policy.Rule{}, p.fail(n.Line, "gcra with %d per %s and burst %d cannot be computed: %v", limit, l.Unit, r.BurstFor(limit), err)
+			}
 		}
 	}
 	return l, r, nil

@@ -311,6 +311,9 @@ func TestLoadRejects(t *testing.T) {
 		{"burst with fixed_window", "domain: d\ndescriptors:\n  - key: a\n    rate_limit:\n      unit: second\n      requests_per_unit: 1\n      burst: 5\n", 7, "burst applies only to algorithms token_bucket and gcra"},
 		{"burst 0", "domain: d\ndescriptors:\n  - key: a\n    rate_limit:\n      unit: second\n      requests_per_unit: 1\n      algorithm: gcra\n      burst: 0\n", 8, "burst is 0"},
 		{"sliding_log too big", "domain: d\ndescriptors:\n  - key: a\n    rate_limit:\n      unit: day\n      requests_per_unit: 4000000000\n      algorithm: sliding_log\n", 6, "a sliding_log keeps every request of its unit"},
+		{"max_requests_per_unit 0", "domain: d\ndescriptors:\n  - key: a\n    rate_limit:\n      unit: second\n      requests_per_unit: 1\n      max_requests_per_unit: 0\n", 7, "max_requests_per_unit is 0"},
+		{"max_requests_per_unit unlimited", "domain: d\ndescriptors:\n  - key: a\n    rate_limit:\n      unlimited: true\n      max_requests_per_unit: 5\n", 6, "max_requests_per_unit does not apply to an unlimited rate_limit"},
+		{"max_requests_per_unit sliding_log", "domain: d\ndescriptors:\n  - key: a\n    rate_limit:\n      unit: second\n      requests_per_unit: 1\n      algorithm: sliding_log\n      max_requests_per_unit: 200000\n", 8, "a sliding_log keeps every request of its unit"},
 		{"merge key", "domain: d\ndescriptors:\n  - <<: {key: a}\n", 3, "merge keys (<<) are not supported"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {

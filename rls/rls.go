@@ -19,9 +19,10 @@
 // case; month is 30 days and year 365, as in envoyproxy/ratelimit) and
 // `requests_per_unit`, or `unlimited: true` and no unit; optionally `name`
 // and `replaces`, a list of `{name: ...}`. sluice adds `algorithm`
-// (fixed_window, the default; token_bucket, gcra or sliding_log) and
-// `burst` (token_bucket and gcra: the most requests at once; the limit
-// when left out).
+// (fixed_window, the default; token_bucket, gcra or sliding_log), `burst`
+// (token_bucket and gcra: the most requests at once; the limit when left
+// out) and `max_requests_per_unit` (a request's limit override in the
+// limit's unit applies to this limit, up to it; see Limit.MaxOverride).
 //
 // Loading fails with a *ConfigError naming the file, the line and the
 // first problem: YAML syntax, a field unknown at its place, a field given
@@ -29,7 +30,8 @@
 // files, two descriptors with the same key and value under one parent, a
 // missing or unknown unit, a unit with unlimited, an empty replaces name or
 // one naming its own limit, and sluice's own: burst with another
-// algorithm, a sliding_log over bucket.MaxLogMax, and the envoyproxy
+// algorithm, a sliding_log over bucket.MaxLogMax, max_requests_per_unit 0
+// or with unlimited, and the envoyproxy
 // fields sluice does not implement (quota_mode, value_to_metric,
 // share_threshold, metadata), which are refused rather than ignored.
 package rls
@@ -122,9 +124,14 @@ type Limit struct {
 	Unit            Unit
 	Name            string
 	Replaces        []string
-	Unlimited       bool
-	ShadowMode      bool
-	DetailedMetric  bool
+	// MaxOverride, sluice's max_requests_per_unit, lets a request's limit
+	// override (RateLimitOverride) in the limit's unit change this
+	// limit, with its algorithm and counter, up to MaxOverride; 0: an
+	// override is counted apart, as in envoyproxy/ratelimit.
+	MaxOverride    uint32
+	Unlimited      bool
+	ShadowMode     bool
+	DetailedMetric bool
 	// Rule counts the limit; nil when Unlimited.
 	Rule *policy.Rule
 	File string

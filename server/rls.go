@@ -425,15 +425,21 @@ func (s *Server) shouldRateLimit(req *rlspb.RateLimitRequest) (*rlspb.RateLimitR
 	for i, d := range req.Descriptors {
 		lim := &w.limits[i]
 		*lim = rlsLimit{}
-		if o := d.GetLimit(); o != nil {
-			unit, ok := rls.UnitOfEnum(int32(o.Unit))
-			if r := ld.cfg.Override(domain, unit); ok && r != nil {
-				*lim = rlsLimit{rule: r, unit: unit, rpu: o.RequestsPerUnit, override: true}
-			}
-			continue
-		}
 		w.entries = appendEntries(w.entries[:0], d)
 		l := ld.cfg.Find(domain, w.entries)
+		if o := d.GetLimit(); o != nil {
+			unit, ok := rls.UnitOfEnum(int32(o.Unit))
+			if !ok || l == nil || l.MaxOverride == 0 || l.Unit != unit {
+				// Envoy's override: a fixed window of its own, as in
+				// envoyproxy/ratelimit.
+				if r := ld.cfg.Override(domain, unit); ok && r != nil {
+					*lim = rlsLimit{rule: r, unit: unit, rpu: o.RequestsPerUnit, override: true}
+				}
+				continue
+			}
+			// sluice's max_requests_per_unit: the override changes the
+			// configured limit, up to the cap (below).
+		}
 		if l == nil {
 			continue
 		}
@@ -445,6 +451,9 @@ func (s *Server) shouldRateLimit(req *rlspb.RateLimitRequest) (*rlspb.RateLimitR
 			continue
 		}
 		*lim = rlsLimit{l: l, rule: l.Rule, unit: l.Unit, rpu: l.RequestsPerUnit, name: l.Name}
+		if o := d.GetLimit(); o != nil {
+			lim.rpu, lim.override = min(o.RequestsPerUnit, l.MaxOverride), true
+		}
 	}
 	// Every descriptor is checked before the first one is counted, so a
 	// refused request changes nothing, as a refused HIT.
@@ -556,7 +565,7 @@ func (s *Server) shouldRateLimit(req *rlspb.RateLimitRequest) (*rlspb.RateLimitR
 func (s *Server) countRLS(ld *loadedRLS, w *rlsWork, lim *rlsLimit, d *rlcommon.RateLimitDescriptor, out *policy.Outcome, hits int64, shadow bool) {
 	var c *rlsCounts
 	switch {
-	case lim.override:
+	case lim.l == nil: // Envoy's override
 		c = ld.override[lim.rule.Operation[0].Value]
 	case lim.l.DetailedMetric:
 		w.entries = appendEntries(w.entries[:0], d)

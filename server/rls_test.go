@@ -77,6 +77,11 @@ descriptors:
       requests_per_unit: 10
       algorithm: token_bucket
       burst: 2
+  - key: plan
+    rate_limit:
+      unit: minute
+      requests_per_unit: 3
+      max_requests_per_unit: 5
   - key: detailed
     detailed_metric: true
     rate_limit:
@@ -245,6 +250,39 @@ func TestRLSOverride(t *testing.T) {
 	resp := f.call(t, &rlspb.RateLimitRequest{Domain: "nope", Descriptors: []*rlcommon.RateLimitDescriptor{d}})
 	if resp.OverallCode != rlspb.RateLimitResponse_OK || resp.Statuses[0].CurrentLimit != nil {
 		t.Fatalf("override in an unknown domain: %v", resp)
+	}
+}
+
+// TestRLSOverrideCapped: with sluice's max_requests_per_unit, a request's
+// override in the limit's unit changes the configured limit (its
+// counter, its algorithm), capped; in another unit it is Envoy's.
+func TestRLSOverrideCapped(t *testing.T) {
+	f := newRLS(t, Config{})
+	over := func(value string, rpu uint32, unit typev3.RateLimitUnit) *rlcommon.RateLimitDescriptor {
+		d := desc("plan", value)
+		d.Limit = &rlcommon.RateLimitDescriptor_RateLimitOverride{RequestsPerUnit: rpu, Unit: unit}
+		return d
+	}
+	for i := uint32(1); i <= 5; i++ {
+		st := f.one(t, over("a", 100, typev3.RateLimitUnit_MINUTE))
+		checkStatus(t, "capped at 5", st, rlspb.RateLimitResponse_OK, 5-i, 26)
+		if st.CurrentLimit.RequestsPerUnit != 5 {
+			t.Fatalf("current_limit %v; want the cap, 5", st.CurrentLimit)
+		}
+	}
+	checkStatus(t, "6th", f.one(t, over("a", 100, typev3.RateLimitUnit_MINUTE)), rlspb.RateLimitResponse_OVER_LIMIT, 0, 26)
+	// The same counter without the override: its own limit, 3, is used up.
+	checkStatus(t, "no override", f.one(t, desc("plan", "a")), rlspb.RateLimitResponse_OVER_LIMIT, 0, 26)
+	checkStatus(t, "another value", f.one(t, desc("plan", "b")), rlspb.RateLimitResponse_OK, 2, 26)
+	checkStatus(t, "a lower override", f.one(t, over("d", 2, typev3.RateLimitUnit_MINUTE)), rlspb.RateLimitResponse_OK, 1, 26)
+	// Another unit: Envoy's override, its own fixed window, uncapped.
+	st := f.one(t, over("c", 100, typev3.RateLimitUnit_HOUR))
+	checkStatus(t, "other unit", st, rlspb.RateLimitResponse_OK, 99, 2366)
+	if m := rlsMetrics(t, f.srv, "test", "plan"); m["total_hits"] != 9 || m["over_limit"] != 2 || m["within_limit"] != 7 {
+		t.Fatalf("plan metrics %v; want 9 hits, 2 over, 7 within", m)
+	}
+	if m := rlsMetrics(t, f.srv, "test", "override"); m["total_hits"] != 1 {
+		t.Fatalf("override metrics %v; want 1 hit", m)
 	}
 }
 
