@@ -282,9 +282,11 @@ func (s *Server) RLSAddr() net.Addr {
 	return s.rls.mu.ln.Addr()
 }
 
-// closeRLS stops the listener: calls under way finish, within the
-// shutdown timeout. Close calls it.
-func (s *Server) closeRLS(forceAt time.Time) {
+// closeRLS starts stopping the listener, in the background: calls under
+// way finish, until forceAt, when the rest are cut off. Close calls it as
+// it starts, alongside the other listeners, and at its end calls the
+// returned function, which waits.
+func (s *Server) closeRLS(forceAt time.Time) (wait func()) {
 	st := &s.rls
 	st.mu.Lock()
 	srv := st.mu.srv
@@ -292,23 +294,28 @@ func (s *Server) closeRLS(forceAt time.Time) {
 	st.mu.closed = true
 	st.mu.Unlock()
 	if already {
-		return
+		return func() {}
 	}
 	close(st.stop)
 	if srv == nil {
-		return
+		return func() {}
 	}
 	st.health.Shutdown() // NOT_SERVING to watchers while calls drain
 	done := make(chan struct{})
 	go func() {
-		srv.GracefulStop()
+		stopped := make(chan struct{})
+		go func() {
+			srv.GracefulStop()
+			close(stopped)
+		}()
+		select {
+		case <-stopped:
+		case <-s.after(time.Until(forceAt)):
+			srv.Stop()
+		}
 		close(done)
 	}()
-	select {
-	case <-done:
-	case <-s.after(time.Until(forceAt)):
-		srv.Stop()
-	}
+	return func() { <-done }
 }
 
 // rlsHealthLoop keeps the health service's status (for Watch) in step with

@@ -382,8 +382,9 @@ func (s *Server) Close() error {
 	defer close(s.done)
 	defer s.authLog.stop(s)
 	defer s.closeHTTP() // last: /readyz answers 503 while connections drain
-	defer s.closeRLS(forceAt)
-	s.stopSweeper() // also ends a running COMPACT early
+	s.stopSweeper()     // also ends a running COMPACT early
+	// The gRPC listener stops now, alongside the others; waited for at the end.
+	defer s.closeRLS(forceAt)()
 	divvyDone := make(chan struct{})
 	go func() {
 		s.closeDivvy(forceAt, rest)
