@@ -68,7 +68,7 @@ type rlsState struct {
 	}
 	loadMu sync.Mutex // one load at a time
 	health *health.Server
-	stop   chan struct{} // closed by closeRLS: ends the health updates
+	stop   chan struct{} // closed by closeRLS: ends the Watch streams
 
 	work sync.Pool // *rlsWork
 
@@ -262,7 +262,6 @@ func (s *Server) ServeRLS(ln net.Listener) error {
 	st.mu.srv, st.mu.ln = srv, ln
 	st.mu.Unlock()
 	s.updateRLSHealth()
-	go s.rlsHealthLoop()
 	s.log.Info("serving Envoy's rate limit service (gRPC)", "addr", ln.Addr().String(), "config", st.dir, "tls", s.tls != nil)
 	s.warnIfExposed(ln.Addr())
 	err := srv.Serve(&rlsAdmitListener{Listener: ln, srv: s})
@@ -296,11 +295,12 @@ func (s *Server) closeRLS(forceAt time.Time) (wait func()) {
 	if already {
 		return func() {}
 	}
-	close(st.stop)
 	if srv == nil {
+		close(st.stop)
 		return func() {}
 	}
-	st.health.Shutdown() // NOT_SERVING to watchers while calls drain
+	st.health.Shutdown() // Check answers NOT_SERVING while calls drain
+	close(st.stop)       // ends the Watch streams
 	done := make(chan struct{})
 	go func() {
 		stopped := make(chan struct{})
@@ -318,21 +318,6 @@ func (s *Server) closeRLS(forceAt time.Time) (wait func()) {
 	return func() { <-done }
 }
 
-// rlsHealthLoop keeps the health service's status (for Watch) in step with
-// the store; Check computes it afresh.
-func (s *Server) rlsHealthLoop() {
-	t := time.NewTicker(time.Second)
-	defer t.Stop()
-	for {
-		select {
-		case <-s.rls.stop:
-			return
-		case <-t.C:
-			s.updateRLSHealth()
-		}
-	}
-}
-
 func (s *Server) updateRLSHealth() {
 	st := healthpb.HealthCheckResponse_SERVING
 	if s.notReady() != "" {
@@ -342,10 +327,46 @@ func (s *Server) updateRLSHealth() {
 	s.rls.health.SetServingStatus(rlsServiceName, st)
 }
 
-// rlsHealth answers Check with the store's state at the time of the call.
+// rlsHealth answers Check with the store's state at the time of the call,
+// and Watch by looking at it once a second; Watch streams end when the
+// server closes, so that they do not hold its graceful stop.
 type rlsHealth struct {
 	*health.Server
 	s *Server
+}
+
+// rlsWatchInterval is how often a Watch stream looks at the store's state.
+const rlsWatchInterval = time.Second
+
+// Watch implements grpc.health.v1.Health/Watch.
+func (h rlsHealth) Watch(in *healthpb.HealthCheckRequest, stream healthpb.Health_WatchServer) error {
+	t := time.NewTicker(rlsWatchInterval)
+	defer t.Stop()
+	last := healthpb.HealthCheckResponse_ServingStatus(-1)
+	send := func(st healthpb.HealthCheckResponse_ServingStatus) error {
+		if st == last {
+			return nil
+		}
+		last = st
+		return stream.Send(&healthpb.HealthCheckResponse{Status: st})
+	}
+	for {
+		st := healthpb.HealthCheckResponse_SERVICE_UNKNOWN
+		if resp, err := h.Check(stream.Context(), in); err == nil {
+			st = resp.Status
+		}
+		if err := send(st); err != nil {
+			return err
+		}
+		select {
+		case <-stream.Context().Done():
+			return stream.Context().Err()
+		case <-h.s.rls.stop:
+			_ = send(healthpb.HealthCheckResponse_NOT_SERVING)
+			return status.Error(codes.Unavailable, "server is shutting down")
+		case <-t.C:
+		}
+	}
 }
 
 // After closeRLS has called Shutdown, the health server ignores the update

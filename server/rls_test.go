@@ -620,3 +620,41 @@ func TestRLSSlidingLogTakesOneHit(t *testing.T) {
 		t.Fatalf("4th on the log: %v", st)
 	}
 }
+
+// TestRLSHealthWatchEndsAtClose: a Watch stream says SERVING, then
+// NOT_SERVING when the server closes, and ends, so that it does not hold
+// the graceful stop until the shutdown timeout.
+func TestRLSHealthWatchEndsAtClose(t *testing.T) {
+	f := newRLS(t, Config{ShutdownTimeout: time.Hour})
+	h := healthpb.NewHealthClient(dialRLS(t, f.addr, nil))
+	// The deadline is a guard: a stream that does not end at Close ends
+	// with DeadlineExceeded instead of Unavailable.
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	w, err := h.Watch(ctx, &healthpb.HealthCheckRequest{Service: "envoy.service.ratelimit.v3.RateLimitService"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if resp, err := w.Recv(); err != nil || resp.Status != healthpb.HealthCheckResponse_SERVING {
+		t.Fatalf("first: %v %v", resp, err)
+	}
+	unknown, err := h.Watch(ctx, &healthpb.HealthCheckRequest{Service: "no.such.Service"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if resp, err := unknown.Recv(); err != nil || resp.Status != healthpb.HealthCheckResponse_SERVICE_UNKNOWN {
+		t.Fatalf("unknown service: %v %v", resp, err)
+	}
+	closed := make(chan struct{})
+	go func() {
+		f.srv.Close()
+		close(closed)
+	}()
+	if resp, err := w.Recv(); err != nil || resp.Status != healthpb.HealthCheckResponse_NOT_SERVING {
+		t.Fatalf("at close: %v %v", resp, err)
+	}
+	if _, err := w.Recv(); status.Code(err) != codes.Unavailable {
+		t.Fatalf("the stream ended with %v; want Unavailable, as the server closed", err)
+	}
+	<-closed
+}
