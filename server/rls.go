@@ -109,6 +109,12 @@ type rlsWork struct {
 	replaced map[string]bool
 }
 
+// The request fields' names, as policy.Request holds them; read-only.
+var (
+	rlsDescriptorKey = []byte(rls.DescriptorField)
+	rlsOverrideKey   = []byte(rls.OverrideField)
+)
+
 // rlsLimit is what applies to one descriptor.
 type rlsLimit struct {
 	l         *rls.Limit // nil for none or an override
@@ -369,8 +375,9 @@ func (h rlsHealth) Watch(in *healthpb.HealthCheckRequest, stream healthpb.Health
 	}
 }
 
-// After closeRLS has called Shutdown, the health server ignores the update
-// and answers NOT_SERVING.
+// Check implements grpc.health.v1.Health/Check with the store's state
+// now. After closeRLS has called Shutdown, the health server ignores the
+// update and answers NOT_SERVING.
 func (h rlsHealth) Check(ctx context.Context, in *healthpb.HealthCheckRequest) (*healthpb.HealthCheckResponse, error) {
 	h.s.updateRLSHealth()
 	return h.Server.Check(ctx, in)
@@ -440,7 +447,14 @@ func (s *Server) shouldRateLimit(req *rlspb.RateLimitRequest) (*rlspb.RateLimitR
 	}
 	ld := s.rls.cur.Load()
 	w := s.rls.work.Get().(*rlsWork)
-	defer s.rls.work.Put(w)
+	defer func() {
+		// Nothing of this request or of a configuration a reload
+		// replaces stays reachable from the pool.
+		clear(w.entries[:cap(w.entries)])
+		clear(w.limits)
+		clear(w.outs)
+		s.rls.work.Put(w)
+	}()
 	now := s.clock()
 	domain := req.Domain
 	n := len(req.Descriptors)
@@ -515,10 +529,10 @@ func (s *Server) shouldRateLimit(req *rlspb.RateLimitRequest) (*rlspb.RateLimitR
 		}
 		w.entries = appendEntries(w.entries[:0], d)
 		w.actor = rls.AppendDescriptor(w.actor[:0], w.entries)
-		w.req = append(w.req[:0], policy.Field{Key: []byte(rls.DescriptorField), Value: w.actor})
+		w.req = append(w.req[:0], policy.Field{Key: rlsDescriptorKey, Value: w.actor})
 		if lim.override {
 			w.rpu = rls.FormatOverride(w.rpu[:0], lim.rpu)
-			w.req = append(w.req, policy.Field{Key: []byte(rls.OverrideField), Value: w.rpu})
+			w.req = append(w.req, policy.Field{Key: rlsOverrideKey, Value: w.rpu})
 		}
 		before := w.batch.Len()
 		out, err := s.hitRule(&w.h, ld.lp, lim.rule, w.req, hitsAddend(req, d), false, w.batch, nowNs)
