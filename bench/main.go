@@ -6,6 +6,7 @@
 //	go run ./bench --compare redis --scenario pipelined       # sluice vs Redis INCR and Lua
 //	go run ./bench --compare redis --scenario all --write-docs docs/benchmarks.md
 //	go run ./bench --compare redis --pin --scenario limiters --redis-cell path/to/libredis_cell.so
+//	go run ./bench --pin --scenario rls                        # Envoy's ShouldRateLimit over gRPC
 //
 // It reports throughput and latency percentiles from an HDR histogram, and,
 // for servers it started, their CPU time and peak RSS from /proc. Run it
@@ -131,7 +132,7 @@ func mainErr(args []string, stdout, stderr io.Writer) error {
 	fs.BoolVar(&o.spawn, "spawn", false, "build and start sluice with a fresh data directory, and report its CPU and peak RSS")
 	fs.StringVar(&o.serverFlags, "server-flags", "", "extra flags for the sluice the harness starts, e.g. \"--fsync always\"")
 	fs.StringVar(&o.compare, "compare", "", "also run the workload against redis-server, the Redis way of doing what its sluice command does (value: redis): for RL.PREDUCE, INCR and the EVALSHA token bucket; for CL.*, redis-cell and INCR+EXPIRE; for FW.*, INCR+EXPIRE, the same in MULTI/EXEC, and the EVALSHA fixed window; for ROLL.LIMIT, rolling-rate-limiter's MULTI of ZREMRANGEBYSCORE, ZADD, ZRANGE WITHSCORES and EXPIRE")
-	fs.StringVar(&o.scenario, "scenario", "", "preset: "+strings.Join(scenarioNames(), ", ")+"; or all ("+strings.Join(groupNames(groupMain), ", ")+"); or limiters ("+strings.Join(groupNames(groupLimiters), ", ")+"); or roll ("+strings.Join(groupNames(groupRoll), ", ")+"); or sweep (the idle sweep, sluice alone)")
+	fs.StringVar(&o.scenario, "scenario", "", "preset: "+strings.Join(scenarioNames(), ", ")+"; or all ("+strings.Join(groupNames(groupMain), ", ")+"); or limiters ("+strings.Join(groupNames(groupLimiters), ", ")+"); or roll ("+strings.Join(groupNames(groupRoll), ", ")+"); or sweep (the idle sweep, sluice alone); or rls (Envoy's ShouldRateLimit over gRPC, sluice alone)")
 	fs.StringVar(&o.serverBin, "server-bin", "", "a sluice binary to start instead of building ./cmd/sluice")
 	fs.StringVar(&o.redisCell, "redis-cell", os.Getenv("SLUICE_BENCH_REDIS_CELL"), "with --compare redis: the redis-cell module (libredis_cell.so, built for the installed Redis) to load with --loadmodule for the CL.THROTTLE row; without it that row is skipped (env SLUICE_BENCH_REDIS_CELL)")
 	fs.BoolVar(&o.pin, "pin", false, "one core per server: start sluice and redis-server under taskset -c 0 and move the load generator to CPU 1 (needs 2 CPUs and taskset)")
@@ -169,6 +170,9 @@ func mainErr(args []string, stdout, stderr io.Writer) error {
 		if err := pinGenerator(); err != nil {
 			return err
 		}
+	}
+	if o.scenario == "rls" {
+		return runRLS(o, stdout)
 	}
 	if o.scenario == "sweep" {
 		sc, err := sweepScenario(o)

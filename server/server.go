@@ -149,6 +149,20 @@ type Config struct {
 	// Cluster, when set, serves the Redis Cluster protocol (cluster.go);
 	// nil: standalone.
 	Cluster *ClusterConfig
+	// RLSConfigDir is a directory of envoyproxy/ratelimit YAML files for
+	// Envoy's rate limit service (ServeRLS). New loads it and fails with
+	// its validation error; ReloadRLS reads it again. Empty: no RLS.
+	RLSConfigDir string
+	// RLSResponseHeaders adds the RateLimit-Limit, RateLimit-Remaining
+	// and RateLimit-Reset headers to every RLS reply with a limit
+	// (envoyproxy/ratelimit's LIMIT_RESPONSE_HEADERS_ENABLED).
+	RLSResponseHeaders bool
+	// RLSMaxMessage is the largest gRPC request accepted, in bytes;
+	// default DefaultRLSMaxMessage.
+	RLSMaxMessage int
+	// RLSMaxStreams is the most gRPC calls in flight on one connection;
+	// default DefaultRLSMaxStreams.
+	RLSMaxStreams int
 }
 
 // Defaults for Config.
@@ -201,6 +215,7 @@ type Server struct {
 	pol      policyState
 	divvy    divvyState
 	check    checkState
+	rls      rlsState
 	adm      admission
 	authLog  authLog
 	mem      memState
@@ -322,6 +337,9 @@ func New(cfg Config) (*Server, error) {
 	s.cmds = commandTable()
 	s.initCheck()
 	s.initMetrics()
+	if err := s.initRLS(); err != nil {
+		return nil, err
+	}
 	s.done = make(chan struct{})
 	s.after = time.After
 	s.sweep.stop = make(chan struct{})
@@ -389,6 +407,8 @@ func (s *Server) Close() error {
 	defer s.closeHTTP() // last: /readyz answers 503 while connections drain
 	s.closeCheck()      // first: its requests finish before the store may close
 	s.stopSweeper()     // also ends a running COMPACT early
+	// The gRPC listener stops now, alongside the others; waited for at the end.
+	defer s.closeRLS(forceAt)()
 	divvyDone := make(chan struct{})
 	go func() {
 		s.closeDivvy(forceAt, rest)

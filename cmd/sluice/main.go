@@ -19,6 +19,7 @@ import (
 	"time"
 
 	"github.com/sluicehq/sluice/policy"
+	"github.com/sluicehq/sluice/rls"
 	"github.com/sluicehq/sluice/server"
 	"github.com/sluicehq/sluice/storage"
 )
@@ -103,11 +104,16 @@ type config struct {
 	divvyMaxPipeline int
 	divvyTimeout     int
 
-	check          checkFlags
-	clusterNodes   string
-	clusterSize    int
-	clusterOrdinal int
-	clusterTimeout time.Duration
+	check              checkFlags
+	clusterNodes       string
+	clusterSize        int
+	clusterOrdinal     int
+	clusterTimeout     time.Duration
+	rlsAddr            string
+	rlsConfig          string
+	rlsResponseHeaders bool
+	rlsMaxMessage      byteSize
+	rlsMaxStreams      int
 }
 
 func newFlagSet(cfg *config, stderr io.Writer) *flag.FlagSet {
@@ -172,6 +178,12 @@ func newFlagSet(cfg *config, stderr io.Writer) *flag.FlagSet {
 	fs.IntVar(&cfg.clusterSize, "cluster-size", 0, "cluster mode: the number of initial nodes when --cluster-nodes is a template")
 	fs.IntVar(&cfg.clusterOrdinal, "cluster-ordinal", -1, "cluster mode: this node's ordinal in --cluster-nodes; -1 takes the number after the last - of the hostname (a StatefulSet pod's)")
 	fs.DurationVar(&cfg.clusterTimeout, "cluster-forward-timeout", server.DefaultForwardTimeout, "cluster mode: the most one HIT counter forwarded to the node owning it may take, connecting included")
+	cfg.rlsMaxMessage = server.DefaultRLSMaxMessage
+	fs.StringVar(&cfg.rlsAddr, "rls-addr", "", "gRPC listen address for Envoy's rate limit service (ShouldRateLimit and gRPC health; conventionally 127.0.0.1:8081); empty turns it off")
+	fs.StringVar(&cfg.rlsConfig, "rls-config", "", "directory of envoyproxy/ratelimit YAML files (*.yaml, *.yml) for --rls-addr; reloaded on SIGHUP")
+	fs.BoolVar(&cfg.rlsResponseHeaders, "rls-response-headers", false, "add RateLimit-Limit, RateLimit-Remaining and RateLimit-Reset to rate limit service replies (envoyproxy/ratelimit's LIMIT_RESPONSE_HEADERS_ENABLED)")
+	fs.Var(&cfg.rlsMaxMessage, "rls-max-message", "largest gRPC request the rate limit service accepts")
+	fs.IntVar(&cfg.rlsMaxStreams, "rls-max-streams", server.DefaultRLSMaxStreams, "most rate limit service calls in flight on one gRPC connection")
 	fs.BoolVar(&cfg.showVersion, "version", false, "print the version and exit")
 	fs.Usage = func() {
 		fmt.Fprintf(fs.Output(), "Usage: sluice [flags]\n       sluice inspect [flags]   (lists stored records offline; see sluice inspect --help)\n       sluice health [flags]    (exits 0 when a server is ready, for a HEALTHCHECK; see sluice health --help)\n       sluice backup [flags]    (takes a backup of a running server over HTTP; see sluice backup --help)\n       sluice cluster rebalance|move|show [flags]   (reshards a cluster online; see sluice cluster rebalance --help)\n\nsluice is a persistent rate-limit server that speaks the Redis protocol.\nEvery flag can also be set with the environment variable shown; a flag on\nthe command line wins.\n\n")
@@ -223,13 +235,13 @@ func parseConfig(args []string, lookupEnv func(string) (string, bool), stderr io
 	if fs.NArg() > 0 {
 		return cfg, fmt.Errorf("unexpected argument %q: sluice takes only flags (see --help)", fs.Arg(0))
 	}
-	for name, v := range map[string]int{"max-args": cfg.maxArgs, "maxclients": cfg.maxClients, "divvy-max-pipeline": cfg.divvyMaxPipeline} {
+	for name, v := range map[string]int{"max-args": cfg.maxArgs, "maxclients": cfg.maxClients, "divvy-max-pipeline": cfg.divvyMaxPipeline, "rls-max-streams": cfg.rlsMaxStreams} {
 		if v < 1 {
 			return cfg, fmt.Errorf("--%s %d: want at least 1", name, v)
 		}
 	}
-	for name, v := range map[string]byteSize{"max-bulk": cfg.maxBulk, "max-key-size": cfg.maxKeySize, "max-inline": cfg.maxInline, "max-query-buffer": cfg.maxQueryBuffer, "max-reply-buffer": cfg.maxReplyBuffer, "max-multi-bytes": cfg.maxMultiBytes,
-		"cache-size": cfg.cacheSize, "memtable-size": cfg.memtableSize, "divvy-max-line": cfg.divvyMaxLine, "commit-queue-memory": cfg.commitQueueMem} {
+	for name, v := range map[string]byteSize{"max-bulk": cfg.maxBulk, "max-key-size": cfg.maxKeySize, "max-inline": cfg.maxInline, "max-query-buffer": cfg.maxQueryBuffer, "max-reply-buffer": cfg.maxReplyBuffer,
+		"cache-size": cfg.cacheSize, "memtable-size": cfg.memtableSize, "divvy-max-line": cfg.divvyMaxLine, "commit-queue-memory": cfg.commitQueueMem, "rls-max-message": cfg.rlsMaxMessage} {
 		if v < 1 {
 			return cfg, fmt.Errorf("--%s %d: want at least 1 byte", name, v)
 		}
@@ -280,6 +292,12 @@ func parseConfig(args []string, lookupEnv func(string) (string, bool), stderr io
 	}
 	if cfg.clusterTimeout <= 0 {
 		return cfg, fmt.Errorf("--cluster-forward-timeout %v: want a positive duration", cfg.clusterTimeout)
+	}
+	if cfg.rlsAddr != "" && cfg.rlsConfig == "" {
+		return cfg, errors.New("--rls-addr needs --rls-config: the rate limit service answers from a directory of envoyproxy/ratelimit YAML files")
+	}
+	if cfg.rlsMaxMessage > 1<<30 {
+		return cfg, fmt.Errorf("--rls-max-message %d: want at most 1GiB", cfg.rlsMaxMessage)
 	}
 	if cfg.onStoreError != "deny" && cfg.onStoreError != "allow" {
 		return cfg, fmt.Errorf("--on-store-error %q: want deny or allow", cfg.onStoreError)
@@ -376,6 +394,11 @@ func runReloading(ctx context.Context, hup <-chan os.Signal, args []string, look
 	if clusterCfg != nil {
 		clusterCfg.ForwardTimeout = cfg.clusterTimeout
 	}
+	if cfg.rlsConfig != "" {
+		if _, err := rls.Load(cfg.rlsConfig); err != nil {
+			return fmt.Errorf("--rls-config: %w", err)
+		}
+	}
 	files, err := fdBudget(log)
 	if err != nil {
 		return err
@@ -442,8 +465,12 @@ func runReloading(ctx context.Context, hup <-chan os.Signal, args []string, look
 		DivvyMaxPipeline: cfg.divvyMaxPipeline,
 		DivvyIdleTimeout: time.Duration(cfg.divvyTimeout) * time.Second,
 
-		Check:   cfg.check.serverConfig(),
-		Cluster: clusterCfg,
+		Check:              cfg.check.serverConfig(),
+		Cluster:            clusterCfg,
+		RLSConfigDir:       cfg.rlsConfig,
+		RLSResponseHeaders: cfg.rlsResponseHeaders,
+		RLSMaxMessage:      int(cfg.rlsMaxMessage),
+		RLSMaxStreams:      cfg.rlsMaxStreams,
 	})
 	if err != nil {
 		store.Close()
@@ -485,9 +512,24 @@ func runReloading(ctx context.Context, hup <-chan os.Signal, args []string, look
 			return fmt.Errorf("listen on --check-addr %s: %w", cfg.check.addr, err)
 		}
 	}
-	httpAddr, divvyAddr, checkAddr := "", "", ""
+	var rlsLn net.Listener
+	if cfg.rlsAddr != "" {
+		if rlsLn, err = net.Listen("tcp", cfg.rlsAddr); err != nil {
+			for _, l := range []net.Listener{ln, httpLn, divvyLn, checkLn} {
+				if l != nil {
+					l.Close()
+				}
+			}
+			store.Close()
+			return fmt.Errorf("listen on --rls-addr %s: %w", cfg.rlsAddr, err)
+		}
+	}
+	httpAddr, divvyAddr, checkAddr, rlsAddr := "", "", "", ""
 	if checkLn != nil {
 		checkAddr = checkLn.Addr().String()
+	}
+	if rlsLn != nil {
+		rlsAddr = rlsLn.Addr().String()
 	}
 	if httpLn != nil {
 		httpAddr = httpLn.Addr().String()
@@ -495,8 +537,8 @@ func runReloading(ctx context.Context, hup <-chan os.Signal, args []string, look
 	if divvyLn != nil {
 		divvyAddr = divvyLn.Addr().String()
 	}
-	log.Info("sluice starting", "version", buildVersion(), "addr", ln.Addr().String(), "http_addr", httpAddr, "divvy_addr", divvyAddr, "check_addr", checkAddr, "policy", cfg.policyFile, "data", cfg.data, "fsync", mode.String(), "auth", password != "", "tls", tlsFiles != nil, "fd_limit", files.Limit)
-	serveErr := make(chan error, 4)
+	log.Info("sluice starting", "version", buildVersion(), "addr", ln.Addr().String(), "http_addr", httpAddr, "divvy_addr", divvyAddr, "check_addr", checkAddr, "rls_addr", rlsAddr, "policy", cfg.policyFile, "rls_config", cfg.rlsConfig, "data", cfg.data, "fsync", mode.String(), "auth", password != "", "tls", tlsFiles != nil, "fd_limit", files.Limit)
+	serveErr := make(chan error, 5)
 	go func() { serveErr <- srv.Serve(ln) }()
 	if httpLn != nil {
 		go func() {
@@ -516,6 +558,13 @@ func runReloading(ctx context.Context, hup <-chan os.Signal, args []string, look
 		go func() {
 			if err := srv.ServeCheck(checkLn); err != nil {
 				serveErr <- fmt.Errorf("/check: %w", err)
+			}
+		}()
+	}
+	if rlsLn != nil {
+		go func() {
+			if err := srv.ServeRLS(rlsLn); err != nil {
+				serveErr <- fmt.Errorf("rate limit service: %w", err)
 			}
 		}()
 	}
@@ -539,6 +588,7 @@ wait:
 			if cfg.policyFile != "" {
 				_ = srv.ReloadPolicy() // logs the outcome; a bad file keeps the rules in use
 			}
+			_ = srv.ReloadRLS() // logs the outcome; a bad directory keeps the configuration in use
 		}
 	}
 	if cerr := shutdown(srv, store, cfg.shutdownTimeout, log); cerr != nil {

@@ -45,8 +45,8 @@ type proc struct {
 	logs   *bytes.Buffer
 	// httpAddr and divvyAddr are the HTTP and line-protocol listeners'
 	// addresses, set before addr is.
-	httpAddr, divvyAddr string
-	addrc               chan string // the RESP address, once logged
+	httpAddr, divvyAddr, rlsAddr string
+	addrc                        chan string // the RESP address, once logged
 }
 
 // startProc starts sluice on 127.0.0.1:0 with the data directory dir and
@@ -97,9 +97,10 @@ func startProcAsync(t *testing.T, dir string, env []string, flags ...string) *pr
 				Addr      string `json:"addr"`
 				HTTPAddr  string `json:"http_addr"`
 				DivvyAddr string `json:"divvy_addr"`
+				RLSAddr   string `json:"rls_addr"`
 			}
 			if json.Unmarshal(sc.Bytes(), &line) == nil && line.Msg == "sluice starting" {
-				p.httpAddr, p.divvyAddr = line.HTTPAddr, line.DivvyAddr
+				p.httpAddr, p.divvyAddr, p.rlsAddr = line.HTTPAddr, line.DivvyAddr, line.RLSAddr
 				addrc <- line.Addr
 			}
 		}
