@@ -7,6 +7,8 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"net/netip"
+	"os"
+	"os/exec"
 	"strings"
 	"sync"
 	"testing"
@@ -308,4 +310,30 @@ func TestCheckRateLimitPolicyIsTheRate(t *testing.T) {
 	if allocs["/burst2"] > allocs["/plain"] {
 		t.Errorf("a rule with a burst costs %v allocations per /check, one without %v", allocs["/burst2"], allocs["/plain"])
 	}
+}
+
+// nonLoopbackIPv4 returns an IPv4 address of this machine that is not
+// loopback, for tests of what protected mode does to remote peers. A
+// machine without one (a container with only lo) gets 198.18.0.1/32 added
+// to lo (RFC 2544's benchmarking range: no real peer uses it), which
+// needs root; the test skips only when that is refused, and never under
+// CI=true.
+func nonLoopbackIPv4(t *testing.T) net.IP {
+	t.Helper()
+	if ip := firstNonLoopbackIP(); ip != nil {
+		return ip
+	}
+	const addr = "198.18.0.1/32"
+	out, err := exec.Command("ip", "addr", "add", addr, "dev", "lo").CombinedOutput()
+	switch {
+	case err == nil:
+		t.Cleanup(func() { _ = exec.Command("ip", "addr", "del", addr, "dev", "lo").Run() })
+	case strings.Contains(string(out), "File exists"):
+		// Another test added it and removes it.
+	case os.Getenv("CI") == "true":
+		t.Fatalf("no non-loopback IPv4 address, and ip addr add %s dev lo: %v: %s", addr, err, out)
+	default:
+		t.Skipf("no non-loopback IPv4 address, and ip addr add %s dev lo: %v: %s", addr, err, out)
+	}
+	return net.IPv4(198, 18, 0, 1).To4()
 }

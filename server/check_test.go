@@ -372,10 +372,7 @@ func TestCheckTLS(t *testing.T) {
 	pki := newTestPKI(t)
 	path := policyFile(t, "check.ini", checkPolicy)
 	srv := startServer(t, Config{PolicyFile: path, SweepInterval: -1, TLS: &TLSFiles{Cert: pki.cert, Key: pki.key, CA: pki.ca}})
-	ip := firstNonLoopbackIP()
-	if ip == nil {
-		t.Skip("this machine has no non-loopback IPv4 address to reach /check from")
-	}
+	ip := nonLoopbackIPv4(t)
 	ln, err := net.Listen("tcp", net.JoinHostPort(ip.String(), "0"))
 	if err != nil {
 		t.Fatal(err)
