@@ -252,11 +252,6 @@ func TestCheckUntrustedPeerIsTheClient(t *testing.T) {
 	if w := checkDirect(srv, "GET", "/check", proxy, "X-Plan: free"); w.Header().Get("X-Ratelimit-Resource") != "free" {
 		t.Errorf("the trusted proxy's field header did not reach the rules")
 	}
-	if w := checkDirect(srv, "GET", "/check", outsider, "X-Forwarded-Uri: /other"); w.Code != http.StatusTooManyRequests {
-		// The outsider's own ip counter is spent: any 429 is right; what
-		// matters is the next case.
-		t.Logf("outsider: %d", w.Code)
-	}
 	if w := checkDirect(srv, "GET", "/check/orders", "127.0.0.2:1", "X-Forwarded-Uri: /other"); w.Header().Get("X-Ratelimit-Resource") != "no-orders" {
 		t.Errorf("an untrusted peer's X-Forwarded-Uri chose the path: resource %q, want no-orders (its own path)", w.Header().Get("X-Ratelimit-Resource"))
 	}
