@@ -10,14 +10,24 @@
 //	slot  'g'  key                                                   GCRA (CL.THROTTLE)
 //	slot  'r'  key                                                   sliding log (ROLL.*)
 //	slot  'w'  uvarint window_ms, stagger (0 or 1), key              fixed window (FW.*)
+//	slot  'B'  uvarint max, uvarint refill, uvarint refill_ms, id    tokenBucket rule counter
+//	slot  'G'  id                                                    gcra rule counter
+//	slot  'R'  id                                                    slidingLog rule counter
+//	slot  'W'  uvarint window_ms, stagger (0 or 1), id               fixedWindow rule counter
+//
+// where id is a rule counter's identity: the rule identity (8 bytes) and the
+// actor (policy.Rule.AppendCounterID).
 //
 // The records of one slot are one contiguous key range, so DEL reads one
 // slot and, later, a slot moves between cluster nodes as a range. Inside a
-// slot, the keys of one parameter set still share a prefix. A divvy counter
-// has no client key: its slot is that of its rule identity and actor. The
-// counters of rules with another algorithm (fixedWindow, tokenBucket, gcra,
-// slidingLog) are records of that algorithm's kind whose client key is the
-// rule identity and actor, so their slot is the same (AppendRuleKey).
+// slot, the keys of one parameter set still share a prefix. A rule counter
+// has no client key: its slot is that of its identity. The counters of rules
+// with another algorithm than divvy (fixedWindow, tokenBucket, gcra,
+// slidingLog) have the layout and the value of that algorithm's command
+// kind, but kind bytes of their own, so that no RESP command reaches them:
+// a client that names the bytes of a rule identity and actor as a key of
+// DEL, RL.*, CL.*, FW.* or ROLL.* gets a record of the command's kind, never
+// the rule's counter (AppendRuleKey).
 //
 // Each kind in the registry knows how to split its keys, whether a record
 // is idle (the sweep may delete it), and how to describe a record for
@@ -43,6 +53,13 @@ const (
 	KindGCRA    byte = 'g'
 	KindWindow  byte = 'w'
 	KindLog     byte = 'r'
+
+	// The kinds of rule counters (AppendRuleKey): each has the layout of
+	// the command kind of its letter, in upper case.
+	KindRuleBucket byte = 'B'
+	KindRuleGCRA   byte = 'G'
+	KindRuleWindow byte = 'W'
+	KindRuleLog    byte = 'R'
 )
 
 // HeaderLen is the length of the slot and kind bytes.
@@ -75,26 +92,30 @@ func AppendCounterKey(dst []byte, r *policy.Rule, req policy.Request) []byte {
 // AppendRuleKey appends the store key of the counter of a hit on rule r
 // under limit (r.Limit's), whose identity id is r.AppendCounterID's. A
 // divvy rule's counter is a divvy record, as AppendCounterKey makes; the
-// other algorithms store theirs as the records of their kind, with id as
-// the client key, so the sweep, sluice inspect and INFO's per-kind counts
-// treat them as any other: a fixedWindow rule as a window of its period and
-// stagger, a tokenBucket rule as a bucket of r.BucketParams(limit), a gcra
-// rule as a GCRA key, a slidingLog rule as a log. The slot is id's, as for
+// other algorithms store theirs with the layout and value of their command
+// kind, under a kind byte of their own that no command reaches: a
+// fixedWindow rule as a window of its period and stagger, a tokenBucket
+// rule as a bucket of r.BucketParams(limit), a gcra rule as a GCRA key, a
+// slidingLog rule as a log. The sweep, sluice inspect and INFO's per-kind
+// counts treat them as the records of those kinds. The slot is id's, as for
 // divvy counters.
 func AppendRuleKey(dst []byte, r *policy.Rule, limit int64, id []byte) []byte {
 	switch r.Algorithm {
 	case policy.FixedWindow:
-		return AppendWindowKey(dst, r.PeriodMillis(), r.Stagger, id)
+		return appendWindowKey(dst, KindRuleWindow, r.PeriodMillis(), r.Stagger, id)
 	case policy.TokenBucket:
-		return AppendBucketKey(dst, r.BucketParams(limit), id)
+		p := r.BucketParams(limit)
+		dst = appendHeader(dst, id, KindRuleBucket)
+		dst = binary.AppendUvarint(dst, uint64(p.Max))
+		dst = binary.AppendUvarint(dst, uint64(p.RefillAmount))
+		dst = binary.AppendUvarint(dst, uint64(p.RefillMs))
+		return append(dst, id...)
 	case policy.GCRA:
-		return AppendGCRAKey(dst, id)
+		return append(appendHeader(dst, id, KindRuleGCRA), id...)
 	case policy.SlidingLog:
-		return AppendLogKey(dst, id)
+		return append(appendHeader(dst, id, KindRuleLog), id...)
 	}
-	s := Slot(id)
-	dst = append(dst, byte(s>>8), byte(s), KindCounter)
-	return append(dst, id...)
+	return append(appendHeader(dst, id, KindCounter), id...)
 }
 
 // AppendGCRAKey appends the store key of the CL.THROTTLE key key. Its
@@ -108,7 +129,11 @@ func AppendGCRAKey(dst []byte, key []byte) []byte {
 // windows of ms milliseconds, staggered or not: the counter's identity. The
 // limit is not part of it, so it can change and keep the count.
 func AppendWindowKey(dst []byte, ms int64, stagger bool, key []byte) []byte {
-	dst = appendHeader(dst, key, KindWindow)
+	return appendWindowKey(dst, KindWindow, ms, stagger, key)
+}
+
+func appendWindowKey(dst []byte, kind byte, ms int64, stagger bool, key []byte) []byte {
+	dst = appendHeader(dst, key, kind)
 	dst = binary.AppendUvarint(dst, uint64(ms))
 	var st byte
 	if stagger {
@@ -169,7 +194,7 @@ func Parse(k []byte) (Record, error) {
 }
 
 // ClientKey reports whether the record key k belongs to the client key key:
-// what DEL removes. Divvy counters belong to no client key.
+// what DEL removes. Rule counters belong to no client key.
 func ClientKey(k, key []byte) bool {
 	r, err := Parse(k)
 	return err == nil && r.Kind.HasClientKey && string(r.Key) == string(key)
@@ -243,7 +268,7 @@ type Kind struct {
 	// Class is the kind's storage class, 1 or more: see Class.
 	Class int
 	// HasClientKey is false for kinds whose records belong to no client
-	// key (divvy counters): DEL leaves them alone.
+	// key (rule counters): DEL leaves them alone.
 	HasClientKey bool
 
 	// split returns the length of the parameter bytes at the start of rest,
@@ -287,6 +312,15 @@ var kinds = []*Kind{
 		split: splitWindow, idle: idleWindow, describe: describeWindow},
 	{ID: KindLog, Name: "log", Class: 5, HasClientKey: true,
 		split: func([]byte) (int, bool) { return 0, true }, idle: idleLog, describe: describeLog},
+	// Rule counters: the codecs of their command kinds, no client key.
+	{ID: KindRuleBucket, Name: "rule_bucket", Class: 6,
+		split: splitBucket, idle: idleBucket, describe: describeBucket},
+	{ID: KindRuleGCRA, Name: "rule_gcra", Class: 7,
+		split: func([]byte) (int, bool) { return 0, true }, idle: idleGCRA, describe: describeGCRA},
+	{ID: KindRuleWindow, Name: "rule_window", Class: 8,
+		split: splitWindow, idle: idleWindow, describe: describeWindow},
+	{ID: KindRuleLog, Name: "rule_log", Class: 9,
+		split: func([]byte) (int, bool) { return 0, true }, idle: idleLog, describe: describeLog},
 }
 
 var byID = func() (t [256]*Kind) {
@@ -303,4 +337,4 @@ func Kinds() []*Kind { return kinds }
 func Lookup(id byte) *Kind { return byID[id] }
 
 // MaxClass is the largest Class of a kind.
-const MaxClass = 5
+const MaxClass = 9

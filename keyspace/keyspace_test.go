@@ -130,8 +130,8 @@ resetSeconds = 0
 		kind   byte
 		params string
 	}{
-		{"divvy", KindCounter, ""}, {"fw", KindWindow, "\xe0\xd4\x03\x01"}, {"tb", KindBucket, "\x07\x07\xe0\xd4\x03"}, // the quota, 7 per 60 s,
-		{"gcra", KindGCRA, ""}, {"log", KindLog, ""},
+		{"divvy", KindCounter, ""}, {"fw", KindRuleWindow, "\xe0\xd4\x03\x01"}, {"tb", KindRuleBucket, "\x07\x07\xe0\xd4\x03"}, // the quota, 7 per 60 s,
+		{"gcra", KindRuleGCRA, ""}, {"log", KindRuleLog, ""},
 	} {
 		req, _ := policy.ParseArgs([][]byte{[]byte("a=" + tt.a), []byte("ip=1.2.3.4"), []byte("q=7")}, nil)
 		rule, _ := pol.Match(req, nil)
@@ -150,6 +150,23 @@ resetSeconds = 0
 		}
 		if string(r.Params) != tt.params || !bytes.Equal(r.Key, id) {
 			t.Errorf("%s: params % x key % x, want % x and % x", tt.a, r.Params, r.Key, tt.params, id)
+		}
+		// No command reaches a rule counter: DEL does not match it, and
+		// no command kind's key of the same bytes is it.
+		if r.Kind.HasClientKey || ClientKey(k, id) {
+			t.Errorf("%s: DEL of the counter's identity would delete it", tt.a)
+		}
+		p := rule.BucketParams(limit)
+		for _, cmdKey := range [][]byte{AppendBucketKey(nil, p, id), AppendGCRAKey(nil, id), AppendLogKey(nil, id),
+			AppendWindowKey(nil, rule.PeriodMillis(), rule.Stagger, id), AppendWindowKey(nil, 60000, false, id)} {
+			if bytes.Equal(cmdKey, k) {
+				t.Errorf("%s: the rule counter % x is a command's key", tt.a, k)
+			}
+		}
+		// The sweep and sluice inspect read it with its command kind's
+		// codec.
+		if want := Lookup(tt.kind + 'a' - 'A'); r.Kind.Class == want.Class || r.Kind.Name != "rule_"+want.Name {
+			t.Errorf("%s: kind %s class %d, want its own class and the name rule_%s", tt.a, r.Kind.Name, r.Kind.Class, want.Name)
 		}
 	}
 }
@@ -271,4 +288,50 @@ func FuzzParse(f *testing.F) {
 		}
 		r.Describe(v, t0)
 	})
+}
+
+// TestRuleCounterKindsUseTheirCommandCodecs: a rule counter's record is
+// split, judged idle and described as the command kind's record of the
+// same parameters and value, so the sweep and sluice inspect treat both
+// alike, but it is counted in a class of its own.
+func TestRuleCounterKindsUseTheirCommandCodecs(t *testing.T) {
+	id := []byte("12345678actor")
+	ms := t0 / 1e6
+	p := bucket.Params{Max: 10, RefillAmount: 1, RefillMs: 6000}
+	ruleKey := func(kind byte, cmdKey []byte) []byte {
+		k := append([]byte(nil), cmdKey...)
+		k[2] = kind
+		return k
+	}
+	for _, c := range []struct {
+		name   string
+		kind   byte
+		cmdKey []byte
+		val    []byte
+	}{
+		{"bucket", KindRuleBucket, AppendBucketKey(nil, p, id), bucket.AppendState(nil, bucket.State{Amount: 3, Anchor: ms, LastReduce: ms})},
+		{"gcra", KindRuleGCRA, AppendGCRAKey(nil, id), bucket.AppendGCRAState(nil, bucket.GCRAState{TAT: t0 + 5e9})},
+		{"window", KindRuleWindow, AppendWindowKey(nil, 60000, true, id), bucket.AppendWindowState(nil, bucket.WindowState{End: ms + 30000, Count: 4})},
+		{"log", KindRuleLog, AppendLogKey(nil, id), bucket.AppendLogState(nil, bucket.LogState{Interval: 60000, Entries: []int64{ms * 1000, ms*1000 + 7}})},
+	} {
+		k := ruleKey(c.kind, c.cmdKey)
+		r, err := Parse(k)
+		if err != nil {
+			t.Fatalf("%s: %v", c.name, err)
+		}
+		cr, _ := Parse(c.cmdKey)
+		if !bytes.Equal(r.Params, cr.Params) || !bytes.Equal(r.Key, id) || r.Kind.HasClientKey || Class(k) == Class(c.cmdKey) {
+			t.Errorf("%s: rule counter %+v, command record %+v", c.name, r, cr)
+		}
+		for _, now := range []int64{t0, t0 + 3600e9} {
+			if Idle(k, c.val, now) != Idle(c.cmdKey, c.val, now) {
+				t.Errorf("%s at %d: idle %v, the command kind's %v", c.name, now, Idle(k, c.val, now), Idle(c.cmdKey, c.val, now))
+			}
+			d, err1 := r.Describe(c.val, now)
+			cd, err2 := cr.Describe(c.val, now)
+			if err1 != nil || err2 != nil || d.Params != cd.Params || d.State != cd.State || d.Idle != cd.Idle {
+				t.Errorf("%s: described %+v, %v; the command kind's %+v, %v", c.name, d, err1, cd, err2)
+			}
+		}
+	}
 }

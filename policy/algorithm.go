@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"math"
+	"math/bits"
 
 	"github.com/sluicehq/sluice/bucket"
 )
@@ -146,15 +147,40 @@ func (r *Rule) BurstFor(limit int64) int64 {
 }
 
 // BucketParams are the RL.* parameters of a tokenBucket rule under limit
-// (> 0): capacity BurstFor(limit), refilled at limit per period in the
-// smallest whole steps, limit/g tokens every period/g ms with g =
-// gcd(limit, period ms), so the refill is as smooth as whole tokens allow.
-// The parameters are part of a bucket's key: a hit under another quota
-// uses another bucket (see the package documentation).
+// (> 0): capacity BurstFor(limit), refilled at limit per period. When the
+// smallest exact step, limit/g tokens every period/g ms with g =
+// gcd(limit, period ms), fits in the bucket, that is the refill: exact, and
+// as smooth as whole tokens allow. A larger step would be clamped to the
+// capacity on every refill, and the rate would fall to burst per step
+// (7 per 60 s with burst 1 would let 1 through per minute), so then the
+// bucket gets a tokens every round(period·a/limit) ms, a the smallest count
+// whose interval is at least 50 ms, but at most the burst. The rate is off
+// by the rounding of that interval to whole milliseconds, half a
+// millisecond per interval: under 1% when the interval is 50 ms or more (7
+// per 60 s refills 1 token every 8571 ms, 7.0003 per 60 s), more when the
+// burst forces a shorter one (3000 per 7 s with burst 2: 2 every 5 ms, 400
+// per second instead of 428.6); more than burst per millisecond cannot be
+// met and gets burst per millisecond. The parameters are part of a
+// bucket's key: a hit under another quota uses another bucket (see the
+// package documentation).
 func (r *Rule) BucketParams(limit int64) bucket.Params {
 	ms := r.PeriodMillis()
+	burst := r.BurstFor(limit)
 	g := gcd(limit, ms)
-	return bucket.Params{Max: r.BurstFor(limit), RefillAmount: limit / g, RefillMs: ms / g}
+	if limit/g <= burst {
+		return bucket.Params{Max: burst, RefillAmount: limit / g, RefillMs: ms / g}
+	}
+	// a = ceil(50·limit/ms), by parts so that it cannot overflow: rem < ms
+	// <= MaxInt64/1000.
+	q, rem := limit/ms, limit%ms
+	a := satAdd(satMul(50, q), (50*rem+ms-1)/ms)
+	a = max(1, min(a, burst))
+	// round(ms·a/limit) in 128 bits: ms·a may overflow int64, the quotient
+	// (at most 51 + ms/limit) does not.
+	hi, lo := bits.Mul64(uint64(ms), uint64(a))
+	lo, carry := bits.Add64(lo, uint64(limit/2), 0)
+	iv, _ := bits.Div64(hi+carry, lo, uint64(limit))
+	return bucket.Params{Max: burst, RefillAmount: a, RefillMs: max(int64(iv), 1)}
 }
 
 func gcd(a, b int64) int64 {
@@ -224,6 +250,9 @@ func (f *fieldSet) checkAlgorithm() (field, problem string) {
 		return "quotaField", "quotaField needs maxQuota, the largest quota a request may ask for"
 	case f.given["maxQuota"] && !f.given["quotaField"]:
 		return "maxQuota", "maxQuota applies only with quotaField, the request field that holds the quota"
+	case f.given["quotaField"] && r.CreditLimit > r.MaxQuota:
+		// A missing or malformed quota falls back to creditLimit (Limit).
+		return "maxQuota", fmt.Sprintf("maxQuota is %d, less than creditLimit %d, which a request without a valid quota gets; expected maxQuota of at least creditLimit, so that no request gets more than a valid quota could ask for", r.MaxQuota, r.CreditLimit)
 	case f.given["burst"] && r.Burst < 1:
 		return "burst", "burst is 0; expected a positive integer (leave it out for a burst of the limit)"
 	}

@@ -6,6 +6,8 @@ import (
 	"math"
 	"strings"
 	"testing"
+
+	"github.com/sluicehq/sluice/bucket"
 )
 
 // algoFields is what a rule says about its algorithm and quota.
@@ -58,8 +60,8 @@ func TestAlgorithmFields(t *testing.T) {
 			algoFields{Algorithm: SlidingLog}},
 		{"quota divvy", "quotaField = quota\nmaxQuota = 1000\n", `"quotaField": "quota", "maxQuota": 1000,`,
 			algoFields{QuotaField: "quota", MaxQuota: 1000}},
-		{"quota gcra", "algorithm = gcra\nquotaField = 'x-quota'\nmaxQuota = 0\n", `"algorithm": "gcra", "quotaField": "x-quota", "maxQuota": 0,`,
-			algoFields{Algorithm: GCRA, QuotaField: "x-quota"}},
+		{"quota gcra", "algorithm = gcra\nquotaField = 'x-quota'\nmaxQuota = 5\n", `"algorithm": "gcra", "quotaField": "x-quota", "maxQuota": 5,`,
+			algoFields{Algorithm: GCRA, QuotaField: "x-quota", MaxQuota: 5}},
 		{"slidingLog quota at the bound", "algorithm = slidingLog\nquotaField = q\nmaxQuota = 100000\n",
 			`"algorithm": "slidingLog", "quotaField": "q", "maxQuota": 100000,`, algoFields{Algorithm: SlidingLog, QuotaField: "q", MaxQuota: 100000}},
 		{"huge divvy period loads as before", "resetSeconds = 9223372036854775807\n", `"resetSeconds": 9223372036854775807,`, algoFields{}},
@@ -191,6 +193,11 @@ func TestAlgorithmValidationErrors(t *testing.T) {
 		{"gcra burst with the smallest quota overflows", "t.ini", "[default]\nalgorithm = gcra\nburst = 200000000\nquotaField = q\nmaxQuota = 1000\ncreditLimit = 1000\nresetSeconds = 60\n",
 			`t.ini:3: rule 1 [default]: gcra with limit 1 per 60 s cannot be computed in int64 time: max_burst: 199999999: (max_burst + 1) × emission interval (60000000000 ns) overflows int64: want at most 153722866 for this rate`},
 
+		{"maxQuota below creditLimit", "t.ini", "[default]\nalgorithm = gcra\ncreditLimit = 1000\nresetSeconds = 60\nquotaField = q\nmaxQuota = 10\n",
+			`t.ini:6: rule 1 [default]: maxQuota is 10, less than creditLimit 1000, which a request without a valid quota gets; expected maxQuota of at least creditLimit, so that no request gets more than a valid quota could ask for`},
+		{"json maxQuota below creditLimit", "t.json", "{\"default\": {\"creditLimit\": 5, \"resetSeconds\": 1,\n\"quotaField\": \"q\", \"maxQuota\": 4}}",
+			`t.json:2: rule 1 [default]: maxQuota is 4, less than creditLimit 5, which a request without a valid quota gets; expected maxQuota of at least creditLimit, so that no request gets more than a valid quota could ask for`},
+
 		{"unknown field lists the new ones", "t.ini", "[default]\nalgo = gcra\n" + iniBody,
 			`t.ini:2: rule 1 [default]: unknown field "algo"; the fields are creditLimit, resetSeconds, algorithm, stagger, burst, minGapMillis, quotaField, maxQuota, actorField, matchPolicy, label and comment`},
 	}
@@ -296,3 +303,76 @@ func TestPeriodAndParams(t *testing.T) {
 // oldDivvyID is the identity of TestCounterIdentity's rule as the code
 // before algorithms computed it.
 const oldDivvyID = "d359ea5f3d042446"
+
+// TestTokenBucketRateWithSmallBurst: a tokenBucket rule lets its limit
+// through per period over a long stretch whatever its burst, also when the
+// smallest exact refill step (limit/gcd(limit, period ms) tokens) is more
+// than the burst: counted over ten periods of a hit every 10 ms, under the
+// rule's own limit and under per-request quotas.
+func TestTokenBucketRateWithSmallBurst(t *testing.T) {
+	for _, tc := range []struct {
+		limit, reset, burst int64
+		quota               string
+	}{
+		{7, 60, 1, ""}, {3, 1, 1, ""}, {100, 60, 20, ""}, {7, 60, 7, ""}, {7, 60, 3, ""},
+		{100, 60, 20, "101"}, {100, 60, 20, "999"}, {100, 60, 20, "100"},
+	} {
+		text := fmt.Sprintf("[a=1]\nalgorithm = tokenBucket\ncreditLimit = %d\nresetSeconds = %d\nburst = %d\nquotaField = q\nmaxQuota = 1000\n%s", tc.limit, tc.reset, tc.burst, iniDefault)
+		r := mustINI(t, text).Rules()[0]
+		req := Request{{Key: []byte("q"), Value: []byte(tc.quota)}}
+		if tc.quota == "" {
+			req = nil
+		}
+		limit, _ := r.Limit(req)
+		var c Counter
+		c.Rule, c.Limit, c.Hits, c.ID = r, limit, 1, []byte("id")
+		var stored []byte
+		var allowed int64
+		const periods = 10
+		start := int64(1_700_000_000_000) * 1e6
+		for ms := int64(0); ms < periods*tc.reset*1000; ms += 10 {
+			c.Now = start + ms*1e6
+			val, write, err := c.Apply(stored, stored != nil)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if write {
+				stored = append(stored[:0], val...)
+			}
+			if c.Out.Allowed {
+				allowed++
+			}
+		}
+		// The first burst comes on top of the rate; the last refill may
+		// not have come yet; the refill interval is rounded to whole
+		// milliseconds, under 1% off.
+		want := limit * periods
+		if allowed < want-want/100 || allowed > want+tc.burst+want/100 {
+			t.Errorf("limit %d per %d s, burst %d, quota %q: %d allowed in %d periods (params %+v), want %d to %d",
+				tc.limit, tc.reset, tc.burst, tc.quota, allowed, periods, r.BucketParams(limit), want-want/100, want+tc.burst+want/100)
+		}
+	}
+}
+
+// TestBucketParamsStepOverBurst: the refill when the exact step does not
+// fit in the bucket, and its rounding.
+func TestBucketParamsStepOverBurst(t *testing.T) {
+	for _, tc := range []struct {
+		limit, reset, burst int64
+		want                bucket.Params
+	}{
+		{7, 60, 1, bucket.Params{Max: 1, RefillAmount: 1, RefillMs: 8571}},         // 60000/7 = 8571.4
+		{101, 60, 20, bucket.Params{Max: 20, RefillAmount: 1, RefillMs: 594}},      // 594.06
+		{3, 2, 1, bucket.Params{Max: 1, RefillAmount: 1, RefillMs: 667}},           // 666.7
+		{100, 60, 20, bucket.Params{Max: 20, RefillAmount: 1, RefillMs: 600}},      // exact
+		{5000, 1, 10, bucket.Params{Max: 10, RefillAmount: 5, RefillMs: 1}},        // the exact step fits
+		{5000, 1, 2, bucket.Params{Max: 2, RefillAmount: 2, RefillMs: 1}},          // cannot be met: burst per ms
+		{7000, 3, 5, bucket.Params{Max: 5, RefillAmount: 5, RefillMs: 2}},          // 2.14 ms: the burst forces rounding
+		{math.MaxInt64, 1, 1, bucket.Params{Max: 1, RefillAmount: 1, RefillMs: 1}}, // saturates
+	} {
+		r := &Rule{Algorithm: TokenBucket, CreditLimit: tc.limit, ResetSeconds: tc.reset, Burst: tc.burst}
+		if got := r.BucketParams(tc.limit); got != tc.want {
+			t.Errorf("%d per %d s, burst %d: %+v, want %+v", tc.limit, tc.reset, tc.burst, got, tc.want)
+		}
+	}
+}

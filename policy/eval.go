@@ -106,6 +106,12 @@ func (c *Counter) Apply(old []byte, found bool) (val []byte, write bool, err err
 			next = bucket.State{Amount: before, Anchor: anchor}
 		} else {
 			before, next, write = p.Reduce(s, found, bucket.Request{Now: now, Server: now, Take: c.Hits})
+			// An empty bucket that denies stays as stored but for its
+			// last write time, which only the sweep reads: Idle measures
+			// from it, and from the older one it still judges right, as
+			// the stored anchor is no later and the stored tokens no
+			// more. So a client hammering an empty bucket writes nothing.
+			write = write && before > 0
 		}
 		d = p.Decision(before, c.Hits, next, now, bucket.Millisecond)
 		if write {

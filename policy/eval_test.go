@@ -87,3 +87,49 @@ func FuzzCounter(f *testing.F) {
 		}
 	})
 }
+
+// TestTokenBucketEmptyDenialWritesNothing: once a tokenBucket rule's
+// bucket is empty, a denied hit writes nothing (it would change only the
+// last write time), and the stored state is still judged idle only when
+// the bucket has refilled.
+func TestTokenBucketEmptyDenialWritesNothing(t *testing.T) {
+	r := algoRule(t, TokenBucket, "") // 10 per 60 s: a token every 6 s
+	c := Counter{Rule: r, Limit: 10, Hits: 1, ID: []byte("id")}
+	var stored []byte
+	start := int64(1_700_000_000_000_000_000)
+	deniedWrites := 0
+	for i := range 30 {
+		c.Now = start + int64(i)*1e6 // 1 ms apart: the last 20 are denied
+		val, write, err := c.Apply(stored, stored != nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if c.Out.Allowed != (i < 10) {
+			t.Fatalf("hit %d: allowed %v", i, c.Out.Allowed)
+		}
+		if write {
+			stored = append(stored[:0], val...)
+			if i >= 10 {
+				deniedWrites++
+			}
+		}
+	}
+	if deniedWrites != 0 {
+		t.Errorf("%d of the 20 denied hits on an empty bucket wrote to the store, want 0", deniedWrites)
+	}
+	s, err := bucket.DecodeState(stored)
+	if err != nil {
+		t.Fatal(err)
+	}
+	p := r.BucketParams(10)
+	startMs := start / 1e6
+	if p.Idle(s, startMs+59_999) {
+		t.Errorf("idle before the bucket can have refilled")
+	}
+	if !p.Idle(s, startMs+60_000+10) {
+		t.Errorf("not idle a period after the last hit")
+	}
+	if tokens, _ := p.Available(s, true, startMs+60_010); tokens != p.Max {
+		t.Errorf("a bucket judged idle has %d tokens, want %d (a missing one's)", tokens, p.Max)
+	}
+}

@@ -53,6 +53,11 @@ type Outcome struct {
 	ResetAfterMs int64
 	// Quota says where Limit came from.
 	Quota QuotaStatus
+	// Rate is the hits the rule lets through per period for this hit: the
+	// limit that applied, creditLimit or the request's quota (Limit is the
+	// burst instead for gcra and tokenBucket rules that set one). Set by
+	// the server, as Quota.
+	Rate int64
 	// Rule is the rule that answered; its Label, Algorithm and
 	// PeriodMillis describe the limit. Set by Counter and the server, not
 	// by Rule.Hit.

@@ -8,6 +8,7 @@ import (
 	"net"
 	"net/http"
 	"net/netip"
+	"net/textproto"
 	"strconv"
 	"strings"
 	"sync"
@@ -48,6 +49,10 @@ type CheckConfig struct {
 	FieldHeaders []CheckFieldHeader
 	// HeaderStyle chooses the rate-limit header fields of the answers.
 	HeaderStyle ratelimitheader.Style
+	// IPv4Bits and IPv6Bits are the prefix lengths that name a client in
+	// the ip field (clientip.AppendKey): an IPv6 customer usually holds a
+	// whole /64, and would rotate through its addresses. Zero: 32 and 64.
+	IPv4Bits, IPv6Bits int
 }
 
 // CheckFieldHeader takes the request field Field from the header Header.
@@ -92,6 +97,9 @@ type checkState struct {
 
 	extraNames   [][]byte // the fields of FieldHeaders, as keys
 	extraHeaders []string // their headers, canonicalised
+	identity     string   // IdentityHeader, canonicalised; "" for none
+	v4Bits       int      // IPv4Bits, defaulted
+	v6Bits       int      // IPv6Bits, defaulted
 
 	mu  sync.Mutex
 	srv *http.Server
@@ -125,6 +133,14 @@ func (s *Server) initCheck() {
 		Help:    "Time to answer one request to the forward-auth endpoint /check, including the commit of its writes.",
 		Buckets: prometheus.ExponentialBuckets(10e-6, 2, 18),
 	})
+	c.identity = textproto.CanonicalMIMEHeaderKey(s.cfg.Check.IdentityHeader)
+	c.v4Bits, c.v6Bits = s.cfg.Check.IPv4Bits, s.cfg.Check.IPv6Bits
+	if c.v4Bits == 0 {
+		c.v4Bits = 32
+	}
+	if c.v6Bits == 0 {
+		c.v6Bits = 64
+	}
 	for _, f := range s.cfg.Check.FieldHeaders {
 		c.extraHeaders = append(c.extraHeaders, http.CanonicalHeaderKey(f.Header))
 		c.extraNames = append(c.extraNames, []byte(f.Field))
@@ -152,13 +168,8 @@ func (s *Server) ServeCheck(ln net.Listener) error {
 	if s.pol.cur.Load() == nil {
 		return errNoPolicy
 	}
-	mux := http.NewServeMux()
-	// Any method: Envoy's ext_authz sends the original request's method,
-	// and its path after a path prefix.
-	mux.HandleFunc("/check", s.serveCheck)
-	mux.HandleFunc("/check/", s.serveCheck)
 	srv := &http.Server{
-		Handler:           mux,
+		Handler:           http.HandlerFunc(s.routeCheck),
 		ReadHeaderTimeout: 10 * time.Second,
 		IdleTimeout:       2 * time.Minute,
 		ErrorLog:          log.New(httpLogWriter{s.log}, "", 0),
@@ -261,6 +272,37 @@ func (s *Server) checkAdmitted(r *http.Request) bool {
 	return err == nil && a.Addr().Unmap().IsLoopback()
 }
 
+// routeCheck serves /check and every path under /check/, with any method:
+// Envoy's ext_authz sends the original request's method, and its path
+// after a path prefix. It tests the raw path itself, as http.ServeMux would
+// answer a path that is not clean (/check//orders, /check/x/../orders)
+// with a redirect, which Envoy hands to the client as a denial;
+// checkFields normalises the path instead.
+func (s *Server) routeCheck(w http.ResponseWriter, r *http.Request) {
+	if _, ok := checkSuffix(r); !ok {
+		http.NotFound(w, r)
+		return
+	}
+	s.serveCheck(w, r)
+}
+
+// checkSuffix returns the raw path of r after /check (without the query),
+// and whether r's path is /check or under /check/.
+func checkSuffix(r *http.Request) (string, bool) {
+	p := r.RequestURI
+	if !strings.HasPrefix(p, "/") { // absolute form, or a test's request
+		p = r.URL.EscapedPath()
+	}
+	if i := strings.IndexByte(p, '?'); i >= 0 {
+		p = p[:i]
+	}
+	rest, ok := strings.CutPrefix(p, "/check")
+	if !ok || rest != "" && rest[0] != '/' {
+		return "", false
+	}
+	return rest, true
+}
+
 const checkDenied = "DENIED sluice is in protected mode and /check has no password: it answers proxies on loopback only, or, with --tls-ca, proxies that present a client certificate; start sluice with --protected-mode no to answer others\n"
 
 func (s *Server) serveCheck(w http.ResponseWriter, r *http.Request) {
@@ -348,55 +390,67 @@ func checkText(w http.ResponseWriter, code int, body string) {
 // checkFields builds c.h.req from r: method, host and path from
 // X-Forwarded-Method, -Host and -Uri, else from r itself (Envoy sends the
 // original method and host, and the original path after /check); ip from
-// X-Forwarded-For through the trusted proxies only, else the peer; user
-// from the identity header; and the configured field headers. The values
-// are copied into one buffer the fields point into.
+// X-Forwarded-For through the trusted proxies only, else the peer, as the
+// network of --check-ipv4-bits or --check-ipv6-bits; user from the
+// identity header; and the configured field headers. With trusted proxies
+// configured, a peer that is not one of them is taken for the client
+// itself: its X-Forwarded-* headers, identity header and field headers are
+// ignored, as its X-Forwarded-For is, so that whoever reaches /check
+// cannot spend another user's counter. The path is normalised
+// (appendCleanPath). The values are copied into one buffer the fields
+// point into.
 func (s *Server) checkFields(c *checker, r *http.Request) {
-	cfg := &s.cfg.Check
 	b := c.vals[:0]
 	var ends [5]int
-	method := r.Header.Get("X-Forwarded-Method")
+	believed := len(s.check.trusted) == 0 || s.fromTrustedProxy(r)
+	method := ""
+	if believed {
+		method = r.Header.Get("X-Forwarded-Method")
+	}
 	if method == "" {
 		method = r.Method
 	}
 	b = append(b, method...)
 	ends[0] = len(b)
-	host := r.Header.Get("X-Forwarded-Host")
+	host := ""
+	if believed {
+		host = r.Header.Get("X-Forwarded-Host")
+	}
 	if host == "" {
 		host = r.Host
 	}
 	b = append(b, host...)
 	ends[1] = len(b)
-	if uri := r.Header.Get("X-Forwarded-Uri"); uri != "" {
+	uri := ""
+	if believed {
+		uri = r.Header.Get("X-Forwarded-Uri")
+	}
+	if uri != "" {
 		if i := strings.IndexByte(uri, '?'); i >= 0 {
 			uri = uri[:i]
 		}
-		b = append(b, uri...)
 	} else {
-		p := strings.TrimPrefix(r.URL.Path, "/check")
-		if p == "" {
-			p = "/"
-		}
-		b = append(b, p...)
+		uri, _ = checkSuffix(r)
 	}
+	b = appendCleanPath(b, uri)
 	ends[2] = len(b)
 	ip := clientip.Resolve(r.RemoteAddr, r.Header["X-Forwarded-For"], s.check.trusted)
 	if ip.IsValid() {
-		b = ip.AppendTo(b)
+		b = clientip.AppendKey(b, ip, s.check.v4Bits, s.check.v6Bits)
 	}
 	ends[3] = len(b)
-	user := ""
-	if cfg.IdentityHeader != "" {
-		user = r.Header.Get(cfg.IdentityHeader)
+	if believed && s.check.identity != "" {
+		if v := r.Header[s.check.identity]; len(v) > 0 {
+			b = append(b, v[0]...)
+		}
 	}
-	b = append(b, user...)
 	ends[4] = len(b)
 	type extra struct{ start, end int }
 	var extras [8]extra
 	xs := extras[:0]
 	for _, hk := range s.check.extraHeaders {
 		v, ok := r.Header[hk]
-		if !ok || len(v) == 0 {
+		if !believed || !ok || len(v) == 0 {
 			xs = append(xs, extra{-1, -1})
 			continue
 		}
@@ -425,6 +479,95 @@ func (s *Server) checkFields(c *checker, r *http.Request) {
 		req = append(req, policy.Field{Key: s.check.extraNames[i], Value: b[x.start:x.end:x.end]})
 	}
 	c.h.req = req
+}
+
+// fromTrustedProxy reports whether r's peer is one of the trusted proxies.
+func (s *Server) fromTrustedProxy(r *http.Request) bool {
+	a, err := netip.ParseAddrPort(r.RemoteAddr)
+	if err != nil {
+		return false
+	}
+	ip := a.Addr().Unmap().WithZone("")
+	for _, p := range s.check.trusted {
+		if p.Contains(ip) {
+			return true
+		}
+	}
+	return false
+}
+
+// appendCleanPath appends the path p (raw, as the client sent it) as the
+// application most likely sees it, so that a rule on a path cannot be
+// evaded by writing it another way: percent-escapes decoded, except %2F,
+// which stays %2F (a slash inside a segment, as Go's URL.Path and RawPath
+// tell apart); then empty segments (//) merged and . and .. resolved, as
+// RFC 3986's remove_dot_segments (.. above the root stays at the root); a
+// trailing slash kept. The result starts with /. It allocates nothing
+// when b has room.
+func appendCleanPath(b []byte, p string) []byte {
+	start := len(b)
+	b = append(b, '/')
+	// seg is the start of the segment being written, after its slash.
+	seg := len(b)
+	endSegment := func(last bool) {
+		switch string(b[seg:]) {
+		case ".":
+			b = b[:seg]
+		case "..":
+			b = b[:seg]
+			if seg > start+1 {
+				// Drop the previous segment and its slash, keeping the
+				// slash before it.
+				i := seg - 2
+				for i > start && b[i] != '/' {
+					i--
+				}
+				b = b[:i+1]
+			}
+		case "":
+			// An empty segment: // merged, or the trailing slash.
+		default:
+			if !last {
+				b = append(b, '/')
+			}
+		}
+		seg = len(b)
+	}
+	for i := 0; i < len(p); i++ {
+		c := p[i]
+		if c == '%' && i+2 < len(p) {
+			hi, lo := unhex(p[i+1]), unhex(p[i+2])
+			if hi >= 0 && lo >= 0 {
+				d := byte(hi<<4 | lo)
+				if d == '/' {
+					b = append(b, "%2F"...)
+				} else {
+					b = append(b, d)
+				}
+				i += 2
+				continue
+			}
+		}
+		if c == '/' {
+			endSegment(false)
+			continue
+		}
+		b = append(b, c)
+	}
+	endSegment(true)
+	return b
+}
+
+func unhex(c byte) int {
+	switch {
+	case '0' <= c && c <= '9':
+		return int(c - '0')
+	case 'a' <= c && c <= 'f':
+		return int(c-'a') + 10
+	case 'A' <= c && c <= 'F':
+		return int(c-'A') + 10
+	}
+	return -1
 }
 
 // validateCheckRequest refuses field values HIT could not carry either.
@@ -459,13 +602,16 @@ func checkResult(out policy.Outcome, now time.Time) ratelimitheader.Result {
 }
 
 // fieldsOf returns the header fields of the rule that decided out, named
-// by its label, else "rule-<position>". They are built once per loaded
-// policy for each rule's own limit; a per-request quota (another limit in
-// RateLimit-Policy) builds them for the request.
+// by its label, else "rule-<position>". RateLimit-Policy states the rate,
+// the limit that applied (creditLimit or the request's quota) per
+// resetSeconds, never a gcra or tokenBucket rule's burst (which
+// X-RateLimit-Limit and the remaining count toward). They are built once
+// per loaded policy for each rule's creditLimit; only a request whose own
+// quota applied builds them for the request.
 func (s *Server) fieldsOf(lp *loadedPolicy, out policy.Outcome) *ratelimitheader.Fields {
 	r := out.Rule
-	if out.Limit != max(r.CreditLimit, 0) {
-		return newCheckFields(s.cfg.Check.HeaderStyle, r, out.Limit)
+	if rate := max(out.Rate, 0); rate != max(r.CreditLimit, 0) {
+		return newCheckFields(s.cfg.Check.HeaderStyle, r, rate)
 	}
 	cf := s.check.fields.Load()
 	if cf == nil || cf.lp != lp {

@@ -59,6 +59,18 @@ func startCheck(t testing.TB, srv *Server) string {
 // checkGet asks /check with the given headers ("Name: value").
 func checkGet(t testing.TB, method, url string, headers ...string) *http.Response {
 	t.Helper()
+	return checkGetVia(t, http.DefaultClient, method, url, headers...)
+}
+
+// clientFrom is an HTTP client whose connections come from the loopback
+// address ip (127.0.0.2: any of 127/8 is on lo).
+func clientFrom(ip net.IP) *http.Client {
+	return &http.Client{Transport: &http.Transport{DialContext: (&net.Dialer{LocalAddr: &net.TCPAddr{IP: ip}}).DialContext}}
+}
+
+// checkGetVia is checkGet through client.
+func checkGetVia(t testing.TB, client *http.Client, method, url string, headers ...string) *http.Response {
+	t.Helper()
 	req, err := http.NewRequest(method, url, nil)
 	if err != nil {
 		t.Fatal(err)
@@ -67,7 +79,7 @@ func checkGet(t testing.TB, method, url string, headers ...string) *http.Respons
 		k, v, _ := strings.Cut(h, ": ")
 		req.Header.Add(k, v)
 	}
-	resp, err := http.DefaultClient.Do(req)
+	resp, err := client.Do(req)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -81,13 +93,15 @@ func checkGet(t testing.TB, method, url string, headers ...string) *http.Respons
 // Retry-After, another user and another IP are unaffected, an
 // X-Forwarded-For from a peer that is not a trusted proxy is ignored, one
 // from a trusted proxy is read right to left, and Envoy's form (the
-// original method, the path after /check) reaches the rules too.
+// original method, the path after /check) reaches the rules too. The
+// proxy is the peer 127.0.0.1; 127.0.0.2 is a client that reaches /check
+// itself.
 func TestCheckEndpoint(t *testing.T) {
 	clock := newTestClock(t0)
 	path := policyFile(t, "check.ini", checkPolicy)
 	srv := startServer(t, Config{Clock: clock.now, PolicyFile: path, SweepInterval: -1, Check: CheckConfig{
 		IdentityHeader: "X-User",
-		TrustedProxies: []netip.Prefix{netip.MustParsePrefix("127.0.0.2/32")},
+		TrustedProxies: []netip.Prefix{netip.MustParsePrefix("127.0.0.1/32")},
 		HeaderStyle:    ratelimitheader.Both,
 	}})
 	base := startCheck(t, srv)
@@ -124,22 +138,23 @@ func TestCheckEndpoint(t *testing.T) {
 		t.Fatalf("bob: status %d, remaining %q; want 200, 4", resp.StatusCode, resp.Header.Get("X-Ratelimit-Remaining"))
 	}
 
-	// Anonymous: keyed by IP. The peer 127.0.0.1 is no trusted proxy, so
+	// Anonymous: keyed by IP. The peer 127.0.0.2 is no trusted proxy, so
 	// the X-Forwarded-For it sends is ignored: every request counts for
-	// 127.0.0.1.
+	// 127.0.0.2.
+	direct := clientFrom(net.IPv4(127, 0, 0, 2))
 	for i := 1; i <= 5; i++ {
 		spoof := "X-Forwarded-For: 203.0.113." + string(rune('0'+i))
-		if resp := checkGet(t, "GET", base+"/check", spoof); resp.StatusCode != http.StatusOK {
+		if resp := checkGetVia(t, direct, "GET", base+"/check", spoof); resp.StatusCode != http.StatusOK {
 			t.Fatalf("anonymous request %d: status %d, want 200", i, resp.StatusCode)
 		}
 	}
-	if resp := checkGet(t, "GET", base+"/check", "X-Forwarded-For: 198.51.100.7"); resp.StatusCode != http.StatusTooManyRequests || resp.Header.Get("X-Ratelimit-Resource") != "per-ip" {
+	if resp := checkGetVia(t, direct, "GET", base+"/check", "X-Forwarded-For: 198.51.100.7"); resp.StatusCode != http.StatusTooManyRequests || resp.Header.Get("X-Ratelimit-Resource") != "per-ip" {
 		t.Fatalf("sixth anonymous request with a spoofed X-Forwarded-For: status %d, resource %q; want 429 per-ip", resp.StatusCode, resp.Header.Get("X-Ratelimit-Resource"))
 	}
 
-	// Through a trusted proxy (peer 127.0.0.2), the rightmost untrusted
-	// entry is the client: a fresh IP.
-	trustedClient := &http.Client{Transport: &http.Transport{DialContext: (&net.Dialer{LocalAddr: &net.TCPAddr{IP: net.IPv4(127, 0, 0, 2)}}).DialContext}}
+	// Through the trusted proxy, the rightmost untrusted entry is the
+	// client: a fresh IP.
+	trustedClient := http.DefaultClient
 	req, _ := http.NewRequest("GET", base+"/check", nil)
 	req.Header.Set("X-Forwarded-For", "192.0.2.66, 198.51.100.9")
 	r2, err := trustedClient.Do(req)
@@ -357,10 +372,7 @@ func TestCheckTLS(t *testing.T) {
 	pki := newTestPKI(t)
 	path := policyFile(t, "check.ini", checkPolicy)
 	srv := startServer(t, Config{PolicyFile: path, SweepInterval: -1, TLS: &TLSFiles{Cert: pki.cert, Key: pki.key, CA: pki.ca}})
-	ip := firstNonLoopbackIP()
-	if ip == nil {
-		t.Skip("this machine has no non-loopback IPv4 address to reach /check from")
-	}
+	ip := nonLoopbackIPv4(t)
 	ln, err := net.Listen("tcp", net.JoinHostPort(ip.String(), "0"))
 	if err != nil {
 		t.Fatal(err)

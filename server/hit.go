@@ -267,7 +267,7 @@ func (s *Server) hitRule(h *hitter, lp *loadedPolicy, r *policy.Rule, req policy
 		return policy.Outcome{}, hitErr(err)
 	}
 	out := c.Out
-	out.Quota = quota
+	out.Quota, out.Rate = quota, c.Limit
 	d.allowed = out.Allowed
 	h.done = append(h.done, d)
 	return out, nil

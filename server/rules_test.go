@@ -2,6 +2,7 @@ package server
 
 import (
 	"context"
+	"fmt"
 	"hash/fnv"
 	"path/filepath"
 	"strconv"
@@ -239,7 +240,8 @@ func TestRuleCountersAreRecordsOfTheirKind(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	for _, want := range []string{"db0:keys=7,", "keys_window:2", "keys_bucket:1", "keys_gcra:2", "keys_log:1", "keys_divvy:1"} {
+	for _, want := range []string{"db0:keys=7,", "keys_rule_window:2", "keys_rule_bucket:1", "keys_rule_gcra:2", "keys_rule_log:1", "keys_divvy:1",
+		"keys_window:0", "keys_bucket:0", "keys_gcra:0", "keys_log:0"} {
 		if !strings.Contains(info, want) {
 			t.Errorf("INFO keyspace lacks %q:\n%s", want, info)
 		}
@@ -277,6 +279,58 @@ func BenchmarkHitAlgorithms(b *testing.B) {
 					c.hit.countHits(true)
 					srv.flushTally(c)
 				}
+			}
+		})
+	}
+}
+
+// TestRuleCountersUnreachableFromRESP: a rule counter's key is no key of
+// a RESP command: DEL of the bytes of its identity and actor (the client
+// key it had when rule counters were records of the command kinds) leaves
+// it alone, and so do the commands of its algorithm on that key.
+func TestRuleCountersUnreachableFromRESP(t *testing.T) {
+	for _, tc := range []struct{ alg, spend string }{
+		{"divvy", ""}, {"gcra", "CL.THROTTLE"}, {"slidingLog", "ROLL.LIMIT"}, {"fixedWindow", "FW.INCR"}, {"tokenBucket", "RL.REDUCE"},
+	} {
+		t.Run(tc.alg, func(t *testing.T) {
+			path := policyFile(t, "p.ini", "[path=/x ip=*]\nalgorithm = "+tc.alg+"\ncreditLimit = 2\nresetSeconds = 3600\nactorField = ip\n\n[default]\ncreditLimit = 0\nresetSeconds = 0\n")
+			srv := startServer(t, Config{PolicyFile: path, Clock: newTestClock(t0).now})
+			rc := newClient(t, srv)
+			ctx := context.Background()
+			hit := func() string {
+				v, err := rc.Do(ctx, "HIT", "path=/x", "ip=10.0.0.1").Slice()
+				if err != nil {
+					t.Fatal(err)
+				}
+				return fmt.Sprint(v[0])
+			}
+			hit()
+			hit()
+			if got := hit(); got != "0" {
+				t.Fatalf("third HIT allowed %s, want 0", got)
+			}
+			id := string(srv.pol.cur.Load().p.Rules()[0].AppendCounterID(nil, policy.Request{{Key: []byte("ip"), Value: []byte("10.0.0.1")}}))
+			if n, err := rc.Del(ctx, id).Result(); err != nil || n != 0 {
+				t.Errorf("DEL <rule identity + actor> = %d, %v; want 0: no command key is a rule counter", n, err)
+			}
+			var args []any
+			switch tc.spend {
+			case "CL.THROTTLE":
+				args = []any{"CL.THROTTLE", id, 0, 1, 3600}
+			case "ROLL.LIMIT":
+				args = []any{"ROLL.LIMIT", id, 3600000, 5}
+			case "FW.INCR":
+				args = []any{"FW.INCR", id, 5, 3600}
+			case "RL.REDUCE":
+				args = []any{"RL.REDUCE", id, 10, 3600}
+			}
+			if args != nil {
+				if err := rc.Do(ctx, args...).Err(); err != nil {
+					t.Fatalf("%v: %v", args, err)
+				}
+			}
+			if got := hit(); got != "0" {
+				t.Errorf("after DEL and %s of the key %q, HIT allowed %s: a RESP command reached the rule's counter", tc.spend, id, got)
 			}
 		})
 	}

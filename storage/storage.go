@@ -150,7 +150,7 @@ type Options struct {
 }
 
 // MaxClasses is how many classes of records Options.Class may tell apart.
-const MaxClasses = 8
+const MaxClasses = 16
 
 // Defaults for Options.
 const (

@@ -18,6 +18,8 @@ type checkFlags struct {
 	identityHeader string
 	fieldHeaders   fieldHeaderList
 	headerStyle    string
+	ipv4Bits       int
+	ipv6Bits       int
 }
 
 func addCheckFlags(fs *flag.FlagSet, c *checkFlags) {
@@ -26,6 +28,8 @@ func addCheckFlags(fs *flag.FlagSet, c *checkFlags) {
 	fs.StringVar(&c.identityHeader, "check-identity-header", "", "header holding the caller's identity, which /check passes to the rules as the user field; empty: no user field")
 	fs.Var(&c.fieldHeaders, "check-field-header", "FIELD=Header: /check passes the value of Header to the rules as FIELD (e.g. quota=X-Quota); repeat the flag, or separate pairs with commas")
 	fs.StringVar(&c.headerStyle, "check-header-style", "github", "rate-limit header fields /check answers with: github (X-RateLimit-*), ietf (RateLimit, RateLimit-Policy), both or none")
+	fs.IntVar(&c.ipv4Bits, "check-ipv4-bits", 32, "prefix length that names an IPv4 client in /check's ip field (1 to 32; 24 keys a client by its /24)")
+	fs.IntVar(&c.ipv6Bits, "check-ipv6-bits", 64, "prefix length that names an IPv6 client in /check's ip field (1 to 128): one customer usually holds a whole /64")
 }
 
 // validate checks the flags against the rest of the configuration.
@@ -35,6 +39,12 @@ func (c *checkFlags) validate(policyFile string) error {
 	}
 	if _, err := ratelimitheader.ParseStyle(c.headerStyle); err != nil {
 		return fmt.Errorf("--check-header-style %q: want github, ietf, both or none", c.headerStyle)
+	}
+	if c.ipv4Bits < 1 || c.ipv4Bits > 32 {
+		return fmt.Errorf("--check-ipv4-bits %d: want a prefix length from 1 to 32", c.ipv4Bits)
+	}
+	if c.ipv6Bits < 1 || c.ipv6Bits > 128 {
+		return fmt.Errorf("--check-ipv6-bits %d: want a prefix length from 1 to 128", c.ipv6Bits)
 	}
 	return nil
 }
@@ -47,6 +57,8 @@ func (c *checkFlags) serverConfig() server.CheckConfig {
 		IdentityHeader: c.identityHeader,
 		FieldHeaders:   c.fieldHeaders,
 		HeaderStyle:    style,
+		IPv4Bits:       c.ipv4Bits,
+		IPv6Bits:       c.ipv6Bits,
 	}
 }
 
