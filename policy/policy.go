@@ -181,7 +181,7 @@ func newPolicy(file string, rules []Rule) (*Policy, error) {
 		r := &p.rules[i]
 		r.Pos, r.File = i+1, file
 		r.conds = compile(r.Operation)
-		r.id = identity(r, ids)
+		r.id = identity(r, ids, "")
 		if r.Label != "" {
 			if j, dup := labels[r.Label]; dup {
 				return nil, r.fail(0, "label %q is already used by rule %d; labels must be unique", r.Label, j)
@@ -252,13 +252,23 @@ const CounterIDLen = 8
 // many earlier rules of the file have the same content, so that two identical
 // canary rules do not share a counter. Label, comment, matchPolicy and
 // position are left out: editing them, or moving the rule, keeps its counters.
-func identity(r *Rule, seen map[string]int) [idLen]byte {
+//
+// source is "" for a rule file's rules, and names the front end of
+// Standalone's rules ("rls"). Those hash from a different start, so that
+// no rule file can ever give a rule the identity, and so the counters, of
+// a front end's rule with the same operation and numbers (or the other
+// way round), whatever the request's fields.
+func identity(r *Rule, seen map[string]int, source string) [idLen]byte {
 	op := slices.Clone(r.Operation)
 	slices.SortFunc(op, func(a, b Pair) int { return cmp.Compare(a.Key, b.Key) })
 	b := []byte("sluice policy counter v1\x00")
 	str := func(s string) {
 		b = binary.AppendUvarint(b, uint64(len(s)))
 		b = append(b, s...)
+	}
+	if source != "" {
+		b = append(b[:0], "sluice standalone counter v1\x00"...)
+		str(source)
 	}
 	b = binary.AppendUvarint(b, uint64(len(op)))
 	for _, p := range op {

@@ -6,7 +6,9 @@ import "slices"
 // Policy.Match (Envoy's descriptor tree, package rls): it numbers them
 // (Pos), names their file, and gives each its counter identity as a rule
 // file's rules get theirs, so that Rule.AppendCounterID and the store keys
-// built on it work the same. It does none of a rule file's checks of
+// built on it work the same. The identity also hashes file, the front
+// end's name, from a start no rule file's rule hashes from: no rule file
+// can reach a front end's counters, nor two front ends each other's. It does none of a rule file's checks of
 // order, reachability or default rule; the caller validates the rules'
 // own fields. The rules are copied; the result is read-only.
 func Standalone(file string, rules []Rule) []*Rule {
@@ -17,7 +19,7 @@ func Standalone(file string, rules []Rule) []*Rule {
 		r := &rs[i]
 		r.Pos, r.File = i+1, file
 		r.conds = compile(r.Operation)
-		r.id = identity(r, ids)
+		r.id = identity(r, ids, file)
 		out[i] = r
 	}
 	return out

@@ -658,3 +658,21 @@ func TestRLSHealthWatchEndsAtClose(t *testing.T) {
 	}
 	<-closed
 }
+
+// TestRLSCounterNotReachableFromHIT: a divvy rule with the same operation,
+// algorithm, numbers and actor field as an Envoy limit, hit with the
+// descriptor's encoding as its actor, does not take from the Envoy
+// descriptor's counter: the two identities differ by their source.
+func TestRLSCounterNotReachableFromHIT(t *testing.T) {
+	ini := policyFile(t, "p.ini", "[domain=d descriptor=*]\nalgorithm = fixedWindow\ncreditLimit = 2\nresetSeconds = 3600\nactorField = descriptor\n\n[default]\ncreditLimit = 100\nresetSeconds = 60\n")
+	f := newRLS(t, Config{PolicyFile: ini, RLSConfigDir: rlsConfigDir(t, "domain: d\ndescriptors:\n  - key: \"*\"\n    rate_limit: {unit: hour, requests_per_unit: 2}\n")})
+	// rls.AppendDescriptor of the descriptor (*, v): each string with its
+	// length in front.
+	for i := range 2 {
+		if out, pos, err := hitDirect(t, f.srv, "domain=d descriptor=\x01*\x01v", 1); err != nil || !out.Allowed || pos != 1 {
+			t.Fatalf("HIT %d on the divvy rule: allowed %v, rule %d, %v", i+1, out.Allowed, pos, err)
+		}
+	}
+	resp := f.call(t, &rlspb.RateLimitRequest{Domain: "d", Descriptors: []*rlcommon.RateLimitDescriptor{desc("*", "v")}})
+	checkStatus(t, "the Envoy descriptor after two HITs on a divvy rule alike", resp.Statuses[0], rlspb.RateLimitResponse_OK, 1, 3600-(rlsT0/1000)%3600)
+}
