@@ -21,7 +21,7 @@ import (
 // its own key (rule identity and actor). When another node owns that slot,
 // the hit of that one counter is forwarded to it as SLUICE.COUNTERHIT over
 // RESP, on pooled connections with a timeout, and the owner applies it
-// under the same rule (the nodes must run the same rule file; the owner
+// under the same rule (the nodes must run the same --policy and --rls-config; the owner
 // checks the rule's identity). The hook is one call in hitRule (hit.go).
 //
 // The owner applies exactly what the receiving node would: the rule, by
@@ -69,7 +69,7 @@ func (s *Server) forwardCounter(key []byte, r *policy.Rule, limit, hits, now int
 	case o == v.self && o != 0 && !s.slotMigrating(slot):
 		return false, out, nil
 	case o == 0:
-		return true, out, errClusterDown
+		return true, out, forwardErr{errClusterDown}
 	}
 	out, err = s.forwardHit(v.top.Nodes[o-1].Addr, slot, key, r, limit, hits, now)
 	return true, out, err
@@ -84,7 +84,7 @@ func (s *Server) forwardHit(addr string, slot uint16, key []byte, r *policy.Rule
 	for hops := 0; ; hops++ {
 		reply, err := s.fwd.call(s, addr, deadline, args)
 		if err != nil {
-			return policy.Outcome{}, replyErr(fmt.Sprintf("ERR cluster: forwarding a counter of slot %d to its owner %s failed: %v", slot, addr, oneLine(err.Error())))
+			return policy.Outcome{}, forwardErr{replyErr(fmt.Sprintf("ERR cluster: forwarding a counter of slot %d to its owner %s failed: %v", slot, addr, oneLine(err.Error())))}
 		}
 		var re replyErr
 		if !errors.As(reply.err, &re) {
@@ -104,7 +104,7 @@ func (s *Server) forwardHit(addr string, slot uint16, key []byte, r *policy.Rule
 			time.Sleep(5 * time.Millisecond)
 			continue
 		}
-		return policy.Outcome{}, replyErr(msg)
+		return policy.Outcome{}, ownerErr(msg)
 	}
 }
 
@@ -273,7 +273,7 @@ func readHitReply(r *bufio.Reader) (fwdReply, error) {
 
 // cmdCounterHit is SLUICE.COUNTERHIT key rule-position now-ns limit hits,
 // what a node forwards to the owner of a rule's counter: apply hits of the
-// rule at that position of the rule file, under limit, at now (unix ns),
+// rule at that position of its rule set (counterRule), under limit, at now (unix ns),
 // to the counter key (a store key of any kind keyspace.AppendRuleKey
 // makes), and answer the Outcome (appendCounterHitReply).
 //
@@ -307,17 +307,11 @@ func cmdCounterHit(s *Server, c *client, args [][]byte) {
 	if s.clus.on && !s.routeSlot(c, rec.Slot) {
 		return
 	}
-	lp := s.pol.cur.Load()
-	if lp == nil {
-		s.replyErr(c, errNoPolicy)
+	r, err := s.counterRule(id, pos)
+	if err != nil {
+		s.replyErr(c, err)
 		return
 	}
-	rules := lp.p.Rules()
-	if pos < 1 || pos > int64(len(rules)) {
-		s.replyErr(c, replyErr("ERR cluster: this node's rule file has no rule "+strconv.FormatInt(pos, 10)+": every node must run the same rules"))
-		return
-	}
-	r := rules[pos-1]
 	h := &c.hit
 	h.id = r.AppendCounterID(h.id[:0], nil) // the identity alone: no actor
 	if !r.MayCount() || string(h.id) != string(id[:policy.CounterIDLen]) {

@@ -26,6 +26,7 @@ type loadedPolicy struct {
 	p      *policy.Policy
 	counts []*hitCounts // by rule position - 1
 	at     time.Time
+	byID   map[ruleID]*policy.Rule // for forwarded hits (counterRule)
 }
 
 // hitCounts are the hits of the rules with one label, since the start.
@@ -66,7 +67,7 @@ func (s *Server) loadPolicy() error {
 		ps.byLabel = make(map[string]*hitCounts)
 	}
 	rules := p.Rules()
-	lp := &loadedPolicy{p: p, counts: make([]*hitCounts, len(rules)), at: time.Now()}
+	lp := &loadedPolicy{p: p, counts: make([]*hitCounts, len(rules)), at: time.Now(), byID: indexRules(rules)}
 	for i, r := range rules {
 		hc := ps.byLabel[r.Label]
 		if hc == nil {

@@ -93,6 +93,7 @@ type loadedRLS struct {
 	// override counts an override's hits, per domain.
 	override map[string]*rlsCounts
 	at       time.Time
+	byID     map[ruleID]*policy.Rule // for forwarded hits (counterRule)
 }
 
 // rlsWork is one call's reusable state.
@@ -151,7 +152,7 @@ func (s *Server) loadRLS() error {
 		return err
 	}
 	rules := c.Rules()
-	ld := &loadedRLS{cfg: c, lp: &loadedPolicy{counts: make([]*hitCounts, len(rules))}, counts: make(map[*rls.Limit]*rlsCounts), override: make(map[string]*rlsCounts), at: time.Now()}
+	ld := &loadedRLS{cfg: c, lp: &loadedPolicy{counts: make([]*hitCounts, len(rules))}, counts: make(map[*rls.Limit]*rlsCounts), override: make(map[string]*rlsCounts), at: time.Now(), byID: indexRules(rules)}
 	for i, r := range rules {
 		ld.lp.counts[i] = &hitCounts{label: r.Label}
 	}
@@ -696,15 +697,16 @@ func errText(s *Server, err error) string {
 }
 
 // rlsStatusErr turns an evaluation or commit error into a gRPC status:
-// Unavailable for the store (Envoy's failure_mode_deny decides), and
-// InvalidArgument for a hit the rule cannot take.
+// Unavailable for the store or a cluster that could not apply a counter's
+// hit (errForward: Envoy's failure_mode_deny decides), and InvalidArgument
+// for a hit the rule cannot take.
 func rlsStatusErr(s *Server, i int, err error) error {
 	msg := errText(s, err)
 	if i >= 0 {
 		msg = "descriptor " + strconv.Itoa(i) + ": " + msg
 	}
 	var re replyErr
-	if errors.As(err, &re) {
+	if errors.As(err, &re) && !errors.Is(err, errForward) {
 		return status.Error(codes.InvalidArgument, msg)
 	}
 	return status.Error(codes.Unavailable, msg)
