@@ -125,6 +125,10 @@ type rlsLimit struct {
 	name      string
 	unlimited bool
 	override  bool
+	// never: the descriptor asks more hits at once than the limit can
+	// ever let through, and more than its arithmetic can take (a gcra
+	// limit's burst); it is OVER_LIMIT, from a read of its counter.
+	never bool
 }
 
 // initRLS loads the configuration; New calls it.
@@ -499,7 +503,14 @@ func (s *Server) shouldRateLimit(req *rlspb.RateLimitRequest) (*rlspb.RateLimitR
 		}
 	}
 	// Every descriptor is checked before the first one is counted, so a
-	// refused request changes nothing, as a refused HIT.
+	// refused request changes nothing, as a refused HIT. Changes are
+	// visible in the store as each descriptor is evaluated (Batch.Modify),
+	// so whatever a request can cause is refused here: after this loop
+	// evaluation fails only when the store does (a read error, a store
+	// that fails or closes during the call), when a counter's owner in
+	// cluster mode cannot apply its hit, or with a clock centuries away;
+	// then the descriptors evaluated before are counted, and committed, as
+	// what is visible must be stored.
 	for i, d := range req.Descriptors {
 		lim := &w.limits[i]
 		if lim.rule == nil {
@@ -509,8 +520,16 @@ func (s *Server) shouldRateLimit(req *rlspb.RateLimitRequest) (*rlspb.RateLimitR
 		if n := rls.DescriptorLen(w.entries); n > s.cfg.MaxKeySize {
 			return nil, status.Errorf(codes.InvalidArgument, "descriptor %d: its entries take %d bytes, longer than --max-key-size %d", i, n, s.cfg.MaxKeySize)
 		}
-		if lim.rule.Algorithm == policy.SlidingLog && hitsAddend(req, d) > 1 {
-			return nil, status.Errorf(codes.InvalidArgument, "descriptor %d: hits_addend %d; a sliding_log limit counts one request at a time (hits_addend 0 or 1)", i, hitsAddend(req, d))
+		hits := hitsAddend(req, d)
+		if lim.rule.Algorithm == policy.SlidingLog && hits > 1 {
+			return nil, status.Errorf(codes.InvalidArgument, "descriptor %d: hits_addend %d; a sliding_log limit counts one request at a time (hits_addend 0 or 1)", i, hits)
+		}
+		// A gcra limit lets at most its burst through at once, and its
+		// arithmetic (hits × emission interval) is bounded only that
+		// far: more is OVER_LIMIT, as any hits_addend over the limit is
+		// in envoyproxy/ratelimit, without the arithmetic.
+		if limit := int64(lim.rpu); lim.rule.Algorithm == policy.GCRA && limit > 0 && hits > lim.rule.BurstFor(limit) {
+			lim.never = true
 		}
 	}
 	for i := range w.limits {
@@ -535,11 +554,20 @@ func (s *Server) shouldRateLimit(req *rlspb.RateLimitRequest) (*rlspb.RateLimitR
 			w.rpu = rls.FormatOverride(w.rpu[:0], lim.rpu)
 			w.req = append(w.req, policy.Field{Key: rlsOverrideKey, Value: w.rpu})
 		}
+		hits := hitsAddend(req, d)
+		if lim.never {
+			hits = 0 // read the counter for the reply; take nothing
+		}
 		before := w.batch.Len()
-		out, err := s.hitRule(&w.h, ld.lp, lim.rule, w.req, hitsAddend(req, d), false, w.batch, nowNs)
+		out, err := s.hitRule(&w.h, ld.lp, lim.rule, w.req, hits, false, w.batch, nowNs)
 		if err != nil {
 			evalErr = rlsStatusErr(s, i, err)
 			break
+		}
+		if lim.never {
+			// Denied, and waiting cannot help: no retry-after.
+			out.Allowed, out.CreditsLeft, out.RetryAfterMs = false, 0, -1
+			w.h.done[len(w.h.done)-1].allowed = false
 		}
 		if w.batch.Len() > before {
 			writes++

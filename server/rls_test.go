@@ -7,6 +7,7 @@ import (
 	"net"
 	"os"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -675,4 +676,32 @@ func TestRLSCounterNotReachableFromHIT(t *testing.T) {
 	}
 	resp := f.call(t, &rlspb.RateLimitRequest{Domain: "d", Descriptors: []*rlcommon.RateLimitDescriptor{desc("*", "v")}})
 	checkStatus(t, "the Envoy descriptor after two HITs on a divvy rule alike", resp.Statuses[0], rlspb.RateLimitResponse_OK, 1, 3600-(rlsT0/1000)%3600)
+}
+
+// TestRLSGCRAHitsAddendOverBurstIsOverLimit: a hits_addend larger than a
+// gcra limit's burst can never pass: it is OVER_LIMIT, takes nothing and
+// reports the counter as it is, whatever its size (before, one past the
+// arithmetic's bound failed the whole call with INVALID_ARGUMENT, after
+// the descriptors before it were counted). The other descriptors of the
+// call are counted, as for any call that is denied.
+func TestRLSGCRAHitsAddendOverBurstIsOverLimit(t *testing.T) {
+	f := newRLS(t, Config{RLSConfigDir: rlsConfigDir(t, "domain: test\ndescriptors:\n  - key: fw\n    rate_limit: {unit: hour, requests_per_unit: 10}\n  - key: gc\n    rate_limit: {unit: hour, requests_per_unit: 10, algorithm: gcra}\n")})
+	hitsDesc := func(k, v string, n uint64) *rlcommon.RateLimitDescriptor {
+		d := desc(k, v)
+		d.HitsAddend = wrapperspb.UInt64(n)
+		return d
+	}
+	for _, huge := range []uint64{11, 1 << 40, math.MaxInt64, math.MaxUint64} {
+		v := strconv.FormatUint(huge, 10)
+		checkStatus(t, "5 hits", f.one(t, hitsDesc("gc", v, 5)), rlspb.RateLimitResponse_OK, 5, 1800)
+		// 5 taken at one per 360 s: the allowance is whole in 1800 s.
+		checkStatus(t, v+" hits at once", f.one(t, hitsDesc("gc", v, huge)), rlspb.RateLimitResponse_OVER_LIMIT, 0, 1800)
+		checkStatus(t, "1 more", f.one(t, desc("gc", v)), rlspb.RateLimitResponse_OK, 4, 2160)
+	}
+	// With a descriptor before it: the call is answered, and that one
+	// counted.
+	resp := f.call(t, &rlspb.RateLimitRequest{Descriptors: []*rlcommon.RateLimitDescriptor{desc("fw", "p"), hitsDesc("gc", "p", 1<<40)}})
+	if resp.OverallCode != rlspb.RateLimitResponse_OVER_LIMIT || resp.Statuses[0].Code != rlspb.RateLimitResponse_OK || resp.Statuses[0].LimitRemaining != 9 {
+		t.Fatalf("fw and a gcra over its burst: %v", resp)
+	}
 }
