@@ -649,18 +649,33 @@ func (s *Server) countRLS(ld *loadedRLS, w *rlsWork, lim *rlsLimit, d *rlcommon.
 	if c == nil {
 		return
 	}
-	c.totalHits.Add(hits)
+	addSat(&c.totalHits, hits)
 	if !out.Allowed {
-		c.overLimit.Add(hits)
+		addSat(&c.overLimit, hits)
 		if shadow {
-			c.shadow.Add(hits)
+			addSat(&c.shadow, hits)
 		}
 		return
 	}
-	c.within.Add(hits)
+	addSat(&c.within, hits)
 	near := int64(math.Floor(float64(float32(lim.rpu) * rlsNearLimitRatio)))
 	if used := out.Limit - out.CreditsLeft; out.Limit == int64(lim.rpu) && used > near {
-		c.nearLimit.Add(min64(hits, used-near))
+		addSat(&c.nearLimit, min64(hits, used-near))
+	}
+}
+
+// addSat adds n (>= 0) to a metric counter, stopping at math.MaxInt64: a
+// hits_addend may be as large as that, and a counter must never go back.
+func addSat(c *atomic.Int64, n int64) {
+	for {
+		old := c.Load()
+		v := old + n
+		if v < old {
+			v = math.MaxInt64
+		}
+		if c.CompareAndSwap(old, v) {
+			return
+		}
 	}
 }
 

@@ -705,3 +705,19 @@ func TestRLSGCRAHitsAddendOverBurstIsOverLimit(t *testing.T) {
 		t.Fatalf("fw and a gcra over its burst: %v", resp)
 	}
 }
+
+// TestRLSMetricsSaturate: hits_addend may be up to 2^64-1 (taken as
+// 2^63-1); the per-limit counters stop at 2^63-1 instead of wrapping to
+// negative values, which Prometheus would read as a counter reset.
+func TestRLSMetricsSaturate(t *testing.T) {
+	f := newRLS(t, Config{})
+	for range 2 {
+		d := desc("hourly", "v")
+		d.HitsAddend = wrapperspb.UInt64(math.MaxUint64)
+		f.one(t, d)
+	}
+	m := rlsMetrics(t, f.srv, "test", "hourly")
+	if m["total_hits"] != math.MaxInt64 || m["over_limit"] != math.MaxInt64 {
+		t.Errorf("after two calls of hits_addend 2^64-1: %v; want total_hits and over_limit 2^63-1", m)
+	}
+}
