@@ -476,10 +476,15 @@ func (s *Server) shouldRateLimit(req *rlspb.RateLimitRequest) (*rlspb.RateLimitR
 		l := ld.cfg.Find(domain, w.entries)
 		if o := d.GetLimit(); o != nil {
 			unit, ok := rls.UnitOfEnum(int32(o.Unit))
-			if !ok || l == nil || l.MaxOverride == 0 || l.Unit != unit {
+			if !ok {
+				// envoyproxy/ratelimit fails the call too; ignoring the
+				// override would drop the configured limit with it.
+				return nil, status.Errorf(codes.InvalidArgument, "descriptor %d: limit override unit %v; expected SECOND, MINUTE, HOUR, DAY, WEEK, MONTH or YEAR", i, o.Unit)
+			}
+			if l == nil || l.MaxOverride == 0 || l.Unit != unit {
 				// Envoy's override: a fixed window of its own, as in
 				// envoyproxy/ratelimit.
-				if r := ld.cfg.Override(domain, unit); ok && r != nil {
+				if r := ld.cfg.Override(domain, unit); r != nil {
 					*lim = rlsLimit{rule: r, unit: unit, rpu: o.RequestsPerUnit, override: true}
 				}
 				continue

@@ -721,3 +721,20 @@ func TestRLSMetricsSaturate(t *testing.T) {
 		t.Errorf("after two calls of hits_addend 2^64-1: %v; want total_hits and over_limit 2^63-1", m)
 	}
 }
+
+// TestRLSOverrideUnknownUnitIsRefused: a limit override whose unit is
+// UNKNOWN or not in Envoy's enum fails the call with INVALID_ARGUMENT
+// (envoyproxy/ratelimit fails it too) and counts nothing; before, the
+// descriptor silently had no limit at all, its configured one dropped.
+func TestRLSOverrideUnknownUnitIsRefused(t *testing.T) {
+	f := newRLS(t, Config{})
+	for _, unit := range []typev3.RateLimitUnit{typev3.RateLimitUnit_UNKNOWN, typev3.RateLimitUnit(99)} {
+		d := desc("k", "a")
+		d.Limit = &rlcommon.RateLimitDescriptor_RateLimitOverride{RequestsPerUnit: 100, Unit: unit}
+		_, err := f.client.ShouldRateLimit(context.Background(), &rlspb.RateLimitRequest{Domain: "test", Descriptors: []*rlcommon.RateLimitDescriptor{desc("k", "a"), d}})
+		if status.Code(err) != codes.InvalidArgument || !strings.Contains(err.Error(), "descriptor 1: limit override unit") {
+			t.Errorf("override with unit %v: %v; want INVALID_ARGUMENT naming descriptor 1 and the unit", unit, err)
+		}
+	}
+	checkStatus(t, "the configured limit after the refused calls", f.one(t, desc("k", "a")), rlspb.RateLimitResponse_OK, 2, 60-(rlsT0/1000)%60)
+}
