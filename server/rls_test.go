@@ -3,12 +3,15 @@ package server
 import (
 	"context"
 	"crypto/tls"
+	"fmt"
 	"math"
 	"net"
 	"os"
 	"path/filepath"
+	"runtime"
 	"strconv"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
@@ -23,6 +26,8 @@ import (
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/types/known/wrapperspb"
+
+	"github.com/sluicehq/sluice/storage"
 )
 
 // rlsYAML is the configuration of the RLS tests: envoyproxy/ratelimit's
@@ -474,13 +479,47 @@ func label(m *dto.Metric, name string) string {
 }
 
 func TestRLSHealth(t *testing.T) {
-	f := newRLS(t, Config{})
-	h := healthpb.NewHealthClient(dialRLS(t, f.addr, nil))
-	for _, svc := range []string{"", "envoy.service.ratelimit.v3.RateLimitService"} {
-		resp, err := h.Check(context.Background(), &healthpb.HealthCheckRequest{Service: svc})
-		if err != nil || resp.Status != healthpb.HealthCheckResponse_SERVING {
-			t.Fatalf("health %q: %v %v", svc, resp, err)
+	disk := storage.NewMemDisk()
+	store, err := storage.Open("db", storage.Options{Sync: storage.SyncAlways, Disk: disk})
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv, err := New(Config{Store: store, RLSConfigDir: rlsConfigDir(t, rlsYAML), Clock: newTestClock(rlsT0).now})
+	if err != nil {
+		t.Fatal(err)
+	}
+	serveOn(t, srv, store)
+	cc := dialRLS(t, startRLS(t, srv), nil)
+	h, cl := healthpb.NewHealthClient(cc), rlspb.NewRateLimitServiceClient(cc)
+	expect := func(when string, want healthpb.HealthCheckResponse_ServingStatus) {
+		t.Helper()
+		for _, svc := range []string{"", "envoy.service.ratelimit.v3.RateLimitService"} {
+			resp, err := h.Check(context.Background(), &healthpb.HealthCheckRequest{Service: svc})
+			if err != nil || resp.Status != want {
+				t.Fatalf("health %q %s: %v %v; want %v", svc, when, resp, err, want)
+			}
 		}
+	}
+	call := func() error {
+		_, err := cl.ShouldRateLimit(context.Background(), &rlspb.RateLimitRequest{Domain: "test", Descriptors: []*rlcommon.RateLimitDescriptor{desc("k", "a")}})
+		return err
+	}
+	expect("at start", healthpb.HealthCheckResponse_SERVING)
+	// The disk fills: the call's write fails, the store takes no more
+	// writes, and the service says so until the retried write goes
+	// through.
+	disk.FailWrites(fmt.Errorf("injected: %w", syscall.ENOSPC))
+	if err := call(); status.Code(err) != codes.Unavailable {
+		t.Fatalf("a call as the disk fills: %v; want UNAVAILABLE", err)
+	}
+	expect("with the store unavailable", healthpb.HealthCheckResponse_NOT_SERVING)
+	disk.FailWrites(nil)
+	for store.Unavailable() != nil { // the store retries the write by itself
+		runtime.Gosched()
+	}
+	expect("after the disk recovered", healthpb.HealthCheckResponse_SERVING)
+	if err := call(); err != nil {
+		t.Fatalf("a call after the disk recovered: %v", err)
 	}
 }
 
