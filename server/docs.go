@@ -105,7 +105,7 @@ var builtinSubs = map[string][]subcommand{
 			args: []docArg{{name: "parameter", typ: "string"}, {name: "value", typ: "string"}}}},
 	},
 	"policy": {
-		{name: "policy|reload", arity: 2, flags: []string{"admin"}, doc: cmdDoc{summary: "Reads the --policy file again; a bad file is refused and the rules in use are kept.", group: "server"}},
+		{name: "policy|reload", arity: 2, flags: []string{"admin"}, doc: cmdDoc{summary: "Reads the --policy file and the --rls-config directory again, as SIGHUP; a bad one is refused and what is in use is kept.", group: "server"}},
 		{name: "policy|show", arity: 2, flags: []string{"admin"}, doc: cmdDoc{summary: "Replies the rules in use, one flat array of names and values per rule.", group: "server"}},
 	},
 }

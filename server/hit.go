@@ -1,6 +1,7 @@
 package server
 
 import (
+	"cmp"
 	"errors"
 	"sort"
 	"strconv"
@@ -343,10 +344,19 @@ func b2i(b bool) int {
 func cmdPolicy(s *Server, c *client, args [][]byte) {
 	switch {
 	case len(args) == 2 && asciiEqualFold(args[1], "reload"):
-		if err := s.ReloadPolicy(); err != nil {
-			if !errors.Is(err, errNoPolicy) { // a bad file: say which, and that nothing changed
-				err = replyErr("ERR " + oneLine(err.Error()) + "; the rules in use are kept")
+		// The rules of both front ends, as SIGHUP: the --policy file and
+		// the --rls-config directory, each kept as it was when bad.
+		var perr, rerr error
+		if s.pol.file != "" || s.rls.dir == "" {
+			perr = s.ReloadPolicy()
+			if perr != nil && !errors.Is(perr, errNoPolicy) { // a bad file: say which, and that nothing changed
+				perr = replyErr("ERR " + oneLine(perr.Error()) + "; the rules in use are kept")
 			}
+		}
+		if err := s.ReloadRLS(); err != nil {
+			rerr = replyErr("ERR --rls-config: " + oneLine(err.Error()) + "; the configuration in use is kept")
+		}
+		if err := cmp.Or(perr, rerr); err != nil {
 			s.replyErr(c, err)
 			return
 		}
@@ -434,6 +444,17 @@ func (s *Server) policyInfo(kv func(k, v string)) {
 	kv("policy_last_reload_error", last)
 	kv("divvy_addr", s.divvyAddr())
 	kv("divvy_connections", strconv.FormatInt(s.divvy.open.Load(), 10))
+	// Envoy's rate limit service's configuration, reloaded with the rules.
+	st := &s.rls
+	kv("rls_config_dir", st.dir)
+	limits, at := 0, int64(0)
+	if ld := st.cur.Load(); ld != nil {
+		limits, at = len(ld.cfg.Limits()), ld.at.Unix()
+	}
+	kv("rls_limits", strconv.Itoa(limits))
+	kv("rls_loaded_at", strconv.FormatInt(at, 10))
+	kv("rls_reloads", strconv.FormatInt(st.reloads.Load(), 10))
+	kv("rls_reload_failures", strconv.FormatInt(st.reloadFailures.Load(), 10))
 }
 
 // labelCounts returns the hit counters by label, sorted, for the metrics.

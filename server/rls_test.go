@@ -777,3 +777,43 @@ func TestRLSOverrideUnknownUnitIsRefused(t *testing.T) {
 	}
 	checkStatus(t, "the configured limit after the refused calls", f.one(t, desc("k", "a")), rlspb.RateLimitResponse_OK, 2, 60-(rlsT0/1000)%60)
 }
+
+// TestPolicyReloadReloadsRLSConfig: POLICY RELOAD reloads --rls-config as
+// SIGHUP does, with or without a --policy: a good directory is put in use,
+// a bad one is refused naming --rls-config and kept; INFO policy reports
+// the configuration and its reloads.
+func TestPolicyReloadReloadsRLSConfig(t *testing.T) {
+	for _, withPolicy := range []bool{false, true} {
+		t.Run(fmt.Sprintf("policy=%v", withPolicy), func(t *testing.T) {
+			dir := rlsConfigDir(t, rlsYAML)
+			cfg := Config{RLSConfigDir: dir}
+			if withPolicy {
+				cfg.PolicyFile = policyFile(t, "p.ini", "[default]\ncreditLimit = 5\nresetSeconds = 60\n")
+			}
+			f := newRLS(t, cfg)
+			c := newClient(t, f.srv)
+			ctx := context.Background()
+			checkStatus(t, "before", f.one(t, desc("k", "a")), rlspb.RateLimitResponse_OK, 2, 26)
+			if err := os.WriteFile(filepath.Join(dir, "config.yaml"), []byte("domain: test\ndescriptors:\n  - key: k\n    rate_limit: {unit: minute, requests_per_unit: 7}\n"), 0o644); err != nil {
+				t.Fatal(err)
+			}
+			if err := c.Do(ctx, "POLICY", "RELOAD").Err(); err != nil {
+				t.Fatalf("POLICY RELOAD: %v", err)
+			}
+			checkStatus(t, "after POLICY RELOAD", f.one(t, desc("k", "a")), rlspb.RateLimitResponse_OK, 6, 26)
+			if err := os.WriteFile(filepath.Join(dir, "bad.yml"), []byte("domain: other\nfoo: 1\n"), 0o644); err != nil {
+				t.Fatal(err)
+			}
+			if err := c.Do(ctx, "POLICY", "RELOAD").Err(); err == nil || !strings.Contains(err.Error(), "--rls-config: ") || !strings.Contains(err.Error(), "bad.yml") || !strings.Contains(err.Error(), "configuration in use is kept") {
+				t.Fatalf("POLICY RELOAD of a bad --rls-config: %v", err)
+			}
+			checkStatus(t, "kept", f.one(t, desc("k", "a")), rlspb.RateLimitResponse_OK, 5, 26)
+			info, err := c.Info(ctx, "policy").Result()
+			for _, want := range []string{"rls_config_dir:" + dir + "\r\n", "rls_limits:1\r\n", "rls_reloads:1\r\n", "rls_reload_failures:1\r\n", "rls_loaded_at:"} {
+				if err != nil || !strings.Contains(info, want) {
+					t.Fatalf("INFO policy: %q, %v; want %q", info, err, want)
+				}
+			}
+		})
+	}
+}
