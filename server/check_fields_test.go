@@ -302,7 +302,10 @@ func TestCheckRateLimitPolicyIsTheRate(t *testing.T) {
 		})
 	}
 	t.Logf("allocations per /check (handler and recorder): %v", allocs)
-	if allocs["/burst2"] > allocs["/plain"] {
+	// AllocsPerRun counts the whole process's allocations, the store's
+	// background work included, so a margin of 2 keeps out that noise; the
+	// fields rebuilt per request cost 4 more.
+	if allocs["/burst2"] > allocs["/plain"]+2 {
 		t.Errorf("a rule with a burst costs %v allocations per /check, one without %v", allocs["/burst2"], allocs["/plain"])
 	}
 }
