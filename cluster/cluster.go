@@ -19,6 +19,7 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
+	"math"
 	"slices"
 	"strconv"
 	"strings"
@@ -125,14 +126,28 @@ func (t Topology) Encode() []byte {
 	return []byte("v1 " + strings.Join(t.Args(), " "))
 }
 
-// Decode reads a topology Encode wrote.
+// Decode reads a topology Encode wrote. It takes an epoch above MaxEpoch,
+// which an earlier version stored, so the node starts and can be
+// renumbered (see MaxEpoch).
 func Decode(b []byte) (Topology, error) {
 	f := strings.Fields(string(b))
 	if len(f) == 0 || f[0] != "v1" {
 		return Topology{}, fmt.Errorf("%w: stored topology does not start with v1", ErrBadTopology)
 	}
-	return Parse(f[1:])
+	return parse(f[1:], math.MaxUint64)
 }
+
+// MaxEpoch is the highest epoch a topology may have. Tools compute the next
+// epoch as the current one plus one: an epoch of 2^64−1 (a typo, or a
+// hostile push) would wrap and freeze the topology forever. 2^53 leaves
+// room for any number of real pushes and is exact in every JSON number.
+// A node whose topology has reached MaxEpoch (or, stored by an earlier
+// version, is past it) takes a pushed topology of any epoch, so that
+// `sluice cluster renumber` can bring the epochs down.
+const MaxEpoch = 1 << 53
+
+// ErrEpochCap is the error of a push whose next epoch would pass MaxEpoch.
+var ErrEpochCap = errors.New("cluster: epoch at the cap 2^53 (9007199254740992): renumber the topology with `sluice cluster renumber --nodes ...`")
 
 // Parse reads the arguments of CLUSTER SETTOPOLOGY: epoch, then pairs of
 // address and slot ranges. Node IDs are derived from the addresses. It
@@ -140,12 +155,19 @@ func Decode(b []byte) (Topology, error) {
 // address or range; slots no node owns are allowed (they answer
 // CLUSTERDOWN).
 func Parse(args []string) (Topology, error) {
+	return parse(args, MaxEpoch)
+}
+
+func parse(args []string, maxEpoch uint64) (Topology, error) {
 	if len(args) < 3 || len(args)%2 != 1 {
 		return Topology{}, fmt.Errorf("%w: want an epoch, then one or more pairs of host:port and slot ranges (e.g. 0-8191,9000 or - for none)", ErrBadTopology)
 	}
 	epoch, err := strconv.ParseUint(args[0], 10, 64)
 	if err != nil {
 		return Topology{}, fmt.Errorf("%w: epoch %q: want a non-negative integer", ErrBadTopology, args[0])
+	}
+	if epoch > maxEpoch {
+		return Topology{}, fmt.Errorf("%w: epoch %d: want at most 2^53 (%d); a topology stuck at the cap is renumbered with sluice cluster renumber", ErrBadTopology, epoch, uint64(maxEpoch))
 	}
 	t := Topology{Epoch: epoch}
 	var owned [Slots]bool
