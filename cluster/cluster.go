@@ -339,8 +339,12 @@ func Expand(template string, ordinal int) string {
 func OrdinalFromHostname(host string) (int, error) {
 	host, _, _ = strings.Cut(host, ".")
 	i := strings.LastIndexByte(host, '-')
-	n, err := strconv.Atoi(host[i+1:])
-	if i < 0 || err != nil || n < 0 {
+	d := host[i+1:]
+	// Canonical decimal only, as a StatefulSet names its pods: not
+	// sluice-+3 nor sluice-07.
+	canonical := d != "" && strings.Trim(d, "0123456789") == "" && (d == "0" || d[0] != '0')
+	n, err := strconv.Atoi(d)
+	if i < 0 || !canonical || err != nil || n < 0 {
 		return 0, fmt.Errorf("%w: hostname %q does not end in -N, a StatefulSet ordinal: give --cluster-ordinal", ErrBadTopology, host)
 	}
 	return n, nil
@@ -399,8 +403,8 @@ func (t Topology) Without(keep []string) Topology {
 }
 
 // Rebalance plans the moves that spread the slots evenly over want, the
-// nodes' addresses in ordinal order (node i gets 16384/len(want) slots,
-// one more for the first 16384 mod len(want)), moving as few slots as it
+// nodes' addresses in ordinal order (node i of N gets ⌊16384·(i+1)/N⌋ −
+// ⌊16384·i/N⌋ slots, as many as Initial gives it), moving as few slots as it
 // can: nodes not in want give all theirs, the highest ordinals first (a
 // scale-down), then unowned slots, then the nodes over their share give
 // their highest slots; nodes under it take them in ordinal order.
@@ -435,13 +439,9 @@ func Rebalance(t Topology, want []string) []Move {
 	for _, s := range unowned {
 		surplus = append(surplus, give{"", s})
 	}
-	quota := func(i int) int {
-		q := Slots / m
-		if i < Slots%m {
-			q++
-		}
-		return q
-	}
+	// Initial's split, so that rebalancing a fresh cluster moves nothing
+	// and 3 → 4 → 3 nodes ends with the 3-node counts.
+	quota := func(i int) int { return Slots*(i+1)/m - Slots*i/m }
 	for i, a := range want {
 		if extra := len(owned[a]) - quota(i); extra > 0 {
 			for _, s := range owned[a][len(owned[a])-extra:] {

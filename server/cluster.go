@@ -3,6 +3,7 @@ package server
 import (
 	"errors"
 	"fmt"
+	"net"
 	"slices"
 	"strconv"
 	"strings"
@@ -390,8 +391,11 @@ func appendClusterShards(b []byte, v *clusterView, r3 bool) []byte {
 			b = appendInt(b, int64(r.Last))
 		}
 		b = appendBulkString(b, "nodes")
+		// Redis leaves hostname out when none is set: a host that is an
+		// IP address is no hostname.
+		named := net.ParseIP(host) == nil
 		b = appendArray(b, 1)
-		b = appendMap(b, 8, r3)
+		b = appendMap(b, 7+b2i(named), r3)
 		b = appendBulkString(b, "id")
 		b = appendBulkString(b, n.ID)
 		b = appendBulkString(b, "port")
@@ -400,8 +404,10 @@ func appendClusterShards(b []byte, v *clusterView, r3 bool) []byte {
 		b = appendBulkString(b, host)
 		b = appendBulkString(b, "endpoint")
 		b = appendBulkString(b, host)
-		b = appendBulkString(b, "hostname")
-		b = appendBulkString(b, host)
+		if named {
+			b = appendBulkString(b, "hostname")
+			b = appendBulkString(b, host)
+		}
 		b = appendBulkString(b, "role")
 		b = appendBulkString(b, "master")
 		b = appendBulkString(b, "replication-offset")

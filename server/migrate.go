@@ -385,6 +385,10 @@ func (s *Server) popDirty(c *client, n int) {
 	}
 }
 
+// maxDumpCount bounds a DUMP page, so that one reply stays small (the tool
+// asks for --cluster-page, at most 500).
+const maxDumpCount = 10000
+
 // clusterDump answers DUMP first last cursor count: up to count records of
 // slots first to last, from cursor (a store key, or "" for the start), as
 // [next cursor ("" when done), key, value, ...].
@@ -392,8 +396,8 @@ func (s *Server) clusterDump(c *client, args [][]byte) {
 	first, ok1 := parseInt(args[0])
 	last, ok2 := parseInt(args[1])
 	count, ok3 := parseInt(args[3])
-	if !ok1 || !ok2 || !ok3 || first < 0 || last >= cluster.Slots || first > last || count < 1 {
-		s.replyErr(c, replyErr("ERR CLUSTER DUMP: want <first slot> <last slot> <cursor> <count>"))
+	if !ok1 || !ok2 || !ok3 || first < 0 || last >= cluster.Slots || first > last || count < 1 || count > maxDumpCount {
+		s.replyErr(c, replyErr("ERR CLUSTER DUMP: want <first slot> <last slot> <cursor> <count>, slots 0 to 16383, count 1 to "+strconv.Itoa(maxDumpCount)))
 		return
 	}
 	if err := s.store.Flush(); err != nil {
@@ -457,6 +461,20 @@ func (s *Server) clusterRestore(c *client, args [][]byte) {
 		if slot := binary.BigEndian.Uint16(k); v.self != 0 && v.owner[slot] == v.self {
 			s.replyErr(c, replyErr("ERR CLUSTER RESTORE: slot "+strconv.Itoa(int(slot))+" is this node's: refusing to overwrite a slot it serves"))
 			return
+		}
+		// Only records as DUMP hands them out: a key of a known kind, and
+		// a value its kind decodes (once the slot is served, it is read
+		// and swept as such).
+		rec, err := keyspace.Parse(k)
+		if err != nil {
+			s.replyErr(c, replyErr("ERR CLUSTER RESTORE: pair "+strconv.Itoa(i/2+1)+": not a record key ("+oneLine(err.Error())+"); expected a key CLUSTER DUMP gave"))
+			return
+		}
+		if val := args[i+1]; len(val) > 0 {
+			if _, err := rec.Describe(val, 0); err != nil {
+				s.replyErr(c, replyErr("ERR CLUSTER RESTORE: pair "+strconv.Itoa(i/2+1)+": the value is not a record of its key's kind ("+oneLine(err.Error())+"); expected the value CLUSTER DUMP gave"))
+				return
+			}
 		}
 	}
 	var m restoreMutator

@@ -323,3 +323,83 @@ func TestClusterEpochCap(t *testing.T) {
 		t.Fatalf("a push to a node at the epoch cap: %v; want it taken (renumbering)", err)
 	}
 }
+
+// TestClusterRestoreValidates: CLUSTER RESTORE takes only records as DUMP
+// gives them: a key of no kind, or a value its kind does not decode, is
+// refused and nothing of the command is written.
+func TestClusterRestoreValidates(t *testing.T) {
+	srv := startServer(t, Config{Cluster: &ClusterConfig{Nodes: []string{"127.0.0.1:7000", "127.0.0.1:7001"}, Self: "127.0.0.1:7000"}})
+	rdb := newClient(t, srv)
+	ctx := context.Background()
+	key := keyIn(9000, 9999)
+	slot := keyspace.Slot([]byte(key))
+	good := string(keyspace.AppendGCRAKey(nil, []byte(key)))
+	noKind := string([]byte{byte(slot >> 8), byte(slot), 'Z'}) + "junk"
+	for _, pair := range [][2]string{{good, "garbage-not-a-gcra-record"}, {noKind, "x"}} {
+		err := rdb.Do(ctx, "CLUSTER", "RESTORE", pair[0], pair[1]).Err()
+		if err == nil || !strings.HasPrefix(err.Error(), "ERR CLUSTER RESTORE: pair 1: ") {
+			t.Errorf("RESTORE %q %q: %v; want it refused", pair[0], pair[1], err)
+		}
+	}
+	if n, _ := rdb.DBSize(ctx).Result(); n != 0 {
+		t.Errorf("DBSIZE %d after refused RESTOREs; want 0", n)
+	}
+	// A real record, as another node's DUMP gives it, is taken.
+	other := startServer(t, Config{})
+	ro := newClient(t, other)
+	if err := ro.Do(ctx, "CL.THROTTLE", key, 15, 30, 60, 1).Err(); err != nil {
+		t.Fatal(err)
+	}
+	var val string
+	if err := other.store.Flush(); err != nil {
+		t.Fatal(err)
+	}
+	if err := other.store.Scan(nil, []byte{0xff}, func(k, v []byte) bool {
+		if string(k) == good {
+			val = string(v)
+		}
+		return true
+	}); err != nil || val == "" {
+		t.Fatalf("the GCRA record on the other node: %q %v", val, err)
+	}
+	if n, err := rdb.Do(ctx, "CLUSTER", "RESTORE", good, val).Int64(); err != nil || n != 1 {
+		t.Fatalf("RESTORE of a real record: %d %v", n, err)
+	}
+}
+
+// TestClusterDumpCountBounded: a DUMP count above 10000 is refused (2^63−1
+// overflowed the page bound and dumped every record in one reply).
+func TestClusterDumpCountBounded(t *testing.T) {
+	srv := startServer(t, Config{Cluster: &ClusterConfig{Nodes: []string{"127.0.0.1:7000"}, Self: "127.0.0.1:7000"}})
+	rdb := newClient(t, srv)
+	ctx := context.Background()
+	for _, n := range []string{"10001", "9223372036854775807"} {
+		err := rdb.Do(ctx, "CLUSTER", "DUMP", 0, 16383, "", n).Err()
+		if err == nil || !strings.Contains(err.Error(), "count 1 to 10000") {
+			t.Errorf("DUMP count %s: %v; want it refused", n, err)
+		}
+	}
+	if err := rdb.Do(ctx, "CLUSTER", "DUMP", 0, 16383, "", 10000).Err(); err != nil {
+		t.Errorf("DUMP count 10000: %v", err)
+	}
+}
+
+// TestClusterShardsHostname: CLUSTER SHARDS leaves hostname out for a node
+// announced by IP address, as Redis does for a node with no hostname, and
+// gives it for one announced by name.
+func TestClusterShardsHostname(t *testing.T) {
+	srv := startServer(t, Config{Cluster: &ClusterConfig{Nodes: []string{"127.0.0.1:7000", "sluice-1.sluice:7001"}, Self: "127.0.0.1:7000"}})
+	shards, err := newClient(t, srv).ClusterShards(context.Background()).Result()
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := map[string]string{}
+	for _, sh := range shards {
+		for _, n := range sh.Nodes {
+			got[n.Endpoint] = n.Hostname
+		}
+	}
+	if got["127.0.0.1"] != "" || got["sluice-1.sluice"] != "sluice-1.sluice" {
+		t.Errorf("hostnames by endpoint: %q; want none for 127.0.0.1, sluice-1.sluice for sluice-1.sluice", got)
+	}
+}
