@@ -3,6 +3,7 @@ package main
 import (
 	"bytes"
 	"context"
+	"errors"
 	"net"
 	"strings"
 	"sync/atomic"
@@ -10,6 +11,7 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
+	"github.com/sluicehq/sluice/cluster"
 	"github.com/sluicehq/sluice/keyspace"
 )
 
@@ -194,5 +196,36 @@ func TestClusterShowRevealsEpochs(t *testing.T) {
 	out.Reset()
 	if err := runReloading(ctx, nil, []string{"cluster", "show", "--nodes", nodes}, noEnvLookup, nil, &out, &out); err != nil {
 		t.Fatalf("show after the push: %v\n%s", err, out.String())
+	}
+}
+
+// TestClusterRenumber: at the epoch cap a move is refused, naming the way
+// out; `sluice cluster renumber` pushes the topology under a low epoch to
+// every node, after which moves work again.
+func TestClusterRenumber(t *testing.T) {
+	addrs := freePorts(t, 2)
+	procs := startCluster(t, addrs)
+	ctx := context.Background()
+	for _, p := range procs {
+		if err := p.client(t).Do(ctx, "CLUSTER", "SETTOPOLOGY", cluster.MaxEpoch, addrs[0], "0-8191", addrs[1], "8192-16383").Err(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	nodes := strings.Join(addrs, ",")
+	var out bytes.Buffer
+	move := []string{"cluster", "move", "--nodes", nodes, "--slots", "0-9", "--to", addrs[1]}
+	if err := runReloading(ctx, nil, move, noEnvLookup, nil, &out, &out); !errors.Is(err, cluster.ErrEpochCap) {
+		t.Fatalf("move at the epoch cap: %v; want cluster.ErrEpochCap", err)
+	}
+	if err := runReloading(ctx, nil, []string{"cluster", "renumber", "--nodes", nodes}, noEnvLookup, nil, &out, &out); err != nil {
+		t.Fatalf("renumber: %v\n%s", err, out.String())
+	}
+	for _, p := range procs {
+		if s, _ := p.client(t).Do(ctx, "CLUSTER", "TOPOLOGY").Text(); !strings.HasPrefix(s, "1 ") {
+			t.Errorf("after renumber: %s; want epoch 1", s)
+		}
+	}
+	if err := runReloading(ctx, nil, move, noEnvLookup, nil, &out, &out); err != nil {
+		t.Fatalf("move after renumber: %v\n%s", err, out.String())
 	}
 }
