@@ -344,7 +344,7 @@ func (ct *clusterTool) move(ctx context.Context, t cluster.Topology, mv cluster.
 			"push the topology to it, and to every node, with `sluice cluster push --nodes %s --topology '%s'`, then drop its copy with `redis-cli -h %s -p %s CLUSTER DROP %s`",
 			ranges, mv.To, nt.Epoch, mv.From, err, mv.From, strings.Join(nt.Args(), " "), hostOf(mv.From), portOf(mv.From), ranges)
 	}
-	_ = ct.push(ctx, nt, t, []string{mv.To, mv.From})
+	_ = ct.push(ctx, nt, t, nil) // every node, the two above again (the same topology is accepted): an error there is a warning
 	dropped, err := ct.do(ctx, mv.From, "CLUSTER", "DROP", ranges)
 	if err != nil {
 		fmt.Fprintf(ct.out, "warning: %v; the source keeps a stale copy of slots %s, which it no longer serves\n", err, ranges)
