@@ -19,6 +19,7 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
+	"math"
 	"slices"
 	"strconv"
 	"strings"
@@ -125,14 +126,28 @@ func (t Topology) Encode() []byte {
 	return []byte("v1 " + strings.Join(t.Args(), " "))
 }
 
-// Decode reads a topology Encode wrote.
+// Decode reads a topology Encode wrote. It takes an epoch above MaxEpoch,
+// which an earlier version stored, so the node starts and can be
+// renumbered (see MaxEpoch).
 func Decode(b []byte) (Topology, error) {
 	f := strings.Fields(string(b))
 	if len(f) == 0 || f[0] != "v1" {
 		return Topology{}, fmt.Errorf("%w: stored topology does not start with v1", ErrBadTopology)
 	}
-	return Parse(f[1:])
+	return parse(f[1:], math.MaxUint64)
 }
+
+// MaxEpoch is the highest epoch a topology may have. Tools compute the next
+// epoch as the current one plus one: an epoch of 2^64−1 (a typo, or a
+// hostile push) would wrap and freeze the topology forever. 2^53 leaves
+// room for any number of real pushes and is exact in every JSON number.
+// A node whose topology has reached MaxEpoch (or, stored by an earlier
+// version, is past it) takes a pushed topology of any epoch, so that
+// `sluice cluster renumber` can bring the epochs down.
+const MaxEpoch = 1 << 53
+
+// ErrEpochCap is the error of a push whose next epoch would pass MaxEpoch.
+var ErrEpochCap = errors.New("cluster: epoch at the cap 2^53 (9007199254740992): renumber the topology with `sluice cluster renumber --nodes ...`")
 
 // Parse reads the arguments of CLUSTER SETTOPOLOGY: epoch, then pairs of
 // address and slot ranges. Node IDs are derived from the addresses. It
@@ -140,12 +155,19 @@ func Decode(b []byte) (Topology, error) {
 // address or range; slots no node owns are allowed (they answer
 // CLUSTERDOWN).
 func Parse(args []string) (Topology, error) {
+	return parse(args, MaxEpoch)
+}
+
+func parse(args []string, maxEpoch uint64) (Topology, error) {
 	if len(args) < 3 || len(args)%2 != 1 {
 		return Topology{}, fmt.Errorf("%w: want an epoch, then one or more pairs of host:port and slot ranges (e.g. 0-8191,9000 or - for none)", ErrBadTopology)
 	}
 	epoch, err := strconv.ParseUint(args[0], 10, 64)
 	if err != nil {
 		return Topology{}, fmt.Errorf("%w: epoch %q: want a non-negative integer", ErrBadTopology, args[0])
+	}
+	if epoch > maxEpoch {
+		return Topology{}, fmt.Errorf("%w: epoch %d: want at most 2^53 (%d); a topology stuck at the cap is renumbered with sluice cluster renumber", ErrBadTopology, epoch, uint64(maxEpoch))
 	}
 	t := Topology{Epoch: epoch}
 	var owned [Slots]bool
@@ -317,8 +339,12 @@ func Expand(template string, ordinal int) string {
 func OrdinalFromHostname(host string) (int, error) {
 	host, _, _ = strings.Cut(host, ".")
 	i := strings.LastIndexByte(host, '-')
-	n, err := strconv.Atoi(host[i+1:])
-	if i < 0 || err != nil || n < 0 {
+	d := host[i+1:]
+	// Canonical decimal only, as a StatefulSet names its pods: not
+	// sluice-+3 nor sluice-07.
+	canonical := d != "" && strings.Trim(d, "0123456789") == "" && (d == "0" || d[0] != '0')
+	n, err := strconv.Atoi(d)
+	if i < 0 || !canonical || err != nil || n < 0 {
 		return 0, fmt.Errorf("%w: hostname %q does not end in -N, a StatefulSet ordinal: give --cluster-ordinal", ErrBadTopology, host)
 	}
 	return n, nil
@@ -377,8 +403,8 @@ func (t Topology) Without(keep []string) Topology {
 }
 
 // Rebalance plans the moves that spread the slots evenly over want, the
-// nodes' addresses in ordinal order (node i gets 16384/len(want) slots,
-// one more for the first 16384 mod len(want)), moving as few slots as it
+// nodes' addresses in ordinal order (node i of N gets ⌊16384·(i+1)/N⌋ −
+// ⌊16384·i/N⌋ slots, as many as Initial gives it), moving as few slots as it
 // can: nodes not in want give all theirs, the highest ordinals first (a
 // scale-down), then unowned slots, then the nodes over their share give
 // their highest slots; nodes under it take them in ordinal order.
@@ -413,13 +439,9 @@ func Rebalance(t Topology, want []string) []Move {
 	for _, s := range unowned {
 		surplus = append(surplus, give{"", s})
 	}
-	quota := func(i int) int {
-		q := Slots / m
-		if i < Slots%m {
-			q++
-		}
-		return q
-	}
+	// Initial's split, so that rebalancing a fresh cluster moves nothing
+	// and 3 → 4 → 3 nodes ends with the 3-node counts.
+	quota := func(i int) int { return Slots*(i+1)/m - Slots*i/m }
 	for i, a := range want {
 		if extra := len(owned[a]) - quota(i); extra > 0 {
 			for _, s := range owned[a][len(owned[a])-extra:] {

@@ -4,6 +4,7 @@ import (
 	"go/parser"
 	"go/token"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"testing"
@@ -30,6 +31,46 @@ func TestPure(t *testing.T) {
 			if first, _, _ := strings.Cut(path, "/"); strings.Contains(first, ".") || banned[path] {
 				t.Errorf("%s imports %s: cluster is pure and uses only the standard library", f, path)
 			}
+		}
+	}
+}
+
+// TestRebalanceKeepsInitialSplit: a rebalance gives each node as many slots
+// as Initial does, so rebalancing a fresh cluster over the same nodes moves
+// nothing, and 3 → 4 → 3 nodes ends with the 3-node counts.
+func TestRebalanceKeepsInitialSplit(t *testing.T) {
+	three := []string{"a:1", "b:1", "c:1"}
+	if mv := Rebalance(Initial(three), three); len(mv) != 0 {
+		t.Errorf("rebalance of a fresh 3-node cluster over the same nodes moves %v", mv)
+	}
+	top := Initial(three)
+	apply := func(want []string) {
+		for _, mv := range Rebalance(top, want) {
+			top = top.Moved(mv.Slots, mv.To)
+		}
+		top = top.Without(want)
+	}
+	apply(append(slices.Clone(three), "d:1"))
+	apply(three)
+	for i, n := range Initial(three).Nodes {
+		got := Topology{Nodes: top.Nodes[i : i+1]}.Assigned()
+		if want := (Topology{Nodes: []Node{n}}).Assigned(); got != want {
+			t.Errorf("after 3 → 4 → 3 nodes, %s owns %d slots; the initial split gives it %d", n.Addr, got, want)
+		}
+	}
+}
+
+// TestOrdinalFromHostnameCanonical: only a StatefulSet's canonical ordinal
+// is taken.
+func TestOrdinalFromHostnameCanonical(t *testing.T) {
+	for h, want := range map[string]int{"sluice-2": 2, "sluice-0": 0, "sluice-12.sluice.ns.svc": 12} {
+		if n, err := OrdinalFromHostname(h); err != nil || n != want {
+			t.Errorf("%q: %d %v; want %d", h, n, err, want)
+		}
+	}
+	for _, h := range []string{"sluice-+3", "sluice-07", "sluice-", "sluice", "web-7d9f-abcde"} {
+		if n, err := OrdinalFromHostname(h); err == nil {
+			t.Errorf("%q: %d; want it refused", h, n)
 		}
 	}
 }

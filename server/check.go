@@ -329,18 +329,20 @@ func (s *Server) serveCheck(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	now := s.clock()
+	wp := s.beginWrite() // resharding: MIGRATE PAUSE waits until it is committed (migrate.go)
 	out, err := s.hit(&c.h, lp, c.h.req, 1, c.batch, now.UnixNano())
 	// Changes are visible once made: even after an error, what the canary
 	// rules changed before it is committed.
 	committed := true
 	if writes := c.batch.Len(); writes > 0 {
-		if cerr := c.batch.Commit(); cerr != nil && !s.allowDespite(cerr, writes) {
+		if cerr := s.commitBatch(c.batch); cerr != nil && !s.allowDespite(cerr, writes) {
 			committed = false
 			if err == nil {
 				err = cerr
 			}
 		}
 	}
+	s.endWrite(wp)
 	c.h.countHits(committed)
 	if err != nil {
 		s.check.failed.Add(1)

@@ -3,6 +3,7 @@ package server
 import (
 	"errors"
 	"fmt"
+	"net"
 	"slices"
 	"strconv"
 	"strings"
@@ -36,6 +37,11 @@ type ClusterConfig struct {
 	// ForwardTimeout bounds one counter hit forwarded to the node owning
 	// the counter (forward.go); default DefaultForwardTimeout.
 	ForwardTimeout time.Duration
+	// MaxClockSkew bounds how far the clock of a node forwarding a counter
+	// hit (SLUICE.COUNTERHIT's now) may be from this node's: a now further
+	// off is clamped to this node's clock ± MaxClockSkew; default
+	// DefaultMaxClockSkew.
+	MaxClockSkew time.Duration
 }
 
 // metaTopology is the store's metadata name of the topology in use.
@@ -50,6 +56,9 @@ type clusterState struct {
 	view   atomic.Pointer[clusterView]
 	mu     sync.Mutex // one SETTOPOLOGY at a time
 	mig    migration  // slots being moved off this node (migrate.go)
+	// writers counts the writes under way outside RESP pipelines, for
+	// MIGRATE PAUSE (migrate.go).
+	writers writeGate
 }
 
 // clusterView is a topology with its slot table.
@@ -91,12 +100,27 @@ func (s *Server) initCluster() error {
 	if err != nil {
 		return fmt.Errorf("server: read the stored cluster topology: %w", err)
 	}
-	if stored != nil {
+	switch {
+	case stored == nil:
+		// Stored on the first start, so that a later start with other
+		// flags (--cluster-size edited before any push) keeps the epoch-0
+		// topology its peers use: two owners of a slot at one epoch would
+		// both count its buckets.
+		if err := s.store.SetMeta(metaTopology, top.Encode()); err != nil {
+			return fmt.Errorf("server: store the initial cluster topology: %w", err)
+		}
+	default:
 		t, err := cluster.Decode(stored)
 		if err != nil {
 			return fmt.Errorf("server: the stored cluster topology in %s: %w", s.store.Dir(), err)
 		}
-		s.log.Info("cluster: using the stored topology, pushed after the initial one", "epoch", t.Epoch, "nodes", len(t.Nodes))
+		if t.Epoch == 0 && !t.Equal(top) {
+			s.log.Error("cluster: --cluster-nodes/--cluster-size/--cluster-ordinal give another initial topology than the one this node stored on its first start; "+
+				"IGNORING the flags and keeping the stored one, as the other nodes do: change the topology with sluice cluster rebalance, not the flags",
+				"stored", strings.Join(t.Args(), " "), "flags", strings.Join(top.Args(), " "))
+		} else {
+			s.log.Info("cluster: using the stored topology", "epoch", t.Epoch, "nodes", len(t.Nodes))
+		}
 		top = t
 	}
 	cs.view.Store(newClusterView(top, cs.myID))
@@ -270,6 +294,10 @@ func (s *Server) setTopology(args []string) error {
 	switch {
 	case t.Equal(cur):
 		return nil
+	case cur.Epoch >= cluster.MaxEpoch:
+		// Stuck at the cap (or past it, stored by an earlier version): no
+		// higher epoch exists, so any is taken (sluice cluster renumber).
+		s.log.Warn("cluster: the topology in use is at the epoch cap; taking the pushed one whatever its epoch", "epoch", t.Epoch, "previous_epoch", cur.Epoch)
 	case t.Epoch <= cur.Epoch:
 		return replyErr("ERR epoch " + strconv.FormatUint(t.Epoch, 10) + " is not above the current epoch " + strconv.FormatUint(cur.Epoch, 10) + ": push a topology with a higher epoch")
 	}
@@ -363,8 +391,11 @@ func appendClusterShards(b []byte, v *clusterView, r3 bool) []byte {
 			b = appendInt(b, int64(r.Last))
 		}
 		b = appendBulkString(b, "nodes")
+		// Redis leaves hostname out when none is set: a host that is an
+		// IP address is no hostname.
+		named := net.ParseIP(host) == nil
 		b = appendArray(b, 1)
-		b = appendMap(b, 8, r3)
+		b = appendMap(b, 7+b2i(named), r3)
 		b = appendBulkString(b, "id")
 		b = appendBulkString(b, n.ID)
 		b = appendBulkString(b, "port")
@@ -373,8 +404,10 @@ func appendClusterShards(b []byte, v *clusterView, r3 bool) []byte {
 		b = appendBulkString(b, host)
 		b = appendBulkString(b, "endpoint")
 		b = appendBulkString(b, host)
-		b = appendBulkString(b, "hostname")
-		b = appendBulkString(b, host)
+		if named {
+			b = appendBulkString(b, "hostname")
+			b = appendBulkString(b, host)
+		}
 		b = appendBulkString(b, "role")
 		b = appendBulkString(b, "master")
 		b = appendBulkString(b, "replication-offset")

@@ -242,6 +242,9 @@ func (d *divvyConn) round(start, end int, eof bool) (next int, stop bool) {
 	t0 := time.Now()
 	lp := s.pol.cur.Load()
 	d.out = d.out[:0]
+	// Resharding: MIGRATE PAUSE waits for the round's hits to be committed
+	// (migrate.go).
+	wp := s.beginWrite()
 	firstWrite := -1
 	writes := 0
 	for n := 0; n < s.cfg.DivvyMaxPipeline && start < end && !stop; {
@@ -302,10 +305,7 @@ func (d *divvyConn) round(start, end int, eof bool) (next int, stop bool) {
 	}
 	committed := true
 	if d.batch.Pending() {
-		if s.clus.mig.active.Load() {
-			s.noteDirty(d.batch) // resharding (migrate.go)
-		}
-		if err := d.batch.Commit(); err != nil && !s.allowDespite(err, writes) {
+		if err := s.commitBatch(d.batch); err != nil && !s.allowDespite(err, writes) {
 			// No reply may show a change that was not stored: the replies
 			// from the first write on become one error, and the connection
 			// closes, as after any ERR.
@@ -317,6 +317,7 @@ func (d *divvyConn) round(start, end int, eof bool) (next int, stop bool) {
 			stop = true
 		}
 	}
+	s.endWrite(wp) // before the reply's write, which a slow reader may hold up
 	d.h.countHits(committed)
 	if len(d.out) > 0 {
 		if t := s.cfg.DivvyIdleTimeout; t > 0 {

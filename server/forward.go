@@ -108,6 +108,19 @@ func (s *Server) forwardHit(addr string, slot uint16, key []byte, r *policy.Rule
 	}
 }
 
+var errCounterHitStandalone = replyErr("ERR SLUICE.COUNTERHIT is sent between the nodes of a cluster; this node is standalone (no --cluster-nodes)")
+
+// DefaultMaxClockSkew is how far SLUICE.COUNTERHIT's now may be from the
+// owner's clock before it is clamped.
+const DefaultMaxClockSkew = 5 * time.Second
+
+func (s *Server) maxClockSkew() time.Duration {
+	if d := s.cfg.Cluster.MaxClockSkew; d > 0 {
+		return d
+	}
+	return DefaultMaxClockSkew
+}
+
 func (s *Server) forwardTimeout() time.Duration {
 	if t := s.cfg.Cluster.ForwardTimeout; t > 0 {
 		return t
@@ -283,6 +296,12 @@ func readHitReply(r *bufio.Reader) (fwdReply, error) {
 // the one the rule makes for its counter ID under that limit (kind,
 // parameters and slot).
 func cmdCounterHit(s *Server, c *client, args [][]byte) {
+	if !s.clus.on {
+		// Only nodes send it, to the owner of a counter: a standalone
+		// server has no business applying another's clock and hits.
+		s.replyErr(c, errCounterHitStandalone)
+		return
+	}
 	key := args[1]
 	rec, err := keyspace.Parse(key)
 	var id []byte
@@ -337,6 +356,12 @@ func cmdCounterHit(s *Server, c *client, args [][]byte) {
 			"; expected a "+r.Algorithm.String()+" counter of its parameters, in the slot of its counter ID"))
 		return
 	}
+	// The sender's clock is trusted only within the skew allowed between
+	// nodes: a clock far ahead would stamp the counter in the future and
+	// lock the actor out until then.
+	own := s.clock().UnixNano()
+	skew := int64(s.maxClockSkew())
+	now = max(min(now, own+skew), own-skew)
 	m := &h.m.c
 	m.Rule, m.Limit, m.Hits, m.Now, m.ID = r, limit, hits, now, id
 	err = s.modify(c.batch, key, &h.m)

@@ -27,8 +27,11 @@ import (
 //     with their current values (or none: deleted), until few are left.
 //  4. MIGRATE PAUSE on the source: commands on those slots get TRYAGAIN, and
 //     it returns once every RESP pipeline under way when the pause began has
-//     ended (a grace period: each connection counts its pipelines), so the
-//     last MIGRATE DIRTY calls see every change. While a slot migrates, a
+//     ended (a grace period: each connection counts its pipelines), and
+//     every line-protocol batch, GET /check and ShouldRateLimit too (they
+//     count themselves in writeGate: one may have applied a hit here before
+//     START and commit it after the hand-over), so the last MIGRATE DIRTY
+//     calls see every change. While a slot migrates, a
 //     HIT counter of it is forwarded to this node over RESP, so the line
 //     protocol's writes take the same path.
 //  5. The tool pushes the topology giving the slots to the target, epoch
@@ -48,14 +51,76 @@ const (
 	slotPaused    = 2 // and commands get TRYAGAIN
 )
 
-// migration is the source side of slot moves.
+// migration is the source side of slot moves. One move at a time: START
+// is refused while another is under way, since the dirty set, PAUSE and
+// CANCEL are the node's, not a move's.
 type migration struct {
 	active atomic.Bool // some slot is not slotServing
 	state  [cluster.Slots]atomic.Uint32
 	mu     struct {
 		sync.Mutex
-		dirty map[string]struct{}
+		dirty  map[string]struct{}
+		ranges string // START's, while a move is under way
 	}
+}
+
+// writeGate counts the writes under way outside RESP pipelines (which
+// client.pipes counts): a line-protocol batch, a GET /check, a
+// ShouldRateLimit, from before their first hit to after their commit.
+// MIGRATE PAUSE waits for those begun before it (waitWriters). A writer
+// counts itself in the phase it reads; PAUSE flips the phase and waits for
+// the old one to drain, so writers beginning meanwhile do not hold it up.
+type writeGate struct {
+	phase atomic.Uint32
+	n     [2]atomic.Int64
+	wait  sync.Mutex // one waitWriters at a time
+}
+
+// beginWrite counts a writer in; endWrite(the phase it returned) counts
+// it out. Neither allocates.
+func (s *Server) beginWrite() uint32 {
+	p := s.clus.writers.phase.Load() & 1
+	s.clus.writers.n[p].Add(1)
+	return p
+}
+
+func (s *Server) endWrite(p uint32) { s.clus.writers.n[p].Add(-1) }
+
+// commitBatch commits b, first noting its keys in migrating slots: every
+// write path (RESP pipelines, the line protocol, GET /check, Envoy's
+// ShouldRateLimit) commits through it, so no write escapes a move.
+func (s *Server) commitBatch(b *storage.Batch) error {
+	if s.clus.mig.active.Load() {
+		s.noteDirty(b)
+	}
+	return b.Commit()
+}
+
+// waitWriters returns once every writer counted in writeGate before it was
+// called has ended, or false at deadline. The slots are paused already, so
+// a writer beginning now forwards its hits of them (forwardCounter) and
+// gets TRYAGAIN: waiting for it too is harmless.
+func (s *Server) waitWriters(deadline time.Time) bool {
+	g := &s.clus.writers
+	g.wait.Lock()
+	defer g.wait.Unlock()
+	drained := func(p uint32) bool {
+		for g.n[p].Load() > 0 {
+			if time.Now().After(deadline) {
+				return false
+			}
+			time.Sleep(100 * time.Microsecond)
+		}
+		return true
+	}
+	// Writers may linger in the other phase (a previous PAUSE gave up on
+	// them): they began before now, so drain it first, then flip.
+	cur := g.phase.Load() & 1
+	if !drained(cur ^ 1) {
+		return false
+	}
+	g.phase.Add(1)
+	return drained(cur)
 }
 
 var errNotMigrating = replyErr("ERR no slot of this node is migrating (did it restart since CLUSTER MIGRATE START?): start the move again")
@@ -140,6 +205,7 @@ func (s *Server) forgetMigrations(v *clusterView) {
 		m.active.Store(false)
 		m.mu.Lock()
 		m.mu.dirty = nil
+		m.mu.ranges = ""
 		m.mu.Unlock()
 	}
 }
@@ -193,11 +259,9 @@ func (s *Server) clusterMigrate(c *client, op string, args [][]byte) {
 			s.replyErr(c, err)
 			return
 		}
-		m.active.Store(true)
-		for _, r := range rs {
-			for slot := int(r.First); slot <= int(r.Last); slot++ {
-				m.state[slot].CompareAndSwap(slotServing, slotMigrating)
-			}
+		if err := s.startMigration(rs); err != nil {
+			s.replyErr(c, err)
+			return
 		}
 		c.out = appendSimple(c.out, "OK")
 	case (op == "pause" && len(args) == 0) || (op == "dirty" && len(args) == 1):
@@ -225,11 +289,11 @@ func (s *Server) clusterMigrate(c *client, op string, args [][]byte) {
 			s.replyErr(c, err)
 			return
 		}
-		if !s.waitPipelines(c) {
+		if !s.waitPipelines(c) || !s.waitWriters(time.Now().Add(migratePauseWait)) {
 			for slot := range m.state {
 				m.state[slot].CompareAndSwap(slotPaused, slotMigrating)
 			}
-			s.replyErr(c, replyErr("ERR pipelines under way did not finish within "+migratePauseWait.String()+"; the slots serve again, retry the pause"))
+			s.replyErr(c, replyErr("ERR pipelines and line-protocol, /check or ShouldRateLimit writes under way did not finish within "+migratePauseWait.String()+"; the slots serve again, retry the pause"))
 			return
 		}
 		c.out = appendSimple(c.out, "OK")
@@ -240,6 +304,7 @@ func (s *Server) clusterMigrate(c *client, op string, args [][]byte) {
 		m.active.Store(false)
 		m.mu.Lock()
 		m.mu.dirty = nil
+		m.mu.ranges = ""
 		m.mu.Unlock()
 		c.out = appendSimple(c.out, "OK")
 	default:
@@ -247,8 +312,29 @@ func (s *Server) clusterMigrate(c *client, op string, args [][]byte) {
 	}
 }
 
-// migratePauseWait bounds MIGRATE PAUSE's wait for pipelines in flight.
-const migratePauseWait = 10 * time.Second
+// startMigration begins START's move of rs, refusing while another is
+// under way: the dirty set, PAUSE and CANCEL are the node's, so a second
+// move would hand over the first's keys and cancel it.
+func (s *Server) startMigration(rs []cluster.Range) error {
+	m := &s.clus.mig
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if m.active.Load() {
+		return replyErr("ERR CLUSTER MIGRATE START: slots " + m.mu.ranges + " are being moved off this node already; one move at a time per source: let it finish, or end it with CLUSTER MIGRATE CANCEL")
+	}
+	m.mu.ranges = cluster.FormatRanges(rs)
+	m.active.Store(true)
+	for _, r := range rs {
+		for slot := int(r.First); slot <= int(r.Last); slot++ {
+			m.state[slot].CompareAndSwap(slotServing, slotMigrating)
+		}
+	}
+	return nil
+}
+
+// migratePauseWait bounds MIGRATE PAUSE's wait for pipelines and writes in
+// flight (a variable for the tests).
+var migratePauseWait = 10 * time.Second
 
 // readMutator reads a record and changes nothing.
 type readMutator struct {
@@ -299,6 +385,10 @@ func (s *Server) popDirty(c *client, n int) {
 	}
 }
 
+// maxDumpCount bounds a DUMP page, so that one reply stays small (the tool
+// asks for --cluster-page, at most 500).
+const maxDumpCount = 10000
+
 // clusterDump answers DUMP first last cursor count: up to count records of
 // slots first to last, from cursor (a store key, or "" for the start), as
 // [next cursor ("" when done), key, value, ...].
@@ -306,8 +396,8 @@ func (s *Server) clusterDump(c *client, args [][]byte) {
 	first, ok1 := parseInt(args[0])
 	last, ok2 := parseInt(args[1])
 	count, ok3 := parseInt(args[3])
-	if !ok1 || !ok2 || !ok3 || first < 0 || last >= cluster.Slots || first > last || count < 1 {
-		s.replyErr(c, replyErr("ERR CLUSTER DUMP: want <first slot> <last slot> <cursor> <count>"))
+	if !ok1 || !ok2 || !ok3 || first < 0 || last >= cluster.Slots || first > last || count < 1 || count > maxDumpCount {
+		s.replyErr(c, replyErr("ERR CLUSTER DUMP: want <first slot> <last slot> <cursor> <count>, slots 0 to 16383, count 1 to "+strconv.Itoa(maxDumpCount)))
 		return
 	}
 	if err := s.store.Flush(); err != nil {
@@ -371,6 +461,20 @@ func (s *Server) clusterRestore(c *client, args [][]byte) {
 		if slot := binary.BigEndian.Uint16(k); v.self != 0 && v.owner[slot] == v.self {
 			s.replyErr(c, replyErr("ERR CLUSTER RESTORE: slot "+strconv.Itoa(int(slot))+" is this node's: refusing to overwrite a slot it serves"))
 			return
+		}
+		// Only records as DUMP hands them out: a key of a known kind, and
+		// a value its kind decodes (once the slot is served, it is read
+		// and swept as such).
+		rec, err := keyspace.Parse(k)
+		if err != nil {
+			s.replyErr(c, replyErr("ERR CLUSTER RESTORE: pair "+strconv.Itoa(i/2+1)+": not a record key ("+oneLine(err.Error())+"); expected a key CLUSTER DUMP gave"))
+			return
+		}
+		if val := args[i+1]; len(val) > 0 {
+			if _, err := rec.Describe(val, 0); err != nil {
+				s.replyErr(c, replyErr("ERR CLUSTER RESTORE: pair "+strconv.Itoa(i/2+1)+": the value is not a record of its key's kind ("+oneLine(err.Error())+"); expected the value CLUSTER DUMP gave"))
+				return
+			}
 		}
 	}
 	var m restoreMutator

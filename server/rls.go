@@ -545,6 +545,7 @@ func (s *Server) shouldRateLimit(req *rlspb.RateLimitRequest) (*rlspb.RateLimitR
 
 	// Evaluate, then commit before answering.
 	nowNs := now.UnixNano()
+	wp := s.beginWrite() // resharding: MIGRATE PAUSE waits for it (migrate.go)
 	writes := 0
 	var evalErr error
 	for i, d := range req.Descriptors {
@@ -581,10 +582,11 @@ func (s *Server) shouldRateLimit(req *rlspb.RateLimitRequest) (*rlspb.RateLimitR
 	}
 	committed := evalErr == nil
 	if w.batch.Pending() {
-		if err := w.batch.Commit(); err != nil && !s.allowDespite(err, writes) && evalErr == nil {
+		if err := s.commitBatch(w.batch); err != nil && !s.allowDespite(err, writes) && evalErr == nil {
 			evalErr, committed = rlsStatusErr(s, -1, err), false
 		}
 	}
+	s.endWrite(wp)
 	w.h.countHits(committed)
 	w.h.resize()
 	if evalErr != nil {

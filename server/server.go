@@ -520,10 +520,7 @@ func (s *Server) commitWrites(c *client) error {
 	var err error
 	committed := true
 	if c.batch.Pending() {
-		if s.clus.mig.active.Load() {
-			s.noteDirty(c.batch) // resharding: the keys changed in migrating slots (migrate.go)
-		}
-		if err = c.batch.Commit(); err != nil && !s.allowDespite(err, len(c.writes)) {
+		if err = s.commitBatch(c.batch); err != nil && !s.allowDespite(err, len(c.writes)) {
 			s.failWrites(c, err)
 			committed = false
 		}

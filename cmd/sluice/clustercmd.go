@@ -32,6 +32,7 @@ type clusterToolConfig struct {
 	pass     string
 	timeout  time.Duration
 	page     int
+	topology string
 }
 
 func newClusterFlagSet(cfg *clusterToolConfig, stderr io.Writer) *flag.FlagSet {
@@ -44,9 +45,10 @@ func newClusterFlagSet(cfg *clusterToolConfig, stderr io.Writer) *flag.FlagSet {
 	fs.StringVar(&cfg.passFile, "requirepass-file", "", "file holding the password clients must give with AUTH (one line; a trailing newline is ignored)")
 	fs.StringVar(&cfg.pass, "requirepass", "", "password clients must give with AUTH (visible in process listings: prefer --requirepass-file)")
 	fs.DurationVar(&cfg.timeout, "cluster-command-timeout", 30*time.Second, "sluice cluster: the most one command to a node may take")
+	fs.StringVar(&cfg.topology, "topology", "", "sluice cluster push: the topology to push, as CLUSTER TOPOLOGY prints it: <epoch> <host:port> <slots> ...")
 	fs.IntVar(&cfg.page, "cluster-page", 500, "sluice cluster: records copied per page while moving slots")
 	fs.Usage = func() {
-		fmt.Fprintf(fs.Output(), "Usage: sluice cluster rebalance --nodes a:p,b:p,c:p   (spread the slots evenly over exactly these nodes)\n       sluice cluster move --nodes a:p,... --slots 0-99 --to d:p\n       sluice cluster show --nodes a:p,...   (the topology with the highest epoch)\n\n")
+		fmt.Fprintf(fs.Output(), "Usage: sluice cluster rebalance --nodes a:p,b:p,c:p   (spread the slots evenly over exactly these nodes)\n       sluice cluster move --nodes a:p,... --slots 0-99 --to d:p\n       sluice cluster show --nodes a:p,...   (the topology with the highest epoch, and the nodes that have another)\n       sluice cluster push --nodes a:p,... --topology '<epoch> a:p 0-8191 b:p 8192-16383'   (push a topology to every node: finishing an interrupted move)\n       sluice cluster renumber --nodes a:p,...   (push the highest topology under a low epoch: after the epoch cap)\n\n")
 		fs.PrintDefaults()
 	}
 	return fs
@@ -54,7 +56,7 @@ func newClusterFlagSet(cfg *clusterToolConfig, stderr io.Writer) *flag.FlagSet {
 
 func runCluster(ctx context.Context, args []string, lookupEnv func(string) (string, bool), stdout, stderr io.Writer) error {
 	if len(args) == 0 || strings.HasPrefix(args[0], "-") {
-		return errors.New("sluice cluster: want a subcommand: rebalance, move or show (see sluice cluster rebalance --help)")
+		return errors.New("sluice cluster: want a subcommand: rebalance, move, show, push or renumber (see sluice cluster rebalance --help)")
 	}
 	sub := args[0]
 	var cfg clusterToolConfig
@@ -86,6 +88,41 @@ func runCluster(ctx context.Context, args []string, lookupEnv func(string) (stri
 	switch sub {
 	case "show":
 		fmt.Fprintln(stdout, strings.Join(t.Args(), " "))
+		// Nodes with another topology: an interrupted move (a source
+		// that restarted before taking the new epoch serves its old slots).
+		var behind []string
+		for _, addr := range ct.order {
+			if e := ct.epochs[addr]; e != t.Epoch {
+				fmt.Fprintf(stdout, "node %s: epoch %d, not %d\n", addr, e, t.Epoch)
+				behind = append(behind, addr)
+			}
+		}
+		if len(behind) > 0 {
+			return fmt.Errorf("nodes %s have another topology than epoch %d: if a move was interrupted, push the highest one to every node: sluice cluster push --nodes %s --topology '%s'",
+				strings.Join(behind, ","), t.Epoch, strings.Join(behind, ","), strings.Join(t.Args(), " "))
+		}
+		return nil
+	case "push":
+		pt, err := cluster.Parse(strings.Fields(cfg.topology))
+		if err != nil {
+			return fmt.Errorf("--topology %q: %w", cfg.topology, err)
+		}
+		return ct.pushAll(ctx, pt, t, nodes)
+	case "renumber":
+		// The highest epoch below the cap, plus one: the nodes stuck at the
+		// cap take any epoch, the others a higher one.
+		var low uint64
+		for _, e := range ct.epochs {
+			if e < cluster.MaxEpoch {
+				low = max(low, e)
+			}
+		}
+		rt := t
+		rt.Epoch = low + 1
+		if err := ct.pushAll(ctx, rt, t, nodes); err != nil {
+			return err
+		}
+		fmt.Fprintf(stdout, "renumbered: epoch %d: %s\n", rt.Epoch, strings.Join(rt.Args()[1:], " "))
 		return nil
 	case "move":
 		rs, err := cluster.ParseRanges(cfg.slots)
@@ -94,6 +131,9 @@ func runCluster(ctx context.Context, args []string, lookupEnv func(string) (stri
 		}
 		if err := cluster.CheckAddr(cfg.to); err != nil {
 			return fmt.Errorf("--to: %w", err)
+		}
+		if t.Epoch >= cluster.MaxEpoch {
+			return cluster.ErrEpochCap
 		}
 		o := t.Owners()
 		bySource := map[string][]cluster.Range{}
@@ -120,6 +160,9 @@ func runCluster(ctx context.Context, args []string, lookupEnv func(string) (stri
 		}
 		return nil
 	case "rebalance":
+		if t.Epoch >= cluster.MaxEpoch {
+			return cluster.ErrEpochCap
+		}
 		for _, mv := range cluster.Rebalance(t, nodes) {
 			if t, err = ct.move(ctx, t, mv); err != nil {
 				return err
@@ -144,6 +187,10 @@ type clusterTool struct {
 	page    int
 	out     io.Writer
 	clients map[string]*redis.Client
+	// epochs is each answering node's epoch, in order, as topology found
+	// them.
+	epochs map[string]uint64
+	order  []string
 }
 
 func (ct *clusterTool) client(addr string) *redis.Client {
@@ -196,10 +243,15 @@ func (ct *clusterTool) topology(ctx context.Context, nodes []string) (cluster.To
 			continue
 		}
 		s, _ := v.(string)
-		t, err := cluster.Parse(strings.Fields(s))
+		t, err := cluster.Decode([]byte("v1 " + s)) // an epoch past the cap too, for renumber
 		if err != nil {
 			return best, fmt.Errorf("node %s: CLUSTER TOPOLOGY: %w", addr, err)
 		}
+		if ct.epochs == nil {
+			ct.epochs = map[string]uint64{}
+		}
+		ct.epochs[addr] = t.Epoch
+		ct.order = append(ct.order, addr)
 		for _, n := range t.Nodes {
 			queue = append(queue, n.Addr)
 		}
@@ -270,13 +322,29 @@ func (ct *clusterTool) move(ctx context.Context, t cluster.Topology, mv cluster.
 		last, err = ct.copyDirty(ctx, mv, true)
 	}
 	if err == nil {
-		err = ct.push(ctx, nt, t, []string{mv.To, mv.From})
+		err = ct.pushTarget(ctx, t, nt, mv.To)
+		var owned errTargetMayOwn
+		if errors.As(err, &owned) {
+			// The target may serve the slots at the new epoch: resuming
+			// the source would have both count the same buckets.
+			return t, fmt.Errorf("moving slots %s from %s to %s: %w; the source keeps them paused (clients get TRYAGAIN) and must NOT be cancelled: "+
+				"see which epoch each node has with `sluice cluster show --nodes %s`, then push the topology with `sluice cluster push --nodes %s --topology '%s'`, then drop the source's copy with `redis-cli -h %s -p %s CLUSTER DROP %s`",
+				ranges, mv.From, mv.To, err, mv.From, mv.To, strings.Join(nt.Args(), " "), hostOf(mv.From), portOf(mv.From), ranges)
+		}
 	}
 	if err != nil {
 		_, _ = ct.do(ctx, mv.From, "CLUSTER", "MIGRATE", "CANCEL")
 		_, _ = ct.do(ctx, mv.To, "CLUSTER", "DROP", ranges)
 		return t, fmt.Errorf("moving slots %s from %s to %s (the source serves them again): %w", ranges, mv.From, mv.To, err)
 	}
+	// The target owns the slots from now on: the source is never resumed,
+	// it stays paused (TRYAGAIN) until it takes the topology.
+	if err := ct.pushRetrying(ctx, nt, mv.From); err != nil {
+		return nt, fmt.Errorf("moved slots %s to %s (epoch %d), but the source %s did not take the new topology: %w; it keeps them paused (clients get TRYAGAIN) and must NOT be cancelled: "+
+			"push the topology to it, and to every node, with `sluice cluster push --nodes %s --topology '%s'`, then drop its copy with `redis-cli -h %s -p %s CLUSTER DROP %s`",
+			ranges, mv.To, nt.Epoch, mv.From, err, mv.From, strings.Join(nt.Args(), " "), hostOf(mv.From), portOf(mv.From), ranges)
+	}
+	_ = ct.push(ctx, nt, t, nil) // every node, the two above again (the same topology is accepted): an error there is a warning
 	dropped, err := ct.do(ctx, mv.From, "CLUSTER", "DROP", ranges)
 	if err != nil {
 		fmt.Fprintf(ct.out, "warning: %v; the source keeps a stale copy of slots %s, which it no longer serves\n", err, ranges)
@@ -285,6 +353,118 @@ func (ct *clusterTool) move(ctx context.Context, t cluster.Topology, mv cluster.
 		ranges, mv.From, mv.To, n, last, dropped, nt.Epoch, time.Since(start).Round(time.Millisecond))
 	return nt, nil
 }
+
+// pushAll gives t to the nodes given, then to every node of t and of old,
+// reporting every node that refused it.
+func (ct *clusterTool) pushAll(ctx context.Context, t, old cluster.Topology, nodes []string) error {
+	var errs []error
+	done := map[string]bool{}
+	for _, n := range append(append(slices.Clone(nodes), addrsOf(t)...), addrsOf(old)...) {
+		if done[n] {
+			continue
+		}
+		done[n] = true
+		if err := ct.pushOne(ctx, t, n); err != nil {
+			errs = append(errs, err)
+			continue
+		}
+		fmt.Fprintf(ct.out, "node %s: epoch %d\n", n, t.Epoch)
+	}
+	return errors.Join(errs...)
+}
+
+func addrsOf(t cluster.Topology) []string {
+	a := make([]string, len(t.Nodes))
+	for i, n := range t.Nodes {
+		a[i] = n.Addr
+	}
+	return a
+}
+
+// errTargetMayOwn is pushTarget's error when the target may have taken the
+// new topology: the move can be neither finished nor undone by the tool.
+type errTargetMayOwn struct{ err error }
+
+func (e errTargetMayOwn) Error() string { return e.err.Error() }
+func (e errTargetMayOwn) Unwrap() error { return e.err }
+
+// pushTarget gives nt to the target, the first node to have it. When the
+// push fails (a reset, a timeout: the target may have taken it or may take
+// it still), the target is fenced: the old assignment is pushed to it
+// under nt's epoch. If it takes that, it can never take nt (same epoch),
+// and the source may serve the slots again: pushTarget returns an error
+// the caller undoes the move after. If it refuses it (it took nt) or
+// cannot be reached, the error is an errTargetMayOwn: the source must stay
+// paused.
+func (ct *clusterTool) pushTarget(ctx context.Context, t, nt cluster.Topology, to string) error {
+	err := ct.pushOne(ctx, nt, to)
+	if err == nil {
+		return nil
+	}
+	fence := t
+	fence.Epoch = nt.Epoch
+	if ferr := ct.pushOne(ctx, fence, to); ferr != nil {
+		if cur, terr := ct.topologyOf(ctx, to); terr == nil && cur.Equal(nt) {
+			return nil // it took nt: the reply was lost
+		}
+		return errTargetMayOwn{fmt.Errorf("%w; and fencing it with the old assignment at epoch %d failed: %v", err, nt.Epoch, ferr)}
+	}
+	return fmt.Errorf("%w (the target was fenced: it holds the old assignment at epoch %d)", err, nt.Epoch)
+}
+
+// pushOne gives t to the node at addr.
+func (ct *clusterTool) pushOne(ctx context.Context, t cluster.Topology, addr string) error {
+	args := []any{"CLUSTER", "SETTOPOLOGY"}
+	for _, a := range t.Args() {
+		args = append(args, a)
+	}
+	_, err := ct.do(ctx, addr, args...)
+	return err
+}
+
+// pushRetries bounds pushRetrying: about 10 s of waits between attempts,
+// each attempt bounded by --cluster-command-timeout.
+const pushRetries = 8
+
+// pushRetrying gives t to addr, retrying with growing waits: once the
+// target took t, the source must take it too, however long it is away.
+func (ct *clusterTool) pushRetrying(ctx context.Context, t cluster.Topology, addr string) error {
+	wait := 100 * time.Millisecond
+	var err error
+	for i := 0; i < pushRetries; i++ {
+		if err = ct.pushOne(ctx, t, addr); err == nil {
+			return nil
+		}
+		if cur, terr := ct.topologyOf(ctx, addr); terr == nil && cur.Epoch >= t.Epoch {
+			return nil // it has t (the reply was lost) or a later one
+		}
+		fmt.Fprintf(ct.out, "warning: %v; retrying in %v\n", err, wait)
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-time.After(wait):
+		}
+		wait = min(2*wait, 2*time.Second)
+	}
+	return err
+}
+
+// topologyOf is addr's topology.
+func (ct *clusterTool) topologyOf(ctx context.Context, addr string) (cluster.Topology, error) {
+	v, err := ct.do(ctx, addr, "CLUSTER", "TOPOLOGY")
+	if err != nil {
+		return cluster.Topology{}, err
+	}
+	s, _ := v.(string)
+	t, err := cluster.Parse(strings.Fields(s))
+	if err != nil {
+		return t, fmt.Errorf("node %s: CLUSTER TOPOLOGY: %w", addr, err)
+	}
+	return t, nil
+}
+
+func hostOf(addr string) string { h, _, _ := cluster.SplitAddr(addr); return h }
+func portOf(addr string) string { _, p, _ := cluster.SplitAddr(addr); return p }
 
 // copySlots copies the records of mv's slots page by page, then the keys
 // changed meanwhile until few change per round; it returns how many

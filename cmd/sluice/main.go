@@ -109,6 +109,7 @@ type config struct {
 	clusterSize        int
 	clusterOrdinal     int
 	clusterTimeout     time.Duration
+	clusterClockSkew   time.Duration
 	rlsAddr            string
 	rlsConfig          string
 	rlsResponseHeaders bool
@@ -178,6 +179,7 @@ func newFlagSet(cfg *config, stderr io.Writer) *flag.FlagSet {
 	fs.IntVar(&cfg.clusterSize, "cluster-size", 0, "cluster mode: the number of initial nodes when --cluster-nodes is a template")
 	fs.IntVar(&cfg.clusterOrdinal, "cluster-ordinal", -1, "cluster mode: this node's ordinal in --cluster-nodes; -1 takes the number after the last - of the hostname (a StatefulSet pod's)")
 	fs.DurationVar(&cfg.clusterTimeout, "cluster-forward-timeout", server.DefaultForwardTimeout, "cluster mode: the most one HIT counter forwarded to the node owning it may take, connecting included")
+	fs.DurationVar(&cfg.clusterClockSkew, "cluster-max-clock-skew", server.DefaultMaxClockSkew, "cluster mode: how far the clock of a node forwarding a HIT counter may be from this node's; a forwarded time further off is clamped to this node's clock plus or minus it")
 	cfg.rlsMaxMessage = server.DefaultRLSMaxMessage
 	fs.StringVar(&cfg.rlsAddr, "rls-addr", "", "gRPC listen address for Envoy's rate limit service (ShouldRateLimit and gRPC health; conventionally 127.0.0.1:8081); empty turns it off")
 	fs.StringVar(&cfg.rlsConfig, "rls-config", "", "directory of envoyproxy/ratelimit YAML files (*.yaml, *.yml) for --rls-addr; reloaded on SIGHUP")
@@ -186,7 +188,7 @@ func newFlagSet(cfg *config, stderr io.Writer) *flag.FlagSet {
 	fs.IntVar(&cfg.rlsMaxStreams, "rls-max-streams", server.DefaultRLSMaxStreams, "most rate limit service calls in flight on one gRPC connection")
 	fs.BoolVar(&cfg.showVersion, "version", false, "print the version and exit")
 	fs.Usage = func() {
-		fmt.Fprintf(fs.Output(), "Usage: sluice [flags]\n       sluice inspect [flags]   (lists stored records offline; see sluice inspect --help)\n       sluice health [flags]    (exits 0 when a server is ready, for a HEALTHCHECK; see sluice health --help)\n       sluice backup [flags]    (takes a backup of a running server over HTTP; see sluice backup --help)\n       sluice cluster rebalance|move|show [flags]   (reshards a cluster online; see sluice cluster rebalance --help)\n\nsluice is a persistent rate-limit server that speaks the Redis protocol.\nEvery flag can also be set with the environment variable shown; a flag on\nthe command line wins.\n\n")
+		fmt.Fprintf(fs.Output(), "Usage: sluice [flags]\n       sluice inspect [flags]   (lists stored records offline; see sluice inspect --help)\n       sluice health [flags]    (exits 0 when a server is ready, for a HEALTHCHECK; see sluice health --help)\n       sluice backup [flags]    (takes a backup of a running server over HTTP; see sluice backup --help)\n       sluice cluster rebalance|move|show|push|renumber [flags]   (reshards a cluster online; see sluice cluster rebalance --help)\n\nsluice is a persistent rate-limit server that speaks the Redis protocol.\nEvery flag can also be set with the environment variable shown; a flag on\nthe command line wins.\n\n")
 		fs.VisitAll(func(f *flag.Flag) {
 			def := ""
 			if f.DefValue != "" && f.DefValue != "false" {
@@ -289,6 +291,9 @@ func parseConfig(args []string, lookupEnv func(string) (string, bool), stderr io
 	}
 	if cfg.clusterNodes == "" && (cfg.clusterSize != 0 || cfg.clusterOrdinal != -1) {
 		return cfg, errors.New("--cluster-size and --cluster-ordinal need --cluster-nodes")
+	}
+	if cfg.clusterClockSkew <= 0 {
+		return cfg, fmt.Errorf("--cluster-max-clock-skew %v: want a positive duration", cfg.clusterClockSkew)
 	}
 	if cfg.clusterTimeout <= 0 {
 		return cfg, fmt.Errorf("--cluster-forward-timeout %v: want a positive duration", cfg.clusterTimeout)
@@ -393,6 +398,7 @@ func runReloading(ctx context.Context, hup <-chan os.Signal, args []string, look
 	}
 	if clusterCfg != nil {
 		clusterCfg.ForwardTimeout = cfg.clusterTimeout
+		clusterCfg.MaxClockSkew = cfg.clusterClockSkew
 	}
 	if cfg.rlsConfig != "" {
 		if _, err := rls.Load(cfg.rlsConfig); err != nil {
