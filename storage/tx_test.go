@@ -262,3 +262,48 @@ func TestCommitterRoundNeverSplitsTransaction(t *testing.T) {
 		t.Fatalf("after the first round the log holds a = %x, b = %x: a transaction's change of b went into a round that had read a before it", logged[0], logged[1])
 	}
 }
+
+// TestHeldBatchNotRefusedByFailingDisk: a transaction is not stopped
+// midway (or at all) by writes to the disk failing: its changes are made
+// and queued together, Commit reports the failure, and once the disk
+// takes writes again the log gets all of them.
+func TestHeldBatchNotRefusedByFailingDisk(t *testing.T) {
+	disk := NewMemDisk()
+	s := openDisk(t, disk, SyncEverySec)
+	failing := make(chan struct{}, 1)
+	s.guard.sleep = func(time.Duration) { // between retries: the store refuses changes
+		select {
+		case failing <- struct{}{}:
+		default:
+		}
+		time.Sleep(100 * time.Microsecond)
+	}
+	b := s.NewBatch()
+	disk.FailWrites(errDiskFull)
+	add(t, b, "before", 1)
+	if err := b.Commit(); err != nil { // everysec: acknowledged once queued
+		t.Fatal(err)
+	}
+	<-failing
+	b.Hold(false)
+	errA := b.Modify([]byte("a"), &counter{delta: 1})
+	errB := b.Modify([]byte("b"), &counter{delta: 1})
+	b.Release()
+	if errA != nil || errB != nil {
+		t.Fatalf("a transaction's changes while the disk fails: %v, %v; want them made and queued", errA, errB)
+	}
+	if err := b.Commit(); !errors.Is(err, ErrUnavailable) {
+		t.Fatalf("Commit of the transaction while the disk fails: %v; want ErrUnavailable", err)
+	}
+	disk.FailWrites(nil)
+	if err := s.Close(); err != nil {
+		t.Fatal(err)
+	}
+	s = openDisk(t, disk, SyncEverySec)
+	defer s.Close()
+	for _, k := range []string{"before", "a", "b"} {
+		if got, _ := read(t, s, k); got != 1 {
+			t.Fatalf("after recovery %s = %d; want 1", k, got)
+		}
+	}
+}
