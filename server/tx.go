@@ -383,10 +383,11 @@ func cmdExec(s *Server, c *client, args [][]byte) {
 // migrating slots are noted before Release hands them over, as
 // commitWrites does for a pipeline's.
 //
-// A reply past --max-reply-buffer does not stop the transaction, which
-// must run whole: the commands still run, their replies are dropped, and
-// EXEC answers the overflow error and the connection closes, as a
-// pipeline's does.
+// A reply past --max-reply-buffer, or one that takes the clients' buffers
+// past --maxmemory-clients, does not stop the transaction, which must run
+// whole: the commands still run, their replies are dropped, and EXEC
+// answers the limit's error and the connection closes, as a pipeline's
+// does.
 func (s *Server) execHeld(c *client) {
 	t := &c.tx
 	c.batch.Hold(len(t.watches) > 0)
@@ -400,12 +401,18 @@ func (s *Server) execHeld(c *client) {
 			return
 		}
 	}
-	start := len(c.out)
+	start, cap0 := len(c.out), cap(c.out)
 	c.out = appendArray(c.out, t.n)
-	over := false
+	over, memOver := false, false
 	for rest := t.buf; len(rest) > 0; {
 		t.args, rest = nextCommand(rest, t.args)
 		s.exec(c, t.args)
+		// The reply's growth counts against --maxmemory-clients beside
+		// what the clients' buffers held when the EXEC began.
+		if !over && cap(c.out) != cap0 && s.cfg.MaxMemoryClients >= 0 &&
+			s.clientMem.Load()+int64(cap(c.out)-cap0) > s.cfg.MaxMemoryClients {
+			over, memOver = true, true
+		}
 		if over || len(c.out) > s.cfg.MaxReplyBuffer {
 			over = true
 			c.out = c.out[:start]
@@ -414,7 +421,13 @@ func (s *Server) execHeld(c *client) {
 	if s.clus.mig.active.Load() {
 		s.noteDirty(c.batch) // before Release empties the batch
 	}
-	if over {
+	switch {
+	case memOver:
+		s.stats.evictedClients.Add(1)
+		s.log.Warn("closing a client whose EXEC reply takes the clients' buffers past --maxmemory-clients", "client", c.id, "remote", c.addr, "limit", s.cfg.MaxMemoryClients)
+		c.out = appendError(c.out, "ERR client memory limit reached: the buffers of all clients exceed --maxmemory-clients; the transaction ran, its replies are dropped; closing the connection")
+		c.failed, c.quit = true, true
+	case over:
 		s.stats.replyOverflows.Add(1)
 		s.log.Warn("closing a client whose EXEC reply exceeds the reply buffer limit", "client", c.id, "remote", c.addr, "limit", s.cfg.MaxReplyBuffer)
 		c.out = appendError(c.out, "ERR reply buffer limit reached (--max-reply-buffer); the transaction ran, its replies are dropped; closing the connection")

@@ -628,3 +628,28 @@ func TestTxClientInfoInExec(t *testing.T) {
 		}
 	}
 }
+
+// TestTxExecReplyClientMemory: an EXEC whose replies would take the
+// clients' buffers past --maxmemory-clients runs whole, drops its
+// replies, answers the limit's error and is closed, instead of building
+// the whole reply first.
+func TestTxExecReplyClientMemory(t *testing.T) {
+	const limit = 512 << 10
+	srv := startServer(t, Config{MaxMemoryClients: limit})
+	var b strings.Builder
+	b.WriteString("MULTI\r\nRL.REDUCE first 5 60 AT 1\r\n")
+	for range 200 {
+		b.WriteString("COMMAND DOCS\r\n")
+	}
+	b.WriteString("RL.REDUCE last 5 60 AT 1\r\nEXEC\r\n")
+	got := rawExchangeAll(t, srv, b.String())
+	if len(got) > limit || !strings.HasSuffix(got, "-ERR client memory limit reached: the buffers of all clients exceed --maxmemory-clients; the transaction ran, its replies are dropped; closing the connection\r\n") {
+		t.Fatalf("EXEC of 200 COMMAND DOCS with --maxmemory-clients %d: %d bytes of replies, ending %q", limit, len(got), got[max(len(got)-200, 0):])
+	}
+	c := newClient(t, srv)
+	for _, k := range []string{"first", "last"} {
+		if n, err := c.Do(context.Background(), "RL.GET", k, 5, 60, "AT", 1).Int64(); err != nil || n != 4 {
+			t.Fatalf("RL.GET %s after the EXEC: %d, %v; want 4 (the transaction ran whole)", k, n, err)
+		}
+	}
+}
