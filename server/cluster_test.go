@@ -128,11 +128,13 @@ func TestKeyedCommandsDeclareKeys(t *testing.T) {
 	for name, cmd := range commandTable() {
 		// SLUICE.COUNTERHIT's argument is a store key, whose slot is in
 		// its first two bytes: it checks the slot itself.
-		keyed := (strings.Contains(name, ".") && name != "sluice.counterhit") || name == "del"
+		// DEL and WATCH take any number of keys, as in Redis.
+		many := name == "del" || name == "watch"
+		keyed := (strings.Contains(name, ".") && name != "sluice.counterhit") || many
 		if keyed != (cmd.first > 0) {
 			t.Errorf("%s: first key %d", name, cmd.first)
 		}
-		if keyed && (cmd.first != 1 || cmd.step != 1 || (cmd.last != 1 && name != "del") || (name == "del" && cmd.last != -1)) {
+		if keyed && (cmd.first != 1 || cmd.step != 1 || (cmd.last != 1 && !many) || (many && cmd.last != -1)) {
 			t.Errorf("%s: keys %d %d %d", name, cmd.first, cmd.last, cmd.step)
 		}
 	}
