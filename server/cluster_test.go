@@ -1,10 +1,14 @@
 package server
 
 import (
+	"bufio"
 	"context"
 	"fmt"
+	"io"
+	"net"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/sluicehq/sluice/cluster"
 	"github.com/sluicehq/sluice/keyspace"
@@ -124,7 +128,7 @@ func TestKeyedCommandsDeclareKeys(t *testing.T) {
 	for name, cmd := range commandTable() {
 		// SLUICE.COUNTERHIT's argument is a store key, whose slot is in
 		// its first two bytes: it checks the slot itself.
-		// DEL and WATCH take any number of keys.
+		// DEL and WATCH take any number of keys, as in Redis.
 		many := name == "del" || name == "watch"
 		keyed := (strings.Contains(name, ".") && name != "sluice.counterhit") || many
 		if keyed != (cmd.first > 0) {
@@ -277,4 +281,67 @@ func TestClusterTransactions(t *testing.T) {
 			t.Errorf("%s: %q\nwant %q", tc.name, got, tc.want)
 		}
 	}
+}
+
+// TestClusterExecWritesMigrate: while a slot migrates, an EXEC's writes to
+// it are noted for MIGRATE DIRTY like a pipeline's, so the target gets
+// them (they were lost: Release emptied the batch before they were noted).
+func TestClusterExecWritesMigrate(t *testing.T) {
+	srv := startServer(t, Config{Cluster: &ClusterConfig{Nodes: threeNodes, Self: threeNodes[1]}})
+	ctx := context.Background()
+	rdb := newClient(t, srv)
+	mine := keyIn(5461, 10921)
+	if err := rdb.Do(ctx, "CLUSTER", "MIGRATE", "START", fmt.Sprint(keyspace.Slot([]byte(mine)))).Err(); err != nil {
+		t.Fatal(err)
+	}
+	in := "MULTI\r\nRL.REDUCE {" + mine + "}tx 5 60\r\nEXEC\r\n"
+	want := "+OK\r\n+QUEUED\r\n*1\r\n:5\r\n"
+	if got := rawExchange(t, srv, in, want); got != want {
+		t.Fatalf("%q", got)
+	}
+	dirty, err := rdb.Do(ctx, "CLUSTER", "MIGRATE", "DIRTY", 100).Slice()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(dirty) != 2 || !strings.HasSuffix(fmt.Sprint(dirty[0]), "}tx") {
+		t.Fatalf("MIGRATE DIRTY after an EXEC's write to a migrating slot: %q; want its key and value", dirty)
+	}
+}
+
+// TestClusterExecRoutedAsWhole: EXEC checks the slot of its queued keys
+// once, for the whole transaction, as Redis does: queued while the slot
+// served, run after MIGRATE PAUSE, it answers TRYAGAIN alone and runs
+// nothing, instead of an array of TRYAGAIN elements (which, with a pause
+// landing midway, split a transaction).
+func TestClusterExecRoutedAsWhole(t *testing.T) {
+	srv := startServer(t, Config{Cluster: &ClusterConfig{Nodes: threeNodes, Self: threeNodes[1]}})
+	ctx := context.Background()
+	admin := newClient(t, srv)
+	mine := keyIn(5461, 10921)
+	nc, err := net.Dial("tcp", srv.Addr().String())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer nc.Close()
+	_ = nc.SetDeadline(time.Now().Add(time.Minute))
+	r := bufio.NewReader(nc)
+	exchange := func(in, want string) {
+		t.Helper()
+		if _, err := io.WriteString(nc, in); err != nil {
+			t.Fatal(err)
+		}
+		got := make([]byte, len(want))
+		if n, err := io.ReadFull(r, got); err != nil || string(got) != want {
+			t.Fatalf("after %q: %q, %v; want %q", in, got[:n], err, want)
+		}
+	}
+	exchange("MULTI\r\nRL.REDUCE {"+mine+"}a 5 60\r\nRL.REDUCE {"+mine+"}b 5 60\r\n", "+OK\r\n+QUEUED\r\n+QUEUED\r\n")
+	if err := admin.Do(ctx, "CLUSTER", "MIGRATE", "START", fmt.Sprint(keyspace.Slot([]byte(mine)))).Err(); err != nil {
+		t.Fatal(err)
+	}
+	if err := admin.Do(ctx, "CLUSTER", "MIGRATE", "PAUSE").Err(); err != nil {
+		t.Fatal(err)
+	}
+	want := "-TRYAGAIN Slot is being handed over to another node; retry shortly\r\n"
+	exchange("EXEC\r\nPING\r\n", want+"+PONG\r\n")
 }

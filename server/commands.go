@@ -225,7 +225,9 @@ func (s *Server) exec(c *client, args [][]byte) {
 		return
 	}
 	c.count(cmd)
-	c.lastCmd = cmd.fullName(args)
+	if !c.tx.running { // CLIENT INFO in EXEC shows cmd=exec, as in Redis
+		c.lastCmd = cmd.fullName(args)
+	}
 	if (cmd.arity > 0 && len(args) != cmd.arity) || (cmd.arity < 0 && len(args) < -cmd.arity) {
 		s.replyErr(c, wrongArgs(cmd.name))
 		return
@@ -234,7 +236,8 @@ func (s *Server) exec(c *client, args [][]byte) {
 		s.replyErr(c, errNoAuth)
 		return
 	}
-	if cmd.first > 0 && s.clus.on && !s.routeKeys(c, cmd, args) {
+	// EXEC checked its commands' slot as a whole (execHeld).
+	if cmd.first > 0 && s.clus.on && !c.tx.running && !s.routeKeys(c, cmd, args) {
 		return
 	}
 	cmd.run(s, c, args)

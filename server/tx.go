@@ -32,6 +32,7 @@ const txEntryCost = 64
 // txState is a connection's transaction: MULTI's queue and WATCH's keys.
 type txState struct {
 	on      bool // between MULTI and EXEC or DISCARD
+	running bool // EXEC runs the queue
 	aborted bool // a command was refused while queuing: EXEC answers EXECABORT
 	writes  bool // a queued command writes
 	n       int  // commands queued
@@ -81,7 +82,7 @@ var (
 // may call it: the transaction is not guarded (in CLIENT LIST, self's
 // line only, as for the other fields that change).
 func (c *client) multiCount() int {
-	if !c.tx.on {
+	if !c.tx.on && !c.tx.running {
 		return -1
 	}
 	return c.tx.n
@@ -97,27 +98,63 @@ func txImmediate(name string) bool {
 	return false
 }
 
-// txRefused says why a command may not be queued, or "". These read or
-// flush the whole store, which waits for the stripe locks an EXEC holds:
-// DEL, COMPACT and CHECKPOINT commit and wait for the committer first,
-// INFO and DBSIZE count every stripe's records.
-func txRefused(name string) bool {
-	switch name {
-	case "del", "compact", "checkpoint", "info", "dbsize":
+// txAllowed reports whether a command may be queued. EXEC runs the queue
+// holding its keys' locks and keeping the committer waiting, so only
+// commands that change or read their own keys' records (the limit
+// commands, and HIT outside cluster mode) or touch only the connection
+// may run in it; a command that reads or flushes the whole store (DEL,
+// COMPACT, CHECKPOINT, INFO, DBSIZE, CLUSTER's DUMP, DROP and MIGRATE)
+// would wait for the locks or the committer the EXEC holds, forever.
+func (s *Server) txAllowed(cmd *command, args [][]byte) bool {
+	switch cmd.name {
+	case "rl.reduce", "rl.preduce", "rl.get", "rl.pget", "rl.sessionize", "rl.psessionize",
+		"cl.throttle", "cl.pthrottle", "fw.incr", "fw.pincr", "fw.get", "fw.pget",
+		"roll.limit", "roll.wouldlimit", "roll.clear",
+		"ping", "echo", "time", "select", "lastsave", "command", "unwatch",
+		"asking", "readonly", "readwrite":
 		return true
+	case "hit":
+		return !s.clus.on // counters other nodes own cannot change atomically
+	case "config":
+		return asciiEqualFold(args[1], "get")
+	case "client":
+		// Every CLIENT subcommand reads or sets the connection's own
+		// fields (LIST reads the others' too, under the server's lock).
+		for _, sub := range []string{"id", "getname", "setname", "setinfo", "info", "list", "help"} {
+			if asciiEqualFold(args[1], sub) {
+				return true
+			}
+		}
 	}
 	return false
 }
+
+// errExecArity is EXEC's reply to EXEC with arguments inside MULTI, which
+// discards the transaction, as in Redis.
+var errExecArity = replyErr("EXECABORT Transaction discarded because of: wrong number of arguments for 'exec' command")
 
 // queue handles a command sent inside MULTI: it runs the checks exec makes
 // before running a command and queues it, answering QUEUED, or answers the
 // check's error and marks the transaction aborted. It reports false for a
 // command that runs at once (txImmediate).
 func (s *Server) queue(c *client, cmd *command, args [][]byte) bool {
-	if cmd != nil && txImmediate(cmd.name) {
-		return false
-	}
 	t := &c.tx
+	if cmd != nil && txImmediate(cmd.name) {
+		if (cmd.arity > 0 && len(args) == cmd.arity) || (cmd.arity < 0 && len(args) >= -cmd.arity) {
+			return false
+		}
+		// A wrong argument count aborts the transaction, as in Redis;
+		// EXEC's ends it.
+		c.cur = nil
+		if cmd.name == "exec" {
+			s.txEnd(c)
+			s.replyErr(c, errExecArity)
+			return true
+		}
+		s.replyErr(c, wrongArgs(cmd.name))
+		s.txAbort(c)
+		return true
+	}
 	c.cur = nil
 	var err error
 	switch {
@@ -128,10 +165,10 @@ func (s *Server) queue(c *client, cmd *command, args [][]byte) bool {
 		err = wrongArgs(cmd.name)
 	case !c.authed && !allowedBeforeAuth(cmd.name):
 		err = errNoAuth
-	case txRefused(cmd.name):
-		err = replyErr("ERR Command not allowed inside a transaction: " + cmd.name + " reads or flushes the whole store, which an EXEC cannot do atomically")
 	case s.clus.on && cmd.name == "hit":
 		err = replyErr("ERR Command not allowed inside a transaction in cluster mode: hit's counters may be owned by other nodes, which an EXEC cannot change atomically")
+	case !s.txAllowed(cmd, args):
+		err = replyErr("ERR Command not allowed inside a transaction: " + cmd.fullName(args) + " (MULTI queues the limit commands and commands on the connection itself; see docs/protocol.md)")
 	}
 	if err == nil && !t.aborted && s.clus.on && cmd.first > 0 && !s.txRoute(c, cmd, args) {
 		s.txAbort(c) // txRoute answered MOVED, CROSSSLOT, CLUSTERDOWN or TRYAGAIN
@@ -214,7 +251,7 @@ func (s *Server) txRoute(c *client, cmd *command, args [][]byte) bool {
 
 func (s *Server) txEnd(c *client) {
 	t := &c.tx
-	t.on, t.aborted, t.writes, t.slotSet = false, false, false, false
+	t.on, t.aborted, t.writes, t.slotSet, t.running = false, false, false, false, false
 	t.n, t.charge = 0, 0
 	if cap(t.buf) > connKeepBuf {
 		t.buf = nil
@@ -229,6 +266,7 @@ func (s *Server) txEnd(c *client) {
 
 func (s *Server) unwatch(c *client) {
 	t := &c.tx
+	t.charge = max(t.charge-len(t.watches)*txEntryCost, 0)
 	if t.watching {
 		s.store.Unwatch()
 		t.watching = false
@@ -325,28 +363,75 @@ func cmdExec(s *Server, c *client, args [][]byte) {
 		}
 	}
 	self := c.cur
-	t.on = false // the queued commands run as usual
+	t.on, t.running = false, true // the queued commands run as usual
 	s.execHeld(c)
 	c.cur, c.result = self, rlNone
 	s.txEnd(c)
 }
 
 // execHeld runs the queue with the batch held (see storage.Batch.Hold),
-// releasing it even if a command panics.
+// releasing it even if a command panics: the changes made before the
+// panic are in memory, seen by other clients, and cannot be undone, so
+// they go to the log like any other (the connection is closed with an
+// error).
+//
+// In cluster mode the slot of the queued keys is checked once, under the
+// hold, for the transaction as a whole (MOVED, TRYAGAIN, CLUSTERDOWN as
+// EXEC's reply), as in Redis, and not again for each command: CLUSTER
+// MIGRATE PAUSE waits for the pipeline an EXEC runs in, so a transaction
+// runs whole before a pause or is refused whole after it. Its writes to
+// migrating slots are noted before Release hands them over, as
+// commitWrites does for a pipeline's.
+//
+// A reply past --max-reply-buffer, or one that takes the clients' buffers
+// past --maxmemory-clients, does not stop the transaction, which must run
+// whole: the commands still run, their replies are dropped, and EXEC
+// answers the limit's error and the connection closes, as a pipeline's
+// does.
 func (s *Server) execHeld(c *client) {
 	t := &c.tx
 	c.batch.Hold(len(t.watches) > 0)
 	defer c.batch.Release()
+	if s.clus.on && t.slotSet && !s.routeSlot(c, t.slot) {
+		return
+	}
 	for _, w := range t.watches {
 		if s.store.SlotWrites(w.slot) != w.writes {
 			c.out = appendNullArray(c.out, c.resp == 3)
 			return
 		}
 	}
+	start, cap0 := len(c.out), cap(c.out)
 	c.out = appendArray(c.out, t.n)
+	over, memOver := false, false
 	for rest := t.buf; len(rest) > 0; {
 		t.args, rest = nextCommand(rest, t.args)
 		s.exec(c, t.args)
+		// The reply's growth counts against --maxmemory-clients beside
+		// what the clients' buffers held when the EXEC began.
+		if !over && cap(c.out) != cap0 && s.cfg.MaxMemoryClients >= 0 &&
+			s.clientMem.Load()+int64(cap(c.out)-cap0) > s.cfg.MaxMemoryClients {
+			over, memOver = true, true
+		}
+		if over || len(c.out) > s.cfg.MaxReplyBuffer {
+			over = true
+			c.out = c.out[:start]
+		}
+	}
+	if s.clus.mig.active.Load() {
+		s.noteDirty(c.batch) // before Release empties the batch
+	}
+	switch {
+	case memOver:
+		s.stats.evictedClients.Add(1)
+		s.log.Warn("closing a client whose EXEC reply takes the clients' buffers past --maxmemory-clients", "client", c.id, "remote", c.addr, "limit", s.cfg.MaxMemoryClients)
+		c.out = appendError(c.out, "ERR client memory limit reached: the buffers of all clients exceed --maxmemory-clients; the transaction ran, its replies are dropped; closing the connection")
+		c.failed, c.quit = true, true
+	case over:
+		s.stats.replyOverflows.Add(1)
+		s.log.Warn("closing a client whose EXEC reply exceeds the reply buffer limit", "client", c.id, "remote", c.addr, "limit", s.cfg.MaxReplyBuffer)
+		c.out = appendError(c.out, "ERR reply buffer limit reached (--max-reply-buffer); the transaction ran, its replies are dropped; closing the connection")
+		c.failed, c.quit = true, true
 	}
 }
 

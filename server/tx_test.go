@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"log/slog"
 	"net"
 	"strconv"
 	"strings"
@@ -137,9 +138,20 @@ func TestTxProtocol(t *testing.T) {
 		{"unwatch", "WATCH uw\r\nRL.REDUCE uw 5 60 AT 1000\r\nUNWATCH\r\nMULTI\r\nRL.REDUCE uw 5 60 AT 1000\r\nEXEC\r\n",
 			"+OK\r\n:5\r\n+OK\r\n+OK\r\n+QUEUED\r\n*1\r\n:4\r\n"},
 		{"refused", "MULTI\r\nRL.REDUCE rf 5 60 AT 1000\r\nDBSIZE\r\nEXEC\r\nRL.GET rf 5 60 AT 1000\r\n",
-			"+OK\r\n+QUEUED\r\n-ERR Command not allowed inside a transaction: dbsize reads or flushes the whole store, which an EXEC cannot do atomically\r\n" +
+			"+OK\r\n+QUEUED\r\n-ERR Command not allowed inside a transaction: dbsize (MULTI queues the limit commands and commands on the connection itself; see docs/protocol.md)\r\n" +
 				"-EXECABORT Transaction discarded because of previous errors.\r\n:5\r\n"},
 		{"quit", "MULTI\r\nRL.REDUCE q 5 60 AT 1000\r\nQUIT\r\n", "+OK\r\n+QUEUED\r\n+OK\r\n"},
+		// Recorded with redis-server 7.0.15: a wrong argument count for
+		// MULTI, WATCH or DISCARD inside MULTI aborts the transaction;
+		// EXEC's discards it at once.
+		{"multi arity", "MULTI\r\nMULTI x\r\nPING\r\nEXEC\r\n",
+			"+OK\r\n-ERR wrong number of arguments for 'multi' command\r\n+QUEUED\r\n-EXECABORT Transaction discarded because of previous errors.\r\n"},
+		{"watch arity", "MULTI\r\nWATCH\r\nPING\r\nEXEC\r\n",
+			"+OK\r\n-ERR wrong number of arguments for 'watch' command\r\n+QUEUED\r\n-EXECABORT Transaction discarded because of previous errors.\r\n"},
+		{"discard arity", "MULTI\r\nDISCARD x\r\nEXEC\r\n",
+			"+OK\r\n-ERR wrong number of arguments for 'discard' command\r\n-EXECABORT Transaction discarded because of previous errors.\r\n"},
+		{"exec arity", "MULTI\r\nPING\r\nEXEC x\r\nPING\r\n",
+			"+OK\r\n+QUEUED\r\n-EXECABORT Transaction discarded because of: wrong number of arguments for 'exec' command\r\n+PONG\r\n"},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
@@ -349,10 +361,12 @@ func TestTxAtomic(t *testing.T) {
 	}
 }
 
-// TestTxOneCommit: an EXEC's writes reach the store as one Pebble batch
-// (one committer round), and its reply is sent only after it is synced in
-// --fsync always.
-func TestTxOneCommit(t *testing.T) {
+// TestTxRepliesAfterOneCommit: with nothing else running, an EXEC's
+// writes reach the store in one committer round, and its reply is sent
+// only once they are synced in --fsync always. It does not show that a
+// round never splits a transaction while other clients write: storage's
+// TestHeldBatchIsOneRound does.
+func TestTxRepliesAfterOneCommit(t *testing.T) {
 	store, err := storage.Open(t.TempDir(), StoreOptions(storage.Options{Sync: storage.SyncAlways}))
 	if err != nil {
 		t.Fatal(err)
@@ -386,7 +400,10 @@ func TestTxOneCommit(t *testing.T) {
 // already refuses writes runs none of its commands.
 func TestTxFailedCommit(t *testing.T) {
 	disk := storage.NewMemDisk()
-	store, err := storage.Open("db", StoreOptions(storage.Options{Sync: storage.SyncAlways, Disk: disk}))
+	// The store logs when writes start failing and when they succeed
+	// again: the test waits for those lines instead of polling.
+	logs := &messageHandler{c: make(chan string, 64)}
+	store, err := storage.Open("db", StoreOptions(storage.Options{Sync: storage.SyncAlways, Disk: disk, Logger: slog.New(logs)}))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -403,16 +420,12 @@ func TestTxFailedCommit(t *testing.T) {
 	if got := rawExchange(t, srv, fmt.Sprintf(tx, "f"), queued+unavailable); got != queued+unavailable {
 		t.Fatalf("EXEC whose commit fails: %q; want the queued replies then one error", got)
 	}
-	for store.Unavailable() == nil { // the guard has seen the failure
-		time.Sleep(time.Millisecond)
-	}
+	logs.wait(t, "writes to the data directory fail")
 	if got := rawExchange(t, srv, fmt.Sprintf(tx, "u"), queued+unavailable); got != queued+unavailable {
 		t.Fatalf("EXEC on an unavailable store: %q; want the queued replies then one error", got)
 	}
 	disk.FailWrites(nil)
-	for store.Unavailable() != nil {
-		time.Sleep(time.Millisecond)
-	}
+	logs.wait(t, "writes to the data directory succeed again")
 	for _, k := range []struct {
 		key  string
 		want int64
@@ -420,6 +433,30 @@ func TestTxFailedCommit(t *testing.T) {
 		got := rawExchange(t, srv, "RL.GET "+k.key+" 5 60 AT 1000\r\n", ":"+strconv.FormatInt(k.want, 10)+"\r\n")
 		if got != ":"+strconv.FormatInt(k.want, 10)+"\r\n" {
 			t.Fatalf("after recovery %s = %q; want %d", k.key, got, k.want)
+		}
+	}
+}
+
+// messageHandler is a slog.Handler that passes each record's message on.
+type messageHandler struct{ c chan string }
+
+func (h *messageHandler) Enabled(context.Context, slog.Level) bool { return true }
+func (h *messageHandler) Handle(_ context.Context, r slog.Record) error {
+	select {
+	case h.c <- r.Message:
+	default: // nobody waits any more; never block the store
+	}
+	return nil
+}
+func (h *messageHandler) WithAttrs([]slog.Attr) slog.Handler { return h }
+func (h *messageHandler) WithGroup(string) slog.Handler      { return h }
+
+// wait returns once a message starting with prefix was logged.
+func (h *messageHandler) wait(t *testing.T, prefix string) {
+	t.Helper()
+	for m := range h.c {
+		if strings.HasPrefix(m, prefix) {
+			return
 		}
 	}
 }
@@ -498,5 +535,121 @@ func TestTxClientListShowsQueue(t *testing.T) {
 	}
 	if n, err := strconv.Atoi(fields["multi-mem"]); err != nil || n <= 0 {
 		t.Fatalf("multi-mem of a connection with 2 queued commands: %q; want > 0", fields["multi-mem"])
+	}
+}
+
+// TestTxQueuesOnlyAllowedCommands: MULTI refuses (and the transaction
+// aborts) every command outside its allowlist, among them those that
+// read or flush the whole store, which an EXEC holding its keys' locks and
+// the committer would wait for forever (CLUSTER DROP after a write
+// deadlocked the store).
+func TestTxQueuesOnlyAllowedCommands(t *testing.T) {
+	srv := startServer(t, Config{Cluster: &ClusterConfig{Nodes: threeNodes, Self: threeNodes[1]}})
+	mine := keyIn(5461, 10921)
+	for _, cmd := range []string{"CLUSTER DROP 0-5460", "CLUSTER DUMP 5461 5461 \"\" 10", "CLUSTER MIGRATE PAUSE",
+		"CLUSTER MIGRATE DIRTY 10", "DEL " + mine, "INFO", "DBSIZE", "COMPACT", "CHECKPOINT", "CONFIG SET x y", "POLICY reload"} {
+		// DISCARD, not EXEC: the code before the allowlist deadlocked
+		// on EXEC (TestTxProtocol's "refused" checks EXECABORT).
+		in := "MULTI\r\nRL.REDUCE " + mine + " 5 60 AT 1\r\n" + cmd + "\r\nDISCARD\r\n"
+		got := rawExchangeAll(t, srv, in)
+		if !strings.HasPrefix(got, "+OK\r\n+QUEUED\r\n-ERR Command not allowed inside a transaction: ") ||
+			!strings.HasSuffix(got, " (MULTI queues the limit commands and commands on the connection itself; see docs/protocol.md)\r\n+OK\r\n") {
+			t.Errorf("MULTI, RL.REDUCE, %s, DISCARD: %q; want the command refused", cmd, got)
+		}
+	}
+	in := "MULTI\r\nPING\r\nCLIENT ID\r\nCONFIG GET maxclients\r\nTIME\r\nUNWATCH\r\nRL.REDUCE " + mine + " 5 60 AT 1\r\nEXEC\r\n"
+	if got := rawExchangeAll(t, srv, in); strings.Count(got, "+QUEUED\r\n") != 6 || !strings.Contains(got, "*6\r\n+PONG\r\n") {
+		t.Errorf("allowed commands in MULTI: %q", got)
+	}
+}
+
+// rawExchangeAll sends in, then QUIT, and returns every reply before QUIT's.
+func rawExchangeAll(t *testing.T, srv *Server, in string) string {
+	t.Helper()
+	nc, err := net.Dial("tcp", srv.Addr().String())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer nc.Close()
+	_ = nc.SetDeadline(time.Now().Add(time.Minute))
+	if _, err := io.WriteString(nc, in+"QUIT\r\n"); err != nil {
+		t.Fatal(err)
+	}
+	all, _ := io.ReadAll(nc)
+	return strings.TrimSuffix(string(all), "+OK\r\n") // QUIT's
+}
+
+// TestTxUnwatchReturnsCharge: UNWATCH gives back WATCH's charge against
+// --max-multi-bytes, so a pooled connection that watches and unwatches
+// without EXEC (go-redis' Watch whose function writes nothing) is not
+// refused WATCH after a while.
+func TestTxUnwatchReturnsCharge(t *testing.T) {
+	srv := startServer(t, Config{MaxMultiBytes: txEntryCost * 10})
+	in := strings.Repeat("WATCH a b c d e\r\nUNWATCH\r\n", 3)
+	want := strings.Repeat("+OK\r\n+OK\r\n", 3)
+	if got := rawExchange(t, srv, in, want); got != want {
+		t.Fatalf("WATCH 5 keys and UNWATCH, three times, with room for 10 keys: %q", got)
+	}
+}
+
+// TestTxExecReplyLimit: an EXEC whose replies pass --max-reply-buffer
+// still runs every queued command (a transaction is whole), drops their
+// replies, answers the overflow error and closes the connection, as a
+// pipeline does.
+func TestTxExecReplyLimit(t *testing.T) {
+	const limit = 64 << 10
+	srv := startServer(t, Config{MaxReplyBuffer: limit})
+	var b strings.Builder
+	b.WriteString("MULTI\r\nRL.REDUCE first 5 60 AT 1\r\n")
+	for range 200 {
+		b.WriteString("COMMAND DOCS\r\n")
+	}
+	b.WriteString("RL.REDUCE last 5 60 AT 1\r\nEXEC\r\n")
+	got := rawExchangeAll(t, srv, b.String())
+	if len(got) > 2*limit || !strings.HasSuffix(got, "-ERR reply buffer limit reached (--max-reply-buffer); the transaction ran, its replies are dropped; closing the connection\r\n") {
+		t.Fatalf("EXEC of 200 COMMAND DOCS with --max-reply-buffer %d: %d bytes of replies, ending %q", limit, len(got), got[max(len(got)-200, 0):])
+	}
+	c := newClient(t, srv)
+	for _, k := range []string{"first", "last"} {
+		if n, err := c.Do(context.Background(), "RL.GET", k, 5, 60, "AT", 1).Int64(); err != nil || n != 4 {
+			t.Fatalf("RL.GET %s after the EXEC: %d, %v; want 4 (the transaction ran whole)", k, n, err)
+		}
+	}
+}
+
+// TestTxClientInfoInExec: CLIENT INFO run by EXEC shows the transaction,
+// as Redis does: flags=x, multi=<queued commands>, cmd=exec.
+func TestTxClientInfoInExec(t *testing.T) {
+	srv := startServer(t, Config{})
+	got := rawExchangeAll(t, srv, "MULTI\r\nPING\r\nCLIENT INFO\r\nEXEC\r\n")
+	for _, f := range []string{" flags=x ", " multi=2 ", " cmd=exec "} {
+		if !strings.Contains(got, f) {
+			t.Errorf("CLIENT INFO inside EXEC: %q; want %q", got, f)
+		}
+	}
+}
+
+// TestTxExecReplyClientMemory: an EXEC whose replies would take the
+// clients' buffers past --maxmemory-clients runs whole, drops its
+// replies, answers the limit's error and is closed, instead of building
+// the whole reply first.
+func TestTxExecReplyClientMemory(t *testing.T) {
+	const limit = 512 << 10
+	srv := startServer(t, Config{MaxMemoryClients: limit})
+	var b strings.Builder
+	b.WriteString("MULTI\r\nRL.REDUCE first 5 60 AT 1\r\n")
+	for range 200 {
+		b.WriteString("COMMAND DOCS\r\n")
+	}
+	b.WriteString("RL.REDUCE last 5 60 AT 1\r\nEXEC\r\n")
+	got := rawExchangeAll(t, srv, b.String())
+	if len(got) > limit || !strings.HasSuffix(got, "-ERR client memory limit reached: the buffers of all clients exceed --maxmemory-clients; the transaction ran, its replies are dropped; closing the connection\r\n") {
+		t.Fatalf("EXEC of 200 COMMAND DOCS with --maxmemory-clients %d: %d bytes of replies, ending %q", limit, len(got), got[max(len(got)-200, 0):])
+	}
+	c := newClient(t, srv)
+	for _, k := range []string{"first", "last"} {
+		if n, err := c.Do(context.Background(), "RL.GET", k, 5, 60, "AT", 1).Int64(); err != nil || n != 4 {
+			t.Fatalf("RL.GET %s after the EXEC: %d, %v; want 4 (the transaction ran whole)", k, n, err)
+		}
 	}
 }

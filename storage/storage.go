@@ -141,6 +141,9 @@ type Options struct {
 	Class func(key []byte) int
 
 	fs vfs.FS // tests in this package: any Pebble filesystem
+	// afterKey, if set, runs in the committer after it has read each key
+	// of a round: tests in this package interleave a transaction there.
+	afterKey func(key []byte)
 	// Tests in this package: the most records and bytes of one upgrade
 	// batch (zero: upgradeChunkRecords, upgradeChunkBytes), and a function
 	// called after each batch is applied.
@@ -166,7 +169,9 @@ const (
 
 // Errors returned by the store.
 var (
-	ErrClosed   = errors.New("storage: closed")
+	ErrClosed = errors.New("storage: closed")
+	// ErrHeld is Commit's error on a Batch between Hold and Release.
+	ErrHeld     = errors.New("storage: batch held by a transaction: Release it before Commit")
 	ErrFailed   = errors.New("storage: a write to the store failed; the server refuses writes until it is restarted")
 	ErrNotStore = errors.New("storage: not a sluice data directory")
 	ErrLocked   = errors.New("storage: data directory in use by another process")
@@ -973,6 +978,9 @@ type Batch struct {
 	// Commit has not waited for yet; ticket is the round they are in.
 	queued int
 	ticket uint64
+	// lost is the error Commit owes for a transaction Release dropped
+	// (see modify).
+	lost error
 }
 
 // held is the stripes a held Batch has locked: a bit per stripe, and their
@@ -980,6 +988,9 @@ type Batch struct {
 type held struct {
 	bits [numStripes / 64]uint64
 	idx  []uint16
+	// closed says a change was refused because the store closed while
+	// the transaction ran: Release drops the changes made before it.
+	closed bool
 }
 
 // NewBatch returns an empty Batch.
@@ -1000,7 +1011,17 @@ func (b *Batch) Modify(key []byte, m Mutator) error {
 // ones cached.
 func (b *Batch) modify(key []byte, m Mutator, cache bool) (Op, error) {
 	s := b.s
-	if err := s.usable(); err != nil {
+	if b.hold != nil {
+		// A transaction is refused only when the store is closed, which
+		// Shutdown does only between transactions unless its deadline
+		// passed (then Release drops the changes made before). A failure
+		// or a disk refusing writes does not stop it midway: its changes
+		// are queued with the rest, and Commit's error answers for all.
+		if s.closed.Load() {
+			b.hold.closed = true
+			return Keep, ErrClosed
+		}
+	} else if err := s.usable(); err != nil {
 		return Keep, err
 	}
 	if len(key) > 0 && key[0] == recordsEnd[0] {
@@ -1079,8 +1100,10 @@ func (b *Batch) modify(key []byte, m Mutator, cache bool) (Op, error) {
 	if op == Delete && !existed {
 		return Keep, nil // nothing to delete
 	}
-	if err := s.guard.unavailable(); err != nil {
-		return op, err
+	if b.hold == nil {
+		if err := s.guard.unavailable(); err != nil {
+			return op, err
+		}
 	}
 	if e == nil {
 		if fill {
@@ -1130,9 +1153,10 @@ func (b *Batch) modify(key []byte, m Mutator, cache bool) (Op, error) {
 // set, Hold also locks every stripe at once, for a transaction that must
 // see no write in flight (WatchChanged).
 //
-// A held Batch must not be committed, nor the Store used otherwise (Stats,
-// Records, Flush, Scan, Checkpoint) by the goroutine holding it, before
-// Release: those wait for stripe locks it holds.
+// A held Batch must not be used otherwise (Stats, Records, Flush, Scan,
+// Checkpoint) by the goroutine holding it, before Release: those wait for
+// stripe locks it holds, or for the committer, which waits for the
+// transaction. Commit refuses a held Batch (ErrHeld) rather than wait.
 func (b *Batch) Hold(all bool) {
 	b.s.txMu.Lock()
 	if b.hold == nil {
@@ -1168,6 +1192,14 @@ func (b *Batch) Release() {
 	if b.hold == nil {
 		return
 	}
+	if b.hold.closed {
+		// Part of the transaction was refused: none of it goes to the
+		// log. Its changes stay in memory, dirty, never acknowledged;
+		// they count in Len until Commit reports their loss.
+		b.queued += len(b.ends)
+		b.reset()
+		b.lost = ErrClosed
+	}
 	if len(b.ends) > 0 {
 		q := &s.q
 		q.Lock()
@@ -1183,6 +1215,7 @@ func (b *Batch) Release() {
 	}
 	h.idx = h.idx[:0]
 	clear(h.bits[:])
+	h.closed = false
 	b.hold = nil
 	s.txMu.Unlock()
 }
@@ -1232,7 +1265,7 @@ func (b *Batch) Keys(fn func(key []byte)) {
 }
 
 // Pending reports whether the Batch holds changes not yet committed.
-func (b *Batch) Pending() bool { return len(b.ends) > 0 || b.queued > 0 }
+func (b *Batch) Pending() bool { return len(b.ends) > 0 || b.queued > 0 || b.lost != nil }
 
 // Len returns how many changes the Batch holds, counting those Release
 // handed over that Commit has not waited for.
@@ -1251,6 +1284,14 @@ func (b *Batch) Full() bool {
 // are as durable as the mode promises: fsynced for SyncAlways; queued for the
 // others, blocking only while the queue is full. It empties the Batch.
 func (b *Batch) Commit() error {
+	if b.hold != nil {
+		return ErrHeld
+	}
+	if b.lost != nil {
+		err := b.lost
+		b.lost, b.queued = nil, 0
+		return err
+	}
 	if len(b.ends) == 0 && b.queued == 0 {
 		return nil
 	}
@@ -1425,6 +1466,9 @@ func (s *Store) commitLoop() {
 				}
 			}
 			st.mu.Unlock()
+			if s.opts.afterKey != nil {
+				s.opts.afterKey(key)
+			}
 		}
 		s.txMu.Unlock()
 		opt := pebble.NoSync
@@ -1570,12 +1614,26 @@ func (s *Store) Shutdown(ctx context.Context) error {
 }
 
 func (s *Store) shutdown(ctx context.Context) error {
-	s.closed.Store(true)
 	// A checkpoint in progress stops now. A write that fails while the
 	// queue drains is still retried (a disk that is full for a moment must
 	// not lose what was acknowledged) until ctx is done; then it is given
 	// up and the store fails.
 	s.guard.closing.Store(true)
+	// A transaction under way finishes first, so that the log gets all
+	// of it or none (see Batch.Hold); past ctx's deadline the store
+	// closes anyway and Release drops what a transaction had changed.
+	between := make(chan struct{})
+	go func() {
+		s.txMu.Lock()
+		s.closed.Store(true)
+		s.txMu.Unlock()
+		close(between)
+	}()
+	select {
+	case <-between:
+	case <-ctx.Done():
+		s.closed.Store(true)
+	}
 	finished := make(chan struct{})
 	defer close(finished)
 	go func() {

@@ -1,8 +1,11 @@
 package storage
 
 import (
+	"bytes"
+	"errors"
 	"fmt"
 	"runtime"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -105,5 +108,202 @@ func TestSlotWritesCountOnlyWhileWatched(t *testing.T) {
 	}
 	if err := b.Commit(); err != nil {
 		t.Fatal(err)
+	}
+}
+
+// TestCommitRefusesHeldBatch: Commit on a Batch between Hold and Release
+// returns an error instead of handing over part of the transaction (or
+// waiting for a committer that waits for the transaction).
+func TestCommitRefusesHeldBatch(t *testing.T) {
+	s := openMem(t, vfs.NewMem(), SyncEverySec)
+	defer s.Close()
+	b := s.NewBatch()
+	b.Hold(false)
+	add(t, b, "a", 1)
+	if err := b.Commit(); err == nil || !strings.Contains(err.Error(), "held") {
+		b.Release()
+		t.Fatalf("Commit of a held batch: %v; want the held batch refused", err)
+	}
+	b.Release()
+	if err := b.Commit(); err != nil {
+		t.Fatal(err)
+	}
+	if n, _ := read(t, s, "a"); n != 1 {
+		t.Fatalf("a = %d after Release and Commit; want 1", n)
+	}
+}
+
+// TestShutdownWaitsForTransaction: Shutdown begun while a transaction
+// runs lets it finish (its later changes are not refused) and writes all
+// of it, so the log never holds part of a transaction.
+func TestShutdownWaitsForTransaction(t *testing.T) {
+	fs := vfs.NewMem()
+	s := openMem(t, fs, SyncEverySec)
+	b := s.NewBatch()
+	b.Hold(false)
+	add(t, b, "a", 1)
+	done := make(chan error, 1)
+	go func() { done <- s.Close() }()
+	for !s.guard.closing.Load() { // Shutdown has begun
+		runtime.Gosched()
+	}
+	err := b.Modify([]byte("b"), &counter{delta: 1})
+	b.Release()
+	if err != nil {
+		t.Fatalf("a change of a transaction under way when Shutdown began: %v; want it made", err)
+	}
+	if err := b.Commit(); err != nil {
+		t.Fatal(err)
+	}
+	if err := <-done; err != nil {
+		t.Fatal(err)
+	}
+	c := openMem(t, fs, SyncAlways)
+	defer c.Close()
+	a, _ := read(t, c, "a")
+	bv, _ := read(t, c, "b")
+	if a != 1 || bv != 1 {
+		t.Fatalf("after Shutdown the log holds a = %d, b = %d; want both 1", a, bv)
+	}
+}
+
+// TestTransactionRefusedMidwayReachesNoLog: if the store closes while a
+// transaction runs (Shutdown past its deadline), the change refused
+// midway takes the earlier ones with it: Release hands none of them to
+// the committer and Commit reports ErrClosed.
+func TestTransactionRefusedMidwayReachesNoLog(t *testing.T) {
+	fs := vfs.NewMem()
+	s := openMem(t, fs, SyncEverySec)
+	b := s.NewBatch()
+	b.Hold(false)
+	add(t, b, "a", 1)
+	s.closed.Store(true) // as Shutdown does once its deadline passed
+	if err := b.Modify([]byte("b"), &counter{delta: 1}); !errors.Is(err, ErrClosed) {
+		t.Fatalf("a change after the store closed: %v; want ErrClosed", err)
+	}
+	b.Release()
+	if err := b.Commit(); !errors.Is(err, ErrClosed) {
+		t.Fatalf("Commit of a transaction refused midway: %v; want ErrClosed", err)
+	}
+	s.closed.Store(false) // let Close drain the queue, to see what Release handed over
+	if err := s.Close(); err != nil {
+		t.Fatal(err)
+	}
+	c := openMem(t, fs, SyncAlways)
+	defer c.Close()
+	if _, found := read(t, c, "a"); found {
+		t.Fatal("the log holds the change made before the refused one: part of a transaction")
+	}
+}
+
+// TestCommitterRoundNeverSplitsTransaction: a transaction cannot run
+// while the committer reads a round's values, so a round never holds
+// one key's value from before a transaction and another's from after it.
+// The committer's hook, after it read a (whose change, like b's, is in
+// the round), runs a transaction on a and b if it can take it at once;
+// the round must then not write the transaction's b beside the old a.
+func TestCommitterRoundNeverSplitsTransaction(t *testing.T) {
+	var (
+		s      *Store
+		state  int
+		logged [2][]byte // a and b in Pebble once the first round is applied
+	)
+	hook := func(key []byte) {
+		switch {
+		case state == 0 && string(key) == "a":
+			state = 1
+			if !s.txMu.TryLock() {
+				return // the transaction would wait for the round: as it must
+			}
+			s.txMu.Unlock()
+			b := s.NewBatch()
+			b.Hold(false)
+			_ = b.Modify([]byte("a"), &counter{delta: 1})
+			_ = b.Modify([]byte("b"), &counter{delta: 1})
+			b.Release()
+		case state == 1 && string(key) == "b":
+			state = 2
+		case state == 2: // the next round: the first one is in Pebble
+			state = 3
+			for i, k := range []string{"a", "b"} {
+				v, closer, err := s.db.Get([]byte(k))
+				if err == nil {
+					logged[i] = bytes.Clone(v)
+					closer.Close()
+				}
+			}
+		}
+	}
+	fs := vfs.NewMem()
+	var err error
+	s, err = Open("db", Options{Sync: SyncAlways, fs: fs, afterKey: hook})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	b := s.NewBatch()
+	add(t, b, "a", 1)
+	add(t, b, "b", 1)
+	if err := b.Commit(); err != nil { // the first round, synced
+		t.Fatal(err)
+	}
+	// A transaction after it, for a second round (the hook's, if it ran,
+	// came first).
+	b.Hold(false)
+	add(t, b, "c", 1)
+	b.Release()
+	if err := b.Commit(); err != nil {
+		t.Fatal(err)
+	}
+	if state != 3 {
+		t.Fatalf("the committer's hook reached state %d; want 3", state)
+	}
+	if !bytes.Equal(logged[0], logged[1]) {
+		t.Fatalf("after the first round the log holds a = %x, b = %x: a transaction's change of b went into a round that had read a before it", logged[0], logged[1])
+	}
+}
+
+// TestHeldBatchNotRefusedByFailingDisk: a transaction is not stopped
+// midway (or at all) by writes to the disk failing: its changes are made
+// and queued together, Commit reports the failure, and once the disk
+// takes writes again the log gets all of them.
+func TestHeldBatchNotRefusedByFailingDisk(t *testing.T) {
+	disk := NewMemDisk()
+	s := openDisk(t, disk, SyncEverySec)
+	failing := make(chan struct{}, 1)
+	s.guard.sleep = func(time.Duration) { // between retries: the store refuses changes
+		select {
+		case failing <- struct{}{}:
+		default:
+		}
+		time.Sleep(100 * time.Microsecond)
+	}
+	b := s.NewBatch()
+	disk.FailWrites(errDiskFull)
+	add(t, b, "before", 1)
+	if err := b.Commit(); err != nil { // everysec: acknowledged once queued
+		t.Fatal(err)
+	}
+	<-failing
+	b.Hold(false)
+	errA := b.Modify([]byte("a"), &counter{delta: 1})
+	errB := b.Modify([]byte("b"), &counter{delta: 1})
+	b.Release()
+	if errA != nil || errB != nil {
+		t.Fatalf("a transaction's changes while the disk fails: %v, %v; want them made and queued", errA, errB)
+	}
+	if err := b.Commit(); !errors.Is(err, ErrUnavailable) {
+		t.Fatalf("Commit of the transaction while the disk fails: %v; want ErrUnavailable", err)
+	}
+	disk.FailWrites(nil)
+	if err := s.Close(); err != nil {
+		t.Fatal(err)
+	}
+	s = openDisk(t, disk, SyncEverySec)
+	defer s.Close()
+	for _, k := range []string{"before", "a", "b"} {
+		if got, _ := read(t, s, k); got != 1 {
+			t.Fatalf("after recovery %s = %d; want 1", k, got)
+		}
 	}
 }
