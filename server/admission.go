@@ -221,14 +221,16 @@ func (s *Server) acceptEach(ln net.Listener, name string, serve func(net.Conn) b
 	}
 }
 
-// httpAdmitListener counts HTTP connections against MaxClients (plus
-// HTTPReserve, for probes): past it a
-// connection is answered 503 (without TLS; with TLS, which runs above this
+// httpAdmitListener counts an HTTP listener's connections against
+// MaxClients (the probes and metrics port may also use HTTPReserve; /check
+// may not): past it a connection is answered 503 (without TLS; with TLS, which runs above this
 // listener, it is closed) and not handed to the HTTP server. It also
 // retries failed Accepts with a backoff instead of returning them.
 type httpAdmitListener struct {
 	net.Listener
 	srv     *Server
+	name    string      // the listener, in the accept errors' log
+	take    func() bool // takes a connection slot: Server.adm's take or takeHTTP
 	backoff acceptBackoff
 }
 
@@ -241,11 +243,11 @@ func (l *httpAdmitListener) Accept() (net.Conn, error) {
 			if errors.Is(err, net.ErrClosed) || l.srv.closing.Load() {
 				return nil, err
 			}
-			l.backoff.wait(l.srv, "http", err)
+			l.backoff.wait(l.srv, l.name, err)
 			continue
 		}
 		l.backoff.delay = 0
-		if !l.srv.adm.takeHTTP() {
+		if !l.take() {
 			l.srv.stats.rejectedMax.Add(1)
 			if l.srv.tls != nil {
 				_ = c.Close()

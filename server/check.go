@@ -2,9 +2,7 @@ package server
 
 import (
 	"context"
-	"crypto/tls"
 	"errors"
-	"log"
 	"net"
 	"net/http"
 	"net/netip"
@@ -168,24 +166,7 @@ func (s *Server) ServeCheck(ln net.Listener) error {
 	if s.pol.cur.Load() == nil {
 		return errNoPolicy
 	}
-	srv := &http.Server{
-		Handler:           http.HandlerFunc(s.routeCheck),
-		ReadHeaderTimeout: 10 * time.Second,
-		IdleTimeout:       2 * time.Minute,
-		ErrorLog:          log.New(httpLogWriter{s.log}, "", 0),
-	}
-	if s.tls != nil {
-		srv.TLSConfig = &tls.Config{
-			MinVersion: tls.VersionTLS12,
-			GetConfigForClient: func(*tls.ClientHelloInfo) (*tls.Config, error) {
-				c := s.tls.cur.Load().Clone()
-				if c.ClientAuth == tls.RequireAndVerifyClientCert {
-					c.ClientAuth = tls.VerifyClientCertIfGiven
-				}
-				return c, nil
-			},
-		}
-	}
+	srv := s.newHTTPServer(http.HandlerFunc(s.routeCheck))
 	s.check.mu.Lock()
 	if s.closing.Load() || s.check.srv != nil {
 		s.check.mu.Unlock()
@@ -197,7 +178,8 @@ func (s *Server) ServeCheck(ln net.Listener) error {
 	if ta, ok := ln.Addr().(*net.TCPAddr); ok && !ta.IP.IsLoopback() && !s.cfg.AllowRemoteWithoutAuth {
 		s.log.Warn("protected mode: /check answers proxies on loopback only (or, with --tls-ca, proxies that present a client certificate); set --protected-mode no to serve others", "addr", ln.Addr().String())
 	}
-	ln = &checkAdmitListener{Listener: ln, srv: s}
+	// /check has no probe reserve: it takes its slot as RESP does.
+	ln = &httpAdmitListener{Listener: ln, srv: s, name: "check", take: s.adm.take}
 	var err error
 	if s.tls != nil {
 		err = srv.ServeTLS(ln, "", "")
@@ -221,39 +203,6 @@ func (s *Server) closeCheck() {
 		ctx, cancel := context.WithTimeout(context.Background(), time.Second)
 		defer cancel()
 		_ = srv.Shutdown(ctx)
-	}
-}
-
-// checkAdmitListener counts the endpoint's connections against MaxClients,
-// as RESP's are (without the HTTP reserve, which is for probes), and
-// refuses the rest with 503.
-type checkAdmitListener struct {
-	net.Listener
-	srv     *Server
-	backoff acceptBackoff
-}
-
-func (l *checkAdmitListener) Accept() (net.Conn, error) {
-	for {
-		c, err := l.Listener.Accept()
-		if err != nil {
-			if errors.Is(err, net.ErrClosed) || l.srv.closing.Load() {
-				return nil, err
-			}
-			l.backoff.wait(l.srv, "check", err)
-			continue
-		}
-		l.backoff.delay = 0
-		if !l.srv.adm.take() {
-			l.srv.stats.rejectedMax.Add(1)
-			if l.srv.tls != nil {
-				_ = c.Close()
-			} else {
-				l.srv.refuse(c, http503)
-			}
-			continue
-		}
-		return &admittedConn{Conn: c, adm: &l.srv.adm}, nil
 	}
 }
 

@@ -2,7 +2,6 @@ package server
 
 import (
 	"context"
-	"crypto/tls"
 	"errors"
 	"github.com/sluicehq/sluice/keyspace"
 	"log"
@@ -85,24 +84,7 @@ func (s *Server) ServeHTTP(ln net.Listener) error {
 		}
 		_, _ = w.Write([]byte("ready\n"))
 	})
-	srv := &http.Server{
-		Handler:           mux,
-		ReadHeaderTimeout: 10 * time.Second,
-		IdleTimeout:       2 * time.Minute,
-		ErrorLog:          log.New(httpLogWriter{s.log}, "", 0),
-	}
-	if s.tls != nil {
-		srv.TLSConfig = &tls.Config{
-			MinVersion: tls.VersionTLS12,
-			GetConfigForClient: func(*tls.ClientHelloInfo) (*tls.Config, error) {
-				c := s.tls.cur.Load().Clone()
-				if c.ClientAuth == tls.RequireAndVerifyClientCert {
-					c.ClientAuth = tls.VerifyClientCertIfGiven
-				}
-				return c, nil
-			},
-		}
-	}
+	srv := s.newHTTPServer(mux)
 	s.http.mu.Lock()
 	if s.closing.Load() || s.http.srv != nil {
 		s.http.mu.Unlock()
@@ -112,7 +94,7 @@ func (s *Server) ServeHTTP(ln net.Listener) error {
 	s.http.mu.Unlock()
 	s.log.Info("serving HTTP", "addr", ln.Addr().String(), "tls", s.tls != nil)
 	// Below TLS, so a refusal costs no handshake.
-	ln = &httpAdmitListener{Listener: ln, srv: s}
+	ln = &httpAdmitListener{Listener: ln, srv: s, name: "http", take: s.adm.takeHTTP}
 	var err error
 	if s.tls != nil {
 		err = srv.ServeTLS(ln, "", "")
@@ -362,4 +344,19 @@ func b2f(b bool) float64 {
 		return 1
 	}
 	return 0
+}
+
+// newHTTPServer is an HTTP server for one of sluice's HTTP listeners, with
+// their shared timeouts, logging and TLS (tlsState.httpConfig).
+func (s *Server) newHTTPServer(h http.Handler) *http.Server {
+	srv := &http.Server{
+		Handler:           h,
+		ReadHeaderTimeout: 10 * time.Second,
+		IdleTimeout:       2 * time.Minute,
+		ErrorLog:          log.New(httpLogWriter{s.log}, "", 0),
+	}
+	if s.tls != nil {
+		srv.TLSConfig = s.tls.httpConfig()
+	}
+	return srv
 }

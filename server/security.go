@@ -72,6 +72,24 @@ func (t *tlsState) config() *tls.Config {
 	}
 }
 
+// httpConfig is the configuration of the HTTP listeners (the probes and
+// metrics port, /check): like config, but a client certificate is checked
+// when given rather than required in the handshake, so that probes and
+// proxies on loopback need none; each handler decides what a request
+// without one may do.
+func (t *tlsState) httpConfig() *tls.Config {
+	return &tls.Config{
+		MinVersion: tls.VersionTLS12,
+		GetConfigForClient: func(*tls.ClientHelloInfo) (*tls.Config, error) {
+			c := t.cur.Load().Clone()
+			if c.ClientAuth == tls.RequireAndVerifyClientCert {
+				c.ClientAuth = tls.VerifyClientCertIfGiven
+			}
+			return c, nil
+		},
+	}
+}
+
 // ReloadTLS reads the TLS files again, for SIGHUP after a certificate
 // renewal. Open connections keep their session; on an error the old
 // certificates stay in use.
