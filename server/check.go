@@ -179,17 +179,7 @@ func (s *Server) ServeCheck(ln net.Listener) error {
 		s.log.Warn("protected mode: /check answers proxies on loopback only (or, with --tls-ca, proxies that present a client certificate); set --protected-mode no to serve others", "addr", ln.Addr().String())
 	}
 	// /check has no probe reserve: it takes its slot as RESP does.
-	ln = &httpAdmitListener{Listener: ln, srv: s, name: "check", take: s.adm.take}
-	var err error
-	if s.tls != nil {
-		err = srv.ServeTLS(ln, "", "")
-	} else {
-		err = srv.Serve(ln)
-	}
-	if errors.Is(err, http.ErrServerClosed) {
-		return nil
-	}
-	return err
+	return s.serveHTTPOn(srv, ln, "check", s.adm.take)
 }
 
 // closeCheck stops the endpoint; Close calls it once no new request may

@@ -93,8 +93,14 @@ func (s *Server) ServeHTTP(ln net.Listener) error {
 	s.http.srv = srv
 	s.http.mu.Unlock()
 	s.log.Info("serving HTTP", "addr", ln.Addr().String(), "tls", s.tls != nil)
-	// Below TLS, so a refusal costs no handshake.
-	ln = &httpAdmitListener{Listener: ln, srv: s, name: "http", take: s.adm.takeHTTP}
+	return s.serveHTTPOn(srv, ln, "http", s.adm.takeHTTP)
+}
+
+// serveHTTPOn serves srv on ln until Close, counting its connections
+// against MaxClients with take, below TLS, so that a refusal costs no
+// handshake. name names the listener in the log.
+func (s *Server) serveHTTPOn(srv *http.Server, ln net.Listener, name string, take func() bool) error {
+	ln = &httpAdmitListener{Listener: ln, srv: s, name: name, take: take}
 	var err error
 	if s.tls != nil {
 		err = srv.ServeTLS(ln, "", "")
