@@ -32,6 +32,7 @@ import (
 	"io"
 	"log/slog"
 	"os"
+	"runtime"
 	"slices"
 	"strings"
 	"sync"
@@ -1368,7 +1369,22 @@ func (s *Store) commitLoop() {
 			q.Unlock()
 			return
 		}
-		if s.opts.Sync != SyncAlways && len(q.ends) < lingerKeys && !q.closing {
+		if s.opts.Sync == SyncAlways && !q.closing {
+			// Let every goroutine that is ready to commit enqueue first,
+			// so that one fsync covers them all. On one P (taskset -c 0,
+			// a pod with cpu: 1) the Signal of the first Commit makes the
+			// committer the next goroutine to run, ahead of the other
+			// connections already runnable: without this yield it took a
+			// round of that one Batch and synced it, and the fsync, a
+			// blocking syscall, held the only P while the others waited
+			// (measured: 39 fsyncs per 1000 commands pipelined from 50
+			// connections, against 2.8 with it). Gosched puts the
+			// committer behind them; with nothing else to run it returns
+			// at once, so a lone client's write waits no longer.
+			q.Unlock()
+			runtime.Gosched()
+			q.Lock()
+		} else if len(q.ends) < lingerKeys && !q.closing {
 			// Nobody waits for this round: let more keys gather, so that a
 			// trickle of single commands does not pay for one Pebble commit
 			// each. Readers are served from the overlay meanwhile.
