@@ -331,10 +331,12 @@ type stripe struct {
 // entry is a record's newest state: dirty until Pebble has it, then clean,
 // a cached copy of what Pebble holds.
 type entry struct {
-	next    *entry // hash chain
-	hash    uint64
-	key     []byte
-	val     []byte
+	next *entry // hash chain
+	hash uint64
+	// buf holds the key, then the value: one buffer, so that a new
+	// record costs one allocation for both (sized for both at insert).
+	buf     []byte
+	klen    int
 	del     bool   // the record does not exist
 	clean   bool   // Pebble holds this state; the entry may be evicted
 	ref     bool   // used since the CLOCK hand last passed
@@ -350,7 +352,14 @@ type entry struct {
 const entryOverhead = 192
 
 // size is what e is charged against the cache's byte bound.
-func (e *entry) size() int64 { return entryOverhead + int64(cap(e.key)) + int64(cap(e.val)) }
+func (e *entry) size() int64 { return entryOverhead + int64(cap(e.buf)) }
+
+// key returns e's key, capped so that appending to it cannot touch the
+// value.
+func (e *entry) key() []byte { return e.buf[:e.klen:e.klen] }
+
+// val returns e's value.
+func (e *entry) val() []byte { return e.buf[e.klen:] }
 
 // sizeOf is the charge of an entry for key and val, before rounding to the
 // allocator's size classes.
@@ -829,14 +838,14 @@ func (s *Store) classOf(key []byte) int {
 // findLocked returns the overlay entry of key, or nil.
 func (st *stripe) findLocked(h uint64, key []byte) *entry {
 	for e := st.mu.m[h]; e != nil; e = e.next {
-		if string(e.key) == string(key) {
+		if string(e.buf[:e.klen]) == string(key) {
 			return e
 		}
 	}
 	return nil
 }
 
-func (st *stripe) insertLocked(h uint64, key []byte) *entry {
+func (st *stripe) insertLocked(h uint64, key []byte, valLen int) *entry {
 	e := st.mu.free
 	if e != nil {
 		st.mu.free = e.next
@@ -845,7 +854,11 @@ func (st *stripe) insertLocked(h uint64, key []byte) *entry {
 	} else {
 		e = &entry{}
 	}
-	*e = entry{next: st.mu.m[h], hash: h, key: append(e.key[:0], key...), val: e.val[:0], idx: len(st.mu.ring)}
+	buf := e.buf[:0]
+	if cap(buf) < len(key)+valLen {
+		buf = make([]byte, 0, len(key)+valLen)
+	}
+	*e = entry{next: st.mu.m[h], hash: h, buf: append(buf, key...), klen: len(key), idx: len(st.mu.ring)}
 	st.mu.m[h] = e
 	st.mu.ring = append(st.mu.ring, e)
 	st.mu.bytes += e.size()
@@ -854,9 +867,9 @@ func (st *stripe) insertLocked(h uint64, key []byte) *entry {
 
 // setValLocked sets e's value, keeping the stripe's charge exact.
 func (st *stripe) setValLocked(e *entry, val []byte) {
-	c := cap(e.val)
-	e.val = append(e.val[:0], val...)
-	st.mu.bytes += int64(cap(e.val) - c)
+	c := cap(e.buf)
+	e.buf = append(e.buf[:e.klen], val...)
+	st.mu.bytes += int64(cap(e.buf) - c)
 }
 
 // makeRoomLocked evicts clean entries until one more entry charged need
@@ -1027,7 +1040,7 @@ func (b *Batch) modify(key []byte, m Mutator, cache bool) (Op, error) {
 		st.mu.hits++
 		e.ref = true
 		existed = !e.del
-		val, op, err = m.Mutate(e.val, existed)
+		val, op, err = m.Mutate(e.val(), existed)
 	} else {
 		st.mu.misses++
 		var (
@@ -1049,7 +1062,7 @@ func (b *Batch) modify(key []byte, m Mutator, cache bool) (Op, error) {
 			existed = true
 			val, op, err = m.Mutate(old, true)
 			if err == nil && op == Keep && fill && st.makeRoomLocked(s.cacheLimit, s.byteLimit, sizeOf(key, old)) {
-				e = st.insertLocked(h, key)
+				e = st.insertLocked(h, key, len(old))
 				st.setValLocked(e, old)
 				e.clean = true
 				e = st.keepIfFitsLocked(e, s.byteLimit)
@@ -1057,7 +1070,7 @@ func (b *Batch) modify(key []byte, m Mutator, cache bool) (Op, error) {
 		case errors.Is(gerr, pebble.ErrNotFound):
 			val, op, err = m.Mutate(nil, false)
 			if err == nil && op == Keep && fill && st.makeRoomLocked(s.cacheLimit, s.byteLimit, sizeOf(key, nil)) {
-				e = st.insertLocked(h, key)
+				e = st.insertLocked(h, key, 0)
 				e.del, e.clean = true, true
 				e = st.keepIfFitsLocked(e, s.byteLimit)
 			}
@@ -1089,7 +1102,7 @@ func (b *Batch) modify(key []byte, m Mutator, cache bool) (Op, error) {
 			// is done, as with the cache off.
 			st.makeRoomLocked(s.cacheLimit, s.byteLimit, sizeOf(key, val))
 		}
-		e = st.insertLocked(h, key)
+		e = st.insertLocked(h, key, len(val))
 		e.clean = true // turned dirty just below
 	}
 	if e.clean {
@@ -1112,7 +1125,7 @@ func (b *Batch) modify(key []byte, m Mutator, cache bool) (Op, error) {
 	}
 	e.version++
 	if op == Delete {
-		e.del, e.val = true, e.val[:0]
+		e.del, e.buf = true, e.buf[:e.klen]
 	} else {
 		e.del = false
 		st.setValLocked(e, val)
@@ -1422,9 +1435,9 @@ func (s *Store) commitLoop() {
 				e.round = round
 				var err error
 				if e.del {
-					err = batch.Delete(e.key, nil)
+					err = batch.Delete(e.key(), nil)
 				} else {
-					err = batch.Set(e.key, e.val, nil)
+					err = batch.Set(e.key(), e.val(), nil)
 				}
 				if err == nil {
 					done = append(done, written{e: e, st: st, version: e.version})
