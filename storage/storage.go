@@ -1003,6 +1003,9 @@ type Batch struct {
 	// Commit has not waited for yet; ticket is the round they are in.
 	queued int
 	ticket uint64
+	// skipped: a change was not noted because its key was queued already
+	// (write-behind, see note); Commit still reports a failed store.
+	skipped bool
 }
 
 // held is the stripes a held Batch has locked: a bit per stripe, and their
@@ -1257,6 +1260,7 @@ func (st *stripe) keepIfFitsLocked(e *entry, byteLimit int64) *entry {
 func (b *Batch) note(key []byte, e *entry) {
 	if b.s.opts.Sync != SyncAlways && b.hold == nil {
 		if e.queued {
+			b.skipped = true
 			return
 		}
 		e.queued = true
@@ -1267,7 +1271,7 @@ func (b *Batch) note(key []byte, e *entry) {
 }
 
 // Pending reports whether the Batch holds changes not yet committed.
-func (b *Batch) Pending() bool { return len(b.ends) > 0 || b.queued > 0 }
+func (b *Batch) Pending() bool { return len(b.ends) > 0 || b.queued > 0 || b.skipped }
 
 // Len returns how many changes the Batch holds, counting those Release
 // handed over that Commit has not waited for.
@@ -1286,10 +1290,19 @@ func (b *Batch) Full() bool {
 // are as durable as the mode promises: fsynced for SyncAlways; queued for the
 // others, blocking only while the queue is full. It empties the Batch.
 func (b *Batch) Commit() error {
-	if len(b.ends) == 0 && b.queued == 0 {
-		return nil
-	}
 	s := b.s
+	if len(b.ends) == 0 && b.queued == 0 {
+		if !b.skipped {
+			return nil
+		}
+		// Every change was queued by another Batch: the store must still
+		// be able to write it, as for any change acknowledged.
+		b.skipped = false
+		if err := s.failedErr(); err != nil {
+			return err
+		}
+		return s.guard.unavailable()
+	}
 	q := &s.q
 	q.Lock()
 	defer q.Unlock()
@@ -1392,6 +1405,7 @@ func (b *Batch) reset() {
 	b.keys = b.keys[:0]
 	b.ends = b.ends[:0]
 	b.bytes = 0
+	b.skipped = false
 }
 
 type written struct {

@@ -2,6 +2,7 @@ package storage
 
 import (
 	"encoding/binary"
+	"errors"
 	"testing"
 	"time"
 
@@ -56,5 +57,26 @@ func TestWriteBehindWritesAKeyOncePerInterval(t *testing.T) {
 				t.Fatalf("a change after the round: %d keys queued, want 1", st.Queued)
 			}
 		})
+	}
+}
+
+// A change whose key another Batch has queued already (write-behind) is
+// still refused at Commit once the store has failed, as any change is: its
+// reply must not say it was stored.
+func TestWriteBehindCommitReportsFailure(t *testing.T) {
+	s, err := Open("db", Options{Sync: SyncEverySec, fs: vfs.NewMem(), SyncInterval: time.Hour})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	a, b := s.NewBatch(), s.NewBatch()
+	add(t, a, "k", 1) // noted by a, not committed yet
+	add(t, b, "k", 1) // queued already: b notes nothing
+	if !b.Pending() {
+		t.Fatal("a Batch whose change another Batch queued reports nothing pending: its Commit would be skipped")
+	}
+	s.fail(errors.New("disk gone"))
+	if err := b.Commit(); !errors.Is(err, ErrFailed) {
+		t.Fatalf("Commit after the store failed: %v, want ErrFailed", err)
 	}
 }
