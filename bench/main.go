@@ -394,9 +394,15 @@ func runScenario(o options, sc scenario, log io.Writer) (scenarioReport, error) 
 			return rep, err
 		}
 	}
+	p0, _ := ss.info("persistence")
 	cpu0 := ss.cpuTime()
 	res, err := run(ss.addr, targetSluice, w, "")
 	cpu := ss.cpuTime() - cpu0
+	if p1, perr := ss.info("persistence"); err == nil && perr == nil && p0 != nil {
+		note := storeNote(p0, p1, res.Requests)
+		fmt.Fprintf(log, "   %s\n", note)
+		rep.Notes = append(rep.Notes, note)
+	}
 	if prof != nil {
 		note := prof.stop(res.Requests, cpu)
 		fmt.Fprintf(log, "   %s\n", note)
@@ -648,4 +654,19 @@ func tableMarkdown(rep scenarioReport) string {
 			float64(rep.DataBytes)/(1<<20), float64(rep.DataBytes)/float64(rep.Buckets))
 	}
 	return b.String()
+}
+
+// storeNote says how many fsyncs and committer rounds (Pebble commits) the
+// measured run cost, per 1000 requests: group commit and write-behind show
+// here, where throughput alone would hide them.
+func storeNote(before, after infoFields, requests int64) string {
+	per := func(name string) (int64, float64) {
+		n := after.int(name) - before.int(name)
+		return n, float64(n) * 1000 / float64(max(requests, 1))
+	}
+	f, fk := per("fsyncs")
+	r, rk := per("commit_rounds")
+	k, kk := per("keys_written")
+	return fmt.Sprintf("store during the run: %d fsyncs (%.2f per 1000 requests, %s µs each on average), %d commit rounds (%.2f per 1000), %d keys written to Pebble (%.0f per 1000)",
+		f, fk, after["fsync_avg_usec"], r, rk, k, kk)
 }

@@ -166,7 +166,7 @@ func TestFreeListKeepsNoBigBuffers(t *testing.T) {
 		st := &s.stripe[i]
 		st.mu.Lock()
 		for e := st.mu.free; e != nil; e = e.next {
-			free += 192 + cap(e.key) + cap(e.val)
+			free += int(e.size())
 		}
 		st.mu.Unlock()
 	}
@@ -224,7 +224,7 @@ func TestEntryOverhead(t *testing.T) {
 				st := &s.stripe[i]
 				for j := range perStripe {
 					copy(key, fmt.Sprintf("%06d:%06d", i, j))
-					e := st.insertLocked(maphash.Bytes(s.seed, key), key)
+					e := st.insertLocked(maphash.Bytes(s.seed, key), key, len(val))
 					st.setValLocked(e, val)
 					n++
 				}
@@ -284,5 +284,41 @@ func BenchmarkModifyEvicting(b *testing.B) {
 				b.Fatalf("cache over its bounds: %d entries, %d of %d bytes", st.CacheEntries, st.CacheBytes, st.CacheMemory)
 			}
 		})
+	}
+}
+
+// A new record costs the hot-state table two allocations, its entry and
+// one buffer for its key and value (three when they had a buffer each).
+// Nothing else allocates in the store meanwhile: the committer waits for
+// a Commit that never comes. The stripes' maps and rings grow by doubling,
+// which the bound of 2.2 leaves room for.
+func TestNewRecordAllocs(t *testing.T) {
+	if raceEnabled {
+		t.Skip("the race detector allocates on its own")
+	}
+	s := openMem(t, vfs.NewMem(), SyncEverySec)
+	defer s.Close()
+	b := s.NewBatch()
+	c := &counter{delta: 1}
+	key := []byte("new:0000000000")
+	n := 0
+	next := func() {
+		n++
+		for i, j := len(key)-1, n; j > 0; i, j = i-1, j/10 {
+			key[i] = byte('0' + j%10)
+		}
+		if err := b.Modify(key, c); err != nil {
+			t.Fatal(err)
+		}
+		b.reset() // the keys stay dirty in the table; no Commit needed
+	}
+	// First fill every stripe, so that the growth of its map and ring,
+	// which doubles, is rare in the measured run.
+	for range 100 * numStripes {
+		next()
+	}
+	allocs := testing.AllocsPerRun(1000, next)
+	if allocs > 2.2 {
+		t.Fatalf("%.2f allocations per new record, want 2 (its entry, one buffer for key and value; at most 2.2 with the growth of maps and rings)", allocs)
 	}
 }

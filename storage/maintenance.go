@@ -173,6 +173,7 @@ func (s *Store) Flush() error {
 	ticket := q.round - 1
 	if len(q.ends) > 0 {
 		ticket = q.round
+		q.urge = true // do not wait for the write-behind deadline
 		q.work.Signal()
 	}
 	for {

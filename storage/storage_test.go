@@ -245,14 +245,8 @@ func TestEverySecSyncPointSurvivesCrash(t *testing.T) {
 // waitApplied blocks until the committer has applied every queued key.
 func waitApplied(t *testing.T, s *Store) {
 	t.Helper()
-	s.q.Lock()
-	defer s.q.Unlock()
-	target := s.q.round
-	if len(s.q.ends) == 0 {
-		target--
-	}
-	for s.q.applied < target {
-		s.q.done.Wait()
+	if err := s.Flush(); err != nil {
+		t.Fatal(err)
 	}
 }
 
