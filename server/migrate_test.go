@@ -133,3 +133,29 @@ func TestMigrateRuleCounters(t *testing.T) {
 		t.Fatal(err)
 	}
 }
+
+// TestMigrateDirtyWhileQueued: a key written again while its earlier
+// change still waits in the commit queue (write-behind: up to a sync
+// interval) is noted again, so that the DIRTY after the pause hands the
+// latest value to the target.
+func TestMigrateDirtyWhileQueued(t *testing.T) {
+	srv := startServer(t, Config{Cluster: &ClusterConfig{Nodes: []string{"127.0.0.1:7000", "127.0.0.1:7001"}, Self: "127.0.0.1:7000"}})
+	rdb := newClient(t, srv)
+	ctx := context.Background()
+	key := keyIn(100, 199)
+	if err := rdb.Do(ctx, "CLUSTER", "MIGRATE", "START", "100-199").Err(); err != nil {
+		t.Fatal(err)
+	}
+	for i, want := range []int{1, 1} {
+		if err := rdb.Do(ctx, "RL.REDUCE", key, 10, 60, "AT", 1000).Err(); err != nil {
+			t.Fatal(err)
+		}
+		dirty, err := rdb.Do(ctx, "CLUSTER", "MIGRATE", "DIRTY", 10).Slice()
+		if err != nil || len(dirty) != 2*want {
+			t.Fatalf("DIRTY after write %d: %d keys (%v); want %d: the change would not reach the target", i+1, len(dirty)/2, err, want)
+		}
+	}
+	if err := rdb.Do(ctx, "CLUSTER", "MIGRATE", "CANCEL").Err(); err != nil {
+		t.Fatal(err)
+	}
+}

@@ -1011,9 +1011,12 @@ type Batch struct {
 	// lost is the error Commit owes for a transaction Release dropped
 	// (see modify).
 	lost error
-	// skipped: a change was not noted because its key was queued already
-	// (write-behind, see note); Commit still reports a failed store.
-	skipped bool
+	// skipKeys and skipEnds are the keys of changes not queued because
+	// their key was queued already (write-behind, see note): Keys still
+	// lists them (a slot migration must see every change) and Commit still
+	// reports a failed store.
+	skipKeys []byte
+	skipEnds []int
 }
 
 // held is the stripes a held Batch has locked: a bit per stripe, and their
@@ -1293,7 +1296,8 @@ func (st *stripe) keepIfFitsLocked(e *entry, byteLimit int64) *entry {
 func (b *Batch) note(key []byte, e *entry) {
 	if b.s.opts.Sync != SyncAlways && b.hold == nil {
 		if e.queued {
-			b.skipped = true
+			b.skipKeys = append(b.skipKeys, key...)
+			b.skipEnds = append(b.skipEnds, len(b.skipKeys))
 			return
 		}
 		e.queued = true
@@ -1303,24 +1307,30 @@ func (b *Batch) note(key []byte, e *entry) {
 	b.bytes += int(e.size())
 }
 
-// Keys calls fn with the key of each change the Batch holds, in order;
-// fn must not keep it.
+// Keys calls fn with the key of each change the Batch holds, those
+// another Batch queued included; fn must not keep it.
 func (b *Batch) Keys(fn func(key []byte)) {
 	start := 0
 	for _, end := range b.ends {
 		fn(b.keys[start:end])
 		start = end
 	}
+	start = 0
+	for _, end := range b.skipEnds {
+		fn(b.skipKeys[start:end])
+		start = end
+	}
 }
 
 // Pending reports whether the Batch holds changes not yet committed.
 func (b *Batch) Pending() bool {
-	return len(b.ends) > 0 || b.queued > 0 || b.lost != nil || b.skipped
+	return len(b.ends) > 0 || b.queued > 0 || b.lost != nil || len(b.skipEnds) > 0
 }
 
 // Len returns how many changes the Batch holds, counting those Release
-// handed over that Commit has not waited for.
-func (b *Batch) Len() int { return len(b.ends) + b.queued }
+// handed over that Commit has not waited for and those another Batch
+// queued.
+func (b *Batch) Len() int { return len(b.ends) + b.queued + len(b.skipEnds) }
 
 // Full reports whether the Batch holds a quarter of the commit queue's
 // bounds (MaxQueued, MaxQueuedBytes) or more: a caller that keeps adding to
@@ -1340,17 +1350,18 @@ func (b *Batch) Commit() error {
 	}
 	if b.lost != nil {
 		err := b.lost
-		b.lost, b.queued, b.skipped = nil, 0, false
+		b.lost, b.queued = nil, 0
+		b.resetSkipped()
 		return err
 	}
 	s := b.s
 	if len(b.ends) == 0 && b.queued == 0 {
-		if !b.skipped {
+		if len(b.skipEnds) == 0 {
 			return nil
 		}
 		// Every change was queued by another Batch: the store must still
 		// be able to write it, as for any change acknowledged.
-		b.skipped = false
+		b.resetSkipped()
 		if err := s.failedErr(); err != nil {
 			return err
 		}
@@ -1458,7 +1469,15 @@ func (b *Batch) reset() {
 	b.keys = b.keys[:0]
 	b.ends = b.ends[:0]
 	b.bytes = 0
-	b.skipped = false
+	b.resetSkipped()
+}
+
+func (b *Batch) resetSkipped() {
+	if cap(b.skipKeys) > maxKeptBatch {
+		b.skipKeys = nil
+	}
+	b.skipKeys = b.skipKeys[:0]
+	b.skipEnds = b.skipEnds[:0]
 }
 
 type written struct {
