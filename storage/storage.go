@@ -8,9 +8,9 @@
 // Batch.Commit hands the noted keys to a single committer goroutine and
 // waits as the durability mode requires: in SyncAlways the committer takes
 // them at once; in SyncEverySec and SyncNo they wait for the next tick of
-// the sync loop (write-behind), and a key noted again meanwhile is not
-// queued again, so a hot key costs Pebble one write per tick. The
-// committer writes, for each noted key, the value the overlay holds at
+// the sync loop (write-behind), and a round writes each key once however
+// often it was queued, so a hot key costs Pebble about one write per tick.
+// The committer writes, for each noted key, the value the overlay holds at
 // that moment, so the log always receives the newest
 // in-memory state of a key whatever order connections hand over their keys;
 // once Pebble has the value, the entry is marked clean unless it changed
@@ -352,15 +352,11 @@ type entry struct {
 	hash uint64
 	// buf holds the key, then the value: one buffer, so that a new
 	// record costs one allocation for both (sized for both at insert).
-	buf   []byte
-	klen  int
-	del   bool // the record does not exist
-	clean bool // Pebble holds this state; the entry may be evicted
-	ref   bool // used since the CLOCK hand last passed
-	// queued: the key is noted in a Batch or in the commit queue and not
-	// yet taken by a round, so in SyncEverySec and SyncNo a change needs
-	// not note it again (write-behind, see Batch.note).
-	queued  bool
+	buf     []byte
+	klen    int
+	del     bool   // the record does not exist
+	clean   bool   // Pebble holds this state; the entry may be evicted
+	ref     bool   // used since the CLOCK hand last passed
 	idx     int    // position in the stripe's ring
 	version uint64 // bumped on every change
 	round   uint64 // the last round that wrote it, to write a key once per round
@@ -1011,12 +1007,6 @@ type Batch struct {
 	// lost is the error Commit owes for a transaction Release dropped
 	// (see modify).
 	lost error
-	// skipKeys and skipEnds are the keys of changes not queued because
-	// their key was queued already (write-behind, see note): Keys still
-	// lists them (a slot migration must see every change) and Commit still
-	// reports a failed store.
-	skipKeys []byte
-	skipEnds []int
 }
 
 // held is the stripes a held Batch has locked: a bit per stripe, and their
@@ -1285,52 +1275,36 @@ func (st *stripe) keepIfFitsLocked(e *entry, byteLimit int64) *entry {
 // note records that key, held by e, must be committed before Commit
 // returns, and charges e's size to the queue.
 //
-// Write-behind: in SyncEverySec and SyncNo a key already noted and not yet
-// taken by a round is not noted again, so a key changed many times between
-// rounds is queued, and written to Pebble, once; the round writes its
-// newest value. Its reply is then as durable as the mode promises: the
-// change is in the table that round reads, queued for the log. A held
-// Batch (a transaction) notes every key it changes, so that its round holds
-// all of them (the other note may be in a Batch not committed yet). In
-// SyncAlways every Batch notes its keys, to wait for their round's fsync.
+// Every change is noted, even of a key another Batch has noted already:
+// a change must not depend on another Batch's commit (that Batch may not
+// commit for a while, or ever), and each note charges the queue, which
+// bounds its memory. Write-behind is the committer's: in SyncEverySec and
+// SyncNo it takes the queue once per tick, and a round writes each key
+// once, with its newest value (entry.round).
 func (b *Batch) note(key []byte, e *entry) {
-	if b.s.opts.Sync != SyncAlways && b.hold == nil {
-		if e.queued {
-			b.skipKeys = append(b.skipKeys, key...)
-			b.skipEnds = append(b.skipEnds, len(b.skipKeys))
-			return
-		}
-		e.queued = true
-	}
 	b.keys = append(b.keys, key...)
 	b.ends = append(b.ends, len(b.keys))
 	b.bytes += int(e.size())
 }
 
-// Keys calls fn with the key of each change the Batch holds, those
-// another Batch queued included; fn must not keep it.
+// Keys calls fn with the key of each change the Batch holds, in order;
+// fn must not keep it.
 func (b *Batch) Keys(fn func(key []byte)) {
 	start := 0
 	for _, end := range b.ends {
 		fn(b.keys[start:end])
 		start = end
 	}
-	start = 0
-	for _, end := range b.skipEnds {
-		fn(b.skipKeys[start:end])
-		start = end
-	}
 }
 
 // Pending reports whether the Batch holds changes not yet committed.
 func (b *Batch) Pending() bool {
-	return len(b.ends) > 0 || b.queued > 0 || b.lost != nil || len(b.skipEnds) > 0
+	return len(b.ends) > 0 || b.queued > 0 || b.lost != nil
 }
 
 // Len returns how many changes the Batch holds, counting those Release
-// handed over that Commit has not waited for and those another Batch
-// queued.
-func (b *Batch) Len() int { return len(b.ends) + b.queued + len(b.skipEnds) }
+// handed over that Commit has not waited for.
+func (b *Batch) Len() int { return len(b.ends) + b.queued }
 
 // Full reports whether the Batch holds a quarter of the commit queue's
 // bounds (MaxQueued, MaxQueuedBytes) or more: a caller that keeps adding to
@@ -1351,21 +1325,11 @@ func (b *Batch) Commit() error {
 	if b.lost != nil {
 		err := b.lost
 		b.lost, b.queued = nil, 0
-		b.resetSkipped()
 		return err
 	}
 	s := b.s
 	if len(b.ends) == 0 && b.queued == 0 {
-		if len(b.skipEnds) == 0 {
-			return nil
-		}
-		// Every change was queued by another Batch: the store must still
-		// be able to write it, as for any change acknowledged.
-		b.resetSkipped()
-		if err := s.failedErr(); err != nil {
-			return err
-		}
-		return s.guard.unavailable()
+		return nil
 	}
 	q := &s.q
 	q.Lock()
@@ -1414,9 +1378,9 @@ func (b *Batch) enqueueLocked() uint64 {
 // when someone waits for them (urge), or the queue holds writeBehindKeys
 // distinct keys or half its bounds, so that Commit does not block and one
 // round stays short. Otherwise the keys wait for the next tick of
-// syncLoop (write-behind): a key changed again meanwhile is not queued
-// again, so it reaches Pebble once per SyncInterval, or once per
-// writeBehindKeys other keys changed. q must be locked.
+// syncLoop (write-behind): a round writes a key once however often it was
+// queued, so a hot key reaches Pebble about once per SyncInterval, or once
+// per writeBehindKeys changes. q must be locked.
 func (s *Store) dueLocked() bool {
 	q := &s.q
 	return s.opts.Sync == SyncAlways || q.urge || q.closing || len(q.ends) >= writeBehindKeys ||
@@ -1469,15 +1433,6 @@ func (b *Batch) reset() {
 	b.keys = b.keys[:0]
 	b.ends = b.ends[:0]
 	b.bytes = 0
-	b.resetSkipped()
-}
-
-func (b *Batch) resetSkipped() {
-	if cap(b.skipKeys) > maxKeptBatch {
-		b.skipKeys = nil
-	}
-	b.skipKeys = b.skipKeys[:0]
-	b.skipEnds = b.skipEnds[:0]
 }
 
 type written struct {
@@ -1563,9 +1518,6 @@ func (s *Store) commitLoop() {
 			// entries are written, so no entry in done can be evicted (and
 			// reused for another key) while Apply runs.
 			e := st.findLocked(h, key)
-			if e != nil {
-				e.queued = false // a change from now on goes in a later round
-			}
 			if e != nil && !e.clean && e.round != round {
 				e.round = round
 				var err error
