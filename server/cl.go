@@ -5,6 +5,7 @@ import (
 	"strconv"
 
 	"github.com/sluicehq/sluice/bucket"
+	"github.com/sluicehq/sluice/internal/resp"
 	"github.com/sluicehq/sluice/keyspace"
 	"github.com/sluicehq/sluice/storage"
 )
@@ -155,12 +156,12 @@ func (s *Server) runCL(c *client, unit bucket.Unit, name string, args [][]byte) 
 	if d.Limited {
 		limited = 1
 	}
-	c.out = appendArray(c.out, 5)
-	c.out = appendInt(c.out, limited)
-	c.out = appendInt(c.out, d.Limit)
-	c.out = appendInt(c.out, d.Remaining)
-	c.out = appendInt(c.out, d.RetryAfter)
-	c.out = appendInt(c.out, d.ResetAfter)
+	c.out = resp.AppendArray(c.out, 5)
+	c.out = resp.AppendInt(c.out, limited)
+	c.out = resp.AppendInt(c.out, d.Limit)
+	c.out = resp.AppendInt(c.out, d.Remaining)
+	c.out = resp.AppendInt(c.out, d.RetryAfter)
+	c.out = resp.AppendInt(c.out, d.ResetAfter)
 }
 
 // Argument errors shared by the CL.* and FW.* commands. Each names the

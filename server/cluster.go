@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/sluicehq/sluice/cluster"
+	"github.com/sluicehq/sluice/internal/resp"
 	"github.com/sluicehq/sluice/keyspace"
 )
 
@@ -211,7 +212,7 @@ func cmdAsking(s *Server, c *client, args [][]byte) {
 		s.replyErr(c, errClusterDisabled)
 		return
 	}
-	c.out = appendSimple(c.out, "OK")
+	c.out = resp.AppendSimple(c.out, "OK")
 }
 
 func cmdCluster(s *Server, c *client, args [][]byte) {
@@ -228,19 +229,19 @@ func cmdCluster(s *Server, c *client, args [][]byte) {
 	r3 := c.resp == 3
 	switch {
 	case sub == "myid" && len(args) == 2:
-		c.out = appendBulkString(c.out, s.clus.myID)
+		c.out = resp.AppendBulkString(c.out, s.clus.myID)
 	case sub == "keyslot" && len(args) == 3:
-		c.out = appendInt(c.out, int64(keyspace.Slot(args[2])))
+		c.out = resp.AppendInt(c.out, int64(keyspace.Slot(args[2])))
 	case sub == "info" && len(args) == 2:
-		c.out = appendBulkString(c.out, clusterInfo(v))
+		c.out = resp.AppendBulkString(c.out, clusterInfo(v))
 	case sub == "slots" && len(args) == 2:
 		c.out = appendClusterSlots(c.out, v)
 	case sub == "shards" && len(args) == 2:
 		c.out = appendClusterShards(c.out, v, r3)
 	case sub == "nodes" && len(args) == 2:
-		c.out = appendBulkString(c.out, clusterNodes(v))
+		c.out = resp.AppendBulkString(c.out, clusterNodes(v))
 	case sub == "topology" && len(args) == 2:
-		c.out = appendBulkString(c.out, strings.Join(v.top.Args(), " "))
+		c.out = resp.AppendBulkString(c.out, strings.Join(v.top.Args(), " "))
 	case sub == "settopology" && len(args) >= 5:
 		str := make([]string, len(args)-2)
 		for i, a := range args[2:] {
@@ -250,7 +251,7 @@ func cmdCluster(s *Server, c *client, args [][]byte) {
 			s.replyErr(c, err)
 			return
 		}
-		c.out = appendSimple(c.out, "OK")
+		c.out = resp.AppendSimple(c.out, "OK")
 	default:
 		if !s.cmdClusterMigrate(c, sub, args) {
 			s.replyErr(c, replyErr("ERR unknown subcommand or wrong number of arguments for '"+preview(args[1])+"'. Try CLUSTER HELP."))
@@ -363,16 +364,16 @@ func appendClusterSlots(b []byte, v *clusterView) []byte {
 		}
 	}
 	slices.SortFunc(all, func(a, b owned) int { return int(a.r.First) - int(b.r.First) })
-	b = appendArray(b, len(all))
+	b = resp.AppendArray(b, len(all))
 	for _, o := range all {
 		host, port := hostPort(o.n.Addr)
-		b = appendArray(b, 3)
-		b = appendInt(b, int64(o.r.First))
-		b = appendInt(b, int64(o.r.Last))
-		b = appendArray(b, 3)
-		b = appendBulkString(b, host)
-		b = appendInt(b, port)
-		b = appendBulkString(b, o.n.ID)
+		b = resp.AppendArray(b, 3)
+		b = resp.AppendInt(b, int64(o.r.First))
+		b = resp.AppendInt(b, int64(o.r.Last))
+		b = resp.AppendArray(b, 3)
+		b = resp.AppendBulkString(b, host)
+		b = resp.AppendInt(b, port)
+		b = resp.AppendBulkString(b, o.n.ID)
 	}
 	return b
 }
@@ -380,40 +381,40 @@ func appendClusterSlots(b []byte, v *clusterView) []byte {
 // appendClusterShards appends CLUSTER SHARDS: one shard per node (there
 // are no replicas), slotless nodes included, as Redis lists them.
 func appendClusterShards(b []byte, v *clusterView, r3 bool) []byte {
-	b = appendArray(b, len(v.top.Nodes))
+	b = resp.AppendArray(b, len(v.top.Nodes))
 	for _, n := range v.top.Nodes {
 		host, port := hostPort(n.Addr)
-		b = appendMap(b, 2, r3)
-		b = appendBulkString(b, "slots")
-		b = appendArray(b, 2*len(n.Slots))
+		b = resp.AppendMap(b, 2, r3)
+		b = resp.AppendBulkString(b, "slots")
+		b = resp.AppendArray(b, 2*len(n.Slots))
 		for _, r := range n.Slots {
-			b = appendInt(b, int64(r.First))
-			b = appendInt(b, int64(r.Last))
+			b = resp.AppendInt(b, int64(r.First))
+			b = resp.AppendInt(b, int64(r.Last))
 		}
-		b = appendBulkString(b, "nodes")
+		b = resp.AppendBulkString(b, "nodes")
 		// Redis leaves hostname out when none is set: a host that is an
 		// IP address is no hostname.
 		named := net.ParseIP(host) == nil
-		b = appendArray(b, 1)
-		b = appendMap(b, 7+b2i(named), r3)
-		b = appendBulkString(b, "id")
-		b = appendBulkString(b, n.ID)
-		b = appendBulkString(b, "port")
-		b = appendInt(b, port)
-		b = appendBulkString(b, "ip")
-		b = appendBulkString(b, host)
-		b = appendBulkString(b, "endpoint")
-		b = appendBulkString(b, host)
+		b = resp.AppendArray(b, 1)
+		b = resp.AppendMap(b, 7+b2i(named), r3)
+		b = resp.AppendBulkString(b, "id")
+		b = resp.AppendBulkString(b, n.ID)
+		b = resp.AppendBulkString(b, "port")
+		b = resp.AppendInt(b, port)
+		b = resp.AppendBulkString(b, "ip")
+		b = resp.AppendBulkString(b, host)
+		b = resp.AppendBulkString(b, "endpoint")
+		b = resp.AppendBulkString(b, host)
 		if named {
-			b = appendBulkString(b, "hostname")
-			b = appendBulkString(b, host)
+			b = resp.AppendBulkString(b, "hostname")
+			b = resp.AppendBulkString(b, host)
 		}
-		b = appendBulkString(b, "role")
-		b = appendBulkString(b, "master")
-		b = appendBulkString(b, "replication-offset")
-		b = appendInt(b, 0)
-		b = appendBulkString(b, "health")
-		b = appendBulkString(b, "online")
+		b = resp.AppendBulkString(b, "role")
+		b = resp.AppendBulkString(b, "master")
+		b = resp.AppendBulkString(b, "replication-offset")
+		b = resp.AppendInt(b, 0)
+		b = resp.AppendBulkString(b, "health")
+		b = resp.AppendBulkString(b, "online")
 	}
 	return b
 }
@@ -470,9 +471,9 @@ func (s *Server) commandGetKeys(c *client, args [][]byte) {
 	for i := cmd.first; i <= last && i < len(call); i += cmd.step {
 		keys = append(keys, call[i])
 	}
-	c.out = appendArray(c.out, len(keys))
+	c.out = resp.AppendArray(c.out, len(keys))
 	for _, k := range keys {
-		c.out = appendBulk(c.out, k)
+		c.out = resp.AppendBulk(c.out, k)
 	}
 }
 

@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/sluicehq/sluice/bucket"
+	"github.com/sluicehq/sluice/internal/resp"
 	"github.com/sluicehq/sluice/storage"
 )
 
@@ -219,7 +220,7 @@ func (s *Server) exec(c *client, args [][]byte) {
 	}
 	if cmd == nil {
 		c.cur = nil
-		c.out = appendError(c.out, unknownCommand(args))
+		c.out = resp.AppendError(c.out, unknownCommand(args))
 		s.stats.errorReplies.Add(1)
 		s.stats.unknownCommands.Add(1)
 		return
@@ -258,7 +259,7 @@ func (s *Server) lookup(c *client, name []byte) *command {
 }
 
 func (s *Server) replyErr(c *client, err error) {
-	c.out = appendError(c.out, s.errorText(err))
+	c.out = resp.AppendError(c.out, s.errorText(err))
 	s.stats.errorReplies.Add(1)
 	if c.cur != nil {
 		c.cur.errors++
@@ -324,12 +325,12 @@ func (s *Server) runRL(c *client, spec rlSpec, args [][]byte) {
 		}
 	}
 	if spec.kind == rlSessionize {
-		c.out = appendArray(c.out, 2)
-		c.out = appendInt(c.out, m.before)
-		c.out = appendInt(c.out, m.session)
+		c.out = resp.AppendArray(c.out, 2)
+		c.out = resp.AppendInt(c.out, m.before)
+		c.out = resp.AppendInt(c.out, m.session)
 		return
 	}
-	c.out = appendInt(c.out, m.before)
+	c.out = resp.AppendInt(c.out, m.before)
 }
 
 func rlName(spec rlSpec) string {
@@ -351,20 +352,20 @@ func rlName(spec rlSpec) string {
 func cmdPing(s *Server, c *client, args [][]byte) {
 	switch len(args) {
 	case 1:
-		c.out = appendSimple(c.out, "PONG")
+		c.out = resp.AppendSimple(c.out, "PONG")
 	case 2:
-		c.out = appendBulk(c.out, args[1])
+		c.out = resp.AppendBulk(c.out, args[1])
 	default:
 		s.replyErr(c, wrongArgs("ping"))
 	}
 }
 
 func cmdEcho(s *Server, c *client, args [][]byte) {
-	c.out = appendBulk(c.out, args[1])
+	c.out = resp.AppendBulk(c.out, args[1])
 }
 
 func cmdQuit(s *Server, c *client, args [][]byte) {
-	c.out = appendSimple(c.out, "OK")
+	c.out = resp.AppendSimple(c.out, "OK")
 	c.quit = true
 }
 
@@ -376,7 +377,7 @@ func cmdSelect(s *Server, c *client, args [][]byte) {
 	case n != 0:
 		s.replyErr(c, replyErr("ERR DB index is out of range"))
 	default:
-		c.out = appendSimple(c.out, "OK")
+		c.out = resp.AppendSimple(c.out, "OK")
 	}
 }
 
@@ -397,7 +398,7 @@ func cmdAuth(s *Server, c *client, args [][]byte) {
 			s.authFailed(c)
 			return
 		}
-		c.out = appendSimple(c.out, "OK")
+		c.out = resp.AppendSimple(c.out, "OK")
 		return
 	}
 	user, pass := []byte("default"), args[1]
@@ -409,7 +410,7 @@ func cmdAuth(s *Server, c *client, args [][]byte) {
 		return
 	}
 	c.authed = true
-	c.out = appendSimple(c.out, "OK")
+	c.out = resp.AppendSimple(c.out, "OK")
 }
 
 // cmdHello implements HELLO [protover [AUTH username password] [SETNAME name]].
@@ -466,24 +467,24 @@ func cmdHello(s *Server, c *client, args [][]byte) {
 		c.name = string(name)
 	}
 	r3 := c.resp == 3
-	c.out = appendMap(c.out, 7, r3)
-	c.out = appendBulkString(c.out, "server")
-	c.out = appendBulkString(c.out, "sluice")
-	c.out = appendBulkString(c.out, "version")
+	c.out = resp.AppendMap(c.out, 7, r3)
+	c.out = resp.AppendBulkString(c.out, "server")
+	c.out = resp.AppendBulkString(c.out, "sluice")
+	c.out = resp.AppendBulkString(c.out, "version")
 	// The Redis version, as INFO's redis_version: clients pick features
 	// by it (rueidis asks CLUSTER SHARDS from 8 on); sluice's own version
 	// is INFO's sluice_version.
-	c.out = appendBulkString(c.out, redisCompatVersion)
-	c.out = appendBulkString(c.out, "proto")
-	c.out = appendInt(c.out, int64(c.resp))
-	c.out = appendBulkString(c.out, "id")
-	c.out = appendInt(c.out, c.id)
-	c.out = appendBulkString(c.out, "mode")
-	c.out = appendBulkString(c.out, s.helloMode())
-	c.out = appendBulkString(c.out, "role")
-	c.out = appendBulkString(c.out, "master")
-	c.out = appendBulkString(c.out, "modules")
-	c.out = appendArray(c.out, 0)
+	c.out = resp.AppendBulkString(c.out, redisCompatVersion)
+	c.out = resp.AppendBulkString(c.out, "proto")
+	c.out = resp.AppendInt(c.out, int64(c.resp))
+	c.out = resp.AppendBulkString(c.out, "id")
+	c.out = resp.AppendInt(c.out, c.id)
+	c.out = resp.AppendBulkString(c.out, "mode")
+	c.out = resp.AppendBulkString(c.out, s.helloMode())
+	c.out = resp.AppendBulkString(c.out, "role")
+	c.out = resp.AppendBulkString(c.out, "master")
+	c.out = resp.AppendBulkString(c.out, "modules")
+	c.out = resp.AppendArray(c.out, 0)
 }
 
 var errClientName = replyErr("ERR Client names cannot contain spaces, newlines or special characters.")
@@ -513,12 +514,12 @@ func cmdClient(s *Server, c *client, args [][]byte) {
 	sub := strings.ToLower(string(args[1]))
 	switch {
 	case sub == "id" && len(args) == 2:
-		c.out = appendInt(c.out, c.id)
+		c.out = resp.AppendInt(c.out, c.id)
 	case sub == "getname" && len(args) == 2:
 		if c.name == "" {
-			c.out = appendNull(c.out, c.resp == 3)
+			c.out = resp.AppendNull(c.out, c.resp == 3)
 		} else {
-			c.out = appendBulkString(c.out, c.name)
+			c.out = resp.AppendBulkString(c.out, c.name)
 		}
 	case sub == "setname" && len(args) == 3:
 		if err := checkClientName("client name", args[2], errClientName); err != nil {
@@ -526,7 +527,7 @@ func cmdClient(s *Server, c *client, args [][]byte) {
 			return
 		}
 		c.name = string(args[2])
-		c.out = appendSimple(c.out, "OK")
+		c.out = resp.AppendSimple(c.out, "OK")
 	case sub == "setinfo" && len(args) == 4:
 		attr := strings.ToLower(string(args[2]))
 		if attr == "lib-name" || attr == "lib-ver" { // else refused below, as in Redis
@@ -544,7 +545,7 @@ func cmdClient(s *Server, c *client, args [][]byte) {
 			s.replyErr(c, replyErr("ERR Unrecognized option '"+preview(args[2])+"'"))
 			return
 		}
-		c.out = appendSimple(c.out, "OK")
+		c.out = resp.AppendSimple(c.out, "OK")
 	case sub == "info" && len(args) == 2:
 		s.clientInfo(c)
 	case sub == "list" && len(args) == 2:
@@ -567,9 +568,9 @@ func cmdClient(s *Server, c *client, args [][]byte) {
 
 // appendHelp appends a HELP reply: one simple string per line, as Redis.
 func appendHelp(b []byte, lines []string) []byte {
-	b = appendArray(b, len(lines))
+	b = resp.AppendArray(b, len(lines))
 	for _, l := range lines {
-		b = appendSimple(b, l)
+		b = resp.AppendSimple(b, l)
 	}
 	return b
 }
@@ -583,7 +584,7 @@ func cmdCommand(s *Server, c *client, args [][]byte) {
 	}
 	sort.Strings(names)
 	if len(args) == 1 {
-		c.out = appendArray(c.out, len(names))
+		c.out = resp.AppendArray(c.out, len(names))
 		for _, n := range names {
 			c.out = appendCommandInfo(c.out, s.cmds[n])
 		}
@@ -591,14 +592,14 @@ func cmdCommand(s *Server, c *client, args [][]byte) {
 	}
 	switch strings.ToLower(string(args[1])) {
 	case "count":
-		c.out = appendInt(c.out, int64(len(names)))
+		c.out = resp.AppendInt(c.out, int64(len(names)))
 	case "list":
-		c.out = appendArray(c.out, len(names))
+		c.out = resp.AppendArray(c.out, len(names))
 		for _, n := range names {
-			c.out = appendBulkString(c.out, n)
+			c.out = resp.AppendBulkString(c.out, n)
 		}
 	case "info":
-		c.out = appendArray(c.out, len(args)-2)
+		c.out = resp.AppendArray(c.out, len(args)-2)
 		for _, a := range args[2:] {
 			cmd, sub := s.lookupCommand(a)
 			switch {
@@ -607,7 +608,7 @@ func cmdCommand(s *Server, c *client, args [][]byte) {
 			case cmd != nil:
 				c.out = appendCommandInfo(c.out, cmd)
 			default:
-				c.out = appendNull(c.out, c.resp == 3)
+				c.out = resp.AppendNull(c.out, c.resp == 3)
 			}
 		}
 	case "help":
@@ -650,9 +651,9 @@ func cmdCommand(s *Server, c *client, args [][]byte) {
 			}
 		}
 		r3 := c.resp == 3
-		c.out = appendMap(c.out, len(docs), r3)
+		c.out = resp.AppendMap(c.out, len(docs), r3)
 		for _, d := range docs {
-			c.out = appendBulkString(c.out, d.name)
+			c.out = resp.AppendBulkString(c.out, d.name)
 			c.out = d.doc.append(c.out, r3, d.subs)
 		}
 	default:
@@ -690,20 +691,20 @@ func (d *cmdDoc) append(b []byte, r3 bool, subs []subcommand) []byte {
 	if len(subs) > 0 {
 		n++
 	}
-	b = appendMap(b, n, r3)
-	b = appendBulkString(b, "summary")
-	b = appendBulkString(b, d.summary)
-	b = appendBulkString(b, "since")
-	b = appendBulkString(b, docSince)
-	b = appendBulkString(b, "group")
-	b = appendBulkString(b, d.group)
-	b = appendBulkString(b, "arguments")
+	b = resp.AppendMap(b, n, r3)
+	b = resp.AppendBulkString(b, "summary")
+	b = resp.AppendBulkString(b, d.summary)
+	b = resp.AppendBulkString(b, "since")
+	b = resp.AppendBulkString(b, docSince)
+	b = resp.AppendBulkString(b, "group")
+	b = resp.AppendBulkString(b, d.group)
+	b = resp.AppendBulkString(b, "arguments")
 	b = appendDocArgs(b, d.args, r3)
 	if len(subs) > 0 {
-		b = appendBulkString(b, "subcommands")
-		b = appendMap(b, len(subs), r3)
+		b = resp.AppendBulkString(b, "subcommands")
+		b = resp.AppendMap(b, len(subs), r3)
 		for i := range subs {
-			b = appendBulkString(b, subs[i].name)
+			b = resp.AppendBulkString(b, subs[i].name)
 			b = subs[i].doc.append(b, r3, nil)
 		}
 	}
@@ -711,7 +712,7 @@ func (d *cmdDoc) append(b []byte, r3 bool, subs []subcommand) []byte {
 }
 
 func appendDocArgs(b []byte, args []docArg, r3 bool) []byte {
-	b = appendArray(b, len(args))
+	b = resp.AppendArray(b, len(args))
 	for _, a := range args {
 		var flags []string
 		if a.optional {
@@ -730,24 +731,24 @@ func appendDocArgs(b []byte, args []docArg, r3 bool) []byte {
 		if len(a.args) > 0 {
 			n++
 		}
-		b = appendMap(b, n, r3)
-		b = appendBulkString(b, "name")
-		b = appendBulkString(b, a.name)
-		b = appendBulkString(b, "type")
-		b = appendBulkString(b, a.typ)
+		b = resp.AppendMap(b, n, r3)
+		b = resp.AppendBulkString(b, "name")
+		b = resp.AppendBulkString(b, a.name)
+		b = resp.AppendBulkString(b, "type")
+		b = resp.AppendBulkString(b, a.typ)
 		if a.token != "" {
-			b = appendBulkString(b, "token")
-			b = appendBulkString(b, a.token)
+			b = resp.AppendBulkString(b, "token")
+			b = resp.AppendBulkString(b, a.token)
 		}
 		if len(flags) > 0 {
-			b = appendBulkString(b, "flags")
-			b = appendArray(b, len(flags))
+			b = resp.AppendBulkString(b, "flags")
+			b = resp.AppendArray(b, len(flags))
 			for _, f := range flags {
-				b = appendSimple(b, f)
+				b = resp.AppendSimple(b, f)
 			}
 		}
 		if len(a.args) > 0 {
-			b = appendBulkString(b, "arguments")
+			b = resp.AppendBulkString(b, "arguments")
 			b = appendDocArgs(b, a.args, r3)
 		}
 	}
@@ -759,7 +760,7 @@ func appendDocArgs(b []byte, args []docArg, r3 bool) []byte {
 // key specs, and the subcommands, each its own ten elements.
 func appendCommandInfo(b []byte, cmd *command) []byte {
 	b = appendInfoHead(b, cmd.name, cmd.arity, cmd.flags, cmd.first, cmd.last, cmd.step)
-	b = appendArray(b, len(cmd.subs))
+	b = resp.AppendArray(b, len(cmd.subs))
 	for i := range cmd.subs {
 		b = appendSubcommandInfo(b, &cmd.subs[i])
 	}
@@ -768,24 +769,24 @@ func appendCommandInfo(b []byte, cmd *command) []byte {
 
 func appendSubcommandInfo(b []byte, sc *subcommand) []byte {
 	b = appendInfoHead(b, sc.name, sc.arity, sc.flags, 0, 0, 0)
-	return appendArray(b, 0)
+	return resp.AppendArray(b, 0)
 }
 
 // appendInfoHead appends the first nine elements of a COMMAND reply.
 func appendInfoHead(b []byte, name string, arity int, flags []string, first, last, step int) []byte {
-	b = appendArray(b, 10)
-	b = appendBulkString(b, name)
-	b = appendInt(b, int64(arity))
-	b = appendArray(b, len(flags))
+	b = resp.AppendArray(b, 10)
+	b = resp.AppendBulkString(b, name)
+	b = resp.AppendInt(b, int64(arity))
+	b = resp.AppendArray(b, len(flags))
 	for _, f := range flags {
-		b = appendSimple(b, f)
+		b = resp.AppendSimple(b, f)
 	}
-	b = appendInt(b, int64(first))
-	b = appendInt(b, int64(last))
-	b = appendInt(b, int64(step))
-	b = appendArray(b, 0)    // ACL categories
-	b = appendArray(b, 0)    // tips
-	return appendArray(b, 0) // key specs
+	b = resp.AppendInt(b, int64(first))
+	b = resp.AppendInt(b, int64(last))
+	b = resp.AppendInt(b, int64(step))
+	b = resp.AppendArray(b, 0)    // ACL categories
+	b = resp.AppendArray(b, 0)    // tips
+	return resp.AppendArray(b, 0) // key specs
 }
 
 // lookupCommand finds a command by name, or a subcommand by its full
@@ -825,10 +826,10 @@ func cmdConfig(s *Server, c *client, args [][]byte) {
 			}
 		}
 		sort.Strings(keys)
-		c.out = appendMap(c.out, len(keys), c.resp == 3)
+		c.out = resp.AppendMap(c.out, len(keys), c.resp == 3)
 		for _, k := range keys {
-			c.out = appendBulkString(c.out, k)
-			c.out = appendBulkString(c.out, all[k])
+			c.out = resp.AppendBulkString(c.out, k)
+			c.out = resp.AppendBulkString(c.out, all[k])
 		}
 	case "set", "rewrite", "resetstat":
 		s.replyErr(c, replyErr("ERR CONFIG "+strings.ToUpper(string(args[1]))+" is not supported: sluice is configured by flags and SLUICE_* environment variables at startup"))
@@ -864,19 +865,19 @@ func (s *Server) configValues() map[string]string {
 
 func cmdTime(s *Server, c *client, args [][]byte) {
 	now := s.clock()
-	c.out = appendArray(c.out, 2)
-	c.out = appendBulkString(c.out, strconv.FormatInt(now.Unix(), 10))
-	c.out = appendBulkString(c.out, strconv.Itoa(now.Nanosecond()/1000))
+	c.out = resp.AppendArray(c.out, 2)
+	c.out = resp.AppendBulkString(c.out, strconv.FormatInt(now.Unix(), 10))
+	c.out = resp.AppendBulkString(c.out, strconv.Itoa(now.Nanosecond()/1000))
 }
 
 // cmdReady answers 1 while the server can serve writes: not shutting down
 // and the store neither failed nor refusing changes.
 func cmdReady(s *Server, c *client, args [][]byte) {
 	if !s.Ready() {
-		c.out = appendInt(c.out, 0)
+		c.out = resp.AppendInt(c.out, 0)
 		return
 	}
-	c.out = appendInt(c.out, 1)
+	c.out = resp.AppendInt(c.out, 1)
 }
 
 // Ready reports whether the server can serve changes now: not shutting

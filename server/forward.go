@@ -11,6 +11,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/sluicehq/sluice/internal/resp"
 	"github.com/sluicehq/sluice/keyspace"
 	"github.com/sluicehq/sluice/policy"
 )
@@ -142,13 +143,13 @@ const counterHitReplyLen = 6
 
 // appendCounterHitReply appends o as SLUICE.COUNTERHIT's reply.
 func appendCounterHitReply(dst []byte, o policy.Outcome) []byte {
-	dst = appendArray(dst, counterHitReplyLen)
-	dst = appendInt(dst, int64(b2i(o.Allowed)))
-	dst = appendInt(dst, o.CreditsLeft)
-	dst = appendInt(dst, o.SecondsUntilReset)
-	dst = appendInt(dst, o.Limit)
-	dst = appendInt(dst, o.RetryAfterMs)
-	return appendInt(dst, o.ResetAfterMs)
+	dst = resp.AppendArray(dst, counterHitReplyLen)
+	dst = resp.AppendInt(dst, int64(b2i(o.Allowed)))
+	dst = resp.AppendInt(dst, o.CreditsLeft)
+	dst = resp.AppendInt(dst, o.SecondsUntilReset)
+	dst = resp.AppendInt(dst, o.Limit)
+	dst = resp.AppendInt(dst, o.RetryAfterMs)
+	return resp.AppendInt(dst, o.ResetAfterMs)
 }
 
 // outcome is the Outcome the reply carries, without Quota and Rule.
@@ -244,9 +245,9 @@ func (f *forwarder) closeAll() {
 }
 
 func appendCommand(b []byte, args [][]byte) []byte {
-	b = appendArray(b, len(args))
+	b = resp.AppendArray(b, len(args))
 	for _, a := range args {
-		b = appendBulk(b, a)
+		b = resp.AppendBulk(b, a)
 	}
 	return b
 }

@@ -2,6 +2,7 @@ package server
 
 import (
 	"github.com/sluicehq/sluice/bucket"
+	"github.com/sluicehq/sluice/internal/resp"
 	"github.com/sluicehq/sluice/keyspace"
 	"github.com/sluicehq/sluice/storage"
 )
@@ -178,9 +179,9 @@ func (s *Server) runFW(c *client, spec fwSpec, args [][]byte) {
 		}
 	}
 	r := d.Reply()
-	c.out = appendArray(c.out, len(r))
+	c.out = resp.AppendArray(c.out, len(r))
 	for _, v := range r {
-		c.out = appendInt(c.out, v)
+		c.out = resp.AppendInt(c.out, v)
 	}
 }
 

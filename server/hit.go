@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/sluicehq/sluice/bucket"
+	"github.com/sluicehq/sluice/internal/resp"
 	"github.com/sluicehq/sluice/keyspace"
 	"github.com/sluicehq/sluice/policy"
 	"github.com/sluicehq/sluice/storage"
@@ -327,10 +328,10 @@ func cmdHit(s *Server, c *client, args [][]byte) {
 		c.cur.denied++
 		c.result = rlDenied
 	}
-	c.out = appendArray(c.out, 3)
-	c.out = appendInt(c.out, int64(b2i(out.Allowed)))
-	c.out = appendInt(c.out, out.CreditsLeft)
-	c.out = appendInt(c.out, out.SecondsUntilReset)
+	c.out = resp.AppendArray(c.out, 3)
+	c.out = resp.AppendInt(c.out, int64(b2i(out.Allowed)))
+	c.out = resp.AppendInt(c.out, out.CreditsLeft)
+	c.out = resp.AppendInt(c.out, out.SecondsUntilReset)
 }
 
 func b2i(b bool) int {
@@ -360,7 +361,7 @@ func cmdPolicy(s *Server, c *client, args [][]byte) {
 			s.replyErr(c, err)
 			return
 		}
-		c.out = appendSimple(c.out, "OK")
+		c.out = resp.AppendSimple(c.out, "OK")
 	case len(args) == 2 && asciiEqualFold(args[1], "show"):
 		lp := s.pol.cur.Load()
 		if lp == nil {
@@ -368,7 +369,7 @@ func cmdPolicy(s *Server, c *client, args [][]byte) {
 			return
 		}
 		rules := lp.p.Rules()
-		c.out = appendArray(c.out, len(rules))
+		c.out = resp.AppendArray(c.out, len(rules))
 		for _, r := range rules {
 			c.out = appendRule(c.out, r)
 		}
@@ -381,35 +382,35 @@ func cmdPolicy(s *Server, c *client, args [][]byte) {
 // values, in the fields' order in a rule file. Every field is shown, those
 // of other algorithms with their zero value (burst 0 is the limit).
 func appendRule(out []byte, r *policy.Rule) []byte {
-	out = appendArray(out, 28)
-	out = appendBulkString(out, "position")
-	out = appendInt(out, int64(r.Pos))
-	out = appendBulkString(out, "operation")
-	out = appendBulkString(out, r.String())
-	out = appendBulkString(out, "creditLimit")
-	out = appendInt(out, r.CreditLimit)
-	out = appendBulkString(out, "resetSeconds")
-	out = appendInt(out, r.ResetSeconds)
-	out = appendBulkString(out, "algorithm")
-	out = appendBulkString(out, r.Algorithm.String())
-	out = appendBulkString(out, "stagger")
-	out = appendBulkString(out, strconv.FormatBool(r.Stagger))
-	out = appendBulkString(out, "burst")
-	out = appendInt(out, r.Burst)
-	out = appendBulkString(out, "minGapMillis")
-	out = appendInt(out, r.MinGapMillis)
-	out = appendBulkString(out, "quotaField")
-	out = appendBulkString(out, r.QuotaField)
-	out = appendBulkString(out, "maxQuota")
-	out = appendInt(out, r.MaxQuota)
-	out = appendBulkString(out, "actorField")
-	out = appendBulkString(out, r.ActorField)
-	out = appendBulkString(out, "matchPolicy")
-	out = appendBulkString(out, r.MatchPolicy.String())
-	out = appendBulkString(out, "label")
-	out = appendBulkString(out, r.Label)
-	out = appendBulkString(out, "comment")
-	return appendBulkString(out, r.Comment)
+	out = resp.AppendArray(out, 28)
+	out = resp.AppendBulkString(out, "position")
+	out = resp.AppendInt(out, int64(r.Pos))
+	out = resp.AppendBulkString(out, "operation")
+	out = resp.AppendBulkString(out, r.String())
+	out = resp.AppendBulkString(out, "creditLimit")
+	out = resp.AppendInt(out, r.CreditLimit)
+	out = resp.AppendBulkString(out, "resetSeconds")
+	out = resp.AppendInt(out, r.ResetSeconds)
+	out = resp.AppendBulkString(out, "algorithm")
+	out = resp.AppendBulkString(out, r.Algorithm.String())
+	out = resp.AppendBulkString(out, "stagger")
+	out = resp.AppendBulkString(out, strconv.FormatBool(r.Stagger))
+	out = resp.AppendBulkString(out, "burst")
+	out = resp.AppendInt(out, r.Burst)
+	out = resp.AppendBulkString(out, "minGapMillis")
+	out = resp.AppendInt(out, r.MinGapMillis)
+	out = resp.AppendBulkString(out, "quotaField")
+	out = resp.AppendBulkString(out, r.QuotaField)
+	out = resp.AppendBulkString(out, "maxQuota")
+	out = resp.AppendInt(out, r.MaxQuota)
+	out = resp.AppendBulkString(out, "actorField")
+	out = resp.AppendBulkString(out, r.ActorField)
+	out = resp.AppendBulkString(out, "matchPolicy")
+	out = resp.AppendBulkString(out, r.MatchPolicy.String())
+	out = resp.AppendBulkString(out, "label")
+	out = resp.AppendBulkString(out, r.Label)
+	out = resp.AppendBulkString(out, "comment")
+	return resp.AppendBulkString(out, r.Comment)
 }
 
 // oneLine keeps an error message fit for a one-line reply.

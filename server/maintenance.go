@@ -10,6 +10,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/sluicehq/sluice/internal/resp"
 	"github.com/sluicehq/sluice/keyspace"
 	"github.com/sluicehq/sluice/storage"
 )
@@ -181,13 +182,13 @@ func cmdCompact(s *Server, c *client, args [][]byte) {
 		s.replyErr(c, s.maintenanceErr("compact", err))
 		return
 	}
-	c.out = appendSimple(c.out, "OK")
+	c.out = resp.AppendSimple(c.out, "OK")
 }
 
 // cmdDBSize answers the number of stored buckets: those found when the
 // store opened, plus those created since, minus those deleted.
 func cmdDBSize(s *Server, c *client, args [][]byte) {
-	c.out = appendInt(c.out, s.store.Records())
+	c.out = resp.AppendInt(c.out, s.store.Records())
 }
 
 // cmdCheckpoint writes a consistent copy of the store into a new directory
@@ -226,7 +227,7 @@ func cmdCheckpoint(s *Server, c *client, args [][]byte) {
 	}
 	s.lastSave.Store(time.Now().Unix())
 	s.log.Info("checkpoint written", "dir", dir)
-	c.out = appendBulkString(c.out, dir)
+	c.out = resp.AppendBulkString(c.out, dir)
 }
 
 func validBackupName(n string) bool {
@@ -245,7 +246,7 @@ func validBackupName(n string) bool {
 // cmdLastSave answers the unix time of the last successful CHECKPOINT, or,
 // as in Redis, the start time before the first.
 func cmdLastSave(s *Server, c *client, args [][]byte) {
-	c.out = appendInt(c.out, s.lastSave.Load())
+	c.out = resp.AppendInt(c.out, s.lastSave.Load())
 }
 
 // maintenanceErr turns an error of a maintenance command into a reply: the

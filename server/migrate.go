@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/sluicehq/sluice/cluster"
+	"github.com/sluicehq/sluice/internal/resp"
 	"github.com/sluicehq/sluice/keyspace"
 	"github.com/sluicehq/sluice/storage"
 )
@@ -263,7 +264,7 @@ func (s *Server) clusterMigrate(c *client, op string, args [][]byte) {
 			s.replyErr(c, err)
 			return
 		}
-		c.out = appendSimple(c.out, "OK")
+		c.out = resp.AppendSimple(c.out, "OK")
 	case (op == "pause" && len(args) == 0) || (op == "dirty" && len(args) == 1):
 		// A node restarted since START has forgotten the migration, and
 		// the keys written meanwhile: the move must start over.
@@ -296,7 +297,7 @@ func (s *Server) clusterMigrate(c *client, op string, args [][]byte) {
 			s.replyErr(c, replyErr("ERR pipelines and line-protocol, /check or ShouldRateLimit writes under way did not finish within "+migratePauseWait.String()+"; the slots serve again, retry the pause"))
 			return
 		}
-		c.out = appendSimple(c.out, "OK")
+		c.out = resp.AppendSimple(c.out, "OK")
 	case op == "cancel" && len(args) == 0:
 		for slot := range m.state {
 			m.state[slot].Store(slotServing)
@@ -306,7 +307,7 @@ func (s *Server) clusterMigrate(c *client, op string, args [][]byte) {
 		m.mu.dirty = nil
 		m.mu.ranges = ""
 		m.mu.Unlock()
-		c.out = appendSimple(c.out, "OK")
+		c.out = resp.AppendSimple(c.out, "OK")
 	default:
 		s.replyErr(c, replyErr("ERR CLUSTER MIGRATE: want START <slots>, PAUSE, DIRTY <count> or CANCEL"))
 	}
@@ -365,7 +366,7 @@ func (s *Server) popDirty(c *client, n int) {
 	m.mu.Unlock()
 	b := s.store.NewBatch()
 	var r readMutator
-	c.out = appendArray(c.out, 2*len(keys))
+	c.out = resp.AppendArray(c.out, 2*len(keys))
 	for _, k := range keys {
 		if err := b.Modify([]byte(k), &r); err != nil {
 			// Put it back: the next DIRTY tries again.
@@ -376,11 +377,11 @@ func (s *Server) popDirty(c *client, n int) {
 			m.mu.Unlock()
 			r.found = false
 		}
-		c.out = appendBulkString(c.out, k)
+		c.out = resp.AppendBulkString(c.out, k)
 		if r.found {
-			c.out = appendBulk(c.out, r.val)
+			c.out = resp.AppendBulk(c.out, r.val)
 		} else {
-			c.out = appendBulkString(c.out, "")
+			c.out = resp.AppendBulkString(c.out, "")
 		}
 	}
 }
@@ -430,10 +431,10 @@ func (s *Server) clusterDump(c *client, args [][]byte) {
 		s.replyErr(c, wrapStoreErr(err))
 		return
 	}
-	c.out = appendArray(c.out, 1+len(recs))
-	c.out = appendBulk(c.out, next)
+	c.out = resp.AppendArray(c.out, 1+len(recs))
+	c.out = resp.AppendBulk(c.out, next)
 	for _, r := range recs {
-		c.out = appendBulk(c.out, r)
+		c.out = resp.AppendBulk(c.out, r)
 	}
 }
 
@@ -485,7 +486,7 @@ func (s *Server) clusterRestore(c *client, args [][]byte) {
 			return
 		}
 	}
-	c.out = appendInt(c.out, int64(len(args)/2))
+	c.out = resp.AppendInt(c.out, int64(len(args)/2))
 }
 
 // clusterDrop deletes every record of slots this node does not own: the
@@ -544,5 +545,5 @@ func (s *Server) clusterDrop(c *client, arg string) {
 			n += int64(len(keys))
 		}
 	}
-	c.out = appendInt(c.out, n)
+	c.out = resp.AppendInt(c.out, n)
 }

@@ -2,6 +2,7 @@ package server
 
 import (
 	"github.com/sluicehq/sluice/bucket"
+	"github.com/sluicehq/sluice/internal/resp"
 	"github.com/sluicehq/sluice/keyspace"
 	"github.com/sluicehq/sluice/storage"
 )
@@ -172,9 +173,9 @@ func (s *Server) runRoll(c *client, would bool, args [][]byte) {
 		}
 	}
 	r := m.r.Reply()
-	c.out = appendArray(c.out, len(r))
+	c.out = resp.AppendArray(c.out, len(r))
 	for _, v := range r {
-		c.out = appendInt(c.out, v)
+		c.out = resp.AppendInt(c.out, v)
 	}
 }
 
@@ -196,7 +197,7 @@ func cmdRollClear(s *Server, c *client, args [][]byte) {
 	if c.clear.deleted {
 		n = 1
 	}
-	c.out = appendInt(c.out, n)
+	c.out = resp.AppendInt(c.out, n)
 }
 
 var (

@@ -27,6 +27,7 @@ import (
 	"time"
 
 	"github.com/sluicehq/sluice/bucket"
+	"github.com/sluicehq/sluice/internal/resp"
 	"github.com/sluicehq/sluice/policy"
 	"github.com/sluicehq/sluice/storage"
 )
@@ -466,14 +467,14 @@ func (s *Server) execAll(cn *conn, cmds []byte) (n int) {
 			s.stats.panics.Add(1)
 			s.log.Error("command panicked; closing the connection", "client", c.id, "panic", r, "stack", string(debug.Stack()))
 			// Drop the half-written reply so the error stands alone.
-			c.out = appendError(c.out[:c.replyStart], "ERR internal error")
+			c.out = resp.AppendError(c.out[:c.replyStart], "ERR internal error")
 			c.quit = true
 			c.failed = true // close gently, so the error reply is read
 		}
 	}()
 	for len(cmds) > 0 {
 		rest := cmds
-		cn.args, cmds = nextCommand(cmds, cn.args)
+		cn.args, cmds = resp.NextCommand(cmds, cn.args)
 		n++
 		before := c.batch.Len()
 		start := len(c.out)
@@ -490,7 +491,7 @@ func (s *Server) execAll(cn *conn, cmds []byte) (n int) {
 			s.stats.replyOverflows.Add(1)
 			s.log.Warn("closing a client whose reply exceeds the reply buffer limit", "client", c.id, "remote", c.addr, "limit", s.cfg.MaxReplyBuffer)
 			c.failed = true
-			c.out = appendError(c.out, "ERR reply buffer limit reached (--max-reply-buffer); closing the connection")
+			c.out = resp.AppendError(c.out, "ERR reply buffer limit reached (--max-reply-buffer); closing the connection")
 			c.quit = true
 			break
 		}
@@ -548,7 +549,7 @@ func (s *Server) failWrites(c *client, err error) {
 	prev := 0
 	for _, w := range c.writes {
 		out = append(out, c.out[prev:w.start]...)
-		out = appendError(out, msg)
+		out = resp.AppendError(out, msg)
 		s.stats.errorReplies.Add(1)
 		if w.t != nil {
 			w.t.errors++

@@ -4,6 +4,7 @@ import (
 	"slices"
 	"strconv"
 
+	"github.com/sluicehq/sluice/internal/resp"
 	"github.com/sluicehq/sluice/keyspace"
 )
 
@@ -186,7 +187,7 @@ func (s *Server) queue(c *client, cmd *command, args [][]byte) bool {
 		return true
 	}
 	t.n++
-	c.out = appendSimple(c.out, "QUEUED")
+	c.out = resp.AppendSimple(c.out, "QUEUED")
 	return true
 }
 
@@ -283,7 +284,7 @@ func cmdMulti(s *Server, c *client, args [][]byte) {
 		return
 	}
 	c.tx.on = true
-	c.out = appendSimple(c.out, "OK")
+	c.out = resp.AppendSimple(c.out, "OK")
 }
 
 func cmdDiscard(s *Server, c *client, args [][]byte) {
@@ -292,7 +293,7 @@ func cmdDiscard(s *Server, c *client, args [][]byte) {
 		return
 	}
 	s.txEnd(c)
-	c.out = appendSimple(c.out, "OK")
+	c.out = resp.AppendSimple(c.out, "OK")
 }
 
 // cmdWatch records the write count of each key's hash slot. The store
@@ -327,12 +328,12 @@ func cmdWatch(s *Server, c *client, args [][]byte) {
 		t.charge += txEntryCost
 	}
 	t.grew = t.grew || cap(t.watches) != before
-	c.out = appendSimple(c.out, "OK")
+	c.out = resp.AppendSimple(c.out, "OK")
 }
 
 func cmdUnwatch(s *Server, c *client, args [][]byte) {
 	s.unwatch(c)
-	c.out = appendSimple(c.out, "OK")
+	c.out = resp.AppendSimple(c.out, "OK")
 }
 
 // cmdExec runs the queue: see the comment at the top of this file. A
@@ -402,10 +403,10 @@ func (s *Server) execHeld(c *client) {
 		}
 	}
 	start, cap0 := len(c.out), cap(c.out)
-	c.out = appendArray(c.out, t.n)
+	c.out = resp.AppendArray(c.out, t.n)
 	over, memOver := false, false
 	for rest := t.buf; len(rest) > 0; {
-		t.args, rest = nextCommand(rest, t.args)
+		t.args, rest = resp.NextCommand(rest, t.args)
 		s.exec(c, t.args)
 		// The reply's growth counts against --maxmemory-clients beside
 		// what the clients' buffers held when the EXEC began.
@@ -425,12 +426,12 @@ func (s *Server) execHeld(c *client) {
 	case memOver:
 		s.stats.evictedClients.Add(1)
 		s.log.Warn("closing a client whose EXEC reply takes the clients' buffers past --maxmemory-clients", "client", c.id, "remote", c.addr, "limit", s.cfg.MaxMemoryClients)
-		c.out = appendError(c.out, "ERR client memory limit reached: the buffers of all clients exceed --maxmemory-clients; the transaction ran, its replies are dropped; closing the connection")
+		c.out = resp.AppendError(c.out, "ERR client memory limit reached: the buffers of all clients exceed --maxmemory-clients; the transaction ran, its replies are dropped; closing the connection")
 		c.failed, c.quit = true, true
 	case over:
 		s.stats.replyOverflows.Add(1)
 		s.log.Warn("closing a client whose EXEC reply exceeds the reply buffer limit", "client", c.id, "remote", c.addr, "limit", s.cfg.MaxReplyBuffer)
-		c.out = appendError(c.out, "ERR reply buffer limit reached (--max-reply-buffer); the transaction ran, its replies are dropped; closing the connection")
+		c.out = resp.AppendError(c.out, "ERR reply buffer limit reached (--max-reply-buffer); the transaction ran, its replies are dropped; closing the connection")
 		c.failed, c.quit = true, true
 	}
 }
