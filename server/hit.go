@@ -470,18 +470,3 @@ func (s *Server) labelCounts() []*hitCounts {
 	sort.Slice(out, func(i, j int) bool { return out[i].label < out[j].label })
 	return out
 }
-
-// divvyReason is the quoted part of a line-protocol ERR for a server error:
-// errorText without its "ERR " and without characters the reply cannot hold.
-func divvyReason(text string) string {
-	if len(text) > 4 && text[:4] == "ERR " {
-		text = text[4:]
-	}
-	b := []byte(text)
-	for i, c := range b {
-		if c == '"' || c == '\n' || c == '\r' {
-			b[i] = '\''
-		}
-	}
-	return string(b)
-}

@@ -2,7 +2,6 @@ package server
 
 import (
 	"context"
-	"errors"
 	"os"
 	"path/filepath"
 	"strconv"
@@ -12,7 +11,6 @@ import (
 
 	"github.com/sluicehq/sluice/internal/resp"
 	"github.com/sluicehq/sluice/keyspace"
-	"github.com/sluicehq/sluice/storage"
 )
 
 // The idle sweep, COMPACT, DBSIZE, CHECKPOINT and LASTSAVE.
@@ -247,14 +245,4 @@ func validBackupName(n string) bool {
 // as in Redis, the start time before the first.
 func cmdLastSave(s *Server, c *client, args [][]byte) {
 	c.out = resp.AppendInt(c.out, s.lastSave.Load())
-}
-
-// maintenanceErr turns an error of a maintenance command into a reply: the
-// store's own conditions as for every command, anything else logged.
-func (s *Server) maintenanceErr(what string, err error) error {
-	if errors.Is(err, storage.ErrClosed) || errors.Is(err, storage.ErrFailed) || errors.Is(err, storage.ErrUnavailable) {
-		return err
-	}
-	s.log.Error(what+" failed", "err", err)
-	return replyErr("ERR " + what + " failed: " + err.Error())
 }

@@ -17,7 +17,6 @@ import (
 	"crypto/tls"
 	"encoding/hex"
 	"errors"
-	"fmt"
 	"log/slog"
 	"net"
 	"runtime/debug"
@@ -26,9 +25,7 @@ import (
 	"sync/atomic"
 	"time"
 
-	"github.com/sluicehq/sluice/bucket"
 	"github.com/sluicehq/sluice/internal/resp"
-	"github.com/sluicehq/sluice/policy"
 	"github.com/sluicehq/sluice/storage"
 )
 
@@ -565,11 +562,6 @@ func (s *Server) failWrites(c *client, err error) {
 	c.out = append(out, c.out[prev:]...)
 }
 
-// replyErr is an error whose text is the RESP error reply.
-type replyErr string
-
-func (e replyErr) Error() string { return string(e) }
-
 var (
 	errNotInteger = replyErr("ERR value is not an integer or out of range")
 	errSyntax     = replyErr("ERR syntax error")
@@ -589,39 +581,6 @@ func (s *Server) checkKeySize(what string, n int) error {
 func wrongArgs(name string) error {
 	return replyErr("ERR wrong number of arguments for '" + name + "' command")
 }
-
-// errorText turns a handler's error into the text of an error reply. Errors
-// that are not meant for clients are logged and answered generically.
-func (s *Server) errorText(err error) string {
-	var re replyErr
-	switch {
-	case errors.As(err, &re):
-		return string(re)
-	case errors.Is(err, storage.ErrClosed):
-		return "ERR server is shutting down"
-	case errors.Is(err, storage.ErrUnavailable):
-		s.stats.storeErrors.Add(1)
-		return "ERR store unavailable: writes to the data directory are failing (disk full or I/O error); the server retries and takes changes again by itself"
-	case errors.Is(err, storage.ErrFailed):
-		s.stats.storeErrors.Add(1)
-		return "ERR store unavailable: a write to the data directory failed; see the server log"
-	case errors.Is(err, errCorruptState):
-		s.stats.storeErrors.Add(1)
-		s.log.Error("stored state is corrupt", "err", err)
-		return "ERR stored state is corrupt; see the server log"
-	case errors.Is(err, errStoreRead):
-		s.stats.storeErrors.Add(1)
-		s.log.Error("store read failed", "err", err)
-		return "ERR store read failed; see the server log"
-	}
-	s.log.Error("internal error", "err", err)
-	return "ERR internal error"
-}
-
-var (
-	errCorruptState = errors.New("corrupt stored state")
-	errStoreRead    = errors.New("store read")
-)
 
 // modify runs m on key's record through b. A store error is returned
 // ready for errorText, unless AllowOnStoreError lets the reply stand: then
@@ -643,35 +602,4 @@ func (s *Server) modify(b *storage.Batch, key []byte, m storage.Mutator) error {
 		}
 	}
 	return nil
-}
-
-// allowDespite reports whether n replies computed despite store error err
-// stand, as AllowOnStoreError asks, and counts them.
-func (s *Server) allowDespite(err error, n int) bool {
-	if !s.cfg.AllowOnStoreError || !storeUnavailable(err) {
-		return false
-	}
-	s.stats.storeAllowed.Add(int64(n))
-	return true
-}
-
-// storeUnavailable reports whether err means the store cannot serve now, as
-// opposed to a bad request, a corrupt record or a shutdown.
-func storeUnavailable(err error) bool {
-	return errors.Is(err, storage.ErrUnavailable) || errors.Is(err, storage.ErrFailed) || errors.Is(err, errStoreRead)
-}
-
-// wrapStoreErr marks errors from a Modify so errorText can tell them apart.
-func wrapStoreErr(err error) error {
-	if errors.Is(err, storage.ErrClosed) || errors.Is(err, storage.ErrFailed) || errors.Is(err, storage.ErrUnavailable) {
-		return err
-	}
-	var re replyErr
-	if errors.As(err, &re) {
-		return err
-	}
-	if errors.Is(err, bucket.ErrCorrupt) || errors.Is(err, policy.ErrCorrupt) {
-		return fmt.Errorf("%w: %w", errCorruptState, err)
-	}
-	return fmt.Errorf("%w: %w", errStoreRead, err)
 }
