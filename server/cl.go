@@ -146,10 +146,8 @@ func (s *Server) runCL(c *client, unit bucket.Unit, name string, args [][]byte) 
 	}
 	d := &m.d
 	if d.Limited {
-		c.cur.denied++
 		c.result = rlDenied
 	} else {
-		c.cur.allowed++
 		c.result = rlAllowed
 	}
 	limited := int64(0)

@@ -179,10 +179,6 @@ func (s *Server) routeSlot(c *client, slot uint16) bool {
 		c.out = append(c.out, ' ')
 		c.out = append(c.out, v.top.Nodes[o-1].Addr...)
 		c.out = append(c.out, '\r', '\n')
-		s.stats.errorReplies.Add(1)
-		if c.cur != nil {
-			c.cur.errors++
-		}
 		return false
 	}
 }

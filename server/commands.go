@@ -211,37 +211,68 @@ func (s *Server) flushTally(c *client) {
 	c.cur = nil
 }
 
-// exec runs one command, appending its reply to c.out.
+// exec runs one command, appending its reply to c.out, and does the
+// command's accounting, once for every command: handlers only answer (and
+// set c.result when they decide a limit).
 func (s *Server) exec(c *client, args [][]byte) {
+	start := len(c.out)
+	t := s.dispatch(c, args)
+	s.tallyReply(c, t, start)
+}
+
+// dispatch runs one command and returns its tally, nil for a command that
+// is not counted as one (unknown, or queued by MULTI).
+func (s *Server) dispatch(c *client, args [][]byte) *tally {
 	cmd := s.lookup(c, args[0])
 	c.result = rlNone
 	if c.tx.on && s.queue(c, cmd, args) {
-		return
+		return nil
 	}
 	if cmd == nil {
 		c.cur = nil
 		c.out = resp.AppendError(c.out, unknownCommand(args))
-		s.stats.errorReplies.Add(1)
 		s.stats.unknownCommands.Add(1)
-		return
+		return nil
 	}
-	c.count(cmd)
+	t := c.count(cmd)
 	if !c.tx.running { // CLIENT INFO in EXEC shows cmd=exec, as in Redis
 		c.lastCmd = cmd.fullName(args)
 	}
 	if (cmd.arity > 0 && len(args) != cmd.arity) || (cmd.arity < 0 && len(args) < -cmd.arity) {
 		s.replyErr(c, wrongArgs(cmd.name))
-		return
+		return t
 	}
 	if !c.authed && !allowedBeforeAuth(cmd.name) {
 		s.replyErr(c, errNoAuth)
-		return
+		return t
 	}
 	// EXEC checked its commands' slot as a whole (execHeld).
 	if cmd.first > 0 && s.clus.on && !c.tx.running && !s.routeKeys(c, cmd, args) {
-		return
+		return t
 	}
 	cmd.run(s, c, args)
+	return t
+}
+
+// tallyReply counts the reply c.out[start:] of one command in t (nil for
+// none): an error reply, or the decision of a limit command (c.result).
+func (s *Server) tallyReply(c *client, t *tally, start int) {
+	if len(c.out) > start && c.out[start] == '-' {
+		s.stats.errorReplies.Add(1)
+		if t != nil {
+			t.errors++
+		}
+		return
+	}
+	if t == nil {
+		return
+	}
+	switch c.result {
+	case rlAllowed:
+		t.allowed++
+	case rlDenied:
+		t.denied++
+	}
 }
 
 // lookup returns the command named name, any case, or nil.
@@ -258,12 +289,9 @@ func (s *Server) lookup(c *client, name []byte) *command {
 	return s.cmds[string(c.lname[:len(name)])]
 }
 
+// replyErr answers err as the command's reply (exec counts it).
 func (s *Server) replyErr(c *client, err error) {
 	c.out = resp.AppendError(c.out, s.errorText(err))
-	s.stats.errorReplies.Add(1)
-	if c.cur != nil {
-		c.cur.errors++
-	}
 }
 
 // unknownCommand words the error like Redis, quoting a bounded preview of
@@ -317,10 +345,8 @@ func (s *Server) runRL(c *client, spec rlSpec, args [][]byte) {
 	}
 	if spec.kind != rlGet {
 		if m.before >= m.req.take {
-			c.cur.allowed++
 			c.result = rlAllowed
 		} else {
-			c.cur.denied++
 			c.result = rlDenied
 		}
 	}

@@ -171,10 +171,8 @@ func (s *Server) runFW(c *client, spec fwSpec, args [][]byte) {
 	d := &m.d
 	if !spec.get {
 		if d.Limited {
-			c.cur.denied++
 			c.result = rlDenied
 		} else {
-			c.cur.allowed++
 			c.result = rlAllowed
 		}
 	}

@@ -322,10 +322,8 @@ func cmdHit(s *Server, c *client, args [][]byte) {
 		return
 	}
 	if out.Allowed {
-		c.cur.allowed++
 		c.result = rlAllowed
 	} else {
-		c.cur.denied++
 		c.result = rlDenied
 	}
 	c.out = resp.AppendArray(c.out, 3)

@@ -165,10 +165,8 @@ func (s *Server) runRoll(c *client, would bool, args [][]byte) {
 	}
 	if !would {
 		if m.r.Blocked {
-			c.cur.denied++
 			c.result = rlDenied
 		} else {
-			c.cur.allowed++
 			c.result = rlAllowed
 		}
 	}
