@@ -32,7 +32,7 @@ type clRequest struct {
 // a malformed call before the range error of a well-formed one.
 func parseCL(unit bucket.Unit, name string, args [][]byte, r *clRequest) error {
 	if len(args) < 4 {
-		return wrongArgs(name)
+		return resp.WrongArgs(name)
 	}
 	*r = clRequest{key: args[0], quantity: 1}
 	var p bucket.GCRAParams
@@ -52,14 +52,14 @@ func parseCL(unit bucket.Unit, name string, args [][]byte, r *clRequest) error {
 		return err
 	}
 	i := 4
-	if i < len(args) && !asciiEqualFold(args[i], "at") {
+	if i < len(args) && !resp.EqualFold(args[i], "at") {
 		if r.quantity, err = intArg("quantity", args[i]); err != nil {
 			return err
 		}
 		i++
 	}
 	for ; i < len(args); i++ {
-		if !asciiEqualFold(args[i], "at") {
+		if !resp.EqualFold(args[i], "at") {
 			return unexpectedArg(args[i], "AT")
 		}
 		if i == len(args)-1 {
@@ -75,7 +75,7 @@ func parseCL(unit bucket.Unit, name string, args [][]byte, r *clRequest) error {
 		return argErrIn(err, unit)
 	}
 	if r.quantity < 0 {
-		return replyErr("ERR quantity: " + strconv.FormatInt(r.quantity, 10) + ": want 0 or more")
+		return resp.Error("ERR quantity: " + strconv.FormatInt(r.quantity, 10) + ": want 0 or more")
 	}
 	return nil
 }
@@ -169,9 +169,9 @@ func (s *Server) runCL(c *client, unit bucket.Unit, name string, args [][]byte) 
 // intArg parses the integer argument named name, as parseInt does for
 // RL.*.
 func intArg(name string, b []byte) (int64, error) {
-	v, ok := parseInt(b)
+	v, ok := resp.ParseInt(b)
 	if !ok {
-		return 0, replyErr("ERR " + name + ": " + strconv.Quote(preview(b)) + " is not an integer: want a decimal int64")
+		return 0, resp.Error("ERR " + name + ": " + strconv.Quote(resp.Preview(b)) + " is not an integer: want a decimal int64")
 	}
 	return v, nil
 }
@@ -181,7 +181,7 @@ func intArg(name string, b []byte) (int64, error) {
 func argErr(err error) error {
 	var ae *bucket.ArgError
 	if errors.As(err, &ae) {
-		return replyErr("ERR " + ae.Arg + ": " + ae.Msg)
+		return resp.Error("ERR " + ae.Arg + ": " + ae.Msg)
 	}
 	return err
 }
@@ -191,18 +191,18 @@ func argErr(err error) error {
 func argErrIn(err error, unit bucket.Unit) error {
 	var ae *bucket.ArgError
 	if unit == bucket.Millisecond && errors.As(err, &ae) && (ae.Arg == "period" || ae.Arg == "window") {
-		return replyErr("ERR " + ae.Arg + "_ms: " + ae.Msg)
+		return resp.Error("ERR " + ae.Arg + "_ms: " + ae.Msg)
 	}
 	return argErr(err)
 }
 
 // unexpectedArg refuses an argument where only the keywords want may come.
 func unexpectedArg(b []byte, want string) error {
-	return replyErr("ERR syntax error at " + strconv.Quote(preview(b)) + ": want " + want)
+	return resp.Error("ERR syntax error at " + strconv.Quote(resp.Preview(b)) + ": want " + want)
 }
 
 func missingValue(keyword, what string) error {
-	return replyErr("ERR syntax error: " + keyword + " needs a value: want " + keyword + " " + what)
+	return resp.Error("ERR syntax error: " + keyword + " needs a value: want " + keyword + " " + what)
 }
 
 func unitName(u bucket.Unit) string {

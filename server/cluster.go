@@ -138,9 +138,9 @@ func slotsOf(t cluster.Topology, id string) int {
 }
 
 var (
-	errClusterDisabled = replyErr("ERR This instance has cluster support disabled")
-	errCrossSlot       = replyErr("CROSSSLOT Keys in request don't hash to the same slot")
-	errClusterDown     = replyErr("CLUSTERDOWN Hash slot not served")
+	errClusterDisabled = resp.Error("ERR This instance has cluster support disabled")
+	errCrossSlot       = resp.Error("CROSSSLOT Keys in request don't hash to the same slot")
+	errClusterDown     = resp.Error("CLUSTERDOWN Hash slot not served")
 )
 
 // routeKeys checks, in cluster mode, that a keyed command's keys (at the
@@ -250,7 +250,7 @@ func cmdCluster(s *Server, c *client, args [][]byte) {
 		c.out = resp.AppendSimple(c.out, "OK")
 	default:
 		if !s.cmdClusterMigrate(c, sub, args) {
-			s.replyErr(c, replyErr("ERR unknown subcommand or wrong number of arguments for '"+preview(args[1])+"'. Try CLUSTER HELP."))
+			s.replyErr(c, resp.Error("ERR unknown subcommand or wrong number of arguments for '"+resp.Preview(args[1])+"'. Try CLUSTER HELP."))
 		}
 	}
 }
@@ -282,7 +282,7 @@ var clusterHelp = []string{
 func (s *Server) setTopology(args []string) error {
 	t, err := cluster.Parse(args)
 	if err != nil {
-		return replyErr("ERR " + err.Error())
+		return resp.Error("ERR " + err.Error())
 	}
 	cs := &s.clus
 	cs.mu.Lock()
@@ -296,7 +296,7 @@ func (s *Server) setTopology(args []string) error {
 		// higher epoch exists, so any is taken (sluice cluster renumber).
 		s.log.Warn("cluster: the topology in use is at the epoch cap; taking the pushed one whatever its epoch", "epoch", t.Epoch, "previous_epoch", cur.Epoch)
 	case t.Epoch <= cur.Epoch:
-		return replyErr("ERR epoch " + strconv.FormatUint(t.Epoch, 10) + " is not above the current epoch " + strconv.FormatUint(cur.Epoch, 10) + ": push a topology with a higher epoch")
+		return resp.Error("ERR epoch " + strconv.FormatUint(t.Epoch, 10) + " is not above the current epoch " + strconv.FormatUint(cur.Epoch, 10) + ": push a topology with a higher epoch")
 	}
 	if err := s.store.SetMeta(metaTopology, t.Encode()); err != nil {
 		return fmt.Errorf("store the cluster topology: %w", err)
@@ -442,21 +442,21 @@ func clusterNodes(v *clusterView) string {
 // positions, as cluster clients ask it for commands they do not know.
 func (s *Server) commandGetKeys(c *client, args [][]byte) {
 	if len(args) < 3 {
-		s.replyErr(c, wrongArgs("command|getkeys"))
+		s.replyErr(c, resp.WrongArgs("command|getkeys"))
 		return
 	}
 	cmd := s.cmds[strings.ToLower(string(args[2]))]
 	if cmd == nil {
-		s.replyErr(c, replyErr("ERR Invalid command specified"))
+		s.replyErr(c, resp.Error("ERR Invalid command specified"))
 		return
 	}
 	call := args[2:]
 	if (cmd.arity > 0 && len(call) != cmd.arity) || (cmd.arity < 0 && len(call) < -cmd.arity) {
-		s.replyErr(c, replyErr("ERR Invalid number of arguments specified for command"))
+		s.replyErr(c, resp.Error("ERR Invalid number of arguments specified for command"))
 		return
 	}
 	if cmd.first == 0 {
-		s.replyErr(c, replyErr("ERR The command has no key arguments"))
+		s.replyErr(c, resp.Error("ERR The command has no key arguments"))
 		return
 	}
 	last := cmd.last

@@ -239,7 +239,7 @@ func (s *Server) dispatch(c *client, args [][]byte) *tally {
 		c.lastCmd = cmd.fullName(args)
 	}
 	if (cmd.arity > 0 && len(args) != cmd.arity) || (cmd.arity < 0 && len(args) < -cmd.arity) {
-		s.replyErr(c, wrongArgs(cmd.name))
+		s.replyErr(c, resp.WrongArgs(cmd.name))
 		return t
 	}
 	if !c.authed && !allowedBeforeAuth(cmd.name) {
@@ -299,21 +299,14 @@ func (s *Server) replyErr(c *client, err error) {
 func unknownCommand(args [][]byte) string {
 	var b strings.Builder
 	b.WriteString("ERR unknown command '")
-	b.WriteString(preview(args[0]))
+	b.WriteString(resp.Preview(args[0]))
 	b.WriteString("', with args beginning with: ")
 	for _, a := range args[1:min(len(args), 4)] {
 		b.WriteString("'")
-		b.WriteString(preview(a))
+		b.WriteString(resp.Preview(a))
 		b.WriteString("' ")
 	}
 	return b.String()
-}
-
-func preview(a []byte) string {
-	if len(a) > 128 {
-		a = a[:128]
-	}
-	return string(a)
 }
 
 func rlRunner(spec rlSpec) func(*Server, *client, [][]byte) {
@@ -382,7 +375,7 @@ func cmdPing(s *Server, c *client, args [][]byte) {
 	case 2:
 		c.out = resp.AppendBulk(c.out, args[1])
 	default:
-		s.replyErr(c, wrongArgs("ping"))
+		s.replyErr(c, resp.WrongArgs("ping"))
 	}
 }
 
@@ -396,12 +389,12 @@ func cmdQuit(s *Server, c *client, args [][]byte) {
 }
 
 func cmdSelect(s *Server, c *client, args [][]byte) {
-	n, ok := parseInt(args[1])
+	n, ok := resp.ParseInt(args[1])
 	switch {
 	case !ok || n < math.MinInt32 || n > math.MaxInt32:
-		s.replyErr(c, errNotInteger)
+		s.replyErr(c, resp.ErrNotInteger)
 	case n != 0:
-		s.replyErr(c, replyErr("ERR DB index is out of range"))
+		s.replyErr(c, resp.Error("ERR DB index is out of range"))
 	default:
 		c.out = resp.AppendSimple(c.out, "OK")
 	}
@@ -411,7 +404,7 @@ func cmdSelect(s *Server, c *client, args [][]byte) {
 // the default user needs none, as in Redis.
 func cmdAuth(s *Server, c *client, args [][]byte) {
 	if len(args) > 3 {
-		s.replyErr(c, errSyntax)
+		s.replyErr(c, resp.ErrSyntax)
 		return
 	}
 	if s.cfg.Password == "" {
@@ -443,13 +436,13 @@ func cmdAuth(s *Server, c *client, args [][]byte) {
 func cmdHello(s *Server, c *client, args [][]byte) {
 	proto := c.resp
 	if len(args) > 1 {
-		v, ok := parseInt(args[1])
+		v, ok := resp.ParseInt(args[1])
 		if !ok {
-			s.replyErr(c, replyErr("ERR Protocol version is not an integer or out of range"))
+			s.replyErr(c, resp.Error("ERR Protocol version is not an integer or out of range"))
 			return
 		}
 		if v != 2 && v != 3 {
-			s.replyErr(c, replyErr("NOPROTO unsupported protocol version"))
+			s.replyErr(c, resp.Error("NOPROTO unsupported protocol version"))
 			return
 		}
 		proto = int(v)
@@ -458,7 +451,7 @@ func cmdHello(s *Server, c *client, args [][]byte) {
 	setName, authed := false, false
 	for i := 2; i < len(args); i++ {
 		switch {
-		case asciiEqualFold(args[i], "auth") && i+2 < len(args):
+		case resp.EqualFold(args[i], "auth") && i+2 < len(args):
 			if s.cfg.Password == "" && string(args[i+1]) == "default" {
 				i += 2
 				continue
@@ -469,16 +462,16 @@ func cmdHello(s *Server, c *client, args [][]byte) {
 			}
 			authed = true
 			i += 2
-		case asciiEqualFold(args[i], "setname") && i+1 < len(args):
+		case resp.EqualFold(args[i], "setname") && i+1 < len(args):
 			name, setName = args[i+1], true
 			i++
 		default:
-			s.replyErr(c, replyErr("ERR Syntax error in HELLO option '"+preview(args[i])+"'"))
+			s.replyErr(c, resp.Error("ERR Syntax error in HELLO option '"+resp.Preview(args[i])+"'"))
 			return
 		}
 	}
 	if !c.authed && !authed {
-		s.replyErr(c, replyErr("NOAUTH HELLO must be called with the client already authenticated, otherwise the HELLO <proto> AUTH <user> <pass> option can be used to authenticate the client and select the RESP protocol version at the same time"))
+		s.replyErr(c, resp.Error("NOAUTH HELLO must be called with the client already authenticated, otherwise the HELLO <proto> AUTH <user> <pass> option can be used to authenticate the client and select the RESP protocol version at the same time"))
 		return
 	}
 	if setName {
@@ -513,7 +506,7 @@ func cmdHello(s *Server, c *client, args [][]byte) {
 	c.out = resp.AppendArray(c.out, 0)
 }
 
-var errClientName = replyErr("ERR Client names cannot contain spaces, newlines or special characters.")
+var errClientName = resp.Error("ERR Client names cannot contain spaces, newlines or special characters.")
 
 // maxClientName is the longest client name, library name or version a
 // connection may set. Redis has no limit; here each is kept for the life of
@@ -526,7 +519,7 @@ const maxClientName = 256
 // ASCII: then bad.
 func checkClientName(what string, b []byte, bad error) error {
 	if len(b) > maxClientName {
-		return replyErr("ERR " + what + " is " + strconv.Itoa(len(b)) + " bytes, longer than the limit of " + strconv.Itoa(maxClientName) + " bytes")
+		return resp.Error("ERR " + what + " is " + strconv.Itoa(len(b)) + " bytes, longer than the limit of " + strconv.Itoa(maxClientName) + " bytes")
 	}
 	for _, ch := range b {
 		if ch < '!' || ch > '~' {
@@ -557,7 +550,7 @@ func cmdClient(s *Server, c *client, args [][]byte) {
 	case sub == "setinfo" && len(args) == 4:
 		attr := strings.ToLower(string(args[2]))
 		if attr == "lib-name" || attr == "lib-ver" { // else refused below, as in Redis
-			if err := checkClientName(attr, args[3], replyErr("ERR "+attr+" cannot contain spaces, newlines or special characters.")); err != nil {
+			if err := checkClientName(attr, args[3], resp.Error("ERR "+attr+" cannot contain spaces, newlines or special characters.")); err != nil {
 				s.replyErr(c, err)
 				return
 			}
@@ -568,7 +561,7 @@ func cmdClient(s *Server, c *client, args [][]byte) {
 		case "lib-ver":
 			c.libVer = string(args[3])
 		default:
-			s.replyErr(c, replyErr("ERR Unrecognized option '"+preview(args[2])+"'"))
+			s.replyErr(c, resp.Error("ERR Unrecognized option '"+resp.Preview(args[2])+"'"))
 			return
 		}
 		c.out = resp.AppendSimple(c.out, "OK")
@@ -588,7 +581,7 @@ func cmdClient(s *Server, c *client, args [][]byte) {
 		}
 		c.out = appendHelp(c.out, lines)
 	default:
-		s.replyErr(c, replyErr("ERR unknown subcommand or wrong number of arguments for '"+preview(args[1])+"'. Try CLIENT HELP."))
+		s.replyErr(c, resp.Error("ERR unknown subcommand or wrong number of arguments for '"+resp.Preview(args[1])+"'. Try CLIENT HELP."))
 	}
 }
 
@@ -683,7 +676,7 @@ func cmdCommand(s *Server, c *client, args [][]byte) {
 			c.out = d.doc.append(c.out, r3, d.subs)
 		}
 	default:
-		s.replyErr(c, replyErr("ERR unknown subcommand '"+preview(args[1])+"'. Try COMMAND HELP."))
+		s.replyErr(c, resp.Error("ERR unknown subcommand '"+resp.Preview(args[1])+"'. Try COMMAND HELP."))
 	}
 }
 
@@ -838,7 +831,7 @@ func cmdConfig(s *Server, c *client, args [][]byte) {
 	switch strings.ToLower(string(args[1])) {
 	case "get":
 		if len(args) < 3 {
-			s.replyErr(c, wrongArgs("config|get"))
+			s.replyErr(c, resp.WrongArgs("config|get"))
 			return
 		}
 		all := s.configValues()
@@ -858,9 +851,9 @@ func cmdConfig(s *Server, c *client, args [][]byte) {
 			c.out = resp.AppendBulkString(c.out, all[k])
 		}
 	case "set", "rewrite", "resetstat":
-		s.replyErr(c, replyErr("ERR CONFIG "+strings.ToUpper(string(args[1]))+" is not supported: sluice is configured by flags and SLUICE_* environment variables at startup"))
+		s.replyErr(c, resp.Error("ERR CONFIG "+strings.ToUpper(string(args[1]))+" is not supported: sluice is configured by flags and SLUICE_* environment variables at startup"))
 	default:
-		s.replyErr(c, replyErr("ERR unknown subcommand '"+preview(args[1])+"'. Try CONFIG GET."))
+		s.replyErr(c, resp.Error("ERR unknown subcommand '"+resp.Preview(args[1])+"'. Try CONFIG GET."))
 	}
 }
 

@@ -11,6 +11,7 @@ import (
 	"google.golang.org/grpc/status"
 
 	"github.com/sluicehq/sluice/bucket"
+	"github.com/sluicehq/sluice/internal/resp"
 	"github.com/sluicehq/sluice/policy"
 	"github.com/sluicehq/sluice/storage"
 )
@@ -29,7 +30,7 @@ const (
 	// kindInternal is an error not meant for clients: logged, and answered
 	// "ERR internal error".
 	kindInternal errKind = iota
-	// kindClient is the request's fault (a replyErr): its text is the reply.
+	// kindClient is the request's fault (a resp.Error): its text is the reply.
 	kindClient
 	// kindForward is a counter hit the cluster could not apply for reasons
 	// that are not the request's (a forwardErr): its text is the reply, but
@@ -55,21 +56,16 @@ func (k errKind) storeDown() bool {
 	return k == kindStoreUnavailable || k == kindStoreFailed || k == kindStoreRead
 }
 
-// replyErr is an error whose text is the RESP error reply.
-type replyErr string
-
-func (e replyErr) Error() string { return string(e) }
-
 var (
 	errCorruptState = errors.New("corrupt stored state")
 	errStoreRead    = errors.New("store read")
 )
 
-// classify is the one classifier of errors into reply kinds. A replyErr
+// classify is the one classifier of errors into reply kinds. A resp.Error
 // (the request's fault) comes first: its text is the reply whatever else
 // the error wraps.
 func classify(err error) errKind {
-	var re replyErr
+	var re resp.Error
 	switch {
 	case errors.As(err, &re):
 		if errors.Is(err, errForward) {
@@ -98,7 +94,7 @@ func (s *Server) failure(err error) (errKind, string) {
 	k := classify(err)
 	switch k {
 	case kindClient, kindForward:
-		var re replyErr
+		var re resp.Error
 		errors.As(err, &re)
 		return k, string(re)
 	case kindShutdown:
@@ -216,7 +212,7 @@ func (s *Server) maintenanceErr(what string, err error) error {
 		return err
 	}
 	s.log.Error(what+" failed", "err", err)
-	return replyErr("ERR " + what + " failed: " + err.Error())
+	return resp.Error("ERR " + what + " failed: " + err.Error())
 }
 
 // errForward is what errors.Is finds in every error of a counter hit the
@@ -229,20 +225,20 @@ func (s *Server) maintenanceErr(what string, err error) error {
 var errForward = errors.New("server: counter hit not applied by the cluster")
 
 // forwardErr is such an error. Its text is the RESP error reply, as a
-// replyErr's: classify finds the replyErr through Unwrap, so HIT, the
+// resp.Error's: classify finds the resp.Error through Unwrap, so HIT, the
 // line protocol and /check tell clients the same text as before.
-type forwardErr struct{ reply replyErr }
+type forwardErr struct{ reply resp.Error }
 
 func (e forwardErr) Error() string   { return string(e.reply) }
 func (e forwardErr) Unwrap() []error { return []error{e.reply, errForward} }
 
 // ownerErr is the error of an owner's error reply msg (without its "-"):
-// a replyErr, as this node would have answered, when the hit itself is
+// a resp.Error, as this node would have answered, when the hit itself is
 // what the rule cannot take (policy.ErrHits or arithmetic out of range,
 // hitErr's texts), else a forwardErr.
 func ownerErr(msg string) error {
 	if strings.HasPrefix(msg, "ERR hits: ") || strings.HasPrefix(msg, "ERR rule arithmetic out of range") {
-		return replyErr(msg)
+		return resp.Error(msg)
 	}
-	return forwardErr{replyErr(msg)}
+	return forwardErr{resp.Error(msg)}
 }

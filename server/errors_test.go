@@ -12,6 +12,7 @@ import (
 	"google.golang.org/grpc/status"
 
 	"github.com/sluicehq/sluice/bucket"
+	"github.com/sluicehq/sluice/internal/resp"
 	"github.com/sluicehq/sluice/storage"
 )
 
@@ -21,7 +22,7 @@ import (
 // renderings of its kind.
 func TestErrorKinds(t *testing.T) {
 	s := &Server{log: slog.New(slog.NewTextHandler(io.Discard, nil))}
-	fwd := forwardErr{replyErr("ERR cluster: forwarding a counter of slot 7 to its owner a:1 failed: refused")}
+	fwd := forwardErr{resp.Error("ERR cluster: forwarding a counter of slot 7 to its owner a:1 failed: refused")}
 	for _, tc := range []struct {
 		err  error
 		kind errKind
@@ -30,9 +31,9 @@ func TestErrorKinds(t *testing.T) {
 		code codes.Code
 		down bool // AllowOnStoreError lets a reply stand despite it
 	}{
-		{errSyntax, kindClient, "ERR syntax error", "syntax error", codes.InvalidArgument, false},
-		{fmt.Errorf("hit: %w", replyErr(`ERR hits: "x"`)), kindClient, `ERR hits: "x"`, `hits: 'x'`, codes.InvalidArgument, false},
-		{replyErr("CROSSSLOT Keys in request don't hash to the same slot"), kindClient, "CROSSSLOT Keys in request don't hash to the same slot", "CROSSSLOT Keys in request don't hash to the same slot", codes.InvalidArgument, false},
+		{resp.ErrSyntax, kindClient, "ERR syntax error", "syntax error", codes.InvalidArgument, false},
+		{fmt.Errorf("hit: %w", resp.Error(`ERR hits: "x"`)), kindClient, `ERR hits: "x"`, `hits: 'x'`, codes.InvalidArgument, false},
+		{resp.Error("CROSSSLOT Keys in request don't hash to the same slot"), kindClient, "CROSSSLOT Keys in request don't hash to the same slot", "CROSSSLOT Keys in request don't hash to the same slot", codes.InvalidArgument, false},
 		{fwd, kindForward, string(fwd.reply), string(fwd.reply)[4:], codes.Unavailable, false},
 		{storage.ErrClosed, kindShutdown, "ERR server is shutting down", "server is shutting down", codes.Unavailable, false},
 		{fmt.Errorf("commit: %w", storage.ErrUnavailable), kindStoreUnavailable, "ERR store unavailable: writes to the data directory are failing (disk full or I/O error); the server retries and takes changes again by itself", "store unavailable: writes to the data directory are failing (disk full or I/O error); the server retries and takes changes again by itself", codes.Unavailable, true},

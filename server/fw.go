@@ -45,7 +45,7 @@ type fwRequest struct {
 // by bucket.NewWindow, after every integer has parsed.
 func parseFW(spec fwSpec, args [][]byte, r *fwRequest) error {
 	if len(args) < 3 {
-		return wrongArgs(spec.name())
+		return resp.WrongArgs(spec.name())
 	}
 	*r = fwRequest{key: args[0]}
 	p := &r.params
@@ -63,11 +63,11 @@ func parseFW(spec fwSpec, args [][]byte, r *fwRequest) error {
 	}
 	for i := 3; i < len(args); i++ {
 		switch {
-		case asciiEqualFold(args[i], "stagger"):
+		case resp.EqualFold(args[i], "stagger"):
 			p.Stagger = true
-		case asciiEqualFold(args[i], "nocountblocked") && !spec.get:
+		case resp.EqualFold(args[i], "nocountblocked") && !spec.get:
 			p.NoCountBlocked = true
-		case asciiEqualFold(args[i], "cost"):
+		case resp.EqualFold(args[i], "cost"):
 			if i == len(args)-1 {
 				return missingValue("COST", "n")
 			}
@@ -75,7 +75,7 @@ func parseFW(spec fwSpec, args [][]byte, r *fwRequest) error {
 			if p.Cost, err = intArg("COST", args[i]); err != nil {
 				return err
 			}
-		case asciiEqualFold(args[i], "at"):
+		case resp.EqualFold(args[i], "at"):
 			if i == len(args)-1 {
 				return missingValue("AT", unitName(spec.unit))
 			}

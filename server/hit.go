@@ -52,7 +52,7 @@ type policyState struct {
 	errUnknownCommand, errUnknown atomic.Int64
 }
 
-var errNoPolicy = replyErr("ERR no policy loaded: start sluice with --policy FILE (a divvy .ini or .json rule file)")
+var errNoPolicy = resp.Error("ERR no policy loaded: start sluice with --policy FILE (a divvy .ini or .json rule file)")
 
 // loadPolicy reads the rule file and puts it in use. It returns the
 // validation error, naming the file, rule and problem, and leaves the
@@ -189,9 +189,9 @@ func hitErr(err error) error {
 	var ae *bucket.ArgError
 	switch {
 	case errors.Is(err, policy.ErrHits):
-		return replyErr("ERR " + strings.TrimPrefix(err.Error(), "policy: "))
+		return resp.Error("ERR " + strings.TrimPrefix(err.Error(), "policy: "))
 	case errors.As(err, &ae):
-		return replyErr("ERR rule arithmetic out of range: " + ae.Arg + ": " + ae.Msg)
+		return resp.Error("ERR rule arithmetic out of range: " + ae.Arg + ": " + ae.Msg)
 	}
 	return err
 }
@@ -311,7 +311,7 @@ func cmdHit(s *Server, c *client, args [][]byte) {
 	if err != nil {
 		var pe *policy.ProtocolError
 		if errors.As(err, &pe) {
-			err = replyErr("ERR HIT " + pe.Reason + "; expected HIT key=value [key=value ...]")
+			err = resp.Error("ERR HIT " + pe.Reason + "; expected HIT key=value [key=value ...]")
 		}
 		s.replyErr(c, err)
 		return
@@ -342,25 +342,25 @@ func b2i(b bool) int {
 // cmdPolicy implements POLICY RELOAD and POLICY SHOW.
 func cmdPolicy(s *Server, c *client, args [][]byte) {
 	switch {
-	case len(args) == 2 && asciiEqualFold(args[1], "reload"):
+	case len(args) == 2 && resp.EqualFold(args[1], "reload"):
 		// The rules of both front ends, as SIGHUP: the --policy file and
 		// the --rls-config directory, each kept as it was when bad.
 		var perr, rerr error
 		if s.pol.file != "" || s.rls.dir == "" {
 			perr = s.ReloadPolicy()
 			if perr != nil && !errors.Is(perr, errNoPolicy) { // a bad file: say which, and that nothing changed
-				perr = replyErr("ERR " + oneLine(perr.Error()) + "; the rules in use are kept")
+				perr = resp.Error("ERR " + oneLine(perr.Error()) + "; the rules in use are kept")
 			}
 		}
 		if err := s.ReloadRLS(); err != nil {
-			rerr = replyErr("ERR --rls-config: " + oneLine(err.Error()) + "; the configuration in use is kept")
+			rerr = resp.Error("ERR --rls-config: " + oneLine(err.Error()) + "; the configuration in use is kept")
 		}
 		if err := cmp.Or(perr, rerr); err != nil {
 			s.replyErr(c, err)
 			return
 		}
 		c.out = resp.AppendSimple(c.out, "OK")
-	case len(args) == 2 && asciiEqualFold(args[1], "show"):
+	case len(args) == 2 && resp.EqualFold(args[1], "show"):
 		lp := s.pol.cur.Load()
 		if lp == nil {
 			s.replyErr(c, errNoPolicy)
@@ -372,7 +372,7 @@ func cmdPolicy(s *Server, c *client, args [][]byte) {
 			c.out = appendRule(c.out, r)
 		}
 	default:
-		s.replyErr(c, replyErr("ERR unknown POLICY subcommand or wrong number of arguments; expected POLICY RELOAD or POLICY SHOW"))
+		s.replyErr(c, resp.Error("ERR unknown POLICY subcommand or wrong number of arguments; expected POLICY RELOAD or POLICY SHOW"))
 	}
 }
 

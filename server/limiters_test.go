@@ -15,6 +15,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/sluicehq/sluice/bucket"
+	"github.com/sluicehq/sluice/internal/resp"
 	"github.com/sluicehq/sluice/storage"
 )
 
@@ -637,7 +638,7 @@ func FuzzParseFW(f *testing.F) {
 
 func checkErrReply(t *testing.T, args [][]byte, err error) {
 	t.Helper()
-	re, ok := err.(replyErr)
+	re, ok := err.(resp.Error)
 	if !ok || !strings.HasPrefix(string(re), "ERR ") {
 		t.Fatalf("%q: error %v (%T), want an ERR reply", args, err, err)
 	}

@@ -194,14 +194,14 @@ func cmdDBSize(s *Server, c *client, args [][]byte) {
 // path. `sluice --data <path>` serves the copy.
 func cmdCheckpoint(s *Server, c *client, args [][]byte) {
 	if len(args) > 2 {
-		s.replyErr(c, wrongArgs("checkpoint"))
+		s.replyErr(c, resp.WrongArgs("checkpoint"))
 		return
 	}
 	name := "sluice-" + time.Now().UTC().Format("20060102T150405.000Z")
 	if len(args) == 2 {
 		name = string(args[1])
 		if !validBackupName(name) {
-			s.replyErr(c, replyErr("ERR checkpoint name must be 1 to 128 letters, digits, '.', '_' or '-', and not start with '.'"))
+			s.replyErr(c, resp.Error("ERR checkpoint name must be 1 to 128 letters, digits, '.', '_' or '-', and not start with '.'"))
 			return
 		}
 	}
@@ -212,7 +212,7 @@ func cmdCheckpoint(s *Server, c *client, args [][]byte) {
 	dir, err := filepath.Abs(filepath.Join(s.cfg.BackupDir, name))
 	if err == nil {
 		if _, serr := os.Stat(dir); serr == nil {
-			s.replyErr(c, replyErr("ERR checkpoint "+strconv.Quote(dir)+" already exists"))
+			s.replyErr(c, resp.Error("ERR checkpoint "+strconv.Quote(dir)+" already exists"))
 			return
 		}
 	}

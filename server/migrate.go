@@ -124,9 +124,9 @@ func (s *Server) waitWriters(deadline time.Time) bool {
 	return drained(cur)
 }
 
-var errNotMigrating = replyErr("ERR no slot of this node is migrating (did it restart since CLUSTER MIGRATE START?): start the move again")
+var errNotMigrating = resp.Error("ERR no slot of this node is migrating (did it restart since CLUSTER MIGRATE START?): start the move again")
 
-var errTryAgain = replyErr("TRYAGAIN Slot is being handed over to another node; retry shortly")
+var errTryAgain = resp.Error("TRYAGAIN Slot is being handed over to another node; retry shortly")
 
 // pausedSlot is routeSlot's check of a slot this node owns while some
 // slot migrates: a paused slot answers TRYAGAIN.
@@ -234,7 +234,7 @@ func (s *Server) cmdClusterMigrate(c *client, sub string, args [][]byte) bool {
 func (s *Server) ownedRanges(arg string, own bool) ([]cluster.Range, error) {
 	rs, err := cluster.ParseRanges(arg)
 	if err != nil {
-		return nil, replyErr("ERR " + err.Error())
+		return nil, resp.Error("ERR " + err.Error())
 	}
 	v := s.clus.view.Load()
 	for _, r := range rs {
@@ -242,9 +242,9 @@ func (s *Server) ownedRanges(arg string, own bool) ([]cluster.Range, error) {
 			mine := v.self != 0 && v.owner[slot] == v.self
 			if mine != own {
 				if own {
-					return nil, replyErr("ERR slot " + strconv.Itoa(slot) + " is not this node's: migrate slots from the node that owns them")
+					return nil, resp.Error("ERR slot " + strconv.Itoa(slot) + " is not this node's: migrate slots from the node that owns them")
 				}
-				return nil, replyErr("ERR slot " + strconv.Itoa(slot) + " is this node's: refusing to overwrite or drop the records of a slot it serves")
+				return nil, resp.Error("ERR slot " + strconv.Itoa(slot) + " is this node's: refusing to overwrite or drop the records of a slot it serves")
 			}
 		}
 	}
@@ -273,9 +273,9 @@ func (s *Server) clusterMigrate(c *client, op string, args [][]byte) {
 			return
 		}
 		if op == "dirty" {
-			n, ok := parseInt(args[0])
+			n, ok := resp.ParseInt(args[0])
 			if !ok || n < 1 {
-				s.replyErr(c, errNotInteger)
+				s.replyErr(c, resp.ErrNotInteger)
 				return
 			}
 			s.popDirty(c, int(n))
@@ -294,7 +294,7 @@ func (s *Server) clusterMigrate(c *client, op string, args [][]byte) {
 			for slot := range m.state {
 				m.state[slot].CompareAndSwap(slotPaused, slotMigrating)
 			}
-			s.replyErr(c, replyErr("ERR pipelines and line-protocol, /check or ShouldRateLimit writes under way did not finish within "+migratePauseWait.String()+"; the slots serve again, retry the pause"))
+			s.replyErr(c, resp.Error("ERR pipelines and line-protocol, /check or ShouldRateLimit writes under way did not finish within "+migratePauseWait.String()+"; the slots serve again, retry the pause"))
 			return
 		}
 		c.out = resp.AppendSimple(c.out, "OK")
@@ -309,7 +309,7 @@ func (s *Server) clusterMigrate(c *client, op string, args [][]byte) {
 		m.mu.Unlock()
 		c.out = resp.AppendSimple(c.out, "OK")
 	default:
-		s.replyErr(c, replyErr("ERR CLUSTER MIGRATE: want START <slots>, PAUSE, DIRTY <count> or CANCEL"))
+		s.replyErr(c, resp.Error("ERR CLUSTER MIGRATE: want START <slots>, PAUSE, DIRTY <count> or CANCEL"))
 	}
 }
 
@@ -321,7 +321,7 @@ func (s *Server) startMigration(rs []cluster.Range) error {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	if m.active.Load() {
-		return replyErr("ERR CLUSTER MIGRATE START: slots " + m.mu.ranges + " are being moved off this node already; one move at a time per source: let it finish, or end it with CLUSTER MIGRATE CANCEL")
+		return resp.Error("ERR CLUSTER MIGRATE START: slots " + m.mu.ranges + " are being moved off this node already; one move at a time per source: let it finish, or end it with CLUSTER MIGRATE CANCEL")
 	}
 	m.mu.ranges = cluster.FormatRanges(rs)
 	m.active.Store(true)
@@ -394,11 +394,11 @@ const maxDumpCount = 10000
 // slots first to last, from cursor (a store key, or "" for the start), as
 // [next cursor ("" when done), key, value, ...].
 func (s *Server) clusterDump(c *client, args [][]byte) {
-	first, ok1 := parseInt(args[0])
-	last, ok2 := parseInt(args[1])
-	count, ok3 := parseInt(args[3])
+	first, ok1 := resp.ParseInt(args[0])
+	last, ok2 := resp.ParseInt(args[1])
+	count, ok3 := resp.ParseInt(args[3])
 	if !ok1 || !ok2 || !ok3 || first < 0 || last >= cluster.Slots || first > last || count < 1 || count > maxDumpCount {
-		s.replyErr(c, replyErr("ERR CLUSTER DUMP: want <first slot> <last slot> <cursor> <count>, slots 0 to 16383, count 1 to "+strconv.Itoa(maxDumpCount)))
+		s.replyErr(c, resp.Error("ERR CLUSTER DUMP: want <first slot> <last slot> <cursor> <count>, slots 0 to 16383, count 1 to "+strconv.Itoa(maxDumpCount)))
 		return
 	}
 	if err := s.store.Flush(); err != nil {
@@ -456,11 +456,11 @@ func (s *Server) clusterRestore(c *client, args [][]byte) {
 	for i := 0; i < len(args); i += 2 {
 		k := args[i]
 		if len(k) < keyspace.HeaderLen || k[0] == 0xff || int(binary.BigEndian.Uint16(k)) >= cluster.Slots {
-			s.replyErr(c, replyErr("ERR CLUSTER RESTORE: not a record key"))
+			s.replyErr(c, resp.Error("ERR CLUSTER RESTORE: not a record key"))
 			return
 		}
 		if slot := binary.BigEndian.Uint16(k); v.self != 0 && v.owner[slot] == v.self {
-			s.replyErr(c, replyErr("ERR CLUSTER RESTORE: slot "+strconv.Itoa(int(slot))+" is this node's: refusing to overwrite a slot it serves"))
+			s.replyErr(c, resp.Error("ERR CLUSTER RESTORE: slot "+strconv.Itoa(int(slot))+" is this node's: refusing to overwrite a slot it serves"))
 			return
 		}
 		// Only records as DUMP hands them out: a key of a known kind, and
@@ -468,12 +468,12 @@ func (s *Server) clusterRestore(c *client, args [][]byte) {
 		// and swept as such).
 		rec, err := keyspace.Parse(k)
 		if err != nil {
-			s.replyErr(c, replyErr("ERR CLUSTER RESTORE: pair "+strconv.Itoa(i/2+1)+": not a record key ("+oneLine(err.Error())+"); expected a key CLUSTER DUMP gave"))
+			s.replyErr(c, resp.Error("ERR CLUSTER RESTORE: pair "+strconv.Itoa(i/2+1)+": not a record key ("+oneLine(err.Error())+"); expected a key CLUSTER DUMP gave"))
 			return
 		}
 		if val := args[i+1]; len(val) > 0 {
 			if _, err := rec.Describe(val, 0); err != nil {
-				s.replyErr(c, replyErr("ERR CLUSTER RESTORE: pair "+strconv.Itoa(i/2+1)+": the value is not a record of its key's kind ("+oneLine(err.Error())+"); expected the value CLUSTER DUMP gave"))
+				s.replyErr(c, resp.Error("ERR CLUSTER RESTORE: pair "+strconv.Itoa(i/2+1)+": the value is not a record of its key's kind ("+oneLine(err.Error())+"); expected the value CLUSTER DUMP gave"))
 				return
 			}
 		}

@@ -4,6 +4,7 @@ import (
 	"math"
 
 	"github.com/sluicehq/sluice/bucket"
+	"github.com/sluicehq/sluice/internal/resp"
 	"github.com/sluicehq/sluice/keyspace"
 	"github.com/sluicehq/sluice/storage"
 )
@@ -45,118 +46,59 @@ func parseRL(spec rlSpec, name string, args [][]byte, r *rlRequest) error {
 		maxArgs = 8
 	}
 	if len(args) < 3 || len(args) > maxArgs {
-		return wrongArgs(name)
+		return resp.WrongArgs(name)
 	}
 	*r = rlRequest{key: args[0], take: 1}
 	if spec.kind == rlGet {
 		r.take = 0
 	}
-	max, ok := parseInt(args[1])
+	max, ok := resp.ParseInt(args[1])
 	if !ok {
-		return errNotInteger
+		return resp.ErrNotInteger
 	}
-	refillTime, ok := parseInt(args[2])
+	refillTime, ok := resp.ParseInt(args[2])
 	if !ok || refillTime < math.MinInt32 || refillTime > math.MaxInt32 {
-		return errNotInteger
+		return resp.ErrNotInteger
 	}
 	refill := max
 	for i := 3; i < len(args); i++ {
-		if asciiEqualFold(args[i], "strict") {
+		if resp.EqualFold(args[i], "strict") {
 			r.strict = true
 			continue
 		}
 		if i == len(args)-1 {
-			return errSyntax
+			return resp.ErrSyntax
 		}
-		v, ok := parseInt(args[i+1])
+		v, ok := resp.ParseInt(args[i+1])
 		if !ok {
-			return errNotInteger
+			return resp.ErrNotInteger
 		}
 		switch {
-		case asciiEqualFold(args[i], "refill"):
+		case resp.EqualFold(args[i], "refill"):
 			refill = v
-		case asciiEqualFold(args[i], "take") && spec.kind != rlGet:
+		case resp.EqualFold(args[i], "take") && spec.kind != rlGet:
 			r.take = v
-		case asciiEqualFold(args[i], "at"):
+		case resp.EqualFold(args[i], "at"):
 			r.at, r.hasAt = v, true
 		default:
-			return errSyntax
+			return resp.ErrSyntax
 		}
 		i++
 	}
 	if max < 1 || refillTime < 1 || refill < 1 || r.take < 0 || (r.hasAt && r.at < 0) {
-		return errNotInteger
+		return resp.ErrNotInteger
 	}
 	if !spec.ms {
 		refillTime *= 1000 // at most MaxInt32*1000: no overflow
 		if r.hasAt {
 			if r.at > math.MaxInt64/1000 {
-				return errNotInteger
+				return resp.ErrNotInteger
 			}
 			r.at *= 1000
 		}
 	}
 	r.params = bucket.Params{Max: max, RefillAmount: refill, RefillMs: refillTime}
 	return nil
-}
-
-// parseInt parses a decimal int64: optional surrounding ASCII whitespace, an
-// optional sign, digits only, overflow is an error.
-func parseInt(b []byte) (int64, bool) {
-	for len(b) > 0 && isSpace(b[0]) {
-		b = b[1:]
-	}
-	for len(b) > 0 && isSpace(b[len(b)-1]) {
-		b = b[:len(b)-1]
-	}
-	neg := false
-	if len(b) > 0 && (b[0] == '+' || b[0] == '-') {
-		neg = b[0] == '-'
-		b = b[1:]
-	}
-	if len(b) == 0 {
-		return 0, false
-	}
-	// Accumulate as a negative number so that MinInt64 parses.
-	var n int64
-	for _, c := range b {
-		if c < '0' || c > '9' {
-			return 0, false
-		}
-		d := int64(c - '0')
-		if n < (math.MinInt64+d)/10 {
-			return 0, false
-		}
-		n = n*10 - d
-	}
-	if neg {
-		return n, true
-	}
-	if n == math.MinInt64 {
-		return 0, false
-	}
-	return -n, true
-}
-
-func isSpace(c byte) bool {
-	return c == ' ' || c == '\t' || c == '\n' || c == '\v' || c == '\f' || c == '\r'
-}
-
-// asciiEqualFold compares b with a lower-case ASCII word, ignoring case.
-func asciiEqualFold(b []byte, lower string) bool {
-	if len(b) != len(lower) {
-		return false
-	}
-	for i := range b {
-		c := b[i]
-		if 'A' <= c && c <= 'Z' {
-			c += 'a' - 'A'
-		}
-		if c != lower[i] {
-			return false
-		}
-	}
-	return true
 }
 
 // rlMutator applies one parsed RL.* request to a stored bucket state. One

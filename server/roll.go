@@ -28,9 +28,9 @@ type rollRequest struct {
 func parseRoll(would bool, args [][]byte, r *rollRequest) error {
 	if len(args) < 3 {
 		if would {
-			return wrongArgs("roll.wouldlimit")
+			return resp.WrongArgs("roll.wouldlimit")
 		}
-		return wrongArgs("roll.limit")
+		return resp.WrongArgs("roll.limit")
 	}
 	*r = rollRequest{key: args[0]}
 	p := &r.params
@@ -43,9 +43,9 @@ func parseRoll(would bool, args [][]byte, r *rollRequest) error {
 	}
 	for i := 3; i < len(args); i++ {
 		switch {
-		case asciiEqualFold(args[i], "nocountblocked") && !would:
+		case resp.EqualFold(args[i], "nocountblocked") && !would:
 			p.NoCountBlocked = true
-		case asciiEqualFold(args[i], "mindiff"):
+		case resp.EqualFold(args[i], "mindiff"):
 			if i == len(args)-1 {
 				return missingValue("MINDIFF", "ms")
 			}
@@ -53,7 +53,7 @@ func parseRoll(would bool, args [][]byte, r *rollRequest) error {
 			if p.MinDiff, err = intArg("MINDIFF", args[i]); err != nil {
 				return err
 			}
-		case asciiEqualFold(args[i], "at"):
+		case resp.EqualFold(args[i], "at"):
 			if i == len(args)-1 {
 				return missingValue("AT", "unix_us")
 			}

@@ -562,11 +562,6 @@ func (s *Server) failWrites(c *client, err error) {
 	c.out = append(out, c.out[prev:]...)
 }
 
-var (
-	errNotInteger = replyErr("ERR value is not an integer or out of range")
-	errSyntax     = replyErr("ERR syntax error")
-)
-
 // checkKeySize refuses a key of n bytes when it is longer than MaxKeySize.
 // what names the key in the error. It is checked before the store is
 // touched, on the client's own key: the store key adds a few bytes of
@@ -575,11 +570,7 @@ func (s *Server) checkKeySize(what string, n int) error {
 	if n <= s.cfg.MaxKeySize {
 		return nil
 	}
-	return replyErr("ERR " + what + " is " + strconv.Itoa(n) + " bytes, longer than --max-key-size " + strconv.Itoa(s.cfg.MaxKeySize))
-}
-
-func wrongArgs(name string) error {
-	return replyErr("ERR wrong number of arguments for '" + name + "' command")
+	return resp.Error("ERR " + what + " is " + strconv.Itoa(n) + " bytes, longer than --max-key-size " + strconv.Itoa(s.cfg.MaxKeySize))
 }
 
 // modify runs m on key's record through b. A store error is returned
