@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/sluicehq/sluice/bucket"
+	"github.com/sluicehq/sluice/internal/limitcmd"
 	"github.com/sluicehq/sluice/internal/resp"
 	"github.com/sluicehq/sluice/storage"
 )
@@ -51,12 +52,12 @@ type client struct {
 	writes     []span
 	// replyStart is where the reply of the command being executed begins.
 	replyStart int
-	rl         rlMutator
-	cl         clMutator
-	fw         fwMutator
-	fwReq      fwRequest
-	roll       rollMutator
-	rollReq    rollRequest
+	rl         limitcmd.RLMutator
+	cl         limitcmd.CLMutator
+	fw         limitcmd.FWMutator
+	fwReq      limitcmd.FWRequest
+	roll       limitcmd.RollMutator
+	rollReq    limitcmd.RollRequest
 	clear      delMutator // ROLL.CLEAR's
 	hit        hitter
 	key        []byte
@@ -121,18 +122,18 @@ func commandTable() map[string]*command {
 	rlFlags := []string{"write", "fast"}
 	rlRead := []string{"readonly", "fast"}
 	list := []*command{
-		{name: "rl.reduce", arity: -4, flags: rlFlags, first: 1, last: 1, step: 1, run: rlRunner(rlSpec{kind: rlReduce})},
-		{name: "rl.preduce", arity: -4, flags: rlFlags, first: 1, last: 1, step: 1, run: rlRunner(rlSpec{kind: rlReduce, ms: true})},
-		{name: "rl.get", arity: -4, flags: rlRead, first: 1, last: 1, step: 1, run: rlRunner(rlSpec{kind: rlGet})},
-		{name: "rl.pget", arity: -4, flags: rlRead, first: 1, last: 1, step: 1, run: rlRunner(rlSpec{kind: rlGet, ms: true})},
-		{name: "rl.sessionize", arity: -4, flags: rlFlags, first: 1, last: 1, step: 1, run: rlRunner(rlSpec{kind: rlSessionize})},
-		{name: "rl.psessionize", arity: -4, flags: rlFlags, first: 1, last: 1, step: 1, run: rlRunner(rlSpec{kind: rlSessionize, ms: true})},
+		{name: "rl.reduce", arity: -4, flags: rlFlags, first: 1, last: 1, step: 1, run: rlRunner(limitcmd.RLSpec{Kind: limitcmd.RLReduce})},
+		{name: "rl.preduce", arity: -4, flags: rlFlags, first: 1, last: 1, step: 1, run: rlRunner(limitcmd.RLSpec{Kind: limitcmd.RLReduce, MS: true})},
+		{name: "rl.get", arity: -4, flags: rlRead, first: 1, last: 1, step: 1, run: rlRunner(limitcmd.RLSpec{Kind: limitcmd.RLGet})},
+		{name: "rl.pget", arity: -4, flags: rlRead, first: 1, last: 1, step: 1, run: rlRunner(limitcmd.RLSpec{Kind: limitcmd.RLGet, MS: true})},
+		{name: "rl.sessionize", arity: -4, flags: rlFlags, first: 1, last: 1, step: 1, run: rlRunner(limitcmd.RLSpec{Kind: limitcmd.RLSessionize})},
+		{name: "rl.psessionize", arity: -4, flags: rlFlags, first: 1, last: 1, step: 1, run: rlRunner(limitcmd.RLSpec{Kind: limitcmd.RLSessionize, MS: true})},
 		{name: "cl.throttle", arity: -5, flags: rlFlags, first: 1, last: 1, step: 1, run: clRunner(bucket.Second), doc: clThrottleDoc},
 		{name: "cl.pthrottle", arity: -5, flags: rlFlags, first: 1, last: 1, step: 1, run: clRunner(bucket.Millisecond), doc: clPThrottleDoc},
-		{name: "fw.incr", arity: -4, flags: rlFlags, first: 1, last: 1, step: 1, run: fwRunner(fwSpec{unit: bucket.Second}), doc: fwIncrDoc},
-		{name: "fw.pincr", arity: -4, flags: rlFlags, first: 1, last: 1, step: 1, run: fwRunner(fwSpec{unit: bucket.Millisecond}), doc: fwPIncrDoc},
-		{name: "fw.get", arity: -4, flags: rlRead, first: 1, last: 1, step: 1, run: fwRunner(fwSpec{get: true, unit: bucket.Second}), doc: fwGetDoc},
-		{name: "fw.pget", arity: -4, flags: rlRead, first: 1, last: 1, step: 1, run: fwRunner(fwSpec{get: true, unit: bucket.Millisecond}), doc: fwPGetDoc},
+		{name: "fw.incr", arity: -4, flags: rlFlags, first: 1, last: 1, step: 1, run: fwRunner(limitcmd.FWSpec{Unit: bucket.Second}), doc: fwIncrDoc},
+		{name: "fw.pincr", arity: -4, flags: rlFlags, first: 1, last: 1, step: 1, run: fwRunner(limitcmd.FWSpec{Unit: bucket.Millisecond}), doc: fwPIncrDoc},
+		{name: "fw.get", arity: -4, flags: rlRead, first: 1, last: 1, step: 1, run: fwRunner(limitcmd.FWSpec{Get: true, Unit: bucket.Second}), doc: fwGetDoc},
+		{name: "fw.pget", arity: -4, flags: rlRead, first: 1, last: 1, step: 1, run: fwRunner(limitcmd.FWSpec{Get: true, Unit: bucket.Millisecond}), doc: fwPGetDoc},
 		{name: "roll.limit", arity: -4, flags: rlFlags, first: 1, last: 1, step: 1, run: rollRunner(false), doc: rollLimitDoc},
 		{name: "roll.wouldlimit", arity: -4, flags: rlRead, first: 1, last: 1, step: 1, run: rollRunner(true), doc: rollWouldDoc},
 		{name: "roll.clear", arity: 2, flags: rlFlags, first: 1, last: 1, step: 1, run: cmdRollClear, doc: rollClearDoc},
@@ -307,65 +308,6 @@ func unknownCommand(args [][]byte) string {
 		b.WriteString("' ")
 	}
 	return b.String()
-}
-
-func rlRunner(spec rlSpec) func(*Server, *client, [][]byte) {
-	return func(s *Server, c *client, args [][]byte) {
-		s.runRL(c, spec, args)
-	}
-}
-
-func (s *Server) runRL(c *client, spec rlSpec, args [][]byte) {
-	m := &c.rl
-	if err := parseRL(spec, rlName(spec), args[1:], &m.req); err != nil {
-		s.replyErr(c, err)
-		return
-	}
-	if err := s.checkKeySize("key", len(m.req.key)); err != nil {
-		s.replyErr(c, err)
-		return
-	}
-	m.spec = spec
-	m.server = s.clock().UnixMilli()
-	m.now = m.server
-	if m.req.hasAt {
-		m.now = m.req.at
-	}
-	c.key = appendBucketKey(c.key[:0], m.req)
-	if err := s.modify(c.batch, c.key, m); err != nil {
-		s.replyErr(c, err)
-		return
-	}
-	if spec.kind != rlGet {
-		if m.before >= m.req.take {
-			c.result = rlAllowed
-		} else {
-			c.result = rlDenied
-		}
-	}
-	if spec.kind == rlSessionize {
-		c.out = resp.AppendArray(c.out, 2)
-		c.out = resp.AppendInt(c.out, m.before)
-		c.out = resp.AppendInt(c.out, m.session)
-		return
-	}
-	c.out = resp.AppendInt(c.out, m.before)
-}
-
-func rlName(spec rlSpec) string {
-	switch {
-	case spec.kind == rlReduce && !spec.ms:
-		return "rl.reduce"
-	case spec.kind == rlReduce:
-		return "rl.preduce"
-	case spec.kind == rlGet && !spec.ms:
-		return "rl.get"
-	case spec.kind == rlGet:
-		return "rl.pget"
-	case !spec.ms:
-		return "rl.sessionize"
-	}
-	return "rl.psessionize"
 }
 
 func cmdPing(s *Server, c *client, args [][]byte) {

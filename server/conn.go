@@ -286,7 +286,7 @@ func (cn *conn) resize(n int) {
 		c.key = nil
 	}
 	c.hit.resize()
-	c.roll.resize()
+	c.roll.Resize(connKeepBuf)
 	if c.batchBytes > connKeepBuf {
 		// The batch keeps the keys of its largest pipeline.
 		c.batch = cn.srv.store.NewBatch()
@@ -303,7 +303,7 @@ func (cn *conn) resize(n int) {
 func (cn *conn) footprint() int64 {
 	c := cn.cl
 	return int64(cap(cn.rbuf) + cap(cn.obuf) + 24*cap(cn.args) + cn.f.Footprint() +
-		cap(c.out) + 48*cap(c.writes) + cap(c.key) + c.hit.footprint() + c.roll.footprint() +
+		cap(c.out) + 48*cap(c.writes) + cap(c.key) + c.hit.footprint() + c.roll.Footprint() +
 		cap(c.tx.buf) + 24*cap(c.tx.args) + 16*cap(c.tx.watches))
 }
 
