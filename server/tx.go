@@ -38,7 +38,7 @@ type txState struct {
 	writes  bool // a queued command writes
 	n       int  // commands queued
 	// buf holds the queued commands, in the framer's canonical RESP, back
-	// to back, for nextCommand.
+	// to back, for resp.NextCommand.
 	buf    []byte
 	charge int // bytes charged against MaxMultiBytes
 	// grew says buf or watches grew since the connection last counted its
