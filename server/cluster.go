@@ -3,7 +3,6 @@ package server
 import (
 	"errors"
 	"fmt"
-	"net"
 	"slices"
 	"strconv"
 	"strings"
@@ -12,6 +11,7 @@ import (
 	"time"
 
 	"github.com/sluicehq/sluice/cluster"
+	"github.com/sluicehq/sluice/internal/clustercmd"
 	"github.com/sluicehq/sluice/internal/resp"
 	"github.com/sluicehq/sluice/keyspace"
 )
@@ -229,13 +229,13 @@ func cmdCluster(s *Server, c *client, args [][]byte) {
 	case sub == "keyslot" && len(args) == 3:
 		c.out = resp.AppendInt(c.out, int64(keyspace.Slot(args[2])))
 	case sub == "info" && len(args) == 2:
-		c.out = resp.AppendBulkString(c.out, clusterInfo(v))
+		c.out = resp.AppendBulkString(c.out, clustercmd.Info(v.top))
 	case sub == "slots" && len(args) == 2:
-		c.out = appendClusterSlots(c.out, v)
+		c.out = clustercmd.AppendSlots(c.out, v.top)
 	case sub == "shards" && len(args) == 2:
-		c.out = appendClusterShards(c.out, v, r3)
+		c.out = clustercmd.AppendShards(c.out, v.top, r3)
 	case sub == "nodes" && len(args) == 2:
-		c.out = resp.AppendBulkString(c.out, clusterNodes(v))
+		c.out = resp.AppendBulkString(c.out, clustercmd.Nodes(v.top, int(v.self)-1))
 	case sub == "topology" && len(args) == 2:
 		c.out = resp.AppendBulkString(c.out, strings.Join(v.top.Args(), " "))
 	case sub == "settopology" && len(args) >= 5:
@@ -306,136 +306,6 @@ func (s *Server) setTopology(args []string) error {
 	s.forgetMigrations(nv)
 	s.log.Info("cluster: topology replaced", "epoch", t.Epoch, "previous_epoch", cur.Epoch, "nodes", len(t.Nodes), "slots_owned", slotsOf(t, cs.myID))
 	return nil
-}
-
-func clusterInfo(v *clusterView) string {
-	assigned := v.top.Assigned()
-	state := "ok"
-	if assigned < cluster.Slots {
-		state = "fail"
-	}
-	size := 0
-	for _, n := range v.top.Nodes {
-		if len(n.Slots) > 0 {
-			size++
-		}
-	}
-	epoch := strconv.FormatUint(v.top.Epoch, 10)
-	var b strings.Builder
-	kv := func(k, val string) { b.WriteString(k + ":" + val + "\r\n") }
-	kv("cluster_state", state)
-	kv("cluster_slots_assigned", strconv.Itoa(assigned))
-	kv("cluster_slots_ok", strconv.Itoa(assigned))
-	kv("cluster_slots_pfail", "0")
-	kv("cluster_slots_fail", "0")
-	kv("cluster_known_nodes", strconv.Itoa(len(v.top.Nodes)))
-	kv("cluster_size", strconv.Itoa(size))
-	kv("cluster_current_epoch", epoch)
-	kv("cluster_my_epoch", epoch)
-	kv("cluster_stats_messages_sent", "0")
-	kv("cluster_stats_messages_received", "0")
-	kv("total_cluster_links_buffer_limit_exceeded", "0")
-	return b.String()
-}
-
-// hostPort splits an announced address; CheckAddr has vetted it.
-func hostPort(addr string) (string, int64) {
-	h, p, _ := cluster.SplitAddr(addr)
-	n, _ := strconv.ParseInt(p, 10, 64)
-	return h, n
-}
-
-// appendClusterSlots appends CLUSTER SLOTS: one entry per range, in slot
-// order, each with its owner as [host, port, id] (three elements: go-redis
-// refuses more than four).
-func appendClusterSlots(b []byte, v *clusterView) []byte {
-	type owned struct {
-		r cluster.Range
-		n *cluster.Node
-	}
-	var all []owned
-	for i := range v.top.Nodes {
-		for _, r := range v.top.Nodes[i].Slots {
-			all = append(all, owned{r, &v.top.Nodes[i]})
-		}
-	}
-	slices.SortFunc(all, func(a, b owned) int { return int(a.r.First) - int(b.r.First) })
-	b = resp.AppendArray(b, len(all))
-	for _, o := range all {
-		host, port := hostPort(o.n.Addr)
-		b = resp.AppendArray(b, 3)
-		b = resp.AppendInt(b, int64(o.r.First))
-		b = resp.AppendInt(b, int64(o.r.Last))
-		b = resp.AppendArray(b, 3)
-		b = resp.AppendBulkString(b, host)
-		b = resp.AppendInt(b, port)
-		b = resp.AppendBulkString(b, o.n.ID)
-	}
-	return b
-}
-
-// appendClusterShards appends CLUSTER SHARDS: one shard per node (there
-// are no replicas), slotless nodes included, as Redis lists them.
-func appendClusterShards(b []byte, v *clusterView, r3 bool) []byte {
-	b = resp.AppendArray(b, len(v.top.Nodes))
-	for _, n := range v.top.Nodes {
-		host, port := hostPort(n.Addr)
-		b = resp.AppendMap(b, 2, r3)
-		b = resp.AppendBulkString(b, "slots")
-		b = resp.AppendArray(b, 2*len(n.Slots))
-		for _, r := range n.Slots {
-			b = resp.AppendInt(b, int64(r.First))
-			b = resp.AppendInt(b, int64(r.Last))
-		}
-		b = resp.AppendBulkString(b, "nodes")
-		// Redis leaves hostname out when none is set: a host that is an
-		// IP address is no hostname.
-		named := net.ParseIP(host) == nil
-		b = resp.AppendArray(b, 1)
-		b = resp.AppendMap(b, 7+b2i(named), r3)
-		b = resp.AppendBulkString(b, "id")
-		b = resp.AppendBulkString(b, n.ID)
-		b = resp.AppendBulkString(b, "port")
-		b = resp.AppendInt(b, port)
-		b = resp.AppendBulkString(b, "ip")
-		b = resp.AppendBulkString(b, host)
-		b = resp.AppendBulkString(b, "endpoint")
-		b = resp.AppendBulkString(b, host)
-		if named {
-			b = resp.AppendBulkString(b, "hostname")
-			b = resp.AppendBulkString(b, host)
-		}
-		b = resp.AppendBulkString(b, "role")
-		b = resp.AppendBulkString(b, "master")
-		b = resp.AppendBulkString(b, "replication-offset")
-		b = resp.AppendInt(b, 0)
-		b = resp.AppendBulkString(b, "health")
-		b = resp.AppendBulkString(b, "online")
-	}
-	return b
-}
-
-// clusterNodes is CLUSTER NODES in Redis' line format, which Lettuce and
-// redis-py parse: id, host:port@cport, flags, master, ping-sent,
-// pong-recv, config-epoch, link-state, then the slots.
-func clusterNodes(v *clusterView) string {
-	var b strings.Builder
-	for i, n := range v.top.Nodes {
-		flags := "master"
-		if uint16(i+1) == v.self {
-			flags = "myself,master"
-		}
-		b.WriteString(n.ID + " " + n.Addr + "@0 " + flags + " - 0 0 " + strconv.FormatUint(v.top.Epoch, 10) + " connected")
-		for _, r := range n.Slots {
-			b.WriteByte(' ')
-			b.WriteString(strconv.Itoa(int(r.First)))
-			if r.Last != r.First {
-				b.WriteString("-" + strconv.Itoa(int(r.Last)))
-			}
-		}
-		b.WriteByte('\n')
-	}
-	return b.String()
 }
 
 // commandGetKeys answers COMMAND GETKEYS from the command table's key
