@@ -1,15 +1,14 @@
 package server
 
 import (
+	"github.com/sluicehq/sluice/internal/resp"
+	"github.com/sluicehq/sluice/keyspace"
 	"net"
 	"os"
 	"runtime"
 	"strconv"
 	"strings"
 	"time"
-
-	"github.com/sluicehq/sluice/internal/resp"
-	"github.com/sluicehq/sluice/keyspace"
 )
 
 // redisCompatVersion is the Redis version whose protocol and commands sluice
