@@ -8,6 +8,8 @@ import (
 	"sync"
 	"sync/atomic"
 	"time"
+
+	"github.com/sluicehq/sluice/internal/resp"
 )
 
 // Connection admission: one count of open connections for every listener
@@ -146,7 +148,7 @@ func (s *Server) admitRESP(c net.Conn) bool {
 	default:
 		return true
 	}
-	s.refuse(c, appendError(nil, msg))
+	s.refuse(c, resp.AppendError(nil, msg))
 	return false
 }
 

@@ -286,7 +286,8 @@ func (s *Server) serveCheck(w http.ResponseWriter, r *http.Request) {
 	if err != nil {
 		s.check.failed.Add(1)
 		w.Header().Set("Retry-After", "1")
-		checkText(w, http.StatusServiceUnavailable, s.errorText(err)+"\n")
+		k, text := s.failure(err)
+		checkText(w, checkHTTPStatus(k), text+"\n")
 		return
 	}
 	res := checkResult(out, now)

@@ -40,7 +40,7 @@ type clientView struct {
 // goroutine may call it.
 func (cn *conn) view() clientView {
 	c := cn.cl
-	qbuf := int64(cn.f.pending())
+	qbuf := int64(cn.f.Pending())
 	cmd := c.lastCmd
 	if cmd == "" {
 		cmd = "NULL"
@@ -53,7 +53,7 @@ func (cn *conn) view() clientView {
 		cmd:      cmd,
 		last:     c.lastAt,
 		qbuf:     qbuf,
-		qbufFree: int64(cap(cn.rbuf)+cn.f.footprint()) - qbuf,
+		qbufFree: int64(cap(cn.rbuf)+cn.f.Footprint()) - qbuf,
 		argvMem:  int64(cap(cn.obuf) + 24*cap(cn.args)),
 		rbs:      int64(cap(c.out)),
 		rbp:      int64(max(c.outPeak, len(c.out))),

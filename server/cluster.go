@@ -3,7 +3,6 @@ package server
 import (
 	"errors"
 	"fmt"
-	"net"
 	"slices"
 	"strconv"
 	"strings"
@@ -12,6 +11,8 @@ import (
 	"time"
 
 	"github.com/sluicehq/sluice/cluster"
+	"github.com/sluicehq/sluice/internal/clustercmd"
+	"github.com/sluicehq/sluice/internal/resp"
 	"github.com/sluicehq/sluice/keyspace"
 )
 
@@ -137,9 +138,9 @@ func slotsOf(t cluster.Topology, id string) int {
 }
 
 var (
-	errClusterDisabled = replyErr("ERR This instance has cluster support disabled")
-	errCrossSlot       = replyErr("CROSSSLOT Keys in request don't hash to the same slot")
-	errClusterDown     = replyErr("CLUSTERDOWN Hash slot not served")
+	errClusterDisabled = resp.Error("ERR This instance has cluster support disabled")
+	errCrossSlot       = resp.Error("CROSSSLOT Keys in request don't hash to the same slot")
+	errClusterDown     = resp.Error("CLUSTERDOWN Hash slot not served")
 )
 
 // routeKeys checks, in cluster mode, that a keyed command's keys (at the
@@ -178,10 +179,6 @@ func (s *Server) routeSlot(c *client, slot uint16) bool {
 		c.out = append(c.out, ' ')
 		c.out = append(c.out, v.top.Nodes[o-1].Addr...)
 		c.out = append(c.out, '\r', '\n')
-		s.stats.errorReplies.Add(1)
-		if c.cur != nil {
-			c.cur.errors++
-		}
 		return false
 	}
 }
@@ -211,7 +208,7 @@ func cmdAsking(s *Server, c *client, args [][]byte) {
 		s.replyErr(c, errClusterDisabled)
 		return
 	}
-	c.out = appendSimple(c.out, "OK")
+	c.out = resp.AppendSimple(c.out, "OK")
 }
 
 func cmdCluster(s *Server, c *client, args [][]byte) {
@@ -228,19 +225,19 @@ func cmdCluster(s *Server, c *client, args [][]byte) {
 	r3 := c.resp == 3
 	switch {
 	case sub == "myid" && len(args) == 2:
-		c.out = appendBulkString(c.out, s.clus.myID)
+		c.out = resp.AppendBulkString(c.out, s.clus.myID)
 	case sub == "keyslot" && len(args) == 3:
-		c.out = appendInt(c.out, int64(keyspace.Slot(args[2])))
+		c.out = resp.AppendInt(c.out, int64(keyspace.Slot(args[2])))
 	case sub == "info" && len(args) == 2:
-		c.out = appendBulkString(c.out, clusterInfo(v))
+		c.out = resp.AppendBulkString(c.out, clustercmd.Info(v.top))
 	case sub == "slots" && len(args) == 2:
-		c.out = appendClusterSlots(c.out, v)
+		c.out = clustercmd.AppendSlots(c.out, v.top)
 	case sub == "shards" && len(args) == 2:
-		c.out = appendClusterShards(c.out, v, r3)
+		c.out = clustercmd.AppendShards(c.out, v.top, r3)
 	case sub == "nodes" && len(args) == 2:
-		c.out = appendBulkString(c.out, clusterNodes(v))
+		c.out = resp.AppendBulkString(c.out, clustercmd.Nodes(v.top, int(v.self)-1))
 	case sub == "topology" && len(args) == 2:
-		c.out = appendBulkString(c.out, strings.Join(v.top.Args(), " "))
+		c.out = resp.AppendBulkString(c.out, strings.Join(v.top.Args(), " "))
 	case sub == "settopology" && len(args) >= 5:
 		str := make([]string, len(args)-2)
 		for i, a := range args[2:] {
@@ -250,10 +247,10 @@ func cmdCluster(s *Server, c *client, args [][]byte) {
 			s.replyErr(c, err)
 			return
 		}
-		c.out = appendSimple(c.out, "OK")
+		c.out = resp.AppendSimple(c.out, "OK")
 	default:
 		if !s.cmdClusterMigrate(c, sub, args) {
-			s.replyErr(c, replyErr("ERR unknown subcommand or wrong number of arguments for '"+preview(args[1])+"'. Try CLUSTER HELP."))
+			s.replyErr(c, resp.Error("ERR unknown subcommand or wrong number of arguments for '"+resp.Preview(args[1])+"'. Try CLUSTER HELP."))
 		}
 	}
 }
@@ -285,7 +282,7 @@ var clusterHelp = []string{
 func (s *Server) setTopology(args []string) error {
 	t, err := cluster.Parse(args)
 	if err != nil {
-		return replyErr("ERR " + err.Error())
+		return resp.Error("ERR " + err.Error())
 	}
 	cs := &s.clus
 	cs.mu.Lock()
@@ -299,7 +296,7 @@ func (s *Server) setTopology(args []string) error {
 		// higher epoch exists, so any is taken (sluice cluster renumber).
 		s.log.Warn("cluster: the topology in use is at the epoch cap; taking the pushed one whatever its epoch", "epoch", t.Epoch, "previous_epoch", cur.Epoch)
 	case t.Epoch <= cur.Epoch:
-		return replyErr("ERR epoch " + strconv.FormatUint(t.Epoch, 10) + " is not above the current epoch " + strconv.FormatUint(cur.Epoch, 10) + ": push a topology with a higher epoch")
+		return resp.Error("ERR epoch " + strconv.FormatUint(t.Epoch, 10) + " is not above the current epoch " + strconv.FormatUint(cur.Epoch, 10) + ": push a topology with a higher epoch")
 	}
 	if err := s.store.SetMeta(metaTopology, t.Encode()); err != nil {
 		return fmt.Errorf("store the cluster topology: %w", err)
@@ -311,155 +308,25 @@ func (s *Server) setTopology(args []string) error {
 	return nil
 }
 
-func clusterInfo(v *clusterView) string {
-	assigned := v.top.Assigned()
-	state := "ok"
-	if assigned < cluster.Slots {
-		state = "fail"
-	}
-	size := 0
-	for _, n := range v.top.Nodes {
-		if len(n.Slots) > 0 {
-			size++
-		}
-	}
-	epoch := strconv.FormatUint(v.top.Epoch, 10)
-	var b strings.Builder
-	kv := func(k, val string) { b.WriteString(k + ":" + val + "\r\n") }
-	kv("cluster_state", state)
-	kv("cluster_slots_assigned", strconv.Itoa(assigned))
-	kv("cluster_slots_ok", strconv.Itoa(assigned))
-	kv("cluster_slots_pfail", "0")
-	kv("cluster_slots_fail", "0")
-	kv("cluster_known_nodes", strconv.Itoa(len(v.top.Nodes)))
-	kv("cluster_size", strconv.Itoa(size))
-	kv("cluster_current_epoch", epoch)
-	kv("cluster_my_epoch", epoch)
-	kv("cluster_stats_messages_sent", "0")
-	kv("cluster_stats_messages_received", "0")
-	kv("total_cluster_links_buffer_limit_exceeded", "0")
-	return b.String()
-}
-
-// hostPort splits an announced address; CheckAddr has vetted it.
-func hostPort(addr string) (string, int64) {
-	h, p, _ := cluster.SplitAddr(addr)
-	n, _ := strconv.ParseInt(p, 10, 64)
-	return h, n
-}
-
-// appendClusterSlots appends CLUSTER SLOTS: one entry per range, in slot
-// order, each with its owner as [host, port, id] (three elements: go-redis
-// refuses more than four).
-func appendClusterSlots(b []byte, v *clusterView) []byte {
-	type owned struct {
-		r cluster.Range
-		n *cluster.Node
-	}
-	var all []owned
-	for i := range v.top.Nodes {
-		for _, r := range v.top.Nodes[i].Slots {
-			all = append(all, owned{r, &v.top.Nodes[i]})
-		}
-	}
-	slices.SortFunc(all, func(a, b owned) int { return int(a.r.First) - int(b.r.First) })
-	b = appendArray(b, len(all))
-	for _, o := range all {
-		host, port := hostPort(o.n.Addr)
-		b = appendArray(b, 3)
-		b = appendInt(b, int64(o.r.First))
-		b = appendInt(b, int64(o.r.Last))
-		b = appendArray(b, 3)
-		b = appendBulkString(b, host)
-		b = appendInt(b, port)
-		b = appendBulkString(b, o.n.ID)
-	}
-	return b
-}
-
-// appendClusterShards appends CLUSTER SHARDS: one shard per node (there
-// are no replicas), slotless nodes included, as Redis lists them.
-func appendClusterShards(b []byte, v *clusterView, r3 bool) []byte {
-	b = appendArray(b, len(v.top.Nodes))
-	for _, n := range v.top.Nodes {
-		host, port := hostPort(n.Addr)
-		b = appendMap(b, 2, r3)
-		b = appendBulkString(b, "slots")
-		b = appendArray(b, 2*len(n.Slots))
-		for _, r := range n.Slots {
-			b = appendInt(b, int64(r.First))
-			b = appendInt(b, int64(r.Last))
-		}
-		b = appendBulkString(b, "nodes")
-		// Redis leaves hostname out when none is set: a host that is an
-		// IP address is no hostname.
-		named := net.ParseIP(host) == nil
-		b = appendArray(b, 1)
-		b = appendMap(b, 7+b2i(named), r3)
-		b = appendBulkString(b, "id")
-		b = appendBulkString(b, n.ID)
-		b = appendBulkString(b, "port")
-		b = appendInt(b, port)
-		b = appendBulkString(b, "ip")
-		b = appendBulkString(b, host)
-		b = appendBulkString(b, "endpoint")
-		b = appendBulkString(b, host)
-		if named {
-			b = appendBulkString(b, "hostname")
-			b = appendBulkString(b, host)
-		}
-		b = appendBulkString(b, "role")
-		b = appendBulkString(b, "master")
-		b = appendBulkString(b, "replication-offset")
-		b = appendInt(b, 0)
-		b = appendBulkString(b, "health")
-		b = appendBulkString(b, "online")
-	}
-	return b
-}
-
-// clusterNodes is CLUSTER NODES in Redis' line format, which Lettuce and
-// redis-py parse: id, host:port@cport, flags, master, ping-sent,
-// pong-recv, config-epoch, link-state, then the slots.
-func clusterNodes(v *clusterView) string {
-	var b strings.Builder
-	for i, n := range v.top.Nodes {
-		flags := "master"
-		if uint16(i+1) == v.self {
-			flags = "myself,master"
-		}
-		b.WriteString(n.ID + " " + n.Addr + "@0 " + flags + " - 0 0 " + strconv.FormatUint(v.top.Epoch, 10) + " connected")
-		for _, r := range n.Slots {
-			b.WriteByte(' ')
-			b.WriteString(strconv.Itoa(int(r.First)))
-			if r.Last != r.First {
-				b.WriteString("-" + strconv.Itoa(int(r.Last)))
-			}
-		}
-		b.WriteByte('\n')
-	}
-	return b.String()
-}
-
 // commandGetKeys answers COMMAND GETKEYS from the command table's key
 // positions, as cluster clients ask it for commands they do not know.
 func (s *Server) commandGetKeys(c *client, args [][]byte) {
 	if len(args) < 3 {
-		s.replyErr(c, wrongArgs("command|getkeys"))
+		s.replyErr(c, resp.WrongArgs("command|getkeys"))
 		return
 	}
 	cmd := s.cmds[strings.ToLower(string(args[2]))]
 	if cmd == nil {
-		s.replyErr(c, replyErr("ERR Invalid command specified"))
+		s.replyErr(c, resp.Error("ERR Invalid command specified"))
 		return
 	}
 	call := args[2:]
 	if (cmd.arity > 0 && len(call) != cmd.arity) || (cmd.arity < 0 && len(call) < -cmd.arity) {
-		s.replyErr(c, replyErr("ERR Invalid number of arguments specified for command"))
+		s.replyErr(c, resp.Error("ERR Invalid number of arguments specified for command"))
 		return
 	}
 	if cmd.first == 0 {
-		s.replyErr(c, replyErr("ERR The command has no key arguments"))
+		s.replyErr(c, resp.Error("ERR The command has no key arguments"))
 		return
 	}
 	last := cmd.last
@@ -470,9 +337,9 @@ func (s *Server) commandGetKeys(c *client, args [][]byte) {
 	for i := cmd.first; i <= last && i < len(call); i += cmd.step {
 		keys = append(keys, call[i])
 	}
-	c.out = appendArray(c.out, len(keys))
+	c.out = resp.AppendArray(c.out, len(keys))
 	for _, k := range keys {
-		c.out = appendBulk(c.out, k)
+		c.out = resp.AppendBulk(c.out, k)
 	}
 }
 

@@ -11,6 +11,8 @@ import (
 	"time"
 
 	"github.com/sluicehq/sluice/bucket"
+	"github.com/sluicehq/sluice/internal/limitcmd"
+	"github.com/sluicehq/sluice/internal/resp"
 	"github.com/sluicehq/sluice/storage"
 )
 
@@ -50,12 +52,12 @@ type client struct {
 	writes     []span
 	// replyStart is where the reply of the command being executed begins.
 	replyStart int
-	rl         rlMutator
-	cl         clMutator
-	fw         fwMutator
-	fwReq      fwRequest
-	roll       rollMutator
-	rollReq    rollRequest
+	rl         limitcmd.RLMutator
+	cl         limitcmd.CLMutator
+	fw         limitcmd.FWMutator
+	fwReq      limitcmd.FWRequest
+	roll       limitcmd.RollMutator
+	rollReq    limitcmd.RollRequest
 	clear      delMutator // ROLL.CLEAR's
 	hit        hitter
 	key        []byte
@@ -120,18 +122,18 @@ func commandTable() map[string]*command {
 	rlFlags := []string{"write", "fast"}
 	rlRead := []string{"readonly", "fast"}
 	list := []*command{
-		{name: "rl.reduce", arity: -4, flags: rlFlags, first: 1, last: 1, step: 1, run: rlRunner(rlSpec{kind: rlReduce})},
-		{name: "rl.preduce", arity: -4, flags: rlFlags, first: 1, last: 1, step: 1, run: rlRunner(rlSpec{kind: rlReduce, ms: true})},
-		{name: "rl.get", arity: -4, flags: rlRead, first: 1, last: 1, step: 1, run: rlRunner(rlSpec{kind: rlGet})},
-		{name: "rl.pget", arity: -4, flags: rlRead, first: 1, last: 1, step: 1, run: rlRunner(rlSpec{kind: rlGet, ms: true})},
-		{name: "rl.sessionize", arity: -4, flags: rlFlags, first: 1, last: 1, step: 1, run: rlRunner(rlSpec{kind: rlSessionize})},
-		{name: "rl.psessionize", arity: -4, flags: rlFlags, first: 1, last: 1, step: 1, run: rlRunner(rlSpec{kind: rlSessionize, ms: true})},
+		{name: "rl.reduce", arity: -4, flags: rlFlags, first: 1, last: 1, step: 1, run: rlRunner(limitcmd.RLSpec{Kind: limitcmd.RLReduce})},
+		{name: "rl.preduce", arity: -4, flags: rlFlags, first: 1, last: 1, step: 1, run: rlRunner(limitcmd.RLSpec{Kind: limitcmd.RLReduce, MS: true})},
+		{name: "rl.get", arity: -4, flags: rlRead, first: 1, last: 1, step: 1, run: rlRunner(limitcmd.RLSpec{Kind: limitcmd.RLGet})},
+		{name: "rl.pget", arity: -4, flags: rlRead, first: 1, last: 1, step: 1, run: rlRunner(limitcmd.RLSpec{Kind: limitcmd.RLGet, MS: true})},
+		{name: "rl.sessionize", arity: -4, flags: rlFlags, first: 1, last: 1, step: 1, run: rlRunner(limitcmd.RLSpec{Kind: limitcmd.RLSessionize})},
+		{name: "rl.psessionize", arity: -4, flags: rlFlags, first: 1, last: 1, step: 1, run: rlRunner(limitcmd.RLSpec{Kind: limitcmd.RLSessionize, MS: true})},
 		{name: "cl.throttle", arity: -5, flags: rlFlags, first: 1, last: 1, step: 1, run: clRunner(bucket.Second), doc: clThrottleDoc},
 		{name: "cl.pthrottle", arity: -5, flags: rlFlags, first: 1, last: 1, step: 1, run: clRunner(bucket.Millisecond), doc: clPThrottleDoc},
-		{name: "fw.incr", arity: -4, flags: rlFlags, first: 1, last: 1, step: 1, run: fwRunner(fwSpec{unit: bucket.Second}), doc: fwIncrDoc},
-		{name: "fw.pincr", arity: -4, flags: rlFlags, first: 1, last: 1, step: 1, run: fwRunner(fwSpec{unit: bucket.Millisecond}), doc: fwPIncrDoc},
-		{name: "fw.get", arity: -4, flags: rlRead, first: 1, last: 1, step: 1, run: fwRunner(fwSpec{get: true, unit: bucket.Second}), doc: fwGetDoc},
-		{name: "fw.pget", arity: -4, flags: rlRead, first: 1, last: 1, step: 1, run: fwRunner(fwSpec{get: true, unit: bucket.Millisecond}), doc: fwPGetDoc},
+		{name: "fw.incr", arity: -4, flags: rlFlags, first: 1, last: 1, step: 1, run: fwRunner(limitcmd.FWSpec{Unit: bucket.Second}), doc: fwIncrDoc},
+		{name: "fw.pincr", arity: -4, flags: rlFlags, first: 1, last: 1, step: 1, run: fwRunner(limitcmd.FWSpec{Unit: bucket.Millisecond}), doc: fwPIncrDoc},
+		{name: "fw.get", arity: -4, flags: rlRead, first: 1, last: 1, step: 1, run: fwRunner(limitcmd.FWSpec{Get: true, Unit: bucket.Second}), doc: fwGetDoc},
+		{name: "fw.pget", arity: -4, flags: rlRead, first: 1, last: 1, step: 1, run: fwRunner(limitcmd.FWSpec{Get: true, Unit: bucket.Millisecond}), doc: fwPGetDoc},
 		{name: "roll.limit", arity: -4, flags: rlFlags, first: 1, last: 1, step: 1, run: rollRunner(false), doc: rollLimitDoc},
 		{name: "roll.wouldlimit", arity: -4, flags: rlRead, first: 1, last: 1, step: 1, run: rollRunner(true), doc: rollWouldDoc},
 		{name: "roll.clear", arity: 2, flags: rlFlags, first: 1, last: 1, step: 1, run: cmdRollClear, doc: rollClearDoc},
@@ -210,37 +212,68 @@ func (s *Server) flushTally(c *client) {
 	c.cur = nil
 }
 
-// exec runs one command, appending its reply to c.out.
+// exec runs one command, appending its reply to c.out, and does the
+// command's accounting, once for every command: handlers only answer (and
+// set c.result when they decide a limit).
 func (s *Server) exec(c *client, args [][]byte) {
+	start := len(c.out)
+	t := s.dispatch(c, args)
+	s.tallyReply(c, t, start)
+}
+
+// dispatch runs one command and returns its tally, nil for a command that
+// is not counted as one (unknown, or queued by MULTI).
+func (s *Server) dispatch(c *client, args [][]byte) *tally {
 	cmd := s.lookup(c, args[0])
 	c.result = rlNone
 	if c.tx.on && s.queue(c, cmd, args) {
-		return
+		return nil
 	}
 	if cmd == nil {
 		c.cur = nil
-		c.out = appendError(c.out, unknownCommand(args))
-		s.stats.errorReplies.Add(1)
+		c.out = resp.AppendError(c.out, unknownCommand(args))
 		s.stats.unknownCommands.Add(1)
-		return
+		return nil
 	}
-	c.count(cmd)
+	t := c.count(cmd)
 	if !c.tx.running { // CLIENT INFO in EXEC shows cmd=exec, as in Redis
 		c.lastCmd = cmd.fullName(args)
 	}
 	if (cmd.arity > 0 && len(args) != cmd.arity) || (cmd.arity < 0 && len(args) < -cmd.arity) {
-		s.replyErr(c, wrongArgs(cmd.name))
-		return
+		s.replyErr(c, resp.WrongArgs(cmd.name))
+		return t
 	}
 	if !c.authed && !allowedBeforeAuth(cmd.name) {
 		s.replyErr(c, errNoAuth)
-		return
+		return t
 	}
 	// EXEC checked its commands' slot as a whole (execHeld).
 	if cmd.first > 0 && s.clus.on && !c.tx.running && !s.routeKeys(c, cmd, args) {
-		return
+		return t
 	}
 	cmd.run(s, c, args)
+	return t
+}
+
+// tallyReply counts the reply c.out[start:] of one command in t (nil for
+// none): an error reply, or the decision of a limit command (c.result).
+func (s *Server) tallyReply(c *client, t *tally, start int) {
+	if len(c.out) > start && c.out[start] == '-' {
+		s.stats.errorReplies.Add(1)
+		if t != nil {
+			t.errors++
+		}
+		return
+	}
+	if t == nil {
+		return
+	}
+	switch c.result {
+	case rlAllowed:
+		t.allowed++
+	case rlDenied:
+		t.denied++
+	}
 }
 
 // lookup returns the command named name, any case, or nil.
@@ -257,12 +290,9 @@ func (s *Server) lookup(c *client, name []byte) *command {
 	return s.cmds[string(c.lname[:len(name)])]
 }
 
+// replyErr answers err as the command's reply (exec counts it).
 func (s *Server) replyErr(c *client, err error) {
-	c.out = appendError(c.out, s.errorText(err))
-	s.stats.errorReplies.Add(1)
-	if c.cur != nil {
-		c.cur.errors++
-	}
+	c.out = resp.AppendError(c.out, s.errorText(err))
 }
 
 // unknownCommand words the error like Redis, quoting a bounded preview of
@@ -270,113 +300,45 @@ func (s *Server) replyErr(c *client, err error) {
 func unknownCommand(args [][]byte) string {
 	var b strings.Builder
 	b.WriteString("ERR unknown command '")
-	b.WriteString(preview(args[0]))
+	b.WriteString(resp.Preview(args[0]))
 	b.WriteString("', with args beginning with: ")
 	for _, a := range args[1:min(len(args), 4)] {
 		b.WriteString("'")
-		b.WriteString(preview(a))
+		b.WriteString(resp.Preview(a))
 		b.WriteString("' ")
 	}
 	return b.String()
 }
 
-func preview(a []byte) string {
-	if len(a) > 128 {
-		a = a[:128]
-	}
-	return string(a)
-}
-
-func rlRunner(spec rlSpec) func(*Server, *client, [][]byte) {
-	return func(s *Server, c *client, args [][]byte) {
-		s.runRL(c, spec, args)
-	}
-}
-
-func (s *Server) runRL(c *client, spec rlSpec, args [][]byte) {
-	m := &c.rl
-	if err := parseRL(spec, rlName(spec), args[1:], &m.req); err != nil {
-		s.replyErr(c, err)
-		return
-	}
-	if err := s.checkKeySize("key", len(m.req.key)); err != nil {
-		s.replyErr(c, err)
-		return
-	}
-	m.spec = spec
-	m.server = s.clock().UnixMilli()
-	m.now = m.server
-	if m.req.hasAt {
-		m.now = m.req.at
-	}
-	c.key = appendBucketKey(c.key[:0], m.req)
-	if err := s.modify(c.batch, c.key, m); err != nil {
-		s.replyErr(c, err)
-		return
-	}
-	if spec.kind != rlGet {
-		if m.before >= m.req.take {
-			c.cur.allowed++
-			c.result = rlAllowed
-		} else {
-			c.cur.denied++
-			c.result = rlDenied
-		}
-	}
-	if spec.kind == rlSessionize {
-		c.out = appendArray(c.out, 2)
-		c.out = appendInt(c.out, m.before)
-		c.out = appendInt(c.out, m.session)
-		return
-	}
-	c.out = appendInt(c.out, m.before)
-}
-
-func rlName(spec rlSpec) string {
-	switch {
-	case spec.kind == rlReduce && !spec.ms:
-		return "rl.reduce"
-	case spec.kind == rlReduce:
-		return "rl.preduce"
-	case spec.kind == rlGet && !spec.ms:
-		return "rl.get"
-	case spec.kind == rlGet:
-		return "rl.pget"
-	case !spec.ms:
-		return "rl.sessionize"
-	}
-	return "rl.psessionize"
-}
-
 func cmdPing(s *Server, c *client, args [][]byte) {
 	switch len(args) {
 	case 1:
-		c.out = appendSimple(c.out, "PONG")
+		c.out = resp.AppendSimple(c.out, "PONG")
 	case 2:
-		c.out = appendBulk(c.out, args[1])
+		c.out = resp.AppendBulk(c.out, args[1])
 	default:
-		s.replyErr(c, wrongArgs("ping"))
+		s.replyErr(c, resp.WrongArgs("ping"))
 	}
 }
 
 func cmdEcho(s *Server, c *client, args [][]byte) {
-	c.out = appendBulk(c.out, args[1])
+	c.out = resp.AppendBulk(c.out, args[1])
 }
 
 func cmdQuit(s *Server, c *client, args [][]byte) {
-	c.out = appendSimple(c.out, "OK")
+	c.out = resp.AppendSimple(c.out, "OK")
 	c.quit = true
 }
 
 func cmdSelect(s *Server, c *client, args [][]byte) {
-	n, ok := parseInt(args[1])
+	n, ok := resp.ParseInt(args[1])
 	switch {
 	case !ok || n < math.MinInt32 || n > math.MaxInt32:
-		s.replyErr(c, errNotInteger)
+		s.replyErr(c, resp.ErrNotInteger)
 	case n != 0:
-		s.replyErr(c, replyErr("ERR DB index is out of range"))
+		s.replyErr(c, resp.Error("ERR DB index is out of range"))
 	default:
-		c.out = appendSimple(c.out, "OK")
+		c.out = resp.AppendSimple(c.out, "OK")
 	}
 }
 
@@ -384,7 +346,7 @@ func cmdSelect(s *Server, c *client, args [][]byte) {
 // the default user needs none, as in Redis.
 func cmdAuth(s *Server, c *client, args [][]byte) {
 	if len(args) > 3 {
-		s.replyErr(c, errSyntax)
+		s.replyErr(c, resp.ErrSyntax)
 		return
 	}
 	if s.cfg.Password == "" {
@@ -397,7 +359,7 @@ func cmdAuth(s *Server, c *client, args [][]byte) {
 			s.authFailed(c)
 			return
 		}
-		c.out = appendSimple(c.out, "OK")
+		c.out = resp.AppendSimple(c.out, "OK")
 		return
 	}
 	user, pass := []byte("default"), args[1]
@@ -409,20 +371,20 @@ func cmdAuth(s *Server, c *client, args [][]byte) {
 		return
 	}
 	c.authed = true
-	c.out = appendSimple(c.out, "OK")
+	c.out = resp.AppendSimple(c.out, "OK")
 }
 
 // cmdHello implements HELLO [protover [AUTH username password] [SETNAME name]].
 func cmdHello(s *Server, c *client, args [][]byte) {
 	proto := c.resp
 	if len(args) > 1 {
-		v, ok := parseInt(args[1])
+		v, ok := resp.ParseInt(args[1])
 		if !ok {
-			s.replyErr(c, replyErr("ERR Protocol version is not an integer or out of range"))
+			s.replyErr(c, resp.Error("ERR Protocol version is not an integer or out of range"))
 			return
 		}
 		if v != 2 && v != 3 {
-			s.replyErr(c, replyErr("NOPROTO unsupported protocol version"))
+			s.replyErr(c, resp.Error("NOPROTO unsupported protocol version"))
 			return
 		}
 		proto = int(v)
@@ -431,7 +393,7 @@ func cmdHello(s *Server, c *client, args [][]byte) {
 	setName, authed := false, false
 	for i := 2; i < len(args); i++ {
 		switch {
-		case asciiEqualFold(args[i], "auth") && i+2 < len(args):
+		case resp.EqualFold(args[i], "auth") && i+2 < len(args):
 			if s.cfg.Password == "" && string(args[i+1]) == "default" {
 				i += 2
 				continue
@@ -442,16 +404,16 @@ func cmdHello(s *Server, c *client, args [][]byte) {
 			}
 			authed = true
 			i += 2
-		case asciiEqualFold(args[i], "setname") && i+1 < len(args):
+		case resp.EqualFold(args[i], "setname") && i+1 < len(args):
 			name, setName = args[i+1], true
 			i++
 		default:
-			s.replyErr(c, replyErr("ERR Syntax error in HELLO option '"+preview(args[i])+"'"))
+			s.replyErr(c, resp.Error("ERR Syntax error in HELLO option '"+resp.Preview(args[i])+"'"))
 			return
 		}
 	}
 	if !c.authed && !authed {
-		s.replyErr(c, replyErr("NOAUTH HELLO must be called with the client already authenticated, otherwise the HELLO <proto> AUTH <user> <pass> option can be used to authenticate the client and select the RESP protocol version at the same time"))
+		s.replyErr(c, resp.Error("NOAUTH HELLO must be called with the client already authenticated, otherwise the HELLO <proto> AUTH <user> <pass> option can be used to authenticate the client and select the RESP protocol version at the same time"))
 		return
 	}
 	if setName {
@@ -466,27 +428,27 @@ func cmdHello(s *Server, c *client, args [][]byte) {
 		c.name = string(name)
 	}
 	r3 := c.resp == 3
-	c.out = appendMap(c.out, 7, r3)
-	c.out = appendBulkString(c.out, "server")
-	c.out = appendBulkString(c.out, "sluice")
-	c.out = appendBulkString(c.out, "version")
+	c.out = resp.AppendMap(c.out, 7, r3)
+	c.out = resp.AppendBulkString(c.out, "server")
+	c.out = resp.AppendBulkString(c.out, "sluice")
+	c.out = resp.AppendBulkString(c.out, "version")
 	// The Redis version, as INFO's redis_version: clients pick features
 	// by it (rueidis asks CLUSTER SHARDS from 8 on); sluice's own version
 	// is INFO's sluice_version.
-	c.out = appendBulkString(c.out, redisCompatVersion)
-	c.out = appendBulkString(c.out, "proto")
-	c.out = appendInt(c.out, int64(c.resp))
-	c.out = appendBulkString(c.out, "id")
-	c.out = appendInt(c.out, c.id)
-	c.out = appendBulkString(c.out, "mode")
-	c.out = appendBulkString(c.out, s.helloMode())
-	c.out = appendBulkString(c.out, "role")
-	c.out = appendBulkString(c.out, "master")
-	c.out = appendBulkString(c.out, "modules")
-	c.out = appendArray(c.out, 0)
+	c.out = resp.AppendBulkString(c.out, redisCompatVersion)
+	c.out = resp.AppendBulkString(c.out, "proto")
+	c.out = resp.AppendInt(c.out, int64(c.resp))
+	c.out = resp.AppendBulkString(c.out, "id")
+	c.out = resp.AppendInt(c.out, c.id)
+	c.out = resp.AppendBulkString(c.out, "mode")
+	c.out = resp.AppendBulkString(c.out, s.helloMode())
+	c.out = resp.AppendBulkString(c.out, "role")
+	c.out = resp.AppendBulkString(c.out, "master")
+	c.out = resp.AppendBulkString(c.out, "modules")
+	c.out = resp.AppendArray(c.out, 0)
 }
 
-var errClientName = replyErr("ERR Client names cannot contain spaces, newlines or special characters.")
+var errClientName = resp.Error("ERR Client names cannot contain spaces, newlines or special characters.")
 
 // maxClientName is the longest client name, library name or version a
 // connection may set. Redis has no limit; here each is kept for the life of
@@ -499,7 +461,7 @@ const maxClientName = 256
 // ASCII: then bad.
 func checkClientName(what string, b []byte, bad error) error {
 	if len(b) > maxClientName {
-		return replyErr("ERR " + what + " is " + strconv.Itoa(len(b)) + " bytes, longer than the limit of " + strconv.Itoa(maxClientName) + " bytes")
+		return resp.Error("ERR " + what + " is " + strconv.Itoa(len(b)) + " bytes, longer than the limit of " + strconv.Itoa(maxClientName) + " bytes")
 	}
 	for _, ch := range b {
 		if ch < '!' || ch > '~' {
@@ -513,12 +475,12 @@ func cmdClient(s *Server, c *client, args [][]byte) {
 	sub := strings.ToLower(string(args[1]))
 	switch {
 	case sub == "id" && len(args) == 2:
-		c.out = appendInt(c.out, c.id)
+		c.out = resp.AppendInt(c.out, c.id)
 	case sub == "getname" && len(args) == 2:
 		if c.name == "" {
-			c.out = appendNull(c.out, c.resp == 3)
+			c.out = resp.AppendNull(c.out, c.resp == 3)
 		} else {
-			c.out = appendBulkString(c.out, c.name)
+			c.out = resp.AppendBulkString(c.out, c.name)
 		}
 	case sub == "setname" && len(args) == 3:
 		if err := checkClientName("client name", args[2], errClientName); err != nil {
@@ -526,11 +488,11 @@ func cmdClient(s *Server, c *client, args [][]byte) {
 			return
 		}
 		c.name = string(args[2])
-		c.out = appendSimple(c.out, "OK")
+		c.out = resp.AppendSimple(c.out, "OK")
 	case sub == "setinfo" && len(args) == 4:
 		attr := strings.ToLower(string(args[2]))
 		if attr == "lib-name" || attr == "lib-ver" { // else refused below, as in Redis
-			if err := checkClientName(attr, args[3], replyErr("ERR "+attr+" cannot contain spaces, newlines or special characters.")); err != nil {
+			if err := checkClientName(attr, args[3], resp.Error("ERR "+attr+" cannot contain spaces, newlines or special characters.")); err != nil {
 				s.replyErr(c, err)
 				return
 			}
@@ -541,10 +503,10 @@ func cmdClient(s *Server, c *client, args [][]byte) {
 		case "lib-ver":
 			c.libVer = string(args[3])
 		default:
-			s.replyErr(c, replyErr("ERR Unrecognized option '"+preview(args[2])+"'"))
+			s.replyErr(c, resp.Error("ERR Unrecognized option '"+resp.Preview(args[2])+"'"))
 			return
 		}
-		c.out = appendSimple(c.out, "OK")
+		c.out = resp.AppendSimple(c.out, "OK")
 	case sub == "info" && len(args) == 2:
 		s.clientInfo(c)
 	case sub == "list" && len(args) == 2:
@@ -561,15 +523,15 @@ func cmdClient(s *Server, c *client, args [][]byte) {
 		}
 		c.out = appendHelp(c.out, lines)
 	default:
-		s.replyErr(c, replyErr("ERR unknown subcommand or wrong number of arguments for '"+preview(args[1])+"'. Try CLIENT HELP."))
+		s.replyErr(c, resp.Error("ERR unknown subcommand or wrong number of arguments for '"+resp.Preview(args[1])+"'. Try CLIENT HELP."))
 	}
 }
 
 // appendHelp appends a HELP reply: one simple string per line, as Redis.
 func appendHelp(b []byte, lines []string) []byte {
-	b = appendArray(b, len(lines))
+	b = resp.AppendArray(b, len(lines))
 	for _, l := range lines {
-		b = appendSimple(b, l)
+		b = resp.AppendSimple(b, l)
 	}
 	return b
 }
@@ -583,7 +545,7 @@ func cmdCommand(s *Server, c *client, args [][]byte) {
 	}
 	sort.Strings(names)
 	if len(args) == 1 {
-		c.out = appendArray(c.out, len(names))
+		c.out = resp.AppendArray(c.out, len(names))
 		for _, n := range names {
 			c.out = appendCommandInfo(c.out, s.cmds[n])
 		}
@@ -591,14 +553,14 @@ func cmdCommand(s *Server, c *client, args [][]byte) {
 	}
 	switch strings.ToLower(string(args[1])) {
 	case "count":
-		c.out = appendInt(c.out, int64(len(names)))
+		c.out = resp.AppendInt(c.out, int64(len(names)))
 	case "list":
-		c.out = appendArray(c.out, len(names))
+		c.out = resp.AppendArray(c.out, len(names))
 		for _, n := range names {
-			c.out = appendBulkString(c.out, n)
+			c.out = resp.AppendBulkString(c.out, n)
 		}
 	case "info":
-		c.out = appendArray(c.out, len(args)-2)
+		c.out = resp.AppendArray(c.out, len(args)-2)
 		for _, a := range args[2:] {
 			cmd, sub := s.lookupCommand(a)
 			switch {
@@ -607,7 +569,7 @@ func cmdCommand(s *Server, c *client, args [][]byte) {
 			case cmd != nil:
 				c.out = appendCommandInfo(c.out, cmd)
 			default:
-				c.out = appendNull(c.out, c.resp == 3)
+				c.out = resp.AppendNull(c.out, c.resp == 3)
 			}
 		}
 	case "help":
@@ -650,13 +612,13 @@ func cmdCommand(s *Server, c *client, args [][]byte) {
 			}
 		}
 		r3 := c.resp == 3
-		c.out = appendMap(c.out, len(docs), r3)
+		c.out = resp.AppendMap(c.out, len(docs), r3)
 		for _, d := range docs {
-			c.out = appendBulkString(c.out, d.name)
+			c.out = resp.AppendBulkString(c.out, d.name)
 			c.out = d.doc.append(c.out, r3, d.subs)
 		}
 	default:
-		s.replyErr(c, replyErr("ERR unknown subcommand '"+preview(args[1])+"'. Try COMMAND HELP."))
+		s.replyErr(c, resp.Error("ERR unknown subcommand '"+resp.Preview(args[1])+"'. Try COMMAND HELP."))
 	}
 }
 
@@ -690,20 +652,20 @@ func (d *cmdDoc) append(b []byte, r3 bool, subs []subcommand) []byte {
 	if len(subs) > 0 {
 		n++
 	}
-	b = appendMap(b, n, r3)
-	b = appendBulkString(b, "summary")
-	b = appendBulkString(b, d.summary)
-	b = appendBulkString(b, "since")
-	b = appendBulkString(b, docSince)
-	b = appendBulkString(b, "group")
-	b = appendBulkString(b, d.group)
-	b = appendBulkString(b, "arguments")
+	b = resp.AppendMap(b, n, r3)
+	b = resp.AppendBulkString(b, "summary")
+	b = resp.AppendBulkString(b, d.summary)
+	b = resp.AppendBulkString(b, "since")
+	b = resp.AppendBulkString(b, docSince)
+	b = resp.AppendBulkString(b, "group")
+	b = resp.AppendBulkString(b, d.group)
+	b = resp.AppendBulkString(b, "arguments")
 	b = appendDocArgs(b, d.args, r3)
 	if len(subs) > 0 {
-		b = appendBulkString(b, "subcommands")
-		b = appendMap(b, len(subs), r3)
+		b = resp.AppendBulkString(b, "subcommands")
+		b = resp.AppendMap(b, len(subs), r3)
 		for i := range subs {
-			b = appendBulkString(b, subs[i].name)
+			b = resp.AppendBulkString(b, subs[i].name)
 			b = subs[i].doc.append(b, r3, nil)
 		}
 	}
@@ -711,7 +673,7 @@ func (d *cmdDoc) append(b []byte, r3 bool, subs []subcommand) []byte {
 }
 
 func appendDocArgs(b []byte, args []docArg, r3 bool) []byte {
-	b = appendArray(b, len(args))
+	b = resp.AppendArray(b, len(args))
 	for _, a := range args {
 		var flags []string
 		if a.optional {
@@ -730,24 +692,24 @@ func appendDocArgs(b []byte, args []docArg, r3 bool) []byte {
 		if len(a.args) > 0 {
 			n++
 		}
-		b = appendMap(b, n, r3)
-		b = appendBulkString(b, "name")
-		b = appendBulkString(b, a.name)
-		b = appendBulkString(b, "type")
-		b = appendBulkString(b, a.typ)
+		b = resp.AppendMap(b, n, r3)
+		b = resp.AppendBulkString(b, "name")
+		b = resp.AppendBulkString(b, a.name)
+		b = resp.AppendBulkString(b, "type")
+		b = resp.AppendBulkString(b, a.typ)
 		if a.token != "" {
-			b = appendBulkString(b, "token")
-			b = appendBulkString(b, a.token)
+			b = resp.AppendBulkString(b, "token")
+			b = resp.AppendBulkString(b, a.token)
 		}
 		if len(flags) > 0 {
-			b = appendBulkString(b, "flags")
-			b = appendArray(b, len(flags))
+			b = resp.AppendBulkString(b, "flags")
+			b = resp.AppendArray(b, len(flags))
 			for _, f := range flags {
-				b = appendSimple(b, f)
+				b = resp.AppendSimple(b, f)
 			}
 		}
 		if len(a.args) > 0 {
-			b = appendBulkString(b, "arguments")
+			b = resp.AppendBulkString(b, "arguments")
 			b = appendDocArgs(b, a.args, r3)
 		}
 	}
@@ -759,7 +721,7 @@ func appendDocArgs(b []byte, args []docArg, r3 bool) []byte {
 // key specs, and the subcommands, each its own ten elements.
 func appendCommandInfo(b []byte, cmd *command) []byte {
 	b = appendInfoHead(b, cmd.name, cmd.arity, cmd.flags, cmd.first, cmd.last, cmd.step)
-	b = appendArray(b, len(cmd.subs))
+	b = resp.AppendArray(b, len(cmd.subs))
 	for i := range cmd.subs {
 		b = appendSubcommandInfo(b, &cmd.subs[i])
 	}
@@ -768,24 +730,24 @@ func appendCommandInfo(b []byte, cmd *command) []byte {
 
 func appendSubcommandInfo(b []byte, sc *subcommand) []byte {
 	b = appendInfoHead(b, sc.name, sc.arity, sc.flags, 0, 0, 0)
-	return appendArray(b, 0)
+	return resp.AppendArray(b, 0)
 }
 
 // appendInfoHead appends the first nine elements of a COMMAND reply.
 func appendInfoHead(b []byte, name string, arity int, flags []string, first, last, step int) []byte {
-	b = appendArray(b, 10)
-	b = appendBulkString(b, name)
-	b = appendInt(b, int64(arity))
-	b = appendArray(b, len(flags))
+	b = resp.AppendArray(b, 10)
+	b = resp.AppendBulkString(b, name)
+	b = resp.AppendInt(b, int64(arity))
+	b = resp.AppendArray(b, len(flags))
 	for _, f := range flags {
-		b = appendSimple(b, f)
+		b = resp.AppendSimple(b, f)
 	}
-	b = appendInt(b, int64(first))
-	b = appendInt(b, int64(last))
-	b = appendInt(b, int64(step))
-	b = appendArray(b, 0)    // ACL categories
-	b = appendArray(b, 0)    // tips
-	return appendArray(b, 0) // key specs
+	b = resp.AppendInt(b, int64(first))
+	b = resp.AppendInt(b, int64(last))
+	b = resp.AppendInt(b, int64(step))
+	b = resp.AppendArray(b, 0)    // ACL categories
+	b = resp.AppendArray(b, 0)    // tips
+	return resp.AppendArray(b, 0) // key specs
 }
 
 // lookupCommand finds a command by name, or a subcommand by its full
@@ -811,7 +773,7 @@ func cmdConfig(s *Server, c *client, args [][]byte) {
 	switch strings.ToLower(string(args[1])) {
 	case "get":
 		if len(args) < 3 {
-			s.replyErr(c, wrongArgs("config|get"))
+			s.replyErr(c, resp.WrongArgs("config|get"))
 			return
 		}
 		all := s.configValues()
@@ -825,15 +787,15 @@ func cmdConfig(s *Server, c *client, args [][]byte) {
 			}
 		}
 		sort.Strings(keys)
-		c.out = appendMap(c.out, len(keys), c.resp == 3)
+		c.out = resp.AppendMap(c.out, len(keys), c.resp == 3)
 		for _, k := range keys {
-			c.out = appendBulkString(c.out, k)
-			c.out = appendBulkString(c.out, all[k])
+			c.out = resp.AppendBulkString(c.out, k)
+			c.out = resp.AppendBulkString(c.out, all[k])
 		}
 	case "set", "rewrite", "resetstat":
-		s.replyErr(c, replyErr("ERR CONFIG "+strings.ToUpper(string(args[1]))+" is not supported: sluice is configured by flags and SLUICE_* environment variables at startup"))
+		s.replyErr(c, resp.Error("ERR CONFIG "+strings.ToUpper(string(args[1]))+" is not supported: sluice is configured by flags and SLUICE_* environment variables at startup"))
 	default:
-		s.replyErr(c, replyErr("ERR unknown subcommand '"+preview(args[1])+"'. Try CONFIG GET."))
+		s.replyErr(c, resp.Error("ERR unknown subcommand '"+resp.Preview(args[1])+"'. Try CONFIG GET."))
 	}
 }
 
@@ -864,19 +826,19 @@ func (s *Server) configValues() map[string]string {
 
 func cmdTime(s *Server, c *client, args [][]byte) {
 	now := s.clock()
-	c.out = appendArray(c.out, 2)
-	c.out = appendBulkString(c.out, strconv.FormatInt(now.Unix(), 10))
-	c.out = appendBulkString(c.out, strconv.Itoa(now.Nanosecond()/1000))
+	c.out = resp.AppendArray(c.out, 2)
+	c.out = resp.AppendBulkString(c.out, strconv.FormatInt(now.Unix(), 10))
+	c.out = resp.AppendBulkString(c.out, strconv.Itoa(now.Nanosecond()/1000))
 }
 
 // cmdReady answers 1 while the server can serve writes: not shutting down
 // and the store neither failed nor refusing changes.
 func cmdReady(s *Server, c *client, args [][]byte) {
 	if !s.Ready() {
-		c.out = appendInt(c.out, 0)
+		c.out = resp.AppendInt(c.out, 0)
 		return
 	}
-	c.out = appendInt(c.out, 1)
+	c.out = resp.AppendInt(c.out, 1)
 }
 
 // Ready reports whether the server can serve changes now: not shutting

@@ -8,6 +8,8 @@ import (
 	"sync"
 	"sync/atomic"
 	"time"
+
+	"github.com/sluicehq/sluice/internal/resp"
 )
 
 // sluice serves each RESP connection with its own loop around the framer
@@ -43,7 +45,7 @@ const (
 	unauthMaxQuery = 64 << 10
 )
 
-var unauthLimits = framingLimits{
+var unauthLimits = resp.Limits{
 	MaxArgs:    unauthMaxArgs,
 	MaxBulk:    unauthMaxBulk,
 	MaxInline:  unauthMaxBulk,
@@ -57,8 +59,8 @@ type conn struct {
 	srv *Server
 	nc  net.Conn
 	cl  *client
-	f   *framer
-	lim framingLimits // the framer's limits once authenticated
+	f   *resp.Framer
+	lim resp.Limits // the framer's limits once authenticated
 
 	rbuf []byte   // socket reads
 	obuf []byte   // the framer's output: the canonical commands of one read
@@ -76,7 +78,7 @@ type conn struct {
 // keeps every Add before Close's Wait. It returns nil and false for a
 // connection admission refused.
 func (s *Server) newConn(nc net.Conn) (*conn, bool) {
-	lim := framingLimits{
+	lim := resp.Limits{
 		MaxArgs:    s.cfg.MaxArgs,
 		MaxBulk:    s.cfg.MaxBulk,
 		MaxInline:  s.cfg.MaxInline,
@@ -96,7 +98,7 @@ func (s *Server) newConn(nc net.Conn) (*conn, bool) {
 	if !c.authed {
 		flim = unauthLimits
 	}
-	cn := &conn{srv: s, nc: nc, cl: c, f: newFramer(flim), lim: lim, rbuf: make([]byte, connReadMin)}
+	cn := &conn{srv: s, nc: nc, cl: c, f: resp.NewFramer(flim), lim: lim, rbuf: make([]byte, connReadMin)}
 	c.conn = cn
 	c.lastAt = c.created.UnixMilli()
 	s.mu.Lock()
@@ -188,7 +190,7 @@ func (cn *conn) process(p []byte) bool {
 		// small limits for the commands pipelined behind it.
 		one := !c.authed
 		var used int
-		cn.obuf, used, ferr = cn.f.feedSome(cn.obuf[:0], p, one)
+		cn.obuf, used, ferr = cn.f.FeedSome(cn.obuf[:0], p, one)
 		p = p[used:]
 		if !cn.account() {
 			cn.evict()
@@ -199,7 +201,7 @@ func (cn *conn) process(p []byte) bool {
 			break
 		}
 		if one && c.authed {
-			cn.f.lim = cn.lim
+			cn.f.SetLimits(cn.lim)
 		}
 	}
 	sent := cn.commitAndSend()
@@ -210,7 +212,7 @@ func (cn *conn) process(p []byte) bool {
 		if sent {
 			// Bounded: a client that sent garbage gets no more patience.
 			_ = cn.nc.SetWriteDeadline(time.Now().Add(time.Second))
-			cn.write(appendError(nil, "ERR "+ferr.Error()))
+			cn.write(resp.AppendError(nil, "ERR "+ferr.Error()))
 			c.failed = true
 		}
 		return false
@@ -225,7 +227,7 @@ func (cn *conn) evict() {
 	s.stats.evictedClients.Add(1)
 	s.log.Warn("closing a client: the buffers of all clients exceed --maxmemory-clients", "client", c.id, "remote", c.addr,
 		"limit", s.cfg.MaxMemoryClients, "client_buffers", cn.mem)
-	c.out = appendError(c.out, "ERR client memory limit reached: the buffers of all clients exceed --maxmemory-clients; closing the connection")
+	c.out = resp.AppendError(c.out, "ERR client memory limit reached: the buffers of all clients exceed --maxmemory-clients; closing the connection")
 	c.quit = true
 	c.failed = true
 }
@@ -263,7 +265,7 @@ func (cn *conn) resize(n int) {
 	switch {
 	case n == len(cn.rbuf) && len(cn.rbuf) < connReadMax:
 		cn.rbuf = make([]byte, 2*len(cn.rbuf))
-	case len(cn.rbuf) > connReadMin && cn.f.between():
+	case len(cn.rbuf) > connReadMin && cn.f.Between():
 		cn.rbuf = make([]byte, connReadMin)
 	}
 	if cap(cn.obuf) > connKeepBuf {
@@ -284,14 +286,14 @@ func (cn *conn) resize(n int) {
 		c.key = nil
 	}
 	c.hit.resize()
-	c.roll.resize()
+	c.roll.Resize(connKeepBuf)
 	if c.batchBytes > connKeepBuf {
 		// The batch keeps the keys of its largest pipeline.
 		c.batch = cn.srv.store.NewBatch()
 	}
 	c.batchBytes = 0
-	if cn.f.between() {
-		cn.f.trim(connKeepBuf)
+	if cn.f.Between() {
+		cn.f.Trim(connKeepBuf)
 	}
 	cn.account()
 }
@@ -300,8 +302,8 @@ func (cn *conn) resize(n int) {
 // --maxmemory-clients.
 func (cn *conn) footprint() int64 {
 	c := cn.cl
-	return int64(cap(cn.rbuf) + cap(cn.obuf) + 24*cap(cn.args) + cn.f.footprint() +
-		cap(c.out) + 48*cap(c.writes) + cap(c.key) + c.hit.footprint() + c.roll.footprint() +
+	return int64(cap(cn.rbuf) + cap(cn.obuf) + 24*cap(cn.args) + cn.f.Footprint() +
+		cap(c.out) + 48*cap(c.writes) + cap(c.key) + c.hit.footprint() + c.roll.Footprint() +
 		cap(c.tx.buf) + 24*cap(c.tx.args) + 16*cap(c.tx.watches))
 }
 
@@ -327,31 +329,6 @@ func (cn *conn) account() bool {
 		}
 	}
 	return d < 0 || s.cfg.MaxMemoryClients < 0 || total <= s.cfg.MaxMemoryClients
-}
-
-// nextCommand splits the first command off cmds, the framer's output, into
-// args (reused) and returns the rest. The framer has checked every byte
-// and written canonical RESP, `*N\r\n` then `$len\r\nbytes\r\n` per
-// argument, so this only reads the lengths back; each argument is a slice
-// of cmds, capped so that appending to it cannot touch the next.
-func nextCommand(cmds []byte, args [][]byte) ([][]byte, []byte) {
-	i := 1
-	n := 0
-	for ; cmds[i] != '\r'; i++ {
-		n = n*10 + int(cmds[i]-'0')
-	}
-	i += 2
-	args = args[:0]
-	for range n {
-		l := 0
-		for i++; cmds[i] != '\r'; i++ {
-			l = l*10 + int(cmds[i]-'0')
-		}
-		i += 2
-		args = append(args, cmds[i:i+l:i+l])
-		i += l + 2
-	}
-	return args, cmds[i:]
 }
 
 // finish closes the connection and forgets it.

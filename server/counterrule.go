@@ -3,6 +3,7 @@ package server
 import (
 	"strconv"
 
+	"github.com/sluicehq/sluice/internal/resp"
 	"github.com/sluicehq/sluice/policy"
 )
 
@@ -59,12 +60,12 @@ func (s *Server) counterRule(id []byte, pos int64) (*policy.Rule, error) {
 	case r == nil && lp == nil && ld == nil:
 		return nil, errNoPolicy
 	case r == nil:
-		return nil, replyErr("ERR cluster: this node has no rule with the counter identity of the sender's rule " + p +
+		return nil, resp.Error("ERR cluster: this node has no rule with the counter identity of the sender's rule " + p +
 			" (in its --policy or --rls-config): every node must run the same rules")
 	case int64(r.Pos) == pos:
 		return r, nil
 	case pos < 1 || pos > int64(n):
-		return nil, replyErr("ERR cluster: this node's " + where + " has no rule " + p + ": every node must run the same rules")
+		return nil, resp.Error("ERR cluster: this node's " + where + " has no rule " + p + ": every node must run the same rules")
 	}
-	return nil, replyErr("ERR cluster: rule " + p + " of this node's " + where + " is not the sender's: every node must run the same rules")
+	return nil, resp.Error("ERR cluster: rule " + p + " of this node's " + where + " is not the sender's: every node must run the same rules")
 }

@@ -1,6 +1,7 @@
 package server
 
 import (
+	"github.com/sluicehq/sluice/internal/resp"
 	"github.com/sluicehq/sluice/keyspace"
 	"github.com/sluicehq/sluice/storage"
 )
@@ -93,5 +94,5 @@ func cmdDel(s *Server, c *client, args [][]byte) {
 	if cap(c.del) > connKeepBuf {
 		c.del, c.delEnds = nil, nil
 	}
-	c.out = appendInt(c.out, n)
+	c.out = resp.AppendInt(c.out, n)
 }

@@ -291,7 +291,7 @@ func (d *divvyConn) round(start, end int, eof bool) (next int, stop bool) {
 		mark, before := len(d.out), d.batch.Len()
 		out, err := s.hit(&d.h, lp, d.h.req, 1, d.batch, s.clock().UnixNano())
 		if err != nil {
-			d.out = d.errReply(policy.CodeUnknown, divvyReason(s.errorText(err)))
+			d.out = d.errReply(policy.CodeUnknown, s.lineReason(err))
 			stop = true
 			break
 		}
@@ -313,7 +313,7 @@ func (d *divvyConn) round(start, end int, eof bool) (next int, stop bool) {
 			if firstWrite >= 0 {
 				d.out = d.out[:firstWrite]
 			}
-			d.out = d.errReply(policy.CodeUnknown, divvyReason(s.errorText(err)))
+			d.out = d.errReply(policy.CodeUnknown, s.lineReason(err))
 			stop = true
 		}
 	}

@@ -1,5 +1,7 @@
 package server
 
+import "github.com/sluicehq/sluice/internal/resp"
+
 // builtinDocs are the COMMAND DOCS records of the commands whose table
 // entry has none: redis-cli builds its HELP text and Tab completion from
 // them, so a command without a record gets neither.
@@ -122,7 +124,7 @@ func (cmd *command) fullName(args [][]byte) string {
 	}
 	for i := range cmd.subs {
 		sc := &cmd.subs[i]
-		if asciiEqualFold(args[1], sc.name[len(cmd.name)+1:]) {
+		if resp.EqualFold(args[1], sc.name[len(cmd.name)+1:]) {
 			return sc.name
 		}
 	}

@@ -11,6 +11,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/sluicehq/sluice/internal/resp"
 	"github.com/sluicehq/sluice/keyspace"
 	"github.com/sluicehq/sluice/policy"
 )
@@ -84,9 +85,9 @@ func (s *Server) forwardHit(addr string, slot uint16, key []byte, r *policy.Rule
 	for hops := 0; ; hops++ {
 		reply, err := s.fwd.call(s, addr, deadline, args)
 		if err != nil {
-			return policy.Outcome{}, forwardErr{replyErr(fmt.Sprintf("ERR cluster: forwarding a counter of slot %d to its owner %s failed: %v", slot, addr, oneLine(err.Error())))}
+			return policy.Outcome{}, forwardErr{resp.Error(fmt.Sprintf("ERR cluster: forwarding a counter of slot %d to its owner %s failed: %v", slot, addr, oneLine(err.Error())))}
 		}
-		var re replyErr
+		var re resp.Error
 		if !errors.As(reply.err, &re) {
 			if reply.err != nil {
 				return policy.Outcome{}, reply.err
@@ -108,7 +109,7 @@ func (s *Server) forwardHit(addr string, slot uint16, key []byte, r *policy.Rule
 	}
 }
 
-var errCounterHitStandalone = replyErr("ERR SLUICE.COUNTERHIT is sent between the nodes of a cluster; this node is standalone (no --cluster-nodes)")
+var errCounterHitStandalone = resp.Error("ERR SLUICE.COUNTERHIT is sent between the nodes of a cluster; this node is standalone (no --cluster-nodes)")
 
 // DefaultMaxClockSkew is how far SLUICE.COUNTERHIT's now may be from the
 // owner's clock before it is clamped.
@@ -129,7 +130,7 @@ func (s *Server) forwardTimeout() time.Duration {
 }
 
 // fwdReply is a SLUICE.COUNTERHIT reply: counterHitReplyLen integers, or
-// an error the owner answered (err is a replyErr).
+// an error the owner answered (err is a resp.Error).
 type fwdReply struct {
 	ints [counterHitReplyLen]int64
 	err  error
@@ -142,13 +143,13 @@ const counterHitReplyLen = 6
 
 // appendCounterHitReply appends o as SLUICE.COUNTERHIT's reply.
 func appendCounterHitReply(dst []byte, o policy.Outcome) []byte {
-	dst = appendArray(dst, counterHitReplyLen)
-	dst = appendInt(dst, int64(b2i(o.Allowed)))
-	dst = appendInt(dst, o.CreditsLeft)
-	dst = appendInt(dst, o.SecondsUntilReset)
-	dst = appendInt(dst, o.Limit)
-	dst = appendInt(dst, o.RetryAfterMs)
-	return appendInt(dst, o.ResetAfterMs)
+	dst = resp.AppendArray(dst, counterHitReplyLen)
+	dst = resp.AppendInt(dst, int64(b2i(o.Allowed)))
+	dst = resp.AppendInt(dst, o.CreditsLeft)
+	dst = resp.AppendInt(dst, o.SecondsUntilReset)
+	dst = resp.AppendInt(dst, o.Limit)
+	dst = resp.AppendInt(dst, o.RetryAfterMs)
+	return resp.AppendInt(dst, o.ResetAfterMs)
 }
 
 // outcome is the Outcome the reply carries, without Quota and Rule.
@@ -244,9 +245,9 @@ func (f *forwarder) closeAll() {
 }
 
 func appendCommand(b []byte, args [][]byte) []byte {
-	b = appendArray(b, len(args))
+	b = resp.AppendArray(b, len(args))
 	for _, a := range args {
-		b = appendBulk(b, a)
+		b = resp.AppendBulk(b, a)
 	}
 	return b
 }
@@ -261,7 +262,7 @@ func readHitReply(r *bufio.Reader) (fwdReply, error) {
 	line = strings.TrimRight(line, "\r\n")
 	switch {
 	case strings.HasPrefix(line, "-"):
-		return fwdReply{err: replyErr(line[1:])}, nil
+		return fwdReply{err: resp.Error(line[1:])}, nil
 	case line != "*"+strconv.Itoa(counterHitReplyLen):
 		return fwdReply{}, fmt.Errorf("unexpected reply %q", line)
 	}
@@ -312,15 +313,15 @@ func cmdCounterHit(s *Server, c *client, args [][]byte) {
 		}
 	}
 	if err != nil || len(id) < policy.CounterIDLen {
-		s.replyErr(c, replyErr("ERR SLUICE.COUNTERHIT: not a rule counter key; expected a store key keyspace.AppendRuleKey makes"))
+		s.replyErr(c, resp.Error("ERR SLUICE.COUNTERHIT: not a rule counter key; expected a store key keyspace.AppendRuleKey makes"))
 		return
 	}
-	pos, ok1 := parseInt(args[2])
-	now, ok2 := parseInt(args[3])
-	limit, ok3 := parseInt(args[4])
-	hits, ok4 := parseInt(args[5])
+	pos, ok1 := resp.ParseInt(args[2])
+	now, ok2 := resp.ParseInt(args[3])
+	limit, ok3 := resp.ParseInt(args[4])
+	hits, ok4 := resp.ParseInt(args[5])
 	if !ok1 || !ok2 || !ok3 || !ok4 {
-		s.replyErr(c, errNotInteger)
+		s.replyErr(c, resp.ErrNotInteger)
 		return
 	}
 	if s.clus.on && !s.routeSlot(c, rec.Slot) {
@@ -334,16 +335,16 @@ func cmdCounterHit(s *Server, c *client, args [][]byte) {
 	h := &c.hit
 	h.id = r.AppendCounterID(h.id[:0], nil) // the identity alone: no actor
 	if !r.MayCount() || string(h.id) != string(id[:policy.CounterIDLen]) {
-		s.replyErr(c, replyErr("ERR cluster: rule "+strconv.FormatInt(pos, 10)+" of this node's rule file is not the sender's: every node must run the same rules"))
+		s.replyErr(c, resp.Error("ERR cluster: rule "+strconv.FormatInt(pos, 10)+" of this node's rule file is not the sender's: every node must run the same rules"))
 		return
 	}
 	if limit < 1 || (limit != r.CreditLimit && (r.QuotaField == "" || limit > r.MaxQuota)) {
-		s.replyErr(c, replyErr("ERR SLUICE.COUNTERHIT: limit "+strconv.FormatInt(limit, 10)+" is not one rule "+strconv.FormatInt(pos, 10)+
+		s.replyErr(c, resp.Error("ERR SLUICE.COUNTERHIT: limit "+strconv.FormatInt(limit, 10)+" is not one rule "+strconv.FormatInt(pos, 10)+
 			" can apply; expected its creditLimit "+strconv.FormatInt(r.CreditLimit, 10)+" or, with a quotaField, 1 to its maxQuota "+strconv.FormatInt(r.MaxQuota, 10)))
 		return
 	}
 	if hits < 0 {
-		s.replyErr(c, replyErr("ERR SLUICE.COUNTERHIT: hits "+strconv.FormatInt(hits, 10)+"; expected 0 or more"))
+		s.replyErr(c, resp.Error("ERR SLUICE.COUNTERHIT: hits "+strconv.FormatInt(hits, 10)+"; expected 0 or more"))
 		return
 	}
 	// The key must be the one the rule makes for this counter under this
@@ -352,7 +353,7 @@ func cmdCounterHit(s *Server, c *client, args [][]byte) {
 	// rule's and the ID's.
 	h.key = keyspace.AppendRuleKey(h.key[:0], r, limit, id)
 	if string(h.key) != string(key) {
-		s.replyErr(c, replyErr("ERR SLUICE.COUNTERHIT: the key is not rule "+strconv.FormatInt(pos, 10)+"'s counter under limit "+strconv.FormatInt(limit, 10)+
+		s.replyErr(c, resp.Error("ERR SLUICE.COUNTERHIT: the key is not rule "+strconv.FormatInt(pos, 10)+"'s counter under limit "+strconv.FormatInt(limit, 10)+
 			"; expected a "+r.Algorithm.String()+" counter of its parameters, in the slot of its counter ID"))
 		return
 	}

@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/sluicehq/sluice/bucket"
+	"github.com/sluicehq/sluice/internal/resp"
 	"github.com/sluicehq/sluice/keyspace"
 	"github.com/sluicehq/sluice/policy"
 	"github.com/sluicehq/sluice/storage"
@@ -51,7 +52,7 @@ type policyState struct {
 	errUnknownCommand, errUnknown atomic.Int64
 }
 
-var errNoPolicy = replyErr("ERR no policy loaded: start sluice with --policy FILE (a divvy .ini or .json rule file)")
+var errNoPolicy = resp.Error("ERR no policy loaded: start sluice with --policy FILE (a divvy .ini or .json rule file)")
 
 // loadPolicy reads the rule file and puts it in use. It returns the
 // validation error, naming the file, rule and problem, and leaves the
@@ -188,9 +189,9 @@ func hitErr(err error) error {
 	var ae *bucket.ArgError
 	switch {
 	case errors.Is(err, policy.ErrHits):
-		return replyErr("ERR " + strings.TrimPrefix(err.Error(), "policy: "))
+		return resp.Error("ERR " + strings.TrimPrefix(err.Error(), "policy: "))
 	case errors.As(err, &ae):
-		return replyErr("ERR rule arithmetic out of range: " + ae.Arg + ": " + ae.Msg)
+		return resp.Error("ERR rule arithmetic out of range: " + ae.Arg + ": " + ae.Msg)
 	}
 	return err
 }
@@ -310,7 +311,7 @@ func cmdHit(s *Server, c *client, args [][]byte) {
 	if err != nil {
 		var pe *policy.ProtocolError
 		if errors.As(err, &pe) {
-			err = replyErr("ERR HIT " + pe.Reason + "; expected HIT key=value [key=value ...]")
+			err = resp.Error("ERR HIT " + pe.Reason + "; expected HIT key=value [key=value ...]")
 		}
 		s.replyErr(c, err)
 		return
@@ -321,16 +322,14 @@ func cmdHit(s *Server, c *client, args [][]byte) {
 		return
 	}
 	if out.Allowed {
-		c.cur.allowed++
 		c.result = rlAllowed
 	} else {
-		c.cur.denied++
 		c.result = rlDenied
 	}
-	c.out = appendArray(c.out, 3)
-	c.out = appendInt(c.out, int64(b2i(out.Allowed)))
-	c.out = appendInt(c.out, out.CreditsLeft)
-	c.out = appendInt(c.out, out.SecondsUntilReset)
+	c.out = resp.AppendArray(c.out, 3)
+	c.out = resp.AppendInt(c.out, int64(b2i(out.Allowed)))
+	c.out = resp.AppendInt(c.out, out.CreditsLeft)
+	c.out = resp.AppendInt(c.out, out.SecondsUntilReset)
 }
 
 func b2i(b bool) int {
@@ -343,37 +342,37 @@ func b2i(b bool) int {
 // cmdPolicy implements POLICY RELOAD and POLICY SHOW.
 func cmdPolicy(s *Server, c *client, args [][]byte) {
 	switch {
-	case len(args) == 2 && asciiEqualFold(args[1], "reload"):
+	case len(args) == 2 && resp.EqualFold(args[1], "reload"):
 		// The rules of both front ends, as SIGHUP: the --policy file and
 		// the --rls-config directory, each kept as it was when bad.
 		var perr, rerr error
 		if s.pol.file != "" || s.rls.dir == "" {
 			perr = s.ReloadPolicy()
 			if perr != nil && !errors.Is(perr, errNoPolicy) { // a bad file: say which, and that nothing changed
-				perr = replyErr("ERR " + oneLine(perr.Error()) + "; the rules in use are kept")
+				perr = resp.Error("ERR " + oneLine(perr.Error()) + "; the rules in use are kept")
 			}
 		}
 		if err := s.ReloadRLS(); err != nil {
-			rerr = replyErr("ERR --rls-config: " + oneLine(err.Error()) + "; the configuration in use is kept")
+			rerr = resp.Error("ERR --rls-config: " + oneLine(err.Error()) + "; the configuration in use is kept")
 		}
 		if err := cmp.Or(perr, rerr); err != nil {
 			s.replyErr(c, err)
 			return
 		}
-		c.out = appendSimple(c.out, "OK")
-	case len(args) == 2 && asciiEqualFold(args[1], "show"):
+		c.out = resp.AppendSimple(c.out, "OK")
+	case len(args) == 2 && resp.EqualFold(args[1], "show"):
 		lp := s.pol.cur.Load()
 		if lp == nil {
 			s.replyErr(c, errNoPolicy)
 			return
 		}
 		rules := lp.p.Rules()
-		c.out = appendArray(c.out, len(rules))
+		c.out = resp.AppendArray(c.out, len(rules))
 		for _, r := range rules {
 			c.out = appendRule(c.out, r)
 		}
 	default:
-		s.replyErr(c, replyErr("ERR unknown POLICY subcommand or wrong number of arguments; expected POLICY RELOAD or POLICY SHOW"))
+		s.replyErr(c, resp.Error("ERR unknown POLICY subcommand or wrong number of arguments; expected POLICY RELOAD or POLICY SHOW"))
 	}
 }
 
@@ -381,35 +380,35 @@ func cmdPolicy(s *Server, c *client, args [][]byte) {
 // values, in the fields' order in a rule file. Every field is shown, those
 // of other algorithms with their zero value (burst 0 is the limit).
 func appendRule(out []byte, r *policy.Rule) []byte {
-	out = appendArray(out, 28)
-	out = appendBulkString(out, "position")
-	out = appendInt(out, int64(r.Pos))
-	out = appendBulkString(out, "operation")
-	out = appendBulkString(out, r.String())
-	out = appendBulkString(out, "creditLimit")
-	out = appendInt(out, r.CreditLimit)
-	out = appendBulkString(out, "resetSeconds")
-	out = appendInt(out, r.ResetSeconds)
-	out = appendBulkString(out, "algorithm")
-	out = appendBulkString(out, r.Algorithm.String())
-	out = appendBulkString(out, "stagger")
-	out = appendBulkString(out, strconv.FormatBool(r.Stagger))
-	out = appendBulkString(out, "burst")
-	out = appendInt(out, r.Burst)
-	out = appendBulkString(out, "minGapMillis")
-	out = appendInt(out, r.MinGapMillis)
-	out = appendBulkString(out, "quotaField")
-	out = appendBulkString(out, r.QuotaField)
-	out = appendBulkString(out, "maxQuota")
-	out = appendInt(out, r.MaxQuota)
-	out = appendBulkString(out, "actorField")
-	out = appendBulkString(out, r.ActorField)
-	out = appendBulkString(out, "matchPolicy")
-	out = appendBulkString(out, r.MatchPolicy.String())
-	out = appendBulkString(out, "label")
-	out = appendBulkString(out, r.Label)
-	out = appendBulkString(out, "comment")
-	return appendBulkString(out, r.Comment)
+	out = resp.AppendArray(out, 28)
+	out = resp.AppendBulkString(out, "position")
+	out = resp.AppendInt(out, int64(r.Pos))
+	out = resp.AppendBulkString(out, "operation")
+	out = resp.AppendBulkString(out, r.String())
+	out = resp.AppendBulkString(out, "creditLimit")
+	out = resp.AppendInt(out, r.CreditLimit)
+	out = resp.AppendBulkString(out, "resetSeconds")
+	out = resp.AppendInt(out, r.ResetSeconds)
+	out = resp.AppendBulkString(out, "algorithm")
+	out = resp.AppendBulkString(out, r.Algorithm.String())
+	out = resp.AppendBulkString(out, "stagger")
+	out = resp.AppendBulkString(out, strconv.FormatBool(r.Stagger))
+	out = resp.AppendBulkString(out, "burst")
+	out = resp.AppendInt(out, r.Burst)
+	out = resp.AppendBulkString(out, "minGapMillis")
+	out = resp.AppendInt(out, r.MinGapMillis)
+	out = resp.AppendBulkString(out, "quotaField")
+	out = resp.AppendBulkString(out, r.QuotaField)
+	out = resp.AppendBulkString(out, "maxQuota")
+	out = resp.AppendInt(out, r.MaxQuota)
+	out = resp.AppendBulkString(out, "actorField")
+	out = resp.AppendBulkString(out, r.ActorField)
+	out = resp.AppendBulkString(out, "matchPolicy")
+	out = resp.AppendBulkString(out, r.MatchPolicy.String())
+	out = resp.AppendBulkString(out, "label")
+	out = resp.AppendBulkString(out, r.Label)
+	out = resp.AppendBulkString(out, "comment")
+	return resp.AppendBulkString(out, r.Comment)
 }
 
 // oneLine keeps an error message fit for a one-line reply.
@@ -468,19 +467,4 @@ func (s *Server) labelCounts() []*hitCounts {
 	ps.mu.Unlock()
 	sort.Slice(out, func(i, j int) bool { return out[i].label < out[j].label })
 	return out
-}
-
-// divvyReason is the quoted part of a line-protocol ERR for a server error:
-// errorText without its "ERR " and without characters the reply cannot hold.
-func divvyReason(text string) string {
-	if len(text) > 4 && text[:4] == "ERR " {
-		text = text[4:]
-	}
-	b := []byte(text)
-	for i, c := range b {
-		if c == '"' || c == '\n' || c == '\r' {
-			b[i] = '\''
-		}
-	}
-	return string(b)
 }

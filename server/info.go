@@ -1,6 +1,7 @@
 package server
 
 import (
+	"github.com/sluicehq/sluice/internal/resp"
 	"github.com/sluicehq/sluice/keyspace"
 	"net"
 	"os"
@@ -46,7 +47,7 @@ func cmdInfo(s *Server, c *client, args [][]byte) {
 		}
 		s.writeInfo(&b, sec)
 	}
-	c.out = appendBulkString(c.out, b.String())
+	c.out = resp.AppendBulkString(c.out, b.String())
 }
 
 func (s *Server) writeInfo(b *strings.Builder, section string) {

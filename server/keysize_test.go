@@ -4,6 +4,8 @@ import (
 	"context"
 	"strings"
 	"testing"
+
+	"github.com/sluicehq/sluice/internal/resp"
 )
 
 // TestMaxKeySize checks the default --max-key-size on every command that
@@ -43,8 +45,8 @@ func TestMaxKeySize(t *testing.T) {
 		t.Fatalf("DBSIZE %d after the commands at the limit, want 2 buckets", n)
 	}
 	// The upstream argument errors still come first.
-	if err := c.Do(ctx, "RL.REDUCE", over, "x", 60).Err(); err == nil || err.Error() != string(errNotInteger) {
-		t.Fatalf("RL.REDUCE with a long key and a bad max: %v, want %q", err, errNotInteger)
+	if err := c.Do(ctx, "RL.REDUCE", over, "x", 60).Err(); err == nil || err.Error() != string(resp.ErrNotInteger) {
+		t.Fatalf("RL.REDUCE with a long key and a bad max: %v, want %q", err, resp.ErrNotInteger)
 	}
 
 	small := startServer(t, Config{MaxKeySize: 8})

@@ -1,7 +1,6 @@
 package server
 
 import (
-	"bytes"
 	"context"
 	"hash/fnv"
 	"math"
@@ -14,7 +13,6 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
-	"github.com/sluicehq/sluice/bucket"
 	"github.com/sluicehq/sluice/storage"
 )
 
@@ -560,87 +558,6 @@ func BenchmarkFWIncrCommand(b *testing.B) {
 
 func BenchmarkFWGetCommand(b *testing.B) {
 	benchCommand(b, [][]byte{[]byte("FW.GET"), []byte("user:12345"), []byte("100"), []byte("60"), []byte("COST"), []byte("2")})
-}
-
-// splitArgs turns fuzz input into arguments, split at NUL bytes.
-func splitArgs(in []byte) [][]byte {
-	return bytes.Split(in, []byte{0})
-}
-
-// FuzzParseCL: any arguments parse to an error reply or a valid request.
-func FuzzParseCL(f *testing.F) {
-	for _, seed := range []string{
-		"user123\x0015\x0030\x0060", "k\x0015\x0030\x0060\x001\x00AT\x001700000000", "k\x000\x001\x001\x000\x00at\x00-5\x00AT\x006",
-		"k\x009223372036854775807\x001\x001", "k\x000\x009223372036854775807\x001", "k\x00 1 \x00+1\x00-0\x00\xff", "\xff\x001\x001\x001\x00AT",
-	} {
-		f.Add([]byte(seed), false)
-	}
-	f.Fuzz(func(t *testing.T, in []byte, ms bool) {
-		unit := bucket.Second
-		if ms {
-			unit = bucket.Millisecond
-		}
-		args := splitArgs(in)
-		var r clRequest
-		err := parseCL(unit, "cl.throttle", args, &r)
-		if err != nil {
-			checkErrReply(t, args, err)
-			return
-		}
-		if !bytes.Equal(r.key, args[0]) || r.quantity < 0 || r.gcra.Limit() < 1 || r.gcra.EmissionInterval() < 1 {
-			t.Fatalf("%q parsed to %+v", args, r)
-		}
-		if r.hasAt {
-			if _, err := unit.Nanos(r.at); err != nil {
-				checkErrReply(t, args, argErr(err))
-			}
-		}
-	})
-}
-
-// FuzzParseFW: any arguments parse to an error reply or a request that
-// NewWindow accepts or refuses with an error reply.
-func FuzzParseFW(f *testing.F) {
-	for _, seed := range []string{
-		"user:42\x005\x00300\x00AT\x001700000000", "k\x005\x00300\x00COST\x002\x00NOCOUNTBLOCKED\x00STAGGER\x00at\x001", "k\x000\x001\x00cost\x000",
-		"k\x005\x009223372036854775807\x00AT\x00-9223372036854775808", "k\x005\x00300\x00COST", "\xff\xfe\x00-1\x00x\x00stagger",
-	} {
-		f.Add([]byte(seed), uint8(0))
-	}
-	f.Fuzz(func(t *testing.T, in []byte, form uint8) {
-		spec := fwSpec{get: form&1 == 1, unit: bucket.Unit(form >> 1 & 1)}
-		args := splitArgs(in)
-		var r fwRequest
-		err := parseFW(spec, args, &r)
-		if err != nil {
-			checkErrReply(t, args, err)
-			return
-		}
-		if !bytes.Equal(r.key, args[0]) || (spec.get && r.params.NoCountBlocked) || r.params.Unit != spec.unit {
-			t.Fatalf("%q parsed to %+v", args, r)
-		}
-		w, err := bucket.NewWindow(r.params, r.key)
-		if err != nil {
-			checkErrReply(t, args, argErrIn(err, spec.unit))
-			return
-		}
-		if w.Millis() < 1 || w.Offset() < 0 || w.Offset() >= w.Millis() {
-			t.Fatalf("%q: window %d ms, offset %d", args, w.Millis(), w.Offset())
-		}
-		if r.hasAt {
-			if _, err := spec.unit.Millis(r.at); err != nil {
-				checkErrReply(t, args, argErr(err))
-			}
-		}
-	})
-}
-
-func checkErrReply(t *testing.T, args [][]byte, err error) {
-	t.Helper()
-	re, ok := err.(replyErr)
-	if !ok || !strings.HasPrefix(string(re), "ERR ") {
-		t.Fatalf("%q: error %v (%T), want an ERR reply", args, err, err)
-	}
 }
 
 // A refused FW.INCR whose COST would take the count past 2^63 - 1 leaves it

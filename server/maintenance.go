@@ -2,7 +2,6 @@ package server
 
 import (
 	"context"
-	"errors"
 	"os"
 	"path/filepath"
 	"strconv"
@@ -10,8 +9,8 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/sluicehq/sluice/internal/resp"
 	"github.com/sluicehq/sluice/keyspace"
-	"github.com/sluicehq/sluice/storage"
 )
 
 // The idle sweep, COMPACT, DBSIZE, CHECKPOINT and LASTSAVE.
@@ -181,13 +180,13 @@ func cmdCompact(s *Server, c *client, args [][]byte) {
 		s.replyErr(c, s.maintenanceErr("compact", err))
 		return
 	}
-	c.out = appendSimple(c.out, "OK")
+	c.out = resp.AppendSimple(c.out, "OK")
 }
 
 // cmdDBSize answers the number of stored buckets: those found when the
 // store opened, plus those created since, minus those deleted.
 func cmdDBSize(s *Server, c *client, args [][]byte) {
-	c.out = appendInt(c.out, s.store.Records())
+	c.out = resp.AppendInt(c.out, s.store.Records())
 }
 
 // cmdCheckpoint writes a consistent copy of the store into a new directory
@@ -195,14 +194,14 @@ func cmdDBSize(s *Server, c *client, args [][]byte) {
 // path. `sluice --data <path>` serves the copy.
 func cmdCheckpoint(s *Server, c *client, args [][]byte) {
 	if len(args) > 2 {
-		s.replyErr(c, wrongArgs("checkpoint"))
+		s.replyErr(c, resp.WrongArgs("checkpoint"))
 		return
 	}
 	name := "sluice-" + time.Now().UTC().Format("20060102T150405.000Z")
 	if len(args) == 2 {
 		name = string(args[1])
 		if !validBackupName(name) {
-			s.replyErr(c, replyErr("ERR checkpoint name must be 1 to 128 letters, digits, '.', '_' or '-', and not start with '.'"))
+			s.replyErr(c, resp.Error("ERR checkpoint name must be 1 to 128 letters, digits, '.', '_' or '-', and not start with '.'"))
 			return
 		}
 	}
@@ -213,7 +212,7 @@ func cmdCheckpoint(s *Server, c *client, args [][]byte) {
 	dir, err := filepath.Abs(filepath.Join(s.cfg.BackupDir, name))
 	if err == nil {
 		if _, serr := os.Stat(dir); serr == nil {
-			s.replyErr(c, replyErr("ERR checkpoint "+strconv.Quote(dir)+" already exists"))
+			s.replyErr(c, resp.Error("ERR checkpoint "+strconv.Quote(dir)+" already exists"))
 			return
 		}
 	}
@@ -226,7 +225,7 @@ func cmdCheckpoint(s *Server, c *client, args [][]byte) {
 	}
 	s.lastSave.Store(time.Now().Unix())
 	s.log.Info("checkpoint written", "dir", dir)
-	c.out = appendBulkString(c.out, dir)
+	c.out = resp.AppendBulkString(c.out, dir)
 }
 
 func validBackupName(n string) bool {
@@ -245,15 +244,5 @@ func validBackupName(n string) bool {
 // cmdLastSave answers the unix time of the last successful CHECKPOINT, or,
 // as in Redis, the start time before the first.
 func cmdLastSave(s *Server, c *client, args [][]byte) {
-	c.out = appendInt(c.out, s.lastSave.Load())
-}
-
-// maintenanceErr turns an error of a maintenance command into a reply: the
-// store's own conditions as for every command, anything else logged.
-func (s *Server) maintenanceErr(what string, err error) error {
-	if errors.Is(err, storage.ErrClosed) || errors.Is(err, storage.ErrFailed) || errors.Is(err, storage.ErrUnavailable) {
-		return err
-	}
-	s.log.Error(what+" failed", "err", err)
-	return replyErr("ERR " + what + " failed: " + err.Error())
+	c.out = resp.AppendInt(c.out, s.lastSave.Load())
 }

@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/sluicehq/sluice/cluster"
+	"github.com/sluicehq/sluice/internal/resp"
 	"github.com/sluicehq/sluice/keyspace"
 	"github.com/sluicehq/sluice/storage"
 )
@@ -123,9 +124,9 @@ func (s *Server) waitWriters(deadline time.Time) bool {
 	return drained(cur)
 }
 
-var errNotMigrating = replyErr("ERR no slot of this node is migrating (did it restart since CLUSTER MIGRATE START?): start the move again")
+var errNotMigrating = resp.Error("ERR no slot of this node is migrating (did it restart since CLUSTER MIGRATE START?): start the move again")
 
-var errTryAgain = replyErr("TRYAGAIN Slot is being handed over to another node; retry shortly")
+var errTryAgain = resp.Error("TRYAGAIN Slot is being handed over to another node; retry shortly")
 
 // pausedSlot is routeSlot's check of a slot this node owns while some
 // slot migrates: a paused slot answers TRYAGAIN.
@@ -233,7 +234,7 @@ func (s *Server) cmdClusterMigrate(c *client, sub string, args [][]byte) bool {
 func (s *Server) ownedRanges(arg string, own bool) ([]cluster.Range, error) {
 	rs, err := cluster.ParseRanges(arg)
 	if err != nil {
-		return nil, replyErr("ERR " + err.Error())
+		return nil, resp.Error("ERR " + err.Error())
 	}
 	v := s.clus.view.Load()
 	for _, r := range rs {
@@ -241,9 +242,9 @@ func (s *Server) ownedRanges(arg string, own bool) ([]cluster.Range, error) {
 			mine := v.self != 0 && v.owner[slot] == v.self
 			if mine != own {
 				if own {
-					return nil, replyErr("ERR slot " + strconv.Itoa(slot) + " is not this node's: migrate slots from the node that owns them")
+					return nil, resp.Error("ERR slot " + strconv.Itoa(slot) + " is not this node's: migrate slots from the node that owns them")
 				}
-				return nil, replyErr("ERR slot " + strconv.Itoa(slot) + " is this node's: refusing to overwrite or drop the records of a slot it serves")
+				return nil, resp.Error("ERR slot " + strconv.Itoa(slot) + " is this node's: refusing to overwrite or drop the records of a slot it serves")
 			}
 		}
 	}
@@ -263,7 +264,7 @@ func (s *Server) clusterMigrate(c *client, op string, args [][]byte) {
 			s.replyErr(c, err)
 			return
 		}
-		c.out = appendSimple(c.out, "OK")
+		c.out = resp.AppendSimple(c.out, "OK")
 	case (op == "pause" && len(args) == 0) || (op == "dirty" && len(args) == 1):
 		// A node restarted since START has forgotten the migration, and
 		// the keys written meanwhile: the move must start over.
@@ -272,9 +273,9 @@ func (s *Server) clusterMigrate(c *client, op string, args [][]byte) {
 			return
 		}
 		if op == "dirty" {
-			n, ok := parseInt(args[0])
+			n, ok := resp.ParseInt(args[0])
 			if !ok || n < 1 {
-				s.replyErr(c, errNotInteger)
+				s.replyErr(c, resp.ErrNotInteger)
 				return
 			}
 			s.popDirty(c, int(n))
@@ -293,10 +294,10 @@ func (s *Server) clusterMigrate(c *client, op string, args [][]byte) {
 			for slot := range m.state {
 				m.state[slot].CompareAndSwap(slotPaused, slotMigrating)
 			}
-			s.replyErr(c, replyErr("ERR pipelines and line-protocol, /check or ShouldRateLimit writes under way did not finish within "+migratePauseWait.String()+"; the slots serve again, retry the pause"))
+			s.replyErr(c, resp.Error("ERR pipelines and line-protocol, /check or ShouldRateLimit writes under way did not finish within "+migratePauseWait.String()+"; the slots serve again, retry the pause"))
 			return
 		}
-		c.out = appendSimple(c.out, "OK")
+		c.out = resp.AppendSimple(c.out, "OK")
 	case op == "cancel" && len(args) == 0:
 		for slot := range m.state {
 			m.state[slot].Store(slotServing)
@@ -306,9 +307,9 @@ func (s *Server) clusterMigrate(c *client, op string, args [][]byte) {
 		m.mu.dirty = nil
 		m.mu.ranges = ""
 		m.mu.Unlock()
-		c.out = appendSimple(c.out, "OK")
+		c.out = resp.AppendSimple(c.out, "OK")
 	default:
-		s.replyErr(c, replyErr("ERR CLUSTER MIGRATE: want START <slots>, PAUSE, DIRTY <count> or CANCEL"))
+		s.replyErr(c, resp.Error("ERR CLUSTER MIGRATE: want START <slots>, PAUSE, DIRTY <count> or CANCEL"))
 	}
 }
 
@@ -320,7 +321,7 @@ func (s *Server) startMigration(rs []cluster.Range) error {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	if m.active.Load() {
-		return replyErr("ERR CLUSTER MIGRATE START: slots " + m.mu.ranges + " are being moved off this node already; one move at a time per source: let it finish, or end it with CLUSTER MIGRATE CANCEL")
+		return resp.Error("ERR CLUSTER MIGRATE START: slots " + m.mu.ranges + " are being moved off this node already; one move at a time per source: let it finish, or end it with CLUSTER MIGRATE CANCEL")
 	}
 	m.mu.ranges = cluster.FormatRanges(rs)
 	m.active.Store(true)
@@ -365,7 +366,7 @@ func (s *Server) popDirty(c *client, n int) {
 	m.mu.Unlock()
 	b := s.store.NewBatch()
 	var r readMutator
-	c.out = appendArray(c.out, 2*len(keys))
+	c.out = resp.AppendArray(c.out, 2*len(keys))
 	for _, k := range keys {
 		if err := b.Modify([]byte(k), &r); err != nil {
 			// Put it back: the next DIRTY tries again.
@@ -376,11 +377,11 @@ func (s *Server) popDirty(c *client, n int) {
 			m.mu.Unlock()
 			r.found = false
 		}
-		c.out = appendBulkString(c.out, k)
+		c.out = resp.AppendBulkString(c.out, k)
 		if r.found {
-			c.out = appendBulk(c.out, r.val)
+			c.out = resp.AppendBulk(c.out, r.val)
 		} else {
-			c.out = appendBulkString(c.out, "")
+			c.out = resp.AppendBulkString(c.out, "")
 		}
 	}
 }
@@ -393,11 +394,11 @@ const maxDumpCount = 10000
 // slots first to last, from cursor (a store key, or "" for the start), as
 // [next cursor ("" when done), key, value, ...].
 func (s *Server) clusterDump(c *client, args [][]byte) {
-	first, ok1 := parseInt(args[0])
-	last, ok2 := parseInt(args[1])
-	count, ok3 := parseInt(args[3])
+	first, ok1 := resp.ParseInt(args[0])
+	last, ok2 := resp.ParseInt(args[1])
+	count, ok3 := resp.ParseInt(args[3])
 	if !ok1 || !ok2 || !ok3 || first < 0 || last >= cluster.Slots || first > last || count < 1 || count > maxDumpCount {
-		s.replyErr(c, replyErr("ERR CLUSTER DUMP: want <first slot> <last slot> <cursor> <count>, slots 0 to 16383, count 1 to "+strconv.Itoa(maxDumpCount)))
+		s.replyErr(c, resp.Error("ERR CLUSTER DUMP: want <first slot> <last slot> <cursor> <count>, slots 0 to 16383, count 1 to "+strconv.Itoa(maxDumpCount)))
 		return
 	}
 	if err := s.store.Flush(); err != nil {
@@ -430,10 +431,10 @@ func (s *Server) clusterDump(c *client, args [][]byte) {
 		s.replyErr(c, wrapStoreErr(err))
 		return
 	}
-	c.out = appendArray(c.out, 1+len(recs))
-	c.out = appendBulk(c.out, next)
+	c.out = resp.AppendArray(c.out, 1+len(recs))
+	c.out = resp.AppendBulk(c.out, next)
 	for _, r := range recs {
-		c.out = appendBulk(c.out, r)
+		c.out = resp.AppendBulk(c.out, r)
 	}
 }
 
@@ -455,11 +456,11 @@ func (s *Server) clusterRestore(c *client, args [][]byte) {
 	for i := 0; i < len(args); i += 2 {
 		k := args[i]
 		if len(k) < keyspace.HeaderLen || k[0] == 0xff || int(binary.BigEndian.Uint16(k)) >= cluster.Slots {
-			s.replyErr(c, replyErr("ERR CLUSTER RESTORE: not a record key"))
+			s.replyErr(c, resp.Error("ERR CLUSTER RESTORE: not a record key"))
 			return
 		}
 		if slot := binary.BigEndian.Uint16(k); v.self != 0 && v.owner[slot] == v.self {
-			s.replyErr(c, replyErr("ERR CLUSTER RESTORE: slot "+strconv.Itoa(int(slot))+" is this node's: refusing to overwrite a slot it serves"))
+			s.replyErr(c, resp.Error("ERR CLUSTER RESTORE: slot "+strconv.Itoa(int(slot))+" is this node's: refusing to overwrite a slot it serves"))
 			return
 		}
 		// Only records as DUMP hands them out: a key of a known kind, and
@@ -467,12 +468,12 @@ func (s *Server) clusterRestore(c *client, args [][]byte) {
 		// and swept as such).
 		rec, err := keyspace.Parse(k)
 		if err != nil {
-			s.replyErr(c, replyErr("ERR CLUSTER RESTORE: pair "+strconv.Itoa(i/2+1)+": not a record key ("+oneLine(err.Error())+"); expected a key CLUSTER DUMP gave"))
+			s.replyErr(c, resp.Error("ERR CLUSTER RESTORE: pair "+strconv.Itoa(i/2+1)+": not a record key ("+oneLine(err.Error())+"); expected a key CLUSTER DUMP gave"))
 			return
 		}
 		if val := args[i+1]; len(val) > 0 {
 			if _, err := rec.Describe(val, 0); err != nil {
-				s.replyErr(c, replyErr("ERR CLUSTER RESTORE: pair "+strconv.Itoa(i/2+1)+": the value is not a record of its key's kind ("+oneLine(err.Error())+"); expected the value CLUSTER DUMP gave"))
+				s.replyErr(c, resp.Error("ERR CLUSTER RESTORE: pair "+strconv.Itoa(i/2+1)+": the value is not a record of its key's kind ("+oneLine(err.Error())+"); expected the value CLUSTER DUMP gave"))
 				return
 			}
 		}
@@ -485,7 +486,7 @@ func (s *Server) clusterRestore(c *client, args [][]byte) {
 			return
 		}
 	}
-	c.out = appendInt(c.out, int64(len(args)/2))
+	c.out = resp.AppendInt(c.out, int64(len(args)/2))
 }
 
 // clusterDrop deletes every record of slots this node does not own: the
@@ -544,5 +545,5 @@ func (s *Server) clusterDrop(c *client, arg string) {
 			n += int64(len(keys))
 		}
 	}
-	c.out = appendInt(c.out, n)
+	c.out = resp.AppendInt(c.out, n)
 }

@@ -736,32 +736,6 @@ func resizeSlice[T any](s []T, n int) []T {
 	return s[:n]
 }
 
-// errText is the message of an error a client is told, without RESP's
-// "ERR " prefix.
-func errText(s *Server, err error) string {
-	t := s.errorText(err)
-	if len(t) > 4 && t[:4] == "ERR " {
-		t = t[4:]
-	}
-	return t
-}
-
-// rlsStatusErr turns an evaluation or commit error into a gRPC status:
-// Unavailable for the store or a cluster that could not apply a counter's
-// hit (errForward: Envoy's failure_mode_deny decides), and InvalidArgument
-// for a hit the rule cannot take.
-func rlsStatusErr(s *Server, i int, err error) error {
-	msg := errText(s, err)
-	if i >= 0 {
-		msg = "descriptor " + strconv.Itoa(i) + ": " + msg
-	}
-	var re replyErr
-	if errors.As(err, &re) && !errors.Is(err, errForward) {
-		return status.Error(codes.InvalidArgument, msg)
-	}
-	return status.Error(codes.Unavailable, msg)
-}
-
 // rlsCollector reports the RLS metrics.
 type rlsCollector Server
 

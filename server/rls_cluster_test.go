@@ -12,6 +12,7 @@ import (
 	rlcommon "github.com/envoyproxy/go-control-plane/envoy/extensions/common/ratelimit/v3"
 	rlspb "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
 	typev3 "github.com/envoyproxy/go-control-plane/envoy/type/v3"
+	"github.com/sluicehq/sluice/internal/resp"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 )
@@ -132,7 +133,7 @@ func TestRLSClusterOwnerDownIsUnavailable(t *testing.T) {
 func TestForwardErrorKeepsItsReplyText(t *testing.T) {
 	srv := startServer(t, Config{})
 	const text = "ERR cluster: forwarding a counter of slot 7 to its owner 10.0.0.1:9049 failed: i/o timeout"
-	err := error(forwardErr{replyErr(text)})
+	err := error(forwardErr{resp.Error(text)})
 	if !errors.Is(err, errForward) || srv.errorText(err) != text {
 		t.Errorf("forwardErr: Is(errForward) %v, text %q; want true, %q", errors.Is(err, errForward), srv.errorText(err), text)
 	}

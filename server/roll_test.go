@@ -522,29 +522,6 @@ func TestRollMetricsAndCommandInfo(t *testing.T) {
 	}
 }
 
-// A log's arrays are reused between commands, and let go of after a
-// pipeline that grew them past connKeepBuf.
-func TestRollBuffersShrink(t *testing.T) {
-	var m rollMutator
-	l, _ := bucket.NewLog(bucket.LogParams{Interval: 60_000, Max: bucket.MaxLogMax})
-	m.l = l
-	big := bucket.LogState{Interval: 60_000}
-	for i := range bucket.MaxLogMax + 1 {
-		big.Entries = append(big.Entries, t0*1000+int64(i))
-	}
-	m.now = t0*1000 + bucket.MaxLogMax + 1
-	if _, _, err := m.Mutate(bucket.AppendLogState(nil, big), true); err != nil {
-		t.Fatal(err)
-	}
-	if m.footprint() < bucket.MaxLogMax*8 {
-		t.Fatalf("footprint %d after a log of %d entries", m.footprint(), bucket.MaxLogMax+1)
-	}
-	m.resize()
-	if m.footprint() != 0 {
-		t.Fatalf("footprint %d after resize", m.footprint())
-	}
-}
-
 // The ROLL.LIMIT command path on a log of max 10 and of max 1000: after the
 // first max calls the log is full (max+1 entries on the server clock) and
 // every call decodes, filters, appends and encodes it.
@@ -579,37 +556,6 @@ func BenchmarkRollWouldLimitCommand1000(b *testing.B) {
 	if !bytes.HasPrefix(c.out, []byte("*5\r\n:1\r\n")) {
 		b.Fatalf("reply %q: the log is not full", c.out)
 	}
-}
-
-// FuzzParseRoll: any arguments parse to an error reply or a request that
-// NewLog accepts or refuses with an error reply.
-func FuzzParseRoll(f *testing.F) {
-	for _, seed := range []string{
-		"rl:1\x0010\x003\x00MINDIFF\x002\x00AT\x005000", "k\x004000\x002\x00NOCOUNTBLOCKED\x00at\x00-1\x00mindiff\x000",
-		"k\x009223372036854775807\x00100001", "k\x001\x001\x00AT", "\xff\xfe\x00-1\x00x\x00nocountblocked",
-	} {
-		f.Add([]byte(seed), false)
-	}
-	f.Fuzz(func(t *testing.T, in []byte, would bool) {
-		args := splitArgs(in)
-		var r rollRequest
-		err := parseRoll(would, args, &r)
-		if err != nil {
-			checkErrReply(t, args, err)
-			return
-		}
-		if !bytes.Equal(r.key, args[0]) || (would && r.params.NoCountBlocked) {
-			t.Fatalf("%q parsed to %+v", args, r)
-		}
-		l, err := bucket.NewLog(r.params)
-		if err != nil {
-			checkErrReply(t, args, argErr(err))
-			return
-		}
-		if l.IntervalMillis() != r.params.Interval {
-			t.Fatalf("%q: interval %d", args, l.IntervalMillis())
-		}
-	})
 }
 
 // A long pipeline of writes is committed in pieces of at most a quarter of

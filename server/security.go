@@ -13,6 +13,8 @@ import (
 	"sync"
 	"sync/atomic"
 	"time"
+
+	"github.com/sluicehq/sluice/internal/resp"
 )
 
 // TLSFiles names the PEM files of the server's TLS identity. With CA set,
@@ -173,9 +175,9 @@ func allowedBeforeAuth(name string) bool {
 }
 
 var (
-	errNoAuth    = replyErr("NOAUTH Authentication required.")
-	errWrongPass = replyErr("WRONGPASS invalid username-password pair or user is disabled.")
-	errNoPass    = replyErr("ERR AUTH <password> called without any password configured for the default user. Are you sure your configuration is correct?")
+	errNoAuth    = resp.Error("NOAUTH Authentication required.")
+	errWrongPass = resp.Error("WRONGPASS invalid username-password pair or user is disabled.")
+	errNoPass    = resp.Error("ERR AUTH <password> called without any password configured for the default user. Are you sure your configuration is correct?")
 )
 
 // authFailed answers a failed AUTH or HELLO AUTH, counts it, and closes

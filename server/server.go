@@ -17,7 +17,6 @@ import (
 	"crypto/tls"
 	"encoding/hex"
 	"errors"
-	"fmt"
 	"log/slog"
 	"net"
 	"runtime/debug"
@@ -26,8 +25,7 @@ import (
 	"sync/atomic"
 	"time"
 
-	"github.com/sluicehq/sluice/bucket"
-	"github.com/sluicehq/sluice/policy"
+	"github.com/sluicehq/sluice/internal/resp"
 	"github.com/sluicehq/sluice/storage"
 )
 
@@ -466,14 +464,14 @@ func (s *Server) execAll(cn *conn, cmds []byte) (n int) {
 			s.stats.panics.Add(1)
 			s.log.Error("command panicked; closing the connection", "client", c.id, "panic", r, "stack", string(debug.Stack()))
 			// Drop the half-written reply so the error stands alone.
-			c.out = appendError(c.out[:c.replyStart], "ERR internal error")
+			c.out = resp.AppendError(c.out[:c.replyStart], "ERR internal error")
 			c.quit = true
 			c.failed = true // close gently, so the error reply is read
 		}
 	}()
 	for len(cmds) > 0 {
 		rest := cmds
-		cn.args, cmds = nextCommand(cmds, cn.args)
+		cn.args, cmds = resp.NextCommand(cmds, cn.args)
 		n++
 		before := c.batch.Len()
 		start := len(c.out)
@@ -490,7 +488,7 @@ func (s *Server) execAll(cn *conn, cmds []byte) (n int) {
 			s.stats.replyOverflows.Add(1)
 			s.log.Warn("closing a client whose reply exceeds the reply buffer limit", "client", c.id, "remote", c.addr, "limit", s.cfg.MaxReplyBuffer)
 			c.failed = true
-			c.out = appendError(c.out, "ERR reply buffer limit reached (--max-reply-buffer); closing the connection")
+			c.out = resp.AppendError(c.out, "ERR reply buffer limit reached (--max-reply-buffer); closing the connection")
 			c.quit = true
 			break
 		}
@@ -548,7 +546,7 @@ func (s *Server) failWrites(c *client, err error) {
 	prev := 0
 	for _, w := range c.writes {
 		out = append(out, c.out[prev:w.start]...)
-		out = appendError(out, msg)
+		out = resp.AppendError(out, msg)
 		s.stats.errorReplies.Add(1)
 		if w.t != nil {
 			w.t.errors++
@@ -564,16 +562,6 @@ func (s *Server) failWrites(c *client, err error) {
 	c.out = append(out, c.out[prev:]...)
 }
 
-// replyErr is an error whose text is the RESP error reply.
-type replyErr string
-
-func (e replyErr) Error() string { return string(e) }
-
-var (
-	errNotInteger = replyErr("ERR value is not an integer or out of range")
-	errSyntax     = replyErr("ERR syntax error")
-)
-
 // checkKeySize refuses a key of n bytes when it is longer than MaxKeySize.
 // what names the key in the error. It is checked before the store is
 // touched, on the client's own key: the store key adds a few bytes of
@@ -582,45 +570,8 @@ func (s *Server) checkKeySize(what string, n int) error {
 	if n <= s.cfg.MaxKeySize {
 		return nil
 	}
-	return replyErr("ERR " + what + " is " + strconv.Itoa(n) + " bytes, longer than --max-key-size " + strconv.Itoa(s.cfg.MaxKeySize))
+	return resp.Error("ERR " + what + " is " + strconv.Itoa(n) + " bytes, longer than --max-key-size " + strconv.Itoa(s.cfg.MaxKeySize))
 }
-
-func wrongArgs(name string) error {
-	return replyErr("ERR wrong number of arguments for '" + name + "' command")
-}
-
-// errorText turns a handler's error into the text of an error reply. Errors
-// that are not meant for clients are logged and answered generically.
-func (s *Server) errorText(err error) string {
-	var re replyErr
-	switch {
-	case errors.As(err, &re):
-		return string(re)
-	case errors.Is(err, storage.ErrClosed):
-		return "ERR server is shutting down"
-	case errors.Is(err, storage.ErrUnavailable):
-		s.stats.storeErrors.Add(1)
-		return "ERR store unavailable: writes to the data directory are failing (disk full or I/O error); the server retries and takes changes again by itself"
-	case errors.Is(err, storage.ErrFailed):
-		s.stats.storeErrors.Add(1)
-		return "ERR store unavailable: a write to the data directory failed; see the server log"
-	case errors.Is(err, errCorruptState):
-		s.stats.storeErrors.Add(1)
-		s.log.Error("stored state is corrupt", "err", err)
-		return "ERR stored state is corrupt; see the server log"
-	case errors.Is(err, errStoreRead):
-		s.stats.storeErrors.Add(1)
-		s.log.Error("store read failed", "err", err)
-		return "ERR store read failed; see the server log"
-	}
-	s.log.Error("internal error", "err", err)
-	return "ERR internal error"
-}
-
-var (
-	errCorruptState = errors.New("corrupt stored state")
-	errStoreRead    = errors.New("store read")
-)
 
 // modify runs m on key's record through b. A store error is returned
 // ready for errorText, unless AllowOnStoreError lets the reply stand: then
@@ -642,35 +593,4 @@ func (s *Server) modify(b *storage.Batch, key []byte, m storage.Mutator) error {
 		}
 	}
 	return nil
-}
-
-// allowDespite reports whether n replies computed despite store error err
-// stand, as AllowOnStoreError asks, and counts them.
-func (s *Server) allowDespite(err error, n int) bool {
-	if !s.cfg.AllowOnStoreError || !storeUnavailable(err) {
-		return false
-	}
-	s.stats.storeAllowed.Add(int64(n))
-	return true
-}
-
-// storeUnavailable reports whether err means the store cannot serve now, as
-// opposed to a bad request, a corrupt record or a shutdown.
-func storeUnavailable(err error) bool {
-	return errors.Is(err, storage.ErrUnavailable) || errors.Is(err, storage.ErrFailed) || errors.Is(err, errStoreRead)
-}
-
-// wrapStoreErr marks errors from a Modify so errorText can tell them apart.
-func wrapStoreErr(err error) error {
-	if errors.Is(err, storage.ErrClosed) || errors.Is(err, storage.ErrFailed) || errors.Is(err, storage.ErrUnavailable) {
-		return err
-	}
-	var re replyErr
-	if errors.As(err, &re) {
-		return err
-	}
-	if errors.Is(err, bucket.ErrCorrupt) || errors.Is(err, policy.ErrCorrupt) {
-		return fmt.Errorf("%w: %w", errCorruptState, err)
-	}
-	return fmt.Errorf("%w: %w", errStoreRead, err)
 }

@@ -4,6 +4,7 @@ import (
 	"slices"
 	"strconv"
 
+	"github.com/sluicehq/sluice/internal/resp"
 	"github.com/sluicehq/sluice/keyspace"
 )
 
@@ -37,7 +38,7 @@ type txState struct {
 	writes  bool // a queued command writes
 	n       int  // commands queued
 	// buf holds the queued commands, in the framer's canonical RESP, back
-	// to back, for nextCommand.
+	// to back, for resp.NextCommand.
 	buf    []byte
 	charge int // bytes charged against MaxMultiBytes
 	// grew says buf or watches grew since the connection last counted its
@@ -61,11 +62,11 @@ type watch struct {
 }
 
 var (
-	errExecAbort    = replyErr("EXECABORT Transaction discarded because of previous errors.")
-	errNestedMulti  = replyErr("ERR MULTI calls can not be nested")
-	errExecNoMulti  = replyErr("ERR EXEC without MULTI")
-	errDiscNoMulti  = replyErr("ERR DISCARD without MULTI")
-	errWatchInMulti = replyErr("ERR WATCH inside MULTI is not allowed")
+	errExecAbort    = resp.Error("EXECABORT Transaction discarded because of previous errors.")
+	errNestedMulti  = resp.Error("ERR MULTI calls can not be nested")
+	errExecNoMulti  = resp.Error("ERR EXEC without MULTI")
+	errDiscNoMulti  = resp.Error("ERR DISCARD without MULTI")
+	errWatchInMulti = resp.Error("ERR WATCH inside MULTI is not allowed")
 )
 
 var (
@@ -116,12 +117,12 @@ func (s *Server) txAllowed(cmd *command, args [][]byte) bool {
 	case "hit":
 		return !s.clus.on // counters other nodes own cannot change atomically
 	case "config":
-		return asciiEqualFold(args[1], "get")
+		return resp.EqualFold(args[1], "get")
 	case "client":
 		// Every CLIENT subcommand reads or sets the connection's own
 		// fields (LIST reads the others' too, under the server's lock).
 		for _, sub := range []string{"id", "getname", "setname", "setinfo", "info", "list", "help"} {
-			if asciiEqualFold(args[1], sub) {
+			if resp.EqualFold(args[1], sub) {
 				return true
 			}
 		}
@@ -131,7 +132,7 @@ func (s *Server) txAllowed(cmd *command, args [][]byte) bool {
 
 // errExecArity is EXEC's reply to EXEC with arguments inside MULTI, which
 // discards the transaction, as in Redis.
-var errExecArity = replyErr("EXECABORT Transaction discarded because of: wrong number of arguments for 'exec' command")
+var errExecArity = resp.Error("EXECABORT Transaction discarded because of: wrong number of arguments for 'exec' command")
 
 // queue handles a command sent inside MULTI: it runs the checks exec makes
 // before running a command and queues it, answering QUEUED, or answers the
@@ -151,7 +152,7 @@ func (s *Server) queue(c *client, cmd *command, args [][]byte) bool {
 			s.replyErr(c, errExecArity)
 			return true
 		}
-		s.replyErr(c, wrongArgs(cmd.name))
+		s.replyErr(c, resp.WrongArgs(cmd.name))
 		s.txAbort(c)
 		return true
 	}
@@ -160,15 +161,15 @@ func (s *Server) queue(c *client, cmd *command, args [][]byte) bool {
 	switch {
 	case cmd == nil:
 		s.stats.unknownCommands.Add(1)
-		err = replyErr(unknownCommand(args))
+		err = resp.Error(unknownCommand(args))
 	case (cmd.arity > 0 && len(args) != cmd.arity) || (cmd.arity < 0 && len(args) < -cmd.arity):
-		err = wrongArgs(cmd.name)
+		err = resp.WrongArgs(cmd.name)
 	case !c.authed && !allowedBeforeAuth(cmd.name):
 		err = errNoAuth
 	case s.clus.on && cmd.name == "hit":
-		err = replyErr("ERR Command not allowed inside a transaction in cluster mode: hit's counters may be owned by other nodes, which an EXEC cannot change atomically")
+		err = resp.Error("ERR Command not allowed inside a transaction in cluster mode: hit's counters may be owned by other nodes, which an EXEC cannot change atomically")
 	case !s.txAllowed(cmd, args):
-		err = replyErr("ERR Command not allowed inside a transaction: " + cmd.fullName(args) + " (MULTI queues the limit commands and commands on the connection itself; see docs/protocol.md)")
+		err = resp.Error("ERR Command not allowed inside a transaction: " + cmd.fullName(args) + " (MULTI queues the limit commands and commands on the connection itself; see docs/protocol.md)")
 	}
 	if err == nil && !t.aborted && s.clus.on && cmd.first > 0 && !s.txRoute(c, cmd, args) {
 		s.txAbort(c) // txRoute answered MOVED, CROSSSLOT, CLUSTERDOWN or TRYAGAIN
@@ -186,7 +187,7 @@ func (s *Server) queue(c *client, cmd *command, args [][]byte) bool {
 		return true
 	}
 	t.n++
-	c.out = appendSimple(c.out, "QUEUED")
+	c.out = resp.AppendSimple(c.out, "QUEUED")
 	return true
 }
 
@@ -217,7 +218,7 @@ func (s *Server) txAdd(c *client, args [][]byte) error {
 }
 
 func (s *Server) errTxFull() error {
-	return replyErr("ERR transaction exceeds --max-multi-bytes " + strconv.Itoa(s.cfg.MaxMultiBytes) +
+	return resp.Error("ERR transaction exceeds --max-multi-bytes " + strconv.Itoa(s.cfg.MaxMultiBytes) +
 		" (queued commands' bytes plus " + strconv.Itoa(txEntryCost) + " for each command and watched key); it is discarded: EXEC will answer EXECABORT")
 }
 
@@ -283,7 +284,7 @@ func cmdMulti(s *Server, c *client, args [][]byte) {
 		return
 	}
 	c.tx.on = true
-	c.out = appendSimple(c.out, "OK")
+	c.out = resp.AppendSimple(c.out, "OK")
 }
 
 func cmdDiscard(s *Server, c *client, args [][]byte) {
@@ -292,7 +293,7 @@ func cmdDiscard(s *Server, c *client, args [][]byte) {
 		return
 	}
 	s.txEnd(c)
-	c.out = appendSimple(c.out, "OK")
+	c.out = resp.AppendSimple(c.out, "OK")
 }
 
 // cmdWatch records the write count of each key's hash slot. The store
@@ -312,7 +313,7 @@ func cmdWatch(s *Server, c *client, args [][]byte) {
 		}
 	}
 	if t.charge+len(args[1:])*txEntryCost > s.cfg.MaxMultiBytes {
-		s.replyErr(c, replyErr("ERR WATCH exceeds --max-multi-bytes "+strconv.Itoa(s.cfg.MaxMultiBytes)+
+		s.replyErr(c, resp.Error("ERR WATCH exceeds --max-multi-bytes "+strconv.Itoa(s.cfg.MaxMultiBytes)+
 			" ("+strconv.Itoa(txEntryCost)+" bytes for each watched key); no key added"))
 		return
 	}
@@ -327,12 +328,12 @@ func cmdWatch(s *Server, c *client, args [][]byte) {
 		t.charge += txEntryCost
 	}
 	t.grew = t.grew || cap(t.watches) != before
-	c.out = appendSimple(c.out, "OK")
+	c.out = resp.AppendSimple(c.out, "OK")
 }
 
 func cmdUnwatch(s *Server, c *client, args [][]byte) {
 	s.unwatch(c)
-	c.out = appendSimple(c.out, "OK")
+	c.out = resp.AppendSimple(c.out, "OK")
 }
 
 // cmdExec runs the queue: see the comment at the top of this file. A
@@ -402,10 +403,10 @@ func (s *Server) execHeld(c *client) {
 		}
 	}
 	start, cap0 := len(c.out), cap(c.out)
-	c.out = appendArray(c.out, t.n)
+	c.out = resp.AppendArray(c.out, t.n)
 	over, memOver := false, false
 	for rest := t.buf; len(rest) > 0; {
-		t.args, rest = nextCommand(rest, t.args)
+		t.args, rest = resp.NextCommand(rest, t.args)
 		s.exec(c, t.args)
 		// The reply's growth counts against --maxmemory-clients beside
 		// what the clients' buffers held when the EXEC began.
@@ -425,12 +426,12 @@ func (s *Server) execHeld(c *client) {
 	case memOver:
 		s.stats.evictedClients.Add(1)
 		s.log.Warn("closing a client whose EXEC reply takes the clients' buffers past --maxmemory-clients", "client", c.id, "remote", c.addr, "limit", s.cfg.MaxMemoryClients)
-		c.out = appendError(c.out, "ERR client memory limit reached: the buffers of all clients exceed --maxmemory-clients; the transaction ran, its replies are dropped; closing the connection")
+		c.out = resp.AppendError(c.out, "ERR client memory limit reached: the buffers of all clients exceed --maxmemory-clients; the transaction ran, its replies are dropped; closing the connection")
 		c.failed, c.quit = true, true
 	case over:
 		s.stats.replyOverflows.Add(1)
 		s.log.Warn("closing a client whose EXEC reply exceeds the reply buffer limit", "client", c.id, "remote", c.addr, "limit", s.cfg.MaxReplyBuffer)
-		c.out = appendError(c.out, "ERR reply buffer limit reached (--max-reply-buffer); the transaction ran, its replies are dropped; closing the connection")
+		c.out = resp.AppendError(c.out, "ERR reply buffer limit reached (--max-reply-buffer); the transaction ran, its replies are dropped; closing the connection")
 		c.failed, c.quit = true, true
 	}
 }

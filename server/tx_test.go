@@ -653,3 +653,26 @@ func TestTxExecReplyClientMemory(t *testing.T) {
 		}
 	}
 }
+
+// TestTxExecLimitErrorCounted: the error EXEC answers when its replies
+// pass --max-reply-buffer is an error reply like any other, counted once
+// in total_error_replies by the dispatcher (it was not counted before the
+// accounting moved there, though INFO documents "error replies sent").
+func TestTxExecLimitErrorCounted(t *testing.T) {
+	const limit = 64 << 10
+	srv := startServer(t, Config{MaxReplyBuffer: limit})
+	var b strings.Builder
+	b.WriteString("MULTI\r\n")
+	for range 200 {
+		b.WriteString("COMMAND DOCS\r\n")
+	}
+	b.WriteString("EXEC\r\n")
+	got := rawExchangeAll(t, srv, b.String())
+	if !strings.HasSuffix(got, "-ERR reply buffer limit reached (--max-reply-buffer); the transaction ran, its replies are dropped; closing the connection\r\n") {
+		t.Fatalf("EXEC of 200 COMMAND DOCS with --max-reply-buffer %d: ending %q", limit, got[max(len(got)-200, 0):])
+	}
+	info := rawExchangeAll(t, srv, "INFO stats\r\nQUIT\r\n")
+	if !strings.Contains(info, "\r\ntotal_error_replies:1\r\n") {
+		t.Fatalf("INFO stats after the EXEC's limit error: %q; want total_error_replies:1", info)
+	}
+}

@@ -1,4 +1,4 @@
-package server
+package resp
 
 import (
 	"bytes"
@@ -10,7 +10,7 @@ import (
 	"testing"
 )
 
-var frTestLimits = framingLimits{
+var frTestLimits = Limits{
 	MaxArgs:    1024,
 	MaxBulk:    1 << 20,
 	MaxInline:  64 << 10,
@@ -18,7 +18,7 @@ var frTestLimits = framingLimits{
 }
 
 // frFuzzLimits are small so that the fuzzer reaches every limit.
-var frFuzzLimits = framingLimits{MaxArgs: 8, MaxBulk: 64, MaxInline: 128, MaxPending: 1024}
+var frFuzzLimits = Limits{MaxArgs: 8, MaxBulk: 64, MaxInline: 128, MaxPending: 1024}
 
 // resp is the canonical encoding of one command.
 func frRESP(args ...string) string {
@@ -36,8 +36,8 @@ func frArgs(a ...string) []string     { return a }
 // frFeedChunks feeds in through a new framer in chunks whose sizes next chooses. Each
 // chunk goes through one reused buffer that is scribbled over after every feed, to
 // catch a framer that keeps references into p.
-func frFeedChunks(l framingLimits, in []byte, next func(remaining int) int) ([]byte, error) {
-	f := newFramer(l)
+func frFeedChunks(l Limits, in []byte, next func(remaining int) int) ([]byte, error) {
+	f := NewFramer(l)
 	var out []byte
 	var scratch []byte
 	for len(in) > 0 {
@@ -45,7 +45,7 @@ func frFeedChunks(l framingLimits, in []byte, next func(remaining int) int) ([]b
 		scratch = append(scratch[:0], in[:n]...)
 		in = in[n:]
 		var err error
-		out, err = f.feed(out, scratch)
+		out, err = f.Feed(out, scratch)
 		for i := range scratch {
 			scratch[i] = '#'
 		}
@@ -56,15 +56,15 @@ func frFeedChunks(l framingLimits, in []byte, next func(remaining int) int) ([]b
 	return out, nil
 }
 
-func frFeedAll(l framingLimits, in []byte) ([]byte, error) {
+func frFeedAll(l Limits, in []byte) ([]byte, error) {
 	return frFeedChunks(l, in, func(n int) int { return n })
 }
 
-func frFeedBytewise(l framingLimits, in []byte) ([]byte, error) {
+func frFeedBytewise(l Limits, in []byte) ([]byte, error) {
 	return frFeedChunks(l, in, func(int) int { return 1 })
 }
 
-func frFeedRandom(l framingLimits, in []byte, seed uint64) ([]byte, error) {
+func frFeedRandom(l Limits, in []byte, seed uint64) ([]byte, error) {
 	r := rand.New(rand.NewPCG(seed, seed^0x9e3779b97f4a7c15))
 	return frFeedChunks(l, in, func(n int) int {
 		if r.IntN(4) == 0 {
@@ -125,9 +125,9 @@ func frSplitCanonical(out []byte) ([][]byte, [][]string, error) {
 }
 
 // frCheckOutput checks that out is a sequence of canonical commands within l, that
-// nextCommand (which the connection loop uses) splits each the same way, alone and in
+// NextCommand (which the connection loop uses) splits each the same way, alone and in
 // sequence, and returns them.
-func frCheckOutput(t *testing.T, out []byte, l framingLimits) [][]string {
+func frCheckOutput(t *testing.T, out []byte, l Limits) [][]string {
 	t.Helper()
 	raws, all, err := frSplitCanonical(out)
 	if err != nil {
@@ -142,16 +142,16 @@ func frCheckOutput(t *testing.T, out []byte, l framingLimits) [][]string {
 				t.Fatalf("command %q has a %d-byte argument, limit %d", raw, len(a), l.MaxBulk)
 			}
 		}
-		args, rest := nextCommand(raw, nil)
+		args, rest := NextCommand(raw, nil)
 		if len(rest) != 0 || !frSameArgs(args, all[i]) {
-			t.Fatalf("nextCommand(%q) = %q, rest %q; want %q", raw, args, rest, all[i])
+			t.Fatalf("NextCommand(%q) = %q, rest %q; want %q", raw, args, rest, all[i])
 		}
 	}
 	var args [][]byte
 	for i, rest := 0, out; len(rest) > 0; i++ {
-		args, rest = nextCommand(rest, args)
+		args, rest = NextCommand(rest, args)
 		if i >= len(all) || !frSameArgs(args, all[i]) {
-			t.Fatalf("nextCommand, command %d of %q: %q; want %d commands", i, out, args, len(all))
+			t.Fatalf("NextCommand, command %d of %q: %q; want %d commands", i, out, args, len(all))
 		}
 	}
 	return all
@@ -172,7 +172,7 @@ func frSameArgs(got [][]byte, want []string) bool {
 type framingCase struct {
 	name string
 	in   string
-	lim  *framingLimits // nil: frTestLimits
+	lim  *Limits // nil: frTestLimits
 	want [][]string
 	err  string // whole message; "" for none
 }
@@ -188,10 +188,10 @@ var framingCases = []framingCase{
 	{name: "leading zeros", in: "*02\r\n$003\r\nGET\r\n$01\r\nk\r\n", want: frCmds(frArgs("GET", "k"))},
 	{name: "empty commands ignored", in: "*0\r\n*-1\r\n" + frPing + "*-0\r\n*00\r\n*-9999999999999999999\r\n",
 		want: frCmds(frArgs("PING"))},
-	{name: "max args", in: "*3\r\n$1\r\na\r\n$1\r\nb\r\n$1\r\nc\r\n", lim: &framingLimits{MaxArgs: 3, MaxBulk: 4, MaxInline: 16, MaxPending: 64},
+	{name: "max args", in: "*3\r\n$1\r\na\r\n$1\r\nb\r\n$1\r\nc\r\n", lim: &Limits{MaxArgs: 3, MaxBulk: 4, MaxInline: 16, MaxPending: 64},
 		want: frCmds(frArgs("a", "b", "c"))},
-	{name: "max bulk", in: "*1\r\n$4\r\nabcd\r\n", lim: &framingLimits{MaxArgs: 3, MaxBulk: 4, MaxInline: 16, MaxPending: 64}, want: frCmds(frArgs("abcd"))},
-	{name: "max pending", in: "*2\r\n$1\r\na\r\n$10\r\n0123456789\r\n", lim: &framingLimits{MaxArgs: 3, MaxBulk: 16, MaxInline: 16, MaxPending: 26},
+	{name: "max bulk", in: "*1\r\n$4\r\nabcd\r\n", lim: &Limits{MaxArgs: 3, MaxBulk: 4, MaxInline: 16, MaxPending: 64}, want: frCmds(frArgs("abcd"))},
+	{name: "max pending", in: "*2\r\n$1\r\na\r\n$10\r\n0123456789\r\n", lim: &Limits{MaxArgs: 3, MaxBulk: 16, MaxInline: 16, MaxPending: 26},
 		want: frCmds(frArgs("a", "0123456789"))},
 
 	// Inline.
@@ -214,9 +214,9 @@ var framingCases = []framingCase{
 	{name: "quote before crlf", in: "'a'\r\n", want: frCmds(frArgs("a"))},
 	{name: "nul is data", in: "a\x00b\n", want: frCmds(frArgs("a\x00b"))},
 	{name: "inline starting with $", in: "$3\r\n", want: frCmds(frArgs("$3"))},
-	{name: "inline at max length", in: "0123456789abcdef\r\n", lim: &framingLimits{MaxArgs: 3, MaxBulk: 16, MaxInline: 16, MaxPending: 64},
+	{name: "inline at max length", in: "0123456789abcdef\r\n", lim: &Limits{MaxArgs: 3, MaxBulk: 16, MaxInline: 16, MaxPending: 64},
 		want: frCmds(frArgs("0123456789abcdef"))},
-	{name: "inline max args", in: "a b c \r\n", lim: &framingLimits{MaxArgs: 3, MaxBulk: 16, MaxInline: 16, MaxPending: 64}, want: frCmds(frArgs("a", "b", "c"))},
+	{name: "inline max args", in: "a b c \r\n", lim: &Limits{MaxArgs: 3, MaxBulk: 16, MaxInline: 16, MaxPending: 64}, want: frCmds(frArgs("a", "b", "c"))},
 
 	// Violations, each after a complete command that must still be emitted.
 	{name: "huge bulk length", in: frPing + "*1\r\n$9223372036854775807\r\n", want: frCmds(frArgs("PING")),
@@ -283,19 +283,19 @@ var framingCases = []framingCase{
 		err: `Protocol error: expected '\r\n' after bulk data, got 'x'`},
 	{name: "data then lf", in: frPing + "*1\r\n$3\r\nabc\n", want: frCmds(frArgs("PING")),
 		err: `Protocol error: expected '\r\n' after bulk data, got '\x0a'`},
-	{name: "too many args", in: frPing + "*4\r\n", lim: &framingLimits{MaxArgs: 3, MaxBulk: 4, MaxInline: 16, MaxPending: 64}, want: frCmds(frArgs("PING")),
+	{name: "too many args", in: frPing + "*4\r\n", lim: &Limits{MaxArgs: 3, MaxBulk: 4, MaxInline: 16, MaxPending: 64}, want: frCmds(frArgs("PING")),
 		err: "Protocol error: 4 arguments exceed the limit of 3 (--max-args)"},
-	{name: "bulk too big", in: frPing + "*1\r\n$5\r\n", lim: &framingLimits{MaxArgs: 3, MaxBulk: 4, MaxInline: 16, MaxPending: 64}, want: frCmds(frArgs("PING")),
+	{name: "bulk too big", in: frPing + "*1\r\n$5\r\n", lim: &Limits{MaxArgs: 3, MaxBulk: 4, MaxInline: 16, MaxPending: 64}, want: frCmds(frArgs("PING")),
 		err: "Protocol error: bulk length 5 exceeds the limit of 4 (--max-bulk)"},
-	{name: "pending exceeded", in: frPing + "*2\r\n$1\r\na\r\n$11\r\n", lim: &framingLimits{MaxArgs: 3, MaxBulk: 16, MaxInline: 16, MaxPending: 26},
+	{name: "pending exceeded", in: frPing + "*2\r\n$1\r\na\r\n$11\r\n", lim: &Limits{MaxArgs: 3, MaxBulk: 16, MaxInline: 16, MaxPending: 26},
 		want: frCmds(frArgs("PING")),
 		err:  "Protocol error: command exceeds the query buffer limit of 26 bytes (--max-query-buffer)"},
 	{name: "pending exceeded by args", in: frPing + "*3\r\n$4\r\nabcd\r\n$4\r\nabcd\r\n$0\r\n",
-		lim: &framingLimits{MaxArgs: 3, MaxBulk: 16, MaxInline: 16, MaxPending: 26}, want: frCmds(frArgs("PING")),
+		lim: &Limits{MaxArgs: 3, MaxBulk: 16, MaxInline: 16, MaxPending: 26}, want: frCmds(frArgs("PING")),
 		err: "Protocol error: command exceeds the query buffer limit of 26 bytes (--max-query-buffer)"},
-	{name: "header exceeds pending", in: "a\n*1\r\n", lim: &framingLimits{MaxArgs: 3, MaxBulk: 16, MaxInline: 16, MaxPending: 3}, want: frCmds(frArgs("a")),
+	{name: "header exceeds pending", in: "a\n*1\r\n", lim: &Limits{MaxArgs: 3, MaxBulk: 16, MaxInline: 16, MaxPending: 3}, want: frCmds(frArgs("a")),
 		err: "Protocol error: command exceeds the query buffer limit of 3 bytes (--max-query-buffer)"},
-	{name: "inline line exceeds pending", in: "a\nabcdefghi\n", lim: &framingLimits{MaxArgs: 3, MaxBulk: 16, MaxInline: 32, MaxPending: 8},
+	{name: "inline line exceeds pending", in: "a\nabcdefghi\n", lim: &Limits{MaxArgs: 3, MaxBulk: 16, MaxInline: 32, MaxPending: 8},
 		want: frCmds(frArgs("a")),
 		err:  "Protocol error: command exceeds the query buffer limit of 8 bytes (--max-query-buffer)"},
 	{name: "21-char negative count", in: frPing + "*-10000000000000000000\r\n", want: frCmds(frArgs("PING")),
@@ -312,35 +312,35 @@ var framingCases = []framingCase{
 		err: "Protocol error: unbalanced quotes in request"},
 	{name: "text after closing single quote", in: frPing + `'a''b'` + "\n", want: frCmds(frArgs("PING")),
 		err: "Protocol error: unbalanced quotes in request"},
-	{name: "inline too many args", in: frPing + "a b c d\n", lim: &framingLimits{MaxArgs: 3, MaxBulk: 16, MaxInline: 16, MaxPending: 64}, want: frCmds(frArgs("PING")),
+	{name: "inline too many args", in: frPing + "a b c d\n", lim: &Limits{MaxArgs: 3, MaxBulk: 16, MaxInline: 16, MaxPending: 64}, want: frCmds(frArgs("PING")),
 		err: "Protocol error: inline request exceeds the limit of 3 arguments (--max-args)"},
-	{name: "inline argument too big", in: frPing + "0123456789abcdefg\n", lim: &framingLimits{MaxArgs: 3, MaxBulk: 16, MaxInline: 32, MaxPending: 64},
+	{name: "inline argument too big", in: frPing + "0123456789abcdefg\n", lim: &Limits{MaxArgs: 3, MaxBulk: 16, MaxInline: 32, MaxPending: 64},
 		want: frCmds(frArgs("PING")),
 		err:  "Protocol error: inline argument exceeds the limit of 16 bytes (--max-bulk)"},
-	{name: "inline quoted argument too big", in: frPing + `"0123456789abcdef\x41"` + "\n", lim: &framingLimits{MaxArgs: 3, MaxBulk: 16, MaxInline: 32, MaxPending: 64},
+	{name: "inline quoted argument too big", in: frPing + `"0123456789abcdef\x41"` + "\n", lim: &Limits{MaxArgs: 3, MaxBulk: 16, MaxInline: 32, MaxPending: 64},
 		want: frCmds(frArgs("PING")),
 		err:  "Protocol error: inline argument exceeds the limit of 16 bytes (--max-bulk)"},
-	{name: "inline argument too big at \\x", in: "a\n" + `"ab\xz"` + "\n", lim: &framingLimits{MaxArgs: 3, MaxBulk: 2, MaxInline: 32, MaxPending: 64},
+	{name: "inline argument too big at \\x", in: "a\n" + `"ab\xz"` + "\n", lim: &Limits{MaxArgs: 3, MaxBulk: 2, MaxInline: 32, MaxPending: 64},
 		want: frCmds(frArgs("a")),
 		err:  "Protocol error: inline argument exceeds the limit of 2 bytes (--max-bulk)"},
-	{name: "inline argument too big at \\xH", in: "a\n" + `"ab\x4z"` + "\n", lim: &framingLimits{MaxArgs: 3, MaxBulk: 2, MaxInline: 32, MaxPending: 64},
+	{name: "inline argument too big at \\xH", in: "a\n" + `"ab\x4z"` + "\n", lim: &Limits{MaxArgs: 3, MaxBulk: 2, MaxInline: 32, MaxPending: 64},
 		want: frCmds(frArgs("a")),
 		err:  "Protocol error: inline argument exceeds the limit of 2 bytes (--max-bulk)"},
-	{name: "inline argument too big at \\x4 in x", in: "a\n" + `"a\x4z"` + "\n", lim: &framingLimits{MaxArgs: 3, MaxBulk: 2, MaxInline: 32, MaxPending: 64},
+	{name: "inline argument too big at \\x4 in x", in: "a\n" + `"a\x4z"` + "\n", lim: &Limits{MaxArgs: 3, MaxBulk: 2, MaxInline: 32, MaxPending: 64},
 		want: frCmds(frArgs("a")),
 		err:  "Protocol error: inline argument exceeds the limit of 2 bytes (--max-bulk)"},
-	{name: "inline argument too big at backslash", in: "a\n" + `'ab\c'` + "\n", lim: &framingLimits{MaxArgs: 3, MaxBulk: 2, MaxInline: 32, MaxPending: 64},
+	{name: "inline argument too big at backslash", in: "a\n" + `'ab\c'` + "\n", lim: &Limits{MaxArgs: 3, MaxBulk: 2, MaxInline: 32, MaxPending: 64},
 		want: frCmds(frArgs("a")),
 		err:  "Protocol error: inline argument exceeds the limit of 2 bytes (--max-bulk)"},
-	{name: "inline too long", in: frPing + "0123456789abcdefg\r\n", lim: &framingLimits{MaxArgs: 3, MaxBulk: 16, MaxInline: 16, MaxPending: 64},
+	{name: "inline too long", in: frPing + "0123456789abcdefg\r\n", lim: &Limits{MaxArgs: 3, MaxBulk: 16, MaxInline: 16, MaxPending: 64},
 		want: frCmds(frArgs("PING")),
 		err:  "Protocol error: too big inline request: line exceeds the limit of 16 bytes (--max-inline)"},
-	{name: "inline too long by a cr", in: frPing + "0123456789abcdef\r\r\n", lim: &framingLimits{MaxArgs: 3, MaxBulk: 16, MaxInline: 16, MaxPending: 64},
+	{name: "inline too long by a cr", in: frPing + "0123456789abcdef\r\r\n", lim: &Limits{MaxArgs: 3, MaxBulk: 16, MaxInline: 16, MaxPending: 64},
 		want: frCmds(frArgs("PING")),
 		err:  "Protocol error: too big inline request: line exceeds the limit of 16 bytes (--max-inline)"},
 }
 
-func (c framingCase) limits() framingLimits {
+func (c framingCase) limits() Limits {
 	if c.lim != nil {
 		return *c.lim
 	}
@@ -370,13 +370,13 @@ func TestFramerCases(t *testing.T) {
 }
 
 func TestFramerDeadAfterError(t *testing.T) {
-	f := newFramer(frTestLimits)
-	out, err := f.feed(nil, []byte(frPing+"*x\r\n"))
+	f := NewFramer(frTestLimits)
+	out, err := f.Feed(nil, []byte(frPing+"*x\r\n"))
 	if err == nil || string(out) != frPing {
 		t.Fatalf("feed = %q, %v", out, err)
 	}
 	for range 3 {
-		out2, err2 := f.feed(out, []byte(frPing))
+		out2, err2 := f.Feed(out, []byte(frPing))
 		if err2 != err || string(out2) != frPing {
 			t.Fatalf("feed after error = %q, %v; want %q, %v", out2, err2, frPing, err)
 		}
@@ -384,16 +384,16 @@ func TestFramerDeadAfterError(t *testing.T) {
 }
 
 func TestFramerOutputAppends(t *testing.T) {
-	f := newFramer(frTestLimits)
-	out, err := f.feed([]byte("prefix"), []byte(frPing+"*1\r\n$4\r\nPI"))
+	f := NewFramer(frTestLimits)
+	out, err := f.Feed([]byte("prefix"), []byte(frPing+"*1\r\n$4\r\nPI"))
 	if err != nil || string(out) != "prefix"+frPing {
 		t.Fatalf("feed = %q, %v", out, err)
 	}
-	out, err = f.feed(out[:0], []byte("NG\r\nPING"))
+	out, err = f.Feed(out[:0], []byte("NG\r\nPING"))
 	if err != nil || string(out) != frPing {
 		t.Fatalf("feed = %q, %v", out, err)
 	}
-	out, err = f.feed(out[:0], []byte("\r\n"))
+	out, err = f.Feed(out[:0], []byte("\r\n"))
 	if err != nil || string(out) != frPing {
 		t.Fatalf("feed = %q, %v", out, err)
 	}
@@ -402,11 +402,11 @@ func TestFramerOutputAppends(t *testing.T) {
 // An inline line without a newline must be refused once it passes MaxInline, not held.
 func TestFramerInlineTooLongChunked(t *testing.T) {
 	l := frTestLimits
-	f := newFramer(l)
+	f := NewFramer(l)
 	chunk := bytes.Repeat([]byte("abcd"), 25)
 	fed := 0
 	for fed <= l.MaxInline {
-		out, err := f.feed(nil, chunk)
+		out, err := f.Feed(nil, chunk)
 		fed += len(chunk)
 		if len(out) != 0 {
 			t.Fatalf("emitted %q", out)
@@ -456,7 +456,7 @@ func frSplitInputs() []string {
 }
 
 func TestFramerSplitInvariance(t *testing.T) {
-	limits := []framingLimits{frTestLimits, frFuzzLimits, {MaxArgs: 3, MaxBulk: 16, MaxInline: 16, MaxPending: 26}}
+	limits := []Limits{frTestLimits, frFuzzLimits, {MaxArgs: 3, MaxBulk: 16, MaxInline: 16, MaxPending: 26}}
 	for _, in := range frSplitInputs() {
 		for _, l := range limits {
 			want, wantErr := frFeedAll(l, []byte(in))
@@ -493,12 +493,12 @@ func FuzzFramer(f *testing.F) {
 		frCheckOutput(t, want, l)
 
 		// One command per feed, as before AUTH, gives the same commands.
-		fo := newFramer(l)
+		fo := NewFramer(l)
 		var one []byte
 		var oneErr error
 		for rest := in; len(rest) > 0 && oneErr == nil; {
 			var used int
-			one, used, oneErr = fo.feedSome(one, rest, true)
+			one, used, oneErr = fo.FeedSome(one, rest, true)
 			if oneErr == nil && (used == 0 || used > len(rest)) {
 				t.Fatalf("feedSome consumed %d of %d bytes", used, len(rest))
 			}
@@ -508,8 +508,8 @@ func FuzzFramer(f *testing.F) {
 			t.Fatalf("fed one command at a time: %q, %v; all at once: %q, %v", one, oneErr, want, wantErr)
 		}
 
-		fr := newFramer(l)
-		out, err := fr.feed(nil, in)
+		fr := NewFramer(l)
+		out, err := fr.Feed(nil, in)
 		if err == nil {
 			return
 		}
@@ -518,7 +518,7 @@ func FuzzFramer(f *testing.F) {
 			t.Fatalf("bad error message %q", msg)
 		}
 		n := len(out)
-		out, err2 := fr.feed(out, []byte(frPing))
+		out, err2 := fr.Feed(out, []byte(frPing))
 		if len(out) != n || err2 != err {
 			t.Fatalf("feed after error appended %q, returned %v", out[n:], err2)
 		}
@@ -637,7 +637,7 @@ func FuzzInlineSplit(f *testing.F) {
 		} else if len(line) > 0 && line[len(line)-1] == '\r' {
 			line = line[:len(line)-1]
 		}
-		l := framingLimits{MaxArgs: 1 << 20, MaxBulk: 1 << 20, MaxInline: 1 << 20, MaxPending: 1 << 20}
+		l := Limits{MaxArgs: 1 << 20, MaxBulk: 1 << 20, MaxInline: 1 << 20, MaxPending: 1 << 20}
 		out, err := frFeedAll(l, in)
 		want, ok := refSplitArgs(line)
 		if !ok {
@@ -672,13 +672,13 @@ func frBenchPipeline() []byte {
 
 func BenchmarkFramerPipeline(b *testing.B) {
 	in := frBenchPipeline()
-	f := newFramer(frTestLimits)
+	f := NewFramer(frTestLimits)
 	out := make([]byte, 0, 2*len(in))
 	b.ReportAllocs()
 	b.SetBytes(int64(len(in)))
 	for b.Loop() {
 		var err error
-		if out, err = f.feed(out[:0], in); err != nil || len(out) != len(in) {
+		if out, err = f.Feed(out[:0], in); err != nil || len(out) != len(in) {
 			b.Fatal(err, len(out))
 		}
 	}
@@ -686,7 +686,7 @@ func BenchmarkFramerPipeline(b *testing.B) {
 
 func BenchmarkFramerPipelineByteByByte(b *testing.B) {
 	in := frBenchPipeline()
-	f := newFramer(frTestLimits)
+	f := NewFramer(frTestLimits)
 	out := make([]byte, 0, 2*len(in))
 	b.ReportAllocs()
 	b.SetBytes(int64(len(in)))
@@ -694,7 +694,7 @@ func BenchmarkFramerPipelineByteByByte(b *testing.B) {
 		out = out[:0]
 		for i := range in {
 			var err error
-			if out, err = f.feed(out, in[i:i+1]); err != nil {
+			if out, err = f.Feed(out, in[i:i+1]); err != nil {
 				b.Fatal(err)
 			}
 		}
@@ -706,13 +706,13 @@ func BenchmarkFramerPipelineByteByByte(b *testing.B) {
 
 func BenchmarkFramerInline(b *testing.B) {
 	in := bytes.Repeat([]byte("RL.PREDUCE k:123456 100 60000 1\r\n"), 16)
-	f := newFramer(frTestLimits)
+	f := NewFramer(frTestLimits)
 	out := make([]byte, 0, 4*len(in))
 	b.ReportAllocs()
 	b.SetBytes(int64(len(in)))
 	for b.Loop() {
 		var err error
-		if out, err = f.feed(out[:0], in); err != nil {
+		if out, err = f.Feed(out[:0], in); err != nil {
 			b.Fatal(err)
 		}
 	}

@@ -1,19 +1,20 @@
-package server
+package resp
 
 import "strconv"
 
 // Reply encoders. Each appends one RESP value to b and returns it, so a
 // whole pipeline's replies build up in one reused buffer without allocating.
 
-func appendSimple(b []byte, s string) []byte {
+// AppendSimple appends a simple string reply; s must not hold CR or LF.
+func AppendSimple(b []byte, s string) []byte {
 	b = append(b, '+')
 	b = append(b, s...)
 	return append(b, '\r', '\n')
 }
 
-// appendError appends an error reply. CR and LF in msg, which may quote
+// AppendError appends an error reply. CR and LF in msg, which may quote
 // client input, become spaces so that a reply can never inject another.
-func appendError(b []byte, msg string) []byte {
+func AppendError(b []byte, msg string) []byte {
 	b = append(b, '-')
 	for i := 0; i < len(msg); i++ {
 		c := msg[i]
@@ -25,13 +26,15 @@ func appendError(b []byte, msg string) []byte {
 	return append(b, '\r', '\n')
 }
 
-func appendInt(b []byte, n int64) []byte {
+// AppendInt appends an integer reply.
+func AppendInt(b []byte, n int64) []byte {
 	b = append(b, ':')
 	b = strconv.AppendInt(b, n, 10)
 	return append(b, '\r', '\n')
 }
 
-func appendBulk(b []byte, p []byte) []byte {
+// AppendBulk appends a bulk string reply holding p.
+func AppendBulk(b []byte, p []byte) []byte {
 	b = append(b, '$')
 	b = strconv.AppendInt(b, int64(len(p)), 10)
 	b = append(b, '\r', '\n')
@@ -39,7 +42,8 @@ func appendBulk(b []byte, p []byte) []byte {
 	return append(b, '\r', '\n')
 }
 
-func appendBulkString(b []byte, s string) []byte {
+// AppendBulkString appends a bulk string reply holding s.
+func AppendBulkString(b []byte, s string) []byte {
 	b = append(b, '$')
 	b = strconv.AppendInt(b, int64(len(s)), 10)
 	b = append(b, '\r', '\n')
@@ -47,24 +51,26 @@ func appendBulkString(b []byte, s string) []byte {
 	return append(b, '\r', '\n')
 }
 
-func appendArray(b []byte, n int) []byte {
+// AppendArray starts an array of n elements, which the caller appends next.
+func AppendArray(b []byte, n int) []byte {
 	b = append(b, '*')
 	b = strconv.AppendInt(b, int64(n), 10)
 	return append(b, '\r', '\n')
 }
 
-// appendMap starts a map of n pairs: a RESP3 map, or a flat array of 2n
+// AppendMap starts a map of n pairs: a RESP3 map, or a flat array of 2n
 // elements in RESP2.
-func appendMap(b []byte, n int, resp3 bool) []byte {
+func AppendMap(b []byte, n int, resp3 bool) []byte {
 	if !resp3 {
-		return appendArray(b, 2*n)
+		return AppendArray(b, 2*n)
 	}
 	b = append(b, '%')
 	b = strconv.AppendInt(b, int64(n), 10)
 	return append(b, '\r', '\n')
 }
 
-func appendNull(b []byte, resp3 bool) []byte {
+// AppendNull appends a null: RESP3's, or RESP2's null bulk string.
+func AppendNull(b []byte, resp3 bool) []byte {
 	if resp3 {
 		return append(b, '_', '\r', '\n')
 	}

@@ -1,12 +1,19 @@
-package server
+// Package resp is sluice's side of the Redis serialization protocol: a
+// framer that checks every byte a client sends and passes on only complete,
+// canonical commands within limits (Framer), a reader of its output
+// (NextCommand), and reply encoders that append to a caller's buffer
+// (Append*). It does no I/O and knows nothing of commands; a Framer is for
+// one connection, the functions are safe for concurrent use, and none of
+// them allocates on the common path.
+package resp
 
 import (
 	"fmt"
 	"strconv"
 )
 
-// framingLimits bounds what one client may send; zero fields are invalid (callers fill defaults).
-type framingLimits struct {
+// Limits bounds what one client may send; zero fields are invalid (callers fill defaults).
+type Limits struct {
 	MaxArgs    int   // most arguments in one command (multibulk count or inline tokens), e.g. 1024
 	MaxBulk    int64 // most bytes in one bulk argument, e.g. 1 MiB
 	MaxInline  int   // most bytes in one inline line, newline excluded, e.g. 64 KiB
@@ -18,7 +25,7 @@ type framingLimits struct {
 }
 
 // flag names what sets a limit, for error messages.
-func (l *framingLimits) flag(name string) string {
+func (l *Limits) flag(name string) string {
 	if l.Unauth {
 		return "for clients that have not authenticated; AUTH first"
 	}
@@ -73,7 +80,7 @@ const (
 	fiClosed                         // just after a closing quote
 )
 
-// framer checks a client's byte stream incrementally and passes on only complete,
+// Framer checks a client's byte stream incrementally and passes on only complete,
 // canonical RESP multibulk commands within its limits; everything the client sends
 // goes through it before any command is parsed, so malformed input can neither crash
 // nor hang the server. Output and errors do not depend on how the stream is split into
@@ -81,8 +88,8 @@ const (
 // command, refused as soon as it is known to need more than MaxPending bytes before
 // completing, even if it happens to arrive in one read. Not safe for concurrent use;
 // one per connection.
-type framer struct {
-	lim   framingLimits
+type Framer struct {
+	lim   Limits
 	err   *protocolError
 	state frameState
 
@@ -108,26 +115,31 @@ type framer struct {
 	ends    []int
 }
 
-func newFramer(l framingLimits) *framer {
-	return &framer{lim: l}
+// NewFramer returns a framer that enforces l.
+func NewFramer(l Limits) *Framer {
+	return &Framer{lim: l}
 }
 
-// feed consumes p (the next bytes read from the client) and appends to out, in order,
+// SetLimits replaces the limits for the commands that follow, as AUTH
+// lifts the small ones of a client that has not authenticated.
+func (f *Framer) SetLimits(l Limits) { f.lim = l }
+
+// Feed consumes p (the next bytes read from the client) and appends to out, in order,
 // the canonical RESP encoding (`*N\r\n` then `$len\r\nbytes\r\n` per argument) of every
 // command that p completes, and returns out. Bytes of a command that is not complete yet are
 // kept inside the framer (copied; p may be reused by the caller) and emitted when it completes.
 // On a violation it returns out holding every command completed before the violation and a
 // *protocolError; after that the framer is dead and every later feed returns the same error
 // and appends nothing.
-func (f *framer) feed(out, p []byte) ([]byte, error) {
-	out, _, err := f.feedSome(out, p, false)
+func (f *Framer) Feed(out, p []byte) ([]byte, error) {
+	out, _, err := f.FeedSome(out, p, false)
 	return out, err
 }
 
-// feedSome is feed that, with one set, stops after the first command p completes and
+// FeedSome is Feed that, with one set, stops after the first command p completes and
 // also returns how many bytes of p it consumed; the caller feeds the rest later (after
 // running that command, which may change the limits). Without one it consumes all of p.
-func (f *framer) feedSome(out, p []byte, one bool) ([]byte, int, error) {
+func (f *Framer) FeedSome(out, p []byte, one bool) ([]byte, int, error) {
 	if f.err != nil {
 		return out, 0, f.err
 	}
@@ -389,15 +401,15 @@ loop:
 	return w, i, nil
 }
 
-// between reports whether the framer is between commands: nothing of an
+// Between reports whether the framer is between commands: nothing of an
 // incomplete command is held.
-func (f *framer) between() bool {
+func (f *Framer) Between() bool {
 	return f.state == fsStart && f.err == nil
 }
 
-// trim lets go of internal buffers larger than keep; call it between
+// Trim lets go of internal buffers larger than keep; call it between
 // commands, so an idle connection holds little whatever it sent before.
-func (f *framer) trim(keep int) {
+func (f *Framer) Trim(keep int) {
 	if cap(f.held) > keep {
 		f.held = nil
 	}
@@ -409,23 +421,23 @@ func (f *framer) trim(keep int) {
 	}
 }
 
-// pending is the bytes held of an incomplete command.
-func (f *framer) pending() int {
-	if f.between() {
+// Pending is the bytes held of an incomplete command.
+func (f *Framer) Pending() int {
+	if f.Between() {
 		return 0
 	}
 	return len(f.held) + len(f.args)
 }
 
-// footprint is the bytes of the framer's buffers.
-func (f *framer) footprint() int {
+// Footprint is the bytes of the framer's buffers.
+func (f *Framer) Footprint() int {
 	return cap(f.held) + cap(f.args) + 8*cap(f.ends)
 }
 
 // fastArgs consumes from p[i:] the arguments that are entirely present and well
 // formed, the common case, and reports whether that completed the command. It leaves
 // anything else, including every violation, to the byte-wise states.
-func (f *framer) fastArgs(w []byte, start int, p []byte, i int) ([]byte, int, bool) {
+func (f *Framer) fastArgs(w []byte, start int, p []byte, i int) ([]byte, int, bool) {
 	for i < len(p) && p[i] == '$' {
 		v, m := frameFastNum(p[i+1:])
 		if m == 0 || v > uint64(f.lim.MaxBulk) || v > uint64(len(p)-i) {
@@ -474,13 +486,13 @@ func frameFastNum(p []byte) (v uint64, m int) {
 	return v, j + 2
 }
 
-func (f *framer) pendingError() *protocolError {
+func (f *Framer) pendingError() *protocolError {
 	return framingErrorf("command exceeds the query buffer limit of %d bytes (%s)",
 		f.lim.MaxPending, f.lim.flag("--max-query-buffer"))
 }
 
 // inlineByte takes one byte of an inline line (never the line's terminator).
-func (f *framer) inlineByte(c byte) *protocolError {
+func (f *Framer) inlineByte(c byte) *protocolError {
 	f.lineLen++
 	if f.lineLen > f.lim.MaxInline {
 		return framingErrorf("too big inline request: line exceeds the limit of %d bytes (%s)",
@@ -599,7 +611,7 @@ func (f *framer) inlineByte(c byte) *protocolError {
 	}
 }
 
-func (f *framer) argByte(c byte) *protocolError {
+func (f *Framer) argByte(c byte) *protocolError {
 	if int64(len(f.args)-f.tokPos) >= f.lim.MaxBulk {
 		return framingErrorf("inline argument exceeds the limit of %d bytes (%s)", f.lim.MaxBulk, f.lim.flag("--max-bulk"))
 	}
@@ -608,7 +620,7 @@ func (f *framer) argByte(c byte) *protocolError {
 }
 
 // endInline finishes an inline line and appends its command, if any, to w.
-func (f *framer) endInline(w []byte) ([]byte, *protocolError) {
+func (f *Framer) endInline(w []byte) ([]byte, *protocolError) {
 	switch f.ist {
 	case fiToken, fiClosed:
 		f.ends = append(f.ends, len(f.args))
@@ -707,4 +719,29 @@ func hexDigitValue(c byte) byte {
 		return c - 'a' + 10
 	}
 	return c - 'A' + 10
+}
+
+// NextCommand splits the first command off cmds, a Framer's output, into
+// args (reused) and returns the rest. The framer has checked every byte
+// and written canonical RESP, `*N\r\n` then `$len\r\nbytes\r\n` per
+// argument, so this only reads the lengths back; each argument is a slice
+// of cmds, capped so that appending to it cannot touch the next.
+func NextCommand(cmds []byte, args [][]byte) ([][]byte, []byte) {
+	i := 1
+	n := 0
+	for ; cmds[i] != '\r'; i++ {
+		n = n*10 + int(cmds[i]-'0')
+	}
+	i += 2
+	args = args[:0]
+	for range n {
+		l := 0
+		for i++; cmds[i] != '\r'; i++ {
+			l = l*10 + int(cmds[i]-'0')
+		}
+		i += 2
+		args = append(args, cmds[i:i+l:i+l])
+		i += l + 2
+	}
+	return args, cmds[i:]
 }

@@ -1,0 +1,162 @@
+// Package limitcmd holds the requests of the bucket-backed limiter commands
+// (RL.*, CL.*, FW.*, ROLL.*): the parsing of their arguments, in the order
+// that decides which error a client sees, and the storage.Mutator each
+// applies to its stored state with package bucket's arithmetic. It does no
+// I/O and reads no clock (time is a field the caller sets); a mutator is
+// reused by one connection, so a command allocates nothing. Errors a
+// client is told are resp.Error values; package server checks a request
+// against its limits, applies the mutator through the connection's batch
+// and answers.
+package limitcmd
+
+import (
+	"math"
+
+	"github.com/sluicehq/sluice/bucket"
+	"github.com/sluicehq/sluice/internal/resp"
+	"github.com/sluicehq/sluice/keyspace"
+	"github.com/sluicehq/sluice/storage"
+)
+
+// The RL.* commands: argument parsing with the upstream validation order,
+// and the storage.Mutator that applies bucket arithmetic to a stored state.
+
+// RLKind is what an RL.* command does to its bucket.
+type RLKind uint8
+
+const (
+	RLReduce RLKind = iota
+	RLGet
+	RLSessionize
+)
+
+// RLSpec describes one RL.* command.
+type RLSpec struct {
+	Kind RLKind
+	MS   bool // the P forms take milliseconds
+}
+
+// RLRequest is a parsed RL.* command.
+type RLRequest struct {
+	Key    []byte // aliases the command's arguments
+	Params bucket.Params
+	Take   int64
+	At     int64 // request time (ms); valid when hasAt
+	HasAt  bool
+	Strict bool
+}
+
+// ParseRL parses the arguments after the command name, in the order that
+// decides which error a client sees: argument count, max, refill time, the
+// option loop (a value is parsed before its keyword is checked), then the
+// range checks. name is the lower-case command name, for the arity error.
+func ParseRL(spec RLSpec, name string, args [][]byte, r *RLRequest) error {
+	maxArgs := 10
+	if spec.Kind == RLGet {
+		maxArgs = 8
+	}
+	if len(args) < 3 || len(args) > maxArgs {
+		return resp.WrongArgs(name)
+	}
+	*r = RLRequest{Key: args[0], Take: 1}
+	if spec.Kind == RLGet {
+		r.Take = 0
+	}
+	max, ok := resp.ParseInt(args[1])
+	if !ok {
+		return resp.ErrNotInteger
+	}
+	refillTime, ok := resp.ParseInt(args[2])
+	if !ok || refillTime < math.MinInt32 || refillTime > math.MaxInt32 {
+		return resp.ErrNotInteger
+	}
+	refill := max
+	for i := 3; i < len(args); i++ {
+		if resp.EqualFold(args[i], "strict") {
+			r.Strict = true
+			continue
+		}
+		if i == len(args)-1 {
+			return resp.ErrSyntax
+		}
+		v, ok := resp.ParseInt(args[i+1])
+		if !ok {
+			return resp.ErrNotInteger
+		}
+		switch {
+		case resp.EqualFold(args[i], "refill"):
+			refill = v
+		case resp.EqualFold(args[i], "take") && spec.Kind != RLGet:
+			r.Take = v
+		case resp.EqualFold(args[i], "at"):
+			r.At, r.HasAt = v, true
+		default:
+			return resp.ErrSyntax
+		}
+		i++
+	}
+	if max < 1 || refillTime < 1 || refill < 1 || r.Take < 0 || (r.HasAt && r.At < 0) {
+		return resp.ErrNotInteger
+	}
+	if !spec.MS {
+		refillTime *= 1000 // at most MaxInt32*1000: no overflow
+		if r.HasAt {
+			if r.At > math.MaxInt64/1000 {
+				return resp.ErrNotInteger
+			}
+			r.At *= 1000
+		}
+	}
+	r.Params = bucket.Params{Max: max, RefillAmount: refill, RefillMs: refillTime}
+	return nil
+}
+
+// RLMutator applies one parsed RL.* request to a stored bucket state. One
+// lives in each client and is reused, so a command allocates nothing.
+type RLMutator struct {
+	Spec   RLSpec
+	Req    RLRequest
+	Now    int64 // request time (ms)
+	Server int64 // server clock (ms)
+
+	// results
+	Before  int64
+	Session int64
+
+	val [bucket.MaxStateLen]byte
+}
+
+// Mutate implements storage.Mutator.
+func (m *RLMutator) Mutate(old []byte, found bool) ([]byte, storage.Op, error) {
+	var s bucket.State
+	if found {
+		var err error
+		if s, err = bucket.DecodeState(old); err != nil {
+			return nil, storage.Keep, err
+		}
+	}
+	p := m.Req.Params
+	r := bucket.Request{Now: m.Now, Server: m.Server, Take: m.Req.Take, Strict: m.Req.Strict}
+	var (
+		next  bucket.State
+		write bool
+	)
+	switch m.Spec.Kind {
+	case RLGet:
+		m.Before, _ = p.Available(s, found, m.Now)
+		return nil, storage.Keep, nil
+	case RLReduce:
+		m.Before, next, write = p.Reduce(s, found, r)
+	case RLSessionize:
+		m.Before, m.Session, next, write = p.Sessionize(s, found, r)
+	}
+	if !write {
+		return nil, storage.Keep, nil
+	}
+	return bucket.AppendState(m.val[:0], next), storage.Put, nil
+}
+
+// AppendBucketKey appends the store key of a parsed request.
+func AppendBucketKey(dst []byte, r RLRequest) []byte {
+	return keyspace.AppendBucketKey(dst, r.Params, r.Key)
+}
