@@ -288,4 +288,3 @@ func BenchmarkModifyEvicting(b *testing.B) {
 		})
 	}
 }
-

@@ -261,7 +261,7 @@ type Store struct {
 	// byteLimit is the most bytes of a stripe's table (CacheMemory/1024);
 	// 0 when the cache is off, which keeps only dirty records.
 	byteLimit int64
-	filter     *keyFilter // nil when off
+	filter    *keyFilter // nil when off
 	// openRecords is the number of records of each class found by the
 	// scan at Open.
 	openRecords [MaxClasses]int64
