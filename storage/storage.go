@@ -169,7 +169,7 @@ type Options struct {
 // table's growth: DefaultCacheMemory holds about DefaultCacheMemory /
 // CacheBucketCharge such buckets. The deprecated CacheEntries is converted
 // to bytes with it.
-const CacheBucketCharge = 80
+const CacheBucketCharge = 88
 
 // MaxClasses is how many classes of records Options.Class may tell apart.
 const MaxClasses = 16
@@ -1317,18 +1317,17 @@ func (s *Store) wroteLocked(st *stripe, w written, applied bool) {
 	r.flags |= fClean
 	s.stats.dirty.Add(-1)
 	// A deleted record is not worth a cache slot: deletes come from the
-	// sweep, for records nobody uses.
-	if s.byteLimit <= 0 || r.flags&fDel != 0 {
+	// sweep, for records nobody uses. A record bigger than the stripe's
+	// share is never cached.
+	if s.byteLimit <= 0 || r.flags&fDel != 0 || t.size(r) > s.byteLimit {
 		t.remove(int(w.rec))
 		return
 	}
 	if t.bytes() > s.byteLimit {
-		// Dirty records took the stripe over its share: as they turn
-		// clean, they go, until it is back within it.
-		t.remove(int(w.rec))
-		if t.garbage >= s.byteLimit/16 {
-			t.compact()
-		}
+		// Dirty records, or values that grew, took the stripe over its
+		// share: as they turn clean, the CLOCK hand evicts until it is
+		// back within it.
+		t.trim(s.byteLimit)
 	}
 }
 

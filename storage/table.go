@@ -86,16 +86,21 @@ const (
 // and two index slots.
 const recordOverhead = recordSize + 2*indexSlot
 
-// minIndex is the size of a stripe's first index.
-const minIndex = 16
+// The first sizes of a stripe's index, records and arena: a few growth
+// steps fewer for a table that fills, little for one that does not.
+const (
+	minIndex = 16
+	minRecs  = 16
+	minArena = 512
+)
 
 // compactMin is the least garbage worth a compaction outside makeRoom.
 const compactMin = 4 << 10
 
 // roomFor is the value room given to a new region for a value of n bytes:
-// rounded up to 8, so that a value that grows by a byte or two (a varint
-// crossing a boundary) stays in place.
-func roomFor(n int) uint32 { return uint32((n + 7) &^ 7) }
+// rounded up to 4, so that a value that grows by a byte or two (a varint
+// crossing a boundary) mostly stays in place.
+func roomFor(n int) uint32 { return uint32((n + 3) &^ 3) }
 
 // bytes is what the table is charged: records in use, index and arena,
 // garbage included.
@@ -175,11 +180,17 @@ func (t *table) insert(h uint64, key []byte, vlen int) int {
 		}
 	} else {
 		i = len(t.recs)
+		if t.recs == nil {
+			t.recs = make([]record, 0, minRecs) // fewer growth steps
+		}
 		t.recs = append(t.recs, record{})
 	}
 	r := &t.recs[i]
 	off := r.off
 	if !reused {
+		if t.arena == nil {
+			t.arena = make([]byte, 0, minArena)
+		}
 		off = uint32(len(t.arena))
 		t.arena = append(t.arena, key...)
 		t.arena = append(t.arena, make([]byte, region-uint32(len(key)))...)
@@ -372,9 +383,24 @@ func (t *table) makeRoom(limit int64, klen, vlen int) bool {
 	if recordSize+2*indexSlot+int64(klen)+int64(roomFor(vlen)) > limit {
 		return false
 	}
+	return t.evict(limit, klen, vlen, true)
+}
+
+// trim evicts clean records until the table is within limit, as it must
+// be once the dirty records that took it over have been written.
+func (t *table) trim(limit int64) { t.evict(limit, 0, 0, false) }
+
+// evict is makeRoom, and with insert false trim.
+func (t *table) evict(limit int64, klen, vlen int, insert bool) bool {
+	need := func() int64 {
+		if !insert {
+			return 0
+		}
+		return t.needs(klen, vlen)
+	}
 	// Two passes see every clean record: the first may only clear its bit.
 	steps := 2 * len(t.recs)
-	for t.bytes()+t.needs(klen, vlen) > limit {
+	for t.bytes()+need() > limit {
 		if t.garbage > 0 && t.garbage >= limit/16 {
 			t.compact()
 			continue
@@ -383,7 +409,7 @@ func (t *table) makeRoom(limit int64, klen, vlen int) bool {
 			if t.garbage > 0 {
 				t.compact() // the last resort before giving up
 				steps = len(t.recs)
-				if t.bytes()+t.needs(klen, vlen) <= limit {
+				if t.bytes()+need() <= limit {
 					return true
 				}
 			}
