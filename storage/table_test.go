@@ -177,7 +177,7 @@ func (g *growing) Mutate(old []byte, found bool) ([]byte, Op, error) {
 // the writes are applied the cache is within its byte bound: the garbage of
 // moved values is compacted, not left to grow.
 func TestTableBoundUnderChurn(t *testing.T) {
-	const perStripe = 4 << 10
+	const perStripe = 2 << 10
 	s, err := Open("db", Options{fs: vfs.NewMem(), CacheMemory: numStripes * perStripe})
 	if err != nil {
 		t.Fatal(err)
@@ -193,7 +193,7 @@ func TestTableBoundUnderChurn(t *testing.T) {
 		// Most keys stay short (buckets); one in ten grows to KBs (logs).
 		g := &growing{grow: 1 + rng.IntN(12), max: 24}
 		if k%10 == 0 {
-			g.grow, g.max = 8+rng.IntN(200), 3000
+			g.grow, g.max = 8+rng.IntN(200), 1500
 		}
 		h := maphash.Bytes(s.seed, []byte(key))
 		st := s.stripeOf(h)
@@ -223,9 +223,13 @@ func TestTableBoundUnderChurn(t *testing.T) {
 			}
 			waitApplied(t, s)
 			st := s.Stats()
-			if st.Dirty != 0 || st.CacheBytes > st.CacheMemory {
-				t.Fatalf("after %d changes, applied: %d dirty, cache %d bytes (%d records), bound %d", i+1, st.Dirty, st.CacheBytes, st.CacheEntries, st.CacheMemory)
+			// The working set is bigger than the bound: a cache that
+			// compacts its garbage stays over 80% full (measured); one that cannot
+			// evicts far more than it must.
+			if st.Dirty != 0 || st.CacheBytes > st.CacheMemory || (i >= 50_000 && st.CacheBytes < st.CacheMemory*7/10) {
+				t.Fatalf("after %d changes, applied: %d dirty, cache %d bytes (%d records), want at most the bound %d and, once full, at least 70%% of it", i+1, st.Dirty, st.CacheBytes, st.CacheEntries, st.CacheMemory)
 			}
+			t.Logf("after %d changes: %d records, %d of %d bytes", i+1, st.CacheEntries, st.CacheBytes, st.CacheMemory)
 			if got := chargedBytes(t, s); got != st.CacheBytes {
 				t.Fatalf("Stats.CacheBytes = %d, the tables hold %d", st.CacheBytes, got)
 			}
