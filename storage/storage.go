@@ -3,7 +3,7 @@
 // lock, made durable according to the configured mode.
 //
 // How a write travels: Batch.Modify runs the caller's Mutator under a
-// striped lock, puts the new value in an in-memory table of entries (so the
+// striped lock, puts the new value in an in-memory table of records (so the
 // next reader sees it at once) and notes the key in the Batch.
 // Batch.Commit hands the noted keys to a single committer goroutine and
 // waits as the durability mode requires: in SyncAlways the committer takes
@@ -13,7 +13,7 @@
 // The committer writes, for each noted key, the value the overlay holds at
 // that moment, so the log always receives the newest
 // in-memory state of a key whatever order connections hand over their keys;
-// once Pebble has the value, the entry is marked clean unless it changed
+// once Pebble has the value, the record is marked clean unless it changed
 // meanwhile.
 //
 // The same table caches hot state: clean records, and the results of Pebble
@@ -100,11 +100,11 @@ type Options struct {
 	CacheSize    int64 // Pebble block cache bytes; default 64 MiB
 	MemTableSize int64 // Pebble memtable bytes; default 16 MiB
 	// MaxQueued is how many written keys may wait for the committer before
-	// Commit blocks; it bounds the dirty entries. Default 65536.
+	// Commit blocks; it bounds the dirty records. Default 65536.
 	MaxQueued int
 	// MaxQueuedBytes bounds the same queue by the bytes of the records it
 	// holds (key, value room and recordOverhead each), so that long keys or values
-	// cannot grow the dirty entries, the queue or one Pebble batch without
+	// cannot grow the dirty records, the queue or one Pebble batch without
 	// limit. Default 16 MiB.
 	MaxQueuedBytes int
 	// CacheEntries is deprecated: the cache is bounded in bytes only
@@ -286,7 +286,7 @@ type Store struct {
 		done    sync.Cond // Commit waits here for rounds to finish
 		keys    []byte    // keys handed over, back to back
 		ends    []int     // end offset of each key in keys
-		bytes   int       // entry bytes charged for the keys queued
+		bytes   int       // record bytes charged for the keys queued
 		round   uint64    // the round that will take the keys now queued
 		applied uint64    // every round <= applied is in Pebble
 		synced  uint64    // every round <= synced is fsynced
@@ -850,7 +850,7 @@ type Batch struct {
 	s     *Store
 	keys  []byte
 	ends  []int
-	bytes int // the noted entries' sizes, charged to the queue
+	bytes int // the noted records' sizes, charged to the queue
 	// hold is the stripes a held Batch has locked (see Hold); nil when
 	// not held.
 	hold *held
@@ -886,9 +886,9 @@ func (b *Batch) Modify(key []byte, m Mutator) error {
 }
 
 // modify is Modify. With cache false, as for the sweep, a record read from
-// Pebble is not kept in memory and a change evicts nothing: the entry lives
-// only until its write is done, so a pass over cold records leaves the hot
-// ones cached.
+// Pebble is not kept in memory and a change evicts nothing: the record
+// stays after its write only if its stripe has room for it (see
+// wroteLocked), so a pass over cold records leaves the hot ones cached.
 func (b *Batch) modify(key []byte, m Mutator, cache bool) (Op, error) {
 	s := b.s
 	if b.hold != nil {
@@ -1325,8 +1325,11 @@ func (s *Store) wroteLocked(st *stripe, w written, applied bool) {
 	}
 	if t.bytes() > s.byteLimit {
 		// Dirty records, or values that grew, took the stripe over its
-		// share: as they turn clean, the CLOCK hand evicts until it is
-		// back within it.
+		// share: as they turn clean they go first, as records the sweep
+		// wrote must (they are not to displace hot ones), then the CLOCK
+		// hand evicts, and compaction reclaims their bytes, until the
+		// stripe is back within its share.
+		t.remove(int(w.rec))
 		t.trim(s.byteLimit)
 	}
 }

@@ -188,6 +188,7 @@ func (t *table) insert(h uint64, key []byte, vlen int) int {
 	r := &t.recs[i]
 	off := r.off
 	if !reused {
+		t.check(region)
 		if t.arena == nil {
 			t.arena = make([]byte, 0, minArena)
 		}
@@ -201,6 +202,16 @@ func (t *table) insert(h uint64, key []byte, vlen int) int {
 	t.place(i)
 	t.live++
 	return i
+}
+
+// check panics before the arena would pass the 4 GiB its 32-bit offsets
+// reach: a stripe's table holds its share of the cache and the dirty
+// records of the commit queue, far less, unless --commit-queue-memory is
+// set to many gigabytes.
+func (t *table) check(n uint32) {
+	if uint64(len(t.arena))+uint64(n) > 1<<32-1 {
+		panic("storage: a stripe's table would pass 4 GiB; lower --commit-queue-memory")
+	}
 }
 
 // place puts record i into the index.
@@ -236,6 +247,7 @@ func (t *table) setVal(i int, val []byte) {
 	room := roomFor(len(val) + len(val)/4)
 	old := r.off
 	t.garbage += int64(r.klen + r.room)
+	t.check(r.klen + room)
 	off := uint32(len(t.arena))
 	// The key and val may alias the arena: append copies from the old
 	// array, which stays valid while they refer to it.
