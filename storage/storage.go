@@ -1306,6 +1306,9 @@ const (
 // room for it. st must be locked.
 func (s *Store) wroteLocked(st *stripe, w written, applied bool) {
 	t := &st.mu.t
+	if int(w.rec) >= len(t.recs) {
+		return // never: see written
+	}
 	r := &t.recs[w.rec]
 	if r.flags&fLive == 0 || r.gen != w.gen {
 		return // never: see written
