@@ -54,7 +54,7 @@ func TestInfoMemory(t *testing.T) {
 	if used <= 0 || peak < used || rss <= 0 || num("used_memory_startup") <= 0 {
 		t.Errorf("used_memory %d, used_memory_peak %d, used_memory_rss %d: want positive and peak >= used", used, peak, rss)
 	}
-	if num("allocator_active") < num("allocator_allocated") || num("mem_bucket_cache_limit") != 90<<20 || num("maxmemory") != 0 {
+	if num("allocator_active") < num("allocator_allocated") || num("mem_bucket_cache_limit") != 160<<20 || num("maxmemory") != 0 {
 		t.Errorf("INFO memory:\n%s", sec)
 	}
 	if vals["used_memory_human"] != humanBytes(used) || vals["maxmemory_policy"] != "noeviction" {

@@ -562,12 +562,12 @@ func BenchmarkRollWouldLimitCommand1000(b *testing.B) {
 // the commit queue's byte bound (--commit-queue-memory), not held whole in
 // memory until it ends, however large its values (sliding logs can be
 // hundreds of KB). In --fsync always each commit is a round of its own: 200
-// writes of about 300 bytes each (entry charge included) against an 8 KiB
-// bound, pieces of 2 KiB, take dozens of rounds; arriving in one or two
+// writes of about 60 bytes each (record charge included) against a 2 KiB
+// bound, pieces of 512 bytes, take dozens of rounds; arriving in one or two
 // reads, the pipeline used to be committed in one or two.
 func TestPipelineCommitsLargeWritesInPieces(t *testing.T) {
 	ctx := context.Background()
-	store, err := storage.Open(t.TempDir(), StoreOptions(storage.Options{Sync: storage.SyncAlways, MaxQueuedBytes: 8 << 10}))
+	store, err := storage.Open(t.TempDir(), StoreOptions(storage.Options{Sync: storage.SyncAlways, MaxQueuedBytes: 2 << 10}))
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -277,8 +277,8 @@ func TestBuiltins(t *testing.T) {
 	if sec, _ := rdb.Info(ctx, "persistence").Result(); strings.Contains(sec, "# Server") || !strings.Contains(sec, "# Persistence") {
 		t.Fatalf("INFO persistence:\n%s", sec)
 	}
-	// The bucket cache's bytes and its bound (the default, 90 MiB).
-	if sec, _ := rdb.Info(ctx, "storage").Result(); !strings.Contains(sec, "\r\nbucket_cache_bytes:") || !strings.Contains(sec, "\r\nbucket_cache_memory:94371840\r\n") {
+	// The bucket cache's bytes and its bound (the default).
+	if sec, _ := rdb.Info(ctx, "storage").Result(); !strings.Contains(sec, "\r\nbucket_cache_bytes:") || !strings.Contains(sec, "\r\nbucket_cache_memory:"+strconv.Itoa(storage.DefaultCacheMemory)+"\r\n") {
 		t.Fatalf("INFO storage lacks the bucket cache's bytes and bound:\n%s", sec)
 	}
 	// go-redis negotiated RESP3 with HELLO 3.

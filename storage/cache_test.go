@@ -70,7 +70,7 @@ func TestCacheBoundInBytesWithLongKeys(t *testing.T) {
 	if st.CacheBytes > st.CacheMemory || st.CacheBytes < st.CacheMemory/2 {
 		t.Fatalf("cache holds %d bytes (%d entries), want at most its bound %d and at least half of it", st.CacheBytes, st.CacheEntries, st.CacheMemory)
 	}
-	if got := chargedBytes(s); got != st.CacheBytes {
+	if got := chargedBytes(t, s); got != st.CacheBytes {
 		t.Fatalf("Stats.CacheBytes = %d, but the entries' sizes sum to %d", st.CacheBytes, got)
 	}
 	// Pebble's memtables and block cache live in the Go heap in builds
@@ -85,18 +85,63 @@ func TestCacheBoundInBytesWithLongKeys(t *testing.T) {
 	t.Logf("cache %d entries, %d MiB of %d MiB; heap grew %d MiB; Pebble memtables %d MiB and block cache %d MiB", st.CacheEntries, st.CacheBytes>>20, st.CacheMemory>>20, grown>>20, st.MemTableBytes>>20, st.BlockCacheBytes>>20)
 }
 
-// chargedBytes sums the sizes of the entries every stripe holds.
-func chargedBytes(s *Store) int64 {
+// chargedBytes sums what every stripe's table holds, counted apart from
+// table.bytes: records, index, the regions of the records in use and the
+// garbage. It checks each table's invariants on the way.
+func chargedBytes(t testing.TB, s *Store) int64 {
+	t.Helper()
 	n := int64(0)
 	for i := range s.stripe {
 		st := &s.stripe[i]
 		st.mu.Lock()
-		for _, e := range st.mu.ring {
-			n += e.size()
-		}
+		n += checkTable(t, s, &st.mu.t)
 		st.mu.Unlock()
 	}
 	return n
+}
+
+// checkTable checks tb's invariants and returns its size: every record in
+// use is found by its key, the index holds nothing else, the free list
+// holds every other record, and the arena is the records' regions plus the
+// garbage.
+func checkTable(t testing.TB, s *Store, tb *table) int64 {
+	t.Helper()
+	regions, live := int64(0), 0
+	for i := range tb.recs {
+		r := &tb.recs[i]
+		if r.flags&fLive == 0 {
+			continue
+		}
+		live++
+		regions += int64(r.klen + r.room)
+		if r.vlen > r.room || int(r.off+r.klen+r.room) > len(tb.arena) {
+			t.Fatalf("record %d: value %d of room %d at %d, arena %d", i, r.vlen, r.room, r.off, len(tb.arena))
+		}
+		key := tb.key(r)
+		if got := tb.find(maphash.Bytes(s.seed, key), key); got != i {
+			t.Fatalf("record %d (%q) found at %d", i, key, got)
+		}
+	}
+	used := 0
+	for _, v := range tb.index {
+		if v != 0 {
+			used++
+		}
+	}
+	free := 0
+	for f := tb.free; f != 0; f = tb.recs[f-1].hash {
+		if tb.recs[f-1].flags&fLive != 0 {
+			t.Fatalf("record %d on the free list is in use", f-1)
+		}
+		free++
+	}
+	if live != tb.live || used != live || free != tb.nfree || live+free != len(tb.recs) {
+		t.Fatalf("table: %d records in use (counted %d), %d in the index, %d free (counted %d) of %d", live, tb.live, used, free, tb.nfree, len(tb.recs))
+	}
+	if regions+tb.garbage != int64(len(tb.arena)) {
+		t.Fatalf("arena of %d bytes holds regions of %d and garbage of %d", len(tb.arena), regions, tb.garbage)
+	}
+	return int64(live)*recordSize + int64(len(tb.index))*indexSlot + regions + tb.garbage
 }
 
 // A record too big for its stripe's share of the byte bound is kept only
@@ -117,7 +162,8 @@ func TestRecordTooBigForCacheIsNotCached(t *testing.T) {
 		t.Fatal(err)
 	}
 	waitApplied(t, s)
-	if st := s.Stats(); st.CacheEntries != 0 || st.CacheBytes != 0 {
+	// An empty table keeps its first index.
+	if st := s.Stats(); st.CacheEntries != 0 || st.CacheBytes > minIndex*indexSlot {
 		t.Fatalf("after its write, the big record is still held: %d entries, %d bytes", st.CacheEntries, st.CacheBytes)
 	}
 	before := s.Stats()
@@ -141,12 +187,12 @@ func TestRecordTooBigForCacheIsNotCached(t *testing.T) {
 	}
 }
 
-// The free list of removed entries is outside the byte bound, so it must
-// keep little: with the cache off, 16384 records with 1000-byte keys
-// written at once left 16 MiB of entries on the free lists, and up to
-// 64 entries of 2 KiB per stripe (128 MiB) could stay there.
-func TestFreeListKeepsNoBigBuffers(t *testing.T) {
-	s, err := Open("db", Options{fs: vfs.NewMem(), CacheEntries: -1, MaxQueued: 1 << 20, MaxQueuedBytes: 1 << 30})
+// With the cache off, a table keeps little once its records are written:
+// 16384 records with 1000-byte keys written at once once left 16 MiB of
+// entries on free lists; the arena, records and index give back what they
+// grew to.
+func TestTableGivesBackMemory(t *testing.T) {
+	s, err := Open("db", Options{fs: vfs.NewMem(), CacheMemory: -1, MaxQueued: 1 << 20, MaxQueuedBytes: 1 << 30})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -161,18 +207,18 @@ func TestFreeListKeepsNoBigBuffers(t *testing.T) {
 		t.Fatal(err)
 	}
 	waitApplied(t, s)
-	free := 0
+	held := 0
 	for i := range s.stripe {
 		st := &s.stripe[i]
 		st.mu.Lock()
-		for e := st.mu.free; e != nil; e = e.next {
-			free += int(e.size())
-		}
+		tb := &st.mu.t
+		held += cap(tb.arena) + cap(tb.recs)*int(recordSize) + cap(tb.index)*indexSlot
 		st.mu.Unlock()
 	}
-	if limit := numStripes << 12; free > limit {
-		t.Fatalf("free lists keep %d KiB, want at most 4 KiB per stripe, %d KiB", free>>10, limit>>10)
+	if limit := numStripes << 12; held > limit {
+		t.Fatalf("tables keep %d KiB, want at most 4 KiB per stripe, %d KiB", held>>10, limit>>10)
 	}
+	chargedBytes(t, s)
 }
 
 // The commit queue, which bounds the dirty entries, is charged their whole
@@ -196,50 +242,6 @@ func TestQueueChargesWholeEntries(t *testing.T) {
 	}
 }
 
-// entryOverhead must cover what an entry costs besides its buffers. Fill
-// every stripe with short keys and values, the layout the cache has when
-// full, and compare the heap's growth with the charge. Small fills use
-// several tables, so that about 256K entries drown the heap's noise.
-func TestEntryOverhead(t *testing.T) {
-	if raceEnabled {
-		// Measured with 16-byte keys and values: 207 to 233 B of heap per
-		// entry under -race, 185 to 197 B without, against 224 charged.
-		t.Skip("the race detector changes what an entry costs on the heap; run without -race")
-	}
-	key := make([]byte, 16)
-	val := make([]byte, 16)
-	// Just past the map's growth steps is the dearest fill.
-	for _, perStripe := range []int{9, 15, 57, 225, DefaultCacheEntries / numStripes} {
-		stores := make([]*Store, (DefaultCacheEntries+perStripe*numStripes-1)/(perStripe*numStripes))
-		for k := range stores {
-			stores[k] = &Store{seed: maphash.MakeSeed()}
-			for i := range stores[k].stripe {
-				stores[k].stripe[i].mu.m = make(map[uint64]*entry)
-			}
-		}
-		base := heapInUse()
-		n, charged := 0, int64(0)
-		for _, s := range stores {
-			for i := range s.stripe {
-				st := &s.stripe[i]
-				for j := range perStripe {
-					copy(key, fmt.Sprintf("%06d:%06d", i, j))
-					e := st.insertLocked(maphash.Bytes(s.seed, key), key, len(val))
-					st.setValLocked(e, val)
-					n++
-				}
-				charged += st.mu.bytes
-			}
-		}
-		grown := int64(heapInUse()) - int64(base)
-		t.Logf("%d per stripe: heap %d B per entry, charged %d B", perStripe, grown/int64(n), charged/int64(n))
-		if grown > charged {
-			t.Errorf("%d entries (%d per stripe) took %d bytes of heap but were charged %d: raise entryOverhead (%d) by %d", n, perStripe, grown, charged, entryOverhead, (grown-charged)/int64(n)+1)
-		}
-		runtime.KeepAlive(stores)
-	}
-}
-
 // BenchmarkModifyEvicting is BenchmarkModify with more keys than the cache
 // holds, by count or by bytes: each Modify reads Pebble, evicts and reuses
 // the evicted entry.
@@ -249,8 +251,8 @@ func BenchmarkModifyEvicting(b *testing.B) {
 		keyLen int
 		opts   Options
 	}{
-		{"count", 16, Options{CacheEntries: 4 * numStripes}},
-		{"bytes", 600, Options{CacheMemory: 4 * numStripes * (entryOverhead + 640 + 16)}},
+		{"short", 16, Options{CacheMemory: 4 * numStripes * CacheBucketCharge}},
+		{"long", 600, Options{CacheMemory: 4 * numStripes * (recordOverhead + 600 + 16)}},
 	} {
 		b.Run(tc.name, func(b *testing.B) {
 			s, err := Open(b.TempDir(), tc.opts)
@@ -280,45 +282,9 @@ func BenchmarkModifyEvicting(b *testing.B) {
 				}
 			}
 			b.StopTimer()
-			if st := s.Stats(); st.CacheEntries > int64(4*numStripes) || st.CacheBytes > st.CacheMemory {
-				b.Fatalf("cache over its bounds: %d entries, %d of %d bytes", st.CacheEntries, st.CacheBytes, st.CacheMemory)
+			if st := s.Stats(); st.CacheBytes > st.CacheMemory {
+				b.Fatalf("cache over its bound: %d entries, %d of %d bytes", st.CacheEntries, st.CacheBytes, st.CacheMemory)
 			}
 		})
-	}
-}
-
-// A new record costs the hot-state table two allocations, its entry and
-// one buffer for its key and value (three when they had a buffer each).
-// Nothing else allocates in the store meanwhile: the committer waits for
-// a Commit that never comes. The stripes' maps and rings grow by doubling,
-// which the bound of 2.2 leaves room for.
-func TestNewRecordAllocs(t *testing.T) {
-	if raceEnabled {
-		t.Skip("the race detector allocates on its own")
-	}
-	s := openMem(t, vfs.NewMem(), SyncEverySec)
-	defer s.Close()
-	b := s.NewBatch()
-	c := &counter{delta: 1}
-	key := []byte("new:0000000000")
-	n := 0
-	next := func() {
-		n++
-		for i, j := len(key)-1, n; j > 0; i, j = i-1, j/10 {
-			key[i] = byte('0' + j%10)
-		}
-		if err := b.Modify(key, c); err != nil {
-			t.Fatal(err)
-		}
-		b.reset() // the keys stay dirty in the table; no Commit needed
-	}
-	// First fill every stripe, so that the growth of its map and ring,
-	// which doubles, is rare in the measured run.
-	for range 100 * numStripes {
-		next()
-	}
-	allocs := testing.AllocsPerRun(1000, next)
-	if allocs > 2.2 {
-		t.Fatalf("%.2f allocations per new record, want 2 (its entry, one buffer for key and value; at most 2.2 with the growth of maps and rings)", allocs)
 	}
 }

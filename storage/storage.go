@@ -3,7 +3,7 @@
 // lock, made durable according to the configured mode.
 //
 // How a write travels: Batch.Modify runs the caller's Mutator under a
-// striped lock, puts the new value in an in-memory table of entries (so the
+// striped lock, puts the new value in an in-memory table of records (so the
 // next reader sees it at once) and notes the key in the Batch.
 // Batch.Commit hands the noted keys to a single committer goroutine and
 // waits as the durability mode requires: in SyncAlways the committer takes
@@ -13,16 +13,17 @@
 // The committer writes, for each noted key, the value the overlay holds at
 // that moment, so the log always receives the newest
 // in-memory state of a key whatever order connections hand over their keys;
-// once Pebble has the value, the entry is marked clean unless it changed
+// once Pebble has the value, the record is marked clean unless it changed
 // meanwhile.
 //
-// The same table caches hot state: clean entries, and the results of Pebble
+// The same table caches hot state: clean records, and the results of Pebble
 // reads (found or not), stay until a CLOCK sweep evicts them, so a bucket
-// used again soon costs no Pebble read. Memory is bounded: clean entries by
-// CacheEntries and by CacheMemory bytes (each entry charged its key and
-// value buffers plus a fixed overhead), plus the dirty ones whose write is
-// on its way, which Commit bounds by blocking while too many keys, or too
-// many bytes of entries, are queued.
+// used again soon costs no Pebble read. The table holds no Go pointer per
+// record (see table.go), so the garbage collector does not scan it. Memory
+// is bounded: clean records by CacheMemory bytes (everything the table
+// holds: records, index, keys, values and garbage), plus the dirty ones
+// whose write is on its way, which Commit bounds by blocking while too many
+// keys, or too many bytes of records, are queued.
 //
 // A Store is safe for concurrent use. A Batch belongs to one goroutine.
 package storage
@@ -99,24 +100,26 @@ type Options struct {
 	CacheSize    int64 // Pebble block cache bytes; default 64 MiB
 	MemTableSize int64 // Pebble memtable bytes; default 16 MiB
 	// MaxQueued is how many written keys may wait for the committer before
-	// Commit blocks; it bounds the dirty entries. Default 65536.
+	// Commit blocks; it bounds the dirty records. Default 65536.
 	MaxQueued int
-	// MaxQueuedBytes bounds the same queue by the bytes of the entries it
-	// holds (key, value and entryOverhead each), so that long keys or values
-	// cannot grow the dirty entries, the queue or one Pebble batch without
+	// MaxQueuedBytes bounds the same queue by the bytes of the records it
+	// holds (key, value room and recordOverhead each), so that long keys or values
+	// cannot grow the dirty records, the queue or one Pebble batch without
 	// limit. Default 16 MiB.
 	MaxQueuedBytes int
-	// CacheEntries is how many records the hot-state cache may hold
-	// (about 350 bytes of RSS each with short keys, measured). Zero means
-	// the default, 262144; a negative value turns the cache off, keeping
-	// only entries whose write is on its way.
+	// CacheEntries is deprecated: the cache is bounded in bytes only
+	// (CacheMemory). When CacheMemory is zero, a positive CacheEntries sets
+	// it to CacheEntries × CacheBucketCharge, and a negative one turns the
+	// cache off, as it used to.
 	CacheEntries int
-	// CacheMemory bounds the same cache in bytes: each entry is charged
-	// entryOverhead plus the capacity of its key and value buffers, and each
-	// of the 1024 stripes gets an equal share, so a record bigger than
-	// CacheMemory/1024 is never cached (it is kept only while its write is
-	// on its way). The cache evicts until both bounds hold. Zero means the
-	// default, 90 MiB; negative turns the cache off.
+	// CacheMemory bounds the hot-state cache in bytes: everything its
+	// table holds (records, index slots, keys, value room and the garbage
+	// of values that moved), dirty records included, and the cache evicts
+	// clean records to stay within it. Each of the 1024 stripes gets an
+	// equal share, so a record bigger than CacheMemory/1024 is never
+	// cached (it is kept only while its write is on its way). Zero means
+	// the default, DefaultCacheMemory; negative turns the cache off,
+	// keeping only records whose write is on its way.
 	CacheMemory int64
 	// KeyFilterSize is the bytes of the in-memory filter of stored keys,
 	// which answers lookups of buckets that do not exist without reading
@@ -160,6 +163,15 @@ type Options struct {
 	afterUpgradeChunk func(db *pebble.DB, moved int64)
 }
 
+// CacheBucketCharge is what one cached bucket costs on the heap, in bytes,
+// with a short key (RL.* with a 16-byte key: a 23-byte record key and an
+// 11-byte value), the slack of the table's growth included, rounded up from
+// what TestTableBytesPerBucket measures (75 to 80). Such a bucket is
+// charged about 66 bytes against CacheMemory, so DefaultCacheMemory holds
+// more than DefaultCacheMemory / CacheBucketCharge of them: 2.5M, measured.
+// The deprecated CacheEntries is converted to bytes with it.
+const CacheBucketCharge = 88
+
 // MaxClasses is how many classes of records Options.Class may tell apart.
 const MaxClasses = 16
 
@@ -169,8 +181,7 @@ const (
 	DefaultCacheSize      = 64 << 20
 	DefaultMemTableSize   = 16 << 20
 	DefaultMaxQueued      = 1 << 16
-	DefaultCacheEntries   = 1 << 18
-	DefaultCacheMemory    = 90 << 20
+	DefaultCacheMemory    = 160 << 20
 	DefaultKeyFilter      = 16 << 20
 	DefaultMaxQueuedBytes = 16 << 20
 )
@@ -248,11 +259,10 @@ type Store struct {
 	db   *pebble.DB
 	opts Options
 	log  *slog.Logger
-	// cacheLimit is the most entries per stripe and byteLimit the most
-	// bytes; both are 0 when the cache is off, which keeps only dirty ones.
-	cacheLimit int
-	byteLimit  int64
-	filter     *keyFilter // nil when off
+	// byteLimit is the most bytes of a stripe's table (CacheMemory/1024);
+	// 0 when the cache is off, which keeps only dirty records.
+	byteLimit int64
+	filter    *keyFilter // nil when off
 	// openRecords is the number of records of each class found by the
 	// scan at Open.
 	openRecords [MaxClasses]int64
@@ -277,7 +287,7 @@ type Store struct {
 		done    sync.Cond // Commit waits here for rounds to finish
 		keys    []byte    // keys handed over, back to back
 		ends    []int     // end offset of each key in keys
-		bytes   int       // entry bytes charged for the keys queued
+		bytes   int       // record bytes charged for the keys queued
 		round   uint64    // the round that will take the keys now queued
 		applied uint64    // every round <= applied is in Pebble
 		synced  uint64    // every round <= synced is fsynced
@@ -328,13 +338,7 @@ type counters struct {
 type stripe struct {
 	mu struct {
 		sync.Mutex
-		m      map[uint64]*entry
-		ring   []*entry // every entry, for the CLOCK hand
-		bytes  int64    // the entries' charge, see entry.size
-		hand   int
-		free   *entry // removed entries kept for reuse, see removeLocked
-		nfree  int
-		fbytes int64 // the free entries' size, outside the byte bound
+		t      table // see table.go
 		hits   int64
 		misses int64
 		skips  int64 // misses the key filter answered without Pebble
@@ -344,43 +348,6 @@ type stripe struct {
 	}
 	_ [64]byte // keep stripes on separate cache lines
 }
-
-// entry is a record's newest state: dirty until Pebble has it, then clean,
-// a cached copy of what Pebble holds.
-type entry struct {
-	next *entry // hash chain
-	hash uint64
-	// buf holds the key, then the value: one buffer, so that a new
-	// record costs one allocation for both (sized for both at insert).
-	buf     []byte
-	klen    int
-	del     bool   // the record does not exist
-	clean   bool   // Pebble holds this state; the entry may be evicted
-	ref     bool   // used since the CLOCK hand last passed
-	idx     int    // position in the stripe's ring
-	version uint64 // bumped on every change
-	round   uint64 // the last round that wrote it, to write a key once per round
-}
-
-// entryOverhead is what an entry costs besides its key and value buffers:
-// the entry itself, its map slot and its ring slot, with their growth
-// slack. TestEntryOverhead measured 160 to 176 bytes (amd64, Go 1.26), the
-// most just after the map grows; 192 leaves room for other platforms.
-const entryOverhead = 192
-
-// size is what e is charged against the cache's byte bound.
-func (e *entry) size() int64 { return entryOverhead + int64(cap(e.buf)) }
-
-// key returns e's key, capped so that appending to it cannot touch the
-// value.
-func (e *entry) key() []byte { return e.buf[:e.klen:e.klen] }
-
-// val returns e's value.
-func (e *entry) val() []byte { return e.buf[e.klen:] }
-
-// sizeOf is the charge of an entry for key and val, before rounding to the
-// allocator's size classes.
-func sizeOf(key, val []byte) int64 { return entryOverhead + int64(len(key)) + int64(len(val)) }
 
 // Open opens or creates the store in dir. See OpenContext.
 func Open(dir string, o Options) (*Store, error) {
@@ -412,21 +379,23 @@ func OpenContext(ctx context.Context, dir string, o Options) (*Store, error) {
 	if o.Logger == nil {
 		o.Logger = slog.New(slog.DiscardHandler)
 	}
-	if o.CacheEntries == 0 {
-		o.CacheEntries = DefaultCacheEntries
-	}
 	if o.CacheMemory == 0 {
-		o.CacheMemory = DefaultCacheMemory
+		switch {
+		case o.CacheEntries > 0:
+			o.CacheMemory = int64(o.CacheEntries) * CacheBucketCharge
+		case o.CacheEntries < 0:
+			o.CacheMemory = -1
+		default:
+			o.CacheMemory = DefaultCacheMemory
+		}
 	}
-	if o.CacheEntries < 0 || o.CacheMemory < 0 {
-		o.CacheEntries, o.CacheMemory = 0, 0 // off
+	o.CacheEntries = 0
+	if o.CacheMemory < 0 {
+		o.CacheMemory = 0 // off
 	}
 	s := &Store{opts: o, log: o.Logger, dir: dir, seed: maphash.MakeSeed(), guard: newGuard(dir, o.Logger), failedC: make(chan struct{})}
 	s.guard.fatal = s.fail
-	if o.CacheEntries > 0 {
-		s.cacheLimit = (o.CacheEntries + numStripes - 1) / numStripes
-		s.byteLimit = o.CacheMemory / numStripes
-	}
+	s.byteLimit = o.CacheMemory / numStripes
 	base := o.fs
 	if base == nil && o.Disk != nil {
 		base = o.Disk.fs
@@ -484,9 +453,6 @@ func OpenContext(ctx context.Context, dir string, o Options) (*Store, error) {
 		return nil, openError(dir, err)
 	}
 
-	for i := range s.stripe {
-		s.stripe[i].mu.m = make(map[uint64]*entry)
-	}
 	s.q.work.L = &s.q.Mutex
 	s.q.done.L = &s.q.Mutex
 	s.q.round = 1
@@ -852,117 +818,6 @@ func (s *Store) classOf(key []byte) int {
 	return 0
 }
 
-// findLocked returns the overlay entry of key, or nil.
-func (st *stripe) findLocked(h uint64, key []byte) *entry {
-	for e := st.mu.m[h]; e != nil; e = e.next {
-		if string(e.buf[:e.klen]) == string(key) {
-			return e
-		}
-	}
-	return nil
-}
-
-func (st *stripe) insertLocked(h uint64, key []byte, valLen int) *entry {
-	e := st.mu.free
-	if e != nil {
-		st.mu.free = e.next
-		st.mu.nfree--
-		st.mu.fbytes -= e.size()
-	} else {
-		e = &entry{}
-	}
-	buf := e.buf[:0]
-	if cap(buf) < len(key)+valLen {
-		buf = make([]byte, 0, len(key)+valLen)
-	}
-	*e = entry{next: st.mu.m[h], hash: h, buf: append(buf, key...), klen: len(key), idx: len(st.mu.ring)}
-	st.mu.m[h] = e
-	st.mu.ring = append(st.mu.ring, e)
-	st.mu.bytes += e.size()
-	return e
-}
-
-// setValLocked sets e's value, keeping the stripe's charge exact.
-func (st *stripe) setValLocked(e *entry, val []byte) {
-	c := cap(e.buf)
-	e.buf = append(e.buf[:e.klen], val...)
-	st.mu.bytes += int64(cap(e.buf) - c)
-}
-
-// makeRoomLocked evicts clean entries until one more entry charged need
-// bytes fits: fewer than limit entries, and at most byteLimit bytes with
-// it. The CLOCK hand passes over dirty entries, clears the reference bit of
-// clean ones used since its last pass, and evicts clean ones not used
-// since. It reports whether there is room; an entry bigger than byteLimit
-// never fits, and evicts nothing.
-func (st *stripe) makeRoomLocked(limit int, byteLimit, need int64) bool {
-	if need > byteLimit {
-		return false
-	}
-	// Two passes see every clean entry: the first may only clear its bit.
-	for steps := 2 * len(st.mu.ring); len(st.mu.ring) >= limit || st.mu.bytes+need > byteLimit; steps-- {
-		if steps <= 0 || len(st.mu.ring) == 0 {
-			return false
-		}
-		if st.mu.hand >= len(st.mu.ring) {
-			st.mu.hand = 0
-		}
-		e := st.mu.ring[st.mu.hand]
-		st.mu.hand++
-		if !e.clean {
-			continue
-		}
-		if e.ref {
-			e.ref = false
-			continue
-		}
-		st.removeLocked(e)
-	}
-	return true
-}
-
-// removeLocked drops e from the table and keeps it for reuse.
-func (st *stripe) removeLocked(e *entry) {
-	last := len(st.mu.ring) - 1
-	moved := st.mu.ring[last]
-	st.mu.ring[e.idx], moved.idx = moved, e.idx
-	st.mu.ring[last] = nil
-	st.mu.ring = st.mu.ring[:last]
-	st.mu.bytes -= e.size()
-	p := st.mu.m[e.hash]
-	if p == e {
-		if e.next == nil {
-			delete(st.mu.m, e.hash)
-		} else {
-			st.mu.m[e.hash] = e.next
-		}
-	} else {
-		for p != nil && p.next != e {
-			p = p.next
-		}
-		if p == nil {
-			return
-		}
-		p.next = e.next
-	}
-	// The free list spares an allocation when an eviction makes room for
-	// a new entry, and for entries that live only until their write is
-	// done. It is outside the byte bound, so it keeps a few small entries:
-	// at most 1024 × maxFreeBytes, 4 MiB, in all.
-	if sz := e.size(); st.mu.nfree < maxFree && st.mu.fbytes+sz <= maxFreeBytes {
-		e.next = st.mu.free
-		st.mu.free = e
-		st.mu.nfree++
-		st.mu.fbytes += sz
-	}
-}
-
-// Bounds of a stripe's free list.
-const (
-	maxFree      = 16
-	maxFreeBytes = 4 << 10
-)
-
 func (s *Store) usable() error {
 	if s.closed.Load() {
 		return ErrClosed
@@ -996,7 +851,7 @@ type Batch struct {
 	s     *Store
 	keys  []byte
 	ends  []int
-	bytes int // the noted entries' sizes, charged to the queue
+	bytes int // the noted records' sizes, charged to the queue
 	// hold is the stripes a held Batch has locked (see Hold); nil when
 	// not held.
 	hold *held
@@ -1032,9 +887,9 @@ func (b *Batch) Modify(key []byte, m Mutator) error {
 }
 
 // modify is Modify. With cache false, as for the sweep, a record read from
-// Pebble is not kept in memory and a change evicts nothing: the entry lives
-// only until its write is done, so a pass over cold records leaves the hot
-// ones cached.
+// Pebble is not kept in memory and a change evicts nothing: the record
+// stays after its write only if its stripe has room for it (see
+// wroteLocked), so a pass over cold records leaves the hot ones cached.
 func (b *Batch) modify(key []byte, m Mutator, cache bool) (Op, error) {
 	s := b.s
 	if b.hold != nil {
@@ -1061,19 +916,21 @@ func (b *Batch) modify(key []byte, m Mutator, cache bool) (Op, error) {
 	} else {
 		b.lockStripe(h % numStripes)
 	}
-	e := st.findLocked(h, key)
+	t := &st.mu.t
+	ri := t.find(h, key)
 	var (
 		val     []byte
 		op      Op
 		err     error
 		existed bool
 	)
-	fill := cache && s.cacheLimit > 0
-	if e != nil {
+	fill := cache && s.byteLimit > 0
+	if ri >= 0 {
 		st.mu.hits++
-		e.ref = true
-		existed = !e.del
-		val, op, err = m.Mutate(e.val(), existed)
+		r := &t.recs[ri]
+		r.flags |= fRef
+		existed = r.flags&fDel == 0
+		val, op, err = m.Mutate(t.val(r), existed)
 	} else {
 		st.mu.misses++
 		var (
@@ -1094,18 +951,16 @@ func (b *Batch) modify(key []byte, m Mutator, cache bool) (Op, error) {
 			defer closer.Close()
 			existed = true
 			val, op, err = m.Mutate(old, true)
-			if err == nil && op == Keep && fill && st.makeRoomLocked(s.cacheLimit, s.byteLimit, sizeOf(key, old)) {
-				e = st.insertLocked(h, key, len(old))
-				st.setValLocked(e, old)
-				e.clean = true
-				e = st.keepIfFitsLocked(e, s.byteLimit)
+			if err == nil && op == Keep && fill && t.makeRoom(s.byteLimit, len(key), len(old)) {
+				ri = t.insert(h, key, len(old))
+				t.setVal(ri, old)
+				t.recs[ri].flags |= fClean
 			}
 		case errors.Is(gerr, pebble.ErrNotFound):
 			val, op, err = m.Mutate(nil, false)
-			if err == nil && op == Keep && fill && st.makeRoomLocked(s.cacheLimit, s.byteLimit, sizeOf(key, nil)) {
-				e = st.insertLocked(h, key, 0)
-				e.del, e.clean = true, true
-				e = st.keepIfFitsLocked(e, s.byteLimit)
+			if err == nil && op == Keep && fill && t.makeRoom(s.byteLimit, len(key), 0) {
+				ri = t.insert(h, key, 0)
+				t.recs[ri].flags |= fDel | fClean
 			}
 		default:
 			s.stats.readErrors.Add(1)
@@ -1118,8 +973,8 @@ func (b *Batch) modify(key []byte, m Mutator, cache bool) (Op, error) {
 	if op == Keep {
 		// In SyncAlways a reply may only reflect fsynced state: a read of a
 		// change not yet synced waits for it, like the write's own reply.
-		if e != nil && !e.clean && s.opts.Sync == SyncAlways {
-			b.note(key, e)
+		if ri >= 0 && t.recs[ri].flags&fClean == 0 && s.opts.Sync == SyncAlways {
+			b.note(key, t.size(&t.recs[ri]))
 		}
 		return Keep, nil
 	}
@@ -1131,17 +986,21 @@ func (b *Batch) modify(key []byte, m Mutator, cache bool) (Op, error) {
 			return op, err
 		}
 	}
-	if e == nil {
-		if fill {
-			// If there is no room the entry is kept only until its write
-			// is done, as with the cache off.
-			st.makeRoomLocked(s.cacheLimit, s.byteLimit, sizeOf(key, val))
-		}
-		e = st.insertLocked(h, key, len(val))
-		e.clean = true // turned dirty just below
+	vlen := len(val)
+	if op == Delete {
+		vlen = 0
 	}
-	if e.clean {
-		e.clean = false
+	if ri < 0 {
+		if fill {
+			// If there is no room the record is kept only until its write
+			// is done, as with the cache off.
+			t.makeRoom(s.byteLimit, len(key), vlen)
+		}
+		ri = t.insert(h, key, vlen)
+		t.recs[ri].flags |= fClean // turned dirty just below
+	}
+	if t.recs[ri].flags&fClean != 0 {
+		t.recs[ri].flags &^= fClean
 		s.stats.dirty.Add(1)
 	}
 	// Under the stripe lock, so that a transaction holding every stripe
@@ -1158,14 +1017,14 @@ func (b *Batch) modify(key []byte, m Mutator, cache bool) (Op, error) {
 	if op == Put && s.filter != nil {
 		s.filter.add(h) // before the committer can write it
 	}
-	e.version++
 	if op == Delete {
-		e.del, e.buf = true, e.buf[:e.klen]
+		t.recs[ri].flags |= fDel | fMod
+		t.recs[ri].vlen = 0
 	} else {
-		e.del = false
-		st.setValLocked(e, val)
+		t.setVal(ri, val) // may move the value: after it, no r from before
+		t.recs[ri].flags = t.recs[ri].flags&^fDel | fMod
 	}
-	b.note(key, e)
+	b.note(key, t.size(&t.recs[ri]))
 	return op, nil
 }
 
@@ -1261,30 +1120,19 @@ func (s *Store) Unwatch() { s.watching.Add(-1) }
 // Watch changes the count.
 func (s *Store) SlotWrites(slot uint16) uint64 { return s.slotMods[slot%numSlots].Load() }
 
-// keepIfFitsLocked removes e, just filled from Pebble, if the allocator's
-// rounding of its buffers took the stripe over byteLimit, and returns the
-// entry that stays, or nil.
-func (st *stripe) keepIfFitsLocked(e *entry, byteLimit int64) *entry {
-	if st.mu.bytes <= byteLimit {
-		return e
-	}
-	st.removeLocked(e)
-	return nil
-}
-
-// note records that key, held by e, must be committed before Commit
-// returns, and charges e's size to the queue.
+// note records that key must be committed before Commit returns, and
+// charges the queue size bytes, its record's size (see table.size).
 //
 // Every change is noted, even of a key another Batch has noted already:
 // a change must not depend on another Batch's commit (that Batch may not
 // commit for a while, or ever), and each note charges the queue, which
 // bounds its memory. Write-behind is the committer's: in SyncEverySec and
 // SyncNo it takes the queue once per tick, and a round writes each key
-// once, with its newest value (entry.round).
-func (b *Batch) note(key []byte, e *entry) {
+// once, with its newest value (fRound).
+func (b *Batch) note(key []byte, size int64) {
 	b.keys = append(b.keys, key...)
 	b.ends = append(b.ends, len(b.keys))
-	b.bytes += int(e.size())
+	b.bytes += int(size)
 }
 
 // Keys calls fn with the key of each change the Batch holds, in order;
@@ -1435,10 +1283,14 @@ func (b *Batch) reset() {
 	b.bytes = 0
 }
 
+// written names a record a round wrote by position, not by pointer (the
+// table holds none): it stays in use, dirty, at least until the committer
+// has looked at it after the round (nothing removes a dirty record), and
+// gen tells a reuse if that ever changed.
 type written struct {
-	e       *entry
-	st      *stripe
-	version uint64
+	rec    uint32
+	stripe uint16
+	gen    uint16
 }
 
 const (
@@ -1448,6 +1300,43 @@ const (
 	// maxKeptBatch is the same for a Batch, which each connection keeps.
 	maxKeptBatch = 64 << 10
 )
+
+// wroteLocked ends a round for the record of w: it may be written again
+// by the next round, and if applied (Pebble has the value the round read)
+// and not changed since, it is clean, and stays cached if the stripe has
+// room for it. st must be locked.
+func (s *Store) wroteLocked(st *stripe, w written, applied bool) {
+	t := &st.mu.t
+	if int(w.rec) >= len(t.recs) {
+		return // never: see written
+	}
+	r := &t.recs[w.rec]
+	if r.flags&fLive == 0 || r.gen != w.gen {
+		return // never: see written
+	}
+	r.flags &^= fRound
+	if !applied || r.flags&fMod != 0 {
+		return // still dirty: its newer value is queued for a later round
+	}
+	r.flags |= fClean
+	s.stats.dirty.Add(-1)
+	// A deleted record is not worth a cache slot: deletes come from the
+	// sweep, for records nobody uses. A record bigger than the stripe's
+	// share is never cached.
+	if s.byteLimit <= 0 || r.flags&fDel != 0 || t.size(r) > s.byteLimit {
+		t.remove(int(w.rec))
+		return
+	}
+	if t.bytes() > s.byteLimit {
+		// Dirty records, or values that grew, took the stripe over its
+		// share: as they turn clean they go first, as records the sweep
+		// wrote must (they are not to displace hot ones), then the CLOCK
+		// hand evicts, and compaction reclaims their bytes, until the
+		// stripe is back within its share.
+		t.remove(int(w.rec))
+		t.trim(s.byteLimit)
+	}
+}
 
 // commitLoop is the only writer to Pebble. Each round takes every key queued
 // so far and writes the overlay's current value of each, in one Pebble batch.
@@ -1514,20 +1403,24 @@ func (s *Store) commitLoop() {
 			h := maphash.Bytes(s.seed, key)
 			st := s.stripeOf(h)
 			st.mu.Lock()
-			// A clean entry's state went out in an earlier round; only dirty
-			// entries are written, so no entry in done can be evicted (and
-			// reused for another key) while Apply runs.
-			e := st.findLocked(h, key)
-			if e != nil && !e.clean && e.round != round {
-				e.round = round
+			// A clean record's state went out in an earlier round; only
+			// dirty records are written, and nothing removes a dirty one,
+			// so every record in done stays in use, for its key, until the
+			// loop after Apply has looked at it.
+			t := &st.mu.t
+			if ri := t.find(h, key); ri >= 0 && t.recs[ri].flags&(fClean|fRound) == 0 {
+				r := &t.recs[ri]
 				var err error
-				if e.del {
-					err = batch.Delete(e.key(), nil)
+				if r.flags&fDel != 0 {
+					err = batch.Delete(t.key(r), nil)
 				} else {
-					err = batch.Set(e.key(), e.val(), nil)
+					err = batch.Set(t.key(r), t.val(r), nil)
 				}
 				if err == nil {
-					done = append(done, written{e: e, st: st, version: e.version})
+					// From now on fMod says whether it changed after this
+					// read.
+					r.flags = r.flags&^fMod | fRound
+					done = append(done, written{rec: uint32(ri), stripe: uint16(h % numStripes), gen: r.gen})
 				}
 			}
 			st.mu.Unlock()
@@ -1555,23 +1448,15 @@ func (s *Store) commitLoop() {
 				s.fail(fmt.Errorf("commit %d keys: %w", len(done), err))
 			}
 		} else {
-			for _, w := range done {
-				w.st.mu.Lock()
-				if w.e.version == w.version {
-					w.e.clean = true
-					s.stats.dirty.Add(-1)
-					// A deleted record is not worth a cache slot: deletes
-					// come from the sweep, for records nobody uses.
-					if s.cacheLimit <= 0 || len(w.st.mu.ring) > s.cacheLimit || w.st.mu.bytes > s.byteLimit || w.e.del {
-						w.st.removeLocked(w.e)
-					}
-				}
-				w.st.mu.Unlock()
-			}
 			s.stats.rounds.Add(1)
 			s.stats.keysWritten.Add(int64(len(done)))
 		}
-		clear(done) // drop entry pointers so reused entries are not pinned
+		for _, w := range done {
+			st := &s.stripe[w.stripe]
+			st.mu.Lock()
+			s.wroteLocked(st, w, err == nil)
+			st.mu.Unlock()
+		}
 		// Keep no big buffers until the next round: Reset drops a Pebble
 		// batch's over 1 MiB, and a round of long keys leaves its own.
 		batch.Reset()
@@ -1832,9 +1717,9 @@ type Stats struct {
 	LastSync     time.Time     // zero if never
 	Queued       int           // keys waiting for the committer
 	Dirty        int64         // keys whose newest value is not in Pebble yet
-	CacheEntries int64         // entries held, dirty and clean
-	CacheBytes   int64         // their charge against CacheMemory
-	CacheMemory  int64         // the byte bound of the clean entries; 0 when the cache is off
+	CacheEntries int64         // records held, dirty and clean
+	CacheBytes   int64         // what the table holds, garbage included, against CacheMemory
+	CacheMemory  int64         // the byte bound of the table; 0 when the cache is off
 	CacheHits    int64         // reads and writes answered from memory
 	CacheMisses  int64         // ... that were not in memory
 	FilterSkips  int64         // misses answered by the key filter without a Pebble read
@@ -1918,8 +1803,8 @@ func (s *Store) Stats() Stats {
 	for i := range s.stripe {
 		sp := &s.stripe[i]
 		sp.mu.Lock()
-		st.CacheEntries += int64(len(sp.mu.ring))
-		st.CacheBytes += sp.mu.bytes
+		st.CacheEntries += int64(sp.mu.t.live)
+		st.CacheBytes += sp.mu.t.bytes()
 		st.CacheHits += sp.mu.hits
 		st.CacheMisses += sp.mu.misses
 		st.FilterSkips += sp.mu.skips

@@ -327,11 +327,11 @@ func BenchmarkModify(b *testing.B) {
 	}
 }
 
-// The cache holds at most about CacheEntries records once writes are
-// applied, answers repeated use from memory, and caches "not found" without
-// hiding a later write.
+// The cache holds at most CacheMemory bytes once writes are applied,
+// answers repeated use from memory, and caches "not found" without hiding a
+// later write.
 func TestCacheBoundAndHits(t *testing.T) {
-	s, err := Open("db", Options{fs: vfs.NewMem(), CacheEntries: 2048})
+	s, err := Open("db", Options{fs: vfs.NewMem(), CacheMemory: 2048 * CacheBucketCharge})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -347,8 +347,8 @@ func TestCacheBoundAndHits(t *testing.T) {
 	}
 	waitApplied(t, s)
 	st := s.Stats()
-	if limit := int64(2048 + numStripes); st.CacheEntries > limit {
-		t.Fatalf("cache holds %d entries, want at most %d", st.CacheEntries, limit)
+	if st.CacheBytes > st.CacheMemory || st.CacheEntries < 2048 || st.CacheEntries >= 20_000 {
+		t.Fatalf("cache holds %d entries in %d bytes, want at most %d bytes, and at least 2048 short records", st.CacheEntries, st.CacheBytes, st.CacheMemory)
 	}
 	if st.Dirty != 0 {
 		t.Fatalf("%d dirty entries after every write was applied", st.Dirty)
@@ -427,7 +427,10 @@ func (g *syncGate) MaybeError(op errorfs.Op) error {
 // queue.
 func TestEvictionDuringApplyLosesNothing(t *testing.T) {
 	g := &syncGate{entered: make(chan struct{}), release: make(chan struct{})}
-	s, err := Open("db", Options{Sync: SyncAlways, fs: errorfs.Wrap(vfs.NewMem(), g), CacheEntries: numStripes})
+	// Room for one short record per stripe: its record, a first index of
+	// minIndex slots and its key and value.
+	oneRecord := recordSize + minIndex*indexSlot + 16
+	s, err := Open("db", Options{Sync: SyncAlways, fs: errorfs.Wrap(vfs.NewMem(), g), CacheMemory: numStripes * (oneRecord + recordSize/2)})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -84,8 +84,12 @@ type config struct {
 	maxInline       byteSize
 	maxQueryBuffer  byteSize
 	cacheSize       byteSize
-	cacheBuckets    int
+	cacheBuckets    int // deprecated: sets cacheMemory, see parseConfig
 	cacheMemory     byteSize
+	// cacheBucketsSet says --cache-buckets (or SLUICE_CACHE_BUCKETS) was
+	// given, and cacheMemorySet the same of --cache-memory.
+	cacheBucketsSet bool
+	cacheMemorySet  bool
 	keyFilterSize   byteSize
 	memtableSize    byteSize
 	commitQueueMem  byteSize
@@ -157,8 +161,8 @@ func newFlagSet(cfg *config, stderr io.Writer) *flag.FlagSet {
 	fs.Var(&cfg.maxInline, "max-inline", "most bytes in one inline (telnet-style) command line")
 	fs.Var(&cfg.maxQueryBuffer, "max-query-buffer", "most bytes of one incomplete command held per client")
 	fs.Var(&cfg.cacheSize, "cache-size", "Pebble block cache size")
-	fs.IntVar(&cfg.cacheBuckets, "cache-buckets", storage.DefaultCacheEntries, "most buckets whose state is kept in memory (about 350 bytes of RSS each with short keys); 0 turns the cache off")
-	fs.Var(&cfg.cacheMemory, "cache-memory", "most bytes the bucket cache holds, each bucket charged its key, its state and about 200 bytes; a bucket over 1/1024 of it is not cached; 0 turns the cache off")
+	fs.IntVar(&cfg.cacheBuckets, "cache-buckets", 0, "deprecated, use --cache-memory: given without --cache-memory, sets it to this many buckets × 88 bytes; 0 turns the cache off")
+	fs.Var(&cfg.cacheMemory, "cache-memory", "most bytes the bucket cache holds, everything it keeps counted (about 88 bytes per RL bucket with a 16-byte key: the default holds about 2.5M); a bucket over 1/1024 of it is not cached; 0 turns the cache off")
 	fs.Var(&cfg.memtableSize, "memtable-size", "Pebble memtable size")
 	fs.Var(&cfg.commitQueueMem, "commit-queue-memory", "most bytes of written records (keys and values) waiting to be written to Pebble; a command that would pass it waits for the disk; bounds what large sliding logs cost")
 	fs.Var(&cfg.memoryLimit, "memory-limit", "the Go runtime's soft memory limit: auto computes the sizing rule from the memory flags (README.md), 0 sets none, or a size; the GOMEMLIMIT environment variable wins over it")
@@ -261,6 +265,20 @@ func parseConfig(args []string, lookupEnv func(string) (string, bool), stderr io
 	}
 	if cfg.cacheBuckets < 0 {
 		return cfg, fmt.Errorf("--cache-buckets %d: want 0 (off) or more", cfg.cacheBuckets)
+	}
+	// --cache-buckets is deprecated but still read, so that a manifest
+	// that sets it keeps working: without --cache-memory it sets the byte
+	// budget to its count of buckets at the documented charge each.
+	fs.Visit(func(f *flag.Flag) {
+		switch f.Name {
+		case "cache-buckets":
+			cfg.cacheBucketsSet = true
+		case "cache-memory":
+			cfg.cacheMemorySet = true
+		}
+	})
+	if cfg.cacheBucketsSet && !cfg.cacheMemorySet {
+		cfg.cacheMemory = byteSize(int64(cfg.cacheBuckets) * storage.CacheBucketCharge)
 	}
 	if cfg.shutdownTimeout <= 0 {
 		return cfg, fmt.Errorf("--shutdown-timeout %v: want a positive duration", cfg.shutdownTimeout)
@@ -377,6 +395,14 @@ func runReloading(ctx context.Context, hup <-chan os.Signal, args []string, look
 		}
 	}()
 	warnUnknownEnv(environ, log)
+	if cfg.cacheBucketsSet {
+		msg := "--cache-buckets (SLUICE_CACHE_BUCKETS) is deprecated: the bucket cache is bounded in bytes by --cache-memory (SLUICE_CACHE_MEMORY); set that instead"
+		if cfg.cacheMemorySet {
+			log.Warn(msg+"; ignored, as --cache-memory is given", "cache_buckets", cfg.cacheBuckets, "cache_memory", int64(cfg.cacheMemory))
+		} else {
+			log.Warn(msg+"; converted at the documented charge per bucket", "cache_buckets", cfg.cacheBuckets, "bytes_per_bucket", storage.CacheBucketCharge, "cache_memory", int64(cfg.cacheMemory))
+		}
+	}
 	mode, err := storage.ParseSyncMode(cfg.fsync)
 	if err != nil {
 		return fmt.Errorf("--fsync: %w", err)
@@ -422,7 +448,6 @@ func runReloading(ctx context.Context, hup <-chan os.Signal, args []string, look
 	store, err := storage.OpenContext(ctx, cfg.data, server.StoreOptions(storage.Options{
 		Sync:           mode,
 		CacheSize:      int64(cfg.cacheSize),
-		CacheEntries:   cacheEntries(cfg.cacheBuckets),
 		CacheMemory:    offIfZero(int64(cfg.cacheMemory)),
 		KeyFilterSize:  offIfZero(int64(cfg.keyFilterSize)),
 		MemTableSize:   int64(cfg.memtableSize),
@@ -673,10 +698,6 @@ func readPassword(pass, file string) (string, error) {
 	}
 	return p, nil
 }
-
-// cacheEntries maps --cache-buckets, where 0 is off, to storage's
-// convention, where 0 is the default and a negative number is off.
-func cacheEntries(n int) int { return int(offIfZero(int64(n))) }
 
 // offIfZero maps a flag where 0 means off to storage.Options, where 0 means
 // the default and a negative number means off.

@@ -34,10 +34,8 @@ func autoMemoryLimit(cfg config, pebbleOnGoHeap bool) int64 {
 	if clients == 0 {
 		clients = server.DefaultMaxMemoryClients
 	}
-	// Each bound of the bucket cache turns it off at 0, so the smaller
-	// one is the cache's most.
-	bucketCache := min(350*int64(cfg.cacheBuckets), int64(cfg.cacheMemory))
-	n := bucketCache + int64(cfg.keyFilterSize) + clients + runtimeMemory
+	// parseConfig has converted a deprecated --cache-buckets.
+	n := int64(cfg.cacheMemory) + int64(cfg.keyFilterSize) + clients + runtimeMemory
 	n += max(int64(cfg.commitQueueMem)-storage.DefaultMaxQueuedBytes, 0)
 	if pebbleOnGoHeap {
 		n += int64(cfg.cacheSize) + 2*int64(cfg.memtableSize)

@@ -31,17 +31,16 @@ func TestAutoMemoryLimit(t *testing.T) {
 		flags []string
 		want  int64 // without Pebble's terms
 	}{
-		// 350 B × 262144 buckets (87.5 MiB) is below --cache-memory's 90 MiB.
-		{"defaults", nil, 350*262144 + 16*mib + 64*mib + 40*mib},
+		{"defaults", nil, 160*mib + 16*mib + 64*mib + 40*mib},
 		{"cache-memory binds", []string{"--cache-memory", "10MiB"}, 10*mib + 16*mib + 64*mib + 40*mib},
 		{"bucket cache off", []string{"--cache-buckets", "0"}, 16*mib + 64*mib + 40*mib},
 		{"cache-memory off", []string{"--cache-memory", "0"}, 16*mib + 64*mib + 40*mib},
-		{"no key filter", []string{"--key-filter-size", "0"}, 350*262144 + 64*mib + 40*mib},
-		{"maxmemory-clients", []string{"--maxmemory-clients", "1GiB"}, 350*262144 + 16*mib + 1024*mib + 40*mib},
-		{"maxmemory-clients off counts its default", []string{"--maxmemory-clients", "0"}, 350*262144 + 16*mib + 64*mib + 40*mib},
+		{"no key filter", []string{"--key-filter-size", "0"}, 160*mib + 64*mib + 40*mib},
+		{"maxmemory-clients", []string{"--maxmemory-clients", "1GiB"}, 160*mib + 16*mib + 1024*mib + 40*mib},
+		{"maxmemory-clients off counts its default", []string{"--maxmemory-clients", "0"}, 160*mib + 16*mib + 64*mib + 40*mib},
 		// The runtime term holds the commit queue's default 16 MiB.
-		{"commit queue above its default", []string{"--commit-queue-memory", "48MiB"}, 350*262144 + 16*mib + 64*mib + 40*mib + 32*mib},
-		{"commit queue below its default", []string{"--commit-queue-memory", "1MiB"}, 350*262144 + 16*mib + 64*mib + 40*mib},
+		{"commit queue above its default", []string{"--commit-queue-memory", "48MiB"}, 160*mib + 16*mib + 64*mib + 40*mib + 32*mib},
+		{"commit queue below its default", []string{"--commit-queue-memory", "1MiB"}, 160*mib + 16*mib + 64*mib + 40*mib},
 	} {
 		cfg := mustParse(t, tc.flags...)
 		if got := autoMemoryLimit(cfg, false); got != tc.want {
@@ -55,9 +54,9 @@ func TestAutoMemoryLimit(t *testing.T) {
 	if got, want := autoMemoryLimit(cfg, true)-autoMemoryLimit(cfg, false), int64(1024*mib+200*mib); got != want {
 		t.Errorf("Pebble's terms with --cache-size 1GiB --memtable-size 100MiB: %d, want %d", got, want)
 	}
-	// The README's figure: about 240 MiB plus --maxmemory-clients.
-	if got := autoMemoryLimit(mustParse(t), true); got>>20 != 303 {
-		t.Errorf("default limit without cgo: %d MiB, want 303 (README)", got>>20)
+	// The README's figure: about 310 MiB plus --maxmemory-clients.
+	if got := autoMemoryLimit(mustParse(t), true); got>>20 != 376 {
+		t.Errorf("default limit without cgo: %d MiB, want 376 (README)", got>>20)
 	}
 }
 

@@ -35,10 +35,6 @@ import (
 	"sigs.k8s.io/yaml"
 )
 
-// bytesPerCachedBucket is the RSS of one entry of --cache-buckets, as
-// measured and documented in the README.
-const bytesPerCachedBucket = 350
-
 // runtimeOverhead is the allowance of the sizing rule for the Go runtime,
 // connections and the commit queue.
 const runtimeOverhead = 64 << 20
@@ -499,18 +495,14 @@ func TestSecurityContext(t *testing.T) {
 }
 
 // TestMemory checks the sizing rule of the README: RSS ≈ cache-size +
-// 2 × memtable-size + cache-buckets × 350 B + key-filter-size + 64 MiB.
+// 2 × memtable-size + cache-memory + key-filter-size + 64 MiB.
 func TestMemory(t *testing.T) {
 	m := load(t)
 	c := m.container(t)
 	flags := m.containerFlags(t)
-	cacheBuckets, err := strconv.ParseInt(requireFlag(t, flags, "cache-buckets"), 10, 64)
-	if err != nil {
-		t.Fatalf("--cache-buckets: %v", err)
-	}
 	need := parseBytes(t, requireFlag(t, flags, "cache-size")) +
 		2*parseBytes(t, requireFlag(t, flags, "memtable-size")) +
-		cacheBuckets*bytesPerCachedBucket +
+		parseBytes(t, requireFlag(t, flags, "cache-memory")) +
 		parseBytes(t, requireFlag(t, flags, "key-filter-size")) +
 		runtimeOverhead
 
