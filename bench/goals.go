@@ -5,6 +5,7 @@ import (
 	"io"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"time"
 )
@@ -234,6 +235,20 @@ func goalsMarkdown(g goalReport) string {
 	return b.String()
 }
 
+// goalWorkloads is goalRuns with the workload flags applied: the bucket's
+// (--max, --refill-ms, --take) hold for every row, as in the other
+// scenarios, and the others only when given.
+func goalWorkloads(o options) ([]goalRun, error) {
+	runs := slices.Clone(goalRuns)
+	for i := range runs {
+		runs[i].W = o.overrides(runs[i].W)
+		if err := validate(runs[i].W); err != nil {
+			return nil, fmt.Errorf("goals %s: %w", runs[i].Name, err)
+		}
+	}
+	return runs, nil
+}
+
 // runGoals runs every goal workload: its Redis rows, then the before
 // binary's sluice, then the one under test, each on a fresh server.
 func runGoals(o options, log io.Writer) (goalReport, error) {
@@ -266,7 +281,11 @@ func runGoals(o options, log io.Writer) (goalReport, error) {
 	} else {
 		g.Notes = append(g.Notes, "redis-cell not measured: no --redis-cell (or SLUICE_BENCH_REDIS_CELL)")
 	}
-	for _, gr := range goalRuns {
+	runs, err := goalWorkloads(o)
+	if err != nil {
+		return g, err
+	}
+	for _, gr := range runs {
 		fmt.Fprintf(log, "== goals %s: %s; %d requests\n", gr.Name, gr.About, gr.W.Requests)
 		rr := goalRunResult{Run: gr, Redis: map[target]result{}}
 		if err := goalRedis(o, gr, cell, &g, rr.Redis, log); err != nil {

@@ -210,3 +210,26 @@ func TestMemoryMarkdown(t *testing.T) {
 		t.Errorf("512 MiB is within the goal:\n%s", md)
 	}
 }
+
+// TestGoalWorkloadsTakeTheBucketFlags: every goal row sends the bucket of
+// the flags (RL.PREDUCE k:<id> 100 60000 TAKE 1 by default, CL.THROTTLE
+// ... 100 100 60 1): a row without them sent max 0, which redis-cell
+// refuses ("Zero rates are not supported").
+func TestGoalWorkloadsTakeTheBucketFlags(t *testing.T) {
+	o := options{set: map[string]bool{}, w: workload{Conns: 50, Pipeline: 16, Requests: 1_000_000, Keys: 1_000_000, Dist: "uniform", ZipfS: 1.2, Take: 1, Max: 100, RefillMs: 60000}}
+	runs, err := goalWorkloads(o)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, r := range runs {
+		if r.W.Take != 1 || r.W.Max != 100 || r.W.RefillMs != 60000 {
+			t.Errorf("%s: take %d, max %d, refill %d ms; want 1, 100, 60000", r.Name, r.W.Take, r.W.Max, r.W.RefillMs)
+		}
+		if got := string(appendCommand(nil, targetRedisCell, r.W, 7, opReduce, 0, 0, "")); got != "*6\r\n$11\r\nCL.THROTTLE\r\n$3\r\nk:7\r\n$3\r\n100\r\n$3\r\n100\r\n$2\r\n60\r\n$1\r\n1\r\n" {
+			t.Errorf("%s: redis-cell sends %q", r.Name, got)
+		}
+	}
+	if runs[0].W.Pipeline != 16 || runs[2].W.Pipeline != 1 || runs[3].W.Keys != 1000 || runs[3].W.Dist != "zipf" {
+		t.Errorf("the issue's shapes changed: %+v", runs)
+	}
+}

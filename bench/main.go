@@ -396,6 +396,9 @@ func runScenario(o options, sc scenario, log io.Writer) (scenarioReport, error) 
 		} else {
 			rep.Notes = append(rep.Notes, "server CPU unknown: give the running server's pid with --server-pid")
 		}
+		if o.pin {
+			rep.Notes = append(rep.Notes, "the server at --addr was not started by the harness, so it is not pinned: start it under taskset -c 0 for one core per server")
+		}
 		logResult(log, res, w, o.pin)
 		rep.Results = append(rep.Results, res)
 		return rep, nil
