@@ -77,11 +77,12 @@ func (g goalReport) run(name string) (goalRunResult, bool) {
 
 // goalValue is one goal evaluated for one binary.
 type goalValue struct {
-	Known bool    // both sides were measured
-	Value float64 // the ratio
-	Met   bool
-	Text  string // "1.91×", or "p99 2.79 ms / 1.44 ms"
-	Bound bool   // a row it rests on was generator-bound
+	Known  bool    // both sides were measured
+	Value  float64 // the ratio
+	Met    bool
+	Text   string // "1.91×", or "p99 2.79 ms / 1.44 ms"
+	Bound  bool   // a row it rests on was generator-bound
+	Shared bool   // a row it rests on had its server's core shared with other processes
 }
 
 // goal is one line of the goal table.
@@ -98,7 +99,7 @@ func ratioGoal(a, b *result, want float64, pinned bool) goalValue {
 	}
 	v := a.opsPerSec() / b.opsPerSec()
 	return goalValue{Known: true, Value: v, Met: v >= want, Text: fmt.Sprintf("%.2f×", v),
-		Bound: a.generatorBound(pinned) || b.generatorBound(pinned)}
+		Bound: a.generatorBound(pinned) || b.generatorBound(pinned), Shared: a.serverShared(pinned) || b.serverShared(pinned)}
 }
 
 // p99Goal is met when a's p99 is no worse than b's.
@@ -109,7 +110,7 @@ func p99Goal(a, b *result, pinned bool) goalValue {
 	pa, pb := a.Hist.ValueAtQuantile(99), b.Hist.ValueAtQuantile(99)
 	return goalValue{Known: true, Value: float64(pa) / float64(max(pb, 1)), Met: pa <= pb,
 		Text:  fmt.Sprintf("p99 %s ms / %s ms", ms(a.Hist, 99), ms(b.Hist, 99)),
-		Bound: a.generatorBound(pinned) || b.generatorBound(pinned)}
+		Bound: a.generatorBound(pinned) || b.generatorBound(pinned), Shared: a.serverShared(pinned) || b.serverShared(pinned)}
 }
 
 // rows returns the sluice row of binary which and the Redis row t of a run.
@@ -171,6 +172,9 @@ func (v goalValue) cell() string {
 	if v.Bound {
 		s += " (generator-bound)"
 	}
+	if v.Shared {
+		s += " (server core shared)"
+	}
 	return s
 }
 
@@ -192,8 +196,8 @@ func goalsMarkdown(g goalReport) string {
 		}
 		fmt.Fprintf(&b, " %s |\n", gl.eval(g, goalAfter).cell())
 	}
-	b.WriteString("\n| workload | target | ops/s | p50 ms | p99 ms | server CPU µs/op | peak RSS MiB | generator CPU |\n")
-	b.WriteString("|---|---|---:|---:|---:|---:|---:|---|\n")
+	b.WriteString("\n| workload | target | ops/s | p50 ms | p99 ms | server CPU µs/op | peak RSS MiB | server CPU | generator CPU |\n")
+	b.WriteString("|---|---|---:|---:|---:|---:|---:|---|---|\n")
 	row := func(run, name string, r result) {
 		perOp, rss := "-", "-"
 		if r.CPU > 0 {
@@ -206,7 +210,7 @@ func goalsMarkdown(g goalReport) string {
 		if r.Hist != nil {
 			p50, p99 = ms(r.Hist, 50), ms(r.Hist, 99)
 		}
-		fmt.Fprintf(&b, "| %s | %s | %.0f | %s | %s | %s | %s | %s |\n", run, name, r.opsPerSec(), p50, p99, perOp, rss, r.generatorText(g.Pinned))
+		fmt.Fprintf(&b, "| %s | %s | %.0f | %s | %s | %s | %s | %s | %s |\n", run, name, r.opsPerSec(), p50, p99, perOp, rss, r.serverText(g.Pinned), r.generatorText(g.Pinned))
 	}
 	for _, r := range g.Runs {
 		for _, t := range r.Run.Redis {

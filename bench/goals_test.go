@@ -60,7 +60,7 @@ func TestParseProcStatAndCoreBusy(t *testing.T) {
 func row(tg target, ops float64, p99Us int64, gen float64) result {
 	h := hdrhistogram.New(1, 60_000_000, 3)
 	h.RecordValues(p99Us, 1000)
-	return result{Target: tg, Requests: int64(ops), Elapsed: time.Second, Hist: h, CPU: 5 * time.Second, Cores: []float64{1, gen}}
+	return result{Target: tg, Requests: int64(ops), Elapsed: time.Second, Hist: h, CPU: time.Second, Cores: []float64{1, gen}}
 }
 
 func goalFixture(before bool) goalReport {
@@ -135,7 +135,7 @@ func TestGoalsMarkdown(t *testing.T) {
 		"| hot keys (zipf over 1000) / Lua bucket | ≥ 2.5× | 2.00×, **not met** | 5.33×, met (generator-bound) |",
 		"| pipelined | redis-cell CL.THROTTLE | 250000 |",
 		"| pipelined | sluice before | 120000 |",
-		"| hot | sluice after | 800000 | 1.00 | 1.00 | 6.25 | - | 0%, CPU 1 95% busy (generator-bound) |",
+		"| hot | sluice after | 800000 | 1.00 | 1.00 | 1.25 | - | 100%, CPU 0 100% busy | 0%, CPU 1 95% busy (generator-bound) |",
 	} {
 		if !strings.Contains(md, s) {
 			t.Errorf("markdown lacks %q:\n%s", s, md)
@@ -158,6 +158,29 @@ func TestGeneratorBoundOnlyWhenPinned(t *testing.T) {
 	r.Cores[1] = 0.89
 	if r.generatorBound(true) {
 		t.Error("89% busy flagged as generator-bound")
+	}
+}
+
+// TestServerSharedFlagsOthersOnTheServersCore: pinned, a row whose
+// server used 52% of CPU 0 while CPU 0 was 100% busy had half its core
+// taken by other processes, and says so; so does each goal resting on it.
+func TestServerSharedFlagsOthersOnTheServersCore(t *testing.T) {
+	r := result{Requests: 330_000, Elapsed: time.Second, CPU: 520 * time.Millisecond, Cores: []float64{1, 0.5}}
+	if !r.serverShared(true) || r.serverShared(false) {
+		t.Errorf("serverShared pinned %v, unpinned %v; want true, false", r.serverShared(true), r.serverShared(false))
+	}
+	if got := r.serverText(true); got != "52%, CPU 0 100% busy (server core shared)" {
+		t.Errorf("serverText %q", got)
+	}
+	r.CPU = 950 * time.Millisecond
+	if r.serverShared(true) {
+		t.Error("a server using 95% of a core 100% busy flagged as shared")
+	}
+	g := goalFixture(false)
+	hot := g.Runs[3].Sluice[goalAfter]
+	hot.CPU = 500 * time.Millisecond
+	if v := goals[6].eval(g, goalAfter); !v.Shared || !strings.HasSuffix(v.cell(), "(generator-bound) (server core shared)") {
+		t.Errorf("hot goal on a shared core: %+v %q", v, v.cell())
 	}
 }
 

@@ -188,6 +188,42 @@ func (r result) generatorBound(pinned bool) bool {
 	return pinned && r.core(1) >= genBoundAt
 }
 
+// sharedAt is how much of the server's core (CPU 0), pinned, may be busy
+// with others than the server before a row is flagged: other processes on
+// the machine took that share of the server's core, so the row
+// understates the server.
+const sharedAt = 0.10
+
+// serverShare is the server's CPU over the run as a share of one core.
+func (r result) serverShare() float64 {
+	if r.Elapsed <= 0 {
+		return 0
+	}
+	return r.CPU.Seconds() / r.Elapsed.Seconds()
+}
+
+// serverShared reports whether a pinned row's server core (CPU 0) was busy
+// with others than the server for sharedAt of the run or more.
+func (r result) serverShared(pinned bool) bool {
+	return pinned && r.CPU > 0 && r.core(0) >= 0 && r.core(0)-r.serverShare() >= sharedAt
+}
+
+// serverText says how much of a core the server used and, pinned, how
+// busy its core was, flagged when others took part of it.
+func (r result) serverText(pinned bool) string {
+	if r.CPU <= 0 {
+		return "-"
+	}
+	s := fmt.Sprintf("%.0f%%", 100*r.serverShare())
+	if pinned && r.core(0) >= 0 {
+		s += fmt.Sprintf(", CPU 0 %.0f%% busy", 100*r.core(0))
+		if r.serverShared(pinned) {
+			s += " (server core shared)"
+		}
+	}
+	return s
+}
+
 // generatorText says how busy the generator was: its own CPU as a share
 // of one core and, pinned, how busy its core was, flagged when bound.
 func (r result) generatorText(pinned bool) string {

@@ -618,10 +618,7 @@ func logResult(log io.Writer, r result, w workload, pinned bool) {
 	perReq := func(d time.Duration) float64 { return float64(d.Microseconds()) / float64(max(r.Requests, 1)) }
 	srv := "server CPU unknown"
 	if r.CPU > 0 {
-		srv = fmt.Sprintf("%6.2f µs server CPU per request", perReq(r.CPU))
-		if pinned && r.core(0) >= 0 {
-			srv += fmt.Sprintf(" (CPU 0 %.0f%% busy)", 100*r.core(0))
-		}
+		srv = fmt.Sprintf("%6.2f µs server CPU per request (%s)", perReq(r.CPU), r.serverText(pinned))
 	}
 	fmt.Fprintf(log, "   %-28s %10.0f ops/s, %s, generator %.2f µs per request (%s), p99 %s ms\n", targetName(r.Target, w), r.opsPerSec(),
 		srv, perReq(r.GenCPU), r.generatorText(pinned), ms(r.Hist, 99))
@@ -694,8 +691,8 @@ func tableMarkdown(rep scenarioReport) string {
 		}
 		b.WriteString("\n")
 	}
-	b.WriteString("| target | ops/s | p50 ms | p90 ms | p99 ms | p99.9 ms | errors | server CPU s | CPU µs/op | peak RSS MiB | generator CPU |\n")
-	b.WriteString("|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---|\n")
+	b.WriteString("| target | ops/s | p50 ms | p90 ms | p99 ms | p99.9 ms | errors | server CPU s | CPU µs/op | peak RSS MiB | server CPU | generator CPU |\n")
+	b.WriteString("|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---|---|\n")
 	var ours float64
 	for _, r := range rep.Results {
 		cpu, perOp, rss := "-", "-", "-"
@@ -710,8 +707,8 @@ func tableMarkdown(rep scenarioReport) string {
 		if r.FirstErr != "" {
 			errs += " (" + r.FirstErr + ")"
 		}
-		fmt.Fprintf(&b, "| %s | %.0f | %s | %s | %s | %s | %s | %s | %s | %s | %s |\n", targetName(r.Target, wl), r.opsPerSec(),
-			ms(r.Hist, 50), ms(r.Hist, 90), ms(r.Hist, 99), ms(r.Hist, 99.9), errs, cpu, perOp, rss, r.generatorText(rep.Pinned))
+		fmt.Fprintf(&b, "| %s | %.0f | %s | %s | %s | %s | %s | %s | %s | %s | %s | %s |\n", targetName(r.Target, wl), r.opsPerSec(),
+			ms(r.Hist, 50), ms(r.Hist, 90), ms(r.Hist, 99), ms(r.Hist, 99.9), errs, cpu, perOp, rss, r.serverText(rep.Pinned), r.generatorText(rep.Pinned))
 		if r.Target == targetSluice {
 			ours = r.opsPerSec()
 		}
