@@ -19,7 +19,6 @@ import (
 // goalRun is one workload of the goals scenario.
 type goalRun struct {
 	Name  string
-	About string
 	W     workload
 	Flags []string // the sluice's
 	Redis []target // the Redis rows it needs (redis-cell's when --redis-cell is given)
@@ -28,18 +27,35 @@ type goalRun struct {
 // goalRuns are the issue's workloads: 50 connections, keys drawn from 1M
 // (as redis-benchmark -r 1000000), 1M requests pipelined 16.
 var goalRuns = []goalRun{
-	{Name: "pipelined", About: "RL.PREDUCE k:<id> 100 60000 TAKE 1, 50 connections, pipeline 16, 1M requests over 1M keys uniform, --fsync everysec",
+	{Name: "pipelined",
 		W:     workload{Conns: 50, Pipeline: 16, Requests: 1_000_000, Keys: 1_000_000, Dist: "uniform"},
 		Redis: []target{targetRedisINCR, targetRedisLua, targetRedisCell}},
-	{Name: "always", About: "as pipelined, sluice with --fsync always",
+	{Name: "always",
 		W:     workload{Conns: 50, Pipeline: 16, Requests: 1_000_000, Keys: 1_000_000, Dist: "uniform"},
 		Flags: []string{"--fsync", "always"}},
-	{Name: "unpipelined", About: "as pipelined with pipeline 1, 400k requests",
+	{Name: "unpipelined",
 		W:     workload{Conns: 50, Pipeline: 1, Requests: 400_000, Keys: 1_000_000, Dist: "uniform"},
 		Redis: []target{targetRedisLua}},
-	{Name: "hot", About: "hot keys: zipf(1.2) over 1000 keys, pipeline 16, 2M requests",
+	{Name: "hot",
 		W:     workload{Conns: 50, Pipeline: 16, Requests: 2_000_000, Keys: 1000, Dist: "zipf", ZipfS: 1.2},
 		Redis: []target{targetRedisLua}},
+}
+
+// about describes a goal run's workload as it was sent.
+func (gr goalRun) about() string {
+	w := gr.W
+	dist := w.Dist
+	if dist == "zipf" {
+		dist = fmt.Sprintf("zipf(%g)", w.ZipfS)
+	}
+	fsync := "everysec"
+	for i, f := range gr.Flags {
+		if f == "--fsync" && i+1 < len(gr.Flags) {
+			fsync = gr.Flags[i+1]
+		}
+	}
+	return fmt.Sprintf("`RL.PREDUCE k:<id> %d %d TAKE %d`, %d connections, pipeline %d, %d requests over %d keys %s, sluice --fsync %s",
+		w.Max, w.RefillMs, w.Take, w.Conns, w.Pipeline, w.Requests, w.Keys, dist, fsync)
 }
 
 // Which sluice of a goals run: the one under test, or --before-bin's.
@@ -231,7 +247,7 @@ func goalsMarkdown(g goalReport) string {
 	}
 	b.WriteString("\nWorkloads:\n\n")
 	for _, r := range g.Runs {
-		fmt.Fprintf(&b, "- %s: %s\n", r.Run.Name, r.Run.About)
+		fmt.Fprintf(&b, "- %s: %s\n", r.Run.Name, r.Run.about())
 	}
 	for _, n := range g.Notes {
 		fmt.Fprintf(&b, "\n%s\n", n)
@@ -290,7 +306,7 @@ func runGoals(o options, log io.Writer) (goalReport, error) {
 		return g, err
 	}
 	for _, gr := range runs {
-		fmt.Fprintf(log, "== goals %s: %s; %d requests\n", gr.Name, gr.About, gr.W.Requests)
+		fmt.Fprintf(log, "== goals %s: %s\n", gr.Name, gr.about())
 		rr := goalRunResult{Run: gr, Redis: map[target]result{}}
 		if err := goalRedis(o, gr, cell, &g, rr.Redis, log); err != nil {
 			return g, err

@@ -252,6 +252,12 @@ func TestGoalWorkloadsTakeTheBucketFlags(t *testing.T) {
 			t.Errorf("%s: redis-cell sends %q", r.Name, got)
 		}
 	}
+	if got, want := runs[1].about(), "`RL.PREDUCE k:<id> 100 60000 TAKE 1`, 50 connections, pipeline 16, 1000000 requests over 1000000 keys uniform, sluice --fsync always"; got != want {
+		t.Errorf("always: about %q, want %q", got, want)
+	}
+	if got := runs[3].about(); !strings.Contains(got, "2000000 requests over 1000 keys zipf(1.2), sluice --fsync everysec") {
+		t.Errorf("hot: about %q", got)
+	}
 	if runs[0].W.Pipeline != 16 || runs[2].W.Pipeline != 1 || runs[3].W.Keys != 1000 || runs[3].W.Dist != "zipf" {
 		t.Errorf("the issue's shapes changed: %+v", runs)
 	}

@@ -170,6 +170,9 @@ func mainErr(args []string, stdout, stderr io.Writer) error {
 	if o.compare != "" && o.w.HitPct > 0 {
 		return errors.New("--hit-pct measures sluice alone (Redis has no HIT): drop --compare, or use --spawn")
 	}
+	if o.perfDir != "" && (o.scenario == "goals" || o.scenario == "memory") {
+		return fmt.Errorf("--perf is not for --scenario %s (a profiler would slow one of the rows it compares): profile with --spawn --scenario pipelined --perf DIR", o.scenario)
+	}
 	if o.perfDir != "" && (o.scenario == "sweep" || !o.spawn && o.compare == "") {
 		return errors.New("--perf profiles the sluice a scenario starts: add --spawn or --compare redis (the sweep scenario has no --perf)")
 	}
