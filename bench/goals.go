@@ -96,9 +96,10 @@ type goalValue struct {
 	Known  bool    // both sides were measured
 	Value  float64 // the ratio
 	Met    bool
-	Text   string // "1.91×", or "p99 2.79 ms / 1.44 ms"
-	Bound  bool   // a row it rests on was generator-bound
-	Shared bool   // a row it rests on had its server's core shared with other processes
+	Text   string  // "1.91×", or "p99 2.79 ms / 1.44 ms"
+	Bound  bool    // a row it rests on was generator-bound
+	Shared bool    // a row it rests on had its server's core shared with other processes
+	PerCPU float64 // the same ratio of requests per server CPU second, 0 if unknown
 }
 
 // goal is one line of the goal table.
@@ -114,8 +115,14 @@ func ratioGoal(a, b *result, want float64, pinned bool) goalValue {
 		return goalValue{}
 	}
 	v := a.opsPerSec() / b.opsPerSec()
-	return goalValue{Known: true, Value: v, Met: v >= want, Text: fmt.Sprintf("%.2f×", v),
+	gv := goalValue{Known: true, Value: v, Met: v >= want, Text: fmt.Sprintf("%.2f×", v),
 		Bound: a.generatorBound(pinned) || b.generatorBound(pinned), Shared: a.serverShared(pinned) || b.serverShared(pinned)}
+	if a.CPU > 0 && b.CPU > 0 && a.Requests > 0 && b.Requests > 0 {
+		// Requests per second of server CPU, a/b: what each would do
+		// with its core to itself, if the server alone set the pace.
+		gv.PerCPU = (float64(a.Requests) / a.CPU.Seconds()) / (float64(b.Requests) / b.CPU.Seconds())
+	}
+	return gv
 }
 
 // p99Goal is met when a's p99 is no worse than b's.
@@ -185,11 +192,18 @@ func (v goalValue) cell() string {
 	if !v.Met {
 		s = v.Text + ", **not met**"
 	}
+	var flags []string
 	if v.Bound {
-		s += " (generator-bound)"
+		flags = append(flags, "generator-bound")
 	}
 	if v.Shared {
-		s += " (server core shared)"
+		flags = append(flags, "server core shared")
+	}
+	if len(flags) > 0 {
+		s += " (" + strings.Join(flags, ", ") + ")"
+	}
+	if v.PerCPU > 0 {
+		s += fmt.Sprintf("; per server CPU second %.2f×", v.PerCPU)
 	}
 	return s
 }

@@ -120,6 +120,12 @@ func TestGoalsMetAndNotMet(t *testing.T) {
 			}
 		}
 	}
+	// Per server CPU second: sluice 210000 requests in 1 s of CPU, Lua
+	// 100000 in 0.5 s.
+	g.Runs[0].Redis[targetRedisLua] = func(r result) result { r.CPU = 500 * time.Millisecond; return r }(g.Runs[0].Redis[targetRedisLua])
+	if v := goals[0].eval(g, goalAfter); v.PerCPU < 1.049 || v.PerCPU > 1.051 || !v.Met {
+		t.Errorf("per CPU second: %+v, want 1.05 and met by throughput", v)
+	}
 	// Without redis-cell's row that goal is unknown, not met.
 	delete(g.Runs[0].Redis, targetRedisCell)
 	if v := goals[1].eval(g, goalAfter); v.Known || v.cell() != "not measured" {
@@ -131,8 +137,8 @@ func TestGoalsMarkdown(t *testing.T) {
 	md := goalsMarkdown(goalFixture(true))
 	for _, s := range []string{
 		"| goal (issue 13) | wanted | before (before-bin) | after (after-bin) |",
-		"| pipelined `RL.PREDUCE`, everysec / Lua bucket | ≥ 2.0× | 1.20×, **not met** | 2.10×, met |",
-		"| hot keys (zipf over 1000) / Lua bucket | ≥ 2.5× | 2.00×, **not met** | 5.33×, met (generator-bound) |",
+		"| pipelined `RL.PREDUCE`, everysec / Lua bucket | ≥ 2.0× | 1.20×, **not met**; per server CPU second 1.20× | 2.10×, met; per server CPU second 2.10× |",
+		"| hot keys (zipf over 1000) / Lua bucket | ≥ 2.5× | 2.00×, **not met**; per server CPU second 2.00× | 5.33×, met (generator-bound); per server CPU second 5.33× |",
 		"| pipelined | redis-cell CL.THROTTLE | 250000 |",
 		"| pipelined | sluice before | 120000 |",
 		"| hot | sluice after | 800000 | 1.00 | 1.00 | 1.25 | - | 100%, CPU 0 100% busy | 0%, CPU 1 95% busy (generator-bound) |",
@@ -179,7 +185,7 @@ func TestServerSharedFlagsOthersOnTheServersCore(t *testing.T) {
 	g := goalFixture(false)
 	hot := g.Runs[3].Sluice[goalAfter]
 	hot.CPU = 500 * time.Millisecond
-	if v := goals[6].eval(g, goalAfter); !v.Shared || !strings.HasSuffix(v.cell(), "(generator-bound) (server core shared)") {
+	if v := goals[6].eval(g, goalAfter); !v.Shared || v.cell() != "5.33×, met (generator-bound, server core shared); per server CPU second 10.67×" {
 		t.Errorf("hot goal on a shared core: %+v %q", v, v.cell())
 	}
 }
