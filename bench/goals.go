@@ -80,6 +80,7 @@ type goalReport struct {
 	PinNote  string
 	RedisVer string
 	Notes    []string
+	Load     [2]string // /proc/loadavg's three figures at the start and the end
 }
 
 func (g goalReport) run(name string) (goalRunResult, bool) {
@@ -212,7 +213,11 @@ func (v goalValue) cell() string {
 func goalsMarkdown(g goalReport) string {
 	var b strings.Builder
 	if g.PinNote != "" {
-		fmt.Fprintf(&b, "One run, %s.\n\n", g.PinNote)
+		fmt.Fprintf(&b, "One run, %s.", g.PinNote)
+		if g.Load[0] != "" {
+			fmt.Fprintf(&b, " Load average %s at the start, %s at the end.", g.Load[0], g.Load[1])
+		}
+		b.WriteString("\n\n")
 	}
 	if g.Before {
 		fmt.Fprintf(&b, "| goal (issue 13) | wanted | before (%s) | after (%s) |\n|---|---|---|---|\n", g.BeforeID, g.AfterID)
@@ -285,8 +290,8 @@ func goalWorkloads(o options) ([]goalRun, error) {
 
 // runGoals runs every goal workload: its Redis rows, then the before
 // binary's sluice, then the one under test, each on a fresh server.
-func runGoals(o options, log io.Writer) (goalReport, error) {
-	g := goalReport{Pinned: o.pin, PinNote: o.pinNote, Before: o.beforeBin != "", AfterID: "this tree", BeforeID: o.beforeBin}
+func runGoals(o options, log io.Writer) (g goalReport, err error) {
+	g = goalReport{Pinned: o.pin, PinNote: o.pinNote, Before: o.beforeBin != "", AfterID: "this tree", BeforeID: o.beforeBin}
 	tmp, bin, err := workDir(o, "bench-goals-")
 	if err != nil {
 		return g, err
@@ -319,6 +324,8 @@ func runGoals(o options, log io.Writer) (goalReport, error) {
 	if err != nil {
 		return g, err
 	}
+	g.Load[0] = loadAverage()
+	defer func() { g.Load[1] = loadAverage() }()
 	for _, gr := range runs {
 		fmt.Fprintf(log, "== goals %s: %s\n", gr.Name, gr.about())
 		rr := goalRunResult{Run: gr, Redis: map[target]result{}}
@@ -386,6 +393,19 @@ func goalRedis(o options, gr goalRun, cell string, g *goalReport, into map[targe
 	}
 	into[targetRedisCell] = res
 	return nil
+}
+
+// loadAverage is the three figures of /proc/loadavg, "" if unreadable.
+func loadAverage() string {
+	raw, err := os.ReadFile("/proc/loadavg")
+	if err != nil {
+		return ""
+	}
+	f := strings.Fields(string(raw))
+	if len(f) < 3 {
+		return ""
+	}
+	return strings.Join(f[:3], " ")
 }
 
 func containsTarget(ts []target, t target) bool {

@@ -134,8 +134,11 @@ func TestGoalsMetAndNotMet(t *testing.T) {
 }
 
 func TestGoalsMarkdown(t *testing.T) {
-	md := goalsMarkdown(goalFixture(true))
+	g := goalFixture(true)
+	g.PinNote, g.Load = "pinned: ...", [2]string{"0.50 0.40 0.30", "1.10 0.60 0.40"}
+	md := goalsMarkdown(g)
 	for _, s := range []string{
+		"One run, pinned: .... Load average 0.50 0.40 0.30 at the start, 1.10 0.60 0.40 at the end.\n",
 		"| goal (issue 13) | wanted | before (before-bin) | after (after-bin) |",
 		"| pipelined `RL.PREDUCE`, everysec / Lua bucket | ≥ 2.0× | 1.20×, **not met**; per server CPU second 1.20× | 2.10×, met; per server CPU second 2.10× |",
 		"| hot keys (zipf over 1000) / Lua bucket | ≥ 2.5× | 2.00×, **not met**; per server CPU second 2.00× | 5.33×, met (generator-bound); per server CPU second 5.33× |",

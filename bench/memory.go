@@ -36,6 +36,7 @@ type memoryReport struct {
 	Samples []int64 // VmRSS once a second during the run
 	Info    [][2]string
 	PinNote string
+	Load    [2]string // load average at the start and the end
 }
 
 // memoryMarkdown is the scenario's report.
@@ -47,6 +48,9 @@ func memoryMarkdown(m memoryReport) string {
 	}
 	fmt.Fprintf(&b, "memory: %d distinct buckets, one RL.PREDUCE each in key order, %d connections, pipeline %d, sluice with %s; %s\n\n",
 		m.W.Keys, m.W.Conns, m.W.Pipeline, flags, m.PinNote)
+	if m.Load[0] != "" {
+		fmt.Fprintf(&b, "Load average %s at the start, %s at the end.\n\n", m.Load[0], m.Load[1])
+	}
 	verdict := "met"
 	if m.PeakRSS > memoryGoal {
 		verdict = "**not met**"
@@ -117,8 +121,10 @@ func runMemory(o options, log io.Writer) (memoryReport, error) {
 			}
 		}
 	}()
+	m.Load[0] = loadAverage()
 	cpu0 := ss.cpuTime()
 	res, err := run(ss.addr, targetSluice, m.W, "")
+	m.Load[1] = loadAverage()
 	res.CPU = ss.cpuTime() - cpu0
 	close(stop)
 	m.Samples = <-sampled
