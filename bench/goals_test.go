@@ -271,3 +271,20 @@ func TestGoalWorkloadsTakeTheBucketFlags(t *testing.T) {
 		t.Errorf("the issue's shapes changed: %+v", runs)
 	}
 }
+
+// TestSluiceArgsGiveHTTPAFreePort: a sluice the harness starts listens for
+// HTTP where the harness says, not on the default 127.0.0.1:9050, which
+// another sluice on the machine may hold (a goals run died on "bind:
+// address already in use"); a --http-addr among the flags wins.
+func TestSluiceArgsGiveHTTPAFreePort(t *testing.T) {
+	got := strings.Join(sluiceArgs("127.0.0.1:1", "127.0.0.1:2", "/d", []string{"--fsync", "always"}), " ")
+	if want := "--addr 127.0.0.1:1 --data /d --log-level warn --http-addr 127.0.0.1:2 --fsync always"; got != want {
+		t.Errorf("args %q, want %q", got, want)
+	}
+	for _, flags := range [][]string{{"--http-addr", ""}, {"--http-addr=127.0.0.1:3"}} {
+		got := sluiceArgs("127.0.0.1:1", "127.0.0.1:2", "/d", flags)
+		if strings.Contains(strings.Join(got, " "), "127.0.0.1:2") {
+			t.Errorf("flags %q: args %q also give the harness's HTTP address", flags, got)
+		}
+	}
+}

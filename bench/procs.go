@@ -12,6 +12,7 @@ import (
 	"path/filepath"
 	"regexp"
 	"runtime"
+	"slices"
 	"strconv"
 	"strings"
 	"syscall"
@@ -224,13 +225,30 @@ func startSluice(wrap []string, bin, dataDir string, flags []string) (*server, e
 	if err != nil {
 		return nil, err
 	}
-	args := append([]string{"--addr", addr, "--data", dataDir, "--log-level", "warn"}, flags...)
+	httpAddr, err := freeAddr()
+	if err != nil {
+		return nil, err
+	}
+	args := sluiceArgs(addr, httpAddr, dataDir, flags)
 	s := &server{name: "sluice", cmd: command(wrap, bin, args...), addr: addr, dir: dataDir, log: &bytes.Buffer{}}
 	s.cmd.Stderr = s.log
 	if err := s.start(); err != nil {
 		return nil, err
 	}
 	return s, s.waitReady()
+}
+
+// sluiceArgs is the command line of a sluice the harness starts: its RESP
+// address, data directory and quiet logs, and its HTTP endpoint on a free
+// port of its own unless flags give one (the default, 127.0.0.1:9050, may
+// be taken by any other sluice on the machine, and then sluice refuses to
+// start), then flags.
+func sluiceArgs(addr, httpAddr, dataDir string, flags []string) []string {
+	args := []string{"--addr", addr, "--data", dataDir, "--log-level", "warn"}
+	if !slices.ContainsFunc(flags, func(f string) bool { return f == "--http-addr" || strings.HasPrefix(f, "--http-addr=") }) {
+		args = append(args, "--http-addr", httpAddr)
+	}
+	return append(args, flags...)
 }
 
 // startRedis starts redis-server, under wrap, with persistence off, as the
