@@ -156,6 +156,85 @@ type result struct {
 	CPU      time.Duration           // server CPU during the run, when known
 	GenCPU   time.Duration           // the load generator's own CPU during the run
 	PeakRSS  int64                   // server peak RSS in bytes, when known
+	// Cores is each CPU's busy share over the run, from /proc/stat (by
+	// anyone); pinned, CPU 0 is the server's, CPU 1 the generator's.
+	Cores []float64
+}
+
+// genBoundAt is the busy share of the generator's core from which a
+// pinned row is flagged generator-bound: the generator, not the server,
+// may have set its pace.
+const genBoundAt = 0.90
+
+// genShare is the generator's own CPU over the run as a share of one core.
+func (r result) genShare() float64 {
+	if r.Elapsed <= 0 {
+		return 0
+	}
+	return r.GenCPU.Seconds() / r.Elapsed.Seconds()
+}
+
+// core is CPU i's busy share over the run, -1 if unknown.
+func (r result) core(i int) float64 {
+	if i < len(r.Cores) {
+		return r.Cores[i]
+	}
+	return -1
+}
+
+// generatorBound reports whether a pinned row's generator core (CPU 1)
+// was at least genBoundAt busy.
+func (r result) generatorBound(pinned bool) bool {
+	return pinned && r.core(1) >= genBoundAt
+}
+
+// sharedAt is how much of the server's core (CPU 0), pinned, may be busy
+// with others than the server before a row is flagged: other processes on
+// the machine took that share of the server's core, so the row
+// understates the server.
+const sharedAt = 0.10
+
+// serverShare is the server's CPU over the run as a share of one core.
+func (r result) serverShare() float64 {
+	if r.Elapsed <= 0 {
+		return 0
+	}
+	return r.CPU.Seconds() / r.Elapsed.Seconds()
+}
+
+// serverShared reports whether a pinned row's server core (CPU 0) was busy
+// with others than the server for sharedAt of the run or more.
+func (r result) serverShared(pinned bool) bool {
+	return pinned && r.CPU > 0 && r.core(0) >= 0 && r.core(0)-r.serverShare() >= sharedAt
+}
+
+// serverText says how much of a core the server used and, pinned, how
+// busy its core was, flagged when others took part of it.
+func (r result) serverText(pinned bool) string {
+	if r.CPU <= 0 {
+		return "-"
+	}
+	s := fmt.Sprintf("%.0f%%", 100*r.serverShare())
+	if pinned && r.core(0) >= 0 {
+		s += fmt.Sprintf(", CPU 0 %.0f%% busy", 100*r.core(0))
+		if r.serverShared(pinned) {
+			s += " (server core shared)"
+		}
+	}
+	return s
+}
+
+// generatorText says how busy the generator was: its own CPU as a share
+// of one core and, pinned, how busy its core was, flagged when bound.
+func (r result) generatorText(pinned bool) string {
+	s := fmt.Sprintf("%.0f%%", 100*r.genShare())
+	if pinned && r.core(1) >= 0 {
+		s += fmt.Sprintf(", CPU 1 %.0f%% busy", 100*r.core(1))
+		if r.generatorBound(pinned) {
+			s += " (generator-bound)"
+		}
+	}
+	return s
 }
 
 func (r result) opsPerSec() float64 {
@@ -539,7 +618,7 @@ func run(addr string, t target, w workload, sha string) (result, error) {
 	}
 	replies := t.replies()
 	var ioErr atomic.Value
-	gen0 := selfCPU()
+	gen0, cores0 := selfCPU(), readCores()
 	start := time.Now()
 	for i, c := range conns {
 		wg.Go(func() {
@@ -594,7 +673,8 @@ func run(addr string, t target, w workload, sha string) (result, error) {
 		})
 	}
 	wg.Wait()
-	res := result{Target: t, Requests: total.TotalCount(), Errors: errs.Load(), Elapsed: time.Since(start), Hist: total, GenCPU: selfCPU() - gen0}
+	res := result{Target: t, Requests: total.TotalCount(), Errors: errs.Load(), Elapsed: time.Since(start), Hist: total, GenCPU: selfCPU() - gen0,
+		Cores: coreBusy(cores0, readCores())}
 	if v, ok := firstErr.Load().(string); ok {
 		res.FirstErr = v
 	}

@@ -21,7 +21,9 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"os/exec"
 	"path/filepath"
+	"runtime"
 	"slices"
 	"strings"
 	"time"
@@ -104,8 +106,11 @@ type options struct {
 	scenario    string
 	writeDocs   string
 	serverBin   string
+	beforeBin   string // with --scenario goals: a sluice binary measured as "before"
 	redisCell   string // path of the redis-cell module, for its row
 	pin         bool
+	pinNote     string // what the output says about pinning
+	serverPid   int    // of a running server (--addr), for its CPU
 	perfDir     string
 	// The sweep scenario's own.
 	sweepBuckets int64
@@ -132,10 +137,12 @@ func mainErr(args []string, stdout, stderr io.Writer) error {
 	fs.BoolVar(&o.spawn, "spawn", false, "build and start sluice with a fresh data directory, and report its CPU and peak RSS")
 	fs.StringVar(&o.serverFlags, "server-flags", "", "extra flags for the sluice the harness starts, e.g. \"--fsync always\"")
 	fs.StringVar(&o.compare, "compare", "", "also run the workload against redis-server, the Redis way of doing what its sluice command does (value: redis): for RL.PREDUCE, INCR and the EVALSHA token bucket; for CL.*, redis-cell and INCR+EXPIRE; for FW.*, INCR+EXPIRE, the same in MULTI/EXEC, and the EVALSHA fixed window; for ROLL.LIMIT, rolling-rate-limiter's MULTI of ZREMRANGEBYSCORE, ZADD, ZRANGE WITHSCORES and EXPIRE")
-	fs.StringVar(&o.scenario, "scenario", "", "preset: "+strings.Join(scenarioNames(), ", ")+"; or all ("+strings.Join(groupNames(groupMain), ", ")+"); or limiters ("+strings.Join(groupNames(groupLimiters), ", ")+"); or roll ("+strings.Join(groupNames(groupRoll), ", ")+"); or sweep (the idle sweep, sluice alone); or rls (Envoy's ShouldRateLimit over gRPC, sluice alone)")
+	fs.StringVar(&o.scenario, "scenario", "", "preset: "+strings.Join(scenarioNames(), ", ")+"; or all ("+strings.Join(groupNames(groupMain), ", ")+"); or limiters ("+strings.Join(groupNames(groupLimiters), ", ")+"); or roll ("+strings.Join(groupNames(groupRoll), ", ")+"); or sweep (the idle sweep, sluice alone); or rls (Envoy's ShouldRateLimit over gRPC, sluice alone); or goals (issue 13's goal workloads and their table, Redis rows included); or memory (--keys buckets, 10M by default, created once each: sluice's peak RSS with default flags)")
 	fs.StringVar(&o.serverBin, "server-bin", "", "a sluice binary to start instead of building ./cmd/sluice")
+	fs.StringVar(&o.beforeBin, "before-bin", "", "with --scenario goals: an older sluice binary, measured in the same run on each goal workload, for the table's before column")
 	fs.StringVar(&o.redisCell, "redis-cell", os.Getenv("SLUICE_BENCH_REDIS_CELL"), "with --compare redis: the redis-cell module (libredis_cell.so, built for the installed Redis) to load with --loadmodule for the CL.THROTTLE row; without it that row is skipped (env SLUICE_BENCH_REDIS_CELL)")
-	fs.BoolVar(&o.pin, "pin", false, "one core per server: start sluice and redis-server under taskset -c 0 and move the load generator to CPU 1 (needs 2 CPUs and taskset)")
+	fs.BoolVar(&o.pin, "pin", true, "one core per server: start sluice and redis-server under taskset -c 0 and move the load generator to CPU 1; on by default when the machine has 2 CPUs or more and taskset is installed (otherwise the run says it is unpinned); --pin=false shares every core between the servers and the generator")
+	fs.IntVar(&o.serverPid, "server-pid", 0, "with --addr: the pid of the running server, for its CPU µs per request and peak RSS (from /proc)")
 	fs.StringVar(&o.perfDir, "perf", "", "directory: record a CPU profile of the sluice each scenario starts (not sweep's), during its measured run, with perf record -g, into perf-<scenario>.data there")
 	fs.StringVar(&o.w.Command, "command", cmdRLPReduce, "the sluice command of the workload: "+strings.Join(sluiceCommands, ", "))
 	fs.Int64Var(&o.sweepBuckets, "sweep-buckets", 10_000_000, "with --scenario sweep: buckets in each store swept")
@@ -163,16 +170,49 @@ func mainErr(args []string, stdout, stderr io.Writer) error {
 	if o.compare != "" && o.w.HitPct > 0 {
 		return errors.New("--hit-pct measures sluice alone (Redis has no HIT): drop --compare, or use --spawn")
 	}
+	if o.perfDir != "" && (o.scenario == "goals" || o.scenario == "memory") {
+		return fmt.Errorf("--perf is not for --scenario %s (a profiler would slow one of the rows it compares): profile with --spawn --scenario pipelined --perf DIR", o.scenario)
+	}
 	if o.perfDir != "" && (o.scenario == "sweep" || !o.spawn && o.compare == "") {
 		return errors.New("--perf profiles the sluice a scenario starts: add --spawn or --compare redis (the sweep scenario has no --perf)")
 	}
+	_, tasksetErr := exec.LookPath("taskset")
+	plan, err := decidePin(o.pin, o.set["pin"], runtime.NumCPU(), tasksetErr == nil)
+	if err != nil {
+		return err
+	}
+	o.pin, o.pinNote = plan.Pin, plan.Note
 	if o.pin {
 		if err := pinGenerator(); err != nil {
 			return err
 		}
 	}
-	if o.scenario == "rls" {
+	fmt.Fprintf(stdout, "%s\n", o.pinNote)
+	if o.beforeBin != "" && o.scenario != "goals" {
+		return errors.New("--before-bin is for --scenario goals")
+	}
+	switch o.scenario {
+	case "rls":
 		return runRLS(o, stdout)
+	case "goals":
+		g, err := runGoals(o, stdout)
+		if err != nil {
+			return err
+		}
+		fmt.Fprintln(stdout)
+		fmt.Fprint(stdout, goalsMarkdown(g))
+		if o.writeDocs != "" {
+			return writeGoalsDocs(o.writeDocs, g, args)
+		}
+		return nil
+	case "memory":
+		m, err := runMemory(o, stdout)
+		if err != nil {
+			return err
+		}
+		fmt.Fprintln(stdout)
+		fmt.Fprint(stdout, memoryMarkdown(m))
+		return nil
 	}
 	if o.scenario == "sweep" {
 		sc, err := sweepScenario(o)
@@ -334,11 +374,12 @@ type scenarioReport struct {
 	RedisVer   string
 	SluiceArgs []string
 	Pinned     bool
+	PinNote    string
 	Notes      []string // rows skipped and why; profiles written
 }
 
 func runScenario(o options, sc scenario, log io.Writer) (scenarioReport, error) {
-	rep := scenarioReport{Scenario: sc, Pinned: o.pin}
+	rep := scenarioReport{Scenario: sc, Pinned: o.pin, PinNote: o.pinNote}
 	w := sc.W
 	fmt.Fprintf(log, "== %s: %s; %d requests\n", sc.Name, sc.About, w.Requests)
 	spawn := o.spawn || o.compare != "" || sc.PrefillLogs
@@ -348,10 +389,20 @@ func runScenario(o options, sc scenario, log io.Writer) (scenarioReport, error) 
 		}
 	}
 	if !spawn {
+		cpu0 := procCPU(o.serverPid)
 		res, err := run(o.addr, targetSluice, w, "")
 		if err != nil {
 			return rep, err
 		}
+		if o.serverPid > 0 {
+			res.CPU, res.PeakRSS = procCPU(o.serverPid)-cpu0, procStatusBytes(o.serverPid, "VmHWM")
+		} else {
+			rep.Notes = append(rep.Notes, "server CPU unknown: give the running server's pid with --server-pid")
+		}
+		if o.pin {
+			rep.Notes = append(rep.Notes, "the server at --addr was not started by the harness, so it is not pinned: start it under taskset -c 0 for one core per server")
+		}
+		logResult(log, res, w, o.pin)
 		rep.Results = append(rep.Results, res)
 		return rep, nil
 	}
@@ -414,7 +465,7 @@ func runScenario(o options, sc scenario, log io.Writer) (scenarioReport, error) 
 	}
 	res.CPU = cpu
 	res.PeakRSS = ss.peakRSS()
-	logResult(log, res, w)
+	logResult(log, res, w, rep.Pinned)
 	rep.Results = append(rep.Results, res)
 	if _, err := ss.do("COMPACT"); err != nil {
 		fmt.Fprintf(log, "   COMPACT: %v\n", err)
@@ -443,6 +494,12 @@ func runRedis(o options, rep *scenarioReport, log io.Writer) error {
 		} else {
 			plain = append(plain, t)
 		}
+	}
+	// The token bucket's rows get redis-cell's too when the module is
+	// given: a GCRA in a Redis module is the fastest in-memory limiter to
+	// measure RL.PREDUCE against (issue 13's goal).
+	if w.command() == cmdRLPReduce && o.redisCell != "" {
+		cell = true
 	}
 	tmp, err := os.MkdirTemp("", "bench-redis-")
 	if err != nil {
@@ -483,18 +540,29 @@ func runRedis(o options, rep *scenarioReport, log io.Writer) error {
 		skip(fmt.Sprintf("--redis-cell: %v", err))
 		return nil
 	}
-	rs, err := startRedis(o.serverWrap(), tmp, "--loadmodule", mod)
-	if err != nil {
-		skip(fmt.Sprintf("redis-server --loadmodule %s did not start: %s", mod, moduleLines(err.Error())))
+	rs, why := startCell(o, mod, tmp)
+	if rs == nil {
+		skip(why)
 		return nil
 	}
 	defer rs.stop()
-	if _, err := rs.do("CL.THROTTLE", "bench:probe", "1", "1", "1"); err != nil {
-		skip(fmt.Sprintf("%s loaded, but CL.THROTTLE answered %q", mod, err))
-		return nil
-	}
 	rep.RedisVer, _ = redisVersion(rs)
 	return measureRedis(rs, targetRedisCell, rep, log)
+}
+
+// startCell starts redis-server with the redis-cell module mod (an
+// absolute path) and checks that CL.THROTTLE answers; nil and the reason
+// when it cannot.
+func startCell(o options, mod, dir string) (*server, string) {
+	rs, err := startRedis(o.serverWrap(), dir, "--loadmodule", mod)
+	if err != nil {
+		return nil, fmt.Sprintf("redis-server --loadmodule %s did not start: %s", mod, moduleLines(err.Error()))
+	}
+	if _, err := rs.do("CL.THROTTLE", "bench:probe", "1", "1", "1"); err != nil {
+		rs.stop()
+		return nil, fmt.Sprintf("%s loaded, but CL.THROTTLE answered %q", mod, err)
+	}
+	return rs, ""
 }
 
 // moduleLines keeps the lines of a failed Redis start's log that speak of
@@ -515,35 +583,48 @@ func moduleLines(log string) string {
 // measureRedis runs the scenario's workload against rs as t, on an empty
 // database, and adds the result with Redis's CPU time and peak RSS.
 func measureRedis(rs *server, t target, rep *scenarioReport, log io.Writer) error {
-	w := rep.Scenario.W
+	res, err := redisRow(rs, t, rep.Scenario.W, log, rep.Pinned)
+	if err != nil {
+		return err
+	}
+	rep.Results = append(rep.Results, res)
+	return nil
+}
+
+// redisRow runs w against rs as t, on an empty database, and returns the
+// result with Redis's CPU time and peak RSS.
+func redisRow(rs *server, t target, w workload, log io.Writer, pinned bool) (result, error) {
 	if _, err := rs.do("FLUSHALL"); err != nil {
-		return fmt.Errorf("redis FLUSHALL: %w", err)
+		return result{}, fmt.Errorf("redis FLUSHALL: %w", err)
 	}
 	sha := ""
 	if script := t.script(); script != "" {
 		var err error
 		if sha, err = rs.do("SCRIPT", "LOAD", script); err != nil {
-			return fmt.Errorf("load the script of %s into Redis: %w", t, err)
+			return result{}, fmt.Errorf("load the script of %s into Redis: %w", t, err)
 		}
 	}
 	cpu0 := rs.cpuTime()
 	res, err := run(rs.addr, t, w, sha)
 	if err != nil {
-		return fmt.Errorf("%w\nredis log:\n%s", err, rs.log)
+		return result{}, fmt.Errorf("%w\nredis log:\n%s", err, rs.log)
 	}
 	res.CPU = rs.cpuTime() - cpu0
 	res.PeakRSS = rs.peakRSS()
-	logResult(log, res, w)
-	rep.Results = append(rep.Results, res)
-	return nil
+	logResult(log, res, w, pinned)
+	return res, nil
 }
 
 // logResult prints a row's main figures as soon as it is measured, so
 // that a run that fails later still shows them.
-func logResult(log io.Writer, r result, w workload) {
+func logResult(log io.Writer, r result, w workload, pinned bool) {
 	perReq := func(d time.Duration) float64 { return float64(d.Microseconds()) / float64(max(r.Requests, 1)) }
-	fmt.Fprintf(log, "   %-28s %10.0f ops/s, %6.2f µs server CPU per request (generator %.2f), p99 %s ms\n", targetName(r.Target, w), r.opsPerSec(),
-		perReq(r.CPU), perReq(r.GenCPU), ms(r.Hist, 99))
+	srv := "server CPU unknown"
+	if r.CPU > 0 {
+		srv = fmt.Sprintf("%6.2f µs server CPU per request (%s)", perReq(r.CPU), r.serverText(pinned))
+	}
+	fmt.Fprintf(log, "   %-28s %10.0f ops/s, %s, generator %.2f µs per request (%s), p99 %s ms\n", targetName(r.Target, w), r.opsPerSec(),
+		srv, perReq(r.GenCPU), r.generatorText(pinned), ms(r.Hist, 99))
 }
 
 func redisVersion(s *server) (string, error) {
@@ -598,7 +679,9 @@ func tableMarkdown(rep scenarioReport) string {
 	if len(rep.SluiceArgs) > 0 {
 		fmt.Fprintf(&b, ", sluice %s", strings.Join(rep.SluiceArgs, " "))
 	}
-	if rep.Pinned {
+	if rep.PinNote != "" {
+		b.WriteString("; " + rep.PinNote)
+	} else if rep.Pinned {
 		b.WriteString("; pinned: each server on CPU 0, the load generator on CPU 1")
 	}
 	b.WriteString(")\n\n")
@@ -611,8 +694,8 @@ func tableMarkdown(rep scenarioReport) string {
 		}
 		b.WriteString("\n")
 	}
-	b.WriteString("| target | ops/s | p50 ms | p90 ms | p99 ms | p99.9 ms | errors | server CPU s | CPU µs/op | peak RSS MiB |\n")
-	b.WriteString("|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|\n")
+	b.WriteString("| target | ops/s | p50 ms | p90 ms | p99 ms | p99.9 ms | errors | server CPU s | CPU µs/op | peak RSS MiB | server CPU | generator CPU |\n")
+	b.WriteString("|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---|---|\n")
 	var ours float64
 	for _, r := range rep.Results {
 		cpu, perOp, rss := "-", "-", "-"
@@ -627,8 +710,8 @@ func tableMarkdown(rep scenarioReport) string {
 		if r.FirstErr != "" {
 			errs += " (" + r.FirstErr + ")"
 		}
-		fmt.Fprintf(&b, "| %s | %.0f | %s | %s | %s | %s | %s | %s | %s | %s |\n", targetName(r.Target, wl), r.opsPerSec(),
-			ms(r.Hist, 50), ms(r.Hist, 90), ms(r.Hist, 99), ms(r.Hist, 99.9), errs, cpu, perOp, rss)
+		fmt.Fprintf(&b, "| %s | %.0f | %s | %s | %s | %s | %s | %s | %s | %s | %s | %s |\n", targetName(r.Target, wl), r.opsPerSec(),
+			ms(r.Hist, 50), ms(r.Hist, 90), ms(r.Hist, 99), ms(r.Hist, 99.9), errs, cpu, perOp, rss, r.serverText(rep.Pinned), r.generatorText(rep.Pinned))
 		if r.Target == targetSluice {
 			ours = r.opsPerSec()
 		}

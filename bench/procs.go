@@ -12,6 +12,7 @@ import (
 	"path/filepath"
 	"regexp"
 	"runtime"
+	"slices"
 	"strconv"
 	"strings"
 	"syscall"
@@ -67,22 +68,104 @@ func command(wrap []string, bin string, args ...string) *exec.Cmd {
 	return exec.Command(wrap[0], append(append(append([]string{}, wrap[1:]...), bin), args...)...)
 }
 
+// pinPlan is what decidePin chose: whether to pin, and the sentence the
+// output says about it.
+type pinPlan struct {
+	Pin  bool
+	Note string
+}
+
+// decidePin chooses whether a run gives each server one core: by default
+// (explicit false) it pins when the machine has two CPUs or more and
+// taskset is installed, and says why not otherwise; --pin=false turns it
+// off; an explicit --pin that cannot be honoured is an error rather than
+// a silently unpinned run.
+func decidePin(want, explicit bool, cpus int, haveTaskset bool) (pinPlan, error) {
+	const pinned = "pinned: each server on CPU 0 (taskset -c 0), the load generator on CPU 1"
+	switch {
+	case !want:
+		return pinPlan{Note: "unpinned (--pin=false): the servers and the load generator share every core"}, nil
+	case cpus >= 2 && haveTaskset:
+		return pinPlan{Pin: true, Note: pinned}, nil
+	case explicit && cpus < 2:
+		return pinPlan{}, fmt.Errorf("--pin needs 2 CPUs, this process may use %d (--pin=false runs unpinned)", cpus)
+	case explicit:
+		return pinPlan{}, errors.New("--pin needs taskset (util-linux), which is not installed (--pin=false runs unpinned)")
+	case cpus < 2:
+		return pinPlan{Note: fmt.Sprintf("unpinned: this process may use %d CPU, pinning needs 2; the server and the load generator share it", cpus)}, nil
+	}
+	return pinPlan{Note: "unpinned: taskset (util-linux) is not installed; the servers and the load generator share every core"}, nil
+}
+
 // pinGenerator moves every thread of this process to CPU 1 (threads made
 // later inherit it) and runs Go on one P, so that the load generator has
 // one core and the servers, under serverWrap, the other.
 func pinGenerator() error {
-	if runtime.NumCPU() < 2 {
-		return fmt.Errorf("--pin needs 2 CPUs, this process may use %d", runtime.NumCPU())
-	}
-	if _, err := exec.LookPath("taskset"); err != nil {
-		return errors.New("--pin needs taskset (util-linux)")
-	}
 	out, err := exec.Command("taskset", "-a", "-p", "-c", "1", strconv.Itoa(os.Getpid())).CombinedOutput()
 	if err != nil {
 		return fmt.Errorf("--pin: taskset -a -p -c 1 %d: %v: %s", os.Getpid(), err, out)
 	}
 	runtime.GOMAXPROCS(1)
 	return nil
+}
+
+// coreTicks is one CPU's line of /proc/stat: ticks busy (user, nice,
+// system, irq, softirq, steal) and in all (busy plus idle and iowait).
+type coreTicks struct{ Busy, Total int64 }
+
+// parseProcStat reads the per-CPU lines (cpu0, cpu1, ...) of /proc/stat,
+// indexed by CPU number; the aggregate "cpu" line is skipped.
+func parseProcStat(raw []byte) []coreTicks {
+	var cores []coreTicks
+	for _, line := range strings.Split(string(raw), "\n") {
+		f := strings.Fields(line)
+		if len(f) < 8 || !strings.HasPrefix(f[0], "cpu") || f[0] == "cpu" {
+			continue
+		}
+		n, err := strconv.Atoi(f[0][3:])
+		if err != nil || n < 0 || n > 4096 {
+			continue
+		}
+		var v [8]int64
+		for i := range v {
+			if i+1 < len(f) {
+				v[i], _ = strconv.ParseInt(f[i+1], 10, 64)
+			}
+		}
+		// user nice system idle iowait irq softirq steal
+		busy := v[0] + v[1] + v[2] + v[5] + v[6] + v[7]
+		for len(cores) <= n {
+			cores = append(cores, coreTicks{})
+		}
+		cores[n] = coreTicks{Busy: busy, Total: busy + v[3] + v[4]}
+	}
+	return cores
+}
+
+// readCores is parseProcStat of this machine's /proc/stat; nil if it
+// cannot be read.
+func readCores() []coreTicks {
+	raw, err := os.ReadFile("/proc/stat")
+	if err != nil {
+		return nil
+	}
+	return parseProcStat(raw)
+}
+
+// coreBusy is the share of each CPU's time that was busy between two
+// readings (by anyone: the measured processes, and whatever else ran
+// there); -1 for a CPU with no ticks between them.
+func coreBusy(before, after []coreTicks) []float64 {
+	var busy []float64
+	for i := range min(len(before), len(after)) {
+		dt := after[i].Total - before[i].Total
+		if dt <= 0 {
+			busy = append(busy, -1)
+			continue
+		}
+		busy = append(busy, float64(after[i].Busy-before[i].Busy)/float64(dt))
+	}
+	return busy
 }
 
 // freeAddr returns a loopback address with a port that was free a moment ago.
@@ -142,13 +225,30 @@ func startSluice(wrap []string, bin, dataDir string, flags []string) (*server, e
 	if err != nil {
 		return nil, err
 	}
-	args := append([]string{"--addr", addr, "--data", dataDir, "--log-level", "warn"}, flags...)
+	httpAddr, err := freeAddr()
+	if err != nil {
+		return nil, err
+	}
+	args := sluiceArgs(addr, httpAddr, dataDir, flags)
 	s := &server{name: "sluice", cmd: command(wrap, bin, args...), addr: addr, dir: dataDir, log: &bytes.Buffer{}}
 	s.cmd.Stderr = s.log
 	if err := s.start(); err != nil {
 		return nil, err
 	}
 	return s, s.waitReady()
+}
+
+// sluiceArgs is the command line of a sluice the harness starts: its RESP
+// address, data directory and quiet logs, and its HTTP endpoint on a free
+// port of its own unless flags give one (the default, 127.0.0.1:9050, may
+// be taken by any other sluice on the machine, and then sluice refuses to
+// start), then flags.
+func sluiceArgs(addr, httpAddr, dataDir string, flags []string) []string {
+	args := []string{"--addr", addr, "--data", dataDir, "--log-level", "warn"}
+	if !slices.ContainsFunc(flags, func(f string) bool { return f == "--http-addr" || strings.HasPrefix(f, "--http-addr=") }) {
+		args = append(args, "--http-addr", httpAddr)
+	}
+	return append(args, flags...)
 }
 
 // startRedis starts redis-server, under wrap, with persistence off, as the
@@ -262,8 +362,12 @@ func (s *server) stop() {
 
 // cpuTime returns the process's user+system CPU time so far, from
 // /proc/PID/stat (in clock ticks of 1/100 s, Linux's USER_HZ).
-func (s *server) cpuTime() time.Duration {
-	raw, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", s.cmd.Process.Pid))
+func (s *server) cpuTime() time.Duration { return procCPU(s.cmd.Process.Pid) }
+
+// procCPU is process pid's user+system CPU time so far (all its threads),
+// from /proc/PID/stat; 0 if it cannot be read.
+func procCPU(pid int) time.Duration {
+	raw, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
 	if err != nil {
 		return 0
 	}
@@ -279,13 +383,20 @@ func (s *server) cpuTime() time.Duration {
 }
 
 // peakRSS returns the process's peak resident set size (VmHWM) in bytes.
-func (s *server) peakRSS() int64 {
-	raw, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", s.cmd.Process.Pid))
+func (s *server) peakRSS() int64 { return procStatusBytes(s.cmd.Process.Pid, "VmHWM") }
+
+// rss returns the process's resident set size now (VmRSS) in bytes.
+func (s *server) rss() int64 { return procStatusBytes(s.cmd.Process.Pid, "VmRSS") }
+
+// procStatusBytes is a "kB" field of /proc/PID/status (VmHWM, VmRSS) in
+// bytes; 0 if it cannot be read.
+func procStatusBytes(pid int, field string) int64 {
+	raw, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", pid))
 	if err != nil {
 		return 0
 	}
 	for _, line := range strings.Split(string(raw), "\n") {
-		if v, ok := strings.CutPrefix(line, "VmHWM:"); ok {
+		if v, ok := strings.CutPrefix(line, field+":"); ok {
 			kb, _ := strconv.ParseInt(strings.TrimSuffix(strings.TrimSpace(v), " kB"), 10, 64)
 			return kb << 10
 		}
