@@ -12,6 +12,7 @@ import (
 
 	"github.com/sluicehq/sluice/cluster"
 	"github.com/sluicehq/sluice/internal/clustercmd"
+	"github.com/sluicehq/sluice/internal/cmddoc"
 	"github.com/sluicehq/sluice/internal/resp"
 	"github.com/sluicehq/sluice/keyspace"
 )
@@ -343,12 +344,12 @@ func (s *Server) commandGetKeys(c *client, args [][]byte) {
 	}
 }
 
-var clusterDoc = &cmdDoc{
-	summary: "Cluster mode: INFO, MYID, KEYSLOT, SLOTS, SHARDS, NODES as Redis Cluster answers them; TOPOLOGY and SETTOPOLOGY read and push the topology (epoch, nodes and their slots); MIGRATE, DUMP, RESTORE and DROP move slots (sluice cluster rebalance drives them).",
-	group:   "cluster",
-	args:    []docArg{{name: "subcommand", typ: "string"}, {name: "arg", typ: "string", optional: true, multiple: true}},
+var clusterDoc = &cmddoc.Doc{
+	Summary: "Cluster mode: INFO, MYID, KEYSLOT, SLOTS, SHARDS, NODES as Redis Cluster answers them; TOPOLOGY and SETTOPOLOGY read and push the topology (epoch, nodes and their slots); MIGRATE, DUMP, RESTORE and DROP move slots (sluice cluster rebalance drives them).",
+	Group:   "cluster",
+	Args:    []cmddoc.Arg{{Name: "subcommand", Type: "string"}, {Name: "arg", Type: "string", Optional: true, Multiple: true}},
 }
 
-var askingDoc = &cmdDoc{summary: "Accepted for cluster clients; slots move with a write pause, not ASK redirections.", group: "cluster"}
-var readonlyDoc = &cmdDoc{summary: "Accepted for cluster clients; there are no replicas to read from.", group: "cluster"}
-var readwriteDoc = &cmdDoc{summary: "Accepted for cluster clients; there are no replicas to read from.", group: "cluster"}
+var askingDoc = &cmddoc.Doc{Summary: "Accepted for cluster clients; slots move with a write pause, not ASK redirections.", Group: "cluster"}
+var readonlyDoc = &cmddoc.Doc{Summary: "Accepted for cluster clients; there are no replicas to read from.", Group: "cluster"}
+var readwriteDoc = &cmddoc.Doc{Summary: "Accepted for cluster clients; there are no replicas to read from.", Group: "cluster"}

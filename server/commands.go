@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/sluicehq/sluice/bucket"
+	"github.com/sluicehq/sluice/internal/cmddoc"
 	"github.com/sluicehq/sluice/internal/limitcmd"
 	"github.com/sluicehq/sluice/internal/resp"
 	"github.com/sluicehq/sluice/storage"
@@ -100,12 +101,12 @@ type command struct {
 	// first, last, step locate key arguments, as COMMAND reports them.
 	first, last, step int
 	run               func(s *Server, c *client, args [][]byte)
-	// doc is the COMMAND DOCS record; every command has one (builtinDocs
+	// doc is the COMMAND DOCS record; every command has one (cmddoc.Builtin
 	// fills those the table leaves nil).
-	doc *cmdDoc
-	// subs are a container's subcommands (builtinSubs), for COMMAND,
+	doc *cmddoc.Doc
+	// subs are a container's subcommands (cmddoc.Subs), for COMMAND,
 	// COMMAND DOCS and CLIENT LIST.
-	subs []subcommand
+	subs []cmddoc.Sub
 
 	idx  int // position in the table, and in each client's tally
 	stat struct {
@@ -170,9 +171,9 @@ func commandTable() map[string]*command {
 	m := make(map[string]*command, len(list))
 	for i, c := range list {
 		if c.doc == nil {
-			c.doc = builtinDocs[c.name]
+			c.doc = cmddoc.Builtin(c.name)
 		}
-		c.subs = builtinSubs[c.name]
+		c.subs = cmddoc.Subs(c.name)
 		c.idx = i
 		m[c.name] = c
 	}
@@ -547,7 +548,7 @@ func cmdCommand(s *Server, c *client, args [][]byte) {
 	if len(args) == 1 {
 		c.out = resp.AppendArray(c.out, len(names))
 		for _, n := range names {
-			c.out = appendCommandInfo(c.out, s.cmds[n])
+			c.out = s.cmds[n].appendInfo(c.out)
 		}
 		return
 	}
@@ -565,9 +566,9 @@ func cmdCommand(s *Server, c *client, args [][]byte) {
 			cmd, sub := s.lookupCommand(a)
 			switch {
 			case sub != nil:
-				c.out = appendSubcommandInfo(c.out, sub)
+				c.out = cmddoc.AppendSubInfo(c.out, sub)
 			case cmd != nil:
-				c.out = appendCommandInfo(c.out, cmd)
+				c.out = cmd.appendInfo(c.out)
 			default:
 				c.out = resp.AppendNull(c.out, c.resp == 3)
 			}
@@ -590,8 +591,8 @@ func cmdCommand(s *Server, c *client, args [][]byte) {
 		// record are left out.
 		type rec struct {
 			name string
-			doc  *cmdDoc
-			subs []subcommand
+			doc  *cmddoc.Doc
+			subs []cmddoc.Sub
 		}
 		var docs []rec
 		if len(args) == 2 {
@@ -605,7 +606,7 @@ func cmdCommand(s *Server, c *client, args [][]byte) {
 				cmd, sub := s.lookupCommand(a)
 				switch {
 				case sub != nil:
-					docs = append(docs, rec{sub.name, &sub.doc, nil})
+					docs = append(docs, rec{sub.Name, &sub.Doc, nil})
 				case cmd != nil && cmd.doc != nil:
 					docs = append(docs, rec{cmd.name, cmd.doc, cmd.subs})
 				}
@@ -615,144 +616,36 @@ func cmdCommand(s *Server, c *client, args [][]byte) {
 		c.out = resp.AppendMap(c.out, len(docs), r3)
 		for _, d := range docs {
 			c.out = resp.AppendBulkString(c.out, d.name)
-			c.out = d.doc.append(c.out, r3, d.subs)
+			c.out = d.doc.Append(c.out, r3, d.subs)
 		}
 	default:
 		s.replyErr(c, resp.Error("ERR unknown subcommand '"+resp.Preview(args[1])+"'. Try COMMAND HELP."))
 	}
 }
 
-// cmdDoc is a command's COMMAND DOCS record: what redis-cli and client
-// libraries show as its help and argument hints.
-type cmdDoc struct {
-	summary string
-	group   string
-	args    []docArg
-}
-
-// docSince is every record's "since": the sluice version a command first
-// appeared in is not tracked, and redis-cli only prints the field in HELP,
-// so every command says it has been there since the first release.
-const docSince = "1.0.0"
-
-// docArg is one argument of a cmdDoc, in Redis' terms: typ is "key",
-// "integer", "unix-time", "pure-token", or "oneof" with its choices in
-// args; token is the keyword before the value, if any.
-type docArg struct {
-	name, typ, token   string
-	optional, multiple bool
-	args               []docArg // of a "oneof" or "block"
-}
-
-// append appends d as COMMAND DOCS gives it: a map of summary, since,
-// group, arguments and, for a container, subcommands: a map from each
-// subcommand's full name to its own record.
-func (d *cmdDoc) append(b []byte, r3 bool, subs []subcommand) []byte {
-	n := 4
-	if len(subs) > 0 {
-		n++
+// fullName is the name of the command or subcommand args invoke: Redis'
+// "client|info" for a container's known subcommand, else the command's.
+func (cmd *command) fullName(args [][]byte) string {
+	if len(cmd.subs) == 0 || len(args) < 2 {
+		return cmd.name
 	}
-	b = resp.AppendMap(b, n, r3)
-	b = resp.AppendBulkString(b, "summary")
-	b = resp.AppendBulkString(b, d.summary)
-	b = resp.AppendBulkString(b, "since")
-	b = resp.AppendBulkString(b, docSince)
-	b = resp.AppendBulkString(b, "group")
-	b = resp.AppendBulkString(b, d.group)
-	b = resp.AppendBulkString(b, "arguments")
-	b = appendDocArgs(b, d.args, r3)
-	if len(subs) > 0 {
-		b = resp.AppendBulkString(b, "subcommands")
-		b = resp.AppendMap(b, len(subs), r3)
-		for i := range subs {
-			b = resp.AppendBulkString(b, subs[i].name)
-			b = subs[i].doc.append(b, r3, nil)
-		}
-	}
-	return b
-}
-
-func appendDocArgs(b []byte, args []docArg, r3 bool) []byte {
-	b = resp.AppendArray(b, len(args))
-	for _, a := range args {
-		var flags []string
-		if a.optional {
-			flags = append(flags, "optional")
-		}
-		if a.multiple {
-			flags = append(flags, "multiple")
-		}
-		n := 2
-		if a.token != "" {
-			n++
-		}
-		if len(flags) > 0 {
-			n++
-		}
-		if len(a.args) > 0 {
-			n++
-		}
-		b = resp.AppendMap(b, n, r3)
-		b = resp.AppendBulkString(b, "name")
-		b = resp.AppendBulkString(b, a.name)
-		b = resp.AppendBulkString(b, "type")
-		b = resp.AppendBulkString(b, a.typ)
-		if a.token != "" {
-			b = resp.AppendBulkString(b, "token")
-			b = resp.AppendBulkString(b, a.token)
-		}
-		if len(flags) > 0 {
-			b = resp.AppendBulkString(b, "flags")
-			b = resp.AppendArray(b, len(flags))
-			for _, f := range flags {
-				b = resp.AppendSimple(b, f)
-			}
-		}
-		if len(a.args) > 0 {
-			b = resp.AppendBulkString(b, "arguments")
-			b = appendDocArgs(b, a.args, r3)
-		}
-	}
-	return b
-}
-
-// appendCommandInfo appends cmd's COMMAND reply, the ten elements of Redis
-// 7: name, arity, flags, first key, last key, step, ACL categories, tips,
-// key specs, and the subcommands, each its own ten elements.
-func appendCommandInfo(b []byte, cmd *command) []byte {
-	b = appendInfoHead(b, cmd.name, cmd.arity, cmd.flags, cmd.first, cmd.last, cmd.step)
-	b = resp.AppendArray(b, len(cmd.subs))
 	for i := range cmd.subs {
-		b = appendSubcommandInfo(b, &cmd.subs[i])
+		sc := &cmd.subs[i]
+		if resp.EqualFold(args[1], sc.Name[len(cmd.name)+1:]) {
+			return sc.Name
+		}
 	}
-	return b
+	return cmd.name
 }
 
-func appendSubcommandInfo(b []byte, sc *subcommand) []byte {
-	b = appendInfoHead(b, sc.name, sc.arity, sc.flags, 0, 0, 0)
-	return resp.AppendArray(b, 0)
-}
-
-// appendInfoHead appends the first nine elements of a COMMAND reply.
-func appendInfoHead(b []byte, name string, arity int, flags []string, first, last, step int) []byte {
-	b = resp.AppendArray(b, 10)
-	b = resp.AppendBulkString(b, name)
-	b = resp.AppendInt(b, int64(arity))
-	b = resp.AppendArray(b, len(flags))
-	for _, f := range flags {
-		b = resp.AppendSimple(b, f)
-	}
-	b = resp.AppendInt(b, int64(first))
-	b = resp.AppendInt(b, int64(last))
-	b = resp.AppendInt(b, int64(step))
-	b = resp.AppendArray(b, 0)    // ACL categories
-	b = resp.AppendArray(b, 0)    // tips
-	return resp.AppendArray(b, 0) // key specs
+// appendInfo appends cmd's COMMAND reply.
+func (cmd *command) appendInfo(b []byte) []byte {
+	return cmddoc.AppendInfo(b, cmd.name, cmd.arity, cmd.flags, cmd.first, cmd.last, cmd.step, cmd.subs)
 }
 
 // lookupCommand finds a command by name, or a subcommand by its full
 // name ("client|info"), ignoring case; it returns nil, nil for neither.
-func (s *Server) lookupCommand(name []byte) (*command, *subcommand) {
+func (s *Server) lookupCommand(name []byte) (*command, *cmddoc.Sub) {
 	lower := strings.ToLower(string(name))
 	parent, _, isSub := strings.Cut(lower, "|")
 	cmd := s.cmds[parent]
@@ -760,7 +653,7 @@ func (s *Server) lookupCommand(name []byte) (*command, *subcommand) {
 		return cmd, nil
 	}
 	for i := range cmd.subs {
-		if cmd.subs[i].name == lower {
+		if cmd.subs[i].Name == lower {
 			return nil, &cmd.subs[i]
 		}
 	}

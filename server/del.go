@@ -1,6 +1,7 @@
 package server
 
 import (
+	"github.com/sluicehq/sluice/internal/cmddoc"
 	"github.com/sluicehq/sluice/internal/resp"
 	"github.com/sluicehq/sluice/keyspace"
 	"github.com/sluicehq/sluice/storage"
@@ -16,10 +17,10 @@ func StoreOptions(o storage.Options) storage.Options {
 	return o
 }
 
-var delDoc = &cmdDoc{
-	summary: "Removes every limit stored under the keys, of every kind (token buckets, GCRA, fixed windows, sliding logs); returns how many keys had one.",
-	group:   "generic",
-	args:    []docArg{{name: "key", typ: "key", multiple: true}},
+var delDoc = &cmddoc.Doc{
+	Summary: "Removes every limit stored under the keys, of every kind (token buckets, GCRA, fixed windows, sliding logs); returns how many keys had one.",
+	Group:   "generic",
+	Args:    []cmddoc.Arg{{Name: "key", Type: "key", Multiple: true}},
 }
 
 // Every kind's class must be one the store counts apart (an array of

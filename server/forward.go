@@ -11,6 +11,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/sluicehq/sluice/internal/cmddoc"
 	"github.com/sluicehq/sluice/internal/resp"
 	"github.com/sluicehq/sluice/keyspace"
 	"github.com/sluicehq/sluice/policy"
@@ -374,9 +375,9 @@ func cmdCounterHit(s *Server, c *client, args [][]byte) {
 	c.out = appendCounterHitReply(c.out, m.Out)
 }
 
-var counterHitDoc = &cmdDoc{
-	summary: "Cluster mode, between nodes: applies hits of a rule, under a limit, to a rule counter this node owns and answers the outcome; a node receiving a HIT or GET /check sends it to the counter's owner.",
-	group:   "cluster",
-	args: []docArg{{name: "counter-key", typ: "string"}, {name: "rule-position", typ: "integer"}, {name: "now-ns", typ: "integer"},
-		{name: "limit", typ: "integer"}, {name: "hits", typ: "integer"}},
+var counterHitDoc = &cmddoc.Doc{
+	Summary: "Cluster mode, between nodes: applies hits of a rule, under a limit, to a rule counter this node owns and answers the outcome; a node receiving a HIT or GET /check sends it to the counter's owner.",
+	Group:   "cluster",
+	Args: []cmddoc.Arg{{Name: "counter-key", Type: "string"}, {Name: "rule-position", Type: "integer"}, {Name: "now-ns", Type: "integer"},
+		{Name: "limit", Type: "integer"}, {Name: "hits", Type: "integer"}},
 }

@@ -2,6 +2,7 @@ package server
 
 import (
 	"github.com/sluicehq/sluice/bucket"
+	"github.com/sluicehq/sluice/internal/cmddoc"
 	"github.com/sluicehq/sluice/internal/limitcmd"
 	"github.com/sluicehq/sluice/internal/resp"
 	"github.com/sluicehq/sluice/keyspace"
@@ -128,14 +129,14 @@ var (
 	clPThrottleDoc = clDoc("CL.THROTTLE with the period, AT and the reply's durations in milliseconds.", "period_ms", "unix_ms")
 )
 
-func clDoc(summary, period, at string) *cmdDoc {
-	return &cmdDoc{summary: summary, group: "rate-limit", args: []docArg{
-		{name: "key", typ: "key"},
-		{name: "max_burst", typ: "integer"},
-		{name: "count", typ: "integer"},
-		{name: period, typ: "integer"},
-		{name: "quantity", typ: "integer", optional: true},
-		{name: at, typ: "unix-time", token: "AT", optional: true},
+func clDoc(summary, period, at string) *cmddoc.Doc {
+	return &cmddoc.Doc{Summary: summary, Group: "rate-limit", Args: []cmddoc.Arg{
+		{Name: "key", Type: "key"},
+		{Name: "max_burst", Type: "integer"},
+		{Name: "count", Type: "integer"},
+		{Name: period, Type: "integer"},
+		{Name: "quantity", Type: "integer", Optional: true},
+		{Name: at, Type: "unix-time", Token: "AT", Optional: true},
 	}}
 }
 
@@ -197,23 +198,23 @@ var (
 	fwPGetDoc  = fwDoc("FW.GET with the window, AT and the reply's times in milliseconds.", limitcmd.FWSpec{Get: true, Unit: bucket.Millisecond})
 )
 
-func fwDoc(summary string, spec limitcmd.FWSpec) *cmdDoc {
+func fwDoc(summary string, spec limitcmd.FWSpec) *cmddoc.Doc {
 	window, at := "window", "unix_s"
 	if spec.Unit == bucket.Millisecond {
 		window, at = "window_ms", "unix_ms"
 	}
-	args := []docArg{
-		{name: "key", typ: "key"},
-		{name: "limit", typ: "integer"},
-		{name: window, typ: "integer"},
-		{name: "n", typ: "integer", token: "COST", optional: true},
-		{name: at, typ: "unix-time", token: "AT", optional: true},
+	args := []cmddoc.Arg{
+		{Name: "key", Type: "key"},
+		{Name: "limit", Type: "integer"},
+		{Name: window, Type: "integer"},
+		{Name: "n", Type: "integer", Token: "COST", Optional: true},
+		{Name: at, Type: "unix-time", Token: "AT", Optional: true},
 	}
 	if !spec.Get {
-		args = append(args, docArg{name: "nocountblocked", typ: "pure-token", token: "NOCOUNTBLOCKED", optional: true})
+		args = append(args, cmddoc.Arg{Name: "nocountblocked", Type: "pure-token", Token: "NOCOUNTBLOCKED", Optional: true})
 	}
-	args = append(args, docArg{name: "stagger", typ: "pure-token", token: "STAGGER", optional: true})
-	return &cmdDoc{summary: summary, group: "rate-limit", args: args}
+	args = append(args, cmddoc.Arg{Name: "stagger", Type: "pure-token", Token: "STAGGER", Optional: true})
+	return &cmddoc.Doc{Summary: summary, Group: "rate-limit", Args: args}
 }
 
 func rollRunner(would bool) func(*Server, *client, [][]byte) {
@@ -287,23 +288,23 @@ func cmdRollClear(s *Server, c *client, args [][]byte) {
 var (
 	rollLimitDoc = rollDoc("Records an action in key's sliding log, as the npm rolling-rate-limiter's limitWithInfo: at most max actions per interval_ms, none closer than MINDIFF ms to the previous one. Replies [blocked, blocked_by_count, blocked_by_min_difference, ms_until_allowed, actions_remaining].", false)
 	rollWouldDoc = rollDoc("ROLL.LIMIT's reply without recording anything, as wouldLimitWithInfo.", true)
-	rollClearDoc = &cmdDoc{
-		summary: "Deletes key's sliding log, as the npm rolling-rate-limiter's clear; returns 1 if there was one, else 0.",
-		group:   "rate-limit",
-		args:    []docArg{{name: "key", typ: "key"}},
+	rollClearDoc = &cmddoc.Doc{
+		Summary: "Deletes key's sliding log, as the npm rolling-rate-limiter's clear; returns 1 if there was one, else 0.",
+		Group:   "rate-limit",
+		Args:    []cmddoc.Arg{{Name: "key", Type: "key"}},
 	}
 )
 
-func rollDoc(summary string, would bool) *cmdDoc {
-	args := []docArg{
-		{name: "key", typ: "key"},
-		{name: "interval_ms", typ: "integer"},
-		{name: "max", typ: "integer"},
-		{name: "ms", typ: "integer", token: "MINDIFF", optional: true},
-		{name: "unix_us", typ: "unix-time", token: "AT", optional: true},
+func rollDoc(summary string, would bool) *cmddoc.Doc {
+	args := []cmddoc.Arg{
+		{Name: "key", Type: "key"},
+		{Name: "interval_ms", Type: "integer"},
+		{Name: "max", Type: "integer"},
+		{Name: "ms", Type: "integer", Token: "MINDIFF", Optional: true},
+		{Name: "unix_us", Type: "unix-time", Token: "AT", Optional: true},
 	}
 	if !would {
-		args = append(args, docArg{name: "nocountblocked", typ: "pure-token", token: "NOCOUNTBLOCKED", optional: true})
+		args = append(args, cmddoc.Arg{Name: "nocountblocked", Type: "pure-token", Token: "NOCOUNTBLOCKED", Optional: true})
 	}
-	return &cmdDoc{summary: summary, group: "rate-limit", args: args}
+	return &cmddoc.Doc{Summary: summary, Group: "rate-limit", Args: args}
 }

@@ -488,7 +488,7 @@ func TestLimiterCommandInfo(t *testing.T) {
 		documented[name] = true
 	}
 	for name, cmd := range commandTable() {
-		if cmd.doc == nil || cmd.doc.summary == "" || cmd.doc.group == "" || !documented[name] {
+		if cmd.doc == nil || cmd.doc.Summary == "" || cmd.doc.Group == "" || !documented[name] {
 			t.Errorf("command %s has no COMMAND DOCS record", name)
 		}
 	}

@@ -4,6 +4,7 @@ import (
 	"slices"
 	"strconv"
 
+	"github.com/sluicehq/sluice/internal/cmddoc"
 	"github.com/sluicehq/sluice/internal/resp"
 	"github.com/sluicehq/sluice/keyspace"
 )
@@ -70,12 +71,12 @@ var (
 )
 
 var (
-	multiDoc = &cmdDoc{summary: "Starts a transaction: the commands that follow are queued (each answers QUEUED) until EXEC runs them or DISCARD drops them.", group: "transactions"}
-	execDoc  = &cmdDoc{summary: "Runs the queued commands as one atomic, durable unit; replies an array of their replies, or null if a watched key was written.", group: "transactions"}
-	discDoc  = &cmdDoc{summary: "Drops the queued commands and the watched keys.", group: "transactions"}
-	watchDoc = &cmdDoc{summary: "Makes the next EXEC fail (reply null) if a record of a key is written before it, by anyone; keys in the same hash slot count as the same key.", group: "transactions",
-		args: []docArg{{name: "key", typ: "key", multiple: true}}}
-	unwatchDoc = &cmdDoc{summary: "Forgets the keys WATCH watches.", group: "transactions"}
+	multiDoc = &cmddoc.Doc{Summary: "Starts a transaction: the commands that follow are queued (each answers QUEUED) until EXEC runs them or DISCARD drops them.", Group: "transactions"}
+	execDoc  = &cmddoc.Doc{Summary: "Runs the queued commands as one atomic, durable unit; replies an array of their replies, or null if a watched key was written.", Group: "transactions"}
+	discDoc  = &cmddoc.Doc{Summary: "Drops the queued commands and the watched keys.", Group: "transactions"}
+	watchDoc = &cmddoc.Doc{Summary: "Makes the next EXEC fail (reply null) if a record of a key is written before it, by anyone; keys in the same hash slot count as the same key.", Group: "transactions",
+		Args: []cmddoc.Arg{{Name: "key", Type: "key", Multiple: true}}}
+	unwatchDoc = &cmddoc.Doc{Summary: "Forgets the keys WATCH watches.", Group: "transactions"}
 )
 
 // multiCount is the number of commands queued, or -1 outside MULTI, for
