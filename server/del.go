@@ -82,7 +82,7 @@ func cmdDel(s *Server, c *client, args [][]byte) {
 		m := delMutator{}
 		start := 0
 		for _, end := range c.delEnds {
-			if err := c.batch.Modify(c.del[start:end], &m); err != nil {
+			if err := c.Batch.Modify(c.del[start:end], &m); err != nil {
 				s.replyErr(c, wrapStoreErr(err))
 				return
 			}
@@ -95,5 +95,5 @@ func cmdDel(s *Server, c *client, args [][]byte) {
 	if cap(c.del) > connKeepBuf {
 		c.del, c.delEnds = nil, nil
 	}
-	c.out = resp.AppendInt(c.out, n)
+	c.Out = resp.AppendInt(c.Out, n)
 }

@@ -366,13 +366,13 @@ func cmdCounterHit(s *Server, c *client, args [][]byte) {
 	now = max(min(now, own+skew), own-skew)
 	m := &h.m.c
 	m.Rule, m.Limit, m.Hits, m.Now, m.ID = r, limit, hits, now, id
-	err = s.modify(c.batch, key, &h.m)
+	err = s.modify(c.Batch, key, &h.m)
 	m.ID = nil // aliases the command's arguments
 	if err != nil {
 		s.replyErr(c, err)
 		return
 	}
-	c.out = appendCounterHitReply(c.out, m.Out)
+	c.Out = appendCounterHitReply(c.Out, m.Out)
 }
 
 var counterHitDoc = &cmddoc.Doc{

@@ -364,12 +364,12 @@ func FuzzCounterHit(f *testing.F) {
 	f.Add([]byte{0, 0, 'd'}, "1", "-9223372036854775808", "9223372036854775807", "9223372036854775807")
 	f.Add([]byte{0xff, 0xff, 'b', 0xff}, "3", "0", "2", "1")
 	f.Fuzz(func(t *testing.T, key []byte, pos, now, limit, hits string) {
-		c := &client{resp: 2, batch: srv.store.NewBatch(), authed: true, tally: make([]tally, len(srv.cmds))}
+		c := &client{resp: 2, Ctx: srv.newCtx(), authed: true, tally: make([]tally, len(srv.cmds))}
 		srv.exec(c, [][]byte{[]byte("SLUICE.COUNTERHIT"), key, []byte(pos), []byte(now), []byte(limit), []byte(hits)})
-		if err := c.batch.Commit(); err != nil {
+		if err := c.Batch.Commit(); err != nil {
 			t.Fatal(err)
 		}
-		out := string(c.out)
+		out := string(c.Out)
 		if strings.HasPrefix(out, "-") {
 			if strings.Count(out, "\r\n") != 1 {
 				t.Fatalf("error reply %q", out)

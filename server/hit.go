@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/sluicehq/sluice/bucket"
+	"github.com/sluicehq/sluice/internal/dispatch"
 	"github.com/sluicehq/sluice/internal/resp"
 	"github.com/sluicehq/sluice/keyspace"
 	"github.com/sluicehq/sluice/policy"
@@ -316,20 +317,20 @@ func cmdHit(s *Server, c *client, args [][]byte) {
 		s.replyErr(c, err)
 		return
 	}
-	out, err := s.hit(h, lp, h.req, 1, c.batch, s.clock().UnixNano())
+	out, err := s.hit(h, lp, h.req, 1, c.Batch, s.clock().UnixNano())
 	if err != nil {
 		s.replyErr(c, err)
 		return
 	}
 	if out.Allowed {
-		c.result = rlAllowed
+		c.Result = dispatch.Allowed
 	} else {
-		c.result = rlDenied
+		c.Result = dispatch.Denied
 	}
-	c.out = resp.AppendArray(c.out, 3)
-	c.out = resp.AppendInt(c.out, int64(b2i(out.Allowed)))
-	c.out = resp.AppendInt(c.out, out.CreditsLeft)
-	c.out = resp.AppendInt(c.out, out.SecondsUntilReset)
+	c.Out = resp.AppendArray(c.Out, 3)
+	c.Out = resp.AppendInt(c.Out, int64(b2i(out.Allowed)))
+	c.Out = resp.AppendInt(c.Out, out.CreditsLeft)
+	c.Out = resp.AppendInt(c.Out, out.SecondsUntilReset)
 }
 
 func b2i(b bool) int {
@@ -359,7 +360,7 @@ func cmdPolicy(s *Server, c *client, args [][]byte) {
 			s.replyErr(c, err)
 			return
 		}
-		c.out = resp.AppendSimple(c.out, "OK")
+		c.Out = resp.AppendSimple(c.Out, "OK")
 	case len(args) == 2 && resp.EqualFold(args[1], "show"):
 		lp := s.pol.cur.Load()
 		if lp == nil {
@@ -367,9 +368,9 @@ func cmdPolicy(s *Server, c *client, args [][]byte) {
 			return
 		}
 		rules := lp.p.Rules()
-		c.out = resp.AppendArray(c.out, len(rules))
+		c.Out = resp.AppendArray(c.Out, len(rules))
 		for _, r := range rules {
-			c.out = appendRule(c.out, r)
+			c.Out = appendRule(c.Out, r)
 		}
 	default:
 		s.replyErr(c, resp.Error("ERR unknown POLICY subcommand or wrong number of arguments; expected POLICY RELOAD or POLICY SHOW"))

@@ -3,7 +3,6 @@ package server
 import (
 	"context"
 	"errors"
-	"github.com/sluicehq/sluice/keyspace"
 	"log"
 	"log/slog"
 	"net"
@@ -12,6 +11,8 @@ import (
 	"strings"
 	"sync"
 	"time"
+
+	"github.com/sluicehq/sluice/keyspace"
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
@@ -242,11 +243,11 @@ func (sc *serverCollector) Collect(ch chan<- prometheus.Metric) {
 		if calls == 0 {
 			continue
 		}
-		counter(descCommands, calls-errs-allowed-denied, cmd.name, "ok")
-		counter(descCommands, errs, cmd.name, "error")
-		if takesTokens(cmd.name) {
-			counter(descCommands, allowed, cmd.name, "allowed")
-			counter(descCommands, denied, cmd.name, "denied")
+		counter(descCommands, calls-errs-allowed-denied, cmd.Name, "ok")
+		counter(descCommands, errs, cmd.Name, "error")
+		if takesTokens(cmd.Name) {
+			counter(descCommands, allowed, cmd.Name, "allowed")
+			counter(descCommands, denied, cmd.Name, "denied")
 		}
 	}
 	st := &s.stats

@@ -4,12 +4,6 @@ package cmddoc
 // entry has none: redis-cli builds its HELP text and Tab completion from
 // them, so a command without a record gets neither.
 var builtin = map[string]*Doc{
-	"rl.reduce":      rlDoc("Takes TAKE tokens (default 1) from the token bucket of key, which holds max tokens and gets REFILL (default max) back every refill_s seconds. Replies the tokens before the take.", "refill_s", "unix_s", true),
-	"rl.preduce":     rlDoc("RL.REDUCE with the refill period and AT in milliseconds.", "refill_ms", "unix_ms", true),
-	"rl.get":         rlDoc("Replies the tokens available in the token bucket of key, without taking any.", "refill_s", "unix_s", false),
-	"rl.pget":        rlDoc("RL.GET with the refill period and AT in milliseconds.", "refill_ms", "unix_ms", false),
-	"rl.sessionize":  rlDoc("RL.REDUCE, always strict; replies [tokens before the take, session start in ms].", "refill_s", "unix_s", true),
-	"rl.psessionize": rlDoc("RL.SESSIONIZE with the refill period and AT in milliseconds.", "refill_ms", "unix_ms", true),
 	"ping": {Summary: "Replies PONG, or the message.", Group: "connection",
 		Args: []Arg{{Name: "message", Type: "string", Optional: true}}},
 	"echo": {Summary: "Replies the message.", Group: "connection",
@@ -39,23 +33,6 @@ var builtin = map[string]*Doc{
 	"hit": {Summary: "Counts a request under the --policy rules; replies [allowed, credits left, seconds until reset].", Group: "rate-limit",
 		Args: []Arg{{Name: "field=value", Type: "string", Optional: true, Multiple: true}}},
 	"policy": {Summary: "A container for the --policy rules: POLICY RELOAD and POLICY SHOW.", Group: "server"},
-}
-
-// rlDoc is the record of an RL.* command; take says whether it has TAKE.
-func rlDoc(summary, period, at string, take bool) *Doc {
-	args := []Arg{
-		{Name: "key", Type: "key"},
-		{Name: "max", Type: "integer"},
-		{Name: period, Type: "integer"},
-		{Name: "refill", Type: "integer", Token: "REFILL", Optional: true},
-	}
-	if take {
-		args = append(args, Arg{Name: "take", Type: "integer", Token: "TAKE", Optional: true})
-	}
-	args = append(args,
-		Arg{Name: at, Type: "unix-time", Token: "AT", Optional: true},
-		Arg{Name: "strict", Type: "pure-token", Token: "STRICT", Optional: true})
-	return &Doc{Summary: summary, Group: "rate-limit", Args: args}
 }
 
 // builtinSubs are the subcommands of the container commands. The
