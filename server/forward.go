@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/sluicehq/sluice/internal/cmddoc"
+	"github.com/sluicehq/sluice/internal/counterhit"
 	"github.com/sluicehq/sluice/internal/resp"
 	"github.com/sluicehq/sluice/keyspace"
 	"github.com/sluicehq/sluice/policy"
@@ -89,11 +90,11 @@ func (s *Server) forwardHit(addr string, slot uint16, key []byte, r *policy.Rule
 			return policy.Outcome{}, forwardErr{resp.Error(fmt.Sprintf("ERR cluster: forwarding a counter of slot %d to its owner %s failed: %v", slot, addr, oneLine(err.Error())))}
 		}
 		var re resp.Error
-		if !errors.As(reply.err, &re) {
-			if reply.err != nil {
-				return policy.Outcome{}, reply.err
+		if !errors.As(reply.Err, &re) {
+			if reply.Err != nil {
+				return policy.Outcome{}, reply.Err
 			}
-			return reply.outcome(), nil
+			return reply.Outcome(), nil
 		}
 		msg := string(re)
 		switch {
@@ -130,51 +131,22 @@ func (s *Server) forwardTimeout() time.Duration {
 	return DefaultForwardTimeout
 }
 
-// fwdReply is a SLUICE.COUNTERHIT reply: counterHitReplyLen integers, or
-// an error the owner answered (err is a resp.Error).
-type fwdReply struct {
-	ints [counterHitReplyLen]int64
-	err  error
-}
-
-// counterHitReplyLen is the length of SLUICE.COUNTERHIT's reply: allowed
-// (1 or 0), credits left, seconds until reset, limit, retry after (ms),
-// reset after (ms), the fields of policy.Outcome in that order.
-const counterHitReplyLen = 6
-
-// appendCounterHitReply appends o as SLUICE.COUNTERHIT's reply.
-func appendCounterHitReply(dst []byte, o policy.Outcome) []byte {
-	dst = resp.AppendArray(dst, counterHitReplyLen)
-	dst = resp.AppendInt(dst, int64(b2i(o.Allowed)))
-	dst = resp.AppendInt(dst, o.CreditsLeft)
-	dst = resp.AppendInt(dst, o.SecondsUntilReset)
-	dst = resp.AppendInt(dst, o.Limit)
-	dst = resp.AppendInt(dst, o.RetryAfterMs)
-	return resp.AppendInt(dst, o.ResetAfterMs)
-}
-
-// outcome is the Outcome the reply carries, without Quota and Rule.
-func (r fwdReply) outcome() policy.Outcome {
-	return policy.Outcome{Allowed: r.ints[0] == 1, CreditsLeft: r.ints[1], SecondsUntilReset: r.ints[2],
-		Limit: r.ints[3], RetryAfterMs: r.ints[4], ResetAfterMs: r.ints[5]}
-}
-
 // call sends args to addr on a pooled connection and reads the reply.
-func (f *forwarder) call(s *Server, addr string, deadline time.Time, args [][]byte) (fwdReply, error) {
+func (f *forwarder) call(s *Server, addr string, deadline time.Time, args [][]byte) (counterhit.Reply, error) {
 	c, err := f.get(s, addr, deadline)
 	if err != nil {
-		return fwdReply{}, err
+		return counterhit.Reply{}, err
 	}
 	_ = c.nc.SetDeadline(deadline)
-	c.buf = appendCommand(c.buf[:0], args)
+	c.buf = resp.AppendCommand(c.buf[:0], args)
 	if _, err := c.nc.Write(c.buf); err != nil {
 		c.nc.Close()
-		return fwdReply{}, err
+		return counterhit.Reply{}, err
 	}
-	rep, err := readHitReply(c.r)
+	rep, err := counterhit.ReadReply(c.r)
 	if err != nil {
 		c.nc.Close()
-		return fwdReply{}, err
+		return counterhit.Reply{}, err
 	}
 	f.put(addr, c)
 	return rep, nil
@@ -202,7 +174,7 @@ func (f *forwarder) get(s *Server, addr string, deadline time.Time) (*fwdConn, e
 	c := &fwdConn{nc: nc, r: bufio.NewReaderSize(nc, 512)}
 	if s.cfg.Password != "" {
 		_ = nc.SetDeadline(deadline)
-		c.buf = appendCommand(c.buf[:0], [][]byte{[]byte("AUTH"), []byte(s.cfg.Password)})
+		c.buf = resp.AppendCommand(c.buf[:0], [][]byte{[]byte("AUTH"), []byte(s.cfg.Password)})
 		if _, err := nc.Write(c.buf); err != nil {
 			nc.Close()
 			return nil, err
@@ -245,52 +217,11 @@ func (f *forwarder) closeAll() {
 	f.mu.idle = nil
 }
 
-func appendCommand(b []byte, args [][]byte) []byte {
-	b = resp.AppendArray(b, len(args))
-	for _, a := range args {
-		b = resp.AppendBulk(b, a)
-	}
-	return b
-}
-
-// readHitReply reads a reply of counterHitReplyLen integers, or an error
-// reply.
-func readHitReply(r *bufio.Reader) (fwdReply, error) {
-	line, err := r.ReadString('\n')
-	if err != nil {
-		return fwdReply{}, err
-	}
-	line = strings.TrimRight(line, "\r\n")
-	switch {
-	case strings.HasPrefix(line, "-"):
-		return fwdReply{err: resp.Error(line[1:])}, nil
-	case line != "*"+strconv.Itoa(counterHitReplyLen):
-		return fwdReply{}, fmt.Errorf("unexpected reply %q", line)
-	}
-	var rep fwdReply
-	for i := range rep.ints {
-		l, err := r.ReadString('\n')
-		if err != nil {
-			return fwdReply{}, err
-		}
-		l = strings.TrimRight(l, "\r\n")
-		if len(l) < 2 || l[0] != ':' {
-			return fwdReply{}, fmt.Errorf("unexpected reply element %q", l)
-		}
-		n, err := strconv.ParseInt(l[1:], 10, 64)
-		if err != nil {
-			return fwdReply{}, fmt.Errorf("unexpected reply element %q", l)
-		}
-		rep.ints[i] = n
-	}
-	return rep, nil
-}
-
 // cmdCounterHit is SLUICE.COUNTERHIT key rule-position now-ns limit hits,
 // what a node forwards to the owner of a rule's counter: apply hits of the
 // rule at that position of its rule set (counterRule), under limit, at now (unix ns),
 // to the counter key (a store key of any kind keyspace.AppendRuleKey
-// makes), and answer the Outcome (appendCounterHitReply).
+// makes), and answer the Outcome (counterhit.AppendReply).
 //
 // Nothing is taken on trust: the rule's identity must be the key's (the
 // nodes run the same rules), limit one the rule can resolve (creditLimit,
@@ -372,7 +303,7 @@ func cmdCounterHit(s *Server, c *client, args [][]byte) {
 		s.replyErr(c, err)
 		return
 	}
-	c.Out = appendCounterHitReply(c.Out, m.Out)
+	c.Out = counterhit.AppendReply(c.Out, m.Out)
 }
 
 var counterHitDoc = &cmddoc.Doc{

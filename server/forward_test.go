@@ -13,6 +13,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/sluicehq/sluice/internal/counterhit"
 	"github.com/sluicehq/sluice/keyspace"
 	"github.com/sluicehq/sluice/policy"
 	"github.com/sluicehq/sluice/storage"
@@ -377,9 +378,9 @@ func FuzzCounterHit(f *testing.F) {
 			return
 		}
 		r := bufio.NewReader(strings.NewReader(out))
-		rep, err := readHitReply(r)
-		if err != nil || rep.err != nil || r.Buffered() != 0 {
-			t.Fatalf("reply %q: %v %v", out, err, rep.err)
+		rep, err := counterhit.ReadReply(r)
+		if err != nil || rep.Err != nil || r.Buffered() != 0 {
+			t.Fatalf("reply %q: %v %v", out, err, rep.Err)
 		}
 	})
 }
