@@ -9,6 +9,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/sluicehq/sluice/internal/rules"
 	"github.com/sluicehq/sluice/policy"
 	"github.com/sluicehq/sluice/storage"
 )
@@ -43,7 +44,7 @@ type divvyConn struct {
 	buf      []byte
 	out      []byte
 	batch    *storage.Batch
-	h        hitter
+	h        rules.Hitter
 }
 
 // ServeDivvy accepts line-protocol connections on ln until Close. It
@@ -266,9 +267,9 @@ func (d *divvyConn) round(start, end int, eof bool) (next int, stop bool) {
 			stop = true
 			break
 		}
-		cmd, req, err := policy.ParseLine(line, d.h.req)
+		cmd, req, err := policy.ParseLine(line, d.h.Req)
 		if req != nil {
-			d.h.req = req
+			d.h.Req = req
 		}
 		if err != nil {
 			var pe *policy.ProtocolError
@@ -289,7 +290,7 @@ func (d *divvyConn) round(start, end int, eof bool) (next int, stop bool) {
 			break
 		}
 		mark, before := len(d.out), d.batch.Len()
-		out, err := s.hit(&d.h, lp, d.h.req, 1, d.batch, s.clock().UnixNano())
+		out, err := s.rules.Hit(&d.h, lp, d.h.Req, 1, d.batch, s.clock().UnixNano())
 		if err != nil {
 			d.out = d.errReply(policy.CodeUnknown, s.lineReason(err))
 			stop = true
@@ -318,7 +319,7 @@ func (d *divvyConn) round(start, end int, eof bool) (next int, stop bool) {
 		}
 	}
 	s.endWrite(wp) // before the reply's write, which a slow reader may hold up
-	d.h.countHits(committed)
+	d.h.CountHits(committed)
 	if len(d.out) > 0 {
 		if t := s.cfg.DivvyIdleTimeout; t > 0 {
 			_ = d.nc.SetWriteDeadline(time.Now().Add(t))

@@ -25,7 +25,7 @@ import (
 // the hit of that one counter is forwarded to it as SLUICE.COUNTERHIT over
 // RESP, on pooled connections with a timeout, and the owner applies it
 // under the same rule (the nodes must run the same --policy and --rls-config; the owner
-// checks the rule's identity). The hook is one call in hitRule (hit.go).
+// checks the rule's identity). The hook is the rules.Engine's Forward, one call in its HitRule.
 //
 // The owner applies exactly what the receiving node would: the rule, by
 // position, with its algorithm; the counter ID, from the key; the limit
@@ -56,7 +56,7 @@ type fwdConn struct {
 	buf []byte
 }
 
-// forwardCounter is hitRule's hook: in cluster mode, when another node owns
+// forwardCounter is the rules engine's Forward hook: in cluster mode, when another node owns
 // the slot of the counter key key (keyspace.AppendRuleKey's, any kind), it
 // has that node apply hits of r under limit at now (unix ns) and returns
 // its outcome with forwarded true. Otherwise it returns forwarded false and
@@ -265,8 +265,8 @@ func cmdCounterHit(s *Server, c *client, args [][]byte) {
 		return
 	}
 	h := &c.hit
-	h.id = r.AppendCounterID(h.id[:0], nil) // the identity alone: no actor
-	if !r.MayCount() || string(h.id) != string(id[:policy.CounterIDLen]) {
+	h.ID = r.AppendCounterID(h.ID[:0], nil) // the identity alone: no actor
+	if !r.MayCount() || string(h.ID) != string(id[:policy.CounterIDLen]) {
 		s.replyErr(c, resp.Error("ERR cluster: rule "+strconv.FormatInt(pos, 10)+" of this node's rule file is not the sender's: every node must run the same rules"))
 		return
 	}
@@ -283,8 +283,8 @@ func cmdCounterHit(s *Server, c *client, args [][]byte) {
 	// limit: the kind is the rule's algorithm, the parameters (a bucket's
 	// depend on the limit, a window's on the period) and the slot are the
 	// rule's and the ID's.
-	h.key = keyspace.AppendRuleKey(h.key[:0], r, limit, id)
-	if string(h.key) != string(key) {
+	h.Key = keyspace.AppendRuleKey(h.Key[:0], r, limit, id)
+	if string(h.Key) != string(key) {
 		s.replyErr(c, resp.Error("ERR SLUICE.COUNTERHIT: the key is not rule "+strconv.FormatInt(pos, 10)+"'s counter under limit "+strconv.FormatInt(limit, 10)+
 			"; expected a "+r.Algorithm.String()+" counter of its parameters, in the slot of its counter ID"))
 		return
@@ -295,15 +295,12 @@ func cmdCounterHit(s *Server, c *client, args [][]byte) {
 	own := s.clock().UnixNano()
 	skew := int64(s.maxClockSkew())
 	now = max(min(now, own+skew), own-skew)
-	m := &h.m.c
-	m.Rule, m.Limit, m.Hits, m.Now, m.ID = r, limit, hits, now, id
-	err = s.modify(c.Batch, key, &h.m)
-	m.ID = nil // aliases the command's arguments
+	out, err := s.rules.ApplyCounter(h, c.Batch, key, r, limit, hits, now, id)
 	if err != nil {
 		s.replyErr(c, err)
 		return
 	}
-	c.Out = counterhit.AppendReply(c.Out, m.Out)
+	c.Out = counterhit.AppendReply(c.Out, out)
 }
 
 var counterHitDoc = &cmddoc.Doc{

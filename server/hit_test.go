@@ -18,6 +18,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/sluicehq/sluice/internal/rules"
 	"github.com/sluicehq/sluice/storage"
 )
 
@@ -191,7 +192,7 @@ func TestExampleConfigOverBothProtocols(t *testing.T) {
 func hitsByLabel(srv *Server) map[string][4]int64 {
 	m := map[string][4]int64{}
 	for _, hc := range srv.labelCounts() {
-		m[hc.label] = [4]int64{hc.accepted.Load(), hc.rejected.Load(), hc.canaryAccepted.Load(), hc.canaryRejected.Load()}
+		m[hc.Label] = [4]int64{hc.Accepted.Load(), hc.Rejected.Load(), hc.CanaryAccepted.Load(), hc.CanaryRejected.Load()}
 	}
 	return m
 }
@@ -707,7 +708,7 @@ func BenchmarkHitCommand(b *testing.B) {
 			if err := c.Batch.Commit(); err != nil {
 				b.Fatal(err)
 			}
-			c.hit.countHits(true)
+			c.hit.CountHits(true)
 			srv.flushTally(c)
 		}
 	}
@@ -868,7 +869,7 @@ func TestClientMemoryCountsHitBuffers(t *testing.T) {
 	// buffers, not the HIT's.
 	hit, echo := grew("HIT", "*3"), grew("ECHO", "-ERR wrong number of arguments")
 	t.Logf("a command of %d arguments: client buffers grew %d bytes for HIT, %d for ECHO", fields+1, hit, echo)
-	if want := int64(fields * fieldSize); hit-echo < want {
+	if want := int64(fields * rules.FieldSize); hit-echo < want {
 		t.Fatalf("client buffers grew %d bytes after a HIT of %d fields and %d after an ECHO as long; the HIT's parsed fields alone take %d",
 			hit, fields, echo, want)
 	}

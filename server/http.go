@@ -316,10 +316,10 @@ func (sc *serverCollector) Collect(ch chan<- prometheus.Metric) {
 
 	ps := &s.pol
 	for _, hc := range s.labelCounts() {
-		counter(descDivvyHits, hc.accepted.Load(), "accepted", hc.label)
-		counter(descDivvyHits, hc.rejected.Load(), "rejected", hc.label)
-		counter(descDivvyHits, hc.canaryAccepted.Load(), "canary-accepted", hc.label)
-		counter(descDivvyHits, hc.canaryRejected.Load(), "canary-rejected", hc.label)
+		counter(descDivvyHits, hc.Accepted.Load(), "accepted", hc.Label)
+		counter(descDivvyHits, hc.Rejected.Load(), "rejected", hc.Label)
+		counter(descDivvyHits, hc.CanaryAccepted.Load(), "canary-accepted", hc.Label)
+		counter(descDivvyHits, hc.CanaryRejected.Load(), "canary-rejected", hc.Label)
 	}
 	counter(descDivvyErrors, ps.errUnknownCommand.Load(), policy.CodeUnknownCommand)
 	counter(descDivvyErrors, ps.errUnknown.Load(), policy.CodeUnknown)
@@ -327,7 +327,7 @@ func (sc *serverCollector) Collect(ch chan<- prometheus.Metric) {
 	counter(descDivvyAccepted, s.divvy.total.Load())
 	rules, loaded := 0.0, 0.0
 	if lp := ps.cur.Load(); lp != nil {
-		rules, loaded = float64(len(lp.counts)), float64(lp.at.UnixMilli())/1000
+		rules, loaded = float64(len(lp.Counts)), float64(lp.At.UnixMilli())/1000
 	}
 	gauge(descPolicyRules, rules)
 	gauge(descPolicyLoaded, loaded)

@@ -9,6 +9,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/sluicehq/sluice/internal/rules"
 	"github.com/sluicehq/sluice/policy"
 )
 
@@ -129,7 +130,7 @@ func TestStaggeredRule(t *testing.T) {
 	path := filepath.Join("..", "policy", "testdata", "algorithms.ini")
 	clock := newTestClock(t0)
 	srv := startServer(t, Config{PolicyFile: path, Clock: clock.now})
-	p := srv.pol.cur.Load().p
+	p := srv.pol.cur.Load().Policy
 	ends := map[int64]bool{}
 	for _, user := range []string{"a", "b", "c", "d"} {
 		req := policy.Request{{Key: []byte("path"), Value: []byte("/fws")}, {Key: []byte("user"), Value: []byte(user)}}
@@ -151,14 +152,14 @@ func TestStaggeredRule(t *testing.T) {
 	}
 }
 
-// TestHitEntryPoint calls Server.hit as GET /check will: the request's
+// TestHitEntryPoint calls the rules engine's Hit as GET /check will: the request's
 // fields and a hit count, and an answer with what rate-limit headers need.
 func TestHitEntryPoint(t *testing.T) {
 	path := filepath.Join("..", "policy", "testdata", "algorithms.ini")
 	clock := newTestClock(t0)
 	srv := startServer(t, Config{PolicyFile: path, Clock: clock.now})
 	lp := srv.pol.cur.Load()
-	var h hitter
+	var h rules.Hitter
 	b := srv.store.NewBatch()
 	hit := func(hits int64, kv ...string) policy.Outcome {
 		t.Helper()
@@ -166,14 +167,14 @@ func TestHitEntryPoint(t *testing.T) {
 		for i := 0; i < len(kv); i += 2 {
 			req = append(req, policy.Field{Key: []byte(kv[i]), Value: []byte(kv[i+1])})
 		}
-		out, err := srv.hit(&h, lp, req, hits, b, clock.now().UnixNano())
+		out, err := srv.rules.Hit(&h, lp, req, hits, b, clock.now().UnixNano())
 		if err != nil {
 			t.Fatalf("hit %v %d: %v", kv, hits, err)
 		}
 		if err := b.Commit(); err != nil {
 			t.Fatal(err)
 		}
-		h.countHits(true)
+		h.CountHits(true)
 		return out
 	}
 	type want struct {
@@ -215,7 +216,7 @@ func TestHitEntryPoint(t *testing.T) {
 	check("always deny", hit(1, "path", "/nowhere"), want{false, 0, 0, -1, -1, -1, "", policy.QuotaNone})
 
 	// A slidingLog records one hit at a time.
-	_, err := srv.hit(&h, lp, policy.Request{{Key: []byte("path"), Value: []byte("/log")}, {Key: []byte("user"), Value: []byte("z")}}, 2, b, clock.now().UnixNano())
+	_, err := srv.rules.Hit(&h, lp, policy.Request{{Key: []byte("path"), Value: []byte("/log")}, {Key: []byte("user"), Value: []byte("z")}}, 2, b, clock.now().UnixNano())
 	if err == nil || !strings.Contains(srv.errorText(err), "a slidingLog rule records one hit at a time") {
 		t.Fatalf("2 hits on a slidingLog rule: %v", err)
 	}
@@ -276,7 +277,7 @@ func BenchmarkHitAlgorithms(b *testing.B) {
 					if err := c.Batch.Commit(); err != nil {
 						b.Fatal(err)
 					}
-					c.hit.countHits(true)
+					c.hit.CountHits(true)
 					srv.flushTally(c)
 				}
 			}
@@ -309,7 +310,7 @@ func TestRuleCountersUnreachableFromRESP(t *testing.T) {
 			if got := hit(); got != "0" {
 				t.Fatalf("third HIT allowed %s, want 0", got)
 			}
-			id := string(srv.pol.cur.Load().p.Rules()[0].AppendCounterID(nil, policy.Request{{Key: []byte("ip"), Value: []byte("10.0.0.1")}}))
+			id := string(srv.pol.cur.Load().Policy.Rules()[0].AppendCounterID(nil, policy.Request{{Key: []byte("ip"), Value: []byte("10.0.0.1")}}))
 			if n, err := rc.Del(ctx, id).Result(); err != nil || n != 0 {
 				t.Errorf("DEL <rule identity + actor> = %d, %v; want 0: no command key is a rule counter", n, err)
 			}

@@ -26,6 +26,7 @@ import (
 
 	"github.com/sluicehq/sluice/internal/dispatch"
 	"github.com/sluicehq/sluice/internal/resp"
+	"github.com/sluicehq/sluice/internal/rules"
 	"github.com/sluicehq/sluice/storage"
 )
 
@@ -192,6 +193,7 @@ type Server struct {
 	clock func() time.Time
 	cmds  map[string]*command
 	env   dispatch.Env // what the families' commands see of the server
+	rules rules.Engine // executes the hits of every rule front end
 	runID string
 	start time.Time
 
@@ -341,6 +343,7 @@ func New(cfg Config) (*Server, error) {
 		Modify:     s.modify,
 		StoreErr:   wrapStoreErr,
 	}
+	s.rules = rules.Engine{Env: &s.env, Forward: s.forwardCounter}
 	s.initCheck()
 	s.initMetrics()
 	if err := s.initRLS(); err != nil {
@@ -531,9 +534,7 @@ func (s *Server) commitWrites(c *client) error {
 			committed = false
 		}
 	}
-	if len(c.hit.done) > 0 {
-		c.hit.countHits(committed)
-	}
+	c.hit.CountHits(committed)
 	c.writes = c.writes[:0]
 	c.replyStart = len(c.Out) // failWrites may have moved it
 	return err
