@@ -164,7 +164,7 @@ func (s *Server) collectCheck(ch chan<- prometheus.Metric) {
 // answers only proxies on loopback, or, with TLS client certificates
 // configured, proxies that present one: /check has no password.
 func (s *Server) ServeCheck(ln net.Listener) error {
-	if s.pol.cur.Load() == nil {
+	if s.pol.Current() == nil {
 		return errNoPolicy
 	}
 	srv := s.newHTTPServer(http.HandlerFunc(s.routeCheck))
@@ -175,7 +175,7 @@ func (s *Server) ServeCheck(ln net.Listener) error {
 	}
 	s.check.srv = srv
 	s.check.mu.Unlock()
-	s.log.Info("serving the forward-auth endpoint /check", "addr", ln.Addr().String(), "tls", s.tls != nil, "policy", s.pol.file)
+	s.log.Info("serving the forward-auth endpoint /check", "addr", ln.Addr().String(), "tls", s.tls != nil, "policy", s.pol.Path)
 	if ta, ok := ln.Addr().(*net.TCPAddr); ok && !ta.IP.IsLoopback() && !s.cfg.AllowRemoteWithoutAuth {
 		s.log.Warn("protected mode: /check answers proxies on loopback only (or, with --tls-ca, proxies that present a client certificate); set --protected-mode no to serve others", "addr", ln.Addr().String())
 	}
@@ -254,7 +254,7 @@ func (s *Server) serveCheck(w http.ResponseWriter, r *http.Request) {
 		checkText(w, http.StatusForbidden, checkDenied)
 		return
 	}
-	lp := s.pol.cur.Load()
+	lp := s.pol.Current()
 	if lp == nil { // ServeCheck refuses to start without one; a policy is never unloaded
 		s.check.failed.Add(1)
 		checkText(w, http.StatusServiceUnavailable, string(errNoPolicy)+"\n")

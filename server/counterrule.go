@@ -24,7 +24,7 @@ import (
 // must load the same --policy and --rls-config. It allocates nothing.
 func (s *Server) counterRule(id []byte, pos int64) (*policy.Rule, error) {
 	k := rules.ID(id[:policy.CounterIDLen])
-	lp, ld := s.pol.cur.Load(), s.rls.cur.Load()
+	lp, ld := s.pol.Current(), s.rls.cur.Load()
 	var (
 		r     *policy.Rule
 		n     int    // rules in r's set

@@ -29,7 +29,9 @@ const (
 type divvyState struct {
 	open  atomic.Int64 // connections open (divvy_tcp_connections_total)
 	total atomic.Int64 // connections accepted
-	wg    sync.WaitGroup
+	// divvy_errors_total, by code.
+	errUnknownCommand, errUnknown atomic.Int64
+	wg                            sync.WaitGroup
 	// guarded by Server.mu
 	ln    net.Listener
 	conns map[*divvyConn]struct{}
@@ -62,7 +64,7 @@ func (s *Server) ServeDivvy(ln net.Listener) error {
 	}
 	s.divvy.ln = ln
 	s.mu.Unlock()
-	s.log.Info("serving the divvy line protocol", "addr", ln.Addr().String(), "policy", s.pol.file)
+	s.log.Info("serving the divvy line protocol", "addr", ln.Addr().String(), "policy", s.pol.Path)
 	if s.cfg.Password != "" || s.clientCertsRequired() {
 		s.log.Warn("the divvy line protocol has no AUTH and no TLS: anyone who can reach its address can use it", "addr", ln.Addr().String())
 	}
@@ -113,7 +115,7 @@ func (s *Server) admitDivvy(nc net.Conn) *divvyConn {
 		s.stats.connsTotal.Add(1)
 		return d
 	}
-	s.pol.errUnknown.Add(1)
+	s.divvy.errUnknown.Add(1)
 	s.refuse(nc, (&policy.ProtocolError{Code: policy.CodeUnknown, Reason: reason}).AppendReply(nil))
 	return nil
 }
@@ -241,7 +243,7 @@ func (d *divvyConn) serve() {
 func (d *divvyConn) round(start, end int, eof bool) (next int, stop bool) {
 	s := d.s
 	t0 := time.Now()
-	lp := s.pol.cur.Load()
+	lp := s.pol.Current()
 	d.out = d.out[:0]
 	// Resharding: MIGRATE PAUSE waits for the round's hits to be committed
 	// (migrate.go).
@@ -354,9 +356,9 @@ func (d *divvyConn) errReply(code, reason string) []byte {
 	d.errSent = true
 	switch code {
 	case policy.CodeUnknownCommand:
-		d.s.pol.errUnknownCommand.Add(1)
+		d.s.divvy.errUnknownCommand.Add(1)
 	default:
-		d.s.pol.errUnknown.Add(1)
+		d.s.divvy.errUnknown.Add(1)
 	}
 	return (&policy.ProtocolError{Code: code, Reason: reason}).AppendReply(d.out)
 }

@@ -143,7 +143,7 @@ func hitDirect(t *testing.T, srv *Server, line string, hits int64) (policy.Outco
 	}
 	var h rules.Hitter
 	b := srv.store.NewBatch()
-	out, err := srv.rules.Hit(&h, srv.pol.cur.Load(), req, hits, b, srv.clock().UnixNano())
+	out, err := srv.rules.Hit(&h, srv.pol.Current(), req, hits, b, srv.clock().UnixNano())
 	if cerr := b.Commit(); cerr != nil {
 		t.Fatal(cerr)
 	}
@@ -225,7 +225,7 @@ func testClusterHitAlgorithms(t *testing.T) {
 						round, line, hits, n, got, gpos, gerr, want, wpos, werr)
 				}
 				if werr == nil && wpos > 0 {
-					r := ref.pol.cur.Load().Policy.Rules()[wpos-1]
+					r := ref.pol.Current().Policy.Rules()[wpos-1]
 					req, _ := policy.ParseArgs(bytesFields(line), nil)
 					lim, _ := r.Limit(req)
 					key := keyspace.AppendRuleKey(nil, r, lim, r.AppendCounterID(nil, req))
@@ -289,7 +289,7 @@ func TestCounterHitRefusesBadArguments(t *testing.T) {
 	srv := startClusterServers(t, 1, Config{PolicyFile: path})[0]
 	rdb := newClient(t, srv)
 	ctx := context.Background()
-	rules := srv.pol.cur.Load().Policy.Rules()
+	rules := srv.pol.Current().Policy.Rules()
 	ruleKey := func(pos int, limit int64, actor string) []byte {
 		r := rules[pos-1]
 		return keyspace.AppendRuleKey(nil, r, limit, append(r.AppendCounterID(nil, nil), actor...))
@@ -356,7 +356,7 @@ func TestCounterHitRefusesBadArguments(t *testing.T) {
 func FuzzCounterHit(f *testing.F) {
 	path := filepath.Join("..", "policy", "testdata", "algorithms.ini")
 	srv := startClusterServers(f, 1, Config{PolicyFile: path})[0]
-	rules := srv.pol.cur.Load().Policy.Rules()
+	rules := srv.pol.Current().Policy.Rules()
 	for i, r := range rules {
 		for _, lim := range []int64{r.CreditLimit, r.MaxQuota, 1} {
 			key := keyspace.AppendRuleKey(nil, r, lim, append(r.AppendCounterID(nil, nil), "a{b}"...))

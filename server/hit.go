@@ -3,67 +3,20 @@ package server
 import (
 	"cmp"
 	"errors"
-	"sort"
 	"strconv"
-	"sync"
-	"sync/atomic"
-	"time"
 
 	"github.com/sluicehq/sluice/internal/dispatch"
 	"github.com/sluicehq/sluice/internal/resp"
-	"github.com/sluicehq/sluice/internal/rules"
 	"github.com/sluicehq/sluice/policy"
 )
 
-// Policy rules (divvy's model): HIT over RESP, the rules in use, their
-// reload, and the counters behind the divvy_* metrics. The line protocol is
-// in divvy.go; every front end executes hits with the engine of package
-// internal/rules (Server.rules).
-
-// policyState is the server's rules and their bookkeeping.
-type policyState struct {
-	file string // reloaded by ReloadPolicy; "" when there is no policy
-	cur  atomic.Pointer[rules.Set]
-
-	mu      sync.Mutex               // one load at a time
-	byLabel map[string]*rules.Counts // kept across reloads, so counters never go back
-
-	reloads, reloadFailures atomic.Int64
-	lastErr                 atomic.Pointer[string] // of the last failed reload, until one succeeds
-
-	// divvy_errors_total, by code.
-	errUnknownCommand, errUnknown atomic.Int64
-}
+// Policy rules (divvy's model): HIT and POLICY over RESP, ReloadPolicy
+// and INFO's policy section. The rule file in use, its reloads and the
+// counters behind the divvy_* metrics are a rules.File (Server.pol); the
+// line protocol is in divvy.go; every front end executes hits with the
+// engine of package internal/rules (Server.rules).
 
 var errNoPolicy = resp.Error("ERR no policy loaded: start sluice with --policy FILE (a divvy .ini or .json rule file)")
-
-// loadPolicy reads the rule file and puts it in use. It returns the
-// validation error, naming the file, rule and problem, and leaves the
-// rules in use as they were when the file is bad.
-func (s *Server) loadPolicy() error {
-	ps := &s.pol
-	ps.mu.Lock()
-	defer ps.mu.Unlock()
-	p, err := policy.Load(ps.file)
-	if err != nil {
-		return err
-	}
-	if ps.byLabel == nil {
-		ps.byLabel = make(map[string]*rules.Counts)
-	}
-	rs := p.Rules()
-	lp := &rules.Set{Policy: p, Counts: make([]*rules.Counts, len(rs)), At: time.Now(), ByID: rules.Index(rs)}
-	for i, r := range rs {
-		hc := ps.byLabel[r.Label]
-		if hc == nil {
-			hc = &rules.Counts{Label: r.Label}
-			ps.byLabel[r.Label] = hc
-		}
-		lp.Counts[i] = hc
-	}
-	ps.cur.Store(lp)
-	return nil
-}
 
 // ReloadPolicy reads the --policy file again and, if it is valid, puts it
 // in use at once for every new hit; hits under way finish with the rules
@@ -71,26 +24,21 @@ func (s *Server) loadPolicy() error {
 // counted, and its error is returned. Without a policy file it does
 // nothing and returns errNoPolicy.
 func (s *Server) ReloadPolicy() error {
-	if s.pol.file == "" {
+	if s.pol.Path == "" {
 		return errNoPolicy
 	}
-	if err := s.loadPolicy(); err != nil {
-		s.pol.reloadFailures.Add(1)
-		msg := err.Error()
-		s.pol.lastErr.Store(&msg)
-		s.log.Error("policy reload failed; keeping the rules in use", "file", s.pol.file, "err", err)
+	if err := s.pol.Reload(); err != nil {
+		s.log.Error("policy reload failed; keeping the rules in use", "file", s.pol.Path, "err", err)
 		return err
 	}
-	s.pol.reloads.Add(1)
-	s.pol.lastErr.Store(nil)
-	s.log.Info("policy reloaded", "file", s.pol.file, "rules", len(s.pol.cur.Load().Counts))
+	s.log.Info("policy reloaded", "file", s.pol.Path, "rules", len(s.pol.Current().Counts))
 	return nil
 }
 
 // cmdHit implements HIT key=value [key=value ...]: the reply is
 // [allowed (1 or 0), credits left, seconds until the window resets].
 func cmdHit(s *Server, c *client, args [][]byte) {
-	lp := s.pol.cur.Load()
+	lp := s.pol.Current()
 	if lp == nil {
 		s.replyErr(c, errNoPolicy)
 		return
@@ -136,7 +84,7 @@ func cmdPolicy(s *Server, c *client, args [][]byte) {
 		// The rules of both front ends, as SIGHUP: the --policy file and
 		// the --rls-config directory, each kept as it was when bad.
 		var perr, rerr error
-		if s.pol.file != "" || s.rls.dir == "" {
+		if s.pol.Path != "" || s.rls.dir == "" {
 			perr = s.ReloadPolicy()
 			if perr != nil && !errors.Is(perr, errNoPolicy) { // a bad file: say which, and that nothing changed
 				perr = resp.Error("ERR " + oneLine(perr.Error()) + "; the rules in use are kept")
@@ -151,7 +99,7 @@ func cmdPolicy(s *Server, c *client, args [][]byte) {
 		}
 		c.Out = resp.AppendSimple(c.Out, "OK")
 	case len(args) == 2 && resp.EqualFold(args[1], "show"):
-		lp := s.pol.cur.Load()
+		lp := s.pol.Current()
 		if lp == nil {
 			s.replyErr(c, errNoPolicy)
 			return
@@ -215,8 +163,8 @@ func oneLine(s string) string {
 // policyInfo is INFO's policy section.
 func (s *Server) policyInfo(kv func(k, v string)) {
 	ps := &s.pol
-	lp := ps.cur.Load()
-	kv("policy_file", ps.file)
+	lp := ps.Current()
+	kv("policy_file", ps.Path)
 	if lp != nil {
 		kv("policy_rules", strconv.Itoa(len(lp.Counts)))
 		kv("policy_loaded_at", strconv.FormatInt(lp.At.Unix(), 10))
@@ -224,13 +172,9 @@ func (s *Server) policyInfo(kv func(k, v string)) {
 		kv("policy_rules", "0")
 		kv("policy_loaded_at", "0")
 	}
-	kv("policy_reloads", strconv.FormatInt(ps.reloads.Load(), 10))
-	kv("policy_reload_failures", strconv.FormatInt(ps.reloadFailures.Load(), 10))
-	last := ""
-	if p := ps.lastErr.Load(); p != nil {
-		last = *p
-	}
-	kv("policy_last_reload_error", last)
+	kv("policy_reloads", strconv.FormatInt(ps.Reloads.Load(), 10))
+	kv("policy_reload_failures", strconv.FormatInt(ps.ReloadFailures.Load(), 10))
+	kv("policy_last_reload_error", ps.LastError())
 	kv("divvy_addr", s.divvyAddr())
 	kv("divvy_connections", strconv.FormatInt(s.divvy.open.Load(), 10))
 	// Envoy's rate limit service's configuration, reloaded with the rules.
@@ -244,17 +188,4 @@ func (s *Server) policyInfo(kv func(k, v string)) {
 	kv("rls_loaded_at", strconv.FormatInt(at, 10))
 	kv("rls_reloads", strconv.FormatInt(st.reloads.Load(), 10))
 	kv("rls_reload_failures", strconv.FormatInt(st.reloadFailures.Load(), 10))
-}
-
-// labelCounts returns the hit counters by label, sorted, for the metrics.
-func (s *Server) labelCounts() []*rules.Counts {
-	ps := &s.pol
-	ps.mu.Lock()
-	out := make([]*rules.Counts, 0, len(ps.byLabel))
-	for _, hc := range ps.byLabel {
-		out = append(out, hc)
-	}
-	ps.mu.Unlock()
-	sort.Slice(out, func(i, j int) bool { return out[i].Label < out[j].Label })
-	return out
 }

@@ -191,7 +191,7 @@ func TestExampleConfigOverBothProtocols(t *testing.T) {
 // hitsByLabel reads the divvy_hits_total counters.
 func hitsByLabel(srv *Server) map[string][4]int64 {
 	m := map[string][4]int64{}
-	for _, hc := range srv.labelCounts() {
+	for _, hc := range srv.pol.LabelCounts() {
 		m[hc.Label] = [4]int64{hc.Accepted.Load(), hc.Rejected.Load(), hc.CanaryAccepted.Load(), hc.CanaryRejected.Load()}
 	}
 	return m
@@ -285,10 +285,10 @@ func TestLineProtocolErrorsCloseTheConnection(t *testing.T) {
 	if got, err := io.ReadAll(c.r); err != nil || string(got) != "OK true 4 60\n" {
 		t.Fatalf("last line at EOF: %q, %v", got, err)
 	}
-	if n := srv.pol.errUnknownCommand.Load(); n != 1 {
+	if n := srv.divvy.errUnknownCommand.Load(); n != 1 {
 		t.Errorf("unknown-command errors = %d, want 1", n)
 	}
-	if n := srv.pol.errUnknown.Load(); n != 4 {
+	if n := srv.divvy.errUnknown.Load(); n != 4 {
 		t.Errorf("unknown errors = %d, want 4", n)
 	}
 }
@@ -514,7 +514,7 @@ resetSeconds = 0
 			t.Errorf("no reply came from version %d", v)
 		}
 	}
-	if n := srv.pol.reloadFailures.Load(); n != 12 {
+	if n := srv.pol.ReloadFailures.Load(); n != 12 {
 		t.Errorf("failed reloads = %d, want 12", n)
 	}
 }

@@ -315,25 +315,25 @@ func (sc *serverCollector) Collect(ch chan<- prometheus.Metric) {
 	gauge(descCheckpoint, float64(s.lastSave.Load()))
 
 	ps := &s.pol
-	for _, hc := range s.labelCounts() {
+	for _, hc := range ps.LabelCounts() {
 		counter(descDivvyHits, hc.Accepted.Load(), "accepted", hc.Label)
 		counter(descDivvyHits, hc.Rejected.Load(), "rejected", hc.Label)
 		counter(descDivvyHits, hc.CanaryAccepted.Load(), "canary-accepted", hc.Label)
 		counter(descDivvyHits, hc.CanaryRejected.Load(), "canary-rejected", hc.Label)
 	}
-	counter(descDivvyErrors, ps.errUnknownCommand.Load(), policy.CodeUnknownCommand)
-	counter(descDivvyErrors, ps.errUnknown.Load(), policy.CodeUnknown)
+	counter(descDivvyErrors, s.divvy.errUnknownCommand.Load(), policy.CodeUnknownCommand)
+	counter(descDivvyErrors, s.divvy.errUnknown.Load(), policy.CodeUnknown)
 	gauge(descDivvyConns, float64(s.divvy.open.Load()))
 	counter(descDivvyAccepted, s.divvy.total.Load())
 	rules, loaded := 0.0, 0.0
-	if lp := ps.cur.Load(); lp != nil {
+	if lp := ps.Current(); lp != nil {
 		rules, loaded = float64(len(lp.Counts)), float64(lp.At.UnixMilli())/1000
 	}
 	gauge(descPolicyRules, rules)
 	gauge(descPolicyLoaded, loaded)
 	s.collectCheck(ch)
-	counter(descPolicyReloads, ps.reloads.Load(), "ok")
-	counter(descPolicyReloads, ps.reloadFailures.Load(), "failed")
+	counter(descPolicyReloads, ps.Reloads.Load(), "ok")
+	counter(descPolicyReloads, ps.ReloadFailures.Load(), "failed")
 }
 
 // takesTokens reports whether a command decides allowed or denied.

@@ -130,7 +130,7 @@ func TestStaggeredRule(t *testing.T) {
 	path := filepath.Join("..", "policy", "testdata", "algorithms.ini")
 	clock := newTestClock(t0)
 	srv := startServer(t, Config{PolicyFile: path, Clock: clock.now})
-	p := srv.pol.cur.Load().Policy
+	p := srv.pol.Current().Policy
 	ends := map[int64]bool{}
 	for _, user := range []string{"a", "b", "c", "d"} {
 		req := policy.Request{{Key: []byte("path"), Value: []byte("/fws")}, {Key: []byte("user"), Value: []byte(user)}}
@@ -158,7 +158,7 @@ func TestHitEntryPoint(t *testing.T) {
 	path := filepath.Join("..", "policy", "testdata", "algorithms.ini")
 	clock := newTestClock(t0)
 	srv := startServer(t, Config{PolicyFile: path, Clock: clock.now})
-	lp := srv.pol.cur.Load()
+	lp := srv.pol.Current()
 	var h rules.Hitter
 	b := srv.store.NewBatch()
 	hit := func(hits int64, kv ...string) policy.Outcome {
@@ -310,7 +310,7 @@ func TestRuleCountersUnreachableFromRESP(t *testing.T) {
 			if got := hit(); got != "0" {
 				t.Fatalf("third HIT allowed %s, want 0", got)
 			}
-			id := string(srv.pol.cur.Load().Policy.Rules()[0].AppendCounterID(nil, policy.Request{{Key: []byte("ip"), Value: []byte("10.0.0.1")}}))
+			id := string(srv.pol.Current().Policy.Rules()[0].AppendCounterID(nil, policy.Request{{Key: []byte("ip"), Value: []byte("10.0.0.1")}}))
 			if n, err := rc.Del(ctx, id).Result(); err != nil || n != 0 {
 				t.Errorf("DEL <rule identity + actor> = %d, %v; want 0: no command key is a rule counter", n, err)
 			}

@@ -213,7 +213,7 @@ type Server struct {
 	passHash [32]byte  // of cfg.Password, compared in constant time
 	http     httpState
 	lastSave atomic.Int64 // unix seconds of the last CHECKPOINT, or of the start
-	pol      policyState
+	pol      rules.File
 	divvy    divvyState
 	check    checkState
 	rls      rlsState
@@ -327,8 +327,8 @@ func New(cfg Config) (*Server, error) {
 	}
 	s.passHash = sha256.Sum256([]byte(cfg.Password))
 	if cfg.PolicyFile != "" {
-		s.pol.file = cfg.PolicyFile
-		if err := s.loadPolicy(); err != nil {
+		s.pol.Path = cfg.PolicyFile
+		if err := s.pol.Load(); err != nil {
 			return nil, err
 		}
 	}

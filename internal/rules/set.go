@@ -6,8 +6,9 @@
 // owner apply it, through the Engine's Forward hook), and keeps what the
 // metrics count until the caller knows the writes were committed.
 //
-// An Engine is safe for concurrent use; a Hitter belongs to one connection
-// or goroutine. The rule sets in use, their reload and the forwarder are
+// A File is the rule file (--policy) in use and its reloads. An Engine and
+// a File are safe for concurrent use; a Hitter belongs to one connection
+// or goroutine. Envoy's rule set, the front ends and the forwarder are
 // server's.
 package rules
 
