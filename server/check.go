@@ -165,7 +165,7 @@ func (s *Server) collectCheck(ch chan<- prometheus.Metric) {
 // configured, proxies that present one: /check has no password.
 func (s *Server) ServeCheck(ln net.Listener) error {
 	if s.pol.Current() == nil {
-		return errNoPolicy
+		return rules.ErrNoPolicy
 	}
 	srv := s.newHTTPServer(http.HandlerFunc(s.routeCheck))
 	s.check.mu.Lock()
@@ -257,7 +257,7 @@ func (s *Server) serveCheck(w http.ResponseWriter, r *http.Request) {
 	lp := s.pol.Current()
 	if lp == nil { // ServeCheck refuses to start without one; a policy is never unloaded
 		s.check.failed.Add(1)
-		checkText(w, http.StatusServiceUnavailable, string(errNoPolicy)+"\n")
+		checkText(w, http.StatusServiceUnavailable, string(rules.ErrNoPolicy)+"\n")
 		return
 	}
 	c := s.check.pool.Get().(*checker)

@@ -55,7 +55,7 @@ type client struct {
 	writes     []span
 	// replyStart is where the reply of the command being executed begins.
 	replyStart int
-	hit        rules.Hitter
+	hit        rules.Hitter // SLUICE.COUNTERHIT's; HIT's is its family's state
 	lname      [32]byte
 	// del and delEnds hold the record keys DEL found, back to back.
 	del     []byte
@@ -99,10 +99,12 @@ type command struct {
 type tally struct{ calls, errors, allowed, denied int64 }
 
 // commandTable builds the command table: the commands the families
-// register (internal/limitcmd), then the server's own.
-func commandTable() map[string]*command {
+// register (internal/limitcmd; internal/rules, whose HIT runs with e and
+// f), then the server's own.
+func commandTable(e *rules.Engine, f *rules.File) map[string]*command {
 	var families dispatch.Table
 	limitcmd.Register(&families)
+	rules.Register(&families, e, f)
 	var list []*command
 	for _, fc := range families.Commands() {
 		list = append(list, &command{Command: fc})
@@ -125,7 +127,6 @@ func commandTable() map[string]*command {
 		{Command: dispatch.Command{Name: "compact", Arity: 1, Flags: []string{"admin"}}, run: cmdCompact},
 		{Command: dispatch.Command{Name: "checkpoint", Arity: -1, Flags: []string{"admin"}}, run: cmdCheckpoint},
 		{Command: dispatch.Command{Name: "lastsave", Arity: 1, Flags: []string{"fast"}}, run: cmdLastSave},
-		{Command: dispatch.Command{Name: "hit", Arity: -1, Flags: []string{"write", "fast"}}, run: cmdHit},
 		{Command: dispatch.Command{Name: "policy", Arity: 2, Flags: []string{"admin"}}, run: cmdPolicy},
 		{Command: dispatch.Command{Name: "multi", Arity: 1, Flags: []string{"noscript", "loading", "stale", "fast"}, Doc: multiDoc}, run: cmdMulti},
 		{Command: dispatch.Command{Name: "exec", Arity: 1, Flags: []string{"noscript", "loading", "stale"}, Doc: execDoc}, run: cmdExec},

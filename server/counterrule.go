@@ -43,7 +43,7 @@ func (s *Server) counterRule(id []byte, pos int64) (*policy.Rule, error) {
 	p := strconv.FormatInt(pos, 10)
 	switch {
 	case r == nil && lp == nil && ld == nil:
-		return nil, errNoPolicy
+		return nil, rules.ErrNoPolicy
 	case r == nil:
 		return nil, resp.Error("ERR cluster: this node has no rule with the counter identity of the sender's rule " + p +
 			" (in its --policy or --rls-config): every node must run the same rules")

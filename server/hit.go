@@ -5,27 +5,25 @@ import (
 	"errors"
 	"strconv"
 
-	"github.com/sluicehq/sluice/internal/dispatch"
 	"github.com/sluicehq/sluice/internal/resp"
+	"github.com/sluicehq/sluice/internal/rules"
 	"github.com/sluicehq/sluice/policy"
 )
 
-// Policy rules (divvy's model): HIT and POLICY over RESP, ReloadPolicy
-// and INFO's policy section. The rule file in use, its reloads and the
+// Policy rules (divvy's model): POLICY over RESP, ReloadPolicy and INFO's
+// policy section; HIT is the rules family's (rules.Register). The rule file in use, its reloads and the
 // counters behind the divvy_* metrics are a rules.File (Server.pol); the
 // line protocol is in divvy.go; every front end executes hits with the
 // engine of package internal/rules (Server.rules).
-
-var errNoPolicy = resp.Error("ERR no policy loaded: start sluice with --policy FILE (a divvy .ini or .json rule file)")
 
 // ReloadPolicy reads the --policy file again and, if it is valid, puts it
 // in use at once for every new hit; hits under way finish with the rules
 // they started with. A bad file keeps the rules in use, is logged and
 // counted, and its error is returned. Without a policy file it does
-// nothing and returns errNoPolicy.
+// nothing and returns rules.ErrNoPolicy.
 func (s *Server) ReloadPolicy() error {
 	if s.pol.Path == "" {
-		return errNoPolicy
+		return rules.ErrNoPolicy
 	}
 	if err := s.pol.Reload(); err != nil {
 		s.log.Error("policy reload failed; keeping the rules in use", "file", s.pol.Path, "err", err)
@@ -33,41 +31,6 @@ func (s *Server) ReloadPolicy() error {
 	}
 	s.log.Info("policy reloaded", "file", s.pol.Path, "rules", len(s.pol.Current().Counts))
 	return nil
-}
-
-// cmdHit implements HIT key=value [key=value ...]: the reply is
-// [allowed (1 or 0), credits left, seconds until the window resets].
-func cmdHit(s *Server, c *client, args [][]byte) {
-	lp := s.pol.Current()
-	if lp == nil {
-		s.replyErr(c, errNoPolicy)
-		return
-	}
-	h := &c.hit
-	req, err := policy.ParseArgs(args[1:], h.Req)
-	h.Req = req
-	if err != nil {
-		var pe *policy.ProtocolError
-		if errors.As(err, &pe) {
-			err = resp.Error("ERR HIT " + pe.Reason + "; expected HIT key=value [key=value ...]")
-		}
-		s.replyErr(c, err)
-		return
-	}
-	out, err := s.rules.Hit(h, lp, h.Req, 1, c.Batch, s.clock().UnixNano())
-	if err != nil {
-		s.replyErr(c, err)
-		return
-	}
-	if out.Allowed {
-		c.Result = dispatch.Allowed
-	} else {
-		c.Result = dispatch.Denied
-	}
-	c.Out = resp.AppendArray(c.Out, 3)
-	c.Out = resp.AppendInt(c.Out, int64(b2i(out.Allowed)))
-	c.Out = resp.AppendInt(c.Out, out.CreditsLeft)
-	c.Out = resp.AppendInt(c.Out, out.SecondsUntilReset)
 }
 
 func b2i(b bool) int {
@@ -86,7 +49,7 @@ func cmdPolicy(s *Server, c *client, args [][]byte) {
 		var perr, rerr error
 		if s.pol.Path != "" || s.rls.dir == "" {
 			perr = s.ReloadPolicy()
-			if perr != nil && !errors.Is(perr, errNoPolicy) { // a bad file: say which, and that nothing changed
+			if perr != nil && !errors.Is(perr, rules.ErrNoPolicy) { // a bad file: say which, and that nothing changed
 				perr = resp.Error("ERR " + oneLine(perr.Error()) + "; the rules in use are kept")
 			}
 		}
@@ -101,7 +64,7 @@ func cmdPolicy(s *Server, c *client, args [][]byte) {
 	case len(args) == 2 && resp.EqualFold(args[1], "show"):
 		lp := s.pol.Current()
 		if lp == nil {
-			s.replyErr(c, errNoPolicy)
+			s.replyErr(c, rules.ErrNoPolicy)
 			return
 		}
 		rs := lp.Policy.Rules()

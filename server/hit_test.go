@@ -708,7 +708,7 @@ func BenchmarkHitCommand(b *testing.B) {
 			if err := c.Batch.Commit(); err != nil {
 				b.Fatal(err)
 			}
-			c.hit.CountHits(true)
+			c.Committed(true)
 			srv.flushTally(c)
 		}
 	}

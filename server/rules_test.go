@@ -277,7 +277,7 @@ func BenchmarkHitAlgorithms(b *testing.B) {
 					if err := c.Batch.Commit(); err != nil {
 						b.Fatal(err)
 					}
-					c.hit.CountHits(true)
+					c.Committed(true)
 					srv.flushTally(c)
 				}
 			}

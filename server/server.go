@@ -335,7 +335,7 @@ func New(cfg Config) (*Server, error) {
 	if err := s.initCluster(); err != nil {
 		return nil, err
 	}
-	s.cmds = commandTable()
+	s.cmds = commandTable(&s.rules, &s.pol)
 	s.env = dispatch.Env{
 		Clock:      s.clock,
 		MaxKeySize: cfg.MaxKeySize,
@@ -534,7 +534,7 @@ func (s *Server) commitWrites(c *client) error {
 			committed = false
 		}
 	}
-	c.hit.CountHits(committed)
+	c.Committed(committed)
 	c.writes = c.writes[:0]
 	c.replyStart = len(c.Out) // failWrites may have moved it
 	return err

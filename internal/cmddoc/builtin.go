@@ -30,9 +30,7 @@ var builtin = map[string]*Doc{
 	"checkpoint": {Summary: "Writes a consistent copy of the store under --backup-dir; replies its path.", Group: "server",
 		Args: []Arg{{Name: "name", Type: "string", Optional: true}}},
 	"lastsave": {Summary: "Replies the Unix time of the last successful CHECKPOINT.", Group: "server"},
-	"hit": {Summary: "Counts a request under the --policy rules; replies [allowed, credits left, seconds until reset].", Group: "rate-limit",
-		Args: []Arg{{Name: "field=value", Type: "string", Optional: true, Multiple: true}}},
-	"policy": {Summary: "A container for the --policy rules: POLICY RELOAD and POLICY SHOW.", Group: "server"},
+	"policy":   {Summary: "A container for the --policy rules: POLICY RELOAD and POLICY SHOW.", Group: "server"},
 }
 
 // builtinSubs are the subcommands of the container commands. The

@@ -132,6 +132,16 @@ func (x *Ctx) Trim(keep int) {
 	}
 }
 
+// Committed tells the families that the pipeline's writes so far were
+// committed (ok) or not stored.
+func (x *Ctx) Committed(ok bool) {
+	for _, s := range x.states {
+		if s.committed != nil {
+			s.committed(ok)
+		}
+	}
+}
+
 // Footprint is the bytes of the families' per-connection buffers, as
 // counted against --maxmemory-clients.
 func (x *Ctx) Footprint() int {

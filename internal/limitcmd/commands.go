@@ -17,7 +17,7 @@ import (
 
 // Register adds the RL.*, CL.*, FW.* and ROLL.* commands to t.
 func Register(t *dispatch.Table) {
-	st := dispatch.NewState(t, (*scratch).trim, (*scratch).footprint)
+	st := dispatch.NewState(t, dispatch.Hooks[scratch]{Trim: (*scratch).trim, Footprint: (*scratch).footprint})
 	rlFlags := []string{"write", "fast"}
 	rlRead := []string{"readonly", "fast"}
 	cmd := func(name string, arity int, flags []string, run func(*dispatch.Ctx, [][]byte), doc *cmddoc.Doc) dispatch.Command {
