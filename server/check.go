@@ -17,6 +17,7 @@ import (
 
 	"github.com/sluicehq/sluice/client/clientip"
 	"github.com/sluicehq/sluice/client/ratelimitheader"
+	"github.com/sluicehq/sluice/internal/rules"
 	"github.com/sluicehq/sluice/policy"
 	"github.com/sluicehq/sluice/storage"
 )
@@ -106,14 +107,14 @@ type checkState struct {
 // checker is the state one check request uses, pooled so that a check
 // reuses the buffers of earlier ones.
 type checker struct {
-	h     hitter
+	h     rules.Hitter
 	batch *storage.Batch
 	vals  []byte // the values of the built fields, one buffer
 }
 
 // checkFields are the header fields of each rule of one loaded policy.
 type checkFields struct {
-	lp    *loadedPolicy
+	lp    *rules.Set
 	byPos []*ratelimitheader.Fields
 }
 
@@ -163,8 +164,8 @@ func (s *Server) collectCheck(ch chan<- prometheus.Metric) {
 // answers only proxies on loopback, or, with TLS client certificates
 // configured, proxies that present one: /check has no password.
 func (s *Server) ServeCheck(ln net.Listener) error {
-	if s.pol.cur.Load() == nil {
-		return errNoPolicy
+	if s.pol.Current() == nil {
+		return rules.ErrNoPolicy
 	}
 	srv := s.newHTTPServer(http.HandlerFunc(s.routeCheck))
 	s.check.mu.Lock()
@@ -174,7 +175,7 @@ func (s *Server) ServeCheck(ln net.Listener) error {
 	}
 	s.check.srv = srv
 	s.check.mu.Unlock()
-	s.log.Info("serving the forward-auth endpoint /check", "addr", ln.Addr().String(), "tls", s.tls != nil, "policy", s.pol.file)
+	s.log.Info("serving the forward-auth endpoint /check", "addr", ln.Addr().String(), "tls", s.tls != nil, "policy", s.pol.Path)
 	if ta, ok := ln.Addr().(*net.TCPAddr); ok && !ta.IP.IsLoopback() && !s.cfg.AllowRemoteWithoutAuth {
 		s.log.Warn("protected mode: /check answers proxies on loopback only (or, with --tls-ca, proxies that present a client certificate); set --protected-mode no to serve others", "addr", ln.Addr().String())
 	}
@@ -253,23 +254,23 @@ func (s *Server) serveCheck(w http.ResponseWriter, r *http.Request) {
 		checkText(w, http.StatusForbidden, checkDenied)
 		return
 	}
-	lp := s.pol.cur.Load()
+	lp := s.pol.Current()
 	if lp == nil { // ServeCheck refuses to start without one; a policy is never unloaded
 		s.check.failed.Add(1)
-		checkText(w, http.StatusServiceUnavailable, string(errNoPolicy)+"\n")
+		checkText(w, http.StatusServiceUnavailable, string(rules.ErrNoPolicy)+"\n")
 		return
 	}
 	c := s.check.pool.Get().(*checker)
 	defer s.putChecker(c)
 	s.checkFields(c, r)
-	if err := s.validateCheckRequest(c.h.req); err != nil {
+	if err := s.validateCheckRequest(c.h.Req); err != nil {
 		s.check.refused.Add(1)
 		checkText(w, http.StatusBadRequest, err.Error()+"\n")
 		return
 	}
 	now := s.clock()
 	wp := s.beginWrite() // resharding: MIGRATE PAUSE waits until it is committed (migrate.go)
-	out, err := s.hit(&c.h, lp, c.h.req, 1, c.batch, now.UnixNano())
+	out, err := s.rules.Hit(&c.h, lp, c.h.Req, 1, c.batch, now.UnixNano())
 	// Changes are visible once made: even after an error, what the canary
 	// rules changed before it is committed.
 	committed := true
@@ -282,7 +283,7 @@ func (s *Server) serveCheck(w http.ResponseWriter, r *http.Request) {
 		}
 	}
 	s.endWrite(wp)
-	c.h.countHits(committed)
+	c.h.CountHits(committed)
 	if err != nil {
 		s.check.failed.Add(1)
 		w.Header().Set("Retry-After", "1")
@@ -316,7 +317,7 @@ func (s *Server) putChecker(c *checker) {
 	if cap(c.vals) > connKeepBuf {
 		c.vals = nil
 	}
-	c.h.resize()
+	c.h.Trim(connKeepBuf)
 	s.check.pool.Put(c)
 }
 
@@ -329,7 +330,7 @@ func checkText(w http.ResponseWriter, code int, body string) {
 	_, _ = w.Write([]byte(body))
 }
 
-// checkFields builds c.h.req from r: method, host and path from
+// checkFields builds c.h.Req from r: method, host and path from
 // X-Forwarded-Method, -Host and -Uri, else from r itself (Envoy sends the
 // original method and host, and the original path after /check); ip from
 // X-Forwarded-For through the trusted proxies only, else the peer, as the
@@ -401,7 +402,7 @@ func (s *Server) checkFields(c *checker, r *http.Request) {
 		xs = append(xs, extra{start, len(b)})
 	}
 	c.vals = b
-	req := c.h.req[:0]
+	req := c.h.Req[:0]
 	start := 0
 	for i, n := range checkFieldNames {
 		if i == 4 && ends[4] == start { // no identity: no user field
@@ -420,7 +421,7 @@ func (s *Server) checkFields(c *checker, r *http.Request) {
 		}
 		req = append(req, policy.Field{Key: s.check.extraNames[i], Value: b[x.start:x.end:x.end]})
 	}
-	c.h.req = req
+	c.h.Req = req
 }
 
 // fromTrustedProxy reports whether r's peer is one of the trusted proxies.
@@ -550,16 +551,16 @@ func checkResult(out policy.Outcome, now time.Time) ratelimitheader.Result {
 // X-RateLimit-Limit and the remaining count toward). They are built once
 // per loaded policy for each rule's creditLimit; only a request whose own
 // quota applied builds them for the request.
-func (s *Server) fieldsOf(lp *loadedPolicy, out policy.Outcome) *ratelimitheader.Fields {
+func (s *Server) fieldsOf(lp *rules.Set, out policy.Outcome) *ratelimitheader.Fields {
 	r := out.Rule
 	if rate := max(out.Rate, 0); rate != max(r.CreditLimit, 0) {
 		return newCheckFields(s.cfg.Check.HeaderStyle, r, rate)
 	}
 	cf := s.check.fields.Load()
 	if cf == nil || cf.lp != lp {
-		rules := lp.p.Rules()
-		cf = &checkFields{lp: lp, byPos: make([]*ratelimitheader.Fields, len(rules))}
-		for i, rr := range rules {
+		rs := lp.Policy.Rules()
+		cf = &checkFields{lp: lp, byPos: make([]*ratelimitheader.Fields, len(rs))}
+		for i, rr := range rs {
 			cf.byPos[i] = newCheckFields(s.cfg.Check.HeaderStyle, rr, max(rr.CreditLimit, 0))
 		}
 		s.check.fields.Store(cf)

@@ -14,6 +14,7 @@ import (
 	"testing"
 
 	"github.com/sluicehq/sluice/client/ratelimitheader"
+	"github.com/sluicehq/sluice/internal/rules"
 	"github.com/sluicehq/sluice/storage"
 )
 
@@ -243,8 +244,8 @@ func TestCheckNeedsPolicy(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer ln.Close()
-	if err := srv.ServeCheck(ln); !errors.Is(err, errNoPolicy) {
-		t.Fatalf("ServeCheck without a policy: %v, want errNoPolicy", err)
+	if err := srv.ServeCheck(ln); !errors.Is(err, rules.ErrNoPolicy) {
+		t.Fatalf("ServeCheck without a policy: %v, want rules.ErrNoPolicy", err)
 	}
 }
 

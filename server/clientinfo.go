@@ -55,10 +55,10 @@ func (cn *conn) view() clientView {
 		qbuf:     qbuf,
 		qbufFree: int64(cap(cn.rbuf)+cn.f.Footprint()) - qbuf,
 		argvMem:  int64(cap(cn.obuf) + 24*cap(cn.args)),
-		rbs:      int64(cap(c.out)),
-		rbp:      int64(max(c.outPeak, len(c.out))),
-		obl:      int64(len(c.out)),
-		omem:     int64(cap(c.out) + 48*cap(c.writes)),
+		rbs:      int64(cap(c.Out)),
+		rbp:      int64(max(c.outPeak, len(c.Out))),
+		obl:      int64(len(c.Out)),
+		omem:     int64(cap(c.Out) + 48*cap(c.writes)),
 		totMem:   cn.footprint(),
 	}
 }
@@ -102,9 +102,9 @@ func connFD(nc net.Conn) int {
 // clientInfo answers CLIENT INFO: the connection's own line.
 func (s *Server) clientInfo(c *client) {
 	v := c.conn.view()
-	start := len(c.out)
-	c.out = appendClientLine(c.out, c, &v, s.clock().UnixMilli())
-	c.out = wrapBulk(c.out, start)
+	start := len(c.Out)
+	c.Out = appendClientLine(c.Out, c, &v, s.clock().UnixMilli())
+	c.Out = wrapBulk(c.Out, start)
 }
 
 // clientList answers CLIENT LIST. Its reply grows with the number of
@@ -122,17 +122,17 @@ func (s *Server) clientList(c *client) {
 	s.mu.Unlock()
 	slices.SortFunc(list, func(a, b *client) int { return cmp.Compare(a.id, b.id) })
 	now := s.clock().UnixMilli()
-	start := len(c.out)
-	c.out = slices.Grow(c.out, 300*len(list)+24)
+	start := len(c.Out)
+	c.Out = slices.Grow(c.Out, 300*len(list)+24)
 	for _, other := range list {
 		if other == c {
-			c.out = appendClientLine(c.out, c, &self, now)
+			c.Out = appendClientLine(c.Out, c, &self, now)
 			continue
 		}
 		v := other.published()
-		c.out = appendClientLine(c.out, other, &v, now)
+		c.Out = appendClientLine(c.Out, other, &v, now)
 	}
-	c.out = wrapBulk(c.out, start)
+	c.Out = wrapBulk(c.Out, start)
 }
 
 // wrapBulk turns b[start:] into a bulk string reply, moving it behind

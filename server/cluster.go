@@ -12,6 +12,7 @@ import (
 
 	"github.com/sluicehq/sluice/cluster"
 	"github.com/sluicehq/sluice/internal/clustercmd"
+	"github.com/sluicehq/sluice/internal/cmddoc"
 	"github.com/sluicehq/sluice/internal/resp"
 	"github.com/sluicehq/sluice/keyspace"
 )
@@ -148,12 +149,12 @@ var (
 // this node owns it; otherwise it answers CROSSSLOT, CLUSTERDOWN or MOVED
 // and returns false. It allocates nothing.
 func (s *Server) routeKeys(c *client, cmd *command, args [][]byte) bool {
-	last := cmd.last
+	last := cmd.Last
 	if last < 0 {
 		last += len(args)
 	}
-	slot := keyspace.Slot(args[cmd.first])
-	for i := cmd.first + cmd.step; i <= last && i < len(args); i += cmd.step {
+	slot := keyspace.Slot(args[cmd.First])
+	for i := cmd.First + cmd.Step; i <= last && i < len(args); i += cmd.Step {
 		if keyspace.Slot(args[i]) != slot {
 			s.replyErr(c, errCrossSlot)
 			return false
@@ -174,11 +175,11 @@ func (s *Server) routeSlot(c *client, slot uint16) bool {
 	case o == v.self:
 		return !s.clus.mig.active.Load() || !s.pausedSlot(c, slot)
 	default:
-		c.out = append(c.out, "-MOVED "...)
-		c.out = strconv.AppendUint(c.out, uint64(slot), 10)
-		c.out = append(c.out, ' ')
-		c.out = append(c.out, v.top.Nodes[o-1].Addr...)
-		c.out = append(c.out, '\r', '\n')
+		c.Out = append(c.Out, "-MOVED "...)
+		c.Out = strconv.AppendUint(c.Out, uint64(slot), 10)
+		c.Out = append(c.Out, ' ')
+		c.Out = append(c.Out, v.top.Nodes[o-1].Addr...)
+		c.Out = append(c.Out, '\r', '\n')
 		return false
 	}
 }
@@ -208,13 +209,13 @@ func cmdAsking(s *Server, c *client, args [][]byte) {
 		s.replyErr(c, errClusterDisabled)
 		return
 	}
-	c.out = resp.AppendSimple(c.out, "OK")
+	c.Out = resp.AppendSimple(c.Out, "OK")
 }
 
 func cmdCluster(s *Server, c *client, args [][]byte) {
 	sub := strings.ToLower(string(args[1]))
 	if sub == "help" {
-		c.out = appendHelp(c.out, clusterHelp)
+		c.Out = appendHelp(c.Out, clusterHelp)
 		return
 	}
 	if !s.clus.on {
@@ -225,19 +226,19 @@ func cmdCluster(s *Server, c *client, args [][]byte) {
 	r3 := c.resp == 3
 	switch {
 	case sub == "myid" && len(args) == 2:
-		c.out = resp.AppendBulkString(c.out, s.clus.myID)
+		c.Out = resp.AppendBulkString(c.Out, s.clus.myID)
 	case sub == "keyslot" && len(args) == 3:
-		c.out = resp.AppendInt(c.out, int64(keyspace.Slot(args[2])))
+		c.Out = resp.AppendInt(c.Out, int64(keyspace.Slot(args[2])))
 	case sub == "info" && len(args) == 2:
-		c.out = resp.AppendBulkString(c.out, clustercmd.Info(v.top))
+		c.Out = resp.AppendBulkString(c.Out, clustercmd.Info(v.top))
 	case sub == "slots" && len(args) == 2:
-		c.out = clustercmd.AppendSlots(c.out, v.top)
+		c.Out = clustercmd.AppendSlots(c.Out, v.top)
 	case sub == "shards" && len(args) == 2:
-		c.out = clustercmd.AppendShards(c.out, v.top, r3)
+		c.Out = clustercmd.AppendShards(c.Out, v.top, r3)
 	case sub == "nodes" && len(args) == 2:
-		c.out = resp.AppendBulkString(c.out, clustercmd.Nodes(v.top, int(v.self)-1))
+		c.Out = resp.AppendBulkString(c.Out, clustercmd.Nodes(v.top, int(v.self)-1))
 	case sub == "topology" && len(args) == 2:
-		c.out = resp.AppendBulkString(c.out, strings.Join(v.top.Args(), " "))
+		c.Out = resp.AppendBulkString(c.Out, strings.Join(v.top.Args(), " "))
 	case sub == "settopology" && len(args) >= 5:
 		str := make([]string, len(args)-2)
 		for i, a := range args[2:] {
@@ -247,7 +248,7 @@ func cmdCluster(s *Server, c *client, args [][]byte) {
 			s.replyErr(c, err)
 			return
 		}
-		c.out = resp.AppendSimple(c.out, "OK")
+		c.Out = resp.AppendSimple(c.Out, "OK")
 	default:
 		if !s.cmdClusterMigrate(c, sub, args) {
 			s.replyErr(c, resp.Error("ERR unknown subcommand or wrong number of arguments for '"+resp.Preview(args[1])+"'. Try CLUSTER HELP."))
@@ -321,34 +322,34 @@ func (s *Server) commandGetKeys(c *client, args [][]byte) {
 		return
 	}
 	call := args[2:]
-	if (cmd.arity > 0 && len(call) != cmd.arity) || (cmd.arity < 0 && len(call) < -cmd.arity) {
+	if (cmd.Arity > 0 && len(call) != cmd.Arity) || (cmd.Arity < 0 && len(call) < -cmd.Arity) {
 		s.replyErr(c, resp.Error("ERR Invalid number of arguments specified for command"))
 		return
 	}
-	if cmd.first == 0 {
+	if cmd.First == 0 {
 		s.replyErr(c, resp.Error("ERR The command has no key arguments"))
 		return
 	}
-	last := cmd.last
+	last := cmd.Last
 	if last < 0 {
 		last += len(call)
 	}
 	var keys [][]byte
-	for i := cmd.first; i <= last && i < len(call); i += cmd.step {
+	for i := cmd.First; i <= last && i < len(call); i += cmd.Step {
 		keys = append(keys, call[i])
 	}
-	c.out = resp.AppendArray(c.out, len(keys))
+	c.Out = resp.AppendArray(c.Out, len(keys))
 	for _, k := range keys {
-		c.out = resp.AppendBulk(c.out, k)
+		c.Out = resp.AppendBulk(c.Out, k)
 	}
 }
 
-var clusterDoc = &cmdDoc{
-	summary: "Cluster mode: INFO, MYID, KEYSLOT, SLOTS, SHARDS, NODES as Redis Cluster answers them; TOPOLOGY and SETTOPOLOGY read and push the topology (epoch, nodes and their slots); MIGRATE, DUMP, RESTORE and DROP move slots (sluice cluster rebalance drives them).",
-	group:   "cluster",
-	args:    []docArg{{name: "subcommand", typ: "string"}, {name: "arg", typ: "string", optional: true, multiple: true}},
+var clusterDoc = &cmddoc.Doc{
+	Summary: "Cluster mode: INFO, MYID, KEYSLOT, SLOTS, SHARDS, NODES as Redis Cluster answers them; TOPOLOGY and SETTOPOLOGY read and push the topology (epoch, nodes and their slots); MIGRATE, DUMP, RESTORE and DROP move slots (sluice cluster rebalance drives them).",
+	Group:   "cluster",
+	Args:    []cmddoc.Arg{{Name: "subcommand", Type: "string"}, {Name: "arg", Type: "string", Optional: true, Multiple: true}},
 }
 
-var askingDoc = &cmdDoc{summary: "Accepted for cluster clients; slots move with a write pause, not ASK redirections.", group: "cluster"}
-var readonlyDoc = &cmdDoc{summary: "Accepted for cluster clients; there are no replicas to read from.", group: "cluster"}
-var readwriteDoc = &cmdDoc{summary: "Accepted for cluster clients; there are no replicas to read from.", group: "cluster"}
+var askingDoc = &cmddoc.Doc{Summary: "Accepted for cluster clients; slots move with a write pause, not ASK redirections.", Group: "cluster"}
+var readonlyDoc = &cmddoc.Doc{Summary: "Accepted for cluster clients; there are no replicas to read from.", Group: "cluster"}
+var readwriteDoc = &cmddoc.Doc{Summary: "Accepted for cluster clients; there are no replicas to read from.", Group: "cluster"}

@@ -125,17 +125,17 @@ func TestClusterMode(t *testing.T) {
 // TestKeyedCommandsDeclareKeys: every command with keys declares them at
 // position 1, so that cluster clients route it by its first argument.
 func TestKeyedCommandsDeclareKeys(t *testing.T) {
-	for name, cmd := range commandTable() {
+	for name, cmd := range commandTable(nil, nil) {
 		// SLUICE.COUNTERHIT's argument is a store key, whose slot is in
 		// its first two bytes: it checks the slot itself.
 		// DEL and WATCH take any number of keys, as in Redis.
 		many := name == "del" || name == "watch"
 		keyed := (strings.Contains(name, ".") && name != "sluice.counterhit") || many
-		if keyed != (cmd.first > 0) {
-			t.Errorf("%s: first key %d", name, cmd.first)
+		if keyed != (cmd.First > 0) {
+			t.Errorf("%s: first key %d", name, cmd.First)
 		}
-		if keyed && (cmd.first != 1 || cmd.step != 1 || (cmd.last != 1 && !many) || (many && cmd.last != -1)) {
-			t.Errorf("%s: keys %d %d %d", name, cmd.first, cmd.last, cmd.step)
+		if keyed && (cmd.First != 1 || cmd.Step != 1 || (cmd.Last != 1 && !many) || (many && cmd.Last != -1)) {
+			t.Errorf("%s: keys %d %d %d", name, cmd.First, cmd.Last, cmd.Step)
 		}
 	}
 }
@@ -214,7 +214,7 @@ func TestClusterAddedNode(t *testing.T) {
 // command that this node owns: the slot of its key and the table lookup.
 func BenchmarkSlotCheck(b *testing.B) {
 	srv := startServer(b, Config{Cluster: &ClusterConfig{Nodes: []string{"127.0.0.1:7000"}, Self: "127.0.0.1:7000"}})
-	c := &client{resp: 2, batch: srv.store.NewBatch(), authed: true, tally: make([]tally, len(srv.cmds))}
+	c := &client{resp: 2, Ctx: srv.newCtx(), authed: true, tally: make([]tally, len(srv.cmds))}
 	cmd := srv.cmds["rl.preduce"]
 	args := [][]byte{[]byte("RL.PREDUCE"), []byte("user:12345"), []byte("1000000000"), []byte("60000")}
 	b.ReportAllocs()
@@ -229,14 +229,14 @@ func BenchmarkSlotCheck(b *testing.B) {
 // mode, for the check's share of a whole command.
 func BenchmarkRLReduceCommandCluster(b *testing.B) {
 	srv := startServer(b, Config{Cluster: &ClusterConfig{Nodes: []string{"127.0.0.1:7000"}, Self: "127.0.0.1:7000"}})
-	c := &client{resp: 2, batch: srv.store.NewBatch(), authed: true, tally: make([]tally, len(srv.cmds))}
+	c := &client{resp: 2, Ctx: srv.newCtx(), authed: true, tally: make([]tally, len(srv.cmds))}
 	args := [][]byte{[]byte("RL.PREDUCE"), []byte("user:12345"), []byte("1000000000"), []byte("60000")}
 	b.ReportAllocs()
 	for i := 0; b.Loop(); i++ {
-		c.out = c.out[:0]
+		c.Out = c.Out[:0]
 		srv.exec(c, args)
 		if i%16 == 15 {
-			if err := c.batch.Commit(); err != nil {
+			if err := c.Batch.Commit(); err != nil {
 				b.Fatal(err)
 			}
 			srv.flushTally(c)

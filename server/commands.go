@@ -10,10 +10,11 @@ import (
 	"sync/atomic"
 	"time"
 
-	"github.com/sluicehq/sluice/bucket"
+	"github.com/sluicehq/sluice/internal/cmddoc"
+	"github.com/sluicehq/sluice/internal/dispatch"
 	"github.com/sluicehq/sluice/internal/limitcmd"
 	"github.com/sluicehq/sluice/internal/resp"
-	"github.com/sluicehq/sluice/storage"
+	"github.com/sluicehq/sluice/internal/rules"
 )
 
 // client is one connection's state. Only the goroutine serving the
@@ -43,24 +44,18 @@ type client struct {
 	// MaxAuthFailures.
 	authFails int
 
-	batch *storage.Batch
+	// Ctx is the command context of the families (internal/dispatch): the
+	// reply buffer, the pipeline's batch, the scratch store key and what a
+	// limit command decided, shared with the server's own commands.
+	dispatch.Ctx
 	// batchBytes is the bytes of this pipeline's commands that wrote: the
 	// batch keeps room for their keys, so a large total replaces it.
 	batchBytes int
 	ran        int // commands executed and not yet counted in the stats
-	out        []byte
 	writes     []span
 	// replyStart is where the reply of the command being executed begins.
 	replyStart int
-	rl         limitcmd.RLMutator
-	cl         limitcmd.CLMutator
-	fw         limitcmd.FWMutator
-	fwReq      limitcmd.FWRequest
-	roll       limitcmd.RollMutator
-	rollReq    limitcmd.RollRequest
-	clear      delMutator // ROLL.CLEAR's
-	hit        hitter
-	key        []byte
+	hit        rules.Hitter // SLUICE.COUNTERHIT's; HIT's is its family's state
 	lname      [32]byte
 	// del and delEnds hold the record keys DEL found, back to back.
 	del     []byte
@@ -71,7 +66,6 @@ type client struct {
 	tally   []tally    // per command, this pipeline
 	touched []*command // commands with a tally in this pipeline
 	cur     *tally     // the tally of the command being executed
-	result  rlResult   // of the command being executed
 
 	// For CLIENT INFO and LIST (clientinfo.go).
 	lastCmd string // full name of the command being or last executed
@@ -83,29 +77,15 @@ type client struct {
 	}
 }
 
-// rlResult is how a limit command decided, for the metrics.
-type rlResult uint8
-
-const (
-	rlNone rlResult = iota
-	rlAllowed
-	rlDenied
-)
-
-// command is an entry of the command table.
+// command is an entry of the command table: a family's (Run) or the
+// server's own (run).
 type command struct {
-	name  string
-	arity int // Redis' convention: > 0 exact, < 0 at least -arity; counts the name
-	flags []string
-	// first, last, step locate key arguments, as COMMAND reports them.
-	first, last, step int
-	run               func(s *Server, c *client, args [][]byte)
-	// doc is the COMMAND DOCS record; every command has one (builtinDocs
-	// fills those the table leaves nil).
-	doc *cmdDoc
-	// subs are a container's subcommands (builtinSubs), for COMMAND,
+	dispatch.Command
+	// run is a server command's handler, nil for a family's.
+	run func(s *Server, c *client, args [][]byte)
+	// subs are a container's subcommands (cmddoc.Subs), for COMMAND,
 	// COMMAND DOCS and CLIENT LIST.
-	subs []subcommand
+	subs []cmddoc.Sub
 
 	idx  int // position in the table, and in each client's tally
 	stat struct {
@@ -118,63 +98,55 @@ type command struct {
 // clients do not contend on a counter per command.
 type tally struct{ calls, errors, allowed, denied int64 }
 
-func commandTable() map[string]*command {
-	rlFlags := []string{"write", "fast"}
-	rlRead := []string{"readonly", "fast"}
-	list := []*command{
-		{name: "rl.reduce", arity: -4, flags: rlFlags, first: 1, last: 1, step: 1, run: rlRunner(limitcmd.RLSpec{Kind: limitcmd.RLReduce})},
-		{name: "rl.preduce", arity: -4, flags: rlFlags, first: 1, last: 1, step: 1, run: rlRunner(limitcmd.RLSpec{Kind: limitcmd.RLReduce, MS: true})},
-		{name: "rl.get", arity: -4, flags: rlRead, first: 1, last: 1, step: 1, run: rlRunner(limitcmd.RLSpec{Kind: limitcmd.RLGet})},
-		{name: "rl.pget", arity: -4, flags: rlRead, first: 1, last: 1, step: 1, run: rlRunner(limitcmd.RLSpec{Kind: limitcmd.RLGet, MS: true})},
-		{name: "rl.sessionize", arity: -4, flags: rlFlags, first: 1, last: 1, step: 1, run: rlRunner(limitcmd.RLSpec{Kind: limitcmd.RLSessionize})},
-		{name: "rl.psessionize", arity: -4, flags: rlFlags, first: 1, last: 1, step: 1, run: rlRunner(limitcmd.RLSpec{Kind: limitcmd.RLSessionize, MS: true})},
-		{name: "cl.throttle", arity: -5, flags: rlFlags, first: 1, last: 1, step: 1, run: clRunner(bucket.Second), doc: clThrottleDoc},
-		{name: "cl.pthrottle", arity: -5, flags: rlFlags, first: 1, last: 1, step: 1, run: clRunner(bucket.Millisecond), doc: clPThrottleDoc},
-		{name: "fw.incr", arity: -4, flags: rlFlags, first: 1, last: 1, step: 1, run: fwRunner(limitcmd.FWSpec{Unit: bucket.Second}), doc: fwIncrDoc},
-		{name: "fw.pincr", arity: -4, flags: rlFlags, first: 1, last: 1, step: 1, run: fwRunner(limitcmd.FWSpec{Unit: bucket.Millisecond}), doc: fwPIncrDoc},
-		{name: "fw.get", arity: -4, flags: rlRead, first: 1, last: 1, step: 1, run: fwRunner(limitcmd.FWSpec{Get: true, Unit: bucket.Second}), doc: fwGetDoc},
-		{name: "fw.pget", arity: -4, flags: rlRead, first: 1, last: 1, step: 1, run: fwRunner(limitcmd.FWSpec{Get: true, Unit: bucket.Millisecond}), doc: fwPGetDoc},
-		{name: "roll.limit", arity: -4, flags: rlFlags, first: 1, last: 1, step: 1, run: rollRunner(false), doc: rollLimitDoc},
-		{name: "roll.wouldlimit", arity: -4, flags: rlRead, first: 1, last: 1, step: 1, run: rollRunner(true), doc: rollWouldDoc},
-		{name: "roll.clear", arity: 2, flags: rlFlags, first: 1, last: 1, step: 1, run: cmdRollClear, doc: rollClearDoc},
-		{name: "ping", arity: -1, flags: []string{"fast"}, run: cmdPing},
-		{name: "echo", arity: 2, flags: []string{"fast"}, run: cmdEcho},
-		{name: "quit", arity: -1, flags: []string{"fast"}, run: cmdQuit},
-		{name: "select", arity: 2, flags: []string{"fast"}, run: cmdSelect},
-		{name: "hello", arity: -1, flags: []string{"fast"}, run: cmdHello},
-		{name: "auth", arity: -2, flags: []string{"fast"}, run: cmdAuth},
-		{name: "client", arity: -2, flags: []string{"admin"}, run: cmdClient},
-		{name: "command", arity: -1, flags: []string{"loading"}, run: cmdCommand},
-		{name: "config", arity: -2, flags: []string{"admin"}, run: cmdConfig},
-		{name: "time", arity: 1, flags: []string{"fast"}, run: cmdTime},
-		{name: "ready", arity: 1, flags: []string{"fast"}, run: cmdReady},
-		{name: "info", arity: -1, flags: []string{"loading"}, run: cmdInfo},
-		{name: "del", arity: -2, flags: []string{"write"}, first: 1, last: -1, step: 1, run: cmdDel, doc: delDoc},
-		{name: "dbsize", arity: 1, flags: []string{"readonly", "fast"}, run: cmdDBSize},
-		{name: "compact", arity: 1, flags: []string{"admin"}, run: cmdCompact},
-		{name: "checkpoint", arity: -1, flags: []string{"admin"}, run: cmdCheckpoint},
-		{name: "lastsave", arity: 1, flags: []string{"fast"}, run: cmdLastSave},
-		{name: "hit", arity: -1, flags: []string{"write", "fast"}, run: cmdHit},
-		{name: "policy", arity: 2, flags: []string{"admin"}, run: cmdPolicy},
-		{name: "multi", arity: 1, flags: []string{"noscript", "loading", "stale", "fast"}, run: cmdMulti, doc: multiDoc},
-		{name: "exec", arity: 1, flags: []string{"noscript", "loading", "stale"}, run: cmdExec, doc: execDoc},
-		{name: "discard", arity: 1, flags: []string{"noscript", "loading", "stale", "fast"}, run: cmdDiscard, doc: discDoc},
-		{name: "watch", arity: -2, flags: []string{"noscript", "loading", "stale", "fast"}, first: 1, last: -1, step: 1, run: cmdWatch, doc: watchDoc},
-		{name: "unwatch", arity: 1, flags: []string{"noscript", "loading", "stale", "fast"}, run: cmdUnwatch, doc: unwatchDoc},
-		{name: "cluster", arity: -2, flags: []string{"admin"}, run: cmdCluster, doc: clusterDoc},
-		{name: "asking", arity: 1, flags: []string{"fast"}, run: cmdAsking, doc: askingDoc},
-		{name: "readonly", arity: 1, flags: []string{"fast"}, run: cmdAsking, doc: readonlyDoc},
-		{name: "readwrite", arity: 1, flags: []string{"fast"}, run: cmdAsking, doc: readwriteDoc},
-		{name: "sluice.counterhit", arity: 6, flags: []string{"write"}, run: cmdCounterHit, doc: counterHitDoc},
+// commandTable builds the command table: the commands the families
+// register (internal/limitcmd; internal/rules, whose HIT runs with e and
+// f), then the server's own.
+func commandTable(e *rules.Engine, f *rules.File) map[string]*command {
+	var families dispatch.Table
+	limitcmd.Register(&families)
+	rules.Register(&families, e, f)
+	var list []*command
+	for _, fc := range families.Commands() {
+		list = append(list, &command{Command: fc})
 	}
+	list = append(list, []*command{
+		{Command: dispatch.Command{Name: "ping", Arity: -1, Flags: []string{"fast"}}, run: cmdPing},
+		{Command: dispatch.Command{Name: "echo", Arity: 2, Flags: []string{"fast"}}, run: cmdEcho},
+		{Command: dispatch.Command{Name: "quit", Arity: -1, Flags: []string{"fast"}}, run: cmdQuit},
+		{Command: dispatch.Command{Name: "select", Arity: 2, Flags: []string{"fast"}}, run: cmdSelect},
+		{Command: dispatch.Command{Name: "hello", Arity: -1, Flags: []string{"fast"}}, run: cmdHello},
+		{Command: dispatch.Command{Name: "auth", Arity: -2, Flags: []string{"fast"}}, run: cmdAuth},
+		{Command: dispatch.Command{Name: "client", Arity: -2, Flags: []string{"admin"}}, run: cmdClient},
+		{Command: dispatch.Command{Name: "command", Arity: -1, Flags: []string{"loading"}}, run: cmdCommand},
+		{Command: dispatch.Command{Name: "config", Arity: -2, Flags: []string{"admin"}}, run: cmdConfig},
+		{Command: dispatch.Command{Name: "time", Arity: 1, Flags: []string{"fast"}}, run: cmdTime},
+		{Command: dispatch.Command{Name: "ready", Arity: 1, Flags: []string{"fast"}}, run: cmdReady},
+		{Command: dispatch.Command{Name: "info", Arity: -1, Flags: []string{"loading"}}, run: cmdInfo},
+		{Command: dispatch.Command{Name: "del", Arity: -2, Flags: []string{"write"}, First: 1, Last: -1, Step: 1, Doc: delDoc}, run: cmdDel},
+		{Command: dispatch.Command{Name: "dbsize", Arity: 1, Flags: []string{"readonly", "fast"}}, run: cmdDBSize},
+		{Command: dispatch.Command{Name: "compact", Arity: 1, Flags: []string{"admin"}}, run: cmdCompact},
+		{Command: dispatch.Command{Name: "checkpoint", Arity: -1, Flags: []string{"admin"}}, run: cmdCheckpoint},
+		{Command: dispatch.Command{Name: "lastsave", Arity: 1, Flags: []string{"fast"}}, run: cmdLastSave},
+		{Command: dispatch.Command{Name: "policy", Arity: 2, Flags: []string{"admin"}}, run: cmdPolicy},
+		{Command: dispatch.Command{Name: "multi", Arity: 1, Flags: []string{"noscript", "loading", "stale", "fast"}, Doc: multiDoc}, run: cmdMulti},
+		{Command: dispatch.Command{Name: "exec", Arity: 1, Flags: []string{"noscript", "loading", "stale"}, Doc: execDoc}, run: cmdExec},
+		{Command: dispatch.Command{Name: "discard", Arity: 1, Flags: []string{"noscript", "loading", "stale", "fast"}, Doc: discDoc}, run: cmdDiscard},
+		{Command: dispatch.Command{Name: "watch", Arity: -2, Flags: []string{"noscript", "loading", "stale", "fast"}, First: 1, Last: -1, Step: 1, Doc: watchDoc}, run: cmdWatch},
+		{Command: dispatch.Command{Name: "unwatch", Arity: 1, Flags: []string{"noscript", "loading", "stale", "fast"}, Doc: unwatchDoc}, run: cmdUnwatch},
+		{Command: dispatch.Command{Name: "cluster", Arity: -2, Flags: []string{"admin"}, Doc: clusterDoc}, run: cmdCluster},
+		{Command: dispatch.Command{Name: "asking", Arity: 1, Flags: []string{"fast"}, Doc: askingDoc}, run: cmdAsking},
+		{Command: dispatch.Command{Name: "readonly", Arity: 1, Flags: []string{"fast"}, Doc: readonlyDoc}, run: cmdAsking},
+		{Command: dispatch.Command{Name: "readwrite", Arity: 1, Flags: []string{"fast"}, Doc: readwriteDoc}, run: cmdAsking},
+		{Command: dispatch.Command{Name: "sluice.counterhit", Arity: 6, Flags: []string{"write"}, Doc: counterHitDoc}, run: cmdCounterHit},
+	}...)
 	m := make(map[string]*command, len(list))
 	for i, c := range list {
-		if c.doc == nil {
-			c.doc = builtinDocs[c.name]
+		if c.Doc == nil {
+			c.Doc = cmddoc.Builtin(c.Name)
 		}
-		c.subs = builtinSubs[c.name]
+		c.subs = cmddoc.Subs(c.Name)
 		c.idx = i
-		m[c.name] = c
+		m[c.Name] = c
 	}
 	return m
 }
@@ -212,11 +184,11 @@ func (s *Server) flushTally(c *client) {
 	c.cur = nil
 }
 
-// exec runs one command, appending its reply to c.out, and does the
+// exec runs one command, appending its reply to c.Out, and does the
 // command's accounting, once for every command: handlers only answer (and
-// set c.result when they decide a limit).
+// set c.Result when they decide a limit).
 func (s *Server) exec(c *client, args [][]byte) {
-	start := len(c.out)
+	start := len(c.Out)
 	t := s.dispatch(c, args)
 	s.tallyReply(c, t, start)
 }
@@ -225,13 +197,13 @@ func (s *Server) exec(c *client, args [][]byte) {
 // is not counted as one (unknown, or queued by MULTI).
 func (s *Server) dispatch(c *client, args [][]byte) *tally {
 	cmd := s.lookup(c, args[0])
-	c.result = rlNone
+	c.Result = dispatch.None
 	if c.tx.on && s.queue(c, cmd, args) {
 		return nil
 	}
 	if cmd == nil {
 		c.cur = nil
-		c.out = resp.AppendError(c.out, unknownCommand(args))
+		c.Out = resp.AppendError(c.Out, unknownCommand(args))
 		s.stats.unknownCommands.Add(1)
 		return nil
 	}
@@ -239,26 +211,30 @@ func (s *Server) dispatch(c *client, args [][]byte) *tally {
 	if !c.tx.running { // CLIENT INFO in EXEC shows cmd=exec, as in Redis
 		c.lastCmd = cmd.fullName(args)
 	}
-	if (cmd.arity > 0 && len(args) != cmd.arity) || (cmd.arity < 0 && len(args) < -cmd.arity) {
-		s.replyErr(c, resp.WrongArgs(cmd.name))
+	if (cmd.Arity > 0 && len(args) != cmd.Arity) || (cmd.Arity < 0 && len(args) < -cmd.Arity) {
+		s.replyErr(c, resp.WrongArgs(cmd.Name))
 		return t
 	}
-	if !c.authed && !allowedBeforeAuth(cmd.name) {
+	if !c.authed && !allowedBeforeAuth(cmd.Name) {
 		s.replyErr(c, errNoAuth)
 		return t
 	}
 	// EXEC checked its commands' slot as a whole (execHeld).
-	if cmd.first > 0 && s.clus.on && !c.tx.running && !s.routeKeys(c, cmd, args) {
+	if cmd.First > 0 && s.clus.on && !c.tx.running && !s.routeKeys(c, cmd, args) {
 		return t
 	}
-	cmd.run(s, c, args)
+	if cmd.run != nil {
+		cmd.run(s, c, args)
+	} else {
+		cmd.Run(&c.Ctx, args)
+	}
 	return t
 }
 
-// tallyReply counts the reply c.out[start:] of one command in t (nil for
-// none): an error reply, or the decision of a limit command (c.result).
+// tallyReply counts the reply c.Out[start:] of one command in t (nil for
+// none): an error reply, or the decision of a limit command (c.Result).
 func (s *Server) tallyReply(c *client, t *tally, start int) {
-	if len(c.out) > start && c.out[start] == '-' {
+	if len(c.Out) > start && c.Out[start] == '-' {
 		s.stats.errorReplies.Add(1)
 		if t != nil {
 			t.errors++
@@ -268,10 +244,10 @@ func (s *Server) tallyReply(c *client, t *tally, start int) {
 	if t == nil {
 		return
 	}
-	switch c.result {
-	case rlAllowed:
+	switch c.Result {
+	case dispatch.Allowed:
 		t.allowed++
-	case rlDenied:
+	case dispatch.Denied:
 		t.denied++
 	}
 }
@@ -292,7 +268,7 @@ func (s *Server) lookup(c *client, name []byte) *command {
 
 // replyErr answers err as the command's reply (exec counts it).
 func (s *Server) replyErr(c *client, err error) {
-	c.out = resp.AppendError(c.out, s.errorText(err))
+	c.Out = resp.AppendError(c.Out, s.errorText(err))
 }
 
 // unknownCommand words the error like Redis, quoting a bounded preview of
@@ -313,20 +289,20 @@ func unknownCommand(args [][]byte) string {
 func cmdPing(s *Server, c *client, args [][]byte) {
 	switch len(args) {
 	case 1:
-		c.out = resp.AppendSimple(c.out, "PONG")
+		c.Out = resp.AppendSimple(c.Out, "PONG")
 	case 2:
-		c.out = resp.AppendBulk(c.out, args[1])
+		c.Out = resp.AppendBulk(c.Out, args[1])
 	default:
 		s.replyErr(c, resp.WrongArgs("ping"))
 	}
 }
 
 func cmdEcho(s *Server, c *client, args [][]byte) {
-	c.out = resp.AppendBulk(c.out, args[1])
+	c.Out = resp.AppendBulk(c.Out, args[1])
 }
 
 func cmdQuit(s *Server, c *client, args [][]byte) {
-	c.out = resp.AppendSimple(c.out, "OK")
+	c.Out = resp.AppendSimple(c.Out, "OK")
 	c.quit = true
 }
 
@@ -338,7 +314,7 @@ func cmdSelect(s *Server, c *client, args [][]byte) {
 	case n != 0:
 		s.replyErr(c, resp.Error("ERR DB index is out of range"))
 	default:
-		c.out = resp.AppendSimple(c.out, "OK")
+		c.Out = resp.AppendSimple(c.Out, "OK")
 	}
 }
 
@@ -359,7 +335,7 @@ func cmdAuth(s *Server, c *client, args [][]byte) {
 			s.authFailed(c)
 			return
 		}
-		c.out = resp.AppendSimple(c.out, "OK")
+		c.Out = resp.AppendSimple(c.Out, "OK")
 		return
 	}
 	user, pass := []byte("default"), args[1]
@@ -371,7 +347,7 @@ func cmdAuth(s *Server, c *client, args [][]byte) {
 		return
 	}
 	c.authed = true
-	c.out = resp.AppendSimple(c.out, "OK")
+	c.Out = resp.AppendSimple(c.Out, "OK")
 }
 
 // cmdHello implements HELLO [protover [AUTH username password] [SETNAME name]].
@@ -428,24 +404,24 @@ func cmdHello(s *Server, c *client, args [][]byte) {
 		c.name = string(name)
 	}
 	r3 := c.resp == 3
-	c.out = resp.AppendMap(c.out, 7, r3)
-	c.out = resp.AppendBulkString(c.out, "server")
-	c.out = resp.AppendBulkString(c.out, "sluice")
-	c.out = resp.AppendBulkString(c.out, "version")
+	c.Out = resp.AppendMap(c.Out, 7, r3)
+	c.Out = resp.AppendBulkString(c.Out, "server")
+	c.Out = resp.AppendBulkString(c.Out, "sluice")
+	c.Out = resp.AppendBulkString(c.Out, "version")
 	// The Redis version, as INFO's redis_version: clients pick features
 	// by it (rueidis asks CLUSTER SHARDS from 8 on); sluice's own version
 	// is INFO's sluice_version.
-	c.out = resp.AppendBulkString(c.out, redisCompatVersion)
-	c.out = resp.AppendBulkString(c.out, "proto")
-	c.out = resp.AppendInt(c.out, int64(c.resp))
-	c.out = resp.AppendBulkString(c.out, "id")
-	c.out = resp.AppendInt(c.out, c.id)
-	c.out = resp.AppendBulkString(c.out, "mode")
-	c.out = resp.AppendBulkString(c.out, s.helloMode())
-	c.out = resp.AppendBulkString(c.out, "role")
-	c.out = resp.AppendBulkString(c.out, "master")
-	c.out = resp.AppendBulkString(c.out, "modules")
-	c.out = resp.AppendArray(c.out, 0)
+	c.Out = resp.AppendBulkString(c.Out, redisCompatVersion)
+	c.Out = resp.AppendBulkString(c.Out, "proto")
+	c.Out = resp.AppendInt(c.Out, int64(c.resp))
+	c.Out = resp.AppendBulkString(c.Out, "id")
+	c.Out = resp.AppendInt(c.Out, c.id)
+	c.Out = resp.AppendBulkString(c.Out, "mode")
+	c.Out = resp.AppendBulkString(c.Out, s.helloMode())
+	c.Out = resp.AppendBulkString(c.Out, "role")
+	c.Out = resp.AppendBulkString(c.Out, "master")
+	c.Out = resp.AppendBulkString(c.Out, "modules")
+	c.Out = resp.AppendArray(c.Out, 0)
 }
 
 var errClientName = resp.Error("ERR Client names cannot contain spaces, newlines or special characters.")
@@ -475,12 +451,12 @@ func cmdClient(s *Server, c *client, args [][]byte) {
 	sub := strings.ToLower(string(args[1]))
 	switch {
 	case sub == "id" && len(args) == 2:
-		c.out = resp.AppendInt(c.out, c.id)
+		c.Out = resp.AppendInt(c.Out, c.id)
 	case sub == "getname" && len(args) == 2:
 		if c.name == "" {
-			c.out = resp.AppendNull(c.out, c.resp == 3)
+			c.Out = resp.AppendNull(c.Out, c.resp == 3)
 		} else {
-			c.out = resp.AppendBulkString(c.out, c.name)
+			c.Out = resp.AppendBulkString(c.Out, c.name)
 		}
 	case sub == "setname" && len(args) == 3:
 		if err := checkClientName("client name", args[2], errClientName); err != nil {
@@ -488,7 +464,7 @@ func cmdClient(s *Server, c *client, args [][]byte) {
 			return
 		}
 		c.name = string(args[2])
-		c.out = resp.AppendSimple(c.out, "OK")
+		c.Out = resp.AppendSimple(c.Out, "OK")
 	case sub == "setinfo" && len(args) == 4:
 		attr := strings.ToLower(string(args[2]))
 		if attr == "lib-name" || attr == "lib-ver" { // else refused below, as in Redis
@@ -506,7 +482,7 @@ func cmdClient(s *Server, c *client, args [][]byte) {
 			s.replyErr(c, resp.Error("ERR Unrecognized option '"+resp.Preview(args[2])+"'"))
 			return
 		}
-		c.out = resp.AppendSimple(c.out, "OK")
+		c.Out = resp.AppendSimple(c.Out, "OK")
 	case sub == "info" && len(args) == 2:
 		s.clientInfo(c)
 	case sub == "list" && len(args) == 2:
@@ -521,7 +497,7 @@ func cmdClient(s *Server, c *client, args [][]byte) {
 			"INFO", "    Return information about the current connection.",
 			"LIST", "    Return information about all connections.",
 		}
-		c.out = appendHelp(c.out, lines)
+		c.Out = appendHelp(c.Out, lines)
 	default:
 		s.replyErr(c, resp.Error("ERR unknown subcommand or wrong number of arguments for '"+resp.Preview(args[1])+"'. Try CLIENT HELP."))
 	}
@@ -545,31 +521,31 @@ func cmdCommand(s *Server, c *client, args [][]byte) {
 	}
 	sort.Strings(names)
 	if len(args) == 1 {
-		c.out = resp.AppendArray(c.out, len(names))
+		c.Out = resp.AppendArray(c.Out, len(names))
 		for _, n := range names {
-			c.out = appendCommandInfo(c.out, s.cmds[n])
+			c.Out = s.cmds[n].appendInfo(c.Out)
 		}
 		return
 	}
 	switch strings.ToLower(string(args[1])) {
 	case "count":
-		c.out = resp.AppendInt(c.out, int64(len(names)))
+		c.Out = resp.AppendInt(c.Out, int64(len(names)))
 	case "list":
-		c.out = resp.AppendArray(c.out, len(names))
+		c.Out = resp.AppendArray(c.Out, len(names))
 		for _, n := range names {
-			c.out = resp.AppendBulkString(c.out, n)
+			c.Out = resp.AppendBulkString(c.Out, n)
 		}
 	case "info":
-		c.out = resp.AppendArray(c.out, len(args)-2)
+		c.Out = resp.AppendArray(c.Out, len(args)-2)
 		for _, a := range args[2:] {
 			cmd, sub := s.lookupCommand(a)
 			switch {
 			case sub != nil:
-				c.out = appendSubcommandInfo(c.out, sub)
+				c.Out = cmddoc.AppendSubInfo(c.Out, sub)
 			case cmd != nil:
-				c.out = appendCommandInfo(c.out, cmd)
+				c.Out = cmd.appendInfo(c.Out)
 			default:
-				c.out = resp.AppendNull(c.out, c.resp == 3)
+				c.Out = resp.AppendNull(c.Out, c.resp == 3)
 			}
 		}
 	case "help":
@@ -581,7 +557,7 @@ func cmdCommand(s *Server, c *client, args [][]byte) {
 			"INFO <command-name> [<command-name> ...]", "    Return details about the named commands.",
 			"DOCS [<command-name> ...]", "    Return documentation records (summary, since, group, arguments) of every command, or of the named ones.",
 		}
-		c.out = appendHelp(c.out, lines)
+		c.Out = appendHelp(c.Out, lines)
 	case "getkeys":
 		s.commandGetKeys(c, args)
 	case "docs":
@@ -590,14 +566,14 @@ func cmdCommand(s *Server, c *client, args [][]byte) {
 		// record are left out.
 		type rec struct {
 			name string
-			doc  *cmdDoc
-			subs []subcommand
+			doc  *cmddoc.Doc
+			subs []cmddoc.Sub
 		}
 		var docs []rec
 		if len(args) == 2 {
 			for _, n := range names {
-				if cmd := s.cmds[n]; cmd.doc != nil {
-					docs = append(docs, rec{cmd.name, cmd.doc, cmd.subs})
+				if cmd := s.cmds[n]; cmd.Doc != nil {
+					docs = append(docs, rec{cmd.Name, cmd.Doc, cmd.subs})
 				}
 			}
 		} else {
@@ -605,154 +581,46 @@ func cmdCommand(s *Server, c *client, args [][]byte) {
 				cmd, sub := s.lookupCommand(a)
 				switch {
 				case sub != nil:
-					docs = append(docs, rec{sub.name, &sub.doc, nil})
-				case cmd != nil && cmd.doc != nil:
-					docs = append(docs, rec{cmd.name, cmd.doc, cmd.subs})
+					docs = append(docs, rec{sub.Name, &sub.Doc, nil})
+				case cmd != nil && cmd.Doc != nil:
+					docs = append(docs, rec{cmd.Name, cmd.Doc, cmd.subs})
 				}
 			}
 		}
 		r3 := c.resp == 3
-		c.out = resp.AppendMap(c.out, len(docs), r3)
+		c.Out = resp.AppendMap(c.Out, len(docs), r3)
 		for _, d := range docs {
-			c.out = resp.AppendBulkString(c.out, d.name)
-			c.out = d.doc.append(c.out, r3, d.subs)
+			c.Out = resp.AppendBulkString(c.Out, d.name)
+			c.Out = d.doc.Append(c.Out, r3, d.subs)
 		}
 	default:
 		s.replyErr(c, resp.Error("ERR unknown subcommand '"+resp.Preview(args[1])+"'. Try COMMAND HELP."))
 	}
 }
 
-// cmdDoc is a command's COMMAND DOCS record: what redis-cli and client
-// libraries show as its help and argument hints.
-type cmdDoc struct {
-	summary string
-	group   string
-	args    []docArg
-}
-
-// docSince is every record's "since": the sluice version a command first
-// appeared in is not tracked, and redis-cli only prints the field in HELP,
-// so every command says it has been there since the first release.
-const docSince = "1.0.0"
-
-// docArg is one argument of a cmdDoc, in Redis' terms: typ is "key",
-// "integer", "unix-time", "pure-token", or "oneof" with its choices in
-// args; token is the keyword before the value, if any.
-type docArg struct {
-	name, typ, token   string
-	optional, multiple bool
-	args               []docArg // of a "oneof" or "block"
-}
-
-// append appends d as COMMAND DOCS gives it: a map of summary, since,
-// group, arguments and, for a container, subcommands: a map from each
-// subcommand's full name to its own record.
-func (d *cmdDoc) append(b []byte, r3 bool, subs []subcommand) []byte {
-	n := 4
-	if len(subs) > 0 {
-		n++
+// fullName is the name of the command or subcommand args invoke: Redis'
+// "client|info" for a container's known subcommand, else the command's.
+func (cmd *command) fullName(args [][]byte) string {
+	if len(cmd.subs) == 0 || len(args) < 2 {
+		return cmd.Name
 	}
-	b = resp.AppendMap(b, n, r3)
-	b = resp.AppendBulkString(b, "summary")
-	b = resp.AppendBulkString(b, d.summary)
-	b = resp.AppendBulkString(b, "since")
-	b = resp.AppendBulkString(b, docSince)
-	b = resp.AppendBulkString(b, "group")
-	b = resp.AppendBulkString(b, d.group)
-	b = resp.AppendBulkString(b, "arguments")
-	b = appendDocArgs(b, d.args, r3)
-	if len(subs) > 0 {
-		b = resp.AppendBulkString(b, "subcommands")
-		b = resp.AppendMap(b, len(subs), r3)
-		for i := range subs {
-			b = resp.AppendBulkString(b, subs[i].name)
-			b = subs[i].doc.append(b, r3, nil)
-		}
-	}
-	return b
-}
-
-func appendDocArgs(b []byte, args []docArg, r3 bool) []byte {
-	b = resp.AppendArray(b, len(args))
-	for _, a := range args {
-		var flags []string
-		if a.optional {
-			flags = append(flags, "optional")
-		}
-		if a.multiple {
-			flags = append(flags, "multiple")
-		}
-		n := 2
-		if a.token != "" {
-			n++
-		}
-		if len(flags) > 0 {
-			n++
-		}
-		if len(a.args) > 0 {
-			n++
-		}
-		b = resp.AppendMap(b, n, r3)
-		b = resp.AppendBulkString(b, "name")
-		b = resp.AppendBulkString(b, a.name)
-		b = resp.AppendBulkString(b, "type")
-		b = resp.AppendBulkString(b, a.typ)
-		if a.token != "" {
-			b = resp.AppendBulkString(b, "token")
-			b = resp.AppendBulkString(b, a.token)
-		}
-		if len(flags) > 0 {
-			b = resp.AppendBulkString(b, "flags")
-			b = resp.AppendArray(b, len(flags))
-			for _, f := range flags {
-				b = resp.AppendSimple(b, f)
-			}
-		}
-		if len(a.args) > 0 {
-			b = resp.AppendBulkString(b, "arguments")
-			b = appendDocArgs(b, a.args, r3)
-		}
-	}
-	return b
-}
-
-// appendCommandInfo appends cmd's COMMAND reply, the ten elements of Redis
-// 7: name, arity, flags, first key, last key, step, ACL categories, tips,
-// key specs, and the subcommands, each its own ten elements.
-func appendCommandInfo(b []byte, cmd *command) []byte {
-	b = appendInfoHead(b, cmd.name, cmd.arity, cmd.flags, cmd.first, cmd.last, cmd.step)
-	b = resp.AppendArray(b, len(cmd.subs))
 	for i := range cmd.subs {
-		b = appendSubcommandInfo(b, &cmd.subs[i])
+		sc := &cmd.subs[i]
+		if resp.EqualFold(args[1], sc.Name[len(cmd.Name)+1:]) {
+			return sc.Name
+		}
 	}
-	return b
+	return cmd.Name
 }
 
-func appendSubcommandInfo(b []byte, sc *subcommand) []byte {
-	b = appendInfoHead(b, sc.name, sc.arity, sc.flags, 0, 0, 0)
-	return resp.AppendArray(b, 0)
-}
-
-// appendInfoHead appends the first nine elements of a COMMAND reply.
-func appendInfoHead(b []byte, name string, arity int, flags []string, first, last, step int) []byte {
-	b = resp.AppendArray(b, 10)
-	b = resp.AppendBulkString(b, name)
-	b = resp.AppendInt(b, int64(arity))
-	b = resp.AppendArray(b, len(flags))
-	for _, f := range flags {
-		b = resp.AppendSimple(b, f)
-	}
-	b = resp.AppendInt(b, int64(first))
-	b = resp.AppendInt(b, int64(last))
-	b = resp.AppendInt(b, int64(step))
-	b = resp.AppendArray(b, 0)    // ACL categories
-	b = resp.AppendArray(b, 0)    // tips
-	return resp.AppendArray(b, 0) // key specs
+// appendInfo appends cmd's COMMAND reply.
+func (cmd *command) appendInfo(b []byte) []byte {
+	return cmddoc.AppendInfo(b, cmd.Name, cmd.Arity, cmd.Flags, cmd.First, cmd.Last, cmd.Step, cmd.subs)
 }
 
 // lookupCommand finds a command by name, or a subcommand by its full
 // name ("client|info"), ignoring case; it returns nil, nil for neither.
-func (s *Server) lookupCommand(name []byte) (*command, *subcommand) {
+func (s *Server) lookupCommand(name []byte) (*command, *cmddoc.Sub) {
 	lower := strings.ToLower(string(name))
 	parent, _, isSub := strings.Cut(lower, "|")
 	cmd := s.cmds[parent]
@@ -760,7 +628,7 @@ func (s *Server) lookupCommand(name []byte) (*command, *subcommand) {
 		return cmd, nil
 	}
 	for i := range cmd.subs {
-		if cmd.subs[i].name == lower {
+		if cmd.subs[i].Name == lower {
 			return nil, &cmd.subs[i]
 		}
 	}
@@ -787,10 +655,10 @@ func cmdConfig(s *Server, c *client, args [][]byte) {
 			}
 		}
 		sort.Strings(keys)
-		c.out = resp.AppendMap(c.out, len(keys), c.resp == 3)
+		c.Out = resp.AppendMap(c.Out, len(keys), c.resp == 3)
 		for _, k := range keys {
-			c.out = resp.AppendBulkString(c.out, k)
-			c.out = resp.AppendBulkString(c.out, all[k])
+			c.Out = resp.AppendBulkString(c.Out, k)
+			c.Out = resp.AppendBulkString(c.Out, all[k])
 		}
 	case "set", "rewrite", "resetstat":
 		s.replyErr(c, resp.Error("ERR CONFIG "+strings.ToUpper(string(args[1]))+" is not supported: sluice is configured by flags and SLUICE_* environment variables at startup"))
@@ -826,19 +694,19 @@ func (s *Server) configValues() map[string]string {
 
 func cmdTime(s *Server, c *client, args [][]byte) {
 	now := s.clock()
-	c.out = resp.AppendArray(c.out, 2)
-	c.out = resp.AppendBulkString(c.out, strconv.FormatInt(now.Unix(), 10))
-	c.out = resp.AppendBulkString(c.out, strconv.Itoa(now.Nanosecond()/1000))
+	c.Out = resp.AppendArray(c.Out, 2)
+	c.Out = resp.AppendBulkString(c.Out, strconv.FormatInt(now.Unix(), 10))
+	c.Out = resp.AppendBulkString(c.Out, strconv.Itoa(now.Nanosecond()/1000))
 }
 
 // cmdReady answers 1 while the server can serve writes: not shutting down
 // and the store neither failed nor refusing changes.
 func cmdReady(s *Server, c *client, args [][]byte) {
 	if !s.Ready() {
-		c.out = resp.AppendInt(c.out, 0)
+		c.Out = resp.AppendInt(c.Out, 0)
 		return
 	}
-	c.out = resp.AppendInt(c.out, 1)
+	c.Out = resp.AppendInt(c.Out, 1)
 }
 
 // Ready reports whether the server can serve changes now: not shutting

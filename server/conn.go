@@ -67,7 +67,7 @@ type conn struct {
 	args [][]byte // the arguments of the command being executed, into obuf
 
 	mem    int64 // bytes of buffers counted in srv.clientMem
-	outCap int   // cap(cl.out) when mem was last counted
+	outCap int   // cap(cl.Out) when mem was last counted
 
 	draining  atomic.Bool // shutdown: finish the pipeline, read no more
 	closeOnce sync.Once
@@ -90,7 +90,7 @@ func (s *Server) newConn(nc net.Conn) (*conn, bool) {
 		fd:      connFD(nc),
 		created: s.clock(),
 		resp:    2,
-		batch:   s.store.NewBatch(),
+		Ctx:     s.newCtx(),
 		authed:  s.cfg.Password == "",
 		tally:   make([]tally, len(s.cmds)),
 	}
@@ -182,7 +182,7 @@ func (cn *conn) process(p []byte) bool {
 	defer c.pipes.Add(1)
 	t0 := time.Now()
 	c.lastAt = s.clock().UnixMilli() // CLIENT LIST's idle; the clock tests drive
-	c.out = c.out[:0]
+	c.Out = c.Out[:0]
 	c.writes = c.writes[:0]
 	var ferr error
 	for len(p) > 0 && !c.quit {
@@ -227,7 +227,7 @@ func (cn *conn) evict() {
 	s.stats.evictedClients.Add(1)
 	s.log.Warn("closing a client: the buffers of all clients exceed --maxmemory-clients", "client", c.id, "remote", c.addr,
 		"limit", s.cfg.MaxMemoryClients, "client_buffers", cn.mem)
-	c.out = resp.AppendError(c.out, "ERR client memory limit reached: the buffers of all clients exceed --maxmemory-clients; closing the connection")
+	c.Out = resp.AppendError(c.Out, "ERR client memory limit reached: the buffers of all clients exceed --maxmemory-clients; closing the connection")
 	c.quit = true
 	c.failed = true
 }
@@ -242,13 +242,13 @@ func (cn *conn) commitAndSend() bool {
 	s.stats.commands.Add(int64(c.ran))
 	c.ran = 0
 	s.flushTally(c)
-	c.outPeak = max(c.outPeak, len(c.out))
+	c.outPeak = max(c.outPeak, len(c.Out))
 	cn.publish() // before the replies: a client that saw them sees its changes in CLIENT LIST
 	ok := true
-	if len(c.out) > 0 {
-		ok = cn.write(c.out)
+	if len(c.Out) > 0 {
+		ok = cn.write(c.Out)
 	}
-	c.out = c.out[:0]
+	c.Out = c.Out[:0]
 	return ok
 }
 
@@ -276,20 +276,20 @@ func (cn *conn) resize(n int) {
 	} else {
 		clear(cn.args[:cap(cn.args)]) // no pointers into a dropped obuf
 	}
-	if cap(c.out) > connKeepBuf {
-		c.out = nil
+	if cap(c.Out) > connKeepBuf {
+		c.Out = nil
 	}
 	if cap(c.writes) > connKeepBuf/48 {
 		c.writes = nil
 	}
-	if cap(c.key) > connKeepBuf {
-		c.key = nil
+	if cap(c.Key) > connKeepBuf {
+		c.Key = nil
 	}
-	c.hit.resize()
-	c.roll.Resize(connKeepBuf)
+	c.hit.Trim(connKeepBuf)
+	c.Trim(connKeepBuf)
 	if c.batchBytes > connKeepBuf {
 		// The batch keeps the keys of its largest pipeline.
-		c.batch = cn.srv.store.NewBatch()
+		c.Batch = cn.srv.store.NewBatch()
 	}
 	c.batchBytes = 0
 	if cn.f.Between() {
@@ -303,7 +303,7 @@ func (cn *conn) resize(n int) {
 func (cn *conn) footprint() int64 {
 	c := cn.cl
 	return int64(cap(cn.rbuf) + cap(cn.obuf) + 24*cap(cn.args) + cn.f.Footprint() +
-		cap(c.out) + 48*cap(c.writes) + cap(c.key) + c.hit.footprint() + c.roll.Footprint() +
+		cap(c.Out) + 48*cap(c.writes) + cap(c.Key) + c.hit.Footprint() + c.Footprint() +
 		cap(c.tx.buf) + 24*cap(c.tx.args) + 16*cap(c.tx.watches))
 }
 
@@ -313,7 +313,7 @@ func (cn *conn) footprint() int64 {
 func (cn *conn) account() bool {
 	s := cn.srv
 	m := cn.footprint()
-	cn.outCap = cap(cn.cl.out)
+	cn.outCap = cap(cn.cl.Out)
 	cn.publish()
 	cn.cl.tx.grew = false
 	d := m - cn.mem
@@ -335,7 +335,7 @@ func (cn *conn) account() bool {
 func (cn *conn) finish() {
 	s := cn.srv
 	s.txEnd(cn.cl) // a watch it holds makes every write count
-	cn.rbuf, cn.obuf, cn.args, cn.cl.out = nil, nil, nil, nil
+	cn.rbuf, cn.obuf, cn.args, cn.cl.Out = nil, nil, nil, nil
 	cn.f = nil
 	s.clientMem.Add(-cn.mem)
 	cn.mem = 0

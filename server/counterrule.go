@@ -4,6 +4,7 @@ import (
 	"strconv"
 
 	"github.com/sluicehq/sluice/internal/resp"
+	"github.com/sluicehq/sluice/internal/rules"
 	"github.com/sluicehq/sluice/policy"
 )
 
@@ -14,23 +15,7 @@ import (
 // their rules from 1, so the position the sender sends does not say which
 // rule set it means. Their identities do (policy.Standalone hashes the
 // front end's name into them), so each loaded rule set keeps an index of
-// its rules by identity, built when it is (re)loaded.
-
-// ruleID is a rule's counter identity, the first policy.CounterIDLen
-// bytes of its counters' IDs.
-type ruleID [policy.CounterIDLen]byte
-
-// indexRules returns rules by their counter identity. Identities are
-// unique within one rule set (identical rules get distinct ones).
-func indexRules(rules []*policy.Rule) map[ruleID]*policy.Rule {
-	m := make(map[ruleID]*policy.Rule, len(rules))
-	var buf []byte
-	for _, r := range rules {
-		buf = r.AppendCounterID(buf[:0], nil) // the identity alone: no actor
-		m[ruleID(buf)] = r
-	}
-	return m
-}
+// its rules by identity (rules.Index), built when it is (re)loaded.
 
 // counterRule returns the rule of a forwarded counter hit: the rule, of
 // the divvy policy or of the RLS configuration in use, whose identity
@@ -38,27 +23,27 @@ func indexRules(rules []*policy.Rule) map[ruleID]*policy.Rule {
 // must be at position pos of its rule set, as on the sender: the nodes
 // must load the same --policy and --rls-config. It allocates nothing.
 func (s *Server) counterRule(id []byte, pos int64) (*policy.Rule, error) {
-	k := ruleID(id[:policy.CounterIDLen])
-	lp, ld := s.pol.cur.Load(), s.rls.cur.Load()
+	k := rules.ID(id[:policy.CounterIDLen])
+	lp, ld := s.pol.Current(), s.rls.cur.Load()
 	var (
 		r     *policy.Rule
 		n     int    // rules in r's set
 		where string // r's set, for the messages
 	)
 	if lp != nil {
-		if r = lp.byID[k]; r != nil {
-			n, where = len(lp.counts), "rule file (--policy)"
+		if r = lp.ByID[k]; r != nil {
+			n, where = len(lp.Counts), "rule file (--policy)"
 		}
 	}
 	if r == nil && ld != nil {
 		if r = ld.byID[k]; r != nil {
-			n, where = len(ld.lp.counts), "--rls-config"
+			n, where = len(ld.lp.Counts), "--rls-config"
 		}
 	}
 	p := strconv.FormatInt(pos, 10)
 	switch {
 	case r == nil && lp == nil && ld == nil:
-		return nil, errNoPolicy
+		return nil, rules.ErrNoPolicy
 	case r == nil:
 		return nil, resp.Error("ERR cluster: this node has no rule with the counter identity of the sender's rule " + p +
 			" (in its --policy or --rls-config): every node must run the same rules")

@@ -1,6 +1,7 @@
 package server
 
 import (
+	"github.com/sluicehq/sluice/internal/cmddoc"
 	"github.com/sluicehq/sluice/internal/resp"
 	"github.com/sluicehq/sluice/keyspace"
 	"github.com/sluicehq/sluice/storage"
@@ -16,10 +17,10 @@ func StoreOptions(o storage.Options) storage.Options {
 	return o
 }
 
-var delDoc = &cmdDoc{
-	summary: "Removes every limit stored under the keys, of every kind (token buckets, GCRA, fixed windows, sliding logs); returns how many keys had one.",
-	group:   "generic",
-	args:    []docArg{{name: "key", typ: "key", multiple: true}},
+var delDoc = &cmddoc.Doc{
+	Summary: "Removes every limit stored under the keys, of every kind (token buckets, GCRA, fixed windows, sliding logs); returns how many keys had one.",
+	Group:   "generic",
+	Args:    []cmddoc.Arg{{Name: "key", Type: "key", Multiple: true}},
 }
 
 // Every kind's class must be one the store counts apart (an array of
@@ -81,7 +82,7 @@ func cmdDel(s *Server, c *client, args [][]byte) {
 		m := delMutator{}
 		start := 0
 		for _, end := range c.delEnds {
-			if err := c.batch.Modify(c.del[start:end], &m); err != nil {
+			if err := c.Batch.Modify(c.del[start:end], &m); err != nil {
 				s.replyErr(c, wrapStoreErr(err))
 				return
 			}
@@ -94,5 +95,5 @@ func cmdDel(s *Server, c *client, args [][]byte) {
 	if cap(c.del) > connKeepBuf {
 		c.del, c.delEnds = nil, nil
 	}
-	c.out = resp.AppendInt(c.out, n)
+	c.Out = resp.AppendInt(c.Out, n)
 }

@@ -9,6 +9,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/sluicehq/sluice/internal/rules"
 	"github.com/sluicehq/sluice/policy"
 	"github.com/sluicehq/sluice/storage"
 )
@@ -28,7 +29,9 @@ const (
 type divvyState struct {
 	open  atomic.Int64 // connections open (divvy_tcp_connections_total)
 	total atomic.Int64 // connections accepted
-	wg    sync.WaitGroup
+	// divvy_errors_total, by code.
+	errUnknownCommand, errUnknown atomic.Int64
+	wg                            sync.WaitGroup
 	// guarded by Server.mu
 	ln    net.Listener
 	conns map[*divvyConn]struct{}
@@ -43,7 +46,7 @@ type divvyConn struct {
 	buf      []byte
 	out      []byte
 	batch    *storage.Batch
-	h        hitter
+	h        rules.Hitter
 }
 
 // ServeDivvy accepts line-protocol connections on ln until Close. It
@@ -61,7 +64,7 @@ func (s *Server) ServeDivvy(ln net.Listener) error {
 	}
 	s.divvy.ln = ln
 	s.mu.Unlock()
-	s.log.Info("serving the divvy line protocol", "addr", ln.Addr().String(), "policy", s.pol.file)
+	s.log.Info("serving the divvy line protocol", "addr", ln.Addr().String(), "policy", s.pol.Path)
 	if s.cfg.Password != "" || s.clientCertsRequired() {
 		s.log.Warn("the divvy line protocol has no AUTH and no TLS: anyone who can reach its address can use it", "addr", ln.Addr().String())
 	}
@@ -112,7 +115,7 @@ func (s *Server) admitDivvy(nc net.Conn) *divvyConn {
 		s.stats.connsTotal.Add(1)
 		return d
 	}
-	s.pol.errUnknown.Add(1)
+	s.divvy.errUnknown.Add(1)
 	s.refuse(nc, (&policy.ProtocolError{Code: policy.CodeUnknown, Reason: reason}).AppendReply(nil))
 	return nil
 }
@@ -240,7 +243,7 @@ func (d *divvyConn) serve() {
 func (d *divvyConn) round(start, end int, eof bool) (next int, stop bool) {
 	s := d.s
 	t0 := time.Now()
-	lp := s.pol.cur.Load()
+	lp := s.pol.Current()
 	d.out = d.out[:0]
 	// Resharding: MIGRATE PAUSE waits for the round's hits to be committed
 	// (migrate.go).
@@ -266,9 +269,9 @@ func (d *divvyConn) round(start, end int, eof bool) (next int, stop bool) {
 			stop = true
 			break
 		}
-		cmd, req, err := policy.ParseLine(line, d.h.req)
+		cmd, req, err := policy.ParseLine(line, d.h.Req)
 		if req != nil {
-			d.h.req = req
+			d.h.Req = req
 		}
 		if err != nil {
 			var pe *policy.ProtocolError
@@ -284,12 +287,12 @@ func (d *divvyConn) round(start, end int, eof bool) (next int, stop bool) {
 		}
 		n++
 		if lp == nil {
-			d.out = d.errReply(policy.CodeUnknown, divvyReason(string(errNoPolicy)))
+			d.out = d.errReply(policy.CodeUnknown, divvyReason(string(rules.ErrNoPolicy)))
 			stop = true
 			break
 		}
 		mark, before := len(d.out), d.batch.Len()
-		out, err := s.hit(&d.h, lp, d.h.req, 1, d.batch, s.clock().UnixNano())
+		out, err := s.rules.Hit(&d.h, lp, d.h.Req, 1, d.batch, s.clock().UnixNano())
 		if err != nil {
 			d.out = d.errReply(policy.CodeUnknown, s.lineReason(err))
 			stop = true
@@ -318,7 +321,7 @@ func (d *divvyConn) round(start, end int, eof bool) (next int, stop bool) {
 		}
 	}
 	s.endWrite(wp) // before the reply's write, which a slow reader may hold up
-	d.h.countHits(committed)
+	d.h.CountHits(committed)
 	if len(d.out) > 0 {
 		if t := s.cfg.DivvyIdleTimeout; t > 0 {
 			_ = d.nc.SetWriteDeadline(time.Now().Add(t))
@@ -353,9 +356,9 @@ func (d *divvyConn) errReply(code, reason string) []byte {
 	d.errSent = true
 	switch code {
 	case policy.CodeUnknownCommand:
-		d.s.pol.errUnknownCommand.Add(1)
+		d.s.divvy.errUnknownCommand.Add(1)
 	default:
-		d.s.pol.errUnknown.Add(1)
+		d.s.divvy.errUnknown.Add(1)
 	}
 	return (&policy.ProtocolError{Code: code, Reason: reason}).AppendReply(d.out)
 }

@@ -235,7 +235,7 @@ func (e forwardErr) Unwrap() []error { return []error{e.reply, errForward} }
 // ownerErr is the error of an owner's error reply msg (without its "-"):
 // a resp.Error, as this node would have answered, when the hit itself is
 // what the rule cannot take (policy.ErrHits or arithmetic out of range,
-// hitErr's texts), else a forwardErr.
+// rules.Err's texts), else a forwardErr.
 func ownerErr(msg string) error {
 	if strings.HasPrefix(msg, "ERR hits: ") || strings.HasPrefix(msg, "ERR rule arithmetic out of range") {
 		return resp.Error(msg)

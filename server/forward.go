@@ -11,6 +11,8 @@ import (
 	"sync"
 	"time"
 
+	"github.com/sluicehq/sluice/internal/cmddoc"
+	"github.com/sluicehq/sluice/internal/counterhit"
 	"github.com/sluicehq/sluice/internal/resp"
 	"github.com/sluicehq/sluice/keyspace"
 	"github.com/sluicehq/sluice/policy"
@@ -23,7 +25,7 @@ import (
 // the hit of that one counter is forwarded to it as SLUICE.COUNTERHIT over
 // RESP, on pooled connections with a timeout, and the owner applies it
 // under the same rule (the nodes must run the same --policy and --rls-config; the owner
-// checks the rule's identity). The hook is one call in hitRule (hit.go).
+// checks the rule's identity). The hook is the rules.Engine's Forward, one call in its HitRule.
 //
 // The owner applies exactly what the receiving node would: the rule, by
 // position, with its algorithm; the counter ID, from the key; the limit
@@ -54,7 +56,7 @@ type fwdConn struct {
 	buf []byte
 }
 
-// forwardCounter is hitRule's hook: in cluster mode, when another node owns
+// forwardCounter is the rules engine's Forward hook: in cluster mode, when another node owns
 // the slot of the counter key key (keyspace.AppendRuleKey's, any kind), it
 // has that node apply hits of r under limit at now (unix ns) and returns
 // its outcome with forwarded true. Otherwise it returns forwarded false and
@@ -88,11 +90,11 @@ func (s *Server) forwardHit(addr string, slot uint16, key []byte, r *policy.Rule
 			return policy.Outcome{}, forwardErr{resp.Error(fmt.Sprintf("ERR cluster: forwarding a counter of slot %d to its owner %s failed: %v", slot, addr, oneLine(err.Error())))}
 		}
 		var re resp.Error
-		if !errors.As(reply.err, &re) {
-			if reply.err != nil {
-				return policy.Outcome{}, reply.err
+		if !errors.As(reply.Err, &re) {
+			if reply.Err != nil {
+				return policy.Outcome{}, reply.Err
 			}
-			return reply.outcome(), nil
+			return reply.Outcome(), nil
 		}
 		msg := string(re)
 		switch {
@@ -129,51 +131,22 @@ func (s *Server) forwardTimeout() time.Duration {
 	return DefaultForwardTimeout
 }
 
-// fwdReply is a SLUICE.COUNTERHIT reply: counterHitReplyLen integers, or
-// an error the owner answered (err is a resp.Error).
-type fwdReply struct {
-	ints [counterHitReplyLen]int64
-	err  error
-}
-
-// counterHitReplyLen is the length of SLUICE.COUNTERHIT's reply: allowed
-// (1 or 0), credits left, seconds until reset, limit, retry after (ms),
-// reset after (ms), the fields of policy.Outcome in that order.
-const counterHitReplyLen = 6
-
-// appendCounterHitReply appends o as SLUICE.COUNTERHIT's reply.
-func appendCounterHitReply(dst []byte, o policy.Outcome) []byte {
-	dst = resp.AppendArray(dst, counterHitReplyLen)
-	dst = resp.AppendInt(dst, int64(b2i(o.Allowed)))
-	dst = resp.AppendInt(dst, o.CreditsLeft)
-	dst = resp.AppendInt(dst, o.SecondsUntilReset)
-	dst = resp.AppendInt(dst, o.Limit)
-	dst = resp.AppendInt(dst, o.RetryAfterMs)
-	return resp.AppendInt(dst, o.ResetAfterMs)
-}
-
-// outcome is the Outcome the reply carries, without Quota and Rule.
-func (r fwdReply) outcome() policy.Outcome {
-	return policy.Outcome{Allowed: r.ints[0] == 1, CreditsLeft: r.ints[1], SecondsUntilReset: r.ints[2],
-		Limit: r.ints[3], RetryAfterMs: r.ints[4], ResetAfterMs: r.ints[5]}
-}
-
 // call sends args to addr on a pooled connection and reads the reply.
-func (f *forwarder) call(s *Server, addr string, deadline time.Time, args [][]byte) (fwdReply, error) {
+func (f *forwarder) call(s *Server, addr string, deadline time.Time, args [][]byte) (counterhit.Reply, error) {
 	c, err := f.get(s, addr, deadline)
 	if err != nil {
-		return fwdReply{}, err
+		return counterhit.Reply{}, err
 	}
 	_ = c.nc.SetDeadline(deadline)
-	c.buf = appendCommand(c.buf[:0], args)
+	c.buf = resp.AppendCommand(c.buf[:0], args)
 	if _, err := c.nc.Write(c.buf); err != nil {
 		c.nc.Close()
-		return fwdReply{}, err
+		return counterhit.Reply{}, err
 	}
-	rep, err := readHitReply(c.r)
+	rep, err := counterhit.ReadReply(c.r)
 	if err != nil {
 		c.nc.Close()
-		return fwdReply{}, err
+		return counterhit.Reply{}, err
 	}
 	f.put(addr, c)
 	return rep, nil
@@ -201,7 +174,7 @@ func (f *forwarder) get(s *Server, addr string, deadline time.Time) (*fwdConn, e
 	c := &fwdConn{nc: nc, r: bufio.NewReaderSize(nc, 512)}
 	if s.cfg.Password != "" {
 		_ = nc.SetDeadline(deadline)
-		c.buf = appendCommand(c.buf[:0], [][]byte{[]byte("AUTH"), []byte(s.cfg.Password)})
+		c.buf = resp.AppendCommand(c.buf[:0], [][]byte{[]byte("AUTH"), []byte(s.cfg.Password)})
 		if _, err := nc.Write(c.buf); err != nil {
 			nc.Close()
 			return nil, err
@@ -244,52 +217,11 @@ func (f *forwarder) closeAll() {
 	f.mu.idle = nil
 }
 
-func appendCommand(b []byte, args [][]byte) []byte {
-	b = resp.AppendArray(b, len(args))
-	for _, a := range args {
-		b = resp.AppendBulk(b, a)
-	}
-	return b
-}
-
-// readHitReply reads a reply of counterHitReplyLen integers, or an error
-// reply.
-func readHitReply(r *bufio.Reader) (fwdReply, error) {
-	line, err := r.ReadString('\n')
-	if err != nil {
-		return fwdReply{}, err
-	}
-	line = strings.TrimRight(line, "\r\n")
-	switch {
-	case strings.HasPrefix(line, "-"):
-		return fwdReply{err: resp.Error(line[1:])}, nil
-	case line != "*"+strconv.Itoa(counterHitReplyLen):
-		return fwdReply{}, fmt.Errorf("unexpected reply %q", line)
-	}
-	var rep fwdReply
-	for i := range rep.ints {
-		l, err := r.ReadString('\n')
-		if err != nil {
-			return fwdReply{}, err
-		}
-		l = strings.TrimRight(l, "\r\n")
-		if len(l) < 2 || l[0] != ':' {
-			return fwdReply{}, fmt.Errorf("unexpected reply element %q", l)
-		}
-		n, err := strconv.ParseInt(l[1:], 10, 64)
-		if err != nil {
-			return fwdReply{}, fmt.Errorf("unexpected reply element %q", l)
-		}
-		rep.ints[i] = n
-	}
-	return rep, nil
-}
-
 // cmdCounterHit is SLUICE.COUNTERHIT key rule-position now-ns limit hits,
 // what a node forwards to the owner of a rule's counter: apply hits of the
 // rule at that position of its rule set (counterRule), under limit, at now (unix ns),
 // to the counter key (a store key of any kind keyspace.AppendRuleKey
-// makes), and answer the Outcome (appendCounterHitReply).
+// makes), and answer the Outcome (counterhit.AppendReply).
 //
 // Nothing is taken on trust: the rule's identity must be the key's (the
 // nodes run the same rules), limit one the rule can resolve (creditLimit,
@@ -333,8 +265,8 @@ func cmdCounterHit(s *Server, c *client, args [][]byte) {
 		return
 	}
 	h := &c.hit
-	h.id = r.AppendCounterID(h.id[:0], nil) // the identity alone: no actor
-	if !r.MayCount() || string(h.id) != string(id[:policy.CounterIDLen]) {
+	h.ID = r.AppendCounterID(h.ID[:0], nil) // the identity alone: no actor
+	if !r.MayCount() || string(h.ID) != string(id[:policy.CounterIDLen]) {
 		s.replyErr(c, resp.Error("ERR cluster: rule "+strconv.FormatInt(pos, 10)+" of this node's rule file is not the sender's: every node must run the same rules"))
 		return
 	}
@@ -351,8 +283,8 @@ func cmdCounterHit(s *Server, c *client, args [][]byte) {
 	// limit: the kind is the rule's algorithm, the parameters (a bucket's
 	// depend on the limit, a window's on the period) and the slot are the
 	// rule's and the ID's.
-	h.key = keyspace.AppendRuleKey(h.key[:0], r, limit, id)
-	if string(h.key) != string(key) {
+	h.Key = keyspace.AppendRuleKey(h.Key[:0], r, limit, id)
+	if string(h.Key) != string(key) {
 		s.replyErr(c, resp.Error("ERR SLUICE.COUNTERHIT: the key is not rule "+strconv.FormatInt(pos, 10)+"'s counter under limit "+strconv.FormatInt(limit, 10)+
 			"; expected a "+r.Algorithm.String()+" counter of its parameters, in the slot of its counter ID"))
 		return
@@ -363,20 +295,17 @@ func cmdCounterHit(s *Server, c *client, args [][]byte) {
 	own := s.clock().UnixNano()
 	skew := int64(s.maxClockSkew())
 	now = max(min(now, own+skew), own-skew)
-	m := &h.m.c
-	m.Rule, m.Limit, m.Hits, m.Now, m.ID = r, limit, hits, now, id
-	err = s.modify(c.batch, key, &h.m)
-	m.ID = nil // aliases the command's arguments
+	out, err := s.rules.ApplyCounter(h, c.Batch, key, r, limit, hits, now, id)
 	if err != nil {
 		s.replyErr(c, err)
 		return
 	}
-	c.out = appendCounterHitReply(c.out, m.Out)
+	c.Out = counterhit.AppendReply(c.Out, out)
 }
 
-var counterHitDoc = &cmdDoc{
-	summary: "Cluster mode, between nodes: applies hits of a rule, under a limit, to a rule counter this node owns and answers the outcome; a node receiving a HIT or GET /check sends it to the counter's owner.",
-	group:   "cluster",
-	args: []docArg{{name: "counter-key", typ: "string"}, {name: "rule-position", typ: "integer"}, {name: "now-ns", typ: "integer"},
-		{name: "limit", typ: "integer"}, {name: "hits", typ: "integer"}},
+var counterHitDoc = &cmddoc.Doc{
+	Summary: "Cluster mode, between nodes: applies hits of a rule, under a limit, to a rule counter this node owns and answers the outcome; a node receiving a HIT or GET /check sends it to the counter's owner.",
+	Group:   "cluster",
+	Args: []cmddoc.Arg{{Name: "counter-key", Type: "string"}, {Name: "rule-position", Type: "integer"}, {Name: "now-ns", Type: "integer"},
+		{Name: "limit", Type: "integer"}, {Name: "hits", Type: "integer"}},
 }

@@ -13,6 +13,8 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/sluicehq/sluice/internal/counterhit"
+	"github.com/sluicehq/sluice/internal/rules"
 	"github.com/sluicehq/sluice/keyspace"
 	"github.com/sluicehq/sluice/policy"
 	"github.com/sluicehq/sluice/storage"
@@ -60,7 +62,7 @@ func startClusterServers(t testing.TB, n int, cfg Config) []*Server {
 }
 
 // TestClusterHitCountsOnOwner is issue 17's third must-show: HIT sent to
-// any node, over RESP or the line protocol (and Server.hit, for every
+// any node, over RESP or the line protocol (and the rules engine's Hit, for every
 // algorithm and a per-request quota), answers what a standalone
 // server answers for the same sequence, and each counter is stored only
 // on the node owning its slot.
@@ -130,7 +132,7 @@ func TestClusterHitOwnerDown(t *testing.T) {
 }
 
 // hitDirect evaluates the request of line's fields on srv as the front
-// ends do (Server.hit with hits, at the server's clock), commits, and
+// ends do (rules.Engine.Hit with hits, at the server's clock), commits, and
 // returns the outcome with its Rule replaced by the rule's position, so
 // that outcomes of two servers compare.
 func hitDirect(t *testing.T, srv *Server, line string, hits int64) (policy.Outcome, int, error) {
@@ -139,9 +141,9 @@ func hitDirect(t *testing.T, srv *Server, line string, hits int64) (policy.Outco
 	if err != nil {
 		t.Fatal(err)
 	}
-	var h hitter
+	var h rules.Hitter
 	b := srv.store.NewBatch()
-	out, err := srv.hit(&h, srv.pol.cur.Load(), req, hits, b, srv.clock().UnixNano())
+	out, err := srv.rules.Hit(&h, srv.pol.Current(), req, hits, b, srv.clock().UnixNano())
 	if cerr := b.Commit(); cerr != nil {
 		t.Fatal(cerr)
 	}
@@ -223,7 +225,7 @@ func testClusterHitAlgorithms(t *testing.T) {
 						round, line, hits, n, got, gpos, gerr, want, wpos, werr)
 				}
 				if werr == nil && wpos > 0 {
-					r := ref.pol.cur.Load().p.Rules()[wpos-1]
+					r := ref.pol.Current().Policy.Rules()[wpos-1]
 					req, _ := policy.ParseArgs(bytesFields(line), nil)
 					lim, _ := r.Limit(req)
 					key := keyspace.AppendRuleKey(nil, r, lim, r.AppendCounterID(nil, req))
@@ -287,7 +289,7 @@ func TestCounterHitRefusesBadArguments(t *testing.T) {
 	srv := startClusterServers(t, 1, Config{PolicyFile: path})[0]
 	rdb := newClient(t, srv)
 	ctx := context.Background()
-	rules := srv.pol.cur.Load().p.Rules()
+	rules := srv.pol.Current().Policy.Rules()
 	ruleKey := func(pos int, limit int64, actor string) []byte {
 		r := rules[pos-1]
 		return keyspace.AppendRuleKey(nil, r, limit, append(r.AppendCounterID(nil, nil), actor...))
@@ -354,7 +356,7 @@ func TestCounterHitRefusesBadArguments(t *testing.T) {
 func FuzzCounterHit(f *testing.F) {
 	path := filepath.Join("..", "policy", "testdata", "algorithms.ini")
 	srv := startClusterServers(f, 1, Config{PolicyFile: path})[0]
-	rules := srv.pol.cur.Load().p.Rules()
+	rules := srv.pol.Current().Policy.Rules()
 	for i, r := range rules {
 		for _, lim := range []int64{r.CreditLimit, r.MaxQuota, 1} {
 			key := keyspace.AppendRuleKey(nil, r, lim, append(r.AppendCounterID(nil, nil), "a{b}"...))
@@ -364,12 +366,12 @@ func FuzzCounterHit(f *testing.F) {
 	f.Add([]byte{0, 0, 'd'}, "1", "-9223372036854775808", "9223372036854775807", "9223372036854775807")
 	f.Add([]byte{0xff, 0xff, 'b', 0xff}, "3", "0", "2", "1")
 	f.Fuzz(func(t *testing.T, key []byte, pos, now, limit, hits string) {
-		c := &client{resp: 2, batch: srv.store.NewBatch(), authed: true, tally: make([]tally, len(srv.cmds))}
+		c := &client{resp: 2, Ctx: srv.newCtx(), authed: true, tally: make([]tally, len(srv.cmds))}
 		srv.exec(c, [][]byte{[]byte("SLUICE.COUNTERHIT"), key, []byte(pos), []byte(now), []byte(limit), []byte(hits)})
-		if err := c.batch.Commit(); err != nil {
+		if err := c.Batch.Commit(); err != nil {
 			t.Fatal(err)
 		}
-		out := string(c.out)
+		out := string(c.Out)
 		if strings.HasPrefix(out, "-") {
 			if strings.Count(out, "\r\n") != 1 {
 				t.Fatalf("error reply %q", out)
@@ -377,9 +379,9 @@ func FuzzCounterHit(f *testing.F) {
 			return
 		}
 		r := bufio.NewReader(strings.NewReader(out))
-		rep, err := readHitReply(r)
-		if err != nil || rep.err != nil || r.Buffered() != 0 {
-			t.Fatalf("reply %q: %v %v", out, err, rep.err)
+		rep, err := counterhit.ReadReply(r)
+		if err != nil || rep.Err != nil || r.Buffered() != 0 {
+			t.Fatalf("reply %q: %v %v", out, err, rep.Err)
 		}
 	})
 }

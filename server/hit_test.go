@@ -18,6 +18,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/sluicehq/sluice/internal/rules"
 	"github.com/sluicehq/sluice/storage"
 )
 
@@ -190,8 +191,8 @@ func TestExampleConfigOverBothProtocols(t *testing.T) {
 // hitsByLabel reads the divvy_hits_total counters.
 func hitsByLabel(srv *Server) map[string][4]int64 {
 	m := map[string][4]int64{}
-	for _, hc := range srv.labelCounts() {
-		m[hc.label] = [4]int64{hc.accepted.Load(), hc.rejected.Load(), hc.canaryAccepted.Load(), hc.canaryRejected.Load()}
+	for _, hc := range srv.pol.LabelCounts() {
+		m[hc.Label] = [4]int64{hc.Accepted.Load(), hc.Rejected.Load(), hc.CanaryAccepted.Load(), hc.CanaryRejected.Load()}
 	}
 	return m
 }
@@ -284,10 +285,10 @@ func TestLineProtocolErrorsCloseTheConnection(t *testing.T) {
 	if got, err := io.ReadAll(c.r); err != nil || string(got) != "OK true 4 60\n" {
 		t.Fatalf("last line at EOF: %q, %v", got, err)
 	}
-	if n := srv.pol.errUnknownCommand.Load(); n != 1 {
+	if n := srv.divvy.errUnknownCommand.Load(); n != 1 {
 		t.Errorf("unknown-command errors = %d, want 1", n)
 	}
-	if n := srv.pol.errUnknown.Load(); n != 4 {
+	if n := srv.divvy.errUnknown.Load(); n != 4 {
 		t.Errorf("unknown errors = %d, want 4", n)
 	}
 }
@@ -513,7 +514,7 @@ resetSeconds = 0
 			t.Errorf("no reply came from version %d", v)
 		}
 	}
-	if n := srv.pol.reloadFailures.Load(); n != 12 {
+	if n := srv.pol.ReloadFailures.Load(); n != 12 {
 		t.Errorf("failed reloads = %d, want 12", n)
 	}
 }
@@ -697,17 +698,17 @@ func BenchmarkHitLine(b *testing.B) {
 func BenchmarkHitCommand(b *testing.B) {
 	path := policyFile(b, "p.ini", "[path=/x]\ncreditLimit = 1000000000\nresetSeconds = 3600\nmatchPolicy = canary\n\n[path=/x ip=*]\ncreditLimit = 1000000000\nresetSeconds = 3600\nactorField = ip\n\n[default]\ncreditLimit = 0\nresetSeconds = 0\n")
 	srv := startServer(b, Config{PolicyFile: path})
-	c := &client{resp: 2, batch: srv.store.NewBatch(), authed: true, tally: make([]tally, len(srv.cmds))}
+	c := &client{resp: 2, Ctx: srv.newCtx(), authed: true, tally: make([]tally, len(srv.cmds))}
 	args := [][]byte{[]byte("HIT"), []byte("method=GET"), []byte("path=/x"), []byte("ip=10.1.2.3")}
 	b.ReportAllocs()
 	for i := 0; b.Loop(); i++ {
-		c.out = c.out[:0]
+		c.Out = c.Out[:0]
 		srv.exec(c, args)
 		if i%16 == 15 {
-			if err := c.batch.Commit(); err != nil {
+			if err := c.Batch.Commit(); err != nil {
 				b.Fatal(err)
 			}
-			c.hit.countHits(true)
+			c.Committed(true)
 			srv.flushTally(c)
 		}
 	}
@@ -868,7 +869,7 @@ func TestClientMemoryCountsHitBuffers(t *testing.T) {
 	// buffers, not the HIT's.
 	hit, echo := grew("HIT", "*3"), grew("ECHO", "-ERR wrong number of arguments")
 	t.Logf("a command of %d arguments: client buffers grew %d bytes for HIT, %d for ECHO", fields+1, hit, echo)
-	if want := int64(fields * fieldSize); hit-echo < want {
+	if want := int64(fields * rules.FieldSize); hit-echo < want {
 		t.Fatalf("client buffers grew %d bytes after a HIT of %d fields and %d after an ECHO as long; the HIT's parsed fields alone take %d",
 			hit, fields, echo, want)
 	}

@@ -3,7 +3,6 @@ package server
 import (
 	"context"
 	"errors"
-	"github.com/sluicehq/sluice/keyspace"
 	"log"
 	"log/slog"
 	"net"
@@ -12,6 +11,8 @@ import (
 	"strings"
 	"sync"
 	"time"
+
+	"github.com/sluicehq/sluice/keyspace"
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
@@ -242,11 +243,11 @@ func (sc *serverCollector) Collect(ch chan<- prometheus.Metric) {
 		if calls == 0 {
 			continue
 		}
-		counter(descCommands, calls-errs-allowed-denied, cmd.name, "ok")
-		counter(descCommands, errs, cmd.name, "error")
-		if takesTokens(cmd.name) {
-			counter(descCommands, allowed, cmd.name, "allowed")
-			counter(descCommands, denied, cmd.name, "denied")
+		counter(descCommands, calls-errs-allowed-denied, cmd.Name, "ok")
+		counter(descCommands, errs, cmd.Name, "error")
+		if takesTokens(cmd.Name) {
+			counter(descCommands, allowed, cmd.Name, "allowed")
+			counter(descCommands, denied, cmd.Name, "denied")
 		}
 	}
 	st := &s.stats
@@ -314,25 +315,25 @@ func (sc *serverCollector) Collect(ch chan<- prometheus.Metric) {
 	gauge(descCheckpoint, float64(s.lastSave.Load()))
 
 	ps := &s.pol
-	for _, hc := range s.labelCounts() {
-		counter(descDivvyHits, hc.accepted.Load(), "accepted", hc.label)
-		counter(descDivvyHits, hc.rejected.Load(), "rejected", hc.label)
-		counter(descDivvyHits, hc.canaryAccepted.Load(), "canary-accepted", hc.label)
-		counter(descDivvyHits, hc.canaryRejected.Load(), "canary-rejected", hc.label)
+	for _, hc := range ps.LabelCounts() {
+		counter(descDivvyHits, hc.Accepted.Load(), "accepted", hc.Label)
+		counter(descDivvyHits, hc.Rejected.Load(), "rejected", hc.Label)
+		counter(descDivvyHits, hc.CanaryAccepted.Load(), "canary-accepted", hc.Label)
+		counter(descDivvyHits, hc.CanaryRejected.Load(), "canary-rejected", hc.Label)
 	}
-	counter(descDivvyErrors, ps.errUnknownCommand.Load(), policy.CodeUnknownCommand)
-	counter(descDivvyErrors, ps.errUnknown.Load(), policy.CodeUnknown)
+	counter(descDivvyErrors, s.divvy.errUnknownCommand.Load(), policy.CodeUnknownCommand)
+	counter(descDivvyErrors, s.divvy.errUnknown.Load(), policy.CodeUnknown)
 	gauge(descDivvyConns, float64(s.divvy.open.Load()))
 	counter(descDivvyAccepted, s.divvy.total.Load())
 	rules, loaded := 0.0, 0.0
-	if lp := ps.cur.Load(); lp != nil {
-		rules, loaded = float64(len(lp.counts)), float64(lp.at.UnixMilli())/1000
+	if lp := ps.Current(); lp != nil {
+		rules, loaded = float64(len(lp.Counts)), float64(lp.At.UnixMilli())/1000
 	}
 	gauge(descPolicyRules, rules)
 	gauge(descPolicyLoaded, loaded)
 	s.collectCheck(ch)
-	counter(descPolicyReloads, ps.reloads.Load(), "ok")
-	counter(descPolicyReloads, ps.reloadFailures.Load(), "failed")
+	counter(descPolicyReloads, ps.Reloads.Load(), "ok")
+	counter(descPolicyReloads, ps.ReloadFailures.Load(), "failed")
 }
 
 // takesTokens reports whether a command decides allowed or denied.

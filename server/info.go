@@ -1,14 +1,15 @@
 package server
 
 import (
-	"github.com/sluicehq/sluice/internal/resp"
-	"github.com/sluicehq/sluice/keyspace"
 	"net"
 	"os"
 	"runtime"
 	"strconv"
 	"strings"
 	"time"
+
+	"github.com/sluicehq/sluice/internal/resp"
+	"github.com/sluicehq/sluice/keyspace"
 )
 
 // redisCompatVersion is the Redis version whose protocol and commands sluice
@@ -47,7 +48,7 @@ func cmdInfo(s *Server, c *client, args [][]byte) {
 		}
 		s.writeInfo(&b, sec)
 	}
-	c.out = resp.AppendBulkString(c.out, b.String())
+	c.Out = resp.AppendBulkString(c.Out, b.String())
 }
 
 func (s *Server) writeInfo(b *strings.Builder, section string) {

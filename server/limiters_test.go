@@ -487,13 +487,13 @@ func TestLimiterCommandInfo(t *testing.T) {
 		}
 		documented[name] = true
 	}
-	for name, cmd := range commandTable() {
-		if cmd.doc == nil || cmd.doc.summary == "" || cmd.doc.group == "" || !documented[name] {
+	for name, cmd := range commandTable(nil, nil) {
+		if cmd.Doc == nil || cmd.Doc.Summary == "" || cmd.Doc.Group == "" || !documented[name] {
 			t.Errorf("command %s has no COMMAND DOCS record", name)
 		}
 	}
-	if len(documented) != len(commandTable()) {
-		t.Errorf("COMMAND DOCS has %d records, the table %d commands", len(documented), len(commandTable()))
+	if len(documented) != len(commandTable(nil, nil)) {
+		t.Errorf("COMMAND DOCS has %d records, the table %d commands", len(documented), len(commandTable(nil, nil)))
 	}
 }
 
@@ -527,18 +527,18 @@ func TestLimiterMetrics(t *testing.T) {
 
 func benchCommand(b *testing.B, args [][]byte) {
 	srv := startServer(b, Config{})
-	c := &client{resp: 2, batch: srv.store.NewBatch(), authed: true, tally: make([]tally, len(srv.cmds))}
-	c.out = c.out[:0]
+	c := &client{resp: 2, Ctx: srv.newCtx(), authed: true, tally: make([]tally, len(srv.cmds))}
+	c.Out = c.Out[:0]
 	srv.exec(c, args)
-	if c.out[0] != '*' {
-		b.Fatalf("reply %q", c.out)
+	if c.Out[0] != '*' {
+		b.Fatalf("reply %q", c.Out)
 	}
 	b.ReportAllocs()
 	for i := 0; b.Loop(); i++ {
-		c.out = c.out[:0]
+		c.Out = c.Out[:0]
 		srv.exec(c, args)
 		if i%16 == 15 { // a pipeline of 16, as handle ends one
-			if err := c.batch.Commit(); err != nil {
+			if err := c.Batch.Commit(); err != nil {
 				b.Fatal(err)
 			}
 			srv.flushTally(c)

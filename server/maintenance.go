@@ -180,13 +180,13 @@ func cmdCompact(s *Server, c *client, args [][]byte) {
 		s.replyErr(c, s.maintenanceErr("compact", err))
 		return
 	}
-	c.out = resp.AppendSimple(c.out, "OK")
+	c.Out = resp.AppendSimple(c.Out, "OK")
 }
 
 // cmdDBSize answers the number of stored buckets: those found when the
 // store opened, plus those created since, minus those deleted.
 func cmdDBSize(s *Server, c *client, args [][]byte) {
-	c.out = resp.AppendInt(c.out, s.store.Records())
+	c.Out = resp.AppendInt(c.Out, s.store.Records())
 }
 
 // cmdCheckpoint writes a consistent copy of the store into a new directory
@@ -225,7 +225,7 @@ func cmdCheckpoint(s *Server, c *client, args [][]byte) {
 	}
 	s.lastSave.Store(time.Now().Unix())
 	s.log.Info("checkpoint written", "dir", dir)
-	c.out = resp.AppendBulkString(c.out, dir)
+	c.Out = resp.AppendBulkString(c.Out, dir)
 }
 
 func validBackupName(n string) bool {
@@ -244,5 +244,5 @@ func validBackupName(n string) bool {
 // cmdLastSave answers the unix time of the last successful CHECKPOINT, or,
 // as in Redis, the start time before the first.
 func cmdLastSave(s *Server, c *client, args [][]byte) {
-	c.out = resp.AppendInt(c.out, s.lastSave.Load())
+	c.Out = resp.AppendInt(c.Out, s.lastSave.Load())
 }

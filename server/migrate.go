@@ -264,7 +264,7 @@ func (s *Server) clusterMigrate(c *client, op string, args [][]byte) {
 			s.replyErr(c, err)
 			return
 		}
-		c.out = resp.AppendSimple(c.out, "OK")
+		c.Out = resp.AppendSimple(c.Out, "OK")
 	case (op == "pause" && len(args) == 0) || (op == "dirty" && len(args) == 1):
 		// A node restarted since START has forgotten the migration, and
 		// the keys written meanwhile: the move must start over.
@@ -297,7 +297,7 @@ func (s *Server) clusterMigrate(c *client, op string, args [][]byte) {
 			s.replyErr(c, resp.Error("ERR pipelines and line-protocol, /check or ShouldRateLimit writes under way did not finish within "+migratePauseWait.String()+"; the slots serve again, retry the pause"))
 			return
 		}
-		c.out = resp.AppendSimple(c.out, "OK")
+		c.Out = resp.AppendSimple(c.Out, "OK")
 	case op == "cancel" && len(args) == 0:
 		for slot := range m.state {
 			m.state[slot].Store(slotServing)
@@ -307,7 +307,7 @@ func (s *Server) clusterMigrate(c *client, op string, args [][]byte) {
 		m.mu.dirty = nil
 		m.mu.ranges = ""
 		m.mu.Unlock()
-		c.out = resp.AppendSimple(c.out, "OK")
+		c.Out = resp.AppendSimple(c.Out, "OK")
 	default:
 		s.replyErr(c, resp.Error("ERR CLUSTER MIGRATE: want START <slots>, PAUSE, DIRTY <count> or CANCEL"))
 	}
@@ -366,7 +366,7 @@ func (s *Server) popDirty(c *client, n int) {
 	m.mu.Unlock()
 	b := s.store.NewBatch()
 	var r readMutator
-	c.out = resp.AppendArray(c.out, 2*len(keys))
+	c.Out = resp.AppendArray(c.Out, 2*len(keys))
 	for _, k := range keys {
 		if err := b.Modify([]byte(k), &r); err != nil {
 			// Put it back: the next DIRTY tries again.
@@ -377,11 +377,11 @@ func (s *Server) popDirty(c *client, n int) {
 			m.mu.Unlock()
 			r.found = false
 		}
-		c.out = resp.AppendBulkString(c.out, k)
+		c.Out = resp.AppendBulkString(c.Out, k)
 		if r.found {
-			c.out = resp.AppendBulk(c.out, r.val)
+			c.Out = resp.AppendBulk(c.Out, r.val)
 		} else {
-			c.out = resp.AppendBulkString(c.out, "")
+			c.Out = resp.AppendBulkString(c.Out, "")
 		}
 	}
 }
@@ -431,10 +431,10 @@ func (s *Server) clusterDump(c *client, args [][]byte) {
 		s.replyErr(c, wrapStoreErr(err))
 		return
 	}
-	c.out = resp.AppendArray(c.out, 1+len(recs))
-	c.out = resp.AppendBulk(c.out, next)
+	c.Out = resp.AppendArray(c.Out, 1+len(recs))
+	c.Out = resp.AppendBulk(c.Out, next)
 	for _, r := range recs {
-		c.out = resp.AppendBulk(c.out, r)
+		c.Out = resp.AppendBulk(c.Out, r)
 	}
 }
 
@@ -481,12 +481,12 @@ func (s *Server) clusterRestore(c *client, args [][]byte) {
 	var m restoreMutator
 	for i := 0; i < len(args); i += 2 {
 		m.val = args[i+1]
-		if err := c.batch.Modify(args[i], &m); err != nil {
+		if err := c.Batch.Modify(args[i], &m); err != nil {
 			s.replyErr(c, wrapStoreErr(err))
 			return
 		}
 	}
-	c.out = resp.AppendInt(c.out, int64(len(args)/2))
+	c.Out = resp.AppendInt(c.Out, int64(len(args)/2))
 }
 
 // clusterDrop deletes every record of slots this node does not own: the
@@ -545,5 +545,5 @@ func (s *Server) clusterDrop(c *client, arg string) {
 			n += int64(len(keys))
 		}
 	}
-	c.out = resp.AppendInt(c.out, n)
+	c.Out = resp.AppendInt(c.Out, n)
 }

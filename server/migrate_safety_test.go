@@ -100,7 +100,7 @@ func heldSetup(t *testing.T) (*Server, *holdingNode, string, string, []byte) {
 	srv := startServerOn(t, Config{PolicyFile: policyFile(t, "held.ini", heldPolicy), Clock: clock.now, SweepInterval: -1,
 		Check:   CheckConfig{IdentityHeader: "X-User"},
 		Cluster: &ClusterConfig{Nodes: []string{self, peer.addr}, Self: self, ForwardTimeout: time.Minute}}, self)
-	rules := srv.pol.cur.Load().p.Rules()
+	rules := srv.pol.Current().Policy.Rules()
 	v := srv.clus.view.Load()
 	owner := func(r *policy.Rule, actor string) (uint16, []byte) {
 		k := keyspace.AppendRuleKey(nil, r, r.CreditLimit, append(r.AppendCounterID(nil, nil), actor...))
@@ -246,7 +246,7 @@ func TestCounterHitTrust(t *testing.T) {
 	clock := newTestClock(t0)
 	ctx := context.Background()
 	standalone := startServer(t, Config{PolicyFile: path, Clock: clock.now, SweepInterval: -1})
-	r := standalone.pol.cur.Load().p.Rules()[0] // fixedWindow
+	r := standalone.pol.Current().Policy.Rules()[0] // fixedWindow
 	key := keyspace.AppendRuleKey(nil, r, 2, append(r.AppendCounterID(nil, nil), "ann"...))
 	now := strconv.FormatInt(clock.now().UnixNano(), 10)
 	err := newClient(t, standalone).Do(ctx, "SLUICE.COUNTERHIT", string(key), 1, now, 2, 1).Err()

@@ -81,7 +81,7 @@ func TestMigrateRuleCounters(t *testing.T) {
 	path := filepath.Join("..", "policy", "testdata", "algorithms.ini")
 	clock := newTestClock(t0)
 	nodes := startClusterServers(t, 2, Config{PolicyFile: path, Clock: clock.now, SweepInterval: -1})
-	rules := nodes[0].pol.cur.Load().p.Rules()
+	rules := nodes[0].pol.Current().Policy.Rules()
 	v := nodes[0].clus.view.Load()
 	// One counter of each kind in a slot of node 0.
 	var lines, slots []string
@@ -91,7 +91,7 @@ func TestMigrateRuleCounters(t *testing.T) {
 		for u := 0; ; u++ {
 			line := fmt.Sprintf(f, u)
 			req, _ := policy.ParseArgs(bytesFields(line), nil)
-			r, _ := nodes[0].pol.cur.Load().p.Match(req, nil)
+			r, _ := nodes[0].pol.Current().Policy.Match(req, nil)
 			lim, _ := r.Limit(req)
 			key := keyspace.AppendRuleKey(nil, r, lim, r.AppendCounterID(nil, req))
 			if slot := binary.BigEndian.Uint16(key); v.owner[slot] == v.self {

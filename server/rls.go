@@ -23,6 +23,7 @@ import (
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/types/known/durationpb"
 
+	"github.com/sluicehq/sluice/internal/rules"
 	"github.com/sluicehq/sluice/policy"
 	"github.com/sluicehq/sluice/rls"
 	"github.com/sluicehq/sluice/storage"
@@ -32,7 +33,7 @@ import (
 // answering ShouldRateLimit from an envoyproxy/ratelimit YAML
 // configuration (package rls). Each descriptor's limit is a policy.Rule,
 // evaluated with the same step as HIT's deciding rule (checkActorKey and
-// hitRule), and the reply is sent after the request's writes are
+// rules.Engine.HitRule), and the reply is sent after the request's writes are
 // committed, as HIT's is.
 
 // Defaults for the gRPC listener's limits.
@@ -88,17 +89,17 @@ type rlsCounts struct {
 // loadedRLS is a configuration in use, replaced as a whole on reload.
 type loadedRLS struct {
 	cfg    *rls.Config
-	lp     *loadedPolicy // hitRule's bookkeeping for the configuration's rules
+	lp     *rules.Set // HitRule's bookkeeping for the configuration's rules
 	counts map[*rls.Limit]*rlsCounts
 	// override counts an override's hits, per domain.
 	override map[string]*rlsCounts
 	at       time.Time
-	byID     map[ruleID]*policy.Rule // for forwarded hits (counterRule)
+	byID     map[rules.ID]*policy.Rule // for forwarded hits (counterRule)
 }
 
 // rlsWork is one call's reusable state.
 type rlsWork struct {
-	h        hitter
+	h        rules.Hitter
 	batch    *storage.Batch
 	entries  []rls.Entry
 	actor    []byte
@@ -155,10 +156,10 @@ func (s *Server) loadRLS() error {
 	if err != nil {
 		return err
 	}
-	rules := c.Rules()
-	ld := &loadedRLS{cfg: c, lp: &loadedPolicy{counts: make([]*hitCounts, len(rules))}, counts: make(map[*rls.Limit]*rlsCounts), override: make(map[string]*rlsCounts), at: time.Now(), byID: indexRules(rules)}
-	for i, r := range rules {
-		ld.lp.counts[i] = &hitCounts{label: r.Label}
+	rs := c.Rules()
+	ld := &loadedRLS{cfg: c, lp: &rules.Set{Counts: make([]*rules.Counts, len(rs))}, counts: make(map[*rls.Limit]*rlsCounts), override: make(map[string]*rlsCounts), at: time.Now(), byID: rules.Index(rs)}
+	for i, r := range rs {
+		ld.lp.Counts[i] = &rules.Counts{Label: r.Label}
 	}
 	st.mu.Lock()
 	if st.mu.metrics == nil {
@@ -169,7 +170,7 @@ func (s *Server) loadRLS() error {
 			ld.counts[l] = st.countsLocked(l.Domain, l.Key)
 		}
 	}
-	for _, r := range rules {
+	for _, r := range rs {
 		if r.QuotaField == rls.OverrideField {
 			d := r.Operation[0].Value
 			ld.override[d] = st.countsLocked(d, "override")
@@ -565,7 +566,7 @@ func (s *Server) shouldRateLimit(req *rlspb.RateLimitRequest) (*rlspb.RateLimitR
 			hits = 0 // read the counter for the reply; take nothing
 		}
 		before := w.batch.Len()
-		out, err := s.hitRule(&w.h, ld.lp, lim.rule, w.req, hits, false, w.batch, nowNs)
+		out, err := s.rules.HitRule(&w.h, ld.lp, lim.rule, w.req, hits, false, w.batch, nowNs)
 		if err != nil {
 			evalErr = rlsStatusErr(s, i, err)
 			break
@@ -573,7 +574,7 @@ func (s *Server) shouldRateLimit(req *rlspb.RateLimitRequest) (*rlspb.RateLimitR
 		if lim.never {
 			// Denied, and waiting cannot help: no retry-after.
 			out.Allowed, out.CreditsLeft, out.RetryAfterMs = false, 0, -1
-			w.h.done[len(w.h.done)-1].allowed = false
+			w.h.DenyLast()
 		}
 		if w.batch.Len() > before {
 			writes++
@@ -587,8 +588,8 @@ func (s *Server) shouldRateLimit(req *rlspb.RateLimitRequest) (*rlspb.RateLimitR
 		}
 	}
 	s.endWrite(wp)
-	w.h.countHits(committed)
-	w.h.resize()
+	w.h.CountHits(committed)
+	w.h.Trim(connKeepBuf)
 	if evalErr != nil {
 		return nil, evalErr
 	}

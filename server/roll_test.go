@@ -536,25 +536,25 @@ func BenchmarkRollLimitCommand1000(b *testing.B) {
 // BenchmarkRollWouldLimitCommand1000 reads a full log of max 1000.
 func BenchmarkRollWouldLimitCommand1000(b *testing.B) {
 	srv := startServer(b, Config{})
-	c := &client{resp: 2, batch: srv.store.NewBatch(), authed: true, tally: make([]tally, len(srv.cmds))}
+	c := &client{resp: 2, Ctx: srv.newCtx(), authed: true, tally: make([]tally, len(srv.cmds))}
 	limit := [][]byte{[]byte("ROLL.LIMIT"), []byte("user:12345"), []byte("60000"), []byte("1000")}
 	for range 1001 {
 		srv.exec(c, limit)
 	}
-	if err := c.batch.Commit(); err != nil {
+	if err := c.Batch.Commit(); err != nil {
 		b.Fatal(err)
 	}
 	args := [][]byte{[]byte("ROLL.WOULDLIMIT"), []byte("user:12345"), []byte("60000"), []byte("1000")}
 	b.ReportAllocs()
 	for i := 0; b.Loop(); i++ {
-		c.out = c.out[:0]
+		c.Out = c.Out[:0]
 		srv.exec(c, args)
 		if i%16 == 15 {
 			srv.flushTally(c)
 		}
 	}
-	if !bytes.HasPrefix(c.out, []byte("*5\r\n:1\r\n")) {
-		b.Fatalf("reply %q: the log is not full", c.out)
+	if !bytes.HasPrefix(c.Out, []byte("*5\r\n:1\r\n")) {
+		b.Fatalf("reply %q: the log is not full", c.Out)
 	}
 }
 

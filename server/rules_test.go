@@ -9,6 +9,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/sluicehq/sluice/internal/rules"
 	"github.com/sluicehq/sluice/policy"
 )
 
@@ -129,7 +130,7 @@ func TestStaggeredRule(t *testing.T) {
 	path := filepath.Join("..", "policy", "testdata", "algorithms.ini")
 	clock := newTestClock(t0)
 	srv := startServer(t, Config{PolicyFile: path, Clock: clock.now})
-	p := srv.pol.cur.Load().p
+	p := srv.pol.Current().Policy
 	ends := map[int64]bool{}
 	for _, user := range []string{"a", "b", "c", "d"} {
 		req := policy.Request{{Key: []byte("path"), Value: []byte("/fws")}, {Key: []byte("user"), Value: []byte(user)}}
@@ -151,14 +152,14 @@ func TestStaggeredRule(t *testing.T) {
 	}
 }
 
-// TestHitEntryPoint calls Server.hit as GET /check will: the request's
+// TestHitEntryPoint calls the rules engine's Hit as GET /check will: the request's
 // fields and a hit count, and an answer with what rate-limit headers need.
 func TestHitEntryPoint(t *testing.T) {
 	path := filepath.Join("..", "policy", "testdata", "algorithms.ini")
 	clock := newTestClock(t0)
 	srv := startServer(t, Config{PolicyFile: path, Clock: clock.now})
-	lp := srv.pol.cur.Load()
-	var h hitter
+	lp := srv.pol.Current()
+	var h rules.Hitter
 	b := srv.store.NewBatch()
 	hit := func(hits int64, kv ...string) policy.Outcome {
 		t.Helper()
@@ -166,14 +167,14 @@ func TestHitEntryPoint(t *testing.T) {
 		for i := 0; i < len(kv); i += 2 {
 			req = append(req, policy.Field{Key: []byte(kv[i]), Value: []byte(kv[i+1])})
 		}
-		out, err := srv.hit(&h, lp, req, hits, b, clock.now().UnixNano())
+		out, err := srv.rules.Hit(&h, lp, req, hits, b, clock.now().UnixNano())
 		if err != nil {
 			t.Fatalf("hit %v %d: %v", kv, hits, err)
 		}
 		if err := b.Commit(); err != nil {
 			t.Fatal(err)
 		}
-		h.countHits(true)
+		h.CountHits(true)
 		return out
 	}
 	type want struct {
@@ -215,7 +216,7 @@ func TestHitEntryPoint(t *testing.T) {
 	check("always deny", hit(1, "path", "/nowhere"), want{false, 0, 0, -1, -1, -1, "", policy.QuotaNone})
 
 	// A slidingLog records one hit at a time.
-	_, err := srv.hit(&h, lp, policy.Request{{Key: []byte("path"), Value: []byte("/log")}, {Key: []byte("user"), Value: []byte("z")}}, 2, b, clock.now().UnixNano())
+	_, err := srv.rules.Hit(&h, lp, policy.Request{{Key: []byte("path"), Value: []byte("/log")}, {Key: []byte("user"), Value: []byte("z")}}, 2, b, clock.now().UnixNano())
 	if err == nil || !strings.Contains(srv.errorText(err), "a slidingLog rule records one hit at a time") {
 		t.Fatalf("2 hits on a slidingLog rule: %v", err)
 	}
@@ -265,18 +266,18 @@ func BenchmarkHitAlgorithms(b *testing.B) {
 			path := policyFile(b, "p.ini", "[path=/x ip=*]\nalgorithm = "+alg+"\ncreditLimit = 100000\nresetSeconds = 1\nactorField = ip\nquotaField = quota\nmaxQuota = 100000\n\n[default]\ncreditLimit = 0\nresetSeconds = 0\n")
 			clock := newTestClock(t0)
 			srv := startServer(b, Config{PolicyFile: path, Clock: clock.now})
-			c := &client{resp: 2, batch: srv.store.NewBatch(), authed: true, tally: make([]tally, len(srv.cmds))}
+			c := &client{resp: 2, Ctx: srv.newCtx(), authed: true, tally: make([]tally, len(srv.cmds))}
 			args := [][]byte{[]byte("HIT"), []byte("path=/x"), []byte("ip=10.1.2.3"), []byte("quota=50000")}
 			b.ReportAllocs()
 			for i := 0; b.Loop(); i++ {
 				clock.ms.Add(1)
-				c.out = c.out[:0]
+				c.Out = c.Out[:0]
 				srv.exec(c, args)
 				if i%16 == 15 {
-					if err := c.batch.Commit(); err != nil {
+					if err := c.Batch.Commit(); err != nil {
 						b.Fatal(err)
 					}
-					c.hit.countHits(true)
+					c.Committed(true)
 					srv.flushTally(c)
 				}
 			}
@@ -309,7 +310,7 @@ func TestRuleCountersUnreachableFromRESP(t *testing.T) {
 			if got := hit(); got != "0" {
 				t.Fatalf("third HIT allowed %s, want 0", got)
 			}
-			id := string(srv.pol.cur.Load().p.Rules()[0].AppendCounterID(nil, policy.Request{{Key: []byte("ip"), Value: []byte("10.0.0.1")}}))
+			id := string(srv.pol.Current().Policy.Rules()[0].AppendCounterID(nil, policy.Request{{Key: []byte("ip"), Value: []byte("10.0.0.1")}}))
 			if n, err := rc.Del(ctx, id).Result(); err != nil || n != 0 {
 				t.Errorf("DEL <rule identity + actor> = %d, %v; want 0: no command key is a rule counter", n, err)
 			}

@@ -20,12 +20,13 @@ import (
 	"log/slog"
 	"net"
 	"runtime/debug"
-	"strconv"
 	"sync"
 	"sync/atomic"
 	"time"
 
+	"github.com/sluicehq/sluice/internal/dispatch"
 	"github.com/sluicehq/sluice/internal/resp"
+	"github.com/sluicehq/sluice/internal/rules"
 	"github.com/sluicehq/sluice/storage"
 )
 
@@ -191,6 +192,8 @@ type Server struct {
 	log   *slog.Logger
 	clock func() time.Time
 	cmds  map[string]*command
+	env   dispatch.Env // what the families' commands see of the server
+	rules rules.Engine // executes the hits of every rule front end
 	runID string
 	start time.Time
 
@@ -210,7 +213,7 @@ type Server struct {
 	passHash [32]byte  // of cfg.Password, compared in constant time
 	http     httpState
 	lastSave atomic.Int64 // unix seconds of the last CHECKPOINT, or of the start
-	pol      policyState
+	pol      rules.File
 	divvy    divvyState
 	check    checkState
 	rls      rlsState
@@ -324,15 +327,23 @@ func New(cfg Config) (*Server, error) {
 	}
 	s.passHash = sha256.Sum256([]byte(cfg.Password))
 	if cfg.PolicyFile != "" {
-		s.pol.file = cfg.PolicyFile
-		if err := s.loadPolicy(); err != nil {
+		s.pol.Path = cfg.PolicyFile
+		if err := s.pol.Load(); err != nil {
 			return nil, err
 		}
 	}
 	if err := s.initCluster(); err != nil {
 		return nil, err
 	}
-	s.cmds = commandTable()
+	s.cmds = commandTable(&s.rules, &s.pol)
+	s.env = dispatch.Env{
+		Clock:      s.clock,
+		MaxKeySize: cfg.MaxKeySize,
+		ErrorText:  s.errorText,
+		Modify:     s.modify,
+		StoreErr:   wrapStoreErr,
+	}
+	s.rules = rules.Engine{Env: &s.env, Forward: s.forwardCounter}
 	s.initCheck()
 	s.initMetrics()
 	if err := s.initRLS(); err != nil {
@@ -464,7 +475,7 @@ func (s *Server) execAll(cn *conn, cmds []byte) (n int) {
 			s.stats.panics.Add(1)
 			s.log.Error("command panicked; closing the connection", "client", c.id, "panic", r, "stack", string(debug.Stack()))
 			// Drop the half-written reply so the error stands alone.
-			c.out = resp.AppendError(c.out[:c.replyStart], "ERR internal error")
+			c.Out = resp.AppendError(c.Out[:c.replyStart], "ERR internal error")
 			c.quit = true
 			c.failed = true // close gently, so the error reply is read
 		}
@@ -473,33 +484,33 @@ func (s *Server) execAll(cn *conn, cmds []byte) (n int) {
 		rest := cmds
 		cn.args, cmds = resp.NextCommand(cmds, cn.args)
 		n++
-		before := c.batch.Len()
-		start := len(c.out)
+		before := c.Batch.Len()
+		start := len(c.Out)
 		c.replyStart = start
 		s.exec(c, cn.args)
-		if c.batch.Len() > before {
-			c.writes = append(c.writes, span{start, len(c.out), c.cur, c.result})
+		if c.Batch.Len() > before {
+			c.writes = append(c.writes, span{start, len(c.Out), c.cur, c.Result})
 			c.batchBytes += len(rest) - len(cmds)
 		}
 		if c.quit {
 			break
 		}
-		if len(c.out) > s.cfg.MaxReplyBuffer {
+		if len(c.Out) > s.cfg.MaxReplyBuffer {
 			s.stats.replyOverflows.Add(1)
 			s.log.Warn("closing a client whose reply exceeds the reply buffer limit", "client", c.id, "remote", c.addr, "limit", s.cfg.MaxReplyBuffer)
 			c.failed = true
-			c.out = resp.AppendError(c.out, "ERR reply buffer limit reached (--max-reply-buffer); closing the connection")
+			c.Out = resp.AppendError(c.Out, "ERR reply buffer limit reached (--max-reply-buffer); closing the connection")
 			c.quit = true
 			break
 		}
-		if (cap(c.out) != cn.outCap || c.tx.grew) && !cn.account() {
+		if (cap(c.Out) != cn.outCap || c.tx.grew) && !cn.account() {
 			cn.evict()
 			break
 		}
 		// Replies go out in chunks, and writes are committed in chunks too:
 		// a pipeline of large sliding logs must not hold more than a
 		// quarter of --commit-queue-memory before the committer sees it.
-		if (len(c.out) >= replyChunk || c.batch.Full()) && !cn.commitAndSend() {
+		if (len(c.Out) >= replyChunk || c.Batch.Full()) && !cn.commitAndSend() {
 			c.quit = true
 			break
 		}
@@ -517,60 +528,58 @@ func (s *Server) execAll(cn *conn, cmds []byte) (n int) {
 func (s *Server) commitWrites(c *client) error {
 	var err error
 	committed := true
-	if c.batch.Pending() {
-		if err = s.commitBatch(c.batch); err != nil && !s.allowDespite(err, len(c.writes)) {
+	if c.Batch.Pending() {
+		if err = s.commitBatch(c.Batch); err != nil && !s.allowDespite(err, len(c.writes)) {
 			s.failWrites(c, err)
 			committed = false
 		}
 	}
-	if len(c.hit.done) > 0 {
-		c.hit.countHits(committed)
-	}
+	c.Committed(committed)
 	c.writes = c.writes[:0]
-	c.replyStart = len(c.out) // failWrites may have moved it
+	c.replyStart = len(c.Out) // failWrites may have moved it
 	return err
 }
 
-// span is the reply of a command that wrote, within client.out.
+// span is the reply of a command that wrote, within client.Out.
 type span struct {
 	start, end int
 	t          *tally // its command's tally
-	result     rlResult
+	result     dispatch.Result
 }
 
 // failWrites replaces the replies of the pipeline's writes by the error that
 // kept them from being committed. Replies of reads stay as they are.
 func (s *Server) failWrites(c *client, err error) {
 	msg := s.errorText(err)
-	out := make([]byte, 0, len(c.out))
+	out := make([]byte, 0, len(c.Out))
 	prev := 0
 	for _, w := range c.writes {
-		out = append(out, c.out[prev:w.start]...)
+		out = append(out, c.Out[prev:w.start]...)
 		out = resp.AppendError(out, msg)
 		s.stats.errorReplies.Add(1)
 		if w.t != nil {
 			w.t.errors++
 			switch w.result {
-			case rlAllowed:
+			case dispatch.Allowed:
 				w.t.allowed--
-			case rlDenied:
+			case dispatch.Denied:
 				w.t.denied--
 			}
 		}
 		prev = w.end
 	}
-	c.out = append(out, c.out[prev:]...)
+	c.Out = append(out, c.Out[prev:]...)
 }
 
-// checkKeySize refuses a key of n bytes when it is longer than MaxKeySize.
-// what names the key in the error. It is checked before the store is
-// touched, on the client's own key: the store key adds a few bytes of
-// prefix the client did not send.
+// checkKeySize refuses a key of n bytes when it is longer than MaxKeySize
+// (dispatch.Env.CheckKeySize).
 func (s *Server) checkKeySize(what string, n int) error {
-	if n <= s.cfg.MaxKeySize {
-		return nil
-	}
-	return resp.Error("ERR " + what + " is " + strconv.Itoa(n) + " bytes, longer than --max-key-size " + strconv.Itoa(s.cfg.MaxKeySize))
+	return s.env.CheckKeySize(what, n)
+}
+
+// newCtx is a new connection's command context.
+func (s *Server) newCtx() dispatch.Ctx {
+	return dispatch.Ctx{Env: &s.env, Batch: s.store.NewBatch()}
 }
 
 // modify runs m on key's record through b. A store error is returned

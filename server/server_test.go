@@ -438,14 +438,14 @@ func TestCloseFinishesPipelines(t *testing.T) {
 
 func BenchmarkRLReduceCommand(b *testing.B) {
 	srv := startServer(b, Config{})
-	c := &client{resp: 2, batch: srv.store.NewBatch(), authed: true, tally: make([]tally, len(srv.cmds))}
+	c := &client{resp: 2, Ctx: srv.newCtx(), authed: true, tally: make([]tally, len(srv.cmds))}
 	args := [][]byte{[]byte("RL.PREDUCE"), []byte("user:12345"), []byte("1000000000"), []byte("60000")}
 	b.ReportAllocs()
 	for i := 0; b.Loop(); i++ {
-		c.out = c.out[:0]
+		c.Out = c.Out[:0]
 		srv.exec(c, args)
 		if i%16 == 15 { // a pipeline of 16, as handle ends one
-			if err := c.batch.Commit(); err != nil {
+			if err := c.Batch.Commit(); err != nil {
 				b.Fatal(err)
 			}
 			srv.flushTally(c)

@@ -4,6 +4,8 @@ import (
 	"slices"
 	"strconv"
 
+	"github.com/sluicehq/sluice/internal/cmddoc"
+	"github.com/sluicehq/sluice/internal/dispatch"
 	"github.com/sluicehq/sluice/internal/resp"
 	"github.com/sluicehq/sluice/keyspace"
 )
@@ -70,12 +72,12 @@ var (
 )
 
 var (
-	multiDoc = &cmdDoc{summary: "Starts a transaction: the commands that follow are queued (each answers QUEUED) until EXEC runs them or DISCARD drops them.", group: "transactions"}
-	execDoc  = &cmdDoc{summary: "Runs the queued commands as one atomic, durable unit; replies an array of their replies, or null if a watched key was written.", group: "transactions"}
-	discDoc  = &cmdDoc{summary: "Drops the queued commands and the watched keys.", group: "transactions"}
-	watchDoc = &cmdDoc{summary: "Makes the next EXEC fail (reply null) if a record of a key is written before it, by anyone; keys in the same hash slot count as the same key.", group: "transactions",
-		args: []docArg{{name: "key", typ: "key", multiple: true}}}
-	unwatchDoc = &cmdDoc{summary: "Forgets the keys WATCH watches.", group: "transactions"}
+	multiDoc = &cmddoc.Doc{Summary: "Starts a transaction: the commands that follow are queued (each answers QUEUED) until EXEC runs them or DISCARD drops them.", Group: "transactions"}
+	execDoc  = &cmddoc.Doc{Summary: "Runs the queued commands as one atomic, durable unit; replies an array of their replies, or null if a watched key was written.", Group: "transactions"}
+	discDoc  = &cmddoc.Doc{Summary: "Drops the queued commands and the watched keys.", Group: "transactions"}
+	watchDoc = &cmddoc.Doc{Summary: "Makes the next EXEC fail (reply null) if a record of a key is written before it, by anyone; keys in the same hash slot count as the same key.", Group: "transactions",
+		Args: []cmddoc.Arg{{Name: "key", Type: "key", Multiple: true}}}
+	unwatchDoc = &cmddoc.Doc{Summary: "Forgets the keys WATCH watches.", Group: "transactions"}
 )
 
 // multiCount is the number of commands queued, or -1 outside MULTI, for
@@ -107,7 +109,7 @@ func txImmediate(name string) bool {
 // COMPACT, CHECKPOINT, INFO, DBSIZE, CLUSTER's DUMP, DROP and MIGRATE)
 // would wait for the locks or the committer the EXEC holds, forever.
 func (s *Server) txAllowed(cmd *command, args [][]byte) bool {
-	switch cmd.name {
+	switch cmd.Name {
 	case "rl.reduce", "rl.preduce", "rl.get", "rl.pget", "rl.sessionize", "rl.psessionize",
 		"cl.throttle", "cl.pthrottle", "fw.incr", "fw.pincr", "fw.get", "fw.pget",
 		"roll.limit", "roll.wouldlimit", "roll.clear",
@@ -140,19 +142,19 @@ var errExecArity = resp.Error("EXECABORT Transaction discarded because of: wrong
 // command that runs at once (txImmediate).
 func (s *Server) queue(c *client, cmd *command, args [][]byte) bool {
 	t := &c.tx
-	if cmd != nil && txImmediate(cmd.name) {
-		if (cmd.arity > 0 && len(args) == cmd.arity) || (cmd.arity < 0 && len(args) >= -cmd.arity) {
+	if cmd != nil && txImmediate(cmd.Name) {
+		if (cmd.Arity > 0 && len(args) == cmd.Arity) || (cmd.Arity < 0 && len(args) >= -cmd.Arity) {
 			return false
 		}
 		// A wrong argument count aborts the transaction, as in Redis;
 		// EXEC's ends it.
 		c.cur = nil
-		if cmd.name == "exec" {
+		if cmd.Name == "exec" {
 			s.txEnd(c)
 			s.replyErr(c, errExecArity)
 			return true
 		}
-		s.replyErr(c, resp.WrongArgs(cmd.name))
+		s.replyErr(c, resp.WrongArgs(cmd.Name))
 		s.txAbort(c)
 		return true
 	}
@@ -162,22 +164,22 @@ func (s *Server) queue(c *client, cmd *command, args [][]byte) bool {
 	case cmd == nil:
 		s.stats.unknownCommands.Add(1)
 		err = resp.Error(unknownCommand(args))
-	case (cmd.arity > 0 && len(args) != cmd.arity) || (cmd.arity < 0 && len(args) < -cmd.arity):
-		err = resp.WrongArgs(cmd.name)
-	case !c.authed && !allowedBeforeAuth(cmd.name):
+	case (cmd.Arity > 0 && len(args) != cmd.Arity) || (cmd.Arity < 0 && len(args) < -cmd.Arity):
+		err = resp.WrongArgs(cmd.Name)
+	case !c.authed && !allowedBeforeAuth(cmd.Name):
 		err = errNoAuth
-	case s.clus.on && cmd.name == "hit":
+	case s.clus.on && cmd.Name == "hit":
 		err = resp.Error("ERR Command not allowed inside a transaction in cluster mode: hit's counters may be owned by other nodes, which an EXEC cannot change atomically")
 	case !s.txAllowed(cmd, args):
 		err = resp.Error("ERR Command not allowed inside a transaction: " + cmd.fullName(args) + " (MULTI queues the limit commands and commands on the connection itself; see docs/protocol.md)")
 	}
-	if err == nil && !t.aborted && s.clus.on && cmd.first > 0 && !s.txRoute(c, cmd, args) {
+	if err == nil && !t.aborted && s.clus.on && cmd.First > 0 && !s.txRoute(c, cmd, args) {
 		s.txAbort(c) // txRoute answered MOVED, CROSSSLOT, CLUSTERDOWN or TRYAGAIN
 		return true
 	}
 	if err == nil && !t.aborted {
 		err = s.txAdd(c, args)
-		if err == nil && slices.Contains(cmd.flags, "write") {
+		if err == nil && slices.Contains(cmd.Flags, "write") {
 			t.writes = true
 		}
 	}
@@ -187,7 +189,7 @@ func (s *Server) queue(c *client, cmd *command, args [][]byte) bool {
 		return true
 	}
 	t.n++
-	c.out = resp.AppendSimple(c.out, "QUEUED")
+	c.Out = resp.AppendSimple(c.Out, "QUEUED")
 	return true
 }
 
@@ -241,7 +243,7 @@ func (s *Server) txRoute(c *client, cmd *command, args [][]byte) bool {
 	if !s.routeKeys(c, cmd, args) {
 		return false
 	}
-	slot := keyspace.Slot(args[cmd.first])
+	slot := keyspace.Slot(args[cmd.First])
 	if t.slotSet && slot != t.slot {
 		s.replyErr(c, errCrossSlot)
 		return false
@@ -284,7 +286,7 @@ func cmdMulti(s *Server, c *client, args [][]byte) {
 		return
 	}
 	c.tx.on = true
-	c.out = resp.AppendSimple(c.out, "OK")
+	c.Out = resp.AppendSimple(c.Out, "OK")
 }
 
 func cmdDiscard(s *Server, c *client, args [][]byte) {
@@ -293,7 +295,7 @@ func cmdDiscard(s *Server, c *client, args [][]byte) {
 		return
 	}
 	s.txEnd(c)
-	c.out = resp.AppendSimple(c.out, "OK")
+	c.Out = resp.AppendSimple(c.Out, "OK")
 }
 
 // cmdWatch records the write count of each key's hash slot. The store
@@ -328,12 +330,12 @@ func cmdWatch(s *Server, c *client, args [][]byte) {
 		t.charge += txEntryCost
 	}
 	t.grew = t.grew || cap(t.watches) != before
-	c.out = resp.AppendSimple(c.out, "OK")
+	c.Out = resp.AppendSimple(c.Out, "OK")
 }
 
 func cmdUnwatch(s *Server, c *client, args [][]byte) {
 	s.unwatch(c)
-	c.out = resp.AppendSimple(c.out, "OK")
+	c.Out = resp.AppendSimple(c.Out, "OK")
 }
 
 // cmdExec runs the queue: see the comment at the top of this file. A
@@ -366,7 +368,7 @@ func cmdExec(s *Server, c *client, args [][]byte) {
 	self := c.cur
 	t.on, t.running = false, true // the queued commands run as usual
 	s.execHeld(c)
-	c.cur, c.result = self, rlNone
+	c.cur, c.Result = self, dispatch.None
 	s.txEnd(c)
 }
 
@@ -391,47 +393,47 @@ func cmdExec(s *Server, c *client, args [][]byte) {
 // does.
 func (s *Server) execHeld(c *client) {
 	t := &c.tx
-	c.batch.Hold(len(t.watches) > 0)
-	defer c.batch.Release()
+	c.Batch.Hold(len(t.watches) > 0)
+	defer c.Batch.Release()
 	if s.clus.on && t.slotSet && !s.routeSlot(c, t.slot) {
 		return
 	}
 	for _, w := range t.watches {
 		if s.store.SlotWrites(w.slot) != w.writes {
-			c.out = appendNullArray(c.out, c.resp == 3)
+			c.Out = appendNullArray(c.Out, c.resp == 3)
 			return
 		}
 	}
-	start, cap0 := len(c.out), cap(c.out)
-	c.out = resp.AppendArray(c.out, t.n)
+	start, cap0 := len(c.Out), cap(c.Out)
+	c.Out = resp.AppendArray(c.Out, t.n)
 	over, memOver := false, false
 	for rest := t.buf; len(rest) > 0; {
 		t.args, rest = resp.NextCommand(rest, t.args)
 		s.exec(c, t.args)
 		// The reply's growth counts against --maxmemory-clients beside
 		// what the clients' buffers held when the EXEC began.
-		if !over && cap(c.out) != cap0 && s.cfg.MaxMemoryClients >= 0 &&
-			s.clientMem.Load()+int64(cap(c.out)-cap0) > s.cfg.MaxMemoryClients {
+		if !over && cap(c.Out) != cap0 && s.cfg.MaxMemoryClients >= 0 &&
+			s.clientMem.Load()+int64(cap(c.Out)-cap0) > s.cfg.MaxMemoryClients {
 			over, memOver = true, true
 		}
-		if over || len(c.out) > s.cfg.MaxReplyBuffer {
+		if over || len(c.Out) > s.cfg.MaxReplyBuffer {
 			over = true
-			c.out = c.out[:start]
+			c.Out = c.Out[:start]
 		}
 	}
 	if s.clus.mig.active.Load() {
-		s.noteDirty(c.batch) // before Release empties the batch
+		s.noteDirty(c.Batch) // before Release empties the batch
 	}
 	switch {
 	case memOver:
 		s.stats.evictedClients.Add(1)
 		s.log.Warn("closing a client whose EXEC reply takes the clients' buffers past --maxmemory-clients", "client", c.id, "remote", c.addr, "limit", s.cfg.MaxMemoryClients)
-		c.out = resp.AppendError(c.out, "ERR client memory limit reached: the buffers of all clients exceed --maxmemory-clients; the transaction ran, its replies are dropped; closing the connection")
+		c.Out = resp.AppendError(c.Out, "ERR client memory limit reached: the buffers of all clients exceed --maxmemory-clients; the transaction ran, its replies are dropped; closing the connection")
 		c.failed, c.quit = true, true
 	case over:
 		s.stats.replyOverflows.Add(1)
 		s.log.Warn("closing a client whose EXEC reply exceeds the reply buffer limit", "client", c.id, "remote", c.addr, "limit", s.cfg.MaxReplyBuffer)
-		c.out = resp.AppendError(c.out, "ERR reply buffer limit reached (--max-reply-buffer); the transaction ran, its replies are dropped; closing the connection")
+		c.Out = resp.AppendError(c.Out, "ERR reply buffer limit reached (--max-reply-buffer); the transaction ran, its replies are dropped; closing the connection")
 		c.failed, c.quit = true, true
 	}
 }

@@ -4,9 +4,11 @@
 // applies to its stored state with package bucket's arithmetic. It does no
 // I/O and reads no clock (time is a field the caller sets); a mutator is
 // reused by one connection, so a command allocates nothing. Errors a
-// client is told are resp.Error values; package server checks a request
-// against its limits, applies the mutator through the connection's batch
-// and answers.
+// client is told are resp.Error values. The commands (commands.go) are
+// registered into a dispatch.Table: each checks its request against the
+// server's limits, applies the mutator through the connection's batch and
+// answers, all through the dispatch.Ctx, which owns the clock, the store
+// and the error classifier.
 package limitcmd
 
 import (

@@ -717,3 +717,12 @@ func BenchmarkFramerInline(b *testing.B) {
 		}
 	}
 }
+
+// A command a node sends another is what the framer reads back.
+func TestAppendCommand(t *testing.T) {
+	args := [][]byte{[]byte("SLUICE.COUNTERHIT"), {0, 1, '\r', '\n'}, []byte("3"), {}}
+	b := AppendCommand(nil, args)
+	if want := "*4\r\n$17\r\nSLUICE.COUNTERHIT\r\n$4\r\n\x00\x01\r\n\r\n$1\r\n3\r\n$0\r\n\r\n"; string(b) != want {
+		t.Fatalf("AppendCommand = %q, want %q", b, want)
+	}
+}

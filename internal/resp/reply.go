@@ -76,3 +76,13 @@ func AppendNull(b []byte, resp3 bool) []byte {
 	}
 	return append(b, '$', '-', '1', '\r', '\n')
 }
+
+// AppendCommand appends args as a command, the way a client sends it: an
+// array of bulk strings.
+func AppendCommand(b []byte, args [][]byte) []byte {
+	b = AppendArray(b, len(args))
+	for _, a := range args {
+		b = AppendBulk(b, a)
+	}
+	return b
+}

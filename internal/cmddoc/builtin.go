@@ -1,0 +1,86 @@
+package cmddoc
+
+// builtin holds the COMMAND DOCS records of the server's commands whose table
+// entry has none: redis-cli builds its HELP text and Tab completion from
+// them, so a command without a record gets neither.
+var builtin = map[string]*Doc{
+	"ping": {Summary: "Replies PONG, or the message.", Group: "connection",
+		Args: []Arg{{Name: "message", Type: "string", Optional: true}}},
+	"echo": {Summary: "Replies the message.", Group: "connection",
+		Args: []Arg{{Name: "message", Type: "string"}}},
+	"quit":   {Summary: "Replies OK and closes the connection.", Group: "connection"},
+	"select": {Summary: "Selects database 0, the only one.", Group: "connection", Args: []Arg{{Name: "index", Type: "integer"}}},
+	"hello": {Summary: "Sets the protocol version (2 or 3), authenticates and names the connection; replies the server's details.", Group: "connection",
+		Args: []Arg{
+			{Name: "protover", Type: "integer", Optional: true},
+			{Name: "username password", Type: "string", Token: "AUTH", Optional: true},
+			{Name: "clientname", Type: "string", Token: "SETNAME", Optional: true},
+		}},
+	"auth": {Summary: "Authenticates the connection with the --requirepass password (user default).", Group: "connection",
+		Args: []Arg{{Name: "username", Type: "string", Optional: true}, {Name: "password", Type: "string"}}},
+	"client":  {Summary: "A container for connection commands: CLIENT ID, GETNAME, SETNAME, SETINFO, INFO, LIST and HELP.", Group: "connection"},
+	"command": {Summary: "A container for the command table: COMMAND with no subcommand replies every command's details; COMMAND COUNT, LIST, INFO, DOCS and HELP.", Group: "server"},
+	"config":  {Summary: "A container for the settings: CONFIG GET; sluice's are set only by flags at startup.", Group: "server"},
+	"time":    {Summary: "Replies the server time: [unix seconds, microseconds].", Group: "server"},
+	"ready":   {Summary: "Replies 1 while the server can serve writes, else 0.", Group: "server"},
+	"info": {Summary: "Server information and statistics, by section.", Group: "server",
+		Args: []Arg{{Name: "section", Type: "string", Optional: true, Multiple: true}}},
+	"dbsize":  {Summary: "Replies the number of stored records, of every kind.", Group: "server"},
+	"compact": {Summary: "Runs a whole idle sweep and a compaction of the store now.", Group: "server"},
+	"checkpoint": {Summary: "Writes a consistent copy of the store under --backup-dir; replies its path.", Group: "server",
+		Args: []Arg{{Name: "name", Type: "string", Optional: true}}},
+	"lastsave": {Summary: "Replies the Unix time of the last successful CHECKPOINT.", Group: "server"},
+	"policy":   {Summary: "A container for the --policy rules: POLICY RELOAD and POLICY SHOW.", Group: "server"},
+}
+
+// builtinSubs are the subcommands of the container commands. The
+// containers' handlers parse them; these records only describe them.
+var builtinSubs = map[string][]Sub{
+	"client": {
+		{Name: "client|getname", Arity: 2, Flags: connFlags, Doc: Doc{Summary: "Replies the connection's name, or nil when it has none.", Group: "connection"}},
+		{Name: "client|help", Arity: 2, Flags: connFlags, Doc: Doc{Summary: "Replies the CLIENT subcommands and what they do.", Group: "connection"}},
+		{Name: "client|id", Arity: 2, Flags: connFlags, Doc: Doc{Summary: "Replies the connection's ID.", Group: "connection"}},
+		{Name: "client|info", Arity: 2, Flags: connFlags, Doc: Doc{Summary: "Replies the connection's line of CLIENT LIST.", Group: "connection"}},
+		{Name: "client|list", Arity: 2, Flags: connFlags, Doc: Doc{Summary: "Replies a line per connection: its ID, addresses, age, idle time, buffers, last command and library, in Redis' fields.", Group: "connection"}},
+		{Name: "client|setinfo", Arity: 4, Flags: connFlags, Doc: Doc{Summary: "Records the client library's name or version, shown by CLIENT LIST.", Group: "connection",
+			Args: []Arg{{Name: "attr", Type: "oneof", Args: []Arg{
+				{Name: "libname", Type: "string", Token: "LIB-NAME"},
+				{Name: "libver", Type: "string", Token: "LIB-VER"},
+			}}}}},
+		{Name: "client|setname", Arity: 3, Flags: connFlags, Doc: Doc{Summary: "Names the connection: printable ASCII without spaces, at most 256 bytes.", Group: "connection",
+			Args: []Arg{{Name: "connection-name", Type: "string"}}}},
+	},
+	"command": {
+		{Name: "command|count", Arity: 2, Flags: connFlags, Doc: Doc{Summary: "Replies the number of commands.", Group: "server"}},
+		{Name: "command|docs", Arity: -2, Flags: connFlags, Doc: Doc{Summary: "Replies the documentation records (summary, since, group, arguments, subcommands) of every command, or of the named ones.", Group: "server",
+			Args: []Arg{{Name: "command-name", Type: "string", Optional: true, Multiple: true}}}},
+		{Name: "command|help", Arity: 2, Flags: connFlags, Doc: Doc{Summary: "Replies the COMMAND subcommands and what they do.", Group: "server"}},
+		{Name: "command|info", Arity: -2, Flags: connFlags, Doc: Doc{Summary: "Replies the details (arity, flags, key positions, subcommands) of the named commands.", Group: "server",
+			Args: []Arg{{Name: "command-name", Type: "string", Optional: true, Multiple: true}}}},
+		{Name: "command|list", Arity: 2, Flags: connFlags, Doc: Doc{Summary: "Replies the names of all commands.", Group: "server"}},
+	},
+	"config": {
+		{Name: "config|get", Arity: -3, Flags: []string{"admin", "loading", "stale"}, Doc: Doc{Summary: "Replies the settings whose names match a pattern, as name and value pairs.", Group: "server",
+			Args: []Arg{{Name: "parameter", Type: "string", Multiple: true}}}},
+		{Name: "config|resetstat", Arity: 2, Flags: []string{"admin"}, Doc: Doc{Summary: "Refused: sluice's counters run from the start of the process.", Group: "server"}},
+		{Name: "config|rewrite", Arity: 2, Flags: []string{"admin"}, Doc: Doc{Summary: "Refused: sluice has no configuration file to rewrite; it is set by flags and SLUICE_* variables.", Group: "server"}},
+		{Name: "config|set", Arity: -4, Flags: []string{"admin"}, Doc: Doc{Summary: "Refused: sluice is configured by flags and SLUICE_* environment variables at startup.", Group: "server",
+			Args: []Arg{{Name: "parameter", Type: "string"}, {Name: "value", Type: "string"}}}},
+	},
+	"policy": {
+		{Name: "policy|reload", Arity: 2, Flags: []string{"admin"}, Doc: Doc{Summary: "Reads the --policy file and the --rls-config directory again, as SIGHUP; a bad one is refused and what is in use is kept.", Group: "server"}},
+		{Name: "policy|show", Arity: 2, Flags: []string{"admin"}, Doc: Doc{Summary: "Replies the rules in use, one flat array of names and values per rule.", Group: "server"}},
+	},
+}
+
+// connFlags are the flags of the subcommands that only look at the
+// connection or the command table.
+var connFlags = []string{"loading", "stale"}
+
+// Builtin returns the record of the server's own command name, nil for
+// none (a family's commands carry their own).
+func Builtin(name string) *Doc { return builtin[name] }
+
+// Subs returns the subcommands of the container command name, nil for a
+// command that is not one.
+func Subs(name string) []Sub { return builtinSubs[name] }
