@@ -29,6 +29,8 @@
 package storage
 
 import (
+	"bytes"
+	"cmp"
 	"context"
 	"encoding/binary"
 	"errors"
@@ -1349,9 +1351,10 @@ func (s *Store) wroteLocked(st *stripe, w written, applied bool) {
 func (s *Store) commitLoop() {
 	defer close(s.committerDone)
 	var (
-		keys []byte
-		ends []int
-		done []written
+		keys  []byte
+		ends  []int
+		order []sortKey // positions in ends, in key order
+		done  []written
 	)
 	batch := s.db.NewBatch()
 	defer batch.Close()
@@ -1407,18 +1410,43 @@ func (s *Store) commitLoop() {
 
 		batch.Reset()
 		done = done[:0]
-		start := 0
+		// The round is written in key order: Pebble inserts a batch's keys
+		// into its memtable (a skiplist) one after the other, reusing the
+		// place it found for the previous key when the next one follows
+		// it, so sorted keys cost a fraction of the search that random
+		// ones do (the memtable's inserts were a quarter of the server's
+		// CPU with random bucket keys).
+		// Each key is sorted by its first eight bytes, kept beside its
+		// position so that most comparisons read no key.
+		keyAt := func(i int32) []byte {
+			if i == 0 {
+				return keys[:ends[0]]
+			}
+			return keys[ends[i-1]:ends[i]]
+		}
+		order = order[:0]
+		for i := range ends {
+			var p [8]byte
+			copy(p[:], keyAt(int32(i)))
+			order = append(order, sortKey{prefix: binary.BigEndian.Uint64(p[:]), i: int32(i)})
+		}
+		slices.SortFunc(order, func(a, b sortKey) int {
+			if c := cmp.Compare(a.prefix, b.prefix); c != 0 {
+				return c
+			}
+			return bytes.Compare(keyAt(a.i), keyAt(b.i))
+		})
 		var err error
-		for i, end := range ends {
-			if !whole && i > 0 && i%commitSlice == 0 {
+		for n, o := range order {
+			i := o.i
+			if !whole && n > 0 && n%commitSlice == 0 {
 				if err == nil && !batch.Empty() {
 					err = s.apply(batch, pebble.NoSync)
 					batch.Reset()
 				}
 				runtime.Gosched()
 			}
-			key := keys[start:end]
-			start = end
+			key := keyAt(i)
 			h := maphash.Bytes(s.seed, key)
 			st := s.stripeOf(h)
 			st.mu.Lock()
@@ -1492,6 +1520,13 @@ func (s *Store) commitLoop() {
 		q.done.Broadcast()
 		q.Unlock()
 	}
+}
+
+// sortKey is a key of a round, for sorting: its first eight bytes
+// (big-endian, zero-padded) and its position.
+type sortKey struct {
+	prefix uint64
+	i      int32
 }
 
 // commitSlice is how many keys of a round the committer handles before it
