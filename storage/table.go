@@ -11,8 +11,12 @@ import (
 // record costs no allocation once its slices have grown:
 //
 //   - index is an open-addressing hash table (linear probing, deletion by
-//     backward shift) of record numbers plus one; 0 is an empty slot. It
-//     doubles when three quarters full.
+//     backward shift) of record numbers plus one (the low 24 bits; 0 is an
+//     empty slot) and the top 8 bits of the record's hash (the high byte),
+//     so that a lookup passes the other records of its probe run without
+//     reading them: a lookup of a new key, the common case when buckets are
+//     created, probes several slots at the index's load, and each record
+//     read is a cache miss. It doubles when three quarters full.
 //   - recs is the records, at stable positions: a removed record goes on a
 //     free list threaded through its hash field, and is reused by the next
 //     insert, so the committer can name a record by stripe and position
@@ -132,9 +136,12 @@ func (t *table) find(h uint64, key []byte) int {
 		if v == 0 {
 			return -1
 		}
-		r := &t.recs[v-1]
+		if v&^idxPos != tag&^idxPos {
+			continue
+		}
+		r := &t.recs[v&idxPos-1]
 		if r.hash == tag && r.klen == uint32(len(key)) && string(t.arena[r.off:r.off+r.klen]) == string(key) {
-			return int(v - 1)
+			return int(v&idxPos - 1)
 		}
 	}
 }
@@ -180,6 +187,9 @@ func (t *table) insert(h uint64, key []byte, vlen int) int {
 		}
 	} else {
 		i = len(t.recs)
+		if i >= maxRecs {
+			panic("storage: a stripe's table would pass 16M records; lower --cache-memory")
+		}
 		if t.recs == nil {
 			t.recs = make([]record, 0, minRecs) // fewer growth steps
 		}
@@ -204,6 +214,17 @@ func (t *table) insert(h uint64, key []byte, vlen int) int {
 	return i
 }
 
+// idxPos masks the record number (plus one) in an index slot; the bits
+// above it are the record's hash's high byte. A stripe holds fewer records
+// than it leaves room for: see maxRecs.
+const idxPos = 1<<24 - 1
+
+// maxRecs is the most records a stripe's table may hold. The cache refuses
+// a clean record past it (makeRoom), which only a --cache-memory of about
+// a terabyte could reach; dirty records are bounded by the commit queue's
+// key count (Options.MaxQueued), far below it.
+const maxRecs = idxPos - 1
+
 // check panics before the arena would pass the 4 GiB its 32-bit offsets
 // reach: a stripe's table holds its share of the cache and the dirty
 // records of the commit queue, far less, unless --commit-queue-memory is
@@ -221,7 +242,7 @@ func (t *table) place(i int) {
 	for t.index[j] != 0 {
 		j = (j + 1) & mask
 	}
-	t.index[j] = uint32(i + 1)
+	t.index[j] = uint32(i+1) | t.recs[i].hash&^idxPos
 }
 
 // grow doubles the index and places every record in use again.
@@ -265,14 +286,14 @@ func (t *table) remove(i int) {
 	r := &t.recs[i]
 	mask := uint32(len(t.index) - 1)
 	j := r.hash & mask
-	for t.index[j] != uint32(i+1) {
+	for t.index[j]&idxPos != uint32(i+1) {
 		j = (j + 1) & mask
 	}
 	// Backward shift: move each following record of the probe run that
 	// may live at j or before into the hole, so lookups need no
 	// tombstones.
 	for k := (j + 1) & mask; t.index[k] != 0; k = (k + 1) & mask {
-		home := t.recs[t.index[k]-1].hash & mask
+		home := t.recs[t.index[k]&idxPos-1].hash & mask
 		// Does home lie cyclically in (j, k]? Then it stays.
 		if (j < k && j < home && home <= k) || (j > k && (home > j || home <= k)) {
 			continue
@@ -392,7 +413,7 @@ func (t *table) compact() {
 // whether there is room; a record that needs more than limit never fits,
 // and evicts nothing.
 func (t *table) makeRoom(limit int64, klen, vlen int) bool {
-	if recordSize+2*indexSlot+int64(klen)+int64(roomFor(vlen)) > limit {
+	if recordSize+2*indexSlot+int64(klen)+int64(roomFor(vlen)) > limit || t.live >= maxRecs-1 {
 		return false
 	}
 	return t.evict(limit, klen, vlen, true)
