@@ -94,9 +94,9 @@ func TestRoundWrittenInKeyOrder(t *testing.T) {
 	}
 	defer s.Close()
 	b := s.NewBatch()
-	// Queued backwards, with keys sharing their first eight bytes and keys
-	// shorter than eight.
-	keys := []string{"zz", "prefix00-b", "prefix00-a", "prefix00", "m", "a\x00", "a"}
+	// Queued backwards, with keys sharing their first eight bytes, keys
+	// shorter than eight, and first bytes at both ends of the range.
+	keys := []string{"\xfe", "zz", "prefix00-b", "prefix00-a", "prefix00", "m", "a\x00", "a", "\x00x"}
 	for _, k := range keys {
 		add(t, b, k, 1)
 	}
@@ -106,7 +106,7 @@ func TestRoundWrittenInKeyOrder(t *testing.T) {
 	if err := s.Flush(); err != nil {
 		t.Fatal(err)
 	}
-	want := []string{"a", "a\x00", "m", "prefix00", "prefix00-a", "prefix00-b", "zz"}
+	want := []string{"\x00x", "a", "a\x00", "m", "prefix00", "prefix00-a", "prefix00-b", "zz", "\xfe"}
 	if fmt.Sprint(got) != fmt.Sprint(want) {
 		t.Fatalf("the committer wrote %q; want %q", got, want)
 	}
