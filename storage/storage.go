@@ -176,10 +176,10 @@ type Options struct {
 // count of buckets is turned into bytes (the deprecated CacheEntries). An
 // RL.* bucket with a 16-byte key (a 23-byte record key and an 11-byte
 // value) takes about 70 bytes of CacheMemory, everything the table
-// allocates counted (TestTableBytesPerBucket), and 85 to 90 under churn
+// allocates counted (TestTableBytesPerBucket), and 78 to 86 under churn
 // with cached misses of absent keys, which leaves free records and room:
 // DefaultCacheMemory holds about 2.2M buckets created by writes, about
-// 1.7M under such churn (docs/operations.md, "Sizing").
+// 1.9M under such churn (docs/operations.md, "Sizing").
 const CacheBucketCharge = 88
 
 // MinCacheMemory is the least positive CacheMemory: 1 KiB per stripe,
