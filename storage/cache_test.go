@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"fmt"
 	"hash/maphash"
+	"math/rand/v2"
 	"runtime"
 	"testing"
 
@@ -86,8 +87,7 @@ func TestCacheBoundInBytesWithLongKeys(t *testing.T) {
 }
 
 // chargedBytes sums what every stripe's table holds, counted apart from
-// table.bytes: records, index, the regions of the records in use and the
-// garbage. It checks each table's invariants on the way.
+// table.bytes: the capacity of its records, index and arena. It checks each table's invariants on the way.
 func chargedBytes(t testing.TB, s *Store) int64 {
 	t.Helper()
 	n := int64(0)
@@ -141,7 +141,11 @@ func checkTable(t testing.TB, s *Store, tb *table) int64 {
 	if regions+tb.garbage != int64(len(tb.arena)) {
 		t.Fatalf("arena of %d bytes holds regions of %d and garbage of %d", len(tb.arena), regions, tb.garbage)
 	}
-	return int64(live)*recordSize + int64(len(tb.index))*indexSlot + regions + tb.garbage
+	if len(tb.index) != cap(tb.index) {
+		t.Fatalf("index of %d slots, capacity %d", len(tb.index), cap(tb.index))
+	}
+	// What it holds of memory: everything its slices hold.
+	return int64(cap(tb.recs))*recordSize + int64(len(tb.index))*indexSlot + int64(cap(tb.arena))
 }
 
 // A record too big for its stripe's share of the byte bound is kept only
@@ -162,8 +166,8 @@ func TestRecordTooBigForCacheIsNotCached(t *testing.T) {
 		t.Fatal(err)
 	}
 	waitApplied(t, s)
-	// An empty table keeps its first index.
-	if st := s.Stats(); st.CacheEntries != 0 || st.CacheBytes > minIndex*indexSlot {
+	// An empty table keeps at most its first slices.
+	if st := s.Stats(); st.CacheEntries != 0 || st.CacheBytes > minIndex*indexSlot+minRecs*recordSize+minArena {
 		t.Fatalf("after its write, the big record is still held: %d entries, %d bytes", st.CacheEntries, st.CacheBytes)
 	}
 	before := s.Stats()
@@ -182,7 +186,8 @@ func TestRecordTooBigForCacheIsNotCached(t *testing.T) {
 	if _, found := read(t, s, "small"); found {
 		t.Fatal("small found")
 	}
-	if st := s.Stats(); st.CacheEntries != 1 || st.CacheBytes > st.CacheMemory/numStripes {
+	// The stripe of the big record keeps its first slices.
+	if st := s.Stats(); st.CacheEntries != 1 || st.CacheBytes-before.CacheBytes > st.CacheMemory/numStripes {
 		t.Fatalf("a small record's miss was not cached within the stripe's share: %d entries, %d bytes", st.CacheEntries, st.CacheBytes)
 	}
 }
@@ -274,6 +279,11 @@ func BenchmarkModifyEvicting(b *testing.B) {
 					}
 				}
 			}
+			// The bound is the clean records': the fill's are dirty
+			// until written.
+			if err := s.Flush(); err != nil {
+				b.Fatal(err)
+			}
 			r := &counter{}
 			b.ReportAllocs()
 			for i := 0; b.Loop(); i++ {
@@ -286,5 +296,114 @@ func BenchmarkModifyEvicting(b *testing.B) {
 				b.Fatalf("cache over its bound: %d entries, %d of %d bytes", st.CacheEntries, st.CacheBytes, st.CacheMemory)
 			}
 		})
+	}
+}
+
+// TestSmallCacheMemory: a positive CacheMemory below MinCacheMemory, under
+// which no stripe's share holds a record, is raised to it (and Stats
+// reports the bound in force), and so is the deprecated CacheEntries with
+// a few buckets: each caches records.
+func TestSmallCacheMemory(t *testing.T) {
+	for _, o := range []Options{{CacheMemory: 1000}, {CacheMemory: 64 << 10}, {CacheMemory: MinCacheMemory - 1}, {CacheEntries: 1000}, {CacheMemory: MinCacheMemory}} {
+		o.fs = vfs.NewMem()
+		given := o.CacheMemory + int64(o.CacheEntries)*CacheBucketCharge
+		s, err := Open("db", o)
+		if err != nil {
+			t.Fatal(err)
+		}
+		b := s.NewBatch()
+		for i := range 2000 {
+			add(t, b, fmt.Sprintf("k%d", i), 1)
+		}
+		if err := b.Commit(); err != nil {
+			t.Fatal(err)
+		}
+		waitApplied(t, s)
+		for i := range 2000 {
+			read(t, s, fmt.Sprintf("k%d", i))
+		}
+		st := s.Stats()
+		if st.CacheEntries == 0 {
+			t.Errorf("CacheMemory %d caches nothing (Stats.CacheMemory %d)", given, st.CacheMemory)
+		}
+		if st.CacheMemory != MinCacheMemory {
+			t.Errorf("CacheMemory %d: Stats.CacheMemory %d, want the least, %d", given, st.CacheMemory, MinCacheMemory)
+		}
+		if err := s.Close(); err != nil {
+			t.Fatal(err)
+		}
+	}
+}
+
+// heldBytes is what the tables really hold, the capacity of their slices,
+// and how many of their records are free.
+func heldBytes(s *Store) (held int64, free int) {
+	for i := range s.stripe {
+		st := &s.stripe[i]
+		st.mu.Lock()
+		tb := &st.mu.t
+		held += int64(cap(tb.arena)) + int64(cap(tb.recs))*recordSize + int64(cap(tb.index))*indexSlot
+		free += tb.nfree
+		st.mu.Unlock()
+	}
+	return held, free
+}
+
+// TestCacheBoundIsRealMemory: under churn of RL-sized records (a working
+// set three times what the cache holds, cached misses, new and old keys
+// written), what the tables really hold, free records and the unused
+// capacity of their slices included, stays within CacheMemory once
+// everything is written, and within it but for the dirty records' growth
+// meanwhile. Charged by the records in use and the slices' lengths, the
+// tables held 1.45 times CacheMemory at 16 MiB and 1.15 at 160 MiB.
+func TestCacheBoundIsRealMemory(t *testing.T) {
+	const mem = 2 << 20
+	s, err := Open("db", Options{fs: vfs.NewMem(), CacheMemory: mem, KeyFilterSize: -1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	rng := rand.New(rand.NewPCG(3, 4))
+	b := s.NewBatch()
+	var key, val []byte
+	space := 3 * mem / 66
+	for i := range 3 * space {
+		key, val = rlRecord(key, val, rng.IntN(space))
+		v := val
+		op := Keep
+		if rng.IntN(3) == 0 {
+			op = Put
+		}
+		if err := b.Modify(key, mutatorFunc(func([]byte, bool) ([]byte, Op, error) { return v, op, nil })); err != nil {
+			t.Fatal(err)
+		}
+		if b.Full() || i%64 == 63 {
+			if err := b.Commit(); err != nil {
+				t.Fatal(err)
+			}
+		}
+		if i%(space/4) == 0 {
+			// Dirty records cannot be evicted: allow each stripe one
+			// growth of its arena for them.
+			if held, free := heldBytes(s); held > mem+mem/4 {
+				t.Fatalf("after %d changes: the tables hold %d bytes (%d free records), over CacheMemory %d by more than a quarter", i, held, free, mem)
+			}
+		}
+	}
+	if err := b.Commit(); err != nil {
+		t.Fatal(err)
+	}
+	waitApplied(t, s)
+	held, free := heldBytes(s)
+	st := s.Stats()
+	t.Logf("%d records in use, %d free: %d bytes held (%.2f of CacheMemory), %.1f per record", st.CacheEntries, free, held, float64(held)/mem, float64(held)/float64(st.CacheEntries))
+	if held > mem {
+		t.Errorf("the tables hold %d bytes, %.2f times CacheMemory %d", held, float64(held)/mem, mem)
+	}
+	if held != st.CacheBytes {
+		t.Errorf("Stats.CacheBytes = %d, the tables hold %d", st.CacheBytes, held)
+	}
+	if got := chargedBytes(t, s); got != held {
+		t.Errorf("the tables are charged %d, they hold %d", got, held)
 	}
 }

@@ -21,7 +21,8 @@
 // used again soon costs no Pebble read. The table holds no Go pointer per
 // record (see table.go), so the garbage collector does not scan it. Memory
 // is bounded: clean records by CacheMemory bytes (everything the table
-// holds: records, index, keys, values and garbage), plus the dirty ones
+// allocates: records, index, keys, values, garbage and unused capacity),
+// plus the dirty ones
 // whose write is on its way, which Commit bounds by blocking while too many
 // keys, or too many bytes of records, are queued.
 //
@@ -38,6 +39,7 @@ import (
 	"hash/maphash"
 	"io"
 	"log/slog"
+	"math"
 	"os"
 	"runtime"
 	"slices"
@@ -111,17 +113,22 @@ type Options struct {
 	MaxQueuedBytes int
 	// CacheEntries is deprecated: the cache is bounded in bytes only
 	// (CacheMemory). When CacheMemory is zero, a positive CacheEntries sets
-	// it to CacheEntries × CacheBucketCharge, and a negative one turns the
+	// it to CacheEntries × CacheBucketCharge (at least MinCacheMemory, at
+	// most MaxCacheEntries buckets' worth), and a negative one turns the
 	// cache off, as it used to.
 	CacheEntries int
-	// CacheMemory bounds the hot-state cache in bytes: everything its
-	// table holds (records, index slots, keys, value room and the garbage
-	// of values that moved), dirty records included, and the cache evicts
-	// clean records to stay within it. Each of the 1024 stripes gets an
+	// CacheMemory bounds the hot-state cache in bytes of memory:
+	// everything its tables allocate (the capacity of their records, free
+	// ones included, index and arena of keys, value room, garbage and
+	// unused tail), dirty records included, and the cache evicts clean
+	// records rather than grow past it. Each of the 1024 stripes gets an
 	// equal share, so a record bigger than CacheMemory/1024 is never
 	// cached (it is kept only while its write is on its way). Zero means
 	// the default, DefaultCacheMemory; negative turns the cache off,
-	// keeping only records whose write is on its way.
+	// keeping only records whose write is on its way. A positive value
+	// below MinCacheMemory is raised to it (Stats.CacheMemory reports the
+	// bound in force): below it a stripe's share would not hold the first
+	// record with its index, and the cache would hold nothing.
 	CacheMemory int64
 	// KeyFilterSize is the bytes of the in-memory filter of stored keys,
 	// which answers lookups of buckets that do not exist without reading
@@ -165,14 +172,24 @@ type Options struct {
 	afterUpgradeChunk func(db *pebble.DB, moved int64)
 }
 
-// CacheBucketCharge is what one cached bucket costs on the heap, in bytes,
-// with a short key (RL.* with a 16-byte key: a 23-byte record key and an
-// 11-byte value), the slack of the table's growth included, rounded up from
-// what TestTableBytesPerBucket measures (75 to 80). Such a bucket is
-// charged about 66 bytes against CacheMemory, so DefaultCacheMemory holds
-// more than DefaultCacheMemory / CacheBucketCharge of them: 2.5M, measured.
-// The deprecated CacheEntries is converted to bytes with it.
+// CacheBucketCharge is the bytes one cached bucket is counted as where a
+// count of buckets is turned into bytes (the deprecated CacheEntries). An
+// RL.* bucket with a 16-byte key (a 23-byte record key and an 11-byte
+// value) takes about 70 bytes of CacheMemory, everything the table
+// allocates counted (TestTableBytesPerBucket), and 78 to 86 under churn
+// with cached misses of absent keys, which leaves free records and room:
+// DefaultCacheMemory holds about 2.2M buckets created by writes, about
+// 1.9M under such churn (docs/operations.md, "Sizing").
 const CacheBucketCharge = 88
+
+// MinCacheMemory is the least positive CacheMemory: 1 KiB per stripe,
+// which holds a dozen RL.* buckets with their index. A stripe's first
+// record needs the table's first slices, 960 bytes.
+const MinCacheMemory = numStripes << 10
+
+// MaxCacheEntries is the most buckets CacheEntries converts to bytes
+// without overflow; more is taken as that many.
+const MaxCacheEntries = math.MaxInt64 / CacheBucketCharge
 
 // MaxClasses is how many classes of records Options.Class may tell apart.
 const MaxClasses = 16
@@ -387,7 +404,7 @@ func OpenContext(ctx context.Context, dir string, o Options) (*Store, error) {
 	if o.CacheMemory == 0 {
 		switch {
 		case o.CacheEntries > 0:
-			o.CacheMemory = int64(o.CacheEntries) * CacheBucketCharge
+			o.CacheMemory = int64(min(int64(o.CacheEntries), MaxCacheEntries)) * CacheBucketCharge
 		case o.CacheEntries < 0:
 			o.CacheMemory = -1
 		default:
@@ -397,6 +414,9 @@ func OpenContext(ctx context.Context, dir string, o Options) (*Store, error) {
 	o.CacheEntries = 0
 	if o.CacheMemory < 0 {
 		o.CacheMemory = 0 // off
+	}
+	if o.CacheMemory > 0 && o.CacheMemory < MinCacheMemory {
+		o.CacheMemory = MinCacheMemory
 	}
 	s := &Store{opts: o, log: o.Logger, dir: dir, seed: maphash.MakeSeed(), guard: newGuard(dir, o.Logger), failedC: make(chan struct{})}
 	s.guard.fatal = s.fail

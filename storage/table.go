@@ -27,13 +27,15 @@ import (
 //     A free record keeps its region, so that the next record, typically of
 //     the same size (a bucket of the same kind), reuses it in place.
 //
-// What the table is charged (bytes) is its records in use, its index and
-// its arena, garbage included. Outside it are the unused capacity of the
-// slices' growth, which TestTableBytesPerBucket measures, and free
-// records, at most as many as were ever in use at once: dirty records
-// beyond the cache's share are bounded by the commit queue, and compact
-// gives back the free records at the end, and everything once none is in
-// use.
+// What the table is charged (bytes) is the memory its slices hold: their
+// capacity, free records, garbage and unused tails included, so that the
+// byte bound holds for real memory. The slices grow only explicitly (by a
+// quarter, or double while small), and an insert is charged the growth it
+// causes (needs), so that makeRoom evicts clean records, whose free
+// records and regions the next inserts reuse, rather than grow a table at
+// its share. Dirty records may take a table over its share (they cannot
+// be evicted); trim brings it back once they are written, and shrink
+// gives back the capacity over the share.
 type table struct {
 	index   []uint32
 	recs    []record
@@ -106,10 +108,41 @@ const compactMin = 4 << 10
 // crossing a boundary) mostly stays in place.
 func roomFor(n int) uint32 { return uint32((n + 3) &^ 3) }
 
-// bytes is what the table is charged: records in use, index and arena,
-// garbage included.
+// bytes is what the table is charged: the capacity of its records, index
+// and arena.
 func (t *table) bytes() int64 {
-	return int64(t.live)*recordSize + int64(len(t.index))*indexSlot + int64(len(t.arena))
+	return int64(cap(t.recs))*recordSize + int64(cap(t.index))*indexSlot + int64(cap(t.arena))
+}
+
+// grownCap is the capacity a slice of capacity c grows to so as to hold n:
+// double while below small, then by a quarter (few copies, little unused
+// tail), and at least least.
+func grownCap(c, n, least, small int) int {
+	g := c + c/4
+	if c < small {
+		g = 2 * c
+	}
+	return max(g, n, least)
+}
+
+// reserveArena makes room for n more bytes at the end of the arena.
+func (t *table) reserveArena(n int) {
+	if len(t.arena)+n <= cap(t.arena) {
+		return
+	}
+	a := make([]byte, len(t.arena), grownCap(cap(t.arena), len(t.arena)+n, minArena, 4<<10))
+	copy(a, t.arena)
+	t.arena = a
+}
+
+// reserveRecs makes room for one more record.
+func (t *table) reserveRecs() {
+	if len(t.recs) < cap(t.recs) {
+		return
+	}
+	r := make([]record, len(t.recs), grownCap(cap(t.recs), len(t.recs)+1, minRecs, 256))
+	copy(r, t.recs)
+	t.recs = r
 }
 
 func (t *table) key(r *record) []byte {
@@ -147,17 +180,22 @@ func (t *table) find(h uint64, key []byte) int {
 }
 
 // needs returns what inserting a record of klen key bytes and vlen value
-// bytes adds to bytes: a record, its region unless the first free
-// record's fits it, and the index's growth.
+// bytes adds to bytes: the growth of the records unless one is free, of
+// the arena unless the first free record's region or the arena's unused
+// tail takes the new region, and of the index.
 func (t *table) needs(klen, vlen int) int64 {
-	n := recordSize
-	region := uint32(klen) + roomFor(vlen)
+	n := int64(0)
+	region := klen + int(roomFor(vlen))
 	if t.free != 0 {
-		if r := &t.recs[t.free-1]; r.klen+r.room >= region {
+		if r := &t.recs[t.free-1]; int(r.klen+r.room) >= region {
 			region = 0
 		}
+	} else if len(t.recs) == cap(t.recs) {
+		n += int64(grownCap(cap(t.recs), len(t.recs)+1, minRecs, 256)-cap(t.recs)) * recordSize
 	}
-	n += int64(region)
+	if region > 0 && len(t.arena)+region > cap(t.arena) {
+		n += int64(grownCap(cap(t.arena), len(t.arena)+region, minArena, 4<<10) - cap(t.arena))
+	}
 	if (t.live+1)*4 > len(t.index)*3 {
 		n += int64(max(len(t.index), minIndex)) * indexSlot
 	}
@@ -190,18 +228,15 @@ func (t *table) insert(h uint64, key []byte, vlen int) int {
 		if i >= maxRecs {
 			panic("storage: a stripe's table would pass 16M records; lower --cache-memory")
 		}
-		if t.recs == nil {
-			t.recs = make([]record, 0, minRecs) // fewer growth steps
-		}
-		t.recs = append(t.recs, record{})
+		t.reserveRecs()
+		t.recs = t.recs[:i+1]
+		t.recs[i] = record{}
 	}
 	r := &t.recs[i]
 	off := r.off
 	if !reused {
 		t.check(region)
-		if t.arena == nil {
-			t.arena = make([]byte, 0, minArena)
-		}
+		t.reserveArena(int(region))
 		off = uint32(len(t.arena))
 		t.arena = append(t.arena, key...)
 		t.arena = append(t.arena, make([]byte, region-uint32(len(key)))...)
@@ -269,9 +304,10 @@ func (t *table) setVal(i int, val []byte) {
 	old := r.off
 	t.garbage += int64(r.klen + r.room)
 	t.check(r.klen + room)
+	// val may alias the arena: a new one has copied the old, which stays
+	// valid while val refers to it.
+	t.reserveArena(int(r.klen + room))
 	off := uint32(len(t.arena))
-	// The key and val may alias the arena: append copies from the old
-	// array, which stays valid while they refer to it.
 	t.arena = append(t.arena, t.arena[old:old+r.klen]...)
 	t.arena = append(t.arena, val...)
 	t.arena = append(t.arena, make([]byte, room-uint32(len(val)))...)
@@ -317,15 +353,15 @@ func (t *table) remove(i int) {
 }
 
 // empty drops every free record and the garbage once no record is in use
-// (no committer names one then), and gives back slices bigger than a small
-// table's.
+// (no committer names one then), and gives back slices bigger than a new
+// table's first ones (960 bytes in all, within MinCacheMemory's share).
 func (t *table) empty() {
 	t.recs, t.arena = t.recs[:0], t.arena[:0]
 	t.free, t.nfree, t.garbage, t.hand = 0, 0, 0, 0
-	if cap(t.arena) > compactMin {
+	if cap(t.arena) > minArena {
 		t.arena = nil
 	}
-	if cap(t.recs) > 2*minIndex {
+	if cap(t.recs) > minRecs {
 		t.recs = nil
 	}
 	if len(t.index) > minIndex {
@@ -337,6 +373,26 @@ func (t *table) empty() {
 func (t *table) maybeCompact() {
 	if t.garbage >= compactMin && 2*t.garbage > int64(len(t.arena)) {
 		t.compact()
+	}
+}
+
+// shrink gives back the unused capacity of the arena, then of the
+// records, that takes the table over limit: a table that dirty records
+// took over its share returns to it once they are written and evicted.
+// The free records between records in use stay (records in use never
+// move), for the next inserts.
+func (t *table) shrink(limit int64) {
+	if over := t.bytes() - limit; over > 0 && cap(t.arena) > len(t.arena) {
+		c := len(t.arena) + int(max(int64(cap(t.arena)-len(t.arena))-over, 0))
+		a := make([]byte, len(t.arena), c)
+		copy(a, t.arena)
+		t.arena = a
+	}
+	if over := t.bytes() - limit; over > 0 && cap(t.recs) > len(t.recs) {
+		c := len(t.recs) + int(max(int64(cap(t.recs)-len(t.recs))-(over+recordSize-1)/recordSize, 0))
+		r := make([]record, len(t.recs), c)
+		copy(r, t.recs)
+		t.recs = r
 	}
 }
 
@@ -384,8 +440,8 @@ func (t *table) compact() {
 			t.nfree++
 		}
 	}
-	if cap(t.recs) > 2*n+minIndex {
-		t.recs = append(make([]record, 0, n+n/4), t.recs...)
+	if cap(t.recs) > n+n/4+minRecs {
+		t.recs = append(make([]record, 0, n+n/8), t.recs...)
 	}
 	if t.hand > n {
 		t.hand = 0
@@ -408,10 +464,11 @@ func (t *table) compact() {
 // makeRoom evicts clean records until one more record, of klen key bytes
 // and vlen value bytes, fits in limit bytes with the rest. The CLOCK hand
 // passes over dirty records, clears the reference bit of clean ones used
-// since its last pass, and evicts clean ones not used since; when garbage
-// reaches a sixteenth of limit, compaction reclaims it instead. It reports
-// whether there is room; a record that needs more than limit never fits,
-// and evicts nothing.
+// since its last pass, and evicts clean ones not used since, whose free
+// record and region the insert reuses; when garbage reaches a sixteenth of
+// limit, compaction reclaims it instead, and shrink gives back capacity
+// over limit. It reports whether there is room; a record that needs more
+// than limit never fits, and evicts nothing.
 func (t *table) makeRoom(limit int64, klen, vlen int) bool {
 	if recordSize+2*indexSlot+int64(klen)+int64(roomFor(vlen)) > limit || t.live >= maxRecs-1 {
 		return false
@@ -423,6 +480,17 @@ func (t *table) makeRoom(limit int64, klen, vlen int) bool {
 // be once the dirty records that took it over have been written.
 func (t *table) trim(limit int64) { t.evict(limit, 0, 0, false) }
 
+// settle shrinks the table to limit in trim, which the committer calls on
+// a table over its share: an insert would grow it again at once (one
+// that does not fit is dirty, taking the table over its share until it is
+// written), and copying the arena back and forth for each would cost more
+// than the memory it gives back for that while.
+func (t *table) settle(limit int64, insert bool) {
+	if !insert {
+		t.shrink(limit)
+	}
+}
+
 // evict is makeRoom, and with insert false trim.
 func (t *table) evict(limit int64, klen, vlen int, insert bool) bool {
 	need := func() int64 {
@@ -431,22 +499,30 @@ func (t *table) evict(limit int64, klen, vlen int, insert bool) bool {
 		}
 		return t.needs(klen, vlen)
 	}
+	if !insert && t.bytes() > limit {
+		// A table over its share mostly holds the unused tail of an arena
+		// that grew for a value that moved: give that back before
+		// evicting anything.
+		if t.garbage > 0 {
+			t.compact()
+		}
+		t.shrink(limit)
+	}
 	// Two passes see every clean record: the first may only clear its bit.
 	steps := 2 * len(t.recs)
 	for t.bytes()+need() > limit {
 		if t.garbage > 0 && t.garbage >= limit/16 {
 			t.compact()
+			t.settle(limit, insert)
 			continue
 		}
 		if steps <= 0 || t.live == 0 {
+			// The last resort before giving up.
 			if t.garbage > 0 {
-				t.compact() // the last resort before giving up
-				steps = len(t.recs)
-				if t.bytes()+need() <= limit {
-					return true
-				}
+				t.compact()
 			}
-			return false
+			t.settle(limit, insert)
+			return t.bytes()+need() <= limit
 		}
 		steps--
 		if t.hand >= len(t.recs) {

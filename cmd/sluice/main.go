@@ -161,8 +161,8 @@ func newFlagSet(cfg *config, stderr io.Writer) *flag.FlagSet {
 	fs.Var(&cfg.maxInline, "max-inline", "most bytes in one inline (telnet-style) command line")
 	fs.Var(&cfg.maxQueryBuffer, "max-query-buffer", "most bytes of one incomplete command held per client")
 	fs.Var(&cfg.cacheSize, "cache-size", "Pebble block cache size")
-	fs.IntVar(&cfg.cacheBuckets, "cache-buckets", 0, "deprecated, use --cache-memory: given without --cache-memory, sets it to this many buckets × 88 bytes; 0 turns the cache off")
-	fs.Var(&cfg.cacheMemory, "cache-memory", "most bytes the bucket cache holds, everything it keeps counted (about 88 bytes per RL bucket with a 16-byte key: the default holds about 2.5M); a bucket over 1/1024 of it is not cached; 0 turns the cache off")
+	fs.IntVar(&cfg.cacheBuckets, "cache-buckets", 0, "deprecated, use --cache-memory: given without --cache-memory, sets it to this many buckets × 88 bytes (at least 1MiB); 0 turns the cache off")
+	fs.Var(&cfg.cacheMemory, "cache-memory", "most bytes of memory the bucket cache holds, everything it allocates counted (about 70 bytes per RL bucket with a 16-byte key: the default holds about 2.2M); a bucket over 1/1024 of it is not cached; 0 turns the cache off, and 1 byte to 1MiB is refused")
 	fs.Var(&cfg.memtableSize, "memtable-size", "Pebble memtable size")
 	fs.Var(&cfg.commitQueueMem, "commit-queue-memory", "most bytes of written records (keys and values) waiting to be written to Pebble; a command that would pass it waits for the disk; bounds what large sliding logs cost")
 	fs.Var(&cfg.memoryLimit, "memory-limit", "the Go runtime's soft memory limit: auto computes the sizing rule from the memory flags (README.md), 0 sets none, or a size; the GOMEMLIMIT environment variable wins over it")
@@ -277,8 +277,19 @@ func parseConfig(args []string, lookupEnv func(string) (string, bool), stderr io
 			cfg.cacheMemorySet = true
 		}
 	})
+	if cfg.cacheBuckets > storage.MaxCacheEntries {
+		return cfg, fmt.Errorf("--cache-buckets %d: want 0 (off) to %d (the most whose bytes, at %d each, an int64 holds); use --cache-memory", cfg.cacheBuckets, int64(storage.MaxCacheEntries), storage.CacheBucketCharge)
+	}
 	if cfg.cacheBucketsSet && !cfg.cacheMemorySet {
 		cfg.cacheMemory = byteSize(int64(cfg.cacheBuckets) * storage.CacheBucketCharge)
+		if cfg.cacheBuckets > 0 {
+			// A count that used to cache a few buckets must not
+			// become a budget that caches none.
+			cfg.cacheMemory = max(cfg.cacheMemory, storage.MinCacheMemory)
+		}
+	}
+	if cfg.cacheMemory > 0 && cfg.cacheMemory < storage.MinCacheMemory {
+		return cfg, fmt.Errorf("--cache-memory %d: want 0 (off) or at least %d (1 KiB for each of the cache's 1024 stripes; less caches nothing)", int64(cfg.cacheMemory), int64(storage.MinCacheMemory))
 	}
 	if cfg.shutdownTimeout <= 0 {
 		return cfg, fmt.Errorf("--shutdown-timeout %v: want a positive duration", cfg.shutdownTimeout)
