@@ -2,45 +2,12 @@ package counterhit
 
 import (
 	"bufio"
-	"go/parser"
-	"go/token"
-	"path/filepath"
-	"strconv"
 	"strings"
 	"testing"
 
 	"github.com/sluicehq/sluice/internal/resp"
 	"github.com/sluicehq/sluice/policy"
 )
-
-// TestImports keeps the package pure: the standard library without locks
-// or connections, resp's encoders and policy's Outcome.
-func TestImports(t *testing.T) {
-	files, err := filepath.Glob("*.go")
-	if err != nil {
-		t.Fatal(err)
-	}
-	allowed := map[string]bool{
-		"github.com/sluicehq/sluice/internal/resp": true,
-		"github.com/sluicehq/sluice/policy":        true,
-	}
-	banned := map[string]bool{"sync": true, "sync/atomic": true, "os": true, "net": true, "time": true}
-	for _, f := range files {
-		if strings.HasSuffix(f, "_test.go") {
-			continue
-		}
-		af, err := parser.ParseFile(token.NewFileSet(), f, nil, parser.ImportsOnly)
-		if err != nil {
-			t.Fatal(err)
-		}
-		for _, imp := range af.Imports {
-			path, _ := strconv.Unquote(imp.Path.Value)
-			if first, _, _ := strings.Cut(path, "/"); banned[path] || strings.Contains(first, ".") && !allowed[path] {
-				t.Errorf("%s imports %s: counterhit uses only the standard library, internal/resp and policy", f, path)
-			}
-		}
-	}
-}
 
 // What the owner encodes, the forwarding node reads back; an error reply
 // is the owner's text; anything else is an error, not an outcome.

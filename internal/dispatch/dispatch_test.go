@@ -1,45 +1,9 @@
 package dispatch
 
 import (
-	"go/parser"
-	"go/token"
-	"path/filepath"
 	"strconv"
-	"strings"
 	"testing"
 )
-
-// TestImports keeps the package a seam, below server and above the
-// families: the standard library without locks or I/O, storage's Batch
-// and Mutator, resp's encoders and cmddoc's records. The clock, the
-// classifier and the store are the server's, reached through Env.
-func TestImports(t *testing.T) {
-	files, err := filepath.Glob("*.go")
-	if err != nil {
-		t.Fatal(err)
-	}
-	allowed := map[string]bool{
-		"github.com/sluicehq/sluice/storage":         true,
-		"github.com/sluicehq/sluice/internal/resp":   true,
-		"github.com/sluicehq/sluice/internal/cmddoc": true,
-	}
-	banned := map[string]bool{"sync": true, "sync/atomic": true, "os": true, "io": true, "net": true}
-	for _, f := range files {
-		if strings.HasSuffix(f, "_test.go") {
-			continue
-		}
-		af, err := parser.ParseFile(token.NewFileSet(), f, nil, parser.ImportsOnly)
-		if err != nil {
-			t.Fatal(err)
-		}
-		for _, imp := range af.Imports {
-			path, _ := strconv.Unquote(imp.Path.Value)
-			if first, _, _ := strings.Cut(path, "/"); banned[path] || strings.Contains(first, ".") && !allowed[path] {
-				t.Errorf("%s imports %s: dispatch uses only the standard library, storage, internal/resp and internal/cmddoc", f, path)
-			}
-		}
-	}
-}
 
 type buf struct{ b []byte }
 

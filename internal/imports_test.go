@@ -1,0 +1,79 @@
+package internal
+
+import (
+	"go/parser"
+	"go/token"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"testing"
+)
+
+const mod = "github.com/sluicehq/sluice/"
+
+// TestImports keeps each package under internal/ where the server split
+// put it (issue 13): below server, each importing only the standard
+// library, without the packages banned for it (locks, I/O, the clock:
+// those are the server's, reached through dispatch.Ctx and its Env), and
+// the packages of this module listed for it. Pebble stays behind storage.
+func TestImports(t *testing.T) {
+	noIO := []string{"os", "io", "net"}
+	pure := append([]string{"sync", "sync/atomic", "time"}, noIO...)
+	for _, p := range []struct {
+		dir    string
+		banned []string
+		allow  []string
+	}{
+		// The framer, reply encoders and argument parsing: the protocol.
+		{"resp", pure, nil},
+		// COMMAND DOCS records and encoders.
+		{"cmddoc", pure, []string{"internal/resp"}},
+		// The replies of CLUSTER INFO, SLOTS, SHARDS and NODES; net only
+		// for net.ParseIP, which does no I/O.
+		{"clustercmd", []string{"sync", "sync/atomic", "time", "os", "io"}, []string{"cluster", "internal/resp"}},
+		// SLUICE.COUNTERHIT's wire format; it reads a bufio.Reader.
+		{"counterhit", []string{"sync", "sync/atomic", "time", "os", "net"}, []string{"internal/resp", "policy"}},
+		// The command entry and per-command context: a seam between the
+		// server and the families.
+		{"dispatch", []string{"sync", "sync/atomic", "os", "io", "net"}, []string{"storage", "internal/resp", "internal/cmddoc"}},
+		// RL.*, CL.*, FW.* and ROLL.*: requests, mutations, commands.
+		{"limitcmd", pure, []string{"bucket", "keyspace", "storage", "internal/resp", "internal/dispatch", "internal/cmddoc"}},
+		// HIT's engine and the policy file in use (it holds a lock).
+		{"rules", noIO, []string{"bucket", "keyspace", "policy", "storage", "internal/resp", "internal/dispatch", "internal/cmddoc"}},
+	} {
+		t.Run(p.dir, func(t *testing.T) {
+			files, err := filepath.Glob(filepath.Join(p.dir, "*.go"))
+			if err != nil || len(files) == 0 {
+				t.Fatalf("no Go files in internal/%s (%v)", p.dir, err)
+			}
+			for _, f := range files {
+				if strings.HasSuffix(f, "_test.go") {
+					continue
+				}
+				af, err := parser.ParseFile(token.NewFileSet(), f, nil, parser.ImportsOnly)
+				if err != nil {
+					t.Fatal(err)
+				}
+				for _, imp := range af.Imports {
+					path, _ := strconv.Unquote(imp.Path.Value)
+					first, _, _ := strings.Cut(path, "/")
+					switch {
+					case contains(p.banned, path):
+						t.Errorf("%s imports %s, banned there (%v)", f, path, p.banned)
+					case strings.Contains(first, ".") && !contains(p.allow, strings.TrimPrefix(path, mod)):
+						t.Errorf("%s imports %s: internal/%s may import only the standard library and %v", f, path, p.dir, p.allow)
+					}
+				}
+			}
+		})
+	}
+}
+
+func contains(list []string, s string) bool {
+	for _, x := range list {
+		if x == s {
+			return true
+		}
+	}
+	return false
+}
