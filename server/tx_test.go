@@ -592,31 +592,6 @@ func TestTxUnwatchReturnsCharge(t *testing.T) {
 	}
 }
 
-// TestTxExecReplyLimit: an EXEC whose replies pass --max-reply-buffer
-// still runs every queued command (a transaction is whole), drops their
-// replies, answers the overflow error and closes the connection, as a
-// pipeline does.
-func TestTxExecReplyLimit(t *testing.T) {
-	const limit = 64 << 10
-	srv := startServer(t, Config{MaxReplyBuffer: limit})
-	var b strings.Builder
-	b.WriteString("MULTI\r\nRL.REDUCE first 5 60 AT 1\r\n")
-	for range 200 {
-		b.WriteString("COMMAND DOCS\r\n")
-	}
-	b.WriteString("RL.REDUCE last 5 60 AT 1\r\nEXEC\r\n")
-	got := rawExchangeAll(t, srv, b.String())
-	if len(got) > 2*limit || !strings.HasSuffix(got, "-ERR reply buffer limit reached (--max-reply-buffer); the transaction ran, its replies are dropped; closing the connection\r\n") {
-		t.Fatalf("EXEC of 200 COMMAND DOCS with --max-reply-buffer %d: %d bytes of replies, ending %q", limit, len(got), got[max(len(got)-200, 0):])
-	}
-	c := newClient(t, srv)
-	for _, k := range []string{"first", "last"} {
-		if n, err := c.Do(context.Background(), "RL.GET", k, 5, 60, "AT", 1).Int64(); err != nil || n != 4 {
-			t.Fatalf("RL.GET %s after the EXEC: %d, %v; want 4 (the transaction ran whole)", k, n, err)
-		}
-	}
-}
-
 // TestTxClientInfoInExec: CLIENT INFO run by EXEC shows the transaction,
 // as Redis does: flags=x, multi=<queued commands>, cmd=exec.
 func TestTxClientInfoInExec(t *testing.T) {
@@ -629,28 +604,54 @@ func TestTxClientInfoInExec(t *testing.T) {
 	}
 }
 
-// TestTxExecReplyClientMemory: an EXEC whose replies would take the
-// clients' buffers past --maxmemory-clients runs whole, drops its
-// replies, answers the limit's error and is closed, instead of building
-// the whole reply first.
-func TestTxExecReplyClientMemory(t *testing.T) {
-	const limit = 512 << 10
-	srv := startServer(t, Config{MaxMemoryClients: limit})
+// bigExec is a transaction of 200 COMMAND DOCS, whose replies pass any
+// small reply limit, between RL.REDUCEs of first and last when reduce is
+// set.
+func bigExec(reduce bool) string {
 	var b strings.Builder
-	b.WriteString("MULTI\r\nRL.REDUCE first 5 60 AT 1\r\n")
+	b.WriteString("MULTI\r\n")
+	if reduce {
+		b.WriteString("RL.REDUCE first 5 60 AT 1\r\n")
+	}
 	for range 200 {
 		b.WriteString("COMMAND DOCS\r\n")
 	}
-	b.WriteString("RL.REDUCE last 5 60 AT 1\r\nEXEC\r\n")
-	got := rawExchangeAll(t, srv, b.String())
-	if len(got) > limit || !strings.HasSuffix(got, "-ERR client memory limit reached: the buffers of all clients exceed --maxmemory-clients; the transaction ran, its replies are dropped; closing the connection\r\n") {
-		t.Fatalf("EXEC of 200 COMMAND DOCS with --maxmemory-clients %d: %d bytes of replies, ending %q", limit, len(got), got[max(len(got)-200, 0):])
+	if reduce {
+		b.WriteString("RL.REDUCE last 5 60 AT 1\r\n")
 	}
-	c := newClient(t, srv)
-	for _, k := range []string{"first", "last"} {
-		if n, err := c.Do(context.Background(), "RL.GET", k, 5, 60, "AT", 1).Int64(); err != nil || n != 4 {
-			t.Fatalf("RL.GET %s after the EXEC: %d, %v; want 4 (the transaction ran whole)", k, n, err)
-		}
+	b.WriteString("EXEC\r\n")
+	return b.String()
+}
+
+// TestTxExecReplyLimits: an EXEC whose replies pass --max-reply-buffer, or
+// would take the clients' buffers past --maxmemory-clients, still runs
+// every queued command (a transaction is whole), drops their replies
+// instead of building the whole reply first, answers the limit's error and
+// closes the connection, as a pipeline does.
+func TestTxExecReplyLimits(t *testing.T) {
+	for _, tc := range []struct {
+		flag   string
+		limit  int
+		maxLen int // the most reply bytes the client may see
+		cfg    Config
+		want   string
+	}{
+		{"--max-reply-buffer", 64 << 10, 2 * 64 << 10, Config{MaxReplyBuffer: 64 << 10}, "-ERR reply buffer limit reached (--max-reply-buffer); the transaction ran, its replies are dropped; closing the connection\r\n"},
+		{"--maxmemory-clients", 512 << 10, 512 << 10, Config{MaxMemoryClients: 512 << 10}, "-ERR client memory limit reached: the buffers of all clients exceed --maxmemory-clients; the transaction ran, its replies are dropped; closing the connection\r\n"},
+	} {
+		t.Run(tc.flag, func(t *testing.T) {
+			srv := startServer(t, tc.cfg)
+			got := rawExchangeAll(t, srv, bigExec(true))
+			if len(got) > tc.maxLen || !strings.HasSuffix(got, tc.want) {
+				t.Fatalf("EXEC of 200 COMMAND DOCS with %s %d: %d bytes of replies, ending %q", tc.flag, tc.limit, len(got), got[max(len(got)-200, 0):])
+			}
+			c := newClient(t, srv)
+			for _, k := range []string{"first", "last"} {
+				if n, err := c.Do(context.Background(), "RL.GET", k, 5, 60, "AT", 1).Int64(); err != nil || n != 4 {
+					t.Fatalf("RL.GET %s after the EXEC: %d, %v; want 4 (the transaction ran whole)", k, n, err)
+				}
+			}
+		})
 	}
 }
 
@@ -661,13 +662,7 @@ func TestTxExecReplyClientMemory(t *testing.T) {
 func TestTxExecLimitErrorCounted(t *testing.T) {
 	const limit = 64 << 10
 	srv := startServer(t, Config{MaxReplyBuffer: limit})
-	var b strings.Builder
-	b.WriteString("MULTI\r\n")
-	for range 200 {
-		b.WriteString("COMMAND DOCS\r\n")
-	}
-	b.WriteString("EXEC\r\n")
-	got := rawExchangeAll(t, srv, b.String())
+	got := rawExchangeAll(t, srv, bigExec(false))
 	if !strings.HasSuffix(got, "-ERR reply buffer limit reached (--max-reply-buffer); the transaction ran, its replies are dropped; closing the connection\r\n") {
 		t.Fatalf("EXEC of 200 COMMAND DOCS with --max-reply-buffer %d: ending %q", limit, got[max(len(got)-200, 0):])
 	}
