@@ -1,7 +1,6 @@
 package server
 
 import (
-	"context"
 	"errors"
 	"net"
 	"net/http"
@@ -100,8 +99,7 @@ type checkState struct {
 	v4Bits       int      // IPv4Bits, defaulted
 	v6Bits       int      // IPv6Bits, defaulted
 
-	mu  sync.Mutex
-	srv *http.Server
+	served served
 }
 
 // checker is the state one check request uses, pooled so that a check
@@ -168,13 +166,9 @@ func (s *Server) ServeCheck(ln net.Listener) error {
 		return rules.ErrNoPolicy
 	}
 	srv := s.newHTTPServer(http.HandlerFunc(s.routeCheck))
-	s.check.mu.Lock()
-	if s.closing.Load() || s.check.srv != nil {
-		s.check.mu.Unlock()
+	if !s.check.served.start(srv, &s.closing) {
 		return net.ErrClosed
 	}
-	s.check.srv = srv
-	s.check.mu.Unlock()
 	s.log.Info("serving the forward-auth endpoint /check", "addr", ln.Addr().String(), "tls", s.tls != nil, "policy", s.pol.Path)
 	if ta, ok := ln.Addr().(*net.TCPAddr); ok && !ta.IP.IsLoopback() && !s.cfg.AllowRemoteWithoutAuth {
 		s.log.Warn("protected mode: /check answers proxies on loopback only (or, with --tls-ca, proxies that present a client certificate); set --protected-mode no to serve others", "addr", ln.Addr().String())
@@ -185,17 +179,7 @@ func (s *Server) ServeCheck(ln net.Listener) error {
 
 // closeCheck stops the endpoint; Close calls it once no new request may
 // start a hit.
-func (s *Server) closeCheck() {
-	s.check.mu.Lock()
-	srv := s.check.srv
-	s.check.srv = &http.Server{} // ServeCheck after Close refuses
-	s.check.mu.Unlock()
-	if srv != nil && srv.Handler != nil {
-		ctx, cancel := context.WithTimeout(context.Background(), time.Second)
-		defer cancel()
-		_ = srv.Shutdown(ctx)
-	}
-}
+func (s *Server) closeCheck() { s.check.served.stop() }
 
 // checkAdmitted reports whether protected mode lets r's peer use /check.
 // /check has no password, so, as for the line protocol, a password set for

@@ -10,6 +10,7 @@ import (
 	"runtime"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/sluicehq/sluice/keyspace"
@@ -27,8 +28,40 @@ type httpState struct {
 	batchSeconds prometheus.Histogram
 	hitSeconds   prometheus.Histogram
 
+	served served
+}
+
+// served is the http.Server of one HTTP listener (probes and metrics, or
+// /check): set once by its Serve method, shut down by Close.
+type served struct {
 	mu  sync.Mutex
 	srv *http.Server
+}
+
+// start records srv as the one served. It reports false, and srv must not
+// be served, when the server is closing or one was started already.
+func (v *served) start(srv *http.Server, closing *atomic.Bool) bool {
+	v.mu.Lock()
+	defer v.mu.Unlock()
+	if closing.Load() || v.srv != nil {
+		return false
+	}
+	v.srv = srv
+	return true
+}
+
+// stop shuts the served server down, giving its requests a second, and
+// makes a later start refuse.
+func (v *served) stop() {
+	v.mu.Lock()
+	srv := v.srv
+	v.srv = &http.Server{}
+	v.mu.Unlock()
+	if srv != nil && srv.Handler != nil {
+		ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+		defer cancel()
+		_ = srv.Shutdown(ctx)
+	}
 }
 
 func (s *Server) initMetrics() {
@@ -86,13 +119,9 @@ func (s *Server) ServeHTTP(ln net.Listener) error {
 		_, _ = w.Write([]byte("ready\n"))
 	})
 	srv := s.newHTTPServer(mux)
-	s.http.mu.Lock()
-	if s.closing.Load() || s.http.srv != nil {
-		s.http.mu.Unlock()
+	if !s.http.served.start(srv, &s.closing) {
 		return net.ErrClosed
 	}
-	s.http.srv = srv
-	s.http.mu.Unlock()
 	s.log.Info("serving HTTP", "addr", ln.Addr().String(), "tls", s.tls != nil)
 	return s.serveHTTPOn(srv, ln, "http", s.adm.takeHTTP)
 }
@@ -133,17 +162,7 @@ func (w httpLogWriter) Write(p []byte) (int, error) {
 
 // closeHTTP stops the HTTP side; Close calls it last, so that /readyz
 // answers 503 while connections drain.
-func (s *Server) closeHTTP() {
-	s.http.mu.Lock()
-	srv := s.http.srv
-	s.http.srv = &http.Server{} // ServeHTTP after Close refuses
-	s.http.mu.Unlock()
-	if srv != nil && srv.Handler != nil {
-		ctx, cancel := context.WithTimeout(context.Background(), time.Second)
-		defer cancel()
-		_ = srv.Shutdown(ctx)
-	}
-}
+func (s *Server) closeHTTP() { s.http.served.stop() }
 
 // notReady says why the server should get no traffic, or "" when it should.
 func (s *Server) notReady() string {
