@@ -16,6 +16,7 @@ import (
 	"time"
 
 	"github.com/HdrHistogram/hdrhistogram-go"
+	"github.com/sluicehq/sluice/internal/resp"
 )
 
 // target is what a workload's requests are sent as.
@@ -301,12 +302,12 @@ func appendCommand(b []byte, t target, w workload, key int64, op int, nowUs int6
 		return appendRollRedis(b, k, w, nowUs, seq)
 	case targetRedisINCR:
 		b = append(b, "*2\r\n$4\r\nINCR\r\n"...)
-		return appendBulk(b, k)
+		return resp.AppendBulk(b, k)
 	case targetRedisLua:
 		b = append(b, "*8\r\n$7\r\nEVALSHA\r\n"...)
-		b = appendBulkString(b, sha)
+		b = resp.AppendBulkString(b, sha)
 		b = append(b, "$1\r\n1\r\n"...)
-		b = appendBulk(b, k)
+		b = resp.AppendBulk(b, k)
 		b = appendIntBulk(b, w.Max)
 		b = appendIntBulk(b, w.RefillMs)
 		b = appendIntBulk(b, w.Max) // refill amount: RL's default
@@ -323,9 +324,9 @@ func appendCommand(b []byte, t target, w workload, key int64, op int, nowUs int6
 		fk = strconv.AppendInt(append(fk, '/'), win, 10)
 		if t == targetRedisFWLua {
 			b = append(b, "*6\r\n$7\r\nEVALSHA\r\n"...)
-			b = appendBulkString(b, sha)
+			b = resp.AppendBulkString(b, sha)
 			b = append(b, "$1\r\n1\r\n"...)
-			b = appendBulk(b, fk)
+			b = resp.AppendBulk(b, fk)
 			b = appendIntBulk(b, w.Take)
 			return appendIntBulk(b, w.RefillMs)
 		}
@@ -334,16 +335,16 @@ func appendCommand(b []byte, t target, w workload, key int64, op int, nowUs int6
 		}
 		if w.Take == 1 {
 			b = append(b, "*2\r\n$4\r\nINCR\r\n"...)
-			b = appendBulk(b, fk)
+			b = resp.AppendBulk(b, fk)
 		} else {
 			b = append(b, "*3\r\n$6\r\nINCRBY\r\n"...)
-			b = appendBulk(b, fk)
+			b = resp.AppendBulk(b, fk)
 			b = appendIntBulk(b, w.Take)
 		}
 		// NX: the first request of a window sets its TTL and later ones
 		// leave it, so the key goes when its window has passed.
 		b = append(b, "*4\r\n$6\r\nEXPIRE\r\n"...)
-		b = appendBulk(b, fk)
+		b = resp.AppendBulk(b, fk)
 		b = appendIntBulk(b, w.windowSeconds())
 		b = append(b, "$2\r\nNX\r\n"...)
 		if t == targetRedisFWMulti {
@@ -354,7 +355,7 @@ func appendCommand(b []byte, t target, w workload, key int64, op int, nowUs int6
 	switch w.command() {
 	case cmdRollLimit:
 		b = append(b, "*4\r\n$10\r\nROLL.LIMIT\r\n"...)
-		b = appendBulk(b, k)
+		b = resp.AppendBulk(b, k)
 		b = appendIntBulk(b, w.RefillMs)
 		return appendIntBulk(b, w.Max)
 	case cmdCLThrottle:
@@ -370,8 +371,8 @@ func appendCommand(b []byte, t target, w workload, key int64, op int, nowUs int6
 			n = "*6\r\n"
 		}
 		b = append(b, n...)
-		b = appendBulkString(b, w.command())
-		b = appendBulk(b, k)
+		b = resp.AppendBulkString(b, w.command())
+		b = resp.AppendBulk(b, k)
 		b = appendIntBulk(b, w.Max)
 		b = appendIntBulk(b, window)
 		if w.Take != 1 {
@@ -383,16 +384,16 @@ func appendCommand(b []byte, t target, w workload, key int64, op int, nowUs int6
 	if op == opHit {
 		b = append(b, "*3\r\n$3\r\nHIT\r\n$11\r\npath=/bench\r\n"...)
 		var ib [32]byte
-		return appendBulk(b, append(append(ib[:0], "ip="...), k...))
+		return resp.AppendBulk(b, append(append(ib[:0], "ip="...), k...))
 	}
 	if op == opGet {
 		b = append(b, "*4\r\n$7\r\nRL.PGET\r\n"...)
-		b = appendBulk(b, k)
+		b = resp.AppendBulk(b, k)
 		b = appendIntBulk(b, w.Max)
 		return appendIntBulk(b, w.RefillMs)
 	}
 	b = append(b, "*6\r\n$10\r\nRL.PREDUCE\r\n"...)
-	b = appendBulk(b, k)
+	b = resp.AppendBulk(b, k)
 	b = appendIntBulk(b, w.Max)
 	b = appendIntBulk(b, w.RefillMs)
 	b = append(b, "$4\r\nTAKE\r\n"...)
@@ -434,19 +435,19 @@ func requestText(t target, w workload) string {
 func appendRollRedis(b, k []byte, w workload, nowUs int64, seq uint64) []byte {
 	b = append(b, "*1\r\n$5\r\nMULTI\r\n"...)
 	b = append(b, "*4\r\n$16\r\nZREMRANGEBYSCORE\r\n"...)
-	b = appendBulk(b, k)
+	b = resp.AppendBulk(b, k)
 	b = append(b, "$1\r\n0\r\n"...)
 	b = appendIntBulk(b, nowUs-w.RefillMs*1000)
 	b = append(b, "*4\r\n$4\r\nZADD\r\n"...)
-	b = appendBulk(b, k)
+	b = resp.AppendBulk(b, k)
 	b = appendIntBulk(b, nowUs)
 	var mb [36]byte
-	b = appendBulk(b, appendMember(mb[:0], seq))
+	b = resp.AppendBulk(b, appendMember(mb[:0], seq))
 	b = append(b, "*5\r\n$6\r\nZRANGE\r\n"...)
-	b = appendBulk(b, k)
+	b = resp.AppendBulk(b, k)
 	b = append(b, "$1\r\n0\r\n$2\r\n-1\r\n$10\r\nWITHSCORES\r\n"...)
 	b = append(b, "*3\r\n$6\r\nEXPIRE\r\n"...)
-	b = appendBulk(b, k)
+	b = resp.AppendBulk(b, k)
 	b = appendIntBulk(b, (w.RefillMs+999)/1000)
 	return append(b, "*1\r\n$4\r\nEXEC\r\n"...)
 }
@@ -510,33 +511,17 @@ func splitArray(b []byte) (words []string, rest []byte) {
 // and count (compare-redis.sh's "100 100 60").
 func appendThrottle(b []byte, name string, k []byte, w workload, period int64) []byte {
 	b = append(b, "*6\r\n"...)
-	b = appendBulkString(b, name)
-	b = appendBulk(b, k)
+	b = resp.AppendBulkString(b, name)
+	b = resp.AppendBulk(b, k)
 	b = appendIntBulk(b, w.Max)
 	b = appendIntBulk(b, w.Max)
 	b = appendIntBulk(b, period)
 	return appendIntBulk(b, w.Take)
 }
 
-func appendBulk(b, p []byte) []byte {
-	b = append(b, '$')
-	b = strconv.AppendInt(b, int64(len(p)), 10)
-	b = append(b, '\r', '\n')
-	b = append(b, p...)
-	return append(b, '\r', '\n')
-}
-
-func appendBulkString(b []byte, p string) []byte {
-	b = append(b, '$')
-	b = strconv.AppendInt(b, int64(len(p)), 10)
-	b = append(b, '\r', '\n')
-	b = append(b, p...)
-	return append(b, '\r', '\n')
-}
-
 func appendIntBulk(b []byte, n int64) []byte {
 	var nb [20]byte
-	return appendBulk(b, strconv.AppendInt(nb[:0], n, 10))
+	return resp.AppendBulk(b, strconv.AppendInt(nb[:0], n, 10))
 }
 
 // readReply reads one RESP reply and reports whether it was an error.

@@ -17,6 +17,8 @@ import (
 	"strings"
 	"syscall"
 	"time"
+
+	"github.com/sluicehq/sluice/internal/resp"
 )
 
 // server is a process the harness started and measures.
@@ -301,12 +303,9 @@ func (s *server) do(args ...string) (string, error) {
 	}
 	defer c.Close()
 	c.SetDeadline(time.Now().Add(10 * time.Minute))
-	var b []byte
-	b = append(b, '*')
-	b = strconv.AppendInt(b, int64(len(args)), 10)
-	b = append(b, '\r', '\n')
+	b := resp.AppendArray(nil, len(args))
 	for _, a := range args {
-		b = appendBulk(b, []byte(a))
+		b = resp.AppendBulkString(b, a)
 	}
 	if _, err := c.Write(b); err != nil {
 		return "", err
