@@ -214,7 +214,7 @@ func TestClusterAddedNode(t *testing.T) {
 // command that this node owns: the slot of its key and the table lookup.
 func BenchmarkSlotCheck(b *testing.B) {
 	srv := startServer(b, Config{Cluster: &ClusterConfig{Nodes: []string{"127.0.0.1:7000"}, Self: "127.0.0.1:7000"}})
-	c := &client{resp: 2, Ctx: srv.newCtx(), authed: true, tally: make([]tally, len(srv.cmds))}
+	c := newBenchClient(srv)
 	cmd := srv.cmds["rl.preduce"]
 	args := [][]byte{[]byte("RL.PREDUCE"), []byte("user:12345"), []byte("1000000000"), []byte("60000")}
 	b.ReportAllocs()
@@ -229,19 +229,7 @@ func BenchmarkSlotCheck(b *testing.B) {
 // mode, for the check's share of a whole command.
 func BenchmarkRLReduceCommandCluster(b *testing.B) {
 	srv := startServer(b, Config{Cluster: &ClusterConfig{Nodes: []string{"127.0.0.1:7000"}, Self: "127.0.0.1:7000"}})
-	c := &client{resp: 2, Ctx: srv.newCtx(), authed: true, tally: make([]tally, len(srv.cmds))}
-	args := [][]byte{[]byte("RL.PREDUCE"), []byte("user:12345"), []byte("1000000000"), []byte("60000")}
-	b.ReportAllocs()
-	for i := 0; b.Loop(); i++ {
-		c.Out = c.Out[:0]
-		srv.exec(c, args)
-		if i%16 == 15 {
-			if err := c.Batch.Commit(); err != nil {
-				b.Fatal(err)
-			}
-			srv.flushTally(c)
-		}
-	}
+	runPipelined(b, srv, newBenchClient(srv), [][]byte{[]byte("RL.PREDUCE"), []byte("user:12345"), []byte("1000000000"), []byte("60000")}, nil)
 }
 
 // TestClusterTransactions: in cluster mode a transaction's keys must share

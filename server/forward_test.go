@@ -366,7 +366,7 @@ func FuzzCounterHit(f *testing.F) {
 	f.Add([]byte{0, 0, 'd'}, "1", "-9223372036854775808", "9223372036854775807", "9223372036854775807")
 	f.Add([]byte{0xff, 0xff, 'b', 0xff}, "3", "0", "2", "1")
 	f.Fuzz(func(t *testing.T, key []byte, pos, now, limit, hits string) {
-		c := &client{resp: 2, Ctx: srv.newCtx(), authed: true, tally: make([]tally, len(srv.cmds))}
+		c := newBenchClient(srv)
 		srv.exec(c, [][]byte{[]byte("SLUICE.COUNTERHIT"), key, []byte(pos), []byte(now), []byte(limit), []byte(hits)})
 		if err := c.Batch.Commit(); err != nil {
 			t.Fatal(err)

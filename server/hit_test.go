@@ -698,20 +698,7 @@ func BenchmarkHitLine(b *testing.B) {
 func BenchmarkHitCommand(b *testing.B) {
 	path := policyFile(b, "p.ini", "[path=/x]\ncreditLimit = 1000000000\nresetSeconds = 3600\nmatchPolicy = canary\n\n[path=/x ip=*]\ncreditLimit = 1000000000\nresetSeconds = 3600\nactorField = ip\n\n[default]\ncreditLimit = 0\nresetSeconds = 0\n")
 	srv := startServer(b, Config{PolicyFile: path})
-	c := &client{resp: 2, Ctx: srv.newCtx(), authed: true, tally: make([]tally, len(srv.cmds))}
-	args := [][]byte{[]byte("HIT"), []byte("method=GET"), []byte("path=/x"), []byte("ip=10.1.2.3")}
-	b.ReportAllocs()
-	for i := 0; b.Loop(); i++ {
-		c.Out = c.Out[:0]
-		srv.exec(c, args)
-		if i%16 == 15 {
-			if err := c.Batch.Commit(); err != nil {
-				b.Fatal(err)
-			}
-			c.Committed(true)
-			srv.flushTally(c)
-		}
-	}
+	runPipelined(b, srv, newBenchClient(srv), [][]byte{[]byte("HIT"), []byte("method=GET"), []byte("path=/x"), []byte("ip=10.1.2.3")}, nil)
 }
 
 // FuzzDivvyLines sends arbitrary bytes to the line protocol: the server

@@ -527,23 +527,12 @@ func TestLimiterMetrics(t *testing.T) {
 
 func benchCommand(b *testing.B, args [][]byte) {
 	srv := startServer(b, Config{})
-	c := &client{resp: 2, Ctx: srv.newCtx(), authed: true, tally: make([]tally, len(srv.cmds))}
-	c.Out = c.Out[:0]
+	c := newBenchClient(srv)
 	srv.exec(c, args)
 	if c.Out[0] != '*' {
 		b.Fatalf("reply %q", c.Out)
 	}
-	b.ReportAllocs()
-	for i := 0; b.Loop(); i++ {
-		c.Out = c.Out[:0]
-		srv.exec(c, args)
-		if i%16 == 15 { // a pipeline of 16, as handle ends one
-			if err := c.Batch.Commit(); err != nil {
-				b.Fatal(err)
-			}
-			srv.flushTally(c)
-		}
-	}
+	runPipelined(b, srv, c, args, nil)
 }
 
 // BenchmarkCLThrottleCommand and BenchmarkFWIncrCommand are the CL.* and

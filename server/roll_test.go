@@ -536,7 +536,7 @@ func BenchmarkRollLimitCommand1000(b *testing.B) {
 // BenchmarkRollWouldLimitCommand1000 reads a full log of max 1000.
 func BenchmarkRollWouldLimitCommand1000(b *testing.B) {
 	srv := startServer(b, Config{})
-	c := &client{resp: 2, Ctx: srv.newCtx(), authed: true, tally: make([]tally, len(srv.cmds))}
+	c := newBenchClient(srv)
 	limit := [][]byte{[]byte("ROLL.LIMIT"), []byte("user:12345"), []byte("60000"), []byte("1000")}
 	for range 1001 {
 		srv.exec(c, limit)

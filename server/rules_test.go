@@ -266,21 +266,8 @@ func BenchmarkHitAlgorithms(b *testing.B) {
 			path := policyFile(b, "p.ini", "[path=/x ip=*]\nalgorithm = "+alg+"\ncreditLimit = 100000\nresetSeconds = 1\nactorField = ip\nquotaField = quota\nmaxQuota = 100000\n\n[default]\ncreditLimit = 0\nresetSeconds = 0\n")
 			clock := newTestClock(t0)
 			srv := startServer(b, Config{PolicyFile: path, Clock: clock.now})
-			c := &client{resp: 2, Ctx: srv.newCtx(), authed: true, tally: make([]tally, len(srv.cmds))}
 			args := [][]byte{[]byte("HIT"), []byte("path=/x"), []byte("ip=10.1.2.3"), []byte("quota=50000")}
-			b.ReportAllocs()
-			for i := 0; b.Loop(); i++ {
-				clock.ms.Add(1)
-				c.Out = c.Out[:0]
-				srv.exec(c, args)
-				if i%16 == 15 {
-					if err := c.Batch.Commit(); err != nil {
-						b.Fatal(err)
-					}
-					c.Committed(true)
-					srv.flushTally(c)
-				}
-			}
+			runPipelined(b, srv, newBenchClient(srv), args, func() { clock.ms.Add(1) })
 		})
 	}
 }

@@ -438,16 +438,32 @@ func TestCloseFinishesPipelines(t *testing.T) {
 
 func BenchmarkRLReduceCommand(b *testing.B) {
 	srv := startServer(b, Config{})
-	c := &client{resp: 2, Ctx: srv.newCtx(), authed: true, tally: make([]tally, len(srv.cmds))}
-	args := [][]byte{[]byte("RL.PREDUCE"), []byte("user:12345"), []byte("1000000000"), []byte("60000")}
+	runPipelined(b, srv, newBenchClient(srv), [][]byte{[]byte("RL.PREDUCE"), []byte("user:12345"), []byte("1000000000"), []byte("60000")}, nil)
+}
+
+// newBenchClient is a connection's state for driving srv's command path
+// directly, without a socket.
+func newBenchClient(srv *Server) *client {
+	return &client{resp: 2, Ctx: srv.newCtx(), authed: true, tally: make([]tally, len(srv.cmds))}
+}
+
+// runPipelined runs args through srv's command path once per b.Loop
+// iteration, after before (if set), and commits and flushes the tallies
+// every 16 commands, as the connection loop does when a pipeline of 16
+// ends.
+func runPipelined(b *testing.B, srv *Server, c *client, args [][]byte, before func()) {
 	b.ReportAllocs()
 	for i := 0; b.Loop(); i++ {
+		if before != nil {
+			before()
+		}
 		c.Out = c.Out[:0]
 		srv.exec(c, args)
-		if i%16 == 15 { // a pipeline of 16, as handle ends one
+		if i%16 == 15 {
 			if err := c.Batch.Commit(); err != nil {
 				b.Fatal(err)
 			}
+			c.Committed(true)
 			srv.flushTally(c)
 		}
 	}
