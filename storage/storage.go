@@ -40,6 +40,7 @@ import (
 	"io"
 	"log/slog"
 	"math"
+	"math/bits"
 	"os"
 	"runtime"
 	"slices"
@@ -1330,19 +1331,20 @@ const (
 // wroteLocked ends a round for the record of w: it may be written again
 // by the next round, and if applied (Pebble has the value the round read)
 // and not changed since, it is clean, and stays cached if the stripe has
-// room for it. st must be locked.
-func (s *Store) wroteLocked(st *stripe, w written, applied bool) {
+// room for it. It reports whether the stripe is over its share, for the
+// committer to trim once the round is done. st must be locked.
+func (s *Store) wroteLocked(st *stripe, w written, applied bool) (over bool) {
 	t := &st.mu.t
 	if int(w.rec) >= len(t.recs) {
-		return // never: see written
+		return false // never: see written
 	}
 	r := &t.recs[w.rec]
 	if r.flags&fLive == 0 || r.gen != w.gen {
-		return // never: see written
+		return false // never: see written
 	}
 	r.flags &^= fRound
 	if !applied || r.flags&fMod != 0 {
-		return // still dirty: its newer value is queued for a later round
+		return false // still dirty: its newer value is queued for a later round
 	}
 	r.flags |= fClean
 	s.stats.dirty.Add(-1)
@@ -1351,17 +1353,19 @@ func (s *Store) wroteLocked(st *stripe, w written, applied bool) {
 	// share is never cached.
 	if s.byteLimit <= 0 || r.flags&fDel != 0 || t.size(r) > s.byteLimit {
 		t.remove(int(w.rec))
-		return
+		return false
 	}
 	if t.bytes() > s.byteLimit {
 		// Dirty records, or values that grew, took the stripe over its
 		// share: as they turn clean they go first, as records the sweep
-		// wrote must (they are not to displace hot ones), then the CLOCK
-		// hand evicts, and compaction reclaims their bytes, until the
-		// stripe is back within its share.
+		// wrote must (they are not to displace hot ones); then, once per
+		// round and stripe, the CLOCK hand evicts and compaction reclaims
+		// their bytes until the stripe is back within its share (trimming
+		// per record compacted the stripe once per record).
 		t.remove(int(w.rec))
-		t.trim(s.byteLimit)
+		return true
 	}
+	return false
 }
 
 // commitLoop is the only writer to Pebble. Each round takes every key queued
@@ -1540,14 +1544,25 @@ func (s *Store) commitLoop() {
 			s.stats.rounds.Add(1)
 			s.stats.keysWritten.Add(int64(len(done)))
 		}
+		var over [numStripes / 64]uint64 // stripes to trim
 		for i, w := range done {
 			if !whole && i > 0 && i%commitSlice == 0 {
 				runtime.Gosched()
 			}
 			st := &s.stripe[w.stripe]
 			st.mu.Lock()
-			s.wroteLocked(st, w, err == nil)
+			if s.wroteLocked(st, w, err == nil) {
+				over[w.stripe/64] |= 1 << (w.stripe % 64)
+			}
 			st.mu.Unlock()
+		}
+		for i, m := range over {
+			for ; m != 0; m &= m - 1 {
+				st := &s.stripe[i*64+bits.TrailingZeros64(m)]
+				st.mu.Lock()
+				st.mu.t.trim(s.byteLimit)
+				st.mu.Unlock()
+			}
 		}
 		// Keep no big buffers until the next round: Reset drops a Pebble
 		// batch's over 1 MiB, and a round of long keys leaves its own.
