@@ -24,12 +24,12 @@ func Register(t *dispatch.Table) {
 		return dispatch.Command{Name: name, Arity: arity, Flags: flags, First: 1, Last: 1, Step: 1, Run: run, Doc: doc}
 	}
 	t.Add(
-		cmd("rl.reduce", -4, rlFlags, rlRunner(st, RLSpec{Kind: RLReduce}), rlReduceDoc),
-		cmd("rl.preduce", -4, rlFlags, rlRunner(st, RLSpec{Kind: RLReduce, MS: true}), rlPReduceDoc),
-		cmd("rl.get", -4, rlRead, rlRunner(st, RLSpec{Kind: RLGet}), rlGetDoc),
-		cmd("rl.pget", -4, rlRead, rlRunner(st, RLSpec{Kind: RLGet, MS: true}), rlPGetDoc),
-		cmd("rl.sessionize", -4, rlFlags, rlRunner(st, RLSpec{Kind: RLSessionize}), rlSessionizeDoc),
-		cmd("rl.psessionize", -4, rlFlags, rlRunner(st, RLSpec{Kind: RLSessionize, MS: true}), rlPSessionizeDoc),
+		cmd("rl.reduce", -4, rlFlags, rlRunner(st, "rl.reduce", RLSpec{Kind: RLReduce}), rlReduceDoc),
+		cmd("rl.preduce", -4, rlFlags, rlRunner(st, "rl.preduce", RLSpec{Kind: RLReduce, MS: true}), rlPReduceDoc),
+		cmd("rl.get", -4, rlRead, rlRunner(st, "rl.get", RLSpec{Kind: RLGet}), rlGetDoc),
+		cmd("rl.pget", -4, rlRead, rlRunner(st, "rl.pget", RLSpec{Kind: RLGet, MS: true}), rlPGetDoc),
+		cmd("rl.sessionize", -4, rlFlags, rlRunner(st, "rl.sessionize", RLSpec{Kind: RLSessionize}), rlSessionizeDoc),
+		cmd("rl.psessionize", -4, rlFlags, rlRunner(st, "rl.psessionize", RLSpec{Kind: RLSessionize, MS: true}), rlPSessionizeDoc),
 		cmd("cl.throttle", -5, rlFlags, clRunner(st, bucket.Second), clThrottleDoc),
 		cmd("cl.pthrottle", -5, rlFlags, clRunner(st, bucket.Millisecond), clPThrottleDoc),
 		cmd("fw.incr", -4, rlFlags, fwRunner(st, FWSpec{Unit: bucket.Second}), fwIncrDoc),
@@ -60,15 +60,16 @@ func (sc *scratch) trim(keep int) { sc.roll.Resize(keep) }
 
 func (sc *scratch) footprint() int { return sc.roll.Footprint() }
 
-func rlRunner(st dispatch.State[scratch], spec RLSpec) func(*dispatch.Ctx, [][]byte) {
+// rlRunner runs the RL command name, of spec.
+func rlRunner(st dispatch.State[scratch], name string, spec RLSpec) func(*dispatch.Ctx, [][]byte) {
 	return func(x *dispatch.Ctx, args [][]byte) {
-		runRL(x, st.Of(x), spec, args)
+		runRL(x, st.Of(x), name, spec, args)
 	}
 }
 
-func runRL(x *dispatch.Ctx, sc *scratch, spec RLSpec, args [][]byte) {
+func runRL(x *dispatch.Ctx, sc *scratch, name string, spec RLSpec, args [][]byte) {
 	m := &sc.rl
-	if err := ParseRL(spec, rlName(spec), args[1:], &m.Req); err != nil {
+	if err := ParseRL(spec, name, args[1:], &m.Req); err != nil {
 		x.ReplyErr(err)
 		return
 	}
@@ -127,22 +128,6 @@ func rlDoc(summary, period, at string, take bool) *cmddoc.Doc {
 		cmddoc.Arg{Name: at, Type: "unix-time", Token: "AT", Optional: true},
 		cmddoc.Arg{Name: "strict", Type: "pure-token", Token: "STRICT", Optional: true})
 	return &cmddoc.Doc{Summary: summary, Group: "rate-limit", Args: args}
-}
-
-func rlName(spec RLSpec) string {
-	switch {
-	case spec.Kind == RLReduce && !spec.MS:
-		return "rl.reduce"
-	case spec.Kind == RLReduce:
-		return "rl.preduce"
-	case spec.Kind == RLGet && !spec.MS:
-		return "rl.get"
-	case spec.Kind == RLGet:
-		return "rl.pget"
-	case !spec.MS:
-		return "rl.sessionize"
-	}
-	return "rl.psessionize"
 }
 
 func clRunner(st dispatch.State[scratch], unit bucket.Unit) func(*dispatch.Ctx, [][]byte) {
