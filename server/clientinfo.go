@@ -36,9 +36,10 @@ type clientView struct {
 	totMem         int64 // every buffer of the connection, as --maxmemory-clients counts it
 }
 
-// view computes the connection's changing fields now. Only its own
-// goroutine may call it.
-func (cn *conn) view() clientView {
+// view computes the connection's changing fields now; tot is its
+// footprint, which the caller may have at hand. Only its own goroutine may
+// call it.
+func (cn *conn) view(tot int64) clientView {
 	c := cn.cl
 	qbuf := int64(cn.f.Pending())
 	cmd := c.lastCmd
@@ -59,14 +60,14 @@ func (cn *conn) view() clientView {
 		rbp:      int64(max(c.outPeak, len(c.Out))),
 		obl:      int64(len(c.Out)),
 		omem:     int64(cap(c.Out) + 48*cap(c.writes)),
-		totMem:   cn.footprint(),
+		totMem:   tot,
 	}
 }
 
-// publish copies the connection's view for the other connections' CLIENT
-// LIST.
-func (cn *conn) publish() {
-	v := cn.view()
+// publish copies the connection's view, of footprint tot, for the other
+// connections' CLIENT LIST.
+func (cn *conn) publish(tot int64) {
+	v := cn.view(tot)
 	c := cn.cl
 	c.shown.Lock()
 	c.shown.v = v
@@ -101,7 +102,7 @@ func connFD(nc net.Conn) int {
 
 // clientInfo answers CLIENT INFO: the connection's own line.
 func (s *Server) clientInfo(c *client) {
-	v := c.conn.view()
+	v := c.conn.view(c.conn.footprint())
 	start := len(c.Out)
 	c.Out = appendClientLine(c.Out, c, &v, s.clock().UnixMilli())
 	c.Out = wrapBulk(c.Out, start)
@@ -113,7 +114,7 @@ func (s *Server) clientInfo(c *client) {
 // --max-reply-buffer and --maxmemory-clients and is sent in chunks: a
 // client that pipelines it holds one reply at a time, not one per command.
 func (s *Server) clientList(c *client) {
-	self := c.conn.view() // before the reply buffer grows
+	self := c.conn.view(c.conn.footprint()) // before the reply buffer grows
 	s.mu.Lock()
 	list := make([]*client, 0, len(s.mu.clients))
 	for _, other := range s.mu.clients {

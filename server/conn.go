@@ -243,7 +243,7 @@ func (cn *conn) commitAndSend() bool {
 	c.ran = 0
 	s.flushTally(c)
 	c.outPeak = max(c.outPeak, len(c.Out))
-	cn.publish() // before the replies: a client that saw them sees its changes in CLIENT LIST
+	cn.publish(cn.footprint()) // before the replies: a client that saw them sees its changes in CLIENT LIST
 	ok := true
 	if len(c.Out) > 0 {
 		ok = cn.write(c.Out)
@@ -314,7 +314,7 @@ func (cn *conn) account() bool {
 	s := cn.srv
 	m := cn.footprint()
 	cn.outCap = cap(cn.cl.Out)
-	cn.publish()
+	cn.publish(m)
 	cn.cl.tx.grew = false
 	d := m - cn.mem
 	if d == 0 {
