@@ -210,6 +210,13 @@ func TestSigtermWhileDiskFull(t *testing.T) {
 // tmpfs, and returns the mount point, the tmpfs and the image.
 func mountThinExt4(t *testing.T) (mnt, back, img string) {
 	t.Helper()
+	return mountThinExt4With(t, "loop")
+}
+
+// mountThinExt4With is mountThinExt4 with mount options (mountOpts, with
+// "loop") and mkfs.ext4 options.
+func mountThinExt4With(t *testing.T, mountOpts string, mkfsOpts ...string) (mnt, back, img string) {
+	t.Helper()
 	back = mountTmpfs(t, "48m")
 	img = filepath.Join(back, "img")
 	if err := os.WriteFile(img, nil, 0o600); err != nil {
@@ -218,15 +225,34 @@ func mountThinExt4(t *testing.T) (mnt, back, img string) {
 	if err := os.Truncate(img, 256<<20); err != nil {
 		t.Fatal(err)
 	}
-	if out, err := exec.Command("mkfs.ext4", "-q", "-F", img).CombinedOutput(); err != nil {
+	if out, err := exec.Command("mkfs.ext4", append(append([]string{"-q", "-F"}, mkfsOpts...), img)...).CombinedOutput(); err != nil {
 		refused(t, "make an ext4 image", err, out)
 	}
 	mnt = t.TempDir()
-	if out, err := exec.Command("mount", "-o", "loop", img, mnt).CombinedOutput(); err != nil {
+	if out, err := exec.Command("mount", "-o", mountOpts, img, mnt).CombinedOutput(); err != nil {
 		refused(t, "mount a loop image", err, out)
 	}
 	t.Cleanup(func() { exec.Command("umount", mnt).Run() })
 	return mnt, back, img
+}
+
+// remountAfterFsck gives the thin volume its space back (removes fill),
+// unmounts it, checks it with e2fsck -fy as an operator would, and mounts
+// it again with mountOpts.
+func remountAfterFsck(t *testing.T, mnt, fill, img, mountOpts string) {
+	t.Helper()
+	if err := os.Remove(fill); err != nil {
+		t.Fatal(err)
+	}
+	if out, err := exec.Command("umount", mnt).CombinedOutput(); err != nil {
+		t.Fatalf("umount: %v: %s", err, out)
+	}
+	if out, err := exec.Command("e2fsck", "-fy", img).CombinedOutput(); err != nil && exitCode(err) > 2 {
+		t.Fatalf("e2fsck: %v: %s", err, out)
+	}
+	if out, err := exec.Command("mount", "-o", mountOpts, img, mnt).CombinedOutput(); err != nil {
+		t.Fatalf("mount again: %v: %s", err, out)
+	}
 }
 
 // TestFsyncFailureOnThinVolume: with --fsync always on ext4 whose backing
@@ -272,18 +298,7 @@ func TestFsyncFailureOnThinVolume(t *testing.T) {
 	}
 
 	// Space returns; the volume is checked and mounted again.
-	if err := os.Remove(fill); err != nil {
-		t.Fatal(err)
-	}
-	if out, err := exec.Command("umount", mnt).CombinedOutput(); err != nil {
-		t.Fatalf("umount: %v: %s", err, out)
-	}
-	if out, err := exec.Command("e2fsck", "-fy", img).CombinedOutput(); err != nil && exitCode(err) > 2 {
-		t.Fatalf("e2fsck: %v: %s", err, out)
-	}
-	if out, err := exec.Command("mount", "-o", "loop", img, mnt).CombinedOutput(); err != nil {
-		t.Fatalf("mount again: %v: %s", err, out)
-	}
+	remountAfterFsck(t, mnt, fill, img, "loop")
 	p2 := startProc(t, data)
 	rdb := p2.client(t)
 	for key, r := range last {

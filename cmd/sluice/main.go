@@ -446,6 +446,7 @@ func runReloading(ctx context.Context, hup <-chan os.Signal, args []string, look
 	if err != nil {
 		return err
 	}
+	warnAboutVolume(cfg.data, log)
 	// Before the store opens, so that replaying a long log is collected
 	// within the limit too. restore matters only to tests that call run.
 	memLimit, memLimitSource, restoreMemLimit := applyMemoryLimit(cfg, lookupEnv, log)
