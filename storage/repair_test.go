@@ -184,6 +184,8 @@ func TestRepairDropsAnUnreadableTable(t *testing.T) {
 			if s, err := Open(dir, Options{}); err == nil {
 				s.Close()
 				t.Fatal("the damaged store opened")
+			} else if !strings.Contains(err.Error(), "sluice repair --data "+dir) {
+				t.Fatalf("open of a damaged store: %v; want it to name sluice repair --data %s", err, dir)
 			}
 			var damaged []byte
 			if how != "missing" {
