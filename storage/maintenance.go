@@ -326,8 +326,8 @@ func Inspect(dir string, fn func(key, val []byte) bool, corrupt func(Corruption)
 		if lockHeld(err) {
 			return fmt.Errorf("%w: %s (is a sluice serving it? stop it, or inspect a CHECKPOINT copy): %w", ErrLocked, dir, err)
 		}
-		if pebble.IsCorruptionError(err) {
-			return fmt.Errorf("open store in %s: %w: %w", dir, ErrCorrupt, err)
+		if pebble.IsCorruptionError(err) || tableFileBroken(err) {
+			return fmt.Errorf("open store in %s: %w: %w; %s", dir, ErrCorrupt, err, repairHint(dir))
 		}
 		return fmt.Errorf("open store in %s: %w", dir, err)
 	}
@@ -396,7 +396,7 @@ func Inspect(dir string, fn func(key, val []byte) bool, corrupt func(Corruption)
 		lower = next
 	}
 	if bad > 0 {
-		return fmt.Errorf("inspect %s: %w: %d tables could not be read; the records listed are the rest", dir, ErrCorrupt, bad)
+		return fmt.Errorf("inspect %s: %w: %d tables could not be read; the records listed are the rest; %s", dir, ErrCorrupt, bad, repairHint(dir))
 	}
 	return nil
 }

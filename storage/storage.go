@@ -563,12 +563,26 @@ func openError(dir string, err error) error {
 		return fmt.Errorf("open store in %s: the disk is full (%w); free space or grow the volume, then start again", dir, err)
 	case errors.Is(err, syscall.EMFILE), errors.Is(err, syscall.ENFILE):
 		return fmt.Errorf("open store in %s: out of file descriptors (%w); raise the limit (ulimit -n), then start again", dir, err)
-	case errors.Is(err, ErrCorrupt) || pebble.IsCorruptionError(err):
-		return fmt.Errorf("open store in %s: %w: %v; restore a CHECKPOINT copy (sluice inspect --data %s lists what is still readable)", dir, ErrCorrupt, err, dir)
+	case errors.Is(err, ErrCorrupt) || pebble.IsCorruptionError(err) || tableFileBroken(err):
+		return fmt.Errorf("open store in %s: %w: %v; %s, or restore a CHECKPOINT copy", dir, ErrCorrupt, err, repairHint(dir))
 	case errors.Is(err, syscall.EIO), errors.Is(err, syscall.EROFS):
 		return fmt.Errorf("open store in %s: a write failed: %w; check the device and its kernel log", dir, err)
 	}
 	return fmt.Errorf("open store in %s: %w", dir, err)
+}
+
+// repairHint says what to do about a store with unreadable tables.
+func repairHint(dir string) string {
+	return fmt.Sprintf("run `sluice repair --data %s` to move the unreadable tables aside (the limits stored in them start afresh)", dir)
+}
+
+// tableFileBroken reports whether err is Pebble's refusal to open a store
+// whose MANIFEST names a table file that is missing or has another size
+// (truncated): damage as much as a bad checksum is, though Pebble's check
+// does not mark it as corruption, so only its words tell.
+func tableFileBroken(err error) bool {
+	msg := err.Error()
+	return strings.Contains(msg, "object size mismatch") || strings.Contains(msg, "unknown to the objstorage provider")
 }
 
 // corruption is Pebble's DataCorruption event. Pebble's default calls

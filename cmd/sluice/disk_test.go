@@ -164,8 +164,8 @@ func TestStartOnCorruptStoreExits1(t *testing.T) {
 		f.Close()
 	}
 	code, out := runToExit(t, "--addr", "127.0.0.1:0", "--http-addr", "", "--data", data)
-	if code != 1 || !strings.Contains(out, "corrupt") || !strings.Contains(out, data) || strings.Contains(out, "panic") {
-		t.Fatalf("start on a corrupt store: exit %d, want 1 with a message naming %s and the corruption; output:\n%s", code, data, tail([]byte(out), 5))
+	if code != 1 || !strings.Contains(out, "corrupt") || !strings.Contains(out, "sluice repair --data "+data) || strings.Contains(out, "panic") {
+		t.Fatalf("start on a corrupt store: exit %d, want 1 with a message naming the corruption and sluice repair --data %s; output:\n%s", code, data, tail([]byte(out), 5))
 	}
 	code, out = runToExit(t, "inspect", "--data", data)
 	if code != 1 || !strings.Contains(out, "corrupt table") || strings.Contains(out, "panic") {

@@ -49,13 +49,14 @@ func TestOperationsDocListsEveryFlag(t *testing.T) {
 	}
 	rows := flagRows(t, string(raw))
 	fs := newFlagSet(&config{}, io.Discard)
-	// The own flags of sluice health and sluice backup (the others are the
-	// server's) have rows too.
+	// The own flags of sluice health, backup, cluster and repair (the others
+	// are the server's) have rows too.
 	subFlags := map[string]func() *flag.FlagSet{}
 	for _, sub := range []func() *flag.FlagSet{
 		func() *flag.FlagSet { return newHealthFlagSet(&healthConfig{}, io.Discard) },
 		func() *flag.FlagSet { return newBackupFlagSet(&backupConfig{}, io.Discard) },
 		func() *flag.FlagSet { return newClusterFlagSet(&clusterToolConfig{}, io.Discard) },
+		func() *flag.FlagSet { return newRepairFlagSet(&repairConfig{}, io.Discard) },
 	} {
 		sub().VisitAll(func(f *flag.Flag) {
 			if fs.Lookup(f.Name) == nil {

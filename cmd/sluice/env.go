@@ -55,8 +55,8 @@ func versionOf(stamped string, bi *debug.BuildInfo) string {
 }
 
 // knownEnv is every SLUICE_* variable some part of sluice reads, with the
-// flag it sets: the server's and those of sluice inspect, health and backup (the
-// same name sets the same-named flag of each).
+// flag it sets: the server's and those of sluice inspect, health, backup and
+// repair (the same name sets the same-named flag of each).
 func knownEnv() map[string]string {
 	known := map[string]string{}
 	add := func(fs *flag.FlagSet) {
@@ -70,6 +70,7 @@ func knownEnv() map[string]string {
 	add(newInspectFlagSet(&inspectConfig{}, io.Discard))
 	add(newHealthFlagSet(&healthConfig{}, io.Discard))
 	add(newBackupFlagSet(&backupConfig{}, io.Discard))
+	add(newRepairFlagSet(&repairConfig{}, io.Discard))
 	return known
 }
 

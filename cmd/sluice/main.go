@@ -192,7 +192,7 @@ func newFlagSet(cfg *config, stderr io.Writer) *flag.FlagSet {
 	fs.IntVar(&cfg.rlsMaxStreams, "rls-max-streams", server.DefaultRLSMaxStreams, "most rate limit service calls in flight on one gRPC connection")
 	fs.BoolVar(&cfg.showVersion, "version", false, "print the version and exit")
 	fs.Usage = func() {
-		fmt.Fprintf(fs.Output(), "Usage: sluice [flags]\n       sluice inspect [flags]   (lists stored records offline; see sluice inspect --help)\n       sluice health [flags]    (exits 0 when a server is ready, for a HEALTHCHECK; see sluice health --help)\n       sluice backup [flags]    (takes a backup of a running server over HTTP; see sluice backup --help)\n       sluice cluster rebalance|move|show|push|renumber [flags]   (reshards a cluster online; see sluice cluster rebalance --help)\n\nsluice is a persistent rate-limit server that speaks the Redis protocol.\nEvery flag can also be set with the environment variable shown; a flag on\nthe command line wins.\n\n")
+		fmt.Fprintf(fs.Output(), "Usage: sluice [flags]\n       sluice inspect [flags]   (lists stored records offline; see sluice inspect --help)\n       sluice health [flags]    (exits 0 when a server is ready, for a HEALTHCHECK; see sluice health --help)\n       sluice backup [flags]    (takes a backup of a running server over HTTP; see sluice backup --help)\n       sluice repair [flags]    (moves unreadable tables of a stopped server's store aside; see sluice repair --help)\n       sluice cluster rebalance|move|show|push|renumber [flags]   (reshards a cluster online; see sluice cluster rebalance --help)\n\nsluice is a persistent rate-limit server that speaks the Redis protocol.\nEvery flag can also be set with the environment variable shown; a flag on\nthe command line wins.\n\n")
 		fs.VisitAll(func(f *flag.Flag) {
 			def := ""
 			if f.DefValue != "" && f.DefValue != "false" {
@@ -381,6 +381,9 @@ func runReloading(ctx context.Context, hup <-chan os.Signal, args []string, look
 	}
 	if len(args) > 0 && args[0] == "backup" {
 		return runBackup(ctx, args[1:], lookupEnv, stdout, stderr)
+	}
+	if len(args) > 0 && args[0] == "repair" {
+		return runRepair(ctx, args[1:], lookupEnv, stdout, stderr)
 	}
 	if len(args) > 0 && args[0] == "cluster" {
 		return runCluster(ctx, args[1:], lookupEnv, stdout, stderr)
