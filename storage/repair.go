@@ -26,17 +26,16 @@ import (
 // offers it as `pebble db excise`), and IngestAndExcise, which does the
 // same and adds a table of the caller's in that edit. Repair excises, for
 // each group of overlapping unreadable tables, the range from the smallest
-// to the largest key their MANIFEST entries give: the tables lie wholly
-// inside it, so Pebble drops them without opening them. What else lay in
-// the range, in readable tables, goes too, except a record whose newest
-// version is newer than every write of the unreadable tables whose keys
-// span it (its sequence number is above their largest): what was lost
-// cannot have overwritten it, so it is written back, in a table ingested
-// with the excise. Every other record in the range starts afresh, as after
-// a sweep, rather than coming back older than it was. Rewriting the
-// MANIFEST by hand to drop only the table would need Pebble's internal
-// formats, and would bring back older versions, and records deleted since,
-// from the levels below it.
+// to the largest key their MANIFEST entries give (the tables lie wholly
+// inside it, so Pebble drops them without opening them), and in the same
+// edit ingests a table holding the newest readable version of every record
+// of the range. The store is then what it was without the unreadable
+// tables: a record they changed comes back as it was before (older, which
+// for every limit kind is no more permissive than starting afresh), and a
+// record only they held starts afresh. A flushed table usually spans every
+// hash slot; clearing its whole range instead would have dropped every
+// limit of the store to lose one table. Rewriting the MANIFEST by hand
+// would need Pebble's internal formats.
 //
 // Open checks that every table's file has the size the MANIFEST gives;
 // Repair turns that off (Pebble's option for a store that cannot be opened
@@ -54,7 +53,8 @@ type RepairOptions struct {
 	// Now names that directory; nil means time.Now.
 	Now func() time.Time
 	// Dropped, if set, is called with the key of every record of a readable
-	// table that Repair drops. The key is valid only during the call.
+	// table that Repair drops (see ClearedRange.NoKeep). The key is valid
+	// only during the call.
 	Dropped func(key []byte)
 }
 
@@ -81,16 +81,18 @@ type LostTable struct {
 type ClearedRange struct {
 	Start, End []byte
 	Lost       []string // the unreadable tables in it
-	// Dropped counts the records of readable tables in the range that were
-	// dropped, because an unreadable table may have held a newer version:
-	// they start afresh. Kept counts those written back, newer than every
-	// write of the unreadable tables.
-	Dropped, Kept int64
+	// Kept counts the records of readable tables in the range written back
+	// (their newest version). Of those, Older were written before the last
+	// write of an unreadable table spanning them: if that table held a newer
+	// version, they are back as they were before it. Dropped counts the
+	// records of readable tables dropped, which happens only with NoKeep.
+	Kept, Older, Dropped int64
 	// Entries counts, per readable table, the entries (every version and
 	// deletion) it held in the range.
 	Entries []TableEntries
-	// NoKeep says no record was written back because a readable table in
-	// the range holds range deletions, which Repair does not apply.
+	// NoKeep says no record was written back, and the range was cleared,
+	// because a readable table in the range holds range deletions, which
+	// Repair does not apply (sluice writes none).
 	NoKeep bool
 }
 
@@ -115,8 +117,9 @@ type RepairReport struct {
 
 // Repair checks every table the store in dir references, wholly (footer,
 // index, every block's checksum), moves the unreadable ones aside into a
-// new directory under LostDir, removes them from the store and clears
-// their key ranges, then checks that every record of the store reads. It
+// new directory under LostDir and removes them from the store, keeping
+// every record the readable tables hold (see the top of the file), then
+// checks that every record of the store reads. It
 // refuses a store another process has open (ErrLocked). Without unreadable
 // tables it changes nothing and returns a report without tables. It cannot
 // mend a store Pebble cannot open at all (a damaged MANIFEST, or a log
@@ -532,10 +535,10 @@ func syncDir(dir string) error {
 	return d.Sync()
 }
 
-// clear clears s: it reads every readable table overlapping it, writes the
-// records newer than every write of s's unreadable tables into a table of
-// its own, and, unless this is a dry run, ingests that table while excising
-// s, or excises s when there is nothing to keep.
+// clear takes s's unreadable tables out: it reads every readable table
+// overlapping s, writes the newest version of each of their live records
+// into a table of its own, and, unless this is a dry run, ingests that table
+// while excising s, or excises s when there is nothing to keep.
 func (r *repairer) clear(ctx context.Context, s span, tables []*tableMeta, lostDir string) (cr ClearedRange, err error) {
 	cr = ClearedRange{Start: s.start, End: s.end}
 	for _, t := range s.bad {
@@ -586,7 +589,7 @@ func (r *repairer) clear(ctx context.Context, s span, tables []*tableMeta, lostD
 		key = append(key[:0], top.key...)
 		kind, seq := top.trailer.Kind(), uint64(top.trailer.SeqNum())
 		live := kind == pebble.InternalKeyKindSet || kind == pebble.InternalKeyKindSetWithDelete
-		keep := live && !cr.NoKeep && seq > maxSeqAt(s.bad, key)
+		keep := live && !cr.NoKeep
 		if keep && !r.o.DryRun {
 			v, _, err := top.value(nil)
 			if err != nil {
@@ -605,6 +608,9 @@ func (r *repairer) clear(ctx context.Context, s span, tables []*tableMeta, lostD
 		switch {
 		case keep:
 			cr.Kept++
+			if seq <= maxSeqAt(s.bad, key) {
+				cr.Older++
+			}
 			if r.o.DryRun {
 				break
 			}
@@ -650,7 +656,7 @@ func (r *repairer) clear(ctx context.Context, s span, tables []*tableMeta, lostD
 
 // maxSeqAt is the largest sequence number of the unreadable tables whose
 // bounds hold k: a version of k newer than that was not overwritten by
-// what they held.
+// what they held; an older one may have been.
 func maxSeqAt(bad []*tableMeta, k []byte) uint64 {
 	var seq uint64
 	for _, t := range bad {

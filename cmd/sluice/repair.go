@@ -31,7 +31,7 @@ func newRepairFlagSet(cfg *repairConfig, stderr io.Writer) *flag.FlagSet {
 	fs.StringVar(&cfg.data, "data", "./sluice-data", "data directory to repair (a stopped server's)")
 	fs.BoolVar(&cfg.dryRun, "dry-run", false, "report what a repair would do, and change nothing")
 	fs.Usage = func() {
-		fmt.Fprintf(fs.Output(), "Usage: sluice repair --data DIR [--dry-run]\n\nChecks every table of a stopped server's store and, when some cannot be\nread, moves them aside into DIR/lost/, removes them from the store and\nclears their key ranges: the limits stored there start afresh, except\nthose written after the lost tables, which are kept. It reports each table,\nits keys and the records dropped, and leaves a store that opens. Exits 0\nwhen the store is repaired or needs no repair, 1 when it cannot be repaired.\nFlags also read SLUICE_<NAME>.\n\n")
+		fmt.Fprintf(fs.Output(), "Usage: sluice repair --data DIR [--dry-run]\n\nChecks every table of a stopped server's store and, when some cannot be\nread, moves them aside into DIR/lost/ and removes them from the store. The\nlimits only they held start afresh; those they changed come back as they\nwere before (older); every other limit is kept. It reports each table, its\nkeys and what was kept, and leaves a store that opens. Exits 0\nwhen the store is repaired or needs no repair, 1 when it cannot be repaired.\nFlags also read SLUICE_<NAME>.\n\n")
 		fs.PrintDefaults()
 	}
 	return fs
@@ -101,11 +101,12 @@ func writeRepairReport(w io.Writer, cfg repairConfig, rep storage.RepairReport, 
 	}
 	for _, r := range rep.Ranges {
 		first, last := describeRange(r.Start, r.End)
-		fmt.Fprintf(w, "key range cleared, from %s to %s (%s), holding %s:\n", first, last, slotSpan(r.Start, r.End), strings.Join(r.Lost, ", "))
-		fmt.Fprintf(w, "  %s of readable tables dropped: the lost tables may have held newer versions, so they start afresh\n", count(r.Dropped, "record"))
-		fmt.Fprintf(w, "  %s kept: written after everything the lost tables held\n", count(r.Kept, "record"))
+		fmt.Fprintf(w, "key range rewritten without %s, from %s to %s (%s):\n", strings.Join(r.Lost, ", "), first, last, slotSpan(r.Start, r.End))
+		fmt.Fprintf(w, "  %s of readable tables kept, as their newest readable version\n", count(r.Kept, "record"))
+		fmt.Fprintf(w, "  %s of them written before the lost tables' last write: any change the lost tables made to them is lost, and they are back as they were before it\n", count(r.Older, "record"))
+		fmt.Fprintln(w, "  records only the lost tables held are gone: those limits start afresh")
 		if r.NoKeep {
-			fmt.Fprintln(w, "  (none kept: a readable table in the range holds range deletions)")
+			fmt.Fprintf(w, "  %s of readable tables dropped too: a readable table in the range holds range deletions, which repair does not apply\n", count(r.Dropped, "record"))
 		}
 		if len(r.Entries) > 0 {
 			var parts []string
@@ -129,7 +130,7 @@ func writeRepairReport(w io.Writer, cfg repairConfig, rep storage.RepairReport, 
 		fmt.Fprintf(w, "dry run: nothing changed. Records still only in the log are not counted: they are newer than every table and are kept. Run sluice repair --data %s to repair.\n", cfg.data)
 	default:
 		if rep.MarkerRewritten {
-			fmt.Fprintln(w, "the store's format marker was in a cleared range: written again")
+			fmt.Fprintln(w, "the store's format marker was in a lost table: written again")
 		}
 		fmt.Fprintf(w, "repaired: the store opens. The lost tables, a copy of the MANIFEST as it was and this report (report.txt) are in %s\n", rep.LostDir)
 	}

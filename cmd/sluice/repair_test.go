@@ -147,7 +147,7 @@ func TestRepairMovesUnreadableTablesAside(t *testing.T) {
 				!strings.Contains(out, "repaired: the store opens") {
 				t.Fatalf("repair: exit %d, want 0, naming %s and its keys in %s; output:\n%s", code, name, slot, out)
 			}
-			if tc.victim == "a" && (!strings.Contains(out, "1 record kept") || !strings.Contains(out, "format marker was in a cleared range")) {
+			if tc.victim == "a" && (!strings.Contains(out, "1 record of readable tables kept") || !strings.Contains(out, "format marker was in a lost table")) {
 				t.Fatalf("repair: want the {a}user:7 record kept and the format marker rewritten; output:\n%s", out)
 			}
 			if _, err := os.Stat(victim); err == nil {

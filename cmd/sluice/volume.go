@@ -177,7 +177,7 @@ func checkVolume(m mount, defaultErrors func(device string) string, backing func
 		}
 		if behaviour == "continue" {
 			ws = append(ws, volumeWarning{
-				msg:   "the data directory's filesystem carries on after I/O errors (errors=continue); remount it with errors=remount-ro or errors=panic, so that it stops at its first write error instead of going on with what it lost (docs/operations.md, Volumes that keep acknowledged writes)",
+				msg:   "the data directory's filesystem carries on after I/O errors (errors=continue); remount it with errors=remount-ro, so that it stops at its first write error instead of going on with what it lost (docs/operations.md, Volumes that keep acknowledged writes)",
 				attrs: []any{"mount", m.point, "device", m.source, "fs", m.fsType, "errors", behaviour, "from", source},
 			})
 		}
