@@ -48,7 +48,7 @@ func newClusterFlagSet(cfg *clusterToolConfig, stderr io.Writer) *flag.FlagSet {
 	fs.StringVar(&cfg.topology, "topology", "", "sluice cluster push: the topology to push, as CLUSTER TOPOLOGY prints it: <epoch> <host:port> <slots> ...")
 	fs.IntVar(&cfg.page, "cluster-page", 500, "sluice cluster: records copied per page while moving slots")
 	fs.Usage = func() {
-		fmt.Fprintf(fs.Output(), "Usage: sluice cluster rebalance --nodes a:p,b:p,c:p   (spread the slots evenly over exactly these nodes)\n       sluice cluster move --nodes a:p,... --slots 0-99 --to d:p\n       sluice cluster show --nodes a:p,...   (the topology with the highest epoch, and the nodes that have another)\n       sluice cluster push --nodes a:p,... --topology '<epoch> a:p 0-8191 b:p 8192-16383'   (push a topology to every node: finishing an interrupted move)\n       sluice cluster renumber --nodes a:p,...   (push the highest topology under a low epoch: after the epoch cap)\n\n")
+		fmt.Fprintf(fs.Output(), "Usage: sluice cluster rebalance --nodes a:p,b:p,c:p   (spread the slots evenly over exactly these nodes)\n       sluice cluster move --nodes a:p,... --slots 0-99 --to d:p\n       sluice cluster show --nodes a:p,...   (the topology with the highest epoch, the nodes that have another, and any that answers as another node)\n       sluice cluster push --nodes a:p,... --topology '<epoch> a:p 0-8191 b:p 8192-16383'   (push a topology to every node: finishing an interrupted move)\n       sluice cluster renumber --nodes a:p,...   (push the highest topology under a low epoch: after the epoch cap)\n\n")
 		fs.PrintDefaults()
 	}
 	return fs
@@ -84,6 +84,16 @@ func runCluster(ctx context.Context, args []string, lookupEnv func(string) (stri
 	t, err := ct.topology(ctx, nodes)
 	if err != nil {
 		return err
+	}
+	if len(ct.impostors) > 0 {
+		if sub == "show" {
+			fmt.Fprintln(stdout, strings.Join(t.Args(), " "))
+		}
+		for _, line := range ct.impostors {
+			fmt.Fprintln(stdout, line)
+		}
+		return fmt.Errorf("%d node(s) answer as another node (their lines above): each serves the other node's slots from its own records and redirects its own slots to itself; "+
+			"stop it and start it with its own --cluster-ordinal on its own data directory, then run sluice cluster %s again", len(ct.impostors), sub)
 	}
 	switch sub {
 	case "show":
@@ -191,6 +201,9 @@ type clusterTool struct {
 	// them.
 	epochs map[string]uint64
 	order  []string
+	// impostors are the lines naming each node of a topology whose
+	// CLUSTER MYID is not its address's ID, as topology found them.
+	impostors []string
 }
 
 func (ct *clusterTool) client(addr string) *redis.Client {
@@ -227,7 +240,7 @@ func (ct *clusterTool) do(ctx context.Context, addr string, args ...any) (any, e
 func (ct *clusterTool) topology(ctx context.Context, nodes []string) (cluster.Topology, error) {
 	var best cluster.Topology
 	found := false
-	asked := map[string]bool{}
+	asked, named := map[string]bool{}, map[string]bool{}
 	queue := slices.Clone(nodes)
 	var errs []error
 	for len(queue) > 0 {
@@ -254,6 +267,7 @@ func (ct *clusterTool) topology(ctx context.Context, nodes []string) (cluster.To
 		ct.order = append(ct.order, addr)
 		for _, n := range t.Nodes {
 			queue = append(queue, n.Addr)
+			named[n.Addr] = true
 		}
 		if !found || t.Epoch > best.Epoch {
 			best, found = t, true
@@ -262,7 +276,37 @@ func (ct *clusterTool) topology(ctx context.Context, nodes []string) (cluster.To
 	if !found {
 		return best, fmt.Errorf("no node answered CLUSTER TOPOLOGY: %w", errors.Join(errs...))
 	}
-	return best, nil
+	return best, ct.checkIDs(ctx, named)
+}
+
+// checkIDs asks every answering node some topology names (its announced
+// address) for CLUSTER MYID, and notes in impostors each that answers
+// another ID than its address's: a node started with another node's
+// ordinal takes that node's ID. Addresses only given in --nodes may be
+// aliases, and are not checked.
+func (ct *clusterTool) checkIDs(ctx context.Context, named map[string]bool) error {
+	byID := map[string]string{}
+	for addr := range named {
+		byID[cluster.NodeID(addr)] = addr
+	}
+	for _, addr := range ct.order {
+		if !named[addr] {
+			continue
+		}
+		v, err := ct.do(ctx, addr, "CLUSTER", "MYID")
+		if err != nil {
+			return err
+		}
+		id, _ := v.(string)
+		if want := cluster.NodeID(addr); id != want {
+			as := byID[id]
+			if as == "" {
+				as = "a node no topology names"
+			}
+			ct.impostors = append(ct.impostors, fmt.Sprintf("node %s: answers as %s (CLUSTER MYID %s, not %s): it was started with another node's --cluster-ordinal or --cluster-nodes", addr, as, id, want))
+		}
+	}
+	return nil
 }
 
 // push gives t to the nodes in first, in order (an error there stops it),
