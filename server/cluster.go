@@ -72,6 +72,7 @@ type clusterState struct {
 	view   atomic.Pointer[clusterView]
 	mu     sync.Mutex // one SETTOPOLOGY at a time
 	mig    migration  // slots being moved off this node (migrate.go)
+	imp    imports    // slots being moved to this node (migrate.go)
 	// writers counts the writes under way outside RESP pipelines, for
 	// MIGRATE PAUSE (migrate.go).
 	writers writeGate
@@ -143,7 +144,11 @@ func (s *Server) initCluster() error {
 		}
 		top = t
 	}
-	cs.view.Store(newClusterView(top, cs.myID))
+	v := newClusterView(top, cs.myID)
+	cs.view.Store(v)
+	if err := s.loadImports(v); err != nil {
+		return fmt.Errorf("server: %w", err)
+	}
 	s.log.Info("cluster mode", "id", cs.myID, "announce", cs.myAddr, "epoch", top.Epoch, "slots_owned", slotsOf(top, cs.myID))
 	return nil
 }
@@ -370,10 +375,12 @@ var clusterHelp = []string{
 	"    Resharding, on the source: note the keys written in <slots>, pause them (TRYAGAIN), hand over the keys changed, or stop.",
 	"DUMP <first-slot> <last-slot> <cursor> <count>",
 	"    Resharding, on the source: a page of the slots' records, [next cursor, key, value, ...].",
+	"IMPORT START <slots> | DONE <slots> <epoch>",
+	"    Resharding, on the target: drop leftovers and take RESTOREs for <slots>, or mark their copy complete for the topology of <epoch>.",
 	"RESTORE <key> <value> [<key> <value> ...]",
-	"    Resharding, on the target: write records of slots this node does not serve (an empty value deletes).",
+	"    Resharding, on the target: write records of slots being imported (an empty value deletes).",
 	"DROP <slots>",
-	"    Delete every record of slots this node does not serve.",
+	"    Delete every record of slots this node does not serve, and end their import.",
 }
 
 // setTopology takes a pushed topology when its epoch is above the one in
@@ -398,13 +405,27 @@ func (s *Server) setTopology(args []string) error {
 	case t.Epoch <= cur.Epoch:
 		return resp.Error("ERR epoch " + strconv.FormatUint(t.Epoch, 10) + " is not above the current epoch " + strconv.FormatUint(cur.Epoch, 10) + ": push a topology with a higher epoch")
 	}
+	nv := newClusterView(t, cs.myID)
+	// The import table is held from the check to the store, so that no
+	// IMPORT START or DROP comes in between.
+	cs.imp.Lock()
+	defer cs.imp.Unlock()
+	imports, err := s.importsAfterLocked(cs.view.Load(), nv)
+	if err != nil {
+		return err
+	}
 	if err := s.store.SetMeta(metaTopology, t.Encode()); err != nil {
 		return fmt.Errorf("store the cluster topology: %w", err)
 	}
-	nv := newClusterView(t, cs.myID)
 	cs.view.Store(nv)
 	s.forgetMigrations(nv)
 	s.log.Info("cluster: topology replaced", "epoch", t.Epoch, "previous_epoch", cur.Epoch, "nodes", len(t.Nodes), "slots_owned", slotsOf(t, cs.myID))
+	if *imports != *cs.imp.table {
+		// After the topology: a restart in between finds the slots owned
+		// and ends their import itself (loadImports).
+		cs.imp.table = imports
+		return s.storeImportsLocked()
+	}
 	return nil
 }
 
@@ -444,7 +465,7 @@ func (s *Server) commandGetKeys(c *client, args [][]byte) {
 }
 
 var clusterDoc = &cmddoc.Doc{
-	Summary: "Cluster mode: INFO, MYID, KEYSLOT, SLOTS, SHARDS, NODES as Redis Cluster answers them; TOPOLOGY and SETTOPOLOGY read and push the topology (epoch, nodes and their slots); MIGRATE, DUMP, RESTORE and DROP move slots (sluice cluster rebalance drives them).",
+	Summary: "Cluster mode: INFO, MYID, KEYSLOT, SLOTS, SHARDS, NODES as Redis Cluster answers them; TOPOLOGY and SETTOPOLOGY read and push the topology (epoch, nodes and their slots); MIGRATE, IMPORT, DUMP, RESTORE and DROP move slots (sluice cluster rebalance drives them).",
 	Group:   "cluster",
 	Args:    []cmddoc.Arg{{Name: "subcommand", Type: "string"}, {Name: "arg", Type: "string", Optional: true, Multiple: true}},
 }
