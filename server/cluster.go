@@ -44,10 +44,24 @@ type ClusterConfig struct {
 	// off is clamped to this node's clock ± MaxClockSkew; default
 	// DefaultMaxClockSkew.
 	MaxClockSkew time.Duration
+	// ReassignFrom is the announced host:port of the node a data directory
+	// was recorded as, to start it as Self anyway (a volume re-assigned on
+	// purpose); it then records Self. Empty: a directory recorded as
+	// another node than Self is refused (ErrClusterIdentity).
+	ReassignFrom string
 }
 
 // metaTopology is the store's metadata name of the topology in use.
 const metaTopology = "cluster.topology"
+
+// metaSelf is the store's metadata name of the node its data directory
+// belongs to: "v1 " and the announced host:port, recorded on the first
+// start in cluster mode.
+const metaSelf = "cluster.self"
+
+// ErrClusterIdentity is wrapped by the error of a start that would serve
+// a data directory as another node than the one it belongs to.
+var ErrClusterIdentity = errors.New("server: the data directory belongs to another cluster node")
 
 // clusterState is the server's cluster mode. view is replaced as a whole
 // when a topology is pushed; a command loads it once.
@@ -58,6 +72,7 @@ type clusterState struct {
 	view   atomic.Pointer[clusterView]
 	mu     sync.Mutex // one SETTOPOLOGY at a time
 	mig    migration  // slots being moved off this node (migrate.go)
+	imp    imports    // slots being moved to this node (migrate.go)
 	// writers counts the writes under way outside RESP pipelines, for
 	// MIGRATE PAUSE (migrate.go).
 	writers writeGate
@@ -80,7 +95,7 @@ func newClusterView(top cluster.Topology, myID string) *clusterView {
 func (s *Server) initCluster() error {
 	cc := s.cfg.Cluster
 	if cc == nil {
-		return nil
+		return s.checkStandalone()
 	}
 	if len(cc.Nodes) == 0 {
 		return errors.New("server: cluster mode needs the nodes' addresses (--cluster-nodes)")
@@ -89,6 +104,10 @@ func (s *Server) initCluster() error {
 		if err := cluster.CheckAddr(a); err != nil {
 			return fmt.Errorf("server: cluster mode: %w", err)
 		}
+	}
+	// Before anything is stored: a refused start changes nothing.
+	if err := s.checkIdentity(cc.Self, cc.ReassignFrom); err != nil {
+		return err
 	}
 	cs := &s.clus
 	cs.on = true
@@ -125,9 +144,94 @@ func (s *Server) initCluster() error {
 		}
 		top = t
 	}
-	cs.view.Store(newClusterView(top, cs.myID))
+	v := newClusterView(top, cs.myID)
+	cs.view.Store(v)
+	if err := s.loadImports(v); err != nil {
+		return fmt.Errorf("server: %w", err)
+	}
 	s.log.Info("cluster mode", "id", cs.myID, "announce", cs.myAddr, "epoch", top.Epoch, "slots_owned", slotsOf(top, cs.myID))
 	return nil
+}
+
+// recordedSelf is the announced address the data directory was recorded
+// as, or "" when it has none (never started in cluster mode, or by a
+// version before the record).
+func (s *Server) recordedSelf() (string, error) {
+	v, err := s.store.Meta(metaSelf)
+	if err != nil {
+		return "", fmt.Errorf("server: read the cluster node the data directory belongs to: %w", err)
+	}
+	if v == nil {
+		return "", nil
+	}
+	addr, ok := strings.CutPrefix(string(v), "v1 ")
+	if !ok || cluster.CheckAddr(addr) != nil {
+		return "", fmt.Errorf("server: the cluster node recorded in %s: %q is not v1 and a host:port", s.store.Dir(), v)
+	}
+	return addr, nil
+}
+
+// checkIdentity refuses to start the data directory as node self when it
+// belongs to another: that node's ID would then be answered for twice,
+// its slots served from this directory's records, and this one's
+// redirected to itself. A directory with no record (a fresh volume, a
+// standalone store, a store of an earlier version) takes self's; so does
+// one recorded as reassign.
+func (s *Server) checkIdentity(self, reassign string) error {
+	recorded, err := s.recordedSelf()
+	if err != nil {
+		return err
+	}
+	switch recorded {
+	case self:
+		if reassign != "" {
+			s.log.Warn("cluster: --cluster-reassign-from is set, but the data directory is this node's already: remove the flag", "node", self, "reassign_from", reassign)
+		}
+		return nil
+	case "":
+		s.log.Info("cluster: recording this node in its data directory; it will start as no other node", "node", self, "id", cluster.NodeID(self), "data", s.store.Dir())
+	case reassign:
+		s.log.Warn("cluster: re-assigning the data directory to this node (--cluster-reassign-from); its records of slots this node does not own are not served", "from", recorded, "to", self, "data", s.store.Dir())
+	default:
+		return fmt.Errorf("%w: %s belongs to node %s (ID %s), recorded on its first start in cluster mode; refusing to start it as node %s (ID %s), which --cluster-nodes and --cluster-ordinal give: "+
+			"it would answer as that node and serve its slots from this node's records. Start it with the --cluster-ordinal of %s (its position in --cluster-nodes, from 0), "+
+			"or give node %s a data directory of its own; to re-assign this directory on purpose, start it once with --cluster-reassign-from %s",
+			ErrClusterIdentity, s.store.Dir(), recorded, cluster.NodeID(recorded), self, cluster.NodeID(self), recorded, self, recorded)
+	}
+	if err := s.store.SetMeta(metaSelf, []byte("v1 "+self)); err != nil {
+		return fmt.Errorf("server: record the cluster node in the data directory: %w", err)
+	}
+	return nil
+}
+
+// checkStandalone refuses to start standalone a data directory that
+// belongs to a cluster node owning less than every slot: it would answer
+// for every slot, those of the other nodes from records it does not have.
+// A node that owns every slot (a cluster of one, or one every slot was
+// moved to) may leave cluster mode.
+func (s *Server) checkStandalone() error {
+	recorded, err := s.recordedSelf()
+	if err != nil || recorded == "" {
+		return err
+	}
+	var top cluster.Topology
+	if v, err := s.store.Meta(metaTopology); err != nil {
+		return fmt.Errorf("server: read the stored cluster topology: %w", err)
+	} else if v != nil {
+		if top, err = cluster.Decode(v); err != nil {
+			return fmt.Errorf("server: the stored cluster topology in %s: %w", s.store.Dir(), err)
+		}
+	}
+	id := cluster.NodeID(recorded)
+	owned := slotsOf(top, id)
+	if owned == cluster.Slots {
+		s.log.Info("standalone on the data directory of a cluster node that owns every slot; it may start in cluster mode again as that node", "node", recorded, "epoch", top.Epoch)
+		return nil
+	}
+	return fmt.Errorf("%w: %s belongs to cluster node %s (ID %s), which owns %d of %d slots at epoch %d; refusing to start it standalone: "+
+		"it would answer for every slot, those of the other nodes from records it does not have. Start it in cluster mode as that node (--cluster-nodes and its --cluster-ordinal), "+
+		"or first give that node every slot (sluice cluster rebalance --nodes %s; with the other nodes gone, CLUSTER SETTOPOLOGY %d %s 0-16383 on it), then start it standalone",
+		ErrClusterIdentity, s.store.Dir(), recorded, id, owned, cluster.Slots, top.Epoch, recorded, top.Epoch+1, recorded)
 }
 
 func slotsOf(t cluster.Topology, id string) int {
@@ -271,10 +375,12 @@ var clusterHelp = []string{
 	"    Resharding, on the source: note the keys written in <slots>, pause them (TRYAGAIN), hand over the keys changed, or stop.",
 	"DUMP <first-slot> <last-slot> <cursor> <count>",
 	"    Resharding, on the source: a page of the slots' records, [next cursor, key, value, ...].",
+	"IMPORT START <slots> | DONE <slots> <epoch>",
+	"    Resharding, on the target: drop leftovers and take RESTOREs for <slots>, or mark their copy complete for the topology of <epoch>.",
 	"RESTORE <key> <value> [<key> <value> ...]",
-	"    Resharding, on the target: write records of slots this node does not serve (an empty value deletes).",
+	"    Resharding, on the target: write records of slots being imported (an empty value deletes).",
 	"DROP <slots>",
-	"    Delete every record of slots this node does not serve.",
+	"    Delete every record of slots this node does not serve, and end their import.",
 }
 
 // setTopology takes a pushed topology when its epoch is above the one in
@@ -299,13 +405,27 @@ func (s *Server) setTopology(args []string) error {
 	case t.Epoch <= cur.Epoch:
 		return resp.Error("ERR epoch " + strconv.FormatUint(t.Epoch, 10) + " is not above the current epoch " + strconv.FormatUint(cur.Epoch, 10) + ": push a topology with a higher epoch")
 	}
+	nv := newClusterView(t, cs.myID)
+	// The import table is held from the check to the store, so that no
+	// IMPORT START or DROP comes in between.
+	cs.imp.Lock()
+	defer cs.imp.Unlock()
+	imports, err := s.importsAfterLocked(cs.view.Load(), nv)
+	if err != nil {
+		return err
+	}
 	if err := s.store.SetMeta(metaTopology, t.Encode()); err != nil {
 		return fmt.Errorf("store the cluster topology: %w", err)
 	}
-	nv := newClusterView(t, cs.myID)
 	cs.view.Store(nv)
 	s.forgetMigrations(nv)
 	s.log.Info("cluster: topology replaced", "epoch", t.Epoch, "previous_epoch", cur.Epoch, "nodes", len(t.Nodes), "slots_owned", slotsOf(t, cs.myID))
+	if *imports != *cs.imp.table {
+		// After the topology: a restart in between finds the slots owned
+		// and ends their import itself (loadImports).
+		cs.imp.table = imports
+		return s.storeImportsLocked()
+	}
 	return nil
 }
 
@@ -345,7 +465,7 @@ func (s *Server) commandGetKeys(c *client, args [][]byte) {
 }
 
 var clusterDoc = &cmddoc.Doc{
-	Summary: "Cluster mode: INFO, MYID, KEYSLOT, SLOTS, SHARDS, NODES as Redis Cluster answers them; TOPOLOGY and SETTOPOLOGY read and push the topology (epoch, nodes and their slots); MIGRATE, DUMP, RESTORE and DROP move slots (sluice cluster rebalance drives them).",
+	Summary: "Cluster mode: INFO, MYID, KEYSLOT, SLOTS, SHARDS, NODES as Redis Cluster answers them; TOPOLOGY and SETTOPOLOGY read and push the topology (epoch, nodes and their slots); MIGRATE, IMPORT, DUMP, RESTORE and DROP move slots (sluice cluster rebalance drives them).",
 	Group:   "cluster",
 	Args:    []cmddoc.Arg{{Name: "subcommand", Type: "string"}, {Name: "arg", Type: "string", Optional: true, Multiple: true}},
 }

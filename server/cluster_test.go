@@ -3,6 +3,7 @@ package server
 import (
 	"bufio"
 	"context"
+	"errors"
 	"fmt"
 	"io"
 	"net"
@@ -332,4 +333,95 @@ func TestClusterExecRoutedAsWhole(t *testing.T) {
 	}
 	want := "-TRYAGAIN Slot is being handed over to another node; retry shortly\r\n"
 	exchange("EXEC\r\nPING\r\n", want+"+PONG\r\n")
+}
+
+// newAt opens the store in dir and a server on it with cc (nil:
+// standalone), without serving; close closes both. On an error from New,
+// the store is closed and the error returned.
+func newAt(t *testing.T, dir string, cc *ClusterConfig) (srv *Server, close func(), err error) {
+	t.Helper()
+	store, err := storage.Open(dir, StoreOptions(storage.Options{}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv, err = New(Config{Store: store, Cluster: cc})
+	if err != nil {
+		store.Close()
+		return nil, nil, err
+	}
+	return srv, func() { srv.Close(); store.Close() }, nil
+}
+
+// TestClusterIdentity: a data directory belongs to the node it first
+// started as in cluster mode. Started as another node it is refused,
+// naming both, and nothing is stored; started as its own (a pod
+// rescheduled with its volume) it serves; --cluster-reassign-from
+// re-assigns it on purpose. Started standalone it is refused while its
+// node owns less than every slot.
+func TestClusterIdentity(t *testing.T) {
+	dir := t.TempDir()
+	as := func(self, reassign string) (*Server, func(), error) {
+		return newAt(t, dir, &ClusterConfig{Nodes: threeNodes, Self: self, ReassignFrom: reassign})
+	}
+	_, closeSrv, err := as(threeNodes[1], "")
+	if err != nil {
+		t.Fatalf("first start as node 1: %v", err)
+	}
+	closeSrv()
+
+	_, _, err = as(threeNodes[0], "")
+	if !errors.Is(err, ErrClusterIdentity) {
+		t.Fatalf("node 1's directory started as node 0: %v; want ErrClusterIdentity", err)
+	}
+	for _, want := range []string{"belongs to node " + threeNodes[1], "as node " + threeNodes[0], cluster.NodeID(threeNodes[1]), cluster.NodeID(threeNodes[0]), "--cluster-reassign-from " + threeNodes[1]} {
+		if !strings.Contains(err.Error(), want) {
+			t.Errorf("the refusal %q does not say %q", err, want)
+		}
+	}
+	// A wrong --cluster-reassign-from changes nothing either.
+	if _, _, err := as(threeNodes[0], threeNodes[2]); !errors.Is(err, ErrClusterIdentity) {
+		t.Fatalf("re-assigned from a node it was not: %v; want ErrClusterIdentity", err)
+	}
+
+	srv, closeSrv, err := as(threeNodes[1], "")
+	if err != nil {
+		t.Fatalf("restart as node 1 after the refusals: %v", err)
+	}
+	if srv.clus.myID != cluster.NodeID(threeNodes[1]) {
+		t.Errorf("restarted as node 1 with ID %s", srv.clus.myID)
+	}
+	closeSrv()
+
+	_, _, err = newAt(t, dir, nil)
+	if !errors.Is(err, ErrClusterIdentity) || !strings.Contains(err.Error(), "owns 5461 of 16384 slots") {
+		t.Fatalf("node 1's directory started standalone: %v; want ErrClusterIdentity naming its 5461 slots", err)
+	}
+
+	srv, closeSrv, err = as(threeNodes[0], threeNodes[1])
+	if err != nil {
+		t.Fatalf("re-assigned to node 0 with --cluster-reassign-from node 1: %v", err)
+	}
+	if srv.clus.myID != cluster.NodeID(threeNodes[0]) {
+		t.Errorf("re-assigned with ID %s, want node 0's", srv.clus.myID)
+	}
+	closeSrv()
+	if _, _, err := as(threeNodes[1], ""); !errors.Is(err, ErrClusterIdentity) {
+		t.Fatalf("after the re-assignment to node 0, started as node 1: %v; want ErrClusterIdentity", err)
+	}
+
+	// A node owning every slot may leave cluster mode; a standalone
+	// store may enter it, and then belongs to that node.
+	one := t.TempDir()
+	_, closeSrv, err = newAt(t, one, &ClusterConfig{Nodes: threeNodes[:1], Self: threeNodes[0]})
+	if err != nil {
+		t.Fatal(err)
+	}
+	closeSrv()
+	if _, closeSrv, err = newAt(t, one, nil); err != nil {
+		t.Fatalf("standalone on the directory of a node owning every slot: %v", err)
+	}
+	closeSrv()
+	if _, _, err := newAt(t, one, &ClusterConfig{Nodes: threeNodes, Self: threeNodes[2]}); !errors.Is(err, ErrClusterIdentity) {
+		t.Fatalf("back in cluster mode as another node: %v; want ErrClusterIdentity", err)
+	}
 }

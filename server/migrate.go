@@ -3,6 +3,8 @@ package server
 import (
 	"bytes"
 	"encoding/binary"
+	"fmt"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -20,13 +22,16 @@ import (
 // `sluice cluster rebalance` (cmd/sluice). The steps, each a CLUSTER
 // subcommand:
 //
-//  1. MIGRATE START ranges on the source: from now, every write to a record
+//  1. IMPORT START ranges on the target: it drops its leftovers in those
+//     slots and notes, in the store, that it is copying them.
+//  2. MIGRATE START ranges on the source: from now, every write to a record
 //     of those slots notes its key (noteDirty, before the commit).
-//  2. DUMP on the source pages through the slots' records as the store holds
-//     them; the tool writes them to the target with RESTORE.
-//  3. MIGRATE DIRTY on the source hands over the keys changed meanwhile,
+//  3. DUMP on the source pages through the slots' records as the store holds
+//     them; the tool writes them to the target with RESTORE, which only
+//     slots being copied take.
+//  4. MIGRATE DIRTY on the source hands over the keys changed meanwhile,
 //     with their current values (or none: deleted), until few are left.
-//  4. MIGRATE PAUSE on the source: commands on those slots get TRYAGAIN, and
+//  5. MIGRATE PAUSE on the source: commands on those slots get TRYAGAIN, and
 //     it returns once every RESP pipeline under way when the pause began has
 //     ended (a grace period: each connection counts its pipelines), and
 //     every line-protocol batch, GET /check and ShouldRateLimit too (they
@@ -35,10 +40,19 @@ import (
 //     calls see every change. While a slot migrates, a
 //     HIT counter of it is forwarded to this node over RESP, so the line
 //     protocol's writes take the same path.
-//  5. The tool pushes the topology giving the slots to the target, epoch
+//  6. IMPORT DONE ranges epoch on the target: the copy is complete; it is
+//     synced, and only the topology of that epoch may give the target the
+//     slots.
+//  7. The tool pushes the topology giving the slots to the target, epoch
 //     bumped, to the target first, then the source (which then answers
 //     MOVED for them and forgets their migration state), then the others.
-//  6. DROP ranges on the source deletes the slots' records.
+//  8. DROP ranges on the source deletes the slots' records.
+//
+// A target that restarts while copying has lost what it had not synced:
+// it drops its copy as it starts, and neither RESTORE nor a topology
+// giving it those slots is taken until a new IMPORT START (the move run
+// again) or a DROP. So a partial copy never becomes served data, and the
+// source serves the slots until the push.
 //
 // The idle sweep may delete an idle record on the source after it was
 // copied, without noting it: the target then holds an idle record, which
@@ -217,6 +231,8 @@ func (s *Server) cmdClusterMigrate(c *client, sub string, args [][]byte) bool {
 	switch {
 	case sub == "migrate" && len(args) >= 3:
 		s.clusterMigrate(c, strings.ToLower(string(args[2])), args[3:])
+	case sub == "import" && len(args) >= 3:
+		s.clusterImport(c, strings.ToLower(string(args[2])), args[3:])
 	case sub == "dump" && len(args) == 6:
 		s.clusterDump(c, args[2:])
 	case sub == "restore" && len(args) >= 4 && len(args)%2 == 0:
@@ -459,7 +475,8 @@ func (s *Server) clusterRestore(c *client, args [][]byte) {
 			s.replyErr(c, resp.Error("ERR CLUSTER RESTORE: not a record key"))
 			return
 		}
-		if slot := binary.BigEndian.Uint16(k); v.self != 0 && v.owner[slot] == v.self {
+		slot := binary.BigEndian.Uint16(k)
+		if v.self != 0 && v.owner[slot] == v.self {
 			s.replyErr(c, resp.Error("ERR CLUSTER RESTORE: slot "+strconv.Itoa(int(slot))+" is this node's: refusing to overwrite a slot it serves"))
 			return
 		}
@@ -477,6 +494,10 @@ func (s *Server) clusterRestore(c *client, args [][]byte) {
 				return
 			}
 		}
+		if st := s.importState(slot); st != importCopying {
+			s.replyErr(c, resp.Error("ERR CLUSTER RESTORE: slot "+strconv.Itoa(int(slot))+" is not being copied to this node ("+importStateNames[st]+"): send CLUSTER IMPORT START first; a node that restarted while copying has dropped its copy: run the move again"))
+			return
+		}
 	}
 	var m restoreMutator
 	for i := 0; i < len(args); i += 2 {
@@ -490,7 +511,8 @@ func (s *Server) clusterRestore(c *client, args [][]byte) {
 }
 
 // clusterDrop deletes every record of slots this node does not own: the
-// source's copy after a move, or a target's leftovers before one.
+// source's copy after a move, or a target's leftovers before one. It ends
+// any import of those slots.
 func (s *Server) clusterDrop(c *client, arg string) {
 	rs, err := s.ownedRanges(arg, false)
 	if err != nil {
@@ -501,9 +523,21 @@ func (s *Server) clusterDrop(c *client, arg string) {
 		s.replyErr(c, err)
 		return
 	}
-	if err := s.store.Flush(); err != nil {
+	n, err := s.dropSlots(rs)
+	if err == nil {
+		err = s.setImport(rs, importNone)
+	}
+	if err != nil {
 		s.replyErr(c, wrapStoreErr(err))
 		return
+	}
+	c.Out = resp.AppendInt(c.Out, n)
+}
+
+// dropSlots deletes every record of the slots rs and returns how many.
+func (s *Server) dropSlots(rs []cluster.Range) (int64, error) {
+	if err := s.store.Flush(); err != nil {
+		return 0, err
 	}
 	var n int64
 	var keys [][]byte
@@ -529,21 +563,304 @@ func (s *Server) clusterDrop(c *client, arg string) {
 				return true
 			})
 			if err != nil {
-				s.replyErr(c, wrapStoreErr(err))
-				return
+				return n, err
 			}
 			for _, k := range keys {
 				if err := b.Modify(k, &del); err != nil {
-					s.replyErr(c, wrapStoreErr(err))
-					return
+					return n, err
 				}
 			}
 			if err := b.Commit(); err != nil {
-				s.replyErr(c, wrapStoreErr(err))
-				return
+				return n, err
 			}
 			n += int64(len(keys))
 		}
 	}
-	c.Out = resp.AppendInt(c.Out, n)
+	return n, nil
+}
+
+// Import states of a slot on the target of a move.
+const (
+	importNone        = 0
+	importCopying     = 1 // IMPORT START: RESTORE takes its records
+	importDone        = 2 // IMPORT DONE: complete and synced, for one epoch's topology
+	importInterrupted = 3 // a restart or a push ended the copy: it is not served
+)
+
+// importStateNames are the states as metaImport and errors name them.
+var importStateNames = [...]string{"none", "copying", "done", "interrupted"}
+
+// metaImport is the store's metadata name of the slots this node is
+// importing: "v1", then groups of a state name (with "done", the epoch)
+// and slot ranges, e.g. "v1 copying 0-99 done 7 200-299".
+const metaImport = "cluster.import"
+
+// importSlot is one slot's import state.
+type importSlot struct {
+	state uint8
+	epoch uint64 // importDone's
+}
+
+// importTable is the target side of slot moves, kept in the store so that
+// a restart knows which copies it cannot trust.
+type importTable [cluster.Slots]importSlot
+
+// imports holds the import table (allocated in cluster mode only).
+type imports struct {
+	sync.Mutex
+	table *importTable
+}
+
+// encode is t as metaImport's value.
+func (t *importTable) encode() []byte {
+	type group struct {
+		state uint8
+		epoch uint64
+	}
+	var order []group
+	ranges := map[group][]cluster.Range{}
+	for slot, is := range t {
+		if is.state == importNone {
+			continue
+		}
+		g := group{is.state, is.epoch}
+		if _, ok := ranges[g]; !ok {
+			order = append(order, g)
+		}
+		ranges[g] = append(ranges[g], cluster.Range{First: uint16(slot), Last: uint16(slot)})
+	}
+	b := []byte("v1")
+	for _, g := range order {
+		b = append(b, ' ')
+		b = append(b, importStateNames[g.state]...)
+		if g.state == importDone {
+			b = append(b, ' ')
+			b = strconv.AppendUint(b, g.epoch, 10)
+		}
+		b = append(b, ' ')
+		b = append(b, cluster.FormatRanges(cluster.Merge(ranges[g]))...)
+	}
+	return b
+}
+
+// decodeImports reads what encode wrote.
+func decodeImports(b []byte) (*importTable, error) {
+	t := new(importTable)
+	f := strings.Fields(string(b))
+	if len(f) == 0 || f[0] != "v1" {
+		return nil, fmt.Errorf("%q does not start with v1", b)
+	}
+	for i := 1; i < len(f); {
+		st := slices.Index(importStateNames[:], f[i])
+		if st <= importNone {
+			return nil, fmt.Errorf("%q: unknown import state %q", b, f[i])
+		}
+		var epoch uint64
+		if st == importDone {
+			if i+1 >= len(f) {
+				return nil, fmt.Errorf("%q: done without an epoch", b)
+			}
+			e, err := strconv.ParseUint(f[i+1], 10, 64)
+			if err != nil {
+				return nil, fmt.Errorf("%q: done epoch %q: %w", b, f[i+1], err)
+			}
+			epoch = e
+			i++
+		}
+		if i+1 >= len(f) {
+			return nil, fmt.Errorf("%q: %s without slots", b, f[i])
+		}
+		rs, err := cluster.ParseRanges(f[i+1])
+		if err != nil {
+			return nil, fmt.Errorf("%q: %w", b, err)
+		}
+		t.set(rs, importSlot{uint8(st), epoch})
+		i += 2
+	}
+	return t, nil
+}
+
+// importState is slot's import state.
+func (s *Server) importState(slot uint16) uint8 {
+	im := &s.clus.imp
+	im.Lock()
+	defer im.Unlock()
+	return im.table[slot].state
+}
+
+// setImport gives the slots rs state and stores the table, synced.
+func (s *Server) setImport(rs []cluster.Range, state uint8) error {
+	im := &s.clus.imp
+	im.Lock()
+	defer im.Unlock()
+	im.table.set(rs, importSlot{state: state})
+	return s.storeImportsLocked()
+}
+
+// finishImport marks the slots rs, every one copying, done for the
+// topology of epoch, and stores the table, synced.
+func (s *Server) finishImport(rs []cluster.Range, epoch uint64) error {
+	im := &s.clus.imp
+	im.Lock()
+	defer im.Unlock()
+	for _, r := range rs {
+		for slot := int(r.First); slot <= int(r.Last); slot++ {
+			if st := im.table[slot].state; st != importCopying {
+				return resp.Error("ERR CLUSTER IMPORT DONE: slot " + strconv.Itoa(slot) + " is not being copied to this node (" + importStateNames[st] + "): a node that restarted while copying has dropped its copy: run the move again")
+			}
+		}
+	}
+	im.table.set(rs, importSlot{importDone, epoch})
+	return s.storeImportsLocked()
+}
+
+// set gives every slot of rs the state is.
+func (t *importTable) set(rs []cluster.Range, is importSlot) {
+	for _, r := range rs {
+		for slot := int(r.First); slot <= int(r.Last); slot++ {
+			t[slot] = is
+		}
+	}
+}
+
+func (s *Server) storeImportsLocked() error {
+	if err := s.store.SetMeta(metaImport, s.clus.imp.table.encode()); err != nil {
+		return fmt.Errorf("store the slots being imported: %w", err)
+	}
+	return nil
+}
+
+// loadImports reads the import table at startup, against the topology v
+// in use: a slot v gives this node was imported (the push was taken, its
+// end not stored); a slot still copying was cut short by the restart, and
+// a done slot whose epoch v has reached without giving it to this node
+// can no longer be taken: both are interrupted, and their records
+// dropped, so that no partial copy counts as this node's.
+func (s *Server) loadImports(v *clusterView) error {
+	im := &s.clus.imp
+	im.table = new(importTable)
+	b, err := s.store.Meta(metaImport)
+	if err != nil || b == nil {
+		return err
+	}
+	t, err := decodeImports(b)
+	if err != nil {
+		return fmt.Errorf("the slots being imported, stored in %s: %w", s.store.Dir(), err)
+	}
+	var drop []cluster.Range
+	for slot := range t {
+		is := &t[slot]
+		switch {
+		case is.state == importNone:
+			continue
+		case v.self != 0 && v.owner[slot] == v.self:
+			*is = importSlot{}
+			continue
+		case is.state == importCopying || is.state == importDone && v.top.Epoch >= is.epoch:
+			*is = importSlot{state: importInterrupted}
+		}
+		if is.state == importInterrupted {
+			drop = append(drop, cluster.Range{First: uint16(slot), Last: uint16(slot)})
+		}
+	}
+	im.Lock()
+	im.table = t
+	if !bytes.Equal(t.encode(), b) {
+		err = s.storeImportsLocked()
+	}
+	im.Unlock()
+	if err != nil || len(drop) == 0 {
+		return err
+	}
+	drop = cluster.Merge(drop)
+	n, err := s.dropSlots(drop)
+	if err != nil {
+		return fmt.Errorf("drop the copy of slots %s, left by a move cut short: %w", cluster.FormatRanges(drop), err)
+	}
+	if n > 0 {
+		s.log.Warn("cluster: dropped the partial copy of slots a move was importing when this node stopped; the source still serves them: run the move again", "slots", cluster.FormatRanges(drop), "records", n)
+	}
+	return nil
+}
+
+// importsAfterLocked is the import table once this node takes topology
+// nv in place of cur, or an error refusing nv: nv may give this node a
+// slot it does not own in cur only when no move is importing it, or when
+// its copy is done for nv's epoch. A done slot nv does not give this
+// node, at or past its epoch, can no longer be taken: interrupted.
+func (s *Server) importsAfterLocked(cur, nv *clusterView) (*importTable, error) {
+	next := *s.clus.imp.table
+	for slot := range next {
+		is := next[slot]
+		if is.state == importNone {
+			continue
+		}
+		gained := nv.self != 0 && nv.owner[slot] == nv.self && (cur.self == 0 || cur.owner[slot] != cur.self)
+		switch {
+		case gained && (is.state != importDone || is.epoch != nv.top.Epoch):
+			why := "its copy here is not complete (no CLUSTER IMPORT DONE): a move of it is under way or was abandoned"
+			switch is.state {
+			case importInterrupted:
+				why = "its copy here was cut short (this node restarted while copying, or a later topology ended the move)"
+			case importDone:
+				why = "its copy here is complete for the topology of epoch " + strconv.FormatUint(is.epoch, 10) + ", not this one"
+			}
+			return nil, resp.Error("ERR slot " + strconv.Itoa(slot) + " would be this node's, but " + why +
+				": run the move again (sluice cluster move), or, to give this node the slot without its records, send it CLUSTER DROP " + strconv.Itoa(slot) + " first")
+		case gained:
+			next[slot] = importSlot{}
+		case is.state == importDone && nv.top.Epoch >= is.epoch:
+			next[slot] = importSlot{state: importInterrupted}
+		}
+	}
+	return &next, nil
+}
+
+// clusterImport handles IMPORT START and IMPORT DONE, the target's side of
+// a move.
+func (s *Server) clusterImport(c *client, op string, args [][]byte) {
+	if !(op == "start" && len(args) == 1) && !(op == "done" && len(args) == 2) {
+		s.replyErr(c, resp.Error("ERR CLUSTER IMPORT: want START <slots> or DONE <slots> <epoch>"))
+		return
+	}
+	rs, err := s.ownedRanges(string(args[0]), false)
+	if err != nil {
+		s.replyErr(c, err)
+		return
+	}
+	var epoch int64
+	if op == "done" {
+		var ok bool
+		if epoch, ok = resp.ParseInt(args[1]); !ok || epoch < 0 || epoch > cluster.MaxEpoch {
+			s.replyErr(c, resp.Error("ERR CLUSTER IMPORT DONE: epoch "+resp.Preview(args[1])+": want the epoch of the topology that gives this node the slots, 0 to 2^53"))
+			return
+		}
+	}
+	if err := s.commitWrites(c); err != nil {
+		s.replyErr(c, err)
+		return
+	}
+	var n int64
+	if op == "start" {
+		// Noted before the leftovers go: a restart in between drops them
+		// as it starts.
+		if err = s.setImport(rs, importCopying); err == nil {
+			n, err = s.dropSlots(rs)
+		}
+	} else {
+		// The records RESTORE wrote reach Pebble before the state is
+		// synced, and are synced with it: done survives a restart with
+		// the whole copy.
+		if err = s.store.Flush(); err == nil {
+			err = s.finishImport(rs, uint64(epoch))
+		}
+	}
+	switch {
+	case err != nil:
+		s.replyErr(c, wrapStoreErr(err))
+	case op == "start":
+		c.Out = resp.AppendInt(c.Out, n)
+	default:
+		c.Out = resp.AppendSimple(c.Out, "OK")
+	}
 }

@@ -12,6 +12,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/redis/go-redis/v9"
 	"github.com/sluicehq/sluice/cluster"
 	"github.com/sluicehq/sluice/keyspace"
 	"github.com/sluicehq/sluice/policy"
@@ -362,6 +363,9 @@ func TestClusterRestoreValidates(t *testing.T) {
 	}); err != nil || val == "" {
 		t.Fatalf("the GCRA record on the other node: %q %v", val, err)
 	}
+	if err := rdb.Do(ctx, "CLUSTER", "IMPORT", "START", slot).Err(); err != nil {
+		t.Fatal(err)
+	}
 	if n, err := rdb.Do(ctx, "CLUSTER", "RESTORE", good, val).Int64(); err != nil || n != 1 {
 		t.Fatalf("RESTORE of a real record: %d %v", n, err)
 	}
@@ -401,5 +405,108 @@ func TestClusterShardsHostname(t *testing.T) {
 	}
 	if got["127.0.0.1"] != "" || got["sluice-1.sluice"] != "sluice-1.sluice" {
 		t.Errorf("hostnames by endpoint: %q; want none for 127.0.0.1, sluice-1.sluice for sluice-1.sluice", got)
+	}
+}
+
+// TestClusterImportInterrupted: a target's copy of slots becomes its own
+// only whole. Restarted while copying, it drops the copy as it starts and
+// takes neither RESTORE, IMPORT DONE nor a topology giving it the slots,
+// until a DROP or a new IMPORT START; a copy marked done survives a
+// restart, and only the topology of its epoch gives it the slots.
+func TestClusterImportInterrupted(t *testing.T) {
+	dir := t.TempDir()
+	nodes := []string{"127.0.0.1:7000", "127.0.0.1:7001"}
+	start := func() (*redis.Client, func()) {
+		t.Helper()
+		srv, closeSrv, err := newAt(t, dir, &ClusterConfig{Nodes: nodes, Self: nodes[1]})
+		if err != nil {
+			t.Fatal(err)
+		}
+		ln, err := net.Listen("tcp", "127.0.0.1:0")
+		if err != nil {
+			t.Fatal(err)
+		}
+		go srv.Serve(ln)
+		rdb := redis.NewClient(&redis.Options{Addr: ln.Addr().String(), MaxRetries: -1, ReadTimeout: 2 * time.Minute, WriteTimeout: 2 * time.Minute})
+		return rdb, func() { rdb.Close(); closeSrv() }
+	}
+	ctx := context.Background()
+	// Records of slots 0-99 (node 0's), as DUMP gives them.
+	src := startServer(t, Config{})
+	rs := newClient(t, src)
+	keys := []string{keyIn(0, 49), keyIn(50, 99)}
+	for _, k := range keys {
+		if err := rs.Do(ctx, "RL.REDUCE", k, 10, 60, "TAKE", 3, "AT", 1000).Err(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := src.store.Flush(); err != nil {
+		t.Fatal(err)
+	}
+	dump := []any{""} // as DUMP's reply: cursor, then keys and values
+	if err := src.store.Scan(nil, []byte{0xff}, func(k, v []byte) bool {
+		dump = append(dump, string(k), string(v))
+		return true
+	}); err != nil {
+		t.Fatal(err)
+	}
+	if len(dump) != 5 {
+		t.Fatalf("source records: %q", dump)
+	}
+	restore := append([]any{"CLUSTER", "RESTORE"}, dump[1:]...)
+	expectErr := func(rdb *redis.Client, want string, args ...any) {
+		t.Helper()
+		if err := rdb.Do(ctx, args...).Err(); err == nil || !strings.Contains(err.Error(), want) {
+			t.Fatalf("%q: %v; want an error containing %q", args, err, want)
+		}
+	}
+	give := func(epoch int) []any {
+		return []any{"CLUSTER", "SETTOPOLOGY", epoch, nodes[0], "100-8191", nodes[1], "0-99,8192-16383"}
+	}
+
+	rdb, stop := start()
+	expectErr(rdb, "not being copied to this node (none)", restore...)
+	if err := rdb.Do(ctx, "CLUSTER", "IMPORT", "START", "0-99").Err(); err != nil {
+		t.Fatal(err)
+	}
+	if err := rdb.Do(ctx, restore[:4]...).Err(); err != nil {
+		t.Fatalf("RESTORE of the first record: %v", err)
+	}
+	expectErr(rdb, "its copy here is not complete", give(1)...)
+	stop()
+
+	rdb, stop = start()
+	if n, err := rdb.DBSize(ctx).Result(); err != nil || n != 0 {
+		t.Fatalf("DBSIZE after a restart while copying: %d %v; want 0: the partial copy dropped", n, err)
+	}
+	expectErr(rdb, "not being copied to this node (interrupted)", restore...)
+	expectErr(rdb, "not being copied to this node (interrupted)", "CLUSTER", "IMPORT", "DONE", "0-99", 1)
+	expectErr(rdb, "its copy here was cut short", give(1)...)
+
+	// The move run again: a whole copy, done for epoch 1.
+	if err := rdb.Do(ctx, "CLUSTER", "IMPORT", "START", "0-99").Err(); err != nil {
+		t.Fatal(err)
+	}
+	if err := rdb.Do(ctx, restore...).Err(); err != nil {
+		t.Fatal(err)
+	}
+	if err := rdb.Do(ctx, "CLUSTER", "IMPORT", "DONE", "0-99", 1).Err(); err != nil {
+		t.Fatal(err)
+	}
+	stop()
+
+	rdb, stop = start()
+	defer stop()
+	if n, err := rdb.DBSize(ctx).Result(); err != nil || n != 2 {
+		t.Fatalf("DBSIZE after a restart with the copy done: %d %v; want 2", n, err)
+	}
+	expectErr(rdb, "complete for the topology of epoch 1, not this one", give(2)...)
+	if err := rdb.Do(ctx, give(1)...).Err(); err != nil {
+		t.Fatalf("the topology of epoch 1 giving the slots: %v", err)
+	}
+	for _, k := range keys {
+		if n, err := rdb.Do(ctx, "RL.GET", k, 10, 60, "AT", 1000).Int64(); err != nil || n != 7 {
+			t.Errorf("RL.GET %s on the target: %d %v; want 7", k, n, err)
+		}
 	}
 }

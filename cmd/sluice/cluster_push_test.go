@@ -15,13 +15,18 @@ import (
 	"github.com/sluicehq/sluice/keyspace"
 )
 
-// pushCutter forwards connections from ln to target, except the first
-// client chunk containing "SETTOPOLOGY": with applied false it is dropped
-// and the connection closed (the push never arrives); with applied true
-// it is forwarded and its reply dropped before the connection is closed
-// (the push took effect, the tool cannot know).
-func pushCutter(t *testing.T, ln net.Listener, target string, applied bool) *atomic.Int32 {
-	var cuts atomic.Int32
+// What proxy does with a chunk a client sends.
+type proxyAction int
+
+const (
+	proxyForward   proxyAction = iota
+	proxyDrop                  // close the connection, the chunk unsent
+	proxyLoseReply             // send it, then close the connection as its reply comes
+)
+
+// proxy forwards connections from ln to target, each chunk a client sends
+// as decide says.
+func proxy(t *testing.T, ln net.Listener, target string, decide func(chunk []byte) proxyAction) {
 	go func() {
 		for {
 			c, err := ln.Accept()
@@ -58,10 +63,10 @@ func pushCutter(t *testing.T, ln net.Listener, target string, applied bool) *ato
 				for {
 					n, err := c.Read(buf)
 					if n > 0 {
-						if bytes.Contains(buf[:n], []byte("SETTOPOLOGY")) && cuts.Add(1) == 1 {
-							if !applied {
-								return
-							}
+						switch decide(buf[:n]) {
+						case proxyDrop:
+							return
+						case proxyLoseReply:
 							cut.Store(true)
 						}
 						if _, werr := s.Write(buf[:n]); werr != nil {
@@ -76,6 +81,24 @@ func pushCutter(t *testing.T, ln net.Listener, target string, applied bool) *ato
 		}
 	}()
 	t.Cleanup(func() { ln.Close() })
+}
+
+// pushCutter proxies ln to target, except the first client chunk
+// containing "SETTOPOLOGY": with applied false it is dropped and the
+// connection closed (the push never arrives); with applied true it is
+// forwarded and its reply dropped before the connection is closed (the
+// push took effect, the tool cannot know).
+func pushCutter(t *testing.T, ln net.Listener, target string, applied bool) *atomic.Int32 {
+	var cuts atomic.Int32
+	proxy(t, ln, target, func(chunk []byte) proxyAction {
+		if !bytes.Contains(chunk, []byte("SETTOPOLOGY")) || cuts.Add(1) != 1 {
+			return proxyForward
+		}
+		if applied {
+			return proxyLoseReply
+		}
+		return proxyDrop
+	})
 	return &cuts
 }
 

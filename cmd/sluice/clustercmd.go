@@ -15,13 +15,14 @@ import (
 )
 
 // sluice cluster rebalance|move: online resharding, driven from outside
-// the nodes. For each hand-over of slots the target's leftovers in them
-// are dropped, the source starts noting the keys written in them, their
-// records are copied page by page, then the keys changed meanwhile, then
-// the source pauses the slots (clients get TRYAGAIN and retry), the last
-// changes are copied, the topology with the next epoch is pushed to the
-// target, the source and every other node, and the source drops its copy.
-// server/migrate.go has the nodes' side.
+// the nodes. For each hand-over of slots the target drops its leftovers in
+// them and starts importing them, the source starts noting the keys
+// written in them, their records are copied page by page, then the keys
+// changed meanwhile, then the source pauses the slots (clients get
+// TRYAGAIN and retry), the last changes are copied, the target marks its
+// copy complete for the next epoch, the topology with that epoch is pushed
+// to the target, the source and every other node, and the source drops
+// its copy. server/migrate.go has the nodes' side.
 
 type clusterToolConfig struct {
 	nodes    string
@@ -48,7 +49,7 @@ func newClusterFlagSet(cfg *clusterToolConfig, stderr io.Writer) *flag.FlagSet {
 	fs.StringVar(&cfg.topology, "topology", "", "sluice cluster push: the topology to push, as CLUSTER TOPOLOGY prints it: <epoch> <host:port> <slots> ...")
 	fs.IntVar(&cfg.page, "cluster-page", 500, "sluice cluster: records copied per page while moving slots")
 	fs.Usage = func() {
-		fmt.Fprintf(fs.Output(), "Usage: sluice cluster rebalance --nodes a:p,b:p,c:p   (spread the slots evenly over exactly these nodes)\n       sluice cluster move --nodes a:p,... --slots 0-99 --to d:p\n       sluice cluster show --nodes a:p,...   (the topology with the highest epoch, and the nodes that have another)\n       sluice cluster push --nodes a:p,... --topology '<epoch> a:p 0-8191 b:p 8192-16383'   (push a topology to every node: finishing an interrupted move)\n       sluice cluster renumber --nodes a:p,...   (push the highest topology under a low epoch: after the epoch cap)\n\n")
+		fmt.Fprintf(fs.Output(), "Usage: sluice cluster rebalance --nodes a:p,b:p,c:p   (spread the slots evenly over exactly these nodes)\n       sluice cluster move --nodes a:p,... --slots 0-99 --to d:p\n       sluice cluster show --nodes a:p,...   (the topology with the highest epoch, the nodes that have another, and any that answers as another node)\n       sluice cluster push --nodes a:p,... --topology '<epoch> a:p 0-8191 b:p 8192-16383'   (push a topology to every node: finishing an interrupted move)\n       sluice cluster renumber --nodes a:p,...   (push the highest topology under a low epoch: after the epoch cap)\n\n")
 		fs.PrintDefaults()
 	}
 	return fs
@@ -84,6 +85,16 @@ func runCluster(ctx context.Context, args []string, lookupEnv func(string) (stri
 	t, err := ct.topology(ctx, nodes)
 	if err != nil {
 		return err
+	}
+	if len(ct.impostors) > 0 {
+		if sub == "show" {
+			fmt.Fprintln(stdout, strings.Join(t.Args(), " "))
+		}
+		for _, line := range ct.impostors {
+			fmt.Fprintln(stdout, line)
+		}
+		return fmt.Errorf("%d node(s) answer as another node (their lines above): each serves the other node's slots from its own records and redirects its own slots to itself; "+
+			"stop it and start it with its own --cluster-ordinal on its own data directory, then run sluice cluster %s again", len(ct.impostors), sub)
 	}
 	switch sub {
 	case "show":
@@ -191,6 +202,9 @@ type clusterTool struct {
 	// them.
 	epochs map[string]uint64
 	order  []string
+	// impostors are the lines naming each node of a topology whose
+	// CLUSTER MYID is not its address's ID, as topology found them.
+	impostors []string
 }
 
 func (ct *clusterTool) client(addr string) *redis.Client {
@@ -227,7 +241,7 @@ func (ct *clusterTool) do(ctx context.Context, addr string, args ...any) (any, e
 func (ct *clusterTool) topology(ctx context.Context, nodes []string) (cluster.Topology, error) {
 	var best cluster.Topology
 	found := false
-	asked := map[string]bool{}
+	asked, named := map[string]bool{}, map[string]bool{}
 	queue := slices.Clone(nodes)
 	var errs []error
 	for len(queue) > 0 {
@@ -254,6 +268,7 @@ func (ct *clusterTool) topology(ctx context.Context, nodes []string) (cluster.To
 		ct.order = append(ct.order, addr)
 		for _, n := range t.Nodes {
 			queue = append(queue, n.Addr)
+			named[n.Addr] = true
 		}
 		if !found || t.Epoch > best.Epoch {
 			best, found = t, true
@@ -262,7 +277,37 @@ func (ct *clusterTool) topology(ctx context.Context, nodes []string) (cluster.To
 	if !found {
 		return best, fmt.Errorf("no node answered CLUSTER TOPOLOGY: %w", errors.Join(errs...))
 	}
-	return best, nil
+	return best, ct.checkIDs(ctx, named)
+}
+
+// checkIDs asks every answering node some topology names (its announced
+// address) for CLUSTER MYID, and notes in impostors each that answers
+// another ID than its address's: a node started with another node's
+// ordinal takes that node's ID. Addresses only given in --nodes may be
+// aliases, and are not checked.
+func (ct *clusterTool) checkIDs(ctx context.Context, named map[string]bool) error {
+	byID := map[string]string{}
+	for addr := range named {
+		byID[cluster.NodeID(addr)] = addr
+	}
+	for _, addr := range ct.order {
+		if !named[addr] {
+			continue
+		}
+		v, err := ct.do(ctx, addr, "CLUSTER", "MYID")
+		if err != nil {
+			return err
+		}
+		id, _ := v.(string)
+		if want := cluster.NodeID(addr); id != want {
+			as := byID[id]
+			if as == "" {
+				as = "a node no topology names"
+			}
+			ct.impostors = append(ct.impostors, fmt.Sprintf("node %s: answers as %s (CLUSTER MYID %s, not %s): it was started with another node's --cluster-ordinal or --cluster-nodes", addr, as, id, want))
+		}
+	}
+	return nil
 }
 
 // push gives t to the nodes in first, in order (an error there stops it),
@@ -295,7 +340,8 @@ func (ct *clusterTool) push(ctx context.Context, t, old cluster.Topology, first 
 
 // move hands mv's slots over, with their records, and returns the new
 // topology. On an error before the push, the source serves the slots
-// again and the target's partial copy is dropped.
+// again and the target's partial copy is dropped; the error says what
+// failed and where each node is left.
 func (ct *clusterTool) move(ctx context.Context, t cluster.Topology, mv cluster.Move) (cluster.Topology, error) {
 	ranges := cluster.FormatRanges(mv.Slots)
 	nt := t.Moved(mv.Slots, mv.To)
@@ -307,11 +353,13 @@ func (ct *clusterTool) move(ctx context.Context, t cluster.Topology, mv cluster.
 		return nt, nil
 	}
 	start := time.Now()
-	if _, err := ct.do(ctx, mv.To, "CLUSTER", "DROP", ranges); err != nil {
-		return t, err
+	if _, err := ct.do(ctx, mv.To, "CLUSTER", "IMPORT", "START", ranges); err != nil {
+		return t, fmt.Errorf("moving slots %s from %s to %s: %w; nothing was copied: the source serves them as before", ranges, mv.From, mv.To, err)
 	}
 	if _, err := ct.do(ctx, mv.From, "CLUSTER", "MIGRATE", "START", ranges); err != nil {
-		return t, err
+		// Not cancelled: START refuses while another move is under way
+		// off the source, and CANCEL would end that one.
+		return t, ct.undo(ctx, mv, ranges, err, importing)
 	}
 	n, err := ct.copySlots(ctx, mv)
 	if err == nil {
@@ -321,21 +369,26 @@ func (ct *clusterTool) move(ctx context.Context, t cluster.Topology, mv cluster.
 	if err == nil {
 		last, err = ct.copyDirty(ctx, mv, true)
 	}
+	stage := copying
+	if err == nil {
+		// Synced on the target, and takeable only at nt's epoch: a
+		// partial copy never becomes the target's.
+		_, err = ct.do(ctx, mv.To, "CLUSTER", "IMPORT", "DONE", ranges, nt.Epoch)
+		stage = copied // or may be, when the reply was lost
+	}
 	if err == nil {
 		err = ct.pushTarget(ctx, t, nt, mv.To)
 		var owned errTargetMayOwn
 		if errors.As(err, &owned) {
 			// The target may serve the slots at the new epoch: resuming
 			// the source would have both count the same buckets.
-			return t, fmt.Errorf("moving slots %s from %s to %s: %w; the source keeps them paused (clients get TRYAGAIN) and must NOT be cancelled: "+
+			return t, fmt.Errorf("moving slots %s from %s to %s: %w; the source keeps them paused (clients get TRYAGAIN) and must NOT be cancelled; the target holds a complete, synced copy that only epoch %d's topology gives it: "+
 				"see which epoch each node has with `sluice cluster show --nodes %s`, then push the topology with `sluice cluster push --nodes %s --topology '%s'`, then drop the source's copy with `redis-cli -h %s -p %s CLUSTER DROP %s`",
-				ranges, mv.From, mv.To, err, mv.From, mv.To, strings.Join(nt.Args(), " "), hostOf(mv.From), portOf(mv.From), ranges)
+				ranges, mv.From, mv.To, err, nt.Epoch, mv.From, mv.To, strings.Join(nt.Args(), " "), hostOf(mv.From), portOf(mv.From), ranges)
 		}
 	}
 	if err != nil {
-		_, _ = ct.do(ctx, mv.From, "CLUSTER", "MIGRATE", "CANCEL")
-		_, _ = ct.do(ctx, mv.To, "CLUSTER", "DROP", ranges)
-		return t, fmt.Errorf("moving slots %s from %s to %s (the source serves them again): %w", ranges, mv.From, mv.To, err)
+		return t, ct.undo(ctx, mv, ranges, err, stage)
 	}
 	// The target owns the slots from now on: the source is never resumed,
 	// it stays paused (TRYAGAIN) until it takes the topology.
@@ -345,13 +398,48 @@ func (ct *clusterTool) move(ctx context.Context, t cluster.Topology, mv cluster.
 			ranges, mv.To, nt.Epoch, mv.From, err, mv.From, strings.Join(nt.Args(), " "), hostOf(mv.From), portOf(mv.From), ranges)
 	}
 	_ = ct.push(ctx, nt, t, nil) // every node, the two above again (the same topology is accepted): an error there is a warning
+	moved := fmt.Sprintf("moved slots %s from %s to %s: %d records written to the target before the pause, %d after it, epoch %d, %v",
+		ranges, mv.From, mv.To, n, last, nt.Epoch, time.Since(start).Round(time.Millisecond))
 	dropped, err := ct.do(ctx, mv.From, "CLUSTER", "DROP", ranges)
 	if err != nil {
-		fmt.Fprintf(ct.out, "warning: %v; the source keeps a stale copy of slots %s, which it no longer serves\n", err, ranges)
+		fmt.Fprintf(ct.out, "%s; but the source's copy was not dropped: %v; the target serves the slots, the source answers MOVED for them and keeps a stale copy it never serves: drop it with `redis-cli -h %s -p %s CLUSTER DROP %s`\n",
+			moved, err, hostOf(mv.From), portOf(mv.From), ranges)
+		return nt, nil
 	}
-	fmt.Fprintf(ct.out, "moved slots %s from %s to %s: %d records written to the target before the pause, %d after it, %v records dropped on the source, epoch %d, %v\n",
-		ranges, mv.From, mv.To, n, last, dropped, nt.Epoch, time.Since(start).Round(time.Millisecond))
+	fmt.Fprintf(ct.out, "%s, %d records dropped on the source\n", moved, dropped)
 	return nt, nil
+}
+
+// How far a move got, for undo.
+type moveStage int
+
+const (
+	importing moveStage = iota // the target took IMPORT START
+	copying                    // and the source MIGRATE START
+	copied                     // and the target may have taken IMPORT DONE
+)
+
+// undo ends a move that failed (cause) at stage, before the target could
+// own the slots: the source serves them again and the target drops its
+// partial copy. The error says what failed and where each node is left.
+func (ct *clusterTool) undo(ctx context.Context, mv cluster.Move, ranges string, cause error, stage moveStage) error {
+	src := "the source " + mv.From + " serves them again"
+	if stage == importing {
+		src = "the source " + mv.From + " serves them as before"
+	} else if _, err := ct.do(ctx, mv.From, "CLUSTER", "MIGRATE", "CANCEL"); err != nil {
+		src = fmt.Sprintf("the source %s still owns them, but could not be told to serve them again (%v): if it had paused them, its clients get TRYAGAIN until it restarts or gets `redis-cli -h %s -p %s CLUSTER MIGRATE CANCEL`",
+			mv.From, err, hostOf(mv.From), portOf(mv.From))
+	}
+	dst := "the target " + mv.To + " dropped what it had copied"
+	if _, err := ct.do(ctx, mv.To, "CLUSTER", "DROP", ranges); err != nil {
+		also := "the next move of these slots drops it too"
+		if stage < copied {
+			also = "a restart drops it too, as does the next move of these slots"
+		}
+		dst = fmt.Sprintf("the target %s could not drop its partial copy (%v): it does not serve it; drop it with `redis-cli -h %s -p %s CLUSTER DROP %s` once it answers (%s)",
+			mv.To, err, hostOf(mv.To), portOf(mv.To), ranges, also)
+	}
+	return fmt.Errorf("moving slots %s from %s to %s failed: %w; %s; %s; run the move again", ranges, mv.From, mv.To, cause, src, dst)
 }
 
 // pushAll gives t to the nodes given, then to every node of t and of old,

@@ -18,6 +18,7 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/sluicehq/sluice/cluster"
 	"github.com/sluicehq/sluice/policy"
 	"github.com/sluicehq/sluice/rls"
 	"github.com/sluicehq/sluice/server"
@@ -114,6 +115,7 @@ type config struct {
 	clusterOrdinal     int
 	clusterTimeout     time.Duration
 	clusterClockSkew   time.Duration
+	clusterReassign    string
 	rlsAddr            string
 	rlsConfig          string
 	rlsResponseHeaders bool
@@ -183,6 +185,7 @@ func newFlagSet(cfg *config, stderr io.Writer) *flag.FlagSet {
 	fs.IntVar(&cfg.clusterSize, "cluster-size", 0, "cluster mode: the number of initial nodes when --cluster-nodes is a template")
 	fs.IntVar(&cfg.clusterOrdinal, "cluster-ordinal", -1, "cluster mode: this node's ordinal in --cluster-nodes; -1 takes the number after the last - of the hostname (a StatefulSet pod's)")
 	fs.DurationVar(&cfg.clusterTimeout, "cluster-forward-timeout", server.DefaultForwardTimeout, "cluster mode: the most one HIT counter forwarded to the node owning it may take, connecting included")
+	fs.StringVar(&cfg.clusterReassign, "cluster-reassign-from", "", "cluster mode: the node (announced host:port) a data directory was recorded as, to start it as this node anyway, on purpose: it then records this node; without it, a directory of another node is refused")
 	fs.DurationVar(&cfg.clusterClockSkew, "cluster-max-clock-skew", server.DefaultMaxClockSkew, "cluster mode: how far the clock of a node forwarding a HIT counter may be from this node's; a forwarded time further off is clamped to this node's clock plus or minus it")
 	cfg.rlsMaxMessage = server.DefaultRLSMaxMessage
 	fs.StringVar(&cfg.rlsAddr, "rls-addr", "", "gRPC listen address for Envoy's rate limit service (ShouldRateLimit and gRPC health; conventionally 127.0.0.1:8081); empty turns it off")
@@ -318,8 +321,13 @@ func parseConfig(args []string, lookupEnv func(string) (string, bool), stderr io
 	if cfg.divvyAddr != "" && cfg.policyFile == "" {
 		return cfg, errors.New("--divvy-addr needs --policy: the line protocol answers HITs from a rule file")
 	}
-	if cfg.clusterNodes == "" && (cfg.clusterSize != 0 || cfg.clusterOrdinal != -1) {
-		return cfg, errors.New("--cluster-size and --cluster-ordinal need --cluster-nodes")
+	if cfg.clusterNodes == "" && (cfg.clusterSize != 0 || cfg.clusterOrdinal != -1 || cfg.clusterReassign != "") {
+		return cfg, errors.New("--cluster-size, --cluster-ordinal and --cluster-reassign-from need --cluster-nodes")
+	}
+	if cfg.clusterReassign != "" {
+		if err := cluster.CheckAddr(cfg.clusterReassign); err != nil {
+			return cfg, fmt.Errorf("--cluster-reassign-from: %w", err)
+		}
 	}
 	if cfg.clusterClockSkew <= 0 {
 		return cfg, fmt.Errorf("--cluster-max-clock-skew %v: want a positive duration", cfg.clusterClockSkew)
@@ -439,6 +447,7 @@ func runReloading(ctx context.Context, hup <-chan os.Signal, args []string, look
 	if clusterCfg != nil {
 		clusterCfg.ForwardTimeout = cfg.clusterTimeout
 		clusterCfg.MaxClockSkew = cfg.clusterClockSkew
+		clusterCfg.ReassignFrom = cfg.clusterReassign
 	}
 	if cfg.rlsConfig != "" {
 		if _, err := rls.Load(cfg.rlsConfig); err != nil {
