@@ -19,6 +19,8 @@ import (
 	"syscall"
 	"time"
 
+	// Before the heavy packages: see its doc.
+	_ "github.com/sluicehq/sluice/cmd/sluice/internal/earlyhup"
 	"github.com/sluicehq/sluice/internal/conffile"
 	"github.com/sluicehq/sluice/policy"
 	"github.com/sluicehq/sluice/rls"

@@ -3,6 +3,7 @@ package main
 import (
 	"bufio"
 	"bytes"
+	"context"
 	"crypto/ecdsa"
 	"crypto/elliptic"
 	"crypto/rand"
@@ -109,6 +110,45 @@ func TestSIGHUPDuringStartupIsKept(t *testing.T) {
 	if exitErr != nil {
 		<-logged
 		t.Fatalf("exit after SIGTERM: %v\n%s", exitErr, logs.String())
+	}
+}
+
+// TestSIGHUPRightAfterStartIsHarmless: SIGHUP's default action ends the
+// process, and main can register for it only once every package is
+// initialized, tens of milliseconds after exec. The test sends SIGHUP as
+// soon as the first package of sluice's own has been initialized (the Go
+// runtime says when, with GODEBUG=inittrace=1), twenty times: the process
+// must carry on and exit 0.
+func TestSIGHUPRightAfterStartIsHarmless(t *testing.T) {
+	ctx, cancel := context.WithTimeout(t.Context(), 2*time.Minute)
+	defer cancel()
+	for i := range 20 {
+		cmd := exec.CommandContext(ctx, os.Args[0], "--version")
+		cmd.Env = append(os.Environ(), execMainEnv+"=1", "GODEBUG=inittrace=1")
+		stderr, err := cmd.StderrPipe()
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := cmd.Start(); err != nil {
+			t.Fatal(err)
+		}
+		sent := ""
+		sc := bufio.NewScanner(stderr)
+		for sc.Scan() {
+			if pkg, ok := strings.CutPrefix(sc.Text(), "init github.com/sluicehq/sluice/"); ok && sent == "" {
+				sent, _, _ = strings.Cut(pkg, " ")
+				if err := cmd.Process.Signal(syscall.SIGHUP); err != nil {
+					t.Fatal(err)
+				}
+			}
+		}
+		err = cmd.Wait()
+		if sent == "" {
+			t.Fatalf("run %d: the runtime reported no init of a sluice package (GODEBUG=inittrace=1): %v", i, err)
+		}
+		if err != nil {
+			t.Fatalf("run %d: a SIGHUP sent once the package %s was initialized stopped sluice: %v", i, sent, err)
+		}
 	}
 }
 
