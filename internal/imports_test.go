@@ -38,6 +38,8 @@ func TestImports(t *testing.T) {
 		{"dispatch", []string{"sync", "sync/atomic", "os", "io", "net"}, []string{"storage", "internal/resp", "internal/cmddoc"}},
 		// RL.*, CL.*, FW.* and ROLL.*: requests, mutations, commands.
 		{"limitcmd", pure, []string{"bucket", "keyspace", "storage", "internal/resp", "internal/dispatch", "internal/cmddoc"}},
+		// Reads the files an operator gives: I/O, and nothing else.
+		{"conffile", []string{"net", "sync", "sync/atomic", "time"}, nil},
 		// HIT's engine and the policy file in use (it holds a lock).
 		{"rules", noIO, []string{"bucket", "keyspace", "policy", "storage", "internal/resp", "internal/dispatch", "internal/cmddoc"}},
 	} {

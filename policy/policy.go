@@ -5,10 +5,11 @@ import (
 	"crypto/sha256"
 	"encoding/binary"
 	"fmt"
-	"os"
 	"path/filepath"
 	"slices"
 	"strings"
+
+	"github.com/sluicehq/sluice/internal/conffile"
 )
 
 // MatchPolicy says what happens after a rule matches.
@@ -109,8 +110,9 @@ func (p *Policy) Rules() []*Rule {
 }
 
 // Load reads a rule file, choosing the format by its extension: .ini or
-// .json, in any letter case.
-func Load(path string) (*Policy, error) {
+// .json, in any letter case. The file must be a regular file (or a
+// symlink to one) of at most maxBytes (0 or less: conffile.DefaultLimit).
+func Load(path string, maxBytes int64) (*Policy, error) {
 	var parse func(string, []byte) (*Policy, error)
 	switch strings.ToLower(filepath.Ext(path)) {
 	case ".ini":
@@ -120,7 +122,7 @@ func Load(path string) (*Policy, error) {
 	default:
 		return nil, &ValidationError{File: path, Problem: "unknown rule file format; expected a .ini or .json file"}
 	}
-	data, err := os.ReadFile(path)
+	data, err := conffile.Read(path, maxBytes)
 	if err != nil {
 		return nil, fmt.Errorf("policy: %w", err)
 	}

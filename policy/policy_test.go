@@ -14,11 +14,13 @@ import (
 	"strings"
 	"testing"
 	"unicode/utf8"
+
+	"github.com/sluicehq/sluice/internal/conffile"
 )
 
 func mustLoad(tb testing.TB, path string) *Policy {
 	tb.Helper()
-	p, err := Load(path)
+	p, err := Load(path, 0)
 	if err != nil {
 		tb.Fatal(err)
 	}
@@ -236,20 +238,33 @@ func TestLoad(t *testing.T) {
 	}
 	ini := "[default]\ncreditLimit = 1\nresetSeconds = 2\n"
 	for _, name := range []string{"a.ini", "a.INI"} {
-		if p, err := Load(write(name, ini)); err != nil || p.File() != filepath.Join(dir, name) || p.Rules()[0].CreditLimit != 1 {
+		if p, err := Load(write(name, ini), 0); err != nil || p.File() != filepath.Join(dir, name) || p.Rules()[0].CreditLimit != 1 {
 			t.Errorf("%s: %v", name, err)
 		}
 	}
-	if _, err := Load(write("a.json", `{"default":{"creditLimit":1,"resetSeconds":2}}`)); err != nil {
+	if _, err := Load(write("a.json", `{"default":{"creditLimit":1,"resetSeconds":2}}`), 0); err != nil {
 		t.Error(err)
 	}
-	_, err := Load(write("a.yaml", ini))
+	_, err := Load(write("a.yaml", ini), 0)
 	var ve *ValidationError
 	if !errors.As(err, &ve) || err.Error() != "policy: "+filepath.Join(dir, "a.yaml")+": unknown rule file format; expected a .ini or .json file" {
 		t.Errorf("yaml: %v", err)
 	}
-	if _, err := Load(filepath.Join(dir, "missing.ini")); !errors.Is(err, os.ErrNotExist) || !strings.HasPrefix(err.Error(), "policy: ") {
+	if _, err := Load(filepath.Join(dir, "missing.ini"), 0); !errors.Is(err, os.ErrNotExist) || !strings.HasPrefix(err.Error(), "policy: ") {
 		t.Errorf("missing: %v", err)
+	}
+	// Only a regular file within the limit is read.
+	if _, err := Load(write("a.ini", ini), int64(len(ini))); err != nil {
+		t.Errorf("at the limit: %v", err)
+	}
+	if _, err := Load(write("a.ini", ini), int64(len(ini)-1)); !errors.Is(err, conffile.ErrTooBig) || !strings.HasPrefix(err.Error(), "policy: ") {
+		t.Errorf("over the limit: %v", err)
+	}
+	if err := os.Mkdir(filepath.Join(dir, "d.ini"), 0o700); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := Load(filepath.Join(dir, "d.ini"), 0); !errors.Is(err, conffile.ErrNotRegular) || !strings.HasPrefix(err.Error(), "policy: ") {
+		t.Errorf("a directory: %v", err)
 	}
 }
 
@@ -499,7 +514,7 @@ func TestReachability(t *testing.T) {
 	}
 }
 
-func TestImportsStandardLibraryAndBucketOnly(t *testing.T) {
+func TestImportsStandardLibraryBucketAndConffileOnly(t *testing.T) {
 	files, err := filepath.Glob("*.go")
 	if err != nil {
 		t.Fatal(err)
@@ -512,9 +527,10 @@ func TestImportsStandardLibraryAndBucketOnly(t *testing.T) {
 		for _, imp := range af.Imports {
 			path, _ := strconv.Unquote(imp.Path.Value)
 			// bucket is pure and standard-library-only too: its arithmetic
-			// counts the rules' other algorithms.
-			if first, _, _ := strings.Cut(path, "/"); strings.Contains(first, ".") && path != "github.com/sluicehq/sluice/bucket" {
-				t.Errorf("%s imports %s: policy uses only the standard library and bucket", f, path)
+			// counts the rules' other algorithms; internal/conffile, also
+			// standard-library-only, reads the rule file.
+			if first, _, _ := strings.Cut(path, "/"); strings.Contains(first, ".") && path != "github.com/sluicehq/sluice/bucket" && path != "github.com/sluicehq/sluice/internal/conffile" {
+				t.Errorf("%s imports %s: policy uses only the standard library, bucket and internal/conffile", f, path)
 			}
 		}
 	}

@@ -5,7 +5,6 @@ import (
 	"fmt"
 	"io"
 	"math"
-	"os"
 	"path/filepath"
 	"slices"
 	"strconv"
@@ -14,6 +13,7 @@ import (
 	"go.yaml.in/yaml/v3"
 
 	"github.com/sluicehq/sluice/bucket"
+	"github.com/sluicehq/sluice/internal/conffile"
 	"github.com/sluicehq/sluice/policy"
 )
 
@@ -48,22 +48,32 @@ type File struct {
 }
 
 // Load reads every *.yaml and *.yml file of dir (not its subdirectories),
-// in name order, and parses them together.
-func Load(dir string) (*Config, error) {
-	ents, err := os.ReadDir(dir)
+// in name order, and parses them together. Each must be a regular file
+// (or a symlink to one), and together they may hold at most maxBytes
+// (0 or less: conffile.DefaultLimit), so that a named pipe or a device
+// cannot block or exhaust a reload.
+func Load(dir string, maxBytes int64) (*Config, error) {
+	if maxBytes <= 0 {
+		maxBytes = conffile.DefaultLimit
+	}
+	ents, err := conffile.ReadDir(dir)
 	if err != nil {
 		return nil, fmt.Errorf("rls: %w", err)
 	}
 	var files []File
+	var total int64
 	for _, e := range ents {
 		ext := strings.ToLower(filepath.Ext(e.Name()))
 		if e.IsDir() || ext != ".yaml" && ext != ".yml" {
 			continue
 		}
 		name := filepath.Join(dir, e.Name())
-		data, err := os.ReadFile(name)
+		data, err := conffile.Read(name, maxBytes)
 		if err != nil {
 			return nil, fmt.Errorf("rls: %w", err)
+		}
+		if total += int64(len(data)); total > maxBytes {
+			return nil, &ConfigError{Problem: fmt.Sprintf("the *.yaml and *.yml files of %s hold %d bytes up to %s, %d over the limit of %d for them together (--max-config-file); expected fewer or smaller files, or a higher limit", dir, total, e.Name(), total-maxBytes, maxBytes)}
 		}
 		files = append(files, File{Name: name, Data: data})
 	}

@@ -183,7 +183,7 @@ func TestLoadReadmeExamples(t *testing.T) {
 	for k, v := range readmeExamples {
 		files[k] = v
 	}
-	c, err := Load(writeDir(t, files))
+	c, err := Load(writeDir(t, files), 0)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -334,15 +334,15 @@ func TestLoadRejects(t *testing.T) {
 
 func TestLoadRejectsAcrossFiles(t *testing.T) {
 	dir := writeDir(t, map[string]string{"a.yaml": "domain: d\n", "b.yml": "\ndomain: d\n"})
-	_, err := Load(dir)
+	_, err := Load(dir, 0)
 	if err == nil || !strings.Contains(err.Error(), "b.yml:2: domain \"d\" is already configured in "+filepath.Join(dir, "a.yaml")) {
 		t.Fatalf("err = %v; want the duplicate domain in b.yml line 2", err)
 	}
-	_, err = Load(writeDir(t, map[string]string{"README": "x"}))
+	_, err = Load(writeDir(t, map[string]string{"README": "x"}), 0)
 	if err == nil || !strings.Contains(err.Error(), "holds no *.yaml or *.yml file") {
 		t.Fatalf("err = %v; want no files", err)
 	}
-	if _, err := Load(filepath.Join(t.TempDir(), "missing")); err == nil {
+	if _, err := Load(filepath.Join(t.TempDir(), "missing"), 0); err == nil {
 		t.Fatal("a missing directory loaded")
 	}
 }

@@ -16,12 +16,14 @@ import (
 // line protocol is in divvy.go; every front end executes hits with the
 // engine of package internal/rules (Server.rules).
 
-// ReloadPolicy reads the --policy file again and, if it is valid, puts it
-// in use at once for every new hit; hits under way finish with the rules
-// they started with. A bad file keeps the rules in use, is logged and
-// counted, and its error is returned. Without a policy file it does
-// nothing and returns rules.ErrNoPolicy.
-func (s *Server) ReloadPolicy() error {
+// ReloadPolicy reads the --policy file again, as a reload (reload.go),
+// and, if it is valid, puts it in use at once for every new hit; hits
+// under way finish with the rules they started with. A bad file keeps the
+// rules in use, is logged and counted, and its error is returned. Without
+// a policy file it does nothing and returns rules.ErrNoPolicy.
+func (s *Server) ReloadPolicy() error { return s.reloading(s.reloadPolicy) }
+
+func (s *Server) reloadPolicy() error {
 	if s.pol.Path == "" {
 		return rules.ErrNoPolicy
 	}
@@ -46,17 +48,23 @@ func cmdPolicy(s *Server, c *client, args [][]byte) {
 	case len(args) == 2 && resp.EqualFold(args[1], "reload"):
 		// The rules of both front ends, as SIGHUP: the --policy file and
 		// the --rls-config directory, each kept as it was when bad.
-		var perr, rerr error
-		if s.pol.Path != "" || s.rls.dir == "" {
-			perr = s.ReloadPolicy()
-			if perr != nil && !errors.Is(perr, rules.ErrNoPolicy) { // a bad file: say which, and that nothing changed
-				perr = resp.Error("ERR " + oneLine(perr.Error()) + "; the rules in use are kept")
+		err := s.reloading(func() error {
+			var perr, rerr error
+			if s.pol.Path != "" || s.rls.dir == "" {
+				perr = s.reloadPolicy()
+				if perr != nil && !errors.Is(perr, rules.ErrNoPolicy) { // a bad file: say which, and that nothing changed
+					perr = resp.Error("ERR " + oneLine(perr.Error()) + "; the rules in use are kept")
+				}
 			}
+			if err := s.reloadRLS(); err != nil {
+				rerr = resp.Error("ERR --rls-config: " + oneLine(err.Error()) + "; the configuration in use is kept")
+			}
+			return cmp.Or(perr, rerr)
+		})
+		if errors.Is(err, ErrReloadTimeout) {
+			err = resp.Error("ERR " + oneLine(err.Error()))
 		}
-		if err := s.ReloadRLS(); err != nil {
-			rerr = resp.Error("ERR --rls-config: " + oneLine(err.Error()) + "; the configuration in use is kept")
-		}
-		if err := cmp.Or(perr, rerr); err != nil {
+		if err != nil {
 			s.replyErr(c, err)
 			return
 		}

@@ -152,7 +152,7 @@ func (s *Server) loadRLS() error {
 	st := &s.rls
 	st.loadMu.Lock()
 	defer st.loadMu.Unlock()
-	c, err := rls.Load(st.dir)
+	c, err := rls.Load(st.dir, s.cfg.MaxConfigFile)
 	if err != nil {
 		return err
 	}
@@ -205,12 +205,14 @@ func (st *rlsState) detailedCounts(domain string, key []byte) *rlsCounts {
 	return st.countsLocked(domain, string(key))
 }
 
-// ReloadRLS reads the --rls-config directory again and, if every file is
-// valid, puts the new configuration in use at once; calls under way finish
-// with the one they started with. A bad directory keeps the configuration
-// in use, is logged and counted, and its error is returned. Without RLS it
-// does nothing.
-func (s *Server) ReloadRLS() error {
+// ReloadRLS reads the --rls-config directory again, as a reload
+// (reload.go), and, if every file is valid, puts the new configuration in
+// use at once; calls under way finish with the one they started with. A
+// bad directory keeps the configuration in use, is logged and counted,
+// and its error is returned. Without RLS it does nothing.
+func (s *Server) ReloadRLS() error { return s.reloading(s.reloadRLS) }
+
+func (s *Server) reloadRLS() error {
 	if s.rls.dir == "" {
 		return nil
 	}

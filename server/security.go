@@ -8,12 +8,12 @@ import (
 	"errors"
 	"fmt"
 	"net"
-	"os"
 	"strconv"
 	"sync"
 	"sync/atomic"
 	"time"
 
+	"github.com/sluicehq/sluice/internal/conffile"
 	"github.com/sluicehq/sluice/internal/resp"
 )
 
@@ -27,15 +27,16 @@ type TLSFiles struct {
 // tlsState holds the loaded certificates; Reload swaps them while
 // connections stay open, new handshakes use the new ones.
 type tlsState struct {
-	files TLSFiles
-	cur   atomic.Pointer[tls.Config]
+	files    TLSFiles
+	maxBytes int64 // each file's (Config.MaxConfigFile)
+	cur      atomic.Pointer[tls.Config]
 }
 
-func newTLSState(f TLSFiles) (*tlsState, error) {
+func newTLSState(f TLSFiles, maxBytes int64) (*tlsState, error) {
 	if f.Cert == "" || f.Key == "" {
 		return nil, errors.New("server: TLS needs both a certificate and a key file")
 	}
-	t := &tlsState{files: f}
+	t := &tlsState{files: f, maxBytes: maxBytes}
 	if err := t.load(); err != nil {
 		return nil, err
 	}
@@ -43,13 +44,21 @@ func newTLSState(f TLSFiles) (*tlsState, error) {
 }
 
 func (t *tlsState) load() error {
-	cert, err := tls.LoadX509KeyPair(t.files.Cert, t.files.Key)
+	certPEM, err := conffile.Read(t.files.Cert, t.maxBytes)
+	if err != nil {
+		return fmt.Errorf("server: read TLS certificate: %w", err)
+	}
+	keyPEM, err := conffile.Read(t.files.Key, t.maxBytes)
+	if err != nil {
+		return fmt.Errorf("server: read TLS key: %w", err)
+	}
+	cert, err := tls.X509KeyPair(certPEM, keyPEM)
 	if err != nil {
 		return fmt.Errorf("server: load TLS certificate %s and key %s: %w", t.files.Cert, t.files.Key, err)
 	}
 	c := &tls.Config{Certificates: []tls.Certificate{cert}, MinVersion: tls.VersionTLS12}
 	if t.files.CA != "" {
-		pem, err := os.ReadFile(t.files.CA)
+		pem, err := conffile.Read(t.files.CA, t.maxBytes)
 		if err != nil {
 			return fmt.Errorf("server: read TLS CA file: %w", err)
 		}
@@ -93,9 +102,11 @@ func (t *tlsState) httpConfig() *tls.Config {
 }
 
 // ReloadTLS reads the TLS files again, for SIGHUP after a certificate
-// renewal. Open connections keep their session; on an error the old
-// certificates stay in use.
-func (s *Server) ReloadTLS() error {
+// renewal, as a reload (reload.go). Open connections keep their session;
+// on an error the old certificates stay in use.
+func (s *Server) ReloadTLS() error { return s.reloading(s.reloadTLS) }
+
+func (s *Server) reloadTLS() error {
 	if s.tls == nil {
 		return nil
 	}

@@ -24,6 +24,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/sluicehq/sluice/internal/conffile"
 	"github.com/sluicehq/sluice/internal/dispatch"
 	"github.com/sluicehq/sluice/internal/resp"
 	"github.com/sluicehq/sluice/internal/rules"
@@ -162,6 +163,19 @@ type Config struct {
 	// RLSMaxStreams is the most gRPC calls in flight on one connection;
 	// default DefaultRLSMaxStreams.
 	RLSMaxStreams int
+
+	// MaxConfigFile bounds the bytes read from each file of the
+	// configuration: PolicyFile, each TLS file, and the files of
+	// RLSConfigDir together; default DefaultMaxConfigFile. Only regular
+	// files (or symlinks to them) are read: a named pipe or a device is
+	// refused without being opened.
+	MaxConfigFile int64
+	// ReloadTimeout is the most Reload, ReloadTLS, ReloadPolicy, ReloadRLS
+	// and POLICY RELOAD wait for a reload to read its files, and for
+	// another one to finish first (reload.go); past it they return
+	// ErrReloadTimeout, and the reload goes on. Default
+	// DefaultReloadTimeout.
+	ReloadTimeout time.Duration
 }
 
 // Defaults for Config.
@@ -183,6 +197,10 @@ const (
 	// collector has not reclaimed yet makes up the rest).
 	DefaultMaxMemoryClients = 64 << 20
 	DefaultMaxAuthFailures  = 5
+	DefaultMaxConfigFile    = conffile.DefaultLimit
+	// DefaultReloadTimeout: a reload of local files takes milliseconds;
+	// seconds mean a file system that does not answer.
+	DefaultReloadTimeout = 5 * time.Second
 )
 
 // Server is a RESP server for sluice's commands.
@@ -214,6 +232,7 @@ type Server struct {
 	http     httpState
 	lastSave atomic.Int64 // unix seconds of the last CHECKPOINT, or of the start
 	pol      rules.File
+	reload   reloader
 	divvy    divvyState
 	check    checkState
 	rls      rlsState
@@ -305,6 +324,9 @@ func New(cfg Config) (*Server, error) {
 	if cfg.BackupDir == "" {
 		cfg.BackupDir = "sluice-backups"
 	}
+	if cfg.ReloadTimeout <= 0 {
+		cfg.ReloadTimeout = DefaultReloadTimeout
+	}
 	var id [20]byte
 	_, _ = rand.Read(id[:])
 	s := &Server{
@@ -316,7 +338,7 @@ func New(cfg Config) (*Server, error) {
 		start: time.Now(),
 	}
 	if cfg.TLS != nil {
-		t, err := newTLSState(*cfg.TLS)
+		t, err := newTLSState(*cfg.TLS, cfg.MaxConfigFile)
 		if err != nil {
 			return nil, err
 		}
@@ -327,7 +349,7 @@ func New(cfg Config) (*Server, error) {
 	}
 	s.passHash = sha256.Sum256([]byte(cfg.Password))
 	if cfg.PolicyFile != "" {
-		s.pol.Path = cfg.PolicyFile
+		s.pol.Path, s.pol.MaxBytes = cfg.PolicyFile, cfg.MaxConfigFile
 		if err := s.pol.Load(); err != nil {
 			return nil, err
 		}
@@ -351,6 +373,7 @@ func New(cfg Config) (*Server, error) {
 	}
 	s.done = make(chan struct{})
 	s.after = time.After
+	s.reload.init()
 	s.sweep.stop = make(chan struct{})
 	s.lastSave.Store(s.start.Unix())
 	s.mu.guards = make(map[*conn]struct{})
@@ -408,6 +431,7 @@ func (s *Server) Close() error {
 	}
 	// From now, as cmd/sluice's own timer: a slow stopSweeper does not
 	// push the forced close past the moment the store is closed.
+	close(s.reload.stop) // a reload under way is waited for no longer
 	rest := s.cfg.ShutdownTimeout / 10
 	forceAt := time.Now().Add(s.cfg.ShutdownTimeout - rest)
 	defer close(s.done)

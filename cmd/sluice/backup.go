@@ -15,6 +15,7 @@ import (
 	"strconv"
 	"strings"
 
+	"github.com/sluicehq/sluice/internal/conffile"
 	"github.com/sluicehq/sluice/server"
 )
 
@@ -28,6 +29,7 @@ type backupConfig struct {
 	cacert          string
 	tlsCert         string
 	tlsKey          string
+	maxConfigFile   byteSize
 }
 
 // newBackupFlagSet defines the flags of sluice backup on cfg. The password
@@ -44,6 +46,7 @@ func newBackupFlagSet(cfg *backupConfig, stderr io.Writer) *flag.FlagSet {
 	fs.StringVar(&cfg.cacert, "cacert", "", "PEM CA file that signed the server's certificate: connect over HTTPS and verify it")
 	fs.StringVar(&cfg.tlsCert, "tls-cert", "", "PEM client certificate, for a server with --tls-ca (with --tls-key)")
 	fs.StringVar(&cfg.tlsKey, "tls-key", "", "PEM private key of --tls-cert")
+	addMaxConfigFile(fs, &cfg.maxConfigFile)
 	fs.Usage = func() {
 		fmt.Fprintf(fs.Output(), "Usage: sluice backup --from HOST:PORT (--out FILE | --dir DIR) [flags]\n\nTakes a consistent backup of a running server over its HTTP port (GET\n/backup: a CHECKPOINT streamed as a tar archive), authenticated with the\nserver's password or client certificate. Nothing is left at --out or --dir\nunless the whole backup arrived. Flags also read SLUICE_<NAME>.\n\n")
 		fs.PrintDefaults()
@@ -73,7 +76,7 @@ func runBackup(ctx context.Context, args []string, lookupEnv func(string) (strin
 			return fmt.Errorf("--dir %s already exists: want a new directory, or one ending in / to create the backup in", cfg.dir)
 		}
 	}
-	password, err := readPassword(cfg.requirePass, cfg.requirePassFile)
+	password, err := readPassword(cfg.requirePass, cfg.requirePassFile, cfg.maxConfigFile)
 	if err != nil {
 		return err
 	}
@@ -137,7 +140,7 @@ func backupClient(cfg backupConfig) (string, *http.Client, error) {
 	if strings.HasPrefix(base, "https://") {
 		conf := &tls.Config{MinVersion: tls.VersionTLS12}
 		if cfg.cacert != "" {
-			pem, err := os.ReadFile(cfg.cacert)
+			pem, err := conffile.Read(cfg.cacert, int64(cfg.maxConfigFile))
 			if err != nil {
 				return "", nil, fmt.Errorf("--cacert: %w", err)
 			}
@@ -147,7 +150,7 @@ func backupClient(cfg backupConfig) (string, *http.Client, error) {
 			}
 		}
 		if cfg.tlsCert != "" {
-			pair, err := tls.LoadX509KeyPair(cfg.tlsCert, cfg.tlsKey)
+			pair, err := loadKeyPair(cfg.tlsCert, cfg.tlsKey, cfg.maxConfigFile)
 			if err != nil {
 				return "", nil, fmt.Errorf("--tls-cert %s, --tls-key %s: %w", cfg.tlsCert, cfg.tlsKey, err)
 			}

@@ -34,6 +34,8 @@ type clusterToolConfig struct {
 	timeout  time.Duration
 	page     int
 	topology string
+
+	maxConfigFile byteSize
 }
 
 func newClusterFlagSet(cfg *clusterToolConfig, stderr io.Writer) *flag.FlagSet {
@@ -48,6 +50,7 @@ func newClusterFlagSet(cfg *clusterToolConfig, stderr io.Writer) *flag.FlagSet {
 	fs.DurationVar(&cfg.timeout, "cluster-command-timeout", 30*time.Second, "sluice cluster: the most one command to a node may take")
 	fs.StringVar(&cfg.topology, "topology", "", "sluice cluster push: the topology to push, as CLUSTER TOPOLOGY prints it: <epoch> <host:port> <slots> ...")
 	fs.IntVar(&cfg.page, "cluster-page", 500, "sluice cluster: records copied per page while moving slots")
+	addMaxConfigFile(fs, &cfg.maxConfigFile)
 	fs.Usage = func() {
 		fmt.Fprintf(fs.Output(), "Usage: sluice cluster rebalance --nodes a:p,b:p,c:p   (spread the slots evenly over exactly these nodes)\n       sluice cluster move --nodes a:p,... --slots 0-99 --to d:p\n       sluice cluster show --nodes a:p,...   (the topology with the highest epoch, the nodes that have another, and any that answers as another node)\n       sluice cluster push --nodes a:p,... --topology '<epoch> a:p 0-8191 b:p 8192-16383'   (push a topology to every node: finishing an interrupted move)\n       sluice cluster renumber --nodes a:p,...   (push the highest topology under a low epoch: after the epoch cap)\n\n")
 		fs.PrintDefaults()
@@ -65,7 +68,7 @@ func runCluster(ctx context.Context, args []string, lookupEnv func(string) (stri
 	if err := parseSubcommand(fs, args[1:], lookupEnv); err != nil {
 		return err
 	}
-	pass, err := readPassword(cfg.pass, cfg.passFile)
+	pass, err := readPassword(cfg.pass, cfg.passFile, cfg.maxConfigFile)
 	if err != nil {
 		return err
 	}

@@ -29,6 +29,7 @@ type healthConfig struct {
 	tlsKey          string
 	tlsCA           string
 	timeout         time.Duration
+	maxConfigFile   byteSize
 }
 
 // newHealthFlagSet defines the flags of sluice health on cfg: the server's
@@ -44,6 +45,7 @@ func newHealthFlagSet(cfg *healthConfig, stderr io.Writer) *flag.FlagSet {
 	fs.StringVar(&cfg.tlsKey, "tls-key", "", "the private key of --tls-cert; the RESP check presents the pair as its client certificate when --tls-ca is set")
 	fs.StringVar(&cfg.tlsCA, "tls-ca", "", "the server's client CA: set when the server requires client certificates on RESP")
 	fs.DurationVar(&cfg.timeout, "health-timeout", 5*time.Second, "the longest the check takes; past it, it fails")
+	addMaxConfigFile(fs, &cfg.maxConfigFile)
 	fs.Usage = func() {
 		fmt.Fprintf(fs.Output(), "Usage: sluice health [flags]\n\nChecks that a sluice server is ready, for a container's HEALTHCHECK: GET\n/readyz on --http-addr, or, with --http-addr empty, AUTH and READY on --addr.\nExits 0 when ready and 1 otherwise, saying why. An address without a host\nor with 0.0.0.0 or :: is checked on loopback. It reads the server's SLUICE_*\nvariables, so in a container it checks what the server serves.\n\n")
 		fs.PrintDefaults()
@@ -107,7 +109,7 @@ func loopback(addr string) (string, error) {
 // certificate may name a host that loopback is not, and it trusts exactly
 // what the server is configured to serve.
 func pinnedTLS(cfg healthConfig) (*tls.Config, error) {
-	pair, err := tls.LoadX509KeyPair(cfg.tlsCert, cfg.tlsKey)
+	pair, err := loadKeyPair(cfg.tlsCert, cfg.tlsKey, cfg.maxConfigFile)
 	if err != nil {
 		return nil, fmt.Errorf("--tls-cert %s, --tls-key %s: %w", cfg.tlsCert, cfg.tlsKey, err)
 	}
@@ -165,7 +167,7 @@ func checkREADY(ctx context.Context, cfg healthConfig, tlsConf *tls.Config) (str
 		return "--addr", err
 	}
 	what := "READY on " + addr
-	password, err := readPassword(cfg.requirePass, cfg.requirePassFile)
+	password, err := readPassword(cfg.requirePass, cfg.requirePassFile, cfg.maxConfigFile)
 	if err != nil {
 		return what, err
 	}

@@ -5,6 +5,7 @@ package main
 
 import (
 	"context"
+	"crypto/tls"
 	"errors"
 	"flag"
 	"fmt"
@@ -19,6 +20,9 @@ import (
 	"time"
 
 	"github.com/sluicehq/sluice/cluster"
+	// Before the heavy packages: see its doc.
+	_ "github.com/sluicehq/sluice/cmd/sluice/internal/earlyhup"
+	"github.com/sluicehq/sluice/internal/conffile"
 	"github.com/sluicehq/sluice/policy"
 	"github.com/sluicehq/sluice/rls"
 	"github.com/sluicehq/sluice/server"
@@ -121,6 +125,9 @@ type config struct {
 	rlsResponseHeaders bool
 	rlsMaxMessage      byteSize
 	rlsMaxStreams      int
+
+	maxConfigFile byteSize
+	reloadTimeout time.Duration
 }
 
 func newFlagSet(cfg *config, stderr io.Writer) *flag.FlagSet {
@@ -193,6 +200,8 @@ func newFlagSet(cfg *config, stderr io.Writer) *flag.FlagSet {
 	fs.BoolVar(&cfg.rlsResponseHeaders, "rls-response-headers", false, "add RateLimit-Limit, RateLimit-Remaining and RateLimit-Reset to rate limit service replies (envoyproxy/ratelimit's LIMIT_RESPONSE_HEADERS_ENABLED)")
 	fs.Var(&cfg.rlsMaxMessage, "rls-max-message", "largest gRPC request the rate limit service accepts")
 	fs.IntVar(&cfg.rlsMaxStreams, "rls-max-streams", server.DefaultRLSMaxStreams, "most rate limit service calls in flight on one gRPC connection")
+	addMaxConfigFile(fs, &cfg.maxConfigFile)
+	fs.DurationVar(&cfg.reloadTimeout, "reload-timeout", server.DefaultReloadTimeout, "the most a reload (SIGHUP, POLICY RELOAD) is waited for, reading its files or waiting for the one before (a network file system that hangs); past it POLICY RELOAD answers an error and the reload goes on, logging its outcome when it ends; SIGTERM never waits for a reload")
 	fs.BoolVar(&cfg.showVersion, "version", false, "print the version and exit")
 	fs.Usage = func() {
 		fmt.Fprintf(fs.Output(), "Usage: sluice [flags]\n       sluice inspect [flags]   (lists stored records offline; see sluice inspect --help)\n       sluice health [flags]    (exits 0 when a server is ready, for a HEALTHCHECK; see sluice health --help)\n       sluice backup [flags]    (takes a backup of a running server over HTTP; see sluice backup --help)\n       sluice repair [flags]    (moves unreadable tables of a stopped server's store aside; see sluice repair --help)\n       sluice cluster rebalance|move|show|push|renumber [flags]   (reshards a cluster online; see sluice cluster rebalance --help)\n\nsluice is a persistent rate-limit server that speaks the Redis protocol.\nEvery flag can also be set with the environment variable shown; a flag on\nthe command line wins.\n\n")
@@ -250,7 +259,7 @@ func parseConfig(args []string, lookupEnv func(string) (string, bool), stderr io
 		}
 	}
 	for name, v := range map[string]byteSize{"max-bulk": cfg.maxBulk, "max-key-size": cfg.maxKeySize, "max-inline": cfg.maxInline, "max-query-buffer": cfg.maxQueryBuffer, "max-reply-buffer": cfg.maxReplyBuffer,
-		"cache-size": cfg.cacheSize, "memtable-size": cfg.memtableSize, "divvy-max-line": cfg.divvyMaxLine, "commit-queue-memory": cfg.commitQueueMem, "rls-max-message": cfg.rlsMaxMessage} {
+		"cache-size": cfg.cacheSize, "memtable-size": cfg.memtableSize, "divvy-max-line": cfg.divvyMaxLine, "commit-queue-memory": cfg.commitQueueMem, "rls-max-message": cfg.rlsMaxMessage, "max-config-file": cfg.maxConfigFile} {
 		if v < 1 {
 			return cfg, fmt.Errorf("--%s %d: want at least 1 byte", name, v)
 		}
@@ -296,6 +305,9 @@ func parseConfig(args []string, lookupEnv func(string) (string, bool), stderr io
 	}
 	if cfg.shutdownTimeout <= 0 {
 		return cfg, fmt.Errorf("--shutdown-timeout %v: want a positive duration", cfg.shutdownTimeout)
+	}
+	if cfg.reloadTimeout <= 0 {
+		return cfg, fmt.Errorf("--reload-timeout %v: want a positive duration", cfg.reloadTimeout)
 	}
 	if cfg.sweepInterval < 0 {
 		return cfg, fmt.Errorf("--sweep-interval %v: want 0 (off) or a positive duration", cfg.sweepInterval)
@@ -429,14 +441,14 @@ func runReloading(ctx context.Context, hup <-chan os.Signal, args []string, look
 	if err != nil {
 		return fmt.Errorf("--fsync: %w", err)
 	}
-	password, err := readPassword(cfg.requirePass, cfg.requirePassFile)
+	password, err := readPassword(cfg.requirePass, cfg.requirePassFile, cfg.maxConfigFile)
 	if err != nil {
 		return err
 	}
 	if cfg.policyFile != "" {
 		// Refuse a bad rule file before opening the store, which can take
 		// a while.
-		if _, err := policy.Load(cfg.policyFile); err != nil {
+		if _, err := policy.Load(cfg.policyFile, int64(cfg.maxConfigFile)); err != nil {
 			return fmt.Errorf("--policy: %w", err)
 		}
 	}
@@ -450,7 +462,7 @@ func runReloading(ctx context.Context, hup <-chan os.Signal, args []string, look
 		clusterCfg.ReassignFrom = cfg.clusterReassign
 	}
 	if cfg.rlsConfig != "" {
-		if _, err := rls.Load(cfg.rlsConfig); err != nil {
+		if _, err := rls.Load(cfg.rlsConfig, int64(cfg.maxConfigFile)); err != nil {
 			return fmt.Errorf("--rls-config: %w", err)
 		}
 	}
@@ -526,6 +538,9 @@ func runReloading(ctx context.Context, hup <-chan os.Signal, args []string, look
 		RLSResponseHeaders: cfg.rlsResponseHeaders,
 		RLSMaxMessage:      int(cfg.rlsMaxMessage),
 		RLSMaxStreams:      cfg.rlsMaxStreams,
+
+		MaxConfigFile: int64(cfg.maxConfigFile),
+		ReloadTimeout: cfg.reloadTimeout,
 	})
 	if err != nil {
 		store.Close()
@@ -639,11 +654,10 @@ wait:
 			log.Error("store failed; shutting down, exit status 1 (restart to replay the log)", "dir", cfg.data, "err", store.Failed())
 			break wait
 		case <-hup:
-			_ = srv.ReloadTLS() // logs the outcome
-			if cfg.policyFile != "" {
-				_ = srv.ReloadPolicy() // logs the outcome; a bad file keeps the rules in use
-			}
-			_ = srv.ReloadRLS() // logs the outcome; a bad directory keeps the configuration in use
+			// In a goroutine: a reload that hangs on its file system must
+			// not keep this loop from SIGTERM. Reload logs each outcome;
+			// a bad file keeps what is in use.
+			go func() { _ = srv.Reload() }()
 		}
 	}
 	if cerr := shutdown(srv, store, cfg.shutdownTimeout, log); cerr != nil {
@@ -704,12 +718,13 @@ func fdBudget(log *slog.Logger) (server.FDBudget, error) {
 }
 
 // readPassword returns the password from --requirepass or from the file
-// --requirepass-file names, without its trailing line break.
-func readPassword(pass, file string) (string, error) {
+// --requirepass-file names, without its trailing line break; the file is
+// read as every configuration file is (addMaxConfigFile).
+func readPassword(pass, file string, limit byteSize) (string, error) {
 	if file == "" {
 		return pass, nil
 	}
-	b, err := os.ReadFile(file)
+	b, err := conffile.Read(file, int64(limit))
 	if err != nil {
 		return "", fmt.Errorf("--requirepass-file: %w", err)
 	}
@@ -721,6 +736,26 @@ func readPassword(pass, file string) (string, error) {
 		return "", fmt.Errorf("--requirepass-file %s has more than one line: want only the password", file)
 	}
 	return p, nil
+}
+
+// addMaxConfigFile defines --max-config-file on fs, for the server and for
+// the subcommands, which read the same kinds of file.
+func addMaxConfigFile(fs *flag.FlagSet, v *byteSize) {
+	*v = server.DefaultMaxConfigFile
+	fs.Var(v, "max-config-file", "most bytes read from a file sluice is given: the --policy file, each TLS and password file, the files of --rls-config together; a bigger one is refused, and so is anything but a regular file or a symlink to one (a named pipe, a device)")
+}
+
+// loadKeyPair reads a PEM certificate and its key as addMaxConfigFile says.
+func loadKeyPair(certFile, keyFile string, limit byteSize) (tls.Certificate, error) {
+	certPEM, err := conffile.Read(certFile, int64(limit))
+	if err != nil {
+		return tls.Certificate{}, err
+	}
+	keyPEM, err := conffile.Read(keyFile, int64(limit))
+	if err != nil {
+		return tls.Certificate{}, err
+	}
+	return tls.X509KeyPair(certPEM, keyPEM)
 }
 
 // offIfZero maps a flag where 0 means off to storage.Options, where 0 means

@@ -5,6 +5,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"os"
@@ -18,6 +19,8 @@ import (
 	"time"
 
 	"github.com/redis/go-redis/v9"
+
+	"github.com/sluicehq/sluice/internal/conffile"
 )
 
 // The process tests run sluice as a real process: the test binary
@@ -118,6 +121,22 @@ func (p *proc) client(t *testing.T) *redis.Client {
 	c := redis.NewClient(&redis.Options{Addr: p.addr, MaxRetries: -1, ReadTimeout: 2 * time.Minute, WriteTimeout: 2 * time.Minute})
 	t.Cleanup(func() { c.Close() })
 	return c
+}
+
+// waitInfo polls INFO section until it shows field.
+func waitInfo(t *testing.T, c *redis.Client, section, field string) {
+	t.Helper()
+	deadline := time.Now().Add(30 * time.Second)
+	for {
+		info, err := c.Info(context.Background(), section).Result()
+		if err == nil && strings.Contains(info, field+"\r\n") {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("INFO %s never showed %s:\n%s", section, field, info)
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
 }
 
 func (p *proc) stop(t *testing.T, sig syscall.Signal) {
@@ -371,16 +390,23 @@ func TestReadPassword(t *testing.T) {
 		}
 		return p
 	}
-	if p, err := readPassword("", write("ok", "s3cret\n")); err != nil || p != "s3cret" {
+	if p, err := readPassword("", write("ok", "s3cret\n"), 0); err != nil || p != "s3cret" {
 		t.Fatalf("file with a trailing newline: %q, %v", p, err)
 	}
-	if p, err := readPassword("direct", ""); err != nil || p != "direct" {
+	if p, err := readPassword("direct", "", 0); err != nil || p != "direct" {
 		t.Fatalf("--requirepass: %q, %v", p, err)
 	}
 	for name, content := range map[string]string{"empty": "\n", "two-lines": "a\nb\n"} {
-		if _, err := readPassword("", write(name, content)); err == nil || !strings.Contains(err.Error(), name) {
+		if _, err := readPassword("", write(name, content), 0); err == nil || !strings.Contains(err.Error(), name) {
 			t.Fatalf("%s password file: %v, want an error naming it", name, err)
 		}
+	}
+	// Read as every configuration file: a regular file within the limit.
+	if _, err := readPassword("", write("big", "s3cret\n"), 4); !errors.Is(err, conffile.ErrTooBig) || !strings.Contains(err.Error(), "over the limit of 4") {
+		t.Fatalf("password file over --max-config-file: %v", err)
+	}
+	if _, err := readPassword("", dir, 0); !errors.Is(err, conffile.ErrNotRegular) || !strings.Contains(err.Error(), dir+" is a directory") {
+		t.Fatalf("password file that is a directory: %v", err)
 	}
 	noEnv := func(string) (string, bool) { return "", false }
 	for _, args := range [][]string{

@@ -3,6 +3,7 @@ package main
 import (
 	"bufio"
 	"bytes"
+	"context"
 	"crypto/ecdsa"
 	"crypto/elliptic"
 	"crypto/rand"
@@ -21,64 +22,133 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/redis/go-redis/v9"
 )
 
-// TestSIGHUPDuringStartupIsKept sends SIGHUP while sluice is still reading
-// its rule file, long before it listens. The signal must not kill the
-// process (SIGHUP's default action) and must not be lost: once serving,
-// the server reloads. The rule file is a named pipe, so the test knows
-// for certain that the process is inside startup when the signal goes.
+// TestSIGHUPDuringStartupIsKept sends SIGHUP while sluice is still
+// starting, long before it listens. The signal must not kill the process
+// (SIGHUP's default action) and must not be lost: once serving, the server
+// reloads. To know for certain that the process is inside startup, past
+// main's signal.Notify, when the signal goes, the test holds it there: its
+// stderr is a pipe the test does not drain, and its first log line (the
+// warning about an unknown SLUICE_ variable, which names the variable) is
+// longer than a pipe holds, so the process blocks writing it.
 func TestSIGHUPDuringStartupIsKept(t *testing.T) {
 	dir := t.TempDir()
 	rules := filepath.Join(dir, "rules.ini")
-	if err := syscall.Mkfifo(rules, 0o600); err != nil {
-		t.Skipf("mkfifo: %v", err)
+	if err := os.WriteFile(rules, []byte("[default]\ncreditLimit = 7\nresetSeconds = 0\n"), 0o600); err != nil {
+		t.Fatal(err)
 	}
-	p := startProcAsync(t, filepath.Join(dir, "data"), nil, "--policy", rules)
-	// Opening the pipe for writing returns once sluice has opened it for
-	// reading: it is blocked in startup, reading the rules.
-	w, err := os.OpenFile(rules, os.O_WRONLY, 0)
+	r, w, err := os.Pipe()
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := p.cmd.Process.Signal(syscall.SIGHUP); err != nil {
-		t.Fatal(err)
-	}
-	if _, err := io.WriteString(w, "[default]\ncreditLimit = 7\nresetSeconds = 0\n"); err != nil {
-		t.Fatal(err)
-	}
-	// Later reads of the path (the server's own load, the reload) find a
-	// regular file.
-	if err := os.WriteFile(rules+".new", []byte("[default]\ncreditLimit = 9\nresetSeconds = 0\n"), 0o600); err != nil {
-		t.Fatal(err)
-	}
-	if err := os.Rename(rules+".new", rules); err != nil {
+	defer r.Close()
+	// Longer than a pipe's 64 KiB, shorter than the 128 KiB an
+	// environment string may have.
+	long := "SLUICE_" + strings.Repeat("X", 100<<10)
+	cmd := exec.Command(os.Args[0], "--addr", "127.0.0.1:0", "--http-addr", "", "--data", filepath.Join(dir, "data"), "--log-format", "json", "--policy", rules)
+	cmd.Env = append(os.Environ(), execMainEnv+"=1", long+"=1")
+	cmd.Stderr = w
+	if err := cmd.Start(); err != nil {
 		t.Fatal(err)
 	}
 	w.Close()
+	exited := make(chan struct{})
+	var exitErr error
+	go func() {
+		exitErr = cmd.Wait()
+		close(exited)
+	}()
+	t.Cleanup(func() {
+		cmd.Process.Kill()
+		<-exited
+	})
+	// The first bytes of the warning: the process is past main's
+	// signal.Notify, and blocked until the pipe is drained.
+	br := bufio.NewReaderSize(r, 256<<10)
+	if first, err := br.Peek(16); err != nil || !bytes.HasPrefix(first, []byte("{")) {
+		t.Fatalf("first log bytes: %q, %v", first, err)
+	}
+	if err := cmd.Process.Signal(syscall.SIGHUP); err != nil {
+		t.Fatal(err)
+	}
+	addrc := make(chan string, 1)
+	var logs bytes.Buffer
+	logged := make(chan struct{})
+	go func() {
+		defer close(logged)
+		for {
+			line, err := br.ReadBytes('\n')
+			if len(line) < 1<<10 {
+				logs.Write(line)
+			}
+			var l struct{ Msg, Addr string }
+			if json.Unmarshal(line, &l) == nil && l.Msg == "sluice starting" {
+				addrc <- l.Addr
+			}
+			if err != nil {
+				return
+			}
+		}
+	}()
+	var addr string
 	select {
-	case p.addr = <-p.addrc:
-	case <-p.exited:
-		t.Fatalf("a SIGHUP during startup stopped sluice: %v\n%s", p.err, p.logs)
+	case addr = <-addrc:
+	case <-exited:
+		<-logged
+		t.Fatalf("a SIGHUP during startup stopped sluice: %v\n%s", exitErr, logs.String())
 	}
-	c := p.client(t)
-	deadline := time.Now().Add(30 * time.Second)
-	for {
-		info, err := c.Info(t.Context(), "policy").Result()
-		if err == nil && strings.Contains(info, "policy_reloads:1\r\n") {
-			break
+	c := redis.NewClient(&redis.Options{Addr: addr, MaxRetries: -1})
+	defer c.Close()
+	waitInfo(t, c, "policy", "policy_reloads:1") // the SIGHUP's reload
+	if err := cmd.Process.Signal(syscall.SIGTERM); err != nil {
+		t.Fatal(err)
+	}
+	<-exited
+	if exitErr != nil {
+		<-logged
+		t.Fatalf("exit after SIGTERM: %v\n%s", exitErr, logs.String())
+	}
+}
+
+// TestSIGHUPRightAfterStartIsHarmless: SIGHUP's default action ends the
+// process, and main can register for it only once every package is
+// initialized, tens of milliseconds after exec. The test sends SIGHUP as
+// soon as the first package of sluice's own has been initialized (the Go
+// runtime says when, with GODEBUG=inittrace=1), twenty times: the process
+// must carry on and exit 0.
+func TestSIGHUPRightAfterStartIsHarmless(t *testing.T) {
+	ctx, cancel := context.WithTimeout(t.Context(), 2*time.Minute)
+	defer cancel()
+	for i := range 20 {
+		cmd := exec.CommandContext(ctx, os.Args[0], "--version")
+		cmd.Env = append(os.Environ(), execMainEnv+"=1", "GODEBUG=inittrace=1")
+		stderr, err := cmd.StderrPipe()
+		if err != nil {
+			t.Fatal(err)
 		}
-		if time.Now().After(deadline) {
-			t.Fatalf("the SIGHUP received during startup was never acted on: INFO policy:\n%s\nlogs:\n%s", info, p.logs)
+		if err := cmd.Start(); err != nil {
+			t.Fatal(err)
 		}
-		time.Sleep(5 * time.Millisecond)
-	}
-	if got, err := c.Do(t.Context(), "HIT", "a=b").Slice(); err != nil || len(got) < 2 || got[1] != int64(9) {
-		t.Fatalf("HIT after the reload: %v, %v; want the limit of 9", got, err)
-	}
-	p.stop(t, syscall.SIGTERM)
-	if p.err != nil {
-		t.Fatalf("exit after SIGTERM: %v\n%s", p.err, p.logs)
+		sent := ""
+		sc := bufio.NewScanner(stderr)
+		for sc.Scan() {
+			if pkg, ok := strings.CutPrefix(sc.Text(), "init github.com/sluicehq/sluice/"); ok && sent == "" {
+				sent, _, _ = strings.Cut(pkg, " ")
+				if err := cmd.Process.Signal(syscall.SIGHUP); err != nil {
+					t.Fatal(err)
+				}
+			}
+		}
+		err = cmd.Wait()
+		if sent == "" {
+			t.Fatalf("run %d: the runtime reported no init of a sluice package (GODEBUG=inittrace=1): %v", i, err)
+		}
+		if err != nil {
+			t.Fatalf("run %d: a SIGHUP sent once the package %s was initialized stopped sluice: %v", i, sent, err)
+		}
 	}
 }
 

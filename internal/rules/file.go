@@ -16,6 +16,8 @@ import (
 type File struct {
 	// Path is the rule file, "" when there is none.
 	Path string
+	// MaxBytes bounds the rule file's size (policy.Load's maxBytes).
+	MaxBytes int64
 
 	cur atomic.Pointer[Set]
 	mu  struct {
@@ -37,7 +39,7 @@ func (f *File) Current() *Set { return f.cur.Load() }
 func (f *File) Load() error {
 	f.mu.Lock()
 	defer f.mu.Unlock()
-	p, err := policy.Load(f.Path)
+	p, err := policy.Load(f.Path, f.MaxBytes)
 	if err != nil {
 		return err
 	}
