@@ -132,7 +132,10 @@ func (c *Counter) Apply(old []byte, found bool) (val []byte, write bool, err err
 		if err != nil {
 			return nil, false, err
 		}
-		d, write = dec, w
+		// A check (hits 0) stores nothing, though CL.THROTTLE's look
+		// stores the TAT it moves to now: rules run on the server clock,
+		// on which that TAT changes no later reply.
+		d, write = dec, w && c.Hits > 0
 		if write {
 			c.val = bucket.AppendGCRAState(c.val[:0], next)
 		}
