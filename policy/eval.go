@@ -156,7 +156,10 @@ func (c *Counter) Apply(old []byte, found bool) (val []byte, write bool, err err
 		now := floorDiv(c.Now, 1e3)
 		var res bucket.LogResult
 		if c.Hits == 0 {
-			res, err = l.WouldLimit(s, now)
+			// A check stores nothing, though ROLL.WOULDLIMIT stores the
+			// entries it dropped: on the server clock, with the rule's one
+			// interval, the next call drops them too.
+			_, _, res, err = l.WouldLimit(s, now)
 		} else {
 			var next bucket.LogState
 			next, write, res, err = l.Limit(s, now)

@@ -12,7 +12,8 @@ import (
 // answered before
 // a SIGTERM (in the default --fsync everysec: a clean shutdown writes
 // everything) or a SIGKILL (with --fsync always) is in the store after the
-// restart, and so is what a look stored (a CL look's TAT on a new key).
+// restart, and so is what a look stored (a CL look's TAT on a new key, a
+// ROLL look's dropping of old entries).
 func TestLimitersSurviveRestart(t *testing.T) {
 	const lookAt = 4102444800660 // unix ms, in 2100
 	for _, tc := range []struct {
@@ -41,6 +42,13 @@ func TestLimitersSurviveRestart(t *testing.T) {
 				if err := rdb.Do(ctx, "CL.PTHROTTLE", "look:"+key, 18, 58, 60000, 0, "AT", lookAt).Err(); err != nil {
 					t.Fatal(err)
 				}
+				// A log whose one entry a look drops 10 ms later.
+				if err := rdb.Do(ctx, "ROLL.LIMIT", "look:"+key, 10, 3, "AT", lookAt*1000).Err(); err != nil {
+					t.Fatal(err)
+				}
+				if err := rdb.Do(ctx, "ROLL.WOULDLIMIT", "look:"+key, 10, 3, "AT", (lookAt+10)*1000).Err(); err != nil {
+					t.Fatal(err)
+				}
 			}
 			p.stop(t, tc.sig)
 			p2 := startProc(t, dir, "--fsync", tc.fsync)
@@ -67,6 +75,11 @@ func TestLimitersSurviveRestart(t *testing.T) {
 				cl, err = rdb2.Do(ctx, "CL.PTHROTTLE", "look:"+key, 18, 58, 60000, 1, "AT", lookAt-151).Int64Slice()
 				if err != nil || !slices.Equal(cl, []int64{0, 19, 17, -1, 1186}) {
 					t.Fatalf("%s after %v: CL after a look %v, %v; want [0 19 17 -1 1186]", key, tc.sig, cl, err)
+				}
+				// A longer interval does not bring the dropped entry back.
+				roll, err = rdb2.Do(ctx, "ROLL.LIMIT", "look:"+key, 20, 3, "AT", (lookAt+10)*1000).Int64Slice()
+				if err != nil || !slices.Equal(roll, []int64{0, 0, 0, 0, 2}) {
+					t.Fatalf("%s after %v: ROLL after a look %v, %v; want [0 0 0 0 2]", key, tc.sig, roll, err)
 				}
 			}
 		})
