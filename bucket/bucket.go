@@ -109,11 +109,15 @@ func (p Params) Reduce(s State, found bool, r Request) (before int64, next State
 // one that is denied keeps the stored start. A bucket last written by REDUCE
 // has no stored start; a denied request then reports the bucket's current
 // refill mark (its anchor after this request's refills), and stores it.
+//
+// A take of 0 writes nothing and starts nothing: it reports the session
+// the bucket is in, as the Smyte server does (the stored start, r.Now for
+// a new bucket, the refill mark for one with no stored start).
 func (p Params) Sessionize(s State, found bool, r Request) (before, sessionStart int64, next State, write bool) {
 	r.Strict = true
 	before, next, write = p.Reduce(s, found, r)
 	switch {
-	case before >= r.Take:
+	case r.Take > 0 && before >= r.Take:
 		sessionStart = r.Now
 	case found && s.HasSession:
 		sessionStart = s.SessionStart

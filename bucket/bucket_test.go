@@ -123,6 +123,28 @@ func TestSessionizeUpstreamSequence(t *testing.T) {
 	})
 }
 
+// SESSIONIZE with TAKE 0 writes nothing and reports the session the bucket
+// is in, as the Smyte server does: the stored start, not the request time.
+// On a bucket written by REDUCE, which has no stored start (upstream
+// aborted there), it reports the refill mark, as a denied request does.
+func TestSessionizeTakeZero(t *testing.T) {
+	p := Params{Max: 2, RefillAmount: 2, RefillMs: 10_000}
+	runSteps(t, p, []step{
+		{op: "sess", at: 1_000, take: 0, want: 2, wantSess: 1_000}, // a new bucket: its request time
+		{op: "sess", at: 1_000, take: 1, want: 2, wantSess: 1_000},
+		{op: "sess", at: 3_000, take: 0, want: 1, wantSess: 1_000},
+		{op: "sess", at: 4_000, take: 1, want: 1, wantSess: 4_000}, // takes the last token
+		{op: "sess", at: 5_000, take: 0, want: 0, wantSess: 4_000},
+		{op: "sess", at: 14_000, take: 0, want: 2, wantSess: 4_000}, // refilled: the session still stands
+		{op: "sess", at: 14_000, take: 1, want: 2, wantSess: 14_000},
+	})
+	_, s, _ := p.Reduce(State{}, false, Request{Now: 1_000, Take: 1})
+	before, sess, _, write := p.Sessionize(s, true, Request{Now: 13_000, Take: 0})
+	if before != 2 || sess != 11_000 || write {
+		t.Fatalf("TAKE 0 after REDUCE: before %d, session start %d, write %v; want 2, 11000 (the refill mark), no write", before, sess, write)
+	}
+}
+
 // A bucket first written by REDUCE has no session field; upstream aborted
 // here. A denied SESSIONIZE reports the anchor and stores it.
 func TestSessionizeAfterReduce(t *testing.T) {

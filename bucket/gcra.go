@@ -75,9 +75,11 @@ type GCRAState struct {
 // found, by the spec's arithmetic. It returns the state to store when write
 // is true.
 //
-// An allowed call of quantity 0 (a peek) does not write: storing its TAT,
-// which the spec allows, would rewrite the same TAT or, on an idle key,
-// replace a TAT at or before now by now, which means the same.
+// An allowed call stores its TAT, as redis-cell does, a call of quantity 0
+// (a look) included: on a new key, or one whose TAT has passed, the TAT
+// becomes now. On a clock that only moves forward that changes no reply,
+// but a later call with an earlier AT counts from it, as in redis-cell. A
+// look that leaves the TAT as it was does not write.
 func (g GCRA) Throttle(s GCRAState, found bool, now, quantity int64) (next GCRAState, write bool, d Decision, err error) {
 	if g.ei == 0 {
 		return s, false, Decision{}, &ArgError{Arg: "params", Msg: "GCRA not built by NewGCRA"}
@@ -118,7 +120,7 @@ func (g GCRA) Throttle(s GCRAState, found bool, now, quantity int64) (next GCRAS
 		ttl, ok = subOK(base, now) // max(tat-now, 0)
 		resetAt = base
 	} else {
-		next, write = GCRAState{TAT: newTAT}, quantity > 0
+		next, write = GCRAState{TAT: newTAT}, !found || newTAT != s.TAT
 		ttl, ok = subOK(newTAT, now)
 		resetAt = newTAT
 	}

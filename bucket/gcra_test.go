@@ -41,8 +41,8 @@ func runGCRA(t *testing.T, steps []gcraStep) GCRAState {
 		if d.Used != d.Limit-d.Remaining {
 			t.Fatalf("step %d: used %d, limit %d, remaining %d", i, d.Used, d.Limit, d.Remaining)
 		}
-		if write && (d.Limited || st.quantity == 0) {
-			t.Fatalf("step %d: wrote a limited call or a peek", i)
+		if write == d.Limited && (write || st.quantity > 0) {
+			t.Fatalf("step %d: write %v on a call limited %v", i, write, d.Limited)
 		}
 		if !write && next != s {
 			t.Fatalf("step %d: no write but state changed %+v -> %+v", i, s, next)
@@ -87,6 +87,57 @@ func TestGCRABurstThenLimited(t *testing.T) {
 	s := runGCRA(t, steps)
 	if want := int64(t0+34) * 1e9; s.TAT != want {
 		t.Fatalf("TAT %d, want %d", s.TAT, want)
+	}
+}
+
+// A look (quantity 0) stores its TAT as an allowed call does, as redis-cell
+// does: on a new key, or one whose TAT has passed, the TAT becomes now, so
+// that a later call with an earlier AT counts from it (issue 25). A look
+// that leaves the TAT where it is, or is limited, writes nothing.
+func TestGCRALookStoresTAT(t *testing.T) {
+	ms := GCRAParams{MaxBurst: 18, Count: 58, Period: 60_000, Unit: Millisecond} // ei 1034482758 ns
+	strict := GCRAParams{MaxBurst: 0, Count: 1, Period: 100, Unit: Millisecond}  // ei = dvt = 100 ms
+	const at = 1_700_530_282_660                                                 // unix ms
+	const ei = 1_034_482_758
+	var s GCRAState
+	found := false
+	for i, st := range []struct {
+		p            GCRAParams
+		at, quantity int64 // ms
+		want         [5]int64
+		write        bool
+		tat          int64 // stored after the step, ns
+	}{
+		// Issue 25's sequence: redis-cell answers [0,19,17,-1,1186] to the
+		// second call, which counts from the TAT the look stored.
+		{ms, at, 0, [5]int64{0, 19, 19, -1, 0}, true, at * 1e6},
+		{ms, at - 151, 1, [5]int64{0, 19, 17, -1, 1186}, true, at*1e6 + ei},
+		// A look before the TAT leaves it where it is.
+		{ms, at, 0, [5]int64{0, 19, 18, -1, 1035}, false, at*1e6 + ei},
+		// A look after it moves it to now.
+		{ms, at + 2000, 0, [5]int64{0, 19, 19, -1, 0}, true, (at + 2000) * 1e6},
+		{ms, at + 2000, 19, [5]int64{0, 19, 0, -1, 19656}, true, (at+2000)*1e6 + 19*ei},
+		// A look that is limited (stricter parameters) writes nothing.
+		{strict, at + 2000, 0, [5]int64{1, 1, 0, 19556, 19656}, false, (at+2000)*1e6 + 19*ei},
+	} {
+		g, err := NewGCRA(st.p)
+		if err != nil {
+			t.Fatal(err)
+		}
+		next, write, d, err := g.Throttle(s, found, st.at*1e6, st.quantity)
+		if err != nil {
+			t.Fatalf("step %d: %v", i, err)
+		}
+		r := d.Reply()
+		if got := [5]int64(r[:5]); got != st.want || write != st.write {
+			t.Fatalf("step %d (%+v): got %v, write %v; want %v, write %v", i, st, got, write, st.want, st.write)
+		}
+		if write {
+			s, found = next, true
+		}
+		if s.TAT != st.tat {
+			t.Fatalf("step %d: stored TAT %d, want %d", i, s.TAT, st.tat)
+		}
 	}
 }
 
@@ -336,11 +387,13 @@ func FuzzGCRA(f *testing.F) {
 		if d.Limited && d.RetryAfter == -1 && quantity <= g.Limit() {
 			t.Fatalf("limited call within the limit got no retry: %+v", d)
 		}
-		if write != (!d.Limited && quantity > 0) {
-			t.Fatalf("write %v for %+v, quantity %d", write, d, quantity)
+		// An allowed call writes when it moves the TAT: a look (quantity
+		// 0) only on a new key or one whose TAT has passed.
+		if write != (!d.Limited && (quantity > 0 || !found || tat < now)) {
+			t.Fatalf("write %v for %+v, quantity %d, found %v", write, d, quantity, found)
 		}
 		if write {
-			if next.TAT <= now || next.TAT-now > g.dvt {
+			if next.TAT < now || (quantity > 0 && next.TAT == now) || next.TAT-now > g.dvt {
 				t.Fatalf("stored TAT %d at now %d, dvt %d", next.TAT, now, g.dvt)
 			}
 			if found && next.TAT < tat {

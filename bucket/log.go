@@ -147,17 +147,24 @@ func (l Log) Limit(s LogState, now int64) (next LogState, write bool, r LogResul
 	return next, write, r, nil
 }
 
-// WouldLimit is ROLL.WOULDLIMIT: Limit's reply without recording anything.
-// Like Limit it filters s.Entries in place.
-func (l Log) WouldLimit(s LogState, now int64) (LogResult, error) {
+// WouldLimit is ROLL.WOULDLIMIT: Limit's reply without recording this
+// call. Like the package's wouldLimit it drops the entries an interval old
+// or older, which a later call with a longer interval or an earlier AT
+// would otherwise see: it returns the state to store when it dropped any
+// (with no entries, the log is to be deleted). Like Limit it filters
+// s.Entries in place.
+func (l Log) WouldLimit(s LogState, now int64) (next LogState, write bool, r LogResult, err error) {
 	if l.max < 1 {
-		return LogResult{}, errLogZero
+		return s, false, LogResult{}, errLogZero
 	}
-	live, _ := l.filter(s.Entries, now)
-	r := l.evaluate(live, now)
+	live, dropped := l.filter(s.Entries, now)
+	r = l.evaluate(live, now)
 	r.Used--
 	l.resetTimes(&r, live, now)
-	return r, nil
+	if !dropped {
+		return LogState{Interval: s.Interval, Entries: live}, false, r, nil
+	}
+	return LogState{Interval: l.intervalMs, Entries: live}, true, r, nil
 }
 
 var errLogZero = &ArgError{Arg: "params", Msg: "Log not built by NewLog"}

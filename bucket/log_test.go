@@ -30,19 +30,21 @@ func runLog(t *testing.T, steps []logStep) LogState {
 			t.Fatalf("step %d: NewLog(%+v): %v", i, st.p, err)
 		}
 		before := LogState{Interval: s.Interval, Entries: slices.Clone(s.Entries)}
-		var r LogResult
+		var (
+			r     LogResult
+			next  LogState
+			write bool
+		)
+		call := l.Limit
 		if st.would {
-			r, err = l.WouldLimit(LogState{Interval: s.Interval, Entries: slices.Clone(s.Entries)}, st.at)
-		} else {
-			var next LogState
-			var write bool
-			next, write, r, err = l.Limit(LogState{Interval: s.Interval, Entries: slices.Clone(s.Entries)}, st.at)
-			if write {
-				s = LogState{Interval: next.Interval, Entries: slices.Clone(next.Entries)}
-			}
+			call = l.WouldLimit
 		}
+		next, write, r, err = call(LogState{Interval: s.Interval, Entries: slices.Clone(s.Entries)}, st.at)
 		if err != nil {
 			t.Fatalf("step %d: %v", i, err)
+		}
+		if write {
+			s = LogState{Interval: next.Interval, Entries: slices.Clone(next.Entries)}
 		}
 		if got := r.Reply(); got != st.want {
 			t.Fatalf("step %d (%+v): got %v, want %v (log before %v)", i, st, got, st.want, before.Entries)
@@ -69,9 +71,50 @@ func TestLogSpecExample(t *testing.T) {
 		{p: p, at: 4000, want: [5]int64{0, 0, 0, 2, 1}, stored: []int64{0, 4000}},
 		{p: p, at: 5000, want: [5]int64{1, 0, 1, 5, 0}, stored: []int64{0, 4000, 5000}},
 		{p: p, at: 8000, want: [5]int64{1, 1, 0, 6, 0}, stored: []int64{0, 4000, 5000, 8000}},
-		{p: p, would: true, at: 11000, want: [5]int64{1, 1, 0, 4, 0}, stored: []int64{0, 4000, 5000, 8000}},
-		{p: p, would: true, at: 17000, want: [5]int64{0, 0, 0, 2, 1}},
+		// A look drops the entries an interval old, as the package's
+		// wouldLimit (its recorded stored_after_us: [4000, 5000, 8000], then
+		// [8000]).
+		{p: p, would: true, at: 11000, want: [5]int64{1, 1, 0, 4, 0}, stored: []int64{4000, 5000, 8000}},
+		{p: p, would: true, at: 17000, want: [5]int64{0, 0, 0, 2, 1}, stored: []int64{8000}},
 	})
+}
+
+// A look (WOULDLIMIT) stores the log without the entries an interval old,
+// as the package's wouldLimit does, so that neither a longer interval nor
+// an earlier AT brings them back (issue 25); one that drops nothing writes
+// nothing.
+func TestLogLookDropsOldEntries(t *testing.T) {
+	l10, l20 := roll(10, 3, 0), roll(20, 3, 0)
+	t.Run("longer interval", func(t *testing.T) {
+		runLog(t, []logStep{
+			{p: l10, at: 0, want: [5]int64{0, 0, 0, 0, 2}, stored: []int64{0}},
+			{p: l10, would: true, at: 9_999, want: [5]int64{0, 0, 0, 0, 1}, stored: []int64{0}},
+			{p: l10, would: true, at: 10_000, want: [5]int64{0, 0, 0, 0, 2}, stored: []int64{}},
+			// With the entry at 0 still stored this would be [0 0 0 0 1].
+			{p: l20, at: 10_000, want: [5]int64{0, 0, 0, 0, 2}, stored: []int64{10_000}},
+		})
+	})
+	t.Run("earlier AT", func(t *testing.T) {
+		runLog(t, []logStep{
+			{p: l10, at: 0, want: [5]int64{0, 0, 0, 0, 2}},
+			{p: l10, at: 5_000, want: [5]int64{0, 0, 0, 0, 1}},
+			{p: l10, would: true, at: 12_000, want: [5]int64{0, 0, 0, 0, 1}, stored: []int64{5_000}},
+			// With the entry at 0 still stored this would be [0 0 0 6 0].
+			{p: l10, at: 4_000, want: [5]int64{0, 0, 0, 0, 1}, stored: []int64{5_000, 4_000}},
+		})
+	})
+	l, err := NewLog(l20)
+	if err != nil {
+		t.Fatal(err)
+	}
+	next, write, _, err := l.WouldLimit(LogState{Interval: 10, Entries: []int64{0, 5_000}}, 12_000)
+	if err != nil || write || next.Interval != 10 || !slices.Equal(next.Entries, []int64{0, 5_000}) {
+		t.Fatalf("a look that drops nothing: %+v, write %v, %v; want the log as it was, no write", next, write, err)
+	}
+	next, write, _, err = l.WouldLimit(LogState{Interval: 10, Entries: []int64{0, 5_000}}, 20_000)
+	if err != nil || !write || next.Interval != 20 || !slices.Equal(next.Entries, []int64{5_000}) {
+		t.Fatalf("a look that drops an entry: %+v, write %v, %v; want [5000] stored with interval 20", next, write, err)
+	}
 }
 
 func TestLogEdges(t *testing.T) {
@@ -216,7 +259,7 @@ func TestLogRefuses(t *testing.T) {
 	}
 	_, _, _, err := Log{}.Limit(LogState{}, 0)
 	wantArgErr(t, err, "params")
-	_, err = Log{}.WouldLimit(LogState{}, 0)
+	_, _, _, err = Log{}.WouldLimit(LogState{}, 0)
 	wantArgErr(t, err, "params")
 }
 
@@ -315,7 +358,8 @@ func TestLogStateCodec(t *testing.T) {
 }
 
 // specLog is the spec's algorithm, literally, on the whole log: the
-// reference FuzzLog compares Limit and WouldLimit with.
+// reference FuzzLog compares Limit and WouldLimit with. A look keeps the
+// entries still in the interval, as the package's wouldLimit does.
 func specLog(p LogParams, list []int64, now int64, would bool) ([5]int64, []int64) {
 	I, M, D := p.Interval*1000, int(p.Max), p.MinDiff*1000
 	var l []int64
@@ -335,10 +379,7 @@ func specLog(p LogParams, list []int64, now int64, would bool) ([5]int64, []int6
 		until = l[max(0, n-M)] - cur + I
 	}
 	r := [5]int64{b2i(byCount || byGap), b2i(byCount), b2i(byGap), ceilDiv(max(D, until), 1000), int64(max(M-n, 0))}
-	switch {
-	case would:
-		return r, nil
-	case (byCount || byGap) && p.NoCountBlocked:
+	if would || ((byCount || byGap) && p.NoCountBlocked) {
 		return r, kept
 	}
 	return r, l
@@ -386,11 +427,11 @@ func FuzzLog(f *testing.F) {
 			next  LogState
 			write bool
 		)
+		call := l.Limit
 		if would {
-			r, err = l.WouldLimit(s, now)
-		} else {
-			next, write, r, err = l.Limit(s, now)
+			call = l.WouldLimit
 		}
+		next, write, r, err = call(s, now)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -434,7 +475,11 @@ func FuzzLog(f *testing.F) {
 			if r.Reply() != want {
 				t.Fatalf("%+v on %v at %d: got %v, the spec says %v", p, entries, now, r.Reply(), want)
 			}
-			if !would && !slices.Equal(next.Entries, wantStored[max(0, len(wantStored)-int(maxN)-1):]) {
+			if would && write != (len(wantStored) != len(entries)) {
+				t.Fatalf("%+v on %v at %d: a look wrote %v, the spec keeps %v", p, entries, now, write, wantStored)
+			}
+			if !would && !slices.Equal(next.Entries, wantStored[max(0, len(wantStored)-int(maxN)-1):]) ||
+				would && !slices.Equal(next.Entries, wantStored) {
 				t.Fatalf("%+v on %v at %d: stored %v, the spec stores %v", p, entries, now, next.Entries, wantStored)
 			}
 		}

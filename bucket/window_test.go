@@ -157,6 +157,18 @@ func TestWindowEdges(t *testing.T) {
 	})
 }
 
+// A call that counts nothing (COST 0) in another window stores nothing, so
+// the stored window keeps its count, as an INCR + EXPIRE client's key per
+// window would; storing the same count would replace it (docs/protocol.md,
+// "What a look stores").
+func TestWindowLookKeepsOtherWindow(t *testing.T) {
+	runWindow(t, "k", []fwStep{
+		{p: fw(5, 300, 1), at: t0, want: [7]int64{0, 5, 4, -1, 100, 1, t0 + 100}},
+		{p: fw(5, 300, 0), at: t0 + 100, want: [7]int64{0, 5, 5, -1, 300, 0, t0 + 400}},
+		{p: fw(5, 300, 1), get: true, at: t0 + 99, want: [7]int64{0, 5, 4, -1, 1, 1, t0 + 100}},
+	})
+}
+
 func TestWindowWritesOnlyChanges(t *testing.T) {
 	w, _ := NewWindow(fw(5, 300, 0), []byte("k"))
 	if _, write, _, _ := w.Incr(WindowState{}, false, t0*1000); write {

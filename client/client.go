@@ -110,7 +110,9 @@ func (c *Client) Take(ctx context.Context, key string, lim Limit, n int64) (Resu
 }
 
 // Peek answers what Take would for a request of n units, without counting
-// it or writing anything.
+// it. It writes only what the command's look stores, as its reference
+// does: a GCRA key's TAT moved to now, a sliding log's entries that have
+// left the interval dropped.
 func (c *Client) Peek(ctx context.Context, key string, lim Limit, n int64) (Result, error) {
 	return lim.call(ctx, c, key, n, true)
 }

@@ -132,7 +132,10 @@ func (c *Counter) Apply(old []byte, found bool) (val []byte, write bool, err err
 		if err != nil {
 			return nil, false, err
 		}
-		d, write = dec, w
+		// A check (hits 0) stores nothing, though CL.THROTTLE's look
+		// stores the TAT it moves to now: rules run on the server clock,
+		// on which that TAT changes no later reply.
+		d, write = dec, w && c.Hits > 0
 		if write {
 			c.val = bucket.AppendGCRAState(c.val[:0], next)
 		}
@@ -153,7 +156,10 @@ func (c *Counter) Apply(old []byte, found bool) (val []byte, write bool, err err
 		now := floorDiv(c.Now, 1e3)
 		var res bucket.LogResult
 		if c.Hits == 0 {
-			res, err = l.WouldLimit(s, now)
+			// A check stores nothing, though ROLL.WOULDLIMIT stores the
+			// entries it dropped: on the server clock, with the rule's one
+			// interval, the next call drops them too.
+			_, _, res, err = l.WouldLimit(s, now)
 		} else {
 			var next bucket.LogState
 			next, write, res, err = l.Limit(s, now)

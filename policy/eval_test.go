@@ -41,6 +41,39 @@ func TestCounterAllocatesNothing(t *testing.T) {
 	}
 }
 
+// TestCheckWritesNothing: a check (hits 0) of any algorithm stores
+// nothing, on a new counter and on one whose hits have all passed, though
+// CL.THROTTLE's and ROLL.WOULDLIMIT's looks store what they change (the
+// TAT moved to now, entries an interval old dropped): rules run on the
+// server clock, where those changes alter no later reply.
+func TestCheckWritesNothing(t *testing.T) {
+	for a := Divvy; a <= SlidingLog; a++ {
+		c := Counter{Rule: algoRule(t, a, ""), Limit: 10, Hits: 1, ID: []byte("id")}
+		now := int64(1_700_000_000_000_000_000)
+		c.Now = now
+		stored, write, err := c.Apply(nil, false)
+		if err != nil || !write {
+			t.Fatalf("%s: a hit on a new counter: write %v, %v", a, write, err)
+		}
+		stored = append([]byte(nil), stored...)
+		c.Hits = 0
+		for _, tc := range []struct {
+			name  string
+			at    int64
+			found bool
+		}{{"a new counter", now, false}, {"a counter whose hits have passed", now + 3600e9, true}} {
+			c.Now = tc.at
+			old := stored
+			if !tc.found {
+				old = nil
+			}
+			if _, write, err := c.Apply(old, tc.found); err != nil || write {
+				t.Errorf("%s: a check on %s: write %v, %v", a, tc.name, write, err)
+			}
+		}
+	}
+}
+
 // TestCounterRefusesCorruptState: a stored value that does not decode is
 // the kind's ErrCorrupt, never a panic or a guess.
 func TestCounterRefusesCorruptState(t *testing.T) {

@@ -12,8 +12,10 @@ import (
 // answered before
 // a SIGTERM (in the default --fsync everysec: a clean shutdown writes
 // everything) or a SIGKILL (with --fsync always) is in the store after the
-// restart.
+// restart, and so is what a look stored (a CL look's TAT on a new key, a
+// ROLL look's dropping of old entries).
 func TestLimitersSurviveRestart(t *testing.T) {
+	const lookAt = 4102444800660 // unix ms, in 2100
 	for _, tc := range []struct {
 		sig   syscall.Signal
 		fsync string
@@ -36,6 +38,17 @@ func TestLimitersSurviveRestart(t *testing.T) {
 						t.Fatal(err)
 					}
 				}
+				// Issue 25's look, in 2100 so that the sweep keeps its TAT.
+				if err := rdb.Do(ctx, "CL.PTHROTTLE", "look:"+key, 18, 58, 60000, 0, "AT", lookAt).Err(); err != nil {
+					t.Fatal(err)
+				}
+				// A log whose one entry a look drops 10 ms later.
+				if err := rdb.Do(ctx, "ROLL.LIMIT", "look:"+key, 10, 3, "AT", lookAt*1000).Err(); err != nil {
+					t.Fatal(err)
+				}
+				if err := rdb.Do(ctx, "ROLL.WOULDLIMIT", "look:"+key, 10, 3, "AT", (lookAt+10)*1000).Err(); err != nil {
+					t.Fatal(err)
+				}
 			}
 			p.stop(t, tc.sig)
 			p2 := startProc(t, dir, "--fsync", tc.fsync)
@@ -57,6 +70,16 @@ func TestLimitersSurviveRestart(t *testing.T) {
 				roll, err := rdb2.Do(ctx, "ROLL.WOULDLIMIT", key, 60000, 10, "AT", 1700000001000000).Int64Slice()
 				if err != nil || !slices.Equal(roll, []int64{0, 0, 0, 0, 9 - n}) {
 					t.Fatalf("%s after %v: ROLL %v, %v; want %d logged", key, tc.sig, roll, err, n)
+				}
+				// An earlier call counts from the TAT the look stored.
+				cl, err = rdb2.Do(ctx, "CL.PTHROTTLE", "look:"+key, 18, 58, 60000, 1, "AT", lookAt-151).Int64Slice()
+				if err != nil || !slices.Equal(cl, []int64{0, 19, 17, -1, 1186}) {
+					t.Fatalf("%s after %v: CL after a look %v, %v; want [0 19 17 -1 1186]", key, tc.sig, cl, err)
+				}
+				// A longer interval does not bring the dropped entry back.
+				roll, err = rdb2.Do(ctx, "ROLL.LIMIT", "look:"+key, 20, 3, "AT", (lookAt+10)*1000).Int64Slice()
+				if err != nil || !slices.Equal(roll, []int64{0, 0, 0, 0, 2}) {
+					t.Fatalf("%s after %v: ROLL after a look %v, %v; want [0 0 0 0 2]", key, tc.sig, roll, err)
 				}
 			}
 		})

@@ -37,7 +37,8 @@ func Register(t *dispatch.Table) {
 		cmd("fw.get", -4, rlRead, fwRunner(st, FWSpec{Get: true, Unit: bucket.Second}), fwGetDoc),
 		cmd("fw.pget", -4, rlRead, fwRunner(st, FWSpec{Get: true, Unit: bucket.Millisecond}), fwPGetDoc),
 		cmd("roll.limit", -4, rlFlags, rollRunner(st, false), rollLimitDoc),
-		cmd("roll.wouldlimit", -4, rlRead, rollRunner(st, true), rollWouldDoc),
+		// A write: it drops the entries that have left the interval.
+		cmd("roll.wouldlimit", -4, rlFlags, rollRunner(st, true), rollWouldDoc),
 		cmd("roll.clear", 2, rlFlags, func(x *dispatch.Ctx, args [][]byte) { runRollClear(x, st.Of(x), args) }, rollClearDoc),
 	)
 }
@@ -356,7 +357,7 @@ func (m *clearMutator) Mutate(_ []byte, found bool) ([]byte, storage.Op, error) 
 
 var (
 	rollLimitDoc = rollDoc("Records an action in key's sliding log, as the npm rolling-rate-limiter's limitWithInfo: at most max actions per interval_ms, none closer than MINDIFF ms to the previous one. Replies [blocked, blocked_by_count, blocked_by_min_difference, ms_until_allowed, actions_remaining].", false)
-	rollWouldDoc = rollDoc("ROLL.LIMIT's reply without recording anything, as wouldLimitWithInfo.", true)
+	rollWouldDoc = rollDoc("ROLL.LIMIT's reply without recording the action, as wouldLimitWithInfo, which drops the actions that have left the interval.", true)
 	rollClearDoc = &cmddoc.Doc{
 		Summary: "Deletes key's sliding log, as the npm rolling-rate-limiter's clear; returns 1 if there was one, else 0.",
 		Group:   "rate-limit",

@@ -94,15 +94,17 @@ func (m *RollMutator) Mutate(old []byte, found bool) ([]byte, storage.Op, error)
 		}
 		m.entries = s.Entries[:0]
 	}
+	var (
+		next  bucket.LogState
+		write bool
+		r     bucket.LogResult
+		err   error
+	)
 	if m.Would {
-		r, err := m.L.WouldLimit(s, m.Now)
-		if err != nil {
-			return nil, storage.Keep, ArgErr(err)
-		}
-		m.R = r
-		return nil, storage.Keep, nil
+		next, write, r, err = m.L.WouldLimit(s, m.Now)
+	} else {
+		next, write, r, err = m.L.Limit(s, m.Now)
 	}
-	next, write, r, err := m.L.Limit(s, m.Now)
 	if err != nil {
 		return nil, storage.Keep, ArgErr(err)
 	}
@@ -110,8 +112,11 @@ func (m *RollMutator) Mutate(old []byte, found bool) ([]byte, storage.Op, error)
 	if cap(next.Entries) > cap(m.entries) {
 		m.entries = next.Entries[:0] // appending now grew the array
 	}
-	if !write {
+	switch {
+	case !write:
 		return nil, storage.Keep, nil
+	case len(next.Entries) == 0:
+		return nil, storage.Delete, nil // a look dropped every entry
 	}
 	m.val = bucket.AppendLogState(m.val[:0], next)
 	return m.val, storage.Put, nil
