@@ -29,8 +29,9 @@ import (
 // to the largest key their MANIFEST entries give (the tables lie wholly
 // inside it, so Pebble drops them without opening them), and in the same
 // edit ingests a table holding the newest readable version of every record
-// of the range. The store is then what it was without the unreadable
-// tables: a record they changed comes back as it was before (older, which
+// of the range (and the format marker, if only those tables held it). The
+// store is then what it was without the unreadable tables: a record they
+// changed comes back as it was before (older, which
 // for every limit kind is no more permissive than starting afresh), and a
 // record only they held starts afresh. A flushed table usually spans every
 // hash slot; clearing its whole range instead would have dropped every
@@ -56,6 +57,10 @@ type RepairOptions struct {
 	// table that Repair drops (see ClearedRange.NoKeep). The key is valid
 	// only during the call.
 	Dropped func(key []byte)
+
+	// afterRange, for tests, is called after each range is cleared; an
+	// error stops Repair there, as a crash would.
+	afterRange func() error
 }
 
 // LostTable is a table Repair found unreadable.
@@ -184,6 +189,9 @@ type repairer struct {
 	// why they cannot be read.
 	backings map[uint64]*backing
 	kept     int // tables of kept records written
+	// markerWritten says a table of kept records holds the format marker
+	// anew: no readable table held it.
+	markerWritten bool
 }
 
 type backing struct {
@@ -283,22 +291,16 @@ func (r *repairer) run(ctx context.Context, rep *RepairReport) error {
 			return err
 		}
 		rep.Ranges = append(rep.Ranges, cr)
+		if r.o.afterRange != nil && !r.o.DryRun {
+			if err := r.o.afterRange(); err != nil {
+				return err
+			}
+		}
 	}
 	if r.o.DryRun {
 		return nil
 	}
-	format, err := readFormat(r.db, r.dir)
-	if err != nil {
-		return fmt.Errorf("repair %s: %w", r.dir, err)
-	}
-	if format == "" {
-		// Its range was cleared. A store Repair works on has format 2:
-		// checkLegacy refused a readable format 1 marker.
-		if err := r.db.Set(formatKey, []byte(formatVersion), pebble.Sync); err != nil {
-			return fmt.Errorf("repair %s: write the format marker: %w", r.dir, err)
-		}
-		rep.MarkerRewritten = true
-	}
+	rep.MarkerRewritten = r.markerWritten
 	return nil
 }
 
@@ -581,6 +583,31 @@ func (r *repairer) clear(ctx context.Context, s span, tables []*tableMeta, lostD
 		w = sstable.NewWriter(objstorageprovider.NewFileWritable(f), r.po.MakeWriterOptions(0, r.db.TableFormat()))
 		return nil
 	}
+	set := func(k, v []byte) error {
+		if w == nil {
+			if err := startKept(); err != nil {
+				return err
+			}
+		}
+		if err := w.Set(k, v); err != nil {
+			return fmt.Errorf("write %s: %w", path, err)
+		}
+		return nil
+	}
+	// The format marker, when s holds it and no readable table does, goes
+	// into the table of kept records: written afterwards, a crash or a
+	// full disk in between would leave a store that neither opens (no
+	// marker) nor has anything left to repair. checkLegacy has made sure
+	// the store is of format 2.
+	needMarker := !r.o.DryRun && covered([]span{s}, formatKey)
+	marker := func() error {
+		needMarker = false
+		if err := set(formatKey, []byte(formatVersion)); err != nil {
+			return fmt.Errorf("repair %s: %w", r.dir, err)
+		}
+		r.markerWritten = true
+		return nil
+	}
 	entries := map[int]int64{}
 	var key, val []byte
 	for m.Len() > 0 {
@@ -590,6 +617,16 @@ func (r *repairer) clear(ctx context.Context, s span, tables []*tableMeta, lostD
 		kind, seq := top.trailer.Kind(), uint64(top.trailer.SeqNum())
 		live := kind == pebble.InternalKeyKindSet || kind == pebble.InternalKeyKindSetWithDelete
 		keep := live && !cr.NoKeep
+		if needMarker {
+			switch c := bytes.Compare(key, formatKey); {
+			case c == 0 && keep:
+				needMarker = false // kept as it is
+			case c >= 0:
+				if err := marker(); err != nil {
+					return cr, err
+				}
+			}
+		}
 		if keep && !r.o.DryRun {
 			v, _, err := top.value(nil)
 			if err != nil {
@@ -614,19 +651,19 @@ func (r *repairer) clear(ctx context.Context, s span, tables []*tableMeta, lostD
 			if r.o.DryRun {
 				break
 			}
-			if w == nil {
-				if err := startKept(); err != nil {
-					return cr, fmt.Errorf("repair %s: %w", r.dir, err)
-				}
-			}
-			if err := w.Set(key, val); err != nil {
-				return cr, fmt.Errorf("repair %s: write %s: %w", r.dir, path, err)
+			if err := set(key, val); err != nil {
+				return cr, fmt.Errorf("repair %s: %w", r.dir, err)
 			}
 		case live:
 			cr.Dropped++
 			if r.o.Dropped != nil {
 				r.o.Dropped(key)
 			}
+		}
+	}
+	if needMarker {
+		if err := marker(); err != nil {
+			return cr, err
 		}
 	}
 	for i, src := range m.srcs {

@@ -296,6 +296,29 @@ func TestRepairRewritesTheFormatMarker(t *testing.T) {
 	})
 }
 
+// TestRepairInterruptedKeepsTheMarker: a repair stopped right after the
+// MANIFEST edit that took out the table holding the format marker (a
+// crash, or a full disk failing the next write) leaves a store that
+// opens, or that a second repair mends.
+func TestRepairInterruptedKeepsTheMarker(t *testing.T) {
+	dir := t.TempDir()
+	tt := layeredStore(t, dir)
+	damage(t, tt.old, "zeroed")
+	crash := errors.New("crash")
+	_, err := Repair(context.Background(), dir, RepairOptions{afterRange: func() error { return crash }})
+	if !errors.Is(err, crash) {
+		t.Fatalf("repair: %v, want it stopped after the first range", err)
+	}
+	if _, err := Repair(context.Background(), dir, RepairOptions{}); err != nil {
+		t.Fatalf("repair again: %v", err)
+	}
+	s, err := Open(dir, Options{})
+	if err != nil {
+		t.Fatalf("open after an interrupted repair and a second one: %v", err)
+	}
+	s.Close()
+}
+
 // TestRepairHealthyStore: a store without damage is left as it is.
 func TestRepairHealthyStore(t *testing.T) {
 	dir := t.TempDir()
