@@ -418,29 +418,41 @@ func covered(spans []span, k []byte) bool {
 	return false
 }
 
-// checkLegacy refuses a store of format 1: its markers differ, and an older
-// sluice's store is upgraded by a server before anything else. A marker in
-// a range to clear cannot be read, and is not needed: the store's other
-// marker tells.
+// checkLegacy refuses a store of format 1, and one that is not sluice's:
+// their markers differ, and an older sluice's store is upgraded by a
+// server before anything else. A marker in a range to clear cannot be
+// read; the other one tells, except that a store without a readable
+// format 2 marker is not of format 2, whatever the other says: every
+// format 2 store has one, and stamping a format 1 store with it would
+// have its records read as keys of another layout. With both markers in
+// ranges to clear, nothing tells, and the store is taken as format 2.
 func (r *repairer) checkLegacy(spans []span) error {
-	if covered(spans, legacyFormatKey) {
-		return nil
+	refuse := func(what string) error {
+		return fmt.Errorf("repair %s: %w: %s, which repair does not mend; restore a CHECKPOINT copy", r.dir, ErrNotStore, what)
 	}
 	if !covered(spans, formatKey) {
-		format, err := readFormat(r.db, r.dir)
-		if err != nil {
-			return fmt.Errorf("repair %s: %w", r.dir, err)
-		}
-		if format == formatVersion {
+		v, err := getString(r.db, formatKey)
+		switch {
+		case err != nil:
+			return fmt.Errorf("repair %s: read format marker: %w", r.dir, err)
+		case v == formatVersion:
 			return nil
+		case v != "":
+			return refuse(fmt.Sprintf("it holds a store of format %q", v))
+		case covered(spans, legacyFormatKey):
+			return refuse(fmt.Sprintf("it has no format %s marker, and its format %s marker, if it has one, is in a table that cannot be read: it holds a store of format %s, or none of sluice's", formatVersion, legacyFormatVersion, legacyFormatVersion))
 		}
+	} else if covered(spans, legacyFormatKey) {
+		return nil
 	}
 	v, err := getString(r.db, legacyFormatKey)
-	if err != nil {
+	switch {
+	case err != nil:
 		return fmt.Errorf("repair %s: read format marker: %w", r.dir, err)
-	}
-	if v == legacyFormatVersion || v == upgradingVersion {
-		return fmt.Errorf("repair %s: %w: it holds a store of format %s, which repair does not mend; restore a CHECKPOINT copy", r.dir, ErrNotStore, legacyFormatVersion)
+	case v == legacyFormatVersion || v == upgradingVersion:
+		return refuse("it holds a store of format " + legacyFormatVersion)
+	case !covered(spans, formatKey):
+		return refuse("it holds a Pebble store without sluice's format marker")
 	}
 	return nil
 }

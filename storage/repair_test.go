@@ -32,14 +32,7 @@ type repairTables struct {
 // would otherwise merge the tables.
 func layeredStore(t *testing.T, dir string) repairTables {
 	t.Helper()
-	db, err := pebble.Open(dir, &pebble.Options{
-		FormatMajorVersion:          pebble.FormatNewest,
-		DisableAutomaticCompactions: true,
-		Logger:                      pebbleLogger{l: slog.New(slog.DiscardHandler)},
-	})
-	if err != nil {
-		t.Fatal(err)
-	}
+	db := openRawPebble(t, dir)
 	write := func(keys []string, n uint64) {
 		t.Helper()
 		b := db.NewBatch()
@@ -380,5 +373,73 @@ func TestRepairDamagedManifest(t *testing.T) {
 	_, err := Repair(context.Background(), dir, RepairOptions{})
 	if !errors.Is(err, ErrCorrupt) || !strings.Contains(err.Error(), "no table is to blame") {
 		t.Fatalf("repair with a damaged MANIFEST: %v, want ErrCorrupt saying no table is to blame", err)
+	}
+}
+
+// openRawPebble opens a Pebble store in dir as sluice's tests write one
+// by hand, with automatic compactions off, which would merge its tables.
+func openRawPebble(t *testing.T, dir string) *pebble.DB {
+	t.Helper()
+	db, err := pebble.Open(dir, &pebble.Options{
+		FormatMajorVersion:          pebble.FormatNewest,
+		DisableAutomaticCompactions: true,
+		Logger:                      pebbleLogger{l: slog.New(slog.DiscardHandler)},
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return db
+}
+
+// TestRepairRefusesFormat1WithoutMarker: a store of format 1 (an older
+// sluice's: no format 2 marker, record keys starting with a letter)
+// whose table holding the format 1 marker cannot be read is refused,
+// changing nothing: stamping it format 2 would have the server read its
+// records as keys of another layout (and without the marker, the
+// "repaired" store would not open).
+func TestRepairRefusesFormat1WithoutMarker(t *testing.T) {
+	dir := t.TempDir()
+	db := openRawPebble(t, dir)
+	for _, kv := range [][2]string{{string(legacyFormatKey), legacyFormatVersion}, {"rl:a", "x"}} {
+		if err := db.Set([]byte(kv[0]), []byte(kv[1]), pebble.Sync); err != nil {
+			t.Fatal(err)
+		}
+		if err := db.Flush(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	levels, err := db.SSTables()
+	if err != nil {
+		t.Fatal(err)
+	}
+	var markerTable string
+	for _, level := range levels {
+		for _, tab := range level {
+			if bytes.Equal(tab.Smallest.UserKey, legacyFormatKey) {
+				markerTable = filepath.Join(dir, fmt.Sprintf("%s.sst", tab.BackingSSTNum))
+			}
+		}
+	}
+	if err := db.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if markerTable == "" {
+		t.Fatalf("no table starts with the format 1 marker: %v", levels)
+	}
+	damage(t, markerTable, "zeroed")
+	_, err = Repair(context.Background(), dir, RepairOptions{})
+	if !errors.Is(err, ErrNotStore) {
+		t.Fatalf("repair of a format 1 store without its marker: %v; want ErrNotStore", err)
+	}
+	if _, err := os.Stat(filepath.Join(dir, "lost")); !errors.Is(err, os.ErrNotExist) {
+		t.Fatalf("a refused repair moved tables aside: %v", err)
+	}
+	db, err = pebble.Open(dir, &pebble.Options{ReadOnly: true, DisableConsistencyCheck: true, Logger: pebbleLogger{l: slog.New(slog.DiscardHandler)}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer db.Close()
+	if v, err := getString(db, formatKey); v != "" || err != nil {
+		t.Fatalf("a refused repair left the format marker %q (%v)", v, err)
 	}
 }
