@@ -525,6 +525,13 @@ func (s *Server) clusterDrop(c *client, arg string) {
 	}
 	n, err := s.dropSlots(rs)
 	if err == nil {
+		// The deletes reach Pebble before the import's end, which is
+		// synced, and are synced with it: with write-behind, a kill
+		// after the end alone would bring the partial copy back with
+		// nothing left to drop it.
+		err = s.store.Flush()
+	}
+	if err == nil {
 		err = s.setImport(rs, importNone)
 	}
 	if err != nil {

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"net"
 	"net/http"
+	"os"
 	"strconv"
 	"strings"
 	"sync"
@@ -508,5 +509,65 @@ func TestClusterImportInterrupted(t *testing.T) {
 		if n, err := rdb.Do(ctx, "RL.GET", k, 10, 60, "AT", 1000).Int64(); err != nil || n != 7 {
 			t.Errorf("RL.GET %s on the target: %d %v; want 7", k, n, err)
 		}
+	}
+}
+
+// TestClusterDropOutlastsAKill: CLUSTER DROP ends an import only once the
+// records it deletes are in the log with the end: a target killed just
+// after it answered DROP (the write-behind queue lost, as SIGKILL loses it
+// with --fsync everysec) must not start again with its partial copy back
+// and no import to drop it, ready to serve it once a topology gives it
+// the slots. The kill is a copy of the data directory taken at that
+// instant, with the sync loop held off.
+func TestClusterDropOutlastsAKill(t *testing.T) {
+	nodes := []string{"127.0.0.1:7000", "127.0.0.1:7001"}
+	ctx := context.Background()
+	src := startServer(t, Config{})
+	rs := newClient(t, src)
+	for _, k := range []string{keyIn(0, 49), keyIn(50, 99)} {
+		if err := rs.Do(ctx, "RL.REDUCE", k, 10, 60, "TAKE", 3, "AT", 1000).Err(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := src.store.Flush(); err != nil {
+		t.Fatal(err)
+	}
+	restore := []any{"CLUSTER", "RESTORE"}
+	if err := src.store.Scan(nil, []byte{0xff}, func(k, v []byte) bool {
+		restore = append(restore, string(k), string(v))
+		return true
+	}); err != nil {
+		t.Fatal(err)
+	}
+
+	dir := t.TempDir()
+	store, err := storage.Open(dir, StoreOptions(storage.Options{Sync: storage.SyncEverySec, SyncInterval: time.Hour}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	tgt, err := New(Config{Store: store, Cluster: &ClusterConfig{Nodes: nodes, Self: nodes[1]}})
+	if err != nil {
+		store.Close()
+		t.Fatal(err)
+	}
+	serveOn(t, tgt, store)
+	rdb := newClient(t, tgt)
+	for _, cmd := range [][]any{{"CLUSTER", "IMPORT", "START", "0-99"}, restore, {"CLUSTER", "DROP", "0-99"}} {
+		if err := rdb.Do(ctx, cmd...).Err(); err != nil {
+			t.Fatalf("%q: %v", cmd[:3], err)
+		}
+	}
+	killed := t.TempDir()
+	if err := os.CopyFS(killed, os.DirFS(dir)); err != nil {
+		t.Fatal(err)
+	}
+
+	srv, closeSrv, err := newAt(t, killed, &ClusterConfig{Nodes: nodes, Self: nodes[1]})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer closeSrv()
+	if n := srv.store.Stats().Records; n != 0 {
+		t.Fatalf("%d records after DROP and a kill; want 0: the partial copy is back with its import ended", n)
 	}
 }
