@@ -15,6 +15,7 @@ import (
 	"github.com/sluicehq/sluice/internal/cmddoc"
 	"github.com/sluicehq/sluice/internal/resp"
 	"github.com/sluicehq/sluice/keyspace"
+	"github.com/sluicehq/sluice/storage"
 )
 
 // Cluster mode: the Redis Cluster protocol over a topology decided outside
@@ -63,6 +64,11 @@ const metaSelf = "cluster.self"
 // a data directory as another node than the one it belongs to.
 var ErrClusterIdentity = errors.New("server: the data directory belongs to another cluster node")
 
+// ErrClusterStateRepaired is wrapped by the error of a start on a store
+// whose cluster state sluice repair brought back older than it may have
+// been, without Config.AcceptRepairedClusterState.
+var ErrClusterStateRepaired = errors.New("server: sluice repair brought back this node's cluster state as it was before a table it could not read")
+
 // clusterState is the server's cluster mode. view is replaced as a whole
 // when a topology is pushed; a command loads it once.
 type clusterState struct {
@@ -93,6 +99,11 @@ func newClusterView(top cluster.Topology, myID string) *clusterView {
 // store kept, if any: a stored topology was pushed later than the flags'
 // initial one, so it wins.
 func (s *Server) initCluster() error {
+	// First: a stale record of the node's identity would be refused below
+	// as another node's.
+	if err := s.checkRepairedState(); err != nil {
+		return err
+	}
 	cc := s.cfg.Cluster
 	if cc == nil {
 		return s.checkStandalone()
@@ -150,6 +161,45 @@ func (s *Server) initCluster() error {
 		return fmt.Errorf("server: %w", err)
 	}
 	s.log.Info("cluster mode", "id", cs.myID, "announce", cs.myAddr, "epoch", top.Epoch, "slots_owned", slotsOf(top, cs.myID))
+	return nil
+}
+
+// checkRepairedState refuses a store whose cluster records (topology,
+// moves, identity) sluice repair brought back in a version older than a
+// table it lost: the node would act on an old topology, serving slots it
+// gave away, or drop the copy of slots it owns as an interrupted move. An
+// operator who has compared it with the cluster says so with
+// AcceptRepairedClusterState; the mark is then removed.
+func (s *Server) checkRepairedState() error {
+	v, err := s.store.Meta(storage.StaleMetaName)
+	if err != nil {
+		return fmt.Errorf("server: read what sluice repair left: %w", err)
+	}
+	var names []string
+	for _, n := range strings.Fields(string(v)) {
+		if strings.HasPrefix(n, "cluster.") {
+			names = append(names, n)
+		}
+	}
+	if len(names) == 0 {
+		return nil
+	}
+	epoch := "none stored"
+	if t, err := s.store.Meta(metaTopology); err == nil && t != nil {
+		if top, err := cluster.Decode(t); err == nil {
+			epoch = fmt.Sprint(top.Epoch)
+		}
+	}
+	if !s.cfg.AcceptRepairedClusterState {
+		return fmt.Errorf("%w (%s; topology epoch %s): the cluster may have moved on since, and acting on an old topology would serve slots this node gave away or drop a move's copy of slots it owns. "+
+			"Compare with the rest of the cluster (sluice cluster show --nodes <another node>): if it is at the same epoch and no move to or from this node ran since the repair's lost tables were written, start once with --accept-repaired-cluster-state; "+
+			"otherwise restore a CHECKPOINT copy, or start this node on an empty data directory with --cluster-reassign-from (the limits of its slots then start afresh)",
+			ErrClusterStateRepaired, strings.Join(names, ", "), epoch)
+	}
+	s.log.Warn("cluster: starting on cluster state that sluice repair brought back older than it may have been, as --accept-repaired-cluster-state says", "records", strings.Join(names, " "), "epoch", epoch)
+	if err := s.store.SetMeta(storage.StaleMetaName, nil); err != nil {
+		return fmt.Errorf("server: clear what sluice repair left: %w", err)
+	}
 	return nil
 }
 

@@ -149,6 +149,11 @@ type Config struct {
 	// Cluster, when set, serves the Redis Cluster protocol (cluster.go);
 	// nil: standalone.
 	Cluster *ClusterConfig
+	// AcceptRepairedClusterState starts on a store whose cluster state
+	// sluice repair brought back older than it may have been
+	// (storage.StaleMetaName), which is otherwise refused
+	// (ErrClusterStateRepaired): an operator has checked it is current.
+	AcceptRepairedClusterState bool
 	// RLSConfigDir is a directory of envoyproxy/ratelimit YAML files for
 	// Envoy's rate limit service (ServeRLS). New loads it and fails with
 	// its validation error; ReloadRLS reads it again. Empty: no RLS.

@@ -12,6 +12,7 @@ import (
 	"os"
 	"path/filepath"
 	"slices"
+	"strings"
 	"time"
 
 	"github.com/cockroachdb/pebble/v2"
@@ -112,6 +113,12 @@ type RepairReport struct {
 	Checked int // tables checked
 	Tables  []LostTable
 	Ranges  []ClearedRange
+	// StaleMeta names the server's own records (SetMeta: the cluster's
+	// topology, its moves, the node's identity) that came back in a version
+	// older than the lost tables' last write: those tables may have held a
+	// newer one. They are named in the store too (StaleMeta), in the same
+	// step, so that a server does not act on them unawares.
+	StaleMeta []string
 	// MarkerRewritten says the store's format marker was in a cleared range
 	// and has been written again.
 	MarkerRewritten bool
@@ -192,6 +199,7 @@ type repairer struct {
 	// markerWritten says a table of kept records holds the format marker
 	// anew: no readable table held it.
 	markerWritten bool
+	stale         []string // RepairReport.StaleMeta
 }
 
 type backing struct {
@@ -297,6 +305,8 @@ func (r *repairer) run(ctx context.Context, rep *RepairReport) error {
 			}
 		}
 	}
+	slices.Sort(r.stale)
+	rep.StaleMeta = slices.Compact(r.stale)
 	if r.o.DryRun {
 		return nil
 	}
@@ -620,6 +630,23 @@ func (r *repairer) clear(ctx context.Context, s span, tables []*tableMeta, lostD
 		r.markerWritten = true
 		return nil
 	}
+	// The server's own records that may come back older are named in
+	// staleMetaKey, in the same table, so that the names are there exactly
+	// when the older versions are.
+	stale, err := r.staleMeta(s, tables, cr.NoKeep)
+	if err != nil {
+		return cr, err
+	}
+	r.stale = append(r.stale, stale...)
+	needStale := !r.o.DryRun && len(stale) > 0
+	staleValue := []byte(strings.Join(stale, " "))
+	if needStale && !covered([]span{s}, staleMetaKey) {
+		// Outside the range the excise clears: written, synced, before it.
+		needStale = false
+		if err := r.addStale(stale); err != nil {
+			return cr, err
+		}
+	}
 	entries := map[int]int64{}
 	var key, val []byte
 	for m.Len() > 0 {
@@ -629,6 +656,16 @@ func (r *repairer) clear(ctx context.Context, s span, tables []*tableMeta, lostD
 		kind, seq := top.trailer.Kind(), uint64(top.trailer.SeqNum())
 		live := kind == pebble.InternalKeyKindSet || kind == pebble.InternalKeyKindSetWithDelete
 		keep := live && !cr.NoKeep
+		if needStale && bytes.Compare(key, staleMetaKey) >= 0 {
+			needStale = false
+			if err := set(staleMetaKey, staleValue); err != nil {
+				return cr, fmt.Errorf("repair %s: %w", r.dir, err)
+			}
+			if bytes.Equal(key, staleMetaKey) {
+				// Its names are in the new value (staleMeta reads them).
+				keep, live = false, false
+			}
+		}
 		if needMarker {
 			switch c := bytes.Compare(key, formatKey); {
 			case c == 0 && keep:
@@ -678,6 +715,11 @@ func (r *repairer) clear(ctx context.Context, s span, tables []*tableMeta, lostD
 			return cr, err
 		}
 	}
+	if needStale {
+		if err := set(staleMetaKey, staleValue); err != nil {
+			return cr, fmt.Errorf("repair %s: %w", r.dir, err)
+		}
+	}
 	for i, src := range m.srcs {
 		if n := entries[i]; n > 0 {
 			cr.Entries = append(cr.Entries, TableEntries{File: src.file, Entries: n})
@@ -701,6 +743,91 @@ func (r *repairer) clear(ctx context.Context, s span, tables []*tableMeta, lostD
 		return cr, fmt.Errorf("repair %s: clear the range of %v: %w", r.dir, cr.Lost, err)
 	}
 	return cr, nil
+}
+
+// staleMetaKey is where Repair names the server's own records it brought
+// back older than they may have been (StaleMeta).
+var staleMetaKey = []byte(metaPrefix + StaleMetaName)
+
+// StaleMetaName is the Meta name under which Repair lists, separated by
+// spaces, the names of the server's own records (Meta) it brought back in a
+// version older than a lost table's last write. The server reads it before
+// trusting them, and removes it (SetMeta with nil) once an operator has
+// said they are current.
+const StaleMetaName = "repair.stale"
+
+// staleMeta returns the names of the server's own records in s whose newest
+// readable version is older than the last write of an unreadable table
+// spanning them, with the names an earlier repair left in staleMetaKey. With
+// drop (the range is cleared: NoKeep), every one of them counts.
+func (r *repairer) staleMeta(s span, tables []*tableMeta, drop bool) ([]string, error) {
+	lo, hi := []byte(metaPrefix), []byte(metaPrefix+"\xff")
+	sub := span{start: s.start, end: s.end, bad: s.bad}
+	if bytes.Compare(sub.start, lo) < 0 {
+		sub.start = lo
+	}
+	if bytes.Compare(sub.end, hi) > 0 {
+		sub.end = hi
+	}
+	if bytes.Compare(sub.start, sub.end) >= 0 {
+		return nil, nil
+	}
+	m := &mergeIter{}
+	defer m.close()
+	for _, t := range tables {
+		if r.backings[t.backing].err != nil || bytes.Compare(t.smallest.UserKey, sub.end) >= 0 || bytes.Compare(t.end(), sub.start) <= 0 {
+			continue
+		}
+		if err := m.add(r, t, sub); err != nil {
+			return nil, fmt.Errorf("repair %s: read %s: %w", r.dir, t.file(), err)
+		}
+	}
+	var names []string
+	var key []byte
+	for m.Len() > 0 {
+		top := m.top()
+		key = append(key[:0], top.key...)
+		kind, seq := top.trailer.Kind(), uint64(top.trailer.SeqNum())
+		live := kind == pebble.InternalKeyKindSet || kind == pebble.InternalKeyKindSetWithDelete
+		name := string(key[len(metaPrefix):])
+		switch {
+		case !live:
+		case name == StaleMetaName:
+			v, _, err := top.value(nil)
+			if err != nil {
+				return nil, fmt.Errorf("repair %s: read %s: %w", r.dir, top.file, err)
+			}
+			names = append(names, strings.Fields(string(v))...)
+		case drop || seq <= maxSeqAt(s.bad, key):
+			names = append(names, name)
+		}
+		for m.Len() > 0 && bytes.Equal(m.top().key, key) {
+			i := m.h[0]
+			if err := m.next(); err != nil {
+				return nil, fmt.Errorf("repair %s: read %s: %w", r.dir, m.srcs[i].file, err)
+			}
+		}
+	}
+	slices.Sort(names)
+	return slices.Compact(names), nil
+}
+
+// addStale adds names to those staleMetaKey lists, with a synced write.
+func (r *repairer) addStale(names []string) error {
+	v, closer, err := r.db.Get(staleMetaKey)
+	switch {
+	case err == nil:
+		names = append(slices.Clone(names), strings.Fields(string(v))...)
+		closer.Close()
+	case !errors.Is(err, pebble.ErrNotFound):
+		return fmt.Errorf("repair %s: read %s: %w", r.dir, StaleMetaName, err)
+	}
+	slices.Sort(names)
+	names = slices.Compact(names)
+	if err := r.db.Set(staleMetaKey, []byte(strings.Join(names, " ")), pebble.Sync); err != nil {
+		return fmt.Errorf("repair %s: write %s: %w", r.dir, StaleMetaName, err)
+	}
+	return nil
 }
 
 // maxSeqAt is the largest sequence number of the unreadable tables whose

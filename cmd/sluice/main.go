@@ -120,6 +120,7 @@ type config struct {
 	clusterTimeout     time.Duration
 	clusterClockSkew   time.Duration
 	clusterReassign    string
+	acceptRepaired     bool
 	rlsAddr            string
 	rlsConfig          string
 	rlsResponseHeaders bool
@@ -193,6 +194,7 @@ func newFlagSet(cfg *config, stderr io.Writer) *flag.FlagSet {
 	fs.IntVar(&cfg.clusterOrdinal, "cluster-ordinal", -1, "cluster mode: this node's ordinal in --cluster-nodes; -1 takes the number after the last - of the hostname (a StatefulSet pod's)")
 	fs.DurationVar(&cfg.clusterTimeout, "cluster-forward-timeout", server.DefaultForwardTimeout, "cluster mode: the most one HIT counter forwarded to the node owning it may take, connecting included")
 	fs.StringVar(&cfg.clusterReassign, "cluster-reassign-from", "", "cluster mode: the node (announced host:port) a data directory was recorded as, to start it as this node anyway, on purpose: it then records this node; without it, a directory of another node is refused")
+	fs.BoolVar(&cfg.acceptRepaired, "accept-repaired-cluster-state", false, "start on a store whose cluster state (topology, moves, identity) sluice repair brought back older than it may have been, after checking it against the rest of the cluster; without it such a store is refused")
 	fs.DurationVar(&cfg.clusterClockSkew, "cluster-max-clock-skew", server.DefaultMaxClockSkew, "cluster mode: how far the clock of a node forwarding a HIT counter may be from this node's; a forwarded time further off is clamped to this node's clock plus or minus it")
 	cfg.rlsMaxMessage = server.DefaultRLSMaxMessage
 	fs.StringVar(&cfg.rlsAddr, "rls-addr", "", "gRPC listen address for Envoy's rate limit service (ShouldRateLimit and gRPC health; conventionally 127.0.0.1:8081); empty turns it off")
@@ -532,12 +534,13 @@ func runReloading(ctx context.Context, hup <-chan os.Signal, args []string, look
 		DivvyMaxPipeline: cfg.divvyMaxPipeline,
 		DivvyIdleTimeout: time.Duration(cfg.divvyTimeout) * time.Second,
 
-		Check:              cfg.check.serverConfig(),
-		Cluster:            clusterCfg,
-		RLSConfigDir:       cfg.rlsConfig,
-		RLSResponseHeaders: cfg.rlsResponseHeaders,
-		RLSMaxMessage:      int(cfg.rlsMaxMessage),
-		RLSMaxStreams:      cfg.rlsMaxStreams,
+		Check:                      cfg.check.serverConfig(),
+		Cluster:                    clusterCfg,
+		AcceptRepairedClusterState: cfg.acceptRepaired,
+		RLSConfigDir:               cfg.rlsConfig,
+		RLSResponseHeaders:         cfg.rlsResponseHeaders,
+		RLSMaxMessage:              int(cfg.rlsMaxMessage),
+		RLSMaxStreams:              cfg.rlsMaxStreams,
 
 		MaxConfigFile: int64(cfg.maxConfigFile),
 		ReloadTimeout: cfg.reloadTimeout,

@@ -116,6 +116,13 @@ func writeRepairReport(w io.Writer, cfg repairConfig, rep storage.RepairReport, 
 			fmt.Fprintf(w, "  entries (versions and deletions) the readable tables held in it: %s\n", strings.Join(parts, ", "))
 		}
 	}
+	if len(rep.StaleMeta) > 0 {
+		fmt.Fprintf(w, "server records brought back as they were before a lost table's writes: %s", strings.Join(rep.StaleMeta, ", "))
+		if slices.ContainsFunc(rep.StaleMeta, func(n string) bool { return strings.HasPrefix(n, "cluster.") }) {
+			fmt.Fprint(w, "; the cluster state may be older than the rest of the cluster's, so the server refuses to start on this store until --accept-repaired-cluster-state says it is current (docs/operations.md, sluice repair)")
+		}
+		fmt.Fprintln(w)
+	}
 	if len(dropped) > 0 {
 		var parts []string
 		for _, k := range slices.Sorted(maps.Keys(dropped)) {
