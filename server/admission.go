@@ -258,7 +258,7 @@ func (l *httpAdmitListener) Accept() (net.Conn, error) {
 			}
 			continue
 		}
-		return &admittedConn{Conn: c, adm: &l.srv.adm}, nil
+		return &httpConn{admittedConn: &admittedConn{Conn: c, adm: &l.srv.adm}, srv: l.srv}, nil
 	}
 }
 

@@ -322,14 +322,43 @@ func (cn *conn) account() bool {
 	}
 	cn.mem = m
 	total := s.clientMem.Add(d)
-	for d > 0 {
+	if d < 0 {
+		return true
+	}
+	s.noteClientsPeak(total)
+	return s.cfg.MaxMemoryClients < 0 || total <= s.cfg.MaxMemoryClients
+}
+
+// noteClientsPeak records total as the peak of clientMem if it is one.
+func (s *Server) noteClientsPeak(total int64) {
+	for {
 		peak := s.clientMemPeak.Load()
 		if total <= peak || s.clientMemPeak.CompareAndSwap(peak, total) {
-			break
+			return
 		}
 	}
-	return d < 0 || s.cfg.MaxMemoryClients < 0 || total <= s.cfg.MaxMemoryClients
 }
+
+// reserveClients adds n bytes to the clients' memory (clientMem) if the
+// total stays within --maxmemory-clients, and reports whether it did. The
+// front ends that refuse work rather than close a connection (an RLS
+// call, an HTTP request header) take their memory with it, before they
+// hold it where they can, and give it back with releaseClients.
+func (s *Server) reserveClients(n int64) bool {
+	for {
+		cur := s.clientMem.Load()
+		if s.cfg.MaxMemoryClients >= 0 && cur+n > s.cfg.MaxMemoryClients {
+			return false
+		}
+		if s.clientMem.CompareAndSwap(cur, cur+n) {
+			s.noteClientsPeak(cur + n)
+			return true
+		}
+	}
+}
+
+// releaseClients gives back n bytes reserveClients took.
+func (s *Server) releaseClients(n int64) { s.clientMem.Add(-n) }
 
 // finish closes the connection and forgets it.
 func (cn *conn) finish() {

@@ -2,7 +2,9 @@ package server
 
 import (
 	"context"
+	"crypto/tls"
 	"errors"
+	"fmt"
 	"log"
 	"log/slog"
 	"net"
@@ -192,7 +194,7 @@ var (
 	descIdleClosed  = prometheus.NewDesc("sluice_idle_closed_connections_total", "Connections closed by --timeout.", nil, nil)
 	descOverflows   = prometheus.NewDesc("sluice_reply_buffer_overflows_total", "Connections closed because a pipeline's replies exceeded --max-reply-buffer.", nil, nil)
 	descEvicted     = prometheus.NewDesc("sluice_evicted_clients_total", "Connections closed because the buffers of all clients exceeded --maxmemory-clients.", nil, nil)
-	descClientMem   = prometheus.NewDesc("sluice_client_buffers_bytes", "Bytes of all RESP clients' query and reply buffers, bounded by --maxmemory-clients.", nil, nil)
+	descClientMem   = prometheus.NewDesc("sluice_client_buffers_bytes", "Bytes of all RESP clients' query and reply buffers, rate limit service calls in flight and HTTP request headers being read, bounded by --maxmemory-clients.", nil, nil)
 	descAuthFail    = prometheus.NewDesc("sluice_auth_failures_total", "AUTH and HELLO AUTH attempts, and GET /backup requests, with a wrong user or password or none.", nil, nil)
 	descAuthClosed  = prometheus.NewDesc("sluice_auth_closed_connections_total", "Connections closed after --max-auth-failures failed AUTH or HELLO AUTH attempts.", nil, nil)
 	descMaxClients  = prometheus.NewDesc("sluice_maxclients", "Most connections served at once, RESP, line protocol and HTTP together: --maxclients, lowered to what the open-file limit allows.", nil, nil)
@@ -376,7 +378,20 @@ func b2f(b bool) float64 {
 // their shared timeouts, logging and TLS (tlsState.httpConfig).
 func (s *Server) newHTTPServer(h http.Handler) *http.Server {
 	srv := &http.Server{
-		Handler:           h,
+		Handler: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			if c, ok := r.Context().Value(httpConnKey{}).(*httpConn); ok {
+				c.handling(true)
+				defer c.handling(false)
+			}
+			h.ServeHTTP(w, r)
+		}),
+		ConnContext: func(ctx context.Context, c net.Conn) context.Context {
+			if tc, ok := c.(*tls.Conn); ok {
+				c = tc.NetConn()
+			}
+			return context.WithValue(ctx, httpConnKey{}, c)
+		},
+		MaxHeaderBytes:    s.cfg.HTTPMaxHeaderBytes,
 		ReadHeaderTimeout: 10 * time.Second,
 		IdleTimeout:       2 * time.Minute,
 		ErrorLog:          log.New(httpLogWriter{s.log}, "", 0),
@@ -385,4 +400,100 @@ func (s *Server) newHTTPServer(h http.Handler) *http.Server {
 		srv.TLSConfig = s.tls.httpConfig()
 	}
 	return srv
+}
+
+// httpConnKey is the context key of a request's *httpConn.
+type httpConnKey struct{}
+
+// httpConn takes what an HTTP connection reads while a request's header is
+// read from --maxmemory-clients: net/http holds a header until it is
+// whole, so connections that send long headers and never end them would
+// otherwise hold up to --http-max-header-bytes each until the header
+// timeout. The charge is given back when the request's handler starts
+// (newHTTPServer), when the next request's begins, and at close. A read
+// that would pass the bound ends the connection, answered 503 when no TLS
+// runs above.
+type httpConn struct {
+	*admittedConn
+	srv *Server
+	mu  struct {
+		sync.Mutex
+		held    int64 // taken from clientMem
+		handled bool  // a handler runs: reads are its body's
+		closed  bool
+		over    bool // a read passed --maxmemory-clients: the connection ends
+	}
+}
+
+var http503Memory = func() []byte {
+	const msg = "client memory limit reached: the clients' buffers exceed --maxmemory-clients\n"
+	return fmt.Appendf(nil, "HTTP/1.1 503 Service Unavailable\r\nContent-Type: text/plain; charset=utf-8\r\nContent-Length: %d\r\nConnection: close\r\n\r\n%s", len(msg), msg)
+}()
+
+// errClientMemory ends an HTTP connection at --maxmemory-clients.
+var errClientMemory = errors.New("server: client memory limit reached")
+
+func (c *httpConn) Read(p []byte) (int, error) {
+	n, err := c.admittedConn.Read(p)
+	if n == 0 {
+		return n, err
+	}
+	switch c.take(int64(n)) {
+	case httpTaken:
+		return n, err
+	case httpOverNow:
+		s := c.srv
+		s.stats.evictedClients.Add(1)
+		s.log.Warn("closing an HTTP connection: its request header and the buffers of all clients exceed --maxmemory-clients", "remote", c.RemoteAddr().String(), "limit", s.cfg.MaxMemoryClients)
+		if s.tls == nil {
+			_ = c.SetWriteDeadline(time.Now().Add(time.Second))
+			_, _ = c.Write(http503Memory)
+		}
+	}
+	// A read error net/http ends the connection on without answering (it
+	// may read once more first).
+	return 0, &net.OpError{Op: "read", Net: "tcp", Addr: c.RemoteAddr(), Err: errClientMemory}
+}
+
+// What take did with the bytes read.
+const (
+	httpTaken   = iota
+	httpOverNow // they pass the bound: the connection is to be closed
+	httpOver    // it passed before
+)
+
+// take counts n bytes read against --maxmemory-clients.
+func (c *httpConn) take(n int64) int {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	switch {
+	case c.mu.over:
+		return httpOver
+	case c.mu.handled || c.mu.closed:
+		return httpTaken
+	case !c.srv.reserveClients(n):
+		c.mu.over = true
+		return httpOverNow
+	}
+	c.mu.held += n
+	return httpTaken
+}
+
+// handling marks the start (true) and end of a request's handler.
+func (c *httpConn) handling(on bool) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.mu.handled = on
+	c.srv.releaseClients(c.mu.held)
+	c.mu.held = 0
+}
+
+// Close implements net.Conn.
+func (c *httpConn) Close() error {
+	c.mu.Lock()
+	c.mu.closed = true
+	c.srv.releaseClients(c.mu.held)
+	c.mu.held = 0
+	c.mu.Unlock()
+	return c.admittedConn.Close()
 }

@@ -4,6 +4,7 @@ import (
 	"context"
 	"crypto/tls"
 	"errors"
+	"fmt"
 	"math"
 	"net"
 	"strconv"
@@ -18,9 +19,12 @@ import (
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/credentials"
+	"google.golang.org/grpc/encoding"
+	protoenc "google.golang.org/grpc/encoding/proto"
 	"google.golang.org/grpc/health"
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
 	"google.golang.org/grpc/status"
+	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/types/known/durationpb"
 
 	"github.com/sluicehq/sluice/internal/rules"
@@ -39,13 +43,23 @@ import (
 // Defaults for the gRPC listener's limits.
 const (
 	// DefaultRLSMaxMessage is the largest request accepted: a
-	// ShouldRateLimit request is a few hundred bytes; a MiB leaves room
-	// for many descriptors and long values.
-	DefaultRLSMaxMessage = 1 << 20
+	// ShouldRateLimit request is a few hundred bytes; 64 KiB leaves room
+	// for DefaultRLSMaxDescriptors descriptors of a KiB. Each open stream
+	// counts this much against MaxMemoryClients (rlsStreamMemory), as the
+	// transport may hold that much of its request.
+	DefaultRLSMaxMessage = 64 << 10
 	// DefaultRLSMaxStreams is the most calls in flight on one connection.
 	// Envoy multiplexes its calls over few connections, so this is its
 	// concurrency per connection.
 	DefaultRLSMaxStreams = 1024
+	// DefaultRLSMaxDescriptors is the most descriptors one call may
+	// carry: Envoy sends one per rate_limits action of the route, rarely
+	// more than a few.
+	DefaultRLSMaxDescriptors = 64
+	// DefaultRLSMaxHeaderBytes bounds a call's header list, as HTTP/2
+	// counts it (names and values, and 32 per field); Envoy's are well
+	// under 2 KiB. gRPC's own default is 16 MiB.
+	DefaultRLSMaxHeaderBytes = 16 << 10
 	// rlsNearLimitRatio is envoyproxy/ratelimit's NEAR_LIMIT_RATIO default.
 	rlsNearLimitRatio = 0.8
 	// rlsMaxDetailedKeys bounds the metric keys detailed_metric limits
@@ -76,6 +90,7 @@ type rlsState struct {
 	reloads, reloadFailures atomic.Int64
 	requests, overLimit     atomic.Int64
 	errors                  atomic.Int64
+	refused                 atomic.Int64 // at MaxMemoryClients (rlsmem.go)
 }
 
 type rlsMetricKey struct{ domain, key string }
@@ -140,6 +155,10 @@ func (s *Server) initRLS() error {
 	st.work.New = func() any { return &rlsWork{batch: s.store.NewBatch(), replaced: make(map[string]bool)} }
 	if st.dir == "" {
 		return nil
+	}
+	if n := rlsStreamMemory(s.cfg.RLSMaxHeaderBytes, s.cfg.RLSMaxMessage); s.cfg.MaxMemoryClients >= 0 && n > s.cfg.MaxMemoryClients {
+		return fmt.Errorf("server: a rate limit service call may hold %d bytes with --rls-max-message %d and --rls-max-header-bytes %d, more than --maxmemory-clients %d: every call would be refused; raise --maxmemory-clients or lower the others",
+			n, s.cfg.RLSMaxMessage, s.cfg.RLSMaxHeaderBytes, s.cfg.MaxMemoryClients)
 	}
 	if err := s.loadRLS(); err != nil {
 		return err
@@ -237,17 +256,13 @@ func (s *Server) ServeRLS(ln net.Listener) error {
 	if st.dir == "" {
 		return errors.New("server: RLS needs Config.RLSConfigDir")
 	}
-	maxMsg := s.cfg.RLSMaxMessage
-	if maxMsg <= 0 {
-		maxMsg = DefaultRLSMaxMessage
-	}
-	maxStreams := s.cfg.RLSMaxStreams
-	if maxStreams <= 0 {
-		maxStreams = DefaultRLSMaxStreams
-	}
 	opts := []grpc.ServerOption{
-		grpc.MaxRecvMsgSize(maxMsg),
-		grpc.MaxConcurrentStreams(uint32(maxStreams)),
+		grpc.MaxRecvMsgSize(s.cfg.RLSMaxMessage),
+		grpc.MaxConcurrentStreams(uint32(s.cfg.RLSMaxStreams)),
+		grpc.MaxHeaderListSize(uint32(s.cfg.RLSMaxHeaderBytes)),
+		grpc.InitialWindowSize(rlsWindow),
+		grpc.InTapHandle(s.admitRLSStream),
+		grpc.ForceServerCodecV2(rlsCodec{encoding.GetCodecV2(protoenc.Name)}),
 	}
 	if s.tls != nil {
 		opts = append(opts, grpc.Creds(credentials.NewTLS(&tls.Config{
@@ -261,7 +276,7 @@ func (s *Server) ServeRLS(ln net.Listener) error {
 		})))
 	}
 	srv := grpc.NewServer(opts...)
-	rlspb.RegisterRateLimitServiceServer(srv, rlsService{s})
+	srv.RegisterService(&rlsServiceDesc, s)
 	st.health = health.NewServer()
 	healthpb.RegisterHealthServer(srv, rlsHealth{st.health, s})
 	st.mu.Lock()
@@ -428,14 +443,38 @@ func (l *rlsAdmitListener) Accept() (net.Conn, error) {
 	}
 }
 
-// rlsService implements envoy.service.ratelimit.v3.RateLimitService.
-type rlsService struct{ s *Server }
-
-// ShouldRateLimit implements RateLimitServiceServer.
-func (g rlsService) ShouldRateLimit(ctx context.Context, req *rlspb.RateLimitRequest) (*rlspb.RateLimitResponse, error) {
-	s := g.s
+// serveShouldRateLimit serves a ShouldRateLimit call from its request's
+// wire bytes, which dec reads: it counts the descriptors and takes what
+// decoding and evaluating them hold from --maxmemory-clients before it
+// decodes them (rlsmem.go).
+func (s *Server) serveShouldRateLimit(ctx context.Context, dec func(any) error) (*rlspb.RateLimitResponse, error) {
+	var wire rlsWire
+	if err := dec(&wire); err != nil {
+		return nil, err
+	}
+	sh, err := scanRLSRequest(wire.b)
+	if err != nil {
+		err = status.Errorf(codes.InvalidArgument, "request is not a RateLimitRequest: %v", err)
+	} else if sh.descriptors > s.cfg.RLSMaxDescriptors {
+		err = status.Errorf(codes.InvalidArgument, "request has %d descriptors; at most %d are accepted (--rls-max-descriptors)", sh.descriptors, s.cfg.RLSMaxDescriptors)
+	}
+	var req rlspb.RateLimitRequest
+	if err == nil {
+		n := sh.memory(len(wire.b))
+		if !s.reserveClients(n) {
+			return nil, s.refuseRLS(n)
+		}
+		defer s.releaseClients(n)
+		if err = proto.Unmarshal(wire.b, &req); err != nil {
+			err = status.Errorf(codes.InvalidArgument, "request is not a RateLimitRequest: %v", err)
+		}
+	}
 	s.rls.requests.Add(1)
-	resp, err := s.shouldRateLimit(req)
+	var resp *rlspb.RateLimitResponse
+	if err == nil {
+		wire.b = nil // decoded: the request holds what it needs
+		resp, err = s.shouldRateLimit(ctx, &req)
+	}
 	if err != nil {
 		s.rls.errors.Add(1)
 		return nil, err
@@ -446,7 +485,14 @@ func (g rlsService) ShouldRateLimit(ctx context.Context, req *rlspb.RateLimitReq
 	return resp, nil
 }
 
-func (s *Server) shouldRateLimit(req *rlspb.RateLimitRequest) (*rlspb.RateLimitResponse, error) {
+// shouldRateLimit evaluates a call. It stops, with the context's error,
+// when the call's context ends (its client cancelled it or went away)
+// before every descriptor is evaluated; those evaluated are counted, as
+// after any failure during evaluation.
+func (s *Server) shouldRateLimit(ctx context.Context, req *rlspb.RateLimitRequest) (*rlspb.RateLimitResponse, error) {
+	if err := ctx.Err(); err != nil {
+		return nil, status.FromContextError(err).Err()
+	}
 	if req.GetDomain() == "" {
 		return nil, status.Error(codes.InvalidArgument, "rate limit domain must not be empty")
 	}
@@ -555,6 +601,10 @@ func (s *Server) shouldRateLimit(req *rlspb.RateLimitRequest) (*rlspb.RateLimitR
 		lim := &w.limits[i]
 		if lim.rule == nil {
 			continue
+		}
+		if err := ctx.Err(); err != nil {
+			evalErr = status.FromContextError(err).Err()
+			break
 		}
 		w.entries = appendEntries(w.entries[:0], d)
 		w.actor = rls.AppendDescriptor(w.actor[:0], w.entries)
@@ -748,7 +798,7 @@ var (
 	descRLSNear    = prometheus.NewDesc("sluice_rls_near_limit", "Allowed hits past 80% of a limit (envoyproxy/ratelimit's near_limit).", []string{"domain", "key"}, nil)
 	descRLSWithin  = prometheus.NewDesc("sluice_rls_within_limit", "Allowed hits (envoyproxy/ratelimit's within_limit).", []string{"domain", "key"}, nil)
 	descRLSShadow  = prometheus.NewDesc("sluice_rls_shadow_mode", "Hits over a shadow_mode limit that were allowed (envoyproxy/ratelimit's shadow_mode).", []string{"domain", "key"}, nil)
-	descRLSCalls   = prometheus.NewDesc("sluice_rls_requests_total", "ShouldRateLimit calls, by result: ok, over_limit or error.", []string{"result"}, nil)
+	descRLSCalls   = prometheus.NewDesc("sluice_rls_requests_total", "ShouldRateLimit calls, by result: ok, over_limit, error, or refused (calls and streams of the listener refused at --maxmemory-clients).", []string{"result"}, nil)
 	descRLSReloads = prometheus.NewDesc("sluice_rls_config_reloads_total", "Reloads of --rls-config, by result: ok, or failed (the configuration in use was kept).", []string{"result"}, nil)
 	descRLSLimits  = prometheus.NewDesc("sluice_rls_config_limits", "Limits of the --rls-config configuration in use.", nil, nil)
 	descRLSLoaded  = prometheus.NewDesc("sluice_rls_config_loaded_timestamp_seconds", "Unix time the --rls-config configuration in use was loaded.", nil, nil)
@@ -781,6 +831,7 @@ func (c *rlsCollector) Collect(ch chan<- prometheus.Metric) {
 	counter(descRLSCalls, req-over-errs, "ok")
 	counter(descRLSCalls, over, "over_limit")
 	counter(descRLSCalls, errs, "error")
+	counter(descRLSCalls, st.refused.Load(), "refused")
 	counter(descRLSReloads, st.reloads.Load(), "ok")
 	counter(descRLSReloads, st.reloadFailures.Load(), "failed")
 	if ld := st.cur.Load(); ld != nil {

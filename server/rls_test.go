@@ -617,7 +617,7 @@ func BenchmarkRLSShouldRateLimit(b *testing.B) {
 	req := &rlspb.RateLimitRequest{Domain: "test", Descriptors: []*rlcommon.RateLimitDescriptor{desc("detailed", "a")}}
 	b.ReportAllocs()
 	for b.Loop() {
-		if _, err := srv.shouldRateLimit(req); err != nil {
+		if _, err := srv.shouldRateLimit(context.Background(), req); err != nil {
 			b.Fatal(err)
 		}
 	}

@@ -111,7 +111,10 @@ type Config struct {
 	// MaxMemoryClients bounds the bytes of all RESP clients' buffers
 	// together (query and reply, as Redis' maxmemory-clients): a client
 	// whose buffers grow the total past it is answered with an error and
-	// closed. Default 64 MiB; negative: no bound.
+	// closed. Calls of the rate limit service in flight and HTTP request
+	// headers being read count against it too: past it a call is refused
+	// (RESOURCE_EXHAUSTED) and an HTTP connection closed. Default 64 MiB;
+	// negative: no bound.
 	MaxMemoryClients int64
 	// MaxMultiBytes bounds a connection's transaction: the bytes of the
 	// commands queued after MULTI plus 64 for each command and each key
@@ -181,6 +184,19 @@ type Config struct {
 	// ErrReloadTimeout, and the reload goes on. Default
 	// DefaultReloadTimeout.
 	ReloadTimeout time.Duration
+	// RLSMaxDescriptors is the most descriptors one ShouldRateLimit call
+	// may carry; more is INVALID_ARGUMENT. Default
+	// DefaultRLSMaxDescriptors.
+	RLSMaxDescriptors int
+	// RLSMaxHeaderBytes bounds a gRPC call's header list (names, values
+	// and 32 bytes per field, as HTTP/2 counts them); default
+	// DefaultRLSMaxHeaderBytes.
+	RLSMaxHeaderBytes int
+	// HTTPMaxHeaderBytes bounds a request's header on the HTTP listener
+	// and on /check (http.Server.MaxHeaderBytes: the request line, names
+	// and values; net/http allows 4 KiB more); past it the request is
+	// answered 431. Default DefaultHTTPMaxHeaderBytes.
+	HTTPMaxHeaderBytes int
 }
 
 // Defaults for Config.
@@ -206,6 +222,10 @@ const (
 	// DefaultReloadTimeout: a reload of local files takes milliseconds;
 	// seconds mean a file system that does not answer.
 	DefaultReloadTimeout = 5 * time.Second
+	// DefaultHTTPMaxHeaderBytes bounds an HTTP request's header: what a
+	// proxy forwards to /check (Envoy accepts 60 KiB of request headers
+	// by default, nginx 32 KiB) and far more than a scraper sends.
+	DefaultHTTPMaxHeaderBytes = 64 << 10
 )
 
 // Server is a RESP server for sluice's commands.
@@ -226,7 +246,8 @@ type Server struct {
 	after  func(time.Duration) <-chan time.Time
 	nextID atomic.Int64
 	conns  sync.WaitGroup // one per accepted connection, until its goroutine ends
-	// clientMem is the bytes of all RESP connections' buffers, bounded by
+	// clientMem is the bytes of all RESP connections' buffers, of RLS
+	// calls in flight and of HTTP request headers being read, bounded by
 	// MaxMemoryClients.
 	clientMem     atomic.Int64
 	clientMemPeak atomic.Int64 // the most clientMem has been
@@ -306,6 +327,11 @@ func New(cfg Config) (*Server, error) {
 	}
 	orDefault(&cfg.DivvyMaxLine, DefaultDivvyMaxLine)
 	orDefault(&cfg.DivvyMaxPipeline, DefaultDivvyMaxPipeline)
+	orDefault(&cfg.RLSMaxMessage, DefaultRLSMaxMessage)
+	orDefault(&cfg.RLSMaxStreams, DefaultRLSMaxStreams)
+	orDefault(&cfg.RLSMaxDescriptors, DefaultRLSMaxDescriptors)
+	orDefault(&cfg.RLSMaxHeaderBytes, DefaultRLSMaxHeaderBytes)
+	orDefault(&cfg.HTTPMaxHeaderBytes, DefaultHTTPMaxHeaderBytes)
 	if cfg.MaxAuthFailures == 0 {
 		cfg.MaxAuthFailures = DefaultMaxAuthFailures
 	}

@@ -127,8 +127,11 @@ type config struct {
 	rlsMaxMessage      byteSize
 	rlsMaxStreams      int
 
-	maxConfigFile byteSize
-	reloadTimeout time.Duration
+	maxConfigFile      byteSize
+	reloadTimeout      time.Duration
+	rlsMaxDescriptors  int
+	rlsMaxHeaderBytes  byteSize
+	httpMaxHeaderBytes byteSize
 }
 
 func newFlagSet(cfg *config, stderr io.Writer) *flag.FlagSet {
@@ -152,6 +155,8 @@ func newFlagSet(cfg *config, stderr io.Writer) *flag.FlagSet {
 	fs.StringVar(&cfg.data, "data", "./sluice-data", "data directory, created if missing")
 	fs.StringVar(&cfg.fsync, "fsync", "everysec", "durability: always (reply after fsync), everysec (lose at most ~1s on a crash), no (the OS decides)")
 	fs.StringVar(&cfg.httpAddr, "http-addr", "127.0.0.1:9050", "HTTP listen address for /metrics, /healthz and /readyz; empty turns HTTP off")
+	cfg.httpMaxHeaderBytes = server.DefaultHTTPMaxHeaderBytes
+	fs.Var(&cfg.httpMaxHeaderBytes, "http-max-header-bytes", "most bytes of one request's header on --http-addr and --check-addr (request line, names and values); a longer one is answered 431")
 	fs.StringVar(&cfg.requirePass, "requirepass", "", "password clients must give with AUTH (visible in process listings: prefer --requirepass-file)")
 	fs.StringVar(&cfg.requirePassFile, "requirepass-file", "", "file holding the password clients must give with AUTH (one line; a trailing newline is ignored)")
 	fs.StringVar(&cfg.protectedMode, "protected-mode", "yes", "yes: without a password or TLS client certificates, refuse clients not on loopback; no: serve everyone")
@@ -160,7 +165,7 @@ func newFlagSet(cfg *config, stderr io.Writer) *flag.FlagSet {
 	fs.IntVar(&cfg.timeout, "timeout", 0, "close a connection idle for this many seconds; 0 never does")
 	fs.Var(&cfg.maxMultiBytes, "max-multi-bytes", "most bytes of one connection's transaction: the commands queued after MULTI plus 64 for each command and WATCHed key; past it the transaction is discarded (EXEC answers EXECABORT)")
 	fs.Var(&cfg.maxReplyBuffer, "max-reply-buffer", "most bytes of replies queued for a client (one reply, as long pipelines are answered in 16 KiB chunks) before the connection is closed")
-	fs.Var(&cfg.maxMemClients, "maxmemory-clients", "most bytes of all RESP clients' query and reply buffers together; a client that grows them past it gets an error and is closed; 0 for no bound")
+	fs.Var(&cfg.maxMemClients, "maxmemory-clients", "most bytes of all RESP clients' query and reply buffers, rate limit service calls in flight and HTTP request headers being read, together; a RESP client or HTTP connection that grows them past it gets an error and is closed, a call is refused (RESOURCE_EXHAUSTED); 0 for no bound")
 	fs.StringVar(&cfg.tlsCert, "tls-cert", "", "PEM certificate file: serve RESP and HTTP over TLS only (with --tls-key); reloaded on SIGHUP")
 	fs.StringVar(&cfg.tlsKey, "tls-key", "", "PEM private key file of --tls-cert")
 	fs.StringVar(&cfg.tlsCA, "tls-ca", "", "PEM CA file: require RESP clients to present a certificate it signed")
@@ -204,6 +209,9 @@ func newFlagSet(cfg *config, stderr io.Writer) *flag.FlagSet {
 	fs.IntVar(&cfg.rlsMaxStreams, "rls-max-streams", server.DefaultRLSMaxStreams, "most rate limit service calls in flight on one gRPC connection")
 	addMaxConfigFile(fs, &cfg.maxConfigFile)
 	fs.DurationVar(&cfg.reloadTimeout, "reload-timeout", server.DefaultReloadTimeout, "the most a reload (SIGHUP, POLICY RELOAD) is waited for, reading its files or waiting for the one before (a network file system that hangs); past it POLICY RELOAD answers an error and the reload goes on, logging its outcome when it ends; SIGTERM never waits for a reload")
+	fs.IntVar(&cfg.rlsMaxDescriptors, "rls-max-descriptors", server.DefaultRLSMaxDescriptors, "most descriptors in one rate limit service call; more is refused (INVALID_ARGUMENT)")
+	cfg.rlsMaxHeaderBytes = server.DefaultRLSMaxHeaderBytes
+	fs.Var(&cfg.rlsMaxHeaderBytes, "rls-max-header-bytes", "most bytes of one rate limit service call's header list (names, values and 32 per field, as HTTP/2 counts them); a longer one resets the stream")
 	fs.BoolVar(&cfg.showVersion, "version", false, "print the version and exit")
 	fs.Usage = func() {
 		fmt.Fprintf(fs.Output(), "Usage: sluice [flags]\n       sluice inspect [flags]   (lists stored records offline; see sluice inspect --help)\n       sluice health [flags]    (exits 0 when a server is ready, for a HEALTHCHECK; see sluice health --help)\n       sluice backup [flags]    (takes a backup of a running server over HTTP; see sluice backup --help)\n       sluice repair [flags]    (moves unreadable tables of a stopped server's store aside; see sluice repair --help)\n       sluice cluster rebalance|move|show|push|renumber [flags]   (reshards a cluster online; see sluice cluster rebalance --help)\n\nsluice is a persistent rate-limit server that speaks the Redis protocol.\nEvery flag can also be set with the environment variable shown; a flag on\nthe command line wins.\n\n")
@@ -255,13 +263,14 @@ func parseConfig(args []string, lookupEnv func(string) (string, bool), stderr io
 	if fs.NArg() > 0 {
 		return cfg, fmt.Errorf("unexpected argument %q: sluice takes only flags (see --help)", fs.Arg(0))
 	}
-	for name, v := range map[string]int{"max-args": cfg.maxArgs, "maxclients": cfg.maxClients, "divvy-max-pipeline": cfg.divvyMaxPipeline, "rls-max-streams": cfg.rlsMaxStreams} {
+	for name, v := range map[string]int{"max-args": cfg.maxArgs, "maxclients": cfg.maxClients, "divvy-max-pipeline": cfg.divvyMaxPipeline, "rls-max-streams": cfg.rlsMaxStreams, "rls-max-descriptors": cfg.rlsMaxDescriptors} {
 		if v < 1 {
 			return cfg, fmt.Errorf("--%s %d: want at least 1", name, v)
 		}
 	}
 	for name, v := range map[string]byteSize{"max-bulk": cfg.maxBulk, "max-key-size": cfg.maxKeySize, "max-inline": cfg.maxInline, "max-query-buffer": cfg.maxQueryBuffer, "max-reply-buffer": cfg.maxReplyBuffer,
-		"cache-size": cfg.cacheSize, "memtable-size": cfg.memtableSize, "divvy-max-line": cfg.divvyMaxLine, "commit-queue-memory": cfg.commitQueueMem, "rls-max-message": cfg.rlsMaxMessage, "max-config-file": cfg.maxConfigFile} {
+		"cache-size": cfg.cacheSize, "memtable-size": cfg.memtableSize, "divvy-max-line": cfg.divvyMaxLine, "commit-queue-memory": cfg.commitQueueMem, "rls-max-message": cfg.rlsMaxMessage,
+		"rls-max-header-bytes": cfg.rlsMaxHeaderBytes, "http-max-header-bytes": cfg.httpMaxHeaderBytes, "max-config-file": cfg.maxConfigFile} {
 		if v < 1 {
 			return cfg, fmt.Errorf("--%s %d: want at least 1 byte", name, v)
 		}
@@ -352,8 +361,10 @@ func parseConfig(args []string, lookupEnv func(string) (string, bool), stderr io
 	if cfg.rlsAddr != "" && cfg.rlsConfig == "" {
 		return cfg, errors.New("--rls-addr needs --rls-config: the rate limit service answers from a directory of envoyproxy/ratelimit YAML files")
 	}
-	if cfg.rlsMaxMessage > 1<<30 {
-		return cfg, fmt.Errorf("--rls-max-message %d: want at most 1GiB", cfg.rlsMaxMessage)
+	for name, v := range map[string]byteSize{"rls-max-message": cfg.rlsMaxMessage, "rls-max-header-bytes": cfg.rlsMaxHeaderBytes, "http-max-header-bytes": cfg.httpMaxHeaderBytes} {
+		if v > 1<<30 {
+			return cfg, fmt.Errorf("--%s %d: want at most 1GiB", name, v)
+		}
 	}
 	if cfg.onStoreError != "deny" && cfg.onStoreError != "allow" {
 		return cfg, fmt.Errorf("--on-store-error %q: want deny or allow", cfg.onStoreError)
@@ -542,8 +553,11 @@ func runReloading(ctx context.Context, hup <-chan os.Signal, args []string, look
 		RLSMaxMessage:              int(cfg.rlsMaxMessage),
 		RLSMaxStreams:              cfg.rlsMaxStreams,
 
-		MaxConfigFile: int64(cfg.maxConfigFile),
-		ReloadTimeout: cfg.reloadTimeout,
+		MaxConfigFile:      int64(cfg.maxConfigFile),
+		ReloadTimeout:      cfg.reloadTimeout,
+		RLSMaxDescriptors:  cfg.rlsMaxDescriptors,
+		RLSMaxHeaderBytes:  int(cfg.rlsMaxHeaderBytes),
+		HTTPMaxHeaderBytes: int(cfg.httpMaxHeaderBytes),
 	})
 	if err != nil {
 		store.Close()
