@@ -286,9 +286,10 @@ type Corruption struct {
 }
 
 // Inspect calls fn with every record of the store in dir, in key order,
-// until fn returns false. It opens the store read-only and changes nothing;
-// a store another process has open is refused with ErrLocked. key and val
-// are valid only during the call.
+// until fn returns false. It opens the store read-only and writes nothing
+// but the lock file Pebble takes, and not even that where the directory is
+// read-only (see readOnlyFS); a store another process has open is refused
+// with ErrLocked. key and val are valid only during the call.
 //
 // A table that cannot be read is reported to corrupt, which may be nil,
 // and skipped: the records in its key range that Inspect had not listed yet
@@ -315,6 +316,7 @@ func Inspect(dir string, fn func(key, val []byte) bool, corrupt func(Corruption)
 	)
 	db, err := pebble.Open(dir, &pebble.Options{
 		ReadOnly: true,
+		FS:       readOnlyFS{vfs.Default},
 		Logger:   pebbleLogger{l: slog.New(slog.DiscardHandler)},
 		EventListener: &pebble.EventListener{DataCorruption: func(info pebble.DataCorruptionInfo) {
 			mu.Lock()

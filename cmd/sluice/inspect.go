@@ -40,7 +40,7 @@ func newInspectFlagSet(cfg *inspectConfig, stderr io.Writer) *flag.FlagSet {
 	fs.StringVar(&cfg.format, "format", "text", "output: text (a table) or json (one object per line)")
 	fs.Int64Var(&cfg.at, "at", 0, "unix time in milliseconds at which to compute tokens and idleness; 0 for now")
 	fs.Usage = func() {
-		fmt.Fprintf(fs.Output(), "Usage: sluice inspect [flags]\n\nLists the records stored in a data directory (token buckets, divvy counters,\nGCRA, fixed-window and sliding-log records), read-only. The directory must not be in use\nby a running server. Flags also read SLUICE_<NAME>.\n\n")
+		fmt.Fprintf(fs.Output(), "Usage: sluice inspect [flags]\n\nLists the records stored in a data directory (token buckets, divvy counters,\nGCRA, fixed-window and sliding-log records), read-only: a read-only directory\nor mount is read without writing anything. The directory must not be in use\nby a running server. Flags also read SLUICE_<NAME>.\n\n")
 		fs.PrintDefaults()
 	}
 	return fs
