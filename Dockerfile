@@ -41,10 +41,16 @@ EXPOSE 9049 9050
 # Listening on every interface, protected mode refuses clients that are not
 # on loopback until there is a password or client certificates: pass one
 # with SLUICE_REQUIREPASS_FILE (or SLUICE_REQUIREPASS).
+# The volume holds the store in /data/store and checkpoints in
+# /data/backups: on one filesystem, so that a checkpoint hard-links the
+# store's files, and apart, as sluice refuses checkpoints inside the store.
+# A volume of an older image, with the store's files directly in /data, is
+# moved into /data/store at the first start (SLUICE_MOVE_STORE_FROM).
 ENV SLUICE_ADDR=:9049 \
     SLUICE_HTTP_ADDR=:9050 \
-    SLUICE_DATA=/data \
+    SLUICE_DATA=/data/store \
     SLUICE_BACKUP_DIR=/data/backups \
+    SLUICE_MOVE_STORE_FROM=/data \
     SLUICE_PROTECTED_MODE=yes
 ENTRYPOINT ["/sluice"]
 # No shell or curl here: the binary checks itself. sluice health reads the

@@ -97,8 +97,9 @@ func TestDockerfileDefaults(t *testing.T) {
 		{"fsync", cfg.fsync, "always"},
 		{"addr", cfg.addr, ":9049"},
 		{"http-addr", cfg.httpAddr, ":9050"},
-		{"data", cfg.data, "/data"},
+		{"data", cfg.data, "/data/store"},
 		{"backup-dir", cfg.backupDir, "/data/backups"},
+		{"move-store-from", cfg.moveStoreFrom, "/data"},
 		{"protected-mode", cfg.protectedMode, "yes"},
 	} {
 		if c.got != c.want {

@@ -103,6 +103,7 @@ type config struct {
 	sweepInterval   time.Duration
 	sweepRate       int
 	backupDir       string
+	moveStoreFrom   string
 	logFormat       string
 	logLevel        string
 	showVersion     bool
@@ -186,6 +187,7 @@ func newFlagSet(cfg *config, stderr io.Writer) *flag.FlagSet {
 	fs.DurationVar(&cfg.sweepInterval, "sweep-interval", server.DefaultSweepInterval, "pause between passes of the sweep that deletes idle records (buckets refilled to full, ended windows, GCRA keys whose allowance is whole); 0 turns it off (COMPACT still sweeps)")
 	fs.IntVar(&cfg.sweepRate, "sweep-rate", server.DefaultSweepRate, "most records the background sweep examines per second; 0 for no limit")
 	fs.StringVar(&cfg.backupDir, "backup-dir", "./sluice-backups", "directory where CHECKPOINT writes its copies of the store")
+	fs.StringVar(&cfg.moveStoreFrom, "move-store-from", "", "a directory that may hold a store directly (the image's volume, /data, as laid out before the store moved to /data/store): before opening, its store is moved into --data, which must be directly inside it; a move cut short is finished at the next start; empty: none")
 	fs.StringVar(&cfg.logFormat, "log-format", "text", "log format: text or json")
 	fs.StringVar(&cfg.logLevel, "log-level", "info", "log level: debug, info, warn or error")
 	fs.StringVar(&cfg.policyFile, "policy", "", "divvy rule file (.ini or .json) for HIT and the line protocol; reloaded on SIGHUP and POLICY RELOAD")
@@ -481,6 +483,9 @@ func runReloading(ctx context.Context, hup <-chan os.Signal, args []string, look
 	}
 	files, err := fdBudget(log)
 	if err != nil {
+		return err
+	}
+	if err := prepareDataDir(cfg.data, cfg.moveStoreFrom, log); err != nil {
 		return err
 	}
 	warnAboutVolume(cfg.data, log)

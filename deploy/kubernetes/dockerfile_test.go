@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"maps"
 	"os"
+	"path"
 	"path/filepath"
 	"regexp"
 	"slices"
@@ -140,7 +141,7 @@ func TestDockerfile(t *testing.T) {
 	}
 	withArgs := maps.Clone(flags)
 	maps.Copy(withArgs, parseFlags(t, []string{"--fsync", "always"}))
-	for _, f := range []string{"addr", "http-addr", "data", "backup-dir"} {
+	for _, f := range []string{"addr", "http-addr", "data", "backup-dir", "move-store-from"} {
 		if flags[f] == "" {
 			t.Errorf("the image's ENV does not set --%s; set it explicitly", f)
 		} else if withArgs[f] != flags[f] {
@@ -191,17 +192,60 @@ func TestDockerfile(t *testing.T) {
 		t.Errorf("EXPOSE %v, want %v (the image's listen ports and the StatefulSet's container ports)", exposed, want)
 	}
 
-	// Data: a volume, the same path as in the StatefulSet, with the backups
-	// on it.
+	// Data: a volume holding the store and the backups apart, laid out as
+	// in the StatefulSet.
+	var volumes []string
+	for _, v := range find(final, "VOLUME") {
+		volumes = append(volumes, strings.Fields(v)...)
+	}
+	if len(volumes) != 1 {
+		t.Fatalf("VOLUME %v: want one volume, for the store and its backups", volumes)
+	}
+	checkVolumeLayout(t, "the image's ENV", flags, volumes[0])
+	k8s := m.containerFlags(t)
+	for _, f := range []string{"data", "backup-dir", "move-store-from"} {
+		if k8s[f] != flags[f] {
+			t.Errorf("the image's --%s %s, the StatefulSet's %s: keep them equal", f, flags[f], k8s[f])
+		}
+	}
+
+	// The build: for the platform asked for (docker buildx --platform),
+	// cross-compiled on the builder's own.
+	buildStage := stages[len(stages)-2]
+	if from := buildStage[0].args; !strings.HasPrefix(from, "--platform=$BUILDPLATFORM ") {
+		t.Errorf("FROM %s: want --platform=$BUILDPLATFORM, so that the builder runs natively and cross-compiles", from)
+	}
+	args := strings.Join(find(buildStage, "ARG"), " ")
+	for _, want := range []string{"TARGETOS", "TARGETARCH"} {
+		if !slices.Contains(strings.Fields(args), want) {
+			t.Errorf("the build stage does not declare ARG %s; without it the variable is empty", want)
+		}
+	}
+	if !regexp.MustCompile(`GOOS=\$\{?TARGETOS\}? GOARCH=\$\{?TARGETARCH\}? .*go build`).MatchString(build) {
+		t.Errorf("go build does not run with GOOS=$TARGETOS GOARCH=$TARGETARCH: the image would hold a binary for the builder's platform")
+	}
+}
+
+// checkVolumeLayout checks where flags put the store and its backups on
+// the volume mounted at vol: the store in a directory of its own directly
+// in it (so that --move-store-from vol moves an older layout's store
+// there), the backups on the same filesystem (CHECKPOINT hard-links the
+// store's files) but not inside the store (which sluice refuses).
+func checkVolumeLayout(t *testing.T, what string, flags map[string]string, vol string) {
+	t.Helper()
 	data := requireFlag(t, flags, "data")
-	if !slices.ContainsFunc(find(final, "VOLUME"), func(v string) bool { return slices.Contains(strings.Fields(v), data) }) {
-		t.Errorf("SLUICE_DATA %s is not a VOLUME", data)
+	if path.Dir(data) != vol {
+		t.Errorf("%s: --data %s is not a directory directly on the volume %s", what, data, vol)
 	}
-	if k8sData := m.containerFlags(t)["data"]; k8sData != data {
-		t.Errorf("SLUICE_DATA %s, the StatefulSet's --data %s: keep them equal", data, k8sData)
+	if from := requireFlag(t, flags, "move-store-from"); from != vol {
+		t.Errorf("%s: --move-store-from %s, want the volume %s, where older layouts kept the store", what, from, vol)
 	}
-	if b := requireFlag(t, flags, "backup-dir"); !strings.HasPrefix(b, data+"/") {
-		t.Errorf("SLUICE_BACKUP_DIR %s is not on the data volume %s", b, data)
+	b := requireFlag(t, flags, "backup-dir")
+	if !strings.HasPrefix(b, vol+"/") {
+		t.Errorf("%s: --backup-dir %s is not on the volume %s: CHECKPOINT hard-links the store's files", what, b, vol)
+	}
+	if b == data || strings.HasPrefix(b, data+"/") {
+		t.Errorf("%s: --backup-dir %s is inside --data %s, where sluice refuses checkpoints", what, b, data)
 	}
 }
 
