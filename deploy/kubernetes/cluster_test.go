@@ -24,17 +24,8 @@ const clusterOverlay = "../kubernetes-cluster"
 // StatefulSet as kustomize does (a strategic merge).
 func clusterStatefulSet(t *testing.T, base *appsv1.StatefulSet) *appsv1.StatefulSet {
 	t.Helper()
-	raw, err := os.ReadFile(filepath.Join(clusterOverlay, "kustomization.yaml"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	var o manifests
-	if err := o.add(raw); err != nil {
-		t.Fatalf("kustomization.yaml: %v", err)
-	}
-	k := o.kustomizations[0]
-	here, _ := filepath.Abs(".")
-	if len(k.Resources) != 1 || absPath(filepath.Join(clusterOverlay, k.Resources[0])) != here {
+	k := loadOverlay(t, clusterOverlay)
+	if len(k.Resources) != 1 {
 		t.Errorf("resources %v: want the base, ../kubernetes", k.Resources)
 	}
 	if len(k.Patches) == 0 {

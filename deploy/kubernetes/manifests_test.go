@@ -1,10 +1,12 @@
 // Package kubernetes_test checks the manifests in this directory, the TLS
 // overlay in ../kubernetes-tls, the cluster overlay in
-// ../kubernetes-cluster, and the
-// Dockerfile at the root of the repository, against each other and against
-// the flags of cmd/sluice. It needs no cluster and no network: every
-// manifest is decoded strictly into the Kubernetes API types, so a
-// misspelt field fails, and then the settings that must agree are compared.
+// ../kubernetes-cluster, the monitoring overlay in ../kubernetes-monitoring,
+// and the Dockerfile at the root of the repository, against each other and
+// against the flags of cmd/sluice. It needs no cluster and no network:
+// every manifest is decoded strictly into the Kubernetes API types (the
+// Prometheus Operator's ServiceMonitor into the part of it used here), so
+// a misspelt field fails, and then the settings that must agree are
+// compared.
 package kubernetes_test
 
 import (
@@ -657,6 +659,26 @@ func sluiceSource(t *testing.T) string {
 		b.Write(src)
 	}
 	return b.String()
+}
+
+// loadOverlay reads the kustomization of the overlay in dir, and checks
+// that its first resource is this base.
+func loadOverlay(t *testing.T, dir string) *kustomization {
+	t.Helper()
+	raw, err := os.ReadFile(filepath.Join(dir, "kustomization.yaml"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var o manifests
+	if err := o.add(raw); err != nil {
+		t.Fatalf("%s/kustomization.yaml: %v", dir, err)
+	}
+	k := o.kustomizations[0]
+	here, _ := filepath.Abs(".")
+	if len(k.Resources) == 0 || absPath(filepath.Join(dir, k.Resources[0])) != here {
+		t.Errorf("%s: resources %v: want the base, ../kubernetes, first", dir, k.Resources)
+	}
+	return k
 }
 
 // repoRoot is the root of the repository, relative to this package.

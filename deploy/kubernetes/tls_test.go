@@ -23,17 +23,8 @@ const tlsOverlay = "../kubernetes-tls"
 // files of a mounted kubernetes.io/tls Secret. (kubectl kustomize renders
 // the same; it is not needed here.)
 func TestTLSOverlay(t *testing.T) {
-	raw, err := os.ReadFile(filepath.Join(tlsOverlay, "kustomization.yaml"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	var o manifests
-	if err := o.add(raw); err != nil {
-		t.Fatalf("kustomization.yaml: %v", err)
-	}
-	k := o.kustomizations[0]
-	here, _ := filepath.Abs(".")
-	if len(k.Resources) != 1 || absPath(filepath.Join(tlsOverlay, k.Resources[0])) != here {
+	k := loadOverlay(t, tlsOverlay)
+	if len(k.Resources) != 1 {
 		t.Errorf("resources %v: want the base, ../kubernetes", k.Resources)
 	}
 	if len(k.Patches) == 0 {
