@@ -66,23 +66,12 @@ func relocate(from, to string, ops relocateOps) (bool, error) {
 		return false, fmt.Errorf("storage: relocate %s: %w", from, err)
 	}
 	staging := filepath.Join(absFrom, filepath.Base(absTo)+".moving")
-	names, err := os.ReadDir(from)
+	files, resuming, err := filesToMove(from, staging)
 	if errors.Is(err, os.ErrNotExist) {
 		return false, nil
 	}
 	if err != nil {
-		return false, fmt.Errorf("storage: relocate: read %s: %w", from, err)
-	}
-	resuming := false
-	var files []string
-	for _, e := range names {
-		switch {
-		case e.Name() == filepath.Base(staging):
-			resuming = true
-		case e.IsDir(), e.Name() == lockFile:
-		default:
-			files = append(files, e.Name())
-		}
+		return false, err
 	}
 	if (!resuming && !slices.ContainsFunc(files, isStoreMarker)) || absTo == absFrom {
 		return false, nil // nothing to move, or the store is served where it is
@@ -109,6 +98,11 @@ func relocate(from, to string, ops relocateOps) (bool, error) {
 		return false, fmt.Errorf("storage: relocate: lock %s: %w", from, err)
 	}
 	defer lock.Close()
+	// Again, now that no sluice can be writing there: one that held the
+	// lock until now may have written files since.
+	if files, resuming, err = filesToMove(from, staging); err != nil {
+		return false, err
+	}
 	if !resuming {
 		if err := ops.mkdir(staging); err != nil {
 			return false, fmt.Errorf("storage: relocate: %w", err)
@@ -150,6 +144,25 @@ func relocate(from, to string, ops relocateOps) (bool, error) {
 		return true, fmt.Errorf("storage: relocate: the store is in %s; removing the old lock file: %w", to, err)
 	}
 	return true, nil
+}
+
+// filesToMove lists the files directly in from, the lock file aside, and
+// reports whether staging, the directory a move cut short left, is there.
+func filesToMove(from, staging string) (files []string, resuming bool, err error) {
+	names, err := os.ReadDir(from)
+	if err != nil {
+		return nil, false, fmt.Errorf("storage: relocate: read %s: %w", from, err)
+	}
+	for _, e := range names {
+		switch {
+		case e.Name() == filepath.Base(staging):
+			resuming = true
+		case e.IsDir(), e.Name() == lockFile:
+		default:
+			files = append(files, e.Name())
+		}
+	}
+	return files, resuming, nil
 }
 
 // isStoreMarker reports whether name is one of the files by which checkDir

@@ -262,3 +262,25 @@ func TestRelocateRefuses(t *testing.T) {
 		checkRecords(t, to)
 	})
 }
+
+// TestRelocateListsAfterLocking: a file a sluice wrote while it still held
+// the lock, after the first look at the volume, moves with the rest.
+func TestRelocateListsAfterLocking(t *testing.T) {
+	vol := oldLayout(t)
+	to := filepath.Join(vol, "store")
+	ops := osRelocateOps()
+	lock := ops.lock
+	ops.lock = func(name string) (io.Closer, error) {
+		if err := os.WriteFile(filepath.Join(vol, "late.log"), nil, 0o644); err != nil {
+			t.Fatal(err)
+		}
+		return lock(name)
+	}
+	if moved, err := relocate(vol, to, ops); !moved || err != nil {
+		t.Fatalf("relocate: %v, %v", moved, err)
+	}
+	if _, err := os.Stat(filepath.Join(to, "late.log")); err != nil {
+		t.Errorf("a file written before the lock was taken stayed behind: %v", err)
+	}
+	checkRecords(t, to)
+}
