@@ -23,13 +23,13 @@ type checkFlags struct {
 }
 
 func addCheckFlags(fs *flag.FlagSet, c *checkFlags) {
-	fs.StringVar(&c.addr, "check-addr", "", "listen address of the forward-auth endpoint /check for reverse proxies (needs --policy); empty turns it off")
+	addrVar(fs, &c.addr, "check-addr", "", "127.0.0.1:9051", true, "listen address of the forward-auth endpoint /check for reverse proxies (needs --policy); empty turns it off")
 	fs.Var(&c.trusted, "check-trusted-proxies", "comma-separated networks (CIDR, or single addresses) of the proxies whose X-Forwarded-For /check believes; others' is ignored and the peer is the client")
 	fs.StringVar(&c.identityHeader, "check-identity-header", "", "header holding the caller's identity, which /check passes to the rules as the user field; empty: no user field")
 	fs.Var(&c.fieldHeaders, "check-field-header", "FIELD=Header: /check passes the value of Header to the rules as FIELD (e.g. quota=X-Quota); repeat the flag, or separate pairs with commas")
 	fs.StringVar(&c.headerStyle, "check-header-style", "github", "rate-limit header fields /check answers with: github (X-RateLimit-*), ietf (RateLimit, RateLimit-Policy), both or none")
-	fs.IntVar(&c.ipv4Bits, "check-ipv4-bits", 32, "prefix length that names an IPv4 client in /check's ip field (1 to 32; 24 keys a client by its /24)")
-	fs.IntVar(&c.ipv6Bits, "check-ipv6-bits", 64, "prefix length that names an IPv6 client in /check's ip field (1 to 128): one customer usually holds a whole /64")
+	intVar(fs, &c.ipv4Bits, "check-ipv4-bits", 32, "prefix length that names an IPv4 client in /check's ip field (1 to 32; 24 keys a client by its /24)")
+	intVar(fs, &c.ipv6Bits, "check-ipv6-bits", 64, "prefix length that names an IPv6 client in /check's ip field (1 to 128): one customer usually holds a whole /64")
 }
 
 // validate checks the flags against the rest of the configuration.
