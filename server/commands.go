@@ -36,6 +36,9 @@ type client struct {
 	// failed asks the connection to close gently after an error reply
 	// (conn.lingerClose): the client may have pipelined more behind it.
 	failed bool
+	// silent closes the connection without the replies not yet sent: a
+	// cross-protocol attack (crossProtocol).
+	silent bool
 	authed bool // AUTH done, or no password configured
 	// pipes counts the pipelines begun and ended (odd: one under way),
 	// for MIGRATE PAUSE's grace period (migrate.go).
@@ -196,6 +199,11 @@ func (s *Server) exec(c *client, args [][]byte) {
 // dispatch runs one command and returns its tally, nil for a command that
 // is not counted as one (unknown, or queued by MULTI).
 func (s *Server) dispatch(c *client, args [][]byte) *tally {
+	// Before anything else, as Redis: in MULTI, before AUTH.
+	if isCrossProtocol(args[0]) {
+		s.crossProtocol(c)
+		return nil
+	}
 	cmd := s.lookup(c, args[0])
 	c.Result = dispatch.None
 	if c.tx.on && s.queue(c, cmd, args) {
