@@ -493,8 +493,12 @@ func cmdClient(s *Server, c *client, args [][]byte) {
 		c.Out = resp.AppendSimple(c.Out, "OK")
 	case sub == "info" && len(args) == 2:
 		s.clientInfo(c)
-	case sub == "list" && len(args) == 2:
-		s.clientList(c)
+	case sub == "list":
+		s.clientListCmd(c, args)
+	case sub == "kill" && len(args) < 3:
+		s.replyErr(c, resp.WrongArgs("client|kill"))
+	case sub == "kill":
+		s.clientKill(c, args)
 	case sub == "help":
 		lines := []string{
 			"CLIENT <subcommand> [<arg> ...]. Subcommands are:",
@@ -503,7 +507,18 @@ func cmdClient(s *Server, c *client, args [][]byte) {
 			"SETNAME <name>", "    Assign the name <name> to the current connection.",
 			"SETINFO <LIB-NAME|LIB-VER> <value>", "    Record the client library's name or version.",
 			"INFO", "    Return information about the current connection.",
-			"LIST", "    Return information about all connections.",
+			"LIST [TYPE <NORMAL|MASTER|REPLICA|PUBSUB> | ID <id> [<id> ...]]",
+			"    Return information about the connections, all or those given; every sluice connection is of type normal.",
+			"KILL <ip:port>", "    Kill the connection made from <ip:port>.",
+			"KILL <option> <value> [<option> <value> [...]]",
+			"    Kill the connections that match every option. Options are:",
+			"    * ID <client-id>", "      the connection with this ID.",
+			"    * ADDR <ip:port>", "      connections made from this address.",
+			"    * LADDR <ip:port>", "      connections made to this local address.",
+			"    * USER <username>", "      connections of this user: only default exists.",
+			"    * TYPE <NORMAL|MASTER|REPLICA|PUBSUB>", "      connections of this type: every one is normal.",
+			"    * MAXAGE <seconds>", "      connections at least this old.",
+			"    * SKIPME <YES|NO>", "      skip the connection running the command (default: yes).",
 		}
 		c.Out = appendHelp(c.Out, lines)
 	default:
