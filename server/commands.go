@@ -2,7 +2,6 @@ package server
 
 import (
 	"math"
-	"path"
 	"sort"
 	"strconv"
 	"strings"
@@ -656,63 +655,6 @@ func (s *Server) lookupCommand(name []byte) (*command, *cmddoc.Sub) {
 		}
 	}
 	return nil, nil
-}
-
-// cmdConfig answers CONFIG GET with the server's settings (read-only: they
-// are flags), so that tools like redis-benchmark can read them.
-func cmdConfig(s *Server, c *client, args [][]byte) {
-	switch strings.ToLower(string(args[1])) {
-	case "get":
-		if len(args) < 3 {
-			s.replyErr(c, resp.WrongArgs("config|get"))
-			return
-		}
-		all := s.configValues()
-		var keys []string
-		for k := range all {
-			for _, pat := range args[2:] {
-				if ok, _ := path.Match(strings.ToLower(string(pat)), k); ok {
-					keys = append(keys, k)
-					break
-				}
-			}
-		}
-		sort.Strings(keys)
-		c.Out = resp.AppendMap(c.Out, len(keys), c.resp == 3)
-		for _, k := range keys {
-			c.Out = resp.AppendBulkString(c.Out, k)
-			c.Out = resp.AppendBulkString(c.Out, all[k])
-		}
-	case "set", "rewrite", "resetstat":
-		s.replyErr(c, resp.Error("ERR CONFIG "+strings.ToUpper(string(args[1]))+" is not supported: sluice is configured by flags and SLUICE_* environment variables at startup"))
-	default:
-		s.replyErr(c, resp.Error("ERR unknown subcommand '"+resp.Preview(args[1])+"'. Try CONFIG GET."))
-	}
-}
-
-func (s *Server) configValues() map[string]string {
-	port := ""
-	if a := s.Addr(); a != nil {
-		if _, p, err := splitHostPort(a.String()); err == nil {
-			port = p
-		}
-	}
-	return map[string]string{
-		"fsync":                     s.store.Mode().String(),
-		"appendfsync":               s.store.Mode().String(),
-		"dir":                       s.store.Dir(),
-		"data":                      s.store.Dir(),
-		"port":                      port,
-		"databases":                 "1",
-		"save":                      "",
-		"max-args":                  strconv.Itoa(s.cfg.MaxArgs),
-		"max-bulk":                  strconv.FormatInt(s.cfg.MaxBulk, 10),
-		"proto-max-bulk-len":        strconv.FormatInt(s.cfg.MaxBulk, 10),
-		"max-inline":                strconv.Itoa(s.cfg.MaxInline),
-		"max-key-size":              strconv.Itoa(s.cfg.MaxKeySize),
-		"max-query-buffer":          strconv.Itoa(s.cfg.MaxQueryBuffer),
-		"client-query-buffer-limit": strconv.Itoa(s.cfg.MaxQueryBuffer),
-	}
 }
 
 func cmdTime(s *Server, c *client, args [][]byte) {
