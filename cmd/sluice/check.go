@@ -5,6 +5,7 @@ import (
 	"flag"
 	"fmt"
 	"net/netip"
+	"strconv"
 	"strings"
 
 	"github.com/sluicehq/sluice/client/ratelimitheader"
@@ -73,6 +74,22 @@ func (p *prefixList) String() string {
 	return strings.Join(s, ",")
 }
 
+// notNetwork is prefixList's error for part of the value v.
+func notNetwork(part, v string) error {
+	return &badValue{problem: partOf(part, v) + "want networks (CIDR) or addresses, comma-separated"}
+}
+
+// partOf names the part of a comma-separated value v an error is about,
+// when v has others.
+func partOf(part, v string) string {
+	if part == strings.TrimSpace(v) {
+		return ""
+	}
+	return strconv.Quote(part) + ": "
+}
+
+func (p *prefixList) example() string { return "10.0.0.0/8,192.168.1.7" }
+
 func (p *prefixList) Set(v string) error {
 	for _, part := range strings.Split(v, ",") {
 		part = strings.TrimSpace(part)
@@ -82,14 +99,14 @@ func (p *prefixList) Set(v string) error {
 		if strings.Contains(part, "/") {
 			x, err := netip.ParsePrefix(part)
 			if err != nil {
-				return fmt.Errorf("%q: want a network such as 10.0.0.0/8 or fd00::/8, or an address", part)
+				return notNetwork(part, v)
 			}
 			*p = append(*p, x.Masked())
 			continue
 		}
 		a, err := netip.ParseAddr(part)
 		if err != nil {
-			return fmt.Errorf("%q: want a network such as 10.0.0.0/8 or fd00::/8, or an address", part)
+			return notNetwork(part, v)
 		}
 		*p = append(*p, netip.PrefixFrom(a, a.BitLen()))
 	}
@@ -107,6 +124,8 @@ func (f *fieldHeaderList) String() string {
 	return strings.Join(s, ",")
 }
 
+func (f *fieldHeaderList) example() string { return "quota=X-Quota" }
+
 func (f *fieldHeaderList) Set(v string) error {
 	for _, part := range strings.Split(v, ",") {
 		part = strings.TrimSpace(part)
@@ -115,7 +134,7 @@ func (f *fieldHeaderList) Set(v string) error {
 		}
 		field, header, ok := strings.Cut(part, "=")
 		if !ok {
-			return fmt.Errorf("%q: want FIELD=Header, e.g. quota=X-Quota", part)
+			return &badValue{problem: partOf(part, v) + "want FIELD=Header"}
 		}
 		fh := server.CheckFieldHeader{Field: strings.TrimSpace(field), Header: strings.TrimSpace(header)}
 		if err := server.ValidateCheckFieldHeader(fh); err != nil {

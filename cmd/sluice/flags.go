@@ -205,7 +205,7 @@ func examples(fs *flag.FlagSet, f *flag.Flag, suggested []string, env bool) stri
 		default:
 			if ex, ok := f.Value.(interface{ example() string }); ok {
 				vals = []string{ex.example()}
-			} else {
+			} else { // a string flag, whose every value is taken
 				vals = []string{"VALUE"}
 			}
 		}

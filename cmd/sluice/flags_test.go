@@ -64,7 +64,7 @@ var badFlagValues = map[string][]struct{ value, want string }{
 	"byteSize":        {{"64mq", "not a size"}, {"1.5gb", "not a size"}, {"-5", "cannot be negative"}, {"99999999999gb", "out of range"}},
 	"memoryLimit":     {{"lots", "not a memory limit"}},
 	"address":         {{"9049", "a port alone is not an address"}, {"localhost", "not host:port"}, {"127.0.0.1:http", "not a number from 0 to 65535"}},
-	"prefixList":      {{"10.0.0.0/33", "want a network"}},
+	"prefixList":      {{"10.0.0.0/33", "want networks (CIDR) or addresses"}},
 	"fieldHeaderList": {{"quota", "want FIELD=Header"}},
 	"stringValue":     nil, // any text; what it must be is checked after parsing
 }
