@@ -1,7 +1,9 @@
 package policy
 
 import (
+	"errors"
 	"fmt"
+	"math"
 	"strconv"
 )
 
@@ -105,6 +107,8 @@ func parseCount(name, text string) (int64, string) {
 	switch {
 	case text == "":
 		return 0, name + " is empty; expected a non-negative integer"
+	case errors.Is(err, strconv.ErrRange) && text[0] != '-' && text[0] != '+':
+		return 0, fmt.Sprintf("%s is %s: out of range; expected at most %d", name, text, int64(math.MaxInt64))
 	case err != nil || text[0] == '+' || n < 0:
 		return 0, fmt.Sprintf("%s is %s; expected a non-negative integer", name, text)
 	}

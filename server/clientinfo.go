@@ -1,7 +1,6 @@
 package server
 
 import (
-	"cmp"
 	"net"
 	"slices"
 	"strconv"
@@ -108,20 +107,14 @@ func (s *Server) clientInfo(c *client) {
 	c.Out = wrapBulk(c.Out, start)
 }
 
-// clientList answers CLIENT LIST. Its reply grows with the number of
-// connections (about 280 bytes each, at most --maxclients), so it is
-// written straight into the reply buffer, which counts against
-// --max-reply-buffer and --maxmemory-clients and is sent in chunks: a
-// client that pipelines it holds one reply at a time, not one per command.
-func (s *Server) clientList(c *client) {
+// clientList answers CLIENT LIST with the lines of list (clientListCmd).
+// Its reply grows with the number of connections (about 280 bytes each, at
+// most --maxclients), so it is written straight into the reply buffer,
+// which counts against --max-reply-buffer and --maxmemory-clients and is
+// sent in chunks: a client that pipelines it holds one reply at a time,
+// not one per command.
+func (s *Server) clientList(c *client, list []*client) {
 	self := c.conn.view(c.conn.footprint()) // before the reply buffer grows
-	s.mu.Lock()
-	list := make([]*client, 0, len(s.mu.clients))
-	for _, other := range s.mu.clients {
-		list = append(list, other)
-	}
-	s.mu.Unlock()
-	slices.SortFunc(list, func(a, b *client) int { return cmp.Compare(a.id, b.id) })
 	now := s.clock().UnixMilli()
 	start := len(c.Out)
 	c.Out = slices.Grow(c.Out, 300*len(list)+24)

@@ -21,7 +21,7 @@ func TestCommandDocsSubcommands(t *testing.T) {
 	rdb := newClient(t, srv) // RESP3
 	ctx := context.Background()
 	want := map[string][]string{
-		"client":  {"client|getname", "client|help", "client|id", "client|info", "client|list", "client|setinfo", "client|setname"},
+		"client":  {"client|getname", "client|help", "client|id", "client|info", "client|kill", "client|list", "client|setinfo", "client|setname"},
 		"command": {"command|count", "command|docs", "command|help", "command|info", "command|list"},
 		"config":  {"config|get", "config|resetstat", "config|rewrite", "config|set"},
 		"policy":  {"policy|reload", "policy|show"},

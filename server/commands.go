@@ -2,7 +2,6 @@ package server
 
 import (
 	"math"
-	"path"
 	"sort"
 	"strconv"
 	"strings"
@@ -36,6 +35,9 @@ type client struct {
 	// failed asks the connection to close gently after an error reply
 	// (conn.lingerClose): the client may have pipelined more behind it.
 	failed bool
+	// silent closes the connection without the replies not yet sent: a
+	// cross-protocol attack (crossProtocol).
+	silent bool
 	authed bool // AUTH done, or no password configured
 	// pipes counts the pipelines begun and ended (odd: one under way),
 	// for MIGRATE PAUSE's grace period (migrate.go).
@@ -196,6 +198,11 @@ func (s *Server) exec(c *client, args [][]byte) {
 // dispatch runs one command and returns its tally, nil for a command that
 // is not counted as one (unknown, or queued by MULTI).
 func (s *Server) dispatch(c *client, args [][]byte) *tally {
+	// Before anything else, as Redis: in MULTI, before AUTH.
+	if isCrossProtocol(args[0]) {
+		s.crossProtocol(c)
+		return nil
+	}
 	cmd := s.lookup(c, args[0])
 	c.Result = dispatch.None
 	if c.tx.on && s.queue(c, cmd, args) {
@@ -485,8 +492,12 @@ func cmdClient(s *Server, c *client, args [][]byte) {
 		c.Out = resp.AppendSimple(c.Out, "OK")
 	case sub == "info" && len(args) == 2:
 		s.clientInfo(c)
-	case sub == "list" && len(args) == 2:
-		s.clientList(c)
+	case sub == "list":
+		s.clientListCmd(c, args)
+	case sub == "kill" && len(args) < 3:
+		s.replyErr(c, resp.WrongArgs("client|kill"))
+	case sub == "kill":
+		s.clientKill(c, args)
 	case sub == "help":
 		lines := []string{
 			"CLIENT <subcommand> [<arg> ...]. Subcommands are:",
@@ -495,7 +506,18 @@ func cmdClient(s *Server, c *client, args [][]byte) {
 			"SETNAME <name>", "    Assign the name <name> to the current connection.",
 			"SETINFO <LIB-NAME|LIB-VER> <value>", "    Record the client library's name or version.",
 			"INFO", "    Return information about the current connection.",
-			"LIST", "    Return information about all connections.",
+			"LIST [TYPE <NORMAL|MASTER|REPLICA|PUBSUB> | ID <id> [<id> ...]]",
+			"    Return information about the connections, all or those given; every sluice connection is of type normal.",
+			"KILL <ip:port>", "    Kill the connection made from <ip:port>.",
+			"KILL <option> <value> [<option> <value> [...]]",
+			"    Kill the connections that match every option. Options are:",
+			"    * ID <client-id>", "      the connection with this ID.",
+			"    * ADDR <ip:port>", "      connections made from this address.",
+			"    * LADDR <ip:port>", "      connections made to this local address.",
+			"    * USER <username>", "      connections of this user: only default exists.",
+			"    * TYPE <NORMAL|MASTER|REPLICA|PUBSUB>", "      connections of this type: every one is normal.",
+			"    * MAXAGE <seconds>", "      connections at least this old.",
+			"    * SKIPME <YES|NO>", "      skip the connection running the command (default: yes).",
 		}
 		c.Out = appendHelp(c.Out, lines)
 	default:
@@ -633,63 +655,6 @@ func (s *Server) lookupCommand(name []byte) (*command, *cmddoc.Sub) {
 		}
 	}
 	return nil, nil
-}
-
-// cmdConfig answers CONFIG GET with the server's settings (read-only: they
-// are flags), so that tools like redis-benchmark can read them.
-func cmdConfig(s *Server, c *client, args [][]byte) {
-	switch strings.ToLower(string(args[1])) {
-	case "get":
-		if len(args) < 3 {
-			s.replyErr(c, resp.WrongArgs("config|get"))
-			return
-		}
-		all := s.configValues()
-		var keys []string
-		for k := range all {
-			for _, pat := range args[2:] {
-				if ok, _ := path.Match(strings.ToLower(string(pat)), k); ok {
-					keys = append(keys, k)
-					break
-				}
-			}
-		}
-		sort.Strings(keys)
-		c.Out = resp.AppendMap(c.Out, len(keys), c.resp == 3)
-		for _, k := range keys {
-			c.Out = resp.AppendBulkString(c.Out, k)
-			c.Out = resp.AppendBulkString(c.Out, all[k])
-		}
-	case "set", "rewrite", "resetstat":
-		s.replyErr(c, resp.Error("ERR CONFIG "+strings.ToUpper(string(args[1]))+" is not supported: sluice is configured by flags and SLUICE_* environment variables at startup"))
-	default:
-		s.replyErr(c, resp.Error("ERR unknown subcommand '"+resp.Preview(args[1])+"'. Try CONFIG GET."))
-	}
-}
-
-func (s *Server) configValues() map[string]string {
-	port := ""
-	if a := s.Addr(); a != nil {
-		if _, p, err := splitHostPort(a.String()); err == nil {
-			port = p
-		}
-	}
-	return map[string]string{
-		"fsync":                     s.store.Mode().String(),
-		"appendfsync":               s.store.Mode().String(),
-		"dir":                       s.store.Dir(),
-		"data":                      s.store.Dir(),
-		"port":                      port,
-		"databases":                 "1",
-		"save":                      "",
-		"max-args":                  strconv.Itoa(s.cfg.MaxArgs),
-		"max-bulk":                  strconv.FormatInt(s.cfg.MaxBulk, 10),
-		"proto-max-bulk-len":        strconv.FormatInt(s.cfg.MaxBulk, 10),
-		"max-inline":                strconv.Itoa(s.cfg.MaxInline),
-		"max-key-size":              strconv.Itoa(s.cfg.MaxKeySize),
-		"max-query-buffer":          strconv.Itoa(s.cfg.MaxQueryBuffer),
-		"client-query-buffer-limit": strconv.Itoa(s.cfg.MaxQueryBuffer),
-	}
 }
 
 func cmdTime(s *Server, c *client, args [][]byte) {

@@ -245,7 +245,7 @@ func (cn *conn) commitAndSend() bool {
 	c.outPeak = max(c.outPeak, len(c.Out))
 	cn.publish(cn.footprint()) // before the replies: a client that saw them sees its changes in CLIENT LIST
 	ok := true
-	if len(c.Out) > 0 {
+	if len(c.Out) > 0 && !c.silent {
 		ok = cn.write(c.Out)
 	}
 	c.Out = c.Out[:0]

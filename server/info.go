@@ -122,6 +122,7 @@ func (s *Server) writeInfo(b *strings.Builder, section string) {
 		kv("total_net_output_bytes", i64(s.stats.netOut.Load()))
 		kv("total_error_replies", i64(s.stats.errorReplies.Load()))
 		kv("protocol_errors", i64(s.stats.protocolErrors.Load()))
+		kv("cross_protocol_closed", i64(s.stats.crossProtocol.Load()))
 		kv("evicted_clients", i64(s.stats.evictedClients.Load()))
 		kv("client_reply_overflows", i64(s.stats.replyOverflows.Load()))
 		kv("rl_allowed", i64(s.stats.rlAllowed.Load()))

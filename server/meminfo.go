@@ -138,7 +138,11 @@ func (s *Server) writeMemoryInfo(kv func(k, v string)) {
 	size("used_memory_rss", rss)
 	size("used_memory_peak", peak)
 	kv("used_memory_peak_perc", ratio(100*f.used, peak)+"%")
-	kv("used_memory_startup", i64(s.mem.startup))
+	// At most used_memory, which tools subtract it from (Redis'
+	// used_memory_dataset is used_memory less it and the overhead): what
+	// was live when serving began, opening the store included, can be
+	// freed since.
+	kv("used_memory_startup", i64(min(s.mem.startup, f.used)))
 	active := f.heapObjects + f.heapUnused
 	kv("allocator_allocated", i64(f.heapObjects))
 	kv("allocator_active", i64(active))

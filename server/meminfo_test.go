@@ -2,6 +2,7 @@ package server
 
 import (
 	"context"
+	"runtime"
 	"strconv"
 	"strings"
 	"testing"
@@ -84,6 +85,38 @@ func TestInfoMemory(t *testing.T) {
 	}
 	if info, _ := rdb.Info(ctx, "stats").Result(); strings.Contains(info, "# Memory") {
 		t.Errorf("INFO stats has # Memory")
+	}
+}
+
+// TestUsedMemoryStartupNotAboveUsed: used_memory_startup, sampled when
+// serving began, is never above used_memory, which tools subtract it from
+// (Redis' used_memory_dataset): memory that was live at startup and is
+// freed later, such as what opening the store held, must not make it so.
+func TestUsedMemoryStartupNotAboveUsed(t *testing.T) {
+	held := make([]byte, 64<<20) // live while serving begins
+	for i := range held {
+		held[i] = 1
+	}
+	srv := startServer(t, Config{})
+	rdb := newClient(t, srv)
+	ctx := context.Background()
+	if err := rdb.Ping(ctx).Err(); err != nil { // served: startMemory has run
+		t.Fatal(err)
+	}
+	runtime.KeepAlive(held)
+	held = nil
+	runtime.GC()
+	sec, err := rdb.Info(ctx, "memory").Result()
+	if err != nil {
+		t.Fatal(err)
+	}
+	vals := map[string]int64{}
+	for _, l := range strings.Split(sec, "\r\n") {
+		k, v, _ := strings.Cut(l, ":")
+		vals[k], _ = strconv.ParseInt(v, 10, 64)
+	}
+	if startup, used := vals["used_memory_startup"], vals["used_memory"]; startup <= 0 || startup > used {
+		t.Errorf("used_memory_startup %d, used_memory %d: want 0 < startup <= used", startup, used)
 	}
 }
 

@@ -299,3 +299,33 @@ func (a *authLog) stop(s *Server) {
 		a.logLocked(s)
 	}
 }
+
+// crossProtocolLogEvery is the least time between two warnings about
+// cross-protocol attacks, as Redis (securityWarningCommand): one a minute,
+// so that a flood of them cannot flood the log.
+const crossProtocolLogEvery = 60 // seconds
+
+// isCrossProtocol reports whether a command name is POST or Host:, any
+// case: the first words of an HTTP POST request's line and of its Host
+// header, which no RESP client sends. A browser that a web page makes POST
+// to the RESP port sends its body, which can hold commands, behind them
+// ("cross-protocol scripting"); the headers of any HTTP request have Host:.
+func isCrossProtocol(name []byte) bool {
+	return resp.EqualFold(name, "post") || resp.EqualFold(name, "host:")
+}
+
+// crossProtocol closes a connection that sent POST or Host: as a command,
+// as Redis does: without running it or what follows, and without sending
+// the replies not yet sent. It is counted and logged at most once a
+// minute.
+func (s *Server) crossProtocol(c *client) {
+	s.stats.crossProtocol.Add(1)
+	c.quit = true
+	c.silent = true
+	now := s.clock().Unix()
+	last := s.crossLogged.Load()
+	if (now-last > crossProtocolLogEvery || last-now > crossProtocolLogEvery) && s.crossLogged.CompareAndSwap(last, now) {
+		s.log.Warn("possible SECURITY ATTACK detected: a client sent POST or Host: as a command, as an HTTP request does, maybe a web page attempting cross-protocol scripting; connection closed",
+			"client", c.id, "remote", c.addr, "note", "logged at most once a minute; INFO stats cross_protocol_closed and sluice_cross_protocol_closed_total count them all")
+	}
+}

@@ -295,7 +295,10 @@ type Server struct {
 		replyOverflows  atomic.Int64
 		evictedClients  atomic.Int64 // closed: MaxMemoryClients
 		unknownCommands atomic.Int64
+		crossProtocol   atomic.Int64 // connections closed: POST or Host: as a command
 	}
+	// crossLogged is the unix second of the last cross-protocol warning.
+	crossLogged atomic.Int64
 }
 
 // orDefault sets a limit that is zero or negative to its default.

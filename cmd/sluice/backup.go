@@ -58,7 +58,7 @@ func newBackupFlagSet(cfg *backupConfig, stderr io.Writer) *flag.FlagSet {
 func runBackup(ctx context.Context, args []string, lookupEnv func(string) (string, bool), stdout, stderr io.Writer) error {
 	var cfg backupConfig
 	fs := newBackupFlagSet(&cfg, stderr)
-	if err := parseSubcommand(fs, args, lookupEnv); err != nil {
+	if err := parseArgs(fs, args, lookupEnv); err != nil {
 		return err
 	}
 	if cfg.from == "" {

@@ -90,7 +90,7 @@ func TestCacheMemoryTooSmall(t *testing.T) {
 			t.Errorf("--cache-memory %s accepted as %d: it caches nothing", v, int64(cfg.cacheMemory))
 			continue
 		}
-		if msg := err.Error(); !strings.Contains(msg, "--cache-memory") || !strings.Contains(msg, strconv.Itoa(storage.MinCacheMemory)) {
+		if msg := err.Error(); !strings.Contains(msg, "--cache-memory") || !strings.Contains(msg, humanSize(storage.MinCacheMemory)) {
 			t.Errorf("--cache-memory %s: error %q names neither the flag nor the minimum %d", v, msg, storage.MinCacheMemory)
 		}
 	}

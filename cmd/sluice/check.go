@@ -5,6 +5,7 @@ import (
 	"flag"
 	"fmt"
 	"net/netip"
+	"strconv"
 	"strings"
 
 	"github.com/sluicehq/sluice/client/ratelimitheader"
@@ -23,13 +24,13 @@ type checkFlags struct {
 }
 
 func addCheckFlags(fs *flag.FlagSet, c *checkFlags) {
-	fs.StringVar(&c.addr, "check-addr", "", "listen address of the forward-auth endpoint /check for reverse proxies (needs --policy); empty turns it off")
+	addrVar(fs, &c.addr, "check-addr", "", "127.0.0.1:9051", true, "listen address of the forward-auth endpoint /check for reverse proxies (needs --policy); empty turns it off")
 	fs.Var(&c.trusted, "check-trusted-proxies", "comma-separated networks (CIDR, or single addresses) of the proxies whose X-Forwarded-For /check believes; others' is ignored and the peer is the client")
 	fs.StringVar(&c.identityHeader, "check-identity-header", "", "header holding the caller's identity, which /check passes to the rules as the user field; empty: no user field")
 	fs.Var(&c.fieldHeaders, "check-field-header", "FIELD=Header: /check passes the value of Header to the rules as FIELD (e.g. quota=X-Quota); repeat the flag, or separate pairs with commas")
 	fs.StringVar(&c.headerStyle, "check-header-style", "github", "rate-limit header fields /check answers with: github (X-RateLimit-*), ietf (RateLimit, RateLimit-Policy), both or none")
-	fs.IntVar(&c.ipv4Bits, "check-ipv4-bits", 32, "prefix length that names an IPv4 client in /check's ip field (1 to 32; 24 keys a client by its /24)")
-	fs.IntVar(&c.ipv6Bits, "check-ipv6-bits", 64, "prefix length that names an IPv6 client in /check's ip field (1 to 128): one customer usually holds a whole /64")
+	intVar(fs, &c.ipv4Bits, "check-ipv4-bits", 32, "prefix length that names an IPv4 client in /check's ip field (1 to 32; 24 keys a client by its /24)")
+	intVar(fs, &c.ipv6Bits, "check-ipv6-bits", 64, "prefix length that names an IPv6 client in /check's ip field (1 to 128): one customer usually holds a whole /64")
 }
 
 // validate checks the flags against the rest of the configuration.
@@ -73,6 +74,22 @@ func (p *prefixList) String() string {
 	return strings.Join(s, ",")
 }
 
+// notNetwork is prefixList's error for part of the value v.
+func notNetwork(part, v string) error {
+	return &badValue{problem: partOf(part, v) + "want networks (CIDR) or addresses, comma-separated"}
+}
+
+// partOf names the part of a comma-separated value v an error is about,
+// when v has others.
+func partOf(part, v string) string {
+	if part == strings.TrimSpace(v) {
+		return ""
+	}
+	return strconv.Quote(part) + ": "
+}
+
+func (p *prefixList) example() string { return "10.0.0.0/8,192.168.1.7" }
+
 func (p *prefixList) Set(v string) error {
 	for _, part := range strings.Split(v, ",") {
 		part = strings.TrimSpace(part)
@@ -82,14 +99,14 @@ func (p *prefixList) Set(v string) error {
 		if strings.Contains(part, "/") {
 			x, err := netip.ParsePrefix(part)
 			if err != nil {
-				return fmt.Errorf("%q: want a network such as 10.0.0.0/8 or fd00::/8, or an address", part)
+				return notNetwork(part, v)
 			}
 			*p = append(*p, x.Masked())
 			continue
 		}
 		a, err := netip.ParseAddr(part)
 		if err != nil {
-			return fmt.Errorf("%q: want a network such as 10.0.0.0/8 or fd00::/8, or an address", part)
+			return notNetwork(part, v)
 		}
 		*p = append(*p, netip.PrefixFrom(a, a.BitLen()))
 	}
@@ -107,6 +124,8 @@ func (f *fieldHeaderList) String() string {
 	return strings.Join(s, ",")
 }
 
+func (f *fieldHeaderList) example() string { return "quota=X-Quota" }
+
 func (f *fieldHeaderList) Set(v string) error {
 	for _, part := range strings.Split(v, ",") {
 		part = strings.TrimSpace(part)
@@ -115,7 +134,7 @@ func (f *fieldHeaderList) Set(v string) error {
 		}
 		field, header, ok := strings.Cut(part, "=")
 		if !ok {
-			return fmt.Errorf("%q: want FIELD=Header, e.g. quota=X-Quota", part)
+			return &badValue{problem: partOf(part, v) + "want FIELD=Header"}
 		}
 		fh := server.CheckFieldHeader{Field: strings.TrimSpace(field), Header: strings.TrimSpace(header)}
 		if err := server.ValidateCheckFieldHeader(fh); err != nil {

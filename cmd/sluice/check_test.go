@@ -46,8 +46,8 @@ func TestCheckFlags(t *testing.T) {
 		want string
 	}{
 		{[]string{"--check-addr", "127.0.0.1:0"}, "--check-addr needs --policy"},
-		{[]string{"--check-trusted-proxies", "10.0.0.0/33"}, `"10.0.0.0/33": want a network such as 10.0.0.0/8`},
-		{[]string{"--check-trusted-proxies", "proxy.local"}, `"proxy.local": want a network`},
+		{[]string{"--check-trusted-proxies", "10.0.0.0/33"}, `--check-trusted-proxies "10.0.0.0/33": want networks (CIDR) or addresses`},
+		{[]string{"--check-trusted-proxies", "proxy.local"}, `"proxy.local": want networks`},
 		{[]string{"--check-field-header", "quota"}, `"quota": want FIELD=Header`},
 		{[]string{"--check-field-header", "ip=X-Real-IP"}, "one /check builds itself"},
 		{[]string{"--check-field-header", "q=X-A", "--check-field-header", "q=X-B"}, "field q is already taken from header X-A"},

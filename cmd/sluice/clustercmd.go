@@ -42,14 +42,14 @@ func newClusterFlagSet(cfg *clusterToolConfig, stderr io.Writer) *flag.FlagSet {
 	fs := flag.NewFlagSet("sluice cluster", flag.ContinueOnError)
 	fs.SetOutput(stderr)
 	fs.StringVar(&cfg.nodes, "nodes", "", "sluice cluster: the nodes' announced host:port, comma-separated, or a template with {i} and --cluster-size; for rebalance, exactly the nodes that should own slots, in ordinal order")
-	fs.IntVar(&cfg.size, "cluster-size", 0, "sluice cluster: the number of nodes when --nodes is a template")
+	intVar(fs, &cfg.size, "cluster-size", 0, "sluice cluster: the number of nodes when --nodes is a template")
 	fs.StringVar(&cfg.slots, "slots", "", "sluice cluster move: the slots to move, as 0-99,200")
 	fs.StringVar(&cfg.to, "to", "", "sluice cluster move: the announced host:port of the node to move them to")
 	fs.StringVar(&cfg.passFile, "requirepass-file", "", "file holding the password clients must give with AUTH (one line; a trailing newline is ignored)")
 	fs.StringVar(&cfg.pass, "requirepass", "", "password clients must give with AUTH (visible in process listings: prefer --requirepass-file)")
-	fs.DurationVar(&cfg.timeout, "cluster-command-timeout", 30*time.Second, "sluice cluster: the most one command to a node may take")
+	durationVar(fs, &cfg.timeout, "cluster-command-timeout", 30*time.Second, "sluice cluster: the most one command to a node may take")
 	fs.StringVar(&cfg.topology, "topology", "", "sluice cluster push: the topology to push, as CLUSTER TOPOLOGY prints it: <epoch> <host:port> <slots> ...")
-	fs.IntVar(&cfg.page, "cluster-page", 500, "sluice cluster: records copied per page while moving slots")
+	intVar(fs, &cfg.page, "cluster-page", 500, "sluice cluster: records copied per page while moving slots")
 	addMaxConfigFile(fs, &cfg.maxConfigFile)
 	fs.Usage = func() {
 		fmt.Fprintf(fs.Output(), "Usage: sluice cluster rebalance --nodes a:p,b:p,c:p   (spread the slots evenly over exactly these nodes)\n       sluice cluster move --nodes a:p,... --slots 0-99 --to d:p\n       sluice cluster show --nodes a:p,...   (the topology with the highest epoch, the nodes that have another, and any that answers as another node)\n       sluice cluster push --nodes a:p,... --topology '<epoch> a:p 0-8191 b:p 8192-16383'   (push a topology to every node: finishing an interrupted move)\n       sluice cluster renumber --nodes a:p,...   (push the highest topology under a low epoch: after the epoch cap)\n\n")
@@ -59,13 +59,17 @@ func newClusterFlagSet(cfg *clusterToolConfig, stderr io.Writer) *flag.FlagSet {
 }
 
 func runCluster(ctx context.Context, args []string, lookupEnv func(string) (string, bool), stdout, stderr io.Writer) error {
+	if len(args) > 0 && (args[0] == "-h" || args[0] == "-help" || args[0] == "--help") {
+		newClusterFlagSet(&clusterToolConfig{}, stderr).Usage()
+		return flag.ErrHelp
+	}
 	if len(args) == 0 || strings.HasPrefix(args[0], "-") {
-		return errors.New("sluice cluster: want a subcommand: rebalance, move, show, push or renumber (see sluice cluster rebalance --help)")
+		return errors.New("sluice cluster: want a subcommand: rebalance, move, show, push or renumber (see sluice cluster --help)")
 	}
 	sub := args[0]
 	var cfg clusterToolConfig
 	fs := newClusterFlagSet(&cfg, stderr)
-	if err := parseSubcommand(fs, args[1:], lookupEnv); err != nil {
+	if err := parseArgs(fs, args[1:], lookupEnv); err != nil {
 		return err
 	}
 	pass, err := readPassword(cfg.pass, cfg.passFile, cfg.maxConfigFile)

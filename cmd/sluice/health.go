@@ -37,14 +37,14 @@ type healthConfig struct {
 func newHealthFlagSet(cfg *healthConfig, stderr io.Writer) *flag.FlagSet {
 	fs := flag.NewFlagSet("sluice health", flag.ContinueOnError)
 	fs.SetOutput(stderr)
-	fs.StringVar(&cfg.addr, "addr", "127.0.0.1:9049", "the server's RESP address; checked when --http-addr is empty")
-	fs.StringVar(&cfg.httpAddr, "http-addr", "127.0.0.1:9050", "the server's HTTP address, whose /readyz is checked; empty checks READY over RESP")
+	addrVar(fs, &cfg.addr, "addr", "127.0.0.1:9049", "127.0.0.1:9049", true, "the server's RESP address; checked when --http-addr is empty")
+	addrVar(fs, &cfg.httpAddr, "http-addr", "127.0.0.1:9050", "127.0.0.1:9050", true, "the server's HTTP address, whose /readyz is checked; empty checks READY over RESP")
 	fs.StringVar(&cfg.requirePass, "requirepass", "", "the server's password, for the RESP check")
 	fs.StringVar(&cfg.requirePassFile, "requirepass-file", "", "file holding the server's password, for the RESP check")
 	fs.StringVar(&cfg.tlsCert, "tls-cert", "", "the server's PEM certificate: connect over TLS and accept only this certificate")
 	fs.StringVar(&cfg.tlsKey, "tls-key", "", "the private key of --tls-cert; the RESP check presents the pair as its client certificate when --tls-ca is set")
 	fs.StringVar(&cfg.tlsCA, "tls-ca", "", "the server's client CA: set when the server requires client certificates on RESP")
-	fs.DurationVar(&cfg.timeout, "health-timeout", 5*time.Second, "the longest the check takes; past it, it fails")
+	durationVar(fs, &cfg.timeout, "health-timeout", 5*time.Second, "the longest the check takes; past it, it fails")
 	addMaxConfigFile(fs, &cfg.maxConfigFile)
 	fs.Usage = func() {
 		fmt.Fprintf(fs.Output(), "Usage: sluice health [flags]\n\nChecks that a sluice server is ready, for a container's HEALTHCHECK: GET\n/readyz on --http-addr, or, with --http-addr empty, AUTH and READY on --addr.\nExits 0 when ready and 1 otherwise, saying why. An address without a host\nor with 0.0.0.0 or :: is checked on loopback. It reads the server's SLUICE_*\nvariables, so in a container it checks what the server serves.\n\n")
@@ -57,7 +57,7 @@ func newHealthFlagSet(cfg *healthConfig, stderr io.Writer) *flag.FlagSet {
 func runHealth(args []string, lookupEnv func(string) (string, bool), stdout, stderr io.Writer) error {
 	var cfg healthConfig
 	fs := newHealthFlagSet(&cfg, stderr)
-	if err := parseSubcommand(fs, args, lookupEnv); err != nil {
+	if err := parseArgs(fs, args, lookupEnv); err != nil {
 		return err
 	}
 	if cfg.timeout <= 0 {

@@ -36,9 +36,9 @@ func newInspectFlagSet(cfg *inspectConfig, stderr io.Writer) *flag.FlagSet {
 	fs.StringVar(&cfg.data, "data", "./sluice-data", "data directory to read (a stopped server's, or a CHECKPOINT copy)")
 	fs.StringVar(&cfg.prefix, "prefix", "", "list only records whose key starts with this")
 	fs.StringVar(&cfg.kind, "kind", "", "list only records of this kind ("+kindNames()+"); empty for all")
-	fs.IntVar(&cfg.limit, "limit", 0, "list at most this many records; 0 for all")
+	intVar(fs, &cfg.limit, "limit", 0, "list at most this many records; 0 for all")
 	fs.StringVar(&cfg.format, "format", "text", "output: text (a table) or json (one object per line)")
-	fs.Int64Var(&cfg.at, "at", 0, "unix time in milliseconds at which to compute tokens and idleness; 0 for now")
+	int64Var(fs, &cfg.at, "at", 0, "unix time in milliseconds at which to compute tokens and idleness; 0 for now")
 	fs.Usage = func() {
 		fmt.Fprintf(fs.Output(), "Usage: sluice inspect [flags]\n\nLists the records stored in a data directory (token buckets, divvy counters,\nGCRA, fixed-window and sliding-log records), read-only: a read-only directory\nor mount is read without writing anything. The directory must not be in use\nby a running server. Flags also read SLUICE_<NAME>.\n\n")
 		fs.PrintDefaults()
@@ -51,7 +51,7 @@ func newInspectFlagSet(cfg *inspectConfig, stderr io.Writer) *flag.FlagSet {
 func runInspect(args []string, lookupEnv func(string) (string, bool), stdout, stderr io.Writer) error {
 	var cfg inspectConfig
 	fs := newInspectFlagSet(&cfg, stderr)
-	if err := parseSubcommand(fs, args, lookupEnv); err != nil {
+	if err := parseArgs(fs, args, lookupEnv); err != nil {
 		return err
 	}
 	if cfg.format != "text" && cfg.format != "json" {

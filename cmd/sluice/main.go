@@ -14,7 +14,6 @@ import (
 	"net"
 	"os"
 	"os/signal"
-	"strconv"
 	"strings"
 	"syscall"
 	"time"
@@ -152,18 +151,18 @@ func newFlagSet(cfg *config, stderr io.Writer) *flag.FlagSet {
 	cfg.commitQueueMem = storage.DefaultMaxQueuedBytes
 	cfg.divvyMaxLine = server.DefaultDivvyMaxLine
 	cfg.memoryLimit = memoryLimit{auto: true}
-	fs.StringVar(&cfg.addr, "addr", "127.0.0.1:9049", "RESP listen address (host:port; port 0 picks a free one)")
+	addrVar(fs, &cfg.addr, "addr", "127.0.0.1:9049", "127.0.0.1:9049", false, "RESP listen address (host:port; port 0 picks a free one)")
 	fs.StringVar(&cfg.data, "data", "./sluice-data", "data directory, created if missing")
 	fs.StringVar(&cfg.fsync, "fsync", "everysec", "durability: always (reply after fsync), everysec (lose at most ~1s on a crash), no (the OS decides)")
-	fs.StringVar(&cfg.httpAddr, "http-addr", "127.0.0.1:9050", "HTTP listen address for /metrics, /healthz and /readyz; empty turns HTTP off")
+	addrVar(fs, &cfg.httpAddr, "http-addr", "127.0.0.1:9050", "127.0.0.1:9050", true, "HTTP listen address for /metrics, /healthz and /readyz; empty turns HTTP off")
 	cfg.httpMaxHeaderBytes = server.DefaultHTTPMaxHeaderBytes
 	fs.Var(&cfg.httpMaxHeaderBytes, "http-max-header-bytes", "most bytes of one request's header on --http-addr and --check-addr (request line, names and values); a longer one is answered 431")
 	fs.StringVar(&cfg.requirePass, "requirepass", "", "password clients must give with AUTH (visible in process listings: prefer --requirepass-file)")
 	fs.StringVar(&cfg.requirePassFile, "requirepass-file", "", "file holding the password clients must give with AUTH (one line; a trailing newline is ignored)")
 	fs.StringVar(&cfg.protectedMode, "protected-mode", "yes", "yes: without a password or TLS client certificates, refuse clients not on loopback; no: serve everyone")
-	fs.IntVar(&cfg.maxClients, "maxclients", server.DefaultMaxClients, "most connections at once, RESP, divvy and HTTP together; more are answered with an error and closed; lowered to what the open-file limit allows")
-	fs.IntVar(&cfg.maxAuthFailures, "max-auth-failures", server.DefaultMaxAuthFailures, "failed AUTH attempts after which a connection is closed; 0 never closes")
-	fs.IntVar(&cfg.timeout, "timeout", 0, "close a connection idle for this many seconds; 0 never does")
+	intVar(fs, &cfg.maxClients, "maxclients", server.DefaultMaxClients, "most connections at once, RESP, divvy and HTTP together; more are answered with an error and closed; lowered to what the open-file limit allows")
+	intVar(fs, &cfg.maxAuthFailures, "max-auth-failures", server.DefaultMaxAuthFailures, "failed AUTH attempts after which a connection is closed; 0 never closes")
+	intVar(fs, &cfg.timeout, "timeout", 0, "close a connection idle for this many seconds; 0 never does")
 	fs.Var(&cfg.maxMultiBytes, "max-multi-bytes", "most bytes of one connection's transaction: the commands queued after MULTI plus 64 for each command and WATCHed key; past it the transaction is discarded (EXEC answers EXECABORT)")
 	fs.Var(&cfg.maxReplyBuffer, "max-reply-buffer", "most bytes of replies queued for a client (one reply, as long pipelines are answered in 16 KiB chunks) before the connection is closed")
 	fs.Var(&cfg.maxMemClients, "maxmemory-clients", "most bytes of all RESP clients' query and reply buffers, rate limit service calls in flight and HTTP request headers being read, together; a RESP client or HTTP connection that grows them past it gets an error and is closed, a call is refused (RESOURCE_EXHAUSTED); 0 for no bound")
@@ -171,50 +170,50 @@ func newFlagSet(cfg *config, stderr io.Writer) *flag.FlagSet {
 	fs.StringVar(&cfg.tlsKey, "tls-key", "", "PEM private key file of --tls-cert")
 	fs.StringVar(&cfg.tlsCA, "tls-ca", "", "PEM CA file: require RESP clients to present a certificate it signed")
 	fs.StringVar(&cfg.onStoreError, "on-store-error", "deny", "when the disk refuses writes (full, I/O error): deny answers limit commands with an error; allow answers them from the last known state without storing the change")
-	fs.IntVar(&cfg.maxArgs, "max-args", server.DefaultMaxArgs, "most arguments in one command")
-	fs.Var(&cfg.maxBulk, "max-bulk", "most bytes in one argument (suffixes KiB, MiB, GiB)")
+	intVar(fs, &cfg.maxArgs, "max-args", server.DefaultMaxArgs, "most arguments in one command")
+	fs.Var(&cfg.maxBulk, "max-bulk", "most bytes in one argument")
 	fs.Var(&cfg.maxKeySize, "max-key-size", "longest key a command may name (the key of RL.*, CL.*, FW.*, ROLL.* and DEL, a HIT actor value); a longer one gets an error reply and nothing is stored; bounds what one key costs in memory")
 	fs.Var(&cfg.maxInline, "max-inline", "most bytes in one inline (telnet-style) command line")
 	fs.Var(&cfg.maxQueryBuffer, "max-query-buffer", "most bytes of one incomplete command held per client")
 	fs.Var(&cfg.cacheSize, "cache-size", "Pebble block cache size")
-	fs.IntVar(&cfg.cacheBuckets, "cache-buckets", 0, "deprecated, use --cache-memory: given without --cache-memory, sets it to this many buckets × 88 bytes (at least 1MiB); 0 turns the cache off")
+	intVar(fs, &cfg.cacheBuckets, "cache-buckets", 0, "deprecated, use --cache-memory: given without --cache-memory, sets it to this many buckets × 88 bytes (at least 1MiB); 0 turns the cache off")
 	fs.Var(&cfg.cacheMemory, "cache-memory", "most bytes of memory the bucket cache holds, everything it allocates counted (about 70 bytes per RL bucket with a 16-byte key: the default holds about 2.2M); a bucket over 1/1024 of it is not cached; 0 turns the cache off, and 1 byte to 1MiB is refused")
 	fs.Var(&cfg.memtableSize, "memtable-size", "Pebble memtable size")
 	fs.Var(&cfg.commitQueueMem, "commit-queue-memory", "most bytes of written records (keys and values) waiting to be written to Pebble; a command that would pass it waits for the disk; bounds what large sliding logs cost")
 	fs.Var(&cfg.memoryLimit, "memory-limit", "the Go runtime's soft memory limit: auto computes the sizing rule from the memory flags (README.md), 0 sets none, or a size; the GOMEMLIMIT environment variable wins over it")
 	fs.Var(&cfg.keyFilterSize, "key-filter-size", "in-memory filter of stored keys that spares a disk lookup for new buckets (about 10 bits per key); 0 turns it off")
-	fs.DurationVar(&cfg.shutdownTimeout, "shutdown-timeout", server.DefaultShutdownTimeout, "on SIGTERM, the most the shutdown takes: connections finish their last pipeline, then the store is written, fsynced and closed; past it, sluice exits with status 1 and logs what may be lost")
-	fs.DurationVar(&cfg.sweepInterval, "sweep-interval", server.DefaultSweepInterval, "pause between passes of the sweep that deletes idle records (buckets refilled to full, ended windows, GCRA keys whose allowance is whole); 0 turns it off (COMPACT still sweeps)")
-	fs.IntVar(&cfg.sweepRate, "sweep-rate", server.DefaultSweepRate, "most records the background sweep examines per second; 0 for no limit")
+	durationVar(fs, &cfg.shutdownTimeout, "shutdown-timeout", server.DefaultShutdownTimeout, "on SIGTERM, the most the shutdown takes: connections finish their last pipeline, then the store is written, fsynced and closed; past it, sluice exits with status 1 and logs what may be lost")
+	durationVar(fs, &cfg.sweepInterval, "sweep-interval", server.DefaultSweepInterval, "pause between passes of the sweep that deletes idle records (buckets refilled to full, ended windows, GCRA keys whose allowance is whole); 0 turns it off (COMPACT still sweeps)")
+	intVar(fs, &cfg.sweepRate, "sweep-rate", server.DefaultSweepRate, "most records the background sweep examines per second; 0 for no limit")
 	fs.StringVar(&cfg.backupDir, "backup-dir", "./sluice-backups", "directory where CHECKPOINT writes its copies of the store")
 	fs.StringVar(&cfg.moveStoreFrom, "move-store-from", "", "a directory that may hold a store directly (the image's volume, /data, as laid out before the store moved to /data/store): before opening, its store is moved into --data, which must be directly inside it; a move cut short is finished at the next start; empty: none")
 	fs.StringVar(&cfg.logFormat, "log-format", "text", "log format: text or json")
 	fs.StringVar(&cfg.logLevel, "log-level", "info", "log level: debug, info, warn or error")
 	fs.StringVar(&cfg.policyFile, "policy", "", "divvy rule file (.ini or .json) for HIT and the line protocol; reloaded on SIGHUP and POLICY RELOAD")
-	fs.StringVar(&cfg.divvyAddr, "divvy-addr", "", "listen address for divvy's line protocol (conventionally 127.0.0.1:8321); empty turns it off")
+	addrVar(fs, &cfg.divvyAddr, "divvy-addr", "", "127.0.0.1:8321", true, "listen address for divvy's line protocol (conventionally 127.0.0.1:8321); empty turns it off")
 	fs.Var(&cfg.divvyMaxLine, "divvy-max-line", "longest line the divvy line protocol accepts")
-	fs.IntVar(&cfg.divvyMaxPipeline, "divvy-max-pipeline", server.DefaultDivvyMaxPipeline, "most HIT lines of one divvy connection executed before their replies are sent and more are read")
-	fs.IntVar(&cfg.divvyTimeout, "divvy-timeout", 300, "close a divvy connection idle for this many seconds; 0 never does")
+	intVar(fs, &cfg.divvyMaxPipeline, "divvy-max-pipeline", server.DefaultDivvyMaxPipeline, "most HIT lines of one divvy connection executed before their replies are sent and more are read")
+	intVar(fs, &cfg.divvyTimeout, "divvy-timeout", 300, "close a divvy connection idle for this many seconds; 0 never does")
 	addCheckFlags(fs, &cfg.check)
 	fs.StringVar(&cfg.clusterNodes, "cluster-nodes", "", "cluster mode: the nodes' announced host:port in ordinal order, comma-separated, or a template with {i} (sluice-{i}.sluice:9049) and --cluster-size; empty: standalone")
-	fs.IntVar(&cfg.clusterSize, "cluster-size", 0, "cluster mode: the number of initial nodes when --cluster-nodes is a template")
-	fs.IntVar(&cfg.clusterOrdinal, "cluster-ordinal", -1, "cluster mode: this node's ordinal in --cluster-nodes; -1 takes the number after the last - of the hostname (a StatefulSet pod's)")
-	fs.DurationVar(&cfg.clusterTimeout, "cluster-forward-timeout", server.DefaultForwardTimeout, "cluster mode: the most one HIT counter forwarded to the node owning it may take, connecting included")
+	intVar(fs, &cfg.clusterSize, "cluster-size", 0, "cluster mode: the number of initial nodes when --cluster-nodes is a template")
+	intVar(fs, &cfg.clusterOrdinal, "cluster-ordinal", -1, "cluster mode: this node's ordinal in --cluster-nodes; -1 takes the number after the last - of the hostname (a StatefulSet pod's)")
+	durationVar(fs, &cfg.clusterTimeout, "cluster-forward-timeout", server.DefaultForwardTimeout, "cluster mode: the most one HIT counter forwarded to the node owning it may take, connecting included")
 	fs.StringVar(&cfg.clusterReassign, "cluster-reassign-from", "", "cluster mode: the node (announced host:port) a data directory was recorded as, to start it as this node anyway, on purpose: it then records this node; without it, a directory of another node is refused")
-	fs.BoolVar(&cfg.acceptRepaired, "accept-repaired-cluster-state", false, "start on a store whose cluster state (topology, moves, identity) sluice repair brought back older than it may have been, after checking it against the rest of the cluster; without it such a store is refused")
-	fs.DurationVar(&cfg.clusterClockSkew, "cluster-max-clock-skew", server.DefaultMaxClockSkew, "cluster mode: how far the clock of a node forwarding a HIT counter may be from this node's; a forwarded time further off is clamped to this node's clock plus or minus it")
+	boolVar(fs, &cfg.acceptRepaired, "accept-repaired-cluster-state", false, "start on a store whose cluster state (topology, moves, identity) sluice repair brought back older than it may have been, after checking it against the rest of the cluster; without it such a store is refused")
+	durationVar(fs, &cfg.clusterClockSkew, "cluster-max-clock-skew", server.DefaultMaxClockSkew, "cluster mode: how far the clock of a node forwarding a HIT counter may be from this node's; a forwarded time further off is clamped to this node's clock plus or minus it")
 	cfg.rlsMaxMessage = server.DefaultRLSMaxMessage
-	fs.StringVar(&cfg.rlsAddr, "rls-addr", "", "gRPC listen address for Envoy's rate limit service (ShouldRateLimit and gRPC health; conventionally 127.0.0.1:8081); empty turns it off")
+	addrVar(fs, &cfg.rlsAddr, "rls-addr", "", "127.0.0.1:8081", true, "gRPC listen address for Envoy's rate limit service (ShouldRateLimit and gRPC health; conventionally 127.0.0.1:8081); empty turns it off")
 	fs.StringVar(&cfg.rlsConfig, "rls-config", "", "directory of envoyproxy/ratelimit YAML files (*.yaml, *.yml) for --rls-addr; reloaded on SIGHUP")
-	fs.BoolVar(&cfg.rlsResponseHeaders, "rls-response-headers", false, "add RateLimit-Limit, RateLimit-Remaining and RateLimit-Reset to rate limit service replies (envoyproxy/ratelimit's LIMIT_RESPONSE_HEADERS_ENABLED)")
+	boolVar(fs, &cfg.rlsResponseHeaders, "rls-response-headers", false, "add RateLimit-Limit, RateLimit-Remaining and RateLimit-Reset to rate limit service replies (envoyproxy/ratelimit's LIMIT_RESPONSE_HEADERS_ENABLED)")
 	fs.Var(&cfg.rlsMaxMessage, "rls-max-message", "largest gRPC request the rate limit service accepts")
-	fs.IntVar(&cfg.rlsMaxStreams, "rls-max-streams", server.DefaultRLSMaxStreams, "most rate limit service calls in flight on one gRPC connection")
+	intVar(fs, &cfg.rlsMaxStreams, "rls-max-streams", server.DefaultRLSMaxStreams, "most rate limit service calls in flight on one gRPC connection")
 	addMaxConfigFile(fs, &cfg.maxConfigFile)
-	fs.DurationVar(&cfg.reloadTimeout, "reload-timeout", server.DefaultReloadTimeout, "the most a reload (SIGHUP, POLICY RELOAD) is waited for, reading its files or waiting for the one before (a network file system that hangs); past it POLICY RELOAD answers an error and the reload goes on, logging its outcome when it ends; SIGTERM never waits for a reload")
-	fs.IntVar(&cfg.rlsMaxDescriptors, "rls-max-descriptors", server.DefaultRLSMaxDescriptors, "most descriptors in one rate limit service call; more is refused (INVALID_ARGUMENT)")
+	durationVar(fs, &cfg.reloadTimeout, "reload-timeout", server.DefaultReloadTimeout, "the most a reload (SIGHUP, POLICY RELOAD) is waited for, reading its files or waiting for the one before (a network file system that hangs); past it POLICY RELOAD answers an error and the reload goes on, logging its outcome when it ends; SIGTERM never waits for a reload")
+	intVar(fs, &cfg.rlsMaxDescriptors, "rls-max-descriptors", server.DefaultRLSMaxDescriptors, "most descriptors in one rate limit service call; more is refused (INVALID_ARGUMENT)")
 	cfg.rlsMaxHeaderBytes = server.DefaultRLSMaxHeaderBytes
 	fs.Var(&cfg.rlsMaxHeaderBytes, "rls-max-header-bytes", "most bytes of one rate limit service call's header list (names, values and 32 per field, as HTTP/2 counts them); a longer one resets the stream")
-	fs.BoolVar(&cfg.showVersion, "version", false, "print the version and exit")
+	boolVar(fs, &cfg.showVersion, "version", false, "print the version and exit")
 	fs.Usage = func() {
 		fmt.Fprintf(fs.Output(), "Usage: sluice [flags]\n       sluice inspect [flags]   (lists stored records offline; see sluice inspect --help)\n       sluice health [flags]    (exits 0 when a server is ready, for a HEALTHCHECK; see sluice health --help)\n       sluice backup [flags]    (takes a backup of a running server over HTTP; see sluice backup --help)\n       sluice repair [flags]    (moves unreadable tables of a stopped server's store aside; see sluice repair --help)\n       sluice cluster rebalance|move|show|push|renumber [flags]   (reshards a cluster online; see sluice cluster rebalance --help)\n\nsluice is a persistent rate-limit server that speaks the Redis protocol.\nEvery flag can also be set with the environment variable shown; a flag on\nthe command line wins.\n\n")
 		fs.VisitAll(func(f *flag.Flag) {
@@ -245,25 +244,8 @@ func envName(flagName string) string {
 func parseConfig(args []string, lookupEnv func(string) (string, bool), stderr io.Writer) (config, error) {
 	var cfg config
 	fs := newFlagSet(&cfg, stderr)
-	var envErr error
-	fs.VisitAll(func(f *flag.Flag) {
-		if noEnv[f.Name] {
-			return
-		}
-		if v, ok := lookupEnv(envName(f.Name)); ok && envErr == nil {
-			if err := fs.Set(f.Name, v); err != nil {
-				envErr = fmt.Errorf("environment variable %s=%q: %w", envName(f.Name), v, err)
-			}
-		}
-	})
-	if envErr != nil {
-		return cfg, envErr
-	}
-	if err := fs.Parse(args); err != nil {
+	if err := parseArgs(fs, args, lookupEnv); err != nil {
 		return cfg, err
-	}
-	if fs.NArg() > 0 {
-		return cfg, fmt.Errorf("unexpected argument %q: sluice takes only flags (see --help)", fs.Arg(0))
 	}
 	for name, v := range map[string]int{"max-args": cfg.maxArgs, "maxclients": cfg.maxClients, "divvy-max-pipeline": cfg.divvyMaxPipeline, "rls-max-streams": cfg.rlsMaxStreams, "rls-max-descriptors": cfg.rlsMaxDescriptors} {
 		if v < 1 {
@@ -274,7 +256,7 @@ func parseConfig(args []string, lookupEnv func(string) (string, bool), stderr io
 		"cache-size": cfg.cacheSize, "memtable-size": cfg.memtableSize, "divvy-max-line": cfg.divvyMaxLine, "commit-queue-memory": cfg.commitQueueMem, "rls-max-message": cfg.rlsMaxMessage,
 		"rls-max-header-bytes": cfg.rlsMaxHeaderBytes, "http-max-header-bytes": cfg.httpMaxHeaderBytes, "max-config-file": cfg.maxConfigFile} {
 		if v < 1 {
-			return cfg, fmt.Errorf("--%s %d: want at least 1 byte", name, v)
+			return cfg, fmt.Errorf("--%s %s: want at least 1 byte", name, humanSize(int64(v)))
 		}
 	}
 	for name, v := range map[string]int{"timeout": cfg.timeout, "divvy-timeout": cfg.divvyTimeout} {
@@ -314,7 +296,7 @@ func parseConfig(args []string, lookupEnv func(string) (string, bool), stderr io
 		}
 	}
 	if cfg.cacheMemory > 0 && cfg.cacheMemory < storage.MinCacheMemory {
-		return cfg, fmt.Errorf("--cache-memory %d: want 0 (off) or at least %d (1 KiB for each of the cache's 1024 stripes; less caches nothing)", int64(cfg.cacheMemory), int64(storage.MinCacheMemory))
+		return cfg, fmt.Errorf("--cache-memory %s: want 0 (off) or at least %s (1 KiB for each of the cache's 1024 stripes; less caches nothing)", humanSize(int64(cfg.cacheMemory)), humanSize(storage.MinCacheMemory))
 	}
 	if cfg.shutdownTimeout <= 0 {
 		return cfg, fmt.Errorf("--shutdown-timeout %v: want a positive duration", cfg.shutdownTimeout)
@@ -365,7 +347,7 @@ func parseConfig(args []string, lookupEnv func(string) (string, bool), stderr io
 	}
 	for name, v := range map[string]byteSize{"rls-max-message": cfg.rlsMaxMessage, "rls-max-header-bytes": cfg.rlsMaxHeaderBytes, "http-max-header-bytes": cfg.httpMaxHeaderBytes} {
 		if v > 1<<30 {
-			return cfg, fmt.Errorf("--%s %d: want at most 1GiB", name, v)
+			return cfg, fmt.Errorf("--%s %s: want at most 1GiB", name, humanSize(int64(v)))
 		}
 	}
 	if cfg.onStoreError != "deny" && cfg.onStoreError != "allow" {
@@ -787,30 +769,4 @@ func offIfZero(n int64) int64 {
 		return -1
 	}
 	return n
-}
-
-// byteSize is a flag value in bytes with an optional binary or decimal
-// suffix: 512, 64KiB, 16MiB, 1GiB, 100MB.
-type byteSize int64
-
-func (b *byteSize) String() string { return strconv.FormatInt(int64(*b), 10) }
-
-func (b *byteSize) Set(s string) error {
-	t := strings.TrimSpace(s)
-	mult := int64(1)
-	for _, u := range []struct {
-		suffix string
-		mult   int64
-	}{{"KiB", 1 << 10}, {"MiB", 1 << 20}, {"GiB", 1 << 30}, {"KB", 1e3}, {"MB", 1e6}, {"GB", 1e9}, {"B", 1}} {
-		if strings.HasSuffix(t, u.suffix) {
-			t, mult = strings.TrimSpace(strings.TrimSuffix(t, u.suffix)), u.mult
-			break
-		}
-	}
-	n, err := strconv.ParseInt(t, 10, 64)
-	if err != nil || n < 0 || n > (1<<62)/mult {
-		return fmt.Errorf("%q is not a size: want bytes, optionally with KiB, MiB, GiB, KB, MB or GB", s)
-	}
-	*b = byteSize(n * mult)
-	return nil
 }

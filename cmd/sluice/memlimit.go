@@ -1,7 +1,6 @@
 package main
 
 import (
-	"fmt"
 	"log/slog"
 	"math"
 	"runtime/debug"
@@ -115,7 +114,7 @@ func (m *memoryLimit) Set(s string) error {
 	}
 	var b byteSize
 	if err := b.Set(s); err != nil {
-		return fmt.Errorf("%q is not a memory limit: want auto, 0 (no limit) or a size in bytes, optionally with KiB, MiB, GiB, KB, MB or GB", s)
+		return &badValue{problem: "not a memory limit: want auto, 0 (no limit) or a size, written as for the other size flags (512mb, 1GiB)"}
 	}
 	*m = memoryLimit{bytes: b}
 	return nil

@@ -68,7 +68,8 @@ func TestMemoryLimitFlag(t *testing.T) {
 		"auto":   {auto: true},
 		"0":      {},
 		"512MiB": {bytes: 512 << 20},
-		"1GB":    {bytes: 1e9},
+		"1GB":    {bytes: 1 << 30}, // as in redis.conf: GB is 1024³, G 1000³
+		"1g":     {bytes: 1e9},
 		"123":    {bytes: 123},
 	} {
 		if cfg := mustParse(t, "--memory-limit", arg); cfg.memoryLimit != want {

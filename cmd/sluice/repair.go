@@ -29,7 +29,7 @@ func newRepairFlagSet(cfg *repairConfig, stderr io.Writer) *flag.FlagSet {
 	fs := flag.NewFlagSet("sluice repair", flag.ContinueOnError)
 	fs.SetOutput(stderr)
 	fs.StringVar(&cfg.data, "data", "./sluice-data", "data directory to repair (a stopped server's)")
-	fs.BoolVar(&cfg.dryRun, "dry-run", false, "report what a repair would do, and change nothing")
+	boolVar(fs, &cfg.dryRun, "dry-run", false, "report what a repair would do, and change nothing")
 	fs.Usage = func() {
 		fmt.Fprintf(fs.Output(), "Usage: sluice repair --data DIR [--dry-run]\n\nChecks every table of a stopped server's store and, when some cannot be\nread, moves them aside into DIR/lost/ and removes them from the store. The\nlimits only they held start afresh; those they changed come back as they\nwere before (older); every other limit is kept. It reports each table, its\nkeys and what was kept, and leaves a store that opens. Exits 0\nwhen the store is repaired or needs no repair, 1 when it cannot be repaired.\nFlags also read SLUICE_<NAME>.\n\n")
 		fs.PrintDefaults()
@@ -43,7 +43,7 @@ func newRepairFlagSet(cfg *repairConfig, stderr io.Writer) *flag.FlagSet {
 func runRepair(ctx context.Context, args []string, lookupEnv func(string) (string, bool), stdout, stderr io.Writer) error {
 	var cfg repairConfig
 	fs := newRepairFlagSet(&cfg, stderr)
-	if err := parseSubcommand(fs, args, lookupEnv); err != nil {
+	if err := parseArgs(fs, args, lookupEnv); err != nil {
 		return err
 	}
 	dropped := map[string]int64{}

@@ -18,7 +18,7 @@ var builtin = map[string]*Doc{
 		}},
 	"auth": {Summary: "Authenticates the connection with the --requirepass password (user default).", Group: "connection",
 		Args: []Arg{{Name: "username", Type: "string", Optional: true}, {Name: "password", Type: "string"}}},
-	"client":  {Summary: "A container for connection commands: CLIENT ID, GETNAME, SETNAME, SETINFO, INFO, LIST and HELP.", Group: "connection"},
+	"client":  {Summary: "A container for connection commands: CLIENT ID, GETNAME, SETNAME, SETINFO, INFO, LIST, KILL and HELP.", Group: "connection"},
 	"command": {Summary: "A container for the command table: COMMAND with no subcommand replies every command's details; COMMAND COUNT, LIST, INFO, DOCS and HELP.", Group: "server"},
 	"config":  {Summary: "A container for the settings: CONFIG GET; sluice's are set only by flags at startup.", Group: "server"},
 	"time":    {Summary: "Replies the server time: [unix seconds, microseconds].", Group: "server"},
@@ -41,7 +41,27 @@ var builtinSubs = map[string][]Sub{
 		{Name: "client|help", Arity: 2, Flags: connFlags, Doc: Doc{Summary: "Replies the CLIENT subcommands and what they do.", Group: "connection"}},
 		{Name: "client|id", Arity: 2, Flags: connFlags, Doc: Doc{Summary: "Replies the connection's ID.", Group: "connection"}},
 		{Name: "client|info", Arity: 2, Flags: connFlags, Doc: Doc{Summary: "Replies the connection's line of CLIENT LIST.", Group: "connection"}},
-		{Name: "client|list", Arity: 2, Flags: connFlags, Doc: Doc{Summary: "Replies a line per connection: its ID, addresses, age, idle time, buffers, last command and library, in Redis' fields.", Group: "connection"}},
+		{Name: "client|kill", Arity: -3, Flags: []string{"admin", "loading", "stale"}, Doc: Doc{Summary: "Closes the connection made from ip:port (replies OK), or those that match every filter given (replies how many).", Group: "connection",
+			Args: []Arg{{Name: "filter", Type: "oneof", Args: []Arg{
+				{Name: "old-format", Type: "string"},
+				{Name: "new-format", Type: "oneof", Multiple: true, Args: []Arg{
+					{Name: "client-id", Type: "integer", Token: "ID", Optional: true},
+					clientTypeArg,
+					{Name: "username", Type: "string", Token: "USER", Optional: true},
+					{Name: "addr", Type: "string", Token: "ADDR", Optional: true},
+					{Name: "laddr", Type: "string", Token: "LADDR", Optional: true},
+					{Name: "skipme", Type: "oneof", Token: "SKIPME", Optional: true, Args: []Arg{
+						{Name: "yes", Type: "pure-token", Token: "YES"},
+						{Name: "no", Type: "pure-token", Token: "NO"},
+					}},
+					{Name: "maxage", Type: "integer", Token: "MAXAGE", Optional: true},
+				}},
+			}}}}},
+		{Name: "client|list", Arity: -2, Flags: connFlags, Doc: Doc{Summary: "Replies a line per connection, all or those of a type or with the IDs given: its ID, addresses, age, idle time, buffers, last command and library, in Redis' fields.", Group: "connection",
+			Args: []Arg{
+				clientTypeArg,
+				{Name: "client-id", Type: "integer", Token: "ID", Optional: true, Multiple: true},
+			}}},
 		{Name: "client|setinfo", Arity: 4, Flags: connFlags, Doc: Doc{Summary: "Records the client library's name or version, shown by CLIENT LIST.", Group: "connection",
 			Args: []Arg{{Name: "attr", Type: "oneof", Args: []Arg{
 				{Name: "libname", Type: "string", Token: "LIB-NAME"},
@@ -72,6 +92,14 @@ var builtinSubs = map[string][]Sub{
 		{Name: "policy|show", Arity: 2, Flags: []string{"admin"}, Doc: Doc{Summary: "Replies the rules in use, one flat array of names and values per rule.", Group: "server"}},
 	},
 }
+
+// clientTypeArg is the TYPE of CLIENT KILL and CLIENT LIST.
+var clientTypeArg = Arg{Name: "client-type", Type: "oneof", Token: "TYPE", Optional: true, Args: []Arg{
+	{Name: "normal", Type: "pure-token", Token: "NORMAL"},
+	{Name: "master", Type: "pure-token", Token: "MASTER"},
+	{Name: "replica", Type: "pure-token", Token: "REPLICA"},
+	{Name: "pubsub", Type: "pure-token", Token: "PUBSUB"},
+}}
 
 // connFlags are the flags of the subcommands that only look at the
 // connection or the command table.
