@@ -6,9 +6,11 @@
 # needs no emulation: the binary is pure Go.
 FROM --platform=$BUILDPLATFORM golang:1.26 AS build
 WORKDIR /src
-COPY go.mod go.sum ./
-# go.mod replaces the client module by ./client (the server uses two of its
-# standard-library-only packages), so its go.mod is needed to download.
+# go.work builds the server with the client module of this checkout (the
+# server uses two of its standard-library-only packages) rather than the
+# released version go.mod requires, so both modules' files are needed to
+# download.
+COPY go.mod go.sum go.work go.work.sum ./
 COPY client/go.mod client/go.sum ./client/
 RUN go mod download
 COPY . .
