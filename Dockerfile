@@ -1,4 +1,5 @@
-# docker build --build-arg VERSION="$(git describe --tags --always --dirty)" -t sluice .
+# docker build --build-arg VERSION="$(git describe --tags --match 'v[0-9]*' --always --dirty)" \
+#   --build-arg REVISION="$(git rev-parse HEAD)" -t sluice .
 # docker run --rm sluice --version
 
 # The builder runs on the build machine's platform and cross-compiles, so a
@@ -17,8 +18,10 @@ COPY . .
 ARG TARGETOS
 ARG TARGETARCH
 ARG VERSION=dev
+# The context has no .git, so Go cannot record the commit: pass it.
+ARG REVISION=
 RUN CGO_ENABLED=0 GOOS=$TARGETOS GOARCH=$TARGETARCH \
-    go build -trimpath -ldflags "-s -w -X main.version=${VERSION}" -o /out/sluice ./cmd/sluice
+    go build -trimpath -ldflags "-s -w -X main.version=${VERSION} -X main.revision=${REVISION}" -o /out/sluice ./cmd/sluice
 # An empty directory, copied below as /data so that it belongs to the
 # non-root user: a fresh Docker volume takes the ownership of the image's
 # directory, and sluice must be able to write there.

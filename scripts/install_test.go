@@ -32,10 +32,7 @@ func TestGoInstall(t *testing.T) {
 	goCmd := lookTool(t, "go")
 	gitCmd := lookTool(t, "git")
 	ctx := boundedContext(t)
-	root, err := filepath.Abs("..")
-	if err != nil {
-		t.Fatal(err)
-	}
+	root := repoRoot(t)
 	// The files a commit of this checkout would have: tracked ones and new
 	// ones git does not ignore (node_modules, built binaries and data
 	// directories stay out).
@@ -141,6 +138,15 @@ func boundedContext(t *testing.T) context.Context {
 	ctx, cancel := context.WithDeadline(t.Context(), deadline)
 	t.Cleanup(cancel)
 	return ctx
+}
+
+// repoRoot is the checkout this package is in.
+func repoRoot(t *testing.T) string {
+	root, err := filepath.Abs("..")
+	if err != nil {
+		t.Fatal(err)
+	}
+	return root
 }
 
 // lookTool returns the path of a program the test needs; it skips the
