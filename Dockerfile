@@ -1,4 +1,5 @@
-# docker build --build-arg VERSION="$(git describe --tags --always --dirty)" -t sluice .
+# docker build --build-arg VERSION="$(git describe --tags --match 'v[0-9]*' --always --dirty)" \
+#   --build-arg REVISION="$(git rev-parse HEAD)" -t sluice .
 # docker run --rm sluice --version
 
 # The builder runs on the build machine's platform and cross-compiles, so a
@@ -6,17 +7,21 @@
 # needs no emulation: the binary is pure Go.
 FROM --platform=$BUILDPLATFORM golang:1.26 AS build
 WORKDIR /src
-COPY go.mod go.sum ./
-# go.mod replaces the client module by ./client (the server uses two of its
-# standard-library-only packages), so its go.mod is needed to download.
+# go.work builds the server with the client module of this checkout (the
+# server uses two of its standard-library-only packages) rather than the
+# released version go.mod requires, so both modules' files are needed to
+# download.
+COPY go.mod go.sum go.work go.work.sum ./
 COPY client/go.mod client/go.sum ./client/
 RUN go mod download
 COPY . .
 ARG TARGETOS
 ARG TARGETARCH
 ARG VERSION=dev
+# The context has no .git, so Go cannot record the commit: pass it.
+ARG REVISION=
 RUN CGO_ENABLED=0 GOOS=$TARGETOS GOARCH=$TARGETARCH \
-    go build -trimpath -ldflags "-s -w -X main.version=${VERSION}" -o /out/sluice ./cmd/sluice
+    go build -trimpath -ldflags "-s -w -X main.version=${VERSION} -X main.revision=${REVISION}" -o /out/sluice ./cmd/sluice
 # An empty directory, copied below as /data so that it belongs to the
 # non-root user: a fresh Docker volume takes the ownership of the image's
 # directory, and sluice must be able to write there.

@@ -9,7 +9,7 @@ require (
 	github.com/prometheus/client_golang v1.25.0
 	github.com/prometheus/client_model v0.6.3
 	github.com/redis/go-redis/v9 v9.23.0
-	github.com/sluicehq/sluice/client v0.0.0-00010101000000-000000000000
+	github.com/sluicehq/sluice/client v0.1.0
 	go.yaml.in/yaml/v3 v3.0.5
 	gonum.org/v1/plot v0.16.0
 	google.golang.org/grpc v1.85.0
@@ -92,5 +92,3 @@ require (
 	sigs.k8s.io/randfill v1.0.0 // indirect
 	sigs.k8s.io/structured-merge-diff/v6 v6.4.2 // indirect
 )
-
-replace github.com/sluicehq/sluice/client => ./client

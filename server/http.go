@@ -85,9 +85,9 @@ func (s *Server) initMetrics() {
 	})
 	build := prometheus.NewGaugeVec(prometheus.GaugeOpts{
 		Name: "sluice_build_info",
-		Help: "Always 1; the labels give the version of sluice and of Go.",
-	}, []string{"version", "goversion"})
-	build.WithLabelValues(s.cfg.Version, runtime.Version()).Set(1)
+		Help: "Always 1; the labels give the version of sluice, the VCS revision it was built from (empty when unknown) and the version of Go.",
+	}, []string{"version", "revision", "goversion"})
+	build.WithLabelValues(s.cfg.Version, s.cfg.Revision, runtime.Version()).Set(1)
 	h.reg.MustRegister(
 		h.batchSeconds,
 		h.hitSeconds,

@@ -69,7 +69,13 @@ func (s *Server) writeInfo(b *strings.Builder, section string) {
 		}
 		exe, _ := os.Executable()
 		kv("redis_version", redisCompatVersion)
+		// Redis gives its own commit here; sluice's is the one that
+		// identifies the build.
+		sha1, dirty := gitSHA1(s.cfg.Revision)
+		kv("redis_git_sha1", sha1)
+		kv("redis_git_dirty", dirty)
 		kv("sluice_version", s.cfg.Version)
+		kv("sluice_revision", s.cfg.Revision)
 		kv("redis_mode", s.helloMode())
 		kv("os", runtime.GOOS+" "+runtime.GOARCH)
 		kv("arch_bits", strconv.Itoa(strconv.IntSize))
@@ -249,3 +255,15 @@ func boolInt(b bool) string {
 }
 
 func splitHostPort(addr string) (string, string, error) { return net.SplitHostPort(addr) }
+
+// gitSHA1 gives a revision as Redis gives its commit in redis_git_sha1 and
+// redis_git_dirty: the first 8 hex digits, "00000000" when unknown, and
+// "1" for a build with uncommitted changes.
+func gitSHA1(revision string) (sha1, dirty string) {
+	rev, modified := strings.CutSuffix(revision, "-dirty")
+	sha1 = "00000000"
+	if len(rev) >= 8 && strings.Trim(rev[:8], "0123456789abcdef") == "" {
+		sha1 = rev[:8]
+	}
+	return sha1, boolInt(modified)
+}

@@ -172,7 +172,7 @@ func TestMetricsAndHealth(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	srv, err := New(Config{Store: store, Password: "pw", Version: "v9.9.9", ShutdownTimeout: time.Minute})
+	srv, err := New(Config{Store: store, Password: "pw", Version: "v9.9.9", Revision: "0123456789abcdef0123456789abcdef01234567-dirty", ShutdownTimeout: time.Minute})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -218,7 +218,7 @@ func TestMetricsAndHealth(t *testing.T) {
 		`sluice_connections_total`,
 		`sluice_rejected_connections_total{reason="maxclients"} 0`,
 		`sluice_buckets 2`,
-		`sluice_build_info{goversion="` + runtime.Version() + `",version="v9.9.9"} 1`,
+		`sluice_build_info{goversion="` + runtime.Version() + `",revision="0123456789abcdef0123456789abcdef01234567-dirty",version="v9.9.9"} 1`,
 		`sluice_pipeline_duration_seconds_count`,
 		`sluice_store_unavailable 0`,
 		`process_resident_memory_bytes`,

@@ -57,6 +57,11 @@ type Config struct {
 	Version string           // reported by INFO and HELLO; default "dev"
 	Clock   func() time.Time // server clock; default time.Now
 
+	// Revision is the VCS revision sluice was built from, with "-dirty"
+	// for uncommitted changes, reported by INFO and sluice_build_info;
+	// empty when unknown.
+	Revision string
+
 	// SweepInterval is the pause between two passes of the idle sweep,
 	// which deletes buckets that have refilled to full; default 10m,
 	// negative turns the background sweep off (COMPACT still sweeps).

@@ -227,7 +227,7 @@ func TestConcurrentReducesSpendEachTokenOnce(t *testing.T) {
 }
 
 func TestBuiltins(t *testing.T) {
-	srv := startServer(t, Config{Version: "v9.9.9"})
+	srv := startServer(t, Config{Version: "v9.9.9", Revision: "0123456789abcdef0123456789abcdef01234567"})
 	rdb := newClient(t, srv)
 	ctx := context.Background()
 	do := func(args ...any) (any, error) { return rdb.Do(ctx, args...).Result() }
@@ -269,7 +269,7 @@ func TestBuiltins(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	for _, want := range []string{"# Server", "sluice_version:v9.9.9", "# Clients", "connected_clients:", "# Stats", "total_commands_processed:", "# Persistence", "fsync_policy:everysec"} {
+	for _, want := range []string{"# Server", "sluice_version:v9.9.9", "sluice_revision:0123456789abcdef0123456789abcdef01234567", "redis_git_sha1:01234567", "redis_git_dirty:0", "# Clients", "connected_clients:", "# Stats", "total_commands_processed:", "# Persistence", "fsync_policy:everysec"} {
 		if !strings.Contains(info, want) {
 			t.Fatalf("INFO lacks %q:\n%s", want, info)
 		}
@@ -637,4 +637,18 @@ func TestClientNamesAreCapped(t *testing.T) {
 	}
 	c.write([]byte("CLIENT GETNAME\r\n"))
 	c.expect("$" + strconv.Itoa(maxClientName)) // the last name accepted
+}
+
+func TestGitSHA1(t *testing.T) {
+	for _, tc := range []struct{ revision, sha1, dirty string }{
+		{"0123456789abcdef0123456789abcdef01234567", "01234567", "0"},
+		{"0123456789abcdef0123456789abcdef01234567-dirty", "01234567", "1"},
+		{"0123456789ab", "01234567", "0"}, // a pseudo-version's
+		{"", "00000000", "0"},
+		{"release-7", "00000000", "0"}, // stamped, not a commit
+	} {
+		if sha1, dirty := gitSHA1(tc.revision); sha1 != tc.sha1 || dirty != tc.dirty {
+			t.Errorf("gitSHA1(%q) = %s, %s; want %s, %s", tc.revision, sha1, dirty, tc.sha1, tc.dirty)
+		}
+	}
 }

@@ -1,20 +1,26 @@
 package server
 
 import (
+	"context"
+	"encoding/json"
+	"fmt"
 	"net"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"strings"
+	"sync"
 	"testing"
+	"time"
 )
 
 // TestTxClientLibraries runs transactions through the client libraries
 // users have: redis-py's default pipeline (Debian's python3-redis),
 // ioredis' multi().exec() and node-redis' multi().exec() (npm, pinned in
-// testdata/clients/package.json; .ci/run installs them there). Each script
-// checks its replies and that an aborted transaction left its bucket
-// untouched. A missing library skips its case, except under CI=true.
+// testdata/clients/package-lock.json; the test installs them there with
+// npm ci when they are not, once). Each script checks its replies and that
+// an aborted transaction left its bucket untouched. A missing library, or
+// npm, skips its case, except under CI=true.
 func TestTxClientLibraries(t *testing.T) {
 	ci := os.Getenv("CI") == "true"
 	dir, err := filepath.Abs(filepath.Join("testdata", "clients"))
@@ -39,13 +45,14 @@ func TestTxClientLibraries(t *testing.T) {
 		missing(t, "python3 with the redis module (Debian: python3-redis)")
 		return ""
 	}
+	install := sync.OnceValue(func() error { return npmInstall(t.Context(), dir) })
 	node := func(t *testing.T, module string) string {
 		path, err := exec.LookPath("node")
 		if err != nil {
 			missing(t, "node")
 		}
-		if _, err := os.Stat(filepath.Join(dir, "node_modules", module)); err != nil {
-			missing(t, "the npm package "+module+" (npm ci in server/testdata/clients)")
+		if err := install(); err != nil {
+			missing(t, "the npm package "+module+": "+err.Error())
 		}
 		return path
 	}
@@ -73,4 +80,46 @@ func TestTxClientLibraries(t *testing.T) {
 			}
 		})
 	}
+}
+
+// npmInstall makes dir/node_modules hold the packages dir/package.json
+// pins, at those versions: when one is missing or at another version, it
+// runs npm ci (the versions of package-lock.json), within 5 minutes.
+func npmInstall(ctx context.Context, dir string) error {
+	var pkg struct{ Dependencies map[string]string }
+	raw, err := os.ReadFile(filepath.Join(dir, "package.json"))
+	if err != nil {
+		return err
+	}
+	if err := json.Unmarshal(raw, &pkg); err != nil {
+		return fmt.Errorf("%s/package.json: %w", dir, err)
+	}
+	installed := func() error {
+		for name, want := range pkg.Dependencies {
+			var got struct{ Version string }
+			raw, err := os.ReadFile(filepath.Join(dir, "node_modules", name, "package.json"))
+			if err == nil {
+				err = json.Unmarshal(raw, &got)
+			}
+			if err != nil || got.Version != want {
+				return fmt.Errorf("node_modules/%s is not version %s (%q, %v)", name, want, got.Version, err)
+			}
+		}
+		return nil
+	}
+	if installed() == nil {
+		return nil
+	}
+	npm, err := exec.LookPath("npm")
+	if err != nil {
+		return fmt.Errorf("not installed in %s, and no npm to install it: %w", dir, err)
+	}
+	ctx, cancel := context.WithTimeout(ctx, 5*time.Minute)
+	defer cancel()
+	cmd := exec.CommandContext(ctx, npm, "ci", "--no-audit", "--no-fund")
+	cmd.Dir = dir
+	if out, err := cmd.CombinedOutput(); err != nil {
+		return fmt.Errorf("npm ci in %s: %w\n%s", dir, err, out)
+	}
+	return installed()
 }

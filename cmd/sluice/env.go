@@ -2,9 +2,12 @@ package main
 
 import (
 	"flag"
+	"fmt"
 	"io"
 	"log/slog"
 	"maps"
+	"regexp"
+	"runtime"
 	"runtime/debug"
 	"slices"
 	"strings"
@@ -14,6 +17,54 @@ import (
 func buildVersion() string {
 	bi, _ := debug.ReadBuildInfo()
 	return versionOf(version, bi)
+}
+
+// buildRevision is the VCS revision --version, INFO and sluice_build_info
+// report, "" when unknown.
+func buildRevision() string {
+	bi, _ := debug.ReadBuildInfo()
+	return revisionOf(revision, bi)
+}
+
+// versionLine is what sluice --version prints.
+func versionLine(version, revision string) string {
+	if revision == "" {
+		revision = "unknown"
+	}
+	return fmt.Sprintf("sluice %s (revision %s, %s, %s/%s)", version, revision, runtime.Version(), runtime.GOOS, runtime.GOARCH)
+}
+
+// pseudoVersion matches the versions the go command makes for a commit
+// (v0.0.0-20261123215835-d1a3e868d854, v1.2.4-0.2026..., v1.2.3-pre.0.2026...),
+// capturing the commit's first 12 hex digits and the +dirty of a build
+// with uncommitted changes.
+var pseudoVersion = regexp.MustCompile(`^v[0-9]+\.(?:0\.0-|[0-9]+\.[0-9]+-(?:[^+]*\.)?0\.)[0-9]{14}-([0-9a-f]{12})(\+dirty)?$`)
+
+// revisionOf picks the revision: the one stamped with -ldflags, else the
+// commit Go records from the checkout it built (vcs.revision, with -dirty
+// when vcs.modified), else the commit in a pseudo-version (go install
+// ...@main), else "" (go install of a release, whose version says what it
+// is; go run; a build without VCS information).
+func revisionOf(stamped string, bi *debug.BuildInfo) string {
+	if stamped != "" {
+		return stamped
+	}
+	if bi == nil {
+		return ""
+	}
+	if rev, modified := vcsOf(bi); rev != "" {
+		if modified {
+			rev += "-dirty"
+		}
+		return rev
+	}
+	if m := pseudoVersion.FindStringSubmatch(bi.Main.Version); m != nil {
+		if m[2] != "" {
+			return m[1] + "-dirty"
+		}
+		return m[1]
+	}
+	return ""
 }
 
 // versionOf picks the version: the one stamped with -ldflags, else the
@@ -32,16 +83,7 @@ func versionOf(stamped string, bi *debug.BuildInfo) string {
 	if v := bi.Main.Version; v != "" && v != "(devel)" {
 		return v
 	}
-	var rev string
-	var modified bool
-	for _, s := range bi.Settings {
-		switch s.Key {
-		case "vcs.revision":
-			rev = s.Value
-		case "vcs.modified":
-			modified = s.Value == "true"
-		}
-	}
+	rev, modified := vcsOf(bi)
 	if rev == "" {
 		return "dev"
 	}
@@ -52,6 +94,20 @@ func versionOf(stamped string, bi *debug.BuildInfo) string {
 		rev += "+dirty"
 	}
 	return rev
+}
+
+// vcsOf is the commit Go recorded from the checkout it built, and whether
+// the checkout had uncommitted changes; "" without VCS information.
+func vcsOf(bi *debug.BuildInfo) (rev string, modified bool) {
+	for _, s := range bi.Settings {
+		switch s.Key {
+		case "vcs.revision":
+			rev = s.Value
+		case "vcs.modified":
+			modified = s.Value == "true"
+		}
+	}
+	return rev, modified
 }
 
 // knownEnv is every SLUICE_* variable some part of sluice reads, with the

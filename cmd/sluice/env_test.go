@@ -2,6 +2,7 @@ package main
 
 import (
 	"encoding/json"
+	"runtime"
 	"runtime/debug"
 	"strings"
 	"syscall"
@@ -29,6 +30,47 @@ func TestVersionOf(t *testing.T) {
 		if got := versionOf(tc.stamped, tc.bi); got != tc.want {
 			t.Errorf("%s: versionOf = %q, want %q", tc.name, got, tc.want)
 		}
+	}
+}
+
+func TestRevisionOf(t *testing.T) {
+	vcs := func(rev, modified string) *debug.BuildInfo {
+		return &debug.BuildInfo{Main: debug.Module{Version: "v0.1.1-0.20261123215835-d1a3e868d854+dirty"}, Settings: []debug.BuildSetting{
+			{Key: "vcs", Value: "git"}, {Key: "vcs.revision", Value: rev}, {Key: "vcs.modified", Value: modified},
+		}}
+	}
+	module := func(v string) *debug.BuildInfo { return &debug.BuildInfo{Main: debug.Module{Version: v}} }
+	const rev = "0123456789abcdef0123456789abcdef01234567"
+	for _, tc := range []struct {
+		name, stamped string
+		bi            *debug.BuildInfo
+		want          string
+	}{
+		{"ldflags win", "fedcba9876543210fedcba9876543210fedcba98", vcs(rev, "true"), "fedcba9876543210fedcba9876543210fedcba98"},
+		{"checkout", "", vcs(rev, "false"), rev},
+		{"modified checkout", "", vcs(rev, "true"), rev + "-dirty"},
+		{"pseudo-version", "", module("v0.0.0-20261123215835-d1a3e868d854"), "d1a3e868d854"},
+		{"pseudo-version after a tag", "", module("v0.1.1-0.20261123215835-d1a3e868d854"), "d1a3e868d854"},
+		{"pseudo-version after a pre-release", "", module("v0.2.0-rc.1.0.20261123215835-d1a3e868d854"), "d1a3e868d854"},
+		{"dirty pseudo-version", "", module("v0.0.0-20261123215835-d1a3e868d854+dirty"), "d1a3e868d854-dirty"},
+		{"release", "", module("v0.1.0"), ""},
+		{"pre-release", "", module("v0.2.0-rc.1"), ""},
+		{"no VCS", "", module("(devel)"), ""},
+		{"no build info", "", nil, ""},
+	} {
+		if got := revisionOf(tc.stamped, tc.bi); got != tc.want {
+			t.Errorf("%s: revisionOf = %q, want %q", tc.name, got, tc.want)
+		}
+	}
+}
+
+func TestVersionLine(t *testing.T) {
+	tail := ", " + runtime.Version() + ", " + runtime.GOOS + "/" + runtime.GOARCH + ")"
+	if got, want := versionLine("v0.1.0", "0123abcd"), "sluice v0.1.0 (revision 0123abcd"+tail; got != want {
+		t.Errorf("versionLine = %q, want %q", got, want)
+	}
+	if got, want := versionLine("v0.1.0", ""), "sluice v0.1.0 (revision unknown"+tail; got != want {
+		t.Errorf("versionLine without a revision = %q, want %q", got, want)
 	}
 }
 

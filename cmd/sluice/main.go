@@ -28,9 +28,13 @@ import (
 	"github.com/sluicehq/sluice/storage"
 )
 
-// version is stamped at build time with -ldflags "-X main.version=v1.2.3";
-// when it is not, buildVersion asks the Go build information.
+// version and revision are stamped at build time with -ldflags
+// "-X main.version=v1.2.3 -X main.revision=<commit>" (scripts/release.sh,
+// the Dockerfile); when they are not, buildVersion and buildRevision ask
+// the Go build information.
 var version = ""
+
+var revision = ""
 
 func main() {
 	// Signals first: a SIGHUP that arrives while the store opens must wait
@@ -410,7 +414,7 @@ func runReloading(ctx context.Context, hup <-chan os.Signal, args []string, look
 		return err
 	}
 	if cfg.showVersion {
-		fmt.Fprintln(stdout, "sluice", buildVersion())
+		fmt.Fprintln(stdout, versionLine(buildVersion(), buildRevision()))
 		return nil
 	}
 	log, err := newLogger(cfg.logFormat, cfg.logLevel, stderr)
@@ -507,6 +511,7 @@ func runReloading(ctx context.Context, hup <-chan os.Signal, args []string, look
 		MaxQueryBuffer:  int(cfg.maxQueryBuffer),
 		ShutdownTimeout: cfg.shutdownTimeout,
 		Version:         buildVersion(),
+		Revision:        buildRevision(),
 		SweepInterval:   time.Duration(offIfZero(int64(cfg.sweepInterval))),
 		SweepRate:       int(offIfZero(int64(cfg.sweepRate))),
 		BackupDir:       cfg.backupDir,
@@ -611,7 +616,7 @@ func runReloading(ctx context.Context, hup <-chan os.Signal, args []string, look
 	if divvyLn != nil {
 		divvyAddr = divvyLn.Addr().String()
 	}
-	log.Info("sluice starting", "version", buildVersion(), "addr", ln.Addr().String(), "http_addr", httpAddr, "divvy_addr", divvyAddr, "check_addr", checkAddr, "rls_addr", rlsAddr, "policy", cfg.policyFile, "rls_config", cfg.rlsConfig, "data", cfg.data, "fsync", mode.String(), "auth", password != "", "tls", tlsFiles != nil, "fd_limit", files.Limit)
+	log.Info("sluice starting", "version", buildVersion(), "revision", buildRevision(), "addr", ln.Addr().String(), "http_addr", httpAddr, "divvy_addr", divvyAddr, "check_addr", checkAddr, "rls_addr", rlsAddr, "policy", cfg.policyFile, "rls_config", cfg.rlsConfig, "data", cfg.data, "fsync", mode.String(), "auth", password != "", "tls", tlsFiles != nil, "fd_limit", files.Limit)
 	serveErr := make(chan error, 5)
 	go func() { serveErr <- srv.Serve(ln) }()
 	if httpLn != nil {

@@ -101,10 +101,12 @@ func TestDockerfile(t *testing.T) {
 			t.Errorf("the build stage's go build lacks %s", want)
 		}
 	}
-	if stamp := regexp.MustCompile(`-X main\.(\w+)=\$\{?VERSION\}?`).FindStringSubmatch(build); stamp == nil {
-		t.Errorf("go build does not stamp $VERSION with -X main.<var>=${VERSION}")
-	} else if !regexp.MustCompile(`(?m)^var ` + stamp[1] + ` (string )?=`).MatchString(src) {
-		t.Errorf("-X main.%s: cmd/sluice has no string variable %s; the version would silently stay unset", stamp[1], stamp[1])
+	for _, arg := range []string{"VERSION", "REVISION"} {
+		if stamp := regexp.MustCompile(`-X main\.(\w+)=\$\{?` + arg + `\}?`).FindStringSubmatch(build); stamp == nil {
+			t.Errorf("go build does not stamp $%s with -X main.<var>=${%s}", arg, arg)
+		} else if !regexp.MustCompile(`(?m)^var ` + stamp[1] + ` (string )?=`).MatchString(src) {
+			t.Errorf("-X main.%s: cmd/sluice has no string variable %s; the %s would silently stay unset", stamp[1], stamp[1], strings.ToLower(arg))
+		}
 	}
 
 	// The user: numeric, so that the kubelet can verify runAsNonRoot, and
