@@ -64,7 +64,7 @@ func TestCLSpecExample(t *testing.T) {
 	srv := startServer(t, Config{Clock: clock.now})
 	c := newClient(t, srv)
 	wantInts(t, c, []int64{0, 16, 15, -1, 2}, "CL.THROTTLE", "user123", 15, 30, 60, "AT", 1700000000)
-	wantInts(t, c, []int64{0, 16, 15, -1, 2}, "CL.THROTTLE", "user124", 15, 30, 60) // the README's call, no AT
+	wantInts(t, c, []int64{0, 16, 15, -1, 2}, "CL.THROTTLE", "user124", 15, 30, 60) // the call of docs/protocol.md, no AT
 	wantInts(t, c, []int64{0, 16, 15, -1, 2}, "cl.throttle", "user125", 15, 30, 60, 1, "at", 1700000000)
 	wantInts(t, c, []int64{0, 16, 15, -1, 2000}, "CL.PTHROTTLE", "user126", 15, 30, 60000)
 	wantInts(t, c, []int64{0, 16, 15, -1, 2000}, "Cl.PThrottle", "user127", 15, 30, 60000, "At", 1700000000000)

@@ -64,31 +64,31 @@ print("used_memory" in r.info(), "used_memory" in r.info("all"))
 	}
 }
 
-// The README's Python snippet runs against a real server and prints what
-// its comments say.
-func TestReadmePythonSnippet(t *testing.T) {
+// The Python snippet of docs/commands.md runs against a real server and
+// prints what its comments say.
+func TestDocPythonSnippet(t *testing.T) {
 	py := pythonWithRedis(t)
-	readme, err := os.ReadFile("../../README.md")
+	readme, err := os.ReadFile("../../docs/commands.md")
 	if err != nil {
 		t.Fatal(err)
 	}
 	_, rest, ok := strings.Cut(string(readme), "<!-- snippet: python")
 	if !ok {
-		t.Fatal("README.md has no <!-- snippet: python --> marker")
+		t.Fatal("docs/commands.md has no <!-- snippet: python --> marker")
 	}
 	_, rest, _ = strings.Cut(rest, "```python\n")
 	snippet, _, ok := strings.Cut(rest, "```")
 	if !ok {
-		t.Fatal("README.md's python snippet has no end")
+		t.Fatal("docs/commands.md's python snippet has no end")
 	}
 	const addr = `host="localhost", port=9049`
 	if !strings.Contains(snippet, addr) {
-		t.Fatalf("README.md's python snippet does not connect with %s:\n%s", addr, snippet)
+		t.Fatalf("docs/commands.md's python snippet does not connect with %s:\n%s", addr, snippet)
 	}
 	p := startProc(t, t.TempDir())
 	host, port, _ := strings.Cut(p.addr, ":")
 	got := runPython(t, py, strings.Replace(snippet, addr, `host="`+host+`", port=`+port, 1))
 	if want := "10\n[10, 10, 10]\nTrue True\n"; got != want {
-		t.Errorf("README.md's python snippet printed\n%s\nwant\n%s", got, want)
+		t.Errorf("docs/commands.md's python snippet printed\n%s\nwant\n%s", got, want)
 	}
 }

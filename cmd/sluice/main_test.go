@@ -30,6 +30,8 @@ const execMainEnv = "SLUICE_TEST_EXEC_MAIN"
 
 func TestMain(m *testing.M) {
 	if os.Getenv(execMainEnv) == "1" {
+		// Not a variable of sluice's: it would log a warning about it.
+		os.Unsetenv(execMainEnv)
 		if err := setNoFile(os.Getenv(noFileEnv)); err != nil {
 			fmt.Fprintln(os.Stderr, "test helper:", err)
 			os.Exit(3)

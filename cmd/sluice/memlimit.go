@@ -12,12 +12,12 @@ import (
 
 // runtimeMemory is the sizing rule's term for what the flags do not bound:
 // the Go runtime, goroutine stacks, Pebble's indexes and table metadata,
-// and the commit queue at its default bound (README.md, "Memory is bounded
-// by the flags"); --commit-queue-memory above that default adds to it.
+// and the commit queue at its default bound (docs/operations.md,
+// "Sizing"); --commit-queue-memory above that default adds to it.
 const runtimeMemory = 40 << 20
 
 // autoMemoryLimit is the soft memory limit of --memory-limit auto: the
-// sizing rule of README.md and docs/operations.md ("Sizing"), term for term,
+// sizing rule of docs/operations.md ("Sizing"), term for term,
 // plus --maxmemory-clients, so that a burst of big commands is collected
 // before it doubles the heap. Without it the collector lets the heap run to
 // about twice its live size between collections (GOGC=100), and the peak

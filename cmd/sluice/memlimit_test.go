@@ -54,9 +54,9 @@ func TestAutoMemoryLimit(t *testing.T) {
 	if got, want := autoMemoryLimit(cfg, true)-autoMemoryLimit(cfg, false), int64(1024*mib+200*mib); got != want {
 		t.Errorf("Pebble's terms with --cache-size 1GiB --memtable-size 100MiB: %d, want %d", got, want)
 	}
-	// The README's figure: about 310 MiB plus --maxmemory-clients.
+	// The figure of docs/operations.md ("Sizing"): about 310 MiB plus --maxmemory-clients.
 	if got := autoMemoryLimit(mustParse(t), true); got>>20 != 376 {
-		t.Errorf("default limit without cgo: %d MiB, want 376 (README)", got>>20)
+		t.Errorf("default limit without cgo: %d MiB, want 376 (docs/operations.md, Sizing)", got>>20)
 	}
 }
 

@@ -62,7 +62,7 @@ func TestWriteBehindKeySurvivesSIGTERM(t *testing.T) {
 	}
 }
 
-// A SIGKILL loses no more than the README promises, per mode. --fsync
+// A SIGKILL loses no more than docs/operations.md ("Durability") promises, per mode. --fsync
 // always loses nothing acknowledged (TestCrashLosesNoAcknowledgedReduce).
 // everysec: every change acknowledged before a completed periodic sync
 // survives; no: every change Pebble has written out (COMPACT writes its

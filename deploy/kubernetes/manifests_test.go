@@ -498,7 +498,7 @@ func TestSecurityContext(t *testing.T) {
 	}
 }
 
-// TestMemory checks the sizing rule of the README: RSS ≈ cache-size +
+// TestMemory checks the sizing rule of docs/operations.md ("Sizing"): RSS ≈ cache-size +
 // 2 × memtable-size + cache-memory + key-filter-size + 64 MiB.
 func TestMemory(t *testing.T) {
 	m := load(t)
