@@ -33,8 +33,9 @@ import (
 // right after it continue it (bash's PS2), and the lines up to the next
 // command are its output, stdout and stderr together. The block runs in
 // one bash, in a new directory holding the files of the page's file blocks
-// above it, with this build as sluice and redis-cli printing as it does to
-// a terminal (--no-raw). Besides:
+// above it, with this build as sluice, redis-cli printing as it does to a
+// terminal (--no-raw), and curl's stand-in (examplecurl_test.go), which
+// needs no curl installed. Besides:
 //   - "$ sluice ... &" starts a server for the rest of the block; the test
 //     starts it, on free ports in place of the ports its flags name (and
 //     of 9049 and 9050 for --addr and --http-addr left out), and stops it
@@ -202,7 +203,8 @@ func needTool(t *testing.T, name, pkg string) string {
 }
 
 // exampleTools are the outside programs examples call, by Debian package.
-var exampleTools = map[string]string{"redis-cli": "redis-tools", "curl": "curl"}
+// curl is not one: examples get the stand-in of examplecurl_test.go.
+var exampleTools = map[string]string{"redis-cli": "redis-tools"}
 
 // consoleStep is one command of a console block and the output it shows.
 type consoleStep struct {
@@ -428,13 +430,15 @@ func replacePorts(s string, m map[string]string) string {
 }
 
 // exampleBin writes the programs the examples call by name: sluice (this
-// test binary running main) and redis-cli with --no-raw, as a terminal
-// shows its replies.
+// test binary running main), curl (this test binary running the stand-in
+// of examplecurl_test.go) and redis-cli with --no-raw, as a terminal shows
+// its replies.
 func exampleBin(t *testing.T) string {
 	t.Helper()
 	bin := t.TempDir()
 	scripts := map[string]string{
 		"sluice": fmt.Sprintf("#!/bin/sh\n%s=1 exec %s \"$@\"\n", execMainEnv, strconv.Quote(os.Args[0])),
+		"curl":   fmt.Sprintf("#!/bin/sh\n%s=1 exec %s \"$@\"\n", exampleCurlEnv, strconv.Quote(os.Args[0])),
 	}
 	if cli, err := exec.LookPath("redis-cli"); err == nil {
 		scripts["redis-cli"] = fmt.Sprintf("#!/bin/sh\nexec %s --no-raw \"$@\"\n", strconv.Quote(cli))

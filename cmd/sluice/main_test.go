@@ -39,6 +39,9 @@ func TestMain(m *testing.M) {
 		main()
 		os.Exit(0)
 	}
+	if os.Getenv(exampleCurlEnv) == "1" {
+		os.Exit(exampleCurl(os.Args[1:], os.Stdout, os.Stderr))
+	}
 	os.Exit(m.Run())
 }
 
