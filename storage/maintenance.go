@@ -139,27 +139,7 @@ func (s *Store) Scan(lower, upper []byte, fn func(key, val []byte) bool) error {
 	if s.dbClosed {
 		return ErrClosed
 	}
-	it, err := s.db.NewIter(&pebble.IterOptions{LowerBound: lower, UpperBound: upper})
-	if err != nil {
-		return fmt.Errorf("storage: scan: %w", err)
-	}
-	for ok := it.First(); ok; ok = it.Next() {
-		v, verr := it.ValueAndErr()
-		if verr != nil {
-			err = verr
-			break
-		}
-		if !fn(it.Key(), v) {
-			break
-		}
-	}
-	if cerr := it.Close(); err == nil {
-		err = cerr
-	}
-	if err != nil {
-		return fmt.Errorf("storage: scan: %w", err)
-	}
-	return nil
+	return scan(s.db, lower, upper, fn)
 }
 
 // Flush returns once every change committed before the call has been

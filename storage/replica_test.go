@@ -1,0 +1,171 @@
+package storage
+
+import (
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"strings"
+	"testing"
+
+	"github.com/cockroachdb/pebble/v2/vfs"
+)
+
+func u64(v uint64) []byte { return binary.BigEndian.AppendUint64(nil, v) }
+
+// The replication keys share the Pebble database with the records, yet
+// nothing that walks the records sees them: Scan (which the cluster
+// migration pages with), the sweep, the record counts at Open and after,
+// and sluice inspect.
+func TestReplicaKeysAreNotRecords(t *testing.T) {
+	dir := t.TempDir()
+	s, err := Open(dir, Options{Sync: SyncAlways})
+	if err != nil {
+		t.Fatal(err)
+	}
+	b := s.NewBatch()
+	for i := range 10 {
+		add(t, b, fmt.Sprintf("k%d", i), 1)
+	}
+	if err := b.Commit(); err != nil {
+		t.Fatal(err)
+	}
+	rb := s.NewReplicaBatch()
+	for i := range 20 {
+		if err := rb.Set([]byte(fmt.Sprintf("%sg1.e%04d", ReplicaPrefix, i)), u64(1)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := rb.PutRecord([]byte("r0"), u64(1)); err != nil {
+		t.Fatal(err)
+	}
+	if err := rb.Commit(true); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.Flush(); err != nil {
+		t.Fatal(err)
+	}
+	notReplica := func(what string, k []byte) {
+		t.Helper()
+		if strings.HasPrefix(string(k), ReplicaPrefix) {
+			t.Fatalf("%s saw replication key %q", what, k)
+		}
+	}
+	scanned := 0
+	if err := s.Scan(nil, nil, func(k, v []byte) bool { notReplica("Scan", k); scanned++; return true }); err != nil {
+		t.Fatal(err)
+	}
+	if scanned != 11 {
+		t.Fatalf("Scan listed %d records, want 11", scanned)
+	}
+	if got := s.Records(); got != 11 {
+		t.Fatalf("Records = %d, want 11", got)
+	}
+	// A sweep that finds every record idle deletes the records only.
+	res := sweepAll(t, s, 4, func(k, v []byte) bool { notReplica("Sweep", k); return true })
+	if res.Scanned != 11 || res.Deleted != 11 {
+		t.Fatalf("sweep %+v, want 11 scanned and deleted", res)
+	}
+	rb = s.NewReplicaBatch()
+	if err := rb.PutRecord([]byte("r1"), u64(1)); err != nil {
+		t.Fatal(err)
+	}
+	if err := rb.Commit(false); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.Close(); err != nil {
+		t.Fatal(err)
+	}
+	listed := 0
+	if err := Inspect(dir, func(k, v []byte) bool { notReplica("Inspect", k); listed++; return true }, nil); err != nil {
+		t.Fatal(err)
+	}
+	if listed != 1 {
+		t.Fatalf("Inspect listed %d records, want 1", listed)
+	}
+	s, err = Open(dir, Options{Sync: SyncAlways})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	if got := s.Records(); got != 1 {
+		t.Fatalf("Records after reopen = %d, want 1", got)
+	}
+	n := 0
+	if err := s.ReplicaScan([]byte(ReplicaPrefix), []byte(ReplicaPrefix+"\xff"), func(k, v []byte) bool { n++; return true }); err != nil {
+		t.Fatal(err)
+	}
+	if n != 20 {
+		t.Fatalf("ReplicaScan found %d keys after reopen, want 20", n)
+	}
+}
+
+// A replicated record is what every reader sees next, whether the reader
+// had it cached, had cached its absence, or the key filter had never seen
+// it; the record counts follow.
+func TestReplicaBatchUpdatesCachedState(t *testing.T) {
+	s := openMem(t, vfs.NewMem(), SyncEverySec)
+	defer s.Close()
+	b := s.NewBatch()
+	add(t, b, "cached", 1)
+	if err := b.Commit(); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.Flush(); err != nil {
+		t.Fatal(err)
+	}
+	read(t, s, "cached")
+	read(t, s, "absent") // caches the miss
+	rb := s.NewReplicaBatch()
+	for _, k := range []string{"cached", "absent", "new"} {
+		if err := rb.PutRecord([]byte(k), u64(7)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := rb.Commit(false); err != nil {
+		t.Fatal(err)
+	}
+	for _, k := range []string{"cached", "absent", "new"} {
+		if v, ok := read(t, s, k); !ok || v != 7 {
+			t.Fatalf("%s = %d, %v after a replicated put of 7", k, v, ok)
+		}
+	}
+	if got := s.Records(); got != 3 {
+		t.Fatalf("Records = %d, want 3", got)
+	}
+	if err := rb.DeleteRecord([]byte("cached")); err != nil {
+		t.Fatal(err)
+	}
+	if err := rb.DeleteRecord([]byte("never")); err != nil {
+		t.Fatal(err)
+	}
+	if err := rb.Commit(false); err != nil {
+		t.Fatal(err)
+	}
+	if _, ok := read(t, s, "cached"); ok {
+		t.Fatal("cached still found after a replicated delete")
+	}
+	if got := s.Records(); got != 2 {
+		t.Fatalf("Records = %d, want 2", got)
+	}
+}
+
+func TestReplicaBatchRefusesKeysOutsideItsRange(t *testing.T) {
+	s := openMem(t, vfs.NewMem(), SyncEverySec)
+	defer s.Close()
+	rb := s.NewReplicaBatch()
+	defer rb.Close()
+	for name, err := range map[string]error{
+		"Set record key":      rb.Set([]byte("k"), nil),
+		"Set format marker":   rb.Set(formatKey, nil),
+		"PutRecord own key":   rb.PutRecord([]byte(ReplicaPrefix+"x"), nil),
+		"DeleteRecord marker": rb.DeleteRecord(formatKey),
+		"DeleteRange records": rb.DeleteRange([]byte("a"), []byte("z")),
+	} {
+		if !errors.Is(err, ErrNotReplicaKey) {
+			t.Errorf("%s: %v, want ErrNotReplicaKey", name, err)
+		}
+	}
+	if _, _, err := s.ReplicaGet([]byte("k")); !errors.Is(err, ErrNotReplicaKey) {
+		t.Errorf("ReplicaGet of a record key: %v, want ErrNotReplicaKey", err)
+	}
+}
