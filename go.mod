@@ -10,6 +10,7 @@ require (
 	github.com/prometheus/client_model v0.6.3
 	github.com/redis/go-redis/v9 v9.23.0
 	github.com/sluicehq/sluice/client v0.1.0
+	go.etcd.io/raft/v3 v3.7.0
 	go.yaml.in/yaml/v3 v3.0.5
 	gonum.org/v1/plot v0.16.0
 	google.golang.org/grpc v1.85.0

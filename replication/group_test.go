@@ -1,0 +1,248 @@
+package replication
+
+import (
+	"errors"
+	"fmt"
+	"slices"
+	"testing"
+
+	pb "go.etcd.io/raft/v3/raftpb"
+	"google.golang.org/protobuf/proto"
+)
+
+// Three replicas elect a leader, and the rounds it proposes reach every
+// replica's store, puts and deletes alike, with the record counts.
+func TestGroupReplicatesRounds(t *testing.T) {
+	c := newTestCluster(t, 3, 0)
+	lead := c.electLeader()
+	want := map[string]string{}
+	for i := range 50 {
+		k := testKey(i)
+		c.propose(lead, put(k, fmt.Sprint(i)), put(testKey(1000+i), "x"))
+		want[string(k)] = fmt.Sprint(i)
+		want[string(testKey(1000+i))] = "x"
+		if i%5 == 0 {
+			c.propose(lead, Op{Key: testKey(1000 + i), Delete: true})
+			delete(want, string(testKey(1000+i)))
+		}
+	}
+	c.tickUntil(50, "followers behind", func() bool {
+		for _, id := range c.ids {
+			if c.nodes[id].g.Status().Applied != c.nodes[lead].g.Status().Applied {
+				return false
+			}
+		}
+		return true
+	})
+	c.sameRecords(want)
+
+	// A follower refuses proposals and names the leader.
+	f := others(c.ids, lead)[0]
+	_, err := c.nodes[f].g.Propose([]Op{put(testKey(1), "no")})
+	var nl *NotLeaderError
+	if !errors.As(err, &nl) || nl.Leader != lead || !errors.Is(err, ErrNotLeader) {
+		t.Fatalf("proposal on follower %d: %v, want NotLeaderError naming %d", f, err, lead)
+	}
+	// A key outside the group's range, or among the store's own, is
+	// refused before it reaches the log.
+	if _, err := c.nodes[lead].g.Propose([]Op{put([]byte{0x50}, "x")}); !errors.Is(err, ErrOutOfRange) {
+		t.Fatalf("out of range: %v", err)
+	}
+	if _, err := c.nodes[lead].g.Propose([]Op{put([]byte{0xff, 'x'}, "x")}); !errors.Is(err, ErrBadRound) {
+		t.Fatalf("reserved key: %v", err)
+	}
+}
+
+// When the leader stops, the others elect a new one within the election
+// timeout (in ticks) and go on; the old leader, back, follows and catches
+// up.
+func TestGroupFailsOver(t *testing.T) {
+	c := newTestCluster(t, 3, 0)
+	old := c.electLeader()
+	c.propose(old, put(testKey(1), "before"))
+	c.stop(old)
+	rest := others(c.ids, old)
+	lead := c.electLeader(rest...)
+	if lead == old {
+		t.Fatalf("node %d, stopped, still leads", old)
+	}
+	c.propose(lead, put(testKey(2), "after"))
+	c.start(old, c.nodes[old].dir, c.ids)
+	c.tickUntil(100, "the old leader did not catch up", func() bool {
+		return c.nodes[old].g.Status().Applied == c.nodes[lead].g.Status().Applied && c.leader() == lead
+	})
+	c.sameRecords(map[string]string{string(testKey(1)): "before", string(testKey(2)): "after"})
+}
+
+// A leader cut off from both followers steps down on its own (CheckQuorum)
+// within an election timeout, its pending proposal fails as lost, the
+// others elect a leader, and after the partition heals the old leader
+// follows the new one and drops its uncommitted round.
+func TestGroupPartitionedLeaderStepsDown(t *testing.T) {
+	c := newTestCluster(t, 3, 0)
+	old := c.electLeader()
+	c.propose(old, put(testKey(1), "committed"))
+	rest := others(c.ids, old)
+	for _, id := range rest {
+		c.cut[[2]uint64{old, id}] = true
+	}
+	ch, err := c.nodes[old].g.Propose([]Op{put(testKey(2), "never committed")})
+	if err != nil {
+		t.Fatal(err)
+	}
+	c.tickUntil(3*DefaultElectionTicks, "the partitioned leader did not step down", func() bool {
+		return c.nodes[old].g.Status().Role != "leader"
+	})
+	select {
+	case err := <-ch:
+		if !errors.Is(err, ErrProposalLost) {
+			t.Fatalf("pending proposal: %v, want ErrProposalLost", err)
+		}
+	default:
+		t.Fatal("the pending proposal was not answered when leadership was lost")
+	}
+	lead := c.electLeader(rest...)
+	c.propose(lead, put(testKey(3), "new leader"))
+	clear(c.cut)
+	c.tickUntil(100, "the old leader did not rejoin", func() bool {
+		return c.leader() == lead && c.nodes[old].g.Status().Applied == c.nodes[lead].g.Status().Applied
+	})
+	c.sameRecords(map[string]string{string(testKey(1)): "committed", string(testKey(3)): "new leader"})
+}
+
+// A follower whose data directory is wiped rejoins by snapshot, the
+// leader's log having been truncated past everything it held, with every
+// record intact, and then serves as leader. It comes back under a new
+// identity, as a learner that is then promoted in place of the lost one:
+// Raft assumes a replica never forgets what it acknowledged, and the
+// same identity with an empty log fails its group (ErrReplicaLost) rather
+// than take part.
+func TestGroupWipedFollowerRejoinsBySnapshot(t *testing.T) {
+	const keep = 5
+	c := newTestCluster(t, 3, keep)
+	lead := c.electLeader()
+	want := map[string]string{}
+	write := func(from, to int) {
+		for i := from; i < to; i++ {
+			var ops []Op
+			for j := range 20 {
+				k := testKey(i*20 + j)
+				ops = append(ops, put(k, fmt.Sprint(i)))
+				want[string(k)] = fmt.Sprint(i)
+			}
+			c.propose(lead, ops...)
+		}
+	}
+	write(0, 20)
+	lost := others(c.ids, lead)[0]
+	c.stop(lost)
+	write(20, 40)
+	if first, _ := c.nodes[lead].g.log.FirstIndex(); first <= 2 {
+		t.Fatalf("the leader's log starts at %d: not truncated", first)
+	}
+	c.wipe(lost)
+
+	// Under its old identity the empty replica is refused, and its group
+	// fails without taking the process down.
+	c.start(lost, c.nodes[lost].dir, nil)
+	c.lenient = true
+	c.tickUntil(20, "the replica with a lost log kept running", func() bool {
+		return errors.Is(c.nodes[lost].g.failedErr(), ErrReplicaLost)
+	})
+	c.lenient = false
+	c.stop(lost)
+	c.wipe(lost)
+
+	const fresh = 4
+	c.ids = append(c.ids, fresh)
+	c.start(fresh, c.nodes[lost].dir, nil)
+	change := func(ccs ...*pb.ConfChangeSingle) {
+		t.Helper()
+		if err := c.nodes[lead].g.ChangeMembers(&pb.ConfChangeV2{Changes: ccs}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	change(&pb.ConfChangeSingle{Type: pb.ConfChangeAddLearnerNode.Enum(), NodeId: proto.Uint64(fresh)})
+	c.tickUntil(100, "the new replica did not catch up", func() bool {
+		return c.nodes[fresh].g.Status().Applied == c.nodes[lead].g.Status().Applied
+	})
+	if c.snaps == 0 {
+		t.Fatal("caught up without a snapshot")
+	}
+	c.sameRecords(want)
+	change(
+		&pb.ConfChangeSingle{Type: pb.ConfChangeAddNode.Enum(), NodeId: proto.Uint64(fresh)},
+		&pb.ConfChangeSingle{Type: pb.ConfChangeRemoveNode.Enum(), NodeId: proto.Uint64(lost)},
+	)
+	c.tickUntil(100, "the new replica is not a voter", func() bool {
+		vs := c.nodes[lead].g.log.confState().GetVoters()
+		return slices.Contains(vs, fresh) && !slices.Contains(vs, lost) && len(c.nodes[lead].g.log.confState().GetVotersOutgoing()) == 0
+	})
+
+	// It leads, and what it proposes is applied on the others.
+	c.nodes[lead].g.TransferLeadership(fresh)
+	c.tickUntil(100, "leadership did not move to the rejoined replica", func() bool { return c.leader() == fresh })
+	c.propose(fresh, put(testKey(0), "from the rejoined leader"))
+	want[string(testKey(0))] = "from the rejoined leader"
+	c.tickUntil(10, "not applied everywhere", func() bool {
+		for _, id := range c.ids {
+			if !c.down[id] && c.nodes[id].g.Status().Applied != c.nodes[fresh].g.Status().Applied {
+				return false
+			}
+		}
+		return true
+	})
+	c.sameRecords(want)
+}
+
+// Applying is not synced: a crash may lose the last applied rounds and the
+// applied index with them (one atomic write). The restart applies the log
+// again from the applied index.
+func TestGroupReappliesFromAppliedIndex(t *testing.T) {
+	c := newTestCluster(t, 3, 0)
+	lead := c.electLeader()
+	for i := range 10 {
+		c.propose(lead, put(testKey(i), fmt.Sprint(i)))
+	}
+	want := c.records(lead)
+	f := others(c.ids, lead)[0]
+	c.tickUntil(10, "follower behind", func() bool {
+		return c.nodes[f].g.Status().Applied == c.nodes[lead].g.Status().Applied
+	})
+	applied := c.nodes[f].g.Status().Applied
+	c.stop(f)
+	// What a crash can leave: the applied index of three rounds before,
+	// and none of the records those rounds wrote.
+	s := c.reopenStore(f)
+	b := s.NewReplicaBatch()
+	l, err := OpenLog(s, testGroup)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var lc logChange
+	if err := l.stageApplied(b, &lc, applied-3, l.confState()); err != nil {
+		t.Fatal(err)
+	}
+	for i := 7; i < 10; i++ {
+		if err := b.DeleteRecord(testKey(i)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := b.Commit(true); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.Close(); err != nil {
+		t.Fatal(err)
+	}
+	c.start(f, c.nodes[f].dir, c.ids)
+	if got := c.nodes[f].g.Status().Applied; got != applied-3 {
+		t.Fatalf("restarted at applied %d, want %d", got, applied-3)
+	}
+	c.down[lead] = true // no help from the leader: the follower's own log
+	c.settle()
+	delete(c.down, lead)
+	if got := c.nodes[f].g.Status().Applied; got != applied {
+		t.Fatalf("applied %d after restart, want %d", got, applied)
+	}
+	c.sameRecords(want)
+}

@@ -1,0 +1,372 @@
+package replication
+
+import (
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"sync"
+
+	"go.etcd.io/raft/v3"
+	pb "go.etcd.io/raft/v3/raftpb"
+	"google.golang.org/protobuf/proto"
+
+	"github.com/sluicehq/sluice/storage"
+)
+
+// The keys of a group's Raft state, after storage.ReplicaPrefix and the
+// group's identity (8 bytes, big-endian):
+//
+//	'a'               applied state: uvarint index, then the ConfState at it
+//	'e' index (8 B)   a log entry (raftpb.Entry)
+//	'h'               hard state (raftpb.HardState)
+//	't'               truncated state: uvarint index, uvarint term of the
+//	                  last entry removed from the log
+const (
+	keyApplied   = 'a'
+	keyEntry     = 'e'
+	keyHard      = 'h'
+	keyTruncated = 't'
+)
+
+// ErrCorruptLog is the error for Raft state in the store that does not
+// decode, or a log with a hole.
+var ErrCorruptLog = errors.New("replication: the stored Raft log is corrupt")
+
+// groupKey returns the key of kind k of group g.
+func groupKey(g uint64, k byte) []byte {
+	b := make([]byte, 0, len(storage.ReplicaPrefix)+8+1+8)
+	b = append(b, storage.ReplicaPrefix...)
+	b = binary.BigEndian.AppendUint64(b, g)
+	return append(b, k)
+}
+
+func entryKey(g, index uint64) []byte {
+	return binary.BigEndian.AppendUint64(groupKey(g, keyEntry), index)
+}
+
+// Log is one group's Raft log and state in the store: it implements
+// raft.Storage, and the runner writes it through a storage.ReplicaBatch
+// together with whatever else a step changes, so that the hard state and
+// the entries of a Ready are one synced write, and the applied index is
+// written with the records it covers. It is safe for concurrent use.
+type Log struct {
+	store *storage.Store
+	group uint64
+
+	mu struct {
+		sync.Mutex
+		hard      *pb.HardState
+		truncIdx  uint64 // the log starts at truncIdx+1
+		truncTerm uint64
+		last      uint64 // truncIdx when the log is empty
+		applied   uint64
+		conf      *pb.ConfState // at applied
+	}
+}
+
+// OpenLog reads group's Raft state from store; a group never written has
+// an empty log, no hard state and no members.
+func OpenLog(store *storage.Store, group uint64) (*Log, error) {
+	l := &Log{store: store, group: group}
+	l.mu.hard = &pb.HardState{}
+	l.mu.conf = &pb.ConfState{}
+	if v, ok, err := store.ReplicaGet(groupKey(group, keyHard)); err != nil {
+		return nil, err
+	} else if ok {
+		if err := proto.Unmarshal(v, l.mu.hard); err != nil {
+			return nil, fmt.Errorf("%w: group %d hard state: %w", ErrCorruptLog, group, err)
+		}
+	}
+	if v, ok, err := store.ReplicaGet(groupKey(group, keyTruncated)); err != nil {
+		return nil, err
+	} else if ok {
+		d := decoder{b: v}
+		l.mu.truncIdx, l.mu.truncTerm = d.uvarint(), d.uvarint()
+		if d.err != nil {
+			return nil, fmt.Errorf("%w: group %d truncated state: %w", ErrCorruptLog, group, d.err)
+		}
+	}
+	if v, ok, err := store.ReplicaGet(groupKey(group, keyApplied)); err != nil {
+		return nil, err
+	} else if ok {
+		d := decoder{b: v}
+		l.mu.applied = d.uvarint()
+		if d.err == nil {
+			d.err = proto.Unmarshal(d.b, l.mu.conf)
+		}
+		if d.err != nil {
+			return nil, fmt.Errorf("%w: group %d applied state: %w", ErrCorruptLog, group, d.err)
+		}
+	}
+	// The last entry, and a check that the log has no hole.
+	l.mu.last = l.mu.truncIdx
+	err := store.ReplicaScan(entryKey(group, l.mu.truncIdx+1), groupKey(group, keyEntry+1), func(k, _ []byte) bool {
+		i := binary.BigEndian.Uint64(k[len(k)-8:])
+		if i != l.mu.last+1 {
+			return false
+		}
+		l.mu.last = i
+		return true
+	})
+	if err != nil {
+		return nil, err
+	}
+	var extra bool
+	err = store.ReplicaScan(entryKey(group, l.mu.last+1), groupKey(group, keyEntry+1), func(k, _ []byte) bool {
+		extra = true
+		return false
+	})
+	if err != nil {
+		return nil, err
+	}
+	if extra {
+		return nil, fmt.Errorf("%w: group %d: the log has a hole after index %d", ErrCorruptLog, group, l.mu.last)
+	}
+	if l.mu.applied < l.mu.truncIdx {
+		return nil, fmt.Errorf("%w: group %d: applied index %d before the log's start %d", ErrCorruptLog, group, l.mu.applied, l.mu.truncIdx+1)
+	}
+	return l, nil
+}
+
+// InitialState implements raft.Storage.
+func (l *Log) InitialState() (*pb.HardState, *pb.ConfState, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return proto.Clone(l.mu.hard).(*pb.HardState), proto.Clone(l.mu.conf).(*pb.ConfState), nil
+}
+
+// Entries implements raft.Storage: the entries [lo, hi), at most maxSize
+// bytes of them but at least one.
+func (l *Log) Entries(lo, hi, maxSize uint64) ([]*pb.Entry, error) {
+	l.mu.Lock()
+	first, last := l.mu.truncIdx+1, l.mu.last
+	l.mu.Unlock()
+	if lo < first {
+		return nil, raft.ErrCompacted
+	}
+	if hi > last+1 {
+		return nil, raft.ErrUnavailable // raft compares it with ==
+	}
+	var (
+		ents []*pb.Entry
+		size uint64
+		derr error
+	)
+	next := lo
+	err := l.store.ReplicaScan(entryKey(l.group, lo), entryKey(l.group, hi), func(k, v []byte) bool {
+		e := &pb.Entry{}
+		if err := proto.Unmarshal(v, e); err != nil || e.GetIndex() != next {
+			derr = fmt.Errorf("%w: group %d entry %d", ErrCorruptLog, l.group, next)
+			return false
+		}
+		size += uint64(len(v))
+		if len(ents) > 0 && size > maxSize {
+			return false
+		}
+		ents = append(ents, e)
+		next++
+		return true
+	})
+	if err == nil {
+		err = derr
+	}
+	if err != nil {
+		return nil, err
+	}
+	if len(ents) == 0 && lo < hi {
+		// Compacted meanwhile.
+		return nil, raft.ErrCompacted
+	}
+	return ents, nil
+}
+
+// Term implements raft.Storage.
+func (l *Log) Term(i uint64) (uint64, error) {
+	l.mu.Lock()
+	trunc, term, last := l.mu.truncIdx, l.mu.truncTerm, l.mu.last
+	l.mu.Unlock()
+	switch {
+	case i == trunc:
+		return term, nil
+	case i < trunc:
+		return 0, raft.ErrCompacted
+	case i > last:
+		return 0, raft.ErrUnavailable
+	}
+	ents, err := l.Entries(i, i+1, 0)
+	if err != nil {
+		return 0, err
+	}
+	return ents[0].GetTerm(), nil
+}
+
+// LastIndex implements raft.Storage.
+func (l *Log) LastIndex() (uint64, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.mu.last, nil
+}
+
+// FirstIndex implements raft.Storage.
+func (l *Log) FirstIndex() (uint64, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.mu.truncIdx + 1, nil
+}
+
+// Snapshot implements raft.Storage: the state at the applied index. Its
+// records are not in it: whoever sends it streams them from a Pebble
+// snapshot taken then (see Group.WriteSnapshot), which holds the state at
+// that index or a later one.
+func (l *Log) Snapshot() (*pb.Snapshot, error) {
+	l.mu.Lock()
+	applied, conf := l.mu.applied, proto.Clone(l.mu.conf).(*pb.ConfState)
+	l.mu.Unlock()
+	term, err := l.Term(applied)
+	if err != nil {
+		return nil, err
+	}
+	return &pb.Snapshot{Metadata: &pb.SnapshotMetadata{
+		Index: proto.Uint64(applied), Term: proto.Uint64(term), ConfState: conf,
+	}}, nil
+}
+
+// Applied returns the applied index.
+func (l *Log) Applied() uint64 {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.mu.applied
+}
+
+// logChange is a change to the log's state staged in a batch, made
+// visible by settle once the batch is written.
+type logChange struct {
+	hard       *pb.HardState
+	trunc      bool
+	truncIdx   uint64
+	truncTerm  uint64
+	last       uint64
+	setLast    bool
+	applied    uint64
+	conf       *pb.ConfState
+	setApplied bool
+}
+
+// stageAppend adds entries to b, removing any entries after them (a new
+// leader's log replaces a conflicting tail), and the hard state if hs is
+// not nil.
+func (l *Log) stageAppend(b *storage.ReplicaBatch, c *logChange, ents []*pb.Entry, hs *pb.HardState) error {
+	if hs != nil && !raft.IsEmptyHardState(hs) {
+		v, err := proto.Marshal(hs)
+		if err != nil {
+			return err
+		}
+		if err := b.Set(groupKey(l.group, keyHard), v); err != nil {
+			return err
+		}
+		c.hard = hs
+	}
+	if len(ents) == 0 {
+		return nil
+	}
+	l.mu.Lock()
+	last := l.mu.last
+	if c.setLast {
+		last = c.last
+	}
+	l.mu.Unlock()
+	for _, e := range ents {
+		v, err := proto.Marshal(e)
+		if err != nil {
+			return err
+		}
+		if err := b.Set(entryKey(l.group, e.GetIndex()), v); err != nil {
+			return err
+		}
+	}
+	newLast := ents[len(ents)-1].GetIndex()
+	if newLast < last {
+		if err := b.DeleteRange(entryKey(l.group, newLast+1), entryKey(l.group, last+1)); err != nil {
+			return err
+		}
+	}
+	c.last, c.setLast = newLast, true
+	return nil
+}
+
+// stageSnapshot makes the log start after snap: every entry goes, and the
+// applied state becomes snap's.
+func (l *Log) stageSnapshot(b *storage.ReplicaBatch, c *logChange, snap *pb.Snapshot) error {
+	m := snap.GetMetadata()
+	if err := b.DeleteRange(groupKey(l.group, keyEntry), groupKey(l.group, keyEntry+1)); err != nil {
+		return err
+	}
+	if err := l.stageTruncated(b, c, m.GetIndex(), m.GetTerm()); err != nil {
+		return err
+	}
+	c.last, c.setLast = m.GetIndex(), true
+	return l.stageApplied(b, c, m.GetIndex(), m.GetConfState())
+}
+
+func (l *Log) stageTruncated(b *storage.ReplicaBatch, c *logChange, index, term uint64) error {
+	v := binary.AppendUvarint(binary.AppendUvarint(nil, index), term)
+	if err := b.Set(groupKey(l.group, keyTruncated), v); err != nil {
+		return err
+	}
+	c.trunc, c.truncIdx, c.truncTerm = true, index, term
+	return nil
+}
+
+// stageApplied records the applied index and the ConfState at it, in the
+// batch that applies what it covers.
+func (l *Log) stageApplied(b *storage.ReplicaBatch, c *logChange, index uint64, conf *pb.ConfState) error {
+	cv, err := proto.Marshal(conf)
+	if err != nil {
+		return err
+	}
+	if err := b.Set(groupKey(l.group, keyApplied), append(binary.AppendUvarint(nil, index), cv...)); err != nil {
+		return err
+	}
+	c.applied, c.conf, c.setApplied = index, conf, true
+	return nil
+}
+
+// stageCompact removes the entries up to index, which must be applied.
+func (l *Log) stageCompact(b *storage.ReplicaBatch, c *logChange, index uint64) error {
+	term, err := l.Term(index)
+	if err != nil {
+		return err
+	}
+	l.mu.Lock()
+	first := l.mu.truncIdx + 1
+	l.mu.Unlock()
+	if err := b.DeleteRange(entryKey(l.group, first), entryKey(l.group, index+1)); err != nil {
+		return err
+	}
+	return l.stageTruncated(b, c, index, term)
+}
+
+// settle makes a written change visible.
+func (l *Log) settle(c *logChange) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if c.hard != nil {
+		l.mu.hard = proto.Clone(c.hard).(*pb.HardState)
+	}
+	if c.trunc {
+		l.mu.truncIdx, l.mu.truncTerm = c.truncIdx, c.truncTerm
+	}
+	if c.setLast {
+		l.mu.last = c.last
+	}
+	if c.setApplied {
+		l.mu.applied, l.mu.conf = c.applied, proto.Clone(c.conf).(*pb.ConfState)
+	}
+}
+
+// conf returns the ConfState at the applied index.
+func (l *Log) confState() *pb.ConfState {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return proto.Clone(l.mu.conf).(*pb.ConfState)
+}

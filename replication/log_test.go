@@ -1,0 +1,123 @@
+package replication
+
+import (
+	"errors"
+	"fmt"
+	"math/rand/v2"
+	"path/filepath"
+	"testing"
+
+	"go.etcd.io/raft/v3"
+	pb "go.etcd.io/raft/v3/raftpb"
+	"google.golang.org/protobuf/proto"
+
+	"github.com/sluicehq/sluice/storage"
+)
+
+// Log answers as raft's own MemoryStorage does, the model, through random
+// appends (overwriting conflicting tails), truncations and reopenings.
+func TestLogMatchesMemoryStorage(t *testing.T) {
+	dir := filepath.Join(t.TempDir(), "db")
+	s, err := storage.Open(dir, storage.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() { s.Close() }()
+	l, err := OpenLog(s, 1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	model := raft.NewMemoryStorage()
+	rng := rand.New(rand.NewPCG(1, 2))
+	b := s.NewReplicaBatch()
+	term := uint64(1)
+	for step := range 400 {
+		first, _ := model.FirstIndex()
+		last, _ := model.LastIndex()
+		switch op := rng.IntN(10); {
+		case op < 6: // append, maybe over a tail
+			start := first + uint64(rng.IntN(int(last-first+2)))
+			term += uint64(rng.IntN(2))
+			var ents []*pb.Entry
+			for i := range 1 + rng.IntN(5) {
+				ents = append(ents, &pb.Entry{Index: proto.Uint64(start + uint64(i)), Term: proto.Uint64(term),
+					Data: fmt.Appendf(nil, "step %d entry %d %s", step, i, make([]byte, rng.IntN(50)))})
+			}
+			var c logChange
+			hs := &pb.HardState{Term: proto.Uint64(term), Commit: proto.Uint64(start - 1)}
+			if err := l.stageAppend(b, &c, ents, hs); err != nil {
+				t.Fatal(err)
+			}
+			if err := b.Commit(true); err != nil {
+				t.Fatal(err)
+			}
+			l.settle(&c)
+			if err := model.Append(ents); err != nil {
+				t.Fatal(err)
+			}
+			model.SetHardState(hs)
+		case op < 8 && last > first: // truncate
+			i := first + uint64(rng.IntN(int(last-first)))
+			var c logChange
+			// The group truncates only what it has applied.
+			if err := l.stageApplied(b, &c, i, &pb.ConfState{}); err != nil {
+				t.Fatal(err)
+			}
+			if err := l.stageCompact(b, &c, i); err != nil {
+				t.Fatal(err)
+			}
+			if err := b.Commit(false); err != nil {
+				t.Fatal(err)
+			}
+			l.settle(&c)
+			if err := model.Compact(i); err != nil {
+				t.Fatal(err)
+			}
+		default: // reopen from the store
+			if l, err = OpenLog(s, 1); err != nil {
+				t.Fatal(err)
+			}
+		}
+		compareLog(t, step, l, model)
+	}
+}
+
+func compareLog(t *testing.T, step int, l *Log, m *raft.MemoryStorage) {
+	t.Helper()
+	lf, _ := l.FirstIndex()
+	mf, _ := m.FirstIndex()
+	ll, _ := l.LastIndex()
+	ml, _ := m.LastIndex()
+	if lf != mf || ll != ml {
+		t.Fatalf("step %d: log [%d, %d], model [%d, %d]", step, lf, ll, mf, ml)
+	}
+	hs, _, _ := l.InitialState()
+	mhs, _, _ := m.InitialState()
+	if !(raft.IsEmptyHardState(hs) && raft.IsEmptyHardState(mhs)) && !proto.Equal(hs, mhs) {
+		t.Fatalf("step %d: hard state %v, model %v", step, hs, mhs)
+	}
+	for i := mf - 1; i <= ml+1; i++ {
+		lt, lerr := l.Term(i)
+		mt, merr := m.Term(i)
+		if lt != mt || !errors.Is(lerr, merr) {
+			t.Fatalf("step %d: Term(%d) = %d, %v; model %d, %v", step, i, lt, lerr, mt, merr)
+		}
+	}
+	for lo := mf; lo <= ml; lo++ {
+		for _, max := range []uint64{0, 60, 200, 1 << 20} {
+			le, lerr := l.Entries(lo, ml+1, max)
+			me, merr := m.Entries(lo, ml+1, max)
+			if (lerr == nil) != (merr == nil) || len(le) != len(me) {
+				t.Fatalf("step %d: Entries(%d, %d, %d): %d entries, %v; model %d, %v", step, lo, ml+1, max, len(le), lerr, len(me), merr)
+			}
+			for i := range le {
+				if !proto.Equal(le[i], me[i]) {
+					t.Fatalf("step %d: Entries(%d...)[%d] = %v, model %v", step, lo, i, le[i], me[i])
+				}
+			}
+		}
+	}
+	if _, err := l.Entries(mf-1, ml+1, 0); mf > 1 && err != raft.ErrCompacted {
+		t.Fatalf("step %d: Entries below the first index: %v, want ErrCompacted", step, err)
+	}
+}
