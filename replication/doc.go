@@ -29,6 +29,10 @@
 //     way, and is promoted (ChangeMembers): Raft assumes a replica never
 //     forgets what it acknowledged, and an old identity with an empty log
 //     fails its group with ErrReplicaLost instead of taking part.
+//   - Transport (transport.go): one connection per pair of nodes carrying
+//     the messages of every group, bounded queues that drop on overflow
+//     (Raft retries), write timeouts, TLS when configured; snapshots on a
+//     connection of their own so that they never delay heartbeats.
 //
 // Everything here is safe for concurrent use unless its documentation says
 // otherwise.

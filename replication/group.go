@@ -111,8 +111,7 @@ type Group struct {
 		sync.Mutex
 		rn      *raft.RawNode
 		seq     uint64
-		waiters map[uint64]chan error
-		term    uint64
+		waiters map[uint64]waiter
 		leader  bool
 	}
 	// procMu makes Process and ReadSnapshot one at a time, so that a
@@ -124,6 +123,12 @@ type Group struct {
 	failed  atomic.Pointer[error]
 	stopped chan struct{}
 	stop    sync.Once
+}
+
+// waiter is a proposal waiting to be applied, proposed in term.
+type waiter struct {
+	ch   chan error
+	term uint64
 }
 
 // NewGroup opens the replica's state in the store and starts its Raft node;
@@ -193,7 +198,7 @@ func NewGroup(cfg Config) (*Group, error) {
 	}
 	g.mu.rn = rn
 	g.mu.seq = rand.Uint64() // so that a restart's proposals are told from the last run's
-	g.mu.waiters = map[uint64]chan error{}
+	g.mu.waiters = map[uint64]waiter{}
 	return g, nil
 }
 
@@ -373,7 +378,7 @@ func (g *Group) Propose(ops []Op) (<-chan error, error) {
 		g.mu.Unlock()
 		return nil, &NotLeaderError{Group: g.cfg.Group, Leader: st.Lead}
 	}
-	g.mu.waiters[r.Seq] = ch
+	g.mu.waiters[r.Seq] = waiter{ch: ch, term: st.GetTerm()}
 	g.mu.Unlock()
 	g.notify()
 	return ch, nil
@@ -429,14 +434,18 @@ func (g *Group) failedErr() error {
 func (g *Group) fail(err error) {
 	g.failed.CompareAndSwap(nil, &err)
 	g.mu.Lock()
-	g.failWaitersLocked(err)
+	g.failWaitersLocked(err, 0)
 	g.mu.Unlock()
 }
 
-func (g *Group) failWaitersLocked(err error) {
-	for seq, ch := range g.mu.waiters {
-		ch <- err
-		delete(g.mu.waiters, seq)
+// failWaitersLocked answers err to the proposals made before term (all
+// of them with term 0).
+func (g *Group) failWaitersLocked(err error, term uint64) {
+	for seq, w := range g.mu.waiters {
+		if term == 0 || w.term < term {
+			w.ch <- err
+			delete(g.mu.waiters, seq)
+		}
 	}
 }
 
@@ -464,11 +473,11 @@ func (g *Group) Process() (bool, error) {
 	if rd.SoftState != nil {
 		g.mu.leader = rd.SoftState.RaftState == raft.StateLeader
 	}
-	if term := rd.HardState.GetTerm(); rd.HardState != nil && term != 0 && term != g.mu.term {
-		g.mu.term = term
-		g.failWaitersLocked(ErrProposalLost)
-	} else if !g.mu.leader {
-		g.failWaitersLocked(ErrProposalLost)
+	// A proposal of an older term may have been dropped from the log.
+	if !g.mu.leader {
+		g.failWaitersLocked(ErrProposalLost, 0)
+	} else if term := rd.HardState.GetTerm(); term != 0 {
+		g.failWaitersLocked(ErrProposalLost, term)
 	}
 	g.mu.Unlock()
 	if err := g.handle(&rd); err != nil {
@@ -586,8 +595,8 @@ func (g *Group) apply(ents []*pb.Entry) error {
 	g.log.settle(&c)
 	g.mu.Lock()
 	for _, seq := range mine {
-		if ch, ok := g.mu.waiters[seq]; ok {
-			ch <- nil
+		if w, ok := g.mu.waiters[seq]; ok {
+			w.ch <- nil
 			delete(g.mu.waiters, seq)
 		}
 	}

@@ -1,0 +1,627 @@
+package replication
+
+import (
+	"bufio"
+	"context"
+	"crypto/tls"
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	pb "go.etcd.io/raft/v3/raftpb"
+	"google.golang.org/protobuf/proto"
+)
+
+// Defaults for TransportConfig.
+const (
+	DefaultQueue        = 4096
+	DefaultDialTimeout  = time.Second
+	DefaultWriteTimeout = 2 * time.Second
+	DefaultMaxFrame     = 64 << 20
+)
+
+// ErrTransportClosed is returned once the transport is closed.
+var ErrTransportClosed = errors.New("replication: transport closed")
+
+// helloMagic starts every connection between nodes, then a kind byte
+// (helloMessages or helloSnapshot) and the dialing node's identity.
+const (
+	helloMagic    = "sluice-raft 1\n"
+	helloMessages = 'm'
+	helloSnapshot = 's'
+)
+
+// TransportConfig configures a node's Transport. A zero field means the
+// default given.
+type TransportConfig struct {
+	Node uint64 // this node; not 0
+	// Addr returns the address of node's transport listener, and false if
+	// the node is unknown (then its messages are dropped).
+	Addr func(node uint64) (string, bool)
+	// ClientTLS, when set, secures the connections this node dials;
+	// ServerTLS the ones it accepts (Serve wraps them).
+	ClientTLS, ServerTLS *tls.Config
+	// Queue bounds the messages waiting for one peer; more are dropped
+	// (and Raft told the peer is unreachable: it retries). Default 4096.
+	Queue int
+	// DialTimeout bounds a dial, and its TLS handshake; default 1s.
+	// WriteTimeout bounds one write of a batch of messages, and each page
+	// of a snapshot; default 2s. A connection that times out is closed.
+	DialTimeout, WriteTimeout time.Duration
+	// MaxFrame bounds one batch of messages read; default 64 MiB. A peer
+	// that sends more is disconnected.
+	MaxFrame int
+	Logger   *slog.Logger // default: discard
+}
+
+// Transport carries the Raft messages of every group a node hosts to the
+// other nodes, over one connection per pair of nodes (the node with the
+// lower identity dials; both write on it), in batches. Each peer has a
+// bounded queue, drained by one writer; a full queue, or a peer that is
+// not connected, drops messages, which Raft sends again. A snapshot goes
+// over a connection of its own, so that its pages never hold up another
+// group's heartbeats. Safe for concurrent use.
+type Transport struct {
+	cfg TransportConfig
+	lg  *slog.Logger
+
+	mu struct {
+		sync.Mutex
+		groups map[uint64]*Group
+		peers  map[uint64]*peer
+		ls     []net.Listener
+		conns  map[net.Conn]struct{}
+		closed bool
+	}
+	done chan struct{}
+	wg   sync.WaitGroup
+
+	// Dropped counts the messages dropped: a full queue, no connection,
+	// a failed write.
+	Dropped atomic.Int64
+}
+
+type outMsg struct {
+	group uint64
+	m     *pb.Message
+}
+
+type peer struct {
+	id   uint64
+	q    chan outMsg
+	mu   sync.Mutex
+	conn net.Conn // nil while not connected
+}
+
+// NewTransport returns a transport with no groups, not listening.
+func NewTransport(cfg TransportConfig) (*Transport, error) {
+	if cfg.Node == 0 || cfg.Addr == nil {
+		return nil, errors.New("replication: TransportConfig needs a Node and Addr")
+	}
+	if cfg.Queue <= 0 {
+		cfg.Queue = DefaultQueue
+	}
+	if cfg.DialTimeout <= 0 {
+		cfg.DialTimeout = DefaultDialTimeout
+	}
+	if cfg.WriteTimeout <= 0 {
+		cfg.WriteTimeout = DefaultWriteTimeout
+	}
+	if cfg.MaxFrame <= 0 {
+		cfg.MaxFrame = DefaultMaxFrame
+	}
+	if cfg.Logger == nil {
+		cfg.Logger = slog.New(slog.DiscardHandler)
+	}
+	t := &Transport{cfg: cfg, lg: cfg.Logger.With("node", cfg.Node), done: make(chan struct{})}
+	t.mu.groups = map[uint64]*Group{}
+	t.mu.peers = map[uint64]*peer{}
+	t.mu.conns = map[net.Conn]struct{}{}
+	return t, nil
+}
+
+// Add makes g's messages go through the transport; g's Config.Send must be
+// the transport's Send.
+func (t *Transport) Add(g *Group) {
+	t.mu.Lock()
+	t.mu.groups[g.cfg.Group] = g
+	t.mu.Unlock()
+}
+
+// Remove stops routing messages to the group.
+func (t *Transport) Remove(group uint64) {
+	t.mu.Lock()
+	delete(t.mu.groups, group)
+	t.mu.Unlock()
+}
+
+func (t *Transport) group(id uint64) *Group {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	return t.mu.groups[id]
+}
+
+// Send queues messages of group for their nodes; it never blocks. It is
+// what a Group's Config.Send should be.
+func (t *Transport) Send(group uint64, msgs []*pb.Message) {
+	for _, m := range msgs {
+		to := m.GetTo()
+		if m.GetType() == pb.MsgSnap {
+			m := proto.Clone(m).(*pb.Message)
+			t.spawn(func() { t.sendSnapshot(group, m) })
+			continue
+		}
+		p := t.peer(to)
+		if p == nil {
+			t.drop(group, to)
+			continue
+		}
+		select {
+		case p.q <- outMsg{group: group, m: proto.Clone(m).(*pb.Message)}:
+		default:
+			t.drop(group, to)
+		}
+	}
+}
+
+func (t *Transport) drop(group, to uint64) {
+	t.Dropped.Add(1)
+	if g := t.group(group); g != nil {
+		g.ReportUnreachable(to)
+	}
+}
+
+// spawn runs f in a goroutine that Close waits for, unless closed.
+func (t *Transport) spawn(f func()) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if t.mu.closed {
+		return
+	}
+	t.wg.Add(1)
+	go func() {
+		defer t.wg.Done()
+		f()
+	}()
+}
+
+// peer returns the peer to, started on first use; nil for this node, an
+// unknown node, or a closed transport.
+func (t *Transport) peer(to uint64) *peer {
+	if to == t.cfg.Node {
+		return nil
+	}
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if t.mu.closed {
+		return nil
+	}
+	if p := t.mu.peers[to]; p != nil {
+		return p
+	}
+	if _, ok := t.cfg.Addr(to); !ok {
+		return nil
+	}
+	p := &peer{id: to, q: make(chan outMsg, t.cfg.Queue)}
+	t.mu.peers[to] = p
+	t.wg.Add(1)
+	go func() { defer t.wg.Done(); t.write(p) }()
+	if t.cfg.Node < to {
+		t.wg.Add(1)
+		go func() { defer t.wg.Done(); t.dialLoop(p) }()
+	}
+	return p
+}
+
+// Serve accepts the connections of other nodes on l until Close.
+func (t *Transport) Serve(l net.Listener) error {
+	if t.cfg.ServerTLS != nil {
+		l = tls.NewListener(l, t.cfg.ServerTLS)
+	}
+	t.mu.Lock()
+	if t.mu.closed {
+		t.mu.Unlock()
+		l.Close()
+		return ErrTransportClosed
+	}
+	t.mu.ls = append(t.mu.ls, l)
+	t.mu.Unlock()
+	for {
+		c, err := l.Accept()
+		if err != nil {
+			select {
+			case <-t.done:
+				return ErrTransportClosed
+			default:
+			}
+			var ne net.Error
+			if errors.As(err, &ne) && ne.Timeout() {
+				continue
+			}
+			return fmt.Errorf("replication: accept: %w", err)
+		}
+		t.spawn(func() { t.accept(c) })
+	}
+}
+
+// track registers c so that Close closes it; false if closed already.
+func (t *Transport) track(c net.Conn) bool {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if t.mu.closed {
+		c.Close()
+		return false
+	}
+	t.mu.conns[c] = struct{}{}
+	return true
+}
+
+func (t *Transport) untrack(c net.Conn) {
+	c.Close()
+	t.mu.Lock()
+	delete(t.mu.conns, c)
+	t.mu.Unlock()
+}
+
+func (t *Transport) accept(c net.Conn) {
+	if !t.track(c) {
+		return
+	}
+	defer t.untrack(c)
+	dr := &deadlineReader{c: c, d: t.cfg.DialTimeout}
+	br := bufio.NewReader(dr)
+	kind, from, err := readHello(br)
+	if err != nil {
+		t.lg.Warn("raft connection refused", "remote", c.RemoteAddr(), "err", err)
+		return
+	}
+	switch kind {
+	case helloSnapshot:
+		// Each read has a deadline: the group processes nothing else
+		// while it reads a snapshot, so a stalled sender must not hold it.
+		dr.d = t.cfg.WriteTimeout
+		t.receiveSnapshot(c, br, from)
+	case helloMessages:
+		dr.d = 0 // an idle connection between nodes stays
+		// The node of lower identity dials.
+		p := t.peer(from)
+		if p == nil || from >= t.cfg.Node {
+			t.lg.Warn("raft connection from a node that should not dial here", "from", from)
+			return
+		}
+		p.setConn(c)
+		t.read(c, br, from)
+		p.clearConn(c)
+	}
+}
+
+func readHello(br *bufio.Reader) (kind byte, from uint64, err error) {
+	magic := make([]byte, len(helloMagic))
+	if _, err := io.ReadFull(br, magic); err != nil {
+		return 0, 0, err
+	}
+	if string(magic) != helloMagic {
+		return 0, 0, fmt.Errorf("not a sluice Raft connection (%q)", magic)
+	}
+	if kind, err = br.ReadByte(); err != nil {
+		return 0, 0, err
+	}
+	if kind != helloMessages && kind != helloSnapshot {
+		return 0, 0, fmt.Errorf("unknown connection kind %q", kind)
+	}
+	if from, err = binary.ReadUvarint(br); err != nil {
+		return 0, 0, err
+	}
+	return kind, from, nil
+}
+
+func (t *Transport) hello(kind byte) []byte {
+	return binary.AppendUvarint(append([]byte(helloMagic), kind), t.cfg.Node)
+}
+
+// dial connects to node, as this node, for kind.
+func (t *Transport) dial(node uint64, kind byte) (net.Conn, error) {
+	addr, ok := t.cfg.Addr(node)
+	if !ok {
+		return nil, fmt.Errorf("replication: node %d has no address", node)
+	}
+	d := net.Dialer{Timeout: t.cfg.DialTimeout}
+	c, err := d.Dial("tcp", addr)
+	if err != nil {
+		return nil, err
+	}
+	if t.cfg.ClientTLS != nil {
+		tc := tls.Client(c, t.cfg.ClientTLS)
+		tc.SetDeadline(time.Now().Add(t.cfg.DialTimeout))
+		if err := tc.Handshake(); err != nil {
+			c.Close()
+			return nil, fmt.Errorf("replication: TLS with node %d: %w", node, err)
+		}
+		tc.SetDeadline(time.Time{})
+		c = tc
+	}
+	c.SetWriteDeadline(time.Now().Add(t.cfg.WriteTimeout))
+	if _, err := c.Write(t.hello(kind)); err != nil {
+		c.Close()
+		return nil, err
+	}
+	c.SetWriteDeadline(time.Time{})
+	return c, nil
+}
+
+// dialLoop keeps a connection to p, a node of higher identity, dialing
+// again when it drops, with a backoff up to a second.
+func (t *Transport) dialLoop(p *peer) {
+	backoff := 10 * time.Millisecond
+	for {
+		c, err := t.dial(p.id, helloMessages)
+		if err == nil && t.track(c) {
+			backoff = 10 * time.Millisecond
+			p.setConn(c)
+			t.read(c, bufio.NewReader(c), p.id)
+			p.clearConn(c)
+			t.untrack(c)
+		}
+		select {
+		case <-t.done:
+			return
+		case <-time.After(backoff):
+		}
+		backoff = min(2*backoff, time.Second)
+	}
+}
+
+func (p *peer) setConn(c net.Conn) {
+	p.mu.Lock()
+	old := p.conn
+	p.conn = c
+	p.mu.Unlock()
+	if old != nil {
+		old.Close() // the peer dialed again: the old connection is dead
+	}
+}
+
+func (p *peer) clearConn(c net.Conn) {
+	p.mu.Lock()
+	if p.conn == c {
+		p.conn = nil
+	}
+	p.mu.Unlock()
+}
+
+func (p *peer) current() net.Conn {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.conn
+}
+
+// write sends p's queued messages, as many as are waiting in one frame.
+func (t *Transport) write(p *peer) {
+	var (
+		batch []outMsg
+		frame []byte
+	)
+	for {
+		select {
+		case <-t.done:
+			return
+		case m := <-p.q:
+			batch = append(batch[:0], m)
+		}
+	more:
+		for len(batch) < 1024 {
+			select {
+			case m := <-p.q:
+				batch = append(batch, m)
+			default:
+				break more
+			}
+		}
+		frame = append(frame[:0], 0, 0, 0, 0)
+		for _, m := range batch {
+			b, err := proto.Marshal(m.m)
+			if err != nil {
+				continue
+			}
+			frame = binary.AppendUvarint(frame, m.group)
+			frame = appendBytes(frame, b)
+		}
+		binary.BigEndian.PutUint32(frame, uint32(len(frame)-4))
+		c := p.current()
+		err := ErrTransportClosed
+		if c != nil {
+			c.SetWriteDeadline(time.Now().Add(t.cfg.WriteTimeout))
+			_, err = c.Write(frame)
+		}
+		if err != nil {
+			if c != nil {
+				c.Close() // its reader ends, and the dialer dials again
+			}
+			for _, m := range batch {
+				t.drop(m.group, p.id)
+			}
+		}
+	}
+}
+
+// read delivers the messages of frames read from c, sent by node from.
+func (t *Transport) read(c net.Conn, br *bufio.Reader, from uint64) {
+	var hdr [4]byte
+	var buf []byte
+	for {
+		if _, err := io.ReadFull(br, hdr[:]); err != nil {
+			return
+		}
+		n := binary.BigEndian.Uint32(hdr[:])
+		if int64(n) > int64(t.cfg.MaxFrame) {
+			t.lg.Warn("raft frame too large, disconnecting", "from", from, "bytes", n, "max", t.cfg.MaxFrame)
+			return
+		}
+		if cap(buf) < int(n) {
+			buf = make([]byte, n)
+		}
+		buf = buf[:n]
+		if _, err := io.ReadFull(br, buf); err != nil {
+			return
+		}
+		d := decoder{b: buf}
+		for len(d.b) > 0 && d.err == nil {
+			group := d.uvarint()
+			mb := d.bytes()
+			if d.err != nil {
+				break
+			}
+			m := &pb.Message{}
+			if err := proto.Unmarshal(mb, m); err != nil || m.GetFrom() != from {
+				t.lg.Warn("bad raft message, disconnecting", "from", from, "err", err)
+				return
+			}
+			if g := t.group(group); g != nil {
+				if err := g.Step(m); err != nil {
+					t.lg.Debug("raft message refused", "group", group, "from", from, "err", err)
+				}
+			}
+		}
+		if d.err != nil {
+			t.lg.Warn("bad raft frame, disconnecting", "from", from, "err", d.err)
+			return
+		}
+	}
+}
+
+// sendSnapshot streams group's snapshot message m on a connection of its
+// own, and reports the outcome to the group.
+func (t *Transport) sendSnapshot(group uint64, m *pb.Message) {
+	g := t.group(group)
+	if g == nil {
+		return
+	}
+	err := func() error {
+		c, err := t.dial(m.GetTo(), helloSnapshot)
+		if err != nil {
+			return err
+		}
+		if !t.track(c) {
+			return ErrTransportClosed
+		}
+		defer t.untrack(c)
+		w := &deadlineWriter{c: c, d: t.cfg.WriteTimeout}
+		if _, err := w.Write(binary.AppendUvarint(nil, group)); err != nil {
+			return err
+		}
+		if err := g.WriteSnapshot(w, m); err != nil {
+			return err
+		}
+		// The receiver answers once it has applied the snapshot, which
+		// takes the time a large shard takes: no deadline but Close.
+		var ok [1]byte
+		if _, err := io.ReadFull(c, ok[:]); err != nil {
+			return err
+		}
+		if ok[0] != 0 {
+			return errors.New("refused by the receiver")
+		}
+		return nil
+	}()
+	if err != nil {
+		t.lg.Warn("snapshot not sent", "group", group, "to", m.GetTo(), "err", err)
+	}
+	g.ReportSnapshot(m.GetTo(), err == nil)
+}
+
+func (t *Transport) receiveSnapshot(c net.Conn, br *bufio.Reader, from uint64) {
+	group, err := binary.ReadUvarint(br)
+	if err != nil {
+		return
+	}
+	g := t.group(group)
+	if g == nil {
+		err = fmt.Errorf("no group %d here", group)
+	} else {
+		err = g.ReadSnapshot(br)
+	}
+	res := byte(0)
+	if err != nil {
+		res = 1
+		t.lg.Warn("snapshot not applied", "group", group, "from", from, "err", err)
+	}
+	c.SetWriteDeadline(time.Now().Add(t.cfg.WriteTimeout))
+	c.Write([]byte{res})
+}
+
+// deadlineWriter gives each write its own deadline, so that a stream
+// that stalls is cut, however long the whole stream takes.
+type deadlineWriter struct {
+	c net.Conn
+	d time.Duration
+}
+
+func (w *deadlineWriter) Write(b []byte) (int, error) {
+	w.c.SetWriteDeadline(time.Now().Add(w.d))
+	return w.c.Write(b)
+}
+
+// deadlineReader gives each read its own deadline, d from then; none
+// when d is 0.
+type deadlineReader struct {
+	c net.Conn
+	d time.Duration
+}
+
+func (r *deadlineReader) Read(b []byte) (int, error) {
+	var dl time.Time
+	if r.d > 0 {
+		dl = time.Now().Add(r.d)
+	}
+	r.c.SetReadDeadline(dl)
+	return r.c.Read(b)
+}
+
+// Close closes the listeners and every connection and waits for the
+// transport's goroutines.
+func (t *Transport) Close() error {
+	t.mu.Lock()
+	if t.mu.closed {
+		t.mu.Unlock()
+		return nil
+	}
+	t.mu.closed = true
+	close(t.done)
+	for _, l := range t.mu.ls {
+		l.Close()
+	}
+	for c := range t.mu.conns {
+		c.Close()
+	}
+	t.mu.Unlock()
+	t.wg.Wait()
+	return nil
+}
+
+// RunTicks ticks every group of the transport's node at each value from
+// ticks until ctx is done: the production clock of the groups (tests tick
+// them themselves).
+func (t *Transport) RunTicks(ctx context.Context, ticks <-chan time.Time) {
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-ticks:
+		}
+		t.mu.Lock()
+		gs := make([]*Group, 0, len(t.mu.groups))
+		for _, g := range t.mu.groups {
+			gs = append(gs, g)
+		}
+		t.mu.Unlock()
+		for _, g := range gs {
+			g.Tick()
+		}
+	}
+}

@@ -1,0 +1,440 @@
+package replication
+
+import (
+	"bufio"
+	"context"
+	"crypto/ecdsa"
+	"crypto/elliptic"
+	"crypto/rand"
+	"crypto/tls"
+	"crypto/x509"
+	"crypto/x509/pkix"
+	"errors"
+	"fmt"
+	"io"
+	"math/big"
+	"net"
+	"path/filepath"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	pb "go.etcd.io/raft/v3/raftpb"
+	"google.golang.org/protobuf/proto"
+
+	"github.com/sluicehq/sluice/storage"
+)
+
+// proxy forwards connections to target, and can cut every connection
+// through it and refuse new ones: a partition, as the fault-injection
+// harness of issue 29 will do between processes.
+type proxy struct {
+	l      net.Listener
+	target string
+	mu     struct {
+		sync.Mutex
+		cut   bool
+		conns map[net.Conn]struct{}
+	}
+	wg sync.WaitGroup
+}
+
+func newProxy(t *testing.T, target string) *proxy {
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	p := &proxy{l: l, target: target}
+	p.mu.conns = map[net.Conn]struct{}{}
+	p.wg.Add(1)
+	go p.serve()
+	t.Cleanup(func() {
+		l.Close()
+		p.setCut(true)
+		p.wg.Wait()
+	})
+	return p
+}
+
+func (p *proxy) serve() {
+	defer p.wg.Done()
+	for {
+		c, err := p.l.Accept()
+		if err != nil {
+			return
+		}
+		if !p.add(c) {
+			continue
+		}
+		up, err := net.Dial("tcp", p.target)
+		if err != nil || !p.add(up) {
+			p.remove(c)
+			continue
+		}
+		p.wg.Add(2)
+		go p.pipe(c, up)
+		go p.pipe(up, c)
+	}
+}
+
+func (p *proxy) pipe(dst, src net.Conn) {
+	defer p.wg.Done()
+	io.Copy(dst, src)
+	p.remove(dst)
+	p.remove(src)
+}
+
+func (p *proxy) add(c net.Conn) bool {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.mu.cut {
+		c.Close()
+		return false
+	}
+	p.mu.conns[c] = struct{}{}
+	return true
+}
+
+func (p *proxy) remove(c net.Conn) {
+	c.Close()
+	p.mu.Lock()
+	delete(p.mu.conns, c)
+	p.mu.Unlock()
+}
+
+// setCut cuts (or heals) the link: every connection through it is closed
+// and new ones are refused.
+func (p *proxy) setCut(cut bool) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	p.mu.cut = cut
+	if cut {
+		for c := range p.mu.conns {
+			c.Close()
+		}
+	}
+}
+
+// netNode is a node of the networked tests: its store, transport, and
+// one group run by Group.Run.
+type netNode struct {
+	id     uint64
+	store  *storage.Store
+	tr     *Transport
+	g      *Group
+	cancel context.CancelFunc
+	done   chan error
+}
+
+// netCluster runs nodes whose links go through a proxy per ordered pair
+// (links[a][b] is what node a dials to reach node b).
+type netCluster struct {
+	t     *testing.T
+	nodes map[uint64]*netNode
+	ls    map[uint64]net.Listener
+	links map[uint64]map[uint64]*proxy
+	tls   *tls.Config
+	keep  uint64
+}
+
+func newNetCluster(t *testing.T, ids []uint64, tlsCfg *tls.Config, keep uint64) *netCluster {
+	c := &netCluster{t: t, nodes: map[uint64]*netNode{}, ls: map[uint64]net.Listener{}, links: map[uint64]map[uint64]*proxy{}, tls: tlsCfg, keep: keep}
+	for _, id := range ids {
+		c.listen(id)
+	}
+	for _, id := range ids {
+		c.startNode(id, ids)
+	}
+	return c
+}
+
+func (c *netCluster) listen(id uint64) {
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		c.t.Fatal(err)
+	}
+	c.ls[id] = l
+	for a := range c.ls {
+		for _, pair := range [][2]uint64{{a, id}, {id, a}} {
+			if pair[0] == pair[1] {
+				continue
+			}
+			if c.links[pair[0]] == nil {
+				c.links[pair[0]] = map[uint64]*proxy{}
+			}
+			if c.links[pair[0]][pair[1]] == nil {
+				c.links[pair[0]][pair[1]] = newProxy(c.t, c.ls[pair[1]].Addr().String())
+			}
+		}
+	}
+}
+
+func (c *netCluster) startNode(id uint64, bootstrap []uint64) {
+	t := c.t
+	s, err := storage.Open(filepath.Join(t.TempDir(), "db"), storage.Options{Sync: storage.SyncAlways})
+	if err != nil {
+		t.Fatal(err)
+	}
+	tr, err := NewTransport(TransportConfig{
+		Node: id,
+		Addr: func(to uint64) (string, bool) {
+			if p := c.links[id][to]; p != nil {
+				return p.l.Addr().String(), true
+			}
+			return "", false
+		},
+		ClientTLS: c.tls, ServerTLS: c.tls,
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	g, err := NewGroup(Config{Group: testGroup, Node: id, Bootstrap: bootstrap, Lower: testLower, Upper: testUpper,
+		Store: s, Send: tr.Send, LogKeep: c.keep})
+	if err != nil {
+		t.Fatal(err)
+	}
+	tr.Add(g)
+	go tr.Serve(c.ls[id])
+	ctx, cancel := context.WithCancel(context.Background())
+	n := &netNode{id: id, store: s, tr: tr, g: g, cancel: cancel, done: make(chan error, 1)}
+	go func() { n.done <- g.Run(ctx) }()
+	c.nodes[id] = n
+	t.Cleanup(func() {
+		cancel()
+		<-n.done
+		tr.Close()
+		s.Close()
+	})
+}
+
+// partition cuts (or heals) every link of node id.
+func (c *netCluster) partition(id uint64, cut bool) {
+	for a, m := range c.links {
+		for b, p := range m {
+			if a == id || b == id {
+				p.setCut(cut)
+			}
+		}
+	}
+}
+
+// waitFor ticks every node's group, a tick each 5ms, until cond
+// holds; the deadline only bounds a hang.
+func (c *netCluster) waitFor(what string, cond func() bool) {
+	c.t.Helper()
+	tick := time.NewTicker(5 * time.Millisecond)
+	defer tick.Stop()
+	deadline := time.After(30 * time.Second)
+	for !cond() {
+		select {
+		case <-deadline:
+			c.t.Fatalf("waiting for %s", what)
+		case <-tick.C:
+		}
+		for _, n := range c.nodes {
+			n.g.Tick()
+		}
+	}
+}
+
+func (c *netCluster) leader(among ...uint64) uint64 {
+	var lead uint64
+	for _, id := range among {
+		st := c.nodes[id].g.Status()
+		if st.Leader == 0 || (lead != 0 && st.Leader != lead) {
+			return 0
+		}
+		lead = st.Leader
+	}
+	if c.nodes[lead] == nil || c.nodes[lead].g.Status().Role != "leader" {
+		return 0
+	}
+	return lead
+}
+
+// propose proposes a round on the leader among ids until one is applied:
+// over a real network, with ticks paced by a timer, leadership may move
+// meanwhile (the rounds are idempotent puts).
+func (c *netCluster) propose(ids []uint64, ops ...Op) uint64 {
+	c.t.Helper()
+	for range 100 {
+		var lead uint64
+		c.waitFor("a leader", func() bool { lead = c.leader(ids...); return lead != 0 })
+		ch, err := c.nodes[lead].g.Propose(ops)
+		if errors.Is(err, ErrNotLeader) {
+			continue
+		}
+		if err != nil {
+			c.t.Fatal(err)
+		}
+		var perr error
+		c.waitFor("the proposal to be answered", func() bool {
+			select {
+			case perr = <-ch:
+				return true
+			default:
+				return false
+			}
+		})
+		if perr == nil {
+			return lead
+		}
+		if !errors.Is(perr, ErrProposalLost) {
+			c.t.Fatal(perr)
+		}
+	}
+	c.t.Fatal("no proposal applied in 100 tries")
+	return 0
+}
+
+func (c *netCluster) caughtUp(ids ...uint64) func() bool {
+	return func() bool {
+		a := c.nodes[ids[0]].g.Status().Applied
+		for _, id := range ids[1:] {
+			if c.nodes[id].g.Status().Applied != a {
+				return false
+			}
+		}
+		return true
+	}
+}
+
+func (c *netCluster) records(id uint64) map[string]string {
+	m := map[string]string{}
+	if err := c.nodes[id].store.Scan(testLower, testUpper, func(k, v []byte) bool { m[string(k)] = string(v); return true }); err != nil {
+		c.t.Fatal(err)
+	}
+	return m
+}
+
+// Over real connections, through proxies: a leader elected, rounds
+// replicated, and a leader cut off from the others by a partition steps
+// down while they elect another; healed, it follows.
+func TestTransportPartitionedLeader(t *testing.T) {
+	ids := []uint64{1, 2, 3}
+	c := newNetCluster(t, ids, nil, 0)
+	var lead uint64
+	c.waitFor("a leader", func() bool { lead = c.leader(ids...); return lead != 0 })
+	for i := range 20 {
+		lead = c.propose(ids, put(testKey(i), fmt.Sprint(i)))
+	}
+	c.partition(lead, true)
+	rest := others(ids, lead)
+	var next uint64
+	c.waitFor("a new leader and the old one stepping down", func() bool {
+		next = c.leader(rest...)
+		return next != 0 && next != lead && c.nodes[lead].g.Status().Role != "leader"
+	})
+	next = c.propose(rest, put(testKey(100), "after the partition"))
+	c.partition(lead, false)
+	c.waitFor("the old leader to follow", func() bool { return c.leader(ids...) == next && c.caughtUp(ids...)() })
+	want := c.records(next)
+	if len(want) != 21 {
+		t.Fatalf("the leader holds %d records, want 21", len(want))
+	}
+	for _, id := range ids {
+		if got := c.records(id); len(got) != len(want) {
+			t.Fatalf("node %d holds %d records, want %d", id, len(got), len(want))
+		}
+	}
+}
+
+// With TLS on every link, a replica added to a group whose log is
+// truncated catches up by a snapshot streamed over its own connection.
+func TestTransportTLSAndSnapshot(t *testing.T) {
+	ids := []uint64{1, 2, 3}
+	c := newNetCluster(t, ids, testTLS(t), 3)
+	var lead uint64
+	c.waitFor("a leader", func() bool { lead = c.leader(ids...); return lead != 0 })
+	for i := range 30 {
+		lead = c.propose(ids, put(testKey(i), fmt.Sprint(i)), put(testKey(1000+i), "x"))
+	}
+	if first, _ := c.nodes[lead].g.log.FirstIndex(); first <= 2 {
+		t.Fatalf("log not truncated: first index %d", first)
+	}
+	c.listen(4)
+	c.startNode(4, nil)
+	if err := c.nodes[lead].g.ChangeMembers(&pb.ConfChangeV2{Changes: []*pb.ConfChangeSingle{
+		{Type: pb.ConfChangeAddLearnerNode.Enum(), NodeId: proto.Uint64(4)},
+	}}); err != nil {
+		t.Fatal(err)
+	}
+	c.waitFor("the learner to catch up", c.caughtUp(lead, 4))
+	want, got := c.records(lead), c.records(4)
+	if len(got) != 60 || len(got) != len(want) {
+		t.Fatalf("the learner holds %d records, the leader %d, want 60", len(got), len(want))
+	}
+	for k, v := range want {
+		if got[k] != v {
+			t.Fatalf("record %q = %q on the learner, %q on the leader", k, got[k], v)
+		}
+	}
+}
+
+// A peer that cannot be reached costs its messages, never a blocked
+// sender: Send queues or drops, and Raft is told.
+func TestTransportDropsWhenUnreachable(t *testing.T) {
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	addr := l.Addr().String()
+	l.Close() // nothing listens there
+	tr, err := NewTransport(TransportConfig{Node: 1, Queue: 1, Addr: func(uint64) (string, bool) { return addr, true }})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer tr.Close()
+	msgs := make([]*pb.Message, 100)
+	for i := range msgs {
+		msgs[i] = &pb.Message{Type: pb.MsgHeartbeat.Enum(), To: proto.Uint64(2), From: proto.Uint64(1)}
+	}
+	tr.Send(testGroup, msgs)
+	deadline := time.After(30 * time.Second)
+	for tr.Dropped.Load() != 100 {
+		select {
+		case <-deadline:
+			t.Fatalf("dropped %d of 100", tr.Dropped.Load())
+		case <-time.After(time.Millisecond):
+		}
+	}
+	// A connection that is not sluice's Raft is refused.
+	if _, _, err := readHello(bufioString("GET / HTTP/1.1\r\n\r\n")); err == nil {
+		t.Fatal("an HTTP request passed for a hello")
+	}
+}
+
+// testTLS returns a configuration with a fresh self-signed certificate
+// for 127.0.0.1 that both ends trust.
+func testTLS(t *testing.T) *tls.Config {
+	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+	if err != nil {
+		t.Fatal(err)
+	}
+	tmpl := &x509.Certificate{
+		SerialNumber: big.NewInt(1), Subject: pkix.Name{CommonName: "sluice test"},
+		NotBefore: time.Now().Add(-time.Hour), NotAfter: time.Now().Add(time.Hour),
+		IPAddresses: []net.IP{net.IPv4(127, 0, 0, 1)},
+		KeyUsage:    x509.KeyUsageDigitalSignature | x509.KeyUsageCertSign,
+		ExtKeyUsage: []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth, x509.ExtKeyUsageClientAuth},
+		IsCA:        true, BasicConstraintsValid: true,
+	}
+	der, err := x509.CreateCertificate(rand.Reader, tmpl, tmpl, &key.PublicKey, key)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cert, err := x509.ParseCertificate(der)
+	if err != nil {
+		t.Fatal(err)
+	}
+	pool := x509.NewCertPool()
+	pool.AddCert(cert)
+	return &tls.Config{
+		Certificates: []tls.Certificate{{Certificate: [][]byte{der}, PrivateKey: key}},
+		RootCAs:      pool, ClientCAs: pool, ClientAuth: tls.RequireAndVerifyClientCert,
+		ServerName: "127.0.0.1", MinVersion: tls.VersionTLS13,
+	}
+}
+
+func bufioString(s string) *bufio.Reader { return bufio.NewReader(strings.NewReader(s)) }
