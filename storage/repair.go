@@ -637,6 +637,17 @@ func (r *repairer) clear(ctx context.Context, s span, tables []*tableMeta, lostD
 	if err != nil {
 		return cr, err
 	}
+	// Raft state that comes back older than it was could make a replica
+	// vote twice in a term, or forget entries it acknowledged: the
+	// replication keys of the range are dropped, the rest of them after
+	// the range is cleared, and the loss named, so that the server has
+	// its replicas rejoin under new identities.
+	replicaLost := bytes.Compare(s.start, replicaEnd) < 0 && bytes.Compare(s.end, []byte(ReplicaPrefix)) > 0
+	if replicaLost {
+		stale = append(stale, ReplicaLostName)
+		slices.Sort(stale)
+		stale = slices.Compact(stale)
+	}
 	r.stale = append(r.stale, stale...)
 	needStale := !r.o.DryRun && len(stale) > 0
 	staleValue := []byte(strings.Join(stale, " "))
@@ -655,7 +666,8 @@ func (r *repairer) clear(ctx context.Context, s span, tables []*tableMeta, lostD
 		key = append(key[:0], top.key...)
 		kind, seq := top.trailer.Kind(), uint64(top.trailer.SeqNum())
 		live := kind == pebble.InternalKeyKindSet || kind == pebble.InternalKeyKindSetWithDelete
-		keep := live && !cr.NoKeep
+		replica := replicaKey(key)
+		keep := live && !cr.NoKeep && !replica
 		if needStale && bytes.Compare(key, staleMetaKey) >= 0 {
 			needStale = false
 			if err := set(staleMetaKey, staleValue); err != nil {
@@ -703,7 +715,7 @@ func (r *repairer) clear(ctx context.Context, s span, tables []*tableMeta, lostD
 			if err := set(key, val); err != nil {
 				return cr, fmt.Errorf("repair %s: %w", r.dir, err)
 			}
-		case live:
+		case live && !replica:
 			cr.Dropped++
 			if r.o.Dropped != nil {
 				r.o.Dropped(key)
@@ -742,6 +754,11 @@ func (r *repairer) clear(ctx context.Context, s span, tables []*tableMeta, lostD
 	if err != nil {
 		return cr, fmt.Errorf("repair %s: clear the range of %v: %w", r.dir, cr.Lost, err)
 	}
+	if replicaLost {
+		if err := r.db.Excise(ctx, pebble.KeyRange{Start: []byte(ReplicaPrefix), End: replicaEnd}); err != nil {
+			return cr, fmt.Errorf("repair %s: clear the replication keys: %w", r.dir, err)
+		}
+	}
 	return cr, nil
 }
 
@@ -755,6 +772,12 @@ var staleMetaKey = []byte(metaPrefix + StaleMetaName)
 // trusting them, and removes it (SetMeta with nil) once an operator has
 // said they are current.
 const StaleMetaName = "repair.stale"
+
+// ReplicaLostName is the name Repair adds to StaleMeta's list when an
+// unreadable table held replication keys (ReplicaPrefix): it removes them
+// all, and the node's replicas must rejoin their groups under new
+// identities, as after a lost volume.
+const ReplicaLostName = "replication.lost"
 
 // staleMeta returns the names of the server's own records in s whose newest
 // readable version is older than the last write of an unreadable table

@@ -1,12 +1,17 @@
 package storage
 
 import (
+	"bytes"
+	"context"
 	"encoding/binary"
 	"errors"
 	"fmt"
+	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 
+	"github.com/cockroachdb/pebble/v2"
 	"github.com/cockroachdb/pebble/v2/vfs"
 )
 
@@ -167,5 +172,85 @@ func TestReplicaBatchRefusesKeysOutsideItsRange(t *testing.T) {
 	}
 	if _, _, err := s.ReplicaGet([]byte("k")); !errors.Is(err, ErrNotReplicaKey) {
 		t.Errorf("ReplicaGet of a record key: %v, want ErrNotReplicaKey", err)
+	}
+}
+
+// Repair never brings Raft state back older than it was (a replica could
+// then vote twice in a term): when an unreadable table held replication
+// keys, every one of them goes, the records stay, and the loss is named
+// in StaleMeta for the server.
+func TestRepairDropsReplicationState(t *testing.T) {
+	dir := t.TempDir()
+	db := openRawPebble(t, dir)
+	rkey := func(i int) []byte { return fmt.Appendf([]byte(ReplicaPrefix), "g1.e%04d", i) }
+	write := func(set func(b *pebble.Batch)) {
+		t.Helper()
+		b := db.NewBatch()
+		set(b)
+		if err := b.Commit(pebble.Sync); err != nil {
+			t.Fatal(err)
+		}
+		if err := db.Flush(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	write(func(b *pebble.Batch) {
+		b.Set(formatKey, []byte(formatVersion), nil)
+		for i := range 100 {
+			b.Set(fmt.Appendf(nil, "k%04d", i), u64(1), nil)
+			b.Set(rkey(i), u64(1), nil)
+		}
+	})
+	if err := db.Compact(context.Background(), []byte("k"), []byte{0xff, 0xff}, false); err != nil {
+		t.Fatal(err)
+	}
+	write(func(b *pebble.Batch) {
+		for i := 50; i < 60; i++ {
+			b.Set(rkey(i), u64(2), nil)
+		}
+	})
+	levels, err := db.SSTables()
+	if err != nil {
+		t.Fatal(err)
+	}
+	var top string
+	for _, level := range levels {
+		for _, tab := range level {
+			if bytes.Equal(tab.Smallest.UserKey, rkey(50)) {
+				top = filepath.Join(dir, fmt.Sprintf("%s.sst", tab.BackingSSTNum))
+			}
+		}
+	}
+	if err := db.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if top == "" {
+		t.Fatal("no table of the newer replication keys")
+	}
+	damage(t, top, "zeroed")
+	rep, err := Repair(context.Background(), dir, RepairOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !slices.Contains(rep.StaleMeta, ReplicaLostName) {
+		t.Fatalf("StaleMeta %v does not name %s", rep.StaleMeta, ReplicaLostName)
+	}
+	s, err := Open(dir, Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	if got := s.Records(); got != 100 {
+		t.Fatalf("%d records after repair, want 100", got)
+	}
+	n := 0
+	if err := s.ReplicaScan([]byte(ReplicaPrefix), replicaEnd, func(k, v []byte) bool { n++; return true }); err != nil {
+		t.Fatal(err)
+	}
+	if n != 0 {
+		t.Fatalf("%d replication keys survived the repair, want none", n)
+	}
+	if v, err := s.Meta(StaleMetaName); err != nil || !strings.Contains(string(v), ReplicaLostName) {
+		t.Fatalf("stored stale names %q, %v; want %s among them", v, err, ReplicaLostName)
 	}
 }
