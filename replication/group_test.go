@@ -1,6 +1,8 @@
 package replication
 
 import (
+	"bytes"
+	"encoding/binary"
 	"errors"
 	"fmt"
 	"slices"
@@ -245,4 +247,62 @@ func TestGroupReappliesFromAppliedIndex(t *testing.T) {
 		t.Fatalf("applied %d after restart, want %d", got, applied)
 	}
 	c.sameRecords(want)
+}
+
+// A snapshot stream that is cut, garbled, meant for another node or
+// older than what the replica has is refused with an error, and the
+// replica's records and its group go on as before.
+func TestReadSnapshotRefusesBadStreams(t *testing.T) {
+	c := newTestCluster(t, 3, 0)
+	lead := c.electLeader()
+	c.propose(lead, put(testKey(1), "a"), put(testKey(2), "b"))
+	f := others(c.ids, lead)[0]
+	c.tickUntil(10, "follower behind", func() bool {
+		return c.nodes[f].g.Status().Applied == c.nodes[lead].g.Status().Applied
+	})
+	want := c.records(f)
+	snap, err := c.nodes[lead].g.log.Snapshot()
+	if err != nil {
+		t.Fatal(err)
+	}
+	msg := func(to, index uint64) *pb.Message {
+		s := proto.Clone(snap).(*pb.Snapshot)
+		s.Metadata.Index = proto.Uint64(index)
+		return &pb.Message{Type: pb.MsgSnap.Enum(), To: proto.Uint64(to), From: proto.Uint64(lead),
+			Term: proto.Uint64(c.nodes[lead].g.Status().Term), Snapshot: s}
+	}
+	stream := func(m *pb.Message) []byte {
+		var buf bytes.Buffer
+		if err := c.nodes[lead].g.WriteSnapshot(&buf, m); err != nil {
+			t.Fatal(err)
+		}
+		return buf.Bytes()
+	}
+	ahead := c.nodes[f].g.Status().Commit + 100
+	good := stream(msg(f, ahead))
+	for name, tc := range map[string]struct {
+		b    []byte
+		want error
+	}{
+		"cut":            {good[:len(good)-3], ErrBadSnapshot},
+		"garbage":        {[]byte("\x05hello world"), ErrBadSnapshot},
+		"another node":   {stream(msg(lead, ahead)), ErrBadSnapshot},
+		"already held":   {stream(msg(f, 1)), ErrStaleSnapshot},
+		"page off range": {append(good[:msgLen(good)], 1, 0, 1, 0xff), ErrBadSnapshot},
+	} {
+		if err := c.nodes[f].g.ReadSnapshot(bytes.NewReader(tc.b)); !errors.Is(err, tc.want) {
+			t.Errorf("%s: %v, want %v", name, err, tc.want)
+		}
+	}
+	c.sameRecords(want)
+	c.propose(lead, put(testKey(3), "c"))
+	c.tickUntil(10, "the follower stopped following", func() bool {
+		return c.nodes[f].g.Status().Applied == c.nodes[lead].g.Status().Applied
+	})
+}
+
+// msgLen returns the length of a snapshot stream's message part.
+func msgLen(stream []byte) int {
+	n, k := binary.Uvarint(stream)
+	return k + int(n)
 }
