@@ -4,6 +4,7 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
+	"sort"
 	"sync"
 
 	"go.etcd.io/raft/v3"
@@ -61,7 +62,36 @@ type Log struct {
 		last      uint64 // truncIdx when the log is empty
 		applied   uint64
 		conf      *pb.ConfState // at applied
+		// terms are the terms of the entries in (truncIdx, last], as runs
+		// (a term changes only at an election), so that Term, which Raft
+		// asks for every append, reads no entry.
+		terms []termRun
 	}
+}
+
+// termRun says that the entries from start on, up to the next run's
+// start, are of term.
+type termRun struct{ start, term uint64 }
+
+// addTerms appends runs to terms for entries from index from on (any
+// later runs dropped: a new tail replaces them), merging equal terms.
+func addTerms(terms []termRun, from uint64, add []termRun) []termRun {
+	for len(terms) > 0 && terms[len(terms)-1].start >= from {
+		terms = terms[:len(terms)-1]
+	}
+	for _, r := range add {
+		if len(terms) > 0 && terms[len(terms)-1].term == r.term {
+			continue
+		}
+		terms = append(terms, r)
+	}
+	return terms
+}
+
+// termAt returns the term of entry i, which runs covers.
+func termAt(runs []termRun, i uint64) uint64 {
+	j := sort.Search(len(runs), func(j int) bool { return runs[j].start > i })
+	return runs[j-1].term
 }
 
 // OpenLog reads group's Raft state from store; a group never written has
@@ -100,14 +130,24 @@ func OpenLog(store *storage.Store, group uint64) (*Log, error) {
 	}
 	// The last entry, and a check that the log has no hole.
 	l.mu.last = l.mu.truncIdx
-	err := store.ReplicaScan(entryKey(group, l.mu.truncIdx+1), groupKey(group, keyEntry+1), func(k, _ []byte) bool {
+	var derr error
+	err := store.ReplicaScan(entryKey(group, l.mu.truncIdx+1), groupKey(group, keyEntry+1), func(k, v []byte) bool {
 		i := binary.BigEndian.Uint64(k[len(k)-8:])
 		if i != l.mu.last+1 {
 			return false
 		}
+		e := &pb.Entry{}
+		if err := proto.Unmarshal(v, e); err != nil || e.GetIndex() != i {
+			derr = fmt.Errorf("%w: group %d entry %d", ErrCorruptLog, group, i)
+			return false
+		}
+		l.mu.terms = addTerms(l.mu.terms, i, []termRun{{i, e.GetTerm()}})
 		l.mu.last = i
 		return true
 	})
+	if err == nil {
+		err = derr
+	}
 	if err != nil {
 		return nil, err
 	}
@@ -183,21 +223,16 @@ func (l *Log) Entries(lo, hi, maxSize uint64) ([]*pb.Entry, error) {
 // Term implements raft.Storage.
 func (l *Log) Term(i uint64) (uint64, error) {
 	l.mu.Lock()
-	trunc, term, last := l.mu.truncIdx, l.mu.truncTerm, l.mu.last
-	l.mu.Unlock()
+	defer l.mu.Unlock()
 	switch {
-	case i == trunc:
-		return term, nil
-	case i < trunc:
+	case i == l.mu.truncIdx:
+		return l.mu.truncTerm, nil
+	case i < l.mu.truncIdx:
 		return 0, raft.ErrCompacted
-	case i > last:
+	case i > l.mu.last:
 		return 0, raft.ErrUnavailable
 	}
-	ents, err := l.Entries(i, i+1, 0)
-	if err != nil {
-		return 0, err
-	}
-	return ents[0].GetTerm(), nil
+	return termAt(l.mu.terms, i), nil
 }
 
 // LastIndex implements raft.Storage.
@@ -247,6 +282,9 @@ type logChange struct {
 	truncTerm  uint64
 	last       uint64
 	setLast    bool
+	termsFrom  uint64    // with setLast: the first index appended
+	terms      []termRun // the runs of the entries appended
+	clearTerms bool      // the log was emptied (a snapshot)
 	applied    uint64
 	conf       *pb.ConfState
 	setApplied bool
@@ -284,6 +322,11 @@ func (l *Log) stageAppend(b *storage.ReplicaBatch, c *logChange, ents []*pb.Entr
 			return err
 		}
 	}
+	c.termsFrom = ents[0].GetIndex()
+	c.terms = c.terms[:0]
+	for _, e := range ents {
+		c.terms = addTerms(c.terms, e.GetIndex(), []termRun{{e.GetIndex(), e.GetTerm()}})
+	}
 	newLast := ents[len(ents)-1].GetIndex()
 	if newLast < last {
 		if err := b.DeleteRange(entryKey(l.group, newLast+1), entryKey(l.group, last+1)); err != nil {
@@ -304,7 +347,7 @@ func (l *Log) stageSnapshot(b *storage.ReplicaBatch, c *logChange, snap *pb.Snap
 	if err := l.stageTruncated(b, c, m.GetIndex(), m.GetTerm()); err != nil {
 		return err
 	}
-	c.last, c.setLast = m.GetIndex(), true
+	c.last, c.setLast, c.clearTerms = m.GetIndex(), true, true
 	return l.stageApplied(b, c, m.GetIndex(), m.GetConfState())
 }
 
@@ -356,8 +399,20 @@ func (l *Log) settle(c *logChange) {
 	if c.trunc {
 		l.mu.truncIdx, l.mu.truncTerm = c.truncIdx, c.truncTerm
 	}
+	if c.clearTerms {
+		l.mu.terms = l.mu.terms[:0]
+	}
 	if c.setLast {
 		l.mu.last = c.last
+		if len(c.terms) > 0 {
+			l.mu.terms = addTerms(l.mu.terms, c.termsFrom, c.terms)
+		}
+	}
+	if c.trunc {
+		// Runs wholly before the log's start go.
+		for len(l.mu.terms) > 1 && l.mu.terms[1].start <= l.mu.truncIdx+1 {
+			l.mu.terms = l.mu.terms[1:]
+		}
 	}
 	if c.setApplied {
 		l.mu.applied, l.mu.conf = c.applied, proto.Clone(c.conf).(*pb.ConfState)
