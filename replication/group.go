@@ -202,6 +202,18 @@ func NewGroup(cfg Config) (*Group, error) {
 	return g, nil
 }
 
+// bootstrapIndex and bootstrapTerm are where the log of a bootstrapped
+// group starts: after an entry that is in no log, whose state (the first
+// members) every first replica writes alike. A replica added later has no
+// such entry, so the leader cannot match its empty log at index 0 and
+// replay the log to it: it sends a snapshot, which carries the members.
+// Replaying on an empty membership would fail the replica, or make a voter
+// added directly the only voter it knows of, electing itself alone.
+const (
+	bootstrapIndex = 1
+	bootstrapTerm  = 1
+)
+
 // bootstrap writes the first members of a group the store has never held.
 func (g *Group) bootstrap() error {
 	hs, cs, _ := g.log.InitialState()
@@ -211,7 +223,15 @@ func (g *Group) bootstrap() error {
 	}
 	var c logChange
 	conf := &pb.ConfState{Voters: append([]uint64(nil), g.cfg.Bootstrap...)}
-	if err := g.log.stageApplied(g.batch, &c, 0, conf); err != nil {
+	if err := g.log.stageTruncated(g.batch, &c, bootstrapIndex, bootstrapTerm); err != nil {
+		return err
+	}
+	c.last, c.setLast = bootstrapIndex, true
+	if err := g.log.stageApplied(g.batch, &c, bootstrapIndex, conf); err != nil {
+		return err
+	}
+	hard := &pb.HardState{Term: proto.Uint64(bootstrapTerm), Commit: proto.Uint64(bootstrapIndex)}
+	if err := g.log.stageAppend(g.batch, &c, nil, hard); err != nil {
 		return err
 	}
 	if err := g.batch.Commit(true); err != nil {

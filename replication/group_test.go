@@ -5,6 +5,7 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
+	"path/filepath"
 	"slices"
 	"testing"
 
@@ -305,4 +306,36 @@ func TestReadSnapshotRefusesBadStreams(t *testing.T) {
 func msgLen(stream []byte) int {
 	n, k := binary.Uvarint(stream)
 	return k + int(n)
+}
+
+// A replica added to a young group, whose log still starts at its first
+// entry, must learn the group's first members as well: they are in no
+// entry, so it has to start from a snapshot, not from the log. Replaying
+// the log on an empty membership would apply "add learner" with no voter
+// (raft refuses it: the replica fails) or "add voter" as the only voter
+// (the replica would elect itself alone).
+func TestGroupNewReplicaOfYoungGroupLearnsMembers(t *testing.T) {
+	c := newTestCluster(t, 3, 0) // default LogKeep: the log is never truncated here
+	lead := c.electLeader()
+	c.propose(lead, put(testKey(1), "a"))
+	const fresh = 4
+	c.ids = append(c.ids, fresh)
+	c.start(fresh, filepath.Join(t.TempDir(), "fresh"), nil)
+	cc := &pb.ConfChangeV2{Changes: []*pb.ConfChangeSingle{{Type: pb.ConfChangeAddLearnerNode.Enum(), NodeId: proto.Uint64(fresh)}}}
+	if err := c.nodes[lead].g.ChangeMembers(cc); err != nil {
+		t.Fatal(err)
+	}
+	c.lenient = true
+	c.tickUntil(100, "the new replica did not catch up", func() bool {
+		return c.nodes[fresh].g.failedErr() != nil || c.nodes[fresh].g.Status().Applied == c.nodes[lead].g.Status().Applied
+	})
+	c.lenient = false
+	if err := c.nodes[fresh].g.failedErr(); err != nil {
+		t.Fatalf("the new replica failed: %v", err)
+	}
+	cs := c.nodes[fresh].g.log.confState()
+	if !slices.Equal(cs.GetVoters(), []uint64{1, 2, 3}) || !slices.Equal(cs.GetLearners(), []uint64{fresh}) {
+		t.Fatalf("the new replica's members: voters %v learners %v, want voters [1 2 3] learners [%d]", cs.GetVoters(), cs.GetLearners(), fresh)
+	}
+	c.sameRecords(map[string]string{string(testKey(1)): "a"})
 }
