@@ -193,7 +193,16 @@ func (l *Log) Entries(lo, hi, maxSize uint64) ([]*pb.Entry, error) {
 		derr error
 	)
 	next := lo
+	compacted := false
 	err := l.store.ReplicaScan(entryKey(l.group, lo), entryKey(l.group, hi), func(k, v []byte) bool {
+		if len(ents) == 0 && binary.BigEndian.Uint64(k[len(k)-8:]) > lo {
+			// The start of the range went since first was read: the
+			// Ready loop truncated the log meanwhile (it deletes only a
+			// prefix). Raft sends a snapshot on ErrCompacted, and panics
+			// on any other error.
+			compacted = true
+			return false
+		}
 		e := &pb.Entry{}
 		if err := proto.Unmarshal(v, e); err != nil || e.GetIndex() != next {
 			derr = fmt.Errorf("%w: group %d entry %d", ErrCorruptLog, l.group, next)
@@ -213,7 +222,7 @@ func (l *Log) Entries(lo, hi, maxSize uint64) ([]*pb.Entry, error) {
 	if err != nil {
 		return nil, err
 	}
-	if len(ents) == 0 && lo < hi {
+	if compacted || (len(ents) == 0 && lo < hi) {
 		// Compacted meanwhile.
 		return nil, raft.ErrCompacted
 	}

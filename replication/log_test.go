@@ -121,3 +121,53 @@ func compareLog(t *testing.T, step int, l *Log, m *raft.MemoryStorage) {
 		t.Fatalf("step %d: Entries below the first index: %v, want ErrCompacted", step, err)
 	}
 }
+
+// Raft reads the log (Entries, on the leader, for a follower that lags)
+// while the Ready loop truncates it: a read that finds the start of its
+// range gone is a compaction, ErrCompacted, which makes raft send a
+// snapshot; any other error makes raft panic, failing the group.
+func TestLogEntriesDuringCompaction(t *testing.T) {
+	s, err := storage.Open(filepath.Join(t.TempDir(), "db"), storage.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	l, err := OpenLog(s, 1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	b := s.NewReplicaBatch()
+	var ents []*pb.Entry
+	for i := uint64(1); i <= 20; i++ {
+		ents = append(ents, &pb.Entry{Index: proto.Uint64(i), Term: proto.Uint64(1), Data: []byte("round")})
+	}
+	var c logChange
+	if err := l.stageAppend(b, &c, ents, &pb.HardState{Term: proto.Uint64(1), Commit: proto.Uint64(20)}); err != nil {
+		t.Fatal(err)
+	}
+	if err := l.stageApplied(b, &c, 20, &pb.ConfState{}); err != nil {
+		t.Fatal(err)
+	}
+	if err := b.Commit(true); err != nil {
+		t.Fatal(err)
+	}
+	l.settle(&c)
+	// The truncation's write has landed; the Log's bounds are not yet
+	// updated, as a reader racing the Ready loop sees them.
+	c = logChange{}
+	if err := l.stageCompact(b, &c, 10); err != nil {
+		t.Fatal(err)
+	}
+	if err := b.Commit(false); err != nil {
+		t.Fatal(err)
+	}
+	for _, lo := range []uint64{5, 10} {
+		if _, err := l.Entries(lo, 21, 1<<20); err != raft.ErrCompacted {
+			t.Fatalf("Entries(%d, 21) racing a truncation to 10: %v, want ErrCompacted", lo, err)
+		}
+	}
+	l.settle(&c)
+	if got, err := l.Entries(11, 21, 1<<20); err != nil || len(got) != 10 {
+		t.Fatalf("Entries(11, 21) after the truncation: %d entries, %v", len(got), err)
+	}
+}
