@@ -54,8 +54,9 @@ type TransportConfig struct {
 	// WriteTimeout bounds one write of a batch of messages, and each page
 	// of a snapshot; default 2s. A connection that times out is closed.
 	DialTimeout, WriteTimeout time.Duration
-	// MaxFrame bounds one batch of messages read; default 64 MiB. A peer
-	// that sends more is disconnected.
+	// MaxFrame bounds one batch of messages, read or written; default 64
+	// MiB. A peer that sends more is disconnected; a message larger is
+	// dropped. Every node must use the same.
 	MaxFrame int
 	Logger   *slog.Logger // default: discard
 }
@@ -401,11 +402,15 @@ func (p *peer) current() net.Conn {
 	return p.conn
 }
 
-// write sends p's queued messages, as many as are waiting in one frame.
+// write sends p's queued messages, as many as are waiting, in frames of
+// at most MaxFrame bytes, which the receiver refuses beyond (the peer is
+// assumed to run with the same MaxFrame). A message that fits in no frame
+// is dropped.
 func (t *Transport) write(p *peer) {
 	var (
 		batch []outMsg
 		frame []byte
+		in    []outMsg // the messages in frame
 	)
 	for {
 		select {
@@ -423,30 +428,49 @@ func (t *Transport) write(p *peer) {
 				break more
 			}
 		}
-		frame = append(frame[:0], 0, 0, 0, 0)
+		c := p.current()
+		failed := c == nil
+		send := func() {
+			if len(in) == 0 {
+				return
+			}
+			if !failed {
+				binary.BigEndian.PutUint32(frame, uint32(len(frame)-4))
+				c.SetWriteDeadline(time.Now().Add(t.cfg.WriteTimeout))
+				if _, err := c.Write(frame); err != nil {
+					c.Close() // its reader ends, and the dialer dials again
+					failed = true
+				}
+			}
+			if failed {
+				for _, m := range in {
+					t.drop(m.group, p.id)
+				}
+			}
+			frame, in = frame[:0], in[:0]
+		}
 		for _, m := range batch {
 			b, err := proto.Marshal(m.m)
 			if err != nil {
 				continue
 			}
+			size := binary.MaxVarintLen64*2 + len(b)
+			if 4+size > t.cfg.MaxFrame {
+				t.lg.Warn("raft message larger than a frame, dropped", "group", m.group, "to", p.id, "bytes", len(b), "max", t.cfg.MaxFrame)
+				t.drop(m.group, p.id)
+				continue
+			}
+			if len(frame)+size > t.cfg.MaxFrame {
+				send()
+			}
+			if len(frame) == 0 {
+				frame = append(frame, 0, 0, 0, 0)
+			}
 			frame = binary.AppendUvarint(frame, m.group)
 			frame = appendBytes(frame, b)
+			in = append(in, m)
 		}
-		binary.BigEndian.PutUint32(frame, uint32(len(frame)-4))
-		c := p.current()
-		err := ErrTransportClosed
-		if c != nil {
-			c.SetWriteDeadline(time.Now().Add(t.cfg.WriteTimeout))
-			_, err = c.Write(frame)
-		}
-		if err != nil {
-			if c != nil {
-				c.Close() // its reader ends, and the dialer dials again
-			}
-			for _, m := range batch {
-				t.drop(m.group, p.id)
-			}
-		}
+		send()
 	}
 }
 

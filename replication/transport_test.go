@@ -9,6 +9,7 @@ import (
 	"crypto/tls"
 	"crypto/x509"
 	"crypto/x509/pkix"
+	"encoding/binary"
 	"errors"
 	"fmt"
 	"io"
@@ -438,3 +439,69 @@ func testTLS(t *testing.T) *tls.Config {
 }
 
 func bufioString(s string) *bufio.Reader { return bufio.NewReader(strings.NewReader(s)) }
+
+// The writer never sends a frame larger than MaxFrame, which the receiver
+// would refuse by disconnecting, dropping the messages of every group on
+// the connection, again at each retry: the messages waiting for a peer
+// go in as many frames as they need, and one message that cannot fit in
+// any frame is dropped alone.
+func TestTransportFramesFitMaxFrame(t *testing.T) {
+	const maxFrame = 64 << 10
+	tr, err := NewTransport(TransportConfig{Node: 1, MaxFrame: maxFrame, Addr: func(uint64) (string, bool) { return "", false }})
+	if err != nil {
+		t.Fatal(err)
+	}
+	p := &peer{id: 2, q: make(chan outMsg, 64)}
+	msg := func(i, size int) outMsg {
+		return outMsg{group: testGroup, m: &pb.Message{Type: pb.MsgApp.Enum(), To: proto.Uint64(2), From: proto.Uint64(1),
+			Index: proto.Uint64(uint64(i)), Entries: []*pb.Entry{{Data: make([]byte, size)}}}}
+	}
+	const n = 20
+	for i := range n {
+		p.q <- msg(i, 8<<10) // n of them make 160 KiB
+		if i == n/2 {
+			p.q <- msg(-1, maxFrame) // fits no frame
+		}
+	}
+	local, remote := net.Pipe()
+	p.conn = local
+	done := make(chan struct{})
+	go func() { defer close(done); tr.write(p) }()
+	defer func() { tr.Close(); local.Close(); <-done }()
+
+	br := bufio.NewReader(remote)
+	var got []uint64
+	for len(got) < n {
+		var hdr [4]byte
+		if _, err := io.ReadFull(br, hdr[:]); err != nil {
+			t.Fatal(err)
+		}
+		size := binary.BigEndian.Uint32(hdr[:])
+		if size > maxFrame {
+			t.Fatalf("a frame of %d bytes, over MaxFrame %d", size, maxFrame)
+		}
+		d := decoder{b: make([]byte, size)}
+		if _, err := io.ReadFull(br, d.b); err != nil {
+			t.Fatal(err)
+		}
+		for len(d.b) > 0 && d.err == nil {
+			d.uvarint()
+			m := &pb.Message{}
+			if err := proto.Unmarshal(d.bytes(), m); err != nil {
+				t.Fatal(err)
+			}
+			got = append(got, m.GetIndex())
+		}
+		if d.err != nil {
+			t.Fatal(d.err)
+		}
+	}
+	for i, idx := range got {
+		if idx != uint64(i) {
+			t.Fatalf("messages in order %v, want 0 to %d", got, n-1)
+		}
+	}
+	if d := tr.Dropped.Load(); d != 1 {
+		t.Fatalf("dropped %d messages, want the one too large", d)
+	}
+}
