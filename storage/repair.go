@@ -643,6 +643,12 @@ func (r *repairer) clear(ctx context.Context, s span, tables []*tableMeta, lostD
 	// the range is cleared, and the loss named, so that the server has
 	// its replicas rejoin under new identities.
 	replicaLost := bytes.Compare(s.start, replicaEnd) < 0 && bytes.Compare(s.end, []byte(ReplicaPrefix)) > 0
+	// Records that come back older than a replica's applied index says
+	// would never be applied again: with replication state in the store,
+	// losing records loses the replicas too.
+	if !replicaLost && bytes.Compare(s.start, recordsEnd) < 0 {
+		replicaLost = r.holdsReplicaKeys()
+	}
 	if replicaLost {
 		stale = append(stale, ReplicaLostName)
 		slices.Sort(stale)
@@ -772,6 +778,18 @@ var staleMetaKey = []byte(metaPrefix + StaleMetaName)
 // trusting them, and removes it (SetMeta with nil) once an operator has
 // said they are current.
 const StaleMetaName = "repair.stale"
+
+// holdsReplicaKeys reports whether the store holds replication keys;
+// true when they cannot be read, which Repair then treats as lost.
+func (r *repairer) holdsReplicaKeys() bool {
+	it, err := r.db.NewIter(&pebble.IterOptions{LowerBound: []byte(ReplicaPrefix), UpperBound: replicaEnd})
+	if err != nil {
+		return true
+	}
+	found := it.First() || it.Error() != nil
+	it.Close()
+	return found
+}
 
 // ReplicaLostName is the name Repair adds to StaleMeta's list when an
 // unreadable table held replication keys (ReplicaPrefix): it removes them

@@ -180,9 +180,44 @@ func TestReplicaBatchRefusesKeysOutsideItsRange(t *testing.T) {
 // keys, every one of them goes, the records stay, and the loss is named
 // in StaleMeta for the server.
 func TestRepairDropsReplicationState(t *testing.T) {
+	s := repairReplicaStore(t, func(b *pebble.Batch) {
+		for i := 50; i < 60; i++ {
+			b.Set(replicaTestKey(i), u64(2), nil)
+		}
+	}, replicaTestKey(50))
+	if got := s.Records(); got != 100 {
+		t.Fatalf("%d records after repair, want 100", got)
+	}
+	if v, err := s.Meta(StaleMetaName); err != nil || !strings.Contains(string(v), ReplicaLostName) {
+		t.Fatalf("stored stale names %q, %v; want %s among them", v, err, ReplicaLostName)
+	}
+}
+
+// A replica's records are its applied index's: when an unreadable table
+// held records of a store that holds replication state, the records come
+// back older than the applied index says, and nothing would ever apply
+// them again (the replica, and any snapshot it sends, would keep the older
+// values for good). The replication state goes and the loss is named, as
+// when the table held replication keys.
+func TestRepairOfRecordsDropsReplicationState(t *testing.T) {
+	repairReplicaStore(t, func(b *pebble.Batch) { // a round applied: records only
+		for i := 50; i < 60; i++ {
+			b.Set(replicaTestRecord(i), u64(2), nil)
+		}
+	}, replicaTestRecord(50))
+}
+
+func replicaTestKey(i int) []byte    { return fmt.Appendf([]byte(ReplicaPrefix), "g1.e%04d", i) }
+func replicaTestRecord(i int) []byte { return fmt.Appendf(nil, "k%04d", i) }
+
+// repairReplicaStore writes 100 records and 100 replication keys in one
+// table, then what newer writes in a table of its own, which it damages
+// (the table whose first key is first), repairs the store, checks that
+// every replication key went and that the loss is named, and opens it.
+func repairReplicaStore(t *testing.T, newer func(b *pebble.Batch), first []byte) *Store {
+	t.Helper()
 	dir := t.TempDir()
 	db := openRawPebble(t, dir)
-	rkey := func(i int) []byte { return fmt.Appendf([]byte(ReplicaPrefix), "g1.e%04d", i) }
 	write := func(set func(b *pebble.Batch)) {
 		t.Helper()
 		b := db.NewBatch()
@@ -197,18 +232,14 @@ func TestRepairDropsReplicationState(t *testing.T) {
 	write(func(b *pebble.Batch) {
 		b.Set(formatKey, []byte(formatVersion), nil)
 		for i := range 100 {
-			b.Set(fmt.Appendf(nil, "k%04d", i), u64(1), nil)
-			b.Set(rkey(i), u64(1), nil)
+			b.Set(replicaTestRecord(i), u64(1), nil)
+			b.Set(replicaTestKey(i), u64(1), nil)
 		}
 	})
 	if err := db.Compact(context.Background(), []byte("k"), []byte{0xff, 0xff}, false); err != nil {
 		t.Fatal(err)
 	}
-	write(func(b *pebble.Batch) {
-		for i := 50; i < 60; i++ {
-			b.Set(rkey(i), u64(2), nil)
-		}
-	})
+	write(newer)
 	levels, err := db.SSTables()
 	if err != nil {
 		t.Fatal(err)
@@ -216,7 +247,7 @@ func TestRepairDropsReplicationState(t *testing.T) {
 	var top string
 	for _, level := range levels {
 		for _, tab := range level {
-			if bytes.Equal(tab.Smallest.UserKey, rkey(50)) {
+			if bytes.Equal(tab.Smallest.UserKey, first) {
 				top = filepath.Join(dir, fmt.Sprintf("%s.sst", tab.BackingSSTNum))
 			}
 		}
@@ -225,7 +256,7 @@ func TestRepairDropsReplicationState(t *testing.T) {
 		t.Fatal(err)
 	}
 	if top == "" {
-		t.Fatal("no table of the newer replication keys")
+		t.Fatal("no table of the newer writes")
 	}
 	damage(t, top, "zeroed")
 	rep, err := Repair(context.Background(), dir, RepairOptions{})
@@ -239,10 +270,7 @@ func TestRepairDropsReplicationState(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer s.Close()
-	if got := s.Records(); got != 100 {
-		t.Fatalf("%d records after repair, want 100", got)
-	}
+	t.Cleanup(func() { s.Close() })
 	n := 0
 	if err := s.ReplicaScan([]byte(ReplicaPrefix), replicaEnd, func(k, v []byte) bool { n++; return true }); err != nil {
 		t.Fatal(err)
@@ -250,7 +278,5 @@ func TestRepairDropsReplicationState(t *testing.T) {
 	if n != 0 {
 		t.Fatalf("%d replication keys survived the repair, want none", n)
 	}
-	if v, err := s.Meta(StaleMetaName); err != nil || !strings.Contains(string(v), ReplicaLostName) {
-		t.Fatalf("stored stale names %q, %v; want %s among them", v, err, ReplicaLostName)
-	}
+	return s
 }
