@@ -489,23 +489,26 @@ func (g *Group) Process() (bool, error) {
 	}); err != nil || !has {
 		return false, err
 	}
-	g.mu.Lock()
-	if rd.SoftState != nil {
-		g.mu.leader = rd.SoftState.RaftState == raft.StateLeader
-	}
-	// A proposal of an older term may have been dropped from the log.
-	if !g.mu.leader {
-		g.failWaitersLocked(ErrProposalLost, 0)
-	} else if term := rd.HardState.GetTerm(); term != 0 {
-		g.failWaitersLocked(ErrProposalLost, term)
-	}
-	g.mu.Unlock()
 	if err := g.handle(&rd); err != nil {
 		err = fmt.Errorf("replication: group %d: %w", g.cfg.Group, err)
 		g.lg.Error("replica failed", "err", err)
 		g.fail(err)
 		return false, err
 	}
+	// Only now, with this Ready's committed rounds applied and their
+	// proposals answered: a round committed in the Ready in which the
+	// leader steps down was applied, and is not lost. Of the others, those
+	// of an older term may have been dropped from the log.
+	g.mu.Lock()
+	if rd.SoftState != nil {
+		g.mu.leader = rd.SoftState.RaftState == raft.StateLeader
+	}
+	if !g.mu.leader {
+		g.failWaitersLocked(ErrProposalLost, 0)
+	} else if term := rd.HardState.GetTerm(); term != 0 {
+		g.failWaitersLocked(ErrProposalLost, term)
+	}
+	g.mu.Unlock()
 	if err := g.raft(func(rn *raft.RawNode) error { rn.Advance(rd); return nil }); err != nil {
 		return false, err
 	}

@@ -339,3 +339,71 @@ func TestGroupNewReplicaOfYoungGroupLearnsMembers(t *testing.T) {
 	}
 	c.sameRecords(map[string]string{string(testKey(1)): "a"})
 }
+
+// A round committed in the Ready in which its leader loses leadership is
+// applied by that Ready, so its proposal is answered nil, not
+// ErrProposalLost: the leader had the followers' acknowledgements before
+// a new leader's heartbeat made it step down, and both reach its next
+// Ready together.
+func TestGroupCommittedAsLeadershipIsLost(t *testing.T) {
+	c := newTestCluster(t, 3, 0)
+	old := c.electLeader()
+	rest := others(c.ids, old)
+	ch, err := c.nodes[old].g.Propose([]Op{put(testKey(1), "committed")})
+	if err != nil {
+		t.Fatal(err)
+	}
+	// The round reaches the followers, and their acknowledgements reach
+	// the leader's Raft, but not its Ready loop.
+	if _, err := c.nodes[old].g.Process(); err != nil {
+		t.Fatal(err)
+	}
+	deliver := func(to uint64) {
+		q := c.queue
+		c.queue = nil
+		for _, m := range q {
+			if m.GetTo() != to {
+				c.queue = append(c.queue, m)
+				continue
+			}
+			if err := c.nodes[to].g.Step(m); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	for _, f := range rest {
+		deliver(f)
+		if _, err := c.nodes[f].g.Process(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	deliver(old)
+	// The leader is cut off and the others elect another, at a higher
+	// term; then the new leader's heartbeat reaches the old one.
+	c.down[old] = true
+	lead := c.electLeader(rest...)
+	c.down[old] = false
+	c.queue = nil
+	c.nodes[lead].g.Tick()
+	if _, err := c.nodes[lead].g.Process(); err != nil {
+		t.Fatal(err)
+	}
+	deliver(old)
+	if _, err := c.nodes[old].g.Process(); err != nil {
+		t.Fatal(err)
+	}
+	if st := c.nodes[old].g.Status(); st.Role == "leader" || st.Applied < 2 {
+		t.Fatalf("the old leader: %+v, want a follower that applied the round", st)
+	}
+	select {
+	case err := <-ch:
+		if err != nil {
+			t.Fatalf("the round was applied, and its proposal answered %v", err)
+		}
+	default:
+		t.Fatal("the round was applied, and its proposal not answered")
+	}
+	if got := c.records(old)[string(testKey(1))]; got != "committed" {
+		t.Fatalf("record %q on the old leader", got)
+	}
+}
