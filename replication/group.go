@@ -404,12 +404,7 @@ func (g *Group) Propose(ops []Op) (<-chan error, error) {
 	return ch, nil
 }
 
-func (g *Group) notify() {
-	select {
-	case g.kick <- struct{}{}:
-	default:
-	}
-}
+func (g *Group) notify() { signal(g.kick) }
 
 // Run processes Readies as they come until ctx is done, the group is
 // stopped or a write to the store fails (then it returns that error, and

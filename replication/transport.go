@@ -30,11 +30,16 @@ const (
 var ErrTransportClosed = errors.New("replication: transport closed")
 
 // helloMagic starts every connection between nodes, then a kind byte
-// (helloMessages or helloSnapshot) and the dialing node's identity.
+// and the dialing node's identity. helloMessages opens the connection of
+// a pair, which the node of lower identity dials; helloDial asks that node
+// to dial (the connection then closes), so that the node of higher
+// identity gets a connection when it has to send first; helloSnapshot
+// carries one snapshot.
 const (
 	helloMagic    = "sluice-raft 1\n"
 	helloMessages = 'm'
 	helloSnapshot = 's'
+	helloDial     = 'd'
 )
 
 // TransportConfig configures a node's Transport. A zero field means the
@@ -63,7 +68,8 @@ type TransportConfig struct {
 
 // Transport carries the Raft messages of every group a node hosts to the
 // other nodes, over one connection per pair of nodes (the node with the
-// lower identity dials; both write on it), in batches. Each peer has a
+// lower identity dials, asked to by the other when that one has to send
+// first; both write on it), in batches. Each peer has a
 // bounded queue, drained by one writer; a full queue, or a peer that is
 // not connected, drops messages, which Raft sends again. A snapshot goes
 // over a connection of its own, so that its pages never hold up another
@@ -98,6 +104,9 @@ type peer struct {
 	q    chan outMsg
 	mu   sync.Mutex
 	conn net.Conn // nil while not connected
+	// lost is signalled when the connection closes, wake when the peer
+	// asks to be dialed (both hold at most one signal).
+	lost, wake chan struct{}
 }
 
 // NewTransport returns a transport with no groups, not listening.
@@ -209,13 +218,14 @@ func (t *Transport) peer(to uint64) *peer {
 	if _, ok := t.cfg.Addr(to); !ok {
 		return nil
 	}
-	p := &peer{id: to, q: make(chan outMsg, t.cfg.Queue)}
+	p := &peer{id: to, q: make(chan outMsg, t.cfg.Queue), lost: make(chan struct{}, 1), wake: make(chan struct{}, 1)}
 	t.mu.peers[to] = p
-	t.wg.Add(1)
+	t.wg.Add(2)
 	go func() { defer t.wg.Done(); t.write(p) }()
 	if t.cfg.Node < to {
-		t.wg.Add(1)
 		go func() { defer t.wg.Done(); t.dialLoop(p) }()
+	} else {
+		go func() { defer t.wg.Done(); t.askLoop(p) }()
 	}
 	return p
 }
@@ -288,6 +298,14 @@ func (t *Transport) accept(c net.Conn) {
 		// while it reads a snapshot, so a stalled sender must not hold it.
 		dr.d = t.cfg.WriteTimeout
 		t.receiveSnapshot(c, br, from)
+	case helloDial:
+		if from <= t.cfg.Node {
+			t.lg.Warn("raft dial request from a node that should dial itself", "from", from)
+			return
+		}
+		if p := t.peer(from); p != nil {
+			signal(p.wake)
+		}
 	case helloMessages:
 		dr.d = 0 // an idle connection between nodes stays
 		// The node of lower identity dials.
@@ -313,7 +331,7 @@ func readHello(br *bufio.Reader) (kind byte, from uint64, err error) {
 	if kind, err = br.ReadByte(); err != nil {
 		return 0, 0, err
 	}
-	if kind != helloMessages && kind != helloSnapshot {
+	if kind != helloMessages && kind != helloSnapshot && kind != helloDial {
 		return 0, 0, fmt.Errorf("unknown connection kind %q", kind)
 	}
 	if from, err = binary.ReadUvarint(br); err != nil {
@@ -372,9 +390,47 @@ func (t *Transport) dialLoop(p *peer) {
 		select {
 		case <-t.done:
 			return
+		case <-p.wake:
+			backoff = 10 * time.Millisecond
+		case <-time.After(backoff):
+			backoff = min(2*backoff, time.Second)
+		}
+	}
+}
+
+// askLoop asks p, a node of lower identity, to dial this node whenever
+// they are not connected, with a backoff up to a second: p may have
+// nothing to send (a learner, a replica not yet a member never
+// campaigns), and only it dials.
+func (t *Transport) askLoop(p *peer) {
+	backoff := 10 * time.Millisecond
+	for {
+		if p.current() != nil {
+			backoff = 10 * time.Millisecond
+			select {
+			case <-t.done:
+				return
+			case <-p.lost:
+			}
+			continue
+		}
+		if c, err := t.dial(p.id, helloDial); err == nil {
+			c.Close()
+		}
+		select {
+		case <-t.done:
+			return
 		case <-time.After(backoff):
 		}
 		backoff = min(2*backoff, time.Second)
+	}
+}
+
+// signal leaves a signal on ch unless one waits already.
+func signal(ch chan struct{}) {
+	select {
+	case ch <- struct{}{}:
+	default:
 	}
 }
 
@@ -394,6 +450,7 @@ func (p *peer) clearConn(c net.Conn) {
 		p.conn = nil
 	}
 	p.mu.Unlock()
+	signal(p.lost)
 }
 
 func (p *peer) current() net.Conn {
