@@ -258,10 +258,47 @@ func (g *Group) Step(m *pb.Message) error {
 	if m.GetType() == pb.MsgSnap {
 		return fmt.Errorf("replication: group %d: a snapshot comes through ReadSnapshot", g.cfg.Group)
 	}
+	if err := g.checkMessage(m); err != nil {
+		return err
+	}
 	err := g.raft(func(rn *raft.RawNode) error { return rn.Step(m) })
 	g.notify()
 	if err != nil && !errors.Is(err, raft.ErrStepPeerNotFound) {
 		return fmt.Errorf("replication: group %d: %w", g.cfg.Group, err)
+	}
+	return nil
+}
+
+// ErrBadMessage refuses a message from another node that Raft must not
+// be given: Raft takes a message of term 0 for a local one (a proposal,
+// which only this replica makes, or a heartbeat that names a leader of no
+// term), and panics on appended entries that do not follow each other;
+// neither comes from a replica that works.
+var ErrBadMessage = errors.New("replication: message that no replica sends")
+
+// checkMessage refuses what Raft would take wrongly, or panic on, in a
+// message from another node, as raft's own validation of appended
+// entries (logSlice.valid) does after the fact.
+func (g *Group) checkMessage(m *pb.Message) error {
+	from := m.GetFrom()
+	if from == 0 || from == g.cfg.Node {
+		return fmt.Errorf("%w: group %d: a %v from node %d", ErrBadMessage, g.cfg.Group, m.GetType(), from)
+	}
+	if m.GetTerm() == 0 {
+		return fmt.Errorf("%w: group %d: a %v of term 0 from node %d", ErrBadMessage, g.cfg.Group, m.GetType(), from)
+	}
+	if m.GetType() != pb.MsgApp {
+		return nil
+	}
+	prevTerm, prev := m.GetLogTerm(), m.GetIndex()
+	for _, e := range m.GetEntries() {
+		if e.GetTerm() < prevTerm || e.GetIndex() != prev+1 {
+			return fmt.Errorf("%w: group %d: from node %d, entry %d of term %d after %d of term %d", ErrBadMessage, g.cfg.Group, from, e.GetIndex(), e.GetTerm(), prev, prevTerm)
+		}
+		prevTerm, prev = e.GetTerm(), e.GetIndex()
+	}
+	if prevTerm > m.GetTerm() {
+		return fmt.Errorf("%w: group %d: from node %d of term %d, an entry of term %d", ErrBadMessage, g.cfg.Group, from, m.GetTerm(), prevTerm)
 	}
 	return nil
 }

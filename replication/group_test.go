@@ -407,3 +407,41 @@ func TestGroupCommittedAsLeadershipIsLost(t *testing.T) {
 		t.Fatalf("record %q on the old leader", got)
 	}
 }
+
+// Messages that no working replica sends are refused before Raft sees
+// them: a proposal from a follower (Raft takes a message of term 0 for a
+// local one, and the leader would append it), a heartbeat of term 0, one
+// from the replica itself, and appended entries that skip an index (on
+// which Raft panics, failing the group). The group goes on unharmed.
+func TestGroupRefusesMessagesNoReplicaSends(t *testing.T) {
+	c := newTestCluster(t, 3, 0)
+	lead := c.electLeader()
+	c.propose(lead, put(testKey(1), "a"))
+	f := others(c.ids, lead)[0]
+	st := c.nodes[f].g.Status()
+	forged := Round{Proposer: f, Seq: 1, Ops: []Op{put(testKey(2), "forged")}}
+	bad := []*pb.Message{
+		{Type: pb.MsgProp.Enum(), From: proto.Uint64(f), To: proto.Uint64(lead), Entries: []*pb.Entry{{Data: forged.Append(nil)}}},
+		{Type: pb.MsgHeartbeat.Enum(), From: proto.Uint64(lead), To: proto.Uint64(f)},
+		{Type: pb.MsgHeartbeat.Enum(), From: proto.Uint64(f), To: proto.Uint64(f), Term: proto.Uint64(st.Term)},
+		{Type: pb.MsgApp.Enum(), From: proto.Uint64(lead), To: proto.Uint64(f), Term: proto.Uint64(st.Term),
+			LogTerm: proto.Uint64(st.Term), Index: proto.Uint64(st.Commit), Commit: proto.Uint64(st.Commit),
+			Entries: []*pb.Entry{{Term: proto.Uint64(st.Term), Index: proto.Uint64(st.Commit + 5), Data: forged.Append(nil)}}},
+	}
+	for _, m := range bad {
+		if err := c.nodes[m.GetTo()].g.Step(m); !errors.Is(err, ErrBadMessage) {
+			t.Errorf("a %v of term %d from %d to %d: %v, want ErrBadMessage", m.GetType(), m.GetTerm(), m.GetFrom(), m.GetTo(), err)
+		}
+	}
+	c.tickUntil(10, "the group to settle", func() bool { return c.leader() == lead })
+	for _, id := range c.ids {
+		if err := c.nodes[id].g.failedErr(); err != nil {
+			t.Fatalf("node %d failed: %v", id, err)
+		}
+	}
+	c.propose(lead, put(testKey(3), "c"))
+	c.tickUntil(10, "followers behind", func() bool {
+		return c.nodes[f].g.Status().Applied == c.nodes[lead].g.Status().Applied
+	})
+	c.sameRecords(map[string]string{string(testKey(1)): "a", string(testKey(3)): "c"})
+}

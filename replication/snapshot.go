@@ -117,7 +117,11 @@ func (g *Group) WriteSnapshot(w io.Writer, m *pb.Message) error {
 // ahead of the applied index, which the entries applied next, and the
 // snapshot the leader sends again, bring level. Raft never elects a
 // replica that lacks committed entries, so such a replica does not lead.
-func (g *Group) ReadSnapshot(r io.Reader) error {
+func (g *Group) ReadSnapshot(r io.Reader) error { return g.readSnapshot(r, 0) }
+
+// readSnapshot is ReadSnapshot of a stream from node sender, whose
+// message must say so; 0 takes any sender.
+func (g *Group) readSnapshot(r io.Reader, sender uint64) error {
 	br := bufio.NewReaderSize(r, 64<<10)
 	mb, err := readBytes(br, maxSnapshotMsg)
 	if err != nil {
@@ -129,6 +133,12 @@ func (g *Group) ReadSnapshot(r io.Reader) error {
 	}
 	if m.GetType() != pb.MsgSnap || m.GetTo() != g.cfg.Node || m.GetSnapshot().GetMetadata() == nil {
 		return fmt.Errorf("%w: a %v for node %d, want a MsgSnap for node %d", ErrBadSnapshot, m.GetType(), m.GetTo(), g.cfg.Node)
+	}
+	if sender != 0 && m.GetFrom() != sender {
+		return fmt.Errorf("%w: a snapshot of node %d sent by node %d", ErrBadSnapshot, m.GetFrom(), sender)
+	}
+	if err := g.checkMessage(m); err != nil {
+		return fmt.Errorf("%w: %w", ErrBadSnapshot, err)
 	}
 	index := m.GetSnapshot().GetMetadata().GetIndex()
 

@@ -49,8 +49,13 @@ type TransportConfig struct {
 	// Addr returns the address of node's transport listener, and false if
 	// the node is unknown (then its messages are dropped).
 	Addr func(node uint64) (string, bool)
-	// ClientTLS, when set, secures the connections this node dials;
-	// ServerTLS the ones it accepts (Serve wraps them).
+	// ClientTLS and ServerTLS, set together or not at all, secure the
+	// connections this node dials and accepts (Serve wraps them) with
+	// mutual TLS: ClientTLS needs this node's certificate, ServerTLS the
+	// CA of the nodes' certificates in ClientCAs. A peer's certificate
+	// must name the host of its address (Addr): a node dials with that
+	// host as ServerName, and accepts a node's connection only with a
+	// client certificate valid for it.
 	ClientTLS, ServerTLS *tls.Config
 	// Queue bounds the messages waiting for one peer; more are dropped
 	// (and Raft told the peer is unreachable: it retries). Default 4096.
@@ -113,6 +118,19 @@ type peer struct {
 func NewTransport(cfg TransportConfig) (*Transport, error) {
 	if cfg.Node == 0 || cfg.Addr == nil {
 		return nil, errors.New("replication: TransportConfig needs a Node and Addr")
+	}
+	if (cfg.ClientTLS == nil) != (cfg.ServerTLS == nil) {
+		return nil, errors.New("replication: TransportConfig needs both ClientTLS and ServerTLS, or neither")
+	}
+	if cfg.ServerTLS != nil {
+		if cfg.ServerTLS.ClientCAs == nil {
+			return nil, errors.New("replication: ServerTLS needs ClientCAs, the CA of the nodes' certificates, to verify the nodes that connect")
+		}
+		if len(cfg.ClientTLS.Certificates) == 0 && cfg.ClientTLS.GetClientCertificate == nil {
+			return nil, errors.New("replication: ClientTLS needs this node's certificate, which the other nodes verify")
+		}
+		cfg.ServerTLS = cfg.ServerTLS.Clone()
+		cfg.ServerTLS.ClientAuth = tls.RequireAndVerifyClientCert
 	}
 	if cfg.Queue <= 0 {
 		cfg.Queue = DefaultQueue
@@ -288,6 +306,9 @@ func (t *Transport) accept(c net.Conn) {
 	dr := &deadlineReader{c: c, d: t.cfg.DialTimeout}
 	br := bufio.NewReader(dr)
 	kind, from, err := readHello(br)
+	if err == nil {
+		err = t.authenticate(c, from)
+	}
 	if err != nil {
 		t.lg.Warn("raft connection refused", "remote", c.RemoteAddr(), "err", err)
 		return
@@ -318,6 +339,41 @@ func (t *Transport) accept(c net.Conn) {
 		t.read(c, br, from)
 		p.clearConn(c)
 	}
+}
+
+// authenticate checks that c, whose hello says it comes from node from,
+// may: from is another node of the configuration and, with TLS, c's
+// client certificate (verified against ClientCAs already) names the host
+// of from's address. Before it, nothing of the connection's reaches
+// the node's state, so that no other connection can close its peer's.
+func (t *Transport) authenticate(c net.Conn, from uint64) error {
+	if from == t.cfg.Node {
+		return fmt.Errorf("the hello names node %d, this node", from)
+	}
+	addr, ok := t.cfg.Addr(from)
+	if !ok || from == 0 {
+		return fmt.Errorf("the hello names node %d, which is not a node of the configuration", from)
+	}
+	tc, ok := c.(*tls.Conn)
+	if !ok {
+		return nil
+	}
+	certs := tc.ConnectionState().PeerCertificates
+	if len(certs) == 0 {
+		return fmt.Errorf("node %d: no client certificate", from)
+	}
+	if err := certs[0].VerifyHostname(addrHost(addr)); err != nil {
+		return fmt.Errorf("node %d at %s: %w", from, addr, err)
+	}
+	return nil
+}
+
+// addrHost is the host of a host:port address, or the address itself.
+func addrHost(addr string) string {
+	if h, _, err := net.SplitHostPort(addr); err == nil {
+		return h
+	}
+	return addr
 }
 
 func readHello(br *bufio.Reader) (kind byte, from uint64, err error) {
@@ -356,7 +412,10 @@ func (t *Transport) dial(node uint64, kind byte) (net.Conn, error) {
 		return nil, err
 	}
 	if t.cfg.ClientTLS != nil {
-		tc := tls.Client(c, t.cfg.ClientTLS)
+		// The peer's certificate must name its address's host.
+		cfg := t.cfg.ClientTLS.Clone()
+		cfg.ServerName = addrHost(addr)
+		tc := tls.Client(c, cfg)
 		tc.SetDeadline(time.Now().Add(t.cfg.DialTimeout))
 		if err := tc.Handshake(); err != nil {
 			c.Close()
@@ -559,9 +618,14 @@ func (t *Transport) read(c net.Conn, br *bufio.Reader, from uint64) {
 				break
 			}
 			m := &pb.Message{}
-			if err := proto.Unmarshal(mb, m); err != nil || m.GetFrom() != from {
+			if err := proto.Unmarshal(mb, m); err != nil {
 				t.lg.Warn("bad raft message, disconnecting", "from", from, "err", err)
 				return
+			}
+			if m.GetFrom() != from {
+				t.Dropped.Add(1)
+				t.lg.Warn("raft message that names another sender, dropped", "from", from, "names", m.GetFrom(), "group", group)
+				continue
 			}
 			if g := t.group(group); g != nil {
 				if err := g.Step(m); err != nil {
@@ -625,7 +689,7 @@ func (t *Transport) receiveSnapshot(c net.Conn, br *bufio.Reader, from uint64) {
 	if g == nil {
 		err = fmt.Errorf("no group %d here", group)
 	} else {
-		err = g.ReadSnapshot(br)
+		err = g.readSnapshot(br, from)
 	}
 	res := byte(0)
 	if err != nil {

@@ -424,35 +424,13 @@ func TestTransportDropsWhenUnreachable(t *testing.T) {
 	}
 }
 
-// testTLS returns a configuration with a fresh self-signed certificate
-// for 127.0.0.1 that both ends trust.
+// testTLS returns a configuration with a fresh certificate for
+// 127.0.0.1 from a fresh CA that both ends trust.
 func testTLS(t *testing.T) *tls.Config {
-	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
-	if err != nil {
-		t.Fatal(err)
-	}
-	tmpl := &x509.Certificate{
-		SerialNumber: big.NewInt(1), Subject: pkix.Name{CommonName: "sluice test"},
-		NotBefore: time.Now().Add(-time.Hour), NotAfter: time.Now().Add(time.Hour),
-		IPAddresses: []net.IP{net.IPv4(127, 0, 0, 1)},
-		KeyUsage:    x509.KeyUsageDigitalSignature | x509.KeyUsageCertSign,
-		ExtKeyUsage: []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth, x509.ExtKeyUsageClientAuth},
-		IsCA:        true, BasicConstraintsValid: true,
-	}
-	der, err := x509.CreateCertificate(rand.Reader, tmpl, tmpl, &key.PublicKey, key)
-	if err != nil {
-		t.Fatal(err)
-	}
-	cert, err := x509.ParseCertificate(der)
-	if err != nil {
-		t.Fatal(err)
-	}
-	pool := x509.NewCertPool()
-	pool.AddCert(cert)
+	pki := newTestPKI(t)
 	return &tls.Config{
-		Certificates: []tls.Certificate{{Certificate: [][]byte{der}, PrivateKey: key}},
-		RootCAs:      pool, ClientCAs: pool, ClientAuth: tls.RequireAndVerifyClientCert,
-		ServerName: "127.0.0.1", MinVersion: tls.VersionTLS13,
+		Certificates: []tls.Certificate{pki.cert(t, []net.IP{net.IPv4(127, 0, 0, 1)})},
+		RootCAs:      pki.pool, ClientCAs: pki.pool, MinVersion: tls.VersionTLS13,
 	}
 }
 
@@ -539,5 +517,152 @@ func TestTransportLearnerBelowLeader(t *testing.T) {
 	})
 	if got := c.records(1)[string(testKey(1))]; got != "a" {
 		t.Fatalf("record %q on the learner, want \"a\"", got)
+	}
+}
+
+// testPKI is a CA and the certificates it signs.
+type testPKI struct {
+	ca   *x509.Certificate
+	key  *ecdsa.PrivateKey
+	pool *x509.CertPool
+}
+
+func newTestPKI(t *testing.T) *testPKI {
+	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+	if err != nil {
+		t.Fatal(err)
+	}
+	tmpl := &x509.Certificate{
+		SerialNumber: big.NewInt(1), Subject: pkix.Name{CommonName: "sluice test CA"},
+		NotBefore: time.Now().Add(-time.Hour), NotAfter: time.Now().Add(time.Hour),
+		KeyUsage: x509.KeyUsageCertSign, IsCA: true, BasicConstraintsValid: true,
+	}
+	der, err := x509.CreateCertificate(rand.Reader, tmpl, tmpl, &key.PublicKey, key)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ca, err := x509.ParseCertificate(der)
+	if err != nil {
+		t.Fatal(err)
+	}
+	pool := x509.NewCertPool()
+	pool.AddCert(ca)
+	return &testPKI{ca: ca, key: key, pool: pool}
+}
+
+// cert returns a certificate for the names given, for servers and
+// clients alike.
+func (p *testPKI) cert(t *testing.T, ips []net.IP, dns ...string) tls.Certificate {
+	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+	if err != nil {
+		t.Fatal(err)
+	}
+	tmpl := &x509.Certificate{
+		SerialNumber: big.NewInt(2), Subject: pkix.Name{CommonName: "sluice test node"},
+		NotBefore: time.Now().Add(-time.Hour), NotAfter: time.Now().Add(time.Hour),
+		IPAddresses: ips, DNSNames: dns, KeyUsage: x509.KeyUsageDigitalSignature,
+		ExtKeyUsage: []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth, x509.ExtKeyUsageClientAuth},
+	}
+	der, err := x509.CreateCertificate(rand.Reader, tmpl, p.ca, &key.PublicKey, p.key)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return tls.Certificate{Certificate: [][]byte{der}, PrivateKey: key}
+}
+
+// A node's connection is taken only from a node of its configuration
+// whose certificate, from the nodes' CA, names that node's address: a
+// client without a certificate, with one for another host or from
+// another CA, a hello naming an unknown node or the node itself, are
+// refused before they touch anything, and never close the connection
+// that the real peer holds.
+func TestTransportAuthenticatesPeers(t *testing.T) {
+	pki := newTestPKI(t)
+	loopback := []net.IP{net.IPv4(127, 0, 0, 1)}
+	tr, err := NewTransport(TransportConfig{
+		Node:      2,
+		Addr:      func(n uint64) (string, bool) { return "127.0.0.1:1", n == 1 || n == 3 }, // never dialed here
+		ServerTLS: &tls.Config{Certificates: []tls.Certificate{pki.cert(t, loopback)}, ClientCAs: pki.pool, MinVersion: tls.VersionTLS13},
+		ClientTLS: &tls.Config{Certificates: []tls.Certificate{pki.cert(t, loopback)}, RootCAs: pki.pool, MinVersion: tls.VersionTLS13},
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	go tr.Serve(l)
+	defer tr.Close()
+
+	connect := func(cert *tls.Certificate, kind byte, from uint64) net.Conn {
+		cfg := &tls.Config{RootCAs: pki.pool, ServerName: "127.0.0.1", MinVersion: tls.VersionTLS13}
+		if cert != nil {
+			cfg.Certificates = []tls.Certificate{*cert}
+		}
+		c, err := tls.Dial("tcp", l.Addr().String(), cfg)
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { c.Close() })
+		c.SetDeadline(time.Now().Add(10 * time.Second)) // bounds a hang only
+		hello := binary.AppendUvarint(append([]byte(helloMagic), kind), from)
+		if kind == helloSnapshot {
+			hello = binary.AppendUvarint(hello, testGroup)
+		}
+		c.Write(hello) // an error shows in the reads below
+		return c
+	}
+	realCert := pki.cert(t, loopback)
+	real := connect(&realCert, helloMessages, 1)
+	p := tr.peer(1)
+	deadline := time.After(10 * time.Second)
+	for p.current() == nil {
+		select {
+		case <-deadline:
+			t.Fatal("the real peer's connection was not taken")
+		case <-time.After(time.Millisecond):
+		}
+	}
+	// alive checks that the real peer still has its connection: a
+	// message sent to it arrives.
+	alive := func(after string) {
+		t.Helper()
+		hb := &pb.Message{Type: pb.MsgHeartbeat.Enum(), From: proto.Uint64(2), To: proto.Uint64(1), Term: proto.Uint64(1)}
+		tr.Send(testGroup, []*pb.Message{hb})
+		var hdr [4]byte
+		if _, err := io.ReadFull(real, hdr[:]); err != nil {
+			t.Fatalf("after %s, the real peer's connection: %v", after, err)
+		}
+		if _, err := io.ReadFull(real, make([]byte, binary.BigEndian.Uint32(hdr[:]))); err != nil {
+			t.Fatalf("after %s, the real peer's connection: %v", after, err)
+		}
+	}
+	alive("connecting")
+
+	impostor := pki.cert(t, nil, "impostor.test")
+	stranger := newTestPKI(t).cert(t, loopback)
+	for _, tc := range []struct {
+		name string
+		cert *tls.Certificate
+		kind byte
+		from uint64
+	}{
+		{"no certificate", nil, helloMessages, 1},
+		{"a certificate for another host", &impostor, helloMessages, 1},
+		{"a certificate from another CA", &stranger, helloMessages, 1},
+		{"an unknown node", &realCert, helloMessages, 99},
+		{"the node itself", &realCert, helloMessages, 2},
+		{"a snapshot from an unknown node", &realCert, helloSnapshot, 99},
+		{"a snapshot from the node itself", &realCert, helloSnapshot, 2},
+		{"node 0", &realCert, helloSnapshot, 0},
+	} {
+		c := connect(tc.cert, tc.kind, tc.from)
+		n, err := c.Read(make([]byte, 1))
+		var ne net.Error
+		if n > 0 || err == nil || (errors.As(err, &ne) && ne.Timeout()) {
+			t.Errorf("%s: the connection was taken (read %d bytes, %v)", tc.name, n, err)
+		}
+		alive(tc.name)
 	}
 }
