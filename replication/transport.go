@@ -24,7 +24,14 @@ const (
 	DefaultDialTimeout  = time.Second
 	DefaultWriteTimeout = 2 * time.Second
 	DefaultMaxFrame     = 64 << 20
+	DefaultMaxConns     = 256
+	DefaultMaxSnapshots = 4
 )
+
+// readBufKeep is the largest read buffer a connection keeps between
+// frames: a larger one, made for a large frame (up to MaxFrame), is let
+// go once its frame is handled, so that idle peers hold little memory.
+const readBufKeep = 64 << 10
 
 // ErrTransportClosed is returned once the transport is closed.
 var ErrTransportClosed = errors.New("replication: transport closed")
@@ -68,7 +75,16 @@ type TransportConfig struct {
 	// MiB. A peer that sends more is disconnected; a message larger is
 	// dropped. Every node must use the same.
 	MaxFrame int
-	Logger   *slog.Logger // default: discard
+	// MaxConns bounds the connections that other nodes have open to this
+	// one, of every kind, handshakes included; one more is closed at
+	// once. Default 256: a pair of nodes needs one, and one per snapshot
+	// in flight.
+	MaxConns int
+	// MaxSnapshots bounds the snapshots this node receives at once; one
+	// more is refused (closed), and its sender's Raft retries later.
+	// Default 4.
+	MaxSnapshots int
+	Logger       *slog.Logger // default: discard
 }
 
 // Transport carries the Raft messages of every group a node hosts to the
@@ -93,6 +109,9 @@ type Transport struct {
 	}
 	done chan struct{}
 	wg   sync.WaitGroup
+	// connSlots and snapSlots hold a token per accepted connection and
+	// per snapshot being received (MaxConns, MaxSnapshots).
+	connSlots, snapSlots chan struct{}
 
 	// Dropped counts the messages dropped: a full queue, no connection,
 	// a failed write.
@@ -144,10 +163,17 @@ func NewTransport(cfg TransportConfig) (*Transport, error) {
 	if cfg.MaxFrame <= 0 {
 		cfg.MaxFrame = DefaultMaxFrame
 	}
+	if cfg.MaxConns <= 0 {
+		cfg.MaxConns = DefaultMaxConns
+	}
+	if cfg.MaxSnapshots <= 0 {
+		cfg.MaxSnapshots = DefaultMaxSnapshots
+	}
 	if cfg.Logger == nil {
 		cfg.Logger = slog.New(slog.DiscardHandler)
 	}
-	t := &Transport{cfg: cfg, lg: cfg.Logger.With("node", cfg.Node), done: make(chan struct{})}
+	t := &Transport{cfg: cfg, lg: cfg.Logger.With("node", cfg.Node), done: make(chan struct{}),
+		connSlots: make(chan struct{}, cfg.MaxConns), snapSlots: make(chan struct{}, cfg.MaxSnapshots)}
 	t.mu.groups = map[uint64]*Group{}
 	t.mu.peers = map[uint64]*peer{}
 	t.mu.conns = map[net.Conn]struct{}{}
@@ -205,18 +231,30 @@ func (t *Transport) drop(group, to uint64) {
 	}
 }
 
-// spawn runs f in a goroutine that Close waits for, unless closed.
-func (t *Transport) spawn(f func()) {
+// spawn runs f in a goroutine that Close waits for, unless closed; it
+// reports whether it did.
+func (t *Transport) spawn(f func()) bool {
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	if t.mu.closed {
-		return
+		return false
 	}
 	t.wg.Add(1)
 	go func() {
 		defer t.wg.Done()
 		f()
 	}()
+	return true
+}
+
+// take takes a token of slots, if one is free.
+func take(slots chan struct{}) bool {
+	select {
+	case slots <- struct{}{}:
+		return true
+	default:
+		return false
+	}
 }
 
 // peer returns the peer to, started on first use; nil for this node, an
@@ -275,7 +313,15 @@ func (t *Transport) Serve(l net.Listener) error {
 			}
 			return fmt.Errorf("replication: accept: %w", err)
 		}
-		t.spawn(func() { t.accept(c) })
+		if !take(t.connSlots) {
+			t.lg.Warn("raft connection refused: too many open", "remote", c.RemoteAddr(), "max", t.cfg.MaxConns)
+			c.Close()
+			continue
+		}
+		if !t.spawn(func() { defer func() { <-t.connSlots }(); t.accept(c) }) {
+			<-t.connSlots
+			c.Close()
+		}
 	}
 }
 
@@ -315,6 +361,11 @@ func (t *Transport) accept(c net.Conn) {
 	}
 	switch kind {
 	case helloSnapshot:
+		if !take(t.snapSlots) {
+			t.lg.Warn("snapshot refused: too many at once", "from", from, "max", t.cfg.MaxSnapshots)
+			return
+		}
+		defer func() { <-t.snapSlots }()
 		// Each read has a deadline: the group processes nothing else
 		// while it reads a snapshot, so a stalled sender must not hold it.
 		dr.d = t.cfg.WriteTimeout
@@ -590,24 +641,46 @@ func (t *Transport) write(p *peer) {
 	}
 }
 
+// frameReader reads the frames of a connection into a buffer it reuses
+// while frames are small.
+type frameReader struct {
+	br  *bufio.Reader
+	max int
+	buf []byte
+}
+
+// next returns the next frame, valid until the next call.
+func (r *frameReader) next() ([]byte, error) {
+	if cap(r.buf) > readBufKeep {
+		r.buf = nil // not kept while the connection waits
+	}
+	var hdr [4]byte
+	if _, err := io.ReadFull(r.br, hdr[:]); err != nil {
+		return nil, err
+	}
+	n := binary.BigEndian.Uint32(hdr[:])
+	if int64(n) > int64(r.max) {
+		return nil, fmt.Errorf("a frame of %d bytes, over MaxFrame %d", n, r.max)
+	}
+	if cap(r.buf) < int(n) {
+		r.buf = make([]byte, n)
+	}
+	r.buf = r.buf[:n]
+	if _, err := io.ReadFull(r.br, r.buf); err != nil {
+		return nil, err
+	}
+	return r.buf, nil
+}
+
 // read delivers the messages of frames read from c, sent by node from.
 func (t *Transport) read(c net.Conn, br *bufio.Reader, from uint64) {
-	var hdr [4]byte
-	var buf []byte
+	fr := &frameReader{br: br, max: t.cfg.MaxFrame}
 	for {
-		if _, err := io.ReadFull(br, hdr[:]); err != nil {
-			return
-		}
-		n := binary.BigEndian.Uint32(hdr[:])
-		if int64(n) > int64(t.cfg.MaxFrame) {
-			t.lg.Warn("raft frame too large, disconnecting", "from", from, "bytes", n, "max", t.cfg.MaxFrame)
-			return
-		}
-		if cap(buf) < int(n) {
-			buf = make([]byte, n)
-		}
-		buf = buf[:n]
-		if _, err := io.ReadFull(br, buf); err != nil {
+		buf, err := fr.next()
+		if err != nil {
+			if !errors.Is(err, io.EOF) && !errors.Is(err, net.ErrClosed) {
+				t.lg.Warn("raft connection closed", "from", from, "err", err)
+			}
 			return
 		}
 		d := decoder{b: buf}

@@ -2,6 +2,7 @@ package replication
 
 import (
 	"bufio"
+	"bytes"
 	"context"
 	"crypto/ecdsa"
 	"crypto/elliptic"
@@ -579,21 +580,12 @@ func (p *testPKI) cert(t *testing.T, ips []net.IP, dns ...string) tls.Certificat
 func TestTransportAuthenticatesPeers(t *testing.T) {
 	pki := newTestPKI(t)
 	loopback := []net.IP{net.IPv4(127, 0, 0, 1)}
-	tr, err := NewTransport(TransportConfig{
+	tr, l := serveTransport(t, TransportConfig{
 		Node:      2,
 		Addr:      func(n uint64) (string, bool) { return "127.0.0.1:1", n == 1 || n == 3 }, // never dialed here
 		ServerTLS: &tls.Config{Certificates: []tls.Certificate{pki.cert(t, loopback)}, ClientCAs: pki.pool, MinVersion: tls.VersionTLS13},
 		ClientTLS: &tls.Config{Certificates: []tls.Certificate{pki.cert(t, loopback)}, RootCAs: pki.pool, MinVersion: tls.VersionTLS13},
 	})
-	if err != nil {
-		t.Fatal(err)
-	}
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	go tr.Serve(l)
-	defer tr.Close()
 
 	connect := func(cert *tls.Certificate, kind byte, from uint64) net.Conn {
 		cfg := &tls.Config{RootCAs: pki.pool, ServerName: "127.0.0.1", MinVersion: tls.VersionTLS13}
@@ -616,14 +608,7 @@ func TestTransportAuthenticatesPeers(t *testing.T) {
 	realCert := pki.cert(t, loopback)
 	real := connect(&realCert, helloMessages, 1)
 	p := tr.peer(1)
-	deadline := time.After(10 * time.Second)
-	for p.current() == nil {
-		select {
-		case <-deadline:
-			t.Fatal("the real peer's connection was not taken")
-		case <-time.After(time.Millisecond):
-		}
-	}
+	waitUntil(t, "the real peer's connection to be taken", func() bool { return p.current() != nil })
 	// alive checks that the real peer still has its connection: a
 	// message sent to it arrives.
 	alive := func(after string) {
@@ -657,12 +642,96 @@ func TestTransportAuthenticatesPeers(t *testing.T) {
 		{"a snapshot from the node itself", &realCert, helloSnapshot, 2},
 		{"node 0", &realCert, helloSnapshot, 0},
 	} {
-		c := connect(tc.cert, tc.kind, tc.from)
-		n, err := c.Read(make([]byte, 1))
-		var ne net.Error
-		if n > 0 || err == nil || (errors.As(err, &ne) && ne.Timeout()) {
-			t.Errorf("%s: the connection was taken (read %d bytes, %v)", tc.name, n, err)
-		}
+		refused(t, tc.name, connect(tc.cert, tc.kind, tc.from))
 		alive(tc.name)
+	}
+}
+
+// serveTransport serves a transport of cfg on a listener of its own,
+// until the test ends.
+func serveTransport(t *testing.T, cfg TransportConfig) (*Transport, net.Listener) {
+	tr, err := NewTransport(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	go tr.Serve(l)
+	t.Cleanup(func() { tr.Close() })
+	return tr, l
+}
+
+// waitUntil polls cond until it holds; the deadline only bounds a hang.
+func waitUntil(t *testing.T, what string, cond func() bool) {
+	t.Helper()
+	deadline := time.After(10 * time.Second)
+	for !cond() {
+		select {
+		case <-deadline:
+			t.Fatalf("waiting for %s", what)
+		case <-time.After(time.Millisecond):
+		}
+	}
+}
+
+// refused fails the test unless the other end closes c without a word.
+func refused(t *testing.T, what string, c net.Conn) {
+	t.Helper()
+	c.SetReadDeadline(time.Now().Add(10 * time.Second)) // bounds a hang only
+	n, err := c.Read(make([]byte, 1))
+	var ne net.Error
+	if n > 0 || err == nil || (errors.As(err, &ne) && ne.Timeout()) {
+		t.Fatalf("%s: the connection was taken (read %d bytes, %v)", what, n, err)
+	}
+}
+
+// Connections from other nodes are bounded, handshakes included, and so
+// are the snapshots received at once: one more is closed at once.
+func TestTransportBoundsConnections(t *testing.T) {
+	tr, l := serveTransport(t, TransportConfig{
+		Node: 2, Addr: func(n uint64) (string, bool) { return "127.0.0.1:1", n == 1 },
+		MaxConns: 3, MaxSnapshots: 1,
+		DialTimeout: time.Hour, WriteTimeout: time.Hour, // hellos and snapshots that never come stay open
+	})
+
+	dial := func(hello []byte) net.Conn {
+		c, err := net.Dial("tcp", l.Addr().String())
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { c.Close() })
+		if _, err := c.Write(hello); err != nil {
+			t.Fatal(err)
+		}
+		return c
+	}
+	snap := binary.AppendUvarint(append([]byte(helloMagic), helloSnapshot), 1)
+	dial(snap) // a snapshot whose group never comes: it holds its slot
+	waitUntil(t, "the first snapshot to be taken", func() bool { return len(tr.snapSlots) == 1 })
+	refused(t, "a second snapshot", dial(snap))
+	dial(nil) // a connection whose hello never comes
+	dial(nil)
+	refused(t, "a fourth connection", dial(nil))
+}
+
+// A large frame's buffer is let go after it: a connection that carried
+// one burst keeps no more than readBufKeep between frames.
+func TestFrameReaderShrinks(t *testing.T) {
+	var stream []byte
+	for _, n := range []int{100, 1 << 20, 100} {
+		stream = binary.BigEndian.AppendUint32(stream, uint32(n))
+		stream = append(stream, make([]byte, n)...)
+	}
+	fr := &frameReader{br: bufio.NewReader(bytes.NewReader(stream)), max: 2 << 20}
+	for i, want := range []int{100, 1 << 20, 100} {
+		b, err := fr.next()
+		if err != nil || len(b) != want {
+			t.Fatalf("frame %d: %d bytes, %v; want %d", i, len(b), err, want)
+		}
+		if i == 2 && cap(fr.buf) > readBufKeep {
+			t.Fatalf("after the large frame, the reader keeps a buffer of %d bytes, over %d", cap(fr.buf), readBufKeep)
+		}
 	}
 }
