@@ -34,6 +34,45 @@
 //     (Raft retries), write timeouts, TLS when configured; snapshots on a
 //     connection of their own so that they never delay heartbeats.
 //
+// What the transport guarantees, and what it does not:
+//
+//   - Delivery is at most once, in order per pair of nodes while a
+//     connection lasts; a message may be dropped (a full queue, no
+//     connection, a failed write, a frame it cannot fit), and Raft is told
+//     the peer is unreachable, and sends again. Nothing is retried by the
+//     transport itself, and Send never blocks.
+//   - Either node of a pair gets a connection when it has to send: the
+//     node of lower identity dials, and the other asks it to (a helloDial
+//     connection) whenever they are not connected, so a learner or a
+//     replica that is not yet a member, which sends nothing first, is
+//     reached whatever its identity.
+//   - A connection is taken only from another node of the configuration
+//     (Addr knows it). With TLS (ClientTLS and ServerTLS, mutual), its
+//     certificate must come from ClientCAs and name the host of that
+//     node's address; this is checked before anything of the connection
+//     reaches the node, so no other connection can replace a peer's.
+//     Without TLS, the network is trusted: whoever reaches the port can
+//     pose as a node of the configuration. Run it without TLS only on a
+//     network that only the nodes reach.
+//   - A message that names another sender than its connection's node is
+//     dropped, and Group.Step and ReadSnapshot refuse (ErrBadMessage)
+//     what no working replica sends and Raft would act on wrongly or
+//     panic on. A message that is well formed but contradicts what the
+//     replica holds (a commit beyond its log, entries conflicting with
+//     committed ones) still fails the group with ErrReplicaLost: from an
+//     authenticated peer it means the replica forgot what it had
+//     acknowledged.
+//   - Bounds: MaxConns connections from other nodes, MaxSnapshots
+//     snapshots received at once (one more is closed at once), Queue
+//     messages waiting per peer, MaxFrame bytes per frame; a connection
+//     keeps a read buffer of at most 64 KiB between frames. Snapshots
+//     sent are not bounded beyond Raft's own (one in flight per follower
+//     of each group).
+//   - Timeouts: DialTimeout for a dial, its handshake and a hello;
+//     WriteTimeout for each write and each read of a snapshot. An idle
+//     connection between nodes stays open; a peer that vanished without
+//     a reset is found when a write times out.
+//
 // Everything here is safe for concurrent use unless its documentation says
 // otherwise.
 package replication
