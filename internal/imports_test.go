@@ -24,8 +24,11 @@ func TestImports(t *testing.T) {
 		banned []string
 		allow  []string
 	}{
+		// Typed errors, made where a request goes wrong and rendered by
+		// each front end: below everything.
+		{"errs", pure, nil},
 		// The framer, reply encoders and argument parsing: the protocol.
-		{"resp", pure, nil},
+		{"resp", pure, []string{"internal/errs"}},
 		// COMMAND DOCS records and encoders.
 		{"cmddoc", pure, []string{"internal/resp"}},
 		// The replies of CLUSTER INFO, SLOTS, SHARDS and NODES; net only
@@ -35,13 +38,13 @@ func TestImports(t *testing.T) {
 		{"counterhit", []string{"sync", "sync/atomic", "time", "os", "net"}, []string{"internal/resp", "policy"}},
 		// The command entry and per-command context: a seam between the
 		// server and the families.
-		{"dispatch", []string{"sync", "sync/atomic", "os", "io", "net"}, []string{"storage", "internal/resp", "internal/cmddoc"}},
+		{"dispatch", []string{"sync", "sync/atomic", "os", "io", "net"}, []string{"storage", "internal/errs", "internal/resp", "internal/cmddoc"}},
 		// RL.*, CL.*, FW.* and ROLL.*: requests, mutations, commands.
-		{"limitcmd", pure, []string{"bucket", "keyspace", "storage", "internal/resp", "internal/dispatch", "internal/cmddoc"}},
+		{"limitcmd", pure, []string{"bucket", "keyspace", "storage", "internal/errs", "internal/resp", "internal/dispatch", "internal/cmddoc"}},
 		// Reads the files an operator gives: I/O, and nothing else.
 		{"conffile", []string{"net", "sync", "sync/atomic", "time"}, nil},
 		// HIT's engine and the policy file in use (it holds a lock).
-		{"rules", noIO, []string{"bucket", "keyspace", "policy", "storage", "internal/resp", "internal/dispatch", "internal/cmddoc"}},
+		{"rules", noIO, []string{"bucket", "keyspace", "policy", "storage", "internal/errs", "internal/resp", "internal/dispatch", "internal/cmddoc"}},
 	} {
 		t.Run(p.dir, func(t *testing.T) {
 			files, err := filepath.Glob(filepath.Join(p.dir, "*.go"))

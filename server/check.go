@@ -16,6 +16,7 @@ import (
 
 	"github.com/sluicehq/sluice/client/clientip"
 	"github.com/sluicehq/sluice/client/ratelimitheader"
+	"github.com/sluicehq/sluice/internal/resp"
 	"github.com/sluicehq/sluice/internal/rules"
 	"github.com/sluicehq/sluice/policy"
 	"github.com/sluicehq/sluice/storage"
@@ -241,7 +242,7 @@ func (s *Server) serveCheck(w http.ResponseWriter, r *http.Request) {
 	lp := s.pol.Current()
 	if lp == nil { // ServeCheck refuses to start without one; a policy is never unloaded
 		s.check.failed.Add(1)
-		checkText(w, http.StatusServiceUnavailable, string(rules.ErrNoPolicy)+"\n")
+		checkText(w, http.StatusServiceUnavailable, resp.ErrorText(rules.ErrNoPolicy)+"\n")
 		return
 	}
 	c := s.check.pool.Get().(*checker)
@@ -249,7 +250,7 @@ func (s *Server) serveCheck(w http.ResponseWriter, r *http.Request) {
 	s.checkFields(c, r)
 	if err := s.validateCheckRequest(c.h.Req); err != nil {
 		s.check.refused.Add(1)
-		checkText(w, http.StatusBadRequest, err.Error()+"\n")
+		checkText(w, http.StatusBadRequest, typed(err).Message()+"\n")
 		return
 	}
 	now := s.clock()
@@ -271,8 +272,8 @@ func (s *Server) serveCheck(w http.ResponseWriter, r *http.Request) {
 	if err != nil {
 		s.check.failed.Add(1)
 		w.Header().Set("Retry-After", "1")
-		k, text := s.failure(err)
-		checkText(w, checkHTTPStatus(k), text+"\n")
+		e := s.failure(err)
+		checkText(w, checkHTTPStatus(e.Kind), resp.ErrorText(e)+"\n")
 		return
 	}
 	res := checkResult(out, now)
@@ -501,7 +502,7 @@ func unhex(c byte) int {
 func (s *Server) validateCheckRequest(req policy.Request) error {
 	for _, f := range req {
 		if len(f.Value) > s.cfg.MaxKeySize {
-			return errors.New("the value of field " + string(f.Key) + " is " + strconv.Itoa(len(f.Value)) + " bytes, longer than --max-key-size " + strconv.Itoa(s.cfg.MaxKeySize))
+			return s.checkKeySize("the value of field "+string(f.Key), len(f.Value))
 		}
 	}
 	return nil

@@ -11,6 +11,7 @@ import (
 
 	"github.com/sluicehq/sluice/internal/cmddoc"
 	"github.com/sluicehq/sluice/internal/dispatch"
+	"github.com/sluicehq/sluice/internal/errs"
 	"github.com/sluicehq/sluice/internal/limitcmd"
 	"github.com/sluicehq/sluice/internal/resp"
 	"github.com/sluicehq/sluice/internal/rules"
@@ -219,7 +220,7 @@ func (s *Server) dispatch(c *client, args [][]byte) *tally {
 		c.lastCmd = cmd.fullName(args)
 	}
 	if (cmd.Arity > 0 && len(args) != cmd.Arity) || (cmd.Arity < 0 && len(args) < -cmd.Arity) {
-		s.replyErr(c, resp.WrongArgs(cmd.Name))
+		s.replyErr(c, errs.WrongArgs(cmd.Name))
 		return t
 	}
 	if !c.authed && !allowedBeforeAuth(cmd.Name) {
@@ -300,7 +301,7 @@ func cmdPing(s *Server, c *client, args [][]byte) {
 	case 2:
 		c.Out = resp.AppendBulk(c.Out, args[1])
 	default:
-		s.replyErr(c, resp.WrongArgs("ping"))
+		s.replyErr(c, errs.WrongArgs("ping"))
 	}
 }
 
@@ -317,7 +318,7 @@ func cmdSelect(s *Server, c *client, args [][]byte) {
 	n, ok := resp.ParseInt(args[1])
 	switch {
 	case !ok || n < math.MinInt32 || n > math.MaxInt32:
-		s.replyErr(c, resp.ErrNotInteger)
+		s.replyErr(c, errs.NotInteger)
 	case n != 0:
 		s.replyErr(c, resp.Error("ERR DB index is out of range"))
 	default:
@@ -329,7 +330,7 @@ func cmdSelect(s *Server, c *client, args [][]byte) {
 // the default user needs none, as in Redis.
 func cmdAuth(s *Server, c *client, args [][]byte) {
 	if len(args) > 3 {
-		s.replyErr(c, resp.ErrSyntax)
+		s.replyErr(c, errs.Syntax)
 		return
 	}
 	if s.cfg.Password == "" {
@@ -495,7 +496,7 @@ func cmdClient(s *Server, c *client, args [][]byte) {
 	case sub == "list":
 		s.clientListCmd(c, args)
 	case sub == "kill" && len(args) < 3:
-		s.replyErr(c, resp.WrongArgs("client|kill"))
+		s.replyErr(c, errs.WrongArgs("client|kill"))
 	case sub == "kill":
 		s.clientKill(c, args)
 	case sub == "help":

@@ -6,6 +6,7 @@ import (
 	"strconv"
 	"strings"
 
+	"github.com/sluicehq/sluice/internal/errs"
 	"github.com/sluicehq/sluice/internal/resp"
 )
 
@@ -16,7 +17,7 @@ func cmdConfig(s *Server, c *client, args [][]byte) {
 	switch strings.ToLower(string(args[1])) {
 	case "get":
 		if len(args) < 3 {
-			s.replyErr(c, resp.WrongArgs("config|get"))
+			s.replyErr(c, errs.WrongArgs("config|get"))
 			return
 		}
 		got := s.configGet(args[2:])

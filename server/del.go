@@ -60,7 +60,7 @@ func cmdDel(s *Server, c *client, args [][]byte) {
 		return
 	}
 	if err := s.store.Flush(); err != nil {
-		s.replyErr(c, wrapStoreErr(err))
+		s.replyErr(c, storeErr(err))
 		return
 	}
 	var n int64
@@ -76,14 +76,14 @@ func cmdDel(s *Server, c *client, args [][]byte) {
 			return true
 		})
 		if err != nil {
-			s.replyErr(c, wrapStoreErr(err))
+			s.replyErr(c, storeErr(err))
 			return
 		}
 		m := delMutator{}
 		start := 0
 		for _, end := range c.delEnds {
 			if err := c.Batch.Modify(c.del[start:end], &m); err != nil {
-				s.replyErr(c, wrapStoreErr(err))
+				s.replyErr(c, storeErr(err))
 				return
 			}
 			start = end

@@ -287,7 +287,7 @@ func (d *divvyConn) round(start, end int, eof bool) (next int, stop bool) {
 		}
 		n++
 		if lp == nil {
-			d.out = d.errReply(policy.CodeUnknown, divvyReason(string(rules.ErrNoPolicy)))
+			d.out = d.errReply(policy.CodeUnknown, s.lineReason(rules.ErrNoPolicy))
 			stop = true
 			break
 		}

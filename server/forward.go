@@ -13,6 +13,7 @@ import (
 
 	"github.com/sluicehq/sluice/internal/cmddoc"
 	"github.com/sluicehq/sluice/internal/counterhit"
+	"github.com/sluicehq/sluice/internal/errs"
 	"github.com/sluicehq/sluice/internal/resp"
 	"github.com/sluicehq/sluice/keyspace"
 	"github.com/sluicehq/sluice/policy"
@@ -72,7 +73,7 @@ func (s *Server) forwardCounter(key []byte, r *policy.Rule, limit, hits, now int
 	case o == v.self && o != 0 && !s.slotMigrating(slot):
 		return false, out, nil
 	case o == 0:
-		return true, out, forwardErr{errClusterDown}
+		return true, out, forwardErr("CLUSTERDOWN", "Hash slot not served")
 	}
 	out, err = s.forwardHit(v.top.Nodes[o-1].Addr, slot, key, r, limit, hits, now)
 	return true, out, err
@@ -87,7 +88,7 @@ func (s *Server) forwardHit(addr string, slot uint16, key []byte, r *policy.Rule
 	for hops := 0; ; hops++ {
 		reply, err := s.fwd.call(s, addr, deadline, args)
 		if err != nil {
-			return policy.Outcome{}, forwardErr{resp.Error(fmt.Sprintf("ERR cluster: forwarding a counter of slot %d to its owner %s failed: %v", slot, addr, oneLine(err.Error())))}
+			return policy.Outcome{}, forwardErr("", fmt.Sprintf("cluster: forwarding a counter of slot %d to its owner %s failed: %v", slot, addr, oneLine(err.Error())))
 		}
 		var re resp.Error
 		if !errors.As(reply.Err, &re) {
@@ -253,7 +254,7 @@ func cmdCounterHit(s *Server, c *client, args [][]byte) {
 	limit, ok3 := resp.ParseInt(args[4])
 	hits, ok4 := resp.ParseInt(args[5])
 	if !ok1 || !ok2 || !ok3 || !ok4 {
-		s.replyErr(c, resp.ErrNotInteger)
+		s.replyErr(c, errs.NotInteger)
 		return
 	}
 	if s.clus.on && !s.routeSlot(c, rec.Slot) {

@@ -9,6 +9,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/sluicehq/sluice/internal/errs"
 	"github.com/sluicehq/sluice/internal/resp"
 	"github.com/sluicehq/sluice/keyspace"
 )
@@ -194,7 +195,7 @@ func cmdDBSize(s *Server, c *client, args [][]byte) {
 // path. `sluice --data <path>` serves the copy.
 func cmdCheckpoint(s *Server, c *client, args [][]byte) {
 	if len(args) > 2 {
-		s.replyErr(c, resp.WrongArgs("checkpoint"))
+		s.replyErr(c, errs.WrongArgs("checkpoint"))
 		return
 	}
 	name := "sluice-" + time.Now().UTC().Format("20060102T150405.000Z")

@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/sluicehq/sluice/cluster"
+	"github.com/sluicehq/sluice/internal/errs"
 	"github.com/sluicehq/sluice/internal/resp"
 	"github.com/sluicehq/sluice/keyspace"
 	"github.com/sluicehq/sluice/storage"
@@ -291,7 +292,7 @@ func (s *Server) clusterMigrate(c *client, op string, args [][]byte) {
 		if op == "dirty" {
 			n, ok := resp.ParseInt(args[0])
 			if !ok || n < 1 {
-				s.replyErr(c, resp.ErrNotInteger)
+				s.replyErr(c, errs.NotInteger)
 				return
 			}
 			s.popDirty(c, int(n))
@@ -418,7 +419,7 @@ func (s *Server) clusterDump(c *client, args [][]byte) {
 		return
 	}
 	if err := s.store.Flush(); err != nil {
-		s.replyErr(c, wrapStoreErr(err))
+		s.replyErr(c, storeErr(err))
 		return
 	}
 	lo, _ := keyspace.SlotRange(uint16(first))
@@ -444,7 +445,7 @@ func (s *Server) clusterDump(c *client, args [][]byte) {
 		return true
 	})
 	if err != nil {
-		s.replyErr(c, wrapStoreErr(err))
+		s.replyErr(c, storeErr(err))
 		return
 	}
 	c.Out = resp.AppendArray(c.Out, 1+len(recs))
@@ -503,7 +504,7 @@ func (s *Server) clusterRestore(c *client, args [][]byte) {
 	for i := 0; i < len(args); i += 2 {
 		m.val = args[i+1]
 		if err := c.Batch.Modify(args[i], &m); err != nil {
-			s.replyErr(c, wrapStoreErr(err))
+			s.replyErr(c, storeErr(err))
 			return
 		}
 	}
@@ -535,7 +536,7 @@ func (s *Server) clusterDrop(c *client, arg string) {
 		err = s.setImport(rs, importNone)
 	}
 	if err != nil {
-		s.replyErr(c, wrapStoreErr(err))
+		s.replyErr(c, storeErr(err))
 		return
 	}
 	c.Out = resp.AppendInt(c.Out, n)
@@ -864,7 +865,7 @@ func (s *Server) clusterImport(c *client, op string, args [][]byte) {
 	}
 	switch {
 	case err != nil:
-		s.replyErr(c, wrapStoreErr(err))
+		s.replyErr(c, storeErr(err))
 	case op == "start":
 		c.Out = resp.AppendInt(c.Out, n)
 	default:

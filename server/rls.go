@@ -571,8 +571,8 @@ func (s *Server) shouldRateLimit(ctx context.Context, req *rlspb.RateLimitReques
 			continue
 		}
 		w.entries = appendEntries(w.entries[:0], d)
-		if n := rls.DescriptorLen(w.entries); n > s.cfg.MaxKeySize {
-			return nil, status.Errorf(codes.InvalidArgument, "descriptor %d: its entries take %d bytes, longer than --max-key-size %d", i, n, s.cfg.MaxKeySize)
+		if err := s.checkKeySize("the key of its entries", rls.DescriptorLen(w.entries)); err != nil {
+			return nil, rlsStatusErr(s, i, err)
 		}
 		hits := hitsAddend(req, d)
 		if lim.rule.Algorithm == policy.SlidingLog && hits > 1 {

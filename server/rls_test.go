@@ -638,7 +638,7 @@ func TestRLSMaxKeySize(t *testing.T) {
 	// The first descriptor fits, the second does not: the request is
 	// refused as a whole and counts nothing.
 	_, err := f.client.ShouldRateLimit(context.Background(), &rlspb.RateLimitRequest{Domain: "test", Descriptors: []*rlcommon.RateLimitDescriptor{desc("k", "a"), desc("k", strings.Repeat("x", 200))}})
-	if status.Code(err) != codes.InvalidArgument || !strings.Contains(err.Error(), "descriptor 1: its entries take 204 bytes, longer than --max-key-size 100") {
+	if status.Code(err) != codes.InvalidArgument || !strings.Contains(err.Error(), "descriptor 1: the key of its entries is 204 bytes, longer than --max-key-size 100") {
 		t.Fatalf("a descriptor longer than --max-key-size: %v; want InvalidArgument naming descriptor 1", err)
 	}
 	checkStatus(t, "nothing counted", f.one(t, desc("k", "a")), rlspb.RateLimitResponse_OK, 2, 26)

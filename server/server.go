@@ -26,6 +26,7 @@ import (
 
 	"github.com/sluicehq/sluice/internal/conffile"
 	"github.com/sluicehq/sluice/internal/dispatch"
+	"github.com/sluicehq/sluice/internal/errs"
 	"github.com/sluicehq/sluice/internal/resp"
 	"github.com/sluicehq/sluice/internal/rules"
 	"github.com/sluicehq/sluice/storage"
@@ -402,7 +403,7 @@ func New(cfg Config) (*Server, error) {
 		MaxKeySize: cfg.MaxKeySize,
 		ErrorText:  s.errorText,
 		Modify:     s.modify,
-		StoreErr:   wrapStoreErr,
+		StoreErr:   storeErr,
 	}
 	s.rules = rules.Engine{Env: &s.env, Forward: s.forwardCounter}
 	s.initCheck()
@@ -655,11 +656,11 @@ func (s *Server) modify(b *storage.Batch, key []byte, m storage.Mutator) error {
 	if err == nil {
 		return nil
 	}
-	err = wrapStoreErr(err)
+	err = storeErr(err)
 	if !s.allowDespite(err, 1) {
 		return err
 	}
-	if errors.Is(err, errStoreRead) {
+	if errs.KindOf(err) == errs.StoreRead {
 		if _, _, err := m.Mutate(nil, false); err != nil {
 			return err
 		}

@@ -6,6 +6,7 @@ import (
 
 	"github.com/sluicehq/sluice/internal/cmddoc"
 	"github.com/sluicehq/sluice/internal/dispatch"
+	"github.com/sluicehq/sluice/internal/errs"
 	"github.com/sluicehq/sluice/internal/resp"
 	"github.com/sluicehq/sluice/keyspace"
 )
@@ -154,7 +155,7 @@ func (s *Server) queue(c *client, cmd *command, args [][]byte) bool {
 			s.replyErr(c, errExecArity)
 			return true
 		}
-		s.replyErr(c, resp.WrongArgs(cmd.Name))
+		s.replyErr(c, errs.WrongArgs(cmd.Name))
 		s.txAbort(c)
 		return true
 	}
@@ -165,7 +166,7 @@ func (s *Server) queue(c *client, cmd *command, args [][]byte) bool {
 		s.stats.unknownCommands.Add(1)
 		err = resp.Error(unknownCommand(args))
 	case (cmd.Arity > 0 && len(args) != cmd.Arity) || (cmd.Arity < 0 && len(args) < -cmd.Arity):
-		err = resp.WrongArgs(cmd.Name)
+		err = errs.WrongArgs(cmd.Name)
 	case !c.authed && !allowedBeforeAuth(cmd.Name):
 		err = errNoAuth
 	case s.clus.on && cmd.Name == "hit":

@@ -11,10 +11,10 @@
 package dispatch
 
 import (
-	"strconv"
 	"time"
 
 	"github.com/sluicehq/sluice/internal/cmddoc"
+	"github.com/sluicehq/sluice/internal/errs"
 	"github.com/sluicehq/sluice/internal/resp"
 	"github.com/sluicehq/sluice/storage"
 )
@@ -75,7 +75,7 @@ func (e *Env) CheckKeySize(what string, n int) error {
 	if n <= e.MaxKeySize {
 		return nil
 	}
-	return resp.Error("ERR " + what + " is " + strconv.Itoa(n) + " bytes, longer than --max-key-size " + strconv.Itoa(e.MaxKeySize))
+	return errs.KeyTooLong(what, n, e.MaxKeySize)
 }
 
 // Ctx is the context of the command a connection is executing: its reply

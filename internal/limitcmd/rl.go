@@ -4,7 +4,7 @@
 // applies to its stored state with package bucket's arithmetic. It does no
 // I/O and reads no clock (time is a field the caller sets); a mutator is
 // reused by one connection, so a command allocates nothing. Errors a
-// client is told are resp.Error values. The commands (commands.go) are
+// client is told are typed (package errs). The commands (commands.go) are
 // registered into a dispatch.Table: each checks its request against the
 // server's limits, applies the mutator through the connection's batch and
 // answers, all through the dispatch.Ctx, which owns the clock, the store
@@ -15,6 +15,7 @@ import (
 	"math"
 
 	"github.com/sluicehq/sluice/bucket"
+	"github.com/sluicehq/sluice/internal/errs"
 	"github.com/sluicehq/sluice/internal/resp"
 	"github.com/sluicehq/sluice/keyspace"
 	"github.com/sluicehq/sluice/storage"
@@ -58,7 +59,7 @@ func ParseRL(spec RLSpec, name string, args [][]byte, r *RLRequest) error {
 		maxArgs = 8
 	}
 	if len(args) < 3 || len(args) > maxArgs {
-		return resp.WrongArgs(name)
+		return errs.WrongArgs(name)
 	}
 	*r = RLRequest{Key: args[0], Take: 1}
 	if spec.Kind == RLGet {
@@ -66,11 +67,11 @@ func ParseRL(spec RLSpec, name string, args [][]byte, r *RLRequest) error {
 	}
 	max, ok := resp.ParseInt(args[1])
 	if !ok {
-		return resp.ErrNotInteger
+		return errs.NotInteger
 	}
 	refillTime, ok := resp.ParseInt(args[2])
 	if !ok || refillTime < math.MinInt32 || refillTime > math.MaxInt32 {
-		return resp.ErrNotInteger
+		return errs.NotInteger
 	}
 	refill := max
 	for i := 3; i < len(args); i++ {
@@ -79,11 +80,11 @@ func ParseRL(spec RLSpec, name string, args [][]byte, r *RLRequest) error {
 			continue
 		}
 		if i == len(args)-1 {
-			return resp.ErrSyntax
+			return errs.Syntax
 		}
 		v, ok := resp.ParseInt(args[i+1])
 		if !ok {
-			return resp.ErrNotInteger
+			return errs.NotInteger
 		}
 		switch {
 		case resp.EqualFold(args[i], "refill"):
@@ -93,18 +94,18 @@ func ParseRL(spec RLSpec, name string, args [][]byte, r *RLRequest) error {
 		case resp.EqualFold(args[i], "at"):
 			r.At, r.HasAt = v, true
 		default:
-			return resp.ErrSyntax
+			return errs.Syntax
 		}
 		i++
 	}
 	if max < 1 || refillTime < 1 || refill < 1 || r.Take < 0 || (r.HasAt && r.At < 0) {
-		return resp.ErrNotInteger
+		return errs.NotInteger
 	}
 	if !spec.MS {
 		refillTime *= 1000 // at most MaxInt32*1000: no overflow
 		if r.HasAt {
 			if r.At > math.MaxInt64/1000 {
-				return resp.ErrNotInteger
+				return errs.NotInteger
 			}
 			r.At *= 1000
 		}

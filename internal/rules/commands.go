@@ -5,13 +5,14 @@ import (
 
 	"github.com/sluicehq/sluice/internal/cmddoc"
 	"github.com/sluicehq/sluice/internal/dispatch"
+	"github.com/sluicehq/sluice/internal/errs"
 	"github.com/sluicehq/sluice/internal/resp"
 	"github.com/sluicehq/sluice/policy"
 )
 
 // ErrNoPolicy is the reply of every rule front end when no rule file is
 // in use.
-var ErrNoPolicy = resp.Error("ERR no policy loaded: start sluice with --policy FILE (a divvy .ini or .json rule file)")
+var ErrNoPolicy = errs.New(errs.Request, "no policy loaded: start sluice with --policy FILE (a divvy .ini or .json rule file)")
 
 // Register adds HIT to t: a hit of the rules f has in use, executed by e.
 // e and f are read when a HIT runs, so the server may fill them after.
@@ -41,7 +42,7 @@ func runHit(x *dispatch.Ctx, h *Hitter, e *Engine, f *File, args [][]byte) {
 	if err != nil {
 		var pe *policy.ProtocolError
 		if errors.As(err, &pe) {
-			err = resp.Error("ERR HIT " + pe.Reason + "; expected HIT key=value [key=value ...]")
+			err = &errs.Error{Kind: errs.Request, Msg: "HIT " + pe.Reason + "; expected HIT key=value [key=value ...]", Err: err}
 		}
 		x.ReplyErr(err)
 		return

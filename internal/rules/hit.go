@@ -6,7 +6,7 @@ import (
 
 	"github.com/sluicehq/sluice/bucket"
 	"github.com/sluicehq/sluice/internal/dispatch"
-	"github.com/sluicehq/sluice/internal/resp"
+	"github.com/sluicehq/sluice/internal/errs"
 	"github.com/sluicehq/sluice/keyspace"
 	"github.com/sluicehq/sluice/policy"
 	"github.com/sluicehq/sluice/storage"
@@ -112,17 +112,17 @@ func (m *ruleMutator) Mutate(old []byte, found bool) ([]byte, storage.Op, error)
 	return val, storage.Put, nil
 }
 
-// Err turns what policy.Counter refuses into the error a client is
-// told: a hit count the rule cannot take, or arithmetic out of range,
-// which the loader's checks leave only to extreme clocks. A stored value
-// that does not decode is passed on as it is.
+// Err turns what policy.Counter refuses into the request's error: a hit
+// count the rule cannot take, or arithmetic out of range, which the
+// loader's checks leave only to extreme clocks. A stored value that does
+// not decode is passed on as it is.
 func Err(err error) error {
 	var ae *bucket.ArgError
 	switch {
 	case errors.Is(err, policy.ErrHits):
-		return resp.Error("ERR " + strings.TrimPrefix(err.Error(), "policy: "))
+		return &errs.Error{Kind: errs.Request, Msg: strings.TrimPrefix(err.Error(), "policy: "), Err: err}
 	case errors.As(err, &ae):
-		return resp.Error("ERR rule arithmetic out of range: " + ae.Arg + ": " + ae.Msg)
+		return &errs.Error{Kind: errs.Request, Msg: "rule arithmetic out of range: " + ae.Arg + ": " + ae.Msg, Err: err}
 	}
 	return err
 }
