@@ -95,6 +95,23 @@ func writeDocsPart(path string, part docsPart, reports []scenarioReport, args []
 	return replaceGenerated(path, part.begin, part.end, b.String(), part.heading)
 }
 
+// writeMachinePart replaces part of the markdown file with body, after
+// the command that generated it and the machine (and the Redis version,
+// when one was measured).
+func writeMachinePart(path string, part docsPart, args []string, redisVer, body string) error {
+	var b strings.Builder
+	b.WriteString(part.begin + "\n\n")
+	fmt.Fprintf(&b, "Generated %s by `go run ./bench %s`.\n\n", time.Now().UTC().Format("2006-01-02 15:04 UTC"), strings.Join(args, " "))
+	redis := ""
+	if redisVer != "" {
+		redis = ", Redis " + redisVer
+	}
+	fmt.Fprintf(&b, "Machine: %s%s.\n\n", machine(nil), redis)
+	b.WriteString(body)
+	b.WriteString("\n" + part.end)
+	return replaceGenerated(path, part.begin, part.end, b.String(), part.heading)
+}
+
 // The sweep scenario's part of the page, apart from the other scenarios'
 // so that each run rewrites only its own.
 const (

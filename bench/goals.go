@@ -7,7 +7,6 @@ import (
 	"path/filepath"
 	"slices"
 	"strings"
-	"time"
 )
 
 // The goals scenario runs issue 13's goal workloads in one invocation,
@@ -455,15 +454,5 @@ var goalsPart = docsPart{
 
 // writeGoalsDocs replaces the goals part of the markdown file.
 func writeGoalsDocs(path string, g goalReport, args []string) error {
-	var b strings.Builder
-	b.WriteString(goalsPart.begin + "\n\n")
-	fmt.Fprintf(&b, "Generated %s by `go run ./bench %s`.\n\n", time.Now().UTC().Format("2006-01-02 15:04 UTC"), strings.Join(args, " "))
-	redis := ""
-	if g.RedisVer != "" {
-		redis = ", Redis " + g.RedisVer
-	}
-	fmt.Fprintf(&b, "Machine: %s%s.\n\n", machine(nil), redis)
-	b.WriteString(goalsMarkdown(g))
-	b.WriteString("\n" + goalsPart.end)
-	return replaceGenerated(path, goalsPart.begin, goalsPart.end, b.String(), goalsPart.heading)
+	return writeMachinePart(path, goalsPart, args, g.RedisVer, goalsMarkdown(g))
 }

@@ -194,26 +194,41 @@ func TestServerSharedFlagsOthersOnTheServersCore(t *testing.T) {
 }
 
 func TestWriteGoalsDocsReplacesItsPart(t *testing.T) {
+	checkWritesOnlyItsPart(t, goalsPart, func(path string) error {
+		return writeGoalsDocs(path, goalFixture(true), []string{"--scenario", "goals"})
+	}, "2.10×, met", "`go run ./bench --scenario goals`")
+}
+
+// checkWritesOnlyItsPart writes a page holding the main part and an old
+// copy of part, calls write on it, and checks that part now holds every
+// want and that nothing else changed.
+func checkWritesOnlyItsPart(t *testing.T, part docsPart, write func(path string) error, want ...string) {
+	t.Helper()
 	path := t.TempDir() + "/benchmarks.md"
-	doc := "# Benchmarks\n\n" + beginMarker + "\nmain\n" + endMarker + "\n\n" + goalsPart.begin + "\nold goals\n" + goalsPart.end + "\n\n## Profile findings\n"
+	doc := "# Benchmarks\n\n" + beginMarker + "\nmain\n" + endMarker + "\n\n" + part.begin + "\nold part\n" + part.end + "\n\n## Profile findings\n"
 	if err := os.WriteFile(path, []byte(doc), 0o644); err != nil {
 		t.Fatal(err)
 	}
-	if err := writeGoalsDocs(path, goalFixture(true), []string{"--scenario", "goals"}); err != nil {
+	if err := write(path); err != nil {
 		t.Fatal(err)
 	}
 	raw, _ := os.ReadFile(path)
 	got := string(raw)
-	i, j := strings.Index(got, goalsPart.begin), strings.Index(got, goalsPart.end)
+	i, j := strings.Index(got, part.begin), strings.Index(got, part.end)
 	switch {
-	case strings.Contains(got, "old goals"):
-		t.Errorf("old goals kept:\n%s", got)
+	case strings.Contains(got, "old part"):
+		t.Errorf("old part kept:\n%s", got)
 	case !strings.Contains(got, beginMarker+"\nmain\n"+endMarker):
 		t.Errorf("the main part changed:\n%s", got)
-	case i < 0 || j < i || !strings.Contains(got[i:j], "2.10×, met") || !strings.Contains(got[i:j], "`go run ./bench --scenario goals`"):
-		t.Errorf("goals part:\n%s", got)
-	case !strings.HasSuffix(got, goalsPart.end+"\n\n## Profile findings\n"):
+	case i < 0 || j < i:
+		t.Errorf("no part:\n%s", got)
+	case !strings.HasSuffix(got, part.end+"\n\n## Profile findings\n"):
 		t.Errorf("what follows the part changed:\n%s", got)
+	}
+	for _, w := range want {
+		if i >= 0 && j > i && !strings.Contains(got[i:j], w) {
+			t.Errorf("no %q in the part:\n%s", w, got[i:j])
+		}
 	}
 }
 

@@ -7,6 +7,7 @@
 //	go run ./bench --compare redis --scenario all --write-docs docs/benchmarks.md
 //	go run ./bench --compare redis --pin --scenario limiters --redis-cell path/to/libredis_cell.so
 //	go run ./bench --pin --scenario rls                        # Envoy's ShouldRateLimit over gRPC
+//	go run ./bench --scenario scale --redis-cell path/to/libredis_cell.so --write-docs docs/benchmarks.md
 //
 // It reports throughput and latency percentiles from an HDR histogram, and,
 // for servers it started, their CPU time and peak RSS from /proc. Run it
@@ -137,7 +138,7 @@ func mainErr(args []string, stdout, stderr io.Writer) error {
 	fs.BoolVar(&o.spawn, "spawn", false, "build and start sluice with a fresh data directory, and report its CPU and peak RSS")
 	fs.StringVar(&o.serverFlags, "server-flags", "", "extra flags for the sluice the harness starts, e.g. \"--fsync always\"")
 	fs.StringVar(&o.compare, "compare", "", "also run the workload against redis-server, the Redis way of doing what its sluice command does (value: redis): for RL.PREDUCE, INCR and the EVALSHA token bucket; for CL.*, redis-cell and INCR+EXPIRE; for FW.*, INCR+EXPIRE, the same in MULTI/EXEC, and the EVALSHA fixed window; for ROLL.LIMIT, rolling-rate-limiter's MULTI of ZREMRANGEBYSCORE, ZADD, ZRANGE WITHSCORES and EXPIRE")
-	fs.StringVar(&o.scenario, "scenario", "", "preset: "+strings.Join(scenarioNames(), ", ")+"; or all ("+strings.Join(groupNames(groupMain), ", ")+"); or limiters ("+strings.Join(groupNames(groupLimiters), ", ")+"); or roll ("+strings.Join(groupNames(groupRoll), ", ")+"); or sweep (the idle sweep, sluice alone); or rls (Envoy's ShouldRateLimit over gRPC, sluice alone); or goals (issue 13's goal workloads and their table, Redis rows included); or memory (--keys buckets, 10M by default, created once each: sluice's peak RSS with default flags)")
+	fs.StringVar(&o.scenario, "scenario", "", "preset: "+strings.Join(scenarioNames(), ", ")+"; or all ("+strings.Join(groupNames(groupMain), ", ")+"); or limiters ("+strings.Join(groupNames(groupLimiters), ", ")+"); or roll ("+strings.Join(groupNames(groupRoll), ", ")+"); or sweep (the idle sweep, sluice alone); or rls (Envoy's ShouldRateLimit over gRPC, sluice alone); or goals (issue 13's goal workloads and their table, Redis rows included); or memory (--keys buckets, 10M by default, created once each: sluice's peak RSS with default flags); or scale (issue 28: Redis INCR, the Lua bucket and, with --redis-cell, redis-cell, then sluice at GOMAXPROCS 1, 2, 4, ... up to the machine's cores, uniform and hot keys, unpinned, with the cores each server used, and the serial stage ceiling from the stage benchmarks of ./storage)")
 	fs.StringVar(&o.serverBin, "server-bin", "", "a sluice binary to start instead of building ./cmd/sluice")
 	fs.StringVar(&o.beforeBin, "before-bin", "", "with --scenario goals: an older sluice binary, measured in the same run on each goal workload, for the table's before column")
 	fs.StringVar(&o.redisCell, "redis-cell", os.Getenv("SLUICE_BENCH_REDIS_CELL"), "with --compare redis: the redis-cell module (libredis_cell.so, built for the installed Redis) to load with --loadmodule for the CL.THROTTLE row; without it that row is skipped (env SLUICE_BENCH_REDIS_CELL)")
@@ -170,11 +171,19 @@ func mainErr(args []string, stdout, stderr io.Writer) error {
 	if o.compare != "" && o.w.HitPct > 0 {
 		return errors.New("--hit-pct measures sluice alone (Redis has no HIT): drop --compare, or use --spawn")
 	}
-	if o.perfDir != "" && (o.scenario == "goals" || o.scenario == "memory") {
+	if o.perfDir != "" && (o.scenario == "goals" || o.scenario == "memory" || o.scenario == "scale") {
 		return fmt.Errorf("--perf is not for --scenario %s (a profiler would slow one of the rows it compares): profile with --spawn --scenario pipelined --perf DIR", o.scenario)
 	}
 	if o.perfDir != "" && (o.scenario == "sweep" || !o.spawn && o.compare == "") {
 		return errors.New("--perf profiles the sluice a scenario starts: add --spawn or --compare redis (the sweep scenario has no --perf)")
+	}
+	if o.scenario == "scale" {
+		// Sluice is to use up to every core, and the generator must keep
+		// up with it: nothing is pinned.
+		if o.set["pin"] && o.pin {
+			return errors.New("--scenario scale runs every server unpinned, sluice on up to every core: drop --pin")
+		}
+		o.pin = false
 	}
 	_, tasksetErr := exec.LookPath("taskset")
 	plan, err := decidePin(o.pin, o.set["pin"], runtime.NumCPU(), tasksetErr == nil)
@@ -203,6 +212,17 @@ func mainErr(args []string, stdout, stderr io.Writer) error {
 		fmt.Fprint(stdout, goalsMarkdown(g))
 		if o.writeDocs != "" {
 			return writeGoalsDocs(o.writeDocs, g, args)
+		}
+		return nil
+	case "scale":
+		rep, err := runScale(o, stdout)
+		if err != nil {
+			return err
+		}
+		fmt.Fprintln(stdout)
+		fmt.Fprint(stdout, scaleMarkdown(rep))
+		if o.writeDocs != "" {
+			return writeScaleDocs(o.writeDocs, rep, args)
 		}
 		return nil
 	case "memory":

@@ -223,6 +223,12 @@ func buildSluice(dir string) (string, error) {
 // startSluice starts the sluice binary, under wrap, with a fresh data
 // directory.
 func startSluice(wrap []string, bin, dataDir string, flags []string) (*server, error) {
+	return startSluiceEnv(wrap, nil, bin, dataDir, flags)
+}
+
+// startSluiceEnv is startSluice with env (NAME=value) added to this
+// process's environment, such as GOMAXPROCS.
+func startSluiceEnv(wrap, env []string, bin, dataDir string, flags []string) (*server, error) {
 	addr, err := freeAddr()
 	if err != nil {
 		return nil, err
@@ -233,6 +239,9 @@ func startSluice(wrap []string, bin, dataDir string, flags []string) (*server, e
 	}
 	args := sluiceArgs(addr, httpAddr, dataDir, flags)
 	s := &server{name: "sluice", cmd: command(wrap, bin, args...), addr: addr, dir: dataDir, log: &bytes.Buffer{}}
+	if len(env) > 0 {
+		s.cmd.Env = append(os.Environ(), env...)
+	}
 	s.cmd.Stderr = s.log
 	if err := s.start(); err != nil {
 		return nil, err

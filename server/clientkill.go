@@ -190,6 +190,7 @@ func (f *killFilter) parse(opts [][]byte) error {
 func (f *killFilter) matches(other, self *client, now int64) bool {
 	switch {
 	case f.none,
+		other.conn != nil && other.conn.killed.Load(), // still closing
 		f.id != 0 && other.id != f.id,
 		f.addr != "" && other.addr != f.addr,
 		f.laddr != "" && other.laddr != f.laddr,
@@ -207,6 +208,7 @@ func (f *killFilter) matches(other, self *client, now int64) bool {
 // socket is closed without a close_notify, which could wait for a client
 // that does not read.
 func (cn *conn) kill() {
+	cn.killed.Store(true)
 	cn.draining.Store(true)
 	cn.closeOnce.Do(func() {
 		nc := cn.nc

@@ -70,6 +70,7 @@ type conn struct {
 	outCap int   // cap(cl.Out) when mem was last counted
 
 	draining  atomic.Bool // shutdown: finish the pipeline, read no more
+	killed    atomic.Bool // by CLIENT KILL: no later CLIENT KILL counts it
 	closeOnce sync.Once
 }
 

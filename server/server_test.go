@@ -553,53 +553,8 @@ func BenchmarkPipelineOverTCPSmallCache(b *testing.B) {
 }
 
 func benchPipelineOverTCP(b *testing.B, srv *Server) {
-	const conns, depth = 4, 16
 	var next atomic.Int64
-	b.ReportAllocs()
-	b.SetParallelism(conns / runtime.GOMAXPROCS(0))
-	b.RunParallel(func(pb *testing.PB) {
-		c, err := net.Dial("tcp", srv.Addr().String())
-		if err != nil {
-			b.Error(err)
-			return
-		}
-		defer c.Close()
-		r := bufio.NewReader(c)
-		var out, key []byte
-		for more := true; more; {
-			out = out[:0]
-			n := 0
-			for ; n < depth; n++ {
-				if more = pb.Next(); !more {
-					break
-				}
-				key = strconv.AppendInt(append(key[:0], "k:"...), next.Add(1)%1_000_000, 10)
-				out = append(out, "*4\r\n$10\r\nRL.PREDUCE\r\n$"...)
-				out = strconv.AppendInt(out, int64(len(key)), 10)
-				out = append(out, "\r\n"...)
-				out = append(out, key...)
-				out = append(out, "\r\n$3\r\n100\r\n$5\r\n60000\r\n"...)
-			}
-			if n == 0 {
-				break
-			}
-			if _, err := c.Write(out); err != nil {
-				b.Error(err)
-				return
-			}
-			for range n {
-				line, err := r.ReadSlice('\n')
-				if err != nil {
-					b.Error(err)
-					return
-				}
-				if line[0] != ':' {
-					b.Errorf("reply %q, want an integer", line)
-					return
-				}
-			}
-		}
-	})
+	benchLoadOverTCP(b, srv, 4, func(*rand.Rand) int64 { return next.Add(1) % 1_000_000 })
 }
 
 // TestClientNamesAreCapped: a client name, library name or version is at

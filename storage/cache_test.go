@@ -192,6 +192,104 @@ func TestRecordTooBigForCacheIsNotCached(t *testing.T) {
 	}
 }
 
+// checkShares fails t if a stripe holds more than its share, as none may
+// once its records are written.
+func checkShares(t *testing.T, s *Store, when string) {
+	t.Helper()
+	for i := range s.stripe {
+		st := &s.stripe[i]
+		st.mu.Lock()
+		held := st.mu.t.bytes()
+		st.mu.Unlock()
+		if held > s.byteLimit {
+			t.Errorf("%s: stripe %d holds %d bytes, over its share of %d", when, i, held, s.byteLimit)
+			return
+		}
+	}
+}
+
+// keysOfOneStripe returns n keys, the first hot, that share one stripe.
+func keysOfOneStripe(s *Store, n int) []string {
+	keys := []string{"hot"}
+	stripe := maphash.String(s.seed, "hot") % numStripes
+	for i := 0; len(keys) < n; i++ {
+		if k := fmt.Sprintf("k%d", i); maphash.String(s.seed, k)%numStripes == stripe {
+			keys = append(keys, k)
+		}
+	}
+	return keys
+}
+
+// A round that ends with its stripe over its share leaves the CLOCK hand
+// to choose what goes, so that a record in use stays cached: every record
+// the round turned clean used to go, since removing one gives back no
+// capacity before the trim, and the hot record, written and read again, was
+// evicted before records written once, or never used since they were.
+func TestRoundOverShareKeepsRecordsInUse(t *testing.T) {
+	big := make([]byte, 400) // grows the arena past the share
+	for _, tc := range []struct {
+		name  string
+		cold  int                                         // records written with hot before
+		write func(t *testing.T, b *Batch, keys []string) // the round over the share
+		want  int                                         // hot's value length after it
+	}{
+		{"burst of new records", 0, func(t *testing.T, b *Batch, keys []string) {
+			add(t, b, keys[0], 1)
+			for _, k := range keys[1:] {
+				add(t, b, k, 1)
+			}
+		}, 8},
+		{"value outgrowing the arena", 8, func(t *testing.T, b *Batch, keys []string) {
+			if err := b.Modify([]byte(keys[0]), mutatorFunc(func([]byte, bool) ([]byte, Op, error) { return big, Put, nil })); err != nil {
+				t.Fatal(err)
+			}
+		}, len(big)},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			s, err := Open("db", Options{fs: vfs.NewMem(), CacheMemory: MinCacheMemory})
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer s.Close()
+			keys := keysOfOneStripe(s, 40) // 40 of these records pass 1 KiB
+			b := s.NewBatch()
+			for _, k := range keys[:1+tc.cold] {
+				add(t, b, k, 1)
+			}
+			if err := b.Commit(); err != nil {
+				t.Fatal(err)
+			}
+			waitApplied(t, s)
+			lookups := func() (hits int64, vlen int) {
+				t.Helper()
+				before := s.Stats().CacheHits
+				for range 2 {
+					if err := s.NewBatch().Modify([]byte("hot"), mutatorFunc(func(old []byte, found bool) ([]byte, Op, error) {
+						vlen = len(old)
+						return nil, Keep, nil
+					})); err != nil {
+						t.Fatal(err)
+					}
+				}
+				return s.Stats().CacheHits - before, vlen
+			}
+			if hits, _ := lookups(); hits != 2 {
+				t.Fatalf("%d of 2 lookups of hot hit the cache before the round", hits)
+			}
+			tc.write(t, b, keys)
+			if err := b.Commit(); err != nil {
+				t.Fatal(err)
+			}
+			waitApplied(t, s)
+			if hits, vlen := lookups(); hits != 2 || vlen != tc.want {
+				t.Errorf("after the round: %d of 2 lookups of hot hit the cache, value of %d bytes (want %d)", hits, vlen, tc.want)
+			}
+			checkShares(t, s, "after the round")
+			chargedBytes(t, s)
+		})
+	}
+}
+
 // With the cache off, a table keeps little once its records are written:
 // 16384 records with 1000-byte keys written at once once left 16 MiB of
 // entries on free lists; the arena, records and index give back what they

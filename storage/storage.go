@@ -927,9 +927,10 @@ func (b *Batch) Modify(key []byte, m Mutator) error {
 }
 
 // modify is Modify. With cache false, as for the sweep, a record read from
-// Pebble is not kept in memory and a change evicts nothing: the record
-// stays after its write only if its stripe has room for it (see
-// wroteLocked), so a pass over cold records leaves the hot ones cached.
+// Pebble is not kept in memory and a change evicts nothing: a delete, all
+// the sweep writes, goes once written, and the trims meanwhile evict no
+// clean record to make room for it (see wroteLocked and trim), so a pass
+// over cold records leaves the hot ones cached.
 func (b *Batch) modify(key []byte, m Mutator, cache bool) (Op, error) {
 	s := b.s
 	if b.hold != nil {
@@ -1344,9 +1345,10 @@ const (
 
 // wroteLocked ends a round for the record of w: it may be written again
 // by the next round, and if applied (Pebble has the value the round read)
-// and not changed since, it is clean, and stays cached if the stripe has
-// room for it. It reports whether the stripe is over its share, for the
-// committer to trim once the round is done. st must be locked.
+// and not changed since, it is clean, and stays cached unless it is a
+// delete or bigger than the stripe's share. It reports whether the stripe
+// is over its share, for the committer to trim once the round is done.
+// st must be locked.
 func (s *Store) wroteLocked(st *stripe, w written, applied bool) (over bool) {
 	t := &st.mu.t
 	if int(w.rec) >= len(t.recs) {
@@ -1367,19 +1369,16 @@ func (s *Store) wroteLocked(st *stripe, w written, applied bool) (over bool) {
 	// share is never cached.
 	if s.byteLimit <= 0 || r.flags&fDel != 0 || t.size(r) > s.byteLimit {
 		t.remove(int(w.rec))
-		return false
 	}
-	if t.bytes() > s.byteLimit {
-		// Dirty records, or values that grew, took the stripe over its
-		// share: as they turn clean they go first, as records the sweep
-		// wrote must (they are not to displace hot ones); then, once per
-		// round and stripe, the CLOCK hand evicts and compaction reclaims
-		// their bytes until the stripe is back within its share (trimming
-		// per record compacted the stripe once per record).
-		t.remove(int(w.rec))
-		return true
-	}
-	return false
+	// Dirty records (the sweep's deletes too), or values that grew, may
+	// have taken the stripe over its share: the committer trims it back
+	// once per round and stripe (trimming per record compacted the stripe
+	// once per record). The records the round wrote stay for the CLOCK
+	// hand to choose from, so that those in use outlive those not used
+	// since it last passed: removing each as it turned clean gave back no
+	// capacity before the trim, so every record the round wrote to the
+	// stripe went, hot ones included.
+	return s.byteLimit > 0 && t.bytes() > s.byteLimit
 }
 
 // commitLoop is the only writer to Pebble. Each round takes every key queued

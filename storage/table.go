@@ -477,7 +477,12 @@ func (t *table) makeRoom(limit int64, klen, vlen int) bool {
 }
 
 // trim evicts clean records until the table is within limit, as it must
-// be once the dirty records that took it over have been written.
+// be once the dirty records that took it over have been written. While
+// some are still to be written it evicts only until the clean records'
+// own bytes fit limit: evicting more would make room for records that
+// give back their bytes once written (the sweep's deletes, queued for the
+// next round), and evicted the clean records in use, all the hand found
+// when the others were dirty.
 func (t *table) trim(limit int64) { t.evict(limit, 0, 0, false) }
 
 // settle shrinks the table to limit in trim, which the committer calls on
@@ -508,9 +513,21 @@ func (t *table) evict(limit int64, klen, vlen int, insert bool) bool {
 		}
 		t.shrink(limit)
 	}
+	// clean is the clean records' bytes, and dirty whether there are
+	// others, for trim.
+	clean, dirty := int64(0), false
+	if !insert {
+		for i := range t.recs {
+			if r := &t.recs[i]; r.flags&(fLive|fClean) == fLive|fClean {
+				clean += t.size(r)
+			} else if r.flags&fLive != 0 {
+				dirty = true
+			}
+		}
+	}
 	// Two passes see every clean record: the first may only clear its bit.
 	steps := 2 * len(t.recs)
-	for t.bytes()+need() > limit {
+	for t.bytes()+need() > limit && (insert || !dirty || clean > limit) {
 		if t.garbage > 0 && t.garbage >= limit/16 {
 			t.compact()
 			t.settle(limit, insert)
@@ -538,6 +555,7 @@ func (t *table) evict(limit int64, klen, vlen int, insert bool) bool {
 			r.flags &^= fRef
 			continue
 		}
+		clean -= t.size(r)
 		t.remove(i)
 	}
 	return true

@@ -1,0 +1,512 @@
+package storage
+
+import (
+	"bytes"
+	"context"
+	"fmt"
+	"math/rand/v2"
+	"slices"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/cockroachdb/pebble/v2"
+	"github.com/sluicehq/sluice/bucket"
+	"github.com/sluicehq/sluice/keyspace"
+)
+
+// The benchmarks of this file measure, one at a time, the stages of the
+// write path that run on one goroutine for the whole server (issue 28):
+// what one core can do there caps the server whatever GOMAXPROCS is. Run
+// them on one core, as docs/benchmarks.md ("Issue 28: the serial stages")
+// does:
+//
+//	go test -run '^$' -bench 'Committer|Pebble|WAL' -cpu 1 -count 5 ./storage
+//
+// Each reports ns/key, the cost per changed key, from which the stage's
+// ceiling is 1e9/(ns/key) keys per second on one core. Their records are
+// those of RL.PREDUCE over a million keys (k:0 to k:999999, as bench sends
+// them), chosen uniformly, so that a round's keys are spread over the key
+// space as in production.
+
+// stageKeys is the number of distinct buckets the benchmarks write.
+const stageKeys = 1_000_000
+
+// stageRecords is the record keys of RL.PREDUCE k:<n> 100 60000, in a
+// random order, and a bucket's value.
+type stageRecords struct {
+	keys [][]byte
+	val  []byte
+}
+
+func newStageRecords() *stageRecords {
+	p := bucket.Params{Max: 100, RefillAmount: 100, RefillMs: 60_000}
+	r := &stageRecords{keys: make([][]byte, stageKeys)}
+	for i := range r.keys {
+		r.keys[i] = keyspace.AppendBucketKey(nil, p, fmt.Appendf(nil, "k:%d", i))
+	}
+	rng := rand.New(rand.NewPCG(28, 28))
+	rng.Shuffle(len(r.keys), func(i, j int) { r.keys[i], r.keys[j] = r.keys[j], r.keys[i] })
+	now := time.Date(2025, 1, 1, 0, 0, 0, 0, time.UTC).UnixMilli()
+	r.val = bucket.AppendState(nil, bucket.State{Amount: 99, Anchor: now, LastReduce: now})
+	return r
+}
+
+// round returns the i-th round of n distinct keys, in the shuffled order:
+// uniform over the key space.
+func (r *stageRecords) round(i, n int) [][]byte {
+	start := i * n % len(r.keys)
+	if start+n <= len(r.keys) {
+		return r.keys[start : start+n]
+	}
+	return append(slices.Clip(r.keys[start:]), r.keys[:start+n-len(r.keys)]...)
+}
+
+// sorted returns keys sorted, as the committer writes a round.
+func sorted(keys [][]byte) [][]byte {
+	s := slices.Clone(keys)
+	slices.SortFunc(s, bytes.Compare)
+	return s
+}
+
+// putValue is a Mutator that stores v.
+type putValue struct{ v []byte }
+
+func (p putValue) Mutate([]byte, bool) ([]byte, Op, error) { return p.v, Put, nil }
+
+// openStage opens a store on the real filesystem, as a server does, with
+// a write-behind deadline of an hour: only the benchmark starts rounds.
+func openStage(b *testing.B, mode SyncMode) *Store {
+	return openStageWith(b, Options{Sync: mode})
+}
+
+// openStageWith is openStage with other options.
+func openStageWith(b *testing.B, o Options) *Store {
+	b.Helper()
+	o.SyncInterval = time.Hour
+	s, err := Open(b.TempDir(), o)
+	if err != nil {
+		b.Fatal(err)
+	}
+	b.Cleanup(func() { s.Close() })
+	return s
+}
+
+// stageFlushKeys is how many keys a stage benchmark writes to a memtable
+// before it flushes it itself: about half of the default 16 MiB, so that
+// Pebble never flushes or compacts on its own while the timer runs (on one
+// core that work would be counted against the stage), and the memtable is
+// as big as a server's, whose inserts get slower as it grows.
+const stageFlushKeys = 100_000
+
+// settle flushes the memtable and compacts everything into one level, with
+// the timer stopped, once stageFlushKeys keys or more have been written
+// since the last time; written counts them.
+func settle(b *testing.B, s *Store, written *int, n int) {
+	b.Helper()
+	if *written += n; *written < stageFlushKeys {
+		return
+	}
+	*written = 0
+	if err := s.db.Flush(); err != nil {
+		b.Fatal(err)
+	}
+	compactAll(b, s)
+}
+
+// compactAll compacts every record into the last level, as a store that
+// has settled.
+func compactAll(b *testing.B, s *Store) {
+	b.Helper()
+	if err := s.db.Compact(context.Background(), nil, recordsEnd, false); err != nil {
+		b.Fatal(err)
+	}
+}
+
+// stageClock stops and starts a benchmark's timer and adds up the CPU time
+// the process used while it ran (user and system, every thread): on a
+// shared machine a stage's wall time grows with the load of others, its
+// CPU time much less.
+type stageClock struct {
+	b   *testing.B
+	cpu time.Duration
+	t0  time.Duration
+}
+
+func newStageClock(b *testing.B) *stageClock {
+	return &stageClock{b: b, t0: processCPU(b)}
+}
+
+func (c *stageClock) stop() {
+	c.b.StopTimer()
+	c.cpu += processCPU(c.b) - c.t0
+}
+
+func (c *stageClock) start() {
+	c.t0 = processCPU(c.b)
+	c.b.StartTimer()
+}
+
+// report reports the wall and CPU time per unit of a benchmark whose every
+// iteration handles n of them (changed keys, syncs); the timer must be
+// running.
+func (c *stageClock) report(n int, unit string) {
+	c.stop()
+	keys := float64(c.b.N) * float64(n)
+	c.b.ReportMetric(float64(c.b.Elapsed().Nanoseconds())/keys, "ns/"+unit)
+	c.b.ReportMetric(float64(c.cpu.Nanoseconds())/keys, "cpu-ns/"+unit)
+}
+
+func processCPU(b *testing.B) time.Duration {
+	var ru syscall.Rusage
+	if err := syscall.Getrusage(syscall.RUSAGE_SELF, &ru); err != nil {
+		b.Fatal(err)
+	}
+	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
+}
+
+var roundSizes = []int{256, 1000, 8192}
+
+// eachRoundSize runs fn as a sub-benchmark per round size, each on a
+// store of its own.
+func eachRoundSize(b *testing.B, fn func(b *testing.B, s *Store, n int)) {
+	for _, n := range roundSizes {
+		b.Run(fmt.Sprintf("keys=%d", n), func(b *testing.B) { fn(b, openStage(b, SyncEverySec), n) })
+	}
+}
+
+// BenchmarkCommitterRound is the committer's whole work for a round of n
+// changed keys, measured through the committer goroutine itself: the
+// round's keys are changed with Modify (timer stopped), then Commit hands
+// them over and, in everysec, Flush waits for the round to be in Pebble;
+// in always Commit waits for its fsync too. It is everything one round
+// costs: taking the queue, sorting, reading each record under its stripe
+// lock, encoding the Pebble batch, Pebble's commit (WAL append, memtable
+// insert) and marking the records clean. 256 is commitSlice, 1000 the hot
+// scenario's keys in a round, 8192 a full write-behind round
+// (writeBehindKeys).
+func BenchmarkCommitterRound(b *testing.B) {
+	recs := newStageRecords()
+	for _, mode := range []SyncMode{SyncEverySec, SyncAlways} {
+		for _, n := range roundSizes {
+			b.Run(fmt.Sprintf("%s/keys=%d", mode, n), func(b *testing.B) {
+				s := openStage(b, mode)
+				bt := s.NewBatch()
+				put := putValue{recs.val}
+				var written int
+				keys0 := s.stats.keysWritten.Load()
+				b.ReportAllocs()
+				clk := newStageClock(b)
+				for i := 0; b.Loop(); i++ {
+					clk.stop()
+					settle(b, s, &written, n)
+					for _, k := range recs.round(i, n) {
+						if err := bt.Modify(k, put); err != nil {
+							b.Fatal(err)
+						}
+					}
+					clk.start()
+					if err := bt.Commit(); err != nil {
+						b.Fatal(err)
+					}
+					if mode != SyncAlways {
+						if err := s.Flush(); err != nil {
+							b.Fatal(err)
+						}
+					}
+				}
+				clk.report(n, "key")
+				// Every round wrote n keys: none was dropped or merged.
+				if got := s.stats.keysWritten.Load() - keys0; got != int64(b.N*n) {
+					b.Fatalf("the committer wrote %d keys in %d rounds of %d", got, b.N, n)
+				}
+			})
+		}
+	}
+}
+
+// stageBatch is a round's Pebble batch as the committer builds it: its
+// keys in order, each set to a bucket's value.
+func stageBatch(s *Store, keys [][]byte, val []byte) *pebble.Batch {
+	batch := s.db.NewBatch()
+	for _, k := range keys {
+		batch.Set(k, val, nil)
+	}
+	return batch
+}
+
+// BenchmarkPebbleBatchSet is the encoding part of a round: the committer's
+// batch.Set of each key of a round, in key order, into a reused batch.
+func BenchmarkPebbleBatchSet(b *testing.B) {
+	recs := newStageRecords()
+	eachRoundSize(b, func(b *testing.B, s *Store, n int) {
+		batch := s.db.NewBatch()
+		defer batch.Close()
+		rounds := make([][][]byte, 64)
+		for i := range rounds {
+			rounds[i] = sorted(recs.round(i, n))
+		}
+		b.ReportAllocs()
+		clk := newStageClock(b)
+		for i := 0; b.Loop(); i++ {
+			batch.Reset()
+			for _, k := range rounds[i%len(rounds)] {
+				if err := batch.Set(k, recs.val, nil); err != nil {
+					b.Fatal(err)
+				}
+			}
+		}
+		clk.report(n, "key")
+	})
+}
+
+// BenchmarkPebbleApplyBatch is Pebble's commit of a round's batch through
+// the committer's apply, without sync (everysec): the commit pipeline's
+// WAL append (a copy into the log's block, under the pipeline's mutex), the
+// memtable inserts, and the publication of the sequence number.
+func BenchmarkPebbleApplyBatch(b *testing.B) {
+	recs := newStageRecords()
+	eachRoundSize(b, func(b *testing.B, s *Store, n int) {
+		var written int
+		b.ReportAllocs()
+		clk := newStageClock(b)
+		for i := 0; b.Loop(); i++ {
+			clk.stop()
+			settle(b, s, &written, n)
+			batch := stageBatch(s, sorted(recs.round(i, n)), recs.val)
+			clk.start()
+			if err := s.apply(batch, pebble.NoSync); err != nil {
+				b.Fatal(err)
+			}
+			clk.stop()
+			batch.Close()
+			clk.start()
+		}
+		clk.report(n, "key")
+	})
+}
+
+// BenchmarkWALAppend is the WAL's part of BenchmarkPebbleApplyBatch: the
+// same bytes as a round's batch, committed as a LogData record, which goes
+// through Pebble's commit pipeline and into the log but not into the
+// memtable. The log's writes to the file run on Pebble's flush goroutine
+// for the log, another serial stage; they are counted here too, since
+// LogData waits for a free block when that goroutine falls behind.
+func BenchmarkWALAppend(b *testing.B) {
+	recs := newStageRecords()
+	eachRoundSize(b, func(b *testing.B, s *Store, n int) {
+		batch := stageBatch(s, sorted(recs.round(0, n)), recs.val)
+		payload := slices.Clone(batch.Repr())
+		batch.Close()
+		var written int
+		b.ReportAllocs()
+		clk := newStageClock(b)
+		for b.Loop() {
+			if err := s.db.LogData(payload, pebble.NoSync); err != nil {
+				b.Fatal(err)
+			}
+			clk.stop()
+			// Keep the log as long as a server's: its memtable
+			// flushes move to a new log.
+			if written += n; written >= stageFlushKeys {
+				written = 0
+				if err := s.apply(stageBatch(s, recs.round(0, 1), recs.val), pebble.NoSync); err != nil {
+					b.Fatal(err)
+				}
+				if err := s.db.Flush(); err != nil {
+					b.Fatal(err)
+				}
+			}
+			clk.start()
+		}
+		clk.report(n, "key")
+		b.ReportMetric(float64(len(payload))/float64(n), "WAL-B/key")
+	})
+}
+
+// BenchmarkWALSync is the syncer's fsync of the log (syncApplied, once a
+// second in everysec; in always the committer's Apply with Sync waits for
+// the same fsync), after one round of 8192 keys was written without sync.
+// Its cost is per sync, not per key: in always it is shared by the keys of
+// a round.
+func BenchmarkWALSync(b *testing.B) {
+	recs := newStageRecords()
+	s := openStage(b, SyncEverySec)
+	var written int
+	b.ReportAllocs()
+	clk := newStageClock(b)
+	for i := 0; b.Loop(); i++ {
+		clk.stop()
+		settle(b, s, &written, 8192)
+		batch := stageBatch(s, sorted(recs.round(i, 8192)), recs.val)
+		if err := s.apply(batch, pebble.NoSync); err != nil {
+			b.Fatal(err)
+		}
+		batch.Close()
+		s.q.Lock()
+		s.q.applied++
+		s.q.Unlock()
+		clk.start()
+		if err := s.syncApplied(); err != nil {
+			b.Fatal(err)
+		}
+	}
+	clk.report(1, "sync")
+}
+
+// BenchmarkPebbleFlush is Pebble's flush of a memtable holding n changed
+// keys into a table of level 0. Pebble runs one flush at a time, on one
+// goroutine: what it costs per key caps the keys the server can write.
+func BenchmarkPebbleFlush(b *testing.B) {
+	recs := newStageRecords()
+	const n = 131072 // a 16 MiB memtable holds about 180000
+	s := openStage(b, SyncEverySec)
+	b.ReportAllocs()
+	clk := newStageClock(b)
+	for i := 0; b.Loop(); i++ {
+		clk.stop()
+		compactAll(b, s)
+		applyRounds(b, s, recs, recs.round(i, n))
+		clk.start()
+		if err := s.db.Flush(); err != nil {
+			b.Fatal(err)
+		}
+	}
+	clk.report(n, "key")
+}
+
+// applyRounds applies keys to Pebble through the committer's apply, in
+// sorted rounds of 8192 as the committer writes them.
+func applyRounds(b *testing.B, s *Store, recs *stageRecords, keys [][]byte) {
+	b.Helper()
+	for len(keys) > 0 {
+		n := min(len(keys), 8192)
+		batch := stageBatch(s, sorted(keys[:n]), recs.val)
+		if err := s.apply(batch, pebble.NoSync); err != nil {
+			b.Fatal(err)
+		}
+		batch.Close()
+		keys = keys[n:]
+	}
+}
+
+// BenchmarkPebbleCompaction is Pebble's compaction of the changed keys of
+// four memtables (4 × 180000, L0CompactionThreshold's worth of 16 MiB
+// memtables), flushed to level 0, with the million records below them in
+// the last level, into the last level, as Pebble compacts a store of a
+// million buckets under uniform writes: the keys of level 0 span the whole
+// key space, so each compaction rewrites the whole last level (with about
+// 70 MB of records, below LBaseMaxBytes, the last level is the base
+// level). Pebble runs one compaction at a time by default
+// (CompactionConcurrencyRange 1, 1). The changed keys go into one big
+// memtable (64 MiB) and one level 0 table, so that Pebble does not start
+// a compaction of its own before the timed one.
+func BenchmarkPebbleCompaction(b *testing.B) {
+	recs := newStageRecords()
+	const n = 4 * 180_000
+	s := openStageWith(b, Options{Sync: SyncEverySec, MemTableSize: 64 << 20})
+	applyRounds(b, s, recs, recs.keys)
+	b.ReportAllocs()
+	clk := newStageClock(b)
+	for i := 0; b.Loop(); i++ {
+		clk.stop()
+		compactAll(b, s)
+		applyRounds(b, s, recs, recs.round(i+1, n))
+		if err := s.db.Flush(); err != nil {
+			b.Fatal(err)
+		}
+		clk.start()
+		compactAll(b, s)
+	}
+	clk.report(n, "key")
+}
+
+// BenchmarkStoreUniform is the whole store in its steady state under
+// uniform writes, with the default options (a 16 MiB memtable, Pebble's
+// own flushes and compactions), on whatever cores -cpu gives it: one
+// changed key per operation, committed 16 at a time as a pipeline of 16
+// does, over a million buckets that all exist (written and compacted
+// before the timer starts). On one core its time per key is the sum of
+// every stage, the connection's Modify included; a CPU profile of it
+// (-cpuprofile) splits that time between the committer, Pebble's flushes
+// and its compactions, which run on their own goroutines (one flush at a
+// time, and by default one compaction). It reports Pebble's bytes
+// written by flushes and compactions per changed key, and the compactions'
+// time per key as Pebble measures it (wall time, so on one core it
+// includes the time other goroutines ran in between).
+func BenchmarkStoreUniform(b *testing.B) {
+	recs := newStageRecords()
+	s, err := Open(b.TempDir(), Options{Sync: SyncEverySec})
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer s.Close()
+	bt := s.NewBatch()
+	put := putValue{recs.val}
+	for i, k := range recs.keys {
+		if err := bt.Modify(k, put); err != nil {
+			b.Fatal(err)
+		}
+		if i%16 == 15 {
+			if err := bt.Commit(); err != nil {
+				b.Fatal(err)
+			}
+		}
+	}
+	if err := bt.Commit(); err != nil {
+		b.Fatal(err)
+	}
+	if err := s.Flush(); err != nil {
+		b.Fatal(err)
+	}
+	compactAll(b, s)
+	m0 := s.db.Metrics()
+	rng := rand.New(rand.NewPCG(1, 28))
+	b.ReportAllocs()
+	clk := newStageClock(b)
+	for i := 0; b.Loop(); i++ {
+		if err := bt.Modify(recs.keys[rng.IntN(len(recs.keys))], put); err != nil {
+			b.Fatal(err)
+		}
+		if i%16 == 15 {
+			if err := bt.Commit(); err != nil {
+				b.Fatal(err)
+			}
+		}
+	}
+	clk.report(1, "key")
+	if err := bt.Commit(); err != nil {
+		b.Fatal(err)
+	}
+	if err := s.Flush(); err != nil {
+		b.Fatal(err)
+	}
+	m1 := s.db.Metrics()
+	perKey := func(v float64) float64 { return v / float64(b.N) }
+	var flushed, compacted uint64
+	for l := range m1.Levels {
+		flushed += m1.Levels[l].TableBytesFlushed - m0.Levels[l].TableBytesFlushed
+		compacted += m1.Levels[l].TableBytesCompacted - m0.Levels[l].TableBytesCompacted
+	}
+	b.ReportMetric(perKey(float64(flushed)), "flushed-B/key")
+	b.ReportMetric(perKey(float64(compacted)), "compacted-B/key")
+	b.ReportMetric(perKey(float64(m1.Compact.Duration-m0.Compact.Duration)), "compact-ns/key")
+	b.ReportMetric(float64(m1.Compact.Count-m0.Compact.Count), "compactions")
+	b.ReportMetric(float64(m1.Flush.Count-m0.Flush.Count), "flushes")
+}
+
+// BenchmarkDirtyCounter is the one counter that every change touches from
+// both sides: Modify adds a dirty record from the connection's goroutine,
+// the committer takes it off once the record is written. A shared atomic
+// is a cache line that the cores pass around; with -cpu 2 or more this
+// shows what each change pays for it when the sides run on different
+// cores.
+func BenchmarkDirtyCounter(b *testing.B) {
+	s := &Store{}
+	b.RunParallel(func(pb *testing.PB) {
+		for pb.Next() {
+			s.stats.dirty.Add(1)
+			s.stats.dirty.Add(-1)
+		}
+	})
+}
