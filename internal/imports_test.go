@@ -14,7 +14,8 @@ const mod = "github.com/sluicehq/sluice/"
 // TestImports keeps each package under internal/ where the server split
 // put it (issue 13): below server, each importing only the standard
 // library, without the packages banned for it (locks, I/O, the clock:
-// those are the server's, reached through dispatch.Ctx and its Env), and
+// those are the engine's and the server's, reached through dispatch.Ctx
+// and its engine.Round), and
 // the packages of this module listed for it. Pebble stays behind storage.
 func TestImports(t *testing.T) {
 	noIO := []string{"os", "io", "net"}
@@ -37,14 +38,18 @@ func TestImports(t *testing.T) {
 		// SLUICE.COUNTERHIT's wire format; it reads a bufio.Reader.
 		{"counterhit", []string{"sync", "sync/atomic", "time", "os", "net"}, []string{"internal/resp", "policy"}},
 		// The command entry and per-command context: a seam between the
-		// server and the families.
-		{"dispatch", []string{"sync", "sync/atomic", "os", "io", "net"}, []string{"storage", "internal/errs", "internal/resp", "internal/cmddoc"}},
-		// RL.*, CL.*, FW.* and ROLL.*: requests, mutations, commands.
-		{"limitcmd", pure, []string{"bucket", "keyspace", "storage", "internal/errs", "internal/resp", "internal/dispatch", "internal/cmddoc"}},
+		// RESP front end and the families.
+		{"dispatch", pure, []string{"internal/engine", "internal/cmddoc"}},
+		// RL.*, CL.*, FW.*, ROLL.* and HIT: requests, mutations, commands.
+		{"limitcmd", pure, []string{"bucket", "keyspace", "policy", "storage", "internal/errs", "internal/resp", "internal/dispatch", "internal/cmddoc", "internal/rules"}},
 		// Reads the files an operator gives: I/O, and nothing else.
 		{"conffile", []string{"net", "sync", "sync/atomic", "time"}, nil},
-		// HIT's engine and the policy file in use (it holds a lock).
-		{"rules", noIO, []string{"bucket", "keyspace", "policy", "storage", "internal/errs", "internal/resp", "internal/dispatch", "internal/cmddoc"}},
+		// The rule sets in use and the rule file's reloads (it holds a
+		// lock).
+		{"rules", noIO, []string{"policy", "internal/errs"}},
+		// The engine under every front end: the store, the rules, typed
+		// errors; no protocol (internal/resp), no I/O but the store's.
+		{"engine", noIO, []string{"bucket", "keyspace", "policy", "storage", "internal/errs", "internal/rules"}},
 	} {
 		t.Run(p.dir, func(t *testing.T) {
 			files, err := filepath.Glob(filepath.Join(p.dir, "*.go"))

@@ -16,10 +16,10 @@ import (
 
 	"github.com/sluicehq/sluice/client/clientip"
 	"github.com/sluicehq/sluice/client/ratelimitheader"
+	"github.com/sluicehq/sluice/internal/engine"
 	"github.com/sluicehq/sluice/internal/resp"
 	"github.com/sluicehq/sluice/internal/rules"
 	"github.com/sluicehq/sluice/policy"
-	"github.com/sluicehq/sluice/storage"
 )
 
 // The forward-auth endpoint: a reverse proxy (Traefik ForwardAuth, nginx
@@ -106,9 +106,8 @@ type checkState struct {
 // checker is the state one check request uses, pooled so that a check
 // reuses the buffers of earlier ones.
 type checker struct {
-	h     rules.Hitter
-	batch *storage.Batch
-	vals  []byte // the values of the built fields, one buffer
+	r    *engine.Round
+	vals []byte // the values of the built fields, one buffer
 }
 
 // checkFields are the header fields of each rule of one loaded policy.
@@ -143,7 +142,7 @@ func (s *Server) initCheck() {
 		c.extraHeaders = append(c.extraHeaders, http.CanonicalHeaderKey(f.Header))
 		c.extraNames = append(c.extraNames, []byte(f.Field))
 	}
-	c.pool.New = func() any { return &checker{batch: s.store.NewBatch()} }
+	c.pool.New = func() any { return &checker{r: s.eng.NewRound()} }
 }
 
 // collectCheck adds the endpoint's counters to a scrape.
@@ -248,27 +247,19 @@ func (s *Server) serveCheck(w http.ResponseWriter, r *http.Request) {
 	c := s.check.pool.Get().(*checker)
 	defer s.putChecker(c)
 	s.checkFields(c, r)
-	if err := s.validateCheckRequest(c.h.Req); err != nil {
+	if err := s.validateCheckRequest(c.r.Req); err != nil {
 		s.check.refused.Add(1)
 		checkText(w, http.StatusBadRequest, typed(err).Message()+"\n")
 		return
 	}
-	now := s.clock()
-	wp := s.beginWrite() // resharding: MIGRATE PAUSE waits until it is committed (migrate.go)
-	out, err := s.rules.Hit(&c.h, lp, c.h.Req, 1, c.batch, now.UnixNano())
+	now := c.r.Now()
+	c.r.Begin() // resharding: MIGRATE PAUSE waits until it is committed (migrate.go)
+	out, err := c.r.Hit(lp, c.r.Req, 1, now.UnixNano())
 	// Changes are visible once made: even after an error, what the canary
 	// rules changed before it is committed.
-	committed := true
-	if writes := c.batch.Len(); writes > 0 {
-		if cerr := s.commitBatch(c.batch); cerr != nil && !s.allowDespite(cerr, writes) {
-			committed = false
-			if err == nil {
-				err = cerr
-			}
-		}
+	if ok, cerr := c.r.Commit(); !ok && err == nil {
+		err = cerr
 	}
-	s.endWrite(wp)
-	c.h.CountHits(committed)
 	if err != nil {
 		s.check.failed.Add(1)
 		w.Header().Set("Retry-After", "1")
@@ -302,7 +293,7 @@ func (s *Server) putChecker(c *checker) {
 	if cap(c.vals) > connKeepBuf {
 		c.vals = nil
 	}
-	c.h.Trim(connKeepBuf)
+	c.r.Trim(connKeepBuf)
 	s.check.pool.Put(c)
 }
 
@@ -315,7 +306,7 @@ func checkText(w http.ResponseWriter, code int, body string) {
 	_, _ = w.Write([]byte(body))
 }
 
-// checkFields builds c.h.Req from r: method, host and path from
+// checkFields builds c.r.Req from r: method, host and path from
 // X-Forwarded-Method, -Host and -Uri, else from r itself (Envoy sends the
 // original method and host, and the original path after /check); ip from
 // X-Forwarded-For through the trusted proxies only, else the peer, as the
@@ -387,7 +378,7 @@ func (s *Server) checkFields(c *checker, r *http.Request) {
 		xs = append(xs, extra{start, len(b)})
 	}
 	c.vals = b
-	req := c.h.Req[:0]
+	req := c.r.Req[:0]
 	start := 0
 	for i, n := range checkFieldNames {
 		if i == 4 && ends[4] == start { // no identity: no user field
@@ -406,7 +397,7 @@ func (s *Server) checkFields(c *checker, r *http.Request) {
 		}
 		req = append(req, policy.Field{Key: s.check.extraNames[i], Value: b[x.start:x.end:x.end]})
 	}
-	c.h.Req = req
+	c.r.Req = req
 }
 
 // fromTrustedProxy reports whether r's peer is one of the trusted proxies.
@@ -502,7 +493,7 @@ func unhex(c byte) int {
 func (s *Server) validateCheckRequest(req policy.Request) error {
 	for _, f := range req {
 		if len(f.Value) > s.cfg.MaxKeySize {
-			return s.checkKeySize("the value of field "+string(f.Key), len(f.Value))
+			return s.eng.CheckKeySize("the value of field "+string(f.Key), len(f.Value))
 		}
 	}
 	return nil

@@ -80,9 +80,6 @@ type clusterState struct {
 	mu     sync.Mutex // one SETTOPOLOGY at a time
 	mig    migration  // slots being moved off this node (migrate.go)
 	imp    imports    // slots being moved to this node (migrate.go)
-	// writers counts the writes under way outside RESP pipelines, for
-	// MIGRATE PAUSE (migrate.go).
-	writers writeGate
 }
 
 // clusterView is a topology with its slot table.

@@ -58,7 +58,7 @@ type client struct {
 	writes     []span
 	// replyStart is where the reply of the command being executed begins.
 	replyStart int
-	hit        rules.Hitter // SLUICE.COUNTERHIT's; HIT's is its family's state
+	cid        []byte // room for SLUICE.COUNTERHIT's counter identity
 	lname      [32]byte
 	// del and delEnds hold the record keys DEL found, back to back.
 	del     []byte
@@ -102,12 +102,12 @@ type command struct {
 type tally struct{ calls, errors, allowed, denied int64 }
 
 // commandTable builds the command table: the commands the families
-// register (internal/limitcmd; internal/rules, whose HIT runs with e and
-// f), then the server's own.
-func commandTable(e *rules.Engine, f *rules.File) map[string]*command {
+// register (internal/limitcmd, whose HIT hits the rules f has in use),
+// then the server's own.
+func commandTable(f *rules.File) map[string]*command {
 	var families dispatch.Table
 	limitcmd.Register(&families)
-	rules.Register(&families, e, f)
+	limitcmd.RegisterHit(&families, f)
 	var list []*command
 	for _, fc := range families.Commands() {
 		list = append(list, &command{Command: fc})
@@ -233,8 +233,8 @@ func (s *Server) dispatch(c *client, args [][]byte) *tally {
 	}
 	if cmd.run != nil {
 		cmd.run(s, c, args)
-	} else {
-		cmd.Run(&c.Ctx, args)
+	} else if err := cmd.Run(&c.Ctx, args); err != nil {
+		s.replyErr(c, err)
 	}
 	return t
 }

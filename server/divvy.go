@@ -9,9 +9,9 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/sluicehq/sluice/internal/engine"
 	"github.com/sluicehq/sluice/internal/rules"
 	"github.com/sluicehq/sluice/policy"
-	"github.com/sluicehq/sluice/storage"
 )
 
 // The divvy line protocol: one HIT per line, one reply line per request in
@@ -45,8 +45,7 @@ type divvyConn struct {
 	errSent  bool // an ERR was written: close gently, see lingerClose
 	buf      []byte
 	out      []byte
-	batch    *storage.Batch
-	h        rules.Hitter
+	r        *engine.Round
 }
 
 // ServeDivvy accepts line-protocol connections on ln until Close. It
@@ -104,7 +103,7 @@ func (s *Server) admitDivvy(nc net.Conn) *divvyConn {
 		s.stats.rejectedDenied.Add(1)
 		reason = "DENIED: sluice is in protected mode and the divvy line protocol has no authentication; it serves clients on loopback only unless started with --protected-mode no"
 	default:
-		d := &divvyConn{s: s, nc: nc, batch: s.store.NewBatch()}
+		d := &divvyConn{s: s, nc: nc, r: s.eng.NewRound()}
 		if s.divvy.conns == nil {
 			s.divvy.conns = make(map[*divvyConn]struct{})
 		}
@@ -237,8 +236,8 @@ func (d *divvyConn) serve() {
 }
 
 // round executes the complete lines in d.buf[start:end], at most
-// DivvyMaxPipeline of them, and, when eof, a last line without "\n";
-// commits their writes; and writes their replies. It returns where the
+// DivvyMaxPipeline of them, and, when eof, a last line without "\n", in
+// one engine.Round; commits it; and writes their replies. It returns where the
 // unread bytes start, and stop when the connection must close.
 func (d *divvyConn) round(start, end int, eof bool) (next int, stop bool) {
 	s := d.s
@@ -247,9 +246,8 @@ func (d *divvyConn) round(start, end int, eof bool) (next int, stop bool) {
 	d.out = d.out[:0]
 	// Resharding: MIGRATE PAUSE waits for the round's hits to be committed
 	// (migrate.go).
-	wp := s.beginWrite()
+	d.r.Begin()
 	firstWrite := -1
-	writes := 0
 	for n := 0; n < s.cfg.DivvyMaxPipeline && start < end && !stop; {
 		var line []byte
 		if i := bytes.IndexByte(d.buf[start:end], '\n'); i >= 0 {
@@ -269,9 +267,9 @@ func (d *divvyConn) round(start, end int, eof bool) (next int, stop bool) {
 			stop = true
 			break
 		}
-		cmd, req, err := policy.ParseLine(line, d.h.Req)
+		cmd, req, err := policy.ParseLine(line, d.r.Req)
 		if req != nil {
-			d.h.Req = req
+			d.r.Req = req
 		}
 		if err != nil {
 			var pe *policy.ProtocolError
@@ -291,37 +289,29 @@ func (d *divvyConn) round(start, end int, eof bool) (next int, stop bool) {
 			stop = true
 			break
 		}
-		mark, before := len(d.out), d.batch.Len()
-		out, err := s.rules.Hit(&d.h, lp, d.h.Req, 1, d.batch, s.clock().UnixNano())
+		mark, before := len(d.out), d.r.Len()
+		out, err := d.r.Hit(lp, d.r.Req, 1, d.r.Now().UnixNano())
 		if err != nil {
 			d.out = d.errReply(policy.CodeUnknown, s.lineReason(err))
 			stop = true
 			break
 		}
-		if d.batch.Len() > before {
-			writes++
-			if firstWrite < 0 {
-				firstWrite = mark
-			}
+		if firstWrite < 0 && d.r.Len() > before {
+			firstWrite = mark
 		}
 		d.out = out.AppendReply(d.out)
 	}
-	committed := true
-	if d.batch.Pending() {
-		if err := s.commitBatch(d.batch); err != nil && !s.allowDespite(err, writes) {
-			// No reply may show a change that was not stored: the replies
-			// from the first write on become one error, and the connection
-			// closes, as after any ERR.
-			committed = false
-			if firstWrite >= 0 {
-				d.out = d.out[:firstWrite]
-			}
-			d.out = d.errReply(policy.CodeUnknown, s.lineReason(err))
-			stop = true
+	// Before the reply's write, which a slow reader may hold up.
+	if ok, err := d.r.Commit(); !ok {
+		// No reply may show a change that was not stored: the replies
+		// from the first write on become one error, and the connection
+		// closes, as after any ERR.
+		if firstWrite >= 0 {
+			d.out = d.out[:firstWrite]
 		}
+		d.out = d.errReply(policy.CodeUnknown, s.lineReason(err))
+		stop = true
 	}
-	s.endWrite(wp) // before the reply's write, which a slow reader may hold up
-	d.h.CountHits(committed)
 	if len(d.out) > 0 {
 		if t := s.cfg.DivvyIdleTimeout; t > 0 {
 			_ = d.nc.SetWriteDeadline(time.Now().Add(t))

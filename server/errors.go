@@ -9,11 +9,9 @@ import (
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 
-	"github.com/sluicehq/sluice/bucket"
+	"github.com/sluicehq/sluice/internal/engine"
 	"github.com/sluicehq/sluice/internal/errs"
 	"github.com/sluicehq/sluice/internal/resp"
-	"github.com/sluicehq/sluice/policy"
-	"github.com/sluicehq/sluice/storage"
 )
 
 // Errors become replies here, and only here. Handlers of every protocol
@@ -24,22 +22,11 @@ import (
 // (checkHTTPStatus) and a gRPC status (rlsStatusErr). No text is read to
 // tell one error from another.
 
-// typed returns err's typed error: its own, or the store's conditions
-// (storage.ErrClosed, ErrUnavailable, ErrFailed), else Internal.
-func typed(err error) *errs.Error {
-	var e *errs.Error
-	switch {
-	case errors.As(err, &e):
-		return e
-	case errors.Is(err, storage.ErrClosed):
-		return &errs.Error{Kind: errs.Shutdown, Err: err}
-	case errors.Is(err, storage.ErrUnavailable):
-		return &errs.Error{Kind: errs.StoreUnavailable, Err: err}
-	case errors.Is(err, storage.ErrFailed):
-		return &errs.Error{Kind: errs.StoreFailed, Err: err}
-	}
-	return &errs.Error{Kind: errs.Internal, Err: err}
-}
+// typed returns err's typed error (engine.Typed).
+func typed(err error) *errs.Error { return engine.Typed(err) }
+
+// storeErr types an error of the store's records (engine.StoreErr).
+func storeErr(err error) error { return engine.StoreErr(err) }
 
 // failure returns the typed error of err for a reply, once it has logged
 // what is not meant for clients and counted the store's errors.
@@ -109,30 +96,6 @@ func rlsStatusErr(s *Server, i int, err error) error {
 		msg = "descriptor " + strconv.Itoa(i) + ": " + msg
 	}
 	return status.Error(rlsCode(e.Kind), msg)
-}
-
-// allowDespite reports whether n replies computed despite store error err
-// stand, as AllowOnStoreError asks, and counts them.
-func (s *Server) allowDespite(err error, n int) bool {
-	if !s.cfg.AllowOnStoreError || !typed(err).Kind.StoreDown() {
-		return false
-	}
-	s.stats.storeAllowed.Add(int64(n))
-	return true
-}
-
-// storeErr types an error of the store's records (a Modify, a read): a
-// record that does not decode is Corrupt, any other failure to read one
-// StoreRead; the store's own conditions and errors typed already pass as
-// they are.
-func storeErr(err error) error {
-	if typed(err).Kind != errs.Internal {
-		return err
-	}
-	if errors.Is(err, bucket.ErrCorrupt) || errors.Is(err, policy.ErrCorrupt) {
-		return &errs.Error{Kind: errs.Corrupt, Err: err}
-	}
-	return &errs.Error{Kind: errs.StoreRead, Err: err}
 }
 
 // maintenanceErr turns an error of a maintenance command into a reply: the

@@ -14,7 +14,6 @@ import (
 	"testing"
 
 	"github.com/sluicehq/sluice/internal/counterhit"
-	"github.com/sluicehq/sluice/internal/rules"
 	"github.com/sluicehq/sluice/keyspace"
 	"github.com/sluicehq/sluice/policy"
 	"github.com/sluicehq/sluice/storage"
@@ -132,7 +131,7 @@ func TestClusterHitOwnerDown(t *testing.T) {
 }
 
 // hitDirect evaluates the request of line's fields on srv as the front
-// ends do (rules.Engine.Hit with hits, at the server's clock), commits, and
+// ends do (engine.Round.Hit with hits, at the server's clock), commits, and
 // returns the outcome with its Rule replaced by the rule's position, so
 // that outcomes of two servers compare.
 func hitDirect(t *testing.T, srv *Server, line string, hits int64) (policy.Outcome, int, error) {
@@ -141,10 +140,9 @@ func hitDirect(t *testing.T, srv *Server, line string, hits int64) (policy.Outco
 	if err != nil {
 		t.Fatal(err)
 	}
-	var h rules.Hitter
-	b := srv.store.NewBatch()
-	out, err := srv.rules.Hit(&h, srv.pol.Current(), req, hits, b, srv.clock().UnixNano())
-	if cerr := b.Commit(); cerr != nil {
+	r := srv.eng.NewRound()
+	out, err := r.Hit(srv.pol.Current(), req, hits, srv.clock().UnixNano())
+	if _, cerr := r.Commit(); cerr != nil {
 		t.Fatal(cerr)
 	}
 	pos := 0
@@ -368,7 +366,7 @@ func FuzzCounterHit(f *testing.F) {
 	f.Fuzz(func(t *testing.T, key []byte, pos, now, limit, hits string) {
 		c := newBenchClient(srv)
 		srv.exec(c, [][]byte{[]byte("SLUICE.COUNTERHIT"), key, []byte(pos), []byte(now), []byte(limit), []byte(hits)})
-		if err := c.Batch.Commit(); err != nil {
+		if _, err := c.Round.Commit(); err != nil {
 			t.Fatal(err)
 		}
 		out := string(c.Out)

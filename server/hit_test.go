@@ -18,7 +18,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/sluicehq/sluice/internal/rules"
+	"github.com/sluicehq/sluice/internal/engine"
 	"github.com/sluicehq/sluice/storage"
 )
 
@@ -856,7 +856,7 @@ func TestClientMemoryCountsHitBuffers(t *testing.T) {
 	// buffers, not the HIT's.
 	hit, echo := grew("HIT", "*3"), grew("ECHO", "-ERR wrong number of arguments")
 	t.Logf("a command of %d arguments: client buffers grew %d bytes for HIT, %d for ECHO", fields+1, hit, echo)
-	if want := int64(fields * rules.FieldSize); hit-echo < want {
+	if want := int64(fields * engine.FieldSize); hit-echo < want {
 		t.Fatalf("client buffers grew %d bytes after a HIT of %d fields and %d after an ECHO as long; the HIT's parsed fields alone take %d",
 			hit, fields, echo, want)
 	}

@@ -204,7 +204,7 @@ var (
 	descNetIn       = prometheus.NewDesc("sluice_net_input_bytes_total", "Bytes read from clients.", nil, nil)
 	descNetOut      = prometheus.NewDesc("sluice_net_output_bytes_total", "Bytes written to clients.", nil, nil)
 	descStoreErrors = prometheus.NewDesc("sluice_store_error_replies_total", "Commands answered with a store error.", nil, nil)
-	descStoreAllow  = prometheus.NewDesc("sluice_store_error_allowed_total", "Commands answered normally despite a store error (--on-store-error allow).", nil, nil)
+	descStoreAllow  = prometheus.NewDesc("sluice_store_error_allowed_total", "Answers that stood despite a store error (--on-store-error allow), one per operation that wrote.", nil, nil)
 	descPanics      = prometheus.NewDesc("sluice_handler_panics_total", "Commands that panicked (each closes its connection).", nil, nil)
 
 	descFsyncs        = prometheus.NewDesc("sluice_fsyncs_total", "fsyncs of the store's log.", nil, nil)
@@ -294,7 +294,7 @@ func (sc *serverCollector) Collect(ch chan<- prometheus.Metric) {
 	counter(descNetIn, st.netIn.Load())
 	counter(descNetOut, st.netOut.Load())
 	counter(descStoreErrors, st.storeErrors.Load())
-	counter(descStoreAllow, st.storeAllowed.Load())
+	counter(descStoreAllow, s.eng.StoreAllowed())
 	counter(descPanics, st.panics.Load())
 
 	ss := s.store.Stats()

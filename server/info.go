@@ -181,7 +181,7 @@ func (s *Server) writeInfo(b *strings.Builder, section string) {
 			policy = "allow"
 		}
 		kv("on_store_error", policy)
-		kv("store_error_allowed", i64(s.stats.storeAllowed.Load()))
+		kv("store_error_allowed", i64(s.eng.StoreAllowed()))
 		kv("last_checkpoint_time", i64(s.lastSave.Load()))
 	case "storage":
 		st := s.store.Stats()

@@ -27,18 +27,18 @@ import (
 	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/types/known/durationpb"
 
+	"github.com/sluicehq/sluice/internal/engine"
 	"github.com/sluicehq/sluice/internal/rules"
 	"github.com/sluicehq/sluice/policy"
 	"github.com/sluicehq/sluice/rls"
-	"github.com/sluicehq/sluice/storage"
 )
 
 // Envoy's rate limit service (envoy.service.ratelimit.v3): a gRPC listener
 // answering ShouldRateLimit from an envoyproxy/ratelimit YAML
 // configuration (package rls). Each descriptor's limit is a policy.Rule,
-// evaluated with the same step as HIT's deciding rule (checkActorKey and
-// rules.Engine.HitRule), and the reply is sent after the request's writes are
-// committed, as HIT's is.
+// evaluated with the same step as HIT's deciding rule (engine.Round's
+// HitRule), and the reply is sent after the request's round is committed,
+// as HIT's is.
 
 // Defaults for the gRPC listener's limits.
 const (
@@ -114,8 +114,7 @@ type loadedRLS struct {
 
 // rlsWork is one call's reusable state.
 type rlsWork struct {
-	h        rules.Hitter
-	batch    *storage.Batch
+	r        *engine.Round
 	entries  []rls.Entry
 	actor    []byte
 	rpu      []byte
@@ -152,7 +151,7 @@ func (s *Server) initRLS() error {
 	st := &s.rls
 	st.dir = s.cfg.RLSConfigDir
 	st.stop = make(chan struct{})
-	st.work.New = func() any { return &rlsWork{batch: s.store.NewBatch(), replaced: make(map[string]bool)} }
+	st.work.New = func() any { return &rlsWork{r: s.eng.NewRound(), replaced: make(map[string]bool)} }
 	if st.dir == "" {
 		return nil
 	}
@@ -571,7 +570,7 @@ func (s *Server) shouldRateLimit(ctx context.Context, req *rlspb.RateLimitReques
 			continue
 		}
 		w.entries = appendEntries(w.entries[:0], d)
-		if err := s.checkKeySize("the key of its entries", rls.DescriptorLen(w.entries)); err != nil {
+		if err := s.eng.CheckKeySize("the key of its entries", rls.DescriptorLen(w.entries)); err != nil {
 			return nil, rlsStatusErr(s, i, err)
 		}
 		hits := hitsAddend(req, d)
@@ -594,8 +593,7 @@ func (s *Server) shouldRateLimit(ctx context.Context, req *rlspb.RateLimitReques
 
 	// Evaluate, then commit before answering.
 	nowNs := now.UnixNano()
-	wp := s.beginWrite() // resharding: MIGRATE PAUSE waits for it (migrate.go)
-	writes := 0
+	w.r.Begin() // resharding: MIGRATE PAUSE waits for it (migrate.go)
 	var evalErr error
 	for i, d := range req.Descriptors {
 		lim := &w.limits[i]
@@ -617,8 +615,7 @@ func (s *Server) shouldRateLimit(ctx context.Context, req *rlspb.RateLimitReques
 		if lim.never {
 			hits = 0 // read the counter for the reply; take nothing
 		}
-		before := w.batch.Len()
-		out, err := s.rules.HitRule(&w.h, ld.lp, lim.rule, w.req, hits, false, w.batch, nowNs)
+		out, err := w.r.HitRule(ld.lp, lim.rule, w.req, hits, false, nowNs)
 		if err != nil {
 			evalErr = rlsStatusErr(s, i, err)
 			break
@@ -626,22 +623,17 @@ func (s *Server) shouldRateLimit(ctx context.Context, req *rlspb.RateLimitReques
 		if lim.never {
 			// Denied, and waiting cannot help: no retry-after.
 			out.Allowed, out.CreditsLeft, out.RetryAfterMs = false, 0, -1
-			w.h.DenyLast()
-		}
-		if w.batch.Len() > before {
-			writes++
+			w.r.DenyLast()
 		}
 		w.outs[i] = out
 	}
-	committed := evalErr == nil
-	if w.batch.Pending() {
-		if err := s.commitBatch(w.batch); err != nil && !s.allowDespite(err, writes) && evalErr == nil {
-			evalErr, committed = rlsStatusErr(s, -1, err), false
-		}
+	if evalErr != nil {
+		w.r.Fail() // what it changed is committed, but was not told
 	}
-	s.endWrite(wp)
-	w.h.CountHits(committed)
-	w.h.Trim(connKeepBuf)
+	if ok, err := w.r.Commit(); !ok && evalErr == nil {
+		evalErr = rlsStatusErr(s, -1, err)
+	}
+	w.r.Trim(connKeepBuf)
 	if evalErr != nil {
 		return nil, evalErr
 	}

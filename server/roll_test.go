@@ -543,7 +543,7 @@ func BenchmarkRollWouldLimitCommand1000(b *testing.B) {
 	for range 1001 {
 		srv.exec(c, limit)
 	}
-	if err := c.Batch.Commit(); err != nil {
+	if _, err := c.Round.Commit(); err != nil {
 		b.Fatal(err)
 	}
 	args := [][]byte{[]byte("ROLL.WOULDLIMIT"), []byte("user:12345"), []byte("60000"), []byte("1000")}

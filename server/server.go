@@ -26,7 +26,7 @@ import (
 
 	"github.com/sluicehq/sluice/internal/conffile"
 	"github.com/sluicehq/sluice/internal/dispatch"
-	"github.com/sluicehq/sluice/internal/errs"
+	"github.com/sluicehq/sluice/internal/engine"
 	"github.com/sluicehq/sluice/internal/resp"
 	"github.com/sluicehq/sluice/internal/rules"
 	"github.com/sluicehq/sluice/storage"
@@ -241,8 +241,7 @@ type Server struct {
 	log   *slog.Logger
 	clock func() time.Time
 	cmds  map[string]*command
-	env   dispatch.Env // what the families' commands see of the server
-	rules rules.Engine // executes the hits of every rule front end
+	eng   *engine.Engine // runs the limit operations of every front end
 	runID string
 	start time.Time
 
@@ -291,7 +290,6 @@ type Server struct {
 		rlAllowed       atomic.Int64
 		rlDenied        atomic.Int64
 		storeErrors     atomic.Int64
-		storeAllowed    atomic.Int64 // answered normally despite a store error
 		panics          atomic.Int64
 		authFailures    atomic.Int64
 		authClosed      atomic.Int64 // connections closed: MaxAuthFailures
@@ -397,15 +395,15 @@ func New(cfg Config) (*Server, error) {
 	if err := s.initCluster(); err != nil {
 		return nil, err
 	}
-	s.cmds = commandTable(&s.rules, &s.pol)
-	s.env = dispatch.Env{
-		Clock:      s.clock,
-		MaxKeySize: cfg.MaxKeySize,
-		ErrorText:  s.errorText,
-		Modify:     s.modify,
-		StoreErr:   storeErr,
+	s.cmds = commandTable(&s.pol)
+	ecfg := engine.Config{Store: s.store, Clock: s.clock, MaxKeySize: cfg.MaxKeySize}
+	if cfg.AllowOnStoreError {
+		ecfg.OnStoreError = engine.Allow
 	}
-	s.rules = rules.Engine{Env: &s.env, Forward: s.forwardCounter}
+	if s.clus.on {
+		ecfg.Cluster = (*clusterLink)(s)
+	}
+	s.eng = engine.New(ecfg)
 	s.initCheck()
 	s.initMetrics()
 	if err := s.initRLS(); err != nil {
@@ -548,11 +546,11 @@ func (s *Server) execAll(cn *conn, cmds []byte) (n int) {
 		rest := cmds
 		cn.args, cmds = resp.NextCommand(cmds, cn.args)
 		n++
-		before := c.Batch.Len()
+		before := c.Round.Len()
 		start := len(c.Out)
 		c.replyStart = start
 		s.exec(c, cn.args)
-		if c.Batch.Len() > before {
+		if c.Round.Len() > before {
 			c.writes = append(c.writes, span{start, len(c.Out), c.cur, c.Result})
 			c.batchBytes += len(rest) - len(cmds)
 		}
@@ -574,7 +572,7 @@ func (s *Server) execAll(cn *conn, cmds []byte) (n int) {
 		// Replies go out in chunks, and writes are committed in chunks too:
 		// a pipeline of large sliding logs must not hold more than a
 		// quarter of --commit-queue-memory before the committer sees it.
-		if (len(c.Out) >= replyChunk || c.Batch.Full()) && !cn.commitAndSend() {
+		if (len(c.Out) >= replyChunk || c.Round.Full()) && !cn.commitAndSend() {
 			c.quit = true
 			break
 		}
@@ -584,19 +582,16 @@ func (s *Server) execAll(cn *conn, cmds []byte) (n int) {
 
 // commitWrites commits the writes the client's pipeline has made so far:
 // at the end of a pipeline, before a chunk of replies is sent, and in a
-// command that needs them in the store first (COMPACT, CHECKPOINT). When
-// the commit fails, their replies become the error (unless
-// AllowOnStoreError lets them stand), so that no reply of a write that is
-// not as durable as the mode promises is ever sent. It returns the commit's
-// error, for a command that must fail with it.
+// command that needs them in the store first (COMPACT, CHECKPOINT), through
+// the connection's engine.Round. When the commit fails, their replies
+// become the error (unless AllowOnStoreError lets them stand), so that no
+// reply of a write that is not as durable as the mode promises is ever
+// sent. It returns the commit's error, for a command that must fail with
+// it.
 func (s *Server) commitWrites(c *client) error {
-	var err error
-	committed := true
-	if c.Batch.Pending() {
-		if err = s.commitBatch(c.Batch); err != nil && !s.allowDespite(err, len(c.writes)) {
-			s.failWrites(c, err)
-			committed = false
-		}
+	committed, err := c.Round.Commit()
+	if !committed {
+		s.failWrites(c, err)
 	}
 	c.Committed(committed)
 	c.writes = c.writes[:0]
@@ -635,35 +630,7 @@ func (s *Server) failWrites(c *client, err error) {
 	c.Out = append(out, c.Out[prev:]...)
 }
 
-// checkKeySize refuses a key of n bytes when it is longer than MaxKeySize
-// (dispatch.Env.CheckKeySize).
-func (s *Server) checkKeySize(what string, n int) error {
-	return s.env.CheckKeySize(what, n)
-}
-
 // newCtx is a new connection's command context.
 func (s *Server) newCtx() dispatch.Ctx {
-	return dispatch.Ctx{Env: &s.env, Batch: s.store.NewBatch()}
-}
-
-// modify runs m on key's record through b. A store error is returned
-// ready for errorText, unless AllowOnStoreError lets the reply stand: then
-// m has computed it from the last state the store could give, or, when the
-// state could not be read, from a missing record (a full bucket, a new
-// window), and nothing is stored.
-func (s *Server) modify(b *storage.Batch, key []byte, m storage.Mutator) error {
-	err := b.Modify(key, m)
-	if err == nil {
-		return nil
-	}
-	err = storeErr(err)
-	if !s.allowDespite(err, 1) {
-		return err
-	}
-	if errs.KindOf(err) == errs.StoreRead {
-		if _, _, err := m.Mutate(nil, false); err != nil {
-			return err
-		}
-	}
-	return nil
+	return dispatch.Ctx{Round: s.eng.NewRound()}
 }

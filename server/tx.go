@@ -310,7 +310,7 @@ func cmdWatch(s *Server, c *client, args [][]byte) {
 		return
 	}
 	for _, k := range args[1:] {
-		if err := s.checkKeySize("key", len(k)); err != nil {
+		if err := s.eng.CheckKeySize("key", len(k)); err != nil {
 			s.replyErr(c, err)
 			return
 		}
@@ -384,8 +384,8 @@ func cmdExec(s *Server, c *client, args [][]byte) {
 // EXEC's reply), as in Redis, and not again for each command: CLUSTER
 // MIGRATE PAUSE waits for the pipeline an EXEC runs in, so a transaction
 // runs whole before a pause or is refused whole after it. Its writes to
-// migrating slots are noted before Release hands them over, as
-// commitWrites does for a pipeline's.
+// migrating slots are noted before Release hands them over (the engine's
+// Round.Release), as a commit does for a pipeline's.
 //
 // A reply past --max-reply-buffer, or one that takes the clients' buffers
 // past --maxmemory-clients, does not stop the transaction, which must run
@@ -394,8 +394,8 @@ func cmdExec(s *Server, c *client, args [][]byte) {
 // does.
 func (s *Server) execHeld(c *client) {
 	t := &c.tx
-	c.Batch.Hold(len(t.watches) > 0)
-	defer c.Batch.Release()
+	c.Round.Hold(len(t.watches) > 0)
+	defer c.Round.Release() // notes the writes to migrating slots first
 	if s.clus.on && t.slotSet && !s.routeSlot(c, t.slot) {
 		return
 	}
@@ -421,9 +421,6 @@ func (s *Server) execHeld(c *client) {
 			over = true
 			c.Out = c.Out[:start]
 		}
-	}
-	if s.clus.mig.active.Load() {
-		s.noteDirty(c.Batch) // before Release empties the batch
 	}
 	switch {
 	case memOver:

@@ -1,14 +1,15 @@
-// Package limitcmd holds the requests of the bucket-backed limiter commands
-// (RL.*, CL.*, FW.*, ROLL.*): the parsing of their arguments, in the order
-// that decides which error a client sees, and the storage.Mutator each
-// applies to its stored state with package bucket's arithmetic. It does no
-// I/O and reads no clock (time is a field the caller sets); a mutator is
-// reused by one connection, so a command allocates nothing. Errors a
-// client is told are typed (package errs). The commands (commands.go) are
-// registered into a dispatch.Table: each checks its request against the
-// server's limits, applies the mutator through the connection's batch and
-// answers, all through the dispatch.Ctx, which owns the clock, the store
-// and the error classifier.
+// Package limitcmd holds the RESP commands of limits: the requests of the
+// bucket-backed limiter commands (RL.*, CL.*, FW.*, ROLL.*), the parsing of
+// their arguments, in the order that decides which error a client sees,
+// and the storage.Mutator each applies to its stored state with package
+// bucket's arithmetic, which do no I/O and read no clock (time is a field
+// the caller sets); and HIT, a request's hit of the --policy rules. A
+// mutator is reused by one connection, so a command allocates nothing.
+// Errors a client is told are typed (package errs). The commands
+// (commands.go, hit.go) are registered into a dispatch.Table: each checks
+// its request, runs it in the connection's engine.Round, which owns the
+// clock, the store and --on-store-error, and appends its reply or returns
+// its error, which the dispatcher answers.
 package limitcmd
 
 import (
