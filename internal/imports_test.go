@@ -1,10 +1,7 @@
 package internal
 
 import (
-	"go/parser"
-	"go/token"
 	"path/filepath"
-	"strconv"
 	"strings"
 	"testing"
 )
@@ -60,12 +57,7 @@ func TestImports(t *testing.T) {
 				if strings.HasSuffix(f, "_test.go") {
 					continue
 				}
-				af, err := parser.ParseFile(token.NewFileSet(), f, nil, parser.ImportsOnly)
-				if err != nil {
-					t.Fatal(err)
-				}
-				for _, imp := range af.Imports {
-					path, _ := strconv.Unquote(imp.Path.Value)
+				for _, path := range fileImports(t, f) {
 					first, _, _ := strings.Cut(path, "/")
 					switch {
 					case contains(p.banned, path):
