@@ -67,12 +67,31 @@ func (s *Server) ServeDivvy(ln net.Listener) error {
 	if s.cfg.Password != "" || s.clientCertsRequired() {
 		s.log.Warn("the divvy line protocol has no AUTH and no TLS: anyone who can reach its address can use it", "addr", ln.Addr().String())
 	}
-	return s.acceptEach(ln, "divvy", func(nc net.Conn) bool {
+	return s.acceptEach(s.listen(ln, s.divvyDoor()), func(nc net.Conn) bool {
 		if d := s.admitDivvy(nc); d != nil {
 			go d.serve()
 		}
 		return true
 	})
+}
+
+// divvyDoor is how the line protocol's listener admits: a slot of
+// --maxclients, shared with RESP and HTTP, held until the connection
+// finishes (serve gives it back), and protected mode unless it is off:
+// the line protocol has no authentication. It refuses with an ERR line,
+// counted in divvy_errors_total.
+func (s *Server) divvyDoor() door {
+	refusal := func(reason string) []byte {
+		return (&policy.ProtocolError{Code: policy.CodeUnknown, Reason: reason}).AppendReply(nil)
+	}
+	return door{
+		name:    "divvy",
+		take:    s.adm.take,
+		guarded: func() bool { return !s.cfg.AllowRemoteWithoutAuth },
+		full:    refusal("max number of clients reached"),
+		denied:  refusal("DENIED: sluice is in protected mode and the divvy line protocol has no authentication; it serves clients on loopback only unless started with --protected-mode no"),
+		refused: func() { s.divvy.errUnknown.Add(1) },
+	}
 }
 
 // divvyAddr is the line protocol's address, or "" when it is off.
@@ -85,24 +104,12 @@ func (s *Server) divvyAddr() string {
 	return s.divvy.ln.Addr().String()
 }
 
-// admitDivvy registers a new connection, or answers and closes it when
-// --maxclients (shared with RESP and HTTP) is reached, protected mode refuses it,
-// or the server is closing.
+// admitDivvy registers a connection its door admitted, or answers and
+// closes it when the server is closing.
 func (s *Server) admitDivvy(nc net.Conn) *divvyConn {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	var reason string
-	switch {
-	case s.closing.Load():
-		reason = "server is shutting down"
-	case !s.adm.take():
-		s.stats.rejectedMax.Add(1)
-		reason = "max number of clients reached"
-	case !s.cfg.AllowRemoteWithoutAuth && !isLoopback(nc.RemoteAddr()):
-		s.adm.release()
-		s.stats.rejectedDenied.Add(1)
-		reason = "DENIED: sluice is in protected mode and the divvy line protocol has no authentication; it serves clients on loopback only unless started with --protected-mode no"
-	default:
+	if !s.closing.Load() {
 		d := &divvyConn{s: s, nc: nc, r: s.eng.NewRound()}
 		if s.divvy.conns == nil {
 			s.divvy.conns = make(map[*divvyConn]struct{})
@@ -114,8 +121,9 @@ func (s *Server) admitDivvy(nc net.Conn) *divvyConn {
 		s.stats.connsTotal.Add(1)
 		return d
 	}
+	s.adm.release()
 	s.divvy.errUnknown.Add(1)
-	s.refuse(nc, (&policy.ProtocolError{Code: policy.CodeUnknown, Reason: reason}).AppendReply(nil))
+	s.refuse(nc, (&policy.ProtocolError{Code: policy.CodeUnknown, Reason: "server is shutting down"}).AppendReply(nil))
 	return nil
 }
 

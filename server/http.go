@@ -132,7 +132,11 @@ func (s *Server) ServeHTTP(ln net.Listener) error {
 // against MaxClients with take, below TLS, so that a refusal costs no
 // handshake. name names the listener in the log.
 func (s *Server) serveHTTPOn(srv *http.Server, ln net.Listener, name string, take func() bool) error {
-	ln = &httpAdmitListener{Listener: ln, srv: s, name: name, take: take}
+	d := door{name: name, take: take, conn: func(c *admittedConn) net.Conn { return &httpConn{admittedConn: c, srv: s} }}
+	if s.tls == nil {
+		d.full = http503 // with TLS, which runs above, a refusal is closed
+	}
+	ln = s.listen(ln, d)
 	var err error
 	if s.tls != nil {
 		err = srv.ServeTLS(ln, "", "")

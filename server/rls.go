@@ -292,7 +292,7 @@ func (s *Server) ServeRLS(ln net.Listener) error {
 	s.updateRLSHealth()
 	s.log.Info("serving Envoy's rate limit service (gRPC)", "addr", ln.Addr().String(), "config", st.dir, "tls", s.tls != nil)
 	s.warnIfExposed(ln.Addr())
-	err := srv.Serve(&rlsAdmitListener{Listener: ln, srv: s})
+	err := srv.Serve(s.listen(ln, s.rlsDoor()))
 	if errors.Is(err, grpc.ErrServerStopped) || s.closing.Load() {
 		return nil
 	}
@@ -405,40 +405,19 @@ func (h rlsHealth) Check(ctx context.Context, in *healthpb.HealthCheckRequest) (
 	return h.Server.Check(ctx, in)
 }
 
-// rlsAdmitListener counts gRPC connections against MaxClients and applies
-// protected mode: the service has no password, so unless TLS client
-// certificates are required or protected mode is off, only loopback
-// clients are served.
-type rlsAdmitListener struct {
-	net.Listener
-	srv     *Server
-	backoff acceptBackoff
-}
-
-func (l *rlsAdmitListener) Accept() (net.Conn, error) {
-	s := l.srv
-	for {
-		c, err := l.Listener.Accept()
-		if err != nil {
-			if errors.Is(err, net.ErrClosed) || s.closing.Load() {
-				return nil, err
-			}
-			l.backoff.wait(s, "rls", err)
-			continue
-		}
-		l.backoff.delay = 0
-		if !s.cfg.AllowRemoteWithoutAuth && !s.clientCertsRequired() && !isLoopback(c.RemoteAddr()) {
-			s.stats.rejectedDenied.Add(1)
-			_ = c.Close()
-			continue
-		}
-		if !s.adm.take() {
-			s.stats.rejectedMax.Add(1)
-			_ = c.Close()
-			continue
-		}
-		s.stats.connsTotal.Add(1)
-		return &admittedConn{Conn: c, adm: &s.adm}, nil
+// rlsDoor is how the gRPC listener admits: a slot of --maxclients, given
+// back when the connection closes, and protected mode (the service has no
+// password) unless TLS client certificates are required or protected mode
+// is off. A refused connection is closed: a gRPC client reads no text.
+func (s *Server) rlsDoor() door {
+	return door{
+		name:    "rls",
+		take:    s.adm.take,
+		guarded: func() bool { return !s.cfg.AllowRemoteWithoutAuth && !s.clientCertsRequired() },
+		conn: func(c *admittedConn) net.Conn {
+			s.stats.connsTotal.Add(1)
+			return c
+		},
 	}
 }
 

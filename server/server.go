@@ -14,7 +14,6 @@ package server
 import (
 	"crypto/rand"
 	"crypto/sha256"
-	"crypto/tls"
 	"encoding/hex"
 	"errors"
 	"log/slog"
@@ -436,10 +435,7 @@ func (s *Server) Serve(ln net.Listener) error {
 	s.startSweeper()
 	s.startMemory()
 	s.warnIfExposed(ln.Addr())
-	if s.tls != nil {
-		ln = tls.NewListener(ln, s.tls.config())
-	}
-	return s.acceptLoop(ln)
+	return s.acceptLoop(s.listen(ln, s.respDoor()))
 }
 
 // Addr returns the listening address, or nil before Serve.
