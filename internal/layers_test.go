@@ -30,7 +30,9 @@ var layers = [][]string{
 	// The RESP front end's seam, then its command families.
 	{"internal/dispatch"},
 	{"internal/limitcmd"},
-	// The front ends and the composition root.
+	// The front ends in packages of their own.
+	{"internal/divvy"},
+	// The other front ends and the composition root.
 	{"server"},
 	// The binaries.
 	{"cmd/sluice", "bench"},

@@ -18,7 +18,7 @@ import (
 // return Go errors, typed (package errs) where they are made; failure
 // types the store's own conditions, and logs and counts what needs it,
 // once; each protocol renders the typed error its own way: a RESP error
-// reply (errorText), a line-protocol ERR (lineReason), an HTTP status
+// reply (errorText), a line-protocol ERR (divvy.Reason), an HTTP status
 // (checkHTTPStatus) and a gRPC status (rlsStatusErr). No text is read to
 // tell one error from another.
 
@@ -55,18 +55,6 @@ func (s *Server) errorText(err error) string {
 		return string(re)
 	}
 	return resp.ErrorText(s.failure(err))
-}
-
-// lineReason renders err as the quoted reason of a line-protocol ERR: its
-// text, without characters the line cannot hold.
-func (s *Server) lineReason(err error) string {
-	b := []byte(s.failure(err).Text())
-	for i, c := range b {
-		if c == '"' || c == '\n' || c == '\r' {
-			b[i] = '\''
-		}
-	}
-	return string(b)
 }
 
 // checkHTTPStatus is /check's HTTP status for a hit that failed: 503, with

@@ -13,6 +13,7 @@ import (
 	"google.golang.org/grpc/status"
 
 	"github.com/sluicehq/sluice/bucket"
+	"github.com/sluicehq/sluice/internal/divvy"
 	"github.com/sluicehq/sluice/internal/errs"
 	"github.com/sluicehq/sluice/storage"
 )
@@ -50,8 +51,8 @@ func TestErrorKinds(t *testing.T) {
 		if got := s.errorText(tc.err); got != tc.resp {
 			t.Errorf("errorText(%v) = %q, want %q", tc.err, got, tc.resp)
 		}
-		if got := s.lineReason(tc.err); got != tc.line {
-			t.Errorf("lineReason(%v) = %q, want %q", tc.err, got, tc.line)
+		if got := divvy.Reason(s.failure(tc.err)); got != tc.line {
+			t.Errorf("divvy.Reason(%v) = %q, want %q", tc.err, got, tc.line)
 		}
 		if got := checkHTTPStatus(typed(tc.err).Kind); got != http.StatusServiceUnavailable {
 			t.Errorf("checkHTTPStatus(%v) = %d, want 503", tc.err, got)

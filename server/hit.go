@@ -147,7 +147,7 @@ func (s *Server) policyInfo(kv func(k, v string)) {
 	kv("policy_reload_failures", strconv.FormatInt(ps.ReloadFailures.Load(), 10))
 	kv("policy_last_reload_error", ps.LastError())
 	kv("divvy_addr", s.divvyAddr())
-	kv("divvy_connections", strconv.FormatInt(s.divvy.open.Load(), 10))
+	kv("divvy_connections", strconv.FormatInt(s.divvy.srv.Open.Load(), 10))
 	// Envoy's rate limit service's configuration, reloaded with the rules.
 	st := &s.rls
 	kv("rls_config_dir", st.dir)

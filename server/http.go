@@ -28,7 +28,6 @@ import (
 type httpState struct {
 	reg          *prometheus.Registry
 	batchSeconds prometheus.Histogram
-	hitSeconds   prometheus.Histogram
 
 	served served
 }
@@ -76,13 +75,6 @@ func (s *Server) initMetrics() {
 		// in --fsync always a millisecond or more.
 		Buckets: prometheus.ExponentialBuckets(10e-6, 2, 18),
 	})
-	h.hitSeconds = prometheus.NewHistogram(prometheus.HistogramOpts{
-		Name: "divvy_hit_duration_seconds",
-		Help: "Time to execute the HIT lines read together from one line-protocol connection, commit their writes and send the replies (observed once per round: each hit in it waited that long).",
-		// divvy's own buckets were Prometheus' defaults; these reach down
-		// to the microseconds a hit takes here.
-		Buckets: prometheus.ExponentialBuckets(10e-6, 2, 18),
-	})
 	build := prometheus.NewGaugeVec(prometheus.GaugeOpts{
 		Name: "sluice_build_info",
 		Help: "Always 1; the labels give the version of sluice, the VCS revision it was built from (empty when unknown) and the version of Go.",
@@ -90,7 +82,7 @@ func (s *Server) initMetrics() {
 	build.WithLabelValues(s.cfg.Version, s.cfg.Revision, runtime.Version()).Set(1)
 	h.reg.MustRegister(
 		h.batchSeconds,
-		h.hitSeconds,
+		s.divvy.srv.Seconds,
 		s.check.seconds,
 		build,
 		(*serverCollector)(s),
@@ -348,10 +340,10 @@ func (sc *serverCollector) Collect(ch chan<- prometheus.Metric) {
 		counter(descDivvyHits, hc.CanaryAccepted.Load(), "canary-accepted", hc.Label)
 		counter(descDivvyHits, hc.CanaryRejected.Load(), "canary-rejected", hc.Label)
 	}
-	counter(descDivvyErrors, s.divvy.errUnknownCommand.Load(), policy.CodeUnknownCommand)
-	counter(descDivvyErrors, s.divvy.errUnknown.Load(), policy.CodeUnknown)
-	gauge(descDivvyConns, float64(s.divvy.open.Load()))
-	counter(descDivvyAccepted, s.divvy.total.Load())
+	counter(descDivvyErrors, s.divvy.srv.ErrUnknownCommand.Load(), policy.CodeUnknownCommand)
+	counter(descDivvyErrors, s.divvy.srv.ErrUnknown.Load(), policy.CodeUnknown)
+	gauge(descDivvyConns, float64(s.divvy.srv.Open.Load()))
+	counter(descDivvyAccepted, s.divvy.srv.Total.Load())
 	rules, loaded := 0.0, 0.0
 	if lp := ps.Current(); lp != nil {
 		rules, loaded = float64(len(lp.Counts)), float64(lp.At.UnixMilli())/1000

@@ -404,6 +404,7 @@ func New(cfg Config) (*Server, error) {
 	}
 	s.eng = engine.New(ecfg)
 	s.initCheck()
+	s.initDivvy()
 	s.initMetrics()
 	if err := s.initRLS(); err != nil {
 		return nil, err
