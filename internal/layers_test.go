@@ -31,7 +31,7 @@ var layers = [][]string{
 	{"internal/dispatch"},
 	{"internal/limitcmd"},
 	// The front ends in packages of their own.
-	{"internal/divvy"},
+	{"internal/divvy", "internal/check"},
 	// The other front ends and the composition root.
 	{"server"},
 	// The binaries.

@@ -181,7 +181,7 @@ func TestCheckEndpoint(t *testing.T) {
 	if hits["per-user"] != [4]int64{6, 1, 0, 0} || hits["per-ip"] != [4]int64{6, 1, 0, 0} || hits["api-post"] != [4]int64{1, 1, 0, 0} {
 		t.Errorf("hits by label %v", hits)
 	}
-	if a, d := srv.check.allowed.Load(), srv.check.denied.Load(); a != 13 || d != 3 {
+	if a, d := srv.check.h.Allowed.Load(), srv.check.h.Denied.Load(); a != 13 || d != 3 {
 		t.Errorf("sluice_check_requests_total: allowed %d denied %d, want 13 and 3", a, d)
 	}
 }
@@ -228,7 +228,7 @@ func TestCheckProtectedMode(t *testing.T) {
 		req := httptest.NewRequest("GET", "/check", nil)
 		req.RemoteAddr = "192.0.2.1:4711"
 		w := httptest.NewRecorder()
-		srv.serveCheck(w, req)
+		srv.check.h.ServeHTTP(w, req)
 		if w.Code != tc.want {
 			t.Errorf("protected mode off=%v: status %d, want %d (%s)", tc.open, w.Code, tc.want, w.Body.String())
 		}
@@ -278,7 +278,7 @@ func TestCheckStoreError(t *testing.T) {
 			case !allow && (resp.StatusCode != http.StatusServiceUnavailable || resp.Header.Get("Retry-After") != "1"):
 				t.Fatalf("deny: status %d, Retry-After %q; want 503, 1", resp.StatusCode, resp.Header.Get("Retry-After"))
 			}
-			if f := srv.check.failed.Load(); f != int64(b2i(!allow)) {
+			if f := srv.check.h.Failed.Load(); f != int64(b2i(!allow)) {
 				t.Errorf("errors counted %d", f)
 			}
 			disk.FailWrites(nil)

@@ -2,7 +2,6 @@ package server
 
 import (
 	"errors"
-	"net/http"
 	"strconv"
 	"strings"
 
@@ -19,7 +18,7 @@ import (
 // types the store's own conditions, and logs and counts what needs it,
 // once; each protocol renders the typed error its own way: a RESP error
 // reply (errorText), a line-protocol ERR (divvy.Reason), an HTTP status
-// (checkHTTPStatus) and a gRPC status (rlsStatusErr). No text is read to
+// (check.HTTPStatus) and a gRPC status (rlsStatusErr). No text is read to
 // tell one error from another.
 
 // typed returns err's typed error (engine.Typed).
@@ -56,13 +55,6 @@ func (s *Server) errorText(err error) string {
 	}
 	return resp.ErrorText(s.failure(err))
 }
-
-// checkHTTPStatus is /check's HTTP status for a hit that failed: 503, with
-// Retry-After, whatever the kind. sluice could not decide, and the proxy's
-// own failure policy takes over; a request /check can refuse as malformed
-// is refused before any hit (400, validateCheckRequest), so an error of
-// the hit itself is the rule's or the store's, never the request's.
-func checkHTTPStatus(errs.Kind) int { return http.StatusServiceUnavailable }
 
 // rlsCode is the gRPC code of a rate limit call that failed: Unavailable
 // for the store, a shutdown or a cluster that could not apply a counter's

@@ -13,6 +13,7 @@ import (
 	"google.golang.org/grpc/status"
 
 	"github.com/sluicehq/sluice/bucket"
+	"github.com/sluicehq/sluice/internal/check"
 	"github.com/sluicehq/sluice/internal/divvy"
 	"github.com/sluicehq/sluice/internal/errs"
 	"github.com/sluicehq/sluice/storage"
@@ -54,8 +55,8 @@ func TestErrorKinds(t *testing.T) {
 		if got := divvy.Reason(s.failure(tc.err)); got != tc.line {
 			t.Errorf("divvy.Reason(%v) = %q, want %q", tc.err, got, tc.line)
 		}
-		if got := checkHTTPStatus(typed(tc.err).Kind); got != http.StatusServiceUnavailable {
-			t.Errorf("checkHTTPStatus(%v) = %d, want 503", tc.err, got)
+		if got := check.HTTPStatus(typed(tc.err).Kind); got != http.StatusServiceUnavailable {
+			t.Errorf("check.HTTPStatus(%v) = %d, want 503", tc.err, got)
 		}
 		st := status.Convert(rlsStatusErr(s, 2, tc.err))
 		if want := "descriptor 2: " + strings.TrimPrefix(tc.resp, "ERR "); st.Code() != tc.code || st.Message() != want {

@@ -83,7 +83,7 @@ func (s *Server) initMetrics() {
 	h.reg.MustRegister(
 		h.batchSeconds,
 		s.divvy.srv.Seconds,
-		s.check.seconds,
+		s.check.h.Seconds,
 		build,
 		(*serverCollector)(s),
 		collectors.NewGoCollector(),
@@ -350,7 +350,7 @@ func (sc *serverCollector) Collect(ch chan<- prometheus.Metric) {
 	}
 	gauge(descPolicyRules, rules)
 	gauge(descPolicyLoaded, loaded)
-	s.collectCheck(ch)
+	s.check.h.Collect(ch)
 	counter(descPolicyReloads, ps.Reloads.Load(), "ok")
 	counter(descPolicyReloads, ps.ReloadFailures.Load(), "failed")
 }

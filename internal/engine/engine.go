@@ -120,6 +120,12 @@ func (e *Engine) CheckKeySize(what string, n int) error {
 	return errs.KeyTooLong(what, n, e.maxKeySize)
 }
 
+// Degraded reports whether answers stand now without being stored:
+// --on-store-error allow while the store refuses changes or has failed.
+func (e *Engine) Degraded() bool {
+	return e.onStoreError == Allow && (e.store.Unavailable() != nil || e.store.Failed() != nil)
+}
+
 // StoreAllowed is how many answers stood despite a store error
 // (--on-store-error allow), since the start.
 func (e *Engine) StoreAllowed() int64 { return e.storeAllowed.Load() }
