@@ -2,7 +2,9 @@ package server
 
 import (
 	"bufio"
+	"context"
 	"flag"
+	"fmt"
 	"io"
 	"net"
 	"net/http"
@@ -12,6 +14,11 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	rlcommon "github.com/envoyproxy/go-control-plane/envoy/extensions/common/ratelimit/v3"
+	rlspb "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
+	"google.golang.org/grpc/status"
+	"google.golang.org/protobuf/types/known/wrapperspb"
 
 	"github.com/sluicehq/sluice/internal/transcript"
 )
@@ -190,4 +197,51 @@ func checkRequest(t *testing.T, base, req string) string {
 	}
 	sort.Strings(hs)
 	return strconv.Itoa(res.StatusCode) + "\n" + strings.Join(hs, "\n") + "\n\n" + string(body)
+}
+
+// TestRLSTranscript replays rls.txt on Envoy's rate limit service.
+func TestRLSTranscript(t *testing.T) {
+	f := newRLS(t, Config{MaxKeySize: 32})
+	transcript.Run(t, filepath.Join(transcriptDir, "rls.txt"), *rewrite, func(req string) string {
+		return rlsRequest(f, req)
+	})
+}
+
+// rlsRequest calls ShouldRateLimit with req, "domain | k=v,k=v@hits |
+// ...", and renders the reply: the overall code and one line for each
+// descriptor, or the gRPC error.
+func rlsRequest(f *rlsFixture, req string) string {
+	parts := strings.Split(req, " | ")
+	r := &rlspb.RateLimitRequest{Domain: strings.TrimSpace(parts[0])}
+	for _, p := range parts[1:] {
+		entries, hits, ok := strings.Cut(p, "@")
+		d := &rlcommon.RateLimitDescriptor{}
+		for _, e := range strings.Split(entries, ",") {
+			k, v, _ := strings.Cut(e, "=")
+			d.Entries = append(d.Entries, &rlcommon.RateLimitDescriptor_Entry{Key: k, Value: v})
+		}
+		if ok {
+			n, _ := strconv.ParseUint(hits, 10, 64)
+			d.HitsAddend = wrapperspb.UInt64(n)
+		}
+		r.Descriptors = append(r.Descriptors, d)
+	}
+	resp, err := f.client.ShouldRateLimit(context.Background(), r)
+	if err != nil {
+		st, _ := status.FromError(err)
+		return "error " + st.Code().String() + ": " + st.Message() + "\n"
+	}
+	var b strings.Builder
+	b.WriteString(resp.OverallCode.String() + "\n")
+	for _, st := range resp.Statuses {
+		b.WriteString(st.Code.String())
+		if l := st.CurrentLimit; l != nil {
+			fmt.Fprintf(&b, " limit=%d/%s", l.RequestsPerUnit, l.Unit)
+			if l.Name != "" {
+				b.WriteString(" name=" + l.Name)
+			}
+		}
+		fmt.Fprintf(&b, " remaining=%d reset=%ds\n", st.LimitRemaining, st.DurationUntilReset.GetSeconds())
+	}
+	return b.String()
 }
