@@ -66,22 +66,25 @@ func run(ctx context.Context, args []string, lookupEnv func(string) (string, boo
 	return runReloading(ctx, hup, args, lookupEnv, nil, stdout, stderr)
 }
 
-// subcommand is a command of sluice's other than serving: sluice NAME
-// [flags], each with its own flags and environment variables.
-type subcommand struct {
-	name string
-	run  func(ctx context.Context, args []string, lookupEnv func(string) (string, bool), stdout, stderr io.Writer) error
-}
-
-// subcommands are sluice's subcommands; without one, sluice serves.
-var subcommands = []subcommand{
-	{"inspect", func(_ context.Context, args []string, lookupEnv func(string) (string, bool), stdout, stderr io.Writer) error {
-		return runInspect(args, lookupEnv, stdout, stderr)
-	}},
-	{"health", func(_ context.Context, args []string, lookupEnv func(string) (string, bool), stdout, stderr io.Writer) error {
-		return runHealth(args, lookupEnv, stdout, stderr)
-	}},
-	{"backup", runBackup},
-	{"repair", runRepair},
-	{"cluster", runCluster},
+// subcommand runs sluice's subcommand args[0] with the rest of args, and
+// reports false when args name none: then sluice serves. Each subcommand
+// has its own flags and environment variables.
+func subcommand(ctx context.Context, args []string, lookupEnv func(string) (string, bool), stdout, stderr io.Writer) (bool, error) {
+	if len(args) == 0 {
+		return false, nil
+	}
+	rest := args[1:]
+	switch {
+	case args[0] == "inspect":
+		return true, runInspect(rest, lookupEnv, stdout, stderr)
+	case args[0] == "health":
+		return true, runHealth(rest, lookupEnv, stdout, stderr)
+	case args[0] == "backup":
+		return true, runBackup(ctx, rest, lookupEnv, stdout, stderr)
+	case args[0] == "repair":
+		return true, runRepair(ctx, rest, lookupEnv, stdout, stderr)
+	case args[0] == "cluster":
+		return true, runCluster(ctx, rest, lookupEnv, stdout, stderr)
+	}
+	return false, nil
 }

@@ -26,12 +26,8 @@ import (
 // SLUICE_* variables that no flag reads are warned about (run, for tests,
 // passes none).
 func runReloading(ctx context.Context, hup <-chan os.Signal, args []string, lookupEnv func(string) (string, bool), environ []string, stdout, stderr io.Writer) (err error) {
-	if len(args) > 0 {
-		for _, sc := range subcommands {
-			if args[0] == sc.name {
-				return sc.run(ctx, args[1:], lookupEnv, stdout, stderr)
-			}
-		}
+	if ran, err := subcommand(ctx, args, lookupEnv, stdout, stderr); ran {
+		return err
 	}
 	cfg, err := parseConfig(args, lookupEnv, stderr)
 	if err != nil {
