@@ -77,7 +77,7 @@ func (s *Server) settings() []setting {
 		}
 		return "no"
 	}
-	atLeast0 := func(n int64) string { return i64(max(n, 0)) } // negative: off, as 0 on the command line
+	atLeast0 := func(n int64) string { return i64(max(n, 0)) } // off: 0, as on the command line
 	addr, host, port := "", "", ""
 	if a := s.Addr(); a != nil {
 		addr = a.String()
@@ -125,7 +125,7 @@ func (s *Server) settings() []setting {
 		{"dir", s.store.Dir()},
 		{"maxclients", i(cfg.MaxClients)},
 		{"maxmemory", "0"}, // nothing is evicted; see memory-limit
-		{"maxmemory-clients", atLeast0(cfg.MaxMemoryClients)},
+		{"maxmemory-clients", atLeast0(cfg.MaxMemoryClients.N())},
 		{"maxmemory-policy", "noeviction"},
 		{"port", plainPort},
 		{"protected-mode", yesNo(!cfg.AllowRemoteWithoutAuth)},
@@ -155,7 +155,7 @@ func (s *Server) settings() []setting {
 		{"fsync", s.store.Mode().String()},
 		{"http-max-header-bytes", i(cfg.HTTPMaxHeaderBytes)},
 		{"max-args", i(cfg.MaxArgs)},
-		{"max-auth-failures", atLeast0(int64(cfg.MaxAuthFailures))},
+		{"max-auth-failures", atLeast0(int64(cfg.MaxAuthFailures.N()))},
 		{"max-bulk", i64(cfg.MaxBulk)},
 		{"max-config-file", i64(cfg.MaxConfigFile)},
 		{"max-inline", i(cfg.MaxInline)},
@@ -174,8 +174,8 @@ func (s *Server) settings() []setting {
 		{"rls-max-streams", i(cfg.RLSMaxStreams)},
 		{"rls-response-headers", strconv.FormatBool(cfg.RLSResponseHeaders)},
 		{"shutdown-timeout", cfg.ShutdownTimeout.String()},
-		{"sweep-interval", max(cfg.SweepInterval, 0).String()},
-		{"sweep-rate", atLeast0(int64(cfg.SweepRate))},
+		{"sweep-interval", max(cfg.SweepInterval.N(), 0).String()},
+		{"sweep-rate", atLeast0(int64(cfg.SweepRate.N()))},
 		{"tls-ca", tlsFiles.CA},
 		{"tls-cert", tlsFiles.Cert},
 		{"tls-key", tlsFiles.Key},

@@ -238,7 +238,7 @@ func (cn *conn) evict() {
 	s, c := cn.srv, cn.cl
 	s.stats.evictedClients.Add(1)
 	s.log.Warn("closing a client: the buffers of all clients exceed --maxmemory-clients", "client", c.id, "remote", c.addr,
-		"limit", s.cfg.MaxMemoryClients, "client_buffers", cn.mem)
+		"limit", s.cfg.MaxMemoryClients.N(), "client_buffers", cn.mem)
 	c.Out = resp.AppendError(c.Out, "ERR client memory limit reached: the buffers of all clients exceed --maxmemory-clients; closing the connection")
 	c.quit = true
 	c.failed = true
@@ -341,7 +341,7 @@ func (cn *conn) account() bool {
 		return true
 	}
 	s.noteClientsPeak(total)
-	return s.cfg.MaxMemoryClients < 0 || total <= s.cfg.MaxMemoryClients
+	return s.cfg.MaxMemoryClients.within(total)
 }
 
 // noteClientsPeak records total as the peak of clientMem if it is one.
@@ -362,7 +362,7 @@ func (s *Server) noteClientsPeak(total int64) {
 func (s *Server) reserveClients(n int64) bool {
 	for {
 		cur := s.clientMem.Load()
-		if s.cfg.MaxMemoryClients >= 0 && cur+n > s.cfg.MaxMemoryClients {
+		if !s.cfg.MaxMemoryClients.within(cur + n) {
 			return false
 		}
 		if s.clientMem.CompareAndSwap(cur, cur+n) {

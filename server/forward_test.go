@@ -12,6 +12,7 @@ import (
 	"strconv"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/sluicehq/sluice/internal/counterhit"
 	"github.com/sluicehq/sluice/keyspace"
@@ -199,7 +200,7 @@ func checkOnOwners(t *testing.T, nodes []*Server, ref *Server, min int64) {
 func testClusterHitAlgorithms(t *testing.T) {
 	path := filepath.Join("..", "policy", "testdata", "algorithms.ini")
 	clock := newTestClock(t0)
-	cfg := Config{PolicyFile: path, Clock: clock.now, SweepInterval: -1}
+	cfg := Config{PolicyFile: path, Clock: clock.now, SweepInterval: NoLimit[time.Duration]()}
 	nodes := startClusterServers(t, 2, cfg)
 	ref := startServer(t, cfg)
 	var forwarded int
@@ -247,7 +248,7 @@ func testClusterHitAlgorithms(t *testing.T) {
 func TestClusterCheckCountsOnOwner(t *testing.T) {
 	path := filepath.Join("..", "policy", "testdata", "algorithms.ini")
 	clock := newTestClock(t0)
-	cfg := Config{PolicyFile: path, Clock: clock.now, SweepInterval: -1, Check: CheckConfig{
+	cfg := Config{PolicyFile: path, Clock: clock.now, SweepInterval: NoLimit[time.Duration](), Check: CheckConfig{
 		FieldHeaders: []CheckFieldHeader{{Field: "quota", Header: "X-Quota"}, {Field: "user", Header: "X-User"}},
 	}}
 	nodes := startClusterServers(t, 2, cfg)

@@ -442,7 +442,7 @@ func (c *httpConn) Read(p []byte) (int, error) {
 	case httpOverNow:
 		s := c.srv
 		s.stats.evictedClients.Add(1)
-		s.log.Warn("closing an HTTP connection: its request header and the buffers of all clients exceed --maxmemory-clients", "remote", c.RemoteAddr().String(), "limit", s.cfg.MaxMemoryClients)
+		s.log.Warn("closing an HTTP connection: its request header and the buffers of all clients exceed --maxmemory-clients", "remote", c.RemoteAddr().String(), "limit", s.cfg.MaxMemoryClients.N())
 		if s.tls == nil {
 			_ = c.SetWriteDeadline(time.Now().Add(time.Second))
 			_, _ = c.Write(http503Memory)

@@ -63,7 +63,7 @@ func (s *Server) idleFunc() func(key, val []byte) bool {
 
 // startSweeper starts the background sweep, once, unless it is off.
 func (s *Server) startSweeper() {
-	if s.cfg.SweepInterval < 0 {
+	if s.cfg.SweepInterval.Off() {
 		return
 	}
 	s.sweep.once.Do(func() {
@@ -83,7 +83,7 @@ func (s *Server) stopSweeper() {
 
 func (s *Server) sweepLoop() {
 	defer close(s.sweep.done)
-	t := time.NewTimer(s.cfg.SweepInterval)
+	t := time.NewTimer(s.cfg.SweepInterval.N())
 	defer t.Stop()
 	for {
 		select {
@@ -91,10 +91,10 @@ func (s *Server) sweepLoop() {
 			return
 		case <-t.C:
 		}
-		if err := s.sweepPass(s.cfg.SweepRate, s.sweep.stop); err != nil && !s.closing.Load() {
+		if err := s.sweepPass(s.cfg.SweepRate.N(), s.sweep.stop); err != nil && !s.closing.Load() {
 			s.log.Warn("idle sweep stopped early; it resumes at the next interval", "err", err)
 		}
-		t.Reset(s.cfg.SweepInterval)
+		t.Reset(s.cfg.SweepInterval.N())
 	}
 }
 

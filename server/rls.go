@@ -155,9 +155,9 @@ func (s *Server) initRLS() error {
 	if st.dir == "" {
 		return nil
 	}
-	if n := rlsStreamMemory(s.cfg.RLSMaxHeaderBytes, s.cfg.RLSMaxMessage); s.cfg.MaxMemoryClients >= 0 && n > s.cfg.MaxMemoryClients {
+	if n := rlsStreamMemory(s.cfg.RLSMaxHeaderBytes, s.cfg.RLSMaxMessage); !s.cfg.MaxMemoryClients.within(n) {
 		return fmt.Errorf("server: a rate limit service call may hold %d bytes with --rls-max-message %d and --rls-max-header-bytes %d, more than --maxmemory-clients %d: every call would be refused; raise --maxmemory-clients or lower the others",
-			n, s.cfg.RLSMaxMessage, s.cfg.RLSMaxHeaderBytes, s.cfg.MaxMemoryClients)
+			n, s.cfg.RLSMaxMessage, s.cfg.RLSMaxHeaderBytes, s.cfg.MaxMemoryClients.N())
 	}
 	if err := s.loadRLS(); err != nil {
 		return err

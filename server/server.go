@@ -64,11 +64,11 @@ type Config struct {
 
 	// SweepInterval is the pause between two passes of the idle sweep,
 	// which deletes buckets that have refilled to full; default 10m,
-	// negative turns the background sweep off (COMPACT still sweeps).
-	SweepInterval time.Duration
+	// NoLimit turns the background sweep off (COMPACT still sweeps).
+	SweepInterval Limit[time.Duration]
 	// SweepRate is the most records the background sweep examines per
-	// second; default 20000, negative for no limit.
-	SweepRate int
+	// second; default 20000, NoLimit for no pacing.
+	SweepRate Limit[int]
 	// BackupDir is where CHECKPOINT writes; default "sluice-backups".
 	BackupDir string
 	// AllowOnStoreError makes limit commands answer normally when the store
@@ -103,8 +103,8 @@ type Config struct {
 	Files FDBudget
 	// MaxAuthFailures is how many failed AUTH or HELLO AUTH attempts a
 	// connection may make: the last one is answered WRONGPASS and the
-	// connection is closed. Default 5; negative never closes.
-	MaxAuthFailures int
+	// connection is closed. Default 5; NoLimit never closes.
+	MaxAuthFailures Limit[int]
 	// IdleTimeout closes a connection that sends nothing for this long;
 	// zero never does.
 	IdleTimeout time.Duration
@@ -119,8 +119,8 @@ type Config struct {
 	// closed. Calls of the rate limit service in flight and HTTP request
 	// headers being read count against it too: past it a call is refused
 	// (RESOURCE_EXHAUSTED) and an HTTP connection closed. Default 64 MiB;
-	// negative: no bound.
-	MaxMemoryClients int64
+	// NoLimit: no bound.
+	MaxMemoryClients Limit[int64]
 	// MaxMultiBytes bounds a connection's transaction: the bytes of the
 	// commands queued after MULTI plus 64 for each command and each key
 	// WATCH watches; past it the transaction is discarded (EXEC answers
@@ -328,9 +328,7 @@ func New(cfg Config) (*Server, error) {
 	orDefault(&cfg.MaxClients, DefaultMaxClients)
 	orDefault(&cfg.MaxReplyBuffer, DefaultMaxReplyBuffer)
 	orDefault(&cfg.MaxMultiBytes, DefaultMaxMultiBytes)
-	if cfg.MaxMemoryClients == 0 {
-		cfg.MaxMemoryClients = DefaultMaxMemoryClients
-	}
+	cfg.MaxMemoryClients = cfg.MaxMemoryClients.orDefault(DefaultMaxMemoryClients)
 	orDefault(&cfg.DivvyMaxLine, DefaultDivvyMaxLine)
 	orDefault(&cfg.DivvyMaxPipeline, DefaultDivvyMaxPipeline)
 	orDefault(&cfg.RLSMaxMessage, DefaultRLSMaxMessage)
@@ -338,9 +336,7 @@ func New(cfg Config) (*Server, error) {
 	orDefault(&cfg.RLSMaxDescriptors, DefaultRLSMaxDescriptors)
 	orDefault(&cfg.RLSMaxHeaderBytes, DefaultRLSMaxHeaderBytes)
 	orDefault(&cfg.HTTPMaxHeaderBytes, DefaultHTTPMaxHeaderBytes)
-	if cfg.MaxAuthFailures == 0 {
-		cfg.MaxAuthFailures = DefaultMaxAuthFailures
-	}
+	cfg.MaxAuthFailures = cfg.MaxAuthFailures.orDefault(DefaultMaxAuthFailures)
 	if cfg.Version == "" {
 		cfg.Version = "dev"
 	}
@@ -350,14 +346,8 @@ func New(cfg Config) (*Server, error) {
 	if cfg.Clock == nil {
 		cfg.Clock = time.Now
 	}
-	// Zero means the default; negative turns the background sweep (or its
-	// pacing) off.
-	if cfg.SweepInterval == 0 {
-		cfg.SweepInterval = DefaultSweepInterval
-	}
-	if cfg.SweepRate == 0 {
-		cfg.SweepRate = DefaultSweepRate
-	}
+	cfg.SweepInterval = cfg.SweepInterval.orDefault(DefaultSweepInterval)
+	cfg.SweepRate = cfg.SweepRate.orDefault(DefaultSweepRate)
 	if cfg.BackupDir == "" {
 		cfg.BackupDir = "sluice-backups"
 	}

@@ -413,8 +413,7 @@ func (s *Server) execHeld(c *client) {
 		s.exec(c, t.args)
 		// The reply's growth counts against --maxmemory-clients beside
 		// what the clients' buffers held when the EXEC began.
-		if !over && cap(c.Out) != cap0 && s.cfg.MaxMemoryClients >= 0 &&
-			s.clientMem.Load()+int64(cap(c.Out)-cap0) > s.cfg.MaxMemoryClients {
+		if !over && cap(c.Out) != cap0 && !s.cfg.MaxMemoryClients.within(s.clientMem.Load()+int64(cap(c.Out)-cap0)) {
 			over, memOver = true, true
 		}
 		if over || len(c.Out) > s.cfg.MaxReplyBuffer {
@@ -425,7 +424,7 @@ func (s *Server) execHeld(c *client) {
 	switch {
 	case memOver:
 		s.stats.evictedClients.Add(1)
-		s.log.Warn("closing a client whose EXEC reply takes the clients' buffers past --maxmemory-clients", "client", c.id, "remote", c.addr, "limit", s.cfg.MaxMemoryClients)
+		s.log.Warn("closing a client whose EXEC reply takes the clients' buffers past --maxmemory-clients", "client", c.id, "remote", c.addr, "limit", s.cfg.MaxMemoryClients.N())
 		c.Out = resp.AppendError(c.Out, "ERR client memory limit reached: the buffers of all clients exceed --maxmemory-clients; the transaction ran, its replies are dropped; closing the connection")
 		c.failed, c.quit = true, true
 	case over:

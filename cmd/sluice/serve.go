@@ -170,8 +170,8 @@ func serverConfig(cfg config, store *storage.Store, log *slog.Logger, password s
 		ShutdownTimeout: cfg.shutdownTimeout,
 		Version:         buildVersion(),
 		Revision:        buildRevision(),
-		SweepInterval:   time.Duration(offIfZero(int64(cfg.sweepInterval))),
-		SweepRate:       int(offIfZero(int64(cfg.sweepRate))),
+		SweepInterval:   zeroIsOff(cfg.sweepInterval),
+		SweepRate:       zeroIsOff(cfg.sweepRate),
 		BackupDir:       cfg.backupDir,
 
 		MemoryLimit:       memLimit,
@@ -183,11 +183,11 @@ func serverConfig(cfg config, store *storage.Store, log *slog.Logger, password s
 		AllowRemoteWithoutAuth: cfg.protectedMode == "no",
 		MaxClients:             cfg.maxClients,
 		Files:                  files,
-		MaxAuthFailures:        int(offIfZero(int64(cfg.maxAuthFailures))),
+		MaxAuthFailures:        zeroIsOff(cfg.maxAuthFailures),
 		IdleTimeout:            time.Duration(cfg.timeout) * time.Second,
 		MaxReplyBuffer:         int(cfg.maxReplyBuffer),
 		MaxMultiBytes:          int(cfg.maxMultiBytes),
-		MaxMemoryClients:       offIfZero(int64(cfg.maxMemClients)),
+		MaxMemoryClients:       zeroIsOff(int64(cfg.maxMemClients)),
 		TLS:                    tlsFiles,
 
 		PolicyFile:       cfg.policyFile,
@@ -382,4 +382,13 @@ func offIfZero(n int64) int64 {
 		return -1
 	}
 	return n
+}
+
+// zeroIsOff maps a flag where 0 means off to a server.Limit, whose zero is
+// the default.
+func zeroIsOff[T int | int64 | time.Duration](n T) server.Limit[T] {
+	if n == 0 {
+		return server.NoLimit[T]()
+	}
+	return server.LimitOf(n)
 }
