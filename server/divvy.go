@@ -28,9 +28,9 @@ type divvyState struct {
 func (s *Server) initDivvy() {
 	st := &s.stats
 	s.divvy.srv = divvy.New(divvy.Config{
-		MaxLine:     s.cfg.DivvyMaxLine,
-		MaxPipeline: s.cfg.DivvyMaxPipeline,
-		IdleTimeout: s.cfg.DivvyIdleTimeout,
+		MaxLine:     s.cfg.Divvy.MaxLine,
+		MaxPipeline: s.cfg.Divvy.MaxPipeline,
+		IdleTimeout: s.cfg.Divvy.IdleTimeout,
 		Logger:      s.log,
 		After:       func(d time.Duration) <-chan time.Time { return s.after(d) },
 	}, s.eng, &s.pol, (*frontHost)(s), divvy.Shared{

@@ -149,15 +149,15 @@ type rlsLimit struct {
 // initRLS loads the configuration; New calls it.
 func (s *Server) initRLS() error {
 	st := &s.rls
-	st.dir = s.cfg.RLSConfigDir
+	st.dir = s.cfg.RLS.Dir
 	st.stop = make(chan struct{})
 	st.work.New = func() any { return &rlsWork{r: s.eng.NewRound(), replaced: make(map[string]bool)} }
 	if st.dir == "" {
 		return nil
 	}
-	if n := rlsStreamMemory(s.cfg.RLSMaxHeaderBytes, s.cfg.RLSMaxMessage); !s.cfg.MaxMemoryClients.within(n) {
+	if n := rlsStreamMemory(s.cfg.RLS.MaxHeaderBytes, s.cfg.RLS.MaxMessage); !s.cfg.MaxMemoryClients.within(n) {
 		return fmt.Errorf("server: a rate limit service call may hold %d bytes with --rls-max-message %d and --rls-max-header-bytes %d, more than --maxmemory-clients %d: every call would be refused; raise --maxmemory-clients or lower the others",
-			n, s.cfg.RLSMaxMessage, s.cfg.RLSMaxHeaderBytes, s.cfg.MaxMemoryClients.N())
+			n, s.cfg.RLS.MaxMessage, s.cfg.RLS.MaxHeaderBytes, s.cfg.MaxMemoryClients.N())
 	}
 	if err := s.loadRLS(); err != nil {
 		return err
@@ -253,12 +253,12 @@ func (s *Server) reloadRLS() error {
 func (s *Server) ServeRLS(ln net.Listener) error {
 	st := &s.rls
 	if st.dir == "" {
-		return errors.New("server: RLS needs Config.RLSConfigDir")
+		return errors.New("server: RLS needs Config.RLS.Dir")
 	}
 	opts := []grpc.ServerOption{
-		grpc.MaxRecvMsgSize(s.cfg.RLSMaxMessage),
-		grpc.MaxConcurrentStreams(uint32(s.cfg.RLSMaxStreams)),
-		grpc.MaxHeaderListSize(uint32(s.cfg.RLSMaxHeaderBytes)),
+		grpc.MaxRecvMsgSize(s.cfg.RLS.MaxMessage),
+		grpc.MaxConcurrentStreams(uint32(s.cfg.RLS.MaxStreams)),
+		grpc.MaxHeaderListSize(uint32(s.cfg.RLS.MaxHeaderBytes)),
 		grpc.InitialWindowSize(rlsWindow),
 		grpc.InTapHandle(s.admitRLSStream),
 		grpc.ForceServerCodecV2(rlsCodec{encoding.GetCodecV2(protoenc.Name)}),
@@ -433,8 +433,8 @@ func (s *Server) serveShouldRateLimit(ctx context.Context, dec func(any) error) 
 	sh, err := scanRLSRequest(wire.b)
 	if err != nil {
 		err = status.Errorf(codes.InvalidArgument, "request is not a RateLimitRequest: %v", err)
-	} else if sh.descriptors > s.cfg.RLSMaxDescriptors {
-		err = status.Errorf(codes.InvalidArgument, "request has %d descriptors; at most %d are accepted (--rls-max-descriptors)", sh.descriptors, s.cfg.RLSMaxDescriptors)
+	} else if sh.descriptors > s.cfg.RLS.MaxDescriptors {
+		err = status.Errorf(codes.InvalidArgument, "request has %d descriptors; at most %d are accepted (--rls-max-descriptors)", sh.descriptors, s.cfg.RLS.MaxDescriptors)
 	}
 	var req rlspb.RateLimitRequest
 	if err == nil {
@@ -650,7 +650,7 @@ func (s *Server) shouldRateLimit(ctx context.Context, req *rlspb.RateLimitReques
 		}
 		s.countRLS(ld, w, lim, d, out, hitsAddend(req, d), shadow)
 	}
-	if s.cfg.RLSResponseHeaders && closest != nil {
+	if s.cfg.RLS.ResponseHeaders && closest != nil {
 		resp.ResponseHeadersToAdd = []*core.HeaderValue{
 			{Key: "RateLimit-Limit", Value: strconv.FormatUint(uint64(closest.CurrentLimit.RequestsPerUnit), 10)},
 			{Key: "RateLimit-Remaining", Value: strconv.FormatUint(uint64(closest.LimitRemaining), 10)},

@@ -42,7 +42,7 @@ descriptors:
 func TestRLSClusterCountsEveryCounter(t *testing.T) {
 	for _, withPolicy := range []bool{false, true} {
 		t.Run(fmt.Sprintf("policy=%v", withPolicy), func(t *testing.T) {
-			cfg := Config{RLSConfigDir: rlsConfigDir(t, rlsClusterYAML), Clock: newTestClock(rlsT0).now}
+			cfg := Config{RLS: RLSConfig{Dir: rlsConfigDir(t, rlsClusterYAML)}, Clock: newTestClock(rlsT0).now}
 			if withPolicy {
 				cfg.PolicyFile = filepath.Join("..", "policy", "testdata", "algorithms.ini")
 			}
@@ -91,7 +91,7 @@ func TestRLSClusterCountsEveryCounter(t *testing.T) {
 // the slot and the owner. Counters owned here still answer. GET /check
 // answers 503 for the same failure.
 func TestRLSClusterOwnerDownIsUnavailable(t *testing.T) {
-	cfg := Config{RLSConfigDir: rlsConfigDir(t, rlsClusterYAML), Clock: newTestClock(rlsT0).now,
+	cfg := Config{RLS: RLSConfig{Dir: rlsConfigDir(t, rlsClusterYAML)}, Clock: newTestClock(rlsT0).now,
 		PolicyFile: policyFile(t, "check.ini", checkPolicy), Check: CheckConfig{IdentityHeader: "X-User"}}
 	nodes := startClusterServers(t, 2, cfg)
 	cl := rlspb.NewRateLimitServiceClient(dialRLS(t, startRLS(t, nodes[0]), nil))

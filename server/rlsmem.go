@@ -72,7 +72,7 @@ func (s *Server) admitRLSStream(ctx context.Context, info *tap.Info) (context.Co
 			hdr += len(k) + len(v) + 32
 		}
 	}
-	n := rlsStreamMemory(hdr, s.cfg.RLSMaxMessage)
+	n := rlsStreamMemory(hdr, s.cfg.RLS.MaxMessage)
 	if !s.reserveClients(n) {
 		return nil, s.refuseRLS(n)
 	}

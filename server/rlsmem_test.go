@@ -53,7 +53,7 @@ func descriptors(n int) []*rlcommon.RateLimitDescriptor {
 // --rls-max-descriptors is refused before it is decoded, and counts
 // nothing; one with as many is served.
 func TestRLSMaxDescriptors(t *testing.T) {
-	f := newRLS(t, Config{RLSMaxDescriptors: 3})
+	f := newRLS(t, Config{RLS: RLSConfig{MaxDescriptors: 3}})
 	_, err := f.client.ShouldRateLimit(context.Background(), &rlspb.RateLimitRequest{Domain: "test", Descriptors: descriptors(4)})
 	if status.Code(err) != codes.InvalidArgument || !strings.Contains(err.Error(), "request has 4 descriptors; at most 3 are accepted (--rls-max-descriptors)") {
 		t.Fatalf("4 descriptors with --rls-max-descriptors 3: %v; want InvalidArgument naming the flag", err)
@@ -166,7 +166,7 @@ func TestRLSCancelledCallStops(t *testing.T) {
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 	f := &rlsFixture{clock: clock}
-	f.srv = startServer(t, Config{RLSConfigDir: rlsConfigDir(t, rlsYAML), Clock: func() time.Time {
+	f.srv = startServer(t, Config{RLS: RLSConfig{Dir: rlsConfigDir(t, rlsYAML)}, Clock: func() time.Time {
 		if armed.CompareAndSwap(true, false) {
 			cancel()
 			deadline := time.Now().Add(10 * time.Second)
@@ -263,7 +263,7 @@ func TestRLSCallLargerThanClientMemoryIsRefusedAtStart(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer store.Close()
-	_, err = New(Config{Store: store, RLSConfigDir: rlsConfigDir(t, rlsYAML), RLSMaxMessage: 64 << 20})
+	_, err = New(Config{Store: store, RLS: RLSConfig{Dir: rlsConfigDir(t, rlsYAML), MaxMessage: 64 << 20}})
 	if err == nil || !strings.Contains(err.Error(), "--rls-max-message 67108864") || !strings.Contains(err.Error(), "--maxmemory-clients 67108864") {
 		t.Fatalf("New with --rls-max-message 64MiB and --maxmemory-clients 64MiB: %v", err)
 	}

@@ -141,18 +141,8 @@ type Config struct {
 	// ReloadPolicy reads it again. Empty: no rules, and HIT answers an
 	// error.
 	PolicyFile string
-	// DivvyMaxLine is the longest line the line protocol accepts, without
-	// its line end; default 64 KiB. A longer one is answered
-	// `ERR unknown "line too long"` and the connection is closed.
-	DivvyMaxLine int
-	// DivvyMaxPipeline is the most HIT lines executed, and replies held,
-	// per round: a client that pipelines more waits for the replies of
-	// the first ones before the rest are read. Default 1024.
-	DivvyMaxPipeline int
-	// DivvyIdleTimeout closes a line-protocol connection that sends
-	// nothing, or does not take its replies, for this long; zero never
-	// does.
-	DivvyIdleTimeout time.Duration
+	// Divvy configures the divvy line protocol (ServeDivvy).
+	Divvy DivvyConfig
 
 	// Cluster, when set, serves the Redis Cluster protocol (cluster.go);
 	// nil: standalone.
@@ -162,24 +152,12 @@ type Config struct {
 	// (storage.StaleMetaName), which is otherwise refused
 	// (ErrClusterStateRepaired): an operator has checked it is current.
 	AcceptRepairedClusterState bool
-	// RLSConfigDir is a directory of envoyproxy/ratelimit YAML files for
-	// Envoy's rate limit service (ServeRLS). New loads it and fails with
-	// its validation error; ReloadRLS reads it again. Empty: no RLS.
-	RLSConfigDir string
-	// RLSResponseHeaders adds the RateLimit-Limit, RateLimit-Remaining
-	// and RateLimit-Reset headers to every RLS reply with a limit
-	// (envoyproxy/ratelimit's LIMIT_RESPONSE_HEADERS_ENABLED).
-	RLSResponseHeaders bool
-	// RLSMaxMessage is the largest gRPC request accepted, in bytes;
-	// default DefaultRLSMaxMessage.
-	RLSMaxMessage int
-	// RLSMaxStreams is the most gRPC calls in flight on one connection;
-	// default DefaultRLSMaxStreams.
-	RLSMaxStreams int
+	// RLS configures Envoy's rate limit service (ServeRLS).
+	RLS RLSConfig
 
 	// MaxConfigFile bounds the bytes read from each file of the
 	// configuration: PolicyFile, each TLS file, and the files of
-	// RLSConfigDir together; default DefaultMaxConfigFile. Only regular
+	// RLS.Dir together; default DefaultMaxConfigFile. Only regular
 	// files (or symlinks to them) are read: a named pipe or a device is
 	// refused without being opened.
 	MaxConfigFile int64
@@ -189,19 +167,53 @@ type Config struct {
 	// ErrReloadTimeout, and the reload goes on. Default
 	// DefaultReloadTimeout.
 	ReloadTimeout time.Duration
-	// RLSMaxDescriptors is the most descriptors one ShouldRateLimit call
-	// may carry; more is INVALID_ARGUMENT. Default
-	// DefaultRLSMaxDescriptors.
-	RLSMaxDescriptors int
-	// RLSMaxHeaderBytes bounds a gRPC call's header list (names, values
-	// and 32 bytes per field, as HTTP/2 counts them); default
-	// DefaultRLSMaxHeaderBytes.
-	RLSMaxHeaderBytes int
 	// HTTPMaxHeaderBytes bounds a request's header on the HTTP listener
 	// and on /check (http.Server.MaxHeaderBytes: the request line, names
 	// and values; net/http allows 4 KiB more); past it the request is
 	// answered 431. Default DefaultHTTPMaxHeaderBytes.
 	HTTPMaxHeaderBytes int
+}
+
+// DivvyConfig configures the divvy line protocol. A zero field means the
+// default given.
+type DivvyConfig struct {
+	// MaxLine is the longest line the line protocol accepts, without its
+	// line end; default 64 KiB. A longer one is answered
+	// `ERR unknown "line too long"` and the connection is closed.
+	MaxLine int
+	// MaxPipeline is the most HIT lines executed, and replies held, per
+	// round: a client that pipelines more waits for the replies of the
+	// first ones before the rest are read. Default 1024.
+	MaxPipeline int
+	// IdleTimeout closes a line-protocol connection that sends nothing,
+	// or does not take its replies, for this long; zero never does.
+	IdleTimeout time.Duration
+}
+
+// RLSConfig configures Envoy's rate limit service. A zero field means the
+// default given.
+type RLSConfig struct {
+	// Dir is a directory of envoyproxy/ratelimit YAML files. New loads it
+	// and fails with its validation error; ReloadRLS reads it again.
+	// Empty: no RLS.
+	Dir string
+	// ResponseHeaders adds the RateLimit-Limit, RateLimit-Remaining and
+	// RateLimit-Reset headers to every reply with a limit
+	// (envoyproxy/ratelimit's LIMIT_RESPONSE_HEADERS_ENABLED).
+	ResponseHeaders bool
+	// MaxMessage is the largest gRPC request accepted, in bytes; default
+	// DefaultRLSMaxMessage.
+	MaxMessage int
+	// MaxStreams is the most gRPC calls in flight on one connection;
+	// default DefaultRLSMaxStreams.
+	MaxStreams int
+	// MaxDescriptors is the most descriptors one ShouldRateLimit call may
+	// carry; more is INVALID_ARGUMENT. Default DefaultRLSMaxDescriptors.
+	MaxDescriptors int
+	// MaxHeaderBytes bounds a gRPC call's header list (names, values and
+	// 32 bytes per field, as HTTP/2 counts them); default
+	// DefaultRLSMaxHeaderBytes.
+	MaxHeaderBytes int
 }
 
 // Defaults for Config.
@@ -329,12 +341,12 @@ func New(cfg Config) (*Server, error) {
 	orDefault(&cfg.MaxReplyBuffer, DefaultMaxReplyBuffer)
 	orDefault(&cfg.MaxMultiBytes, DefaultMaxMultiBytes)
 	cfg.MaxMemoryClients = cfg.MaxMemoryClients.orDefault(DefaultMaxMemoryClients)
-	orDefault(&cfg.DivvyMaxLine, DefaultDivvyMaxLine)
-	orDefault(&cfg.DivvyMaxPipeline, DefaultDivvyMaxPipeline)
-	orDefault(&cfg.RLSMaxMessage, DefaultRLSMaxMessage)
-	orDefault(&cfg.RLSMaxStreams, DefaultRLSMaxStreams)
-	orDefault(&cfg.RLSMaxDescriptors, DefaultRLSMaxDescriptors)
-	orDefault(&cfg.RLSMaxHeaderBytes, DefaultRLSMaxHeaderBytes)
+	orDefault(&cfg.Divvy.MaxLine, DefaultDivvyMaxLine)
+	orDefault(&cfg.Divvy.MaxPipeline, DefaultDivvyMaxPipeline)
+	orDefault(&cfg.RLS.MaxMessage, DefaultRLSMaxMessage)
+	orDefault(&cfg.RLS.MaxStreams, DefaultRLSMaxStreams)
+	orDefault(&cfg.RLS.MaxDescriptors, DefaultRLSMaxDescriptors)
+	orDefault(&cfg.RLS.MaxHeaderBytes, DefaultRLSMaxHeaderBytes)
 	orDefault(&cfg.HTTPMaxHeaderBytes, DefaultHTTPMaxHeaderBytes)
 	cfg.MaxAuthFailures = cfg.MaxAuthFailures.orDefault(DefaultMaxAuthFailures)
 	if cfg.Version == "" {

@@ -55,10 +55,10 @@ func TestRESPTranscripts(t *testing.T) {
 // the rules of policy.ini, in that order.
 func TestRuleTranscripts(t *testing.T) {
 	srv := startServer(t, Config{
-		MaxKeySize:   16,
-		Clock:        newTestClock(transcriptTime).now,
-		PolicyFile:   filepath.Join(transcriptDir, "policy.ini"),
-		DivvyMaxLine: 100,
+		MaxKeySize: 16,
+		Clock:      newTestClock(transcriptTime).now,
+		PolicyFile: filepath.Join(transcriptDir, "policy.ini"),
+		Divvy:      DivvyConfig{MaxLine: 100},
 	})
 	divvy := startDivvy(t, srv)
 	check := startCheck(t, srv)

@@ -190,23 +190,27 @@ func serverConfig(cfg config, store *storage.Store, log *slog.Logger, password s
 		MaxMemoryClients:       zeroIsOff(int64(cfg.maxMemClients)),
 		TLS:                    tlsFiles,
 
-		PolicyFile:       cfg.policyFile,
-		DivvyMaxLine:     int(cfg.divvyMaxLine),
-		DivvyMaxPipeline: cfg.divvyMaxPipeline,
-		DivvyIdleTimeout: time.Duration(cfg.divvyTimeout) * time.Second,
+		PolicyFile: cfg.policyFile,
+		Divvy: server.DivvyConfig{
+			MaxLine:     int(cfg.divvyMaxLine),
+			MaxPipeline: cfg.divvyMaxPipeline,
+			IdleTimeout: time.Duration(cfg.divvyTimeout) * time.Second,
+		},
 
 		Check:                      cfg.check.serverConfig(),
 		Cluster:                    clusterCfg,
 		AcceptRepairedClusterState: cfg.acceptRepaired,
-		RLSConfigDir:               cfg.rlsConfig,
-		RLSResponseHeaders:         cfg.rlsResponseHeaders,
-		RLSMaxMessage:              int(cfg.rlsMaxMessage),
-		RLSMaxStreams:              cfg.rlsMaxStreams,
+		RLS: server.RLSConfig{
+			Dir:             cfg.rlsConfig,
+			ResponseHeaders: cfg.rlsResponseHeaders,
+			MaxMessage:      int(cfg.rlsMaxMessage),
+			MaxStreams:      cfg.rlsMaxStreams,
+			MaxDescriptors:  cfg.rlsMaxDescriptors,
+			MaxHeaderBytes:  int(cfg.rlsMaxHeaderBytes),
+		},
 
 		MaxConfigFile:      int64(cfg.maxConfigFile),
 		ReloadTimeout:      cfg.reloadTimeout,
-		RLSMaxDescriptors:  cfg.rlsMaxDescriptors,
-		RLSMaxHeaderBytes:  int(cfg.rlsMaxHeaderBytes),
 		HTTPMaxHeaderBytes: int(cfg.httpMaxHeaderBytes),
 	}
 }
