@@ -226,3 +226,28 @@ func TestWaitWriters(t *testing.T) {
 		t.Fatal("WaitWriters returned false with no round under way")
 	}
 }
+
+// A warm Round runs a rule hit that writes, and commits it, without
+// allocating: the engine adds nothing to a command's cost in allocations.
+func TestRoundAllocatesNothing(t *testing.T) {
+	lp := loadRules(t)
+	e := New(Config{Store: openStore(t, storage.NewMemDisk())})
+	r := e.NewRound()
+	req := request("path", "/tb", "user", "a")
+	now := time.Unix(1700000000, 0).UnixNano()
+	hit := func() {
+		now += 10 * int64(time.Second) // a full bucket again: every hit writes
+		if _, err := r.Hit(lp, req, 1, now); err != nil {
+			t.Fatal(err)
+		}
+		if ok, err := r.Commit(); !ok || err != nil {
+			t.Fatal(ok, err)
+		}
+	}
+	for range 10 {
+		hit()
+	}
+	if n := testing.AllocsPerRun(200, hit); n != 0 {
+		t.Fatalf("a hit and its commit allocate %v times", n)
+	}
+}
