@@ -20,8 +20,9 @@ var layers = [][]string{
 	// The pure domain and the store: they import no package of this
 	// module.
 	{"bucket", "cluster", "storage", "internal/errs", "internal/conffile", "internal/transcript", "cmd/sluice/internal/earlyhup"},
-	// Rules over the limiters; the RESP codec over typed errors.
-	{"policy", "internal/resp"},
+	// Rules over the limiters; the RESP codec over typed errors; a shard's
+	// records replicated over the store.
+	{"policy", "internal/resp", "replication"},
 	// The store's key layout, Envoy's rule configuration, the rule sets in
 	// use; the protocol pieces of RESP's replies.
 	{"keyspace", "rls", "internal/rules", "internal/cmddoc", "internal/clustercmd", "internal/counterhit"},
@@ -40,7 +41,7 @@ var layers = [][]string{
 
 // domain are the packages that know no protocol: they make typed errors
 // (package errs), and the front ends render them.
-var domain = []string{"bucket", "cluster", "storage", "policy", "keyspace", "rls", "internal/errs", "internal/rules", "internal/engine"}
+var domain = []string{"bucket", "cluster", "storage", "replication", "policy", "keyspace", "rls", "internal/errs", "internal/rules", "internal/engine"}
 
 // protocols are the packages a domain package must not import.
 var protocols = []string{mod + "internal/resp", mod + "internal/dispatch", mod + "internal/cmddoc", "net/http", "google.golang.org/grpc"}
