@@ -1,10 +1,7 @@
 package internal
 
 import (
-	"go/parser"
-	"go/token"
 	"path/filepath"
-	"strconv"
 	"strings"
 	"testing"
 )
@@ -14,7 +11,8 @@ const mod = "github.com/sluicehq/sluice/"
 // TestImports keeps each package under internal/ where the server split
 // put it (issue 13): below server, each importing only the standard
 // library, without the packages banned for it (locks, I/O, the clock:
-// those are the server's, reached through dispatch.Ctx and its Env), and
+// those are the engine's and the server's, reached through dispatch.Ctx
+// and its engine.Round), and
 // the packages of this module listed for it. Pebble stays behind storage.
 func TestImports(t *testing.T) {
 	noIO := []string{"os", "io", "net"}
@@ -24,8 +22,11 @@ func TestImports(t *testing.T) {
 		banned []string
 		allow  []string
 	}{
+		// Typed errors, made where a request goes wrong and rendered by
+		// each front end: below everything.
+		{"errs", pure, nil},
 		// The framer, reply encoders and argument parsing: the protocol.
-		{"resp", pure, nil},
+		{"resp", pure, []string{"internal/errs"}},
 		// COMMAND DOCS records and encoders.
 		{"cmddoc", pure, []string{"internal/resp"}},
 		// The replies of CLUSTER INFO, SLOTS, SHARDS and NODES; net only
@@ -34,14 +35,18 @@ func TestImports(t *testing.T) {
 		// SLUICE.COUNTERHIT's wire format; it reads a bufio.Reader.
 		{"counterhit", []string{"sync", "sync/atomic", "time", "os", "net"}, []string{"internal/resp", "policy"}},
 		// The command entry and per-command context: a seam between the
-		// server and the families.
-		{"dispatch", []string{"sync", "sync/atomic", "os", "io", "net"}, []string{"storage", "internal/resp", "internal/cmddoc"}},
-		// RL.*, CL.*, FW.* and ROLL.*: requests, mutations, commands.
-		{"limitcmd", pure, []string{"bucket", "keyspace", "storage", "internal/resp", "internal/dispatch", "internal/cmddoc"}},
+		// RESP front end and the families.
+		{"dispatch", pure, []string{"internal/engine", "internal/cmddoc"}},
+		// RL.*, CL.*, FW.*, ROLL.* and HIT: requests, mutations, commands.
+		{"limitcmd", pure, []string{"bucket", "keyspace", "policy", "storage", "internal/errs", "internal/resp", "internal/dispatch", "internal/cmddoc", "internal/rules"}},
 		// Reads the files an operator gives: I/O, and nothing else.
 		{"conffile", []string{"net", "sync", "sync/atomic", "time"}, nil},
-		// HIT's engine and the policy file in use (it holds a lock).
-		{"rules", noIO, []string{"bucket", "keyspace", "policy", "storage", "internal/resp", "internal/dispatch", "internal/cmddoc"}},
+		// The rule sets in use and the rule file's reloads (it holds a
+		// lock).
+		{"rules", noIO, []string{"policy", "internal/errs"}},
+		// The engine under every front end: the store, the rules, typed
+		// errors; no protocol (internal/resp), no I/O but the store's.
+		{"engine", noIO, []string{"bucket", "keyspace", "policy", "storage", "internal/errs", "internal/rules"}},
 	} {
 		t.Run(p.dir, func(t *testing.T) {
 			files, err := filepath.Glob(filepath.Join(p.dir, "*.go"))
@@ -52,12 +57,7 @@ func TestImports(t *testing.T) {
 				if strings.HasSuffix(f, "_test.go") {
 					continue
 				}
-				af, err := parser.ParseFile(token.NewFileSet(), f, nil, parser.ImportsOnly)
-				if err != nil {
-					t.Fatal(err)
-				}
-				for _, imp := range af.Imports {
-					path, _ := strconv.Unquote(imp.Path.Value)
+				for _, path := range fileImports(t, f) {
 					first, _, _ := strings.Cut(path, "/")
 					switch {
 					case contains(p.banned, path):

@@ -1,6 +1,7 @@
 package server
 
 import (
+	"crypto/tls"
 	"errors"
 	"fmt"
 	"io"
@@ -8,14 +9,16 @@ import (
 	"sync"
 	"sync/atomic"
 	"time"
-
-	"github.com/sluicehq/sluice/internal/resp"
 )
 
 // Connection admission: one count of open connections for every listener
-// (RESP, the divvy line protocol, HTTP) against MaxClients, so that no
-// listener can take the file descriptors the store needs. MaxClients itself
-// is lowered to what the open-file limit leaves (see FDBudget).
+// (RESP, the divvy line protocol, HTTP, /check, Envoy's rate limit
+// service) against MaxClients, so that no listener can take the file
+// descriptors the store needs. MaxClients itself is lowered to what the
+// open-file limit leaves (see FDBudget). Every front end serves on one
+// kind of listener, an admitListener: its door says how it admits
+// (--maxclients, protected mode, TLS above admission) and how it answers a
+// refusal; the listener retries failed Accepts with a backoff.
 
 // FDBudget is how the process's open-file limit (the soft RLIMIT_NOFILE) is
 // shared: StoreFiles for the store's tables, ProcessFiles for everything
@@ -131,27 +134,6 @@ func (s *Server) initAdmission() error {
 	return nil
 }
 
-// admitRESP decides whether a new RESP connection may be served: a slot of
-// MaxClients, held until the connection finishes, and protected mode. It
-// runs in the accept loop, so it does not block: a refusal is written by
-// its own goroutine.
-func (s *Server) admitRESP(c net.Conn) bool {
-	var msg string
-	switch {
-	case !s.adm.take():
-		s.stats.rejectedMax.Add(1)
-		msg = "ERR max number of clients reached"
-	case s.protected() && !isLoopback(c.RemoteAddr()):
-		s.adm.release()
-		s.stats.rejectedDenied.Add(1)
-		msg = deniedMessage
-	default:
-		return true
-	}
-	s.refuse(c, resp.AppendError(nil, msg))
-	return false
-}
-
 // refuse answers a connection that was not admitted with reply and closes
 // it. The answer is written by a goroutine (a TLS handshake can take a
 // while), at most RefusalSlots at once; past that the connection is closed
@@ -198,69 +180,111 @@ func (b *acceptBackoff) wait(s *Server, listener string, err error) {
 	sleep(b.delay)
 }
 
-// acceptEach accepts connections on ln and hands each to serve, until Close
-// (nil), the listener's close (its error), or serve reports false (nil).
-// A failed Accept (out of file descriptors, for example) is logged and
-// retried after a pause: the listener neither spins nor stops serving.
-func (s *Server) acceptEach(ln net.Listener, name string, serve func(net.Conn) bool) error {
-	var backoff acceptBackoff
+// door is how one front end's listener admits a connection (admitListener):
+// against --maxclients, shared by every front end, then by protected mode,
+// and how it answers a connection it refuses.
+type door struct {
+	name string // the listener, in the log
+	// take takes a connection slot: admission's take, or takeHTTP for the
+	// probes' listener.
+	take func() bool
+	// guarded reports whether protected mode refuses peers that are not on
+	// loopback now; nil never refuses (/check decides per request).
+	guarded func() bool
+	// full and denied are the answers to a connection refused at
+	// --maxclients or by protected mode, written by refuse; nil closes it
+	// without one.
+	full, denied []byte
+	// refused counts a refusal where the front end counts its own
+	// (divvy_errors_total); nil for none.
+	refused func()
+	// tls, when set, serves the front end over TLS above admission: a
+	// refusal is answered over TLS too. (HTTP and gRPC do their own TLS.)
+	tls *tls.Config
+	// conn wraps an admitted connection, which gives its slot back when
+	// closed; nil hands the connection over as it is, and the front end
+	// releases the slot itself when the connection ends (RESP, the line
+	// protocol: they unwrap the socket for CLIENT LIST and half-closes).
+	conn func(*admittedConn) net.Conn
+}
+
+// admitListener is every front end's listener: it accepts, retrying a
+// failed Accept (out of file descriptors, for example) with a backoff
+// instead of returning it, so that no front end spins or stops serving;
+// and it hands over only the connections its door admits. Accept returns
+// an error only once the listener is closed or the server is closing.
+type admitListener struct {
+	net.Listener
+	srv     *Server
+	door    door
+	backoff acceptBackoff
+}
+
+// listen wraps ln in an admitListener of door d.
+func (s *Server) listen(ln net.Listener, d door) *admitListener {
+	return &admitListener{Listener: ln, srv: s, door: d}
+}
+
+// Accept implements net.Listener.
+func (l *admitListener) Accept() (net.Conn, error) {
+	s, d := l.srv, &l.door
 	for {
-		nc, err := ln.Accept()
+		c, err := l.Listener.Accept()
+		if err != nil {
+			if errors.Is(err, net.ErrClosed) || s.closing.Load() {
+				return nil, err
+			}
+			l.backoff.wait(s, d.name, err)
+			continue
+		}
+		l.backoff.delay = 0
+		if d.tls != nil {
+			c = tls.Server(c, d.tls)
+		}
+		var reply []byte
+		switch {
+		case !d.take():
+			s.stats.rejectedMax.Add(1)
+			reply = d.full
+		case d.guarded != nil && d.guarded() && !isLoopback(c.RemoteAddr()):
+			s.adm.release()
+			s.stats.rejectedDenied.Add(1)
+			reply = d.denied
+		case d.conn != nil:
+			return d.conn(&admittedConn{Conn: c, adm: &s.adm}), nil
+		default:
+			return c, nil
+		}
+		if d.refused != nil {
+			d.refused()
+		}
+		if reply == nil {
+			_ = c.Close()
+			continue
+		}
+		s.refuse(c, reply)
+	}
+}
+
+// acceptEach accepts the connections l admits and hands each to serve,
+// until Close (nil), the listener's close (its error), or serve reports
+// false (nil).
+func (s *Server) acceptEach(l *admitListener, serve func(net.Conn) bool) error {
+	for {
+		nc, err := l.Accept()
 		if err != nil {
 			if s.closing.Load() {
 				return nil
 			}
-			if errors.Is(err, net.ErrClosed) {
-				return err
-			}
-			backoff.wait(s, name, err)
-			continue
+			return err
 		}
-		backoff.delay = 0
 		if !serve(nc) {
 			return nil
 		}
 	}
 }
 
-// httpAdmitListener counts an HTTP listener's connections against
-// MaxClients (the probes and metrics port may also use HTTPReserve; /check
-// may not): past it a connection is answered 503 (without TLS; with TLS, which runs above this
-// listener, it is closed) and not handed to the HTTP server. It also
-// retries failed Accepts with a backoff instead of returning them.
-type httpAdmitListener struct {
-	net.Listener
-	srv     *Server
-	name    string      // the listener, in the accept errors' log
-	take    func() bool // takes a connection slot: Server.adm's take or takeHTTP
-	backoff acceptBackoff
-}
-
 var http503 = []byte("HTTP/1.1 503 Service Unavailable\r\nContent-Type: text/plain; charset=utf-8\r\nContent-Length: 30\r\nConnection: close\r\n\r\nmax number of clients reached\n")
-
-func (l *httpAdmitListener) Accept() (net.Conn, error) {
-	for {
-		c, err := l.Listener.Accept()
-		if err != nil {
-			if errors.Is(err, net.ErrClosed) || l.srv.closing.Load() {
-				return nil, err
-			}
-			l.backoff.wait(l.srv, l.name, err)
-			continue
-		}
-		l.backoff.delay = 0
-		if !l.take() {
-			l.srv.stats.rejectedMax.Add(1)
-			if l.srv.tls != nil {
-				_ = c.Close()
-			} else {
-				l.srv.refuse(c, http503)
-			}
-			continue
-		}
-		return &httpConn{admittedConn: &admittedConn{Conn: c, adm: &l.srv.adm}, srv: l.srv}, nil
-	}
-}
 
 // admittedConn gives its slot back when closed.
 type admittedConn struct {

@@ -273,7 +273,7 @@ func TestAcceptErrorsDoNotStopListeners(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer store.Close()
-	resp, err := New(Config{Store: store, SweepInterval: -1})
+	resp, err := New(Config{Store: store, SweepInterval: NoLimit[time.Duration]()})
 	if err != nil {
 		t.Fatal(err)
 	}

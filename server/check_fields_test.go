@@ -12,50 +12,10 @@ import (
 	"strings"
 	"sync"
 	"testing"
+	"time"
 
 	"github.com/sluicehq/sluice/client/ratelimitheader"
 )
-
-// TestAppendCleanPath: the path /check matches is the one the application
-// most likely sees: escapes decoded but %2F, . and .. resolved, // merged,
-// a trailing slash kept.
-func TestAppendCleanPath(t *testing.T) {
-	for _, tc := range []struct{ in, want string }{
-		{"/orders", "/orders"},
-		{"/%6Frders", "/orders"},
-		{"/%6frders", "/orders"},
-		{"//orders", "/orders"},
-		{"/x/../orders", "/orders"},
-		{"/./orders", "/orders"},
-		{"/a/b/../../orders", "/orders"},
-		{"/../../orders", "/orders"},
-		{"/%2E%2E/orders", "/orders"},
-		{"/x/%2e%2e/orders", "/orders"},
-		{"/orders/", "/orders/"},
-		{"/orders//", "/orders/"},
-		{"/a/b/..", "/a/"},
-		{"/a/.", "/a/"},
-		{"/a%2Forders", "/a%2Forders"},
-		{"/a%2forders", "/a%2Forders"},
-		{"/a%2F..%2Forders", "/a%2F..%2Forders"}, // one segment, as Go's RawPath keeps it
-		{"/bad%zzescape%", "/bad%zzescape%"},
-		{"/trailing%4", "/trailing%4"},
-		{"/sp%20ace", "/sp ace"},
-		{"", "/"},
-		{"/", "/"},
-		{"orders", "/orders"},
-		{"/..", "/"},
-	} {
-		got := string(appendCleanPath([]byte("x"), tc.in))
-		if got != "x"+tc.want {
-			t.Errorf("appendCleanPath(%q) = %q, want %q", tc.in, got[1:], tc.want)
-		}
-	}
-	b := make([]byte, 0, 64)
-	if n := testing.AllocsPerRun(100, func() { b = appendCleanPath(b[:0], "/x/../%6Frders//a/") }); n != 0 {
-		t.Errorf("%v allocations", n)
-	}
-}
 
 // checkDirect asks srv's /check handler directly, from peer, with the raw
 // request target target and headers.
@@ -67,7 +27,7 @@ func checkDirect(srv *Server, method, target, peer string, headers ...string) *h
 		req.Header.Add(k, v)
 	}
 	w := httptest.NewRecorder()
-	srv.routeCheck(w, req)
+	srv.check.h.ServeHTTP(w, req)
 	return w
 }
 
@@ -76,7 +36,7 @@ const noOrdersPolicy = "[path=/orders]\ncreditLimit = 0\nresetSeconds = 0\nlabel
 // TestCheckNormalisesPath: a rule on a path cannot be evaded by writing
 // the path another way in X-Forwarded-Uri, or after /check (Envoy).
 func TestCheckNormalisesPath(t *testing.T) {
-	srv := startServer(t, Config{PolicyFile: policyFile(t, "rules.ini", noOrdersPolicy), SweepInterval: -1})
+	srv := startServer(t, Config{PolicyFile: policyFile(t, "rules.ini", noOrdersPolicy), SweepInterval: NoLimit[time.Duration]()})
 	for _, p := range []string{"/orders", "/%6Frders", "//orders", "/x/../orders", "/./orders?x=1", "/%2e%2e/orders"} {
 		if w := checkDirect(srv, "GET", "/check", "127.0.0.1:1", "X-Forwarded-Uri: "+p); w.Code != http.StatusTooManyRequests {
 			t.Errorf("X-Forwarded-Uri %s: status %d, want 429 (rule no-orders)", p, w.Code)
@@ -96,7 +56,7 @@ func TestCheckNormalisesPath(t *testing.T) {
 // clean are checked, not redirected (Envoy would hand a redirect to the
 // client as a denial); paths outside /check are 404.
 func TestCheckEnvoyUncleanPathIsChecked(t *testing.T) {
-	srv := startServer(t, Config{PolicyFile: policyFile(t, "rules.ini", noOrdersPolicy), SweepInterval: -1})
+	srv := startServer(t, Config{PolicyFile: policyFile(t, "rules.ini", noOrdersPolicy), SweepInterval: NoLimit[time.Duration]()})
 	base := startCheck(t, srv)
 	raw := func(method, target string) *http.Response {
 		t.Helper()
@@ -148,7 +108,7 @@ func TestCheckPathNormalisedThroughProxies(t *testing.T) {
 				_, _ = w.Write([]byte("app\n"))
 			}))
 			t.Cleanup(app.Close)
-			srv := startServer(t, Config{PolicyFile: policyFile(t, "rules.ini", noOrdersPolicy), SweepInterval: -1, Check: CheckConfig{
+			srv := startServer(t, Config{PolicyFile: policyFile(t, "rules.ini", noOrdersPolicy), SweepInterval: NoLimit[time.Duration](), Check: CheckConfig{
 				TrustedProxies: []netip.Prefix{netip.MustParsePrefix("127.0.0.1/32")},
 			}})
 			checkURL := startCheck(t, srv)
@@ -207,7 +167,7 @@ func TestCheckIPPrefixes(t *testing.T) {
 		{"ipv4 /24", 24, 0, func(i int) string { return fmt.Sprintf("192.0.2.%d", i) }, 5, ""},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			srv := startServer(t, Config{Clock: newTestClock(t0).now, PolicyFile: policyFile(t, "check.ini", checkPolicy), SweepInterval: -1, Check: CheckConfig{
+			srv := startServer(t, Config{Clock: newTestClock(t0).now, PolicyFile: policyFile(t, "check.ini", checkPolicy), SweepInterval: NoLimit[time.Duration](), Check: CheckConfig{
 				TrustedProxies: []netip.Prefix{netip.MustParsePrefix("127.0.0.1/32")},
 				IPv4Bits:       tc.v4, IPv6Bits: tc.v6,
 			}})
@@ -231,7 +191,7 @@ func TestCheckIPPrefixes(t *testing.T) {
 // counter or choose the path a rule sees.
 func TestCheckUntrustedPeerIsTheClient(t *testing.T) {
 	clock := newTestClock(t0)
-	srv := startServer(t, Config{Clock: clock.now, PolicyFile: policyFile(t, "check.ini", "[plan=free]\ncreditLimit = 0\nresetSeconds = 0\nlabel = free\n\n[path=/orders]\ncreditLimit = 0\nresetSeconds = 0\nlabel = no-orders\n\n"+checkPolicy), SweepInterval: -1, Check: CheckConfig{
+	srv := startServer(t, Config{Clock: clock.now, PolicyFile: policyFile(t, "check.ini", "[plan=free]\ncreditLimit = 0\nresetSeconds = 0\nlabel = free\n\n[path=/orders]\ncreditLimit = 0\nresetSeconds = 0\nlabel = no-orders\n\n"+checkPolicy), SweepInterval: NoLimit[time.Duration](), Check: CheckConfig{
 		IdentityHeader: "X-User",
 		FieldHeaders:   []CheckFieldHeader{{Field: "plan", Header: "X-Plan"}},
 		TrustedProxies: []netip.Prefix{netip.MustParsePrefix("10.0.0.0/8")},
@@ -270,7 +230,7 @@ func TestCheckRateLimitPolicyIsTheRate(t *testing.T) {
 		"[path=/tb]\nalgorithm = tokenBucket\ncreditLimit = 60\nresetSeconds = 60\nburst = 3\nlabel = tb\n\n"+
 		"[path=/burst2]\nalgorithm = gcra\ncreditLimit = 60\nresetSeconds = 60\nburst = 2\nlabel = burst2\n\n"+
 		"[path=/plain]\nalgorithm = gcra\ncreditLimit = 60\nresetSeconds = 60\nlabel = plain\n\n[default]\ncreditLimit = 0\nresetSeconds = 0\n")
-	srv := startServer(t, Config{Clock: clock.now, PolicyFile: path, SweepInterval: -1, Check: CheckConfig{
+	srv := startServer(t, Config{Clock: clock.now, PolicyFile: path, SweepInterval: NoLimit[time.Duration](), Check: CheckConfig{
 		HeaderStyle:  ratelimitheader.Both,
 		FieldHeaders: []CheckFieldHeader{{Field: "quota", Header: "X-Quota"}},
 	}})
@@ -298,7 +258,7 @@ func TestCheckRateLimitPolicyIsTheRate(t *testing.T) {
 		req.Header.Set("X-Forwarded-Uri", p)
 		allocs[p] = testing.AllocsPerRun(200, func() {
 			clock.ms.Add(1000)
-			srv.serveCheck(httptest.NewRecorder(), req)
+			srv.check.h.ServeHTTP(httptest.NewRecorder(), req)
 		})
 	}
 	t.Logf("allocations per /check (handler and recorder): %v", allocs)

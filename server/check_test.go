@@ -12,6 +12,7 @@ import (
 	"strings"
 	"syscall"
 	"testing"
+	"time"
 
 	"github.com/sluicehq/sluice/client/ratelimitheader"
 	"github.com/sluicehq/sluice/internal/rules"
@@ -100,7 +101,7 @@ func checkGetVia(t testing.TB, client *http.Client, method, url string, headers 
 func TestCheckEndpoint(t *testing.T) {
 	clock := newTestClock(t0)
 	path := policyFile(t, "check.ini", checkPolicy)
-	srv := startServer(t, Config{Clock: clock.now, PolicyFile: path, SweepInterval: -1, Check: CheckConfig{
+	srv := startServer(t, Config{Clock: clock.now, PolicyFile: path, SweepInterval: NoLimit[time.Duration](), Check: CheckConfig{
 		IdentityHeader: "X-User",
 		TrustedProxies: []netip.Prefix{netip.MustParsePrefix("127.0.0.1/32")},
 		HeaderStyle:    ratelimitheader.Both,
@@ -181,7 +182,7 @@ func TestCheckEndpoint(t *testing.T) {
 	if hits["per-user"] != [4]int64{6, 1, 0, 0} || hits["per-ip"] != [4]int64{6, 1, 0, 0} || hits["api-post"] != [4]int64{1, 1, 0, 0} {
 		t.Errorf("hits by label %v", hits)
 	}
-	if a, d := srv.check.allowed.Load(), srv.check.denied.Load(); a != 13 || d != 3 {
+	if a, d := srv.check.h.Allowed.Load(), srv.check.h.Denied.Load(); a != 13 || d != 3 {
 		t.Errorf("sluice_check_requests_total: allowed %d denied %d, want 13 and 3", a, d)
 	}
 }
@@ -198,7 +199,7 @@ label = free
 creditLimit = 100
 resetSeconds = 60
 `)
-	srv := startServer(t, Config{Clock: newTestClock(t0).now, PolicyFile: path, SweepInterval: -1, Check: CheckConfig{
+	srv := startServer(t, Config{Clock: newTestClock(t0).now, PolicyFile: path, SweepInterval: NoLimit[time.Duration](), Check: CheckConfig{
 		FieldHeaders: []CheckFieldHeader{{Field: "plan", Header: "x-plan"}},
 	}})
 	base := startCheck(t, srv)
@@ -224,11 +225,11 @@ func TestCheckProtectedMode(t *testing.T) {
 		open bool
 		want int
 	}{{false, http.StatusForbidden}, {true, http.StatusOK}} {
-		srv := startServer(t, Config{PolicyFile: path, SweepInterval: -1, AllowRemoteWithoutAuth: tc.open})
+		srv := startServer(t, Config{PolicyFile: path, SweepInterval: NoLimit[time.Duration](), AllowRemoteWithoutAuth: tc.open})
 		req := httptest.NewRequest("GET", "/check", nil)
 		req.RemoteAddr = "192.0.2.1:4711"
 		w := httptest.NewRecorder()
-		srv.serveCheck(w, req)
+		srv.check.h.ServeHTTP(w, req)
 		if w.Code != tc.want {
 			t.Errorf("protected mode off=%v: status %d, want %d (%s)", tc.open, w.Code, tc.want, w.Body.String())
 		}
@@ -238,7 +239,7 @@ func TestCheckProtectedMode(t *testing.T) {
 // TestCheckNeedsPolicy: without rules there is nothing to answer with, so
 // ServeCheck refuses to start.
 func TestCheckNeedsPolicy(t *testing.T) {
-	srv := startServer(t, Config{SweepInterval: -1})
+	srv := startServer(t, Config{SweepInterval: NoLimit[time.Duration]()})
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
@@ -261,7 +262,7 @@ func TestCheckStoreError(t *testing.T) {
 				t.Fatal(err)
 			}
 			path := policyFile(t, "check.ini", checkPolicy)
-			srv, err := New(Config{Store: store, AllowOnStoreError: allow, PolicyFile: path, SweepInterval: -1})
+			srv, err := New(Config{Store: store, AllowOnStoreError: allow, PolicyFile: path, SweepInterval: NoLimit[time.Duration]()})
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -278,7 +279,7 @@ func TestCheckStoreError(t *testing.T) {
 			case !allow && (resp.StatusCode != http.StatusServiceUnavailable || resp.Header.Get("Retry-After") != "1"):
 				t.Fatalf("deny: status %d, Retry-After %q; want 503, 1", resp.StatusCode, resp.Header.Get("Retry-After"))
 			}
-			if f := srv.check.failed.Load(); f != int64(b2i(!allow)) {
+			if f := srv.check.h.Failed.Load(); f != int64(b2i(!allow)) {
 				t.Errorf("errors counted %d", f)
 			}
 			disk.FailWrites(nil)
@@ -315,7 +316,7 @@ label = quota
 creditLimit = 0
 resetSeconds = 0
 `)
-	srv := startServer(t, Config{Clock: clock.now, PolicyFile: path, SweepInterval: -1, Check: CheckConfig{
+	srv := startServer(t, Config{Clock: clock.now, PolicyFile: path, SweepInterval: NoLimit[time.Duration](), Check: CheckConfig{
 		FieldHeaders: []CheckFieldHeader{{Field: "quota", Header: "X-Quota"}, {Field: "tenant", Header: "X-Tenant"}},
 		HeaderStyle:  ratelimitheader.Both,
 	}})
@@ -372,7 +373,7 @@ resetSeconds = 0
 func TestCheckTLS(t *testing.T) {
 	pki := newTestPKI(t)
 	path := policyFile(t, "check.ini", checkPolicy)
-	srv := startServer(t, Config{PolicyFile: path, SweepInterval: -1, TLS: &TLSFiles{Cert: pki.cert, Key: pki.key, CA: pki.ca}})
+	srv := startServer(t, Config{PolicyFile: path, SweepInterval: NoLimit[time.Duration](), TLS: &TLSFiles{Cert: pki.cert, Key: pki.key, CA: pki.ca}})
 	ip := nonLoopbackIPv4(t)
 	ln, err := net.Listen("tcp", net.JoinHostPort(ip.String(), "0"))
 	if err != nil {
@@ -419,7 +420,7 @@ func TestCheckTLS(t *testing.T) {
 // histogram, and the hits of /check in divvy_hits_total by label.
 func TestCheckMetrics(t *testing.T) {
 	path := policyFile(t, "check.ini", checkPolicy)
-	srv := startServer(t, Config{PolicyFile: path, SweepInterval: -1})
+	srv := startServer(t, Config{PolicyFile: path, SweepInterval: NoLimit[time.Duration]()})
 	base := startCheck(t, srv)
 	for i := 0; i < 6; i++ {
 		checkGet(t, "GET", base+"/check")

@@ -6,6 +6,7 @@ import (
 	"slices"
 	"strings"
 
+	"github.com/sluicehq/sluice/internal/errs"
 	"github.com/sluicehq/sluice/internal/resp"
 )
 
@@ -59,7 +60,7 @@ func (s *Server) clientListCmd(c *client, args [][]byte) {
 		}
 		s.clientList(c, s.clientsByID(ids))
 	default:
-		s.replyErr(c, resp.ErrSyntax)
+		s.replyErr(c, errs.Syntax)
 	}
 }
 
@@ -135,7 +136,7 @@ func (s *Server) clientKill(c *client, args [][]byte) {
 func (f *killFilter) parse(opts [][]byte) error {
 	for i := 0; i < len(opts); i += 2 {
 		if i+1 == len(opts) {
-			return resp.ErrSyntax
+			return errs.Syntax
 		}
 		v := opts[i+1]
 		switch strings.ToLower(string(opts[i])) {
@@ -175,10 +176,10 @@ func (f *killFilter) parse(opts [][]byte) error {
 			case resp.EqualFold(v, "no"):
 				f.skipMe = false
 			default:
-				return resp.ErrSyntax
+				return errs.Syntax
 			}
 		default:
-			return resp.ErrSyntax
+			return errs.Syntax
 		}
 	}
 	return nil

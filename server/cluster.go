@@ -13,6 +13,7 @@ import (
 	"github.com/sluicehq/sluice/cluster"
 	"github.com/sluicehq/sluice/internal/clustercmd"
 	"github.com/sluicehq/sluice/internal/cmddoc"
+	"github.com/sluicehq/sluice/internal/errs"
 	"github.com/sluicehq/sluice/internal/resp"
 	"github.com/sluicehq/sluice/keyspace"
 	"github.com/sluicehq/sluice/storage"
@@ -79,9 +80,6 @@ type clusterState struct {
 	mu     sync.Mutex // one SETTOPOLOGY at a time
 	mig    migration  // slots being moved off this node (migrate.go)
 	imp    imports    // slots being moved to this node (migrate.go)
-	// writers counts the writes under way outside RESP pipelines, for
-	// MIGRATE PAUSE (migrate.go).
-	writers writeGate
 }
 
 // clusterView is a topology with its slot table.
@@ -483,7 +481,7 @@ func (s *Server) setTopology(args []string) error {
 // positions, as cluster clients ask it for commands they do not know.
 func (s *Server) commandGetKeys(c *client, args [][]byte) {
 	if len(args) < 3 {
-		s.replyErr(c, resp.WrongArgs("command|getkeys"))
+		s.replyErr(c, errs.WrongArgs("command|getkeys"))
 		return
 	}
 	cmd := s.cmds[strings.ToLower(string(args[2]))]

@@ -126,7 +126,7 @@ func TestClusterMode(t *testing.T) {
 // TestKeyedCommandsDeclareKeys: every command with keys declares them at
 // position 1, so that cluster clients route it by its first argument.
 func TestKeyedCommandsDeclareKeys(t *testing.T) {
-	for name, cmd := range commandTable(nil, nil) {
+	for name, cmd := range commandTable(nil) {
 		// SLUICE.COUNTERHIT's argument is a store key, whose slot is in
 		// its first two bytes: it checks the slot itself.
 		// DEL and WATCH take any number of keys, as in Redis.

@@ -11,6 +11,7 @@ import (
 
 	"github.com/sluicehq/sluice/internal/cmddoc"
 	"github.com/sluicehq/sluice/internal/dispatch"
+	"github.com/sluicehq/sluice/internal/errs"
 	"github.com/sluicehq/sluice/internal/limitcmd"
 	"github.com/sluicehq/sluice/internal/resp"
 	"github.com/sluicehq/sluice/internal/rules"
@@ -57,7 +58,7 @@ type client struct {
 	writes     []span
 	// replyStart is where the reply of the command being executed begins.
 	replyStart int
-	hit        rules.Hitter // SLUICE.COUNTERHIT's; HIT's is its family's state
+	cid        []byte // room for SLUICE.COUNTERHIT's counter identity
 	lname      [32]byte
 	// del and delEnds hold the record keys DEL found, back to back.
 	del     []byte
@@ -101,12 +102,12 @@ type command struct {
 type tally struct{ calls, errors, allowed, denied int64 }
 
 // commandTable builds the command table: the commands the families
-// register (internal/limitcmd; internal/rules, whose HIT runs with e and
-// f), then the server's own.
-func commandTable(e *rules.Engine, f *rules.File) map[string]*command {
+// register (internal/limitcmd, whose HIT hits the rules f has in use),
+// then the server's own.
+func commandTable(f *rules.File) map[string]*command {
 	var families dispatch.Table
 	limitcmd.Register(&families)
-	rules.Register(&families, e, f)
+	limitcmd.RegisterHit(&families, f)
 	var list []*command
 	for _, fc := range families.Commands() {
 		list = append(list, &command{Command: fc})
@@ -219,7 +220,7 @@ func (s *Server) dispatch(c *client, args [][]byte) *tally {
 		c.lastCmd = cmd.fullName(args)
 	}
 	if (cmd.Arity > 0 && len(args) != cmd.Arity) || (cmd.Arity < 0 && len(args) < -cmd.Arity) {
-		s.replyErr(c, resp.WrongArgs(cmd.Name))
+		s.replyErr(c, errs.WrongArgs(cmd.Name))
 		return t
 	}
 	if !c.authed && !allowedBeforeAuth(cmd.Name) {
@@ -232,8 +233,8 @@ func (s *Server) dispatch(c *client, args [][]byte) *tally {
 	}
 	if cmd.run != nil {
 		cmd.run(s, c, args)
-	} else {
-		cmd.Run(&c.Ctx, args)
+	} else if err := cmd.Run(&c.Ctx, args); err != nil {
+		s.replyErr(c, err)
 	}
 	return t
 }
@@ -300,7 +301,7 @@ func cmdPing(s *Server, c *client, args [][]byte) {
 	case 2:
 		c.Out = resp.AppendBulk(c.Out, args[1])
 	default:
-		s.replyErr(c, resp.WrongArgs("ping"))
+		s.replyErr(c, errs.WrongArgs("ping"))
 	}
 }
 
@@ -317,7 +318,7 @@ func cmdSelect(s *Server, c *client, args [][]byte) {
 	n, ok := resp.ParseInt(args[1])
 	switch {
 	case !ok || n < math.MinInt32 || n > math.MaxInt32:
-		s.replyErr(c, resp.ErrNotInteger)
+		s.replyErr(c, errs.NotInteger)
 	case n != 0:
 		s.replyErr(c, resp.Error("ERR DB index is out of range"))
 	default:
@@ -329,7 +330,7 @@ func cmdSelect(s *Server, c *client, args [][]byte) {
 // the default user needs none, as in Redis.
 func cmdAuth(s *Server, c *client, args [][]byte) {
 	if len(args) > 3 {
-		s.replyErr(c, resp.ErrSyntax)
+		s.replyErr(c, errs.Syntax)
 		return
 	}
 	if s.cfg.Password == "" {
@@ -495,7 +496,7 @@ func cmdClient(s *Server, c *client, args [][]byte) {
 	case sub == "list":
 		s.clientListCmd(c, args)
 	case sub == "kill" && len(args) < 3:
-		s.replyErr(c, resp.WrongArgs("client|kill"))
+		s.replyErr(c, errs.WrongArgs("client|kill"))
 	case sub == "kill":
 		s.clientKill(c, args)
 	case sub == "help":

@@ -6,6 +6,7 @@ import (
 	"strconv"
 	"strings"
 
+	"github.com/sluicehq/sluice/internal/errs"
 	"github.com/sluicehq/sluice/internal/resp"
 )
 
@@ -16,7 +17,7 @@ func cmdConfig(s *Server, c *client, args [][]byte) {
 	switch strings.ToLower(string(args[1])) {
 	case "get":
 		if len(args) < 3 {
-			s.replyErr(c, resp.WrongArgs("config|get"))
+			s.replyErr(c, errs.WrongArgs("config|get"))
 			return
 		}
 		got := s.configGet(args[2:])
@@ -76,7 +77,7 @@ func (s *Server) settings() []setting {
 		}
 		return "no"
 	}
-	atLeast0 := func(n int64) string { return i64(max(n, 0)) } // negative: off, as 0 on the command line
+	atLeast0 := func(n int64) string { return i64(max(n, 0)) } // off: 0, as on the command line
 	addr, host, port := "", "", ""
 	if a := s.Addr(); a != nil {
 		addr = a.String()
@@ -124,7 +125,7 @@ func (s *Server) settings() []setting {
 		{"dir", s.store.Dir()},
 		{"maxclients", i(cfg.MaxClients)},
 		{"maxmemory", "0"}, // nothing is evicted; see memory-limit
-		{"maxmemory-clients", atLeast0(cfg.MaxMemoryClients)},
+		{"maxmemory-clients", atLeast0(cfg.MaxMemoryClients.N())},
 		{"maxmemory-policy", "noeviction"},
 		{"port", plainPort},
 		{"protected-mode", yesNo(!cfg.AllowRemoteWithoutAuth)},
@@ -148,13 +149,13 @@ func (s *Server) settings() []setting {
 		{"check-ipv6-bits", i(v6)},
 		{"check-trusted-proxies", strings.Join(proxies, ",")},
 		{"data", s.store.Dir()},
-		{"divvy-max-line", i(cfg.DivvyMaxLine)},
-		{"divvy-max-pipeline", i(cfg.DivvyMaxPipeline)},
-		{"divvy-timeout", i64(int64(cfg.DivvyIdleTimeout.Seconds()))},
+		{"divvy-max-line", i(cfg.Divvy.MaxLine)},
+		{"divvy-max-pipeline", i(cfg.Divvy.MaxPipeline)},
+		{"divvy-timeout", i64(int64(cfg.Divvy.IdleTimeout.Seconds()))},
 		{"fsync", s.store.Mode().String()},
 		{"http-max-header-bytes", i(cfg.HTTPMaxHeaderBytes)},
 		{"max-args", i(cfg.MaxArgs)},
-		{"max-auth-failures", atLeast0(int64(cfg.MaxAuthFailures))},
+		{"max-auth-failures", atLeast0(int64(cfg.MaxAuthFailures.N()))},
 		{"max-bulk", i64(cfg.MaxBulk)},
 		{"max-config-file", i64(cfg.MaxConfigFile)},
 		{"max-inline", i(cfg.MaxInline)},
@@ -166,15 +167,15 @@ func (s *Server) settings() []setting {
 		{"on-store-error", onStoreError},
 		{"policy", cfg.PolicyFile},
 		{"reload-timeout", cfg.ReloadTimeout.String()},
-		{"rls-config", cfg.RLSConfigDir},
-		{"rls-max-descriptors", i(cfg.RLSMaxDescriptors)},
-		{"rls-max-header-bytes", i(cfg.RLSMaxHeaderBytes)},
-		{"rls-max-message", i(cfg.RLSMaxMessage)},
-		{"rls-max-streams", i(cfg.RLSMaxStreams)},
-		{"rls-response-headers", strconv.FormatBool(cfg.RLSResponseHeaders)},
+		{"rls-config", cfg.RLS.Dir},
+		{"rls-max-descriptors", i(cfg.RLS.MaxDescriptors)},
+		{"rls-max-header-bytes", i(cfg.RLS.MaxHeaderBytes)},
+		{"rls-max-message", i(cfg.RLS.MaxMessage)},
+		{"rls-max-streams", i(cfg.RLS.MaxStreams)},
+		{"rls-response-headers", strconv.FormatBool(cfg.RLS.ResponseHeaders)},
 		{"shutdown-timeout", cfg.ShutdownTimeout.String()},
-		{"sweep-interval", max(cfg.SweepInterval, 0).String()},
-		{"sweep-rate", atLeast0(int64(cfg.SweepRate))},
+		{"sweep-interval", max(cfg.SweepInterval.N(), 0).String()},
+		{"sweep-rate", atLeast0(int64(cfg.SweepRate.N()))},
 		{"tls-ca", tlsFiles.CA},
 		{"tls-cert", tlsFiles.Cert},
 		{"tls-key", tlsFiles.Key},

@@ -74,11 +74,10 @@ type conn struct {
 	closeOnce sync.Once
 }
 
-// newConn registers an accepted connection. It returns nil, and closing
-// true, once Close has begun: counting under s.mu, after checking closing,
-// keeps every Add before Close's Wait. It returns nil and false for a
-// connection admission refused.
-func (s *Server) newConn(nc net.Conn) (*conn, bool) {
+// newConn registers an admitted connection. It returns nil once Close has
+// begun: counting under s.mu, after checking closing, keeps every Add
+// before Close's Wait.
+func (s *Server) newConn(nc net.Conn) *conn {
 	lim := resp.Limits{
 		MaxArgs:    s.cfg.MaxArgs,
 		MaxBulk:    s.cfg.MaxBulk,
@@ -105,10 +104,7 @@ func (s *Server) newConn(nc net.Conn) (*conn, bool) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if s.closing.Load() {
-		return nil, true
-	}
-	if !s.admitRESP(nc) {
-		return nil, false
+		return nil
 	}
 	c.id = s.nextID.Add(1)
 	s.mu.guards[cn] = struct{}{}
@@ -116,22 +112,37 @@ func (s *Server) newConn(nc net.Conn) (*conn, bool) {
 	s.conns.Add(1)
 	s.stats.connsTotal.Add(1)
 	cn.account()
-	return cn, false
+	return cn
 }
 
-// acceptLoop serves ln's connections until it fails or Close. It retries
-// temporary accept errors (out of file descriptors and the like) with a
-// backoff rather than spin.
-func (s *Server) acceptLoop(ln net.Listener) error {
-	return s.acceptEach(ln, "resp", func(nc net.Conn) bool {
-		cn, closing := s.newConn(nc)
-		if closing {
+// respDoor is how the RESP listener admits: a slot of --maxclients, held
+// until the connection finishes (conn.finish gives it back), and protected
+// mode unless a password or TLS client certificates are required; it
+// refuses with Redis' errors, over TLS when the server has it.
+func (s *Server) respDoor() door {
+	d := door{
+		name:    "resp",
+		take:    s.adm.take,
+		guarded: s.protected,
+		full:    resp.AppendError(nil, "ERR max number of clients reached"),
+		denied:  resp.AppendError(nil, deniedMessage),
+	}
+	if s.tls != nil {
+		d.tls = s.tls.config()
+	}
+	return d
+}
+
+// acceptLoop serves the connections l admits until it fails or Close.
+func (s *Server) acceptLoop(l *admitListener) error {
+	return s.acceptEach(l, func(nc net.Conn) bool {
+		cn := s.newConn(nc)
+		if cn == nil { // closing
 			_ = nc.Close()
+			s.adm.release()
 			return false
 		}
-		if cn != nil {
-			go cn.serve()
-		}
+		go cn.serve()
 		return true
 	})
 }
@@ -227,7 +238,7 @@ func (cn *conn) evict() {
 	s, c := cn.srv, cn.cl
 	s.stats.evictedClients.Add(1)
 	s.log.Warn("closing a client: the buffers of all clients exceed --maxmemory-clients", "client", c.id, "remote", c.addr,
-		"limit", s.cfg.MaxMemoryClients, "client_buffers", cn.mem)
+		"limit", s.cfg.MaxMemoryClients.N(), "client_buffers", cn.mem)
 	c.Out = resp.AppendError(c.Out, "ERR client memory limit reached: the buffers of all clients exceed --maxmemory-clients; closing the connection")
 	c.quit = true
 	c.failed = true
@@ -286,11 +297,14 @@ func (cn *conn) resize(n int) {
 	if cap(c.Key) > connKeepBuf {
 		c.Key = nil
 	}
-	c.hit.Trim(connKeepBuf)
+	if cap(c.cid) > connKeepBuf {
+		c.cid = nil
+	}
+	c.Round.Trim(connKeepBuf)
 	c.Trim(connKeepBuf)
 	if c.batchBytes > connKeepBuf {
 		// The batch keeps the keys of its largest pipeline.
-		c.Batch = cn.srv.store.NewBatch()
+		c.Round.Reset()
 	}
 	c.batchBytes = 0
 	if cn.f.Between() {
@@ -304,7 +318,7 @@ func (cn *conn) resize(n int) {
 func (cn *conn) footprint() int64 {
 	c := cn.cl
 	return int64(cap(cn.rbuf) + cap(cn.obuf) + 24*cap(cn.args) + cn.f.Footprint() +
-		cap(c.Out) + 48*cap(c.writes) + cap(c.Key) + c.hit.Footprint() + c.Footprint() +
+		cap(c.Out) + 48*cap(c.writes) + cap(c.Key) + cap(c.cid) + c.Round.Footprint() + c.Footprint() +
 		cap(c.tx.buf) + 24*cap(c.tx.args) + 16*cap(c.tx.watches))
 }
 
@@ -327,7 +341,7 @@ func (cn *conn) account() bool {
 		return true
 	}
 	s.noteClientsPeak(total)
-	return s.cfg.MaxMemoryClients < 0 || total <= s.cfg.MaxMemoryClients
+	return s.cfg.MaxMemoryClients.within(total)
 }
 
 // noteClientsPeak records total as the peak of clientMem if it is one.
@@ -348,7 +362,7 @@ func (s *Server) noteClientsPeak(total int64) {
 func (s *Server) reserveClients(n int64) bool {
 	for {
 		cur := s.clientMem.Load()
-		if s.cfg.MaxMemoryClients >= 0 && cur+n > s.cfg.MaxMemoryClients {
+		if !s.cfg.MaxMemoryClients.within(cur + n) {
 			return false
 		}
 		if s.clientMem.CompareAndSwap(cur, cur+n) {
@@ -377,7 +391,7 @@ func (cn *conn) finish() {
 	delete(s.mu.guards, cn)
 	delete(s.mu.clients, cn.cl.id)
 	s.mu.Unlock()
-	s.adm.release() // the slot admitRESP took
+	s.adm.release() // the slot its door took
 	s.conns.Done()
 }
 

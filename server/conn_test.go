@@ -268,7 +268,7 @@ func TestClientBuffersAccounted(t *testing.T) {
 // --maxmemory-clients: the client whose buffers push the total past it is
 // told so and closed; the others go on.
 func TestMaxMemoryClients(t *testing.T) {
-	srv := startServer(t, Config{MaxBulk: 8 << 20, MaxQueryBuffer: 16 << 20, MaxMemoryClients: 2 << 20})
+	srv := startServer(t, Config{MaxBulk: 8 << 20, MaxQueryBuffer: 16 << 20, MaxMemoryClients: LimitOf[int64](2 << 20)})
 	other := dialRaw(t, srv)
 	other.write([]byte("PING\r\n"))
 	other.expect("+PONG")

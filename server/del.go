@@ -50,7 +50,7 @@ func (m *delMutator) Mutate(_ []byte, found bool) ([]byte, storage.Op, error) {
 // one created after the read is not (it was created after the DEL).
 func cmdDel(s *Server, c *client, args [][]byte) {
 	for _, k := range args[1:] {
-		if err := s.checkKeySize("key", len(k)); err != nil {
+		if err := s.eng.CheckKeySize("key", len(k)); err != nil {
 			s.replyErr(c, err)
 			return
 		}
@@ -60,7 +60,7 @@ func cmdDel(s *Server, c *client, args [][]byte) {
 		return
 	}
 	if err := s.store.Flush(); err != nil {
-		s.replyErr(c, wrapStoreErr(err))
+		s.replyErr(c, storeErr(err))
 		return
 	}
 	var n int64
@@ -76,14 +76,14 @@ func cmdDel(s *Server, c *client, args [][]byte) {
 			return true
 		})
 		if err != nil {
-			s.replyErr(c, wrapStoreErr(err))
+			s.replyErr(c, storeErr(err))
 			return
 		}
 		m := delMutator{}
 		start := 0
 		for _, end := range c.delEnds {
-			if err := c.Batch.Modify(c.del[start:end], &m); err != nil {
-				s.replyErr(c, wrapStoreErr(err))
+			if err := c.Round.Apply(c.del[start:end], &m); err != nil {
+				s.replyErr(c, err)
 				return
 			}
 			start = end

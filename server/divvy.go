@@ -1,53 +1,53 @@
 package server
 
 import (
-	"bytes"
-	"errors"
-	"io"
 	"net"
-	"sync"
-	"sync/atomic"
 	"time"
 
-	"github.com/sluicehq/sluice/internal/rules"
-	"github.com/sluicehq/sluice/policy"
-	"github.com/sluicehq/sluice/storage"
+	"github.com/sluicehq/sluice/internal/divvy"
+	"github.com/sluicehq/sluice/internal/errs"
 )
 
-// The divvy line protocol: one HIT per line, one reply line per request in
-// order, ERR then close on a bad line. Lines read together are executed as
-// one round: their writes are committed once, and only then are their
-// replies written, as for a RESP pipeline.
+// The divvy line protocol is served by package internal/divvy; the server
+// admits its connections (divvyDoor), renders its errors and counts what
+// it shares with the other front ends (frontHost).
 
 // Defaults for the line protocol's limits.
 const (
-	DefaultDivvyMaxLine     = 64 << 10
-	DefaultDivvyMaxPipeline = 1024
+	DefaultDivvyMaxLine     = divvy.DefaultMaxLine
+	DefaultDivvyMaxPipeline = divvy.DefaultMaxPipeline
 )
 
-// divvyState is the line-protocol listener and its connections.
+// divvyState is the line-protocol front end and its listener.
 type divvyState struct {
-	open  atomic.Int64 // connections open (divvy_tcp_connections_total)
-	total atomic.Int64 // connections accepted
-	// divvy_errors_total, by code.
-	errUnknownCommand, errUnknown atomic.Int64
-	wg                            sync.WaitGroup
-	// guarded by Server.mu
-	ln    net.Listener
-	conns map[*divvyConn]struct{}
+	srv *divvy.Server
+	ln  net.Listener // guarded by Server.mu
 }
 
-// divvyConn is one line-protocol connection.
-type divvyConn struct {
-	s        *Server
-	nc       net.Conn
-	draining atomic.Bool
-	errSent  bool // an ERR was written: close gently, see lingerClose
-	buf      []byte
-	out      []byte
-	batch    *storage.Batch
-	h        rules.Hitter
+// initDivvy makes the line-protocol front end; New calls it.
+func (s *Server) initDivvy() {
+	st := &s.stats
+	s.divvy.srv = divvy.New(divvy.Config{
+		MaxLine:     s.cfg.Divvy.MaxLine,
+		MaxPipeline: s.cfg.Divvy.MaxPipeline,
+		IdleTimeout: s.cfg.Divvy.IdleTimeout,
+		Logger:      s.log,
+		After:       func(d time.Duration) <-chan time.Time { return s.after(d) },
+	}, s.eng, &s.pol, (*frontHost)(s), divvy.Shared{
+		NetIn: &st.netIn, NetOut: &st.netOut, Panics: &st.panics, IdleClosed: &st.idleClosed, ConnsTotal: &st.connsTotal,
+	})
 }
+
+// frontHost is what the front ends of their own packages ask of the
+// server (divvy.Host).
+type frontHost Server
+
+// Failure implements divvy.Host: the typed error of err, logged and
+// counted once.
+func (h *frontHost) Failure(err error) *errs.Error { return (*Server)(h).failure(err) }
+
+// Refuse implements divvy.Host.
+func (h *frontHost) Refuse(c net.Conn, reply []byte) { (*Server)(h).refuse(c, reply) }
 
 // ServeDivvy accepts line-protocol connections on ln until Close. It
 // returns nil after Close. The line protocol has no authentication: in
@@ -68,12 +68,28 @@ func (s *Server) ServeDivvy(ln net.Listener) error {
 	if s.cfg.Password != "" || s.clientCertsRequired() {
 		s.log.Warn("the divvy line protocol has no AUTH and no TLS: anyone who can reach its address can use it", "addr", ln.Addr().String())
 	}
-	return s.acceptEach(ln, "divvy", func(nc net.Conn) bool {
-		if d := s.admitDivvy(nc); d != nil {
-			go d.serve()
-		}
-		return true
-	})
+	err := s.divvy.srv.Serve(s.listen(ln, s.divvyDoor()))
+	if s.closing.Load() {
+		return nil
+	}
+	return err
+}
+
+// divvyDoor is how the line protocol's listener admits: a slot of
+// --maxclients, shared with RESP and HTTP, given back when the connection
+// closes, and protected mode unless it is off: the line protocol has no
+// authentication. It refuses with an ERR line, counted in
+// divvy_errors_total.
+func (s *Server) divvyDoor() door {
+	return door{
+		name:    "divvy",
+		take:    s.adm.take,
+		guarded: func() bool { return !s.cfg.AllowRemoteWithoutAuth },
+		full:    divvy.Refusal("max number of clients reached"),
+		denied:  divvy.Refusal("DENIED: sluice is in protected mode and the divvy line protocol has no authentication; it serves clients on loopback only unless started with --protected-mode no"),
+		refused: func() { s.divvy.srv.ErrUnknown.Add(1) },
+		conn:    func(c *admittedConn) net.Conn { return c },
+	}
 }
 
 // divvyAddr is the line protocol's address, or "" when it is off.
@@ -86,287 +102,15 @@ func (s *Server) divvyAddr() string {
 	return s.divvy.ln.Addr().String()
 }
 
-// admitDivvy registers a new connection, or answers and closes it when
-// --maxclients (shared with RESP and HTTP) is reached, protected mode refuses it,
-// or the server is closing.
-func (s *Server) admitDivvy(nc net.Conn) *divvyConn {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	var reason string
-	switch {
-	case s.closing.Load():
-		reason = "server is shutting down"
-	case !s.adm.take():
-		s.stats.rejectedMax.Add(1)
-		reason = "max number of clients reached"
-	case !s.cfg.AllowRemoteWithoutAuth && !isLoopback(nc.RemoteAddr()):
-		s.adm.release()
-		s.stats.rejectedDenied.Add(1)
-		reason = "DENIED: sluice is in protected mode and the divvy line protocol has no authentication; it serves clients on loopback only unless started with --protected-mode no"
-	default:
-		d := &divvyConn{s: s, nc: nc, batch: s.store.NewBatch()}
-		if s.divvy.conns == nil {
-			s.divvy.conns = make(map[*divvyConn]struct{})
-		}
-		s.divvy.conns[d] = struct{}{}
-		s.divvy.wg.Add(1)
-		s.divvy.open.Add(1)
-		s.divvy.total.Add(1)
-		s.stats.connsTotal.Add(1)
-		return d
-	}
-	s.divvy.errUnknown.Add(1)
-	s.refuse(nc, (&policy.ProtocolError{Code: policy.CodeUnknown, Reason: reason}).AppendReply(nil))
-	return nil
-}
-
 // closeDivvy stops accepting, asks every connection to finish its round
 // and close, and waits for them until forceAt, then closes the ones left
 // and waits for them for rest at most. Close calls it.
 func (s *Server) closeDivvy(forceAt time.Time, rest time.Duration) {
 	s.mu.Lock()
 	ln := s.divvy.ln
-	conns := make([]*divvyConn, 0, len(s.divvy.conns))
-	for d := range s.divvy.conns {
-		conns = append(conns, d)
-	}
 	s.mu.Unlock()
 	if ln != nil {
 		_ = ln.Close()
 	}
-	for _, d := range conns {
-		d.draining.Store(true)
-		_ = d.nc.SetReadDeadline(time.Now())
-	}
-	done := make(chan struct{})
-	go func() {
-		s.divvy.wg.Wait()
-		close(done)
-	}()
-	select {
-	case <-done:
-	case <-s.after(time.Until(forceAt)):
-		s.mu.Lock()
-		for d := range s.divvy.conns {
-			_ = d.nc.Close()
-		}
-		s.mu.Unlock()
-		select {
-		case <-done:
-		case <-s.after(rest):
-			// As in Close: a hit stuck below the network is given up on.
-			s.log.Error("shutdown: line-protocol connections still busy after closing them; giving up on them")
-		}
-	}
-}
-
-func (d *divvyConn) serve() {
-	s := d.s
-	defer func() {
-		if d.errSent {
-			d.lingerClose()
-		}
-		_ = d.nc.Close()
-		s.mu.Lock()
-		delete(s.divvy.conns, d)
-		s.mu.Unlock()
-		s.divvy.open.Add(-1)
-		s.adm.release()
-		s.divvy.wg.Done()
-	}()
-	defer func() {
-		if r := recover(); r != nil {
-			s.stats.panics.Add(1)
-			s.log.Error("divvy line panicked; closing the connection", "remote", d.nc.RemoteAddr().String(), "panic", r)
-		}
-	}()
-	maxLine := s.cfg.DivvyMaxLine
-	// 16 KiB brings in many pipelined lines per read; the buffer grows, up
-	// to one whole line and its "\r\n", only for a client that sends long
-	// lines.
-	d.buf = make([]byte, min(maxLine+2, 16<<10))
-	start, end := 0, 0
-	eof := false
-	for {
-		if bytes.IndexByte(d.buf[start:end], '\n') >= 0 || (eof && end > start) {
-			var stop bool
-			start, stop = d.round(start, end, eof)
-			if stop {
-				return
-			}
-			continue
-		}
-		if eof || d.draining.Load() {
-			return
-		}
-		if end-start > maxLine+1 { // a "\r" may still come before the "\n"
-			d.fail(policy.CodeUnknown, "line too long")
-			return
-		}
-		if start > 0 {
-			end = copy(d.buf, d.buf[start:end])
-			start = 0
-		}
-		if end == len(d.buf) {
-			grown := make([]byte, min(2*len(d.buf), maxLine+2))
-			end = copy(grown, d.buf[:end])
-			d.buf = grown
-		}
-		if t := s.cfg.DivvyIdleTimeout; t > 0 {
-			_ = d.nc.SetReadDeadline(time.Now().Add(t))
-		}
-		if d.draining.Load() {
-			return
-		}
-		n, err := d.nc.Read(d.buf[end:])
-		end += n
-		if n > 0 {
-			s.stats.netIn.Add(int64(n))
-		}
-		switch {
-		case err == nil:
-		case errors.Is(err, io.EOF):
-			eof = true // a last line without "\n" is still executed
-		case isTimeout(err) && !d.draining.Load():
-			s.stats.idleClosed.Add(1)
-			return
-		default:
-			return
-		}
-	}
-}
-
-// round executes the complete lines in d.buf[start:end], at most
-// DivvyMaxPipeline of them, and, when eof, a last line without "\n";
-// commits their writes; and writes their replies. It returns where the
-// unread bytes start, and stop when the connection must close.
-func (d *divvyConn) round(start, end int, eof bool) (next int, stop bool) {
-	s := d.s
-	t0 := time.Now()
-	lp := s.pol.Current()
-	d.out = d.out[:0]
-	// Resharding: MIGRATE PAUSE waits for the round's hits to be committed
-	// (migrate.go).
-	wp := s.beginWrite()
-	firstWrite := -1
-	writes := 0
-	for n := 0; n < s.cfg.DivvyMaxPipeline && start < end && !stop; {
-		var line []byte
-		if i := bytes.IndexByte(d.buf[start:end], '\n'); i >= 0 {
-			line = d.buf[start : start+i]
-			start += i + 1
-		} else if eof {
-			line = d.buf[start:end]
-			start = end
-		} else {
-			break
-		}
-		if len(line) > 0 && line[len(line)-1] == '\r' {
-			line = line[:len(line)-1]
-		}
-		if len(line) > s.cfg.DivvyMaxLine {
-			d.out = d.errReply(policy.CodeUnknown, "line too long")
-			stop = true
-			break
-		}
-		cmd, req, err := policy.ParseLine(line, d.h.Req)
-		if req != nil {
-			d.h.Req = req
-		}
-		if err != nil {
-			var pe *policy.ProtocolError
-			if !errors.As(err, &pe) {
-				pe = &policy.ProtocolError{Code: policy.CodeUnknown, Reason: err.Error()}
-			}
-			d.out = d.errReply(pe.Code, pe.Reason)
-			stop = true
-			break
-		}
-		if cmd == policy.CmdNone {
-			continue
-		}
-		n++
-		if lp == nil {
-			d.out = d.errReply(policy.CodeUnknown, divvyReason(string(rules.ErrNoPolicy)))
-			stop = true
-			break
-		}
-		mark, before := len(d.out), d.batch.Len()
-		out, err := s.rules.Hit(&d.h, lp, d.h.Req, 1, d.batch, s.clock().UnixNano())
-		if err != nil {
-			d.out = d.errReply(policy.CodeUnknown, s.lineReason(err))
-			stop = true
-			break
-		}
-		if d.batch.Len() > before {
-			writes++
-			if firstWrite < 0 {
-				firstWrite = mark
-			}
-		}
-		d.out = out.AppendReply(d.out)
-	}
-	committed := true
-	if d.batch.Pending() {
-		if err := s.commitBatch(d.batch); err != nil && !s.allowDespite(err, writes) {
-			// No reply may show a change that was not stored: the replies
-			// from the first write on become one error, and the connection
-			// closes, as after any ERR.
-			committed = false
-			if firstWrite >= 0 {
-				d.out = d.out[:firstWrite]
-			}
-			d.out = d.errReply(policy.CodeUnknown, s.lineReason(err))
-			stop = true
-		}
-	}
-	s.endWrite(wp) // before the reply's write, which a slow reader may hold up
-	d.h.CountHits(committed)
-	if len(d.out) > 0 {
-		if t := s.cfg.DivvyIdleTimeout; t > 0 {
-			_ = d.nc.SetWriteDeadline(time.Now().Add(t))
-		}
-		n, err := d.nc.Write(d.out)
-		s.stats.netOut.Add(int64(n))
-		if err != nil {
-			stop = true
-		}
-	}
-	s.http.hitSeconds.Observe(time.Since(t0).Seconds())
-	return start, stop
-}
-
-// lingerClose ends a connection after an ERR without losing the ERR: a
-// close with the client's unread lines still queued would send a TCP reset,
-// which can discard the reply before the client reads it. So it sends FIN
-// first, then reads and drops what the client still sends, for at most a
-// second or 1 MiB, before the caller closes.
-func (d *divvyConn) lingerClose() {
-	tc, ok := d.nc.(*net.TCPConn)
-	if !ok {
-		return
-	}
-	_ = tc.CloseWrite()
-	_ = tc.SetReadDeadline(time.Now().Add(time.Second))
-	_, _ = io.CopyN(io.Discard, tc, 1<<20)
-}
-
-// errReply appends an ERR line to d.out and counts it.
-func (d *divvyConn) errReply(code, reason string) []byte {
-	d.errSent = true
-	switch code {
-	case policy.CodeUnknownCommand:
-		d.s.divvy.errUnknownCommand.Add(1)
-	default:
-		d.s.divvy.errUnknown.Add(1)
-	}
-	return (&policy.ProtocolError{Code: code, Reason: reason}).AppendReply(d.out)
-}
-
-// fail writes one ERR line, for a connection about to close.
-func (d *divvyConn) fail(code, reason string) {
-	d.out = d.errReply(code, reason)
-	_ = d.nc.SetWriteDeadline(time.Now().Add(time.Second))
-	n, _ := d.nc.Write(d.out)
-	d.s.stats.netOut.Add(int64(n))
+	s.divvy.srv.Close(forceAt, rest)
 }

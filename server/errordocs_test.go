@@ -7,6 +7,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/sluicehq/sluice/internal/errs"
 	"github.com/sluicehq/sluice/storage"
 )
 
@@ -24,8 +25,8 @@ func TestProtocolDocListsStoreErrors(t *testing.T) {
 		storage.ErrClosed,
 		storage.ErrUnavailable,
 		storage.ErrFailed,
-		errCorruptState,
-		errStoreRead,
+		&errs.Error{Kind: errs.Corrupt},
+		&errs.Error{Kind: errs.StoreRead},
 	} {
 		text := s.errorText(e)
 		if text == "ERR internal error" {

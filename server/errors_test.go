@@ -6,64 +6,68 @@ import (
 	"io"
 	"log/slog"
 	"net/http"
+	"strings"
 	"testing"
 
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 
 	"github.com/sluicehq/sluice/bucket"
-	"github.com/sluicehq/sluice/internal/resp"
+	"github.com/sluicehq/sluice/internal/check"
+	"github.com/sluicehq/sluice/internal/divvy"
+	"github.com/sluicehq/sluice/internal/errs"
 	"github.com/sluicehq/sluice/storage"
 )
 
 // TestErrorKinds pins what every protocol answers for each kind of error:
-// classify is the one classifier, and the RESP text, the line protocol's
-// reason, /check's status and the rate limit service's gRPC code are
-// renderings of its kind.
+// errors are typed where they are made (typed adds the store's own
+// conditions), and the RESP text, the line protocol's reason, /check's
+// status and the rate limit service's gRPC code are renderings of it.
 func TestErrorKinds(t *testing.T) {
 	s := &Server{log: slog.New(slog.NewTextHandler(io.Discard, nil))}
-	fwd := forwardErr{resp.Error("ERR cluster: forwarding a counter of slot 7 to its owner a:1 failed: refused")}
+	const fwdText = "ERR cluster: forwarding a counter of slot 7 to its owner a:1 failed: refused"
+	fwd := forwardErr("", fwdText[4:])
 	for _, tc := range []struct {
 		err  error
-		kind errKind
+		kind errs.Kind
 		resp string
 		line string
 		code codes.Code
 		down bool // AllowOnStoreError lets a reply stand despite it
 	}{
-		{resp.ErrSyntax, kindClient, "ERR syntax error", "syntax error", codes.InvalidArgument, false},
-		{fmt.Errorf("hit: %w", resp.Error(`ERR hits: "x"`)), kindClient, `ERR hits: "x"`, `hits: 'x'`, codes.InvalidArgument, false},
-		{resp.Error("CROSSSLOT Keys in request don't hash to the same slot"), kindClient, "CROSSSLOT Keys in request don't hash to the same slot", "CROSSSLOT Keys in request don't hash to the same slot", codes.InvalidArgument, false},
-		{fwd, kindForward, string(fwd.reply), string(fwd.reply)[4:], codes.Unavailable, false},
-		{storage.ErrClosed, kindShutdown, "ERR server is shutting down", "server is shutting down", codes.Unavailable, false},
-		{fmt.Errorf("commit: %w", storage.ErrUnavailable), kindStoreUnavailable, "ERR store unavailable: writes to the data directory are failing (disk full or I/O error); the server retries and takes changes again by itself", "store unavailable: writes to the data directory are failing (disk full or I/O error); the server retries and takes changes again by itself", codes.Unavailable, true},
-		{storage.ErrFailed, kindStoreFailed, "ERR store unavailable: a write to the data directory failed; see the server log", "store unavailable: a write to the data directory failed; see the server log", codes.Unavailable, true},
-		{wrapStoreErr(bucket.ErrCorrupt), kindCorrupt, "ERR stored state is corrupt; see the server log", "stored state is corrupt; see the server log", codes.Unavailable, false},
-		{wrapStoreErr(errors.New("pebble: read")), kindStoreRead, "ERR store read failed; see the server log", "store read failed; see the server log", codes.Unavailable, true},
-		{errors.New("a bug"), kindInternal, "ERR internal error", "internal error", codes.Unavailable, false},
+		{errs.Syntax, errs.Request, "ERR syntax error", "syntax error", codes.InvalidArgument, false},
+		{fmt.Errorf("hit: %w", errs.New(errs.Request, `hits: "x"`)), errs.Request, `ERR hits: "x"`, `hits: 'x'`, codes.InvalidArgument, false},
+		{&errs.Error{Kind: errs.Request, Code: "CROSSSLOT", Msg: "Keys in request don't hash to the same slot"}, errs.Request, "CROSSSLOT Keys in request don't hash to the same slot", "CROSSSLOT Keys in request don't hash to the same slot", codes.InvalidArgument, false},
+		{fwd, errs.Forward, fwdText, fwdText[4:], codes.Unavailable, false},
+		{storage.ErrClosed, errs.Shutdown, "ERR server is shutting down", "server is shutting down", codes.Unavailable, false},
+		{fmt.Errorf("commit: %w", storage.ErrUnavailable), errs.StoreUnavailable, "ERR store unavailable: writes to the data directory are failing (disk full or I/O error); the server retries and takes changes again by itself", "store unavailable: writes to the data directory are failing (disk full or I/O error); the server retries and takes changes again by itself", codes.Unavailable, true},
+		{storage.ErrFailed, errs.StoreFailed, "ERR store unavailable: a write to the data directory failed; see the server log", "store unavailable: a write to the data directory failed; see the server log", codes.Unavailable, true},
+		{storeErr(bucket.ErrCorrupt), errs.Corrupt, "ERR stored state is corrupt; see the server log", "stored state is corrupt; see the server log", codes.Unavailable, false},
+		{storeErr(errors.New("pebble: read")), errs.StoreRead, "ERR store read failed; see the server log", "store read failed; see the server log", codes.Unavailable, true},
+		{errors.New("a bug"), errs.Internal, "ERR internal error", "internal error", codes.Unavailable, false},
 	} {
-		if k := classify(tc.err); k != tc.kind {
-			t.Errorf("classify(%v) = %d, want %d", tc.err, k, tc.kind)
+		if k := typed(tc.err).Kind; k != tc.kind {
+			t.Errorf("typed(%v).Kind = %d, want %d", tc.err, k, tc.kind)
 		}
 		if got := s.errorText(tc.err); got != tc.resp {
 			t.Errorf("errorText(%v) = %q, want %q", tc.err, got, tc.resp)
 		}
-		if got := s.lineReason(tc.err); got != tc.line {
-			t.Errorf("lineReason(%v) = %q, want %q", tc.err, got, tc.line)
+		if got := divvy.Reason(s.failure(tc.err)); got != tc.line {
+			t.Errorf("divvy.Reason(%v) = %q, want %q", tc.err, got, tc.line)
 		}
-		if got := checkHTTPStatus(classify(tc.err)); got != http.StatusServiceUnavailable {
-			t.Errorf("checkHTTPStatus(%v) = %d, want 503", tc.err, got)
+		if got := check.HTTPStatus(typed(tc.err).Kind); got != http.StatusServiceUnavailable {
+			t.Errorf("check.HTTPStatus(%v) = %d, want 503", tc.err, got)
 		}
 		st := status.Convert(rlsStatusErr(s, 2, tc.err))
-		if want := "descriptor 2: " + replyMessage(tc.resp); st.Code() != tc.code || st.Message() != want {
+		if want := "descriptor 2: " + strings.TrimPrefix(tc.resp, "ERR "); st.Code() != tc.code || st.Message() != want {
 			t.Errorf("rlsStatusErr(%v) = %v %q, want %v %q", tc.err, st.Code(), st.Message(), tc.code, want)
 		}
-		if got := classify(tc.err).storeDown(); got != tc.down {
-			t.Errorf("classify(%v).storeDown() = %v, want %v", tc.err, got, tc.down)
+		if got := typed(tc.err).Kind.StoreDown(); got != tc.down {
+			t.Errorf("typed(%v).Kind.StoreDown() = %v, want %v", tc.err, got, tc.down)
 		}
-		// wrapStoreErr leaves the store's conditions and replies as they are.
-		if tc.kind != kindCorrupt && tc.kind != kindStoreRead && tc.kind != kindInternal && wrapStoreErr(tc.err) != tc.err {
-			t.Errorf("wrapStoreErr(%v) wrapped it", tc.err)
+		// storeErr leaves the store's conditions and replies as they are.
+		if tc.kind != errs.Corrupt && tc.kind != errs.StoreRead && tc.kind != errs.Internal && storeErr(tc.err) != tc.err {
+			t.Errorf("storeErr(%v) wrapped it", tc.err)
 		}
 	}
 }

@@ -13,9 +13,11 @@ import (
 
 	"github.com/sluicehq/sluice/internal/cmddoc"
 	"github.com/sluicehq/sluice/internal/counterhit"
+	"github.com/sluicehq/sluice/internal/errs"
 	"github.com/sluicehq/sluice/internal/resp"
 	"github.com/sluicehq/sluice/keyspace"
 	"github.com/sluicehq/sluice/policy"
+	"github.com/sluicehq/sluice/storage"
 )
 
 // Keyless requests in cluster mode. A HIT (over RESP or the divvy line
@@ -24,8 +26,10 @@ import (
 // its own key (rule identity and actor). When another node owns that slot,
 // the hit of that one counter is forwarded to it as SLUICE.COUNTERHIT over
 // RESP, on pooled connections with a timeout, and the owner applies it
-// under the same rule (the nodes must run the same --policy and --rls-config; the owner
-// checks the rule's identity). The hook is the rules.Engine's Forward, one call in its HitRule.
+// under the same rule (the nodes must run the same --policy and
+// --rls-config; the owner checks the rule's identity). The engine asks
+// through engine.Cluster, which clusterLink implements: one call in its
+// Round.HitRule.
 //
 // The owner applies exactly what the receiving node would: the rule, by
 // position, with its algorithm; the counter ID, from the key; the limit
@@ -56,15 +60,28 @@ type fwdConn struct {
 	buf []byte
 }
 
-// forwardCounter is the rules engine's Forward hook: in cluster mode, when another node owns
-// the slot of the counter key key (keyspace.AppendRuleKey's, any kind), it
+// clusterLink is cluster mode's side of the engine (engine.Cluster): it
+// forwards a counter hit to the node owning the counter's slot, and notes
+// the keys a round writes in slots being moved off this node. New gives
+// it to the engine in cluster mode only.
+type clusterLink Server
+
+// NoteWrites implements engine.Cluster: the keys of b's changes in
+// migrating slots are noted, before b's changes are committed or handed
+// over, so that no write escapes a move.
+func (l *clusterLink) NoteWrites(b *storage.Batch) {
+	if s := (*Server)(l); s.clus.mig.active.Load() {
+		s.noteDirty(b)
+	}
+}
+
+// ForwardCounter implements engine.Cluster: when another node owns the
+// slot of the counter key key (keyspace.AppendRuleKey's, any kind), it
 // has that node apply hits of r under limit at now (unix ns) and returns
 // its outcome with forwarded true. Otherwise it returns forwarded false and
-// the caller applies the hit here.
-func (s *Server) forwardCounter(key []byte, r *policy.Rule, limit, hits, now int64) (forwarded bool, out policy.Outcome, err error) {
-	if !s.clus.on {
-		return false, out, nil
-	}
+// the engine applies the hit here.
+func (l *clusterLink) ForwardCounter(key []byte, r *policy.Rule, limit, hits, now int64) (forwarded bool, out policy.Outcome, err error) {
+	s := (*Server)(l)
 	slot := binary.BigEndian.Uint16(key)
 	v := s.clus.view.Load()
 	o := v.owner[slot]
@@ -72,7 +89,7 @@ func (s *Server) forwardCounter(key []byte, r *policy.Rule, limit, hits, now int
 	case o == v.self && o != 0 && !s.slotMigrating(slot):
 		return false, out, nil
 	case o == 0:
-		return true, out, forwardErr{errClusterDown}
+		return true, out, forwardErr("CLUSTERDOWN", "Hash slot not served")
 	}
 	out, err = s.forwardHit(v.top.Nodes[o-1].Addr, slot, key, r, limit, hits, now)
 	return true, out, err
@@ -87,7 +104,7 @@ func (s *Server) forwardHit(addr string, slot uint16, key []byte, r *policy.Rule
 	for hops := 0; ; hops++ {
 		reply, err := s.fwd.call(s, addr, deadline, args)
 		if err != nil {
-			return policy.Outcome{}, forwardErr{resp.Error(fmt.Sprintf("ERR cluster: forwarding a counter of slot %d to its owner %s failed: %v", slot, addr, oneLine(err.Error())))}
+			return policy.Outcome{}, forwardErr("", fmt.Sprintf("cluster: forwarding a counter of slot %d to its owner %s failed: %v", slot, addr, oneLine(err.Error())))
 		}
 		var re resp.Error
 		if !errors.As(reply.Err, &re) {
@@ -253,7 +270,7 @@ func cmdCounterHit(s *Server, c *client, args [][]byte) {
 	limit, ok3 := resp.ParseInt(args[4])
 	hits, ok4 := resp.ParseInt(args[5])
 	if !ok1 || !ok2 || !ok3 || !ok4 {
-		s.replyErr(c, resp.ErrNotInteger)
+		s.replyErr(c, errs.NotInteger)
 		return
 	}
 	if s.clus.on && !s.routeSlot(c, rec.Slot) {
@@ -264,9 +281,8 @@ func cmdCounterHit(s *Server, c *client, args [][]byte) {
 		s.replyErr(c, err)
 		return
 	}
-	h := &c.hit
-	h.ID = r.AppendCounterID(h.ID[:0], nil) // the identity alone: no actor
-	if !r.MayCount() || string(h.ID) != string(id[:policy.CounterIDLen]) {
+	c.cid = r.AppendCounterID(c.cid[:0], nil) // the identity alone: no actor
+	if !r.MayCount() || string(c.cid) != string(id[:policy.CounterIDLen]) {
 		s.replyErr(c, resp.Error("ERR cluster: rule "+strconv.FormatInt(pos, 10)+" of this node's rule file is not the sender's: every node must run the same rules"))
 		return
 	}
@@ -283,8 +299,8 @@ func cmdCounterHit(s *Server, c *client, args [][]byte) {
 	// limit: the kind is the rule's algorithm, the parameters (a bucket's
 	// depend on the limit, a window's on the period) and the slot are the
 	// rule's and the ID's.
-	h.Key = keyspace.AppendRuleKey(h.Key[:0], r, limit, id)
-	if string(h.Key) != string(key) {
+	c.Key = keyspace.AppendRuleKey(c.Key[:0], r, limit, id)
+	if string(c.Key) != string(key) {
 		s.replyErr(c, resp.Error("ERR SLUICE.COUNTERHIT: the key is not rule "+strconv.FormatInt(pos, 10)+"'s counter under limit "+strconv.FormatInt(limit, 10)+
 			"; expected a "+r.Algorithm.String()+" counter of its parameters, in the slot of its counter ID"))
 		return
@@ -295,7 +311,7 @@ func cmdCounterHit(s *Server, c *client, args [][]byte) {
 	own := s.clock().UnixNano()
 	skew := int64(s.maxClockSkew())
 	now = max(min(now, own+skew), own-skew)
-	out, err := s.rules.ApplyCounter(h, c.Batch, key, r, limit, hits, now, id)
+	out, err := c.Round.ApplyCounter(key, r, limit, hits, now, id)
 	if err != nil {
 		s.replyErr(c, err)
 		return

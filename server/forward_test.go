@@ -12,9 +12,9 @@ import (
 	"strconv"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/sluicehq/sluice/internal/counterhit"
-	"github.com/sluicehq/sluice/internal/rules"
 	"github.com/sluicehq/sluice/keyspace"
 	"github.com/sluicehq/sluice/policy"
 	"github.com/sluicehq/sluice/storage"
@@ -132,7 +132,7 @@ func TestClusterHitOwnerDown(t *testing.T) {
 }
 
 // hitDirect evaluates the request of line's fields on srv as the front
-// ends do (rules.Engine.Hit with hits, at the server's clock), commits, and
+// ends do (engine.Round.Hit with hits, at the server's clock), commits, and
 // returns the outcome with its Rule replaced by the rule's position, so
 // that outcomes of two servers compare.
 func hitDirect(t *testing.T, srv *Server, line string, hits int64) (policy.Outcome, int, error) {
@@ -141,10 +141,9 @@ func hitDirect(t *testing.T, srv *Server, line string, hits int64) (policy.Outco
 	if err != nil {
 		t.Fatal(err)
 	}
-	var h rules.Hitter
-	b := srv.store.NewBatch()
-	out, err := srv.rules.Hit(&h, srv.pol.Current(), req, hits, b, srv.clock().UnixNano())
-	if cerr := b.Commit(); cerr != nil {
+	r := srv.eng.NewRound()
+	out, err := r.Hit(srv.pol.Current(), req, hits, srv.clock().UnixNano())
+	if _, cerr := r.Commit(); cerr != nil {
 		t.Fatal(cerr)
 	}
 	pos := 0
@@ -201,7 +200,7 @@ func checkOnOwners(t *testing.T, nodes []*Server, ref *Server, min int64) {
 func testClusterHitAlgorithms(t *testing.T) {
 	path := filepath.Join("..", "policy", "testdata", "algorithms.ini")
 	clock := newTestClock(t0)
-	cfg := Config{PolicyFile: path, Clock: clock.now, SweepInterval: -1}
+	cfg := Config{PolicyFile: path, Clock: clock.now, SweepInterval: NoLimit[time.Duration]()}
 	nodes := startClusterServers(t, 2, cfg)
 	ref := startServer(t, cfg)
 	var forwarded int
@@ -249,7 +248,7 @@ func testClusterHitAlgorithms(t *testing.T) {
 func TestClusterCheckCountsOnOwner(t *testing.T) {
 	path := filepath.Join("..", "policy", "testdata", "algorithms.ini")
 	clock := newTestClock(t0)
-	cfg := Config{PolicyFile: path, Clock: clock.now, SweepInterval: -1, Check: CheckConfig{
+	cfg := Config{PolicyFile: path, Clock: clock.now, SweepInterval: NoLimit[time.Duration](), Check: CheckConfig{
 		FieldHeaders: []CheckFieldHeader{{Field: "quota", Header: "X-Quota"}, {Field: "user", Header: "X-User"}},
 	}}
 	nodes := startClusterServers(t, 2, cfg)
@@ -368,7 +367,7 @@ func FuzzCounterHit(f *testing.F) {
 	f.Fuzz(func(t *testing.T, key []byte, pos, now, limit, hits string) {
 		c := newBenchClient(srv)
 		srv.exec(c, [][]byte{[]byte("SLUICE.COUNTERHIT"), key, []byte(pos), []byte(now), []byte(limit), []byte(hits)})
-		if err := c.Batch.Commit(); err != nil {
+		if _, err := c.Round.Commit(); err != nil {
 			t.Fatal(err)
 		}
 		out := string(c.Out)

@@ -11,10 +11,10 @@ import (
 )
 
 // Policy rules (divvy's model): POLICY over RESP, ReloadPolicy and INFO's
-// policy section; HIT is the rules family's (rules.Register). The rule file in use, its reloads and the
-// counters behind the divvy_* metrics are a rules.File (Server.pol); the
-// line protocol is in divvy.go; every front end executes hits with the
-// engine of package internal/rules (Server.rules).
+// policy section; HIT is internal/limitcmd's (RegisterHit). The rule file
+// in use, its reloads and the counters behind the divvy_* metrics are a
+// rules.File (Server.pol); the line protocol is in divvy.go; every front
+// end runs its hits in an engine.Round (Server.eng).
 
 // ReloadPolicy reads the --policy file again, as a reload (reload.go),
 // and, if it is valid, puts it in use at once for every new hit; hits
@@ -147,7 +147,7 @@ func (s *Server) policyInfo(kv func(k, v string)) {
 	kv("policy_reload_failures", strconv.FormatInt(ps.ReloadFailures.Load(), 10))
 	kv("policy_last_reload_error", ps.LastError())
 	kv("divvy_addr", s.divvyAddr())
-	kv("divvy_connections", strconv.FormatInt(s.divvy.open.Load(), 10))
+	kv("divvy_connections", strconv.FormatInt(s.divvy.srv.Open.Load(), 10))
 	// Envoy's rate limit service's configuration, reloaded with the rules.
 	st := &s.rls
 	kv("rls_config_dir", st.dir)

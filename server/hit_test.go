@@ -18,7 +18,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/sluicehq/sluice/internal/rules"
+	"github.com/sluicehq/sluice/internal/engine"
 	"github.com/sluicehq/sluice/storage"
 )
 
@@ -251,7 +251,7 @@ func TestTestConfig(t *testing.T) {
 func TestLineProtocolErrorsCloseTheConnection(t *testing.T) {
 	path := policyFile(t, "p.ini", "[path=/x ip=*]\ncreditLimit = 5\nresetSeconds = 60\nactorField = ip\n\n[default]\ncreditLimit = 0\nresetSeconds = 0\n")
 	clock := newTestClock(t0)
-	srv := startServer(t, Config{PolicyFile: path, Clock: clock.now, DivvyMaxLine: 100})
+	srv := startServer(t, Config{PolicyFile: path, Clock: clock.now, Divvy: DivvyConfig{MaxLine: 100}})
 	addr := startDivvy(t, srv)
 	for _, tc := range []struct {
 		name, send, want string
@@ -285,10 +285,10 @@ func TestLineProtocolErrorsCloseTheConnection(t *testing.T) {
 	if got, err := io.ReadAll(c.r); err != nil || string(got) != "OK true 4 60\n" {
 		t.Fatalf("last line at EOF: %q, %v", got, err)
 	}
-	if n := srv.divvy.errUnknownCommand.Load(); n != 1 {
+	if n := srv.divvy.srv.ErrUnknownCommand.Load(); n != 1 {
 		t.Errorf("unknown-command errors = %d, want 1", n)
 	}
-	if n := srv.divvy.errUnknown.Load(); n != 4 {
+	if n := srv.divvy.srv.ErrUnknown.Load(); n != 4 {
 		t.Errorf("unknown errors = %d, want 4", n)
 	}
 }
@@ -621,7 +621,7 @@ func TestSweepDropsEndedWindows(t *testing.T) {
 func TestLineProtocolLimits(t *testing.T) {
 	path := policyFile(t, "p.ini", "[default]\ncreditLimit = 1\nresetSeconds = 0\n")
 	t.Run("idle timeout", func(t *testing.T) {
-		srv := startServer(t, Config{PolicyFile: path, DivvyIdleTimeout: 50 * time.Millisecond})
+		srv := startServer(t, Config{PolicyFile: path, Divvy: DivvyConfig{IdleTimeout: 50 * time.Millisecond}})
 		c := dialLine(t, startDivvy(t, srv))
 		c.send("HIT\n")
 		if got := c.line(); got != "OK true 1 0" {
@@ -647,7 +647,7 @@ func TestLineProtocolLimits(t *testing.T) {
 	t.Run("pipeline bound", func(t *testing.T) {
 		// Rounds of at most 3 lines: 10 pipelined lines still get 10
 		// replies, in order.
-		srv := startServer(t, Config{PolicyFile: path, DivvyMaxPipeline: 3})
+		srv := startServer(t, Config{PolicyFile: path, Divvy: DivvyConfig{MaxPipeline: 3}})
 		c := dialLine(t, startDivvy(t, srv))
 		c.send(strings.Repeat("HIT\n", 10))
 		for i := range 10 {
@@ -706,7 +706,7 @@ func BenchmarkHitCommand(b *testing.B) {
 // and never hangs or crashes.
 func FuzzDivvyLines(f *testing.F) {
 	path := policyFile(f, "p.ini", "[path=/x ip=*]\ncreditLimit = 3\nresetSeconds = 60\nactorField = ip\n\n[path=/y]\ncreditLimit = 1\nresetSeconds = 0\nmatchPolicy = canary\n\n[default]\ncreditLimit = 0\nresetSeconds = 0\n")
-	srv := startServer(f, Config{PolicyFile: path, DivvyMaxLine: 256, DivvyMaxPipeline: 4})
+	srv := startServer(f, Config{PolicyFile: path, Divvy: DivvyConfig{MaxLine: 256, MaxPipeline: 4}})
 	addr := startDivvy(f, srv)
 	for _, seed := range []string{
 		"HIT path=/x ip=1\n", "hit\r\n\r\nHIT path=/y\n", "HIT \"a b\"=\"c=d\"\nHIT x=\"\n", "PING\nHIT\n",
@@ -856,7 +856,7 @@ func TestClientMemoryCountsHitBuffers(t *testing.T) {
 	// buffers, not the HIT's.
 	hit, echo := grew("HIT", "*3"), grew("ECHO", "-ERR wrong number of arguments")
 	t.Logf("a command of %d arguments: client buffers grew %d bytes for HIT, %d for ECHO", fields+1, hit, echo)
-	if want := int64(fields * rules.FieldSize); hit-echo < want {
+	if want := int64(fields * engine.FieldSize); hit-echo < want {
 		t.Fatalf("client buffers grew %d bytes after a HIT of %d fields and %d after an ECHO as long; the HIT's parsed fields alone take %d",
 			hit, fields, echo, want)
 	}

@@ -28,7 +28,6 @@ import (
 type httpState struct {
 	reg          *prometheus.Registry
 	batchSeconds prometheus.Histogram
-	hitSeconds   prometheus.Histogram
 
 	served served
 }
@@ -76,13 +75,6 @@ func (s *Server) initMetrics() {
 		// in --fsync always a millisecond or more.
 		Buckets: prometheus.ExponentialBuckets(10e-6, 2, 18),
 	})
-	h.hitSeconds = prometheus.NewHistogram(prometheus.HistogramOpts{
-		Name: "divvy_hit_duration_seconds",
-		Help: "Time to execute the HIT lines read together from one line-protocol connection, commit their writes and send the replies (observed once per round: each hit in it waited that long).",
-		// divvy's own buckets were Prometheus' defaults; these reach down
-		// to the microseconds a hit takes here.
-		Buckets: prometheus.ExponentialBuckets(10e-6, 2, 18),
-	})
 	build := prometheus.NewGaugeVec(prometheus.GaugeOpts{
 		Name: "sluice_build_info",
 		Help: "Always 1; the labels give the version of sluice, the VCS revision it was built from (empty when unknown) and the version of Go.",
@@ -90,8 +82,8 @@ func (s *Server) initMetrics() {
 	build.WithLabelValues(s.cfg.Version, s.cfg.Revision, runtime.Version()).Set(1)
 	h.reg.MustRegister(
 		h.batchSeconds,
-		h.hitSeconds,
-		s.check.seconds,
+		s.divvy.srv.Seconds,
+		s.check.h.Seconds,
 		build,
 		(*serverCollector)(s),
 		collectors.NewGoCollector(),
@@ -132,7 +124,11 @@ func (s *Server) ServeHTTP(ln net.Listener) error {
 // against MaxClients with take, below TLS, so that a refusal costs no
 // handshake. name names the listener in the log.
 func (s *Server) serveHTTPOn(srv *http.Server, ln net.Listener, name string, take func() bool) error {
-	ln = &httpAdmitListener{Listener: ln, srv: s, name: name, take: take}
+	d := door{name: name, take: take, conn: func(c *admittedConn) net.Conn { return &httpConn{admittedConn: c, srv: s} }}
+	if s.tls == nil {
+		d.full = http503 // with TLS, which runs above, a refusal is closed
+	}
+	ln = s.listen(ln, d)
 	var err error
 	if s.tls != nil {
 		err = srv.ServeTLS(ln, "", "")
@@ -204,7 +200,7 @@ var (
 	descNetIn       = prometheus.NewDesc("sluice_net_input_bytes_total", "Bytes read from clients.", nil, nil)
 	descNetOut      = prometheus.NewDesc("sluice_net_output_bytes_total", "Bytes written to clients.", nil, nil)
 	descStoreErrors = prometheus.NewDesc("sluice_store_error_replies_total", "Commands answered with a store error.", nil, nil)
-	descStoreAllow  = prometheus.NewDesc("sluice_store_error_allowed_total", "Commands answered normally despite a store error (--on-store-error allow).", nil, nil)
+	descStoreAllow  = prometheus.NewDesc("sluice_store_error_allowed_total", "Answers that stood despite a store error (--on-store-error allow), one per operation that wrote.", nil, nil)
 	descPanics      = prometheus.NewDesc("sluice_handler_panics_total", "Commands that panicked (each closes its connection).", nil, nil)
 
 	descFsyncs        = prometheus.NewDesc("sluice_fsyncs_total", "fsyncs of the store's log.", nil, nil)
@@ -294,7 +290,7 @@ func (sc *serverCollector) Collect(ch chan<- prometheus.Metric) {
 	counter(descNetIn, st.netIn.Load())
 	counter(descNetOut, st.netOut.Load())
 	counter(descStoreErrors, st.storeErrors.Load())
-	counter(descStoreAllow, st.storeAllowed.Load())
+	counter(descStoreAllow, s.eng.StoreAllowed())
 	counter(descPanics, st.panics.Load())
 
 	ss := s.store.Stats()
@@ -344,17 +340,17 @@ func (sc *serverCollector) Collect(ch chan<- prometheus.Metric) {
 		counter(descDivvyHits, hc.CanaryAccepted.Load(), "canary-accepted", hc.Label)
 		counter(descDivvyHits, hc.CanaryRejected.Load(), "canary-rejected", hc.Label)
 	}
-	counter(descDivvyErrors, s.divvy.errUnknownCommand.Load(), policy.CodeUnknownCommand)
-	counter(descDivvyErrors, s.divvy.errUnknown.Load(), policy.CodeUnknown)
-	gauge(descDivvyConns, float64(s.divvy.open.Load()))
-	counter(descDivvyAccepted, s.divvy.total.Load())
+	counter(descDivvyErrors, s.divvy.srv.ErrUnknownCommand.Load(), policy.CodeUnknownCommand)
+	counter(descDivvyErrors, s.divvy.srv.ErrUnknown.Load(), policy.CodeUnknown)
+	gauge(descDivvyConns, float64(s.divvy.srv.Open.Load()))
+	counter(descDivvyAccepted, s.divvy.srv.Total.Load())
 	rules, loaded := 0.0, 0.0
 	if lp := ps.Current(); lp != nil {
 		rules, loaded = float64(len(lp.Counts)), float64(lp.At.UnixMilli())/1000
 	}
 	gauge(descPolicyRules, rules)
 	gauge(descPolicyLoaded, loaded)
-	s.collectCheck(ch)
+	s.check.h.Collect(ch)
 	counter(descPolicyReloads, ps.Reloads.Load(), "ok")
 	counter(descPolicyReloads, ps.ReloadFailures.Load(), "failed")
 }
@@ -446,7 +442,7 @@ func (c *httpConn) Read(p []byte) (int, error) {
 	case httpOverNow:
 		s := c.srv
 		s.stats.evictedClients.Add(1)
-		s.log.Warn("closing an HTTP connection: its request header and the buffers of all clients exceed --maxmemory-clients", "remote", c.RemoteAddr().String(), "limit", s.cfg.MaxMemoryClients)
+		s.log.Warn("closing an HTTP connection: its request header and the buffers of all clients exceed --maxmemory-clients", "remote", c.RemoteAddr().String(), "limit", s.cfg.MaxMemoryClients.N())
 		if s.tls == nil {
 			_ = c.SetWriteDeadline(time.Now().Add(time.Second))
 			_, _ = c.Write(http503Memory)

@@ -76,7 +76,7 @@ func TestHTTPMaxHeaderBytes(t *testing.T) {
 // counted as evicted); what a header held is given back when its request
 // is handled.
 func TestHTTPHeadersCountAgainstClients(t *testing.T) {
-	srv := startServer(t, Config{PolicyFile: policyFile(t, "check.ini", checkPolicy), MaxMemoryClients: 256 << 10, HTTPMaxHeaderBytes: 1 << 20})
+	srv := startServer(t, Config{PolicyFile: policyFile(t, "check.ini", checkPolicy), MaxMemoryClients: LimitOf[int64](256 << 10), HTTPMaxHeaderBytes: 1 << 20})
 	evicted := int64(0)
 	for name, addr := range httpListeners(t, srv) {
 		dial := func() net.Conn {

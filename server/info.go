@@ -103,7 +103,7 @@ func (s *Server) writeInfo(b *strings.Builder, section string) {
 		kv("maxclients", strconv.Itoa(s.cfg.MaxClients))
 		kv("maxclients_requested", strconv.Itoa(s.adm.requested))
 		kv("admitted_connections", i64(s.adm.open.Load()))
-		kv("max_auth_failures", strconv.Itoa(max(s.cfg.MaxAuthFailures, 0)))
+		kv("max_auth_failures", strconv.Itoa(s.cfg.MaxAuthFailures.N()))
 		kv("max_args", strconv.Itoa(s.cfg.MaxArgs))
 		kv("max_bulk", i64(s.cfg.MaxBulk))
 		kv("max_key_size", strconv.Itoa(s.cfg.MaxKeySize))
@@ -112,7 +112,7 @@ func (s *Server) writeInfo(b *strings.Builder, section string) {
 		kv("max_reply_buffer", strconv.Itoa(s.cfg.MaxReplyBuffer))
 		kv("mem_clients_normal", i64(s.clientMem.Load()))
 		kv("mem_clients_peak", i64(s.clientMemPeak.Load()))
-		kv("maxmemory_clients", i64(max(s.cfg.MaxMemoryClients, 0)))
+		kv("maxmemory_clients", i64(s.cfg.MaxMemoryClients.N()))
 	case "memory":
 		b.WriteString("# Memory\r\n")
 		s.writeMemoryInfo(kv)
@@ -181,7 +181,7 @@ func (s *Server) writeInfo(b *strings.Builder, section string) {
 			policy = "allow"
 		}
 		kv("on_store_error", policy)
-		kv("store_error_allowed", i64(s.stats.storeAllowed.Load()))
+		kv("store_error_allowed", i64(s.eng.StoreAllowed()))
 		kv("last_checkpoint_time", i64(s.lastSave.Load()))
 	case "storage":
 		st := s.store.Stats()
@@ -204,12 +204,15 @@ func (s *Server) writeInfo(b *strings.Builder, section string) {
 		kv("bucket_cache_memory", i64(st.CacheMemory))
 		kv("compaction_debt_bytes", strconv.FormatUint(st.CompactionDebt, 10))
 		kv("compactions", i64(st.Compactions))
-		interval := int64(-1)
-		if s.cfg.SweepInterval > 0 {
-			interval = int64(s.cfg.SweepInterval / time.Second)
+		interval, rate := int64(-1), -1 // -1: off
+		if !s.cfg.SweepInterval.Off() {
+			interval = int64(s.cfg.SweepInterval.N() / time.Second)
+		}
+		if !s.cfg.SweepRate.Off() {
+			rate = s.cfg.SweepRate.N()
 		}
 		kv("sweep_interval_sec", i64(interval))
-		kv("sweep_rate", strconv.Itoa(s.cfg.SweepRate))
+		kv("sweep_rate", strconv.Itoa(rate))
 		kv("sweep_in_progress", boolInt(sw.running.Load()))
 		last := int64(-1)
 		if ms := sw.lastAt.Load(); ms != 0 {

@@ -5,6 +5,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/sluicehq/sluice/internal/errs"
 	"github.com/sluicehq/sluice/internal/resp"
 )
 
@@ -45,8 +46,8 @@ func TestMaxKeySize(t *testing.T) {
 		t.Fatalf("DBSIZE %d after the commands at the limit, want 2 buckets", n)
 	}
 	// The upstream argument errors still come first.
-	if err := c.Do(ctx, "RL.REDUCE", over, "x", 60).Err(); err == nil || err.Error() != string(resp.ErrNotInteger) {
-		t.Fatalf("RL.REDUCE with a long key and a bad max: %v, want %q", err, resp.ErrNotInteger)
+	if err := c.Do(ctx, "RL.REDUCE", over, "x", 60).Err(); err == nil || err.Error() != resp.ErrorText(errs.NotInteger) {
+		t.Fatalf("RL.REDUCE with a long key and a bad max: %v, want %q", err, resp.ErrorText(errs.NotInteger))
 	}
 
 	small := startServer(t, Config{MaxKeySize: 8})

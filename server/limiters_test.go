@@ -487,13 +487,13 @@ func TestLimiterCommandInfo(t *testing.T) {
 		}
 		documented[name] = true
 	}
-	for name, cmd := range commandTable(nil, nil) {
+	for name, cmd := range commandTable(nil) {
 		if cmd.Doc == nil || cmd.Doc.Summary == "" || cmd.Doc.Group == "" || !documented[name] {
 			t.Errorf("command %s has no COMMAND DOCS record", name)
 		}
 	}
-	if len(documented) != len(commandTable(nil, nil)) {
-		t.Errorf("COMMAND DOCS has %d records, the table %d commands", len(documented), len(commandTable(nil, nil)))
+	if len(documented) != len(commandTable(nil)) {
+		t.Errorf("COMMAND DOCS has %d records, the table %d commands", len(documented), len(commandTable(nil)))
 	}
 }
 

@@ -9,6 +9,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/sluicehq/sluice/internal/errs"
 	"github.com/sluicehq/sluice/internal/resp"
 	"github.com/sluicehq/sluice/keyspace"
 )
@@ -62,7 +63,7 @@ func (s *Server) idleFunc() func(key, val []byte) bool {
 
 // startSweeper starts the background sweep, once, unless it is off.
 func (s *Server) startSweeper() {
-	if s.cfg.SweepInterval < 0 {
+	if s.cfg.SweepInterval.Off() {
 		return
 	}
 	s.sweep.once.Do(func() {
@@ -82,7 +83,7 @@ func (s *Server) stopSweeper() {
 
 func (s *Server) sweepLoop() {
 	defer close(s.sweep.done)
-	t := time.NewTimer(s.cfg.SweepInterval)
+	t := time.NewTimer(s.cfg.SweepInterval.N())
 	defer t.Stop()
 	for {
 		select {
@@ -90,10 +91,10 @@ func (s *Server) sweepLoop() {
 			return
 		case <-t.C:
 		}
-		if err := s.sweepPass(s.cfg.SweepRate, s.sweep.stop); err != nil && !s.closing.Load() {
+		if err := s.sweepPass(s.cfg.SweepRate.N(), s.sweep.stop); err != nil && !s.closing.Load() {
 			s.log.Warn("idle sweep stopped early; it resumes at the next interval", "err", err)
 		}
-		t.Reset(s.cfg.SweepInterval)
+		t.Reset(s.cfg.SweepInterval.N())
 	}
 }
 
@@ -194,7 +195,7 @@ func cmdDBSize(s *Server, c *client, args [][]byte) {
 // path. `sluice --data <path>` serves the copy.
 func cmdCheckpoint(s *Server, c *client, args [][]byte) {
 	if len(args) > 2 {
-		s.replyErr(c, resp.WrongArgs("checkpoint"))
+		s.replyErr(c, errs.WrongArgs("checkpoint"))
 		return
 	}
 	name := "sluice-" + time.Now().UTC().Format("20060102T150405.000Z")

@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/sluicehq/sluice/cluster"
+	"github.com/sluicehq/sluice/internal/errs"
 	"github.com/sluicehq/sluice/internal/resp"
 	"github.com/sluicehq/sluice/keyspace"
 	"github.com/sluicehq/sluice/storage"
@@ -34,9 +35,9 @@ import (
 //  5. MIGRATE PAUSE on the source: commands on those slots get TRYAGAIN, and
 //     it returns once every RESP pipeline under way when the pause began has
 //     ended (a grace period: each connection counts its pipelines), and
-//     every line-protocol batch, GET /check and ShouldRateLimit too (they
-//     count themselves in writeGate: one may have applied a hit here before
-//     START and commit it after the hand-over), so the last MIGRATE DIRTY
+//     every line-protocol batch, GET /check and ShouldRateLimit too (their
+//     engine.Round counts itself in the engine's write gate: one may have
+//     applied a hit here before START and commit it after the hand-over), so the last MIGRATE DIRTY
 //     calls see every change. While a slot migrates, a
 //     HIT counter of it is forwarded to this node over RESP, so the line
 //     protocol's writes take the same path.
@@ -79,65 +80,6 @@ type migration struct {
 	}
 }
 
-// writeGate counts the writes under way outside RESP pipelines (which
-// client.pipes counts): a line-protocol batch, a GET /check, a
-// ShouldRateLimit, from before their first hit to after their commit.
-// MIGRATE PAUSE waits for those begun before it (waitWriters). A writer
-// counts itself in the phase it reads; PAUSE flips the phase and waits for
-// the old one to drain, so writers beginning meanwhile do not hold it up.
-type writeGate struct {
-	phase atomic.Uint32
-	n     [2]atomic.Int64
-	wait  sync.Mutex // one waitWriters at a time
-}
-
-// beginWrite counts a writer in; endWrite(the phase it returned) counts
-// it out. Neither allocates.
-func (s *Server) beginWrite() uint32 {
-	p := s.clus.writers.phase.Load() & 1
-	s.clus.writers.n[p].Add(1)
-	return p
-}
-
-func (s *Server) endWrite(p uint32) { s.clus.writers.n[p].Add(-1) }
-
-// commitBatch commits b, first noting its keys in migrating slots: every
-// write path (RESP pipelines, the line protocol, GET /check, Envoy's
-// ShouldRateLimit) commits through it, so no write escapes a move.
-func (s *Server) commitBatch(b *storage.Batch) error {
-	if s.clus.mig.active.Load() {
-		s.noteDirty(b)
-	}
-	return b.Commit()
-}
-
-// waitWriters returns once every writer counted in writeGate before it was
-// called has ended, or false at deadline. The slots are paused already, so
-// a writer beginning now forwards its hits of them (forwardCounter) and
-// gets TRYAGAIN: waiting for it too is harmless.
-func (s *Server) waitWriters(deadline time.Time) bool {
-	g := &s.clus.writers
-	g.wait.Lock()
-	defer g.wait.Unlock()
-	drained := func(p uint32) bool {
-		for g.n[p].Load() > 0 {
-			if time.Now().After(deadline) {
-				return false
-			}
-			time.Sleep(100 * time.Microsecond)
-		}
-		return true
-	}
-	// Writers may linger in the other phase (a previous PAUSE gave up on
-	// them): they began before now, so drain it first, then flip.
-	cur := g.phase.Load() & 1
-	if !drained(cur ^ 1) {
-		return false
-	}
-	g.phase.Add(1)
-	return drained(cur)
-}
-
 var errNotMigrating = resp.Error("ERR no slot of this node is migrating (did it restart since CLUSTER MIGRATE START?): start the move again")
 
 var errTryAgain = resp.Error("TRYAGAIN Slot is being handed over to another node; retry shortly")
@@ -153,7 +95,7 @@ func (s *Server) pausedSlot(c *client, slot uint16) bool {
 }
 
 // noteDirty notes the keys of b's changes in migrating slots, before b is
-// committed.
+// committed (clusterLink.NoteWrites: the engine calls it).
 func (s *Server) noteDirty(b *storage.Batch) {
 	m := &s.clus.mig
 	b.Keys(func(k []byte) {
@@ -291,7 +233,7 @@ func (s *Server) clusterMigrate(c *client, op string, args [][]byte) {
 		if op == "dirty" {
 			n, ok := resp.ParseInt(args[0])
 			if !ok || n < 1 {
-				s.replyErr(c, resp.ErrNotInteger)
+				s.replyErr(c, errs.NotInteger)
 				return
 			}
 			s.popDirty(c, int(n))
@@ -306,7 +248,7 @@ func (s *Server) clusterMigrate(c *client, op string, args [][]byte) {
 			s.replyErr(c, err)
 			return
 		}
-		if !s.waitPipelines(c) || !s.waitWriters(time.Now().Add(migratePauseWait)) {
+		if !s.waitPipelines(c) || !s.eng.WaitWriters(time.Now().Add(migratePauseWait)) {
 			for slot := range m.state {
 				m.state[slot].CompareAndSwap(slotPaused, slotMigrating)
 			}
@@ -418,7 +360,7 @@ func (s *Server) clusterDump(c *client, args [][]byte) {
 		return
 	}
 	if err := s.store.Flush(); err != nil {
-		s.replyErr(c, wrapStoreErr(err))
+		s.replyErr(c, storeErr(err))
 		return
 	}
 	lo, _ := keyspace.SlotRange(uint16(first))
@@ -444,7 +386,7 @@ func (s *Server) clusterDump(c *client, args [][]byte) {
 		return true
 	})
 	if err != nil {
-		s.replyErr(c, wrapStoreErr(err))
+		s.replyErr(c, storeErr(err))
 		return
 	}
 	c.Out = resp.AppendArray(c.Out, 1+len(recs))
@@ -502,8 +444,8 @@ func (s *Server) clusterRestore(c *client, args [][]byte) {
 	var m restoreMutator
 	for i := 0; i < len(args); i += 2 {
 		m.val = args[i+1]
-		if err := c.Batch.Modify(args[i], &m); err != nil {
-			s.replyErr(c, wrapStoreErr(err))
+		if err := c.Round.Apply(args[i], &m); err != nil {
+			s.replyErr(c, err)
 			return
 		}
 	}
@@ -535,7 +477,7 @@ func (s *Server) clusterDrop(c *client, arg string) {
 		err = s.setImport(rs, importNone)
 	}
 	if err != nil {
-		s.replyErr(c, wrapStoreErr(err))
+		s.replyErr(c, storeErr(err))
 		return
 	}
 	c.Out = resp.AppendInt(c.Out, n)
@@ -864,7 +806,7 @@ func (s *Server) clusterImport(c *client, op string, args [][]byte) {
 	}
 	switch {
 	case err != nil:
-		s.replyErr(c, wrapStoreErr(err))
+		s.replyErr(c, storeErr(err))
 	case op == "start":
 		c.Out = resp.AppendInt(c.Out, n)
 	default:

@@ -8,6 +8,7 @@ import (
 	"strconv"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/sluicehq/sluice/keyspace"
 	"github.com/sluicehq/sluice/policy"
@@ -80,7 +81,7 @@ func TestMigrateCommands(t *testing.T) {
 func TestMigrateRuleCounters(t *testing.T) {
 	path := filepath.Join("..", "policy", "testdata", "algorithms.ini")
 	clock := newTestClock(t0)
-	nodes := startClusterServers(t, 2, Config{PolicyFile: path, Clock: clock.now, SweepInterval: -1})
+	nodes := startClusterServers(t, 2, Config{PolicyFile: path, Clock: clock.now, SweepInterval: NoLimit[time.Duration]()})
 	rules := nodes[0].pol.Current().Policy.Rules()
 	v := nodes[0].clus.view.Load()
 	// One counter of each kind in a slot of node 0.

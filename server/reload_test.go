@@ -96,7 +96,7 @@ func TestReloadReadsOnlyRegularFiles(t *testing.T) {
 	cert := pki.cert
 	rules := policyFile(t, "rules.ini", "[default]\ncreditLimit = 7\nresetSeconds = 0\n")
 	rlsDir := rlsConfigDir(t, rlsYAML)
-	srv := startServer(t, Config{PolicyFile: rules, RLSConfigDir: rlsDir, TLS: &TLSFiles{Cert: pki.cert, Key: pki.key}, MaxConfigFile: 8 << 10})
+	srv := startServer(t, Config{PolicyFile: rules, RLS: RLSConfig{Dir: rlsDir}, TLS: &TLSFiles{Cert: pki.cert, Key: pki.key}, MaxConfigFile: 8 << 10})
 	if err := srv.Reload(); err != nil {
 		t.Fatalf("Reload of good files: %v", err)
 	}

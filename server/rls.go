@@ -27,18 +27,18 @@ import (
 	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/types/known/durationpb"
 
+	"github.com/sluicehq/sluice/internal/engine"
 	"github.com/sluicehq/sluice/internal/rules"
 	"github.com/sluicehq/sluice/policy"
 	"github.com/sluicehq/sluice/rls"
-	"github.com/sluicehq/sluice/storage"
 )
 
 // Envoy's rate limit service (envoy.service.ratelimit.v3): a gRPC listener
 // answering ShouldRateLimit from an envoyproxy/ratelimit YAML
 // configuration (package rls). Each descriptor's limit is a policy.Rule,
-// evaluated with the same step as HIT's deciding rule (checkActorKey and
-// rules.Engine.HitRule), and the reply is sent after the request's writes are
-// committed, as HIT's is.
+// evaluated with the same step as HIT's deciding rule (engine.Round's
+// HitRule), and the reply is sent after the request's round is committed,
+// as HIT's is.
 
 // Defaults for the gRPC listener's limits.
 const (
@@ -114,8 +114,7 @@ type loadedRLS struct {
 
 // rlsWork is one call's reusable state.
 type rlsWork struct {
-	h        rules.Hitter
-	batch    *storage.Batch
+	r        *engine.Round
 	entries  []rls.Entry
 	actor    []byte
 	rpu      []byte
@@ -150,15 +149,15 @@ type rlsLimit struct {
 // initRLS loads the configuration; New calls it.
 func (s *Server) initRLS() error {
 	st := &s.rls
-	st.dir = s.cfg.RLSConfigDir
+	st.dir = s.cfg.RLS.Dir
 	st.stop = make(chan struct{})
-	st.work.New = func() any { return &rlsWork{batch: s.store.NewBatch(), replaced: make(map[string]bool)} }
+	st.work.New = func() any { return &rlsWork{r: s.eng.NewRound(), replaced: make(map[string]bool)} }
 	if st.dir == "" {
 		return nil
 	}
-	if n := rlsStreamMemory(s.cfg.RLSMaxHeaderBytes, s.cfg.RLSMaxMessage); s.cfg.MaxMemoryClients >= 0 && n > s.cfg.MaxMemoryClients {
+	if n := rlsStreamMemory(s.cfg.RLS.MaxHeaderBytes, s.cfg.RLS.MaxMessage); !s.cfg.MaxMemoryClients.within(n) {
 		return fmt.Errorf("server: a rate limit service call may hold %d bytes with --rls-max-message %d and --rls-max-header-bytes %d, more than --maxmemory-clients %d: every call would be refused; raise --maxmemory-clients or lower the others",
-			n, s.cfg.RLSMaxMessage, s.cfg.RLSMaxHeaderBytes, s.cfg.MaxMemoryClients)
+			n, s.cfg.RLS.MaxMessage, s.cfg.RLS.MaxHeaderBytes, s.cfg.MaxMemoryClients.N())
 	}
 	if err := s.loadRLS(); err != nil {
 		return err
@@ -254,12 +253,12 @@ func (s *Server) reloadRLS() error {
 func (s *Server) ServeRLS(ln net.Listener) error {
 	st := &s.rls
 	if st.dir == "" {
-		return errors.New("server: RLS needs Config.RLSConfigDir")
+		return errors.New("server: RLS needs Config.RLS.Dir")
 	}
 	opts := []grpc.ServerOption{
-		grpc.MaxRecvMsgSize(s.cfg.RLSMaxMessage),
-		grpc.MaxConcurrentStreams(uint32(s.cfg.RLSMaxStreams)),
-		grpc.MaxHeaderListSize(uint32(s.cfg.RLSMaxHeaderBytes)),
+		grpc.MaxRecvMsgSize(s.cfg.RLS.MaxMessage),
+		grpc.MaxConcurrentStreams(uint32(s.cfg.RLS.MaxStreams)),
+		grpc.MaxHeaderListSize(uint32(s.cfg.RLS.MaxHeaderBytes)),
 		grpc.InitialWindowSize(rlsWindow),
 		grpc.InTapHandle(s.admitRLSStream),
 		grpc.ForceServerCodecV2(rlsCodec{encoding.GetCodecV2(protoenc.Name)}),
@@ -293,7 +292,7 @@ func (s *Server) ServeRLS(ln net.Listener) error {
 	s.updateRLSHealth()
 	s.log.Info("serving Envoy's rate limit service (gRPC)", "addr", ln.Addr().String(), "config", st.dir, "tls", s.tls != nil)
 	s.warnIfExposed(ln.Addr())
-	err := srv.Serve(&rlsAdmitListener{Listener: ln, srv: s})
+	err := srv.Serve(s.listen(ln, s.rlsDoor()))
 	if errors.Is(err, grpc.ErrServerStopped) || s.closing.Load() {
 		return nil
 	}
@@ -406,40 +405,19 @@ func (h rlsHealth) Check(ctx context.Context, in *healthpb.HealthCheckRequest) (
 	return h.Server.Check(ctx, in)
 }
 
-// rlsAdmitListener counts gRPC connections against MaxClients and applies
-// protected mode: the service has no password, so unless TLS client
-// certificates are required or protected mode is off, only loopback
-// clients are served.
-type rlsAdmitListener struct {
-	net.Listener
-	srv     *Server
-	backoff acceptBackoff
-}
-
-func (l *rlsAdmitListener) Accept() (net.Conn, error) {
-	s := l.srv
-	for {
-		c, err := l.Listener.Accept()
-		if err != nil {
-			if errors.Is(err, net.ErrClosed) || s.closing.Load() {
-				return nil, err
-			}
-			l.backoff.wait(s, "rls", err)
-			continue
-		}
-		l.backoff.delay = 0
-		if !s.cfg.AllowRemoteWithoutAuth && !s.clientCertsRequired() && !isLoopback(c.RemoteAddr()) {
-			s.stats.rejectedDenied.Add(1)
-			_ = c.Close()
-			continue
-		}
-		if !s.adm.take() {
-			s.stats.rejectedMax.Add(1)
-			_ = c.Close()
-			continue
-		}
-		s.stats.connsTotal.Add(1)
-		return &admittedConn{Conn: c, adm: &s.adm}, nil
+// rlsDoor is how the gRPC listener admits: a slot of --maxclients, given
+// back when the connection closes, and protected mode (the service has no
+// password) unless TLS client certificates are required or protected mode
+// is off. A refused connection is closed: a gRPC client reads no text.
+func (s *Server) rlsDoor() door {
+	return door{
+		name:    "rls",
+		take:    s.adm.take,
+		guarded: func() bool { return !s.cfg.AllowRemoteWithoutAuth && !s.clientCertsRequired() },
+		conn: func(c *admittedConn) net.Conn {
+			s.stats.connsTotal.Add(1)
+			return c
+		},
 	}
 }
 
@@ -455,8 +433,8 @@ func (s *Server) serveShouldRateLimit(ctx context.Context, dec func(any) error) 
 	sh, err := scanRLSRequest(wire.b)
 	if err != nil {
 		err = status.Errorf(codes.InvalidArgument, "request is not a RateLimitRequest: %v", err)
-	} else if sh.descriptors > s.cfg.RLSMaxDescriptors {
-		err = status.Errorf(codes.InvalidArgument, "request has %d descriptors; at most %d are accepted (--rls-max-descriptors)", sh.descriptors, s.cfg.RLSMaxDescriptors)
+	} else if sh.descriptors > s.cfg.RLS.MaxDescriptors {
+		err = status.Errorf(codes.InvalidArgument, "request has %d descriptors; at most %d are accepted (--rls-max-descriptors)", sh.descriptors, s.cfg.RLS.MaxDescriptors)
 	}
 	var req rlspb.RateLimitRequest
 	if err == nil {
@@ -571,8 +549,8 @@ func (s *Server) shouldRateLimit(ctx context.Context, req *rlspb.RateLimitReques
 			continue
 		}
 		w.entries = appendEntries(w.entries[:0], d)
-		if n := rls.DescriptorLen(w.entries); n > s.cfg.MaxKeySize {
-			return nil, status.Errorf(codes.InvalidArgument, "descriptor %d: its entries take %d bytes, longer than --max-key-size %d", i, n, s.cfg.MaxKeySize)
+		if err := s.eng.CheckKeySize("the key of its entries", rls.DescriptorLen(w.entries)); err != nil {
+			return nil, rlsStatusErr(s, i, err)
 		}
 		hits := hitsAddend(req, d)
 		if lim.rule.Algorithm == policy.SlidingLog && hits > 1 {
@@ -594,8 +572,7 @@ func (s *Server) shouldRateLimit(ctx context.Context, req *rlspb.RateLimitReques
 
 	// Evaluate, then commit before answering.
 	nowNs := now.UnixNano()
-	wp := s.beginWrite() // resharding: MIGRATE PAUSE waits for it (migrate.go)
-	writes := 0
+	w.r.Begin() // resharding: MIGRATE PAUSE waits for it (migrate.go)
 	var evalErr error
 	for i, d := range req.Descriptors {
 		lim := &w.limits[i]
@@ -617,8 +594,7 @@ func (s *Server) shouldRateLimit(ctx context.Context, req *rlspb.RateLimitReques
 		if lim.never {
 			hits = 0 // read the counter for the reply; take nothing
 		}
-		before := w.batch.Len()
-		out, err := s.rules.HitRule(&w.h, ld.lp, lim.rule, w.req, hits, false, w.batch, nowNs)
+		out, err := w.r.HitRule(ld.lp, lim.rule, w.req, hits, false, nowNs)
 		if err != nil {
 			evalErr = rlsStatusErr(s, i, err)
 			break
@@ -626,22 +602,17 @@ func (s *Server) shouldRateLimit(ctx context.Context, req *rlspb.RateLimitReques
 		if lim.never {
 			// Denied, and waiting cannot help: no retry-after.
 			out.Allowed, out.CreditsLeft, out.RetryAfterMs = false, 0, -1
-			w.h.DenyLast()
-		}
-		if w.batch.Len() > before {
-			writes++
+			w.r.DenyLast()
 		}
 		w.outs[i] = out
 	}
-	committed := evalErr == nil
-	if w.batch.Pending() {
-		if err := s.commitBatch(w.batch); err != nil && !s.allowDespite(err, writes) && evalErr == nil {
-			evalErr, committed = rlsStatusErr(s, -1, err), false
-		}
+	if evalErr != nil {
+		w.r.Fail() // what it changed is committed, but was not told
 	}
-	s.endWrite(wp)
-	w.h.CountHits(committed)
-	w.h.Trim(connKeepBuf)
+	if ok, err := w.r.Commit(); !ok && evalErr == nil {
+		evalErr = rlsStatusErr(s, -1, err)
+	}
+	w.r.Trim(connKeepBuf)
 	if evalErr != nil {
 		return nil, evalErr
 	}
@@ -679,7 +650,7 @@ func (s *Server) shouldRateLimit(ctx context.Context, req *rlspb.RateLimitReques
 		}
 		s.countRLS(ld, w, lim, d, out, hitsAddend(req, d), shadow)
 	}
-	if s.cfg.RLSResponseHeaders && closest != nil {
+	if s.cfg.RLS.ResponseHeaders && closest != nil {
 		resp.ResponseHeadersToAdd = []*core.HeaderValue{
 			{Key: "RateLimit-Limit", Value: strconv.FormatUint(uint64(closest.CurrentLimit.RequestsPerUnit), 10)},
 			{Key: "RateLimit-Remaining", Value: strconv.FormatUint(uint64(closest.LimitRemaining), 10)},

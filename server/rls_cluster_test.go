@@ -2,7 +2,6 @@ package server
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"net/http"
 	"path/filepath"
@@ -12,7 +11,7 @@ import (
 	rlcommon "github.com/envoyproxy/go-control-plane/envoy/extensions/common/ratelimit/v3"
 	rlspb "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
 	typev3 "github.com/envoyproxy/go-control-plane/envoy/type/v3"
-	"github.com/sluicehq/sluice/internal/resp"
+	"github.com/sluicehq/sluice/internal/errs"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 )
@@ -43,7 +42,7 @@ descriptors:
 func TestRLSClusterCountsEveryCounter(t *testing.T) {
 	for _, withPolicy := range []bool{false, true} {
 		t.Run(fmt.Sprintf("policy=%v", withPolicy), func(t *testing.T) {
-			cfg := Config{RLSConfigDir: rlsConfigDir(t, rlsClusterYAML), Clock: newTestClock(rlsT0).now}
+			cfg := Config{RLS: RLSConfig{Dir: rlsConfigDir(t, rlsClusterYAML)}, Clock: newTestClock(rlsT0).now}
 			if withPolicy {
 				cfg.PolicyFile = filepath.Join("..", "policy", "testdata", "algorithms.ini")
 			}
@@ -92,7 +91,7 @@ func TestRLSClusterCountsEveryCounter(t *testing.T) {
 // the slot and the owner. Counters owned here still answer. GET /check
 // answers 503 for the same failure.
 func TestRLSClusterOwnerDownIsUnavailable(t *testing.T) {
-	cfg := Config{RLSConfigDir: rlsConfigDir(t, rlsClusterYAML), Clock: newTestClock(rlsT0).now,
+	cfg := Config{RLS: RLSConfig{Dir: rlsConfigDir(t, rlsClusterYAML)}, Clock: newTestClock(rlsT0).now,
 		PolicyFile: policyFile(t, "check.ini", checkPolicy), Check: CheckConfig{IdentityHeader: "X-User"}}
 	nodes := startClusterServers(t, 2, cfg)
 	cl := rlspb.NewRateLimitServiceClient(dialRLS(t, startRLS(t, nodes[0]), nil))
@@ -126,16 +125,16 @@ func TestRLSClusterOwnerDownIsUnavailable(t *testing.T) {
 	}
 }
 
-// TestForwardErrorKeepsItsReplyText: a forwarding failure is errForward
-// (errors.Is) and still tells RESP clients its reply text unchanged; an
+// TestForwardErrorKeepsItsReplyText: a forwarding failure is of kind
+// errs.Forward and still tells RESP clients its reply text unchanged; an
 // owner's reply that the request's hit caused stays a plain reply error,
 // any other owner reply is a forwarding failure.
 func TestForwardErrorKeepsItsReplyText(t *testing.T) {
 	srv := startServer(t, Config{})
 	const text = "ERR cluster: forwarding a counter of slot 7 to its owner 10.0.0.1:9049 failed: i/o timeout"
-	err := error(forwardErr{resp.Error(text)})
-	if !errors.Is(err, errForward) || srv.errorText(err) != text {
-		t.Errorf("forwardErr: Is(errForward) %v, text %q; want true, %q", errors.Is(err, errForward), srv.errorText(err), text)
+	err := forwardErr("", strings.TrimPrefix(text, "ERR "))
+	if errs.KindOf(err) != errs.Forward || srv.errorText(err) != text {
+		t.Errorf("forwardErr: Forward %v, text %q; want true, %q", errs.KindOf(err) == errs.Forward, srv.errorText(err), text)
 	}
 	if code := status.Code(rlsStatusErr(srv, 0, err)); code != codes.Unavailable {
 		t.Errorf("forwardErr as a gRPC status: %v; want Unavailable", code)
@@ -152,8 +151,8 @@ func TestForwardErrorKeepsItsReplyText(t *testing.T) {
 		{"ERR cluster: this node has no rule with the counter identity of the sender's rule 3", true},
 	} {
 		err := ownerErr(tc.reply)
-		if errors.Is(err, errForward) != tc.forward || srv.errorText(err) != tc.reply {
-			t.Errorf("owner reply %q: forwarding failure %v, text %q; want %v and the reply", tc.reply, errors.Is(err, errForward), srv.errorText(err), tc.forward)
+		if (errs.KindOf(err) == errs.Forward) != tc.forward || srv.errorText(err) != tc.reply {
+			t.Errorf("owner reply %q: forwarding failure %v, text %q; want %v and the reply", tc.reply, errs.KindOf(err) == errs.Forward, srv.errorText(err), tc.forward)
 		}
 	}
 }

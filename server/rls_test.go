@@ -149,8 +149,8 @@ type rlsFixture struct {
 func newRLS(t testing.TB, cfg Config) *rlsFixture {
 	t.Helper()
 	clock := newTestClock(rlsT0)
-	if cfg.RLSConfigDir == "" {
-		cfg.RLSConfigDir = rlsConfigDir(t, rlsYAML)
+	if cfg.RLS.Dir == "" {
+		cfg.RLS.Dir = rlsConfigDir(t, rlsYAML)
 	}
 	cfg.Clock = clock.now
 	srv := startServer(t, cfg)
@@ -364,7 +364,7 @@ func TestRLSResponseHeaders(t *testing.T) {
 	if h := f.call(t, &rlspb.RateLimitRequest{Descriptors: []*rlcommon.RateLimitDescriptor{desc("k", "a")}}).ResponseHeadersToAdd; len(h) != 0 {
 		t.Fatalf("headers without --rls-response-headers: %v", h)
 	}
-	f = newRLS(t, Config{RLSResponseHeaders: true})
+	f = newRLS(t, Config{RLS: RLSConfig{ResponseHeaders: true}})
 	headers := func(r *rlspb.RateLimitResponse) map[string]string {
 		m := map[string]string{}
 		for _, h := range r.ResponseHeadersToAdd {
@@ -406,7 +406,7 @@ func TestRLSBadRequests(t *testing.T) {
 
 func TestRLSReload(t *testing.T) {
 	dir := rlsConfigDir(t, rlsYAML)
-	f := newRLS(t, Config{RLSConfigDir: dir})
+	f := newRLS(t, Config{RLS: RLSConfig{Dir: dir}})
 	checkStatus(t, "before", f.one(t, desc("k", "a")), rlspb.RateLimitResponse_OK, 2, 26)
 	if err := os.WriteFile(filepath.Join(dir, "config.yaml"), []byte("domain: test\ndescriptors:\n  - key: k\n    rate_limit: {unit: minute, requests_per_unit: 7}\n"), 0o644); err != nil {
 		t.Fatal(err)
@@ -484,7 +484,7 @@ func TestRLSHealth(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	srv, err := New(Config{Store: store, RLSConfigDir: rlsConfigDir(t, rlsYAML), Clock: newTestClock(rlsT0).now})
+	srv, err := New(Config{Store: store, RLS: RLSConfig{Dir: rlsConfigDir(t, rlsYAML)}, Clock: newTestClock(rlsT0).now})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -589,7 +589,7 @@ func TestRLSProtectedMode(t *testing.T) {
 		{Config{Password: "x"}, false}, // the password protects RESP; RLS has none
 		{Config{AllowRemoteWithoutAuth: true}, true},
 	} {
-		tc.cfg.RLSConfigDir = rlsConfigDir(t, rlsYAML)
+		tc.cfg.RLS.Dir = rlsConfigDir(t, rlsYAML)
 		srv := startServer(t, tc.cfg)
 		ln, err := net.Listen("tcp", "127.0.0.1:0")
 		if err != nil {
@@ -613,7 +613,7 @@ func TestRLSProtectedMode(t *testing.T) {
 
 func BenchmarkRLSShouldRateLimit(b *testing.B) {
 	clock := newTestClock(rlsT0)
-	srv := startServer(b, Config{RLSConfigDir: rlsConfigDir(b, rlsYAML), Clock: clock.now})
+	srv := startServer(b, Config{RLS: RLSConfig{Dir: rlsConfigDir(b, rlsYAML)}, Clock: clock.now})
 	req := &rlspb.RateLimitRequest{Domain: "test", Descriptors: []*rlcommon.RateLimitDescriptor{desc("detailed", "a")}}
 	b.ReportAllocs()
 	for b.Loop() {
@@ -624,7 +624,7 @@ func BenchmarkRLSShouldRateLimit(b *testing.B) {
 }
 
 func TestRLSMaxMessage(t *testing.T) {
-	f := newRLS(t, Config{RLSMaxMessage: 512})
+	f := newRLS(t, Config{RLS: RLSConfig{MaxMessage: 512}})
 	big := desc("k", strings.Repeat("x", 600))
 	_, err := f.client.ShouldRateLimit(context.Background(), &rlspb.RateLimitRequest{Domain: "test", Descriptors: []*rlcommon.RateLimitDescriptor{big}})
 	if status.Code(err) != codes.ResourceExhausted {
@@ -638,14 +638,14 @@ func TestRLSMaxKeySize(t *testing.T) {
 	// The first descriptor fits, the second does not: the request is
 	// refused as a whole and counts nothing.
 	_, err := f.client.ShouldRateLimit(context.Background(), &rlspb.RateLimitRequest{Domain: "test", Descriptors: []*rlcommon.RateLimitDescriptor{desc("k", "a"), desc("k", strings.Repeat("x", 200))}})
-	if status.Code(err) != codes.InvalidArgument || !strings.Contains(err.Error(), "descriptor 1: its entries take 204 bytes, longer than --max-key-size 100") {
+	if status.Code(err) != codes.InvalidArgument || !strings.Contains(err.Error(), "descriptor 1: the key of its entries is 204 bytes, longer than --max-key-size 100") {
 		t.Fatalf("a descriptor longer than --max-key-size: %v; want InvalidArgument naming descriptor 1", err)
 	}
 	checkStatus(t, "nothing counted", f.one(t, desc("k", "a")), rlspb.RateLimitResponse_OK, 2, 26)
 }
 
 func TestRLSSlidingLogTakesOneHit(t *testing.T) {
-	f := newRLS(t, Config{RLSConfigDir: rlsConfigDir(t, "domain: test\ndescriptors:\n  - key: k\n    rate_limit: {unit: minute, requests_per_unit: 3}\n  - key: log\n    rate_limit: {unit: minute, requests_per_unit: 3, algorithm: sliding_log}\n")})
+	f := newRLS(t, Config{RLS: RLSConfig{Dir: rlsConfigDir(t, "domain: test\ndescriptors:\n  - key: k\n    rate_limit: {unit: minute, requests_per_unit: 3}\n  - key: log\n    rate_limit: {unit: minute, requests_per_unit: 3, algorithm: sliding_log}\n")}})
 	d := desc("log", "a")
 	d.HitsAddend = wrapperspb.UInt64(2)
 	_, err := f.client.ShouldRateLimit(context.Background(), &rlspb.RateLimitRequest{Domain: "test", Descriptors: []*rlcommon.RateLimitDescriptor{desc("k", "a"), d}})
@@ -705,7 +705,7 @@ func TestRLSHealthWatchEndsAtClose(t *testing.T) {
 // descriptor's counter: the two identities differ by their source.
 func TestRLSCounterNotReachableFromHIT(t *testing.T) {
 	ini := policyFile(t, "p.ini", "[domain=d descriptor=*]\nalgorithm = fixedWindow\ncreditLimit = 2\nresetSeconds = 3600\nactorField = descriptor\n\n[default]\ncreditLimit = 100\nresetSeconds = 60\n")
-	f := newRLS(t, Config{PolicyFile: ini, RLSConfigDir: rlsConfigDir(t, "domain: d\ndescriptors:\n  - key: \"*\"\n    rate_limit: {unit: hour, requests_per_unit: 2}\n")})
+	f := newRLS(t, Config{PolicyFile: ini, RLS: RLSConfig{Dir: rlsConfigDir(t, "domain: d\ndescriptors:\n  - key: \"*\"\n    rate_limit: {unit: hour, requests_per_unit: 2}\n")}})
 	// rls.AppendDescriptor of the descriptor (*, v): each string with its
 	// length in front.
 	for i := range 2 {
@@ -724,7 +724,7 @@ func TestRLSCounterNotReachableFromHIT(t *testing.T) {
 // the descriptors before it were counted). The other descriptors of the
 // call are counted, as for any call that is denied.
 func TestRLSGCRAHitsAddendOverBurstIsOverLimit(t *testing.T) {
-	f := newRLS(t, Config{RLSConfigDir: rlsConfigDir(t, "domain: test\ndescriptors:\n  - key: fw\n    rate_limit: {unit: hour, requests_per_unit: 10}\n  - key: gc\n    rate_limit: {unit: hour, requests_per_unit: 10, algorithm: gcra}\n")})
+	f := newRLS(t, Config{RLS: RLSConfig{Dir: rlsConfigDir(t, "domain: test\ndescriptors:\n  - key: fw\n    rate_limit: {unit: hour, requests_per_unit: 10}\n  - key: gc\n    rate_limit: {unit: hour, requests_per_unit: 10, algorithm: gcra}\n")}})
 	hitsDesc := func(k, v string, n uint64) *rlcommon.RateLimitDescriptor {
 		d := desc(k, v)
 		d.HitsAddend = wrapperspb.UInt64(n)
@@ -786,7 +786,7 @@ func TestPolicyReloadReloadsRLSConfig(t *testing.T) {
 	for _, withPolicy := range []bool{false, true} {
 		t.Run(fmt.Sprintf("policy=%v", withPolicy), func(t *testing.T) {
 			dir := rlsConfigDir(t, rlsYAML)
-			cfg := Config{RLSConfigDir: dir}
+			cfg := Config{RLS: RLSConfig{Dir: dir}}
 			if withPolicy {
 				cfg.PolicyFile = policyFile(t, "p.ini", "[default]\ncreditLimit = 5\nresetSeconds = 60\n")
 			}

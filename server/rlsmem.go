@@ -72,7 +72,7 @@ func (s *Server) admitRLSStream(ctx context.Context, info *tap.Info) (context.Co
 			hdr += len(k) + len(v) + 32
 		}
 	}
-	n := rlsStreamMemory(hdr, s.cfg.RLSMaxMessage)
+	n := rlsStreamMemory(hdr, s.cfg.RLS.MaxMessage)
 	if !s.reserveClients(n) {
 		return nil, s.refuseRLS(n)
 	}
@@ -85,8 +85,8 @@ func (s *Server) admitRLSStream(ctx context.Context, info *tap.Info) (context.Co
 // error; n is what it would have held.
 func (s *Server) refuseRLS(n int64) error {
 	s.rls.refused.Add(1)
-	s.log.Debug("rls call refused: client memory limit reached", "bytes", n, "client_memory", s.clientMem.Load(), "limit", s.cfg.MaxMemoryClients)
-	return status.Errorf(codes.ResourceExhausted, "client memory limit reached: this call needs %d bytes and the clients and calls in flight hold %d of --maxmemory-clients %d; retry later", n, s.clientMem.Load(), s.cfg.MaxMemoryClients)
+	s.log.Debug("rls call refused: client memory limit reached", "bytes", n, "client_memory", s.clientMem.Load(), "limit", s.cfg.MaxMemoryClients.N())
+	return status.Errorf(codes.ResourceExhausted, "client memory limit reached: this call needs %d bytes and the clients and calls in flight hold %d of --maxmemory-clients %d; retry later", n, s.clientMem.Load(), s.cfg.MaxMemoryClients.N())
 }
 
 // rlsCodec is gRPC's proto codec, except that it hands a ShouldRateLimit

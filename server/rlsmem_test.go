@@ -53,7 +53,7 @@ func descriptors(n int) []*rlcommon.RateLimitDescriptor {
 // --rls-max-descriptors is refused before it is decoded, and counts
 // nothing; one with as many is served.
 func TestRLSMaxDescriptors(t *testing.T) {
-	f := newRLS(t, Config{RLSMaxDescriptors: 3})
+	f := newRLS(t, Config{RLS: RLSConfig{MaxDescriptors: 3}})
 	_, err := f.client.ShouldRateLimit(context.Background(), &rlspb.RateLimitRequest{Domain: "test", Descriptors: descriptors(4)})
 	if status.Code(err) != codes.InvalidArgument || !strings.Contains(err.Error(), "request has 4 descriptors; at most 3 are accepted (--rls-max-descriptors)") {
 		t.Fatalf("4 descriptors with --rls-max-descriptors 3: %v; want InvalidArgument naming the flag", err)
@@ -75,7 +75,7 @@ func TestRLSMaxDescriptors(t *testing.T) {
 // RESOURCE_EXHAUSTED before it is decoded; what calls take is given back
 // when they end.
 func TestRLSCallMemoryCountsAgainstClients(t *testing.T) {
-	f := newRLS(t, Config{MaxMemoryClients: 2 << 20})
+	f := newRLS(t, Config{MaxMemoryClients: LimitOf[int64](2 << 20)})
 	// 60 KiB on the wire: 30000 empty entries, 4 MB decoded, which the
 	// wire bytes do not show.
 	var ds []*rlcommon.RateLimitDescriptor
@@ -107,7 +107,7 @@ func TestRLSCallMemoryCountsAgainstClients(t *testing.T) {
 // and what they held is given back when they end.
 func TestRLSStreamsCountAgainstClients(t *testing.T) {
 	per := rlsStreamMemory(0, DefaultRLSMaxMessage)
-	f := newRLS(t, Config{MaxMemoryClients: 4*per + per/2})
+	f := newRLS(t, Config{MaxMemoryClients: LimitOf[int64](4*per + per/2)})
 	cc := dialRLS(t, f.addr, nil)
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
@@ -166,7 +166,7 @@ func TestRLSCancelledCallStops(t *testing.T) {
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 	f := &rlsFixture{clock: clock}
-	f.srv = startServer(t, Config{RLSConfigDir: rlsConfigDir(t, rlsYAML), Clock: func() time.Time {
+	f.srv = startServer(t, Config{RLS: RLSConfig{Dir: rlsConfigDir(t, rlsYAML)}, Clock: func() time.Time {
 		if armed.CompareAndSwap(true, false) {
 			cancel()
 			deadline := time.Now().Add(10 * time.Second)
@@ -263,7 +263,7 @@ func TestRLSCallLargerThanClientMemoryIsRefusedAtStart(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer store.Close()
-	_, err = New(Config{Store: store, RLSConfigDir: rlsConfigDir(t, rlsYAML), RLSMaxMessage: 64 << 20})
+	_, err = New(Config{Store: store, RLS: RLSConfig{Dir: rlsConfigDir(t, rlsYAML), MaxMessage: 64 << 20}})
 	if err == nil || !strings.Contains(err.Error(), "--rls-max-message 67108864") || !strings.Contains(err.Error(), "--maxmemory-clients 67108864") {
 		t.Fatalf("New with --rls-max-message 64MiB and --maxmemory-clients 64MiB: %v", err)
 	}

@@ -11,6 +11,7 @@ import (
 	"sync"
 	"sync/atomic"
 	"testing"
+	"time"
 
 	"github.com/redis/go-redis/v9"
 
@@ -97,7 +98,7 @@ func TestRollUpstream(t *testing.T) {
 	steps := 0
 	for _, sc := range f.Scenarios {
 		t.Run(sc.Name, func(t *testing.T) {
-			srv := startServer(t, Config{Clock: newTestClock(t0).now, SweepInterval: -1})
+			srv := startServer(t, Config{Clock: newTestClock(t0).now, SweepInterval: NoLimit[time.Duration]()})
 			c := newClient(t, srv)
 			o := sc.Options
 			for i, st := range sc.Steps {
@@ -157,7 +158,7 @@ func TestRollUpstream(t *testing.T) {
 // the last keyword winning; then on the server clock.
 func TestRollSpecExample(t *testing.T) {
 	clock := newTestClock(t0)
-	srv := startServer(t, Config{Clock: clock.now, SweepInterval: -1})
+	srv := startServer(t, Config{Clock: clock.now, SweepInterval: NoLimit[time.Duration]()})
 	c := newClient(t, srv)
 	const at = t0 * 1000 // unix µs
 	wantInts(t, c, []int64{0, 0, 0, 2, 2}, "ROLL.LIMIT", "ex", 10, 3, "MINDIFF", 2, "AT", at)
@@ -204,7 +205,7 @@ func TestRollSpecExample(t *testing.T) {
 // "a client that retries once per second against "2 per 4 s" gets through
 // every 2 s instead of never", by AT.
 func TestRollNoCountBlocked(t *testing.T) {
-	srv := startServer(t, Config{Clock: newTestClock(t0).now, SweepInterval: -1})
+	srv := startServer(t, Config{Clock: newTestClock(t0).now, SweepInterval: NoLimit[time.Duration]()})
 	c := newClient(t, srv)
 	for _, ncb := range []bool{false, true} {
 		key := "retry:" + strconv.FormatBool(ncb)
@@ -234,7 +235,7 @@ func TestRollNoCountBlocked(t *testing.T) {
 // of them get through, with or without NOCOUNTBLOCKED, and the log holds
 // what was recorded.
 func TestRollAtomic(t *testing.T) {
-	srv := startServer(t, Config{Clock: newTestClock(t0).now, SweepInterval: -1})
+	srv := startServer(t, Config{Clock: newTestClock(t0).now, SweepInterval: NoLimit[time.Duration]()})
 	const conns, calls, maxN = 8, 40, 7
 	for _, ncb := range []bool{false, true} {
 		key := "hammer:" + strconv.FormatBool(ncb)
@@ -291,7 +292,7 @@ func (m putMutator) Mutate([]byte, bool) ([]byte, storage.Op, error) {
 // filled through the store: filling it call by call costs O(max²) (each
 // call decodes and rewrites the whole log), seconds for a test.
 func TestRollLargeAndSmall(t *testing.T) {
-	srv := startServer(t, Config{Clock: newTestClock(t0).now, SweepInterval: -1})
+	srv := startServer(t, Config{Clock: newTestClock(t0).now, SweepInterval: NoLimit[time.Duration]()})
 	c := newClient(t, srv)
 	const big = bucket.MaxLogMax
 	base := t0 * 1000
@@ -345,7 +346,7 @@ func TestRollLargeAndSmall(t *testing.T) {
 
 // ROLL.CLEAR deletes the log and only the log; DEL deletes it too.
 func TestRollClear(t *testing.T) {
-	srv := startServer(t, Config{Clock: newTestClock(t0).now, SweepInterval: -1})
+	srv := startServer(t, Config{Clock: newTestClock(t0).now, SweepInterval: NoLimit[time.Duration]()})
 	c := newClient(t, srv)
 	ctx := context.Background()
 	ints(t, c, "ROLL.LIMIT", "k", 1000, 1)
@@ -370,7 +371,7 @@ func TestRollClear(t *testing.T) {
 }
 
 func TestRollErrors(t *testing.T) {
-	srv := startServer(t, Config{Clock: newTestClock(t0).now, SweepInterval: -1})
+	srv := startServer(t, Config{Clock: newTestClock(t0).now, SweepInterval: NoLimit[time.Duration]()})
 	c := newClient(t, srv)
 	ctx := context.Background()
 	for _, tc := range []struct {
@@ -426,7 +427,7 @@ func TestRollErrors(t *testing.T) {
 func TestSweepIdleLogs(t *testing.T) {
 	ctx := context.Background()
 	clock := newTestClock(t0)
-	srv := startServer(t, Config{Clock: clock.now, SweepInterval: -1})
+	srv := startServer(t, Config{Clock: clock.now, SweepInterval: NoLimit[time.Duration]()})
 	c := newClient(t, srv)
 	for i := range 10 {
 		// Intervals of 1 to 10 s; the newest entry is the one on the
@@ -470,7 +471,7 @@ func TestSweepIdleLogs(t *testing.T) {
 // ROLL.LIMIT counts allowed and denied for the metrics; WOULDLIMIT and
 // CLEAR decide nothing. COMMAND describes the three.
 func TestRollMetricsAndCommandInfo(t *testing.T) {
-	srv := startServer(t, Config{Clock: newTestClock(t0).now, SweepInterval: -1})
+	srv := startServer(t, Config{Clock: newTestClock(t0).now, SweepInterval: NoLimit[time.Duration]()})
 	c := newClient(t, srv)
 	ctx := context.Background()
 	for range 3 {
@@ -543,7 +544,7 @@ func BenchmarkRollWouldLimitCommand1000(b *testing.B) {
 	for range 1001 {
 		srv.exec(c, limit)
 	}
-	if err := c.Batch.Commit(); err != nil {
+	if _, err := c.Round.Commit(); err != nil {
 		b.Fatal(err)
 	}
 	args := [][]byte{[]byte("ROLL.WOULDLIMIT"), []byte("user:12345"), []byte("60000"), []byte("1000")}
@@ -573,7 +574,7 @@ func TestPipelineCommitsLargeWritesInPieces(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	srv, err := New(Config{Store: store, SweepInterval: -1})
+	srv, err := New(Config{Store: store, SweepInterval: NoLimit[time.Duration]()})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -9,7 +9,6 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/sluicehq/sluice/internal/rules"
 	"github.com/sluicehq/sluice/policy"
 )
 
@@ -152,29 +151,27 @@ func TestStaggeredRule(t *testing.T) {
 	}
 }
 
-// TestHitEntryPoint calls the rules engine's Hit as GET /check will: the request's
+// TestHitEntryPoint calls the engine's Hit as GET /check does: the request's
 // fields and a hit count, and an answer with what rate-limit headers need.
 func TestHitEntryPoint(t *testing.T) {
 	path := filepath.Join("..", "policy", "testdata", "algorithms.ini")
 	clock := newTestClock(t0)
 	srv := startServer(t, Config{PolicyFile: path, Clock: clock.now})
 	lp := srv.pol.Current()
-	var h rules.Hitter
-	b := srv.store.NewBatch()
+	r := srv.eng.NewRound()
 	hit := func(hits int64, kv ...string) policy.Outcome {
 		t.Helper()
 		var req policy.Request
 		for i := 0; i < len(kv); i += 2 {
 			req = append(req, policy.Field{Key: []byte(kv[i]), Value: []byte(kv[i+1])})
 		}
-		out, err := srv.rules.Hit(&h, lp, req, hits, b, clock.now().UnixNano())
+		out, err := r.Hit(lp, req, hits, clock.now().UnixNano())
 		if err != nil {
 			t.Fatalf("hit %v %d: %v", kv, hits, err)
 		}
-		if err := b.Commit(); err != nil {
+		if _, err := r.Commit(); err != nil {
 			t.Fatal(err)
 		}
-		h.CountHits(true)
 		return out
 	}
 	type want struct {
@@ -216,7 +213,7 @@ func TestHitEntryPoint(t *testing.T) {
 	check("always deny", hit(1, "path", "/nowhere"), want{false, 0, 0, -1, -1, -1, "", policy.QuotaNone})
 
 	// A slidingLog records one hit at a time.
-	_, err := srv.rules.Hit(&h, lp, policy.Request{{Key: []byte("path"), Value: []byte("/log")}, {Key: []byte("user"), Value: []byte("z")}}, 2, b, clock.now().UnixNano())
+	_, err := r.Hit(lp, policy.Request{{Key: []byte("path"), Value: []byte("/log")}, {Key: []byte("user"), Value: []byte("z")}}, 2, clock.now().UnixNano())
 	if err == nil || !strings.Contains(srv.errorText(err), "a slidingLog rule records one hit at a time") {
 		t.Fatalf("2 hits on a slidingLog rule: %v", err)
 	}

@@ -14,7 +14,6 @@ package server
 import (
 	"crypto/rand"
 	"crypto/sha256"
-	"crypto/tls"
 	"encoding/hex"
 	"errors"
 	"log/slog"
@@ -26,6 +25,7 @@ import (
 
 	"github.com/sluicehq/sluice/internal/conffile"
 	"github.com/sluicehq/sluice/internal/dispatch"
+	"github.com/sluicehq/sluice/internal/engine"
 	"github.com/sluicehq/sluice/internal/resp"
 	"github.com/sluicehq/sluice/internal/rules"
 	"github.com/sluicehq/sluice/storage"
@@ -64,11 +64,11 @@ type Config struct {
 
 	// SweepInterval is the pause between two passes of the idle sweep,
 	// which deletes buckets that have refilled to full; default 10m,
-	// negative turns the background sweep off (COMPACT still sweeps).
-	SweepInterval time.Duration
+	// NoLimit turns the background sweep off (COMPACT still sweeps).
+	SweepInterval Limit[time.Duration]
 	// SweepRate is the most records the background sweep examines per
-	// second; default 20000, negative for no limit.
-	SweepRate int
+	// second; default 20000, NoLimit for no pacing.
+	SweepRate Limit[int]
 	// BackupDir is where CHECKPOINT writes; default "sluice-backups".
 	BackupDir string
 	// AllowOnStoreError makes limit commands answer normally when the store
@@ -103,8 +103,8 @@ type Config struct {
 	Files FDBudget
 	// MaxAuthFailures is how many failed AUTH or HELLO AUTH attempts a
 	// connection may make: the last one is answered WRONGPASS and the
-	// connection is closed. Default 5; negative never closes.
-	MaxAuthFailures int
+	// connection is closed. Default 5; NoLimit never closes.
+	MaxAuthFailures Limit[int]
 	// IdleTimeout closes a connection that sends nothing for this long;
 	// zero never does.
 	IdleTimeout time.Duration
@@ -119,8 +119,8 @@ type Config struct {
 	// closed. Calls of the rate limit service in flight and HTTP request
 	// headers being read count against it too: past it a call is refused
 	// (RESOURCE_EXHAUSTED) and an HTTP connection closed. Default 64 MiB;
-	// negative: no bound.
-	MaxMemoryClients int64
+	// NoLimit: no bound.
+	MaxMemoryClients Limit[int64]
 	// MaxMultiBytes bounds a connection's transaction: the bytes of the
 	// commands queued after MULTI plus 64 for each command and each key
 	// WATCH watches; past it the transaction is discarded (EXEC answers
@@ -141,18 +141,8 @@ type Config struct {
 	// ReloadPolicy reads it again. Empty: no rules, and HIT answers an
 	// error.
 	PolicyFile string
-	// DivvyMaxLine is the longest line the line protocol accepts, without
-	// its line end; default 64 KiB. A longer one is answered
-	// `ERR unknown "line too long"` and the connection is closed.
-	DivvyMaxLine int
-	// DivvyMaxPipeline is the most HIT lines executed, and replies held,
-	// per round: a client that pipelines more waits for the replies of
-	// the first ones before the rest are read. Default 1024.
-	DivvyMaxPipeline int
-	// DivvyIdleTimeout closes a line-protocol connection that sends
-	// nothing, or does not take its replies, for this long; zero never
-	// does.
-	DivvyIdleTimeout time.Duration
+	// Divvy configures the divvy line protocol (ServeDivvy).
+	Divvy DivvyConfig
 
 	// Cluster, when set, serves the Redis Cluster protocol (cluster.go);
 	// nil: standalone.
@@ -162,24 +152,12 @@ type Config struct {
 	// (storage.StaleMetaName), which is otherwise refused
 	// (ErrClusterStateRepaired): an operator has checked it is current.
 	AcceptRepairedClusterState bool
-	// RLSConfigDir is a directory of envoyproxy/ratelimit YAML files for
-	// Envoy's rate limit service (ServeRLS). New loads it and fails with
-	// its validation error; ReloadRLS reads it again. Empty: no RLS.
-	RLSConfigDir string
-	// RLSResponseHeaders adds the RateLimit-Limit, RateLimit-Remaining
-	// and RateLimit-Reset headers to every RLS reply with a limit
-	// (envoyproxy/ratelimit's LIMIT_RESPONSE_HEADERS_ENABLED).
-	RLSResponseHeaders bool
-	// RLSMaxMessage is the largest gRPC request accepted, in bytes;
-	// default DefaultRLSMaxMessage.
-	RLSMaxMessage int
-	// RLSMaxStreams is the most gRPC calls in flight on one connection;
-	// default DefaultRLSMaxStreams.
-	RLSMaxStreams int
+	// RLS configures Envoy's rate limit service (ServeRLS).
+	RLS RLSConfig
 
 	// MaxConfigFile bounds the bytes read from each file of the
 	// configuration: PolicyFile, each TLS file, and the files of
-	// RLSConfigDir together; default DefaultMaxConfigFile. Only regular
+	// RLS.Dir together; default DefaultMaxConfigFile. Only regular
 	// files (or symlinks to them) are read: a named pipe or a device is
 	// refused without being opened.
 	MaxConfigFile int64
@@ -189,19 +167,53 @@ type Config struct {
 	// ErrReloadTimeout, and the reload goes on. Default
 	// DefaultReloadTimeout.
 	ReloadTimeout time.Duration
-	// RLSMaxDescriptors is the most descriptors one ShouldRateLimit call
-	// may carry; more is INVALID_ARGUMENT. Default
-	// DefaultRLSMaxDescriptors.
-	RLSMaxDescriptors int
-	// RLSMaxHeaderBytes bounds a gRPC call's header list (names, values
-	// and 32 bytes per field, as HTTP/2 counts them); default
-	// DefaultRLSMaxHeaderBytes.
-	RLSMaxHeaderBytes int
 	// HTTPMaxHeaderBytes bounds a request's header on the HTTP listener
 	// and on /check (http.Server.MaxHeaderBytes: the request line, names
 	// and values; net/http allows 4 KiB more); past it the request is
 	// answered 431. Default DefaultHTTPMaxHeaderBytes.
 	HTTPMaxHeaderBytes int
+}
+
+// DivvyConfig configures the divvy line protocol. A zero field means the
+// default given.
+type DivvyConfig struct {
+	// MaxLine is the longest line the line protocol accepts, without its
+	// line end; default 64 KiB. A longer one is answered
+	// `ERR unknown "line too long"` and the connection is closed.
+	MaxLine int
+	// MaxPipeline is the most HIT lines executed, and replies held, per
+	// round: a client that pipelines more waits for the replies of the
+	// first ones before the rest are read. Default 1024.
+	MaxPipeline int
+	// IdleTimeout closes a line-protocol connection that sends nothing,
+	// or does not take its replies, for this long; zero never does.
+	IdleTimeout time.Duration
+}
+
+// RLSConfig configures Envoy's rate limit service. A zero field means the
+// default given.
+type RLSConfig struct {
+	// Dir is a directory of envoyproxy/ratelimit YAML files. New loads it
+	// and fails with its validation error; ReloadRLS reads it again.
+	// Empty: no RLS.
+	Dir string
+	// ResponseHeaders adds the RateLimit-Limit, RateLimit-Remaining and
+	// RateLimit-Reset headers to every reply with a limit
+	// (envoyproxy/ratelimit's LIMIT_RESPONSE_HEADERS_ENABLED).
+	ResponseHeaders bool
+	// MaxMessage is the largest gRPC request accepted, in bytes; default
+	// DefaultRLSMaxMessage.
+	MaxMessage int
+	// MaxStreams is the most gRPC calls in flight on one connection;
+	// default DefaultRLSMaxStreams.
+	MaxStreams int
+	// MaxDescriptors is the most descriptors one ShouldRateLimit call may
+	// carry; more is INVALID_ARGUMENT. Default DefaultRLSMaxDescriptors.
+	MaxDescriptors int
+	// MaxHeaderBytes bounds a gRPC call's header list (names, values and
+	// 32 bytes per field, as HTTP/2 counts them); default
+	// DefaultRLSMaxHeaderBytes.
+	MaxHeaderBytes int
 }
 
 // Defaults for Config.
@@ -240,8 +252,7 @@ type Server struct {
 	log   *slog.Logger
 	clock func() time.Time
 	cmds  map[string]*command
-	env   dispatch.Env // what the families' commands see of the server
-	rules rules.Engine // executes the hits of every rule front end
+	eng   *engine.Engine // runs the limit operations of every front end
 	runID string
 	start time.Time
 
@@ -290,7 +301,6 @@ type Server struct {
 		rlAllowed       atomic.Int64
 		rlDenied        atomic.Int64
 		storeErrors     atomic.Int64
-		storeAllowed    atomic.Int64 // answered normally despite a store error
 		panics          atomic.Int64
 		authFailures    atomic.Int64
 		authClosed      atomic.Int64 // connections closed: MaxAuthFailures
@@ -330,19 +340,15 @@ func New(cfg Config) (*Server, error) {
 	orDefault(&cfg.MaxClients, DefaultMaxClients)
 	orDefault(&cfg.MaxReplyBuffer, DefaultMaxReplyBuffer)
 	orDefault(&cfg.MaxMultiBytes, DefaultMaxMultiBytes)
-	if cfg.MaxMemoryClients == 0 {
-		cfg.MaxMemoryClients = DefaultMaxMemoryClients
-	}
-	orDefault(&cfg.DivvyMaxLine, DefaultDivvyMaxLine)
-	orDefault(&cfg.DivvyMaxPipeline, DefaultDivvyMaxPipeline)
-	orDefault(&cfg.RLSMaxMessage, DefaultRLSMaxMessage)
-	orDefault(&cfg.RLSMaxStreams, DefaultRLSMaxStreams)
-	orDefault(&cfg.RLSMaxDescriptors, DefaultRLSMaxDescriptors)
-	orDefault(&cfg.RLSMaxHeaderBytes, DefaultRLSMaxHeaderBytes)
+	cfg.MaxMemoryClients = cfg.MaxMemoryClients.orDefault(DefaultMaxMemoryClients)
+	orDefault(&cfg.Divvy.MaxLine, DefaultDivvyMaxLine)
+	orDefault(&cfg.Divvy.MaxPipeline, DefaultDivvyMaxPipeline)
+	orDefault(&cfg.RLS.MaxMessage, DefaultRLSMaxMessage)
+	orDefault(&cfg.RLS.MaxStreams, DefaultRLSMaxStreams)
+	orDefault(&cfg.RLS.MaxDescriptors, DefaultRLSMaxDescriptors)
+	orDefault(&cfg.RLS.MaxHeaderBytes, DefaultRLSMaxHeaderBytes)
 	orDefault(&cfg.HTTPMaxHeaderBytes, DefaultHTTPMaxHeaderBytes)
-	if cfg.MaxAuthFailures == 0 {
-		cfg.MaxAuthFailures = DefaultMaxAuthFailures
-	}
+	cfg.MaxAuthFailures = cfg.MaxAuthFailures.orDefault(DefaultMaxAuthFailures)
 	if cfg.Version == "" {
 		cfg.Version = "dev"
 	}
@@ -352,14 +358,8 @@ func New(cfg Config) (*Server, error) {
 	if cfg.Clock == nil {
 		cfg.Clock = time.Now
 	}
-	// Zero means the default; negative turns the background sweep (or its
-	// pacing) off.
-	if cfg.SweepInterval == 0 {
-		cfg.SweepInterval = DefaultSweepInterval
-	}
-	if cfg.SweepRate == 0 {
-		cfg.SweepRate = DefaultSweepRate
-	}
+	cfg.SweepInterval = cfg.SweepInterval.orDefault(DefaultSweepInterval)
+	cfg.SweepRate = cfg.SweepRate.orDefault(DefaultSweepRate)
 	if cfg.BackupDir == "" {
 		cfg.BackupDir = "sluice-backups"
 	}
@@ -396,16 +396,17 @@ func New(cfg Config) (*Server, error) {
 	if err := s.initCluster(); err != nil {
 		return nil, err
 	}
-	s.cmds = commandTable(&s.rules, &s.pol)
-	s.env = dispatch.Env{
-		Clock:      s.clock,
-		MaxKeySize: cfg.MaxKeySize,
-		ErrorText:  s.errorText,
-		Modify:     s.modify,
-		StoreErr:   wrapStoreErr,
+	s.cmds = commandTable(&s.pol)
+	ecfg := engine.Config{Store: s.store, Clock: s.clock, MaxKeySize: cfg.MaxKeySize}
+	if cfg.AllowOnStoreError {
+		ecfg.OnStoreError = engine.Allow
 	}
-	s.rules = rules.Engine{Env: &s.env, Forward: s.forwardCounter}
+	if s.clus.on {
+		ecfg.Cluster = (*clusterLink)(s)
+	}
+	s.eng = engine.New(ecfg)
 	s.initCheck()
+	s.initDivvy()
 	s.initMetrics()
 	if err := s.initRLS(); err != nil {
 		return nil, err
@@ -437,10 +438,7 @@ func (s *Server) Serve(ln net.Listener) error {
 	s.startSweeper()
 	s.startMemory()
 	s.warnIfExposed(ln.Addr())
-	if s.tls != nil {
-		ln = tls.NewListener(ln, s.tls.config())
-	}
-	return s.acceptLoop(ln)
+	return s.acceptLoop(s.listen(ln, s.respDoor()))
 }
 
 // Addr returns the listening address, or nil before Serve.
@@ -547,11 +545,11 @@ func (s *Server) execAll(cn *conn, cmds []byte) (n int) {
 		rest := cmds
 		cn.args, cmds = resp.NextCommand(cmds, cn.args)
 		n++
-		before := c.Batch.Len()
+		before := c.Round.Len()
 		start := len(c.Out)
 		c.replyStart = start
 		s.exec(c, cn.args)
-		if c.Batch.Len() > before {
+		if c.Round.Len() > before {
 			c.writes = append(c.writes, span{start, len(c.Out), c.cur, c.Result})
 			c.batchBytes += len(rest) - len(cmds)
 		}
@@ -573,7 +571,7 @@ func (s *Server) execAll(cn *conn, cmds []byte) (n int) {
 		// Replies go out in chunks, and writes are committed in chunks too:
 		// a pipeline of large sliding logs must not hold more than a
 		// quarter of --commit-queue-memory before the committer sees it.
-		if (len(c.Out) >= replyChunk || c.Batch.Full()) && !cn.commitAndSend() {
+		if (len(c.Out) >= replyChunk || c.Round.Full()) && !cn.commitAndSend() {
 			c.quit = true
 			break
 		}
@@ -583,19 +581,16 @@ func (s *Server) execAll(cn *conn, cmds []byte) (n int) {
 
 // commitWrites commits the writes the client's pipeline has made so far:
 // at the end of a pipeline, before a chunk of replies is sent, and in a
-// command that needs them in the store first (COMPACT, CHECKPOINT). When
-// the commit fails, their replies become the error (unless
-// AllowOnStoreError lets them stand), so that no reply of a write that is
-// not as durable as the mode promises is ever sent. It returns the commit's
-// error, for a command that must fail with it.
+// command that needs them in the store first (COMPACT, CHECKPOINT), through
+// the connection's engine.Round. When the commit fails, their replies
+// become the error (unless AllowOnStoreError lets them stand), so that no
+// reply of a write that is not as durable as the mode promises is ever
+// sent. It returns the commit's error, for a command that must fail with
+// it.
 func (s *Server) commitWrites(c *client) error {
-	var err error
-	committed := true
-	if c.Batch.Pending() {
-		if err = s.commitBatch(c.Batch); err != nil && !s.allowDespite(err, len(c.writes)) {
-			s.failWrites(c, err)
-			committed = false
-		}
+	committed, err := c.Round.Commit()
+	if !committed {
+		s.failWrites(c, err)
 	}
 	c.Committed(committed)
 	c.writes = c.writes[:0]
@@ -634,35 +629,7 @@ func (s *Server) failWrites(c *client, err error) {
 	c.Out = append(out, c.Out[prev:]...)
 }
 
-// checkKeySize refuses a key of n bytes when it is longer than MaxKeySize
-// (dispatch.Env.CheckKeySize).
-func (s *Server) checkKeySize(what string, n int) error {
-	return s.env.CheckKeySize(what, n)
-}
-
 // newCtx is a new connection's command context.
 func (s *Server) newCtx() dispatch.Ctx {
-	return dispatch.Ctx{Env: &s.env, Batch: s.store.NewBatch()}
-}
-
-// modify runs m on key's record through b. A store error is returned
-// ready for errorText, unless AllowOnStoreError lets the reply stand: then
-// m has computed it from the last state the store could give, or, when the
-// state could not be read, from a missing record (a full bucket, a new
-// window), and nothing is stored.
-func (s *Server) modify(b *storage.Batch, key []byte, m storage.Mutator) error {
-	err := b.Modify(key, m)
-	if err == nil {
-		return nil
-	}
-	err = wrapStoreErr(err)
-	if !s.allowDespite(err, 1) {
-		return err
-	}
-	if errors.Is(err, errStoreRead) {
-		if _, _, err := m.Mutate(nil, false); err != nil {
-			return err
-		}
-	}
-	return nil
+	return dispatch.Ctx{Round: s.eng.NewRound()}
 }

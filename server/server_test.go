@@ -460,7 +460,7 @@ func runPipelined(b *testing.B, srv *Server, c *client, args [][]byte, before fu
 		c.Out = c.Out[:0]
 		srv.exec(c, args)
 		if i%16 == 15 {
-			if err := c.Batch.Commit(); err != nil {
+			if _, err := c.Round.Commit(); err != nil {
 				b.Fatal(err)
 			}
 			c.Committed(true)

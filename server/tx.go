@@ -6,6 +6,7 @@ import (
 
 	"github.com/sluicehq/sluice/internal/cmddoc"
 	"github.com/sluicehq/sluice/internal/dispatch"
+	"github.com/sluicehq/sluice/internal/errs"
 	"github.com/sluicehq/sluice/internal/resp"
 	"github.com/sluicehq/sluice/keyspace"
 )
@@ -154,7 +155,7 @@ func (s *Server) queue(c *client, cmd *command, args [][]byte) bool {
 			s.replyErr(c, errExecArity)
 			return true
 		}
-		s.replyErr(c, resp.WrongArgs(cmd.Name))
+		s.replyErr(c, errs.WrongArgs(cmd.Name))
 		s.txAbort(c)
 		return true
 	}
@@ -165,7 +166,7 @@ func (s *Server) queue(c *client, cmd *command, args [][]byte) bool {
 		s.stats.unknownCommands.Add(1)
 		err = resp.Error(unknownCommand(args))
 	case (cmd.Arity > 0 && len(args) != cmd.Arity) || (cmd.Arity < 0 && len(args) < -cmd.Arity):
-		err = resp.WrongArgs(cmd.Name)
+		err = errs.WrongArgs(cmd.Name)
 	case !c.authed && !allowedBeforeAuth(cmd.Name):
 		err = errNoAuth
 	case s.clus.on && cmd.Name == "hit":
@@ -309,7 +310,7 @@ func cmdWatch(s *Server, c *client, args [][]byte) {
 		return
 	}
 	for _, k := range args[1:] {
-		if err := s.checkKeySize("key", len(k)); err != nil {
+		if err := s.eng.CheckKeySize("key", len(k)); err != nil {
 			s.replyErr(c, err)
 			return
 		}
@@ -383,8 +384,8 @@ func cmdExec(s *Server, c *client, args [][]byte) {
 // EXEC's reply), as in Redis, and not again for each command: CLUSTER
 // MIGRATE PAUSE waits for the pipeline an EXEC runs in, so a transaction
 // runs whole before a pause or is refused whole after it. Its writes to
-// migrating slots are noted before Release hands them over, as
-// commitWrites does for a pipeline's.
+// migrating slots are noted before Release hands them over (the engine's
+// Round.Release), as a commit does for a pipeline's.
 //
 // A reply past --max-reply-buffer, or one that takes the clients' buffers
 // past --maxmemory-clients, does not stop the transaction, which must run
@@ -393,8 +394,8 @@ func cmdExec(s *Server, c *client, args [][]byte) {
 // does.
 func (s *Server) execHeld(c *client) {
 	t := &c.tx
-	c.Batch.Hold(len(t.watches) > 0)
-	defer c.Batch.Release()
+	c.Round.Hold(len(t.watches) > 0)
+	defer c.Round.Release() // notes the writes to migrating slots first
 	if s.clus.on && t.slotSet && !s.routeSlot(c, t.slot) {
 		return
 	}
@@ -412,8 +413,7 @@ func (s *Server) execHeld(c *client) {
 		s.exec(c, t.args)
 		// The reply's growth counts against --maxmemory-clients beside
 		// what the clients' buffers held when the EXEC began.
-		if !over && cap(c.Out) != cap0 && s.cfg.MaxMemoryClients >= 0 &&
-			s.clientMem.Load()+int64(cap(c.Out)-cap0) > s.cfg.MaxMemoryClients {
+		if !over && cap(c.Out) != cap0 && !s.cfg.MaxMemoryClients.within(s.clientMem.Load()+int64(cap(c.Out)-cap0)) {
 			over, memOver = true, true
 		}
 		if over || len(c.Out) > s.cfg.MaxReplyBuffer {
@@ -421,13 +421,10 @@ func (s *Server) execHeld(c *client) {
 			c.Out = c.Out[:start]
 		}
 	}
-	if s.clus.mig.active.Load() {
-		s.noteDirty(c.Batch) // before Release empties the batch
-	}
 	switch {
 	case memOver:
 		s.stats.evictedClients.Add(1)
-		s.log.Warn("closing a client whose EXEC reply takes the clients' buffers past --maxmemory-clients", "client", c.id, "remote", c.addr, "limit", s.cfg.MaxMemoryClients)
+		s.log.Warn("closing a client whose EXEC reply takes the clients' buffers past --maxmemory-clients", "client", c.id, "remote", c.addr, "limit", s.cfg.MaxMemoryClients.N())
 		c.Out = resp.AppendError(c.Out, "ERR client memory limit reached: the buffers of all clients exceed --maxmemory-clients; the transaction ran, its replies are dropped; closing the connection")
 		c.failed, c.quit = true, true
 	case over:

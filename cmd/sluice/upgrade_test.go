@@ -90,7 +90,7 @@ func TestUpgradeFormat1(t *testing.T) {
 		Store:         store,
 		PolicyFile:    "testdata/format1/policy.ini",
 		Clock:         func() time.Time { return time.UnixMilli(1795469061587) },
-		SweepInterval: -1,
+		SweepInterval: server.NoLimit[time.Duration](),
 	})
 	defer stop()
 	ctx := context.Background()

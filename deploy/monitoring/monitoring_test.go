@@ -230,11 +230,11 @@ func scrape(t *testing.T) map[string]bool {
 		t.Fatal(err)
 	}
 	srv, err := server.New(server.Config{
-		Store:        store,
-		Password:     "pw",
-		BackupDir:    filepath.Join(t.TempDir(), "backups"),
-		PolicyFile:   policy,
-		RLSConfigDir: rlsDir,
+		Store:      store,
+		Password:   "pw",
+		BackupDir:  filepath.Join(t.TempDir(), "backups"),
+		PolicyFile: policy,
+		RLS:        server.RLSConfig{Dir: rlsDir},
 	})
 	if err != nil {
 		t.Fatal(err)

@@ -5,6 +5,7 @@ import (
 	"strconv"
 
 	"github.com/sluicehq/sluice/bucket"
+	"github.com/sluicehq/sluice/internal/errs"
 	"github.com/sluicehq/sluice/internal/resp"
 	"github.com/sluicehq/sluice/storage"
 )
@@ -31,7 +32,7 @@ type CLRequest struct {
 // a malformed call before the range error of a well-formed one.
 func ParseCL(unit bucket.Unit, name string, args [][]byte, r *CLRequest) error {
 	if len(args) < 4 {
-		return resp.WrongArgs(name)
+		return errs.WrongArgs(name)
 	}
 	*r = CLRequest{Key: args[0], Quantity: 1}
 	var p bucket.GCRAParams
@@ -74,7 +75,7 @@ func ParseCL(unit bucket.Unit, name string, args [][]byte, r *CLRequest) error {
 		return ArgErrIn(err, unit)
 	}
 	if r.Quantity < 0 {
-		return resp.Error("ERR quantity: " + strconv.FormatInt(r.Quantity, 10) + ": want 0 or more")
+		return errs.Arg("quantity", strconv.FormatInt(r.Quantity, 10)+": want 0 or more")
 	}
 	return nil
 }
@@ -118,17 +119,18 @@ func (m *CLMutator) Mutate(old []byte, found bool) ([]byte, storage.Op, error) {
 func intArg(name string, b []byte) (int64, error) {
 	v, ok := resp.ParseInt(b)
 	if !ok {
-		return 0, resp.Error("ERR " + name + ": " + strconv.Quote(resp.Preview(b)) + " is not an integer: want a decimal int64")
+		return 0, errs.Arg(name, strconv.Quote(resp.Preview(b))+" is not an integer: want a decimal int64")
 	}
 	return v, nil
 }
 
-// ArgErr turns a *bucket.ArgError into its reply, "ERR <argument>: <what
-// was wrong and what is expected>". Other errors pass unchanged.
+// ArgErr turns a *bucket.ArgError into the request's error in its
+// argument, "<argument>: <what was wrong and what is expected>". Other
+// errors pass unchanged.
 func ArgErr(err error) error {
 	var ae *bucket.ArgError
 	if errors.As(err, &ae) {
-		return resp.Error("ERR " + ae.Arg + ": " + ae.Msg)
+		return &errs.Error{Kind: errs.Request, Arg: ae.Arg, Msg: ae.Msg, Err: err}
 	}
 	return err
 }
@@ -138,18 +140,18 @@ func ArgErr(err error) error {
 func ArgErrIn(err error, unit bucket.Unit) error {
 	var ae *bucket.ArgError
 	if unit == bucket.Millisecond && errors.As(err, &ae) && (ae.Arg == "period" || ae.Arg == "window") {
-		return resp.Error("ERR " + ae.Arg + "_ms: " + ae.Msg)
+		return &errs.Error{Kind: errs.Request, Arg: ae.Arg + "_ms", Msg: ae.Msg, Err: err}
 	}
 	return ArgErr(err)
 }
 
 // unexpectedArg refuses an argument where only the keywords want may come.
 func unexpectedArg(b []byte, want string) error {
-	return resp.Error("ERR syntax error at " + strconv.Quote(resp.Preview(b)) + ": want " + want)
+	return errs.New(errs.Request, "syntax error at "+strconv.Quote(resp.Preview(b))+": want "+want)
 }
 
 func missingValue(keyword, what string) error {
-	return resp.Error("ERR syntax error: " + keyword + " needs a value: want " + keyword + " " + what)
+	return errs.New(errs.Request, "syntax error: "+keyword+" needs a value: want "+keyword+" "+what)
 }
 
 func unitName(u bucket.Unit) string {

@@ -11,16 +11,16 @@ import (
 
 // The commands of the bucket-backed limiters (RL.*, CL.*, FW.*, ROLL.*):
 // each request is parsed and its mutation built by the pure code of this
-// package, then checked against the server's limits, timed by its clock,
-// applied through the connection's batch and answered, all through the
-// dispatch.Ctx.
+// package, then checked against the server's limits, timed by its clock
+// and run by the connection's engine.Round, and answered; an error is
+// returned, for the dispatcher to answer.
 
 // Register adds the RL.*, CL.*, FW.* and ROLL.* commands to t.
 func Register(t *dispatch.Table) {
 	st := dispatch.NewState(t, dispatch.Hooks[scratch]{Trim: (*scratch).trim, Footprint: (*scratch).footprint})
 	rlFlags := []string{"write", "fast"}
 	rlRead := []string{"readonly", "fast"}
-	cmd := func(name string, arity int, flags []string, run func(*dispatch.Ctx, [][]byte), doc *cmddoc.Doc) dispatch.Command {
+	cmd := func(name string, arity int, flags []string, run func(*dispatch.Ctx, [][]byte) error, doc *cmddoc.Doc) dispatch.Command {
 		return dispatch.Command{Name: name, Arity: arity, Flags: flags, First: 1, Last: 1, Step: 1, Run: run, Doc: doc}
 	}
 	t.Add(
@@ -39,7 +39,7 @@ func Register(t *dispatch.Table) {
 		cmd("roll.limit", -4, rlFlags, rollRunner(st, false), rollLimitDoc),
 		// A write: it drops the entries that have left the interval.
 		cmd("roll.wouldlimit", -4, rlFlags, rollRunner(st, true), rollWouldDoc),
-		cmd("roll.clear", 2, rlFlags, func(x *dispatch.Ctx, args [][]byte) { runRollClear(x, st.Of(x), args) }, rollClearDoc),
+		cmd("roll.clear", 2, rlFlags, func(x *dispatch.Ctx, args [][]byte) error { return runRollClear(x, st.Of(x), args) }, rollClearDoc),
 	)
 }
 
@@ -62,32 +62,29 @@ func (sc *scratch) trim(keep int) { sc.roll.Resize(keep) }
 func (sc *scratch) footprint() int { return sc.roll.Footprint() }
 
 // rlRunner runs the RL command name, of spec.
-func rlRunner(st dispatch.State[scratch], name string, spec RLSpec) func(*dispatch.Ctx, [][]byte) {
-	return func(x *dispatch.Ctx, args [][]byte) {
-		runRL(x, st.Of(x), name, spec, args)
+func rlRunner(st dispatch.State[scratch], name string, spec RLSpec) func(*dispatch.Ctx, [][]byte) error {
+	return func(x *dispatch.Ctx, args [][]byte) error {
+		return runRL(x, st.Of(x), name, spec, args)
 	}
 }
 
-func runRL(x *dispatch.Ctx, sc *scratch, name string, spec RLSpec, args [][]byte) {
+func runRL(x *dispatch.Ctx, sc *scratch, name string, spec RLSpec, args [][]byte) error {
 	m := &sc.rl
 	if err := ParseRL(spec, name, args[1:], &m.Req); err != nil {
-		x.ReplyErr(err)
-		return
+		return err
 	}
-	if err := x.CheckKeySize("key", len(m.Req.Key)); err != nil {
-		x.ReplyErr(err)
-		return
+	if err := x.Round.CheckKeySize("key", len(m.Req.Key)); err != nil {
+		return err
 	}
 	m.Spec = spec
-	m.Server = x.Now().UnixMilli()
+	m.Server = x.Round.Now().UnixMilli()
 	m.Now = m.Server
 	if m.Req.HasAt {
 		m.Now = m.Req.At
 	}
 	x.Key = AppendBucketKey(x.Key[:0], m.Req)
-	if err := x.Modify(x.Key, m); err != nil {
-		x.ReplyErr(err)
-		return
+	if err := x.Round.Limit(x.Key, m); err != nil {
+		return err
 	}
 	if spec.Kind != RLGet {
 		if m.Before >= m.Req.Take {
@@ -100,9 +97,10 @@ func runRL(x *dispatch.Ctx, sc *scratch, name string, spec RLSpec, args [][]byte
 		x.Out = resp.AppendArray(x.Out, 2)
 		x.Out = resp.AppendInt(x.Out, m.Before)
 		x.Out = resp.AppendInt(x.Out, m.Session)
-		return
+		return nil
 	}
 	x.Out = resp.AppendInt(x.Out, m.Before)
+	return nil
 }
 
 var (
@@ -131,39 +129,35 @@ func rlDoc(summary, period, at string, take bool) *cmddoc.Doc {
 	return &cmddoc.Doc{Summary: summary, Group: "rate-limit", Args: args}
 }
 
-func clRunner(st dispatch.State[scratch], unit bucket.Unit) func(*dispatch.Ctx, [][]byte) {
+func clRunner(st dispatch.State[scratch], unit bucket.Unit) func(*dispatch.Ctx, [][]byte) error {
 	name := "cl.throttle"
 	if unit == bucket.Millisecond {
 		name = "cl.pthrottle"
 	}
-	return func(x *dispatch.Ctx, args [][]byte) {
-		runCL(x, st.Of(x), unit, name, args)
+	return func(x *dispatch.Ctx, args [][]byte) error {
+		return runCL(x, st.Of(x), unit, name, args)
 	}
 }
 
-func runCL(x *dispatch.Ctx, sc *scratch, unit bucket.Unit, name string, args [][]byte) {
+func runCL(x *dispatch.Ctx, sc *scratch, unit bucket.Unit, name string, args [][]byte) error {
 	m := &sc.cl
 	if err := ParseCL(unit, name, args[1:], &m.Req); err != nil {
-		x.ReplyErr(err)
-		return
+		return err
 	}
-	if err := x.CheckKeySize("key", len(m.Req.Key)); err != nil {
-		x.ReplyErr(err)
-		return
+	if err := x.Round.CheckKeySize("key", len(m.Req.Key)); err != nil {
+		return err
 	}
 	if m.Req.HasAt {
 		var err error
 		if m.Now, err = unit.Nanos(m.Req.At); err != nil {
-			x.ReplyErr(ArgErr(err))
-			return
+			return ArgErr(err)
 		}
 	} else {
-		m.Now = x.Now().UnixNano()
+		m.Now = x.Round.Now().UnixNano()
 	}
 	x.Key = keyspace.AppendGCRAKey(x.Key[:0], m.Req.Key)
-	if err := x.Modify(x.Key, m); err != nil {
-		x.ReplyErr(err)
-		return
+	if err := x.Round.Limit(x.Key, m); err != nil {
+		return err
 	}
 	d := &m.D
 	if d.Limited {
@@ -181,6 +175,7 @@ func runCL(x *dispatch.Ctx, sc *scratch, unit bucket.Unit, name string, args [][
 	x.Out = resp.AppendInt(x.Out, d.Remaining)
 	x.Out = resp.AppendInt(x.Out, d.RetryAfter)
 	x.Out = resp.AppendInt(x.Out, d.ResetAfter)
+	return nil
 }
 
 var (
@@ -199,41 +194,36 @@ func clDoc(summary, period, at string) *cmddoc.Doc {
 	}}
 }
 
-func fwRunner(st dispatch.State[scratch], spec FWSpec) func(*dispatch.Ctx, [][]byte) {
-	return func(x *dispatch.Ctx, args [][]byte) {
-		runFW(x, st.Of(x), spec, args)
+func fwRunner(st dispatch.State[scratch], spec FWSpec) func(*dispatch.Ctx, [][]byte) error {
+	return func(x *dispatch.Ctx, args [][]byte) error {
+		return runFW(x, st.Of(x), spec, args)
 	}
 }
 
-func runFW(x *dispatch.Ctx, sc *scratch, spec FWSpec, args [][]byte) {
+func runFW(x *dispatch.Ctx, sc *scratch, spec FWSpec, args [][]byte) error {
 	m := &sc.fw
 	req := &sc.fwReq
 	if err := ParseFW(spec, args[1:], req); err != nil {
-		x.ReplyErr(err)
-		return
+		return err
 	}
 	var err error
 	if m.W, err = bucket.NewWindow(req.Params, req.Key); err != nil {
-		x.ReplyErr(ArgErrIn(err, spec.Unit))
-		return
+		return ArgErrIn(err, spec.Unit)
 	}
-	if err := x.CheckKeySize("key", len(req.Key)); err != nil {
-		x.ReplyErr(err)
-		return
+	if err := x.Round.CheckKeySize("key", len(req.Key)); err != nil {
+		return err
 	}
 	if req.HasAt {
 		if m.Now, err = spec.Unit.Millis(req.At); err != nil {
-			x.ReplyErr(ArgErr(err))
-			return
+			return ArgErr(err)
 		}
 	} else {
-		m.Now = x.Now().UnixMilli()
+		m.Now = x.Round.Now().UnixMilli()
 	}
 	m.Get = spec.Get
 	x.Key = keyspace.AppendWindowKey(x.Key[:0], m.W.Millis(), m.W.Staggered(), req.Key)
-	if err := x.Modify(x.Key, m); err != nil {
-		x.ReplyErr(err)
-		return
+	if err := x.Round.Limit(x.Key, m); err != nil {
+		return err
 	}
 	d := &m.D
 	if !spec.Get {
@@ -248,6 +238,7 @@ func runFW(x *dispatch.Ctx, sc *scratch, spec FWSpec, args [][]byte) {
 	for _, v := range r {
 		x.Out = resp.AppendInt(x.Out, v)
 	}
+	return nil
 }
 
 var (
@@ -276,38 +267,34 @@ func fwDoc(summary string, spec FWSpec) *cmddoc.Doc {
 	return &cmddoc.Doc{Summary: summary, Group: "rate-limit", Args: args}
 }
 
-func rollRunner(st dispatch.State[scratch], would bool) func(*dispatch.Ctx, [][]byte) {
-	return func(x *dispatch.Ctx, args [][]byte) {
-		runRoll(x, st.Of(x), would, args)
+func rollRunner(st dispatch.State[scratch], would bool) func(*dispatch.Ctx, [][]byte) error {
+	return func(x *dispatch.Ctx, args [][]byte) error {
+		return runRoll(x, st.Of(x), would, args)
 	}
 }
 
-func runRoll(x *dispatch.Ctx, sc *scratch, would bool, args [][]byte) {
+func runRoll(x *dispatch.Ctx, sc *scratch, would bool, args [][]byte) error {
 	m := &sc.roll
 	req := &sc.rollReq
 	if err := ParseRoll(would, args[1:], req); err != nil {
-		x.ReplyErr(err)
-		return
+		return err
 	}
 	var err error
 	if m.L, err = bucket.NewLog(req.Params); err != nil {
-		x.ReplyErr(ArgErr(err))
-		return
+		return ArgErr(err)
 	}
-	if err := x.CheckKeySize("key", len(req.Key)); err != nil {
-		x.ReplyErr(err)
-		return
+	if err := x.Round.CheckKeySize("key", len(req.Key)); err != nil {
+		return err
 	}
 	if req.HasAt {
 		m.Now = req.At
 	} else {
-		m.Now = x.Now().UnixMicro()
+		m.Now = x.Round.Now().UnixMicro()
 	}
 	m.Would = would
 	x.Key = keyspace.AppendLogKey(x.Key[:0], req.Key)
-	if err := x.Modify(x.Key, m); err != nil {
-		x.ReplyErr(err)
-		return
+	if err := x.Round.Limit(x.Key, m); err != nil {
+		return err
 	}
 	if !would {
 		if m.R.Blocked {
@@ -321,27 +308,27 @@ func runRoll(x *dispatch.Ctx, sc *scratch, would bool, args [][]byte) {
 	for _, v := range r {
 		x.Out = resp.AppendInt(x.Out, v)
 	}
+	return nil
 }
 
 // runRollClear is ROLL.CLEAR key: it deletes key's log, and only its log
 // (DEL removes every kind), and answers 1 if there was one, else 0.
-func runRollClear(x *dispatch.Ctx, sc *scratch, args [][]byte) {
+func runRollClear(x *dispatch.Ctx, sc *scratch, args [][]byte) error {
 	key := args[1]
-	if err := x.CheckKeySize("key", len(key)); err != nil {
-		x.ReplyErr(err)
-		return
+	if err := x.Round.CheckKeySize("key", len(key)); err != nil {
+		return err
 	}
 	x.Key = keyspace.AppendLogKey(x.Key[:0], key)
 	sc.clear = clearMutator{}
-	if err := x.Apply(x.Key, &sc.clear); err != nil {
-		x.ReplyErr(err)
-		return
+	if err := x.Round.Apply(x.Key, &sc.clear); err != nil {
+		return err
 	}
 	var n int64
 	if sc.clear.deleted {
 		n = 1
 	}
 	x.Out = resp.AppendInt(x.Out, n)
+	return nil
 }
 
 // clearMutator deletes a record that exists, and notes that it did.

@@ -2,6 +2,7 @@ package limitcmd
 
 import (
 	"github.com/sluicehq/sluice/bucket"
+	"github.com/sluicehq/sluice/internal/errs"
 	"github.com/sluicehq/sluice/internal/resp"
 	"github.com/sluicehq/sluice/storage"
 )
@@ -45,7 +46,7 @@ type FWRequest struct {
 // by bucket.NewWindow, after every integer has parsed.
 func ParseFW(spec FWSpec, args [][]byte, r *FWRequest) error {
 	if len(args) < 3 {
-		return resp.WrongArgs(spec.Name())
+		return errs.WrongArgs(spec.Name())
 	}
 	*r = FWRequest{Key: args[0]}
 	p := &r.Params

@@ -6,6 +6,7 @@ import (
 	"testing"
 
 	"github.com/sluicehq/sluice/bucket"
+	"github.com/sluicehq/sluice/internal/errs"
 	"github.com/sluicehq/sluice/internal/resp"
 )
 
@@ -90,8 +91,8 @@ func FuzzParseFW(f *testing.F) {
 
 func checkErrReply(t *testing.T, args [][]byte, err error) {
 	t.Helper()
-	re, ok := err.(resp.Error)
-	if !ok || !strings.HasPrefix(string(re), "ERR ") {
+	e, ok := err.(*errs.Error)
+	if !ok || e.Kind != errs.Request || !strings.HasPrefix(resp.ErrorText(e), "ERR ") {
 		t.Fatalf("%q: error %v (%T), want an ERR reply", args, err, err)
 	}
 }

@@ -1,20 +1,22 @@
-// Package limitcmd holds the requests of the bucket-backed limiter commands
-// (RL.*, CL.*, FW.*, ROLL.*): the parsing of their arguments, in the order
-// that decides which error a client sees, and the storage.Mutator each
-// applies to its stored state with package bucket's arithmetic. It does no
-// I/O and reads no clock (time is a field the caller sets); a mutator is
-// reused by one connection, so a command allocates nothing. Errors a
-// client is told are resp.Error values. The commands (commands.go) are
-// registered into a dispatch.Table: each checks its request against the
-// server's limits, applies the mutator through the connection's batch and
-// answers, all through the dispatch.Ctx, which owns the clock, the store
-// and the error classifier.
+// Package limitcmd holds the RESP commands of limits: the requests of the
+// bucket-backed limiter commands (RL.*, CL.*, FW.*, ROLL.*), the parsing of
+// their arguments, in the order that decides which error a client sees,
+// and the storage.Mutator each applies to its stored state with package
+// bucket's arithmetic, which do no I/O and read no clock (time is a field
+// the caller sets); and HIT, a request's hit of the --policy rules. A
+// mutator is reused by one connection, so a command allocates nothing.
+// Errors a client is told are typed (package errs). The commands
+// (commands.go, hit.go) are registered into a dispatch.Table: each checks
+// its request, runs it in the connection's engine.Round, which owns the
+// clock, the store and --on-store-error, and appends its reply or returns
+// its error, which the dispatcher answers.
 package limitcmd
 
 import (
 	"math"
 
 	"github.com/sluicehq/sluice/bucket"
+	"github.com/sluicehq/sluice/internal/errs"
 	"github.com/sluicehq/sluice/internal/resp"
 	"github.com/sluicehq/sluice/keyspace"
 	"github.com/sluicehq/sluice/storage"
@@ -58,7 +60,7 @@ func ParseRL(spec RLSpec, name string, args [][]byte, r *RLRequest) error {
 		maxArgs = 8
 	}
 	if len(args) < 3 || len(args) > maxArgs {
-		return resp.WrongArgs(name)
+		return errs.WrongArgs(name)
 	}
 	*r = RLRequest{Key: args[0], Take: 1}
 	if spec.Kind == RLGet {
@@ -66,11 +68,11 @@ func ParseRL(spec RLSpec, name string, args [][]byte, r *RLRequest) error {
 	}
 	max, ok := resp.ParseInt(args[1])
 	if !ok {
-		return resp.ErrNotInteger
+		return errs.NotInteger
 	}
 	refillTime, ok := resp.ParseInt(args[2])
 	if !ok || refillTime < math.MinInt32 || refillTime > math.MaxInt32 {
-		return resp.ErrNotInteger
+		return errs.NotInteger
 	}
 	refill := max
 	for i := 3; i < len(args); i++ {
@@ -79,11 +81,11 @@ func ParseRL(spec RLSpec, name string, args [][]byte, r *RLRequest) error {
 			continue
 		}
 		if i == len(args)-1 {
-			return resp.ErrSyntax
+			return errs.Syntax
 		}
 		v, ok := resp.ParseInt(args[i+1])
 		if !ok {
-			return resp.ErrNotInteger
+			return errs.NotInteger
 		}
 		switch {
 		case resp.EqualFold(args[i], "refill"):
@@ -93,18 +95,18 @@ func ParseRL(spec RLSpec, name string, args [][]byte, r *RLRequest) error {
 		case resp.EqualFold(args[i], "at"):
 			r.At, r.HasAt = v, true
 		default:
-			return resp.ErrSyntax
+			return errs.Syntax
 		}
 		i++
 	}
 	if max < 1 || refillTime < 1 || refill < 1 || r.Take < 0 || (r.HasAt && r.At < 0) {
-		return resp.ErrNotInteger
+		return errs.NotInteger
 	}
 	if !spec.MS {
 		refillTime *= 1000 // at most MaxInt32*1000: no overflow
 		if r.HasAt {
 			if r.At > math.MaxInt64/1000 {
-				return resp.ErrNotInteger
+				return errs.NotInteger
 			}
 			r.At *= 1000
 		}

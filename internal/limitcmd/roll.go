@@ -2,6 +2,7 @@ package limitcmd
 
 import (
 	"github.com/sluicehq/sluice/bucket"
+	"github.com/sluicehq/sluice/internal/errs"
 	"github.com/sluicehq/sluice/internal/resp"
 	"github.com/sluicehq/sluice/storage"
 )
@@ -27,9 +28,9 @@ type RollRequest struct {
 func ParseRoll(would bool, args [][]byte, r *RollRequest) error {
 	if len(args) < 3 {
 		if would {
-			return resp.WrongArgs("roll.wouldlimit")
+			return errs.WrongArgs("roll.wouldlimit")
 		}
-		return resp.WrongArgs("roll.limit")
+		return errs.WrongArgs("roll.limit")
 	}
 	*r = RollRequest{Key: args[0]}
 	p := &r.Params

@@ -3,24 +3,15 @@ package resp
 import "math"
 
 // The conventions of Redis' commands that every command family shares:
-// errors whose text is the reply, and how arguments are read.
+// how arguments are read, and the RESP front end's own errors (package
+// errs has the typed errors of the requests every front end serves).
 
-// Error is an error whose text is the RESP error reply, "ERR ..." or
-// another Redis error code: the request's fault, told to the client as is.
+// Error is an error of the RESP front end itself whose text is the RESP
+// error reply, "ERR ..." or another Redis error code (NOAUTH, MOVED): the
+// request's fault, told to the client as is.
 type Error string
 
 func (e Error) Error() string { return string(e) }
-
-// Errors of Redis' own wording.
-var (
-	ErrNotInteger = Error("ERR value is not an integer or out of range")
-	ErrSyntax     = Error("ERR syntax error")
-)
-
-// WrongArgs is Redis' error for a wrong argument count of command name.
-func WrongArgs(name string) error {
-	return Error("ERR wrong number of arguments for '" + name + "' command")
-}
 
 // Preview is an argument as an error message may quote it: at most 128
 // bytes of it.

@@ -1,6 +1,10 @@
 package resp
 
-import "strconv"
+import (
+	"strconv"
+
+	"github.com/sluicehq/sluice/internal/errs"
+)
 
 // Reply encoders. Each appends one RESP value to b and returns it, so a
 // whole pipeline's replies build up in one reused buffer without allocating.
@@ -85,4 +89,17 @@ func AppendCommand(b []byte, args [][]byte) []byte {
 		b = AppendBulk(b, a)
 	}
 	return b
+}
+
+// AppendErr appends e as an error reply: its code (ERR when it has none)
+// and its message.
+func AppendErr(b []byte, e *errs.Error) []byte { return AppendError(b, ErrorText(e)) }
+
+// ErrorText is e as the text of an error reply, without the "-": "ERR
+// syntax error", "CLUSTERDOWN Hash slot not served".
+func ErrorText(e *errs.Error) string {
+	if e.Code != "" {
+		return e.Code + " " + e.Message()
+	}
+	return "ERR " + e.Message()
 }

@@ -1,23 +1,24 @@
-// Package rules executes hits of policy rules (divvy's model), the engine
-// every rule front end shares: HIT over RESP, the divvy line protocol,
-// GET /check and Envoy's rate limit service. A hit evaluates a request's
-// fields against a rule Set, applies each counted rule's hit to its stored
-// counter through a storage.Batch (or, in a cluster, has the counter's
-// owner apply it, through the Engine's Forward hook), and keeps what the
-// metrics count until the caller knows the writes were committed.
+// Package rules holds the rule sets every rule front end evaluates hits
+// against (HIT over RESP, the divvy line protocol, GET /check, Envoy's rate
+// limit service): a Set in use with the metric counters of its rules, the
+// rule file (--policy) in use and its reloads (File), and the index of a
+// set's rules by counter identity that the owner of a forwarded hit finds
+// a rule by. The hits themselves are run by package engine.
 //
-// A File is the rule file (--policy) in use and its reloads. An Engine and
-// a File are safe for concurrent use; a Hitter belongs to one connection
-// or goroutine. Envoy's rule set, the front ends and the forwarder are
-// server's.
+// A File is safe for concurrent use; a Set is not changed once in use.
 package rules
 
 import (
 	"sync/atomic"
 	"time"
 
+	"github.com/sluicehq/sluice/internal/errs"
 	"github.com/sluicehq/sluice/policy"
 )
+
+// ErrNoPolicy is the answer of every rule front end when no rule file is
+// in use.
+var ErrNoPolicy = errs.New(errs.Request, "no policy loaded: start sluice with --policy FILE (a divvy .ini or .json rule file)")
 
 // Set is a rule set in use, with the metric counters of its rules. It is
 // replaced as a whole on reload: a hit reads the pointer once, so it never

@@ -1,0 +1,398 @@
+package main
+
+import (
+	"context"
+	"crypto/tls"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"os"
+	"strings"
+	"time"
+
+	"github.com/sluicehq/sluice/internal/conffile"
+	"github.com/sluicehq/sluice/policy"
+	"github.com/sluicehq/sluice/rls"
+	"github.com/sluicehq/sluice/server"
+	"github.com/sluicehq/sluice/storage"
+)
+
+// runReloading is run with the SIGHUP channel given: main registers it
+// before anything else, so that a SIGHUP received while the store opens is
+// acted on once the server runs. environ is the whole environment, whose
+// SLUICE_* variables that no flag reads are warned about (run, for tests,
+// passes none).
+func runReloading(ctx context.Context, hup <-chan os.Signal, args []string, lookupEnv func(string) (string, bool), environ []string, stdout, stderr io.Writer) (err error) {
+	if ran, err := subcommand(ctx, args, lookupEnv, stdout, stderr); ran {
+		return err
+	}
+	cfg, err := parseConfig(args, lookupEnv, stderr)
+	if err != nil {
+		return err
+	}
+	if cfg.showVersion {
+		fmt.Fprintln(stdout, versionLine(buildVersion(), buildRevision()))
+		return nil
+	}
+	log, err := newLogger(cfg.logFormat, cfg.logLevel, stderr)
+	if err != nil {
+		return err
+	}
+	defer func() {
+		// Once there is a logger, the reason for stopping goes through it
+		// too, so that --log-format json holds for every line.
+		if err != nil {
+			log.Error("sluice stopped", "err", err)
+			err = loggedError{err}
+		}
+	}()
+	warnUnknownEnv(environ, log)
+	if cfg.cacheBucketsSet {
+		msg := "--cache-buckets (SLUICE_CACHE_BUCKETS) is deprecated: the bucket cache is bounded in bytes by --cache-memory (SLUICE_CACHE_MEMORY); set that instead"
+		if cfg.cacheMemorySet {
+			log.Warn(msg+"; ignored, as --cache-memory is given", "cache_buckets", cfg.cacheBuckets, "cache_memory", int64(cfg.cacheMemory))
+		} else {
+			log.Warn(msg+"; converted at the documented charge per bucket", "cache_buckets", cfg.cacheBuckets, "bytes_per_bucket", storage.CacheBucketCharge, "cache_memory", int64(cfg.cacheMemory))
+		}
+	}
+	mode, err := storage.ParseSyncMode(cfg.fsync)
+	if err != nil {
+		return fmt.Errorf("--fsync: %w", err)
+	}
+	password, err := readPassword(cfg.requirePass, cfg.requirePassFile, cfg.maxConfigFile)
+	if err != nil {
+		return err
+	}
+	if cfg.policyFile != "" {
+		// Refuse a bad rule file before opening the store, which can take
+		// a while.
+		if _, err := policy.Load(cfg.policyFile, int64(cfg.maxConfigFile)); err != nil {
+			return fmt.Errorf("--policy: %w", err)
+		}
+	}
+	clusterCfg, err := clusterConfig(cfg.clusterNodes, cfg.clusterSize, cfg.clusterOrdinal, os.Hostname)
+	if err != nil {
+		return err
+	}
+	if clusterCfg != nil {
+		clusterCfg.ForwardTimeout = cfg.clusterTimeout
+		clusterCfg.MaxClockSkew = cfg.clusterClockSkew
+		clusterCfg.ReassignFrom = cfg.clusterReassign
+	}
+	if cfg.rlsConfig != "" {
+		if _, err := rls.Load(cfg.rlsConfig, int64(cfg.maxConfigFile)); err != nil {
+			return fmt.Errorf("--rls-config: %w", err)
+		}
+	}
+	files, err := fdBudget(log)
+	if err != nil {
+		return err
+	}
+	if err := prepareDataDir(cfg.data, cfg.moveStoreFrom, log); err != nil {
+		return err
+	}
+	warnAboutVolume(cfg.data, log)
+	// Before the store opens, so that replaying a long log is collected
+	// within the limit too. restore matters only to tests that call run.
+	memLimit, memLimitSource, restoreMemLimit := applyMemoryLimit(cfg, lookupEnv, log)
+	defer restoreMemLimit()
+	var tlsFiles *server.TLSFiles
+	if cfg.tlsCert != "" {
+		tlsFiles = &server.TLSFiles{Cert: cfg.tlsCert, Key: cfg.tlsKey, CA: cfg.tlsCA}
+	}
+	// A signal stops the open too: replaying a long log, or a store that
+	// cannot be opened, must not make the process ignore SIGTERM.
+	store, err := storage.OpenContext(ctx, cfg.data, server.StoreOptions(storage.Options{
+		Sync:           mode,
+		CacheSize:      int64(cfg.cacheSize),
+		CacheMemory:    offIfZero(int64(cfg.cacheMemory)),
+		KeyFilterSize:  offIfZero(int64(cfg.keyFilterSize)),
+		MemTableSize:   int64(cfg.memtableSize),
+		MaxOpenFiles:   files.StoreFiles,
+		MaxQueuedBytes: int(cfg.commitQueueMem),
+		Logger:         log,
+	}))
+	if err != nil {
+		if ctx.Err() != nil {
+			return fmt.Errorf("stopped by a signal while opening the store: %w", err)
+		}
+		return err
+	}
+	srv, err := server.New(serverConfig(cfg, store, log, password, files, clusterCfg, tlsFiles, memLimit, memLimitSource))
+	if err != nil {
+		store.Close()
+		return err
+	}
+	lns, err := listenAll(cfg, srv)
+	if err != nil {
+		store.Close()
+		return err
+	}
+	log.Info("sluice starting", "version", buildVersion(), "revision", buildRevision(), "addr", lns[0].addr(), "http_addr", lns[1].addr(), "divvy_addr", lns[2].addr(), "check_addr", lns[3].addr(), "rls_addr", lns[4].addr(), "policy", cfg.policyFile, "rls_config", cfg.rlsConfig, "data", cfg.data, "fsync", mode.String(), "auth", password != "", "tls", tlsFiles != nil, "fd_limit", files.Limit)
+	serveErr := make(chan error, len(lns))
+	for _, l := range lns {
+		if l.ln == nil {
+			continue
+		}
+		go func() {
+			if err := l.serve(l.ln); err != nil || l.what == "" {
+				if l.what != "" {
+					err = fmt.Errorf("%s: %w", l.what, err)
+				}
+				serveErr <- err
+			}
+		}()
+	}
+	err = waitForStop(ctx, hup, serveErr, srv, store, cfg.data, log)
+	if cerr := shutdown(srv, store, cfg.shutdownTimeout, log); cerr != nil {
+		err = errors.Join(err, cerr)
+	}
+	if err == nil {
+		log.Info("shutdown complete")
+	}
+	return err
+}
+
+// serverConfig is the server.Config of cfg, for store, with what
+// runReloading read or derived from it.
+func serverConfig(cfg config, store *storage.Store, log *slog.Logger, password string, files server.FDBudget, clusterCfg *server.ClusterConfig, tlsFiles *server.TLSFiles, memLimit int64, memLimitSource string) server.Config {
+	return server.Config{
+		Store:           store,
+		Logger:          log,
+		MaxArgs:         cfg.maxArgs,
+		MaxBulk:         int64(cfg.maxBulk),
+		MaxKeySize:      int(cfg.maxKeySize),
+		MaxInline:       int(cfg.maxInline),
+		MaxQueryBuffer:  int(cfg.maxQueryBuffer),
+		ShutdownTimeout: cfg.shutdownTimeout,
+		Version:         buildVersion(),
+		Revision:        buildRevision(),
+		SweepInterval:   zeroIsOff(cfg.sweepInterval),
+		SweepRate:       zeroIsOff(cfg.sweepRate),
+		BackupDir:       cfg.backupDir,
+
+		MemoryLimit:       memLimit,
+		MemoryLimitSource: memLimitSource,
+
+		AllowOnStoreError: cfg.onStoreError == "allow",
+
+		Password:               password,
+		AllowRemoteWithoutAuth: cfg.protectedMode == "no",
+		MaxClients:             cfg.maxClients,
+		Files:                  files,
+		MaxAuthFailures:        zeroIsOff(cfg.maxAuthFailures),
+		IdleTimeout:            time.Duration(cfg.timeout) * time.Second,
+		MaxReplyBuffer:         int(cfg.maxReplyBuffer),
+		MaxMultiBytes:          int(cfg.maxMultiBytes),
+		MaxMemoryClients:       zeroIsOff(int64(cfg.maxMemClients)),
+		TLS:                    tlsFiles,
+
+		PolicyFile: cfg.policyFile,
+		Divvy: server.DivvyConfig{
+			MaxLine:     int(cfg.divvyMaxLine),
+			MaxPipeline: cfg.divvyMaxPipeline,
+			IdleTimeout: time.Duration(cfg.divvyTimeout) * time.Second,
+		},
+
+		Check:                      cfg.check.serverConfig(),
+		Cluster:                    clusterCfg,
+		AcceptRepairedClusterState: cfg.acceptRepaired,
+		RLS: server.RLSConfig{
+			Dir:             cfg.rlsConfig,
+			ResponseHeaders: cfg.rlsResponseHeaders,
+			MaxMessage:      int(cfg.rlsMaxMessage),
+			MaxStreams:      cfg.rlsMaxStreams,
+			MaxDescriptors:  cfg.rlsMaxDescriptors,
+			MaxHeaderBytes:  int(cfg.rlsMaxHeaderBytes),
+		},
+
+		MaxConfigFile:      int64(cfg.maxConfigFile),
+		ReloadTimeout:      cfg.reloadTimeout,
+		HTTPMaxHeaderBytes: int(cfg.httpMaxHeaderBytes),
+	}
+}
+
+// waitForStop waits for a signal (ctx done), a front end's failure
+// (serveErr) or the store's, reloading on each SIGHUP meanwhile; it
+// returns why the server must stop, nil for a signal.
+func waitForStop(ctx context.Context, hup <-chan os.Signal, serveErr <-chan error, srv *server.Server, store *storage.Store, data string, log *slog.Logger) error {
+	for {
+		select {
+		case <-ctx.Done():
+			log.Info("shutting down: finishing in-flight commands")
+			return nil
+		case err := <-serveErr:
+			log.Error("server stopped", "err", err)
+			return err
+		case <-store.FailedC():
+			// Nothing more can be made durable: stop, so that a restart
+			// replays the log. Shutdown below says what may be lost.
+			log.Error("store failed; shutting down, exit status 1 (restart to replay the log)", "dir", data, "err", store.Failed())
+			return fmt.Errorf("the store failed: %w", store.Failed())
+		case <-hup:
+			// In a goroutine: a reload that hangs on its file system must
+			// not keep this loop from SIGTERM. Reload logs each outcome;
+			// a bad file keeps what is in use.
+			go func() { _ = srv.Reload() }()
+		}
+	}
+}
+
+// listener is one of the server's listeners: the flag of its address,
+// the address, what it serves, and, once listening, the listener.
+type listener struct {
+	flag, addrFlag string
+	// what names the front end in the error its serve returns; "" for
+	// RESP, whose Serve returns nil after Close as an error would.
+	what  string
+	serve func(net.Listener) error
+	ln    net.Listener
+}
+
+// addr is the listening address, "" when the front end is off.
+func (l *listener) addr() string {
+	if l.ln == nil {
+		return ""
+	}
+	return l.ln.Addr().String()
+}
+
+// listenAll listens on the address of every front end, in this order:
+// RESP, HTTP, the divvy line protocol, /check, Envoy's rate limit service
+// (RESP's always, the others' when their flag gives an address). On an
+// error it closes the listeners it opened.
+func listenAll(cfg config, srv *server.Server) ([]listener, error) {
+	lns := []listener{
+		{flag: "--addr", addrFlag: cfg.addr, serve: srv.Serve},
+		{flag: "--http-addr", addrFlag: cfg.httpAddr, what: "HTTP", serve: srv.ServeHTTP},
+		{flag: "--divvy-addr", addrFlag: cfg.divvyAddr, what: "divvy line protocol", serve: srv.ServeDivvy},
+		{flag: "--check-addr", addrFlag: cfg.check.addr, what: "/check", serve: srv.ServeCheck},
+		{flag: "--rls-addr", addrFlag: cfg.rlsAddr, what: "rate limit service", serve: srv.ServeRLS},
+	}
+	for i := range lns {
+		l := &lns[i]
+		if l.addrFlag == "" && i > 0 {
+			continue
+		}
+		var err error
+		if l.ln, err = net.Listen("tcp", l.addrFlag); err != nil {
+			for _, o := range lns[:i] {
+				if o.ln != nil {
+					o.ln.Close()
+				}
+			}
+			return nil, fmt.Errorf("listen on %s %s: %w", l.flag, l.addrFlag, err)
+		}
+	}
+	return lns, nil
+}
+
+// shutdown closes the server, then the store, within about timeout in
+// every state: connections get up to nine tenths of it to finish their
+// pipelines, and the store what is left, at least a tenth. A store that
+// cannot be closed cleanly in time (a disk that fails, a Pebble that does
+// not close) is left to the process exit, and the error says what may be
+// lost.
+func shutdown(srv *server.Server, store *storage.Store, timeout time.Duration, log *slog.Logger) error {
+	deadline := time.Now().Add(timeout)
+	closed := make(chan struct{})
+	go func() {
+		srv.Close()
+		close(closed)
+	}()
+	t := time.NewTimer(timeout - timeout/10)
+	select {
+	case <-closed:
+	case <-t.C:
+		log.Warn("connections still busy; closing the store anyway", "timeout", timeout)
+	}
+	t.Stop()
+	if least := time.Now().Add(timeout / 10); deadline.Before(least) {
+		deadline = least
+	}
+	ctx, cancel := context.WithDeadline(context.Background(), deadline)
+	defer cancel()
+	if err := store.Shutdown(ctx); err != nil {
+		log.Error("the store was not closed cleanly; exit status 1", "dir", store.Dir(), "err", err)
+		return err
+	}
+	return nil
+}
+
+// fdBudget raises the open-file limit to its hard limit and shares it
+// between the store, the process and connections (server.BudgetFDs). It
+// fails when the limit is too low to run; when the limit cannot be read it
+// warns and returns a zero budget, which leaves --maxclients as given.
+func fdBudget(log *slog.Logger) (server.FDBudget, error) {
+	now, was, err := raiseFDLimit()
+	if err != nil {
+		log.Warn("cannot read the open-file limit; --maxclients is not checked against it", "err", err)
+		return server.FDBudget{}, nil
+	}
+	if now > was {
+		log.Info("raised the open-file limit (soft RLIMIT_NOFILE) to the hard limit", "from", was, "to", now)
+	}
+	return server.BudgetFDs(now)
+}
+
+// readPassword returns the password from --requirepass or from the file
+// --requirepass-file names, without its trailing line break; the file is
+// read as every configuration file is (addMaxConfigFile).
+func readPassword(pass, file string, limit byteSize) (string, error) {
+	if file == "" {
+		return pass, nil
+	}
+	b, err := conffile.Read(file, int64(limit))
+	if err != nil {
+		return "", fmt.Errorf("--requirepass-file: %w", err)
+	}
+	p := strings.TrimRight(string(b), "\r\n")
+	if p == "" {
+		return "", fmt.Errorf("--requirepass-file %s is empty: want the password", file)
+	}
+	if strings.ContainsAny(p, "\r\n") {
+		return "", fmt.Errorf("--requirepass-file %s has more than one line: want only the password", file)
+	}
+	return p, nil
+}
+
+// addMaxConfigFile defines --max-config-file on fs, for the server and for
+// the subcommands, which read the same kinds of file.
+func addMaxConfigFile(fs *flag.FlagSet, v *byteSize) {
+	*v = server.DefaultMaxConfigFile
+	fs.Var(v, "max-config-file", "most bytes read from a file sluice is given: the --policy file, each TLS and password file, the files of --rls-config together; a bigger one is refused, and so is anything but a regular file or a symlink to one (a named pipe, a device)")
+}
+
+// loadKeyPair reads a PEM certificate and its key as addMaxConfigFile says.
+func loadKeyPair(certFile, keyFile string, limit byteSize) (tls.Certificate, error) {
+	certPEM, err := conffile.Read(certFile, int64(limit))
+	if err != nil {
+		return tls.Certificate{}, err
+	}
+	keyPEM, err := conffile.Read(keyFile, int64(limit))
+	if err != nil {
+		return tls.Certificate{}, err
+	}
+	return tls.X509KeyPair(certPEM, keyPEM)
+}
+
+// offIfZero maps a flag where 0 means off to storage.Options, where 0 means
+// the default and a negative number means off.
+func offIfZero(n int64) int64 {
+	if n == 0 {
+		return -1
+	}
+	return n
+}
+
+// zeroIsOff maps a flag where 0 means off to a server.Limit, whose zero is
+// the default.
+func zeroIsOff[T int | int64 | time.Duration](n T) server.Limit[T] {
+	if n == 0 {
+		return server.NoLimit[T]()
+	}
+	return server.LimitOf(n)
+}

@@ -1,0 +1,226 @@
+package engine
+
+import (
+	"errors"
+	"strings"
+
+	"github.com/sluicehq/sluice/bucket"
+	"github.com/sluicehq/sluice/internal/errs"
+	"github.com/sluicehq/sluice/internal/rules"
+	"github.com/sluicehq/sluice/keyspace"
+	"github.com/sluicehq/sluice/policy"
+	"github.com/sluicehq/sluice/storage"
+)
+
+// Rule hits (divvy's model): every rule front end (HIT over RESP, the
+// divvy line protocol, GET /check, Envoy's rate limit service) evaluates a
+// request with Hit or HitRule. A hit of a counted rule applies to the
+// rule's stored counter here, or, in a cluster, at the node owning its
+// slot (Cluster.ForwardCounter); the metrics of a rule set (rules.Counts)
+// count the hits once Commit knows whether their answers were told.
+
+// hits is a Round's reusable state for rule hits, so that a hit
+// allocates nothing.
+type hits struct {
+	canaries []*policy.Rule
+	// id and key are room for a counter ID and its store key.
+	id, key []byte
+	m       ruleMutator
+	// done holds the outcomes of this round's hits until its changes are
+	// committed; the metrics count only what clients were told.
+	done []hitDone
+}
+
+// hitDoneSize is the bytes of a hitDone: a pointer and three bools, padded.
+const hitDoneSize = 16
+
+type hitDone struct {
+	counts        *rules.Counts
+	canary, wrote bool
+	allowed       bool
+}
+
+func (h *hits) trim(keep int) {
+	if cap(h.canaries)*8 > keep {
+		h.canaries = nil
+	} else {
+		clear(h.canaries[:cap(h.canaries)]) // rules of a policy a reload may replace
+		h.canaries = h.canaries[:0]
+	}
+	if cap(h.key) > keep {
+		h.key = nil
+	}
+	if cap(h.id) > keep {
+		h.id = nil
+	}
+	if cap(h.done)*hitDoneSize > keep {
+		h.done = nil
+	}
+	h.m.c.Shrink(keep)
+}
+
+func (h *hits) footprint() int {
+	return 8*cap(h.canaries) + cap(h.id) + cap(h.key) + hitDoneSize*cap(h.done) + h.m.c.Footprint()
+}
+
+// ruleMutator applies one hit of one rule to its stored counter, whatever
+// the rule's algorithm (policy.Counter).
+type ruleMutator struct {
+	c policy.Counter
+}
+
+// Mutate implements storage.Mutator.
+func (m *ruleMutator) Mutate(old []byte, found bool) ([]byte, storage.Op, error) {
+	val, write, err := m.c.Apply(old, found)
+	switch {
+	case err != nil:
+		return nil, storage.Keep, ruleErr(err)
+	case !write:
+		return nil, storage.Keep, nil
+	}
+	return val, storage.Put, nil
+}
+
+// ruleErr turns what policy.Counter refuses into the request's error: a
+// hit count the rule cannot take, or arithmetic out of range, which the
+// loader's checks leave only to extreme clocks. A stored value that does
+// not decode is passed on as it is.
+func ruleErr(err error) error {
+	var ae *bucket.ArgError
+	switch {
+	case errors.Is(err, policy.ErrHits):
+		return &errs.Error{Kind: errs.Request, Msg: strings.TrimPrefix(err.Error(), "policy: "), Err: err}
+	case errors.As(err, &ae):
+		return &errs.Error{Kind: errs.Request, Msg: "rule arithmetic out of range: " + ae.Arg + ": " + ae.Msg, Err: err}
+	}
+	return err
+}
+
+// Hit evaluates req, a request's fields, against the rule set lp at now
+// (unix ns), for a cost of hits (Envoy's hits_addend; 1 for one request,
+// 0 to read without counting): each canary rule matched before the
+// deciding rule takes its hits, then the deciding rule answers. The answer
+// carries the deciding rule (Outcome.Rule) and what rate-limit headers
+// need. req may be r.Req. Every key is checked before the first rule takes
+// its credit, so a refused hit changes nothing.
+func (r *Round) Hit(lp *rules.Set, req policy.Request, hits, now int64) (policy.Outcome, error) {
+	defer r.count(r.b.Len())
+	decider, canaries := lp.Policy.Match(req, r.canaries[:0])
+	r.canaries = canaries
+	if err := r.checkActorKey(req, decider); err != nil {
+		return policy.Outcome{}, err
+	}
+	for _, c := range canaries {
+		if err := r.checkActorKey(req, c); err != nil {
+			return policy.Outcome{}, err
+		}
+	}
+	for _, c := range canaries {
+		if _, err := r.hitRule(lp, c, req, hits, true, now); err != nil {
+			return policy.Outcome{}, err
+		}
+	}
+	return r.hitRule(lp, decider, req, hits, false, now)
+}
+
+// checkActorKey refuses a hit whose value of rule's actor field, the part
+// of rule's counter key the client chooses, is longer than MaxKeySize.
+func (r *Round) checkActorKey(req policy.Request, rule *policy.Rule) error {
+	if !rule.MayCount() || rule.ActorField == "" {
+		return nil
+	}
+	v, _ := req.Get(rule.ActorField)
+	if len(v) <= r.e.maxKeySize { // before building the name: no allocation on the way
+		return nil
+	}
+	return r.e.CheckKeySize("value of actor field "+rule.ActorField, len(v))
+}
+
+// HitRule applies a hit of the one rule rule of lp, as Hit does for each
+// rule it matched; canary says it is a canary rule, for the metrics.
+func (r *Round) HitRule(lp *rules.Set, rule *policy.Rule, req policy.Request, hits int64, canary bool, now int64) (policy.Outcome, error) {
+	defer r.count(r.b.Len())
+	return r.hitRule(lp, rule, req, hits, canary, now)
+}
+
+func (r *Round) hitRule(lp *rules.Set, rule *policy.Rule, req policy.Request, hits int64, canary bool, now int64) (policy.Outcome, error) {
+	d := hitDone{counts: lp.Counts[rule.Pos-1], canary: canary}
+	c := &r.m.c
+	c.Rule, c.Hits, c.Now = rule, hits, now
+	var quota policy.QuotaStatus
+	c.Limit, quota = rule.Limit(req)
+	if c.Limit > 0 && rule.ResetSeconds > 0 {
+		r.id = rule.AppendCounterID(r.id[:0], req)
+		c.ID = r.id
+		r.key = keyspace.AppendRuleKey(r.key[:0], rule, c.Limit, r.id)
+		before := r.b.Len()
+		// In cluster mode another node may own the counter's slot: it
+		// applies the same hit (rule, counter ID, limit, hits, now) and
+		// answers the whole outcome.
+		if fwd, o, err := r.forward(r.key, rule, c.Limit, hits, now); fwd {
+			if err != nil {
+				return policy.Outcome{}, err
+			}
+			o.Rule = rule
+			c.Out = o
+		} else if err := r.limit(r.key, &r.m); err != nil {
+			return policy.Outcome{}, err
+		}
+		d.wrote = r.b.Len() > before
+	} else if _, _, err := c.Apply(nil, false); err != nil {
+		return policy.Outcome{}, ruleErr(err)
+	}
+	out := c.Out
+	out.Quota, out.Rate = quota, c.Limit
+	d.allowed = out.Allowed
+	r.done = append(r.done, d)
+	return out, nil
+}
+
+func (r *Round) forward(key []byte, rule *policy.Rule, limit, hits, now int64) (bool, policy.Outcome, error) {
+	if r.e.cluster == nil {
+		return false, policy.Outcome{}, nil
+	}
+	return r.e.cluster.ForwardCounter(key, rule, limit, hits, now)
+}
+
+// DenyLast counts the last hit as denied in the metrics, for a front end
+// that denies whatever the counter said (Envoy's unlimited: false with
+// no requests per unit).
+func (r *Round) DenyLast() { r.done[len(r.done)-1].allowed = false }
+
+// ApplyCounter is the owner's side of a forwarded hit: it applies hits of
+// rule under limit at now (unix ns) to the counter key, of counter ID id,
+// and returns the outcome without Quota and Rule. The sender counts the
+// hit in its metrics, not the owner.
+func (r *Round) ApplyCounter(key []byte, rule *policy.Rule, limit, hits, now int64, id []byte) (policy.Outcome, error) {
+	m := &r.m.c
+	m.Rule, m.Limit, m.Hits, m.Now, m.ID = rule, limit, hits, now, id
+	err := r.Limit(key, &r.m) // one operation, counted
+	m.ID = nil                // aliases the caller's arguments
+	if err != nil {
+		return policy.Outcome{}, err
+	}
+	return m.Out, nil
+}
+
+// settle adds the round's hits to the metrics; with told false (their
+// answers were not told) only the hits that wrote nothing count.
+func (h *hits) settle(told bool) {
+	for _, d := range h.done {
+		if !told && d.wrote {
+			continue
+		}
+		switch {
+		case d.canary && d.allowed:
+			d.counts.CanaryAccepted.Add(1)
+		case d.canary:
+			d.counts.CanaryRejected.Add(1)
+		case d.allowed:
+			d.counts.Accepted.Add(1)
+		default:
+			d.counts.Rejected.Add(1)
+		}
+	}
+	h.done = h.done[:0]
+}

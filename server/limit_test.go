@@ -1,0 +1,24 @@
+package server
+
+import (
+	"testing"
+	"time"
+)
+
+// A Limit's zero is its field's default, NoLimit is off and bounds
+// nothing, and a set bound stays.
+func TestLimit(t *testing.T) {
+	var zero Limit[int64]
+	if l := zero.orDefault(64); l.Off() || l.N() != 64 || !l.within(64) || l.within(65) {
+		t.Errorf("zero Limit with default 64: off %v, n %d", l.Off(), l.N())
+	}
+	if l := NoLimit[int64]().orDefault(64); !l.Off() || l.N() != 0 || !l.within(1<<62) {
+		t.Errorf("NoLimit: off %v, n %d", l.Off(), l.N())
+	}
+	if l := LimitOf(time.Second).orDefault(time.Minute); l.Off() || l.N() != time.Second {
+		t.Errorf("LimitOf(1s) with default 1m: off %v, n %v", l.Off(), l.N())
+	}
+	if l := LimitOf(-5).orDefault(5); l.Off() || l.N() != 5 {
+		t.Errorf("LimitOf(-5) with default 5: off %v, n %d; a negative bound is not off", l.Off(), l.N())
+	}
+}
