@@ -343,9 +343,10 @@ func BenchmarkWALSync(b *testing.B) {
 			b.Fatal(err)
 		}
 		batch.Close()
-		s.q.Lock()
-		s.q.applied++
-		s.q.Unlock()
+		q := s.queues[0]
+		q.Lock()
+		q.applied++
+		q.Unlock()
 		clk.start()
 		if err := s.syncApplied(); err != nil {
 			b.Fatal(err)
