@@ -44,6 +44,7 @@ type commitQueue struct {
 	done    sync.Cond // Commit waits here for rounds to finish
 	keys    []byte    // keys handed over, back to back
 	ends    []int     // end offset of each key in keys
+	hints   []written // where each key's record was when it was queued
 	bytes   int       // record bytes charged for the keys queued
 	round   uint64    // the round that will take the keys now queued
 	applied uint64    // every round <= applied is in Pebble
@@ -155,6 +156,7 @@ type roundBufs struct {
 	batch  *pebble.Batch
 	keys   []byte
 	ends   []int
+	hints  []written
 	order  []sortKey // positions in ends, in key order
 	spread []sortKey // the same, in queue order
 	done   []written
@@ -284,6 +286,7 @@ func (s *Store) takeRound(q *commitQueue, r *roundBufs) (round uint64, whole boo
 	defer q.Unlock()
 	r.keys, q.keys = q.keys, r.keys[:0]
 	r.ends, q.ends = q.ends, r.ends[:0]
+	r.hints, q.hints = q.hints, r.hints[:0]
 	q.bytes = 0
 	q.urge = false
 	whole = s.opts.Sync == SyncAlways || q.held
@@ -364,15 +367,25 @@ func (s *Store) readRound(r *roundBufs, whole bool) error {
 			runtime.Gosched()
 		}
 		key := keyAt(o.i)
-		h := maphash.Bytes(s.seed, key)
-		st := s.stripeOf(h)
+		// The record is looked for where it was when its key was
+		// queued (its stripe is the key's), the key compared: it is
+		// there unless it was written, evicted and its key's record made
+		// anew since, which a lookup by hash then finds. The lookup was
+		// half of the committer's work (three cache misses: index,
+		// record, key), with the hash.
+		hint := r.hints[o.i]
+		st := &s.stripe[hint.stripe]
 		st.mu.Lock()
+		t := &st.mu.t
+		ri := int(hint.rec)
+		if ri >= len(t.recs) || t.recs[ri].flags&fLive == 0 || t.recs[ri].gen != hint.gen || string(t.key(&t.recs[ri])) != string(key) {
+			ri = t.find(maphash.Bytes(s.seed, key), key)
+		}
 		// A clean record's state went out in an earlier round; only
 		// dirty records are written, and nothing removes a dirty one,
 		// so every record in done stays in use, for its key, until the
 		// loop after Apply has looked at it.
-		t := &st.mu.t
-		if ri := t.find(h, key); ri >= 0 && t.recs[ri].flags&(fClean|fRound) == 0 {
+		if ri >= 0 && t.recs[ri].flags&(fClean|fRound) == 0 {
 			rec := &t.recs[ri]
 			var err error
 			if rec.flags&fDel != 0 {
@@ -384,7 +397,7 @@ func (s *Store) readRound(r *roundBufs, whole bool) error {
 				// From now on fMod says whether it changed after this
 				// read.
 				rec.flags = rec.flags&^fMod | fRound
-				r.done = append(r.done, written{rec: uint32(ri), stripe: uint16(h % numStripes), gen: rec.gen})
+				r.done = append(r.done, written{rec: uint32(ri), stripe: hint.stripe, gen: rec.gen})
 			}
 		}
 		st.mu.Unlock()

@@ -302,3 +302,34 @@ func TestAlwaysAcknowledgesOnlySyncedWrites(t *testing.T) {
 	}
 	wg.Wait()
 }
+
+// TestCommitterChecksRecordHint: the committer finds a queued key's
+// record where it was when the key was queued only if that record still
+// holds the key; otherwise it looks the key up. Here the hint of a's
+// change names b's record, in the same stripe, as if a's record had been
+// evicted and b's made in its place since: Flush must still write a, and
+// write nothing of b, whose change was never committed.
+func TestCommitterChecksRecordHint(t *testing.T) {
+	s := openMem(t, vfs.NewMem(), SyncEverySec)
+	defer s.Close()
+	keys := keysOfOneStripe(s, 2)
+	a, b := s.NewBatch(), s.NewBatch()
+	add(t, a, keys[0], 1)
+	add(t, b, keys[1], 2)
+	a.notes[0].hint = b.notes[0].hint
+	if err := a.Commit(); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.Flush(); err != nil {
+		t.Fatal(err)
+	}
+	for i, want := range []bool{true, false} {
+		_, closer, err := s.db.Get([]byte(keys[i]))
+		if err == nil {
+			closer.Close()
+		}
+		if got := err == nil; got != want {
+			t.Errorf("%q in Pebble: %v, want %v", keys[i], got, want)
+		}
+	}
+}

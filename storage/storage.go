@@ -354,7 +354,6 @@ type counters struct {
 	fsyncs      atomic.Int64
 	fsyncNanos  atomic.Int64
 	lastSync    atomic.Int64 // unix ms
-	dirty       atomic.Int64
 	readErrors  atomic.Int64
 	writeErrors atomic.Int64
 	swept       atomic.Int64 // records examined by Sweep
@@ -372,7 +371,13 @@ type stripe struct {
 		// made through this stripe since Open.
 		records [MaxClasses]int64
 	}
-	_ [64]byte // keep stripes on separate cache lines
+	// dirty is the stripe's records whose newest value is not in Pebble
+	// yet, changed under mu (by a command, and by the committer once
+	// written) and read without it (Stats). One counter for the store
+	// was a cache line that every core and every committer passed
+	// around, twice per changed key.
+	dirty atomic.Int64
+	_     [64]byte // keep stripes on separate cache lines
 }
 
 // Open opens or creates the store in dir. See OpenContext.
@@ -941,10 +946,17 @@ type held struct {
 	closed bool
 }
 
-// noted is a noted key's committer and the bytes its record is charged.
+// noted is a noted key's committer, the bytes its record is charged, and
+// where its record was (see readRound).
 type noted struct {
 	committer int
 	size      int
+	hint      written
+}
+
+// hint names the record at ri of table t, of the stripe of hash h.
+func (s *Store) hint(h uint64, t *table, ri int) written {
+	return written{rec: uint32(ri), stripe: uint16(h % numStripes), gen: t.recs[ri].gen}
 }
 
 // NewBatch returns an empty Batch.
@@ -1050,7 +1062,7 @@ func (b *Batch) modify(key []byte, m Mutator, cache bool) (Op, error) {
 		// In SyncAlways a reply may only reflect fsynced state: a read of a
 		// change not yet synced waits for it, like the write's own reply.
 		if ri >= 0 && t.recs[ri].flags&fClean == 0 && s.opts.Sync == SyncAlways {
-			b.note(key, t.size(&t.recs[ri]))
+			b.note(key, t.size(&t.recs[ri]), s.hint(h, t, ri))
 		}
 		return Keep, nil
 	}
@@ -1077,7 +1089,7 @@ func (b *Batch) modify(key []byte, m Mutator, cache bool) (Op, error) {
 	}
 	if t.recs[ri].flags&fClean != 0 {
 		t.recs[ri].flags &^= fClean
-		s.stats.dirty.Add(1)
+		st.dirty.Add(1)
 	}
 	// Under the stripe lock, so that a transaction holding every stripe
 	// sees every write that has begun (see Watch).
@@ -1100,7 +1112,7 @@ func (b *Batch) modify(key []byte, m Mutator, cache bool) (Op, error) {
 		t.setVal(ri, val) // may move the value: after it, no r from before
 		t.recs[ri].flags = t.recs[ri].flags&^fDel | fMod
 	}
-	b.note(key, t.size(&t.recs[ri]))
+	b.note(key, t.size(&t.recs[ri]), s.hint(h, t, ri))
 	return op, nil
 }
 
@@ -1235,14 +1247,14 @@ func (s *Store) SlotWrites(slot uint16) uint64 { return s.slotMods[slot%numSlots
 // bounds its memory. Write-behind is the committer's: in SyncEverySec and
 // SyncNo it takes the queue once per tick, and a round writes each key
 // once, with its newest value (fRound).
-func (b *Batch) note(key []byte, size int64) {
+func (b *Batch) note(key []byte, size int64, hint written) {
 	c := b.s.committerOf(key)
 	if len(b.notes) > 0 && b.notes[0].committer != c {
 		b.mixed = true
 	}
 	b.keys = append(b.keys, key...)
 	b.ends = append(b.ends, len(b.keys))
-	b.notes = append(b.notes, noted{committer: c, size: int(size)})
+	b.notes = append(b.notes, noted{committer: c, size: int(size), hint: hint})
 	b.bytes += int(size)
 }
 
@@ -1367,6 +1379,7 @@ func (b *Batch) enqueueLocked(q *commitQueue, c int) uint64 {
 		if nt := b.notes[i]; all || nt.committer == c {
 			q.keys = append(q.keys, b.keys[start:e]...)
 			q.ends = append(q.ends, len(q.keys))
+			q.hints = append(q.hints, nt.hint)
 			q.bytes += nt.size
 		}
 		start = e
@@ -1475,7 +1488,7 @@ func (s *Store) wroteLocked(st *stripe, w written, applied bool) (over bool) {
 		return false // still dirty: its newer value is queued for a later round
 	}
 	r.flags |= fClean
-	s.stats.dirty.Add(-1)
+	st.dirty.Add(-1)
 	// A deleted record is not worth a cache slot: deletes come from the
 	// sweep, for records nobody uses. A record bigger than the stripe's
 	// share is never cached.
@@ -1716,7 +1729,7 @@ func (s *Store) shutdown(ctx context.Context) error {
 	if ok && closeErr == nil && s.failed.Load() == nil {
 		return nil
 	}
-	ce := &CloseError{Dir: s.dir, Mode: s.opts.Sync, Unwritten: s.stats.dirty.Load()}
+	ce := &CloseError{Dir: s.dir, Mode: s.opts.Sync, Unwritten: s.dirtyRecords()}
 	for _, q := range s.queues {
 		q.Lock()
 		ce.Unsynced += q.appliedKeys - q.syncedKeys
@@ -1823,6 +1836,16 @@ type Stats struct {
 	Compactions      int64
 }
 
+// dirtyRecords returns the number of records whose newest value is not in
+// Pebble yet.
+func (s *Store) dirtyRecords() int64 {
+	n := int64(0)
+	for i := range s.stripe {
+		n += s.stripe[i].dirty.Load()
+	}
+	return n
+}
+
 // Records returns the number of records, as Stats does.
 func (s *Store) Records() int64 {
 	n := int64(0)
@@ -1856,7 +1879,7 @@ func (s *Store) Stats() Stats {
 		KeysWritten:    s.stats.keysWritten.Load(),
 		Fsyncs:         s.stats.fsyncs.Load(),
 		FsyncTime:      time.Duration(s.stats.fsyncNanos.Load()),
-		Dirty:          s.stats.dirty.Load(),
+		Dirty:          s.dirtyRecords(),
 		ReadErrors:     s.stats.readErrors.Load(),
 		WriteErrors:    s.stats.writeErrors.Load(),
 		RecordsByClass: s.openRecords,
