@@ -333,3 +333,72 @@ func TestCommitterChecksRecordHint(t *testing.T) {
 		}
 	}
 }
+
+// TestCommittersFlushSweepAndClose: with several committers, Flush writes
+// what every one of them holds, the queue's bound is shared among them,
+// Sweep's deletes reach each committer's range, and a Shutdown writes
+// and syncs every queue, so that the store reopens with every change.
+func TestCommittersFlushSweepAndClose(t *testing.T) {
+	const committers = 4
+	fs := vfs.NewMem()
+	o := Options{Sync: SyncEverySec, SyncInterval: time.Hour, fs: fs, Committers: committers, Partitions: committers, Partition: digitPartition, MaxQueued: 64}
+	s, err := Open("db", o)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var bounds int
+	for _, q := range s.queues[:committers] {
+		bounds += q.maxKeys
+	}
+	if bounds != o.MaxQueued {
+		t.Errorf("the committers' queues hold %d keys in all, want MaxQueued %d", bounds, o.MaxQueued)
+	}
+	b := s.NewBatch()
+	var keys []string
+	for i := range 4 * committers {
+		keys = append(keys, fmt.Sprintf("%dk%d", i%committers, i))
+		add(t, b, keys[i], uint64(i+1))
+	}
+	if err := b.Commit(); err != nil {
+		t.Fatal(err)
+	}
+	if st := s.Stats(); st.Queued != len(keys) || st.Dirty != int64(len(keys)) {
+		t.Fatalf("before Flush: %d queued, %d dirty; want %d each (write-behind)", st.Queued, st.Dirty, len(keys))
+	}
+	if err := s.Flush(); err != nil {
+		t.Fatal(err)
+	}
+	if st := s.Stats(); st.Queued != 0 || st.Dirty != 0 || st.KeysWritten != int64(len(keys)) || st.Rounds != committers {
+		t.Fatalf("after Flush: %d queued, %d dirty, %d keys written in %d rounds; want 0, 0, %d in %d", st.Queued, st.Dirty, st.KeysWritten, st.Rounds, len(keys), committers)
+	}
+	// The sweep deletes the odd counters, of every committer's range.
+	var cursor []byte
+	for {
+		next, _, err := s.Sweep(cursor, 5, func(_, val []byte) bool { return binary.BigEndian.Uint64(val)%2 == 1 })
+		if err != nil {
+			t.Fatal(err)
+		}
+		if cursor = next; cursor == nil {
+			break
+		}
+	}
+	add(t, b, keys[1], 100) // a change after the sweep, left queued
+	if err := b.Commit(); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.Close(); err != nil {
+		t.Fatal(err)
+	}
+	s = openMem(t, fs, SyncEverySec)
+	defer s.Close()
+	for i, k := range keys {
+		v, found := read(t, s, k)
+		want, wantFound := uint64(i+1), i%2 == 1
+		if i == 1 {
+			want = 102
+		}
+		if found != wantFound || (found && v != want) {
+			t.Errorf("%s after reopening: %d (found %v), want %d (found %v)", k, v, found, want, wantFound)
+		}
+	}
+}
