@@ -1198,8 +1198,10 @@ func (b *Batch) Release() {
 		}
 		q := s.queues[c]
 		q.Lock()
-		if !q.stopped { // else Commit reports ErrClosed
-			b.queued += len(b.ends)
+		b.queued += len(b.ends)
+		if q.stopped {
+			b.lost = ErrClosed // Commit reports it
+		} else {
 			b.tickets[c] = b.enqueueLocked(q, c)
 			q.held = true
 			if b.mixed {
