@@ -1375,16 +1375,26 @@ func (b *Batch) enqueueTo(c, n, bytes int) error {
 // them. q must be locked and not stopped.
 func (b *Batch) enqueueLocked(q *commitQueue, c int) uint64 {
 	s := b.s
-	all := c == s.committers || !b.mixed
-	start := 0
-	for i, e := range b.ends {
-		if nt := b.notes[i]; all || nt.committer == c {
-			q.keys = append(q.keys, b.keys[start:e]...)
-			q.ends = append(q.ends, len(q.keys))
-			q.hints = append(q.hints, nt.hint)
-			q.bytes += nt.size
+	if c == s.committers || !b.mixed {
+		// Every change: the keys in one copy.
+		base := len(q.keys)
+		q.keys = append(q.keys, b.keys...)
+		for i, e := range b.ends {
+			q.ends = append(q.ends, base+e)
+			q.hints = append(q.hints, b.notes[i].hint)
 		}
-		start = e
+		q.bytes += b.bytes
+	} else {
+		start := 0
+		for i, e := range b.ends {
+			if nt := b.notes[i]; nt.committer == c {
+				q.keys = append(q.keys, b.keys[start:e]...)
+				q.ends = append(q.ends, len(q.keys))
+				q.hints = append(q.hints, nt.hint)
+				q.bytes += nt.size
+			}
+			start = e
+		}
 	}
 	if s.dueLocked(q) && c < s.committers {
 		q.work.Signal()
