@@ -70,6 +70,14 @@ func TestParseStageOutput(t *testing.T) {
 	}
 }
 
+func TestSerialStagesFollowCores(t *testing.T) {
+	for cpus, want := range map[int]string{1: "committers=1/", 2: "committers=2/", 6: "committers=4/", 16: "committers=16/", 64: "committers=16/"} {
+		if got := serialStagesFor(cpus)[0]; !strings.Contains(got.Bench, want) || got.CPUUnit != "serial-ns/key" {
+			t.Errorf("%d cores: committer stage %+v, want %s", cpus, got, want)
+		}
+	}
+}
+
 func TestStageArgsForAnchorsEachLevel(t *testing.T) {
 	got := strings.Join(stageArgsFor("BenchmarkCommitterRound/everysec/keys=8192"), " ")
 	want := "test -run ^$ -bench ^BenchmarkCommitterRound$/^everysec$/^keys=8192$ -cpu 1 -count 5 ./storage"

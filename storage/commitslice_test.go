@@ -86,7 +86,8 @@ func TestWriteBehindRoundAppliedInSlices(t *testing.T) {
 // memtable inserts reuse their search (see commitLoop).
 func TestRoundWrittenInKeyOrder(t *testing.T) {
 	var got []string
-	o := Options{Sync: SyncEverySec, SyncInterval: time.Hour}
+	// One committer: a round holds every key.
+	o := Options{Sync: SyncEverySec, SyncInterval: time.Hour, Committers: 1}
 	o.afterKey = func(key []byte) { got = append(got, string(key)) }
 	s, err := Open(t.TempDir(), o)
 	if err != nil {

@@ -145,17 +145,34 @@ func (s *Store) Scan(lower, upper []byte, fn func(key, val []byte) bool) error {
 // Flush returns once every change committed before the call has been
 // written to Pebble (not necessarily synced).
 func (s *Store) Flush() error {
-	q := &s.q
+	var stack [MaxCommitters + 1]uint64
+	tickets := stack[:len(s.queues)]
+	for i, q := range s.queues {
+		q.Lock()
+		// The queued keys go out in round q.round; with none queued, the
+		// last round taken may still be on its way.
+		tickets[i] = q.round - 1
+		if len(q.ends) > 0 {
+			tickets[i] = q.round
+			q.urge = true // do not wait for the write-behind deadline
+			q.work.Signal()
+		}
+		q.Unlock()
+	}
+	// The cross queue's rounds are due at once, and committer 0 runs
+	// them (wakeCrossRunner).
+	for i, q := range s.queues {
+		if err := s.waitApplied(q, tickets[i]); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// waitApplied waits until round ticket of q is in Pebble.
+func (s *Store) waitApplied(q *commitQueue, ticket uint64) error {
 	q.Lock()
 	defer q.Unlock()
-	// The queued keys go out in round q.round; with none queued, the last
-	// round taken may still be on its way.
-	ticket := q.round - 1
-	if len(q.ends) > 0 {
-		ticket = q.round
-		q.urge = true // do not wait for the write-behind deadline
-		q.work.Signal()
-	}
 	for {
 		if err := s.failedErr(); err != nil {
 			return err

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"math/rand/v2"
 	"slices"
+	"sync/atomic"
 	"syscall"
 	"testing"
 	"time"
@@ -191,37 +192,77 @@ func BenchmarkCommitterRound(b *testing.B) {
 		for _, n := range roundSizes {
 			b.Run(fmt.Sprintf("%s/keys=%d", mode, n), func(b *testing.B) {
 				s := openStage(b, mode)
-				bt := s.NewBatch()
-				put := putValue{recs.val}
-				var written int
 				keys0 := s.stats.keysWritten.Load()
-				b.ReportAllocs()
-				clk := newStageClock(b)
-				for i := 0; b.Loop(); i++ {
-					clk.stop()
-					settle(b, s, &written, n)
-					for _, k := range recs.round(i, n) {
-						if err := bt.Modify(k, put); err != nil {
-							b.Fatal(err)
-						}
-					}
-					clk.start()
-					if err := bt.Commit(); err != nil {
-						b.Fatal(err)
-					}
-					if mode != SyncAlways {
-						if err := s.Flush(); err != nil {
-							b.Fatal(err)
-						}
-					}
-				}
-				clk.report(n, "key")
+				committerRounds(b, s, recs, n)
 				// Every round wrote n keys: none was dropped or merged.
 				if got := s.stats.keysWritten.Load() - keys0; got != int64(b.N*n) {
 					b.Fatalf("the committer wrote %d keys in %d rounds of %d", got, b.N, n)
 				}
 			})
 		}
+	}
+}
+
+// committerRounds times b.N rounds of n keys through s's committers and
+// reports their time per changed key; it returns the clock.
+func committerRounds(b *testing.B, s *Store, recs *stageRecords, n int) *stageClock {
+	bt := s.NewBatch()
+	put := putValue{recs.val}
+	var written int
+	b.ReportAllocs()
+	clk := newStageClock(b)
+	for i := 0; b.Loop(); i++ {
+		clk.stop()
+		settle(b, s, &written, n)
+		for _, k := range recs.round(i, n) {
+			if err := bt.Modify(k, put); err != nil {
+				b.Fatal(err)
+			}
+		}
+		clk.start()
+		if err := bt.Commit(); err != nil {
+			b.Fatal(err)
+		}
+		if s.opts.Sync != SyncAlways {
+			if err := s.Flush(); err != nil {
+				b.Fatal(err)
+			}
+		}
+	}
+	clk.report(n, "key")
+	return clk
+}
+
+// BenchmarkCommittersRound is BenchmarkCommitterRound's write-behind
+// round of 8192 keys on a store of K committers, each taking the keys of
+// its range of hash slots (about 8192/K), as a server of GOMAXPROCS K
+// does. With -cpu 1 the committers run one after the other on one core:
+// cpu-ns/key is the work of them all per changed key, and serial-ns/key
+// that of the busiest alone, per changed key of the whole round (its
+// share of the keys × cpu-ns/key): the cost of the one stage that no core
+// shares, against the proxy's 250 ns.
+func BenchmarkCommittersRound(b *testing.B) {
+	recs := newStageRecords()
+	const n = 8192
+	for _, k := range []int{1, 2, 4, 8, 16} {
+		b.Run(fmt.Sprintf("committers=%d/keys=%d", k, n), func(b *testing.B) {
+			s := openStageWith(b, Options{Sync: SyncEverySec, Committers: k})
+			keys0 := make([]int64, k)
+			for c := range k {
+				keys0[c] = s.queues[c].appliedKeys
+			}
+			clk := committerRounds(b, s, recs, n)
+			busiest := int64(0)
+			for c := range k {
+				q := s.queues[c]
+				q.Lock()
+				busiest = max(busiest, q.appliedKeys-keys0[c])
+				q.Unlock()
+			}
+			share := float64(busiest) / float64(b.N*n)
+			b.ReportMetric(share, "busiest-share")
+			b.ReportMetric(share*float64(clk.cpu.Nanoseconds())/float64(b.N*n), "serial-ns/key")
+		})
 	}
 }
 
@@ -343,9 +384,10 @@ func BenchmarkWALSync(b *testing.B) {
 			b.Fatal(err)
 		}
 		batch.Close()
-		s.q.Lock()
-		s.q.applied++
-		s.q.Unlock()
+		q := s.queues[0]
+		q.Lock()
+		q.applied++
+		q.Unlock()
 		clk.start()
 		if err := s.syncApplied(); err != nil {
 			b.Fatal(err)
@@ -435,8 +477,26 @@ func BenchmarkPebbleCompaction(b *testing.B) {
 // time per key as Pebble measures it (wall time, so on one core it
 // includes the time other goroutines ran in between).
 func BenchmarkStoreUniform(b *testing.B) {
+	storeUniform(b, newStageRecords(), Options{Sync: SyncEverySec})
+}
+
+// BenchmarkStoreUniformMemtable is BenchmarkStoreUniform with Pebble's
+// memtable at 16 MiB (the default) and 64 MiB: a bigger memtable absorbs
+// repeated writes of a key before its flush, and each compaction, which
+// with uniform keys rewrites the whole base level, brings more changed
+// keys, so flushes and compactions cost less per changed key.
+func BenchmarkStoreUniformMemtable(b *testing.B) {
 	recs := newStageRecords()
-	s, err := Open(b.TempDir(), Options{Sync: SyncEverySec})
+	for _, mib := range []int64{16, 64} {
+		b.Run(fmt.Sprintf("memtable=%dMiB", mib), func(b *testing.B) {
+			storeUniform(b, recs, Options{Sync: SyncEverySec, MemTableSize: mib << 20})
+		})
+	}
+}
+
+// storeUniform is BenchmarkStoreUniform on a store opened with o.
+func storeUniform(b *testing.B, recs *stageRecords, o Options) {
+	s, err := Open(b.TempDir(), o)
 	if err != nil {
 		b.Fatal(err)
 	}
@@ -495,18 +555,24 @@ func BenchmarkStoreUniform(b *testing.B) {
 	b.ReportMetric(float64(m1.Flush.Count-m0.Flush.Count), "flushes")
 }
 
-// BenchmarkDirtyCounter is the one counter that every change touches from
-// both sides: Modify adds a dirty record from the connection's goroutine,
-// the committer takes it off once the record is written. A shared atomic
-// is a cache line that the cores pass around; with -cpu 2 or more this
-// shows what each change pays for it when the sides run on different
-// cores.
+// BenchmarkDirtyCounter is the count of dirty records that every change
+// touches from both sides: Modify adds a dirty record from the
+// connection's goroutine, the committer takes it off once the record is
+// written. It was one atomic for the store, a cache line that the cores
+// passed around; it is one per stripe, on the stripe's own line, which
+// the same change locks anyway. With -cpu 2 or more this shows what each
+// change pays for it when the sides run on different cores; each
+// goroutine here goes over the stripes as uniform keys do.
 func BenchmarkDirtyCounter(b *testing.B) {
 	s := &Store{}
+	var seed atomic.Uint64
 	b.RunParallel(func(pb *testing.PB) {
+		i := seed.Add(7919)
 		for pb.Next() {
-			s.stats.dirty.Add(1)
-			s.stats.dirty.Add(-1)
+			st := s.stripeOf(i)
+			st.dirty.Add(1)
+			st.dirty.Add(-1)
+			i++
 		}
 	})
 }

@@ -5,9 +5,10 @@
 // How a write travels: Batch.Modify runs the caller's Mutator under a
 // striped lock, puts the new value in an in-memory table of records (so the
 // next reader sees it at once) and notes the key in the Batch.
-// Batch.Commit hands the noted keys to a single committer goroutine and
-// waits as the durability mode requires: in SyncAlways the committer takes
-// them at once; in SyncEverySec and SyncNo they wait for the next tick of
+// Batch.Commit hands the noted keys to the committer goroutines, each the
+// only writer of its range of partitions (hash slots; see committer.go),
+// and waits as the durability mode requires: in SyncAlways a committer
+// takes them at once; in SyncEverySec and SyncNo they wait for the next tick of
 // the sync loop (write-behind), and a round writes each key once however
 // often it was queued, so a hot key costs Pebble about one write per tick.
 // The committer writes, for each noted key, the value the overlay holds at
@@ -30,8 +31,6 @@
 package storage
 
 import (
-	"bytes"
-	"cmp"
 	"context"
 	"encoding/binary"
 	"errors"
@@ -40,7 +39,6 @@ import (
 	"io"
 	"log/slog"
 	"math"
-	"math/bits"
 	"os"
 	"runtime"
 	"slices"
@@ -140,6 +138,21 @@ type Options struct {
 	// MaxOpenFiles is Pebble's soft limit on the files it keeps open
 	// (tables, logs, lock); zero means Pebble's default, 1000.
 	MaxOpenFiles int
+	// Committers is how many goroutines write changes to Pebble, each
+	// the only writer of its range of partitions (see committer.go).
+	// Zero means GOMAXPROCS at Open; at most MaxCommitters, and at most
+	// Partitions. MaxQueued and MaxQueuedBytes are shared among them.
+	Committers int
+	// Partition maps a record key to its partition, 0 to Partitions-1;
+	// committer i of K writes the partitions from i×Partitions/K to
+	// (i+1)×Partitions/K - 1. It runs for every change, so it must be
+	// quick, and must give a key the same partition for as long as the
+	// store is open. Nil means the key's hash slot (its first two bytes,
+	// as the server lays out record keys), with Partitions 16384.
+	Partition func(key []byte) int
+	// Partitions is how many partitions Partition has; with a Partition,
+	// zero means DefaultPartitions.
+	Partitions int
 
 	// Disk, for tests, holds the store in memory instead of in the
 	// directory; nil for the real filesystem.
@@ -273,8 +286,8 @@ const numStripes = 1024
 // with their slot, two bytes big-endian (format 2).
 const numSlots = 16384
 
-// Store is a Pebble database with striped read-modify-write and an ordered
-// committer.
+// Store is a Pebble database with striped read-modify-write and ordered
+// committers.
 type Store struct {
 	db   *pebble.DB
 	opts Options
@@ -291,44 +304,33 @@ type Store struct {
 	seed        maphash.Seed
 	stripe      [numStripes]stripe
 
-	// txMu makes a held Batch (a transaction, see Batch.Hold) and the
-	// committer's collection of a round exclusive, so that a round holds
-	// all of a transaction's keys or none; transactions also run one at a
-	// time under it, which is what keeps their stripe locks deadlock-free.
-	txMu sync.Mutex
+	// txMu makes a held Batch (a transaction, see Batch.Hold, which
+	// locks it) and a committer's collection of a round (which read-locks
+	// it) exclusive, so that a round holds all of a transaction's keys or
+	// none; transactions also run one at a time under it, which is what
+	// keeps their stripe locks deadlock-free.
+	txMu sync.RWMutex
+	// roundMu is read-locked by a committer's round from the moment it
+	// takes its keys until it has published them, and locked by a cross
+	// round, which so runs alone (see committer.go).
+	roundMu sync.RWMutex
+	// crossPending says a transaction waits in the cross queue: no
+	// committer reads a round, and no transaction starts, until the cross
+	// round has written it. Set under txMu locked, cleared under roundMu
+	// locked.
+	crossPending atomic.Bool
 	// watching counts the watchers (see Watch); while it is not zero,
 	// every write bumps its slot's counter in slotMods.
 	watching atomic.Int64
 	slotMods [numSlots]atomic.Uint64
 
-	q struct {
-		sync.Mutex
-		work    sync.Cond // the committer waits here for keys
-		done    sync.Cond // Commit waits here for rounds to finish
-		keys    []byte    // keys handed over, back to back
-		ends    []int     // end offset of each key in keys
-		bytes   int       // record bytes charged for the keys queued
-		round   uint64    // the round that will take the keys now queued
-		applied uint64    // every round <= applied is in Pebble
-		synced  uint64    // every round <= synced is fsynced
-		closing bool
-		stopped bool
-		// urge makes the committer take the keys queued now without
-		// waiting for its write-behind deadline (see dueLocked): someone
-		// waits for them (Flush, the periodic sync, a Commit waiting for
-		// room).
-		urge bool
-		// held says a transaction's changes are queued (Batch.Release):
-		// the round that takes them is applied whole, see commitSlice.
-		held bool
-		// Cumulative keys written to Pebble up to round applied, and up
-		// to round synced: their difference is what a crash can lose.
-		appliedKeys int64
-		syncedKeys  int64
-	}
-	failed  atomic.Pointer[error]
-	failedC chan struct{} // closed when failed is set
-	guard   *guard        // retries writes that fail for a while, see diskguard.go
+	// committers is how many committers run (see committer.go); queues
+	// holds their queues, then the cross queue.
+	committers int
+	queues     []*commitQueue
+	failed     atomic.Pointer[error]
+	failedC    chan struct{} // closed when failed is set
+	guard      *guard        // retries writes that fail for a while, see diskguard.go
 
 	closed  atomic.Bool
 	closeMu sync.RWMutex // held for writing while Pebble closes
@@ -336,11 +338,12 @@ type Store struct {
 	checkpointMu sync.Mutex
 	dbClosed     bool // guarded by closeMu
 
-	committerDone chan struct{}
-	syncerStop    chan struct{}
-	syncerDone    chan struct{}
-	closeOnce     sync.Once
-	closeErr      error
+	committersDone sync.WaitGroup
+	committerDone  chan struct{} // closed once every committer has stopped
+	syncerStop     chan struct{}
+	syncerDone     chan struct{}
+	closeOnce      sync.Once
+	closeErr       error
 
 	stats counters
 }
@@ -351,7 +354,6 @@ type counters struct {
 	fsyncs      atomic.Int64
 	fsyncNanos  atomic.Int64
 	lastSync    atomic.Int64 // unix ms
-	dirty       atomic.Int64
 	readErrors  atomic.Int64
 	writeErrors atomic.Int64
 	swept       atomic.Int64 // records examined by Sweep
@@ -369,7 +371,13 @@ type stripe struct {
 		// made through this stripe since Open.
 		records [MaxClasses]int64
 	}
-	_ [64]byte // keep stripes on separate cache lines
+	// dirty is the stripe's records whose newest value is not in Pebble
+	// yet, changed under mu (by a command, and by the committer once
+	// written) and read without it (Stats). One counter for the store
+	// was a cache line that every core and every committer passed
+	// around, twice per changed key.
+	dirty atomic.Int64
+	_     [64]byte // keep stripes on separate cache lines
 }
 
 // Open opens or creates the store in dir. See OpenContext.
@@ -402,6 +410,16 @@ func OpenContext(ctx context.Context, dir string, o Options) (*Store, error) {
 	if o.Logger == nil {
 		o.Logger = slog.New(slog.DiscardHandler)
 	}
+	if o.Partition == nil {
+		o.Partition, o.Partitions = slotPartition, DefaultPartitions
+	}
+	if o.Partitions <= 0 {
+		o.Partitions = DefaultPartitions
+	}
+	if o.Committers <= 0 {
+		o.Committers = runtime.GOMAXPROCS(0)
+	}
+	o.Committers = min(o.Committers, MaxCommitters, o.Partitions)
 	if o.CacheMemory == 0 {
 		switch {
 		case o.CacheEntries > 0:
@@ -479,17 +497,24 @@ func OpenContext(ctx context.Context, dir string, o Options) (*Store, error) {
 		return nil, openError(dir, err)
 	}
 
-	s.q.work.L = &s.q.Mutex
-	s.q.done.L = &s.q.Mutex
-	s.q.round = 1
-	s.guard.wake = func() {
-		s.q.Lock()
-		s.q.done.Broadcast()
-		s.q.Unlock()
+	// The queues' bounds are shares of MaxQueued and MaxQueuedBytes; the
+	// cross queue's are never waited for (see Release).
+	s.committers = o.Committers
+	for range s.committers {
+		s.queues = append(s.queues, newCommitQueue(&s.opts, s.committers))
 	}
+	s.queues = append(s.queues, newCommitQueue(&s.opts, 1))
+	s.guard.wake = s.broadcastDone
 	s.guard.armed.Store(true)
 	s.committerDone = make(chan struct{})
-	go s.commitLoop()
+	s.committersDone.Add(s.committers)
+	for c := range s.committers {
+		go s.commitLoop(c)
+	}
+	go func() {
+		s.committersDone.Wait()
+		close(s.committerDone)
+	}()
 	if o.Sync != SyncAlways {
 		s.syncerStop = make(chan struct{})
 		s.syncerDone = make(chan struct{})
@@ -891,14 +916,21 @@ type Batch struct {
 	s     *Store
 	keys  []byte
 	ends  []int
-	bytes int // the noted records' sizes, charged to the queue
+	notes []noted // beside ends: each key's committer and record size
+	bytes int     // the noted records' sizes, charged to the queues
+	// mixed says the keys belong to more than one committer.
+	mixed bool
 	// hold is the stripes a held Batch has locked (see Hold); nil when
 	// not held.
 	hold *held
-	// queued is how many changes Release handed to the committer that
-	// Commit has not waited for yet; ticket is the round they are in.
-	queued int
-	ticket uint64
+	// queued is how many changes Release handed to the committers that
+	// Commit has not waited for yet; tickets[i] is the round of queue i
+	// that takes the last of them (0: none), a committer's or the cross
+	// queue.
+	queued  int
+	tickets []uint64
+	// count is scratch for Commit: keys per committer.
+	count []int
 	// lost is the error Commit owes for a transaction Release dropped
 	// (see modify).
 	lost error
@@ -914,8 +946,23 @@ type held struct {
 	closed bool
 }
 
+// noted is a noted key's committer, the bytes its record is charged, and
+// where its record was (see readRound).
+type noted struct {
+	committer int
+	size      int
+	hint      written
+}
+
+// hint names the record at ri of table t, of the stripe of hash h.
+func (s *Store) hint(h uint64, t *table, ri int) written {
+	return written{rec: uint32(ri), stripe: uint16(h % numStripes), gen: t.recs[ri].gen}
+}
+
 // NewBatch returns an empty Batch.
-func (s *Store) NewBatch() *Batch { return &Batch{s: s} }
+func (s *Store) NewBatch() *Batch {
+	return &Batch{s: s, tickets: make([]uint64, len(s.queues))}
+}
 
 // Modify runs m on key's current value under key's lock and applies its
 // result. The change is visible to every reader at once; it is handed to the
@@ -1015,7 +1062,7 @@ func (b *Batch) modify(key []byte, m Mutator, cache bool) (Op, error) {
 		// In SyncAlways a reply may only reflect fsynced state: a read of a
 		// change not yet synced waits for it, like the write's own reply.
 		if ri >= 0 && t.recs[ri].flags&fClean == 0 && s.opts.Sync == SyncAlways {
-			b.note(key, t.size(&t.recs[ri]))
+			b.note(key, t.size(&t.recs[ri]), s.hint(h, t, ri))
 		}
 		return Keep, nil
 	}
@@ -1042,7 +1089,7 @@ func (b *Batch) modify(key []byte, m Mutator, cache bool) (Op, error) {
 	}
 	if t.recs[ri].flags&fClean != 0 {
 		t.recs[ri].flags &^= fClean
-		s.stats.dirty.Add(1)
+		st.dirty.Add(1)
 	}
 	// Under the stripe lock, so that a transaction holding every stripe
 	// sees every write that has begun (see Watch).
@@ -1065,7 +1112,7 @@ func (b *Batch) modify(key []byte, m Mutator, cache bool) (Op, error) {
 		t.setVal(ri, val) // may move the value: after it, no r from before
 		t.recs[ri].flags = t.recs[ri].flags&^fDel | fMod
 	}
-	b.note(key, t.size(&t.recs[ri]))
+	b.note(key, t.size(&t.recs[ri]), s.hint(h, t, ri))
 	return op, nil
 }
 
@@ -1084,7 +1131,22 @@ func (b *Batch) modify(key []byte, m Mutator, cache bool) (Op, error) {
 // stripe locks it holds, or for the committer, which waits for the
 // transaction. Commit refuses a held Batch (ErrHeld) rather than wait.
 func (b *Batch) Hold(all bool) {
-	b.s.txMu.Lock()
+	s := b.s
+	for {
+		s.txMu.Lock()
+		if !s.crossPending.Load() {
+			break
+		}
+		// The last cross transaction is not written yet: its round must
+		// not read this one's values (see committer.go).
+		s.txMu.Unlock()
+		cq := s.crossQueue()
+		cq.Lock()
+		for s.crossPending.Load() {
+			cq.done.Wait()
+		}
+		cq.Unlock()
+	}
 	if b.hold == nil {
 		b.hold = &held{}
 	}
@@ -1127,14 +1189,30 @@ func (b *Batch) Release() {
 		b.lost = ErrClosed
 	}
 	if len(b.ends) > 0 {
-		q := &s.q
+		// A transaction of one committer's keys is that committer's
+		// like any change; one of several committers' goes to the cross
+		// queue, and no committer reads a round until it is written.
+		c := b.notes[0].committer
+		if b.mixed {
+			c = s.committers
+		}
+		q := s.queues[c]
 		q.Lock()
-		if !q.stopped { // else Commit reports ErrClosed
-			b.queued += len(b.ends)
-			b.ticket = b.enqueueLocked()
+		b.queued += len(b.ends)
+		if q.stopped {
+			b.lost = ErrClosed // Commit reports it
+		} else {
+			b.tickets[c] = b.enqueueLocked(q, c)
 			q.held = true
+			if b.mixed {
+				s.crossPending.Store(true)
+			}
 		}
 		q.Unlock()
+		b.reset()
+		if c == s.committers {
+			s.wakeCrossRunner()
+		}
 	}
 	h := b.hold
 	for _, i := range h.idx {
@@ -1171,9 +1249,14 @@ func (s *Store) SlotWrites(slot uint16) uint64 { return s.slotMods[slot%numSlots
 // bounds its memory. Write-behind is the committer's: in SyncEverySec and
 // SyncNo it takes the queue once per tick, and a round writes each key
 // once, with its newest value (fRound).
-func (b *Batch) note(key []byte, size int64) {
+func (b *Batch) note(key []byte, size int64, hint written) {
+	c := b.s.committerOf(key)
+	if len(b.notes) > 0 && b.notes[0].committer != c {
+		b.mixed = true
+	}
 	b.keys = append(b.keys, key...)
 	b.ends = append(b.ends, len(b.keys))
+	b.notes = append(b.notes, noted{committer: c, size: int(size), hint: hint})
 	b.bytes += int(size)
 }
 
@@ -1205,9 +1288,9 @@ func (b *Batch) Full() bool {
 	return len(b.ends) >= o.MaxQueued/4 || b.bytes >= o.MaxQueuedBytes/4
 }
 
-// Commit hands the Batch's changes to the committer and returns when they
+// Commit hands the Batch's changes to the committers and returns when they
 // are as durable as the mode promises: fsynced for SyncAlways; queued for the
-// others, blocking only while the queue is full. It empties the Batch.
+// others, blocking only while a queue is full. It empties the Batch.
 func (b *Batch) Commit() error {
 	if b.hold != nil {
 		return ErrHeld
@@ -1215,86 +1298,138 @@ func (b *Batch) Commit() error {
 	if b.lost != nil {
 		err := b.lost
 		b.lost, b.queued = nil, 0
+		clear(b.tickets)
 		return err
 	}
-	s := b.s
 	if len(b.ends) == 0 && b.queued == 0 {
 		return nil
 	}
-	q := &s.q
+	b.queued = 0
+	err := b.enqueue()
+	b.reset()
+	if err != nil {
+		clear(b.tickets)
+		return err
+	}
+	return b.wait()
+}
+
+// enqueue hands the Batch's changes to their committers' queues, each once
+// they fit there, and notes the round of each in tickets.
+func (b *Batch) enqueue() error {
+	if len(b.ends) == 0 {
+		return nil // Release queued them
+	}
+	s := b.s
+	if !b.mixed {
+		c := b.notes[0].committer
+		return b.enqueueTo(c, len(b.ends), b.bytes)
+	}
+	if len(b.count) < 2*s.committers {
+		b.count = make([]int, 2*s.committers)
+	}
+	n, bytes := b.count[:s.committers], b.count[s.committers:]
+	clear(b.count)
+	for _, nt := range b.notes {
+		n[nt.committer]++
+		bytes[nt.committer] += nt.size
+	}
+	for c := range n {
+		if n[c] == 0 {
+			continue
+		}
+		if err := b.enqueueTo(c, n[c], bytes[c]); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// enqueueTo hands committer c the Batch's changes of its keys, n keys of
+// bytes in all, once they fit in its queue.
+func (b *Batch) enqueueTo(c, n, bytes int) error {
+	s := b.s
+	q := s.queues[c]
 	q.Lock()
 	defer q.Unlock()
-	b.queued = 0
-	if len(b.ends) == 0 {
-		return b.waitLocked(b.ticket) // Release queued them
-	}
 	// While writes to the disk fail, or after the store failed, the
 	// committer cannot drain the queue: queue anyway rather than wait, since
 	// the changes are already visible and modify refuses new ones, and tell
 	// the caller.
 	// A batch waits until it fits beside what is queued; one that does not
 	// fit even an empty queue goes in once the queue is empty.
-	for len(q.ends) > 0 && (len(q.ends)+len(b.ends) > s.opts.MaxQueued || q.bytes+b.bytes > s.opts.MaxQueuedBytes) && !q.closing && s.guard.failing.Load() == 0 && s.failed.Load() == nil {
+	for len(q.ends) > 0 && (len(q.ends)+n > q.maxKeys || q.bytes+bytes > q.maxBytes) && !q.closing && s.guard.failing.Load() == 0 && s.failed.Load() == nil {
 		q.urge = true
 		q.work.Signal()
 		q.done.Wait()
 	}
 	if q.stopped {
-		b.reset()
 		return ErrClosed
 	}
-	return b.waitLocked(b.enqueueLocked())
+	b.tickets[c] = b.enqueueLocked(q, c)
+	return nil
 }
 
-// enqueueLocked hands the Batch's changes to the committer, empties it, and
-// returns the round that will take them. q must be locked and not stopped.
-func (b *Batch) enqueueLocked() uint64 {
-	q := &b.s.q
-	base := len(q.keys)
-	q.keys = append(q.keys, b.keys...)
-	for _, e := range b.ends {
-		q.ends = append(q.ends, base+e)
+// enqueueLocked hands the Batch's changes of committer c's keys (every
+// change, for the cross queue) to q, and returns the round that will take
+// them. q must be locked and not stopped.
+func (b *Batch) enqueueLocked(q *commitQueue, c int) uint64 {
+	s := b.s
+	if c == s.committers || !b.mixed {
+		// Every change: the keys in one copy.
+		base := len(q.keys)
+		q.keys = append(q.keys, b.keys...)
+		for i, e := range b.ends {
+			q.ends = append(q.ends, base+e)
+			q.hints = append(q.hints, b.notes[i].hint)
+		}
+		q.bytes += b.bytes
+	} else {
+		start := 0
+		for i, e := range b.ends {
+			if nt := b.notes[i]; nt.committer == c {
+				q.keys = append(q.keys, b.keys[start:e]...)
+				q.ends = append(q.ends, len(q.keys))
+				q.hints = append(q.hints, nt.hint)
+				q.bytes += nt.size
+			}
+			start = e
+		}
 	}
-	q.bytes += b.bytes
-	b.reset()
-	if b.s.dueLocked() {
+	if s.dueLocked(q) && c < s.committers {
 		q.work.Signal()
 	}
 	return q.round
 }
 
-// dueLocked reports whether the committer should take the keys queued now
-// rather than wait: always in SyncAlways (a reply waits for them), else
-// when someone waits for them (urge), or the queue holds writeBehindKeys
-// distinct keys or half its bounds, so that Commit does not block and one
-// round stays short. Otherwise the keys wait for the next tick of
-// syncLoop (write-behind): a round writes a key once however often it was
-// queued, so a hot key reaches Pebble about once per SyncInterval, or once
-// per writeBehindKeys changes. q must be locked.
-func (s *Store) dueLocked() bool {
-	q := &s.q
-	return s.opts.Sync == SyncAlways || q.urge || q.closing || len(q.ends) >= writeBehindKeys ||
-		2*len(q.ends) >= s.opts.MaxQueued || 2*q.bytes >= s.opts.MaxQueuedBytes
-}
-
-// writeBehindKeys bounds a write-behind round: the committer holds txMu and
-// visits each key's stripe while it takes a round, then applies it, and on
-// one core rounds of 32768 keys (half the default queue) kept commands
-// waiting: in one run of the pipelined benchmark on a loaded machine, p99
-// 260 ms, against 100 ms before write-behind and 59 ms with this bound.
-const writeBehindKeys = 8192
-
-// waitLocked waits, with q locked, until round ticket is as durable as the
-// mode promises.
-func (b *Batch) waitLocked(ticket uint64) error {
+// wait waits until the rounds in tickets are as durable as the mode
+// promises, and clears them.
+func (b *Batch) wait() error {
 	s := b.s
-	q := &s.q
 	if s.opts.Sync != SyncAlways {
+		clear(b.tickets)
 		if err := s.failedErr(); err != nil {
 			return err
 		}
 		return s.guard.unavailable()
 	}
+	var err error
+	for c, ticket := range b.tickets {
+		if ticket == 0 {
+			continue
+		}
+		b.tickets[c] = 0
+		if err == nil {
+			err = s.waitSynced(s.queues[c], ticket)
+		}
+	}
+	return err
+}
+
+// waitSynced waits until round ticket of q is fsynced.
+func (s *Store) waitSynced(q *commitQueue, ticket uint64) error {
+	q.Lock()
+	defer q.Unlock()
 	for {
 		// A failure first: after one, synced no longer moves, and a round
 		// that failed must never be reported as synced.
@@ -1322,7 +1457,9 @@ func (b *Batch) reset() {
 	}
 	b.keys = b.keys[:0]
 	b.ends = b.ends[:0]
+	b.notes = b.notes[:0]
 	b.bytes = 0
+	b.mixed = false
 }
 
 // written names a record a round wrote by position, not by pointer (the
@@ -1363,7 +1500,7 @@ func (s *Store) wroteLocked(st *stripe, w written, applied bool) (over bool) {
 		return false // still dirty: its newer value is queued for a later round
 	}
 	r.flags |= fClean
-	s.stats.dirty.Add(-1)
+	st.dirty.Add(-1)
 	// A deleted record is not worth a cache slot: deletes come from the
 	// sweep, for records nobody uses. A record bigger than the stripe's
 	// share is never cached.
@@ -1379,222 +1516,6 @@ func (s *Store) wroteLocked(st *stripe, w written, applied bool) (over bool) {
 	// capacity before the trim, so every record the round wrote to the
 	// stripe went, hot ones included.
 	return s.byteLimit > 0 && t.bytes() > s.byteLimit
-}
-
-// commitLoop is the only writer to Pebble. Each round takes every key queued
-// so far and writes the overlay's current value of each: in one Pebble batch
-// in SyncAlways and for a round holding a transaction, otherwise a slice of
-// commitSlice keys at a time.
-func (s *Store) commitLoop() {
-	defer close(s.committerDone)
-	var (
-		keys   []byte
-		ends   []int
-		order  []sortKey // positions in ends, in key order
-		spread []sortKey // the same, in queue order
-		done   []written
-	)
-	batch := s.db.NewBatch()
-	defer batch.Close()
-	q := &s.q
-	for {
-		q.Lock()
-		// In SyncEverySec and SyncNo keys wait here until they are due
-		// (write-behind, see dueLocked).
-		for !q.closing && (len(q.ends) == 0 || !s.dueLocked()) {
-			q.work.Wait()
-		}
-		if len(q.ends) == 0 && q.closing {
-			q.stopped = true
-			q.done.Broadcast()
-			q.Unlock()
-			return
-		}
-		if s.opts.Sync == SyncAlways && !q.closing {
-			// Let every goroutine that is ready to commit enqueue first,
-			// so that one fsync covers them all. On one P (taskset -c 0,
-			// a pod with cpu: 1) the Signal of the first Commit makes the
-			// committer the next goroutine to run, ahead of the other
-			// connections already runnable: without this yield it took a
-			// round of that one Batch and synced it, and the fsync, a
-			// blocking syscall, held the only P while the others waited
-			// (measured: 39 fsyncs per 1000 commands pipelined from 50
-			// connections, against 2.8 with it). Gosched puts the
-			// committer behind them; with nothing else to run it returns
-			// at once, so a lone client's write waits no longer.
-			q.Unlock()
-			runtime.Gosched()
-			q.Lock()
-		}
-		// No transaction runs while the round is taken and its values
-		// read (see Batch.Hold): a transaction's changes are then either
-		// all in this round or all after it. txMu comes before q.
-		q.Unlock()
-		s.txMu.Lock()
-		q.Lock()
-		keys, q.keys = q.keys, keys[:0]
-		ends, q.ends = q.ends, ends[:0]
-		q.bytes = 0
-		q.urge = false
-		// A round is applied in slices unless it must be one Pebble batch:
-		// in SyncAlways (one fsync for the round) and when it holds a
-		// transaction, whose changes must reach the log together.
-		whole := s.opts.Sync == SyncAlways || q.held
-		q.held = false
-		round := q.round
-		q.round++
-		q.done.Broadcast() // room in the queue again
-		q.Unlock()
-
-		batch.Reset()
-		done = done[:0]
-		// The round is written in key order: Pebble inserts a batch's keys
-		// into its memtable (a skiplist) one after the other, reusing the
-		// place it found for the previous key when the next one follows
-		// it, so sorted keys cost a fraction of the search that random
-		// ones do (the memtable's inserts were a quarter of the server's
-		// CPU with random bucket keys).
-		// Each key is sorted by its first eight bytes, kept beside its
-		// position so that most comparisons read no key. The keys are
-		// first spread by their first byte (the high bits of the hash
-		// slot, for record keys), then each group is sorted: a sort of a
-		// whole round, 8192 keys, took about a millisecond, which a
-		// one-core server's replies waited for; the groups leave room for
-		// the yields of commitSlice.
-		keyAt := func(i int32) []byte {
-			if i == 0 {
-				return keys[:ends[0]]
-			}
-			return keys[ends[i-1]:ends[i]]
-		}
-		byKey := func(a, b sortKey) int {
-			if c := cmp.Compare(a.prefix, b.prefix); c != 0 {
-				return c
-			}
-			return bytes.Compare(keyAt(a.i), keyAt(b.i))
-		}
-		var group [257]int32 // group[b] is where the keys of first byte b start
-		spread = spread[:0]
-		for i := range ends {
-			var p [8]byte
-			copy(p[:], keyAt(int32(i)))
-			k := sortKey{prefix: binary.BigEndian.Uint64(p[:]), i: int32(i)}
-			spread = append(spread, k)
-			group[k.prefix>>56+1]++
-		}
-		for b := 1; b < len(group); b++ {
-			group[b] += group[b-1]
-		}
-		order = slices.Grow(order[:0], len(spread))[:len(spread)]
-		next := group
-		for _, k := range spread {
-			order[next[k.prefix>>56]] = k
-			next[k.prefix>>56]++
-		}
-		sorted := 0
-		for b := range 256 {
-			g := order[group[b]:group[b+1]]
-			slices.SortFunc(g, byKey)
-			if sorted += len(g); !whole && sorted >= commitSlice {
-				sorted = 0
-				runtime.Gosched()
-			}
-		}
-		var err error
-		for n, o := range order {
-			i := o.i
-			if !whole && n > 0 && n%commitSlice == 0 {
-				if err == nil && !batch.Empty() {
-					err = s.apply(batch, pebble.NoSync)
-					batch.Reset()
-				}
-				runtime.Gosched()
-			}
-			key := keyAt(i)
-			h := maphash.Bytes(s.seed, key)
-			st := s.stripeOf(h)
-			st.mu.Lock()
-			// A clean record's state went out in an earlier round; only
-			// dirty records are written, and nothing removes a dirty one,
-			// so every record in done stays in use, for its key, until the
-			// loop after Apply has looked at it.
-			t := &st.mu.t
-			if ri := t.find(h, key); ri >= 0 && t.recs[ri].flags&(fClean|fRound) == 0 {
-				r := &t.recs[ri]
-				var err error
-				if r.flags&fDel != 0 {
-					err = batch.Delete(t.key(r), nil)
-				} else {
-					err = batch.Set(t.key(r), t.val(r), nil)
-				}
-				if err == nil {
-					// From now on fMod says whether it changed after this
-					// read.
-					r.flags = r.flags&^fMod | fRound
-					done = append(done, written{rec: uint32(ri), stripe: uint16(h % numStripes), gen: r.gen})
-				}
-			}
-			st.mu.Unlock()
-			if s.opts.afterKey != nil {
-				s.opts.afterKey(key)
-			}
-		}
-		s.txMu.Unlock()
-		opt := pebble.NoSync
-		if s.opts.Sync == SyncAlways {
-			opt = pebble.Sync
-		}
-		if err == nil && !batch.Empty() {
-			err = s.apply(batch, opt)
-		}
-		// An empty round wrote nothing: its keys went out, synced in
-		// SyncAlways, in earlier rounds.
-		if err != nil {
-			if !errors.Is(err, ErrFailed) {
-				s.fail(fmt.Errorf("commit %d keys: %w", len(done), err))
-			}
-		} else {
-			s.stats.rounds.Add(1)
-			s.stats.keysWritten.Add(int64(len(done)))
-		}
-		var over [numStripes / 64]uint64 // stripes to trim
-		for i, w := range done {
-			if !whole && i > 0 && i%commitSlice == 0 {
-				runtime.Gosched()
-			}
-			st := &s.stripe[w.stripe]
-			st.mu.Lock()
-			if s.wroteLocked(st, w, err == nil) {
-				over[w.stripe/64] |= 1 << (w.stripe % 64)
-			}
-			st.mu.Unlock()
-		}
-		for i, m := range over {
-			for ; m != 0; m &= m - 1 {
-				st := &s.stripe[i*64+bits.TrailingZeros64(m)]
-				st.mu.Lock()
-				st.mu.t.trim(s.byteLimit)
-				st.mu.Unlock()
-			}
-		}
-		// Keep no big buffers until the next round: Reset drops a Pebble
-		// batch's over 1 MiB, and a round of long keys leaves its own.
-		batch.Reset()
-		if cap(keys) > maxKeptKeys {
-			keys = nil
-		}
-		q.Lock()
-		if err == nil {
-			q.applied = round
-			q.appliedKeys += int64(len(done))
-			if opt == pebble.Sync {
-				q.synced = round
-				q.syncedKeys = q.appliedKeys
-			}
-		}
-		q.done.Broadcast()
-		q.Unlock()
-	}
 }
 
 // sortKey is a key of a round, for sorting: its first eight bytes
@@ -1639,9 +1560,7 @@ func (s *Store) fail(err error) {
 		}
 		close(s.failedC)
 	}
-	s.q.Lock()
-	s.q.done.Broadcast()
-	s.q.Unlock()
+	s.broadcastDone()
 }
 
 func (s *Store) noteSync(t0 time.Time) {
@@ -1681,11 +1600,24 @@ func (s *Store) syncLoop() {
 }
 
 // syncApplied fsyncs the log if rounds were applied since the last sync.
+// One fsync covers every committer's rounds: they share Pebble's log.
 func (s *Store) syncApplied() error {
-	s.q.Lock()
-	applied, synced, keys := s.q.applied, s.q.synced, s.q.appliedKeys
-	s.q.Unlock()
-	if applied <= synced || s.failedErr() != nil {
+	type progress struct {
+		applied uint64
+		keys    int64
+	}
+	var (
+		stack   [MaxCommitters + 1]progress
+		seen    = stack[:len(s.queues)]
+		pending bool
+	)
+	for i, q := range s.queues {
+		q.Lock()
+		seen[i] = progress{q.applied, q.appliedKeys}
+		pending = pending || q.applied > q.synced
+		q.Unlock()
+	}
+	if !pending || s.failedErr() != nil {
 		return nil
 	}
 	t0 := time.Now()
@@ -1693,13 +1625,15 @@ func (s *Store) syncApplied() error {
 		return err
 	}
 	s.noteSync(t0)
-	s.q.Lock()
-	if applied > s.q.synced {
-		s.q.synced = applied
-		s.q.syncedKeys = keys
+	for i, q := range s.queues {
+		q.Lock()
+		if p := seen[i]; p.applied > q.synced {
+			q.synced = p.applied
+			q.syncedKeys = p.keys
+		}
+		q.done.Broadcast()
+		q.Unlock()
 	}
-	s.q.done.Broadcast()
-	s.q.Unlock()
 	return nil
 }
 
@@ -1771,11 +1705,13 @@ func (s *Store) shutdown(ctx context.Context) error {
 		close(s.syncerStop)
 		ok = wait(s.syncerDone)
 	}
-	s.q.Lock()
-	s.q.closing = true
-	s.q.work.Broadcast()
-	s.q.done.Broadcast()
-	s.q.Unlock()
+	for _, q := range s.queues {
+		q.Lock()
+		q.closing = true
+		q.work.Broadcast()
+		q.done.Broadcast()
+		q.Unlock()
+	}
 	ok = ok && wait(s.committerDone)
 	if ok {
 		synced := make(chan struct{})
@@ -1805,10 +1741,12 @@ func (s *Store) shutdown(ctx context.Context) error {
 	if ok && closeErr == nil && s.failed.Load() == nil {
 		return nil
 	}
-	ce := &CloseError{Dir: s.dir, Mode: s.opts.Sync, Unwritten: s.stats.dirty.Load()}
-	s.q.Lock()
-	ce.Unsynced = s.q.appliedKeys - s.q.syncedKeys
-	s.q.Unlock()
+	ce := &CloseError{Dir: s.dir, Mode: s.opts.Sync, Unwritten: s.dirtyRecords()}
+	for _, q := range s.queues {
+		q.Lock()
+		ce.Unsynced += q.appliedKeys - q.syncedKeys
+		q.Unlock()
+	}
 	if ms := s.stats.lastSync.Load(); ms != 0 {
 		ce.LastSync = time.UnixMilli(ms)
 	}
@@ -1867,7 +1805,8 @@ type Stats struct {
 	Fsyncs       int64
 	FsyncTime    time.Duration // total time spent in fsyncs
 	LastSync     time.Time     // zero if never
-	Queued       int           // keys waiting for the committer
+	Queued       int           // keys waiting for the committers
+	Committers   int           // committers writing to Pebble
 	Dirty        int64         // keys whose newest value is not in Pebble yet
 	CacheEntries int64         // records held, dirty and clean
 	CacheBytes   int64         // what the table holds, garbage included, against CacheMemory
@@ -1875,6 +1814,8 @@ type Stats struct {
 	CacheHits    int64         // reads and writes answered from memory
 	CacheMisses  int64         // ... that were not in memory
 	FilterSkips  int64         // misses answered by the key filter without a Pebble read
+	// AppliedRound and SyncedRound are the rounds applied and synced,
+	// summed over the committers (and cross rounds).
 	AppliedRound uint64
 	SyncedRound  uint64
 	ReadErrors   int64
@@ -1905,6 +1846,16 @@ type Stats struct {
 	BlockCacheMisses int64
 	CompactionDebt   uint64 // estimated bytes compactions still have to rewrite
 	Compactions      int64
+}
+
+// dirtyRecords returns the number of records whose newest value is not in
+// Pebble yet.
+func (s *Store) dirtyRecords() int64 {
+	n := int64(0)
+	for i := range s.stripe {
+		n += s.stripe[i].dirty.Load()
+	}
+	return n
 }
 
 // Records returns the number of records, as Stats does.
@@ -1940,7 +1891,7 @@ func (s *Store) Stats() Stats {
 		KeysWritten:    s.stats.keysWritten.Load(),
 		Fsyncs:         s.stats.fsyncs.Load(),
 		FsyncTime:      time.Duration(s.stats.fsyncNanos.Load()),
-		Dirty:          s.stats.dirty.Load(),
+		Dirty:          s.dirtyRecords(),
 		ReadErrors:     s.stats.readErrors.Load(),
 		WriteErrors:    s.stats.writeErrors.Load(),
 		RecordsByClass: s.openRecords,
@@ -1974,9 +1925,14 @@ func (s *Store) Stats() Stats {
 	if p := s.failed.Load(); p != nil {
 		st.Failed = *p
 	}
-	s.q.Lock()
-	st.Queued, st.AppliedRound, st.SyncedRound = len(s.q.ends), s.q.applied, s.q.synced
-	s.q.Unlock()
+	st.Committers = s.committers
+	for _, q := range s.queues {
+		q.Lock()
+		st.Queued += len(q.ends)
+		st.AppliedRound += q.applied
+		st.SyncedRound += q.synced
+		q.Unlock()
+	}
 	// Once the store failed, a goroutine may be parked inside Pebble with
 	// its mutex held (see diskguard.go), and while Shutdown closes Pebble
 	// closeMu is held: Metrics would block in both cases.

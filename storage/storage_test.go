@@ -455,10 +455,7 @@ func TestEvictionDuringApplyLosesNothing(t *testing.T) {
 	bDone := make(chan error)
 	go func() { bDone <- b.Commit() }()
 	for { // wait until b's key is queued for round R+1
-		s.q.Lock()
-		queued := len(s.q.ends)
-		s.q.Unlock()
-		if queued > 0 {
+		if s.Stats().Queued > 0 {
 			break
 		}
 		runtime.Gosched()

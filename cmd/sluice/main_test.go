@@ -423,6 +423,8 @@ func TestReadPassword(t *testing.T) {
 		{"--timeout", "-1"},
 		{"--max-key-size", "0"},
 		{"--commit-queue-memory", "0"},
+		{"--committers", "-1"},
+		{"--committers", "65"},
 	} {
 		if _, err := parseConfig(args, noEnv, io.Discard); err == nil {
 			t.Errorf("parseConfig(%v) accepted it", args)

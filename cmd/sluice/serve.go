@@ -113,6 +113,7 @@ func runReloading(ctx context.Context, hup <-chan os.Signal, args []string, look
 		MemTableSize:   int64(cfg.memtableSize),
 		MaxOpenFiles:   files.StoreFiles,
 		MaxQueuedBytes: int(cfg.commitQueueMem),
+		Committers:     cfg.committers,
 		Logger:         log,
 	}))
 	if err != nil {
