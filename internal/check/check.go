@@ -257,13 +257,7 @@ func (c *Handler) serve(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	now := k.r.Now()
-	k.r.Begin() // resharding: MIGRATE PAUSE waits until it is committed
-	out, err := k.r.Hit(lp, k.r.Req, 1, now.UnixNano())
-	// Changes are visible once made: even after an error, what the canary
-	// rules changed before it is committed.
-	if ok, cerr := k.r.Commit(); !ok && err == nil {
-		err = cerr
-	}
+	out, err := hit(k.r, lp, now)
 	if err != nil {
 		c.Failed.Add(1)
 		w.Header().Set("Retry-After", "1")
@@ -290,6 +284,20 @@ func (c *Handler) serve(w http.ResponseWriter, r *http.Request) {
 	}
 	c.Denied.Add(1)
 	text(w, http.StatusTooManyRequests, "Too Many Requests\n")
+}
+
+// hit runs the request's hit in round r and commits it. Changes are
+// visible once made: even after an error, what the canary rules changed
+// before it is committed.
+func hit(r *engine.Round, lp *rules.Set, now time.Time) (policy.Outcome, error) {
+	r.Begin() // resharding: MIGRATE PAUSE waits until it is committed
+	// net/http recovers a panic: the round must not stay counted.
+	defer r.End()
+	out, err := r.Hit(lp, r.Req, 1, now.UnixNano())
+	if ok, cerr := r.Commit(); !ok && err == nil {
+		err = cerr
+	}
+	return out, err
 }
 
 // put returns k to the pool, without a buffer a huge request grew.

@@ -299,6 +299,7 @@ func (d *conn) round(start, end int, eof bool) (next int, stop bool) {
 	// Resharding: MIGRATE PAUSE waits for the round's hits to be committed
 	// (migrate.go).
 	d.r.Begin()
+	defer d.r.End() // a panic, which serve recovers, must not leave it counted
 	firstWrite := -1
 	for n := 0; n < s.cfg.MaxPipeline && start < end && !stop; {
 		var line []byte

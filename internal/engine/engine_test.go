@@ -227,6 +227,29 @@ func TestWaitWriters(t *testing.T) {
 	}
 }
 
+// End leaves the write gate for a round that did not commit (it
+// panicked), and is a no-op after Commit: the gate never counts below the
+// rounds under way.
+func TestEndLeavesWriteGate(t *testing.T) {
+	e := New(Config{Store: openStore(t, storage.NewMemDisk())})
+	r, other := e.NewRound(), e.NewRound()
+	r.Begin()
+	r.End()
+	if !e.WaitWriters(time.Now()) {
+		t.Fatal("WaitWriters returned false after End")
+	}
+	r.Begin()
+	if _, err := r.Commit(); err != nil {
+		t.Fatal(err)
+	}
+	r.End()
+	other.Begin()
+	if e.WaitWriters(time.Now()) {
+		t.Fatal("WaitWriters returned true with a round under way: End after Commit left the gate twice")
+	}
+	other.End()
+}
+
 // A warm Round runs a rule hit that writes, and commits it, without
 // allocating: the engine adds nothing to a command's cost in allocations.
 func TestRoundAllocatesNothing(t *testing.T) {

@@ -40,15 +40,27 @@ func (r *Round) Now() time.Time { return r.e.clock() }
 // CheckKeySize is Engine.CheckKeySize.
 func (r *Round) CheckKeySize(what string, n int) error { return r.e.CheckKeySize(what, n) }
 
-// Begin counts the round in the engine's write gate until Commit, for a
-// front end whose rounds are not RESP pipelines (which the server counts
-// itself): a slot move's pause waits for the commit of the changes the
-// round may make in the slots it pauses (Engine.WaitWriters).
+// Begin counts the round in the engine's write gate until Commit or End,
+// for a front end whose rounds are not RESP pipelines (which the server
+// counts itself): a slot move's pause waits for the commit of the changes
+// the round may make in the slots it pauses (Engine.WaitWriters).
 func (r *Round) Begin() {
 	g := &r.e.gate
 	r.phase = g.phase.Load() & 1
 	g.n[r.phase].Add(1)
 	r.gated = true
+}
+
+// End ends the round's count in the write gate if Commit has not: a front
+// end defers it after Begin, so that a round that panics before its
+// Commit does not hold up every later slot move's pause (WaitWriters)
+// until it times out. The changes such a round made stay in its batch,
+// for its next Commit if it is reused.
+func (r *Round) End() {
+	if r.gated {
+		r.e.gate.n[r.phase].Add(-1)
+		r.gated = false
+	}
 }
 
 // Limit runs m on key's record: the operation of a limiter (its
@@ -145,10 +157,7 @@ func (r *Round) Commit() (ok bool, err error) {
 		}
 	}
 	r.wrote = 0
-	if r.gated {
-		r.e.gate.n[r.phase].Add(-1)
-		r.gated = false
-	}
+	r.End()
 	r.settle(ok && !r.failed)
 	r.failed = false
 	return ok, err
