@@ -32,7 +32,7 @@ var layers = [][]string{
 	{"internal/dispatch"},
 	{"internal/limitcmd"},
 	// The front ends in packages of their own.
-	{"internal/divvy", "internal/check"},
+	{"internal/divvy", "internal/check", "internal/envoy"},
 	// The other front ends and the composition root.
 	{"server"},
 	// The binaries.

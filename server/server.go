@@ -26,6 +26,7 @@ import (
 	"github.com/sluicehq/sluice/internal/conffile"
 	"github.com/sluicehq/sluice/internal/dispatch"
 	"github.com/sluicehq/sluice/internal/engine"
+	"github.com/sluicehq/sluice/internal/envoy"
 	"github.com/sluicehq/sluice/internal/resp"
 	"github.com/sluicehq/sluice/internal/rules"
 	"github.com/sluicehq/sluice/storage"
@@ -190,32 +191,6 @@ type DivvyConfig struct {
 	IdleTimeout time.Duration
 }
 
-// RLSConfig configures Envoy's rate limit service. A zero field means the
-// default given.
-type RLSConfig struct {
-	// Dir is a directory of envoyproxy/ratelimit YAML files. New loads it
-	// and fails with its validation error; ReloadRLS reads it again.
-	// Empty: no RLS.
-	Dir string
-	// ResponseHeaders adds the RateLimit-Limit, RateLimit-Remaining and
-	// RateLimit-Reset headers to every reply with a limit
-	// (envoyproxy/ratelimit's LIMIT_RESPONSE_HEADERS_ENABLED).
-	ResponseHeaders bool
-	// MaxMessage is the largest gRPC request accepted, in bytes; default
-	// DefaultRLSMaxMessage.
-	MaxMessage int
-	// MaxStreams is the most gRPC calls in flight on one connection;
-	// default DefaultRLSMaxStreams.
-	MaxStreams int
-	// MaxDescriptors is the most descriptors one ShouldRateLimit call may
-	// carry; more is INVALID_ARGUMENT. Default DefaultRLSMaxDescriptors.
-	MaxDescriptors int
-	// MaxHeaderBytes bounds a gRPC call's header list (names, values and
-	// 32 bytes per field, as HTTP/2 counts them); default
-	// DefaultRLSMaxHeaderBytes.
-	MaxHeaderBytes int
-}
-
 // Defaults for Config.
 const (
 	DefaultMaxArgs         = 1024
@@ -277,7 +252,7 @@ type Server struct {
 	reload   reloader
 	divvy    divvyState
 	check    checkState
-	rls      rlsState
+	rls      *envoy.Server // Envoy's rate limit service
 	adm      admission
 	authLog  authLog
 	mem      memState
@@ -287,6 +262,7 @@ type Server struct {
 	mu struct {
 		sync.Mutex
 		ln      net.Listener
+		rlsLn   net.Listener       // Envoy's rate limit service's, once ServeRLS runs
 		guards  map[*conn]struct{} // RESP connections being served
 		clients map[int64]*client
 	}
@@ -478,7 +454,7 @@ func (s *Server) Close() error {
 	s.closeCheck()      // first: its requests finish before the store may close
 	s.stopSweeper()     // also ends a running COMPACT early
 	// The gRPC listener stops now, alongside the others; waited for at the end.
-	defer s.closeRLS(forceAt)()
+	defer s.rls.Close(forceAt)()
 	divvyDone := make(chan struct{})
 	go func() {
 		s.closeDivvy(forceAt, rest)
