@@ -17,8 +17,10 @@ import (
 // descriptors the store needs. MaxClients itself is lowered to what the
 // open-file limit leaves (see FDBudget). Every front end serves on one
 // kind of listener, an admitListener: its door says how it admits
-// (--maxclients, protected mode, TLS above admission) and how it answers a
-// refusal; the listener retries failed Accepts with a backoff.
+// (--maxclients, protected mode, TLS above admission), how it answers a
+// refusal, and how its connections finish when the server closes (its
+// drainer); the listener retries failed Accepts with a backoff, and Close
+// drains every listener the same way (admitListener.drain).
 
 // FDBudget is how the process's open-file limit (the soft RLIMIT_NOFILE) is
 // shared: StoreFiles for the store's tables, ProcessFiles for everything
@@ -203,9 +205,57 @@ type door struct {
 	tls *tls.Config
 	// conn wraps an admitted connection, which gives its slot back when
 	// closed; nil hands the connection over as it is, and the front end
-	// releases the slot itself when the connection ends (RESP, the line
-	// protocol: they unwrap the socket for CLIENT LIST and half-closes).
+	// releases the slot itself when the connection ends (RESP: it unwraps
+	// the socket for CLIENT LIST and half-closes).
 	conn func(*admittedConn) net.Conn
+	// drain is how the front end's connections finish when the server
+	// closes (admitListener.drain); nil for a listener whose front end
+	// drains itself (HTTP and /check: net/http's Shutdown, last, so that
+	// /readyz answers 503 while the others drain).
+	drain drainer
+}
+
+// drainer is how a front end's connections finish when the server closes.
+// Every listener with one drains the same way (admitListener.drain).
+type drainer interface {
+	// finish asks every connection to finish what it has under way and
+	// close, and the front end to refuse the connections handed over from
+	// now on: RESP and the line protocol read no more and answer what
+	// they read; gRPC sends GOAWAY and lets the calls under way end.
+	finish()
+	// force closes every connection still open.
+	force()
+	// wait returns once every connection has ended.
+	wait()
+}
+
+// drain closes the listener and drains its front end's connections, the
+// same way for every front end: it asks them to finish, waits for them
+// until forceAt, then closes the ones left and waits for them for rest at
+// most, giving up on a handler stuck below the network (in an fsync that
+// does not return, say) rather than hang. Close calls it for every
+// listener at once.
+func (l *admitListener) drain(forceAt time.Time, rest time.Duration) {
+	s, d := l.srv, l.door.drain
+	_ = l.Listener.Close()
+	d.finish()
+	done := make(chan struct{})
+	go func() {
+		d.wait()
+		close(done)
+	}()
+	select {
+	case <-done:
+		return
+	case <-s.after(time.Until(forceAt)):
+	}
+	d.force()
+	s.log.Warn("shutdown timeout: closing connections that are still busy", "listener", l.door.name, "timeout", s.cfg.ShutdownTimeout)
+	select {
+	case <-done:
+	case <-s.after(rest):
+		s.log.Error("shutdown: connections still busy after closing them; giving up on them", "listener", l.door.name)
+	}
 }
 
 // admitListener is every front end's listener: it accepts, retrying a
@@ -223,6 +273,25 @@ type admitListener struct {
 // listen wraps ln in an admitListener of door d.
 func (s *Server) listen(ln net.Listener, d door) *admitListener {
 	return &admitListener{Listener: ln, srv: s, door: d}
+}
+
+// serve makes ln, wrapped in an admitListener of door d, the listener of
+// a front end whose slot is *ln0, which Close drains; it fails once the
+// server is closing (net.ErrClosed) or when the front end has one already
+// (ErrServing). *ln0 is guarded by s.mu.
+func (s *Server) serve(ln0 *net.Listener, ln net.Listener, d door) (*admitListener, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	switch {
+	case *ln0 != nil:
+		return nil, ErrServing
+	case s.closing.Load():
+		return nil, net.ErrClosed
+	}
+	*ln0 = ln
+	l := s.listen(ln, d)
+	s.mu.drain = append(s.mu.drain, l)
+	return l, nil
 }
 
 // Accept implements net.Listener.

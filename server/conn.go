@@ -130,8 +130,37 @@ func (s *Server) respDoor() door {
 	if s.tls != nil {
 		d.tls = s.tls.config()
 	}
+	d.drain = (*respDrain)(s)
 	return d
 }
+
+// respDrain drains RESP: every connection reads no more commands, answers
+// the pipeline it is executing and closes.
+type respDrain Server
+
+func (d *respDrain) finish() {
+	s := (*Server)(d)
+	s.mu.Lock()
+	guards := make([]*conn, 0, len(s.mu.guards))
+	for g := range s.mu.guards {
+		guards = append(guards, g)
+	}
+	s.mu.Unlock()
+	for _, g := range guards {
+		g.startDrain()
+	}
+}
+
+func (d *respDrain) force() {
+	s := (*Server)(d)
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	for g := range s.mu.guards {
+		go g.forceClose()
+	}
+}
+
+func (d *respDrain) wait() { d.conns.Wait() }
 
 // acceptLoop serves the connections l admits until it fails or Close.
 func (s *Server) acceptLoop(l *admitListener) error {

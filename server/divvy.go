@@ -2,7 +2,6 @@ package server
 
 import (
 	"net"
-	"time"
 
 	"github.com/sluicehq/sluice/internal/divvy"
 	"github.com/sluicehq/sluice/internal/errs"
@@ -18,10 +17,9 @@ const (
 	DefaultDivvyMaxPipeline = divvy.DefaultMaxPipeline
 )
 
-// divvyState is the line-protocol front end and its listener.
+// divvyState is the line-protocol front end.
 type divvyState struct {
 	srv *divvy.Server
-	ln  net.Listener // guarded by Server.mu
 }
 
 // initDivvy makes the line-protocol front end; New calls it.
@@ -32,7 +30,6 @@ func (s *Server) initDivvy() {
 		MaxPipeline: s.cfg.Divvy.MaxPipeline,
 		IdleTimeout: s.cfg.Divvy.IdleTimeout,
 		Logger:      s.log,
-		After:       func(d time.Duration) <-chan time.Time { return s.after(d) },
 	}, s.eng, &s.pol, (*frontHost)(s), divvy.Shared{
 		NetIn: &st.netIn, NetOut: &st.netOut, Panics: &st.panics, IdleClosed: &st.idleClosed, ConnsTotal: &st.connsTotal,
 	})
@@ -53,22 +50,15 @@ func (h *frontHost) Refuse(c net.Conn, reply []byte) { (*Server)(h).refuse(c, re
 // returns nil after Close. The line protocol has no authentication: in
 // protected mode (the default) it serves loopback clients only.
 func (s *Server) ServeDivvy(ln net.Listener) error {
-	s.mu.Lock()
-	if s.closing.Load() {
-		s.mu.Unlock()
-		return net.ErrClosed
+	l, err := s.serve(&s.mu.divvyLn, ln, s.divvyDoor())
+	if err != nil {
+		return err
 	}
-	if s.divvy.ln != nil {
-		s.mu.Unlock()
-		return ErrServing
-	}
-	s.divvy.ln = ln
-	s.mu.Unlock()
 	s.log.Info("serving the divvy line protocol", "addr", ln.Addr().String(), "policy", s.pol.Path)
 	if s.cfg.Password != "" || s.clientCertsRequired() {
 		s.log.Warn("the divvy line protocol has no AUTH and no TLS: anyone who can reach its address can use it", "addr", ln.Addr().String())
 	}
-	err := s.divvy.srv.Serve(s.listen(ln, s.divvyDoor()))
+	err = s.divvy.srv.Serve(l)
 	if s.closing.Load() {
 		return nil
 	}
@@ -89,28 +79,24 @@ func (s *Server) divvyDoor() door {
 		denied:  divvy.Refusal("DENIED: sluice is in protected mode and the divvy line protocol has no authentication; it serves clients on loopback only unless started with --protected-mode no"),
 		refused: func() { s.divvy.srv.ErrUnknown.Add(1) },
 		conn:    func(c *admittedConn) net.Conn { return c },
+		drain:   divvyDrain{s.divvy.srv},
 	}
 }
+
+// divvyDrain drains the line protocol: every connection finishes its
+// round and closes.
+type divvyDrain struct{ *divvy.Server }
+
+func (d divvyDrain) finish() { d.Finish() }
+func (d divvyDrain) force()  { d.Force() }
+func (d divvyDrain) wait()   { d.Wait() }
 
 // divvyAddr is the line protocol's address, or "" when it is off.
 func (s *Server) divvyAddr() string {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	if s.divvy.ln == nil {
+	if s.mu.divvyLn == nil {
 		return ""
 	}
-	return s.divvy.ln.Addr().String()
-}
-
-// closeDivvy stops accepting, asks every connection to finish its round
-// and close, and waits for them until forceAt, then closes the ones left
-// and waits for them for rest at most. Close calls it.
-func (s *Server) closeDivvy(forceAt time.Time, rest time.Duration) {
-	s.mu.Lock()
-	ln := s.divvy.ln
-	s.mu.Unlock()
-	if ln != nil {
-		_ = ln.Close()
-	}
-	s.divvy.srv.Close(forceAt, rest)
+	return s.mu.divvyLn.Addr().String()
 }

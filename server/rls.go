@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"net"
-	"time"
 
 	"github.com/sluicehq/sluice/internal/envoy"
 )
@@ -39,7 +38,6 @@ func (s *Server) initRLS() error {
 		Host:             (*frontHost)(s),
 		Logger:           s.log,
 		Clock:            s.clock,
-		After:            func(d time.Duration) <-chan time.Time { return s.after(d) },
 		MaxConfigFile:    s.cfg.MaxConfigFile,
 		MaxMemoryClients: s.cfg.MaxMemoryClients.N(),
 		KeepBuf:          connKeepBuf,
@@ -74,20 +72,13 @@ func (s *Server) ServeRLS(ln net.Listener) error {
 	if s.cfg.RLS.Dir == "" {
 		return errors.New("server: RLS needs Config.RLS.Dir")
 	}
-	s.mu.Lock()
-	switch {
-	case s.closing.Load():
-		s.mu.Unlock()
-		return net.ErrClosed
-	case s.mu.rlsLn != nil:
-		s.mu.Unlock()
-		return ErrServing
+	l, err := s.serve(&s.mu.rlsLn, ln, s.rlsDoor())
+	if err != nil {
+		return err
 	}
-	s.mu.rlsLn = ln
-	s.mu.Unlock()
 	s.log.Info("serving Envoy's rate limit service (gRPC)", "addr", ln.Addr().String(), "config", s.cfg.RLS.Dir, "tls", s.tls != nil)
 	s.warnIfExposed(ln.Addr())
-	err := s.rls.Serve(s.listen(ln, s.rlsDoor()))
+	err = s.rls.Serve(l)
 	if s.closing.Load() {
 		return nil
 	}
@@ -117,8 +108,17 @@ func (s *Server) rlsDoor() door {
 			s.stats.connsTotal.Add(1)
 			return c
 		},
+		drain: rlsDrain{s.rls},
 	}
 }
+
+// rlsDrain drains Envoy's rate limit service: a graceful stop of its gRPC
+// server, then a hard one.
+type rlsDrain struct{ *envoy.Server }
+
+func (d rlsDrain) finish() { d.Finish() }
+func (d rlsDrain) force()  { d.Force() }
+func (d rlsDrain) wait()   { d.Wait() }
 
 // ReserveClients implements envoy.Host: --maxmemory-clients.
 func (h *frontHost) ReserveClients(n int64) bool { return (*Server)(h).reserveClients(n) }

@@ -19,6 +19,7 @@ import (
 	"log/slog"
 	"net"
 	"runtime/debug"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -236,7 +237,7 @@ type Server struct {
 	// after is time.After for Close's waits; tests see and drive them.
 	after  func(time.Duration) <-chan time.Time
 	nextID atomic.Int64
-	conns  sync.WaitGroup // one per accepted connection, until its goroutine ends
+	conns  sync.WaitGroup // one per RESP connection, until its goroutine ends
 	// clientMem is the bytes of all RESP connections' buffers, of RLS
 	// calls in flight and of HTTP request headers being read, bounded by
 	// MaxMemoryClients.
@@ -261,10 +262,13 @@ type Server struct {
 
 	mu struct {
 		sync.Mutex
-		ln      net.Listener
-		rlsLn   net.Listener       // Envoy's rate limit service's, once ServeRLS runs
-		guards  map[*conn]struct{} // RESP connections being served
-		clients map[int64]*client
+		// The listeners of RESP, the line protocol and Envoy's rate limit
+		// service, once served, and their admitListeners, which Close
+		// drains.
+		ln, divvyLn, rlsLn net.Listener
+		drain              []*admitListener
+		guards             map[*conn]struct{} // RESP connections being served
+		clients            map[int64]*client
 	}
 
 	stats struct {
@@ -399,22 +403,15 @@ func New(cfg Config) (*Server, error) {
 
 // Serve accepts connections on ln until Close. It returns nil after Close.
 func (s *Server) Serve(ln net.Listener) error {
-	s.mu.Lock()
-	if s.mu.ln != nil {
-		s.mu.Unlock()
-		return ErrServing
+	l, err := s.serve(&s.mu.ln, ln, s.respDoor())
+	if err != nil {
+		return err
 	}
-	if s.closing.Load() {
-		s.mu.Unlock()
-		return net.ErrClosed
-	}
-	s.mu.ln = ln
-	s.mu.Unlock()
 	s.log.Info("serving RESP", "addr", ln.Addr().String(), "fsync", s.store.Mode().String(), "data", s.store.Dir())
 	s.startSweeper()
 	s.startMemory()
 	s.warnIfExposed(ln.Addr())
-	return s.acceptLoop(s.listen(ln, s.respDoor()))
+	return s.acceptLoop(l)
 }
 
 // Addr returns the listening address, or nil before Serve.
@@ -453,50 +450,20 @@ func (s *Server) Close() error {
 	defer s.closeHTTP() // last: /readyz answers 503 while connections drain
 	s.closeCheck()      // first: its requests finish before the store may close
 	s.stopSweeper()     // also ends a running COMPACT early
-	// The gRPC listener stops now, alongside the others; waited for at the end.
-	defer s.rls.Close(forceAt)()
-	divvyDone := make(chan struct{})
-	go func() {
-		s.closeDivvy(forceAt, rest)
-		close(divvyDone)
-	}()
-	defer func() { <-divvyDone }()
+	// Every other front end drains the same way, all at once
+	// (admitListener.drain).
 	s.mu.Lock()
-	ln := s.mu.ln
-	guards := make([]*conn, 0, len(s.mu.guards))
-	for g := range s.mu.guards {
-		guards = append(guards, g)
-	}
+	lns := slices.Clone(s.mu.drain)
 	s.mu.Unlock()
-	if ln != nil {
-		_ = ln.Close()
+	var wg sync.WaitGroup
+	for _, l := range lns {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			l.drain(forceAt, rest)
+		}()
 	}
-	for _, g := range guards {
-		g.startDrain()
-	}
-	done := make(chan struct{})
-	go func() {
-		s.conns.Wait()
-		close(done)
-	}()
-	select {
-	case <-done:
-	case <-s.after(time.Until(forceAt)):
-		s.mu.Lock()
-		n := len(s.mu.guards)
-		for g := range s.mu.guards {
-			go g.forceClose()
-		}
-		s.mu.Unlock()
-		s.log.Warn("shutdown timeout: closing connections that are still busy", "connections", n, "timeout", s.cfg.ShutdownTimeout)
-		select {
-		case <-done:
-		case <-s.after(rest):
-			// A handler is stuck below the network, e.g. in an fsync that
-			// does not return. Give up on it rather than hang.
-			s.log.Error("shutdown: connections still busy after closing them; giving up on them")
-		}
-	}
+	wg.Wait()
 	return nil
 }
 

@@ -126,8 +126,6 @@ type Options struct {
 	Host   Host
 	Logger *slog.Logger
 	Clock  func() time.Time
-	// After is time.After for Close's wait; tests see and drive it.
-	After func(time.Duration) <-chan time.Time
 	// MaxConfigFile bounds the bytes read from the files of Config.Dir
 	// together (conffile).
 	MaxConfigFile int64
@@ -152,11 +150,12 @@ type Server struct {
 		sync.Mutex
 		srv     *grpc.Server
 		closed  bool
+		done    chan struct{}               // closed when srv has stopped, after Finish
 		metrics map[rlsMetricKey]*rlsCounts // kept across reloads, so counters never go back
 	}
 	loadMu sync.Mutex // one load at a time
 	health *health.Server
-	stop   chan struct{} // closed by Close: ends the Watch streams
+	stop   chan struct{} // closed by Finish: ends the Watch streams
 
 	work sync.Pool // *rlsWork
 
@@ -231,9 +230,6 @@ func New(cfg Config, opt Options) (*Server, error) {
 	}
 	if opt.Clock == nil {
 		opt.Clock = time.Now
-	}
-	if opt.After == nil {
-		opt.After = time.After
 	}
 	s := &Server{cfg: cfg, opt: opt, log: opt.Logger, stop: make(chan struct{})}
 	s.work.New = func() any { return &rlsWork{r: opt.Engine.NewRound(), replaced: make(map[string]bool)} }
@@ -366,9 +362,9 @@ func (s *Server) Rule(id rules.ID) (r *policy.Rule, n int, loaded bool) {
 }
 
 // Serve serves the rate limit service and the gRPC health service on ln,
-// a listener that has admitted each connection, until Close, over TLS
-// when Options.TLS is set. It returns net.ErrClosed after Close, and
-// nil when Close stopped it.
+// a listener that has admitted each connection, until Finish, over TLS
+// when Options.TLS is set. It returns net.ErrClosed after Finish, and
+// nil when Finish stopped it.
 func (s *Server) Serve(ln net.Listener) error {
 	opts := []grpc.ServerOption{
 		grpc.MaxRecvMsgSize(s.cfg.MaxMessage),
@@ -408,40 +404,54 @@ func (s *Server) Serve(ln net.Listener) error {
 	return err
 }
 
-// Close starts stopping the service, in the background: calls under way
-// finish, until forceAt, when the rest are cut off. It returns a function
-// that waits for that. The server calls it as its Close starts, alongside
-// its other listeners, and waits at its end.
-func (s *Server) Close(forceAt time.Time) (wait func()) {
+// Finish starts stopping the service: the health service answers
+// NOT_SERVING, Watch streams end, and the gRPC server stops gracefully in
+// the background (GOAWAY: calls under way finish, no new one starts); a
+// later Serve returns net.ErrClosed. The server drains the service's
+// listener with Finish, Force and Wait, as every front end's (its
+// admitListener's drain).
+func (s *Server) Finish() {
 	s.mu.Lock()
 	srv := s.mu.srv
 	already := s.mu.closed
 	s.mu.closed = true
+	if !already {
+		s.mu.done = make(chan struct{})
+	}
+	done := s.mu.done
 	s.mu.Unlock()
 	if already {
-		return func() {}
+		return
 	}
 	if srv == nil {
 		close(s.stop)
-		return func() {}
+		close(done)
+		return
 	}
 	s.health.Shutdown() // Check answers NOT_SERVING while calls drain
 	close(s.stop)       // ends the Watch streams
-	done := make(chan struct{})
 	go func() {
-		stopped := make(chan struct{})
-		go func() {
-			srv.GracefulStop()
-			close(stopped)
-		}()
-		select {
-		case <-stopped:
-		case <-s.opt.After(time.Until(forceAt)):
-			srv.Stop()
-		}
+		srv.GracefulStop()
 		close(done)
 	}()
-	return func() { <-done }
+}
+
+// Force cuts off the calls and connections still open.
+func (s *Server) Force() {
+	s.mu.Lock()
+	srv := s.mu.srv
+	s.mu.Unlock()
+	if srv != nil {
+		srv.Stop()
+	}
+}
+
+// Wait returns once the gRPC server has stopped, after Finish.
+func (s *Server) Wait() {
+	s.mu.Lock()
+	done := s.mu.done
+	s.mu.Unlock()
+	<-done
 }
 
 func (s *Server) updateHealth() {
@@ -496,7 +506,7 @@ func (h rlsHealth) Watch(in *healthpb.HealthCheckRequest, stream healthpb.Health
 }
 
 // Check implements grpc.health.v1.Health/Check with the store's state
-// now. After Close has called Shutdown, the health server ignores the
+// now. After Finish has called Shutdown, the health server ignores the
 // update and answers NOT_SERVING.
 func (h rlsHealth) Check(ctx context.Context, in *healthpb.HealthCheckRequest) (*healthpb.HealthCheckResponse, error) {
 	h.s.updateHealth()
