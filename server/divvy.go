@@ -3,6 +3,7 @@ package server
 import (
 	"net"
 
+	"github.com/sluicehq/sluice/internal/admit"
 	"github.com/sluicehq/sluice/internal/divvy"
 	"github.com/sluicehq/sluice/internal/errs"
 )
@@ -44,7 +45,7 @@ type frontHost Server
 func (h *frontHost) Failure(err error) *errs.Error { return (*Server)(h).failure(err) }
 
 // Refuse implements divvy.Host.
-func (h *frontHost) Refuse(c net.Conn, reply []byte) { (*Server)(h).refuse(c, reply) }
+func (h *frontHost) Refuse(c net.Conn, reply []byte) { h.adm.Refuse(c, reply) }
 
 // ServeDivvy accepts line-protocol connections on ln until Close. It
 // returns nil after Close. The line protocol has no authentication: in
@@ -70,26 +71,18 @@ func (s *Server) ServeDivvy(ln net.Listener) error {
 // closes, and protected mode unless it is off: the line protocol has no
 // authentication. It refuses with an ERR line, counted in
 // divvy_errors_total.
-func (s *Server) divvyDoor() door {
-	return door{
-		name:    "divvy",
-		take:    s.adm.take,
-		guarded: func() bool { return !s.cfg.AllowRemoteWithoutAuth },
-		full:    divvy.Refusal("max number of clients reached"),
-		denied:  divvy.Refusal("DENIED: sluice is in protected mode and the divvy line protocol has no authentication; it serves clients on loopback only unless started with --protected-mode no"),
-		refused: func() { s.divvy.srv.ErrUnknown.Add(1) },
-		conn:    func(c *admittedConn) net.Conn { return c },
-		drain:   divvyDrain{s.divvy.srv},
+func (s *Server) divvyDoor() admit.Door {
+	return admit.Door{
+		Name:    "divvy",
+		Take:    s.adm.Take,
+		Guarded: func() bool { return !s.cfg.AllowRemoteWithoutAuth },
+		Full:    divvy.Refusal("max number of clients reached"),
+		Denied:  divvy.Refusal("DENIED: sluice is in protected mode and the divvy line protocol has no authentication; it serves clients on loopback only unless started with --protected-mode no"),
+		Refused: func() { s.divvy.srv.ErrUnknown.Add(1) },
+		Conn:    func(c *admit.Conn) net.Conn { return c },
+		Drain:   s.divvy.srv, // every connection finishes its round and closes
 	}
 }
-
-// divvyDrain drains the line protocol: every connection finishes its
-// round and closes.
-type divvyDrain struct{ *divvy.Server }
-
-func (d divvyDrain) finish() { d.Finish() }
-func (d divvyDrain) force()  { d.Force() }
-func (d divvyDrain) wait()   { d.Wait() }
 
 // divvyAddr is the line protocol's address, or "" when it is off.
 func (s *Server) divvyAddr() string {

@@ -15,6 +15,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/sluicehq/sluice/internal/admit"
 	"github.com/sluicehq/sluice/keyspace"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -124,11 +125,11 @@ func (s *Server) ServeHTTP(ln net.Listener) error {
 // against MaxClients with take, below TLS, so that a refusal costs no
 // handshake. name names the listener in the log.
 func (s *Server) serveHTTPOn(srv *http.Server, ln net.Listener, name string, take func() bool) error {
-	d := door{name: name, take: take, conn: func(c *admittedConn) net.Conn { return &httpConn{admittedConn: c, srv: s} }}
+	d := admit.Door{Name: name, Take: take, Conn: func(c *admit.Conn) net.Conn { return &httpConn{Conn: c, srv: s} }}
 	if s.tls == nil {
-		d.full = http503 // with TLS, which runs above, a refusal is closed
+		d.Full = http503 // with TLS, which runs above, a refusal is closed
 	}
-	ln = s.listen(ln, d)
+	ln = s.adm.Listen(ln, d)
 	var err error
 	if s.tls != nil {
 		err = srv.ServeTLS(ln, "", "")
@@ -284,7 +285,7 @@ func (sc *serverCollector) Collect(ch chan<- prometheus.Metric) {
 	counter(descAuthFail, st.authFailures.Load())
 	counter(descAuthClosed, st.authClosed.Load())
 	gauge(descMaxClients, float64(s.cfg.MaxClients))
-	gauge(descAdmitted, float64(s.adm.open.Load()))
+	gauge(descAdmitted, float64(s.adm.Open()))
 	counter(descProtoErrors, st.protocolErrors.Load())
 	counter(descCrossProto, st.crossProtocol.Load())
 	counter(descNetIn, st.netIn.Load())
@@ -412,7 +413,7 @@ type httpConnKey struct{}
 // that would pass the bound ends the connection, answered 503 when no TLS
 // runs above.
 type httpConn struct {
-	*admittedConn
+	*admit.Conn
 	srv *Server
 	mu  struct {
 		sync.Mutex
@@ -432,7 +433,7 @@ var http503Memory = func() []byte {
 var errClientMemory = errors.New("server: client memory limit reached")
 
 func (c *httpConn) Read(p []byte) (int, error) {
-	n, err := c.admittedConn.Read(p)
+	n, err := c.Conn.Read(p)
 	if n == 0 {
 		return n, err
 	}
@@ -493,5 +494,5 @@ func (c *httpConn) Close() error {
 	c.srv.releaseClients(c.mu.held)
 	c.mu.held = 0
 	c.mu.Unlock()
-	return c.admittedConn.Close()
+	return c.Conn.Close()
 }

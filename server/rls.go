@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"net"
 
+	"github.com/sluicehq/sluice/internal/admit"
 	"github.com/sluicehq/sluice/internal/envoy"
 )
 
@@ -99,26 +100,18 @@ func (s *Server) RLSAddr() net.Addr {
 // back when the connection closes, and protected mode (the service has no
 // password) unless TLS client certificates are required or protected mode
 // is off. A refused connection is closed: a gRPC client reads no text.
-func (s *Server) rlsDoor() door {
-	return door{
-		name:    "rls",
-		take:    s.adm.take,
-		guarded: func() bool { return !s.cfg.AllowRemoteWithoutAuth && !s.clientCertsRequired() },
-		conn: func(c *admittedConn) net.Conn {
+func (s *Server) rlsDoor() admit.Door {
+	return admit.Door{
+		Name:    "rls",
+		Take:    s.adm.Take,
+		Guarded: func() bool { return !s.cfg.AllowRemoteWithoutAuth && !s.clientCertsRequired() },
+		Conn: func(c *admit.Conn) net.Conn {
 			s.stats.connsTotal.Add(1)
 			return c
 		},
-		drain: rlsDrain{s.rls},
+		Drain: s.rls, // a graceful stop of its gRPC server, then a hard one
 	}
 }
-
-// rlsDrain drains Envoy's rate limit service: a graceful stop of its gRPC
-// server, then a hard one.
-type rlsDrain struct{ *envoy.Server }
-
-func (d rlsDrain) finish() { d.Finish() }
-func (d rlsDrain) force()  { d.Force() }
-func (d rlsDrain) wait()   { d.Wait() }
 
 // ReserveClients implements envoy.Host: --maxmemory-clients.
 func (h *frontHost) ReserveClients(n int64) bool { return (*Server)(h).reserveClients(n) }

@@ -24,6 +24,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/sluicehq/sluice/internal/admit"
 	"github.com/sluicehq/sluice/internal/conffile"
 	"github.com/sluicehq/sluice/internal/dispatch"
 	"github.com/sluicehq/sluice/internal/engine"
@@ -263,10 +264,10 @@ type Server struct {
 	mu struct {
 		sync.Mutex
 		// The listeners of RESP, the line protocol and Envoy's rate limit
-		// service, once served, and their admitListeners, which Close
+		// service, once served, and their admit.Listeners, which Close
 		// drains.
 		ln, divvyLn, rlsLn net.Listener
-		drain              []*admitListener
+		drain              []*admit.Listener
 		guards             map[*conn]struct{} // RESP connections being served
 		clients            map[int64]*client
 	}
@@ -451,7 +452,7 @@ func (s *Server) Close() error {
 	s.closeCheck()      // first: its requests finish before the store may close
 	s.stopSweeper()     // also ends a running COMPACT early
 	// Every other front end drains the same way, all at once
-	// (admitListener.drain).
+	// (admit.Listener.Drain).
 	s.mu.Lock()
 	lns := slices.Clone(s.mu.drain)
 	s.mu.Unlock()
@@ -460,7 +461,7 @@ func (s *Server) Close() error {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			l.drain(forceAt, rest)
+			l.Drain(forceAt, rest, s.cfg.ShutdownTimeout)
 		}()
 	}
 	wg.Wait()
