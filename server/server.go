@@ -451,7 +451,8 @@ func (s *Server) Close() error {
 	defer s.closeHTTP() // last: /readyz answers 503 while connections drain
 	s.closeCheck()      // first: its requests finish before the store may close
 	s.stopSweeper()     // also ends a running COMPACT early
-	// Every other front end drains the same way, all at once
+	// RESP, the line protocol and Envoy's rate limit service drain all at
+	// once, the way /check and HTTP do, each in its listener
 	// (admit.Listener.Drain).
 	s.mu.Lock()
 	lns := slices.Clone(s.mu.drain)

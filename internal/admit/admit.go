@@ -123,7 +123,7 @@ type Door struct {
 	// the socket for CLIENT LIST and half-closes).
 	Conn func(*Conn) net.Conn
 	// Drain is how the front end's connections finish when the server
-	// closes (Listener.Drain); nil for a front end that drains itself.
+	// closes (Listener.Drain); nil: the listener is only closed.
 	Drain Drainer
 }
 
