@@ -1,6 +1,7 @@
 package envoy
 
 import (
+	"math"
 	"runtime"
 	"strings"
 	"testing"
@@ -50,16 +51,6 @@ func TestRequestMemoryCoversDecoding(t *testing.T) {
 		}),
 		"long values, unknown fields": many(4, func(int) *rlcommon.RateLimitDescriptor { return desc("k", strings.Repeat("v", 16000)) }),
 	}
-	// Protobuf builds a message type's decoder on its first use: build it
-	// first, as a server has before it serves many calls, so that it is
-	// not counted as a request's.
-	warm, err := proto.Marshal(cases["64 descriptors"])
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := proto.Unmarshal(warm, new(rlspb.RateLimitRequest)); err != nil {
-		t.Fatal(err)
-	}
 	for name, req := range cases {
 		b, err := proto.Marshal(req)
 		if err != nil {
@@ -80,14 +71,21 @@ func TestRequestMemoryCoversDecoding(t *testing.T) {
 			t.Fatalf("%s: %d descriptors scanned, want %d", name, sh.descriptors, len(req.Descriptors))
 		}
 		taken := int64(len(b)) + sh.memory(len(b))
-		var m0, m1 runtime.MemStats
-		runtime.ReadMemStats(&m0)
-		var got rlspb.RateLimitRequest
-		if err := proto.Unmarshal(b, &got); err != nil {
-			t.Fatal(err)
+		// What decoding allocates is the same at every try; what the
+		// runtime or another goroutine allocates meanwhile only adds to
+		// it: the least of three tries is the decoding's.
+		alloc := int64(math.MaxInt64)
+		for range 3 {
+			var m0, m1 runtime.MemStats
+			runtime.ReadMemStats(&m0)
+			var got rlspb.RateLimitRequest
+			if err := proto.Unmarshal(b, &got); err != nil {
+				t.Fatal(err)
+			}
+			runtime.ReadMemStats(&m1)
+			alloc = min(alloc, int64(m1.TotalAlloc-m0.TotalAlloc)+int64(len(b)))
 		}
-		runtime.ReadMemStats(&m1)
-		if alloc := int64(m1.TotalAlloc-m0.TotalAlloc) + int64(len(b)); alloc > taken {
+		if alloc > taken {
 			t.Errorf("%s: %d wire bytes, %d taken, %d allocated with its copy", name, len(b), taken, alloc)
 		}
 	}
