@@ -19,7 +19,7 @@ import (
 var layers = [][]string{
 	// The pure domain and the store: they import no package of this
 	// module.
-	{"bucket", "cluster", "storage", "internal/errs", "internal/conffile", "internal/transcript", "cmd/sluice/internal/earlyhup"},
+	{"bucket", "cluster", "storage", "internal/errs", "internal/conffile", "internal/transcript", "internal/admit", "cmd/sluice/internal/earlyhup"},
 	// Rules over the limiters; the RESP codec over typed errors; a shard's
 	// records replicated over the store.
 	{"policy", "internal/resp", "replication"},
@@ -30,9 +30,9 @@ var layers = [][]string{
 	{"internal/engine"},
 	// The RESP front end's seam, then its command families.
 	{"internal/dispatch"},
-	{"internal/limitcmd"},
+	{"internal/limitcmd", "internal/conncmd"},
 	// The front ends in packages of their own.
-	{"internal/divvy", "internal/check"},
+	{"internal/divvy", "internal/check", "internal/envoy"},
 	// The other front ends and the composition root.
 	{"server"},
 	// The binaries.

@@ -10,6 +10,8 @@ import (
 	"path/filepath"
 	"strconv"
 	"time"
+
+	"github.com/sluicehq/sluice/internal/admit"
 )
 
 // BackupTrailer is the HTTP trailer GET /backup sets once the archive is
@@ -127,7 +129,7 @@ func (s *Server) backupAllowed(r *http.Request) (int, string) {
 		return 0, ""
 	}
 	if s.protected() {
-		if addr, err := net.ResolveTCPAddr("tcp", r.RemoteAddr); err != nil || !isLoopback(addr) {
+		if addr, err := net.ResolveTCPAddr("tcp", r.RemoteAddr); err != nil || !admit.IsLoopback(addr) {
 			return http.StatusForbidden, deniedMessage
 		}
 	}

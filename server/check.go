@@ -56,7 +56,7 @@ func (s *Server) ServeCheck(ln net.Listener) error {
 		s.log.Warn("protected mode: /check answers proxies on loopback only (or, with --tls-ca, proxies that present a client certificate); set --protected-mode no to serve others", "addr", ln.Addr().String())
 	}
 	// /check has no probe reserve: it takes its slot as RESP does.
-	return s.serveHTTPOn(srv, ln, "check", s.adm.take)
+	return s.serveHTTPOn(&s.check.served, ln, "check", s.adm.Take)
 }
 
 // closeCheck stops the endpoint; Close calls it once no new request may

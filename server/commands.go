@@ -1,7 +1,6 @@
 package server
 
 import (
-	"math"
 	"sort"
 	"strconv"
 	"strings"
@@ -10,6 +9,7 @@ import (
 	"time"
 
 	"github.com/sluicehq/sluice/internal/cmddoc"
+	"github.com/sluicehq/sluice/internal/conncmd"
 	"github.com/sluicehq/sluice/internal/dispatch"
 	"github.com/sluicehq/sluice/internal/errs"
 	"github.com/sluicehq/sluice/internal/limitcmd"
@@ -102,27 +102,24 @@ type command struct {
 type tally struct{ calls, errors, allowed, denied int64 }
 
 // commandTable builds the command table: the commands the families
-// register (internal/limitcmd, whose HIT hits the rules f has in use),
-// then the server's own.
+// register (internal/limitcmd, whose HIT hits the rules f has in use;
+// internal/conncmd), then the server's own.
 func commandTable(f *rules.File) map[string]*command {
 	var families dispatch.Table
 	limitcmd.Register(&families)
 	limitcmd.RegisterHit(&families, f)
+	conncmd.Register(&families)
 	var list []*command
 	for _, fc := range families.Commands() {
 		list = append(list, &command{Command: fc})
 	}
 	list = append(list, []*command{
-		{Command: dispatch.Command{Name: "ping", Arity: -1, Flags: []string{"fast"}}, run: cmdPing},
-		{Command: dispatch.Command{Name: "echo", Arity: 2, Flags: []string{"fast"}}, run: cmdEcho},
 		{Command: dispatch.Command{Name: "quit", Arity: -1, Flags: []string{"fast"}}, run: cmdQuit},
-		{Command: dispatch.Command{Name: "select", Arity: 2, Flags: []string{"fast"}}, run: cmdSelect},
 		{Command: dispatch.Command{Name: "hello", Arity: -1, Flags: []string{"fast"}}, run: cmdHello},
 		{Command: dispatch.Command{Name: "auth", Arity: -2, Flags: []string{"fast"}}, run: cmdAuth},
 		{Command: dispatch.Command{Name: "client", Arity: -2, Flags: []string{"admin"}}, run: cmdClient},
 		{Command: dispatch.Command{Name: "command", Arity: -1, Flags: []string{"loading"}}, run: cmdCommand},
 		{Command: dispatch.Command{Name: "config", Arity: -2, Flags: []string{"admin"}}, run: cmdConfig},
-		{Command: dispatch.Command{Name: "time", Arity: 1, Flags: []string{"fast"}}, run: cmdTime},
 		{Command: dispatch.Command{Name: "ready", Arity: 1, Flags: []string{"fast"}}, run: cmdReady},
 		{Command: dispatch.Command{Name: "info", Arity: -1, Flags: []string{"loading"}}, run: cmdInfo},
 		{Command: dispatch.Command{Name: "del", Arity: -2, Flags: []string{"write"}, First: 1, Last: -1, Step: 1, Doc: delDoc}, run: cmdDel},
@@ -294,36 +291,9 @@ func unknownCommand(args [][]byte) string {
 	return b.String()
 }
 
-func cmdPing(s *Server, c *client, args [][]byte) {
-	switch len(args) {
-	case 1:
-		c.Out = resp.AppendSimple(c.Out, "PONG")
-	case 2:
-		c.Out = resp.AppendBulk(c.Out, args[1])
-	default:
-		s.replyErr(c, errs.WrongArgs("ping"))
-	}
-}
-
-func cmdEcho(s *Server, c *client, args [][]byte) {
-	c.Out = resp.AppendBulk(c.Out, args[1])
-}
-
 func cmdQuit(s *Server, c *client, args [][]byte) {
 	c.Out = resp.AppendSimple(c.Out, "OK")
 	c.quit = true
-}
-
-func cmdSelect(s *Server, c *client, args [][]byte) {
-	n, ok := resp.ParseInt(args[1])
-	switch {
-	case !ok || n < math.MinInt32 || n > math.MaxInt32:
-		s.replyErr(c, errs.NotInteger)
-	case n != 0:
-		s.replyErr(c, resp.Error("ERR DB index is out of range"))
-	default:
-		c.Out = resp.AppendSimple(c.Out, "OK")
-	}
 }
 
 // cmdAuth implements AUTH [username] password. With no password configured
@@ -656,13 +626,6 @@ func (s *Server) lookupCommand(name []byte) (*command, *cmddoc.Sub) {
 		}
 	}
 	return nil, nil
-}
-
-func cmdTime(s *Server, c *client, args [][]byte) {
-	now := s.clock()
-	c.Out = resp.AppendArray(c.Out, 2)
-	c.Out = resp.AppendBulkString(c.Out, strconv.FormatInt(now.Unix(), 10))
-	c.Out = resp.AppendBulkString(c.Out, strconv.Itoa(now.Nanosecond()/1000))
 }
 
 // cmdReady answers 1 while the server can serve writes: not shutting down

@@ -9,6 +9,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/sluicehq/sluice/internal/admit"
 	"github.com/sluicehq/sluice/internal/resp"
 )
 
@@ -119,27 +120,59 @@ func (s *Server) newConn(nc net.Conn) *conn {
 // until the connection finishes (conn.finish gives it back), and protected
 // mode unless a password or TLS client certificates are required; it
 // refuses with Redis' errors, over TLS when the server has it.
-func (s *Server) respDoor() door {
-	d := door{
-		name:    "resp",
-		take:    s.adm.take,
-		guarded: s.protected,
-		full:    resp.AppendError(nil, "ERR max number of clients reached"),
-		denied:  resp.AppendError(nil, deniedMessage),
+func (s *Server) respDoor() admit.Door {
+	d := admit.Door{
+		Name:    "resp",
+		Take:    s.adm.Take,
+		Guarded: s.protected,
+		Full:    resp.AppendError(nil, "ERR max number of clients reached"),
+		Denied:  resp.AppendError(nil, deniedMessage),
+		Drain:   (*respDrain)(s),
 	}
 	if s.tls != nil {
-		d.tls = s.tls.config()
+		d.TLS = s.tls.config()
 	}
 	return d
 }
 
+// respDrain drains RESP: every connection reads no more commands, answers
+// the pipeline it is executing and closes.
+type respDrain Server
+
+// Finish implements admit.Drainer.
+func (d *respDrain) Finish() {
+	s := (*Server)(d)
+	s.mu.Lock()
+	guards := make([]*conn, 0, len(s.mu.guards))
+	for g := range s.mu.guards {
+		guards = append(guards, g)
+	}
+	s.mu.Unlock()
+	for _, g := range guards {
+		g.startDrain()
+	}
+}
+
+// Force implements admit.Drainer.
+func (d *respDrain) Force() {
+	s := (*Server)(d)
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	for g := range s.mu.guards {
+		go g.forceClose()
+	}
+}
+
+// Wait implements admit.Drainer.
+func (d *respDrain) Wait() { d.conns.Wait() }
+
 // acceptLoop serves the connections l admits until it fails or Close.
-func (s *Server) acceptLoop(l *admitListener) error {
+func (s *Server) acceptLoop(l *admit.Listener) error {
 	return s.acceptEach(l, func(nc net.Conn) bool {
 		cn := s.newConn(nc)
 		if cn == nil { // closing
 			_ = nc.Close()
-			s.adm.release()
+			s.adm.Release()
 			return false
 		}
 		go cn.serve()
@@ -391,7 +424,7 @@ func (cn *conn) finish() {
 	delete(s.mu.guards, cn)
 	delete(s.mu.clients, cn.cl.id)
 	s.mu.Unlock()
-	s.adm.release() // the slot its door took
+	s.adm.Release() // the slot its door took
 	s.conns.Done()
 }
 

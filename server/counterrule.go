@@ -24,7 +24,7 @@ import (
 // must load the same --policy and --rls-config. It allocates nothing.
 func (s *Server) counterRule(id []byte, pos int64) (*policy.Rule, error) {
 	k := rules.ID(id[:policy.CounterIDLen])
-	lp, ld := s.pol.Current(), s.rls.cur.Load()
+	lp := s.pol.Current()
 	var (
 		r     *policy.Rule
 		n     int    // rules in r's set
@@ -35,14 +35,13 @@ func (s *Server) counterRule(id []byte, pos int64) (*policy.Rule, error) {
 			n, where = len(lp.Counts), "rule file (--policy)"
 		}
 	}
-	if r == nil && ld != nil {
-		if r = ld.byID[k]; r != nil {
-			n, where = len(ld.lp.Counts), "--rls-config"
-		}
+	rr, rn, rlsLoaded := s.rls.Rule(k)
+	if r == nil && rr != nil {
+		r, n, where = rr, rn, "--rls-config"
 	}
 	p := strconv.FormatInt(pos, 10)
 	switch {
-	case r == nil && lp == nil && ld == nil:
+	case r == nil && lp == nil && !rlsLoaded:
 		return nil, rules.ErrNoPolicy
 	case r == nil:
 		return nil, resp.Error("ERR cluster: this node has no rule with the counter identity of the sender's rule " + p +

@@ -2,8 +2,8 @@ package server
 
 import (
 	"net"
-	"time"
 
+	"github.com/sluicehq/sluice/internal/admit"
 	"github.com/sluicehq/sluice/internal/divvy"
 	"github.com/sluicehq/sluice/internal/errs"
 )
@@ -18,10 +18,9 @@ const (
 	DefaultDivvyMaxPipeline = divvy.DefaultMaxPipeline
 )
 
-// divvyState is the line-protocol front end and its listener.
+// divvyState is the line-protocol front end.
 type divvyState struct {
 	srv *divvy.Server
-	ln  net.Listener // guarded by Server.mu
 }
 
 // initDivvy makes the line-protocol front end; New calls it.
@@ -32,7 +31,6 @@ func (s *Server) initDivvy() {
 		MaxPipeline: s.cfg.Divvy.MaxPipeline,
 		IdleTimeout: s.cfg.Divvy.IdleTimeout,
 		Logger:      s.log,
-		After:       func(d time.Duration) <-chan time.Time { return s.after(d) },
 	}, s.eng, &s.pol, (*frontHost)(s), divvy.Shared{
 		NetIn: &st.netIn, NetOut: &st.netOut, Panics: &st.panics, IdleClosed: &st.idleClosed, ConnsTotal: &st.connsTotal,
 	})
@@ -47,28 +45,21 @@ type frontHost Server
 func (h *frontHost) Failure(err error) *errs.Error { return (*Server)(h).failure(err) }
 
 // Refuse implements divvy.Host.
-func (h *frontHost) Refuse(c net.Conn, reply []byte) { (*Server)(h).refuse(c, reply) }
+func (h *frontHost) Refuse(c net.Conn, reply []byte) { h.adm.Refuse(c, reply) }
 
 // ServeDivvy accepts line-protocol connections on ln until Close. It
 // returns nil after Close. The line protocol has no authentication: in
 // protected mode (the default) it serves loopback clients only.
 func (s *Server) ServeDivvy(ln net.Listener) error {
-	s.mu.Lock()
-	if s.closing.Load() {
-		s.mu.Unlock()
-		return net.ErrClosed
+	l, err := s.serve(&s.mu.divvyLn, ln, s.divvyDoor())
+	if err != nil {
+		return err
 	}
-	if s.divvy.ln != nil {
-		s.mu.Unlock()
-		return ErrServing
-	}
-	s.divvy.ln = ln
-	s.mu.Unlock()
 	s.log.Info("serving the divvy line protocol", "addr", ln.Addr().String(), "policy", s.pol.Path)
 	if s.cfg.Password != "" || s.clientCertsRequired() {
 		s.log.Warn("the divvy line protocol has no AUTH and no TLS: anyone who can reach its address can use it", "addr", ln.Addr().String())
 	}
-	err := s.divvy.srv.Serve(s.listen(ln, s.divvyDoor()))
+	err = s.divvy.srv.Serve(l)
 	if s.closing.Load() {
 		return nil
 	}
@@ -80,15 +71,16 @@ func (s *Server) ServeDivvy(ln net.Listener) error {
 // closes, and protected mode unless it is off: the line protocol has no
 // authentication. It refuses with an ERR line, counted in
 // divvy_errors_total.
-func (s *Server) divvyDoor() door {
-	return door{
-		name:    "divvy",
-		take:    s.adm.take,
-		guarded: func() bool { return !s.cfg.AllowRemoteWithoutAuth },
-		full:    divvy.Refusal("max number of clients reached"),
-		denied:  divvy.Refusal("DENIED: sluice is in protected mode and the divvy line protocol has no authentication; it serves clients on loopback only unless started with --protected-mode no"),
-		refused: func() { s.divvy.srv.ErrUnknown.Add(1) },
-		conn:    func(c *admittedConn) net.Conn { return c },
+func (s *Server) divvyDoor() admit.Door {
+	return admit.Door{
+		Name:    "divvy",
+		Take:    s.adm.Take,
+		Guarded: func() bool { return !s.cfg.AllowRemoteWithoutAuth },
+		Full:    divvy.Refusal("max number of clients reached"),
+		Denied:  divvy.Refusal("DENIED: sluice is in protected mode and the divvy line protocol has no authentication; it serves clients on loopback only unless started with --protected-mode no"),
+		Refused: func() { s.divvy.srv.ErrUnknown.Add(1) },
+		Conn:    func(c *admit.Conn) net.Conn { return c },
+		Drain:   s.divvy.srv, // every connection finishes its round and closes
 	}
 }
 
@@ -96,21 +88,8 @@ func (s *Server) divvyDoor() door {
 func (s *Server) divvyAddr() string {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	if s.divvy.ln == nil {
+	if s.mu.divvyLn == nil {
 		return ""
 	}
-	return s.divvy.ln.Addr().String()
-}
-
-// closeDivvy stops accepting, asks every connection to finish its round
-// and close, and waits for them until forceAt, then closes the ones left
-// and waits for them for rest at most. Close calls it.
-func (s *Server) closeDivvy(forceAt time.Time, rest time.Duration) {
-	s.mu.Lock()
-	ln := s.divvy.ln
-	s.mu.Unlock()
-	if ln != nil {
-		_ = ln.Close()
-	}
-	s.divvy.srv.Close(forceAt, rest)
+	return s.mu.divvyLn.Addr().String()
 }

@@ -2,11 +2,7 @@ package server
 
 import (
 	"errors"
-	"strconv"
 	"strings"
-
-	"google.golang.org/grpc/codes"
-	"google.golang.org/grpc/status"
 
 	"github.com/sluicehq/sluice/internal/engine"
 	"github.com/sluicehq/sluice/internal/errs"
@@ -18,7 +14,7 @@ import (
 // types the store's own conditions, and logs and counts what needs it,
 // once; each protocol renders the typed error its own way: a RESP error
 // reply (errorText), a line-protocol ERR (divvy.Reason), an HTTP status
-// (check.HTTPStatus) and a gRPC status (rlsStatusErr). No text is read to
+// (check.HTTPStatus) and a gRPC status (envoy.StatusErr). No text is read to
 // tell one error from another.
 
 // typed returns err's typed error (engine.Typed).
@@ -54,28 +50,6 @@ func (s *Server) errorText(err error) string {
 		return string(re)
 	}
 	return resp.ErrorText(s.failure(err))
-}
-
-// rlsCode is the gRPC code of a rate limit call that failed: Unavailable
-// for the store, a shutdown or a cluster that could not apply a counter's
-// hit (Envoy's failure_mode_deny decides), InvalidArgument for a hit the
-// rule cannot take.
-func rlsCode(k errs.Kind) codes.Code {
-	if k == errs.Request {
-		return codes.InvalidArgument
-	}
-	return codes.Unavailable
-}
-
-// rlsStatusErr renders an evaluation or commit error as a gRPC status;
-// i >= 0 names the descriptor it came from.
-func rlsStatusErr(s *Server, i int, err error) error {
-	e := s.failure(err)
-	msg := e.Text()
-	if i >= 0 {
-		msg = "descriptor " + strconv.Itoa(i) + ": " + msg
-	}
-	return status.Error(rlsCode(e.Kind), msg)
 }
 
 // maintenanceErr turns an error of a maintenance command into a reply: the

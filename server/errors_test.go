@@ -15,6 +15,7 @@ import (
 	"github.com/sluicehq/sluice/bucket"
 	"github.com/sluicehq/sluice/internal/check"
 	"github.com/sluicehq/sluice/internal/divvy"
+	"github.com/sluicehq/sluice/internal/envoy"
 	"github.com/sluicehq/sluice/internal/errs"
 	"github.com/sluicehq/sluice/storage"
 )
@@ -58,9 +59,9 @@ func TestErrorKinds(t *testing.T) {
 		if got := check.HTTPStatus(typed(tc.err).Kind); got != http.StatusServiceUnavailable {
 			t.Errorf("check.HTTPStatus(%v) = %d, want 503", tc.err, got)
 		}
-		st := status.Convert(rlsStatusErr(s, 2, tc.err))
+		st := status.Convert(envoy.StatusErr(s.failure(tc.err), 2))
 		if want := "descriptor 2: " + strings.TrimPrefix(tc.resp, "ERR "); st.Code() != tc.code || st.Message() != want {
-			t.Errorf("rlsStatusErr(%v) = %v %q, want %v %q", tc.err, st.Code(), st.Message(), tc.code, want)
+			t.Errorf("envoy.StatusErr(%v) = %v %q, want %v %q", tc.err, st.Code(), st.Message(), tc.code, want)
 		}
 		if got := typed(tc.err).Kind.StoreDown(); got != tc.down {
 			t.Errorf("typed(%v).Kind.StoreDown() = %v, want %v", tc.err, got, tc.down)

@@ -50,13 +50,13 @@ func cmdPolicy(s *Server, c *client, args [][]byte) {
 		// the --rls-config directory, each kept as it was when bad.
 		err := s.reloading(func() error {
 			var perr, rerr error
-			if s.pol.Path != "" || s.rls.dir == "" {
+			if s.pol.Path != "" || s.cfg.RLS.Dir == "" {
 				perr = s.reloadPolicy()
 				if perr != nil && !errors.Is(perr, rules.ErrNoPolicy) { // a bad file: say which, and that nothing changed
 					perr = resp.Error("ERR " + oneLine(perr.Error()) + "; the rules in use are kept")
 				}
 			}
-			if err := s.reloadRLS(); err != nil {
+			if err := s.rls.Reload(); err != nil {
 				rerr = resp.Error("ERR --rls-config: " + oneLine(err.Error()) + "; the configuration in use is kept")
 			}
 			return cmp.Or(perr, rerr)
@@ -149,14 +149,10 @@ func (s *Server) policyInfo(kv func(k, v string)) {
 	kv("divvy_addr", s.divvyAddr())
 	kv("divvy_connections", strconv.FormatInt(s.divvy.srv.Open.Load(), 10))
 	// Envoy's rate limit service's configuration, reloaded with the rules.
-	st := &s.rls
-	kv("rls_config_dir", st.dir)
-	limits, at := 0, int64(0)
-	if ld := st.cur.Load(); ld != nil {
-		limits, at = len(ld.cfg.Limits()), ld.at.Unix()
-	}
-	kv("rls_limits", strconv.Itoa(limits))
-	kv("rls_loaded_at", strconv.FormatInt(at, 10))
-	kv("rls_reloads", strconv.FormatInt(st.reloads.Load(), 10))
-	kv("rls_reload_failures", strconv.FormatInt(st.reloadFailures.Load(), 10))
+	ri := s.rls.Info()
+	kv("rls_config_dir", s.cfg.RLS.Dir)
+	kv("rls_limits", strconv.Itoa(ri.Limits))
+	kv("rls_loaded_at", strconv.FormatInt(ri.LoadedAt, 10))
+	kv("rls_reloads", strconv.FormatInt(ri.Reloads, 10))
+	kv("rls_reload_failures", strconv.FormatInt(ri.ReloadFailures, 10))
 }

@@ -15,6 +15,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/sluicehq/sluice/internal/admit"
 	"github.com/sluicehq/sluice/keyspace"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -33,37 +34,73 @@ type httpState struct {
 }
 
 // served is the http.Server of one HTTP listener (probes and metrics, or
-// /check): set once by its Serve method, shut down by Close.
+// /check): set once by its Serve method, and drained by Close as every
+// front end's listener is (admit.Listener.Drain), within httpGrace:
+// net/http's graceful shutdown, then a close of the connections left.
 type served struct {
-	mu  sync.Mutex
-	srv *http.Server
+	mu      sync.Mutex
+	srv     *http.Server
+	ln      *admit.Listener // once srv serves on it
+	stopped bool
+	done    chan struct{} // closed once srv is shut down or closed
+	end     sync.Once
 }
+
+// httpGrace is how long an HTTP listener's requests may take to finish
+// once Close stops it.
+const httpGrace = time.Second
 
 // start records srv as the one served. It reports false, and srv must not
 // be served, when the server is closing or one was started already.
 func (v *served) start(srv *http.Server, closing *atomic.Bool) bool {
 	v.mu.Lock()
 	defer v.mu.Unlock()
-	if closing.Load() || v.srv != nil {
+	if closing.Load() || v.stopped || v.srv != nil {
 		return false
 	}
-	v.srv = srv
+	v.srv, v.done = srv, make(chan struct{})
 	return true
 }
 
-// stop shuts the served server down, giving its requests a second, and
-// makes a later start refuse.
+// listen records l as the listener srv serves on.
+func (v *served) listen(l *admit.Listener) {
+	v.mu.Lock()
+	defer v.mu.Unlock()
+	v.ln = l
+}
+
+// stop drains the served server and makes a later start refuse.
 func (v *served) stop() {
 	v.mu.Lock()
-	srv := v.srv
-	v.srv = &http.Server{}
+	srv, ln, already := v.srv, v.ln, v.stopped
+	v.stopped = true
 	v.mu.Unlock()
-	if srv != nil && srv.Handler != nil {
-		ctx, cancel := context.WithTimeout(context.Background(), time.Second)
-		defer cancel()
-		_ = srv.Shutdown(ctx)
+	switch {
+	case srv == nil || already:
+	case ln == nil:
+		_ = srv.Close() // not serving yet: Serve returns at once
+	default:
+		ln.Drain(time.Now().Add(httpGrace), httpGrace/10, httpGrace)
 	}
 }
+
+// Finish implements admit.Drainer: net/http's graceful shutdown, which
+// closes the idle connections and lets the requests under way finish.
+func (v *served) Finish() {
+	go func() {
+		_ = v.srv.Shutdown(context.Background())
+		v.end.Do(func() { close(v.done) })
+	}()
+}
+
+// Force implements admit.Drainer.
+func (v *served) Force() {
+	_ = v.srv.Close()
+	v.end.Do(func() { close(v.done) })
+}
+
+// Wait implements admit.Drainer.
+func (v *served) Wait() { <-v.done }
 
 func (s *Server) initMetrics() {
 	h := &s.http
@@ -117,25 +154,28 @@ func (s *Server) ServeHTTP(ln net.Listener) error {
 		return net.ErrClosed
 	}
 	s.log.Info("serving HTTP", "addr", ln.Addr().String(), "tls", s.tls != nil)
-	return s.serveHTTPOn(srv, ln, "http", s.adm.takeHTTP)
+	return s.serveHTTPOn(&s.http.served, ln, "http", s.adm.takeHTTP)
 }
 
-// serveHTTPOn serves srv on ln until Close, counting its connections
+// serveHTTPOn serves v's server on ln until Close, counting its connections
 // against MaxClients with take, below TLS, so that a refusal costs no
 // handshake. name names the listener in the log.
-func (s *Server) serveHTTPOn(srv *http.Server, ln net.Listener, name string, take func() bool) error {
-	d := door{name: name, take: take, conn: func(c *admittedConn) net.Conn { return &httpConn{admittedConn: c, srv: s} }}
+func (s *Server) serveHTTPOn(v *served, ln net.Listener, name string, take func() bool) error {
+	srv := v.srv
+	d := admit.Door{Name: name, Take: take, Conn: func(c *admit.Conn) net.Conn { return &httpConn{Conn: c, srv: s} }, Drain: v}
 	if s.tls == nil {
-		d.full = http503 // with TLS, which runs above, a refusal is closed
+		d.Full = http503 // with TLS, which runs above, a refusal is closed
 	}
-	ln = s.listen(ln, d)
+	l := s.adm.Listen(ln, d)
+	v.listen(l)
+	ln = l
 	var err error
 	if s.tls != nil {
 		err = srv.ServeTLS(ln, "", "")
 	} else {
 		err = srv.Serve(ln)
 	}
-	if errors.Is(err, http.ErrServerClosed) {
+	if errors.Is(err, http.ErrServerClosed) || s.closing.Load() {
 		return nil
 	}
 	return err
@@ -284,7 +324,7 @@ func (sc *serverCollector) Collect(ch chan<- prometheus.Metric) {
 	counter(descAuthFail, st.authFailures.Load())
 	counter(descAuthClosed, st.authClosed.Load())
 	gauge(descMaxClients, float64(s.cfg.MaxClients))
-	gauge(descAdmitted, float64(s.adm.open.Load()))
+	gauge(descAdmitted, float64(s.adm.Open()))
 	counter(descProtoErrors, st.protocolErrors.Load())
 	counter(descCrossProto, st.crossProtocol.Load())
 	counter(descNetIn, st.netIn.Load())
@@ -412,7 +452,7 @@ type httpConnKey struct{}
 // that would pass the bound ends the connection, answered 503 when no TLS
 // runs above.
 type httpConn struct {
-	*admittedConn
+	*admit.Conn
 	srv *Server
 	mu  struct {
 		sync.Mutex
@@ -432,7 +472,7 @@ var http503Memory = func() []byte {
 var errClientMemory = errors.New("server: client memory limit reached")
 
 func (c *httpConn) Read(p []byte) (int, error) {
-	n, err := c.admittedConn.Read(p)
+	n, err := c.Conn.Read(p)
 	if n == 0 {
 		return n, err
 	}
@@ -493,5 +533,5 @@ func (c *httpConn) Close() error {
 	c.srv.releaseClients(c.mu.held)
 	c.mu.held = 0
 	c.mu.Unlock()
-	return c.admittedConn.Close()
+	return c.Conn.Close()
 }

@@ -117,3 +117,36 @@ func TestHTTPHeadersCountAgainstClients(t *testing.T) {
 		waitClientMem(t, srv, name+": after the request", func(m int64) bool { return m == 0 })
 	}
 }
+
+// TestCloseClosesBusyHTTPConnections: Close drains the HTTP listener as it
+// drains every other: a connection still busy when its grace is over
+// (here one whose request header never ends) is closed, not left open
+// on a server whose store is about to close.
+func TestCloseClosesBusyHTTPConnections(t *testing.T) {
+	srv := startServer(t, Config{})
+	c, err := net.Dial("tcp", strings.TrimPrefix(serveHTTPOn(t, srv), "http://"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	if _, err := c.Write([]byte("GET /metrics HTTP/1.1\r\nHost: sluice\r\n")); err != nil {
+		t.Fatal(err)
+	}
+	for deadline := time.Now().Add(10 * time.Second); srv.adm.Open() < 1; time.Sleep(time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatal("the connection was not admitted")
+		}
+	}
+	// Every wait of Close ends at once: the grace is over.
+	srv.after = func(time.Duration) <-chan time.Time {
+		ch := make(chan time.Time, 1)
+		ch <- time.Time{}
+		return ch
+	}
+	srv.Close()
+	// Less than ReadHeaderTimeout (10 s), which would close it too.
+	_ = c.SetReadDeadline(time.Now().Add(5 * time.Second))
+	if _, err := c.Read(make([]byte, 1)); isTimeout(err) {
+		t.Fatalf("the connection is still open after Close: %v", err)
+	}
+}

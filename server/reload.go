@@ -68,6 +68,6 @@ func (s *Server) Reload() error {
 		if s.pol.Path != "" {
 			perr = s.reloadPolicy()
 		}
-		return errors.Join(s.reloadTLS(), perr, s.reloadRLS())
+		return errors.Join(s.reloadTLS(), perr, s.rls.Reload())
 	})
 }

@@ -138,7 +138,7 @@ func TestReloadReadsOnlyRegularFiles(t *testing.T) {
 	if err := srv.Reload(); err != nil {
 		t.Fatalf("Reload of good files again: %v", err)
 	}
-	if p, r := srv.pol.ReloadFailures.Load(), srv.rls.reloadFailures.Load(); p != 2 || r != 2 {
+	if p, r := srv.pol.ReloadFailures.Load(), srv.rls.Info().ReloadFailures; p != 2 || r != 2 {
 		t.Fatalf("reload failures: policy %d, rls %d; want 2 each", p, r)
 	}
 }

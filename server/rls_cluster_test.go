@@ -11,6 +11,7 @@ import (
 	rlcommon "github.com/envoyproxy/go-control-plane/envoy/extensions/common/ratelimit/v3"
 	rlspb "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
 	typev3 "github.com/envoyproxy/go-control-plane/envoy/type/v3"
+	"github.com/sluicehq/sluice/internal/envoy"
 	"github.com/sluicehq/sluice/internal/errs"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
@@ -136,7 +137,7 @@ func TestForwardErrorKeepsItsReplyText(t *testing.T) {
 	if errs.KindOf(err) != errs.Forward || srv.errorText(err) != text {
 		t.Errorf("forwardErr: Forward %v, text %q; want true, %q", errs.KindOf(err) == errs.Forward, srv.errorText(err), text)
 	}
-	if code := status.Code(rlsStatusErr(srv, 0, err)); code != codes.Unavailable {
+	if code := status.Code(envoy.StatusErr(srv.failure(err), 0)); code != codes.Unavailable {
 		t.Errorf("forwardErr as a gRPC status: %v; want Unavailable", code)
 	}
 	for _, tc := range []struct {

@@ -422,8 +422,8 @@ func TestRLSReload(t *testing.T) {
 		t.Fatal("a bad file was loaded")
 	}
 	checkStatus(t, "kept", f.one(t, desc("k", "a")), rlspb.RateLimitResponse_OK, 5, 26)
-	if f.srv.rls.reloads.Load() != 1 || f.srv.rls.reloadFailures.Load() != 1 {
-		t.Fatalf("reloads %d failures %d", f.srv.rls.reloads.Load(), f.srv.rls.reloadFailures.Load())
+	if f.srv.rls.Info().Reloads != 1 || f.srv.rls.Info().ReloadFailures != 1 {
+		t.Fatalf("reloads %d failures %d", f.srv.rls.Info().Reloads, f.srv.rls.Info().ReloadFailures)
 	}
 }
 
@@ -617,7 +617,7 @@ func BenchmarkRLSShouldRateLimit(b *testing.B) {
 	req := &rlspb.RateLimitRequest{Domain: "test", Descriptors: []*rlcommon.RateLimitDescriptor{desc("detailed", "a")}}
 	b.ReportAllocs()
 	for b.Loop() {
-		if _, err := srv.shouldRateLimit(context.Background(), req); err != nil {
+		if _, err := srv.rls.ShouldRateLimit(context.Background(), req); err != nil {
 			b.Fatal(err)
 		}
 	}

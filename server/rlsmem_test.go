@@ -2,7 +2,6 @@ package server
 
 import (
 	"context"
-	"runtime"
 	"strings"
 	"sync/atomic"
 	"testing"
@@ -14,10 +13,9 @@ import (
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/metadata"
 	"google.golang.org/grpc/status"
-	"google.golang.org/protobuf/encoding/protowire"
 	"google.golang.org/protobuf/proto"
-	"google.golang.org/protobuf/types/known/wrapperspb"
 
+	"github.com/sluicehq/sluice/internal/envoy"
 	"github.com/sluicehq/sluice/storage"
 )
 
@@ -96,7 +94,7 @@ func TestRLSCallMemoryCountsAgainstClients(t *testing.T) {
 	}
 	checkStatus(t, "a small call", f.one(t, desc("k", "a")), rlspb.RateLimitResponse_OK, 2, 26)
 	waitClientMem(t, f.srv, "after the calls", func(m int64) bool { return m == 0 })
-	if n := f.srv.rls.refused.Load(); n != 1 {
+	if n := f.srv.rls.Info().Refused; n != 1 {
 		t.Fatalf("refused calls counted: %d, want 1", n)
 	}
 }
@@ -106,7 +104,7 @@ func TestRLSCallMemoryCountsAgainstClients(t *testing.T) {
 // their header on: past it a new one is refused with RESOURCE_EXHAUSTED,
 // and what they held is given back when they end.
 func TestRLSStreamsCountAgainstClients(t *testing.T) {
-	per := rlsStreamMemory(0, DefaultRLSMaxMessage)
+	per := envoy.StreamMemory(0, DefaultRLSMaxMessage)
 	f := newRLS(t, Config{MaxMemoryClients: LimitOf[int64](4*per + per/2)})
 	cc := dialRLS(t, f.addr, nil)
 	ctx, cancel := context.WithCancel(context.Background())
@@ -170,7 +168,7 @@ func TestRLSCancelledCallStops(t *testing.T) {
 		if armed.CompareAndSwap(true, false) {
 			cancel()
 			deadline := time.Now().Add(10 * time.Second)
-			for srv.Load().clientMem.Load() >= rlsStreamCost && time.Now().Before(deadline) {
+			for srv.Load().clientMem.Load() >= envoy.StreamCost && time.Now().Before(deadline) {
 				time.Sleep(time.Millisecond)
 			}
 		}
@@ -187,71 +185,6 @@ func TestRLSCancelledCallStops(t *testing.T) {
 	// Its reply never reaches the client: the counters say whether the
 	// server went on.
 	checkStatus(t, "nothing counted", f.one(t, desc("k", "a")), rlspb.RateLimitResponse_OK, 2, 26)
-}
-
-// TestRLSRequestMemoryCoversDecoding: what a call takes for its request
-// (the wire bytes, in the stream's share, and rlsShape.memory) is at
-// least what decoding it allocates, for requests of every shape,
-// including those that decode to sixty times their size.
-func TestRLSRequestMemoryCoversDecoding(t *testing.T) {
-	many := func(n int, d func(i int) *rlcommon.RateLimitDescriptor) *rlspb.RateLimitRequest {
-		r := &rlspb.RateLimitRequest{Domain: "test"}
-		for i := range n {
-			r.Descriptors = append(r.Descriptors, d(i))
-		}
-		return r
-	}
-	emptyEntries := &rlcommon.RateLimitDescriptor{}
-	for range 30000 {
-		emptyEntries.Entries = append(emptyEntries.Entries, &rlcommon.RateLimitDescriptor_Entry{})
-	}
-	cases := map[string]*rlspb.RateLimitRequest{
-		"one descriptor": many(1, func(int) *rlcommon.RateLimitDescriptor { return desc("k", "a") }),
-		"64 descriptors": many(64, func(int) *rlcommon.RateLimitDescriptor { return desc("k", strings.Repeat("v", 32), "user", "u") }),
-		"25000 descriptors": many(25000, func(int) *rlcommon.RateLimitDescriptor {
-			return desc("k", strings.Repeat("v", 32))
-		}),
-		"empty descriptors": many(30000, func(int) *rlcommon.RateLimitDescriptor { return &rlcommon.RateLimitDescriptor{} }),
-		"empty entries":     {Domain: "test", Descriptors: []*rlcommon.RateLimitDescriptor{emptyEntries}},
-		"overrides and hits": many(10000, func(int) *rlcommon.RateLimitDescriptor {
-			return &rlcommon.RateLimitDescriptor{Limit: &rlcommon.RateLimitDescriptor_RateLimitOverride{RequestsPerUnit: 1, Unit: 1}, HitsAddend: wrapperspb.UInt64(1)}
-		}),
-		"long values, unknown fields": many(4, func(int) *rlcommon.RateLimitDescriptor { return desc("k", strings.Repeat("v", 16000)) }),
-	}
-	for name, req := range cases {
-		b, err := proto.Marshal(req)
-		if err != nil {
-			t.Fatal(err)
-		}
-		// Unknown fields are kept, appended as they come.
-		if name == "long values, unknown fields" {
-			for i := range 10000 {
-				b = protowire.AppendTag(b, protowire.Number(100+i%50), protowire.BytesType)
-				b = protowire.AppendBytes(b, []byte("unknown"))
-			}
-		}
-		sh, err := scanRLSRequest(b)
-		if err != nil {
-			t.Fatalf("%s: %v", name, err)
-		}
-		if sh.descriptors != len(req.Descriptors) {
-			t.Fatalf("%s: %d descriptors scanned, want %d", name, sh.descriptors, len(req.Descriptors))
-		}
-		taken := int64(len(b)) + sh.memory(len(b))
-		var m0, m1 runtime.MemStats
-		runtime.ReadMemStats(&m0)
-		var got rlspb.RateLimitRequest
-		if err := proto.Unmarshal(b, &got); err != nil {
-			t.Fatal(err)
-		}
-		runtime.ReadMemStats(&m1)
-		if alloc := int64(m1.TotalAlloc-m0.TotalAlloc) + int64(len(b)); alloc > taken {
-			t.Errorf("%s: %d wire bytes, %d taken, %d allocated with its copy", name, len(b), taken, alloc)
-		}
-	}
-	if _, err := scanRLSRequest([]byte{0x12, 0x05, 0x0a}); err == nil {
-		t.Fatal("a truncated request scanned")
-	}
 }
 
 // TestRLSCallLargerThanClientMemoryIsRefusedAtStart: with a

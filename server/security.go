@@ -135,21 +135,6 @@ const deniedMessage = "DENIED sluice is running in protected mode because protec
 	"(--requirepass or --requirepass-file), require TLS client certificates (--tls-ca), or, if this server is " +
 	"only reachable from a network you trust, start it with --protected-mode no."
 
-func isLoopback(a net.Addr) bool {
-	switch a := a.(type) {
-	case *net.TCPAddr:
-		return a.IP.IsLoopback()
-	case *net.UnixAddr:
-		return true
-	}
-	host, _, err := net.SplitHostPort(a.String())
-	if err != nil {
-		return false
-	}
-	ip := net.ParseIP(host)
-	return ip != nil && ip.IsLoopback()
-}
-
 // warnIfExposed logs loudly when the listener is reachable from other
 // machines and nothing but the network keeps strangers out.
 func (s *Server) warnIfExposed(a net.Addr) {

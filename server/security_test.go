@@ -23,6 +23,8 @@ import (
 	"time"
 
 	"github.com/redis/go-redis/v9"
+
+	"github.com/sluicehq/sluice/internal/admit"
 )
 
 func TestAuthRequiredLikeRedis(t *testing.T) {
@@ -257,8 +259,8 @@ func TestProtectedMode(t *testing.T) {
 		{&net.TCPAddr{IP: net.ParseIP("10.1.2.3")}, false},
 		{&net.TCPAddr{IP: net.ParseIP("192.168.0.1")}, false},
 	} {
-		if got := isLoopback(c.addr); got != c.want {
-			t.Errorf("isLoopback(%v) = %v", c.addr, got)
+		if got := admit.IsLoopback(c.addr); got != c.want {
+			t.Errorf("admit.IsLoopback(%v) = %v", c.addr, got)
 		}
 	}
 	pki := newTestPKI(t)

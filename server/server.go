@@ -19,13 +19,16 @@ import (
 	"log/slog"
 	"net"
 	"runtime/debug"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"time"
 
+	"github.com/sluicehq/sluice/internal/admit"
 	"github.com/sluicehq/sluice/internal/conffile"
 	"github.com/sluicehq/sluice/internal/dispatch"
 	"github.com/sluicehq/sluice/internal/engine"
+	"github.com/sluicehq/sluice/internal/envoy"
 	"github.com/sluicehq/sluice/internal/resp"
 	"github.com/sluicehq/sluice/internal/rules"
 	"github.com/sluicehq/sluice/storage"
@@ -190,32 +193,6 @@ type DivvyConfig struct {
 	IdleTimeout time.Duration
 }
 
-// RLSConfig configures Envoy's rate limit service. A zero field means the
-// default given.
-type RLSConfig struct {
-	// Dir is a directory of envoyproxy/ratelimit YAML files. New loads it
-	// and fails with its validation error; ReloadRLS reads it again.
-	// Empty: no RLS.
-	Dir string
-	// ResponseHeaders adds the RateLimit-Limit, RateLimit-Remaining and
-	// RateLimit-Reset headers to every reply with a limit
-	// (envoyproxy/ratelimit's LIMIT_RESPONSE_HEADERS_ENABLED).
-	ResponseHeaders bool
-	// MaxMessage is the largest gRPC request accepted, in bytes; default
-	// DefaultRLSMaxMessage.
-	MaxMessage int
-	// MaxStreams is the most gRPC calls in flight on one connection;
-	// default DefaultRLSMaxStreams.
-	MaxStreams int
-	// MaxDescriptors is the most descriptors one ShouldRateLimit call may
-	// carry; more is INVALID_ARGUMENT. Default DefaultRLSMaxDescriptors.
-	MaxDescriptors int
-	// MaxHeaderBytes bounds a gRPC call's header list (names, values and
-	// 32 bytes per field, as HTTP/2 counts them); default
-	// DefaultRLSMaxHeaderBytes.
-	MaxHeaderBytes int
-}
-
 // Defaults for Config.
 const (
 	DefaultMaxArgs         = 1024
@@ -261,7 +238,7 @@ type Server struct {
 	// after is time.After for Close's waits; tests see and drive them.
 	after  func(time.Duration) <-chan time.Time
 	nextID atomic.Int64
-	conns  sync.WaitGroup // one per accepted connection, until its goroutine ends
+	conns  sync.WaitGroup // one per RESP connection, until its goroutine ends
 	// clientMem is the bytes of all RESP connections' buffers, of RLS
 	// calls in flight and of HTTP request headers being read, bounded by
 	// MaxMemoryClients.
@@ -277,7 +254,7 @@ type Server struct {
 	reload   reloader
 	divvy    divvyState
 	check    checkState
-	rls      rlsState
+	rls      *envoy.Server // Envoy's rate limit service
 	adm      admission
 	authLog  authLog
 	mem      memState
@@ -286,9 +263,13 @@ type Server struct {
 
 	mu struct {
 		sync.Mutex
-		ln      net.Listener
-		guards  map[*conn]struct{} // RESP connections being served
-		clients map[int64]*client
+		// The listeners of RESP, the line protocol and Envoy's rate limit
+		// service, once served, and their admit.Listeners, which Close
+		// drains.
+		ln, divvyLn, rlsLn net.Listener
+		drain              []*admit.Listener
+		guards             map[*conn]struct{} // RESP connections being served
+		clients            map[int64]*client
 	}
 
 	stats struct {
@@ -423,22 +404,15 @@ func New(cfg Config) (*Server, error) {
 
 // Serve accepts connections on ln until Close. It returns nil after Close.
 func (s *Server) Serve(ln net.Listener) error {
-	s.mu.Lock()
-	if s.mu.ln != nil {
-		s.mu.Unlock()
-		return ErrServing
+	l, err := s.serve(&s.mu.ln, ln, s.respDoor())
+	if err != nil {
+		return err
 	}
-	if s.closing.Load() {
-		s.mu.Unlock()
-		return net.ErrClosed
-	}
-	s.mu.ln = ln
-	s.mu.Unlock()
 	s.log.Info("serving RESP", "addr", ln.Addr().String(), "fsync", s.store.Mode().String(), "data", s.store.Dir())
 	s.startSweeper()
 	s.startMemory()
 	s.warnIfExposed(ln.Addr())
-	return s.acceptLoop(s.listen(ln, s.respDoor()))
+	return s.acceptLoop(l)
 }
 
 // Addr returns the listening address, or nil before Serve.
@@ -477,50 +451,21 @@ func (s *Server) Close() error {
 	defer s.closeHTTP() // last: /readyz answers 503 while connections drain
 	s.closeCheck()      // first: its requests finish before the store may close
 	s.stopSweeper()     // also ends a running COMPACT early
-	// The gRPC listener stops now, alongside the others; waited for at the end.
-	defer s.closeRLS(forceAt)()
-	divvyDone := make(chan struct{})
-	go func() {
-		s.closeDivvy(forceAt, rest)
-		close(divvyDone)
-	}()
-	defer func() { <-divvyDone }()
+	// RESP, the line protocol and Envoy's rate limit service drain all at
+	// once, the way /check and HTTP do, each in its listener
+	// (admit.Listener.Drain).
 	s.mu.Lock()
-	ln := s.mu.ln
-	guards := make([]*conn, 0, len(s.mu.guards))
-	for g := range s.mu.guards {
-		guards = append(guards, g)
-	}
+	lns := slices.Clone(s.mu.drain)
 	s.mu.Unlock()
-	if ln != nil {
-		_ = ln.Close()
+	var wg sync.WaitGroup
+	for _, l := range lns {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			l.Drain(forceAt, rest, s.cfg.ShutdownTimeout)
+		}()
 	}
-	for _, g := range guards {
-		g.startDrain()
-	}
-	done := make(chan struct{})
-	go func() {
-		s.conns.Wait()
-		close(done)
-	}()
-	select {
-	case <-done:
-	case <-s.after(time.Until(forceAt)):
-		s.mu.Lock()
-		n := len(s.mu.guards)
-		for g := range s.mu.guards {
-			go g.forceClose()
-		}
-		s.mu.Unlock()
-		s.log.Warn("shutdown timeout: closing connections that are still busy", "connections", n, "timeout", s.cfg.ShutdownTimeout)
-		select {
-		case <-done:
-		case <-s.after(rest):
-			// A handler is stuck below the network, e.g. in an fsync that
-			// does not return. Give up on it rather than hang.
-			s.log.Error("shutdown: connections still busy after closing them; giving up on them")
-		}
-	}
+	wg.Wait()
 	return nil
 }
 

@@ -2,7 +2,6 @@ package main
 
 import (
 	"archive/tar"
-	"context"
 	"crypto/tls"
 	"crypto/x509"
 	"errors"
@@ -54,8 +53,11 @@ func newBackupFlagSet(cfg *backupConfig, stderr io.Writer) *flag.FlagSet {
 	return fs
 }
 
-// runBackup fetches a backup from a running server.
-func runBackup(ctx context.Context, args []string, lookupEnv func(string) (string, bool), stdout, stderr io.Writer) error {
+// backupCommand is sluice backup: it fetches a backup from a running server.
+type backupCommand struct{}
+
+func (backupCommand) run(inv invocation, args []string) error {
+	ctx, lookupEnv, stdout, stderr := inv.ctx, inv.lookupEnv, inv.stdout, inv.stderr
 	var cfg backupConfig
 	fs := newBackupFlagSet(&cfg, stderr)
 	if err := parseArgs(fs, args, lookupEnv); err != nil {

@@ -23,7 +23,7 @@ import (
 func backup(t *testing.T, args ...string) (string, error) {
 	t.Helper()
 	var out bytes.Buffer
-	err := runBackup(context.Background(), args, func(string) (string, bool) { return "", false }, &out, io.Discard)
+	err := backupCommand{}.run(invocation{ctx: context.Background(), lookupEnv: func(string) (string, bool) { return "", false }, stdout: &out, stderr: io.Discard}, args)
 	return out.String(), err
 }
 

@@ -58,7 +58,13 @@ func newClusterFlagSet(cfg *clusterToolConfig, stderr io.Writer) *flag.FlagSet {
 	return fs
 }
 
-func runCluster(ctx context.Context, args []string, lookupEnv func(string) (string, bool), stdout, stderr io.Writer) error {
+// clusterCommand is sluice cluster: it changes or shows the topology of
+// running nodes, by its own subcommand (rebalance, move, show, push,
+// renumber).
+type clusterCommand struct{}
+
+func (clusterCommand) run(inv invocation, args []string) error {
+	ctx, lookupEnv, stdout, stderr := inv.ctx, inv.lookupEnv, inv.stdout, inv.stderr
 	if len(args) > 0 && (args[0] == "-h" || args[0] == "-help" || args[0] == "--help") {
 		newClusterFlagSet(&clusterToolConfig{}, stderr).Usage()
 		return flag.ErrHelp

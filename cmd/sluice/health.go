@@ -53,8 +53,12 @@ func newHealthFlagSet(cfg *healthConfig, stderr io.Writer) *flag.FlagSet {
 	return fs
 }
 
-// runHealth checks the server once and returns nil when it is ready.
-func runHealth(args []string, lookupEnv func(string) (string, bool), stdout, stderr io.Writer) error {
+// healthCommand is sluice health: it checks the server once and returns
+// nil when it is ready.
+type healthCommand struct{}
+
+func (healthCommand) run(inv invocation, args []string) error {
+	lookupEnv, stdout, stderr := inv.lookupEnv, inv.stdout, inv.stderr
 	var cfg healthConfig
 	fs := newHealthFlagSet(&cfg, stderr)
 	if err := parseArgs(fs, args, lookupEnv); err != nil {

@@ -22,7 +22,7 @@ import (
 func health(t *testing.T, env map[string]string, args ...string) (string, error) {
 	t.Helper()
 	var out, errOut bytes.Buffer
-	err := runHealth(args, func(k string) (string, bool) { v, ok := env[k]; return v, ok }, &out, &errOut)
+	err := healthCommand{}.run(invocation{lookupEnv: func(k string) (string, bool) { v, ok := env[k]; return v, ok }, stdout: &out, stderr: &errOut}, args)
 	return out.String(), err
 }
 

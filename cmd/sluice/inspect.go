@@ -46,9 +46,13 @@ func newInspectFlagSet(cfg *inspectConfig, stderr io.Writer) *flag.FlagSet {
 	return fs
 }
 
-// runInspect lists the records of a data directory, of every kind, without
-// a server: read only, and refused while a server holds the directory.
-func runInspect(args []string, lookupEnv func(string) (string, bool), stdout, stderr io.Writer) error {
+// inspectCommand is sluice inspect: it lists the records of a data
+// directory, of every kind, without a server: read only, and refused while
+// a server holds the directory.
+type inspectCommand struct{}
+
+func (inspectCommand) run(inv invocation, args []string) error {
+	lookupEnv, stdout, stderr := inv.lookupEnv, inv.stdout, inv.stderr
 	var cfg inspectConfig
 	fs := newInspectFlagSet(&cfg, stderr)
 	if err := parseArgs(fs, args, lookupEnv); err != nil {

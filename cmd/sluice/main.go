@@ -66,25 +66,55 @@ func run(ctx context.Context, args []string, lookupEnv func(string) (string, boo
 	return runReloading(ctx, hup, args, lookupEnv, nil, stdout, stderr)
 }
 
-// subcommand runs sluice's subcommand args[0] with the rest of args, and
-// reports false when args name none: then sluice serves. Each subcommand
-// has its own flags and environment variables.
-func subcommand(ctx context.Context, args []string, lookupEnv func(string) (string, bool), stdout, stderr io.Writer) (bool, error) {
-	if len(args) == 0 {
-		return false, nil
+// invocation is what main hands the subcommand it runs.
+type invocation struct {
+	ctx context.Context
+	// hup is SIGHUP, registered before anything else (serve reloads on it);
+	// nil in tests.
+	hup       <-chan os.Signal
+	lookupEnv func(string) (string, bool)
+	// environ is the whole environment, whose SLUICE_* variables that no
+	// flag reads serve warns about; nil in tests.
+	environ        []string
+	stdout, stderr io.Writer
+}
+
+// command is one of sluice's subcommands. run parses args, the arguments
+// after its name, with its own flags and environment variables, and runs
+// it.
+type command interface {
+	run(inv invocation, args []string) error
+}
+
+// commands is sluice's table of subcommands, by the name its first
+// argument gives. serve, whose name is "", runs when the first argument
+// names no other: sluice serves by default.
+func commands() map[string]command {
+	return map[string]command{
+		"":        serveCommand{},
+		"inspect": inspectCommand{},
+		"health":  healthCommand{},
+		"backup":  backupCommand{},
+		"repair":  repairCommand{},
+		"cluster": clusterCommand{},
 	}
-	rest := args[1:]
-	switch {
-	case args[0] == "inspect":
-		return true, runInspect(rest, lookupEnv, stdout, stderr)
-	case args[0] == "health":
-		return true, runHealth(rest, lookupEnv, stdout, stderr)
-	case args[0] == "backup":
-		return true, runBackup(ctx, rest, lookupEnv, stdout, stderr)
-	case args[0] == "repair":
-		return true, runRepair(ctx, rest, lookupEnv, stdout, stderr)
-	case args[0] == "cluster":
-		return true, runCluster(ctx, rest, lookupEnv, stdout, stderr)
+}
+
+// dispatch runs the subcommand args name, or serve.
+func dispatch(inv invocation, args []string) error {
+	table := commands()
+	if len(args) > 0 && args[0] != "" {
+		if c, ok := table[args[0]]; ok {
+			return c.run(inv, args[1:])
+		}
 	}
-	return false, nil
+	return table[""].run(inv, args)
+}
+
+// runReloading is the whole program, run with the SIGHUP channel given:
+// main registers it before anything else, so that a SIGHUP received while
+// the store opens is acted on once the server runs. environ is the whole
+// environment (run, for tests, passes none).
+func runReloading(ctx context.Context, hup <-chan os.Signal, args []string, lookupEnv func(string) (string, bool), environ []string, stdout, stderr io.Writer) error {
+	return dispatch(invocation{ctx: ctx, hup: hup, lookupEnv: lookupEnv, environ: environ, stdout: stdout, stderr: stderr}, args)
 }

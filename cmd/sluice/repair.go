@@ -2,7 +2,6 @@ package main
 
 import (
 	"bytes"
-	"context"
 	"encoding/binary"
 	"flag"
 	"fmt"
@@ -37,10 +36,13 @@ func newRepairFlagSet(cfg *repairConfig, stderr io.Writer) *flag.FlagSet {
 	return fs
 }
 
-// runRepair repairs a data directory whose tables cannot all be read, and
-// prints what it found and did, which it also saves beside the tables it
-// moved aside.
-func runRepair(ctx context.Context, args []string, lookupEnv func(string) (string, bool), stdout, stderr io.Writer) error {
+// repairCommand is sluice repair: it repairs a data directory whose tables
+// cannot all be read, and prints what it found and did, which it also
+// saves beside the tables it moved aside.
+type repairCommand struct{}
+
+func (repairCommand) run(inv invocation, args []string) error {
+	ctx, lookupEnv, stdout, stderr := inv.ctx, inv.lookupEnv, inv.stdout, inv.stderr
 	var cfg repairConfig
 	fs := newRepairFlagSet(&cfg, stderr)
 	if err := parseArgs(fs, args, lookupEnv); err != nil {

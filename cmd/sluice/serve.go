@@ -6,7 +6,6 @@ import (
 	"errors"
 	"flag"
 	"fmt"
-	"io"
 	"log/slog"
 	"net"
 	"os"
@@ -20,15 +19,13 @@ import (
 	"github.com/sluicehq/sluice/storage"
 )
 
-// runReloading is run with the SIGHUP channel given: main registers it
-// before anything else, so that a SIGHUP received while the store opens is
-// acted on once the server runs. environ is the whole environment, whose
-// SLUICE_* variables that no flag reads are warned about (run, for tests,
-// passes none).
-func runReloading(ctx context.Context, hup <-chan os.Signal, args []string, lookupEnv func(string) (string, bool), environ []string, stdout, stderr io.Writer) (err error) {
-	if ran, err := subcommand(ctx, args, lookupEnv, stdout, stderr); ran {
-		return err
-	}
+// serveCommand is sluice itself, with no subcommand named: it serves
+// until ctx is done (a signal) or the server fails, after a graceful
+// shutdown, and reloads on SIGHUP (inv.hup).
+type serveCommand struct{}
+
+func (serveCommand) run(inv invocation, args []string) (err error) {
+	ctx, hup, lookupEnv, environ, stdout, stderr := inv.ctx, inv.hup, inv.lookupEnv, inv.environ, inv.stdout, inv.stderr
 	cfg, err := parseConfig(args, lookupEnv, stderr)
 	if err != nil {
 		return err
@@ -158,7 +155,7 @@ func runReloading(ctx context.Context, hup <-chan os.Signal, args []string, look
 }
 
 // serverConfig is the server.Config of cfg, for store, with what
-// runReloading read or derived from it.
+// serveCommand read or derived from it.
 func serverConfig(cfg config, store *storage.Store, log *slog.Logger, password string, files server.FDBudget, clusterCfg *server.ClusterConfig, tlsFiles *server.TLSFiles, memLimit int64, memLimitSource string) server.Config {
 	return server.Config{
 		Store:           store,

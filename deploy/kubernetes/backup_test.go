@@ -32,7 +32,7 @@ func TestBackupCronJob(t *testing.T) {
 		t.Errorf("command %q replaces the image's entrypoint; set args only", c.Command)
 	}
 	src := sluiceSource(t)
-	if len(c.Args) == 0 || !strings.Contains(src, `args[0] == "`+c.Args[0]+`"`) {
+	if len(c.Args) == 0 || !hasSubcommand(src, c.Args[0]) {
 		t.Fatalf("args %q: want a subcommand of cmd/sluice first", c.Args)
 	}
 	flags := parseFlags(t, c.Args[1:])

@@ -19,6 +19,7 @@ import (
 	"net"
 	"os"
 	"path/filepath"
+	"regexp"
 	"slices"
 	"strconv"
 	"strings"
@@ -659,6 +660,14 @@ func sluiceSource(t *testing.T) string {
 		b.Write(src)
 	}
 	return b.String()
+}
+
+// hasSubcommand reports whether cmd/sluice's source src dispatches the
+// subcommand name: an entry of its table of subcommands (main.go's
+// commands), `"name": nameCommand{},`.
+func hasSubcommand(src, name string) bool {
+	entry := regexp.MustCompile(`(?m)^\s*` + regexp.QuoteMeta(strconv.Quote(name)) + `:\s*[a-z][A-Za-z]*Command\{\},$`)
+	return name != "" && entry.MatchString(src)
 }
 
 // loadOverlay reads the kustomization of the overlay in dir, and checks

@@ -48,9 +48,6 @@ type Config struct {
 	// its replies, for this long; zero never does.
 	IdleTimeout time.Duration
 	Logger      *slog.Logger // default: discard
-	// After is time.After for Close's waits; tests drive it. Default
-	// time.After.
-	After func(time.Duration) <-chan time.Time
 }
 
 // Host is what the line protocol needs of the server that runs it.
@@ -107,9 +104,6 @@ func New(cfg Config, eng *engine.Engine, f *rules.File, host Host, shared Shared
 	if cfg.Logger == nil {
 		cfg.Logger = slog.New(slog.DiscardHandler)
 	}
-	if cfg.After == nil {
-		cfg.After = time.After
-	}
 	s := &Server{cfg: cfg, eng: eng, rules: f, host: host, shared: shared, log: cfg.Logger}
 	s.Seconds = prometheus.NewHistogram(prometheus.HistogramOpts{
 		Name: "divvy_hit_duration_seconds",
@@ -133,8 +127,8 @@ type conn struct {
 	r        *engine.Round
 }
 
-// Serve serves the connections ln admits until ln is closed (Close closes
-// it); then it returns nil.
+// Serve serves the connections ln admits until ln is closed (the server
+// closes it when it drains the listener); then it returns nil.
 func (s *Server) Serve(ln net.Listener) error {
 	for {
 		nc, err := ln.Accept()
@@ -156,7 +150,7 @@ func Refusal(reason string) []byte {
 }
 
 // admit registers an admitted connection, or answers and closes it once
-// Close has begun.
+// Finish has begun.
 func (s *Server) admit(nc net.Conn) *conn {
 	s.mu.Lock()
 	defer s.mu.Unlock()
@@ -174,10 +168,11 @@ func (s *Server) admit(nc net.Conn) *conn {
 	return c
 }
 
-// Close asks every connection to finish its round and close, and waits
-// for them until forceAt, then closes the ones left and waits for them for
-// rest at most. The caller closes the listener.
-func (s *Server) Close(forceAt time.Time, rest time.Duration) {
+// Finish asks every connection to finish its round and close, and refuses
+// the connections handed over from now on. The server drains the line
+// protocol's listener with Finish, Force and Wait, as every front end's
+// (its admitListener's drain); it closes the listener.
+func (s *Server) Finish() {
 	s.mu.Lock()
 	s.closing.Store(true)
 	conns := make([]*conn, 0, len(s.mu.conns))
@@ -189,28 +184,19 @@ func (s *Server) Close(forceAt time.Time, rest time.Duration) {
 		c.draining.Store(true)
 		_ = c.nc.SetReadDeadline(time.Now())
 	}
-	done := make(chan struct{})
-	go func() {
-		s.wg.Wait()
-		close(done)
-	}()
-	select {
-	case <-done:
-	case <-s.cfg.After(time.Until(forceAt)):
-		s.mu.Lock()
-		for c := range s.mu.conns {
-			_ = c.nc.Close()
-		}
-		s.mu.Unlock()
-		select {
-		case <-done:
-		case <-s.cfg.After(rest):
-			// As in the server's Close: a hit stuck below the network is
-			// given up on.
-			s.log.Error("shutdown: line-protocol connections still busy after closing them; giving up on them")
-		}
+}
+
+// Force closes every connection still open.
+func (s *Server) Force() {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	for c := range s.mu.conns {
+		_ = c.nc.Close()
 	}
 }
+
+// Wait returns once every connection has ended.
+func (s *Server) Wait() { s.wg.Wait() }
 
 func (d *conn) serve() {
 	s := d.s

@@ -1,4 +1,4 @@
-package server
+package envoy
 
 import (
 	"context"
@@ -14,10 +14,10 @@ import (
 )
 
 // What the rate limit service's calls hold is taken from --maxmemory-clients
-// (Config.MaxMemoryClients), the budget RESP clients' buffers count
+// (Options.MaxMemoryClients), the budget RESP clients' buffers count
 // against, in two steps:
 //
-//   - when a stream opens (admitRLSStream), before it is served: its
+//   - when a stream opens (admitStream), before it is served: its
 //     header, what the transport and the goroutine serving it hold, and
 //     the most request bytes it can make the transport buffer, for as long
 //     as it is open;
@@ -31,11 +31,11 @@ import (
 
 // Costs of an RLS stream and call that their bytes do not show.
 const (
-	// rlsStreamCost is what an open stream holds besides its header and
+	// StreamCost is what an open stream holds besides its header and
 	// its request: the transport's stream, its context, and the goroutine
 	// serving it. Measured: 10000 streams that sent a header and no body
 	// took 116 MiB, about 12 KiB each.
-	rlsStreamCost = 12 << 10
+	StreamCost = 12 << 10
 	// rlsWindow is each stream's HTTP/2 flow-control window, fixed: it
 	// bounds what a stream can make the transport buffer before its
 	// handler asks for the request (gRPC's dynamic window would let it
@@ -53,40 +53,40 @@ const (
 	rlsDescriptorWork = 512
 )
 
-// rlsStreamMemory is what admitRLSStream takes for a stream with a header
-// of hdr bytes (as HTTP/2 counts them, 32 more per field): rlsStreamCost,
+// StreamMemory is what a stream with a header of hdr bytes takes from
+// --maxmemory-clients (as HTTP/2 counts them, 32 more per field): StreamCost,
 // the header, and the request bytes it can make the transport hold, the
 // window or a whole request, whichever is larger.
-func rlsStreamMemory(hdr, maxMsg int) int64 {
-	return int64(rlsStreamCost + hdr + max(maxMsg+5, rlsWindow))
+func StreamMemory(hdr, maxMsg int) int64 {
+	return int64(StreamCost + hdr + max(maxMsg+5, rlsWindow))
 }
 
-// admitRLSStream is the listener's tap: it takes a new stream's memory
-// (rlsStreamMemory) from --maxmemory-clients until the stream ends, or
+// admitStream is the listener's tap: it takes a new stream's memory
+// (StreamMemory) from --maxmemory-clients until the stream ends, or
 // refuses the stream. gRPC calls it for every stream, whatever its method,
 // before serving it.
-func (s *Server) admitRLSStream(ctx context.Context, info *tap.Info) (context.Context, error) {
+func (s *Server) admitStream(ctx context.Context, info *tap.Info) (context.Context, error) {
 	hdr := 0
 	for k, vs := range info.Header {
 		for _, v := range vs {
 			hdr += len(k) + len(v) + 32
 		}
 	}
-	n := rlsStreamMemory(hdr, s.cfg.RLS.MaxMessage)
-	if !s.reserveClients(n) {
-		return nil, s.refuseRLS(n)
+	n := StreamMemory(hdr, s.cfg.MaxMessage)
+	if !s.opt.Host.ReserveClients(n) {
+		return nil, s.refuse(n)
 	}
 	// The stream's context ends with the stream, however it ends.
-	context.AfterFunc(ctx, func() { s.releaseClients(n) })
+	context.AfterFunc(ctx, func() { s.opt.Host.ReleaseClients(n) })
 	return ctx, nil
 }
 
-// refuseRLS counts a call refused at --maxmemory-clients and returns its
+// refuse counts a call refused at --maxmemory-clients and returns its
 // error; n is what it would have held.
-func (s *Server) refuseRLS(n int64) error {
-	s.rls.refused.Add(1)
-	s.log.Debug("rls call refused: client memory limit reached", "bytes", n, "client_memory", s.clientMem.Load(), "limit", s.cfg.MaxMemoryClients.N())
-	return status.Errorf(codes.ResourceExhausted, "client memory limit reached: this call needs %d bytes and the clients and calls in flight hold %d of --maxmemory-clients %d; retry later", n, s.clientMem.Load(), s.cfg.MaxMemoryClients.N())
+func (s *Server) refuse(n int64) error {
+	s.refused.Add(1)
+	s.log.Debug("rls call refused: client memory limit reached", "bytes", n, "client_memory", s.opt.Host.ClientMemory(), "limit", s.opt.MaxMemoryClients)
+	return status.Errorf(codes.ResourceExhausted, "client memory limit reached: this call needs %d bytes and the clients and calls in flight hold %d of --maxmemory-clients %d; retry later", n, s.opt.Host.ClientMemory(), s.opt.MaxMemoryClients)
 }
 
 // rlsCodec is gRPC's proto codec, except that it hands a ShouldRateLimit
