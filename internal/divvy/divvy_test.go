@@ -58,8 +58,10 @@ func TestPanickedRoundLeavesWriteGate(t *testing.T) {
 	}
 	go func() { _ = s.Serve(ln) }()
 	t.Cleanup(func() {
-		s.Close(time.Now().Add(time.Second), time.Second)
 		_ = ln.Close()
+		s.Finish()
+		s.Force()
+		s.Wait()
 	})
 
 	c, err := net.Dial("tcp", ln.Addr().String())
