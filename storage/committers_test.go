@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"runtime"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -12,6 +13,7 @@ import (
 
 	"github.com/cockroachdb/pebble/v2"
 	"github.com/cockroachdb/pebble/v2/vfs"
+	"github.com/cockroachdb/pebble/v2/vfs/errorfs"
 )
 
 // TestKeysGoToTheirCommitter: by default committer i of K writes the hash
@@ -249,11 +251,22 @@ func checkCrashCopy(t *testing.T, fs *vfs.MemFS, keys [][]byte) {
 // fsynced it. After each Commit returns, its goroutine takes a crash copy
 // of the disk (only what an fsync covered) and finds its values there.
 // The committers go at different paces (afterKey), so that one of them
-// syncing does not cover the others by chance.
+// syncing does not cover the others by chance, and each fsync of the log
+// is slow (it yields many times first), as a disk's is: a committer takes
+// its next round while a round's fsync runs (finishRound), and a round
+// acknowledged before its fsync returned would be found missing.
 func TestAlwaysAcknowledgesOnlySyncedWrites(t *testing.T) {
 	const committers = 4
 	fs := vfs.NewCrashableMem()
-	o := Options{Sync: SyncAlways, fs: fs, Committers: committers, Partitions: committers, Partition: digitPartition}
+	slow := errorfs.Wrap(fs, errorfs.InjectorFunc(func(op errorfs.Op) error {
+		if (op.Kind == errorfs.OpFileSync || op.Kind == errorfs.OpFileSyncData) && strings.HasSuffix(op.Path, ".log") {
+			for range 200 {
+				runtime.Gosched()
+			}
+		}
+		return nil
+	}))
+	o := Options{Sync: SyncAlways, fs: slow, Committers: committers, Partitions: committers, Partition: digitPartition}
 	o.afterKey = func(key []byte) {
 		for range 4 * (int(key[0]-'0') % committers) {
 			runtime.Gosched()

@@ -143,7 +143,8 @@ func (s *Store) Scan(lower, upper []byte, fn func(key, val []byte) bool) error {
 }
 
 // Flush returns once every change committed before the call has been
-// written to Pebble (not necessarily synced).
+// written to Pebble (not necessarily synced, but for SyncAlways, where it
+// waits for the fsync too).
 func (s *Store) Flush() error {
 	var stack [MaxCommitters + 1]uint64
 	tickets := stack[:len(s.queues)]
@@ -177,7 +178,9 @@ func (s *Store) waitApplied(q *commitQueue, ticket uint64) error {
 		if err := s.failedErr(); err != nil {
 			return err
 		}
-		if q.applied >= ticket {
+		// In SyncAlways a round applied may still wait for its fsync
+		// (see finishRound): Flush waits for it too.
+		if q.applied >= ticket && (s.opts.Sync != SyncAlways || q.synced >= ticket) {
 			return nil
 		}
 		// The committer is stuck on a failing write: answer now.

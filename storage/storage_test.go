@@ -452,13 +452,18 @@ func TestEvictionDuringApplyLosesNothing(t *testing.T) {
 	aDone := make(chan error)
 	go func() { aDone <- a.Commit() }()
 	<-g.entered // round R is in Apply
+	q := s.queues[s.committerOf([]byte(k))]
+	q.Lock()
+	next := q.round // R+1
+	q.Unlock()
 	bDone := make(chan error)
 	go func() { bDone <- b.Commit() }()
-	for { // wait until b's key is queued for round R+1
-		if s.Stats().Queued > 0 {
-			break
-		}
-		runtime.Gosched()
+	// Wait until b's key is queued for round R+1, or taken by it: in
+	// always the committer takes its next round while R's fsync runs.
+	for taken := false; !taken; runtime.Gosched() {
+		q.Lock()
+		taken = len(q.ends) > 0 || q.round > next
+		q.Unlock()
 	}
 	g.release <- struct{}{}
 	if err := <-aDone; err != nil {
