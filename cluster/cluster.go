@@ -468,3 +468,58 @@ func Rebalance(t Topology, want []string) []Move {
 	}
 	return moves
 }
+
+// Claim is what one node's own topology says about itself: the slots that
+// topology gives to the node's address, and its epoch. A node serves
+// exactly the slots of its claim.
+type Claim struct {
+	Addr  string
+	Epoch uint64
+	Slots []Range
+}
+
+// ClaimOf is the claim of the node at addr whose topology is t.
+func ClaimOf(t Topology, addr string) Claim {
+	c := Claim{Addr: addr, Epoch: t.Epoch}
+	if i := slices.IndexFunc(t.Nodes, func(n Node) bool { return n.Addr == addr }); i >= 0 {
+		c.Slots = t.Nodes[i].Slots
+	}
+	return c
+}
+
+// Overlap is a slot range that two nodes both serve, each by its own
+// topology: a limit there is counted on both.
+type Overlap struct {
+	A, B  Claim // the claims, A before B in the order given
+	Slots []Range
+}
+
+// Overlaps finds the slots that two of the claims share: nodes that would
+// both count a limit, as when a node started with a longer --cluster-nodes
+// list than the running cluster's takes the initial topology of that list.
+func Overlaps(claims []Claim) []Overlap {
+	var owner [Slots]int16 // index in claims plus one
+	var out []Overlap
+	byPair := map[[2]int]int{}
+	for i, c := range claims {
+		for _, r := range c.Slots {
+			for s := int(r.First); s <= int(r.Last); s++ {
+				if j := int(owner[s]) - 1; j >= 0 && j != i {
+					k, ok := byPair[[2]int{j, i}]
+					if !ok {
+						k = len(out)
+						byPair[[2]int{j, i}] = k
+						out = append(out, Overlap{A: claims[j], B: c})
+					}
+					out[k].Slots = append(out[k].Slots, Range{uint16(s), uint16(s)})
+					continue
+				}
+				owner[s] = int16(i + 1)
+			}
+		}
+	}
+	for i := range out {
+		out[i].Slots = Merge(out[i].Slots)
+	}
+	return out
+}

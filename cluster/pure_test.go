@@ -74,3 +74,29 @@ func TestOrdinalFromHostnameCanonical(t *testing.T) {
 		}
 	}
 }
+
+// TestOverlapsAddNodeByList: a fourth node started with a list of four
+// addresses takes the initial topology of four, and so serves slots
+// 12288-16383 that the third node still serves by the topology of three:
+// Overlaps names that range and those two nodes, and nothing in a
+// cluster whose nodes agree.
+func TestOverlapsAddNodeByList(t *testing.T) {
+	three := []string{"a:1", "b:1", "c:1"}
+	var claims []Claim
+	for _, a := range three {
+		claims = append(claims, ClaimOf(Initial(three), a))
+	}
+	if ov := Overlaps(claims); len(ov) != 0 {
+		t.Fatalf("nodes with one topology: overlaps %v", ov)
+	}
+	claims = append(claims, ClaimOf(Initial(append(slices.Clone(three), "d:1")), "d:1"))
+	ov := Overlaps(claims)
+	if len(ov) != 1 || ov[0].A.Addr != "c:1" || ov[0].B.Addr != "d:1" || FormatRanges(ov[0].Slots) != "12288-16383" {
+		t.Fatalf("overlaps %+v; want c:1 and d:1 on 12288-16383", ov)
+	}
+	// A node no topology gives slots to (an address given as an alias)
+	// claims nothing.
+	if c := ClaimOf(Initial(three), "alias:1"); len(c.Slots) != 0 {
+		t.Errorf("claim of an address the topology lacks: %v", c.Slots)
+	}
+}
