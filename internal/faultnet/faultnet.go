@@ -4,7 +4,7 @@
 // it swallow bytes with every connection left open (a link that drops
 // packets, which TCP does not notice), or delays it.
 //
-// The multi-process replication tests route each pair of nodes' traffic
+// Replication's networked tests route each ordered pair of nodes' traffic
 // through a Proxy of its own, so that one node can be isolated, or one
 // link alone, while clients still reach every node directly.
 package faultnet
