@@ -523,3 +523,37 @@ func Overlaps(claims []Claim) []Overlap {
 	}
 	return out
 }
+
+// Shard is one replicated shard of a cluster with --cluster-replicas
+// above 1: a range of slots and the nodes holding its replicas, by
+// ordinal, the first its home (the node whose leadership keeps load
+// spread).
+type Shard struct {
+	Slots    Range
+	Replicas []int
+}
+
+// ErrReplicas refuses a replica count a cluster cannot place.
+var ErrReplicas = errors.New("cluster: bad replica count")
+
+// Place returns the shards of a cluster of n nodes with r replicas each:
+// shard i has the slots Initial gives ordinal i, and its replicas on
+// ordinals i, i+1, …, i+r−1 modulo n, so that every node holds r
+// replicas and is the home of one shard.
+func Place(n, r int) ([]Shard, error) {
+	if r != 1 && r != 3 && r != 5 {
+		return nil, fmt.Errorf("%w: %d replicas; want 1, 3 or 5", ErrReplicas, r)
+	}
+	if n < r {
+		return nil, fmt.Errorf("%w: %d replicas on %d nodes; want at least as many nodes as replicas", ErrReplicas, r, n)
+	}
+	shards := make([]Shard, n)
+	for i := range shards {
+		first, end := Slots*i/n, Slots*(i+1)/n
+		shards[i].Slots = Range{uint16(first), uint16(end - 1)}
+		for k := range r {
+			shards[i].Replicas = append(shards[i].Replicas, (i+k)%n)
+		}
+	}
+	return shards, nil
+}
