@@ -38,6 +38,13 @@
 //     the leader's table, and so is every change it made as leader when it
 //     is deposed (Store.DiscardDirty), so that a deposed leader shows the
 //     group's state, never a decision the group did not take.
+//   - Host (host.go): the replicas one node holds of a cluster placed by
+//     cluster.Place, one group per shard (ShardGroup, ShardBounds) over one
+//     transport and one clock, each group the Replicator of its shard's
+//     committer. A shard's leadership is handed back to its home node (its
+//     first replica) once that one has caught up, so load stays spread. A
+//     new leader serves (Status.Serving) once it has applied an entry of
+//     its own term, and so every round committed before it.
 //   - Transport (transport.go): one connection per pair of nodes carrying
 //     the messages of every group, bounded queues that drop on overflow
 //     (Raft retries), write timeouts, TLS when configured; snapshots on a

@@ -117,6 +117,11 @@ type Group struct {
 		// it is not: a change of it means the rounds of that term that
 		// were not committed are lost (see Process).
 		ledTerm uint64
+		// servingTerm is the term in which this replica, as leader, has
+		// applied an entry of its own term and everything before it: every
+		// round committed before the term is in the store then, and the
+		// leader may decide (Status.Serving).
+		servingTerm uint64
 	}
 	// procMu makes Process and ReadSnapshot one at a time, so that a
 	// snapshot's records are never written between a Ready's rounds.
@@ -395,18 +400,28 @@ type Status struct {
 	Role    string // "leader", "follower", "candidate", "pre-candidate"
 	Commit  uint64
 	Applied uint64
+	// Serving says the replica is the leader and has applied every round
+	// committed before its term: it may decide, and its proposals are
+	// taken. A new leader serves once its term's first entry is applied.
+	Serving bool
 }
 
 // Status returns the replica's view of its group.
 func (g *Group) Status() Status {
 	g.mu.Lock()
 	st := g.mu.rn.BasicStatus()
+	serving := g.servingLocked(st)
 	g.mu.Unlock()
 	role := map[raft.StateType]string{
 		raft.StateLeader: "leader", raft.StateFollower: "follower",
 		raft.StateCandidate: "candidate", raft.StatePreCandidate: "pre-candidate",
 	}[st.RaftState]
-	return Status{Leader: st.Lead, Term: st.GetTerm(), Role: role, Commit: st.GetCommit(), Applied: g.log.Applied()}
+	return Status{Leader: st.Lead, Term: st.GetTerm(), Role: role, Commit: st.GetCommit(), Applied: g.log.Applied(), Serving: serving}
+}
+
+// servingLocked: see Status.Serving. g.mu must be locked.
+func (g *Group) servingLocked(st raft.BasicStatus) bool {
+	return st.RaftState == raft.StateLeader && g.mu.servingTerm == st.GetTerm()
 }
 
 // Propose proposes a round on the leader. The returned channel receives
@@ -428,7 +443,9 @@ func (g *Group) Propose(ops []Op) (<-chan error, error) {
 	}
 	g.mu.Lock()
 	st := g.mu.rn.BasicStatus()
-	if st.RaftState != raft.StateLeader {
+	if !g.servingLocked(st) {
+		// A leader not yet serving made no decision worth proposing: what
+		// it holds may predate rounds it has still to apply.
 		g.mu.Unlock()
 		return nil, &NotLeaderError{Group: g.cfg.Group, Leader: st.Lead}
 	}
@@ -552,6 +569,14 @@ func (g *Group) Process() (bool, error) {
 	g.mu.ledTerm = 0
 	if st.RaftState == raft.StateLeader {
 		g.mu.ledTerm = st.GetTerm()
+		// Raft commits no entry of an earlier term before one of the
+		// leader's own (its empty first entry): once that one is applied,
+		// so is everything before it.
+		if commit := st.GetCommit(); g.mu.servingTerm != st.GetTerm() && commit > 0 && g.log.Applied() >= commit {
+			if term, err := g.log.Term(commit); err == nil && term == st.GetTerm() {
+				g.mu.servingTerm = st.GetTerm()
+			}
+		}
 	}
 	g.mu.Unlock()
 	if deposed {

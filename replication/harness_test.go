@@ -52,6 +52,8 @@ type testCluster struct {
 	// SyncEverySec, with writes left in the table for an hour (the
 	// committer takes them on Flush), instead of SyncAlways.
 	replicated, everysec bool
+	// drop, if set, drops the messages it is true for.
+	drop func(m *pb.Message) bool
 }
 
 func newTestCluster(t *testing.T, n int, keep uint64) *testCluster {
@@ -160,7 +162,7 @@ func (c *testCluster) settle() {
 		for _, m := range q {
 			busy = true
 			from, to := m.GetFrom(), m.GetTo()
-			if c.blocked(from, to) {
+			if c.blocked(from, to) || (c.drop != nil && c.drop(m)) {
 				if m.GetType() == pb.MsgSnap && !c.down[from] {
 					c.nodes[from].g.ReportSnapshot(to, false)
 				}
