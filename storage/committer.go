@@ -478,7 +478,7 @@ func (s *Store) finishRound(q *commitQueue, r *roundBufs, round uint64, whole bo
 		opt = pebble.Sync
 	}
 	async := opt == pebble.Sync && q != s.crossQueue() && err == nil && !batch.Empty()
-	t0 := time.Now()
+	t0 := s.now()
 	if async {
 		if err = s.failedErr(); err == nil {
 			err = s.db.ApplyNoSyncWait(batch, opt)

@@ -255,3 +255,66 @@ func TestAlwaysCrossReadWaitsForOtherCommittersFsync(t *testing.T) {
 		t.Fatalf("after a crash 1a, 2c = %v, want 1, 1", got)
 	}
 }
+
+// TestAlwaysLastSyncCoversWhatWasWrittenBefore: the time of the last
+// fsync (INFO's last_fsync_time, sluice_last_fsync_timestamp_seconds,
+// the CloseError) promises that everything written before it survives a
+// crash. In always a committer writes its next round while a round's
+// fsync runs, so the time the round is acknowledged (or its fsync
+// returned) is after a write that no fsync covers yet: the time must be
+// the one before the round went to the log. The clock is the test's:
+// round a is written at t1, round b at t2 while a's fsync is held, a is
+// acknowledged at t3 while b's fsync is held in turn.
+func TestAlwaysLastSyncCoversWhatWasWrittenBefore(t *testing.T) {
+	base := time.Unix(1_700_000_000, 0)
+	t1, t2, t3 := base.Add(time.Minute), base.Add(2*time.Minute), base.Add(3*time.Minute)
+	var clock atomic.Int64
+	clock.Store(base.UnixNano())
+	fs := vfs.NewCrashableMem()
+	h := newHeldLogSync()
+	s, err := Open("db", Options{Sync: SyncAlways, fs: h.wrap(fs), Committers: 1, now: func() time.Time { return time.Unix(0, clock.Load()) }})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	held := 0 // fsyncs held and not released yet
+	defer func() {
+		for ; held > 0; held-- {
+			h.release <- nil // let a held sync go if the test failed first
+		}
+	}()
+	q := s.queues[0]
+	clock.Store(t1.UnixNano())
+	a := h.commitHeld(t, s, "a")
+	held++
+	q.Lock()
+	roundA := q.round - 1
+	q.Unlock()
+	clock.Store(t2.UnixNano())
+	b := commitAsync(s, "b")
+	waitQueue(t, q, "b's round applied while a's fsync is held", func() bool { return q.applied > roundA })
+	h.armed.Store(true) // b's fsync, which comes next, is held too
+	clock.Store(t3.UnixNano())
+	h.release <- nil
+	held--
+	if err := <-a; err != nil {
+		t.Fatalf("Commit of a: %v", err)
+	}
+	select {
+	case <-h.began:
+		held++
+	case <-time.After(time.Minute):
+		t.Fatal("b's fsync did not begin within a minute of a's")
+	}
+	if last := s.Stats().LastSync; !last.Before(t2) {
+		t.Fatalf("last fsync %v, not before %v when b was written, whose fsync is held: b is not covered", last.UTC(), t2.UTC())
+	}
+	h.release <- nil
+	held--
+	if err := <-b; err != nil {
+		t.Fatalf("Commit of b: %v", err)
+	}
+	if last := s.Stats().LastSync; last.Before(t2) {
+		t.Fatalf("last fsync %v once b's fsync returned, before %v when b was written", last.UTC(), t2.UTC())
+	}
+}
