@@ -282,7 +282,7 @@ func (s *Store) commitLoop(c int) {
 			continue
 		}
 		round, whole := s.takeRound(q, r)
-		err := s.readRound(r, whole)
+		err := s.readRound(r, whole, false)
 		s.txMu.RUnlock()
 		s.finishRound(q, r, round, whole, err)
 		s.roundMu.RUnlock()
@@ -318,7 +318,7 @@ func (s *Store) crossRound(r *roundBufs) {
 	cq.Unlock()
 	if pending {
 		round, _ := s.takeRound(cq, r)
-		err := s.readRound(r, true)
+		err := s.readRound(r, true, true)
 		s.txMu.RUnlock()
 		s.finishRound(cq, r, round, true, err)
 	} else {
@@ -353,8 +353,8 @@ func (s *Store) takeRound(q *commitQueue, r *roundBufs) (round uint64, whole boo
 // readRound writes the current value of each key of r's round into its
 // batch, in key order, and notes the records written in r.done; a round
 // not whole is applied a slice at a time meanwhile. It returns the error
-// of such an apply.
-func (s *Store) readRound(r *roundBufs, whole bool) error {
+// of such an apply. cross says it is the cross round's.
+func (s *Store) readRound(r *roundBufs, whole, cross bool) error {
 	batch, keys, ends := r.batch, r.keys, r.ends
 	batch.Reset()
 	r.done = r.done[:0]
@@ -439,9 +439,15 @@ func (s *Store) readRound(r *roundBufs, whole bool) error {
 		// so every record in done stays in use, for its key, until the
 		// loop after Apply has looked at it.
 		// In SyncAlways a dirty record unchanged since a round read it
-		// (no fMod) went out in that round, whose fsync runs: this round's
-		// own, later, covers it, and that round's settle marks it clean.
-		if ri >= 0 && t.recs[ri].flags&(fClean|fRound) == 0 && (!s.syncsLater() || t.recs[ri].flags&fMod != 0) {
+		// (no fMod) went out in that round, whose fsync (or group, when
+		// replicated) has yet to answer: a later round of the same
+		// committer is acknowledged only after that round (settle), and
+		// that round's settle marks it clean. The cross round writes it
+		// again: the record may be another committer's, whose fsync the
+		// cross round does not wait for, and a cross round of reads only
+		// would otherwise write nothing and acknowledge them with no fsync
+		// at all.
+		if ri >= 0 && t.recs[ri].flags&(fClean|fRound) == 0 && (!s.syncsLater() || cross || t.recs[ri].flags&fMod != 0) {
 			rec := &t.recs[ri]
 			var err error
 			if s.opts.Replicator != nil {
@@ -490,7 +496,7 @@ func (s *Store) finishRound(q *commitQueue, r *roundBufs, round uint64, whole bo
 		opt = pebble.Sync
 	}
 	async := opt == pebble.Sync && q != s.crossQueue() && err == nil && !batch.Empty()
-	t0 := time.Now()
+	t0 := s.now()
 	if async {
 		if err = s.failedErr(); err == nil {
 			err = s.db.ApplyNoSyncWait(batch, opt)

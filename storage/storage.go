@@ -184,6 +184,9 @@ type Options struct {
 	// afterKey, if set, runs in the committer after it has read each key
 	// of a round: tests in this package interleave a transaction there.
 	afterKey func(key []byte)
+	// now, if set, is the clock of the fsync statistics (see noteSync):
+	// tests in this package set the time of each round.
+	now func() time.Time
 	// Tests in this package: the most records and bytes of one upgrade
 	// batch (zero: upgradeChunkRecords, upgradeChunkBytes), and a function
 	// called after each batch is applied.
@@ -1556,7 +1559,7 @@ func (s *Store) apply(batch *pebble.Batch, opt *pebble.WriteOptions) error {
 	if err := s.failedErr(); err != nil {
 		return err
 	}
-	t0 := time.Now()
+	t0 := s.now()
 	err := s.db.Apply(batch, opt)
 	if err == nil && opt == pebble.Sync {
 		s.noteSync(t0)
@@ -1577,10 +1580,30 @@ func (s *Store) fail(err error) {
 	s.broadcastDone()
 }
 
+// noteSync counts an fsync of the log begun at t0, which covers what was
+// written before t0: the time of the last fsync (lastSync) is t0, the
+// latest of them, so that everything written before it survives a crash.
+// Not the time the fsync returned: in SyncAlways a committer writes its
+// next round while a round's fsync runs (finishRound), and another
+// committer may write at any time.
 func (s *Store) noteSync(t0 time.Time) {
 	s.stats.fsyncs.Add(1)
-	s.stats.fsyncNanos.Add(int64(time.Since(t0)))
-	s.stats.lastSync.Store(time.Now().UnixMilli())
+	s.stats.fsyncNanos.Add(int64(s.now().Sub(t0)))
+	ms := t0.UnixMilli()
+	for {
+		last := s.stats.lastSync.Load()
+		if last >= ms || s.stats.lastSync.CompareAndSwap(last, ms) {
+			return
+		}
+	}
+}
+
+// now is Options.now, or the wall clock.
+func (s *Store) now() time.Time {
+	if s.opts.now != nil {
+		return s.opts.now()
+	}
+	return time.Now()
 }
 
 // syncLoop, once per SyncInterval, has the committer write what is queued
@@ -1634,7 +1657,7 @@ func (s *Store) syncApplied() error {
 	if !pending || s.failedErr() != nil {
 		return nil
 	}
-	t0 := time.Now()
+	t0 := s.now()
 	if err := s.db.LogData(nil, pebble.Sync); err != nil {
 		return err
 	}

@@ -3,6 +3,7 @@ package storage
 import (
 	"errors"
 	"fmt"
+	"runtime"
 	"strings"
 	"sync/atomic"
 	"syscall"
@@ -34,6 +35,20 @@ func (h *heldLogSync) wrap(fs vfs.FS) vfs.FS {
 		h.began <- struct{}{}
 		return <-h.release
 	}))
+}
+
+// commitHeld arms h and commits a change of key as commitAsync does,
+// once the fsync of the log that covers it is held.
+func (h *heldLogSync) commitHeld(t *testing.T, s *Store, key string) <-chan error {
+	t.Helper()
+	h.armed.Store(true)
+	res := commitAsync(s, key)
+	select {
+	case <-h.began:
+	case <-time.After(time.Minute):
+		t.Fatal("no fsync of the log within a minute of a Commit in always")
+	}
+	return res
 }
 
 // commitAsync commits a change of key from a goroutine of its own and
@@ -71,6 +86,26 @@ func waitQueue(t *testing.T, q *commitQueue, what string, cond func() bool) {
 	}
 }
 
+// crashValues opens what a crash would leave of fs now, only synced data
+// kept, and returns the counters of keys there.
+func crashValues(t *testing.T, fs *vfs.MemFS, keys ...string) []int {
+	t.Helper()
+	c, err := Open("db", Options{fs: fs.CrashClone(vfs.CrashCloneCfg{}), Sync: SyncAlways, KeyFilterSize: -1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	bs := make([][]byte, len(keys))
+	for i, k := range keys {
+		bs[i] = []byte(k)
+	}
+	got, err := readTogether(c.db, bs)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return got
+}
+
 // TestAlwaysAppliesNextRoundDuringFsync: in SyncAlways a committer
 // applies its next round while the fsync of the previous one runs, yet
 // acknowledges neither before an fsync covers it; after a failed fsync it
@@ -96,13 +131,7 @@ func TestAlwaysAppliesNextRoundDuringFsync(t *testing.T) {
 				}
 			}()
 			q := s.queues[0]
-			h.armed.Store(true)
-			a := commitAsync(s, "a")
-			select {
-			case <-h.began:
-			case <-time.After(time.Minute):
-				t.Fatal("no fsync of the log within a minute of a Commit in always")
-			}
+			a := h.commitHeld(t, s, "a")
 			q.Lock()
 			roundA := q.round - 1 // taken: its fsync runs
 			q.Unlock()
@@ -137,18 +166,155 @@ func TestAlwaysAppliesNextRoundDuringFsync(t *testing.T) {
 				}
 				return
 			}
-			c, err := Open("db", Options{fs: fs.CrashClone(vfs.CrashCloneCfg{}), Sync: SyncAlways, Committers: 1, KeyFilterSize: -1})
-			if err != nil {
-				t.Fatal(err)
-			}
-			defer c.Close()
-			got, err := readTogether(c.db, [][]byte{[]byte("a"), []byte("b")})
-			if err != nil {
-				t.Fatal(err)
-			}
-			if got[0] != 1 || got[1] != 1 {
+			if got := crashValues(t, fs, "a", "b"); got[0] != 1 || got[1] != 1 {
 				t.Fatalf("after a crash a, b = %v, want both 1: acknowledged, not fsynced", got)
 			}
 		})
+	}
+}
+
+// TestAlwaysCrossReadWaitsForOtherCommittersFsync: a transaction over
+// several committers' keys that only reads records whose rounds, of other
+// committers than the one running the cross round, were applied and wait
+// for their fsync, is acknowledged only once that fsync returned. The
+// cross round then writes nothing of its own, so no fsync of its own
+// covers those rounds: it must still not publish the transaction as
+// synced before them. With the log's fsync held, the test waits until
+// either the transaction's Commit returns (acknowledged too early) or the
+// cross round hands Pebble a batch (WAL.BytesIn grows), which then waits
+// for the held fsync.
+func TestAlwaysCrossReadWaitsForOtherCommittersFsync(t *testing.T) {
+	fs := vfs.NewCrashableMem()
+	h := newHeldLogSync()
+	s, err := Open("db", Options{Sync: SyncAlways, fs: h.wrap(fs), Committers: 3, Partitions: 3, Partition: digitPartition})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	released := false
+	defer func() {
+		if !released {
+			h.release <- nil // let the held sync go if the test failed first
+		}
+	}()
+	// "1a" and "2c" belong to committers 1 and 2; committer 0, which runs
+	// the cross round, has no round of its own waiting for an fsync.
+	a := h.commitHeld(t, s, "1a")
+	q2 := s.queues[2]
+	c := commitAsync(s, "2c")
+	waitQueue(t, q2, "2c's round applied while 1a's fsync is held", func() bool { return q2.applied > 0 })
+	bytesIn := s.db.Metrics().WAL.BytesIn
+	tx := make(chan error, 1)
+	seen := make([]uint64, 2)
+	go func() {
+		b := s.NewBatch()
+		b.Hold(false)
+		for i, key := range []string{"1a", "2c"} {
+			m := &counter{} // reads, changes nothing
+			if err := b.Modify([]byte(key), m); err != nil {
+				b.Release()
+				tx <- err
+				return
+			}
+			seen[i] = m.seen
+		}
+		b.Release()
+		tx <- b.Commit()
+	}()
+	deadline := time.Now().Add(time.Minute) // a bound, not an ordering
+	for {
+		select {
+		case err := <-tx:
+			t.Fatalf("the transaction that read 1a and 2c was acknowledged (%v) while the fsync of the rounds that wrote them is held", err)
+		default:
+		}
+		if s.db.Metrics().WAL.BytesIn > bytesIn {
+			break // the cross round went to the log, and waits for its fsync
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("neither an acknowledgement nor a cross round in the log within a minute")
+		}
+		runtime.Gosched()
+	}
+	select {
+	case err := <-tx:
+		t.Fatalf("the transaction was acknowledged (%v) while the fsync is held", err)
+	default:
+	}
+	released = true
+	h.release <- nil
+	for name, res := range map[string]<-chan error{"1a": a, "2c": c, "the transaction": tx} {
+		if err := <-res; err != nil {
+			t.Fatalf("Commit of %s: %v", name, err)
+		}
+	}
+	if seen[0] != 1 || seen[1] != 1 {
+		t.Fatalf("the transaction read 1a, 2c = %v, want 1, 1", seen)
+	}
+	if got := crashValues(t, fs, "1a", "2c"); got[0] != 1 || got[1] != 1 {
+		t.Fatalf("after a crash 1a, 2c = %v, want 1, 1", got)
+	}
+}
+
+// TestAlwaysLastSyncCoversWhatWasWrittenBefore: the time of the last
+// fsync (INFO's last_fsync_time, sluice_last_fsync_timestamp_seconds,
+// the CloseError) promises that everything written before it survives a
+// crash. In always a committer writes its next round while a round's
+// fsync runs, so the time the round is acknowledged (or its fsync
+// returned) is after a write that no fsync covers yet: the time must be
+// the one before the round went to the log. The clock is the test's:
+// round a is written at t1, round b at t2 while a's fsync is held, a is
+// acknowledged at t3 while b's fsync is held in turn.
+func TestAlwaysLastSyncCoversWhatWasWrittenBefore(t *testing.T) {
+	base := time.Unix(1_700_000_000, 0)
+	t1, t2, t3 := base.Add(time.Minute), base.Add(2*time.Minute), base.Add(3*time.Minute)
+	var clock atomic.Int64
+	clock.Store(base.UnixNano())
+	fs := vfs.NewCrashableMem()
+	h := newHeldLogSync()
+	s, err := Open("db", Options{Sync: SyncAlways, fs: h.wrap(fs), Committers: 1, now: func() time.Time { return time.Unix(0, clock.Load()) }})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	held := 0 // fsyncs held and not released yet
+	defer func() {
+		for ; held > 0; held-- {
+			h.release <- nil // let a held sync go if the test failed first
+		}
+	}()
+	q := s.queues[0]
+	clock.Store(t1.UnixNano())
+	a := h.commitHeld(t, s, "a")
+	held++
+	q.Lock()
+	roundA := q.round - 1
+	q.Unlock()
+	clock.Store(t2.UnixNano())
+	b := commitAsync(s, "b")
+	waitQueue(t, q, "b's round applied while a's fsync is held", func() bool { return q.applied > roundA })
+	h.armed.Store(true) // b's fsync, which comes next, is held too
+	clock.Store(t3.UnixNano())
+	h.release <- nil
+	held--
+	if err := <-a; err != nil {
+		t.Fatalf("Commit of a: %v", err)
+	}
+	select {
+	case <-h.began:
+		held++
+	case <-time.After(time.Minute):
+		t.Fatal("b's fsync did not begin within a minute of a's")
+	}
+	if last := s.Stats().LastSync; !last.Before(t2) {
+		t.Fatalf("last fsync %v, not before %v when b was written, whose fsync is held: b is not covered", last.UTC(), t2.UTC())
+	}
+	h.release <- nil
+	held--
+	if err := <-b; err != nil {
+		t.Fatalf("Commit of b: %v", err)
+	}
+	if last := s.Stats().LastSync; last.Before(t2) {
+		t.Fatalf("last fsync %v once b's fsync returned, before %v when b was written", last.UTC(), t2.UTC())
 	}
 }
