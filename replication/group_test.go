@@ -454,7 +454,16 @@ func TestGroupRefusesMessagesNoReplicaSends(t *testing.T) {
 func TestNewLeaderServesOnceItsTermsFirstEntryIsApplied(t *testing.T) {
 	c := newTestCluster(t, 3, 100)
 	c.drop = func(m *pb.Message) bool { return m.GetType() == pb.MsgApp }
-	lead := c.electLeader()
+	var lead uint64
+	c.tickUntil(500, "a leader", func() bool {
+		for _, id := range c.ids {
+			if c.nodes[id].g.Status().Role == "leader" {
+				lead = id
+				return true
+			}
+		}
+		return false
+	})
 	if st := c.nodes[lead].g.Status(); st.Serving {
 		t.Fatalf("a leader whose first entry is not committed serves: %+v", st)
 	}

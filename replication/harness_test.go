@@ -212,7 +212,8 @@ func (c *testCluster) tickUntil(max int, what string, cond func() bool) {
 	}
 }
 
-// leader returns the node that every running node agrees leads, or 0.
+// leader returns the node that every running node agrees leads, once it
+// serves (Status.Serving), or 0.
 func (c *testCluster) leader(among ...uint64) uint64 {
 	if len(among) == 0 {
 		among = c.ids
@@ -228,7 +229,7 @@ func (c *testCluster) leader(among ...uint64) uint64 {
 		}
 		lead = st.Leader
 	}
-	if lead == 0 || c.down[lead] || c.nodes[lead].g.Status().Role != "leader" {
+	if lead == 0 || c.down[lead] || !c.nodes[lead].g.Status().Serving {
 		return 0
 	}
 	return lead

@@ -173,7 +173,7 @@ func (c *netCluster) leader(among ...uint64) uint64 {
 		}
 		lead = st.Leader
 	}
-	if c.nodes[lead] == nil || c.nodes[lead].g.Status().Role != "leader" {
+	if c.nodes[lead] == nil || !c.nodes[lead].g.Status().Serving {
 		return 0
 	}
 	return lead
