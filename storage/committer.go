@@ -477,14 +477,17 @@ func (s *Store) readRound(r *roundBufs, whole, cross bool) error {
 // meanwhile, and publishes the round as applied, and synced in
 // SyncAlways, to those waiting on q. err is readRound's.
 //
-// In SyncAlways a committer's round does not wait for its fsync (3.2 ms
-// on the development machine's disk, during which the committer took no
-// keys: issue 28): it is applied without waiting (Pebble's
-// ApplyNoSyncWait), and acknowledged by settle once its fsync returned,
-// after the committer applied its next round, if there was one. Pebble's
-// log is written in order, and each round waits for its own fsync, so
-// rounds are acknowledged in order, each only once an fsync covered it.
-// A cross round waits for its fsync: it is rare, and runs alone.
+// In SyncAlways with several committers a committer's round does not wait
+// for its fsync (3.2 ms on the development machine's disk, during which
+// the committer took no keys: issue 28): it is applied without waiting
+// (Pebble's ApplyNoSyncWait), and acknowledged by settle once its fsync
+// returned, after the committer applied its next round, if there was one.
+// Pebble's log is written in order, and each round waits for its own
+// fsync, so rounds are acknowledged in order, each only once an fsync
+// covered it. A cross round waits for its fsync: it is rare, and runs
+// alone. One committer waits for each fsync: on one core the overlap made
+// rounds smaller and more numerous, and cost about 40% more CPU per
+// unpipelined request (docs/benchmarks.md).
 func (s *Store) finishRound(q *commitQueue, r *roundBufs, round uint64, whole bool, err error) {
 	if s.opts.Replicator != nil {
 		s.finishReplicated(q, r, round, err)
@@ -495,7 +498,7 @@ func (s *Store) finishRound(q *commitQueue, r *roundBufs, round uint64, whole bo
 	if s.opts.Sync == SyncAlways {
 		opt = pebble.Sync
 	}
-	async := opt == pebble.Sync && q != s.crossQueue() && err == nil && !batch.Empty()
+	async := opt == pebble.Sync && s.overlap && q != s.crossQueue() && err == nil && !batch.Empty()
 	t0 := s.now()
 	if async {
 		if err = s.failedErr(); err == nil {

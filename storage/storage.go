@@ -184,6 +184,9 @@ type Options struct {
 	// afterKey, if set, runs in the committer after it has read each key
 	// of a round: tests in this package interleave a transaction there.
 	afterKey func(key []byte)
+	// overlapSyncs, for tests in this package, makes one committer apply
+	// its next round while its round's fsync runs, as several do.
+	overlapSyncs bool
 	// now, if set, is the clock of the fsync statistics (see noteSync):
 	// tests in this package set the time of each round.
 	now func() time.Time
@@ -336,6 +339,9 @@ type Store struct {
 	// committers is how many committers run (see committer.go); queues
 	// holds their queues, then the cross queue.
 	committers int
+	// overlap: in SyncAlways a committer applies its next round while
+	// its round's fsync runs (finishRound), with more than one committer.
+	overlap bool
 	queues     []*commitQueue
 	failed     atomic.Pointer[error]
 	failedC    chan struct{} // closed when failed is set
@@ -509,6 +515,7 @@ func OpenContext(ctx context.Context, dir string, o Options) (*Store, error) {
 	// The queues' bounds are shares of MaxQueued and MaxQueuedBytes; the
 	// cross queue's are never waited for (see Release).
 	s.committers = o.Committers
+	s.overlap = s.committers > 1 || o.overlapSyncs
 	for i := range s.committers + 1 {
 		n := s.committers
 		if i == s.committers {

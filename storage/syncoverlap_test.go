@@ -119,7 +119,7 @@ func TestAlwaysAppliesNextRoundDuringFsync(t *testing.T) {
 		t.Run(fmt.Sprintf("fsync %v", fsyncErr), func(t *testing.T) {
 			fs := vfs.NewCrashableMem()
 			h := newHeldLogSync()
-			s, err := Open("db", Options{Sync: SyncAlways, fs: h.wrap(fs), Committers: 1})
+			s, err := Open("db", Options{Sync: SyncAlways, fs: h.wrap(fs), Committers: 1, overlapSyncs: true})
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -272,7 +272,7 @@ func TestAlwaysLastSyncCoversWhatWasWrittenBefore(t *testing.T) {
 	clock.Store(base.UnixNano())
 	fs := vfs.NewCrashableMem()
 	h := newHeldLogSync()
-	s, err := Open("db", Options{Sync: SyncAlways, fs: h.wrap(fs), Committers: 1, now: func() time.Time { return time.Unix(0, clock.Load()) }})
+	s, err := Open("db", Options{Sync: SyncAlways, fs: h.wrap(fs), Committers: 1, overlapSyncs: true, now: func() time.Time { return time.Unix(0, clock.Load()) }})
 	if err != nil {
 		t.Fatal(err)
 	}
