@@ -28,9 +28,11 @@ var layers = [][]string{
 	{"keyspace", "rls", "internal/rules", "internal/cmddoc", "internal/clustercmd", "internal/counterhit"},
 	// The engine every front end runs its limit operations in.
 	{"internal/engine"},
-	// The RESP front end's seam, then its command families.
+	// The RESP front end's seam, then its command families and the
+	// cluster node (routing, forwarded counters, slot moves), which the
+	// engine reaches through engine.Cluster.
 	{"internal/dispatch"},
-	{"internal/limitcmd", "internal/conncmd"},
+	{"internal/limitcmd", "internal/conncmd", "internal/clusternode"},
 	// The front ends in packages of their own.
 	{"internal/divvy", "internal/check", "internal/envoy"},
 	// The other front ends and the composition root.

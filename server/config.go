@@ -120,7 +120,7 @@ func (s *Server) settings() []setting {
 		{"bind", bind},
 		{"client-output-buffer-limit", "normal " + i(cfg.MaxReplyBuffer) + " 0 0 slave 0 0 0 pubsub 0 0 0"},
 		{"client-query-buffer-limit", i(cfg.MaxQueryBuffer)},
-		{"cluster-enabled", yesNo(s.clus.on)},
+		{"cluster-enabled", yesNo(s.clus != nil)},
 		{"databases", "1"},
 		{"dir", s.store.Dir()},
 		{"maxclients", i(cfg.MaxClients)},

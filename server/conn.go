@@ -330,9 +330,6 @@ func (cn *conn) resize(n int) {
 	if cap(c.Key) > connKeepBuf {
 		c.Key = nil
 	}
-	if cap(c.cid) > connKeepBuf {
-		c.cid = nil
-	}
 	c.Round.Trim(connKeepBuf)
 	c.Trim(connKeepBuf)
 	if c.batchBytes > connKeepBuf {
@@ -351,7 +348,7 @@ func (cn *conn) resize(n int) {
 func (cn *conn) footprint() int64 {
 	c := cn.cl
 	return int64(cap(cn.rbuf) + cap(cn.obuf) + 24*cap(cn.args) + cn.f.Footprint() +
-		cap(c.Out) + 48*cap(c.writes) + cap(c.Key) + cap(c.cid) + c.Round.Footprint() + c.Footprint() +
+		cap(c.Out) + 48*cap(c.writes) + cap(c.Key) + c.Round.Footprint() + c.Footprint() +
 		cap(c.tx.buf) + 24*cap(c.tx.args) + 16*cap(c.tx.watches))
 }
 

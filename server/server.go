@@ -25,6 +25,7 @@ import (
 	"time"
 
 	"github.com/sluicehq/sluice/internal/admit"
+	"github.com/sluicehq/sluice/internal/clusternode"
 	"github.com/sluicehq/sluice/internal/conffile"
 	"github.com/sluicehq/sluice/internal/dispatch"
 	"github.com/sluicehq/sluice/internal/engine"
@@ -147,8 +148,8 @@ type Config struct {
 	// Divvy configures the divvy line protocol (ServeDivvy).
 	Divvy DivvyConfig
 
-	// Cluster, when set, serves the Redis Cluster protocol (cluster.go);
-	// nil: standalone.
+	// Cluster, when set, serves the Redis Cluster protocol (package
+	// clusternode); nil: standalone.
 	Cluster *ClusterConfig
 	// AcceptRepairedClusterState starts on a store whose cluster state
 	// sluice repair brought back older than it may have been
@@ -258,8 +259,7 @@ type Server struct {
 	adm      admission
 	authLog  authLog
 	mem      memState
-	clus     clusterState
-	fwd      forwarder
+	clus     *clusternode.Node // nil: standalone
 
 	mu struct {
 		sync.Mutex
@@ -374,16 +374,22 @@ func New(cfg Config) (*Server, error) {
 			return nil, err
 		}
 	}
-	if err := s.initCluster(); err != nil {
+	clus, err := clusternode.Open(clusternode.Options{
+		Store: s.store, Logger: s.log, Clock: s.clock, Cluster: cfg.Cluster,
+		AcceptRepairedClusterState: cfg.AcceptRepairedClusterState,
+		Password:                   cfg.Password, TLS: cfg.TLS != nil,
+	})
+	if err != nil {
 		return nil, err
 	}
+	s.clus = clus
 	s.cmds = commandTable(&s.pol)
 	ecfg := engine.Config{Store: s.store, Clock: s.clock, MaxKeySize: cfg.MaxKeySize}
 	if cfg.AllowOnStoreError {
 		ecfg.OnStoreError = engine.Allow
 	}
-	if s.clus.on {
-		ecfg.Cluster = (*clusterLink)(s)
+	if s.clus != nil { // not a nil *Node in the interface
+		ecfg.Cluster = s.clus
 	}
 	s.eng = engine.New(ecfg)
 	s.initCheck()
@@ -447,7 +453,9 @@ func (s *Server) Close() error {
 	forceAt := time.Now().Add(s.cfg.ShutdownTimeout - rest)
 	defer close(s.done)
 	defer s.authLog.stop(s)
-	defer s.fwd.closeAll()
+	if s.clus != nil {
+		defer s.clus.Close()
+	}
 	defer s.closeHTTP() // last: /readyz answers 503 while connections drain
 	s.closeCheck()      // first: its requests finish before the store may close
 	s.stopSweeper()     // also ends a running COMPACT early

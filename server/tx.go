@@ -118,7 +118,7 @@ func (s *Server) txAllowed(cmd *command, args [][]byte) bool {
 		"asking", "readonly", "readwrite":
 		return true
 	case "hit":
-		return !s.clus.on // counters other nodes own cannot change atomically
+		return s.clus == nil // counters other nodes own cannot change atomically
 	case "config":
 		return resp.EqualFold(args[1], "get")
 	case "client":
@@ -169,12 +169,12 @@ func (s *Server) queue(c *client, cmd *command, args [][]byte) bool {
 		err = errs.WrongArgs(cmd.Name)
 	case !c.authed && !allowedBeforeAuth(cmd.Name):
 		err = errNoAuth
-	case s.clus.on && cmd.Name == "hit":
+	case s.clus != nil && cmd.Name == "hit":
 		err = resp.Error("ERR Command not allowed inside a transaction in cluster mode: hit's counters may be owned by other nodes, which an EXEC cannot change atomically")
 	case !s.txAllowed(cmd, args):
 		err = resp.Error("ERR Command not allowed inside a transaction: " + cmd.fullName(args) + " (MULTI queues the limit commands and commands on the connection itself; see docs/protocol.md)")
 	}
-	if err == nil && !t.aborted && s.clus.on && cmd.First > 0 && !s.txRoute(c, cmd, args) {
+	if err == nil && !t.aborted && s.clus != nil && cmd.First > 0 && !s.txRoute(c, cmd, args) {
 		s.txAbort(c) // txRoute answered MOVED, CROSSSLOT, CLUSTERDOWN or TRYAGAIN
 		return true
 	}
@@ -396,7 +396,7 @@ func (s *Server) execHeld(c *client) {
 	t := &c.tx
 	c.Round.Hold(len(t.watches) > 0)
 	defer c.Round.Release() // notes the writes to migrating slots first
-	if s.clus.on && t.slotSet && !s.routeSlot(c, t.slot) {
+	if s.clus != nil && t.slotSet && !s.routeSlot(c, t.slot) {
 		return
 	}
 	for _, w := range t.watches {
