@@ -201,7 +201,7 @@ func (s *Server) txAdd(c *client, args [][]byte) error {
 	for _, a := range args {
 		size += len(a) + 16
 	}
-	if t.charge+size > s.cfg.MaxMultiBytes {
+	if t.charge+size > s.cfg.RESP.MaxMultiBytes {
 		return s.errTxFull()
 	}
 	t.charge += size
@@ -221,7 +221,7 @@ func (s *Server) txAdd(c *client, args [][]byte) error {
 }
 
 func (s *Server) errTxFull() error {
-	return resp.Error("ERR transaction exceeds --max-multi-bytes " + strconv.Itoa(s.cfg.MaxMultiBytes) +
+	return resp.Error("ERR transaction exceeds --max-multi-bytes " + strconv.Itoa(s.cfg.RESP.MaxMultiBytes) +
 		" (queued commands' bytes plus " + strconv.Itoa(txEntryCost) + " for each command and watched key); it is discarded: EXEC will answer EXECABORT")
 }
 
@@ -315,8 +315,8 @@ func cmdWatch(s *Server, c *client, args [][]byte) {
 			return
 		}
 	}
-	if t.charge+len(args[1:])*txEntryCost > s.cfg.MaxMultiBytes {
-		s.replyErr(c, resp.Error("ERR WATCH exceeds --max-multi-bytes "+strconv.Itoa(s.cfg.MaxMultiBytes)+
+	if t.charge+len(args[1:])*txEntryCost > s.cfg.RESP.MaxMultiBytes {
+		s.replyErr(c, resp.Error("ERR WATCH exceeds --max-multi-bytes "+strconv.Itoa(s.cfg.RESP.MaxMultiBytes)+
 			" ("+strconv.Itoa(txEntryCost)+" bytes for each watched key); no key added"))
 		return
 	}
@@ -416,7 +416,7 @@ func (s *Server) execHeld(c *client) {
 		if !over && cap(c.Out) != cap0 && !s.cfg.MaxMemoryClients.within(s.clientMem.Load()+int64(cap(c.Out)-cap0)) {
 			over, memOver = true, true
 		}
-		if over || len(c.Out) > s.cfg.MaxReplyBuffer {
+		if over || len(c.Out) > s.cfg.RESP.MaxReplyBuffer {
 			over = true
 			c.Out = c.Out[:start]
 		}
@@ -429,7 +429,7 @@ func (s *Server) execHeld(c *client) {
 		c.failed, c.quit = true, true
 	case over:
 		s.stats.replyOverflows.Add(1)
-		s.log.Warn("closing a client whose EXEC reply exceeds the reply buffer limit", "client", c.id, "remote", c.addr, "limit", s.cfg.MaxReplyBuffer)
+		s.log.Warn("closing a client whose EXEC reply exceeds the reply buffer limit", "client", c.id, "remote", c.addr, "limit", s.cfg.RESP.MaxReplyBuffer)
 		c.Out = resp.AppendError(c.Out, "ERR reply buffer limit reached (--max-reply-buffer); the transaction ran, its replies are dropped; closing the connection")
 		c.failed, c.quit = true, true
 	}

@@ -158,13 +158,19 @@ func (serveCommand) run(inv invocation, args []string) (err error) {
 // serveCommand read or derived from it.
 func serverConfig(cfg config, store *storage.Store, log *slog.Logger, password string, files server.FDBudget, clusterCfg *server.ClusterConfig, tlsFiles *server.TLSFiles, memLimit int64, memLimitSource string) server.Config {
 	return server.Config{
-		Store:           store,
-		Logger:          log,
-		MaxArgs:         cfg.maxArgs,
-		MaxBulk:         int64(cfg.maxBulk),
+		Store:  store,
+		Logger: log,
+		RESP: server.RESPConfig{
+			MaxArgs:         cfg.maxArgs,
+			MaxBulk:         int64(cfg.maxBulk),
+			MaxInline:       int(cfg.maxInline),
+			MaxQueryBuffer:  int(cfg.maxQueryBuffer),
+			MaxAuthFailures: zeroIsOff(cfg.maxAuthFailures),
+			IdleTimeout:     time.Duration(cfg.timeout) * time.Second,
+			MaxReplyBuffer:  int(cfg.maxReplyBuffer),
+			MaxMultiBytes:   int(cfg.maxMultiBytes),
+		},
 		MaxKeySize:      int(cfg.maxKeySize),
-		MaxInline:       int(cfg.maxInline),
-		MaxQueryBuffer:  int(cfg.maxQueryBuffer),
 		ShutdownTimeout: cfg.shutdownTimeout,
 		Version:         buildVersion(),
 		Revision:        buildRevision(),
@@ -181,10 +187,6 @@ func serverConfig(cfg config, store *storage.Store, log *slog.Logger, password s
 		AllowRemoteWithoutAuth: cfg.protectedMode == "no",
 		MaxClients:             cfg.maxClients,
 		Files:                  files,
-		MaxAuthFailures:        zeroIsOff(cfg.maxAuthFailures),
-		IdleTimeout:            time.Duration(cfg.timeout) * time.Second,
-		MaxReplyBuffer:         int(cfg.maxReplyBuffer),
-		MaxMultiBytes:          int(cfg.maxMultiBytes),
 		MaxMemoryClients:       zeroIsOff(int64(cfg.maxMemClients)),
 		TLS:                    tlsFiles,
 
