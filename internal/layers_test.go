@@ -33,8 +33,9 @@ var layers = [][]string{
 	// engine reaches through engine.Cluster.
 	{"internal/dispatch"},
 	{"internal/limitcmd", "internal/conncmd", "internal/clusternode"},
-	// The front ends in packages of their own.
-	{"internal/divvy", "internal/check", "internal/envoy"},
+	// The front ends in packages of their own, and the HTTP listeners'
+	// server.
+	{"internal/divvy", "internal/check", "internal/envoy", "internal/httpport"},
 	// The other front ends and the composition root.
 	{"server"},
 	// The binaries.

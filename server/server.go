@@ -402,6 +402,7 @@ func New(cfg Config) (*Server, error) {
 	s.eng = engine.New(ecfg)
 	s.initCheck()
 	s.initDivvy()
+	s.initHTTP()
 	s.initMetrics()
 	if err := s.initRLS(); err != nil {
 		return nil, err
