@@ -468,3 +468,92 @@ func Rebalance(t Topology, want []string) []Move {
 	}
 	return moves
 }
+
+// Claim is what one node's own topology says about itself: the slots that
+// topology gives to the node's address, and its epoch. A node serves
+// exactly the slots of its claim.
+type Claim struct {
+	Addr  string
+	Epoch uint64
+	Slots []Range
+}
+
+// ClaimOf is the claim of the node at addr whose topology is t.
+func ClaimOf(t Topology, addr string) Claim {
+	c := Claim{Addr: addr, Epoch: t.Epoch}
+	if i := slices.IndexFunc(t.Nodes, func(n Node) bool { return n.Addr == addr }); i >= 0 {
+		c.Slots = t.Nodes[i].Slots
+	}
+	return c
+}
+
+// Overlap is a slot range that two nodes both serve, each by its own
+// topology: a limit there is counted on both.
+type Overlap struct {
+	A, B  Claim // the claims, A before B in the order given
+	Slots []Range
+}
+
+// Overlaps finds the slots that two of the claims share: nodes that would
+// both count a limit, as when a node started with a longer --cluster-nodes
+// list than the running cluster's takes the initial topology of that list.
+func Overlaps(claims []Claim) []Overlap {
+	var owner [Slots]int16 // index in claims plus one
+	var out []Overlap
+	byPair := map[[2]int]int{}
+	for i, c := range claims {
+		for _, r := range c.Slots {
+			for s := int(r.First); s <= int(r.Last); s++ {
+				if j := int(owner[s]) - 1; j >= 0 && j != i {
+					k, ok := byPair[[2]int{j, i}]
+					if !ok {
+						k = len(out)
+						byPair[[2]int{j, i}] = k
+						out = append(out, Overlap{A: claims[j], B: c})
+					}
+					out[k].Slots = append(out[k].Slots, Range{uint16(s), uint16(s)})
+					continue
+				}
+				owner[s] = int16(i + 1)
+			}
+		}
+	}
+	for i := range out {
+		out[i].Slots = Merge(out[i].Slots)
+	}
+	return out
+}
+
+// Shard is one replicated shard of a cluster with --cluster-replicas
+// above 1: a range of slots and the nodes holding its replicas, by
+// ordinal, the first its home (the node whose leadership keeps load
+// spread).
+type Shard struct {
+	Slots    Range
+	Replicas []int
+}
+
+// ErrReplicas refuses a replica count a cluster cannot place.
+var ErrReplicas = errors.New("cluster: bad replica count")
+
+// Place returns the shards of a cluster of n nodes with r replicas each:
+// shard i has the slots Initial gives ordinal i, and its replicas on
+// ordinals i, i+1, …, i+r−1 modulo n, so that every node holds r
+// replicas and is the home of one shard.
+func Place(n, r int) ([]Shard, error) {
+	if r != 1 && r != 3 && r != 5 {
+		return nil, fmt.Errorf("%w: %d replicas; want 1, 3 or 5", ErrReplicas, r)
+	}
+	if n < r {
+		return nil, fmt.Errorf("%w: %d replicas on %d nodes; want at least as many nodes as replicas", ErrReplicas, r, n)
+	}
+	shards := make([]Shard, n)
+	for i := range shards {
+		first, end := Slots*i/n, Slots*(i+1)/n
+		shards[i].Slots = Range{uint16(first), uint16(end - 1)}
+		for k := range r {
+			shards[i].Replicas = append(shards[i].Replicas, (i+k)%n)
+		}
+	}
+	return shards, nil
+}

@@ -1,6 +1,7 @@
 package cluster
 
 import (
+	"errors"
 	"go/parser"
 	"go/token"
 	"path/filepath"
@@ -71,6 +72,78 @@ func TestOrdinalFromHostnameCanonical(t *testing.T) {
 	for _, h := range []string{"sluice-+3", "sluice-07", "sluice-", "sluice", "web-7d9f-abcde"} {
 		if n, err := OrdinalFromHostname(h); err == nil {
 			t.Errorf("%q: %d; want it refused", h, n)
+		}
+	}
+}
+
+// TestOverlapsAddNodeByList: a fourth node started with a list of four
+// addresses takes the initial topology of four, and so serves slots
+// 12288-16383 that the third node still serves by the topology of three:
+// Overlaps names that range and those two nodes, and nothing in a
+// cluster whose nodes agree.
+func TestOverlapsAddNodeByList(t *testing.T) {
+	three := []string{"a:1", "b:1", "c:1"}
+	var claims []Claim
+	for _, a := range three {
+		claims = append(claims, ClaimOf(Initial(three), a))
+	}
+	if ov := Overlaps(claims); len(ov) != 0 {
+		t.Fatalf("nodes with one topology: overlaps %v", ov)
+	}
+	claims = append(claims, ClaimOf(Initial(append(slices.Clone(three), "d:1")), "d:1"))
+	ov := Overlaps(claims)
+	if len(ov) != 1 || ov[0].A.Addr != "c:1" || ov[0].B.Addr != "d:1" || FormatRanges(ov[0].Slots) != "12288-16383" {
+		t.Fatalf("overlaps %+v; want c:1 and d:1 on 12288-16383", ov)
+	}
+	// A node no topology gives slots to (an address given as an alias)
+	// claims nothing.
+	if c := ClaimOf(Initial(three), "alias:1"); len(c.Slots) != 0 {
+		t.Errorf("claim of an address the topology lacks: %v", c.Slots)
+	}
+}
+
+// TestPlace: each shard has the slots Initial gives its home, the shards
+// cover every slot once, and each node holds r replicas, of r different
+// shards, no shard twice on one node.
+func TestPlace(t *testing.T) {
+	for _, c := range []struct{ n, r int }{{1, 1}, {3, 3}, {5, 3}, {5, 5}, {7, 5}, {4, 1}} {
+		shards, err := Place(c.n, c.r)
+		if err != nil {
+			t.Fatalf("Place(%d, %d): %v", c.n, c.r, err)
+		}
+		addrs := make([]string, c.n)
+		for i := range addrs {
+			addrs[i] = "n" + strconv.Itoa(i) + ":1"
+		}
+		init := Initial(addrs)
+		held := make([]int, c.n)
+		covered := 0
+		for i, s := range shards {
+			if s.Replicas[0] != i || !slices.Equal([]Range{s.Slots}, init.Nodes[i].Slots) {
+				t.Errorf("n=%d r=%d shard %d: home %d slots %v; want home %d, slots %v", c.n, c.r, i, s.Replicas[0], s.Slots, i, init.Nodes[i].Slots)
+			}
+			covered += int(s.Slots.Last) - int(s.Slots.First) + 1
+			seen := map[int]bool{}
+			for _, o := range s.Replicas {
+				if seen[o] {
+					t.Errorf("n=%d r=%d shard %d: two replicas on node %d", c.n, c.r, i, o)
+				}
+				seen[o] = true
+				held[o]++
+			}
+		}
+		if covered != Slots {
+			t.Errorf("n=%d r=%d: shards cover %d slots", c.n, c.r, covered)
+		}
+		for o, h := range held {
+			if h != c.r {
+				t.Errorf("n=%d r=%d: node %d holds %d replicas", c.n, c.r, o, h)
+			}
+		}
+	}
+	for _, c := range []struct{ n, r int }{{2, 3}, {3, 2}, {3, 0}, {9, 7}} {
+		if _, err := Place(c.n, c.r); !errors.Is(err, ErrReplicas) {
+			t.Errorf("Place(%d, %d): %v; want ErrReplicas", c.n, c.r, err)
 		}
 	}
 }

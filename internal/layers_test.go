@@ -19,7 +19,7 @@ import (
 var layers = [][]string{
 	// The pure domain and the store: they import no package of this
 	// module.
-	{"bucket", "cluster", "storage", "internal/errs", "internal/conffile", "internal/transcript", "internal/admit", "cmd/sluice/internal/earlyhup"},
+	{"bucket", "cluster", "storage", "internal/errs", "internal/conffile", "internal/transcript", "internal/admit", "internal/faultnet", "cmd/sluice/internal/earlyhup"},
 	// Rules over the limiters; the RESP codec over typed errors; a shard's
 	// records replicated over the store.
 	{"policy", "internal/resp", "replication"},

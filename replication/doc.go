@@ -29,6 +29,22 @@
 //     way, and is promoted (ChangeMembers): Raft assumes a replica never
 //     forgets what it acknowledged, and an old identity with an empty log
 //     fails its group with ErrReplicaLost instead of taking part.
+//   - Committers (committers.go): the store's storage.Replicator. With it,
+//     the store's committers propose their rounds to their shard's group
+//     instead of writing them to Pebble, and a Batch.Commit in --fsync
+//     always returns once the group has committed its round. The leader
+//     applies its own rounds without touching its table (which holds them,
+//     or later changes); a round the group does not commit is dropped from
+//     the leader's table, and so is every change it made as leader when it
+//     is deposed (Store.DiscardDirty), so that a deposed leader shows the
+//     group's state, never a decision the group did not take.
+//   - Host (host.go): the replicas one node holds of a cluster placed by
+//     cluster.Place, one group per shard (ShardGroup, ShardBounds) over one
+//     transport and one clock, each group the Replicator of its shard's
+//     committer. A shard's leadership is handed back to its home node (its
+//     first replica) once that one has caught up, so load stays spread. A
+//     new leader serves (Status.Serving) once it has applied an entry of
+//     its own term, and so every round committed before it.
 //   - Transport (transport.go): one connection per pair of nodes carrying
 //     the messages of every group, bounded queues that drop on overflow
 //     (Raft retries), write timeouts, TLS when configured; snapshots on a

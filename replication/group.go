@@ -113,6 +113,15 @@ type Group struct {
 		seq     uint64
 		waiters map[uint64]waiter
 		leader  bool
+		// ledTerm is the term in which this replica is the leader, 0 when
+		// it is not: a change of it means the rounds of that term that
+		// were not committed are lost (see Process).
+		ledTerm uint64
+		// servingTerm is the term in which this replica, as leader, has
+		// applied an entry of its own term and everything before it: every
+		// round committed before the term is in the store then, and the
+		// leader may decide (Status.Serving).
+		servingTerm uint64
 	}
 	// procMu makes Process and ReadSnapshot one at a time, so that a
 	// snapshot's records are never written between a Ready's rounds.
@@ -391,18 +400,28 @@ type Status struct {
 	Role    string // "leader", "follower", "candidate", "pre-candidate"
 	Commit  uint64
 	Applied uint64
+	// Serving says the replica is the leader and has applied every round
+	// committed before its term: it may decide, and its proposals are
+	// taken. A new leader serves once its term's first entry is applied.
+	Serving bool
 }
 
 // Status returns the replica's view of its group.
 func (g *Group) Status() Status {
 	g.mu.Lock()
 	st := g.mu.rn.BasicStatus()
+	serving := g.servingLocked(st)
 	g.mu.Unlock()
 	role := map[raft.StateType]string{
 		raft.StateLeader: "leader", raft.StateFollower: "follower",
 		raft.StateCandidate: "candidate", raft.StatePreCandidate: "pre-candidate",
 	}[st.RaftState]
-	return Status{Leader: st.Lead, Term: st.GetTerm(), Role: role, Commit: st.GetCommit(), Applied: g.log.Applied()}
+	return Status{Leader: st.Lead, Term: st.GetTerm(), Role: role, Commit: st.GetCommit(), Applied: g.log.Applied(), Serving: serving}
+}
+
+// servingLocked: see Status.Serving. g.mu must be locked.
+func (g *Group) servingLocked(st raft.BasicStatus) bool {
+	return st.RaftState == raft.StateLeader && g.mu.servingTerm == st.GetTerm()
 }
 
 // Propose proposes a round on the leader. The returned channel receives
@@ -424,7 +443,9 @@ func (g *Group) Propose(ops []Op) (<-chan error, error) {
 	}
 	g.mu.Lock()
 	st := g.mu.rn.BasicStatus()
-	if st.RaftState != raft.StateLeader {
+	if !g.servingLocked(st) {
+		// A leader not yet serving made no decision worth proposing: what
+		// it holds may predate rounds it has still to apply.
 		g.mu.Unlock()
 		return nil, &NotLeaderError{Group: g.cfg.Group, Leader: st.Lead}
 	}
@@ -531,6 +552,10 @@ func (g *Group) Process() (bool, error) {
 	// proposals answered: a round committed in the Ready in which the
 	// leader steps down was applied, and is not lost. Of the others, those
 	// of an older term may have been dropped from the log.
+	var st raft.BasicStatus
+	if err := g.raft(func(rn *raft.RawNode) error { st = rn.BasicStatus(); return nil }); err != nil {
+		return false, err
+	}
 	g.mu.Lock()
 	if rd.SoftState != nil {
 		g.mu.leader = rd.SoftState.RaftState == raft.StateLeader
@@ -540,7 +565,35 @@ func (g *Group) Process() (bool, error) {
 	} else if term := rd.HardState.GetTerm(); term != 0 {
 		g.failWaitersLocked(ErrProposalLost, term)
 	}
+	deposed := g.mu.ledTerm != 0 && (st.RaftState != raft.StateLeader || st.GetTerm() != g.mu.ledTerm)
+	g.mu.ledTerm = 0
+	if st.RaftState == raft.StateLeader {
+		g.mu.ledTerm = st.GetTerm()
+		// Raft commits no entry of an earlier term before one of the
+		// leader's own (its empty first entry): once that one is applied,
+		// so is everything before it.
+		if commit := st.GetCommit(); g.mu.servingTerm != st.GetTerm() && commit > 0 && g.log.Applied() >= commit {
+			if term, err := g.log.Term(commit); err == nil && term == st.GetTerm() {
+				g.mu.servingTerm = st.GetTerm()
+			}
+		}
+	}
 	g.mu.Unlock()
+	if deposed {
+		// What this replica decided as leader and the group did not
+		// commit shows in the store's table: drop it, so that the shard's
+		// records are the group's again. Under procMu: no round is
+		// applied meanwhile.
+		n, err := g.cfg.Store.DiscardDirty(g.cfg.Lower, g.cfg.Upper)
+		if err != nil {
+			err = fmt.Errorf("replication: group %d: drop the changes not committed: %w", g.cfg.Group, err)
+			g.fail(err)
+			return false, err
+		}
+		if n > 0 {
+			g.lg.Warn("no longer the leader: dropped changes the group did not commit", "records", n)
+		}
+	}
 	if err := g.raft(func(rn *raft.RawNode) error { rn.Advance(rd); return nil }); err != nil {
 		return false, err
 	}
@@ -606,13 +659,26 @@ func (g *Group) apply(ents []*pb.Entry) error {
 			if err != nil {
 				return fmt.Errorf("entry %d: %w", e.GetIndex(), err)
 			}
+			// A round this replica proposed and still waits for: the
+			// store's table holds its changes, or later ones.
+			own := false
+			if r.Proposer == g.cfg.Node {
+				g.mu.Lock()
+				_, own = g.mu.waiters[r.Seq]
+				g.mu.Unlock()
+			}
 			for _, op := range r.Ops {
 				if bytes.Compare(op.Key, g.cfg.Lower) < 0 || bytes.Compare(op.Key, g.cfg.Upper) >= 0 {
 					return fmt.Errorf("entry %d: %w: %q", e.GetIndex(), ErrOutOfRange, op.Key)
 				}
-				if op.Delete {
+				switch {
+				case op.Delete && own:
+					err = b.DeleteOwnRecord(op.Key)
+				case op.Delete:
 					err = b.DeleteRecord(op.Key)
-				} else {
+				case own:
+					err = b.PutOwnRecord(op.Key, op.Value)
+				default:
 					err = b.PutRecord(op.Key, op.Value)
 				}
 				if err != nil {

@@ -445,3 +445,23 @@ func TestGroupRefusesMessagesNoReplicaSends(t *testing.T) {
 	})
 	c.sameRecords(map[string]string{string(testKey(1)): "a", string(testKey(3)): "c"})
 }
+
+// TestNewLeaderServesOnceItsTermsFirstEntryIsApplied: a replica elected
+// leader whose first entry of its term is not committed yet (its appends
+// are lost) does not serve: its Status says so and it refuses proposals,
+// since rounds committed before its term may still be missing from its
+// store. Once the entry is committed and applied, it serves.
+func TestNewLeaderServesOnceItsTermsFirstEntryIsApplied(t *testing.T) {
+	c := newTestCluster(t, 3, 100)
+	c.drop = func(m *pb.Message) bool { return m.GetType() == pb.MsgApp }
+	lead := c.electLeader()
+	if st := c.nodes[lead].g.Status(); st.Serving {
+		t.Fatalf("a leader whose first entry is not committed serves: %+v", st)
+	}
+	if _, err := c.nodes[lead].g.Propose([]Op{{Key: []byte("\x00\x01k"), Value: []byte("v")}}); !errors.Is(err, ErrNotLeader) {
+		t.Fatalf("proposal on a leader not serving: %v; want ErrNotLeader", err)
+	}
+	c.drop = nil
+	c.tickUntil(500, "the leader to serve", func() bool { return c.nodes[lead].g.Status().Serving })
+	c.propose(lead, Op{Key: []byte("\x00\x01k"), Value: []byte("v")})
+}

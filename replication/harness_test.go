@@ -8,6 +8,7 @@ import (
 	"path/filepath"
 	"slices"
 	"testing"
+	"time"
 
 	pb "go.etcd.io/raft/v3/raftpb"
 	"google.golang.org/protobuf/proto"
@@ -46,10 +47,21 @@ type testCluster struct {
 	// lenient lets a node's group fail (its Process errors are skipped
 	// over) instead of failing the test.
 	lenient bool
+	// replicated opens each store with the group as its Replicator: the
+	// store's own writes (Batch.Commit) go through the group; everysec in
+	// SyncEverySec, with writes left in the table for an hour (the
+	// committer takes them on Flush), instead of SyncAlways.
+	replicated, everysec bool
+	// drop, if set, drops the messages it is true for.
+	drop func(m *pb.Message) bool
 }
 
 func newTestCluster(t *testing.T, n int, keep uint64) *testCluster {
-	c := &testCluster{t: t, nodes: map[uint64]*testNode{}, down: map[uint64]bool{}, cut: map[[2]uint64]bool{}, keep: keep}
+	return newTestClusterOf(t, n, keep, false, false)
+}
+
+func newTestClusterOf(t *testing.T, n int, keep uint64, replicated, everysec bool) *testCluster {
+	c := &testCluster{t: t, nodes: map[uint64]*testNode{}, down: map[uint64]bool{}, cut: map[[2]uint64]bool{}, keep: keep, replicated: replicated, everysec: everysec}
 	for i := 1; i <= n; i++ {
 		c.ids = append(c.ids, uint64(i))
 	}
@@ -68,7 +80,16 @@ func newTestCluster(t *testing.T, n int, keep uint64) *testCluster {
 
 func (c *testCluster) start(id uint64, dir string, bootstrap []uint64) {
 	c.t.Helper()
-	s, err := storage.Open(dir, storage.Options{Sync: storage.SyncAlways})
+	opts := storage.Options{Sync: storage.SyncAlways}
+	if c.everysec {
+		opts.Sync, opts.SyncInterval = storage.SyncEverySec, time.Hour
+	}
+	var committers *Committers
+	if c.replicated {
+		committers = &Committers{}
+		opts.Replicator, opts.Committers = committers, 1
+	}
+	s, err := storage.Open(dir, opts)
 	if err != nil {
 		c.t.Fatal(err)
 	}
@@ -80,6 +101,9 @@ func (c *testCluster) start(id uint64, dir string, bootstrap []uint64) {
 	})
 	if err != nil {
 		c.t.Fatal(err)
+	}
+	if committers != nil {
+		committers.Set(0, g)
 	}
 	c.nodes[id] = &testNode{id: id, dir: dir, store: s, g: g}
 	delete(c.down, id)
@@ -138,7 +162,7 @@ func (c *testCluster) settle() {
 		for _, m := range q {
 			busy = true
 			from, to := m.GetFrom(), m.GetTo()
-			if c.blocked(from, to) {
+			if c.blocked(from, to) || (c.drop != nil && c.drop(m)) {
 				if m.GetType() == pb.MsgSnap && !c.down[from] {
 					c.nodes[from].g.ReportSnapshot(to, false)
 				}

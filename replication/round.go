@@ -4,6 +4,8 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
+
+	"github.com/sluicehq/sluice/storage"
 )
 
 // roundVersion is the first byte of an encoded round. A node refuses a
@@ -19,14 +21,11 @@ const (
 // ErrBadRound is the error for bytes that are not an encoded round.
 var ErrBadRound = errors.New("replication: not an encoded round")
 
-// Op is one change of a round: a record key and its new value, or its
-// deletion. Followers write exactly these bytes: a round carries the state
-// the leader decided, never the command or the clock that decided it.
-type Op struct {
-	Key    []byte
-	Value  []byte // nil for a delete
-	Delete bool
-}
+// Op is one change of a round: a record key and its new value (nil for
+// a delete), or its deletion, as the store's committer hands it over.
+// Followers write exactly these bytes: a round carries the state the
+// leader decided, never the command or the clock that decided it.
+type Op = storage.ReplicaOp
 
 // Round is what one log entry replicates: the changes of one round of the
 // leader's committer, and who proposed it (Proposer, the node, and Seq,

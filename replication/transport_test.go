@@ -18,104 +18,24 @@ import (
 	"net"
 	"path/filepath"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
 	pb "go.etcd.io/raft/v3/raftpb"
 	"google.golang.org/protobuf/proto"
 
+	"github.com/sluicehq/sluice/internal/faultnet"
 	"github.com/sluicehq/sluice/storage"
 )
 
-// proxy forwards connections to target, and can cut every connection
-// through it and refuse new ones: a partition, as the fault-injection
-// harness of issue 29 will do between processes.
-type proxy struct {
-	l      net.Listener
-	target string
-	mu     struct {
-		sync.Mutex
-		cut   bool
-		conns map[net.Conn]struct{}
-	}
-	wg sync.WaitGroup
-}
-
-func newProxy(t *testing.T, target string) *proxy {
-	l, err := net.Listen("tcp", "127.0.0.1:0")
+// newProxy is a link through faultnet's proxy, closed with the test.
+func newProxy(t *testing.T, target string) *faultnet.Proxy {
+	p, err := faultnet.Listen(target)
 	if err != nil {
 		t.Fatal(err)
 	}
-	p := &proxy{l: l, target: target}
-	p.mu.conns = map[net.Conn]struct{}{}
-	p.wg.Add(1)
-	go p.serve()
-	t.Cleanup(func() {
-		l.Close()
-		p.setCut(true)
-		p.wg.Wait()
-	})
+	t.Cleanup(func() { p.Close() })
 	return p
-}
-
-func (p *proxy) serve() {
-	defer p.wg.Done()
-	for {
-		c, err := p.l.Accept()
-		if err != nil {
-			return
-		}
-		if !p.add(c) {
-			continue
-		}
-		up, err := net.Dial("tcp", p.target)
-		if err != nil || !p.add(up) {
-			p.remove(c)
-			continue
-		}
-		p.wg.Add(2)
-		go p.pipe(c, up)
-		go p.pipe(up, c)
-	}
-}
-
-func (p *proxy) pipe(dst, src net.Conn) {
-	defer p.wg.Done()
-	io.Copy(dst, src)
-	p.remove(dst)
-	p.remove(src)
-}
-
-func (p *proxy) add(c net.Conn) bool {
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	if p.mu.cut {
-		c.Close()
-		return false
-	}
-	p.mu.conns[c] = struct{}{}
-	return true
-}
-
-func (p *proxy) remove(c net.Conn) {
-	c.Close()
-	p.mu.Lock()
-	delete(p.mu.conns, c)
-	p.mu.Unlock()
-}
-
-// setCut cuts (or heals) the link: every connection through it is closed
-// and new ones are refused.
-func (p *proxy) setCut(cut bool) {
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	p.mu.cut = cut
-	if cut {
-		for c := range p.mu.conns {
-			c.Close()
-		}
-	}
 }
 
 // netNode is a node of the networked tests: its store, transport, and
@@ -135,13 +55,13 @@ type netCluster struct {
 	t     *testing.T
 	nodes map[uint64]*netNode
 	ls    map[uint64]net.Listener
-	links map[uint64]map[uint64]*proxy
+	links map[uint64]map[uint64]*faultnet.Proxy
 	tls   *tls.Config
 	keep  uint64
 }
 
 func newNetCluster(t *testing.T, ids []uint64, tlsCfg *tls.Config, keep uint64) *netCluster {
-	c := &netCluster{t: t, nodes: map[uint64]*netNode{}, ls: map[uint64]net.Listener{}, links: map[uint64]map[uint64]*proxy{}, tls: tlsCfg, keep: keep}
+	c := &netCluster{t: t, nodes: map[uint64]*netNode{}, ls: map[uint64]net.Listener{}, links: map[uint64]map[uint64]*faultnet.Proxy{}, tls: tlsCfg, keep: keep}
 	for _, id := range ids {
 		c.listen(id)
 	}
@@ -163,7 +83,7 @@ func (c *netCluster) listen(id uint64) {
 				continue
 			}
 			if c.links[pair[0]] == nil {
-				c.links[pair[0]] = map[uint64]*proxy{}
+				c.links[pair[0]] = map[uint64]*faultnet.Proxy{}
 			}
 			if c.links[pair[0]][pair[1]] == nil {
 				c.links[pair[0]][pair[1]] = newProxy(c.t, c.ls[pair[1]].Addr().String())
@@ -182,7 +102,7 @@ func (c *netCluster) startNode(id uint64, bootstrap []uint64) {
 		Node: id,
 		Addr: func(to uint64) (string, bool) {
 			if p := c.links[id][to]; p != nil {
-				return p.l.Addr().String(), true
+				return p.Addr(), true
 			}
 			return "", false
 		},
@@ -215,7 +135,11 @@ func (c *netCluster) partition(id uint64, cut bool) {
 	for a, m := range c.links {
 		for b, p := range m {
 			if a == id || b == id {
-				p.setCut(cut)
+				if cut {
+					p.Cut()
+				} else {
+					p.Heal()
+				}
 			}
 		}
 	}

@@ -63,6 +63,11 @@ type commitQueue struct {
 	// held says a transaction's changes are queued (Batch.Release):
 	// the round that takes them is applied whole, see commitSlice.
 	held bool
+	// lost are the rounds whose changes the Replicator did not commit
+	// (see lose), oldest first: a reply waiting for one gets the error.
+	lost []lostRounds
+	// index is the committer's number, for the Replicator.
+	index int
 	// Cumulative keys written to Pebble up to round applied, and up
 	// to round synced: their difference is what a crash can lose.
 	appliedKeys int64
@@ -169,6 +174,8 @@ type roundBufs struct {
 	// round takes in its place.
 	syncing *syncingRound
 	spare   syncingRound
+	// rep is the round's changes for Options.Replicator.
+	rep replicaRound
 }
 
 // syncingRound is a round of SyncAlways applied to Pebble whose fsync may
@@ -185,6 +192,10 @@ type syncingRound struct {
 	// fsynced is closed once Pebble's SyncWait returned err (awaitSync).
 	fsynced chan struct{}
 	err     error
+	// replicated, when not nil, is the Replicator's answer for the round,
+	// which awaitSync waits for instead of an fsync: the round is not in
+	// Pebble's log, and batch is unused.
+	replicated <-chan error
 }
 
 // commitLoop is committer c, the only writer to Pebble of its partitions'
@@ -430,10 +441,12 @@ func (s *Store) readRound(r *roundBufs, whole bool) error {
 		// In SyncAlways a dirty record unchanged since a round read it
 		// (no fMod) went out in that round, whose fsync runs: this round's
 		// own, later, covers it, and that round's settle marks it clean.
-		if ri >= 0 && t.recs[ri].flags&(fClean|fRound) == 0 && (s.opts.Sync != SyncAlways || t.recs[ri].flags&fMod != 0) {
+		if ri >= 0 && t.recs[ri].flags&(fClean|fRound) == 0 && (!s.syncsLater() || t.recs[ri].flags&fMod != 0) {
 			rec := &t.recs[ri]
 			var err error
-			if rec.flags&fDel != 0 {
+			if s.opts.Replicator != nil {
+				r.rep.add(t.key(rec), t.val(rec), rec.flags&fDel != 0)
+			} else if rec.flags&fDel != 0 {
 				err = batch.Delete(t.key(rec), nil)
 			} else {
 				err = batch.Set(t.key(rec), t.val(rec), nil)
@@ -467,6 +480,10 @@ func (s *Store) readRound(r *roundBufs, whole bool) error {
 // rounds are acknowledged in order, each only once an fsync covered it.
 // A cross round waits for its fsync: it is rare, and runs alone.
 func (s *Store) finishRound(q *commitQueue, r *roundBufs, round uint64, whole bool, err error) {
+	if s.opts.Replicator != nil {
+		s.finishReplicated(q, r, round, err)
+		return
+	}
 	batch := r.batch
 	opt := pebble.NoSync
 	if s.opts.Sync == SyncAlways {
@@ -479,7 +496,7 @@ func (s *Store) finishRound(q *commitQueue, r *roundBufs, round uint64, whole bo
 			err = s.db.ApplyNoSyncWait(batch, opt)
 		}
 		if err == nil {
-			s.syncLater(q, r, round, t0)
+			s.syncLater(q, r, round, t0, nil)
 			go s.awaitSync(q, r.syncing)
 			return
 		}
@@ -536,7 +553,7 @@ func (s *Store) finishRound(q *commitQueue, r *roundBufs, round uint64, whole bo
 // this one in r.syncing for settle, the next round taking the spare batch.
 // Its records stay dirty until settle: a reply in SyncAlways that reads
 // one waits for its fsync (see modify), so none is clean before.
-func (s *Store) syncLater(q *commitQueue, r *roundBufs, round uint64, t0 time.Time) {
+func (s *Store) syncLater(q *commitQueue, r *roundBufs, round uint64, t0 time.Time, replicated <-chan error) {
 	q.Lock()
 	q.applied = round
 	q.appliedKeys += int64(len(r.done))
@@ -561,7 +578,7 @@ func (s *Store) syncLater(q *commitQueue, r *roundBufs, round uint64, t0 time.Ti
 		r.spare.batch = s.db.NewBatch()
 	}
 	next := r.spare
-	r.spare = syncingRound{batch: r.batch, q: q, round: round, done: r.done, keys: keys, t0: t0, fsynced: make(chan struct{})}
+	r.spare = syncingRound{batch: r.batch, q: q, round: round, done: r.done, keys: keys, t0: t0, fsynced: make(chan struct{}), replicated: replicated}
 	r.syncing = &r.spare
 	r.batch, r.done = next.batch, next.done[:0]
 	if cap(r.keys) > maxKeptKeys {
@@ -573,7 +590,14 @@ func (s *Store) syncLater(q *commitQueue, r *roundBufs, round uint64, t0 time.Ti
 // the committer, which may meanwhile wait for keys (commitLoop) or apply
 // its next round. It is the only caller of p's SyncWait.
 func (s *Store) awaitSync(q *commitQueue, p *syncingRound) {
-	err := p.batch.SyncWait()
+	var err error
+	if p.replicated != nil {
+		if rerr := <-p.replicated; rerr != nil {
+			err = fmt.Errorf("%w: %w", ErrNotReplicated, rerr)
+		}
+	} else {
+		err = p.batch.SyncWait()
+	}
 	q.Lock()
 	p.err = err
 	q.fsyncReturned = true
@@ -601,6 +625,11 @@ func (s *Store) settle(r *roundBufs) {
 	q.Unlock()
 	if err == nil {
 		err = s.failedErr()
+	}
+	if errors.Is(err, ErrNotReplicated) {
+		s.lose(q, p.done, p.round, err)
+		p.batch.Reset()
+		return
 	}
 	if err != nil {
 		if !errors.Is(err, ErrFailed) {

@@ -178,9 +178,13 @@ func (s *Store) waitApplied(q *commitQueue, ticket uint64) error {
 		if err := s.failedErr(); err != nil {
 			return err
 		}
-		// In SyncAlways a round applied may still wait for its fsync
-		// (see finishRound): Flush waits for it too.
-		if q.applied >= ticket && (s.opts.Sync != SyncAlways || q.synced >= ticket) {
+		// A round applied may still wait for its fsync in SyncAlways, or
+		// for its group (replicated; it is in Pebble only then): Flush
+		// waits for it too.
+		if err := lostLocked(q, ticket); err != nil {
+			return err
+		}
+		if q.applied >= ticket && (!s.syncsLater() || q.synced >= ticket) {
 			return nil
 		}
 		// The committer is stuck on a failing write: answer now.

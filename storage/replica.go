@@ -64,6 +64,7 @@ type ReplicaBatch struct {
 type replicaRec struct {
 	end int  // end of its key in keys
 	put bool // else a delete
+	own bool // a round of this node's committer (PutOwnRecord)
 }
 
 // NewReplicaBatch returns an empty batch.
@@ -98,6 +99,29 @@ func (b *ReplicaBatch) DeleteRange(lower, upper []byte) error {
 // PutRecord writes the record key with value val, as a follower applies a
 // round: the bytes the leader decided, never recomputed.
 func (b *ReplicaBatch) PutRecord(key, val []byte) error {
+	return b.put(key, val, false)
+}
+
+// DeleteRecord removes the record key, if there is one.
+func (b *ReplicaBatch) DeleteRecord(key []byte) error {
+	return b.delete(key, false)
+}
+
+// PutOwnRecord and DeleteOwnRecord write a change of a round that this
+// node's committer handed to the Replicator and still waits for: the
+// table's record, if there is one, is left as it is (it holds that value,
+// or a later change of its own), and the record counts too (the change
+// counted them when it was made).
+func (b *ReplicaBatch) PutOwnRecord(key, val []byte) error {
+	return b.put(key, val, true)
+}
+
+// DeleteOwnRecord: see PutOwnRecord.
+func (b *ReplicaBatch) DeleteOwnRecord(key []byte) error {
+	return b.delete(key, true)
+}
+
+func (b *ReplicaBatch) put(key, val []byte, own bool) error {
 	if err := b.record(key); err != nil {
 		return err
 	}
@@ -105,12 +129,11 @@ func (b *ReplicaBatch) PutRecord(key, val []byte) error {
 		return err
 	}
 	b.keys = append(b.keys, key...)
-	b.recs = append(b.recs, replicaRec{end: len(b.keys), put: true})
+	b.recs = append(b.recs, replicaRec{end: len(b.keys), put: true, own: own})
 	return nil
 }
 
-// DeleteRecord removes the record key, if there is one.
-func (b *ReplicaBatch) DeleteRecord(key []byte) error {
+func (b *ReplicaBatch) delete(key []byte, own bool) error {
 	if err := b.record(key); err != nil {
 		return err
 	}
@@ -118,7 +141,7 @@ func (b *ReplicaBatch) DeleteRecord(key []byte) error {
 		return err
 	}
 	b.keys = append(b.keys, key...)
-	b.recs = append(b.recs, replicaRec{end: len(b.keys)})
+	b.recs = append(b.recs, replicaRec{end: len(b.keys), own: own})
 	return nil
 }
 
@@ -185,7 +208,7 @@ func (b *ReplicaBatch) Commit(sync bool) error {
 	for i, r := range b.recs {
 		key := b.keys[start:r.end]
 		start = r.end
-		s.replicated(key, r.put, existed[i])
+		s.replicated(key, r.put, r.own, existed[i])
 	}
 	b.Reset()
 	return nil
@@ -219,13 +242,18 @@ func (s *Store) exists(key []byte) (bool, error) {
 
 // replicated brings the hot-state table, the key filter and the record
 // counts in line with a record Pebble now holds (put) or no longer holds.
-func (s *Store) replicated(key []byte, put, existed bool) {
+// A change of this node's own round (own) leaves a record of the table
+// alone: it holds the change, or a later one.
+func (s *Store) replicated(key []byte, put, own, existed bool) {
 	h := maphash.Bytes(s.seed, key)
 	st := s.stripeOf(h)
 	st.mu.Lock()
 	defer st.mu.Unlock()
 	if put && s.filter != nil {
 		s.filter.add(h)
+	}
+	if own && st.mu.t.find(h, key) >= 0 {
+		return
 	}
 	switch {
 	case put && !existed:

@@ -153,6 +153,12 @@ type Options struct {
 	// Partitions is how many partitions Partition has; with a Partition,
 	// zero means DefaultPartitions.
 	Partitions int
+	// Replicator, when set, takes every committer's rounds instead of
+	// Pebble's log: the records are replicated (see replicate.go), and
+	// written to the store by the replicas' ReplicaBatch once their group
+	// committed them. A transaction over several committers' keys is then
+	// refused by it. Nil writes rounds to Pebble.
+	Replicator Replicator
 
 	// Disk, for tests, holds the store in memory instead of in the
 	// directory; nil for the real filesystem.
@@ -500,10 +506,15 @@ func OpenContext(ctx context.Context, dir string, o Options) (*Store, error) {
 	// The queues' bounds are shares of MaxQueued and MaxQueuedBytes; the
 	// cross queue's are never waited for (see Release).
 	s.committers = o.Committers
-	for range s.committers {
-		s.queues = append(s.queues, newCommitQueue(&s.opts, s.committers))
+	for i := range s.committers + 1 {
+		n := s.committers
+		if i == s.committers {
+			n = 1 // the cross queue
+		}
+		q := newCommitQueue(&s.opts, n)
+		q.index = i
+		s.queues = append(s.queues, q)
 	}
-	s.queues = append(s.queues, newCommitQueue(&s.opts, 1))
 	s.guard.wake = s.broadcastDone
 	s.guard.armed.Store(true)
 	s.committerDone = make(chan struct{})
@@ -1441,6 +1452,9 @@ func (s *Store) waitSynced(q *commitQueue, ticket uint64) error {
 				return err // the change stays queued and is written later
 			}
 		}
+		if err := lostLocked(q, ticket); err != nil {
+			return err
+		}
 		if q.synced >= ticket {
 			return nil
 		}
@@ -1589,8 +1603,8 @@ func (s *Store) syncLoop() {
 			if err := s.Flush(); err != nil {
 				continue
 			}
-			if s.opts.Sync != SyncEverySec {
-				continue
+			if s.opts.Sync != SyncEverySec || s.opts.Replicator != nil {
+				continue // replicated rounds are synced by their group
 			}
 			if err := s.syncApplied(); err != nil {
 				s.fail(fmt.Errorf("sync log: %w", err))

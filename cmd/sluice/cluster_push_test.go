@@ -252,3 +252,56 @@ func TestClusterRenumber(t *testing.T) {
 		t.Fatalf("move after renumber: %v\n%s", err, out.String())
 	}
 }
+
+// TestClusterShowFindsSlotsServedTwice is issue 29's add-a-node-by-list
+// case: a fourth node started with four addresses in --cluster-nodes takes
+// the initial topology of four, and serves slots 12288-16383 that the third
+// node still serves by the topology of three, at the same epoch 0. `sluice
+// cluster show` names the slots and both nodes and fails, as rebalance
+// does; the push it proposes leaves one node serving each slot, after
+// which rebalance adds the fourth node.
+func TestClusterShowFindsSlotsServedTwice(t *testing.T) {
+	addrs := freePorts(t, 4)
+	startCluster(t, addrs[:3])
+	d := startProc(t, t.TempDir(), "--addr", addrs[3], "--cluster-nodes", strings.Join(addrs, ","), "--cluster-ordinal", "3")
+	ctx := context.Background()
+	key := "foo"
+	for ownerOf(key, 4) != 3 {
+		key += "x"
+	}
+	if err := d.client(t).Do(ctx, "RL.REDUCE", key, 10, 60, "AT", clusterAt).Err(); err != nil {
+		t.Fatalf("the fourth node on its initial slots: %v; want it to serve them", err)
+	}
+	nodes := strings.Join(addrs, ",")
+	var out bytes.Buffer
+	for _, sub := range []string{"show", "rebalance"} {
+		out.Reset()
+		err := runReloading(ctx, nil, []string{"cluster", sub, "--nodes", nodes}, noEnvLookup, nil, &out, &out)
+		t.Logf("%s: %v\n%s", sub, err, out.String())
+		line := "slots 12288-16383: served by both " + addrs[2] + " (epoch 0) and " + addrs[3] + " (epoch 0)"
+		if err == nil || !strings.Contains(out.String(), line) {
+			t.Fatalf("%s with a slot range served twice: %v; want an error and the line %q", sub, err, line)
+		}
+	}
+	top := "1 " + strings.Join(cluster.Initial(addrs[:3]).Args()[1:], " ")
+	out.Reset()
+	if err := runReloading(ctx, nil, []string{"cluster", "push", "--nodes", nodes, "--topology", top}, noEnvLookup, nil, &out, &out); err != nil {
+		t.Fatalf("push %q: %v\n%s", top, err, out.String())
+	}
+	if err := d.client(t).Do(ctx, "RL.REDUCE", key, 10, 60, "AT", clusterAt).Err(); err == nil || !strings.HasPrefix(err.Error(), "MOVED ") || !strings.HasSuffix(err.Error(), addrs[2]) {
+		t.Fatalf("the fourth node after the push: %v; want MOVED to %s", err, addrs[2])
+	}
+	for _, sub := range []string{"show", "rebalance", "show"} {
+		out.Reset()
+		if err := runReloading(ctx, nil, []string{"cluster", sub, "--nodes", nodes}, noEnvLookup, nil, &out, &out); err != nil {
+			t.Fatalf("%s after the push: %v\n%s", sub, err, out.String())
+		}
+	}
+	after, err := cluster.Parse(strings.Fields(strings.SplitN(out.String(), "\n", 2)[0]))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if i := after.Index(cluster.NodeID(addrs[3])); i < 0 || (cluster.Topology{Nodes: after.Nodes[i : i+1]}).Assigned() != cluster.Slots/4 || after.Assigned() != cluster.Slots {
+		t.Errorf("show after the rebalance: %s; want every slot owned, a quarter by the fourth node", out.String())
+	}
+}

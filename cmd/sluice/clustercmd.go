@@ -109,6 +109,25 @@ func (clusterCommand) run(inv invocation, args []string) error {
 		return fmt.Errorf("%d node(s) answer as another node (their lines above): each serves the other node's slots from its own records and redirects its own slots to itself; "+
 			"stop it and start it with its own --cluster-ordinal on its own data directory, then run sluice cluster %s again", len(ct.impostors), sub)
 	}
+	// Two nodes serving one slot count its limits twice: show says so and
+	// fails; a move or rebalance planned from one of their topologies would
+	// leave the other serving, so they refuse until a push settles it.
+	if ov := cluster.Overlaps(ct.claims); len(ov) > 0 {
+		if sub == "show" {
+			fmt.Fprintln(stdout, strings.Join(t.Args(), " "))
+		}
+		if sub == "show" || sub == "move" || sub == "rebalance" {
+			for _, o := range ov {
+				fmt.Fprintf(stdout, "slots %s: served by both %s (epoch %d) and %s (epoch %d)\n",
+					cluster.FormatRanges(o.Slots), o.A.Addr, o.A.Epoch, o.B.Addr, o.B.Epoch)
+			}
+			fix := t
+			fix.Epoch++
+			return fmt.Errorf("%d pair(s) of nodes serve the same slots (their lines above), so limits there are counted twice: give every node one topology with "+
+				"sluice cluster push --nodes %s --topology '%s' (the highest topology under a new epoch; a node it does not give slots to redirects them), then add nodes with sluice cluster rebalance",
+				len(ov), strings.Join(ct.order, ","), strings.Join(fix.Args(), " "))
+		}
+	}
 	switch sub {
 	case "show":
 		fmt.Fprintln(stdout, strings.Join(t.Args(), " "))
@@ -215,6 +234,9 @@ type clusterTool struct {
 	// them.
 	epochs map[string]uint64
 	order  []string
+	// claims are the slots each answering node serves by its own
+	// topology, in order, as topology found them.
+	claims []cluster.Claim
 	// impostors are the lines naming each node of a topology whose
 	// CLUSTER MYID is not its address's ID, as topology found them.
 	impostors []string
@@ -253,6 +275,7 @@ func (ct *clusterTool) do(ctx context.Context, addr string, args ...any) (any, e
 // for its topology, and returns the one with the highest epoch.
 func (ct *clusterTool) topology(ctx context.Context, nodes []string) (cluster.Topology, error) {
 	var best cluster.Topology
+	var tops []cluster.Topology
 	found := false
 	asked, named := map[string]bool{}, map[string]bool{}
 	queue := slices.Clone(nodes)
@@ -279,16 +302,35 @@ func (ct *clusterTool) topology(ctx context.Context, nodes []string) (cluster.To
 		}
 		ct.epochs[addr] = t.Epoch
 		ct.order = append(ct.order, addr)
+		ct.claims = append(ct.claims, cluster.ClaimOf(t, addr))
 		for _, n := range t.Nodes {
 			queue = append(queue, n.Addr)
 			named[n.Addr] = true
 		}
+		tops = append(tops, t)
 		if !found || t.Epoch > best.Epoch {
 			best, found = t, true
 		}
 	}
 	if !found {
 		return best, fmt.Errorf("no node answered CLUSTER TOPOLOGY: %w", errors.Join(errs...))
+	}
+	// Of different topologies under the highest epoch (nodes started with
+	// different --cluster-nodes lists), the one most nodes have.
+	most := 0
+	for _, u := range tops {
+		if u.Epoch != best.Epoch {
+			continue
+		}
+		n := 0
+		for _, v := range tops {
+			if u.Equal(v) {
+				n++
+			}
+		}
+		if n > most {
+			best, most = u, n
+		}
 	}
 	return best, ct.checkIDs(ctx, named)
 }

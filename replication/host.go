@@ -1,0 +1,232 @@
+package replication
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"slices"
+	"sync"
+	"time"
+
+	"go.etcd.io/raft/v3"
+
+	"github.com/sluicehq/sluice/cluster"
+	"github.com/sluicehq/sluice/storage"
+)
+
+// ShardGroup is the Raft group of shard i of a cluster's placement
+// (cluster.Place). Group 1 is kept for the cluster's topology.
+func ShardGroup(i int) uint64 { return uint64(i) + 2 }
+
+// ShardBounds is the record keys of a shard with slots r: [lower, upper).
+// Record keys start with their hash slot, two bytes big-endian.
+func ShardBounds(r cluster.Range) (lower, upper []byte) {
+	end := int(r.Last) + 1
+	return []byte{byte(r.First >> 8), byte(r.First)}, []byte{byte(end >> 8), byte(end)}
+}
+
+// HostConfig configures the replicas that one node holds.
+type HostConfig struct {
+	// Store is the node's store, opened with Committers as its
+	// Replicator, one committer per shard of Shards, and a partition
+	// function that gives a record key its shard.
+	Store      *storage.Store
+	Committers *Committers
+	// Transport carries the groups' messages; the Host adds its groups.
+	Transport *Transport
+	// Shards is the cluster's placement; Ordinal this node's place in it.
+	Shards  []cluster.Shard
+	Ordinal int
+	// NodeID is the Raft identity of the replicas on the node of an
+	// ordinal: the node's own and its peers'.
+	NodeID func(ordinal int) uint64
+	// Group is the template of each group's Config: its timing and log
+	// bounds. Group, Node, Bootstrap, bounds, Store and Send are the
+	// Host's.
+	Group Config
+	// BalanceTicks is how often, in ticks, a leader that is not its
+	// shard's home hands leadership back to the home replica once that
+	// one has caught up; default 2 × the election ticks.
+	BalanceTicks int
+	Logger       *slog.Logger // default: discard
+}
+
+// Host runs the replicas one node holds of a replicated cluster's shards:
+// one group per shard whose replicas include the node, each proposing its
+// committer's rounds (Committers) and applying its group's, over one
+// transport, ticked by one clock. A shard's leadership goes back to its
+// home node (the first of its replicas) whenever that one is caught up,
+// so that every node leads its own share of the slots.
+type Host struct {
+	cfg    HostConfig
+	lg     *slog.Logger
+	groups []*Group // by shard; nil where this node holds no replica
+	ticks  int
+
+	mu      sync.Mutex
+	started bool
+	cancel  context.CancelFunc
+	wg      sync.WaitGroup
+	errs    []error
+}
+
+// NewHost opens the node's replicas: each group's state in the store, or
+// a group bootstrapped with the shard's replicas as voters.
+func NewHost(cfg HostConfig) (*Host, error) {
+	if cfg.Store == nil || cfg.Committers == nil || cfg.Transport == nil || cfg.NodeID == nil {
+		return nil, errors.New("replication: HostConfig needs a Store, Committers, a Transport and NodeID")
+	}
+	if cfg.Logger == nil {
+		cfg.Logger = slog.New(slog.DiscardHandler)
+	}
+	h := &Host{cfg: cfg, lg: cfg.Logger, groups: make([]*Group, len(cfg.Shards))}
+	self := cfg.NodeID(cfg.Ordinal)
+	for i, sh := range cfg.Shards {
+		if !slices.Contains(sh.Replicas, cfg.Ordinal) {
+			continue
+		}
+		gc := cfg.Group
+		gc.Group, gc.Node, gc.Store, gc.Send, gc.Logger = ShardGroup(i), self, cfg.Store, cfg.Transport.Send, cfg.Logger
+		gc.Lower, gc.Upper = ShardBounds(sh.Slots)
+		gc.Bootstrap = nil
+		for _, o := range sh.Replicas {
+			gc.Bootstrap = append(gc.Bootstrap, cfg.NodeID(o))
+		}
+		g, err := NewGroup(gc)
+		if err != nil {
+			return nil, fmt.Errorf("replication: shard %d: %w", i, err)
+		}
+		h.groups[i] = g
+		cfg.Transport.Add(g)
+		cfg.Committers.Set(i, g)
+	}
+	if h.cfg.BalanceTicks <= 0 {
+		et := cfg.Group.ElectionTicks
+		if et <= 0 {
+			et = DefaultElectionTicks
+		}
+		h.cfg.BalanceTicks = 2 * et
+	}
+	return h, nil
+}
+
+// Group returns the replica of shard i on this node, or nil.
+func (h *Host) Group(i int) *Group {
+	if i < 0 || i >= len(h.groups) {
+		return nil
+	}
+	return h.groups[i]
+}
+
+// Run drives every replica (its Ready loop) and ticks them every tick,
+// until Stop. A replica that fails stops alone: its shard answers from
+// the other replicas.
+func (h *Host) Run(tick time.Duration) {
+	ctx, cancel := context.WithCancel(context.Background())
+	h.mu.Lock()
+	if h.started {
+		h.mu.Unlock()
+		cancel()
+		return
+	}
+	h.started, h.cancel = true, cancel
+	h.mu.Unlock()
+	for i, g := range h.groups {
+		if g == nil {
+			continue
+		}
+		h.wg.Add(1)
+		go func() {
+			defer h.wg.Done()
+			if err := g.Run(ctx); err != nil && !errors.Is(err, context.Canceled) && !errors.Is(err, ErrStopped) {
+				h.lg.Error("replica stopped", "shard", i, "err", err)
+				h.mu.Lock()
+				h.errs = append(h.errs, fmt.Errorf("shard %d: %w", i, err))
+				h.mu.Unlock()
+			}
+		}()
+	}
+	h.wg.Add(1)
+	go func() {
+		defer h.wg.Done()
+		t := time.NewTicker(tick)
+		defer t.Stop()
+		for {
+			select {
+			case <-ctx.Done():
+				return
+			case <-t.C:
+			}
+			h.Tick()
+		}
+	}()
+}
+
+// Tick advances every replica's clock by one tick, and every BalanceTicks
+// hands leadership back home where it can.
+func (h *Host) Tick() {
+	for _, g := range h.groups {
+		if g != nil {
+			g.Tick()
+		}
+	}
+	h.ticks++
+	if h.ticks%h.cfg.BalanceTicks == 0 {
+		h.balance()
+	}
+}
+
+// balance asks each shard this node leads, that is not its home, to hand
+// leadership to its home replica if that one has every committed entry
+// and was heard from lately.
+func (h *Host) balance() {
+	for i, g := range h.groups {
+		if g == nil || h.cfg.Shards[i].Replicas[0] == h.cfg.Ordinal {
+			continue
+		}
+		home := h.cfg.NodeID(h.cfg.Shards[i].Replicas[0])
+		if g.caughtUp(home) {
+			h.lg.Info("handing a shard's leadership back to its home node", "shard", i, "to", home)
+			g.TransferLeadership(home)
+		}
+	}
+}
+
+// Stop stops every replica and waits for them. The store and the
+// transport stay open: their owner closes them.
+func (h *Host) Stop() error {
+	h.mu.Lock()
+	cancel := h.cancel
+	h.mu.Unlock()
+	if cancel != nil {
+		cancel()
+	}
+	for i, g := range h.groups {
+		if g != nil {
+			h.cfg.Committers.Set(i, nil)
+			h.cfg.Transport.Remove(g.cfg.Group)
+			g.Stop()
+		}
+	}
+	h.wg.Wait()
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	return errors.Join(h.errs...)
+}
+
+// caughtUp reports whether this replica leads its group and node's
+// replica is an active voter with every committed entry.
+func (g *Group) caughtUp(node uint64) bool {
+	ok := false
+	g.raft(func(rn *raft.RawNode) error {
+		st := rn.Status()
+		if st.RaftState != raft.StateLeader {
+			return nil
+		}
+		pr, found := st.Progress[node]
+		ok = found && !pr.IsLearner && pr.RecentActive && pr.Match >= st.GetCommit()
+		return nil
+	})
+	return ok
+}

@@ -1,0 +1,196 @@
+package replication
+
+import (
+	"errors"
+	"net"
+	"path/filepath"
+	"strconv"
+	"testing"
+	"time"
+
+	"github.com/sluicehq/sluice/cluster"
+	"github.com/sluicehq/sluice/storage"
+)
+
+// hostNode is one node of the Host tests: a store, a transport on a
+// listener of its own, and the Host over them, ticking on a timer.
+type hostNode struct {
+	ordinal    int
+	store      *storage.Store
+	committers *Committers
+	addr       string
+	tr         *Transport
+	h          *Host
+}
+
+type hostCluster struct {
+	t      *testing.T
+	shards []cluster.Shard
+	nodes  []*hostNode
+	slotOf [cluster.Slots]int // shard of each slot
+}
+
+func nodeID(ordinal int) uint64 { return uint64(ordinal) + 1 }
+
+func newHostCluster(t *testing.T, n, r int) *hostCluster {
+	shards, err := cluster.Place(n, r)
+	if err != nil {
+		t.Fatal(err)
+	}
+	c := &hostCluster{t: t, shards: shards}
+	for i, sh := range shards {
+		for s := int(sh.Slots.First); s <= int(sh.Slots.Last); s++ {
+			c.slotOf[s] = i
+		}
+	}
+	for o := range n {
+		ln, err := net.Listen("tcp", "127.0.0.1:0")
+		if err != nil {
+			t.Fatal(err)
+		}
+		ln.Close() // its port, for start to listen on again
+		committers := &Committers{}
+		opts := storage.Options{
+			Sync:       storage.SyncAlways,
+			Replicator: committers,
+			Committers: len(shards), Partitions: len(shards),
+			Partition: func(key []byte) int { return c.slotOf[(int(key[0])<<8|int(key[1]))%cluster.Slots] },
+		}
+		s, err := storage.Open(filepath.Join(t.TempDir(), "n"+strconv.Itoa(o)), opts)
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { s.Close() })
+		c.nodes = append(c.nodes, &hostNode{ordinal: o, store: s, committers: committers, addr: ln.Addr().String()})
+	}
+	for o := range c.nodes {
+		c.start(o)
+	}
+	return c
+}
+
+// start starts node o's transport and Host on its store.
+func (c *hostCluster) start(o int) {
+	t := c.t
+	n := c.nodes[o]
+	tr, err := NewTransport(TransportConfig{Node: nodeID(o), Addr: func(id uint64) (string, bool) {
+		if id == 0 || int(id) > len(c.nodes) {
+			return "", false
+		}
+		return c.nodes[id-1].addr, true
+	}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var ln net.Listener
+	for range 100 { // the port was let go by the node before: take it again
+		if ln, err = net.Listen("tcp", n.addr); err == nil {
+			break
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	if err != nil {
+		t.Fatal(err)
+	}
+	go tr.Serve(ln)
+	h, err := NewHost(HostConfig{Store: n.store, Committers: n.committers, Transport: tr,
+		Shards: c.shards, Ordinal: o, NodeID: nodeID})
+	if err != nil {
+		t.Fatal(err)
+	}
+	n.tr, n.h = tr, h
+	h.Run(5 * time.Millisecond)
+	t.Cleanup(func() { c.stop(o) })
+}
+
+// stop stops node o's Host and transport, as a crash would as far as its
+// peers can tell; its store stays open for a restart.
+func (c *hostCluster) stop(o int) {
+	n := c.nodes[o]
+	if n.h == nil {
+		return
+	}
+	if err := n.h.Stop(); err != nil {
+		c.t.Errorf("node %d: %v", o, err)
+	}
+	n.tr.Close()
+	n.h, n.tr = nil, nil
+}
+
+// waitFor waits until cond holds; the deadline only bounds a hang.
+func (c *hostCluster) waitFor(what string, cond func() bool) {
+	c.t.Helper()
+	for deadline := time.Now().Add(30 * time.Second); !cond(); time.Sleep(5 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			c.t.Fatalf("waiting for %s", what)
+		}
+	}
+}
+
+// serving returns the ordinal of the node serving shard i, or -1.
+func (c *hostCluster) serving(i int) int {
+	for o, n := range c.nodes {
+		if n.h != nil && n.h.Group(i) != nil && n.h.Group(i).Status().Serving {
+			return o
+		}
+	}
+	return -1
+}
+
+// keyIn is a record key in shard i.
+func (c *hostCluster) keyIn(i int, name string) []byte {
+	s := c.shards[i].Slots.First
+	return append([]byte{byte(s >> 8), byte(s)}, name...)
+}
+
+// commit sets key to val on node o.
+func (c *hostCluster) commit(o int, key []byte, val string) error {
+	b := c.nodes[o].store.NewBatch()
+	if err := b.Modify(key, setTo(val)); err != nil {
+		return err
+	}
+	return b.Commit()
+}
+
+func (c *hostCluster) read(o int, key []byte) string {
+	var r reader
+	if err := c.nodes[o].store.NewBatch().Modify(key, &r); err != nil {
+		c.t.Fatal(err)
+	}
+	return r.val
+}
+
+// TestHostLeadsEachShardFromItsHome: three nodes, three shards of three
+// replicas: each shard comes to be led by its home node, a change
+// committed there reaches every replica, a change on a replica that does
+// not lead is refused; when the home node stops another replica takes
+// the shard over, and when it returns the shard goes back to it.
+func TestHostLeadsEachShardFromItsHome(t *testing.T) {
+	c := newHostCluster(t, 3, 3)
+	for i := range c.shards {
+		c.waitFor("shard "+strconv.Itoa(i)+" led from its home", func() bool { return c.serving(i) == i })
+	}
+	for i := range c.shards {
+		key := c.keyIn(i, "k")
+		if err := c.commit(i, key, "v"+strconv.Itoa(i)); err != nil {
+			t.Fatalf("commit on shard %d's leader: %v", i, err)
+		}
+		other := (i + 1) % len(c.nodes)
+		if err := c.commit(other, key, "no"); !errors.Is(err, storage.ErrNotReplicated) {
+			t.Errorf("commit of shard %d on node %d, not its leader: %v; want ErrNotReplicated", i, other, err)
+		}
+		for o := range c.nodes {
+			o := o
+			c.waitFor("shard "+strconv.Itoa(i)+"'s change on node "+strconv.Itoa(o), func() bool { return c.read(o, key) == "v"+strconv.Itoa(i) })
+		}
+	}
+	c.stop(0)
+	c.waitFor("shard 0 led by another node", func() bool { return c.serving(0) > 0 })
+	lead := c.serving(0)
+	if err := c.commit(lead, c.keyIn(0, "k"), "after"); err != nil {
+		t.Fatalf("commit on shard 0's new leader, node %d: %v", lead, err)
+	}
+	c.start(0)
+	c.waitFor("shard 0 back on its home", func() bool { return c.serving(0) == 0 })
+	c.waitFor("node 0 to have the change made while it was down", func() bool { return c.read(0, c.keyIn(0, "k")) == "after" })
+}

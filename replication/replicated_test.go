@@ -1,0 +1,243 @@
+package replication
+
+import (
+	"errors"
+	"runtime"
+	"testing"
+	"time"
+
+	"github.com/sluicehq/sluice/storage"
+)
+
+// The store's own writes through its group (storage.Options.Replicator):
+// a Batch committed on the leader is proposed as a round by the store's
+// committer, and its Commit returns once the group has committed it.
+
+// setTo is a mutator that sets a record's value.
+type setTo string
+
+func (v setTo) Mutate([]byte, bool) ([]byte, storage.Op, error) {
+	return []byte(v), storage.Put, nil
+}
+
+// reader is a mutator that only reads.
+type reader struct {
+	val   string
+	found bool
+}
+
+func (r *reader) Mutate(old []byte, found bool) ([]byte, storage.Op, error) {
+	r.val, r.found = string(old), found
+	return nil, storage.Keep, nil
+}
+
+// get reads key on node id as a command would: the store's table first.
+func (c *testCluster) get(id uint64, key []byte) (string, bool) {
+	c.t.Helper()
+	var r reader
+	if err := c.nodes[id].store.NewBatch().Modify(key, &r); err != nil {
+		c.t.Fatalf("node %d: read %q: %v", id, key, err)
+	}
+	return r.val, r.found
+}
+
+// commitAsync sets key to val on node id in a Batch and commits it, on a
+// goroutine of its own: the Commit waits for the group, which the test
+// drives.
+func (c *testCluster) commitAsync(id uint64, key []byte, val string) <-chan error {
+	done := make(chan error, 1)
+	s := c.nodes[id].store
+	go func() {
+		b := s.NewBatch()
+		if err := b.Modify(key, setTo(val)); err != nil {
+			done <- err
+			return
+		}
+		done <- b.Commit()
+	}()
+	return done
+}
+
+// driveUntil settles the cluster, ticking it when tick is set, until done
+// answers, and returns the answer. The deadline only bounds a hang.
+func (c *testCluster) driveUntil(done <-chan error, tick bool) error {
+	c.t.Helper()
+	for deadline := time.Now().Add(30 * time.Second); time.Now().Before(deadline); {
+		select {
+		case err := <-done:
+			return err
+		default:
+		}
+		if tick {
+			for _, id := range c.ids {
+				if !c.down[id] {
+					c.nodes[id].g.Tick()
+				}
+			}
+		}
+		c.settle()
+		runtime.Gosched()
+	}
+	c.t.Fatal("the commit never returned")
+	return nil
+}
+
+var keyA, keyB = []byte("\x00\x01a"), []byte("\x00\x02b")
+
+// TestReplicatedCommitReachesEveryReplica: a Batch committed on the
+// leader returns once its round is committed by the group, and every
+// replica then holds the record, counted once.
+func TestReplicatedCommitReachesEveryReplica(t *testing.T) {
+	c := newTestClusterOf(t, 3, 100, true, false)
+	lead := c.electLeader()
+	if err := c.driveUntil(c.commitAsync(lead, keyA, "v1"), false); err != nil {
+		t.Fatalf("commit on the leader: %v", err)
+	}
+	c.settle()
+	for _, id := range c.ids {
+		if v, ok := c.get(id, keyA); !ok || v != "v1" {
+			t.Errorf("node %d: %q %v; want v1", id, v, ok)
+		}
+		if n := c.nodes[id].store.Records(); n != 1 {
+			t.Errorf("node %d counts %d records; want 1", id, n)
+		}
+	}
+	// A follower's store refuses its own writes: it is not the leader.
+	var follower uint64
+	for _, id := range c.ids {
+		if id != lead {
+			follower = id
+		}
+	}
+	err := c.driveUntil(c.commitAsync(follower, keyB, "no"), false)
+	if !errors.Is(err, storage.ErrNotReplicated) || !errors.Is(err, ErrNotLeader) {
+		t.Fatalf("commit on a follower: %v; want ErrNotReplicated for ErrNotLeader", err)
+	}
+	c.dropped(follower, keyB, 1)
+}
+
+// dropped fails unless node id no longer shows a change of key it made
+// and its group did not commit, and counts records records.
+func (c *testCluster) dropped(id uint64, key []byte, records int64) {
+	c.t.Helper()
+	if v, ok := c.get(id, key); ok {
+		c.t.Errorf("node %d still reads %q under %q, a change its group did not commit", id, v, key)
+	}
+	if n := c.nodes[id].store.Records(); n != records {
+		c.t.Errorf("node %d counts %d records; want %d", id, n, records)
+	}
+}
+
+// TestDeposedLeaderDropsWhatItsGroupDidNotCommit: a leader cut off from
+// its group takes a change it cannot replicate; its Commit fails with
+// ErrNotReplicated once it is no longer the leader, and the change is no
+// longer readable there, while what the new leader commits reaches it.
+func TestDeposedLeaderDropsWhatItsGroupDidNotCommit(t *testing.T) {
+	c := newTestClusterOf(t, 3, 100, true, false)
+	old := c.electLeader()
+	if err := c.driveUntil(c.commitAsync(old, keyA, "v1"), false); err != nil {
+		t.Fatalf("commit on the leader: %v", err)
+	}
+	var others []uint64
+	for _, id := range c.ids {
+		if id != old {
+			others = append(others, id)
+			c.cut[[2]uint64{old, id}] = true
+		}
+	}
+	lost := c.commitAsync(old, keyA, "v2")
+	// Until the commit fails, the cut-off leader shows its change: that
+	// is what a lost write in everysec looks like to its own clients.
+	err := c.driveUntil(lost, true)
+	if !errors.Is(err, storage.ErrNotReplicated) {
+		t.Fatalf("commit on a leader cut off from its group: %v; want ErrNotReplicated", err)
+	}
+	if v, _ := c.get(old, keyA); v != "v1" {
+		t.Errorf("the deposed leader reads %q; want the committed v1", v)
+	}
+	lead := c.electLeader(others...)
+	if err := c.driveUntil(c.commitAsync(lead, keyB, "w"), false); err != nil {
+		t.Fatalf("commit on the new leader: %v", err)
+	}
+	clear(c.cut)
+	c.tickUntil(500, "the old leader to follow", func() bool {
+		v, _ := c.get(old, keyB)
+		return v == "w"
+	})
+	for _, id := range c.ids {
+		if v, _ := c.get(id, keyA); v != "v1" {
+			t.Errorf("node %d reads %q under key A; want v1", id, v)
+		}
+		if n := c.nodes[id].store.Records(); n != 2 {
+			t.Errorf("node %d counts %d records; want 2", id, n)
+		}
+	}
+}
+
+// TestDeposedLeaderDropsChangesNotYetProposed: in everysec a change waits
+// in the leader's table before its round is proposed, and its Commit has
+// returned; once that leader is deposed (cut off, CheckQuorum), the
+// change, which the group never saw, is dropped there.
+func TestDeposedLeaderDropsChangesNotYetProposed(t *testing.T) {
+	c := newTestClusterOf(t, 3, 100, true, true)
+	old := c.electLeader()
+	if err := c.driveUntil(c.commitAsync(old, keyA, "v1"), false); err != nil {
+		t.Fatalf("commit on the leader: %v", err)
+	}
+	if v, _ := c.get(old, keyA); v != "v1" {
+		t.Fatalf("the leader reads %q after its commit; want v1", v)
+	}
+	for _, id := range c.ids {
+		if id != old {
+			c.cut[[2]uint64{old, id}] = true
+		}
+	}
+	c.tickUntil(500, "the cut-off leader to step down", func() bool { return c.nodes[old].g.Status().Role != "leader" })
+	c.dropped(old, keyA, 0)
+}
+
+// TestLeaderKeepsItsLaterChangeWhenItsRoundApplies: a record changed on
+// the leader again while its previous round waits for the group keeps the
+// later value when that round is applied there, and the later round
+// brings it to every replica.
+func TestLeaderKeepsItsLaterChangeWhenItsRoundApplies(t *testing.T) {
+	c := newTestClusterOf(t, 3, 100, true, false)
+	lead := c.electLeader()
+	g := c.nodes[lead].g
+	first := c.commitAsync(lead, keyA, "v1")
+	for deadline := time.Now().Add(30 * time.Second); ; runtime.Gosched() {
+		g.mu.Lock()
+		n := len(g.mu.waiters)
+		g.mu.Unlock()
+		if n > 0 {
+			break // the round of v1 is proposed, not yet committed
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("the round of v1 was never proposed")
+		}
+	}
+	b := c.nodes[lead].store.NewBatch()
+	if err := b.Modify(keyA, setTo("v2")); err != nil {
+		t.Fatal(err)
+	}
+	if err := c.driveUntil(first, false); err != nil {
+		t.Fatalf("commit of v1: %v", err)
+	}
+	if v, _ := c.get(lead, keyA); v != "v2" {
+		t.Fatalf("the leader reads %q once its round of v1 is applied; want its later v2", v)
+	}
+	second := make(chan error, 1)
+	go func() { second <- b.Commit() }()
+	if err := c.driveUntil(second, false); err != nil {
+		t.Fatalf("commit of v2: %v", err)
+	}
+	c.settle()
+	for _, id := range c.ids {
+		if v, _ := c.get(id, keyA); v != "v2" {
+			t.Errorf("node %d reads %q; want v2", id, v)
+		}
+		if n := c.nodes[id].store.Records(); n != 1 {
+			t.Errorf("node %d counts %d records; want 1", id, n)
+		}
+	}
+}
