@@ -33,9 +33,14 @@ var (
 
 // Defaults of ClusterConfig.
 const (
-	DefaultForwardTimeout = clusternode.DefaultForwardTimeout
-	DefaultMaxClockSkew   = clusternode.DefaultMaxClockSkew
+	DefaultForwardTimeout  = clusternode.DefaultForwardTimeout
+	DefaultMaxClockSkew    = clusternode.DefaultMaxClockSkew
+	DefaultElectionTimeout = clusternode.DefaultElectionTimeout
 )
+
+// ReplicatedStoreOptions is clusternode.ReplicatedStoreOptions: the store
+// options of a node of a cluster with replicated shards.
+var ReplicatedStoreOptions = clusternode.ReplicatedStoreOptions
 
 var (
 	errClusterDisabled      = resp.Error("ERR This instance has cluster support disabled")

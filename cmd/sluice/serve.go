@@ -78,6 +78,11 @@ func (serveCommand) run(inv invocation, args []string) (err error) {
 		clusterCfg.ForwardTimeout = cfg.clusterTimeout
 		clusterCfg.MaxClockSkew = cfg.clusterClockSkew
 		clusterCfg.ReassignFrom = cfg.clusterReassign
+		clusterCfg.Replicas = cfg.clusterReplicas
+		clusterCfg.ElectionTimeout = cfg.clusterElection
+		if cfg.clusterBusNodes != "" {
+			clusterCfg.BusNodes = strings.Split(cfg.clusterBusNodes, ",")
+		}
 	}
 	if cfg.rlsConfig != "" {
 		if _, err := rls.Load(cfg.rlsConfig, int64(cfg.maxConfigFile)); err != nil {
@@ -102,7 +107,7 @@ func (serveCommand) run(inv invocation, args []string) (err error) {
 	}
 	// A signal stops the open too: replaying a long log, or a store that
 	// cannot be opened, must not make the process ignore SIGTERM.
-	store, err := storage.OpenContext(ctx, cfg.data, server.StoreOptions(storage.Options{
+	storeOpts := server.StoreOptions(storage.Options{
 		Sync:           mode,
 		CacheSize:      int64(cfg.cacheSize),
 		CacheMemory:    offIfZero(int64(cfg.cacheMemory)),
@@ -112,7 +117,15 @@ func (serveCommand) run(inv invocation, args []string) (err error) {
 		MaxQueuedBytes: int(cfg.commitQueueMem),
 		Committers:     cfg.committers,
 		Logger:         log,
-	}))
+	})
+	if clusterCfg != nil && clusterCfg.Replicas > 1 {
+		// One committer per shard, proposing its rounds to the shard's
+		// group.
+		if storeOpts, clusterCfg.Replicator, err = server.ReplicatedStoreOptions(storeOpts, len(clusterCfg.Nodes), clusterCfg.Replicas); err != nil {
+			return fmt.Errorf("--cluster-replicas: %w", err)
+		}
+	}
+	store, err := storage.OpenContext(ctx, cfg.data, storeOpts)
 	if err != nil {
 		if ctx.Err() != nil {
 			return fmt.Errorf("stopped by a signal while opening the store: %w", err)

@@ -32,6 +32,7 @@ import (
 	"github.com/sluicehq/sluice/internal/engine"
 	"github.com/sluicehq/sluice/internal/resp"
 	"github.com/sluicehq/sluice/keyspace"
+	"github.com/sluicehq/sluice/replication"
 	"github.com/sluicehq/sluice/storage"
 )
 
@@ -62,6 +63,21 @@ type Config struct {
 	// under way; default DefaultPauseWait. No flag sets it: tests shorten
 	// it.
 	PauseWait time.Duration
+
+	// Replicas is how many replicas each shard has: 0 or 1, one copy of
+	// each slot, on the topology pushed by sluice cluster; 3 or 5, shards
+	// replicated with Raft, placed from Nodes (replicated.go).
+	Replicas int
+	// Replicator is the store's Options.Replicator when Replicas is above
+	// 1: the store was opened with ReplicatedStoreOptions.
+	Replicator *replication.Committers
+	// BusNodes are the addresses of the nodes' replication listeners, in
+	// the order of Nodes; empty: each node's host and port plus 10000.
+	BusNodes []string
+	// ElectionTimeout is how long a shard's replicas go without a word
+	// from its leader before electing another; default
+	// DefaultElectionTimeout.
+	ElectionTimeout time.Duration
 }
 
 // Options is what Open needs besides the user's Config.
@@ -104,6 +120,7 @@ type Node struct {
 	mig    migration  // slots being moved off this node (migrate.go)
 	imp    imports    // slots being moved to this node (migrate.go)
 	fwd    forwarder
+	rep    *replicas // replicated shards; nil with one copy per slot
 }
 
 // MetaTopology is the store's metadata name of the topology in use.
@@ -171,6 +188,15 @@ func Open(o Options) (*Node, error) {
 	}
 	s.myAddr = cc.Self
 	s.myID = cluster.NodeID(cc.Self)
+	if cc.Replicas > 1 {
+		if stored, err := s.store.Meta(MetaTopology); err != nil || stored != nil {
+			return nil, fmt.Errorf("server: --cluster-replicas %d on a data directory of a cluster with one copy per slot (it holds a pushed topology): start it on a new directory: %v", cc.Replicas, err)
+		}
+		if err := s.openReplicated(cc); err != nil {
+			return nil, err
+		}
+		return s, nil
+	}
 	top := cluster.Initial(cc.Nodes)
 	if top.Index(s.myID) < 0 {
 		top.Nodes = append(top.Nodes, cluster.Node{ID: s.myID, Addr: cc.Self})
@@ -407,6 +433,8 @@ func (s *Node) Command(x *dispatch.Ctx, args [][]byte, c Caller) error {
 		x.Out = resp.AppendBulkString(x.Out, clustercmd.Nodes(v.top, int(v.self)-1))
 	case sub == "topology" && len(args) == 2:
 		x.Out = resp.AppendBulkString(x.Out, strings.Join(v.top.Args(), " "))
+	case s.rep != nil && (sub == "settopology" || sub == "migrate" || sub == "import" || sub == "restore" || sub == "drop"):
+		return errReplicatedTopology
 	case sub == "settopology" && len(args) >= 5:
 		str := make([]string, len(args)-2)
 		for i, a := range args[2:] {
@@ -450,7 +478,14 @@ var Help = []string{
 }
 
 // Close closes the connections kept to other nodes for forwarding.
-func (s *Node) Close() { s.fwd.closeAll() }
+func (s *Node) Close() {
+	s.fwd.closeAll()
+	if s.rep != nil {
+		if err := s.rep.close(); err != nil {
+			s.log.Error("cluster: a shard's replica failed", "err", err)
+		}
+	}
+}
 
 // setTopology takes a pushed topology when its epoch is above the one in
 // use, storing it (synced) before using it. The same topology pushed again
