@@ -28,11 +28,14 @@ var layers = [][]string{
 	{"keyspace", "rls", "internal/rules", "internal/cmddoc", "internal/clustercmd", "internal/counterhit"},
 	// The engine every front end runs its limit operations in.
 	{"internal/engine"},
-	// The RESP front end's seam, then its command families.
+	// The RESP front end's seam, then its command families and the
+	// cluster node (routing, forwarded counters, slot moves), which the
+	// engine reaches through engine.Cluster.
 	{"internal/dispatch"},
-	{"internal/limitcmd", "internal/conncmd"},
-	// The front ends in packages of their own.
-	{"internal/divvy", "internal/check", "internal/envoy"},
+	{"internal/limitcmd", "internal/conncmd", "internal/clusternode"},
+	// The front ends in packages of their own, and the HTTP listeners'
+	// server.
+	{"internal/divvy", "internal/check", "internal/envoy", "internal/httpport"},
 	// The other front ends and the composition root.
 	{"server"},
 	// The binaries.

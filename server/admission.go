@@ -155,5 +155,3 @@ func (s *Server) acceptEach(l *admit.Listener, serve func(net.Conn) bool) error 
 		}
 	}
 }
-
-var http503 = []byte("HTTP/1.1 503 Service Unavailable\r\nContent-Type: text/plain; charset=utf-8\r\nContent-Length: 30\r\nConnection: close\r\n\r\nmax number of clients reached\n")

@@ -18,7 +18,7 @@ func TestBackupAuth(t *testing.T) {
 			r.SetBasicAuth(user, pass)
 		}
 		w := httptest.NewRecorder()
-		srv.serveBackup(w, r)
+		srv.http.backup.ServeHTTP(w, r)
 		return w
 	}
 	withPass := startServer(t, Config{Password: "pw", BackupDir: t.TempDir()})

@@ -4,6 +4,7 @@ import (
 	"net"
 
 	"github.com/sluicehq/sluice/internal/check"
+	"github.com/sluicehq/sluice/internal/httpport"
 	"github.com/sluicehq/sluice/internal/rules"
 )
 
@@ -24,7 +25,7 @@ func ValidateCheckFieldHeader(f CheckFieldHeader) error { return check.ValidateF
 // checkState is the endpoint's handler and its HTTP server.
 type checkState struct {
 	h      *check.Handler
-	served served
+	served httpport.Listener
 }
 
 // initCheck makes the endpoint's handler; New calls it.
@@ -47,8 +48,8 @@ func (s *Server) ServeCheck(ln net.Listener) error {
 	if s.pol.Current() == nil {
 		return rules.ErrNoPolicy
 	}
-	srv := s.newHTTPServer(s.check.h)
-	if !s.check.served.start(srv, &s.closing) {
+	srv := s.http.port.NewServer(s.check.h)
+	if !s.http.port.Start(&s.check.served, srv) {
 		return net.ErrClosed
 	}
 	s.log.Info("serving the forward-auth endpoint /check", "addr", ln.Addr().String(), "tls", s.tls != nil, "policy", s.pol.Path)
@@ -56,9 +57,9 @@ func (s *Server) ServeCheck(ln net.Listener) error {
 		s.log.Warn("protected mode: /check answers proxies on loopback only (or, with --tls-ca, proxies that present a client certificate); set --protected-mode no to serve others", "addr", ln.Addr().String())
 	}
 	// /check has no probe reserve: it takes its slot as RESP does.
-	return s.serveHTTPOn(&s.check.served, ln, "check", s.adm.Take)
+	return s.http.port.Serve(&s.check.served, ln, "check", s.adm.Take)
 }
 
 // closeCheck stops the endpoint; Close calls it once no new request may
 // start a hit.
-func (s *Server) closeCheck() { s.check.served.stop() }
+func (s *Server) closeCheck() { s.check.served.Stop() }

@@ -1,299 +1,51 @@
 package server
 
 import (
-	"errors"
-	"fmt"
-	"slices"
 	"strconv"
 	"strings"
-	"sync"
-	"sync/atomic"
 	"time"
 
-	"github.com/sluicehq/sluice/cluster"
-	"github.com/sluicehq/sluice/internal/clustercmd"
+	"github.com/sluicehq/sluice/internal/clusternode"
 	"github.com/sluicehq/sluice/internal/cmddoc"
 	"github.com/sluicehq/sluice/internal/errs"
 	"github.com/sluicehq/sluice/internal/resp"
 	"github.com/sluicehq/sluice/keyspace"
-	"github.com/sluicehq/sluice/storage"
 )
 
-// Cluster mode: the Redis Cluster protocol over a topology decided outside
-// the nodes (package cluster). Every keyed command is checked once, in
-// exec, against the slot table of the topology in use: a key another node
-// owns is answered -MOVED, a slot nobody owns -CLUSTERDOWN, keys of several
-// slots in one command -CROSSSLOT. CLUSTER answers the replies cluster
-// clients read (SLOTS, SHARDS, NODES, INFO, MYID, KEYSLOT), and CLUSTER
-// SETTOPOLOGY takes a topology pushed with a higher epoch and stores it, so
-// a restarted node keeps it.
+// Cluster mode's RESP side: package clusternode is the node (its
+// topology, slot moves, forwarded counters); here every keyed command is
+// checked once, in exec, against its slot table (routeKeys), and the
+// CLUSTER, ASKING and SLUICE.COUNTERHIT commands are handed to it.
 
-// ClusterConfig turns cluster mode on.
-type ClusterConfig struct {
-	// Nodes are the announced host:port of the initial nodes, in ordinal
-	// order: ordinal i owns slots ⌊16384·i/N⌋ to ⌊16384·(i+1)/N⌋−1 until a
-	// topology is pushed.
-	Nodes []string
-	// Self is this node's announced host:port. When it is not among Nodes
-	// (a pod added by scaling the StatefulSet up), the node starts as a
-	// member that owns no slot, until a rebalance gives it some.
-	Self string
-	// ForwardTimeout bounds one counter hit forwarded to the node owning
-	// the counter (forward.go); default DefaultForwardTimeout.
-	ForwardTimeout time.Duration
-	// MaxClockSkew bounds how far the clock of a node forwarding a counter
-	// hit (SLUICE.COUNTERHIT's now) may be from this node's: a now further
-	// off is clamped to this node's clock ± MaxClockSkew; default
-	// DefaultMaxClockSkew.
-	MaxClockSkew time.Duration
-	// ReassignFrom is the announced host:port of the node a data directory
-	// was recorded as, to start it as Self anyway (a volume re-assigned on
-	// purpose); it then records Self. Empty: a directory recorded as
-	// another node than Self is refused (ErrClusterIdentity).
-	ReassignFrom string
-}
+// ClusterConfig turns cluster mode on (clusternode.Config).
+type ClusterConfig = clusternode.Config
 
-// metaTopology is the store's metadata name of the topology in use.
-const metaTopology = "cluster.topology"
+// Errors of a start in cluster mode, as clusternode makes them.
+var (
+	// ErrClusterIdentity is wrapped by the error of a start that would
+	// serve a data directory as another node than the one it belongs to.
+	ErrClusterIdentity = clusternode.ErrClusterIdentity
+	// ErrClusterStateRepaired is wrapped by the error of a start on a
+	// store whose cluster state sluice repair brought back older than it
+	// may have been, without Config.AcceptRepairedClusterState.
+	ErrClusterStateRepaired = clusternode.ErrClusterStateRepaired
+)
 
-// metaSelf is the store's metadata name of the node its data directory
-// belongs to: "v1 " and the announced host:port, recorded on the first
-// start in cluster mode.
-const metaSelf = "cluster.self"
+// Defaults of ClusterConfig.
+const (
+	DefaultForwardTimeout  = clusternode.DefaultForwardTimeout
+	DefaultMaxClockSkew    = clusternode.DefaultMaxClockSkew
+	DefaultElectionTimeout = clusternode.DefaultElectionTimeout
+)
 
-// ErrClusterIdentity is wrapped by the error of a start that would serve
-// a data directory as another node than the one it belongs to.
-var ErrClusterIdentity = errors.New("server: the data directory belongs to another cluster node")
-
-// ErrClusterStateRepaired is wrapped by the error of a start on a store
-// whose cluster state sluice repair brought back older than it may have
-// been, without Config.AcceptRepairedClusterState.
-var ErrClusterStateRepaired = errors.New("server: sluice repair brought back this node's cluster state as it was before a table it could not read")
-
-// clusterState is the server's cluster mode. view is replaced as a whole
-// when a topology is pushed; a command loads it once.
-type clusterState struct {
-	on     bool
-	myID   string
-	myAddr string
-	view   atomic.Pointer[clusterView]
-	mu     sync.Mutex // one SETTOPOLOGY at a time
-	mig    migration  // slots being moved off this node (migrate.go)
-	imp    imports    // slots being moved to this node (migrate.go)
-}
-
-// clusterView is a topology with its slot table.
-type clusterView struct {
-	top   cluster.Topology
-	owner *[cluster.Slots]uint16 // node index + 1; 0: no owner
-	self  uint16                 // this node's index + 1; 0: not a member
-}
-
-func newClusterView(top cluster.Topology, myID string) *clusterView {
-	return &clusterView{top: top, owner: top.Owners(), self: uint16(top.Index(myID) + 1)}
-}
-
-// initCluster starts cluster mode from cfg.Cluster and the topology the
-// store kept, if any: a stored topology was pushed later than the flags'
-// initial one, so it wins.
-func (s *Server) initCluster() error {
-	// First: a stale record of the node's identity would be refused below
-	// as another node's.
-	if err := s.checkRepairedState(); err != nil {
-		return err
-	}
-	cc := s.cfg.Cluster
-	if cc == nil {
-		return s.checkStandalone()
-	}
-	if len(cc.Nodes) == 0 {
-		return errors.New("server: cluster mode needs the nodes' addresses (--cluster-nodes)")
-	}
-	for _, a := range append(slices.Clone(cc.Nodes), cc.Self) {
-		if err := cluster.CheckAddr(a); err != nil {
-			return fmt.Errorf("server: cluster mode: %w", err)
-		}
-	}
-	// Before anything is stored: a refused start changes nothing.
-	if err := s.checkIdentity(cc.Self, cc.ReassignFrom); err != nil {
-		return err
-	}
-	cs := &s.clus
-	cs.on = true
-	cs.myAddr = cc.Self
-	cs.myID = cluster.NodeID(cc.Self)
-	top := cluster.Initial(cc.Nodes)
-	if top.Index(cs.myID) < 0 {
-		top.Nodes = append(top.Nodes, cluster.Node{ID: cs.myID, Addr: cc.Self})
-	}
-	stored, err := s.store.Meta(metaTopology)
-	if err != nil {
-		return fmt.Errorf("server: read the stored cluster topology: %w", err)
-	}
-	switch {
-	case stored == nil:
-		// Stored on the first start, so that a later start with other
-		// flags (--cluster-size edited before any push) keeps the epoch-0
-		// topology its peers use: two owners of a slot at one epoch would
-		// both count its buckets.
-		if err := s.store.SetMeta(metaTopology, top.Encode()); err != nil {
-			return fmt.Errorf("server: store the initial cluster topology: %w", err)
-		}
-	default:
-		t, err := cluster.Decode(stored)
-		if err != nil {
-			return fmt.Errorf("server: the stored cluster topology in %s: %w", s.store.Dir(), err)
-		}
-		if t.Epoch == 0 && !t.Equal(top) {
-			s.log.Error("cluster: --cluster-nodes/--cluster-size/--cluster-ordinal give another initial topology than the one this node stored on its first start; "+
-				"IGNORING the flags and keeping the stored one, as the other nodes do: change the topology with sluice cluster rebalance, not the flags",
-				"stored", strings.Join(t.Args(), " "), "flags", strings.Join(top.Args(), " "))
-		} else {
-			s.log.Info("cluster: using the stored topology", "epoch", t.Epoch, "nodes", len(t.Nodes))
-		}
-		top = t
-	}
-	v := newClusterView(top, cs.myID)
-	cs.view.Store(v)
-	if err := s.loadImports(v); err != nil {
-		return fmt.Errorf("server: %w", err)
-	}
-	s.log.Info("cluster mode", "id", cs.myID, "announce", cs.myAddr, "epoch", top.Epoch, "slots_owned", slotsOf(top, cs.myID))
-	return nil
-}
-
-// checkRepairedState refuses a store whose cluster records (topology,
-// moves, identity) sluice repair brought back in a version older than a
-// table it lost: the node would act on an old topology, serving slots it
-// gave away, or drop the copy of slots it owns as an interrupted move. An
-// operator who has compared it with the cluster says so with
-// AcceptRepairedClusterState; the mark is then removed.
-func (s *Server) checkRepairedState() error {
-	v, err := s.store.Meta(storage.StaleMetaName)
-	if err != nil {
-		return fmt.Errorf("server: read what sluice repair left: %w", err)
-	}
-	var names []string
-	for _, n := range strings.Fields(string(v)) {
-		if strings.HasPrefix(n, "cluster.") {
-			names = append(names, n)
-		}
-	}
-	if len(names) == 0 {
-		return nil
-	}
-	epoch := "none stored"
-	if t, err := s.store.Meta(metaTopology); err == nil && t != nil {
-		if top, err := cluster.Decode(t); err == nil {
-			epoch = fmt.Sprint(top.Epoch)
-		}
-	}
-	if !s.cfg.AcceptRepairedClusterState {
-		return fmt.Errorf("%w (%s; topology epoch %s): the cluster may have moved on since, and acting on an old topology would serve slots this node gave away or drop a move's copy of slots it owns. "+
-			"Compare with the rest of the cluster (sluice cluster show --nodes <another node>): if it is at the same epoch and no move to or from this node ran since the repair's lost tables were written, start once with --accept-repaired-cluster-state; "+
-			"otherwise restore a CHECKPOINT copy, or start this node on an empty data directory with --cluster-reassign-from (the limits of its slots then start afresh)",
-			ErrClusterStateRepaired, strings.Join(names, ", "), epoch)
-	}
-	s.log.Warn("cluster: starting on cluster state that sluice repair brought back older than it may have been, as --accept-repaired-cluster-state says", "records", strings.Join(names, " "), "epoch", epoch)
-	if err := s.store.SetMeta(storage.StaleMetaName, nil); err != nil {
-		return fmt.Errorf("server: clear what sluice repair left: %w", err)
-	}
-	return nil
-}
-
-// recordedSelf is the announced address the data directory was recorded
-// as, or "" when it has none (never started in cluster mode, or by a
-// version before the record).
-func (s *Server) recordedSelf() (string, error) {
-	v, err := s.store.Meta(metaSelf)
-	if err != nil {
-		return "", fmt.Errorf("server: read the cluster node the data directory belongs to: %w", err)
-	}
-	if v == nil {
-		return "", nil
-	}
-	addr, ok := strings.CutPrefix(string(v), "v1 ")
-	if !ok || cluster.CheckAddr(addr) != nil {
-		return "", fmt.Errorf("server: the cluster node recorded in %s: %q is not v1 and a host:port", s.store.Dir(), v)
-	}
-	return addr, nil
-}
-
-// checkIdentity refuses to start the data directory as node self when it
-// belongs to another: that node's ID would then be answered for twice,
-// its slots served from this directory's records, and this one's
-// redirected to itself. A directory with no record (a fresh volume, a
-// standalone store, a store of an earlier version) takes self's; so does
-// one recorded as reassign.
-func (s *Server) checkIdentity(self, reassign string) error {
-	recorded, err := s.recordedSelf()
-	if err != nil {
-		return err
-	}
-	switch recorded {
-	case self:
-		if reassign != "" {
-			s.log.Warn("cluster: --cluster-reassign-from is set, but the data directory is this node's already: remove the flag", "node", self, "reassign_from", reassign)
-		}
-		return nil
-	case "":
-		s.log.Info("cluster: recording this node in its data directory; it will start as no other node", "node", self, "id", cluster.NodeID(self), "data", s.store.Dir())
-	case reassign:
-		s.log.Warn("cluster: re-assigning the data directory to this node (--cluster-reassign-from); its records of slots this node does not own are not served", "from", recorded, "to", self, "data", s.store.Dir())
-	default:
-		return fmt.Errorf("%w: %s belongs to node %s (ID %s), recorded on its first start in cluster mode; refusing to start it as node %s (ID %s), which --cluster-nodes and --cluster-ordinal give: "+
-			"it would answer as that node and serve its slots from this node's records. Start it with the --cluster-ordinal of %s (its position in --cluster-nodes, from 0), "+
-			"or give node %s a data directory of its own; to re-assign this directory on purpose, start it once with --cluster-reassign-from %s",
-			ErrClusterIdentity, s.store.Dir(), recorded, cluster.NodeID(recorded), self, cluster.NodeID(self), recorded, self, recorded)
-	}
-	if err := s.store.SetMeta(metaSelf, []byte("v1 "+self)); err != nil {
-		return fmt.Errorf("server: record the cluster node in the data directory: %w", err)
-	}
-	return nil
-}
-
-// checkStandalone refuses to start standalone a data directory that
-// belongs to a cluster node owning less than every slot: it would answer
-// for every slot, those of the other nodes from records it does not have.
-// A node that owns every slot (a cluster of one, or one every slot was
-// moved to) may leave cluster mode.
-func (s *Server) checkStandalone() error {
-	recorded, err := s.recordedSelf()
-	if err != nil || recorded == "" {
-		return err
-	}
-	var top cluster.Topology
-	if v, err := s.store.Meta(metaTopology); err != nil {
-		return fmt.Errorf("server: read the stored cluster topology: %w", err)
-	} else if v != nil {
-		if top, err = cluster.Decode(v); err != nil {
-			return fmt.Errorf("server: the stored cluster topology in %s: %w", s.store.Dir(), err)
-		}
-	}
-	id := cluster.NodeID(recorded)
-	owned := slotsOf(top, id)
-	if owned == cluster.Slots {
-		s.log.Info("standalone on the data directory of a cluster node that owns every slot; it may start in cluster mode again as that node", "node", recorded, "epoch", top.Epoch)
-		return nil
-	}
-	return fmt.Errorf("%w: %s belongs to cluster node %s (ID %s), which owns %d of %d slots at epoch %d; refusing to start it standalone: "+
-		"it would answer for every slot, those of the other nodes from records it does not have. Start it in cluster mode as that node (--cluster-nodes and its --cluster-ordinal), "+
-		"or first give that node every slot (sluice cluster rebalance --nodes %s; with the other nodes gone, CLUSTER SETTOPOLOGY %d %s 0-16383 on it), then start it standalone",
-		ErrClusterIdentity, s.store.Dir(), recorded, id, owned, cluster.Slots, top.Epoch, recorded, top.Epoch+1, recorded)
-}
-
-func slotsOf(t cluster.Topology, id string) int {
-	i := t.Index(id)
-	if i < 0 {
-		return 0
-	}
-	return cluster.Topology{Nodes: t.Nodes[i : i+1]}.Assigned()
-}
+// ReplicatedStoreOptions is clusternode.ReplicatedStoreOptions: the store
+// options of a node of a cluster with replicated shards.
+var ReplicatedStoreOptions = clusternode.ReplicatedStoreOptions
 
 var (
-	errClusterDisabled = resp.Error("ERR This instance has cluster support disabled")
-	errCrossSlot       = resp.Error("CROSSSLOT Keys in request don't hash to the same slot")
-	errClusterDown     = resp.Error("CLUSTERDOWN Hash slot not served")
+	errClusterDisabled      = resp.Error("ERR This instance has cluster support disabled")
+	errCrossSlot            = resp.Error("CROSSSLOT Keys in request don't hash to the same slot")
+	errCounterHitStandalone = resp.Error("ERR SLUICE.COUNTERHIT is sent between the nodes of a cluster; this node is standalone (no --cluster-nodes)")
 )
 
 // routeKeys checks, in cluster mode, that a keyed command's keys (at the
@@ -315,30 +67,28 @@ func (s *Server) routeKeys(c *client, cmd *command, args [][]byte) bool {
 	return s.routeSlot(c, slot)
 }
 
-// routeSlot is routeKeys' check of one slot: it answers CLUSTERDOWN or
-// MOVED and returns false unless this node owns slot.
+// routeSlot is routeKeys' check of one slot: it answers CLUSTERDOWN,
+// TRYAGAIN or MOVED and returns false unless this node serves slot.
 func (s *Server) routeSlot(c *client, slot uint16) bool {
-	v := s.clus.view.Load()
-	o := v.owner[slot]
+	moved, err := s.clus.Route(slot)
 	switch {
-	case o == 0:
-		s.replyErr(c, errClusterDown)
+	case err != nil:
+		s.replyErr(c, err)
 		return false
-	case o == v.self:
-		return !s.clus.mig.active.Load() || !s.pausedSlot(c, slot)
-	default:
+	case moved != "":
 		c.Out = append(c.Out, "-MOVED "...)
 		c.Out = strconv.AppendUint(c.Out, uint64(slot), 10)
 		c.Out = append(c.Out, ' ')
-		c.Out = append(c.Out, v.top.Nodes[o-1].Addr...)
+		c.Out = append(c.Out, moved...)
 		c.Out = append(c.Out, '\r', '\n')
 		return false
 	}
+	return true
 }
 
 // helloMode is HELLO's mode and INFO's redis_mode.
 func (s *Server) helloMode() string {
-	if s.clus.on {
+	if s.clus != nil {
 		return "cluster"
 	}
 	return "standalone"
@@ -346,7 +96,7 @@ func (s *Server) helloMode() string {
 
 func (s *Server) writeClusterInfo(b *strings.Builder) {
 	b.WriteString("# Cluster\r\ncluster_enabled:")
-	if s.clus.on {
+	if s.clus != nil {
 		b.WriteString("1\r\n")
 	} else {
 		b.WriteString("0\r\n")
@@ -357,7 +107,7 @@ func (s *Server) writeClusterInfo(b *strings.Builder) {
 // Slots move with a write pause rather than ASK redirections, and there
 // are no replicas, so they change nothing.
 func cmdAsking(s *Server, c *client, args [][]byte) {
-	if !s.clus.on {
+	if s.clus == nil {
 		s.replyErr(c, errClusterDisabled)
 		return
 	}
@@ -365,116 +115,72 @@ func cmdAsking(s *Server, c *client, args [][]byte) {
 }
 
 func cmdCluster(s *Server, c *client, args [][]byte) {
-	sub := strings.ToLower(string(args[1]))
-	if sub == "help" {
-		c.Out = appendHelp(c.Out, clusterHelp)
+	if strings.EqualFold(string(args[1]), "help") {
+		c.Out = appendHelp(c.Out, clusternode.Help)
 		return
 	}
-	if !s.clus.on {
+	if s.clus == nil {
 		s.replyErr(c, errClusterDisabled)
 		return
 	}
-	v := s.clus.view.Load()
-	r3 := c.resp == 3
-	switch {
-	case sub == "myid" && len(args) == 2:
-		c.Out = resp.AppendBulkString(c.Out, s.clus.myID)
-	case sub == "keyslot" && len(args) == 3:
-		c.Out = resp.AppendInt(c.Out, int64(keyspace.Slot(args[2])))
-	case sub == "info" && len(args) == 2:
-		c.Out = resp.AppendBulkString(c.Out, clustercmd.Info(v.top))
-	case sub == "slots" && len(args) == 2:
-		c.Out = clustercmd.AppendSlots(c.Out, v.top)
-	case sub == "shards" && len(args) == 2:
-		c.Out = clustercmd.AppendShards(c.Out, v.top, r3)
-	case sub == "nodes" && len(args) == 2:
-		c.Out = resp.AppendBulkString(c.Out, clustercmd.Nodes(v.top, int(v.self)-1))
-	case sub == "topology" && len(args) == 2:
-		c.Out = resp.AppendBulkString(c.Out, strings.Join(v.top.Args(), " "))
-	case sub == "settopology" && len(args) >= 5:
-		str := make([]string, len(args)-2)
-		for i, a := range args[2:] {
-			str[i] = string(a)
-		}
-		if err := s.setTopology(str); err != nil {
-			s.replyErr(c, err)
-			return
-		}
-		c.Out = resp.AppendSimple(c.Out, "OK")
-	default:
-		if !s.cmdClusterMigrate(c, sub, args) {
-			s.replyErr(c, resp.Error("ERR unknown subcommand or wrong number of arguments for '"+resp.Preview(args[1])+"'. Try CLUSTER HELP."))
-		}
+	if err := s.clus.Command(&c.Ctx, args, clusterCaller{s, c}); err != nil {
+		s.replyErr(c, err)
 	}
 }
 
-var clusterHelp = []string{
-	"CLUSTER <subcommand> [<arg> ...]. Subcommands are:",
-	"INFO", "    Return information about the cluster.",
-	"MYID", "    Return the node id.",
-	"KEYSLOT <key>", "    Return the hash slot for <key>.",
-	"SLOTS", "    Return information about slots range mappings.",
-	"SHARDS", "    Return information about slot range mappings and the nodes serving them.",
-	"NODES", "    Return cluster configuration seen by node (Redis' format).",
-	"TOPOLOGY", "    Return the topology in use as the arguments of SETTOPOLOGY: <epoch> <host:port> <slots> ...",
-	"SETTOPOLOGY <epoch> <host:port> <slots> [<host:port> <slots> ...]",
-	"    Replace the topology by one with a higher epoch and store it; <slots> is like 0-5460,6000 or - for none.",
-	"MIGRATE START <slots> | PAUSE | DIRTY <count> | CANCEL",
-	"    Resharding, on the source: note the keys written in <slots>, pause them (TRYAGAIN), hand over the keys changed, or stop.",
-	"DUMP <first-slot> <last-slot> <cursor> <count>",
-	"    Resharding, on the source: a page of the slots' records, [next cursor, key, value, ...].",
-	"IMPORT START <slots> | DONE <slots> <epoch>",
-	"    Resharding, on the target: drop leftovers and take RESTOREs for <slots>, or mark their copy complete for the topology of <epoch>.",
-	"RESTORE <key> <value> [<key> <value> ...]",
-	"    Resharding, on the target: write records of slots being imported (an empty value deletes).",
-	"DROP <slots>",
-	"    Delete every record of slots this node does not serve, and end their import.",
+// clusterCaller is the connection a CLUSTER subcommand came on
+// (clusternode.Caller).
+type clusterCaller struct {
+	s *Server
+	c *client
 }
 
-// setTopology takes a pushed topology when its epoch is above the one in
-// use, storing it (synced) before using it. The same topology pushed again
-// is accepted, so a push can be retried.
-func (s *Server) setTopology(args []string) error {
-	t, err := cluster.Parse(args)
-	if err != nil {
-		return resp.Error("ERR " + err.Error())
+func (cc clusterCaller) Commit() error { return cc.s.commitWrites(cc.c) }
+
+func (cc clusterCaller) RESP3() bool { return cc.c.resp == 3 }
+
+func (cc clusterCaller) Quiesce(deadline time.Time) bool {
+	return cc.s.waitPipelines(cc.c, deadline) && cc.s.eng.WaitWriters(deadline)
+}
+
+// waitPipelines returns once every RESP pipeline under way when it was
+// called, other than self's, has ended, or false at deadline.
+func (s *Server) waitPipelines(self *client, deadline time.Time) bool {
+	type running struct {
+		c *client
+		n int64
 	}
-	cs := &s.clus
-	cs.mu.Lock()
-	defer cs.mu.Unlock()
-	cur := cs.view.Load().top
-	switch {
-	case t.Equal(cur):
-		return nil
-	case cur.Epoch >= cluster.MaxEpoch:
-		// Stuck at the cap (or past it, stored by an earlier version): no
-		// higher epoch exists, so any is taken (sluice cluster renumber).
-		s.log.Warn("cluster: the topology in use is at the epoch cap; taking the pushed one whatever its epoch", "epoch", t.Epoch, "previous_epoch", cur.Epoch)
-	case t.Epoch <= cur.Epoch:
-		return resp.Error("ERR epoch " + strconv.FormatUint(t.Epoch, 10) + " is not above the current epoch " + strconv.FormatUint(cur.Epoch, 10) + ": push a topology with a higher epoch")
+	var busy []running
+	s.mu.Lock()
+	for _, c := range s.mu.clients {
+		if n := c.pipes.Load(); c != self && n%2 == 1 {
+			busy = append(busy, running{c, n})
+		}
 	}
-	nv := newClusterView(t, cs.myID)
-	// The import table is held from the check to the store, so that no
-	// IMPORT START or DROP comes in between.
-	cs.imp.Lock()
-	defer cs.imp.Unlock()
-	imports, err := s.importsAfterLocked(cs.view.Load(), nv)
-	if err != nil {
-		return err
+	s.mu.Unlock()
+	for _, r := range busy {
+		for r.c.pipes.Load() == r.n {
+			if time.Now().After(deadline) {
+				return false
+			}
+			time.Sleep(100 * time.Microsecond)
+		}
 	}
-	if err := s.store.SetMeta(metaTopology, t.Encode()); err != nil {
-		return fmt.Errorf("store the cluster topology: %w", err)
+	return true
+}
+
+// cmdCounterHit is SLUICE.COUNTERHIT, what a node forwards to the owner
+// of a rule's counter (clusternode.Node.CounterHit).
+func cmdCounterHit(s *Server, c *client, args [][]byte) {
+	if s.clus == nil {
+		// Only nodes send it, to the owner of a counter: a standalone
+		// server has no business applying another's clock and hits.
+		s.replyErr(c, errCounterHitStandalone)
+		return
 	}
-	cs.view.Store(nv)
-	s.forgetMigrations(nv)
-	s.log.Info("cluster: topology replaced", "epoch", t.Epoch, "previous_epoch", cur.Epoch, "nodes", len(t.Nodes), "slots_owned", slotsOf(t, cs.myID))
-	if *imports != *cs.imp.table {
-		// After the topology: a restart in between finds the slots owned
-		// and ends their import itself (loadImports).
-		cs.imp.table = imports
-		return s.storeImportsLocked()
+	if err := s.clus.CounterHit(&c.Ctx, args, &s.pol, s.rls); err != nil {
+		s.replyErr(c, err)
 	}
-	return nil
 }
 
 // commandGetKeys answers COMMAND GETKEYS from the command table's key
@@ -521,3 +227,9 @@ var clusterDoc = &cmddoc.Doc{
 var askingDoc = &cmddoc.Doc{Summary: "Accepted for cluster clients; slots move with a write pause, not ASK redirections.", Group: "cluster"}
 var readonlyDoc = &cmddoc.Doc{Summary: "Accepted for cluster clients; there are no replicas to read from.", Group: "cluster"}
 var readwriteDoc = &cmddoc.Doc{Summary: "Accepted for cluster clients; there are no replicas to read from.", Group: "cluster"}
+var counterHitDoc = &cmddoc.Doc{
+	Summary: "Cluster mode, between nodes: applies hits of a rule, under a limit, to a rule counter this node owns and answers the outcome; a node receiving a HIT or GET /check sends it to the counter's owner.",
+	Group:   "cluster",
+	Args: []cmddoc.Arg{{Name: "counter-key", Type: "string"}, {Name: "rule-position", Type: "integer"}, {Name: "now-ns", Type: "integer"},
+		{Name: "limit", Type: "integer"}, {Name: "hits", Type: "integer"}},
+}

@@ -387,8 +387,8 @@ func TestClusterIdentity(t *testing.T) {
 	if err != nil {
 		t.Fatalf("restart as node 1 after the refusals: %v", err)
 	}
-	if srv.clus.myID != cluster.NodeID(threeNodes[1]) {
-		t.Errorf("restarted as node 1 with ID %s", srv.clus.myID)
+	if srv.clus.ID() != cluster.NodeID(threeNodes[1]) {
+		t.Errorf("restarted as node 1 with ID %s", srv.clus.ID())
 	}
 	closeSrv()
 
@@ -401,8 +401,8 @@ func TestClusterIdentity(t *testing.T) {
 	if err != nil {
 		t.Fatalf("re-assigned to node 0 with --cluster-reassign-from node 1: %v", err)
 	}
-	if srv.clus.myID != cluster.NodeID(threeNodes[0]) {
-		t.Errorf("re-assigned with ID %s, want node 0's", srv.clus.myID)
+	if srv.clus.ID() != cluster.NodeID(threeNodes[0]) {
+		t.Errorf("re-assigned with ID %s, want node 0's", srv.clus.ID())
 	}
 	closeSrv()
 	if _, _, err := as(threeNodes[1], ""); !errors.Is(err, ErrClusterIdentity) {

@@ -41,7 +41,7 @@ type client struct {
 	silent bool
 	authed bool // AUTH done, or no password configured
 	// pipes counts the pipelines begun and ended (odd: one under way),
-	// for MIGRATE PAUSE's grace period (migrate.go).
+	// for MIGRATE PAUSE's grace period (waitPipelines).
 	pipes atomic.Int64
 	// authFails counts failed AUTH and HELLO AUTH attempts, for
 	// MaxAuthFailures.
@@ -58,7 +58,6 @@ type client struct {
 	writes     []span
 	// replyStart is where the reply of the command being executed begins.
 	replyStart int
-	cid        []byte // room for SLUICE.COUNTERHIT's counter identity
 	lname      [32]byte
 	// del and delEnds hold the record keys DEL found, back to back.
 	del     []byte
@@ -225,7 +224,7 @@ func (s *Server) dispatch(c *client, args [][]byte) *tally {
 		return t
 	}
 	// EXEC checked its commands' slot as a whole (execHeld).
-	if cmd.First > 0 && s.clus.on && !c.tx.running && !s.routeKeys(c, cmd, args) {
+	if cmd.First > 0 && s.clus != nil && !c.tx.running && !s.routeKeys(c, cmd, args) {
 		return t
 	}
 	if cmd.run != nil {

@@ -80,10 +80,10 @@ type conn struct {
 // before Close's Wait.
 func (s *Server) newConn(nc net.Conn) *conn {
 	lim := resp.Limits{
-		MaxArgs:    s.cfg.MaxArgs,
-		MaxBulk:    s.cfg.MaxBulk,
-		MaxInline:  s.cfg.MaxInline,
-		MaxPending: s.cfg.MaxQueryBuffer,
+		MaxArgs:    s.cfg.RESP.MaxArgs,
+		MaxBulk:    s.cfg.RESP.MaxBulk,
+		MaxInline:  s.cfg.RESP.MaxInline,
+		MaxPending: s.cfg.RESP.MaxQueryBuffer,
 	}
 	c := &client{
 		addr:    nc.RemoteAddr().String(),
@@ -194,7 +194,7 @@ func (cn *conn) serve() {
 		}
 	}()
 	for !cn.draining.Load() {
-		if t := s.cfg.IdleTimeout; t > 0 {
+		if t := s.cfg.RESP.IdleTimeout; t > 0 {
 			_ = cn.nc.SetReadDeadline(time.Now().Add(t))
 			if cn.draining.Load() {
 				return // startDrain's deadline may have been overwritten
@@ -209,9 +209,9 @@ func (cn *conn) serve() {
 			cn.resize(n)
 		}
 		if err != nil {
-			if s.cfg.IdleTimeout > 0 && !cn.draining.Load() && isTimeout(err) {
+			if s.cfg.RESP.IdleTimeout > 0 && !cn.draining.Load() && isTimeout(err) {
 				s.stats.idleClosed.Add(1)
-				s.log.Debug("closing idle connection", "remote", cn.cl.addr, "timeout", s.cfg.IdleTimeout)
+				s.log.Debug("closing idle connection", "remote", cn.cl.addr, "timeout", s.cfg.RESP.IdleTimeout)
 			}
 			return
 		}
@@ -330,9 +330,6 @@ func (cn *conn) resize(n int) {
 	if cap(c.Key) > connKeepBuf {
 		c.Key = nil
 	}
-	if cap(c.cid) > connKeepBuf {
-		c.cid = nil
-	}
 	c.Round.Trim(connKeepBuf)
 	c.Trim(connKeepBuf)
 	if c.batchBytes > connKeepBuf {
@@ -351,7 +348,7 @@ func (cn *conn) resize(n int) {
 func (cn *conn) footprint() int64 {
 	c := cn.cl
 	return int64(cap(cn.rbuf) + cap(cn.obuf) + 24*cap(cn.args) + cn.f.Footprint() +
-		cap(c.Out) + 48*cap(c.writes) + cap(c.Key) + cap(c.cid) + c.Round.Footprint() + c.Footprint() +
+		cap(c.Out) + 48*cap(c.writes) + cap(c.Key) + c.Round.Footprint() + c.Footprint() +
 		cap(c.tx.buf) + 24*cap(c.tx.args) + 16*cap(c.tx.watches))
 }
 

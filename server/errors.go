@@ -2,7 +2,6 @@ package server
 
 import (
 	"errors"
-	"strings"
 
 	"github.com/sluicehq/sluice/internal/engine"
 	"github.com/sluicehq/sluice/internal/errs"
@@ -61,33 +60,4 @@ func (s *Server) maintenanceErr(what string, err error) error {
 	}
 	s.log.Error(what+" failed", "err", err)
 	return &errs.Error{Kind: errs.Failed, Msg: what + " failed: " + err.Error(), Err: err}
-}
-
-// forwardErr is a counter hit the cluster could not apply for reasons
-// that are not the request's: the counter's owner unreachable or slower
-// than the forward timeout, its slot not served, or the owner refusing
-// the hit (another rule set, a store that takes no writes, a shutdown).
-// Front ends answer it as they answer a store that is unavailable
-// (Envoy's UNAVAILABLE, /check's 503), not as a bad request; code is a
-// RESP error code other than ERR, or "".
-func forwardErr(code, msg string) error {
-	return &errs.Error{Kind: errs.Forward, Code: code, Msg: msg}
-}
-
-// ownerErr is the error of an owner's error reply msg (without its "-"),
-// as this node would have answered it: the request's when the hit itself
-// is what the rule cannot take (policy.ErrHits or arithmetic out of
-// range, the words of rules.Err), else a forwarding failure. The owner's
-// reply is RESP on the wire between nodes (SLUICE.COUNTERHIT), so its code
-// and words are all there is to go by.
-func ownerErr(msg string) error {
-	code, text, _ := strings.Cut(msg, " ")
-	kind := errs.Forward
-	if code == "ERR" {
-		code = ""
-		if strings.HasPrefix(text, "hits: ") || strings.HasPrefix(text, "rule arithmetic out of range") {
-			kind = errs.Request
-		}
-	}
-	return &errs.Error{Kind: kind, Code: code, Msg: text}
 }

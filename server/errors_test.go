@@ -27,7 +27,7 @@ import (
 func TestErrorKinds(t *testing.T) {
 	s := &Server{log: slog.New(slog.NewTextHandler(io.Discard, nil))}
 	const fwdText = "ERR cluster: forwarding a counter of slot 7 to its owner a:1 failed: refused"
-	fwd := forwardErr("", fwdText[4:])
+	fwd := &errs.Error{Kind: errs.Forward, Msg: fwdText[4:]} // as clusternode forwards it
 	for _, tc := range []struct {
 		err  error
 		kind errs.Kind

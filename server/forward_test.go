@@ -171,10 +171,9 @@ func checkOnOwners(t *testing.T, nodes []*Server, ref *Server, min int64) {
 		if err := srv.store.Flush(); err != nil {
 			t.Fatal(err)
 		}
-		v := srv.clus.view.Load()
 		err := srv.store.Scan(nil, nil, func(k, _ []byte) bool {
-			if o := v.owner[binary.BigEndian.Uint16(k)]; o != v.self {
-				t.Errorf("node %d holds a record of slot %d, owned by node %d", i, binary.BigEndian.Uint16(k), o-1)
+			if o, mine := srv.clus.Owner(binary.BigEndian.Uint16(k)); !mine {
+				t.Errorf("node %d holds a record of slot %d, owned by node %d", i, binary.BigEndian.Uint16(k), o)
 			}
 			return true
 		})
@@ -228,8 +227,7 @@ func testClusterHitAlgorithms(t *testing.T) {
 					req, _ := policy.ParseArgs(bytesFields(line), nil)
 					lim, _ := r.Limit(req)
 					key := keyspace.AppendRuleKey(nil, r, lim, r.AppendCounterID(nil, req))
-					v := nodes[n].clus.view.Load()
-					if v.owner[binary.BigEndian.Uint16(key)] != v.self {
+					if _, mine := nodes[n].clus.Owner(binary.BigEndian.Uint16(key)); !mine {
 						forwarded++
 					}
 				}

@@ -53,16 +53,16 @@ func cmdPolicy(s *Server, c *client, args [][]byte) {
 			if s.pol.Path != "" || s.cfg.RLS.Dir == "" {
 				perr = s.reloadPolicy()
 				if perr != nil && !errors.Is(perr, rules.ErrNoPolicy) { // a bad file: say which, and that nothing changed
-					perr = resp.Error("ERR " + oneLine(perr.Error()) + "; the rules in use are kept")
+					perr = resp.Error("ERR " + resp.OneLine(perr.Error()) + "; the rules in use are kept")
 				}
 			}
 			if err := s.rls.Reload(); err != nil {
-				rerr = resp.Error("ERR --rls-config: " + oneLine(err.Error()) + "; the configuration in use is kept")
+				rerr = resp.Error("ERR --rls-config: " + resp.OneLine(err.Error()) + "; the configuration in use is kept")
 			}
 			return cmp.Or(perr, rerr)
 		})
 		if errors.Is(err, ErrReloadTimeout) {
-			err = resp.Error("ERR " + oneLine(err.Error()))
+			err = resp.Error("ERR " + resp.OneLine(err.Error()))
 		}
 		if err != nil {
 			s.replyErr(c, err)
@@ -118,17 +118,6 @@ func appendRule(out []byte, r *policy.Rule) []byte {
 	out = resp.AppendBulkString(out, r.Label)
 	out = resp.AppendBulkString(out, "comment")
 	return resp.AppendBulkString(out, r.Comment)
-}
-
-// oneLine keeps an error message fit for a one-line reply.
-func oneLine(s string) string {
-	b := []byte(s)
-	for i, c := range b {
-		if c == '\r' || c == '\n' {
-			b[i] = ' '
-		}
-	}
-	return string(b)
 }
 
 // policyInfo is INFO's policy section.

@@ -1,106 +1,54 @@
 package server
 
 import (
-	"context"
-	"crypto/tls"
-	"errors"
-	"fmt"
-	"log"
-	"log/slog"
 	"net"
 	"net/http"
 	"runtime"
-	"strings"
-	"sync"
-	"sync/atomic"
 	"time"
-
-	"github.com/sluicehq/sluice/internal/admit"
-	"github.com/sluicehq/sluice/keyspace"
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 
+	"github.com/sluicehq/sluice/internal/admit"
+	"github.com/sluicehq/sluice/internal/httpport"
+	"github.com/sluicehq/sluice/keyspace"
 	"github.com/sluicehq/sluice/policy"
 )
 
-// httpState is the HTTP side: Prometheus metrics and health endpoints.
+// httpState is the HTTP side: the listeners' shared http.Server setup
+// (package httpport), the HTTP port's listener, its backups, and the
+// Prometheus metrics.
 type httpState struct {
+	port         *httpport.Port
+	served       httpport.Listener
+	backup       httpport.Backup
 	reg          *prometheus.Registry
 	batchSeconds prometheus.Histogram
-
-	served served
 }
 
-// served is the http.Server of one HTTP listener (probes and metrics, or
-// /check): set once by its Serve method, and drained by Close as every
-// front end's listener is (admit.Listener.Drain), within httpGrace:
-// net/http's graceful shutdown, then a close of the connections left.
-type served struct {
-	mu      sync.Mutex
-	srv     *http.Server
-	ln      *admit.Listener // once srv serves on it
-	stopped bool
-	done    chan struct{} // closed once srv is shut down or closed
-	end     sync.Once
-}
+// BackupTrailer is the HTTP trailer GET /backup sets once the archive is
+// complete, to the number of files in it: a client that reads the body to
+// its end without it has a truncated archive.
+const BackupTrailer = httpport.BackupTrailer
 
-// httpGrace is how long an HTTP listener's requests may take to finish
-// once Close stops it.
-const httpGrace = time.Second
-
-// start records srv as the one served. It reports false, and srv must not
-// be served, when the server is closing or one was started already.
-func (v *served) start(srv *http.Server, closing *atomic.Bool) bool {
-	v.mu.Lock()
-	defer v.mu.Unlock()
-	if closing.Load() || v.stopped || v.srv != nil {
-		return false
+// initHTTP sets up what every HTTP listener shares; New calls it.
+func (s *Server) initHTTP() {
+	o := httpport.Options{
+		Logger:           s.log,
+		Host:             (*frontHost)(s),
+		Gate:             &s.adm.Gate,
+		Closing:          &s.closing,
+		MaxHeaderBytes:   s.cfg.HTTPMaxHeaderBytes,
+		MaxMemoryClients: s.cfg.MaxMemoryClients.N(),
+		Evicted:          &s.stats.evictedClients,
 	}
-	v.srv, v.done = srv, make(chan struct{})
-	return true
-}
-
-// listen records l as the listener srv serves on.
-func (v *served) listen(l *admit.Listener) {
-	v.mu.Lock()
-	defer v.mu.Unlock()
-	v.ln = l
-}
-
-// stop drains the served server and makes a later start refuse.
-func (v *served) stop() {
-	v.mu.Lock()
-	srv, ln, already := v.srv, v.ln, v.stopped
-	v.stopped = true
-	v.mu.Unlock()
-	switch {
-	case srv == nil || already:
-	case ln == nil:
-		_ = srv.Close() // not serving yet: Serve returns at once
-	default:
-		ln.Drain(time.Now().Add(httpGrace), httpGrace/10, httpGrace)
+	if s.tls != nil {
+		o.TLS = s.tls.httpConfig()
 	}
+	s.http.port = httpport.New(o)
+	s.http.backup = httpport.Backup{Store: s.store, Dir: s.cfg.BackupDir, Logger: s.log, Host: (*frontHost)(s)}
 }
-
-// Finish implements admit.Drainer: net/http's graceful shutdown, which
-// closes the idle connections and lets the requests under way finish.
-func (v *served) Finish() {
-	go func() {
-		_ = v.srv.Shutdown(context.Background())
-		v.end.Do(func() { close(v.done) })
-	}()
-}
-
-// Force implements admit.Drainer.
-func (v *served) Force() {
-	_ = v.srv.Close()
-	v.end.Do(func() { close(v.done) })
-}
-
-// Wait implements admit.Drainer.
-func (v *served) Wait() { <-v.done }
 
 func (s *Server) initMetrics() {
 	h := &s.http
@@ -133,74 +81,21 @@ func (s *Server) initMetrics() {
 // when given but not required, so that probes and scrapers without one
 // still work; /backup requires one when RESP does.
 func (s *Server) ServeHTTP(ln net.Listener) error {
-	mux := http.NewServeMux()
-	mux.Handle("GET /metrics", promhttp.HandlerFor(s.http.reg, promhttp.HandlerOpts{ErrorLog: nil}))
-	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, _ *http.Request) {
-		w.Header().Set("Content-Type", "text/plain; charset=utf-8")
-		_, _ = w.Write([]byte("ok\n"))
-	})
-	mux.HandleFunc("GET /backup", s.serveBackup)
-	mux.HandleFunc("GET /readyz", func(w http.ResponseWriter, _ *http.Request) {
-		w.Header().Set("Content-Type", "text/plain; charset=utf-8")
-		if reason := s.notReady(); reason != "" {
-			w.WriteHeader(http.StatusServiceUnavailable)
-			_, _ = w.Write([]byte(reason + "\n"))
-			return
-		}
-		_, _ = w.Write([]byte("ready\n"))
-	})
-	srv := s.newHTTPServer(mux)
-	if !s.http.served.start(srv, &s.closing) {
+	h := &s.http
+	srv := h.port.NewServer(h.port.Handler(httpport.Routes{
+		Metrics: promhttp.HandlerFor(h.reg, promhttp.HandlerOpts{ErrorLog: nil}),
+		Backup:  &h.backup,
+	}))
+	if !h.port.Start(&h.served, srv) {
 		return net.ErrClosed
 	}
 	s.log.Info("serving HTTP", "addr", ln.Addr().String(), "tls", s.tls != nil)
-	return s.serveHTTPOn(&s.http.served, ln, "http", s.adm.takeHTTP)
-}
-
-// serveHTTPOn serves v's server on ln until Close, counting its connections
-// against MaxClients with take, below TLS, so that a refusal costs no
-// handshake. name names the listener in the log.
-func (s *Server) serveHTTPOn(v *served, ln net.Listener, name string, take func() bool) error {
-	srv := v.srv
-	d := admit.Door{Name: name, Take: take, Conn: func(c *admit.Conn) net.Conn { return &httpConn{Conn: c, srv: s} }, Drain: v}
-	if s.tls == nil {
-		d.Full = http503 // with TLS, which runs above, a refusal is closed
-	}
-	l := s.adm.Listen(ln, d)
-	v.listen(l)
-	ln = l
-	var err error
-	if s.tls != nil {
-		err = srv.ServeTLS(ln, "", "")
-	} else {
-		err = srv.Serve(ln)
-	}
-	if errors.Is(err, http.ErrServerClosed) || s.closing.Load() {
-		return nil
-	}
-	return err
-}
-
-// httpLogWriter takes net/http's own log lines (failed TLS handshakes,
-// accept errors, recovered handler panics) into the server's logger, so
-// that --log-format json stays one JSON object per line. Failed handshakes
-// are routine (port scanners, TCP probes on a TLS port) and go to debug,
-// as protocol errors on RESP do; the rest are warnings.
-type httpLogWriter struct{ log *slog.Logger }
-
-func (w httpLogWriter) Write(p []byte) (int, error) {
-	msg := strings.TrimRight(string(p), "\n")
-	level := slog.LevelWarn
-	if strings.HasPrefix(msg, "http: TLS handshake error") {
-		level = slog.LevelDebug
-	}
-	w.log.Log(context.Background(), level, msg, "component", "http")
-	return len(p), nil
+	return h.port.Serve(&h.served, ln, "http", s.adm.takeHTTP)
 }
 
 // closeHTTP stops the HTTP side; Close calls it last, so that /readyz
 // answers 503 while connections drain.
-func (s *Server) closeHTTP() { s.http.served.stop() }
+func (s *Server) closeHTTP() { s.http.served.Stop() }
 
 // notReady says why the server should get no traffic, or "" when it should.
 func (s *Server) notReady() string {
@@ -412,126 +307,44 @@ func b2f(b bool) float64 {
 	return 0
 }
 
-// newHTTPServer is an HTTP server for one of sluice's HTTP listeners, with
-// their shared timeouts, logging and TLS (tlsState.httpConfig).
-func (s *Server) newHTTPServer(h http.Handler) *http.Server {
-	srv := &http.Server{
-		Handler: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-			if c, ok := r.Context().Value(httpConnKey{}).(*httpConn); ok {
-				c.handling(true)
-				defer c.handling(false)
-			}
-			h.ServeHTTP(w, r)
-		}),
-		ConnContext: func(ctx context.Context, c net.Conn) context.Context {
-			if tc, ok := c.(*tls.Conn); ok {
-				c = tc.NetConn()
-			}
-			return context.WithValue(ctx, httpConnKey{}, c)
-		},
-		MaxHeaderBytes:    s.cfg.HTTPMaxHeaderBytes,
-		ReadHeaderTimeout: 10 * time.Second,
-		IdleTimeout:       2 * time.Minute,
-		ErrorLog:          log.New(httpLogWriter{s.log}, "", 0),
+// BackupAllowed implements httpport.BackupHost: it applies the RESP rules to GET /backup, which hands out
+// every limit's state: with a password, HTTP basic authentication as user
+// default (or no user name) with it; with --tls-ca, a client certificate
+// from that CA (which the HTTP port otherwise does not require); with
+// neither, protected mode admits loopback clients only. It returns 0 when
+// the request may proceed.
+func (h *frontHost) BackupAllowed(r *http.Request) (int, string) {
+	s := (*Server)(h)
+	if s.clientCertsRequired() && (r.TLS == nil || len(r.TLS.VerifiedChains) == 0) {
+		return http.StatusForbidden, "a client certificate signed by --tls-ca is required"
 	}
-	if s.tls != nil {
-		srv.TLSConfig = s.tls.httpConfig()
+	if s.cfg.Password != "" {
+		user, pass, ok := r.BasicAuth()
+		if user == "" {
+			user = "default"
+		}
+		if !ok || !s.checkAuth([]byte(user), []byte(pass)) {
+			s.stats.authFailures.Add(1)
+			// Debug, not warn: every request is a new attempt, and a guesser
+			// must not fill the log; sluice_auth_failures_total counts them.
+			s.log.Debug("backup over HTTP: authentication failed", "remote", r.RemoteAddr, "gave_credentials", ok)
+			return http.StatusUnauthorized, "WRONGPASS invalid username-password pair or user is disabled (use HTTP basic authentication with the password)"
+		}
+		return 0, ""
 	}
-	return srv
-}
-
-// httpConnKey is the context key of a request's *httpConn.
-type httpConnKey struct{}
-
-// httpConn takes what an HTTP connection reads while a request's header is
-// read from --maxmemory-clients: net/http holds a header until it is
-// whole, so connections that send long headers and never end them would
-// otherwise hold up to --http-max-header-bytes each until the header
-// timeout. The charge is given back when the request's handler starts
-// (newHTTPServer), when the next request's begins, and at close. A read
-// that would pass the bound ends the connection, answered 503 when no TLS
-// runs above.
-type httpConn struct {
-	*admit.Conn
-	srv *Server
-	mu  struct {
-		sync.Mutex
-		held    int64 // taken from clientMem
-		handled bool  // a handler runs: reads are its body's
-		closed  bool
-		over    bool // a read passed --maxmemory-clients: the connection ends
-	}
-}
-
-var http503Memory = func() []byte {
-	const msg = "client memory limit reached: the clients' buffers exceed --maxmemory-clients\n"
-	return fmt.Appendf(nil, "HTTP/1.1 503 Service Unavailable\r\nContent-Type: text/plain; charset=utf-8\r\nContent-Length: %d\r\nConnection: close\r\n\r\n%s", len(msg), msg)
-}()
-
-// errClientMemory ends an HTTP connection at --maxmemory-clients.
-var errClientMemory = errors.New("server: client memory limit reached")
-
-func (c *httpConn) Read(p []byte) (int, error) {
-	n, err := c.Conn.Read(p)
-	if n == 0 {
-		return n, err
-	}
-	switch c.take(int64(n)) {
-	case httpTaken:
-		return n, err
-	case httpOverNow:
-		s := c.srv
-		s.stats.evictedClients.Add(1)
-		s.log.Warn("closing an HTTP connection: its request header and the buffers of all clients exceed --maxmemory-clients", "remote", c.RemoteAddr().String(), "limit", s.cfg.MaxMemoryClients.N())
-		if s.tls == nil {
-			_ = c.SetWriteDeadline(time.Now().Add(time.Second))
-			_, _ = c.Write(http503Memory)
+	if s.protected() {
+		if addr, err := net.ResolveTCPAddr("tcp", r.RemoteAddr); err != nil || !admit.IsLoopback(addr) {
+			return http.StatusForbidden, deniedMessage
 		}
 	}
-	// A read error net/http ends the connection on without answering (it
-	// may read once more first).
-	return 0, &net.OpError{Op: "read", Net: "tcp", Addr: c.RemoteAddr(), Err: errClientMemory}
+	return 0, ""
 }
 
-// What take did with the bytes read.
-const (
-	httpTaken   = iota
-	httpOverNow // they pass the bound: the connection is to be closed
-	httpOver    // it passed before
-)
-
-// take counts n bytes read against --maxmemory-clients.
-func (c *httpConn) take(n int64) int {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	switch {
-	case c.mu.over:
-		return httpOver
-	case c.mu.handled || c.mu.closed:
-		return httpTaken
-	case !c.srv.reserveClients(n):
-		c.mu.over = true
-		return httpOverNow
-	}
-	c.mu.held += n
-	return httpTaken
+// CheckpointFailed implements httpport.BackupHost.
+func (h *frontHost) CheckpointFailed(err error) string {
+	s := (*Server)(h)
+	return s.errorText(s.maintenanceErr("checkpoint", err))
 }
 
-// handling marks the start (true) and end of a request's handler.
-func (c *httpConn) handling(on bool) {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	c.mu.handled = on
-	c.srv.releaseClients(c.mu.held)
-	c.mu.held = 0
-}
-
-// Close implements net.Conn.
-func (c *httpConn) Close() error {
-	c.mu.Lock()
-	c.mu.closed = true
-	c.srv.releaseClients(c.mu.held)
-	c.mu.held = 0
-	c.mu.Unlock()
-	return c.Conn.Close()
-}
+// Checkpointed implements httpport.BackupHost.
+func (h *frontHost) Checkpointed() { h.lastSave.Store(time.Now().Unix()) }

@@ -91,6 +91,11 @@ func startHoldingNode(t *testing.T) *holdingNode {
 // peer owns. It returns the node, the peer, the path, the user and the
 // canary counter's key.
 func heldSetup(t *testing.T) (*Server, *holdingNode, string, string, []byte) {
+	return heldSetupPause(t, 0)
+}
+
+// heldSetupPause is heldSetup with MIGRATE PAUSE's wait (0: the default).
+func heldSetupPause(t *testing.T, pauseWait time.Duration) (*Server, *holdingNode, string, string, []byte) {
 	peer := startHoldingNode(t)
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
@@ -101,23 +106,23 @@ func heldSetup(t *testing.T) (*Server, *holdingNode, string, string, []byte) {
 	clock := newTestClock(t0)
 	srv := startServerOn(t, Config{PolicyFile: policyFile(t, "held.ini", heldPolicy), Clock: clock.now, SweepInterval: NoLimit[time.Duration](),
 		Check:   CheckConfig{IdentityHeader: "X-User"},
-		Cluster: &ClusterConfig{Nodes: []string{self, peer.addr}, Self: self, ForwardTimeout: time.Minute}}, self)
+		Cluster: &ClusterConfig{Nodes: []string{self, peer.addr}, Self: self, ForwardTimeout: time.Minute, PauseWait: pauseWait}}, self)
 	rules := srv.pol.Current().Policy.Rules()
-	v := srv.clus.view.Load()
-	owner := func(r *policy.Rule, actor string) (uint16, []byte) {
+	owner := func(r *policy.Rule, actor string) (bool, []byte) {
 		k := keyspace.AppendRuleKey(nil, r, r.CreditLimit, append(r.AppendCounterID(nil, nil), actor...))
 		slot := uint16(k[0])<<8 | uint16(k[1])
-		return v.owner[slot], k
+		_, mine := srv.clus.Owner(slot)
+		return mine, k
 	}
 	var path, user string
 	var key []byte
 	for i := 0; path == ""; i++ {
-		if o, k := owner(rules[0], "/p"+strconv.Itoa(i)); o == v.self {
+		if mine, k := owner(rules[0], "/p"+strconv.Itoa(i)); mine {
 			path, key = "/p"+strconv.Itoa(i), k
 		}
 	}
 	for i := 0; user == ""; i++ {
-		if o, _ := owner(rules[1], "u"+strconv.Itoa(i)); o != v.self {
+		if mine, _ := owner(rules[1], "u"+strconv.Itoa(i)); !mine {
 			user = "u" + strconv.Itoa(i)
 		}
 	}
@@ -171,11 +176,10 @@ func TestMigrateNotesCheckWrites(t *testing.T) {
 // on the source only); once they have, PAUSE succeeds and DIRTY has their
 // keys.
 func TestMigratePauseWaitsForLineAndCheckWrites(t *testing.T) {
-	defer func(d time.Duration) { migratePauseWait = d }(migratePauseWait)
-	migratePauseWait = 50 * time.Millisecond // so that the refused PAUSE answers soon
 	for _, front := range []string{"check", "line protocol"} {
 		t.Run(front, func(t *testing.T) {
-			srv, peer, path, user, key := heldSetup(t)
+			// A short wait, so that the refused PAUSE answers soon.
+			srv, peer, path, user, key := heldSetupPause(t, 50*time.Millisecond)
 			rdb := newClient(t, srv)
 			ctx := context.Background()
 			done := make(chan string, 1)
@@ -229,7 +233,7 @@ func TestMigrateOneMoveAtATime(t *testing.T) {
 	if err == nil || !strings.Contains(err.Error(), "slots 100-199 are being moved off this node already; one move at a time") {
 		t.Fatalf("a second MIGRATE START during a move: %v; want it refused, naming the move under way", err)
 	}
-	if srv.slotMigrating(300) {
+	if srv.clus.SlotMigrating(300) {
 		t.Fatal("the refused START left slot 300 migrating")
 	}
 	if err := rdb.Do(ctx, "CLUSTER", "MIGRATE", "CANCEL").Err(); err != nil {

@@ -15,6 +15,7 @@ import (
 	"github.com/cockroachdb/pebble/v2"
 	"github.com/redis/go-redis/v9"
 
+	"github.com/sluicehq/sluice/internal/clusternode"
 	"github.com/sluicehq/sluice/storage"
 )
 
@@ -101,8 +102,8 @@ func TestRepairedClusterStateRefused(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if !slices.Contains(rep.StaleMeta, metaTopology) || !slices.Contains(rep.StaleMeta, metaImport) {
-		t.Fatalf("repair names %v as brought back older; want %s and %s", rep.StaleMeta, metaTopology, metaImport)
+	if !slices.Contains(rep.StaleMeta, clusternode.MetaTopology) || !slices.Contains(rep.StaleMeta, clusternode.MetaImport) {
+		t.Fatalf("repair names %v as brought back older; want %s and %s", rep.StaleMeta, clusternode.MetaTopology, clusternode.MetaImport)
 	}
 
 	for _, c := range []*ClusterConfig{cc, nil} {

@@ -182,7 +182,7 @@ var (
 func (s *Server) authFailed(c *client) {
 	s.stats.authFailures.Add(1)
 	c.authFails++
-	closing := !s.cfg.MaxAuthFailures.Off() && c.authFails >= s.cfg.MaxAuthFailures.N()
+	closing := !s.cfg.RESP.MaxAuthFailures.Off() && c.authFails >= s.cfg.RESP.MaxAuthFailures.N()
 	if closing {
 		s.stats.authClosed.Add(1)
 		c.quit = true // after this reply; the rest of the pipeline is not run

@@ -353,7 +353,7 @@ func TestAuthFailuresCloseTheConnection(t *testing.T) {
 		}
 	})
 	t.Run("a pipeline of guesses stops at the limit", func(t *testing.T) {
-		srv := startServer(t, Config{Password: "s3cret", MaxAuthFailures: LimitOf(3)})
+		srv := startServer(t, Config{Password: "s3cret", RESP: RESPConfig{MaxAuthFailures: LimitOf(3)}})
 		conn := dial(t, srv)
 		go io.WriteString(conn, strings.Repeat(wrong, 10000)+"AUTH s3cret\r\n")
 		got, _ := io.ReadAll(conn) // a reset is fine: the server did not read everything
@@ -365,7 +365,7 @@ func TestAuthFailuresCloseTheConnection(t *testing.T) {
 		}
 	})
 	t.Run("negative never closes", func(t *testing.T) {
-		srv := startServer(t, Config{Password: "s3cret", MaxAuthFailures: NoLimit[int]()})
+		srv := startServer(t, Config{Password: "s3cret", RESP: RESPConfig{MaxAuthFailures: NoLimit[int]()}})
 		conn := dial(t, srv)
 		r := bufio.NewReader(conn)
 		for range 20 {

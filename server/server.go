@@ -25,6 +25,7 @@ import (
 	"time"
 
 	"github.com/sluicehq/sluice/internal/admit"
+	"github.com/sluicehq/sluice/internal/clusternode"
 	"github.com/sluicehq/sluice/internal/conffile"
 	"github.com/sluicehq/sluice/internal/dispatch"
 	"github.com/sluicehq/sluice/internal/engine"
@@ -39,10 +40,9 @@ type Config struct {
 	Store  *storage.Store // required
 	Logger *slog.Logger   // default: discard
 
-	MaxArgs        int   // most arguments in one command; default 1024
-	MaxBulk        int64 // most bytes in one argument; default 1 MiB
-	MaxInline      int   // most bytes in one inline (telnet) command line; default 64 KiB
-	MaxQueryBuffer int   // most bytes of one incomplete command held for a client; default 8 MiB
+	// RESP configures the RESP front end (Serve).
+	RESP RESPConfig
+
 	// MaxKeySize is the longest key a command may name: the key of an
 	// RL.* command, the actor value of a HIT. A longer one is refused with
 	// an error reply naming both lengths, and the store is not touched.
@@ -104,18 +104,6 @@ type Config struct {
 	// Files.Clients() and New fails when that is below MinClients. Zero:
 	// MaxClients as given.
 	Files FDBudget
-	// MaxAuthFailures is how many failed AUTH or HELLO AUTH attempts a
-	// connection may make: the last one is answered WRONGPASS and the
-	// connection is closed. Default 5; NoLimit never closes.
-	MaxAuthFailures Limit[int]
-	// IdleTimeout closes a connection that sends nothing for this long;
-	// zero never does.
-	IdleTimeout time.Duration
-	// MaxReplyBuffer bounds the replies queued for a client: past it the
-	// rest of the pipeline is answered with an error and the connection is
-	// closed. Default 64 MiB. A long pipeline's replies are sent every
-	// 16 KiB, so this bounds one reply (plus that chunk).
-	MaxReplyBuffer int
 	// MaxMemoryClients bounds the bytes of all RESP clients' buffers
 	// together (query and reply, as Redis' maxmemory-clients): a client
 	// whose buffers grow the total past it is answered with an error and
@@ -124,12 +112,6 @@ type Config struct {
 	// (RESOURCE_EXHAUSTED) and an HTTP connection closed. Default 64 MiB;
 	// NoLimit: no bound.
 	MaxMemoryClients Limit[int64]
-	// MaxMultiBytes bounds a connection's transaction: the bytes of the
-	// commands queued after MULTI plus 64 for each command and each key
-	// WATCH watches; past it the transaction is discarded (EXEC answers
-	// EXECABORT). Default DefaultMaxMultiBytes. The queue also counts
-	// against MaxMemoryClients.
-	MaxMultiBytes int
 	// TLS, when set, serves RESP (and HTTP) over TLS only.
 	TLS *TLSFiles
 	// MemoryLimit is the Go runtime's soft memory limit the process runs
@@ -147,8 +129,8 @@ type Config struct {
 	// Divvy configures the divvy line protocol (ServeDivvy).
 	Divvy DivvyConfig
 
-	// Cluster, when set, serves the Redis Cluster protocol (cluster.go);
-	// nil: standalone.
+	// Cluster, when set, serves the Redis Cluster protocol (package
+	// clusternode); nil: standalone.
 	Cluster *ClusterConfig
 	// AcceptRepairedClusterState starts on a store whose cluster state
 	// sluice repair brought back older than it may have been
@@ -175,6 +157,33 @@ type Config struct {
 	// and values; net/http allows 4 KiB more); past it the request is
 	// answered 431. Default DefaultHTTPMaxHeaderBytes.
 	HTTPMaxHeaderBytes int
+}
+
+// RESPConfig configures the RESP front end. A zero field means the
+// default given.
+type RESPConfig struct {
+	MaxArgs        int   // most arguments in one command; default 1024
+	MaxBulk        int64 // most bytes in one argument; default 1 MiB
+	MaxInline      int   // most bytes in one inline (telnet) command line; default 64 KiB
+	MaxQueryBuffer int   // most bytes of one incomplete command held for a client; default 8 MiB
+	// MaxAuthFailures is how many failed AUTH or HELLO AUTH attempts a
+	// connection may make: the last one is answered WRONGPASS and the
+	// connection is closed. Default 5; NoLimit never closes.
+	MaxAuthFailures Limit[int]
+	// IdleTimeout closes a connection that sends nothing for this long;
+	// zero never does.
+	IdleTimeout time.Duration
+	// MaxReplyBuffer bounds the replies queued for a client: past it the
+	// rest of the pipeline is answered with an error and the connection is
+	// closed. Default 64 MiB. A long pipeline's replies are sent every
+	// 16 KiB, so this bounds one reply (plus that chunk).
+	MaxReplyBuffer int
+	// MaxMultiBytes bounds a connection's transaction: the bytes of the
+	// commands queued after MULTI plus 64 for each command and each key
+	// WATCH watches; past it the transaction is discarded (EXEC answers
+	// EXECABORT). Default DefaultMaxMultiBytes. The queue also counts
+	// against Config.MaxMemoryClients.
+	MaxMultiBytes int
 }
 
 // DivvyConfig configures the divvy line protocol. A zero field means the
@@ -258,8 +267,7 @@ type Server struct {
 	adm      admission
 	authLog  authLog
 	mem      memState
-	clus     clusterState
-	fwd      forwarder
+	clus     *clusternode.Node // nil: standalone
 
 	mu struct {
 		sync.Mutex
@@ -312,15 +320,15 @@ func New(cfg Config) (*Server, error) {
 	if cfg.Store == nil {
 		return nil, errors.New("server: Config.Store is required")
 	}
-	orDefault(&cfg.MaxArgs, DefaultMaxArgs)
-	orDefault(&cfg.MaxBulk, DefaultMaxBulk)
-	orDefault(&cfg.MaxInline, DefaultMaxInline)
-	orDefault(&cfg.MaxQueryBuffer, DefaultMaxQueryBuffer)
+	orDefault(&cfg.RESP.MaxArgs, DefaultMaxArgs)
+	orDefault(&cfg.RESP.MaxBulk, DefaultMaxBulk)
+	orDefault(&cfg.RESP.MaxInline, DefaultMaxInline)
+	orDefault(&cfg.RESP.MaxQueryBuffer, DefaultMaxQueryBuffer)
 	orDefault(&cfg.MaxKeySize, DefaultMaxKeySize)
 	orDefault(&cfg.ShutdownTimeout, DefaultShutdownTimeout)
 	orDefault(&cfg.MaxClients, DefaultMaxClients)
-	orDefault(&cfg.MaxReplyBuffer, DefaultMaxReplyBuffer)
-	orDefault(&cfg.MaxMultiBytes, DefaultMaxMultiBytes)
+	orDefault(&cfg.RESP.MaxReplyBuffer, DefaultMaxReplyBuffer)
+	orDefault(&cfg.RESP.MaxMultiBytes, DefaultMaxMultiBytes)
 	cfg.MaxMemoryClients = cfg.MaxMemoryClients.orDefault(DefaultMaxMemoryClients)
 	orDefault(&cfg.Divvy.MaxLine, DefaultDivvyMaxLine)
 	orDefault(&cfg.Divvy.MaxPipeline, DefaultDivvyMaxPipeline)
@@ -329,7 +337,7 @@ func New(cfg Config) (*Server, error) {
 	orDefault(&cfg.RLS.MaxDescriptors, DefaultRLSMaxDescriptors)
 	orDefault(&cfg.RLS.MaxHeaderBytes, DefaultRLSMaxHeaderBytes)
 	orDefault(&cfg.HTTPMaxHeaderBytes, DefaultHTTPMaxHeaderBytes)
-	cfg.MaxAuthFailures = cfg.MaxAuthFailures.orDefault(DefaultMaxAuthFailures)
+	cfg.RESP.MaxAuthFailures = cfg.RESP.MaxAuthFailures.orDefault(DefaultMaxAuthFailures)
 	if cfg.Version == "" {
 		cfg.Version = "dev"
 	}
@@ -374,20 +382,27 @@ func New(cfg Config) (*Server, error) {
 			return nil, err
 		}
 	}
-	if err := s.initCluster(); err != nil {
+	clus, err := clusternode.Open(clusternode.Options{
+		Store: s.store, Logger: s.log, Clock: s.clock, Cluster: cfg.Cluster,
+		AcceptRepairedClusterState: cfg.AcceptRepairedClusterState,
+		Password:                   cfg.Password, TLS: cfg.TLS != nil,
+	})
+	if err != nil {
 		return nil, err
 	}
+	s.clus = clus
 	s.cmds = commandTable(&s.pol)
 	ecfg := engine.Config{Store: s.store, Clock: s.clock, MaxKeySize: cfg.MaxKeySize}
 	if cfg.AllowOnStoreError {
 		ecfg.OnStoreError = engine.Allow
 	}
-	if s.clus.on {
-		ecfg.Cluster = (*clusterLink)(s)
+	if s.clus != nil { // not a nil *Node in the interface
+		ecfg.Cluster = s.clus
 	}
 	s.eng = engine.New(ecfg)
 	s.initCheck()
 	s.initDivvy()
+	s.initHTTP()
 	s.initMetrics()
 	if err := s.initRLS(); err != nil {
 		return nil, err
@@ -447,7 +462,9 @@ func (s *Server) Close() error {
 	forceAt := time.Now().Add(s.cfg.ShutdownTimeout - rest)
 	defer close(s.done)
 	defer s.authLog.stop(s)
-	defer s.fwd.closeAll()
+	if s.clus != nil {
+		defer s.clus.Close()
+	}
 	defer s.closeHTTP() // last: /readyz answers 503 while connections drain
 	s.closeCheck()      // first: its requests finish before the store may close
 	s.stopSweeper()     // also ends a running COMPACT early
@@ -501,9 +518,9 @@ func (s *Server) execAll(cn *conn, cmds []byte) (n int) {
 		if c.quit {
 			break
 		}
-		if len(c.Out) > s.cfg.MaxReplyBuffer {
+		if len(c.Out) > s.cfg.RESP.MaxReplyBuffer {
 			s.stats.replyOverflows.Add(1)
-			s.log.Warn("closing a client whose reply exceeds the reply buffer limit", "client", c.id, "remote", c.addr, "limit", s.cfg.MaxReplyBuffer)
+			s.log.Warn("closing a client whose reply exceeds the reply buffer limit", "client", c.id, "remote", c.addr, "limit", s.cfg.RESP.MaxReplyBuffer)
 			c.failed = true
 			c.Out = resp.AppendError(c.Out, "ERR reply buffer limit reached (--max-reply-buffer); closing the connection")
 			c.quit = true

@@ -118,7 +118,7 @@ func (s *Server) txAllowed(cmd *command, args [][]byte) bool {
 		"asking", "readonly", "readwrite":
 		return true
 	case "hit":
-		return !s.clus.on // counters other nodes own cannot change atomically
+		return s.clus == nil // counters other nodes own cannot change atomically
 	case "config":
 		return resp.EqualFold(args[1], "get")
 	case "client":
@@ -169,12 +169,12 @@ func (s *Server) queue(c *client, cmd *command, args [][]byte) bool {
 		err = errs.WrongArgs(cmd.Name)
 	case !c.authed && !allowedBeforeAuth(cmd.Name):
 		err = errNoAuth
-	case s.clus.on && cmd.Name == "hit":
+	case s.clus != nil && cmd.Name == "hit":
 		err = resp.Error("ERR Command not allowed inside a transaction in cluster mode: hit's counters may be owned by other nodes, which an EXEC cannot change atomically")
 	case !s.txAllowed(cmd, args):
 		err = resp.Error("ERR Command not allowed inside a transaction: " + cmd.fullName(args) + " (MULTI queues the limit commands and commands on the connection itself; see docs/protocol.md)")
 	}
-	if err == nil && !t.aborted && s.clus.on && cmd.First > 0 && !s.txRoute(c, cmd, args) {
+	if err == nil && !t.aborted && s.clus != nil && cmd.First > 0 && !s.txRoute(c, cmd, args) {
 		s.txAbort(c) // txRoute answered MOVED, CROSSSLOT, CLUSTERDOWN or TRYAGAIN
 		return true
 	}
@@ -201,7 +201,7 @@ func (s *Server) txAdd(c *client, args [][]byte) error {
 	for _, a := range args {
 		size += len(a) + 16
 	}
-	if t.charge+size > s.cfg.MaxMultiBytes {
+	if t.charge+size > s.cfg.RESP.MaxMultiBytes {
 		return s.errTxFull()
 	}
 	t.charge += size
@@ -221,7 +221,7 @@ func (s *Server) txAdd(c *client, args [][]byte) error {
 }
 
 func (s *Server) errTxFull() error {
-	return resp.Error("ERR transaction exceeds --max-multi-bytes " + strconv.Itoa(s.cfg.MaxMultiBytes) +
+	return resp.Error("ERR transaction exceeds --max-multi-bytes " + strconv.Itoa(s.cfg.RESP.MaxMultiBytes) +
 		" (queued commands' bytes plus " + strconv.Itoa(txEntryCost) + " for each command and watched key); it is discarded: EXEC will answer EXECABORT")
 }
 
@@ -315,8 +315,8 @@ func cmdWatch(s *Server, c *client, args [][]byte) {
 			return
 		}
 	}
-	if t.charge+len(args[1:])*txEntryCost > s.cfg.MaxMultiBytes {
-		s.replyErr(c, resp.Error("ERR WATCH exceeds --max-multi-bytes "+strconv.Itoa(s.cfg.MaxMultiBytes)+
+	if t.charge+len(args[1:])*txEntryCost > s.cfg.RESP.MaxMultiBytes {
+		s.replyErr(c, resp.Error("ERR WATCH exceeds --max-multi-bytes "+strconv.Itoa(s.cfg.RESP.MaxMultiBytes)+
 			" ("+strconv.Itoa(txEntryCost)+" bytes for each watched key); no key added"))
 		return
 	}
@@ -396,7 +396,7 @@ func (s *Server) execHeld(c *client) {
 	t := &c.tx
 	c.Round.Hold(len(t.watches) > 0)
 	defer c.Round.Release() // notes the writes to migrating slots first
-	if s.clus.on && t.slotSet && !s.routeSlot(c, t.slot) {
+	if s.clus != nil && t.slotSet && !s.routeSlot(c, t.slot) {
 		return
 	}
 	for _, w := range t.watches {
@@ -416,7 +416,7 @@ func (s *Server) execHeld(c *client) {
 		if !over && cap(c.Out) != cap0 && !s.cfg.MaxMemoryClients.within(s.clientMem.Load()+int64(cap(c.Out)-cap0)) {
 			over, memOver = true, true
 		}
-		if over || len(c.Out) > s.cfg.MaxReplyBuffer {
+		if over || len(c.Out) > s.cfg.RESP.MaxReplyBuffer {
 			over = true
 			c.Out = c.Out[:start]
 		}
@@ -429,7 +429,7 @@ func (s *Server) execHeld(c *client) {
 		c.failed, c.quit = true, true
 	case over:
 		s.stats.replyOverflows.Add(1)
-		s.log.Warn("closing a client whose EXEC reply exceeds the reply buffer limit", "client", c.id, "remote", c.addr, "limit", s.cfg.MaxReplyBuffer)
+		s.log.Warn("closing a client whose EXEC reply exceeds the reply buffer limit", "client", c.id, "remote", c.addr, "limit", s.cfg.RESP.MaxReplyBuffer)
 		c.Out = resp.AppendError(c.Out, "ERR reply buffer limit reached (--max-reply-buffer); the transaction ran, its replies are dropped; closing the connection")
 		c.failed, c.quit = true, true
 	}

@@ -22,7 +22,7 @@ import (
 // TRYAGAIN and retry), the last changes are copied, the target marks its
 // copy complete for the next epoch, the topology with that epoch is pushed
 // to the target, the source and every other node, and the source drops
-// its copy. server/migrate.go has the nodes' side.
+// its copy. internal/clusternode/migrate.go has the nodes' side.
 
 type clusterToolConfig struct {
 	nodes    string

@@ -71,6 +71,9 @@ type config struct {
 	clusterOrdinal     int
 	clusterTimeout     time.Duration
 	clusterClockSkew   time.Duration
+	clusterReplicas    int
+	clusterBusNodes    string
+	clusterElection    time.Duration
 	clusterReassign    string
 	acceptRepaired     bool
 	rlsAddr            string
@@ -151,6 +154,9 @@ func newFlagSet(cfg *config, stderr io.Writer) *flag.FlagSet {
 	fs.StringVar(&cfg.clusterNodes, "cluster-nodes", "", "cluster mode: the nodes' announced host:port in ordinal order, comma-separated, or a template with {i} (sluice-{i}.sluice:9049) and --cluster-size; empty: standalone")
 	intVar(fs, &cfg.clusterSize, "cluster-size", 0, "cluster mode: the number of initial nodes when --cluster-nodes is a template")
 	intVar(fs, &cfg.clusterOrdinal, "cluster-ordinal", -1, "cluster mode: this node's ordinal in --cluster-nodes; -1 takes the number after the last - of the hostname (a StatefulSet pod's)")
+	intVar(fs, &cfg.clusterReplicas, "cluster-replicas", 1, "cluster mode: the replicas of each shard: 1 keeps one copy of each slot; 3 or 5 replicate each shard (a slot range placed from --cluster-nodes) with Raft, its leader alone deciding, with automatic failover")
+	fs.StringVar(&cfg.clusterBusNodes, "cluster-bus-nodes", "", "cluster mode with --cluster-replicas above 1: the nodes' replication host:port in the order of --cluster-nodes, comma-separated; empty: each node's port plus 10000")
+	durationVar(fs, &cfg.clusterElection, "cluster-election-timeout", server.DefaultElectionTimeout, "cluster mode with --cluster-replicas above 1: how long a shard's replicas go without a word from its leader before electing another")
 	durationVar(fs, &cfg.clusterTimeout, "cluster-forward-timeout", server.DefaultForwardTimeout, "cluster mode: the most one HIT counter forwarded to the node owning it may take, connecting included")
 	fs.StringVar(&cfg.clusterReassign, "cluster-reassign-from", "", "cluster mode: the node (announced host:port) a data directory was recorded as, to start it as this node anyway, on purpose: it then records this node; without it, a directory of another node is refused")
 	boolVar(fs, &cfg.acceptRepaired, "accept-repaired-cluster-state", false, "start on a store whose cluster state (topology, moves, identity) sluice repair brought back older than it may have been, after checking it against the rest of the cluster; without it such a store is refused")
@@ -294,6 +300,15 @@ func parseConfig(args []string, lookupEnv func(string) (string, bool), stderr io
 	}
 	if cfg.clusterClockSkew <= 0 {
 		return cfg, fmt.Errorf("--cluster-max-clock-skew %v: want a positive duration", cfg.clusterClockSkew)
+	}
+	if cfg.clusterReplicas != 1 && cfg.clusterReplicas != 3 && cfg.clusterReplicas != 5 {
+		return cfg, fmt.Errorf("--cluster-replicas %d: want 1, 3 or 5", cfg.clusterReplicas)
+	}
+	if cfg.clusterReplicas > 1 && cfg.clusterNodes == "" {
+		return cfg, errors.New("--cluster-replicas needs --cluster-nodes")
+	}
+	if cfg.clusterElection < 10*time.Millisecond {
+		return cfg, fmt.Errorf("--cluster-election-timeout %v: want 10ms or more", cfg.clusterElection)
 	}
 	if cfg.clusterTimeout <= 0 {
 		return cfg, fmt.Errorf("--cluster-forward-timeout %v: want a positive duration", cfg.clusterTimeout)

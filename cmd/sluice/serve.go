@@ -78,6 +78,11 @@ func (serveCommand) run(inv invocation, args []string) (err error) {
 		clusterCfg.ForwardTimeout = cfg.clusterTimeout
 		clusterCfg.MaxClockSkew = cfg.clusterClockSkew
 		clusterCfg.ReassignFrom = cfg.clusterReassign
+		clusterCfg.Replicas = cfg.clusterReplicas
+		clusterCfg.ElectionTimeout = cfg.clusterElection
+		if cfg.clusterBusNodes != "" {
+			clusterCfg.BusNodes = strings.Split(cfg.clusterBusNodes, ",")
+		}
 	}
 	if cfg.rlsConfig != "" {
 		if _, err := rls.Load(cfg.rlsConfig, int64(cfg.maxConfigFile)); err != nil {
@@ -102,7 +107,7 @@ func (serveCommand) run(inv invocation, args []string) (err error) {
 	}
 	// A signal stops the open too: replaying a long log, or a store that
 	// cannot be opened, must not make the process ignore SIGTERM.
-	store, err := storage.OpenContext(ctx, cfg.data, server.StoreOptions(storage.Options{
+	storeOpts := server.StoreOptions(storage.Options{
 		Sync:           mode,
 		CacheSize:      int64(cfg.cacheSize),
 		CacheMemory:    offIfZero(int64(cfg.cacheMemory)),
@@ -112,7 +117,15 @@ func (serveCommand) run(inv invocation, args []string) (err error) {
 		MaxQueuedBytes: int(cfg.commitQueueMem),
 		Committers:     cfg.committers,
 		Logger:         log,
-	}))
+	})
+	if clusterCfg != nil && clusterCfg.Replicas > 1 {
+		// One committer per shard, proposing its rounds to the shard's
+		// group.
+		if storeOpts, clusterCfg.Replicator, err = server.ReplicatedStoreOptions(storeOpts, len(clusterCfg.Nodes), clusterCfg.Replicas); err != nil {
+			return fmt.Errorf("--cluster-replicas: %w", err)
+		}
+	}
+	store, err := storage.OpenContext(ctx, cfg.data, storeOpts)
 	if err != nil {
 		if ctx.Err() != nil {
 			return fmt.Errorf("stopped by a signal while opening the store: %w", err)
@@ -158,13 +171,19 @@ func (serveCommand) run(inv invocation, args []string) (err error) {
 // serveCommand read or derived from it.
 func serverConfig(cfg config, store *storage.Store, log *slog.Logger, password string, files server.FDBudget, clusterCfg *server.ClusterConfig, tlsFiles *server.TLSFiles, memLimit int64, memLimitSource string) server.Config {
 	return server.Config{
-		Store:           store,
-		Logger:          log,
-		MaxArgs:         cfg.maxArgs,
-		MaxBulk:         int64(cfg.maxBulk),
+		Store:  store,
+		Logger: log,
+		RESP: server.RESPConfig{
+			MaxArgs:         cfg.maxArgs,
+			MaxBulk:         int64(cfg.maxBulk),
+			MaxInline:       int(cfg.maxInline),
+			MaxQueryBuffer:  int(cfg.maxQueryBuffer),
+			MaxAuthFailures: zeroIsOff(cfg.maxAuthFailures),
+			IdleTimeout:     time.Duration(cfg.timeout) * time.Second,
+			MaxReplyBuffer:  int(cfg.maxReplyBuffer),
+			MaxMultiBytes:   int(cfg.maxMultiBytes),
+		},
 		MaxKeySize:      int(cfg.maxKeySize),
-		MaxInline:       int(cfg.maxInline),
-		MaxQueryBuffer:  int(cfg.maxQueryBuffer),
 		ShutdownTimeout: cfg.shutdownTimeout,
 		Version:         buildVersion(),
 		Revision:        buildRevision(),
@@ -181,10 +200,6 @@ func serverConfig(cfg config, store *storage.Store, log *slog.Logger, password s
 		AllowRemoteWithoutAuth: cfg.protectedMode == "no",
 		MaxClients:             cfg.maxClients,
 		Files:                  files,
-		MaxAuthFailures:        zeroIsOff(cfg.maxAuthFailures),
-		IdleTimeout:            time.Duration(cfg.timeout) * time.Second,
-		MaxReplyBuffer:         int(cfg.maxReplyBuffer),
-		MaxMultiBytes:          int(cfg.maxMultiBytes),
 		MaxMemoryClients:       zeroIsOff(int64(cfg.maxMemClients)),
 		TLS:                    tlsFiles,
 

@@ -283,7 +283,7 @@ func (d *conn) round(start, end int, eof bool) (next int, stop bool) {
 	lp := s.rules.Current()
 	d.out = d.out[:0]
 	// Resharding: MIGRATE PAUSE waits for the round's hits to be committed
-	// (migrate.go).
+	// (internal/clusternode/migrate.go).
 	d.r.Begin()
 	defer d.r.End() // a panic, which serve recovers, must not leave it counted
 	firstWrite := -1

@@ -153,6 +153,11 @@ func Typed(err error) *errs.Error {
 		return &errs.Error{Kind: errs.StoreUnavailable, Err: err}
 	case errors.Is(err, storage.ErrFailed):
 		return &errs.Error{Kind: errs.StoreFailed, Err: err}
+	case errors.Is(err, storage.ErrNotReplicated):
+		// The shard's leadership moved on before its group committed the
+		// change: the cluster's condition, not the request's, and one a
+		// cluster client retries (TRYAGAIN), on the new leader.
+		return &errs.Error{Kind: errs.Forward, Code: "TRYAGAIN", Msg: "the shard's leader changed before its replicas took this change: it may or may not have been applied; retry", Err: err}
 	}
 	return &errs.Error{Kind: errs.Internal, Err: err}
 }

@@ -274,3 +274,13 @@ func TestRoundAllocatesNothing(t *testing.T) {
 		t.Fatalf("a hit and its commit allocate %v times", n)
 	}
 }
+
+// TestNotReplicatedIsRetried: a change whose shard's group did not commit
+// it is answered as the cluster's condition, with the code cluster
+// clients retry on, not as an internal error.
+func TestNotReplicatedIsRetried(t *testing.T) {
+	e := Typed(fmt.Errorf("commit: %w: leadership lost", storage.ErrNotReplicated))
+	if e.Kind != errs.Forward || e.Code != "TRYAGAIN" {
+		t.Fatalf("typed as %v %q (%v); want Forward, TRYAGAIN", e.Kind, e.Code, e)
+	}
+}

@@ -80,3 +80,15 @@ func EqualFold(b []byte, lower string) bool {
 	}
 	return true
 }
+
+// OneLine keeps an error message fit for a one-line reply: its line ends
+// become spaces.
+func OneLine(s string) string {
+	b := []byte(s)
+	for i, c := range b {
+		if c == '\r' || c == '\n' {
+			b[i] = ' '
+		}
+	}
+	return string(b)
+}

@@ -1,4 +1,4 @@
-package server
+package clusternode
 
 import (
 	"strconv"
@@ -17,14 +17,30 @@ import (
 // front end's name into them), so each loaded rule set keeps an index of
 // its rules by identity (rules.Index), built when it is (re)loaded.
 
+// RuleSet is a rule set whose rules a forwarded counter hit may name
+// besides the divvy rules: the rate limit service's (envoy.Server).
+type RuleSet interface {
+	// Rule returns the rule of identity id, or nil, the number of rules
+	// in its set, and whether a set is loaded.
+	Rule(id rules.ID) (r *policy.Rule, n int, loaded bool)
+}
+
+// routeErr is Route's refusal of slot as the error a command returns.
+func routeErr(slot uint16, moved string, err error) error {
+	if err != nil {
+		return err
+	}
+	return resp.Error("MOVED " + strconv.Itoa(int(slot)) + " " + moved)
+}
+
 // counterRule returns the rule of a forwarded counter hit: the rule, of
-// the divvy policy or of the RLS configuration in use, whose identity
+// the divvy policy pol or of the RLS configuration rls in use, whose identity
 // starts id (a counter ID, at least policy.CounterIDLen bytes), which
 // must be at position pos of its rule set, as on the sender: the nodes
 // must load the same --policy and --rls-config. It allocates nothing.
-func (s *Server) counterRule(id []byte, pos int64) (*policy.Rule, error) {
+func counterRule(id []byte, pos int64, pol *rules.File, rls RuleSet) (*policy.Rule, error) {
 	k := rules.ID(id[:policy.CounterIDLen])
-	lp := s.pol.Current()
+	lp := pol.Current()
 	var (
 		r     *policy.Rule
 		n     int    // rules in r's set
@@ -35,7 +51,7 @@ func (s *Server) counterRule(id []byte, pos int64) (*policy.Rule, error) {
 			n, where = len(lp.Counts), "rule file (--policy)"
 		}
 	}
-	rr, rn, rlsLoaded := s.rls.Rule(k)
+	rr, rn, rlsLoaded := rls.Rule(k)
 	if r == nil && rr != nil {
 		r, n, where = rr, rn, "--rls-config"
 	}

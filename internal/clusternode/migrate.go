@@ -1,4 +1,4 @@
-package server
+package clusternode
 
 import (
 	"bytes"
@@ -12,6 +12,8 @@ import (
 	"time"
 
 	"github.com/sluicehq/sluice/cluster"
+	"github.com/sluicehq/sluice/internal/dispatch"
+	"github.com/sluicehq/sluice/internal/engine"
 	"github.com/sluicehq/sluice/internal/errs"
 	"github.com/sluicehq/sluice/internal/resp"
 	"github.com/sluicehq/sluice/keyspace"
@@ -26,7 +28,7 @@ import (
 //  1. IMPORT START ranges on the target: it drops its leftovers in those
 //     slots and notes, in the store, that it is copying them.
 //  2. MIGRATE START ranges on the source: from now, every write to a record
-//     of those slots notes its key (noteDirty, before the commit).
+//     of those slots notes its key (NoteWrites, before the commit).
 //  3. DUMP on the source pages through the slots' records as the store holds
 //     them; the tool writes them to the target with RESTORE, which only
 //     slots being copied take.
@@ -84,20 +86,14 @@ var errNotMigrating = resp.Error("ERR no slot of this node is migrating (did it 
 
 var errTryAgain = resp.Error("TRYAGAIN Slot is being handed over to another node; retry shortly")
 
-// pausedSlot is routeSlot's check of a slot this node owns while some
-// slot migrates: a paused slot answers TRYAGAIN.
-func (s *Server) pausedSlot(c *client, slot uint16) bool {
-	if s.clus.mig.state[slot].Load() == slotPaused {
-		s.replyErr(c, errTryAgain)
-		return true
+// NoteWrites implements engine.Cluster: the keys of b's changes in
+// migrating slots are noted, before b's changes are committed or handed
+// over, so that no write escapes a move.
+func (s *Node) NoteWrites(b *storage.Batch) {
+	m := &s.mig
+	if !m.active.Load() {
+		return
 	}
-	return false
-}
-
-// noteDirty notes the keys of b's changes in migrating slots, before b is
-// committed (clusterLink.NoteWrites: the engine calls it).
-func (s *Server) noteDirty(b *storage.Batch) {
-	m := &s.clus.mig
 	b.Keys(func(k []byte) {
 		if len(k) < 2 || m.state[binary.BigEndian.Uint16(k)].Load() == slotServing {
 			return
@@ -111,42 +107,15 @@ func (s *Server) noteDirty(b *storage.Batch) {
 	})
 }
 
-// waitPipelines returns once every RESP pipeline under way when it was
-// called, other than self's, has ended, or false after migratePauseWait.
-func (s *Server) waitPipelines(self *client) bool {
-	type running struct {
-		c *client
-		n int64
-	}
-	var busy []running
-	s.mu.Lock()
-	for _, c := range s.mu.clients {
-		if n := c.pipes.Load(); c != self && n%2 == 1 {
-			busy = append(busy, running{c, n})
-		}
-	}
-	s.mu.Unlock()
-	deadline := time.Now().Add(migratePauseWait)
-	for _, r := range busy {
-		for r.c.pipes.Load() == r.n {
-			if time.Now().After(deadline) {
-				return false
-			}
-			time.Sleep(100 * time.Microsecond)
-		}
-	}
-	return true
-}
-
-// slotMigrating reports whether slot is being moved off this node.
-func (s *Server) slotMigrating(slot uint16) bool {
-	return s.clus.mig.active.Load() && s.clus.mig.state[slot].Load() != slotServing
+// SlotMigrating reports whether slot is being moved off this node.
+func (s *Node) SlotMigrating(slot uint16) bool {
+	return s.mig.active.Load() && s.mig.state[slot].Load() != slotServing
 }
 
 // forgetMigrations clears the migration state of the slots v does not give
 // this node: after a push, they answer MOVED.
-func (s *Server) forgetMigrations(v *clusterView) {
-	m := &s.clus.mig
+func (s *Node) forgetMigrations(v *view) {
+	m := &s.mig
 	any := false
 	for slot := range m.state {
 		if m.state[slot].Load() == slotServing {
@@ -167,34 +136,32 @@ func (s *Server) forgetMigrations(v *clusterView) {
 	}
 }
 
-// cmdClusterMigrate handles the CLUSTER subcommands of resharding. It
-// reports false for a subcommand that is not one of them.
-func (s *Server) cmdClusterMigrate(c *client, sub string, args [][]byte) bool {
+// migrateCommand runs the CLUSTER subcommands of resharding. It reports
+// false for a subcommand that is not one of them.
+func (s *Node) migrateCommand(x *dispatch.Ctx, c Caller, sub string, args [][]byte) (bool, error) {
 	switch {
 	case sub == "migrate" && len(args) >= 3:
-		s.clusterMigrate(c, strings.ToLower(string(args[2])), args[3:])
+		return true, s.clusterMigrate(x, c, strings.ToLower(string(args[2])), args[3:])
 	case sub == "import" && len(args) >= 3:
-		s.clusterImport(c, strings.ToLower(string(args[2])), args[3:])
+		return true, s.clusterImport(x, c, strings.ToLower(string(args[2])), args[3:])
 	case sub == "dump" && len(args) == 6:
-		s.clusterDump(c, args[2:])
+		return true, s.clusterDump(x, args[2:])
 	case sub == "restore" && len(args) >= 4 && len(args)%2 == 0:
-		s.clusterRestore(c, args[2:])
+		return true, s.clusterRestore(x, args[2:])
 	case sub == "drop" && len(args) == 3:
-		s.clusterDrop(c, string(args[2]))
-	default:
-		return false
+		return true, s.clusterDrop(x, c, string(args[2]))
 	}
-	return true
+	return false, nil
 }
 
 // ownedRanges parses ranges and refuses them unless this node owns (own
 // true) or does not own (own false) every slot of them.
-func (s *Server) ownedRanges(arg string, own bool) ([]cluster.Range, error) {
+func (s *Node) ownedRanges(arg string, own bool) ([]cluster.Range, error) {
 	rs, err := cluster.ParseRanges(arg)
 	if err != nil {
 		return nil, resp.Error("ERR " + err.Error())
 	}
-	v := s.clus.view.Load()
+	v := s.view.Load()
 	for _, r := range rs {
 		for slot := int(r.First); slot <= int(r.Last); slot++ {
 			mine := v.self != 0 && v.owner[slot] == v.self
@@ -209,53 +176,48 @@ func (s *Server) ownedRanges(arg string, own bool) ([]cluster.Range, error) {
 	return rs, nil
 }
 
-func (s *Server) clusterMigrate(c *client, op string, args [][]byte) {
-	m := &s.clus.mig
+func (s *Node) clusterMigrate(x *dispatch.Ctx, c Caller, op string, args [][]byte) error {
+	m := &s.mig
 	switch {
 	case op == "start" && len(args) == 1:
 		rs, err := s.ownedRanges(string(args[0]), true)
 		if err != nil {
-			s.replyErr(c, err)
-			return
+			return err
 		}
 		if err := s.startMigration(rs); err != nil {
-			s.replyErr(c, err)
-			return
+			return err
 		}
-		c.Out = resp.AppendSimple(c.Out, "OK")
+		x.Out = resp.AppendSimple(x.Out, "OK")
 	case (op == "pause" && len(args) == 0) || (op == "dirty" && len(args) == 1):
 		// A node restarted since START has forgotten the migration, and
 		// the keys written meanwhile: the move must start over.
 		if !m.active.Load() {
-			s.replyErr(c, errNotMigrating)
-			return
+			return errNotMigrating
 		}
 		if op == "dirty" {
 			n, ok := resp.ParseInt(args[0])
 			if !ok || n < 1 {
-				s.replyErr(c, errs.NotInteger)
-				return
+				return errs.NotInteger
 			}
-			s.popDirty(c, int(n))
-			return
+			s.popDirty(x, int(n))
+			return nil
 		}
 		for slot := range m.state {
 			m.state[slot].CompareAndSwap(slotMigrating, slotPaused)
 		}
 		// This connection's own pipeline may have written before PAUSE:
 		// commit it first.
-		if err := s.commitWrites(c); err != nil {
-			s.replyErr(c, err)
-			return
+		if err := c.Commit(); err != nil {
+			return err
 		}
-		if !s.waitPipelines(c) || !s.eng.WaitWriters(time.Now().Add(migratePauseWait)) {
+		wait := s.pauseWait()
+		if !c.Quiesce(time.Now().Add(wait)) {
 			for slot := range m.state {
 				m.state[slot].CompareAndSwap(slotPaused, slotMigrating)
 			}
-			s.replyErr(c, resp.Error("ERR pipelines and line-protocol, /check or ShouldRateLimit writes under way did not finish within "+migratePauseWait.String()+"; the slots serve again, retry the pause"))
-			return
+			return resp.Error("ERR pipelines and line-protocol, /check or ShouldRateLimit writes under way did not finish within " + wait.String() + "; the slots serve again, retry the pause")
 		}
-		c.Out = resp.AppendSimple(c.Out, "OK")
+		x.Out = resp.AppendSimple(x.Out, "OK")
 	case op == "cancel" && len(args) == 0:
 		for slot := range m.state {
 			m.state[slot].Store(slotServing)
@@ -265,17 +227,18 @@ func (s *Server) clusterMigrate(c *client, op string, args [][]byte) {
 		m.mu.dirty = nil
 		m.mu.ranges = ""
 		m.mu.Unlock()
-		c.Out = resp.AppendSimple(c.Out, "OK")
+		x.Out = resp.AppendSimple(x.Out, "OK")
 	default:
-		s.replyErr(c, resp.Error("ERR CLUSTER MIGRATE: want START <slots>, PAUSE, DIRTY <count> or CANCEL"))
+		return resp.Error("ERR CLUSTER MIGRATE: want START <slots>, PAUSE, DIRTY <count> or CANCEL")
 	}
+	return nil
 }
 
 // startMigration begins START's move of rs, refusing while another is
 // under way: the dirty set, PAUSE and CANCEL are the node's, so a second
 // move would hand over the first's keys and cancel it.
-func (s *Server) startMigration(rs []cluster.Range) error {
-	m := &s.clus.mig
+func (s *Node) startMigration(rs []cluster.Range) error {
+	m := &s.mig
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	if m.active.Load() {
@@ -291,9 +254,16 @@ func (s *Server) startMigration(rs []cluster.Range) error {
 	return nil
 }
 
-// migratePauseWait bounds MIGRATE PAUSE's wait for pipelines and writes in
-// flight (a variable for the tests).
-var migratePauseWait = 10 * time.Second
+// DefaultPauseWait bounds MIGRATE PAUSE's wait for pipelines and writes
+// in flight when Config.PauseWait is zero.
+const DefaultPauseWait = 10 * time.Second
+
+func (s *Node) pauseWait() time.Duration {
+	if d := s.cfg.PauseWait; d > 0 {
+		return d
+	}
+	return DefaultPauseWait
+}
 
 // readMutator reads a record and changes nothing.
 type readMutator struct {
@@ -310,8 +280,8 @@ func (m *readMutator) Mutate(old []byte, found bool) ([]byte, storage.Op, error)
 // popDirty answers up to n keys changed in the migrating slots since START
 // (or the last DIRTY), each with its current value, or an empty value when
 // it has none (deleted), as a flat array of keys and values.
-func (s *Server) popDirty(c *client, n int) {
-	m := &s.clus.mig
+func (s *Node) popDirty(x *dispatch.Ctx, n int) {
+	m := &s.mig
 	m.mu.Lock()
 	keys := make([]string, 0, min(n, len(m.mu.dirty)))
 	for k := range m.mu.dirty {
@@ -324,7 +294,7 @@ func (s *Server) popDirty(c *client, n int) {
 	m.mu.Unlock()
 	b := s.store.NewBatch()
 	var r readMutator
-	c.Out = resp.AppendArray(c.Out, 2*len(keys))
+	x.Out = resp.AppendArray(x.Out, 2*len(keys))
 	for _, k := range keys {
 		if err := b.Modify([]byte(k), &r); err != nil {
 			// Put it back: the next DIRTY tries again.
@@ -335,11 +305,11 @@ func (s *Server) popDirty(c *client, n int) {
 			m.mu.Unlock()
 			r.found = false
 		}
-		c.Out = resp.AppendBulkString(c.Out, k)
+		x.Out = resp.AppendBulkString(x.Out, k)
 		if r.found {
-			c.Out = resp.AppendBulk(c.Out, r.val)
+			x.Out = resp.AppendBulk(x.Out, r.val)
 		} else {
-			c.Out = resp.AppendBulkString(c.Out, "")
+			x.Out = resp.AppendBulkString(x.Out, "")
 		}
 	}
 }
@@ -351,17 +321,15 @@ const maxDumpCount = 10000
 // clusterDump answers DUMP first last cursor count: up to count records of
 // slots first to last, from cursor (a store key, or "" for the start), as
 // [next cursor ("" when done), key, value, ...].
-func (s *Server) clusterDump(c *client, args [][]byte) {
+func (s *Node) clusterDump(x *dispatch.Ctx, args [][]byte) error {
 	first, ok1 := resp.ParseInt(args[0])
 	last, ok2 := resp.ParseInt(args[1])
 	count, ok3 := resp.ParseInt(args[3])
 	if !ok1 || !ok2 || !ok3 || first < 0 || last >= cluster.Slots || first > last || count < 1 || count > maxDumpCount {
-		s.replyErr(c, resp.Error("ERR CLUSTER DUMP: want <first slot> <last slot> <cursor> <count>, slots 0 to 16383, count 1 to "+strconv.Itoa(maxDumpCount)))
-		return
+		return resp.Error("ERR CLUSTER DUMP: want <first slot> <last slot> <cursor> <count>, slots 0 to 16383, count 1 to " + strconv.Itoa(maxDumpCount))
 	}
 	if err := s.store.Flush(); err != nil {
-		s.replyErr(c, storeErr(err))
-		return
+		return engine.StoreErr(err)
 	}
 	lo, _ := keyspace.SlotRange(uint16(first))
 	var hi []byte
@@ -386,14 +354,14 @@ func (s *Server) clusterDump(c *client, args [][]byte) {
 		return true
 	})
 	if err != nil {
-		s.replyErr(c, storeErr(err))
-		return
+		return engine.StoreErr(err)
 	}
-	c.Out = resp.AppendArray(c.Out, 1+len(recs))
-	c.Out = resp.AppendBulk(c.Out, next)
+	x.Out = resp.AppendArray(x.Out, 1+len(recs))
+	x.Out = resp.AppendBulk(x.Out, next)
 	for _, r := range recs {
-		c.Out = resp.AppendBulk(c.Out, r)
+		x.Out = resp.AppendBulk(x.Out, r)
 	}
+	return nil
 }
 
 // restoreMutator sets a record to val, or deletes it when val is empty.
@@ -409,61 +377,54 @@ func (m *restoreMutator) Mutate([]byte, bool) ([]byte, storage.Op, error) {
 // clusterRestore writes RESTORE's key-value pairs (an empty value deletes)
 // into slots this node does not serve yet; the replies wait for the
 // commit, as every write's.
-func (s *Server) clusterRestore(c *client, args [][]byte) {
-	v := s.clus.view.Load()
+func (s *Node) clusterRestore(x *dispatch.Ctx, args [][]byte) error {
+	v := s.view.Load()
 	for i := 0; i < len(args); i += 2 {
 		k := args[i]
 		if len(k) < keyspace.HeaderLen || k[0] == 0xff || int(binary.BigEndian.Uint16(k)) >= cluster.Slots {
-			s.replyErr(c, resp.Error("ERR CLUSTER RESTORE: not a record key"))
-			return
+			return resp.Error("ERR CLUSTER RESTORE: not a record key")
 		}
 		slot := binary.BigEndian.Uint16(k)
 		if v.self != 0 && v.owner[slot] == v.self {
-			s.replyErr(c, resp.Error("ERR CLUSTER RESTORE: slot "+strconv.Itoa(int(slot))+" is this node's: refusing to overwrite a slot it serves"))
-			return
+			return resp.Error("ERR CLUSTER RESTORE: slot " + strconv.Itoa(int(slot)) + " is this node's: refusing to overwrite a slot it serves")
 		}
 		// Only records as DUMP hands them out: a key of a known kind, and
 		// a value its kind decodes (once the slot is served, it is read
 		// and swept as such).
 		rec, err := keyspace.Parse(k)
 		if err != nil {
-			s.replyErr(c, resp.Error("ERR CLUSTER RESTORE: pair "+strconv.Itoa(i/2+1)+": not a record key ("+oneLine(err.Error())+"); expected a key CLUSTER DUMP gave"))
-			return
+			return resp.Error("ERR CLUSTER RESTORE: pair " + strconv.Itoa(i/2+1) + ": not a record key (" + resp.OneLine(err.Error()) + "); expected a key CLUSTER DUMP gave")
 		}
 		if val := args[i+1]; len(val) > 0 {
 			if _, err := rec.Describe(val, 0); err != nil {
-				s.replyErr(c, resp.Error("ERR CLUSTER RESTORE: pair "+strconv.Itoa(i/2+1)+": the value is not a record of its key's kind ("+oneLine(err.Error())+"); expected the value CLUSTER DUMP gave"))
-				return
+				return resp.Error("ERR CLUSTER RESTORE: pair " + strconv.Itoa(i/2+1) + ": the value is not a record of its key's kind (" + resp.OneLine(err.Error()) + "); expected the value CLUSTER DUMP gave")
 			}
 		}
 		if st := s.importState(slot); st != importCopying {
-			s.replyErr(c, resp.Error("ERR CLUSTER RESTORE: slot "+strconv.Itoa(int(slot))+" is not being copied to this node ("+importStateNames[st]+"): send CLUSTER IMPORT START first; a node that restarted while copying has dropped its copy: run the move again"))
-			return
+			return resp.Error("ERR CLUSTER RESTORE: slot " + strconv.Itoa(int(slot)) + " is not being copied to this node (" + importStateNames[st] + "): send CLUSTER IMPORT START first; a node that restarted while copying has dropped its copy: run the move again")
 		}
 	}
 	var m restoreMutator
 	for i := 0; i < len(args); i += 2 {
 		m.val = args[i+1]
-		if err := c.Round.Apply(args[i], &m); err != nil {
-			s.replyErr(c, err)
-			return
+		if err := x.Round.Apply(args[i], &m); err != nil {
+			return err
 		}
 	}
-	c.Out = resp.AppendInt(c.Out, int64(len(args)/2))
+	x.Out = resp.AppendInt(x.Out, int64(len(args)/2))
+	return nil
 }
 
 // clusterDrop deletes every record of slots this node does not own: the
 // source's copy after a move, or a target's leftovers before one. It ends
 // any import of those slots.
-func (s *Server) clusterDrop(c *client, arg string) {
+func (s *Node) clusterDrop(x *dispatch.Ctx, c Caller, arg string) error {
 	rs, err := s.ownedRanges(arg, false)
 	if err != nil {
-		s.replyErr(c, err)
-		return
+		return err
 	}
-	if err := s.commitWrites(c); err != nil {
-		s.replyErr(c, err)
-		return
+	if err := c.Commit(); err != nil {
+		return err
 	}
 	n, err := s.dropSlots(rs)
 	if err == nil {
@@ -477,20 +438,20 @@ func (s *Server) clusterDrop(c *client, arg string) {
 		err = s.setImport(rs, importNone)
 	}
 	if err != nil {
-		s.replyErr(c, storeErr(err))
-		return
+		return engine.StoreErr(err)
 	}
-	c.Out = resp.AppendInt(c.Out, n)
+	x.Out = resp.AppendInt(x.Out, n)
+	return nil
 }
 
 // dropSlots deletes every record of the slots rs and returns how many.
-func (s *Server) dropSlots(rs []cluster.Range) (int64, error) {
+func (s *Node) dropSlots(rs []cluster.Range) (int64, error) {
 	if err := s.store.Flush(); err != nil {
 		return 0, err
 	}
 	var n int64
 	var keys [][]byte
-	del := delMutator{}
+	var del dropMutator
 	b := s.store.NewBatch()
 	for _, r := range rs {
 		lo, _ := keyspace.SlotRange(r.First)
@@ -528,6 +489,16 @@ func (s *Server) dropSlots(rs []cluster.Range) (int64, error) {
 	return n, nil
 }
 
+// dropMutator deletes a record that exists.
+type dropMutator struct{}
+
+func (dropMutator) Mutate(_ []byte, found bool) ([]byte, storage.Op, error) {
+	if !found {
+		return nil, storage.Keep, nil
+	}
+	return nil, storage.Delete, nil
+}
+
 // Import states of a slot on the target of a move.
 const (
 	importNone        = 0
@@ -536,13 +507,13 @@ const (
 	importInterrupted = 3 // a restart or a push ended the copy: it is not served
 )
 
-// importStateNames are the states as metaImport and errors name them.
+// importStateNames are the states as MetaImport and errors name them.
 var importStateNames = [...]string{"none", "copying", "done", "interrupted"}
 
-// metaImport is the store's metadata name of the slots this node is
+// MetaImport is the store's metadata name of the slots this node is
 // importing: "v1", then groups of a state name (with "done", the epoch)
 // and slot ranges, e.g. "v1 copying 0-99 done 7 200-299".
-const metaImport = "cluster.import"
+const MetaImport = "cluster.import"
 
 // importSlot is one slot's import state.
 type importSlot struct {
@@ -560,7 +531,7 @@ type imports struct {
 	table *importTable
 }
 
-// encode is t as metaImport's value.
+// encode is t as MetaImport's value.
 func (t *importTable) encode() []byte {
 	type group struct {
 		state uint8
@@ -630,16 +601,16 @@ func decodeImports(b []byte) (*importTable, error) {
 }
 
 // importState is slot's import state.
-func (s *Server) importState(slot uint16) uint8 {
-	im := &s.clus.imp
+func (s *Node) importState(slot uint16) uint8 {
+	im := &s.imp
 	im.Lock()
 	defer im.Unlock()
 	return im.table[slot].state
 }
 
 // setImport gives the slots rs state and stores the table, synced.
-func (s *Server) setImport(rs []cluster.Range, state uint8) error {
-	im := &s.clus.imp
+func (s *Node) setImport(rs []cluster.Range, state uint8) error {
+	im := &s.imp
 	im.Lock()
 	defer im.Unlock()
 	im.table.set(rs, importSlot{state: state})
@@ -648,8 +619,8 @@ func (s *Server) setImport(rs []cluster.Range, state uint8) error {
 
 // finishImport marks the slots rs, every one copying, done for the
 // topology of epoch, and stores the table, synced.
-func (s *Server) finishImport(rs []cluster.Range, epoch uint64) error {
-	im := &s.clus.imp
+func (s *Node) finishImport(rs []cluster.Range, epoch uint64) error {
+	im := &s.imp
 	im.Lock()
 	defer im.Unlock()
 	for _, r := range rs {
@@ -672,8 +643,8 @@ func (t *importTable) set(rs []cluster.Range, is importSlot) {
 	}
 }
 
-func (s *Server) storeImportsLocked() error {
-	if err := s.store.SetMeta(metaImport, s.clus.imp.table.encode()); err != nil {
+func (s *Node) storeImportsLocked() error {
+	if err := s.store.SetMeta(MetaImport, s.imp.table.encode()); err != nil {
 		return fmt.Errorf("store the slots being imported: %w", err)
 	}
 	return nil
@@ -685,10 +656,10 @@ func (s *Server) storeImportsLocked() error {
 // a done slot whose epoch v has reached without giving it to this node
 // can no longer be taken: both are interrupted, and their records
 // dropped, so that no partial copy counts as this node's.
-func (s *Server) loadImports(v *clusterView) error {
-	im := &s.clus.imp
+func (s *Node) loadImports(v *view) error {
+	im := &s.imp
 	im.table = new(importTable)
-	b, err := s.store.Meta(metaImport)
+	b, err := s.store.Meta(MetaImport)
 	if err != nil || b == nil {
 		return err
 	}
@@ -737,8 +708,8 @@ func (s *Server) loadImports(v *clusterView) error {
 // slot it does not own in cur only when no move is importing it, or when
 // its copy is done for nv's epoch. A done slot nv does not give this
 // node, at or past its epoch, can no longer be taken: interrupted.
-func (s *Server) importsAfterLocked(cur, nv *clusterView) (*importTable, error) {
-	next := *s.clus.imp.table
+func (s *Node) importsAfterLocked(cur, nv *view) (*importTable, error) {
+	next := *s.imp.table
 	for slot := range next {
 		is := next[slot]
 		if is.state == importNone {
@@ -767,27 +738,23 @@ func (s *Server) importsAfterLocked(cur, nv *clusterView) (*importTable, error) 
 
 // clusterImport handles IMPORT START and IMPORT DONE, the target's side of
 // a move.
-func (s *Server) clusterImport(c *client, op string, args [][]byte) {
+func (s *Node) clusterImport(x *dispatch.Ctx, c Caller, op string, args [][]byte) error {
 	if !(op == "start" && len(args) == 1) && !(op == "done" && len(args) == 2) {
-		s.replyErr(c, resp.Error("ERR CLUSTER IMPORT: want START <slots> or DONE <slots> <epoch>"))
-		return
+		return resp.Error("ERR CLUSTER IMPORT: want START <slots> or DONE <slots> <epoch>")
 	}
 	rs, err := s.ownedRanges(string(args[0]), false)
 	if err != nil {
-		s.replyErr(c, err)
-		return
+		return err
 	}
 	var epoch int64
 	if op == "done" {
 		var ok bool
 		if epoch, ok = resp.ParseInt(args[1]); !ok || epoch < 0 || epoch > cluster.MaxEpoch {
-			s.replyErr(c, resp.Error("ERR CLUSTER IMPORT DONE: epoch "+resp.Preview(args[1])+": want the epoch of the topology that gives this node the slots, 0 to 2^53"))
-			return
+			return resp.Error("ERR CLUSTER IMPORT DONE: epoch " + resp.Preview(args[1]) + ": want the epoch of the topology that gives this node the slots, 0 to 2^53")
 		}
 	}
-	if err := s.commitWrites(c); err != nil {
-		s.replyErr(c, err)
-		return
+	if err := c.Commit(); err != nil {
+		return err
 	}
 	var n int64
 	if op == "start" {
@@ -806,10 +773,11 @@ func (s *Server) clusterImport(c *client, op string, args [][]byte) {
 	}
 	switch {
 	case err != nil:
-		s.replyErr(c, storeErr(err))
+		return engine.StoreErr(err)
 	case op == "start":
-		c.Out = resp.AppendInt(c.Out, n)
+		x.Out = resp.AppendInt(x.Out, n)
 	default:
-		c.Out = resp.AppendSimple(c.Out, "OK")
+		x.Out = resp.AppendSimple(x.Out, "OK")
 	}
+	return nil
 }

@@ -1,4 +1,4 @@
-package server
+package clusternode
 
 import (
 	"bufio"
@@ -11,13 +11,13 @@ import (
 	"sync"
 	"time"
 
-	"github.com/sluicehq/sluice/internal/cmddoc"
 	"github.com/sluicehq/sluice/internal/counterhit"
+	"github.com/sluicehq/sluice/internal/dispatch"
 	"github.com/sluicehq/sluice/internal/errs"
 	"github.com/sluicehq/sluice/internal/resp"
+	"github.com/sluicehq/sluice/internal/rules"
 	"github.com/sluicehq/sluice/keyspace"
 	"github.com/sluicehq/sluice/policy"
-	"github.com/sluicehq/sluice/storage"
 )
 
 // Keyless requests in cluster mode. A HIT (over RESP or the divvy line
@@ -28,7 +28,7 @@ import (
 // RESP, on pooled connections with a timeout, and the owner applies it
 // under the same rule (the nodes must run the same --policy and
 // --rls-config; the owner checks the rule's identity). The engine asks
-// through engine.Cluster, which clusterLink implements: one call in its
+// through engine.Cluster, which Node implements: one call in its
 // Round.HitRule.
 //
 // The owner applies exactly what the receiving node would: the rule, by
@@ -60,33 +60,17 @@ type fwdConn struct {
 	buf []byte
 }
 
-// clusterLink is cluster mode's side of the engine (engine.Cluster): it
-// forwards a counter hit to the node owning the counter's slot, and notes
-// the keys a round writes in slots being moved off this node. New gives
-// it to the engine in cluster mode only.
-type clusterLink Server
-
-// NoteWrites implements engine.Cluster: the keys of b's changes in
-// migrating slots are noted, before b's changes are committed or handed
-// over, so that no write escapes a move.
-func (l *clusterLink) NoteWrites(b *storage.Batch) {
-	if s := (*Server)(l); s.clus.mig.active.Load() {
-		s.noteDirty(b)
-	}
-}
-
 // ForwardCounter implements engine.Cluster: when another node owns the
 // slot of the counter key key (keyspace.AppendRuleKey's, any kind), it
 // has that node apply hits of r under limit at now (unix ns) and returns
 // its outcome with forwarded true. Otherwise it returns forwarded false and
 // the engine applies the hit here.
-func (l *clusterLink) ForwardCounter(key []byte, r *policy.Rule, limit, hits, now int64) (forwarded bool, out policy.Outcome, err error) {
-	s := (*Server)(l)
+func (s *Node) ForwardCounter(key []byte, r *policy.Rule, limit, hits, now int64) (forwarded bool, out policy.Outcome, err error) {
 	slot := binary.BigEndian.Uint16(key)
-	v := s.clus.view.Load()
+	v := s.view.Load()
 	o := v.owner[slot]
 	switch {
-	case o == v.self && o != 0 && !s.slotMigrating(slot):
+	case o == v.self && o != 0 && !s.SlotMigrating(slot):
 		return false, out, nil
 	case o == 0:
 		return true, out, forwardErr("CLUSTERDOWN", "Hash slot not served")
@@ -97,14 +81,14 @@ func (l *clusterLink) ForwardCounter(key []byte, r *policy.Rule, limit, hits, no
 
 // forwardHit sends SLUICE.COUNTERHIT to addr, following a MOVED and
 // retrying a TRYAGAIN (a slot being handed over) until the timeout.
-func (s *Server) forwardHit(addr string, slot uint16, key []byte, r *policy.Rule, limit, hits, now int64) (policy.Outcome, error) {
+func (s *Node) forwardHit(addr string, slot uint16, key []byte, r *policy.Rule, limit, hits, now int64) (policy.Outcome, error) {
 	deadline := time.Now().Add(s.forwardTimeout())
 	args := [][]byte{[]byte("SLUICE.COUNTERHIT"), key, []byte(strconv.Itoa(r.Pos)), []byte(strconv.FormatInt(now, 10)),
 		[]byte(strconv.FormatInt(limit, 10)), []byte(strconv.FormatInt(hits, 10))}
 	for hops := 0; ; hops++ {
 		reply, err := s.fwd.call(s, addr, deadline, args)
 		if err != nil {
-			return policy.Outcome{}, forwardErr("", fmt.Sprintf("cluster: forwarding a counter of slot %d to its owner %s failed: %v", slot, addr, oneLine(err.Error())))
+			return policy.Outcome{}, forwardErr("", fmt.Sprintf("cluster: forwarding a counter of slot %d to its owner %s failed: %v", slot, addr, resp.OneLine(err.Error())))
 		}
 		var re resp.Error
 		if !errors.As(reply.Err, &re) {
@@ -128,28 +112,55 @@ func (s *Server) forwardHit(addr string, slot uint16, key []byte, r *policy.Rule
 	}
 }
 
-var errCounterHitStandalone = resp.Error("ERR SLUICE.COUNTERHIT is sent between the nodes of a cluster; this node is standalone (no --cluster-nodes)")
+// forwardErr is a counter hit the cluster could not apply for reasons
+// that are not the request's: the counter's owner unreachable or slower
+// than the forward timeout, its slot not served, or the owner refusing
+// the hit (another rule set, a store that takes no writes, a shutdown).
+// Front ends answer it as they answer a store that is unavailable
+// (Envoy's UNAVAILABLE, /check's 503), not as a bad request; code is a
+// RESP error code other than ERR, or "".
+func forwardErr(code, msg string) error {
+	return &errs.Error{Kind: errs.Forward, Code: code, Msg: msg}
+}
+
+// ownerErr is the error of an owner's error reply msg (without its "-"),
+// as this node would have answered it: the request's when the hit itself
+// is what the rule cannot take (policy.ErrHits or arithmetic out of
+// range, the words of rules.Err), else a forwarding failure. The owner's
+// reply is RESP on the wire between nodes (SLUICE.COUNTERHIT), so its code
+// and words are all there is to go by.
+func ownerErr(msg string) error {
+	code, text, _ := strings.Cut(msg, " ")
+	kind := errs.Forward
+	if code == "ERR" {
+		code = ""
+		if strings.HasPrefix(text, "hits: ") || strings.HasPrefix(text, "rule arithmetic out of range") {
+			kind = errs.Request
+		}
+	}
+	return &errs.Error{Kind: kind, Code: code, Msg: text}
+}
 
 // DefaultMaxClockSkew is how far SLUICE.COUNTERHIT's now may be from the
 // owner's clock before it is clamped.
 const DefaultMaxClockSkew = 5 * time.Second
 
-func (s *Server) maxClockSkew() time.Duration {
-	if d := s.cfg.Cluster.MaxClockSkew; d > 0 {
+func (s *Node) maxClockSkew() time.Duration {
+	if d := s.cfg.MaxClockSkew; d > 0 {
 		return d
 	}
 	return DefaultMaxClockSkew
 }
 
-func (s *Server) forwardTimeout() time.Duration {
-	if t := s.cfg.Cluster.ForwardTimeout; t > 0 {
+func (s *Node) forwardTimeout() time.Duration {
+	if t := s.cfg.ForwardTimeout; t > 0 {
 		return t
 	}
 	return DefaultForwardTimeout
 }
 
 // call sends args to addr on a pooled connection and reads the reply.
-func (f *forwarder) call(s *Server, addr string, deadline time.Time, args [][]byte) (counterhit.Reply, error) {
+func (f *forwarder) call(s *Node, addr string, deadline time.Time, args [][]byte) (counterhit.Reply, error) {
 	c, err := f.get(s, addr, deadline)
 	if err != nil {
 		return counterhit.Reply{}, err
@@ -171,7 +182,7 @@ func (f *forwarder) call(s *Server, addr string, deadline time.Time, args [][]by
 
 // get returns an idle connection to addr, or dials one and authenticates
 // with this node's password (the nodes of a cluster share it).
-func (f *forwarder) get(s *Server, addr string, deadline time.Time) (*fwdConn, error) {
+func (f *forwarder) get(s *Node, addr string, deadline time.Time) (*fwdConn, error) {
 	f.mu.Lock()
 	if l := f.mu.idle[addr]; len(l) > 0 {
 		c := l[len(l)-1]
@@ -180,7 +191,7 @@ func (f *forwarder) get(s *Server, addr string, deadline time.Time) (*fwdConn, e
 		return c, nil
 	}
 	f.mu.Unlock()
-	if s.tls != nil {
+	if s.tls {
 		return nil, errors.New("forwarding between nodes over TLS is not supported: run cluster mode without --tls-cert, or send HIT to the node owning its counter")
 	}
 	d := net.Dialer{Deadline: deadline}
@@ -189,9 +200,9 @@ func (f *forwarder) get(s *Server, addr string, deadline time.Time) (*fwdConn, e
 		return nil, err
 	}
 	c := &fwdConn{nc: nc, r: bufio.NewReaderSize(nc, 512)}
-	if s.cfg.Password != "" {
+	if s.pass != "" {
 		_ = nc.SetDeadline(deadline)
-		c.buf = resp.AppendCommand(c.buf[:0], [][]byte{[]byte("AUTH"), []byte(s.cfg.Password)})
+		c.buf = resp.AppendCommand(c.buf[:0], [][]byte{[]byte("AUTH"), []byte(s.pass)})
 		if _, err := nc.Write(c.buf); err != nil {
 			nc.Close()
 			return nil, err
@@ -234,24 +245,20 @@ func (f *forwarder) closeAll() {
 	f.mu.idle = nil
 }
 
-// cmdCounterHit is SLUICE.COUNTERHIT key rule-position now-ns limit hits,
+// CounterHit runs SLUICE.COUNTERHIT key rule-position now-ns limit hits,
 // what a node forwards to the owner of a rule's counter: apply hits of the
-// rule at that position of its rule set (counterRule), under limit, at now (unix ns),
-// to the counter key (a store key of any kind keyspace.AppendRuleKey
-// makes), and answer the Outcome (counterhit.AppendReply).
+// rule at that position of its rule set (counterRule: of pol, the divvy
+// rules, or of rls, the rate limit service's), under limit, at now (unix
+// ns), to the counter key (a store key of any kind
+// keyspace.AppendRuleKey makes), and append the Outcome to x.Out
+// (counterhit.AppendReply), or return the error to answer instead.
 //
 // Nothing is taken on trust: the rule's identity must be the key's (the
 // nodes run the same rules), limit one the rule can resolve (creditLimit,
 // or 1 to maxQuota with a quotaField), hits 0 or more, and the key exactly
 // the one the rule makes for its counter ID under that limit (kind,
 // parameters and slot).
-func cmdCounterHit(s *Server, c *client, args [][]byte) {
-	if !s.clus.on {
-		// Only nodes send it, to the owner of a counter: a standalone
-		// server has no business applying another's clock and hits.
-		s.replyErr(c, errCounterHitStandalone)
-		return
-	}
+func (s *Node) CounterHit(x *dispatch.Ctx, args [][]byte, pol *rules.File, rls RuleSet) error {
 	key := args[1]
 	rec, err := keyspace.Parse(key)
 	var id []byte
@@ -262,48 +269,42 @@ func cmdCounterHit(s *Server, c *client, args [][]byte) {
 		}
 	}
 	if err != nil || len(id) < policy.CounterIDLen {
-		s.replyErr(c, resp.Error("ERR SLUICE.COUNTERHIT: not a rule counter key; expected a store key keyspace.AppendRuleKey makes"))
-		return
+		return resp.Error("ERR SLUICE.COUNTERHIT: not a rule counter key; expected a store key keyspace.AppendRuleKey makes")
 	}
 	pos, ok1 := resp.ParseInt(args[2])
 	now, ok2 := resp.ParseInt(args[3])
 	limit, ok3 := resp.ParseInt(args[4])
 	hits, ok4 := resp.ParseInt(args[5])
 	if !ok1 || !ok2 || !ok3 || !ok4 {
-		s.replyErr(c, errs.NotInteger)
-		return
+		return errs.NotInteger
 	}
-	if s.clus.on && !s.routeSlot(c, rec.Slot) {
-		return
+	if moved, err := s.Route(rec.Slot); err != nil || moved != "" {
+		return routeErr(rec.Slot, moved, err)
 	}
-	r, err := s.counterRule(id, pos)
+	r, err := counterRule(id, pos, pol, rls)
 	if err != nil {
-		s.replyErr(c, err)
-		return
+		return err
 	}
-	c.cid = r.AppendCounterID(c.cid[:0], nil) // the identity alone: no actor
-	if !r.MayCount() || string(c.cid) != string(id[:policy.CounterIDLen]) {
-		s.replyErr(c, resp.Error("ERR cluster: rule "+strconv.FormatInt(pos, 10)+" of this node's rule file is not the sender's: every node must run the same rules"))
-		return
+	// x.Key is scratch here until it holds the key below.
+	x.Key = r.AppendCounterID(x.Key[:0], nil) // the identity alone: no actor
+	if !r.MayCount() || string(x.Key) != string(id[:policy.CounterIDLen]) {
+		return resp.Error("ERR cluster: rule " + strconv.FormatInt(pos, 10) + " of this node's rule file is not the sender's: every node must run the same rules")
 	}
 	if limit < 1 || (limit != r.CreditLimit && (r.QuotaField == "" || limit > r.MaxQuota)) {
-		s.replyErr(c, resp.Error("ERR SLUICE.COUNTERHIT: limit "+strconv.FormatInt(limit, 10)+" is not one rule "+strconv.FormatInt(pos, 10)+
-			" can apply; expected its creditLimit "+strconv.FormatInt(r.CreditLimit, 10)+" or, with a quotaField, 1 to its maxQuota "+strconv.FormatInt(r.MaxQuota, 10)))
-		return
+		return resp.Error("ERR SLUICE.COUNTERHIT: limit " + strconv.FormatInt(limit, 10) + " is not one rule " + strconv.FormatInt(pos, 10) +
+			" can apply; expected its creditLimit " + strconv.FormatInt(r.CreditLimit, 10) + " or, with a quotaField, 1 to its maxQuota " + strconv.FormatInt(r.MaxQuota, 10))
 	}
 	if hits < 0 {
-		s.replyErr(c, resp.Error("ERR SLUICE.COUNTERHIT: hits "+strconv.FormatInt(hits, 10)+"; expected 0 or more"))
-		return
+		return resp.Error("ERR SLUICE.COUNTERHIT: hits " + strconv.FormatInt(hits, 10) + "; expected 0 or more")
 	}
 	// The key must be the one the rule makes for this counter under this
 	// limit: the kind is the rule's algorithm, the parameters (a bucket's
 	// depend on the limit, a window's on the period) and the slot are the
 	// rule's and the ID's.
-	c.Key = keyspace.AppendRuleKey(c.Key[:0], r, limit, id)
-	if string(c.Key) != string(key) {
-		s.replyErr(c, resp.Error("ERR SLUICE.COUNTERHIT: the key is not rule "+strconv.FormatInt(pos, 10)+"'s counter under limit "+strconv.FormatInt(limit, 10)+
-			"; expected a "+r.Algorithm.String()+" counter of its parameters, in the slot of its counter ID"))
-		return
+	x.Key = keyspace.AppendRuleKey(x.Key[:0], r, limit, id)
+	if string(x.Key) != string(key) {
+		return resp.Error("ERR SLUICE.COUNTERHIT: the key is not rule " + strconv.FormatInt(pos, 10) + "'s counter under limit " + strconv.FormatInt(limit, 10) +
+			"; expected a " + r.Algorithm.String() + " counter of its parameters, in the slot of its counter ID")
 	}
 	// The sender's clock is trusted only within the skew allowed between
 	// nodes: a clock far ahead would stamp the counter in the future and
@@ -311,17 +312,10 @@ func cmdCounterHit(s *Server, c *client, args [][]byte) {
 	own := s.clock().UnixNano()
 	skew := int64(s.maxClockSkew())
 	now = max(min(now, own+skew), own-skew)
-	out, err := c.Round.ApplyCounter(key, r, limit, hits, now, id)
+	out, err := x.Round.ApplyCounter(key, r, limit, hits, now, id)
 	if err != nil {
-		s.replyErr(c, err)
-		return
+		return err
 	}
-	c.Out = counterhit.AppendReply(c.Out, out)
-}
-
-var counterHitDoc = &cmddoc.Doc{
-	Summary: "Cluster mode, between nodes: applies hits of a rule, under a limit, to a rule counter this node owns and answers the outcome; a node receiving a HIT or GET /check sends it to the counter's owner.",
-	Group:   "cluster",
-	Args: []cmddoc.Arg{{Name: "counter-key", Type: "string"}, {Name: "rule-position", Type: "integer"}, {Name: "now-ns", Type: "integer"},
-		{Name: "limit", Type: "integer"}, {Name: "hits", Type: "integer"}},
+	x.Out = counterhit.AppendReply(x.Out, out)
+	return nil
 }
