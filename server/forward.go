@@ -2,7 +2,6 @@ package server
 
 import (
 	"bufio"
-	"encoding/binary"
 	"errors"
 	"fmt"
 	"net"
@@ -82,7 +81,7 @@ func (l *clusterLink) NoteWrites(b *storage.Batch) {
 // the engine applies the hit here.
 func (l *clusterLink) ForwardCounter(key []byte, r *policy.Rule, limit, hits, now int64) (forwarded bool, out policy.Outcome, err error) {
 	s := (*Server)(l)
-	slot := binary.BigEndian.Uint16(key)
+	slot, _ := keyspace.RecordSlot(key)
 	v := s.clus.view.Load()
 	o := v.owner[slot]
 	switch {
@@ -256,10 +255,7 @@ func cmdCounterHit(s *Server, c *client, args [][]byte) {
 	rec, err := keyspace.Parse(key)
 	var id []byte
 	if err == nil {
-		id = rec.Key
-		if rec.Kind.ID == keyspace.KindCounter {
-			id = key[keyspace.HeaderLen:] // rule identity (Params) and actor
-		}
+		id = rec.ID()
 	}
 	if err != nil || len(id) < policy.CounterIDLen {
 		s.replyErr(c, resp.Error("ERR SLUICE.COUNTERHIT: not a rule counter key; expected a store key keyspace.AppendRuleKey makes"))

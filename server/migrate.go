@@ -2,7 +2,6 @@ package server
 
 import (
 	"bytes"
-	"encoding/binary"
 	"fmt"
 	"slices"
 	"strconv"
@@ -99,7 +98,7 @@ func (s *Server) pausedSlot(c *client, slot uint16) bool {
 func (s *Server) noteDirty(b *storage.Batch) {
 	m := &s.clus.mig
 	b.Keys(func(k []byte) {
-		if len(k) < 2 || m.state[binary.BigEndian.Uint16(k)].Load() == slotServing {
+		if slot, ok := keyspace.RecordSlot(k); !ok || m.state[slot].Load() == slotServing {
 			return
 		}
 		m.mu.Lock()
@@ -413,11 +412,11 @@ func (s *Server) clusterRestore(c *client, args [][]byte) {
 	v := s.clus.view.Load()
 	for i := 0; i < len(args); i += 2 {
 		k := args[i]
-		if len(k) < keyspace.HeaderLen || k[0] == 0xff || int(binary.BigEndian.Uint16(k)) >= cluster.Slots {
+		slot, ok := keyspace.RecordSlot(k)
+		if len(k) < keyspace.HeaderLen || !ok {
 			s.replyErr(c, resp.Error("ERR CLUSTER RESTORE: not a record key"))
 			return
 		}
-		slot := binary.BigEndian.Uint16(k)
 		if v.self != 0 && v.owner[slot] == v.self {
 			s.replyErr(c, resp.Error("ERR CLUSTER RESTORE: slot "+strconv.Itoa(int(slot))+" is this node's: refusing to overwrite a slot it serves"))
 			return
