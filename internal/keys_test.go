@@ -8,16 +8,13 @@ import (
 	"testing"
 )
 
-// slotPairOwners may read or write a key's two big-endian slot bytes:
-// keyspace lays the keys out, and everyone else asks it
-// (keyspace.RecordSlot, Parse, SlotRange).
-var slotPairOwners = []string{"keyspace", "storage"}
-
 // TestOneKeyLayout fails when a package other than keyspace builds or
 // parses a store key: bucket and policy declare no key function or
 // constant (their arithmetic and identities are keyed by keyspace), and
 // no package reads or writes a two-byte big-endian number, the slot that
-// starts every record key.
+// starts every record key: everyone else asks keyspace (RecordSlot,
+// Parse, SlotRange), and the store partitions keys by the function it is
+// opened with (keyspace.Partition).
 func TestOneKeyLayout(t *testing.T) {
 	for dir, files := range packages(t) {
 		for _, f := range files {
@@ -32,7 +29,7 @@ func TestOneKeyLayout(t *testing.T) {
 					}
 				}
 			}
-			if contains(slotPairOwners, dir) {
+			if dir == "keyspace" {
 				continue
 			}
 			ast.Inspect(af, func(n ast.Node) bool {

@@ -397,7 +397,7 @@ func BenchmarkReduceEncoded(b *testing.B) {
 }
 
 // TestRecordSlotKindAndID: the parts of a record key others ask for, read
-// where Parse reads them.
+// where Parse reads them, and the store's partition of a key.
 func TestRecordSlotKindAndID(t *testing.T) {
 	key := []byte("user:42")
 	k := AppendGCRAKey(nil, key)
@@ -408,6 +408,10 @@ func TestRecordSlotKindAndID(t *testing.T) {
 		if s, ok := RecordSlot(bad); ok || s != 0 {
 			t.Errorf("RecordSlot(% x) = %d, %v", bad, s, ok)
 		}
+	}
+	// The store's partition is the slot; any key has one.
+	if Partition(k) != int(Slot(key)) || Partition(nil) != 0 || Partition([]byte{0x40, 1}) != 1 || Partition([]byte{0xff, 0xff}) >= Partitions {
+		t.Errorf("Partition(% x) = %d, want slot %d", k, Partition(k), Slot(key))
 	}
 	if KindOf(k) != Lookup(KindGCRA) || KindOf(k[:2]) != nil || KindOf([]byte{0, 0, 'x'}) != nil {
 		t.Error("KindOf does not read the kind byte")

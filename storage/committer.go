@@ -17,9 +17,10 @@ import (
 )
 
 // The store's writes to Pebble are divided among several committers, each
-// the only writer of the records of its range of partitions (by default
-// the Redis Cluster hash slots: committer i of K owns the slots from
-// i×16384/K on), with its own queue, rounds, Pebble batch and counters.
+// the only writer of the records of its range of partitions
+// (Options.Partition: the server's are the Redis Cluster hash slots, and
+// committer i of K owns the slots from i×16384/K on), with its own queue,
+// rounds, Pebble batch and counters.
 // One committer, writing every key, cost about 1.1 µs of one core per
 // changed key (issue 28): it capped a server at about 0.9M changed keys
 // per second whatever its cores. Pebble applies the batches of concurrent
@@ -86,17 +87,16 @@ func newCommitQueue(o *Options, n int) *commitQueue {
 // MaxCommitters is the most committers a store runs.
 const MaxCommitters = 64
 
-// DefaultPartitions is the number of partitions of the default partition
-// function: the Redis Cluster hash slots.
-const DefaultPartitions = numSlots
+// onePartition is the default Options.Partition.
+func onePartition([]byte) int { return 0 }
 
-// slotPartition is the default Options.Partition: a record key's hash
-// slot, its first two bytes (format 2).
-func slotPartition(key []byte) int {
-	if len(key) < 2 {
-		return 0
+// partitionOf returns the partition of key, 0 to Partitions-1.
+func (s *Store) partitionOf(key []byte) int {
+	p := s.opts.Partition(key)
+	if n := s.opts.Partitions; p < 0 || p >= n {
+		p = int(uint(p) % uint(n))
 	}
-	return int(binary.BigEndian.Uint16(key) % numSlots)
+	return p
 }
 
 // committerOf returns the committer that writes key.
@@ -104,12 +104,7 @@ func (s *Store) committerOf(key []byte) int {
 	if len(s.queues) == 2 { // one committer and the cross queue
 		return 0
 	}
-	p := s.opts.Partition(key)
-	n := s.opts.Partitions
-	if p < 0 || p >= n {
-		p = int(uint(p) % uint(n))
-	}
-	return int(uint64(p) * uint64(s.committers) / uint64(n))
+	return int(uint64(s.partitionOf(key)) * uint64(s.committers) / uint64(s.opts.Partitions))
 }
 
 // crossQueue is the queue of the transactions whose keys belong to

@@ -6,7 +6,8 @@
 // striped lock, puts the new value in an in-memory table of records (so the
 // next reader sees it at once) and notes the key in the Batch.
 // Batch.Commit hands the noted keys to the committer goroutines, each the
-// only writer of its range of partitions (hash slots; see committer.go),
+// only writer of its range of partitions (Options.Partition; see
+// committer.go),
 // and waits as the durability mode requires: in SyncAlways a committer
 // takes them at once; in SyncEverySec and SyncNo they wait for the next tick of
 // the sync loop (write-behind), and a round writes each key once however
@@ -32,7 +33,6 @@ package storage
 
 import (
 	"context"
-	"encoding/binary"
 	"errors"
 	"fmt"
 	"hash/maphash"
@@ -143,15 +143,18 @@ type Options struct {
 	// Zero means GOMAXPROCS at Open; at most MaxCommitters, and at most
 	// Partitions. MaxQueued and MaxQueuedBytes are shared among them.
 	Committers int
-	// Partition maps a record key to its partition, 0 to Partitions-1;
-	// committer i of K writes the partitions from i×Partitions/K to
-	// (i+1)×Partitions/K - 1. It runs for every change, so it must be
-	// quick, and must give a key the same partition for as long as the
-	// store is open. Nil means the key's hash slot (its first two bytes,
-	// as the server lays out record keys), with Partitions 16384.
+	// Partition maps a record key to its partition, 0 to Partitions-1
+	// (others are taken modulo Partitions); committer i of K writes the
+	// partitions from i×Partitions/K to (i+1)×Partitions/K - 1, and
+	// PartitionWrites counts writes by partition. It runs for every
+	// change, so it must be quick, and must give a key the same partition
+	// for as long as the store is open. The server's is its hash slot
+	// (keyspace.Partition), so that a transaction on the keys of one slot
+	// stays with one committer and WATCH counts the writes of a slot. Nil
+	// puts every key in one partition, which one committer writes: the
+	// store knows no key layout.
 	Partition func(key []byte) int
-	// Partitions is how many partitions Partition has; with a Partition,
-	// zero means DefaultPartitions.
+	// Partitions is how many partitions Partition has; zero means 1.
 	Partitions int
 
 	// Disk, for tests, holds the store in memory instead of in the
@@ -254,9 +257,10 @@ type Mutator interface {
 // below recordsEnd.
 var formatKey = []byte("\xffsluice.format")
 
-// formatVersion 2 puts a record key's Redis Cluster hash slot first (two
-// bytes, below 0x40). Format 1 keys started with a letter, and its marker,
-// legacyFormatKey, sorted before them.
+// formatVersion 2 is the layout of record keys that Options.Upgrade moves
+// the records of a format 1 store to (keyspace's, which puts a key's hash
+// slot first). Format 1's marker, legacyFormatKey, sorted before its
+// records.
 const formatVersion = "2"
 
 var legacyFormatKey = []byte("\x00sluice.format")
@@ -281,10 +285,6 @@ const (
 )
 
 const numStripes = 1024
-
-// numSlots is the number of Redis Cluster hash slots: record keys start
-// with their slot, two bytes big-endian (format 2).
-const numSlots = 16384
 
 // Store is a Pebble database with striped read-modify-write and ordered
 // committers.
@@ -320,9 +320,9 @@ type Store struct {
 	// locked.
 	crossPending atomic.Bool
 	// watching counts the watchers (see Watch); while it is not zero,
-	// every write bumps its slot's counter in slotMods.
-	watching atomic.Int64
-	slotMods [numSlots]atomic.Uint64
+	// every write bumps its partition's counter in partitionMods.
+	watching      atomic.Int64
+	partitionMods []atomic.Uint64 // one per partition
 
 	// committers is how many committers run (see committer.go); queues
 	// holds their queues, then the cross queue.
@@ -411,10 +411,10 @@ func OpenContext(ctx context.Context, dir string, o Options) (*Store, error) {
 		o.Logger = slog.New(slog.DiscardHandler)
 	}
 	if o.Partition == nil {
-		o.Partition, o.Partitions = slotPartition, DefaultPartitions
+		o.Partition, o.Partitions = onePartition, 1
 	}
 	if o.Partitions <= 0 {
-		o.Partitions = DefaultPartitions
+		o.Partitions = 1
 	}
 	if o.Committers <= 0 {
 		o.Committers = runtime.GOMAXPROCS(0)
@@ -439,6 +439,7 @@ func OpenContext(ctx context.Context, dir string, o Options) (*Store, error) {
 	}
 	s := &Store{opts: o, log: o.Logger, dir: dir, seed: maphash.MakeSeed(), guard: newGuard(dir, o.Logger), failedC: make(chan struct{})}
 	s.guard.fatal = s.fail
+	s.partitionMods = make([]atomic.Uint64, o.Partitions)
 	s.byteLimit = o.CacheMemory / numStripes
 	base := o.fs
 	if base == nil && o.Disk != nil {
@@ -1093,8 +1094,8 @@ func (b *Batch) modify(key []byte, m Mutator, cache bool) (Op, error) {
 	}
 	// Under the stripe lock, so that a transaction holding every stripe
 	// sees every write that has begun (see Watch).
-	if s.watching.Load() != 0 && len(key) >= 2 {
-		s.slotMods[binary.BigEndian.Uint16(key)%numSlots].Add(1)
+	if s.watching.Load() != 0 {
+		s.partitionMods[s.partitionOf(key)].Add(1)
 	}
 	switch {
 	case op == Put && !existed:
@@ -1225,7 +1226,8 @@ func (b *Batch) Release() {
 	s.txMu.Unlock()
 }
 
-// Watch starts counting the writes of every hash slot (see SlotWrites);
+// Watch starts counting the writes of every partition (see
+// PartitionWrites);
 // each call needs an Unwatch. Writes are counted only while someone
 // watches, so the cost of WATCH falls on its users: other writes pay one
 // atomic load.
@@ -1234,11 +1236,13 @@ func (s *Store) Watch() { s.watching.Add(1) }
 // Unwatch undoes one Watch.
 func (s *Store) Unwatch() { s.watching.Add(-1) }
 
-// SlotWrites returns the number of writes counted for hash slot slot
-// while anyone watched. A watcher compares two readings: between a Watch
-// and a Hold(true), a write to a record of the slot that began after the
-// Watch changes the count.
-func (s *Store) SlotWrites(slot uint16) uint64 { return s.slotMods[slot%numSlots].Load() }
+// PartitionWrites returns the number of writes counted for partition p
+// (Options.Partition's) while anyone watched. A watcher compares two
+// readings: between a Watch and a Hold(true), a write to a record of the
+// partition that began after the Watch changes the count.
+func (s *Store) PartitionWrites(p int) uint64 {
+	return s.partitionMods[uint(p)%uint(len(s.partitionMods))].Load()
+}
 
 // note records that key must be committed before Commit returns, and
 // charges the queue size bytes, its record's size (see table.size).
