@@ -33,7 +33,7 @@ const (
 // It returns the bytes of one log's value (every gap takes 3 bytes, so
 // all are the same size).
 func prefillLogs(dir string, w workload) (int, error) {
-	st, err := storage.Open(dir, storage.Options{})
+	st, err := storage.Open(dir, storage.Options{Partition: keyspace.Partition, Partitions: keyspace.Partitions})
 	if err != nil {
 		return 0, fmt.Errorf("prefill: %w", err)
 	}

@@ -1,8 +1,7 @@
 // Package bucket holds the arithmetic of sluice's limiter kinds and the byte
 // encodings of their stored states:
 //
-//   - the token bucket of the RL.* commands (Params, State, Reduce), whose
-//     bucket keys are encoded here too;
+//   - the token bucket of the RL.* commands (Params, State, Reduce);
 //   - GCRA, the generic cell rate algorithm of CL.THROTTLE and CL.PTHROTTLE
 //     (GCRAParams, GCRA, GCRAState), in nanoseconds;
 //   - fixed windows aligned to the Unix epoch, optionally staggered per key,
@@ -15,7 +14,8 @@
 // way, so that no later layer redoes any kind's arithmetic. Each kind's state has a versioned codec, an Idle predicate
 // for the sweep and, for the newer kinds, a Describe line for sluice inspect.
 //
-// It is pure: no I/O, no clock, no locks. Time is an argument (milliseconds
+// Store keys are package keyspace's. It is pure: no I/O, no clock, no
+// locks. Time is an argument (milliseconds
 // for token buckets and windows, nanoseconds for GCRA), so every result is
 // reproducible from its inputs. All functions are safe for concurrent use;
 // none allocates unless it is handed a destination slice that is too small,

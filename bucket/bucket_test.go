@@ -225,36 +225,6 @@ func TestDecodeStateRejectsCorrupt(t *testing.T) {
 	}
 }
 
-func TestKeyRoundTripAndPrefix(t *testing.T) {
-	p := Params{Max: 10, RefillAmount: 3, RefillMs: 5000}
-	k1 := AppendKey(nil, p, []byte("user:1"))
-	k2 := AppendKey(nil, p, []byte(""))
-	if !bytes.HasPrefix(k1, k2) || len(k2) > MaxKeyHeaderLen {
-		t.Fatalf("keys of one parameter set do not share a header: %x %x", k1, k2)
-	}
-	if len(k2) != 5 {
-		t.Errorf("header of small parameters takes %d bytes, want 5", len(k2))
-	}
-	// Another parameter set's keys never start with this header, whatever
-	// the client key: the header is a prefix-free code.
-	for _, q := range []Params{{10, 3, 50}, {10, 3, 500000}, {1, 1, 1}, {math.MaxInt64, math.MaxInt64, math.MaxInt64}} {
-		if bytes.HasPrefix(AppendKey(nil, q, k1), k2) {
-			t.Errorf("key of %+v starts with the header of %+v", q, p)
-		}
-	}
-	for _, q := range []Params{p, {1, 1, 1}, {math.MaxInt64, math.MaxInt64, math.MaxInt64}} {
-		gp, gk, err := ParseKey(AppendKey(nil, q, []byte("user:1")))
-		if err != nil || gp != q || string(gk) != "user:1" {
-			t.Fatalf("ParseKey(%+v): %+v %q %v", q, gp, gk, err)
-		}
-	}
-	for _, bad := range [][]byte{[]byte("x"), {KeyPrefix, 0, 1, 1}, {KeyPrefix, 0xff, 0xff}} {
-		if _, _, err := ParseKey(bad); err == nil {
-			t.Fatalf("ParseKey accepted %x", bad)
-		}
-	}
-}
-
 func FuzzReduce(f *testing.F) {
 	f.Add(int64(10), int64(3), int64(5000), int64(4), int64(2000), int64(7), int64(2000), int64(1), false, true)
 	f.Add(int64(math.MaxInt64), int64(math.MaxInt64), int64(1), int64(math.MaxInt64), int64(0), int64(math.MaxInt64), int64(0), int64(math.MaxInt64), true, true)
@@ -386,25 +356,5 @@ func BenchmarkReduce(b *testing.B) {
 	b.ReportAllocs()
 	for i := 0; b.Loop(); i++ {
 		_, sinkState, _ = p.Reduce(s, true, Request{Now: s.Anchor + int64(i), Server: s.Anchor, Take: 1})
-	}
-}
-
-// BenchmarkReduceEncoded is the whole per-command bucket work of RL.REDUCE:
-// build the store key, decode the stored value, reduce, encode the result.
-func BenchmarkReduceEncoded(b *testing.B) {
-	p := Params{Max: 100, RefillAmount: 100, RefillMs: 60_000}
-	key := []byte("user:1234567")
-	stored := AppendState(nil, State{Amount: 50, Anchor: 1_700_000_000_000, LastReduce: 1_700_000_000_000})
-	kbuf := make([]byte, 0, 64)
-	vbuf := make([]byte, 0, MaxStateLen)
-	b.ReportAllocs()
-	for i := 0; b.Loop(); i++ {
-		kbuf = AppendKey(kbuf[:0], p, key)
-		s, err := DecodeState(stored)
-		if err != nil {
-			b.Fatal(err)
-		}
-		_, next, _ := p.Reduce(s, true, Request{Now: s.Anchor + int64(i), Server: s.Anchor, Take: 1})
-		vbuf = AppendState(vbuf[:0], next)
 	}
 }

@@ -4,52 +4,7 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
-	"math"
 )
-
-// KeyPrefix is the first byte of every bucket key in the store. Other kinds
-// of records use other first bytes.
-const KeyPrefix = 'b'
-
-// MaxKeyHeaderLen is the most bytes AppendKey adds before the client's key.
-const MaxKeyHeaderLen = 1 + 3*binary.MaxVarintLen64
-
-// AppendKey appends the store key of the client key under p: the prefix,
-// the three parameters as unsigned varints, then the client's key bytes.
-// Varints form a prefix-free code, so all buckets of one parameter set share
-// one header (a few bytes for typical limits) that no other set's keys
-// start with; short headers keep memtable comparisons and files small.
-func AppendKey(dst []byte, p Params, key []byte) []byte {
-	dst = append(dst, KeyPrefix)
-	dst = binary.AppendUvarint(dst, uint64(p.Max))
-	dst = binary.AppendUvarint(dst, uint64(p.RefillAmount))
-	dst = binary.AppendUvarint(dst, uint64(p.RefillMs))
-	return append(dst, key...)
-}
-
-// ErrBadKey is returned for a store key that is not a bucket key.
-var ErrBadKey = errors.New("bucket: not a bucket key")
-
-// ParseKey splits a store key made by AppendKey. The returned key aliases k.
-func ParseKey(k []byte) (Params, []byte, error) {
-	if len(k) < 4 || k[0] != KeyPrefix {
-		return Params{}, nil, ErrBadKey
-	}
-	var v [3]int64
-	rest := k[1:]
-	for i := range v {
-		u, n := binary.Uvarint(rest)
-		if n <= 0 || u > math.MaxInt64 {
-			return Params{}, nil, ErrBadKey
-		}
-		v[i], rest = int64(u), rest[n:]
-	}
-	p := Params{Max: v[0], RefillAmount: v[1], RefillMs: v[2]}
-	if !p.Valid() {
-		return Params{}, nil, ErrBadKey
-	}
-	return p, rest, nil
-}
 
 // stateVersion1 is the only value format so far. The version byte lets a
 // later format coexist with stored v1 values.

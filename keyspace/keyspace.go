@@ -32,7 +32,9 @@
 // Each kind in the registry knows how to split its keys, whether a record
 // is idle (the sweep may delete it), and how to describe a record for
 // sluice inspect, so that the sweep, inspect, DEL, INFO and metrics need not
-// know the kinds. Like bucket and policy, the package is pure: time is an
+// know the kinds. It is the only package that builds or parses a record
+// key: the others ask it for a key's slot (RecordSlot), kind (KindOf) or
+// parts (Parse). Like bucket and policy, the package is pure: time is an
 // argument, in unix nanoseconds.
 package keyspace
 
@@ -48,8 +50,8 @@ import (
 // The kind bytes. Bucket and divvy keys keep the first byte they had before
 // slots were added, so that upgrading an old store only prepends the slot.
 const (
-	KindBucket  byte = bucket.KeyPrefix        // 'b'
-	KindCounter byte = policy.CounterKeyPrefix // 'd'
+	KindBucket  byte = 'b'
+	KindCounter byte = 'd'
 	KindGCRA    byte = 'g'
 	KindWindow  byte = 'w'
 	KindLog     byte = 'r'
@@ -68,6 +70,20 @@ const HeaderLen = 3
 // PutSlot writes slot into the first two bytes of k.
 func PutSlot(k []byte, slot uint16) { binary.BigEndian.PutUint16(k, slot) }
 
+// RecordSlot returns the slot of the record key k, its first two bytes,
+// without looking at the rest (Parse does); ok is false when k is shorter
+// or they are no slot, as for the store's own keys (from 0xff on).
+func RecordSlot(k []byte) (slot uint16, ok bool) {
+	if len(k) < 2 {
+		return 0, false
+	}
+	slot = binary.BigEndian.Uint16(k)
+	if slot >= Slots {
+		return 0, false
+	}
+	return slot, true
+}
+
 // appendHeader appends the slot of key and the kind byte.
 func appendHeader(dst []byte, key []byte, kind byte) []byte {
 	s := Slot(key)
@@ -76,15 +92,28 @@ func appendHeader(dst []byte, key []byte, kind byte) []byte {
 
 // AppendBucketKey appends the store key of the RL.* bucket key under p.
 func AppendBucketKey(dst []byte, p bucket.Params, key []byte) []byte {
-	s := Slot(key)
-	return bucket.AppendKey(append(dst, byte(s>>8), byte(s)), p, key)
+	return appendBucketKey(dst, KindBucket, p, key)
 }
 
-// AppendCounterKey appends the store key of r's divvy counter for req. Its
-// slot is that of the counter's own key (rule identity and actor).
+// appendBucketKey appends the header, then the three parameters as
+// unsigned varints, then key. Varints form a prefix-free code, so all
+// buckets of one parameter set in a slot share one header (a few bytes for
+// typical limits) that no other set's keys start with; short headers keep
+// memtable comparisons and files small.
+func appendBucketKey(dst []byte, kind byte, p bucket.Params, key []byte) []byte {
+	dst = appendHeader(dst, key, kind)
+	dst = binary.AppendUvarint(dst, uint64(p.Max))
+	dst = binary.AppendUvarint(dst, uint64(p.RefillAmount))
+	dst = binary.AppendUvarint(dst, uint64(p.RefillMs))
+	return append(dst, key...)
+}
+
+// AppendCounterKey appends the store key of r's divvy counter for req: the
+// header, then the counter's identity (r.AppendCounterID: rule identity
+// and actor), whose slot it is.
 func AppendCounterKey(dst []byte, r *policy.Rule, req policy.Request) []byte {
 	start := len(dst)
-	dst = r.CounterKey(append(dst, 0, 0), req)
+	dst = r.AppendCounterID(append(dst, 0, 0, KindCounter), req)
 	PutSlot(dst[start:], Slot(dst[start+HeaderLen:]))
 	return dst
 }
@@ -104,12 +133,7 @@ func AppendRuleKey(dst []byte, r *policy.Rule, limit int64, id []byte) []byte {
 	case policy.FixedWindow:
 		return appendWindowKey(dst, KindRuleWindow, r.PeriodMillis(), r.Stagger, id)
 	case policy.TokenBucket:
-		p := r.BucketParams(limit)
-		dst = appendHeader(dst, id, KindRuleBucket)
-		dst = binary.AppendUvarint(dst, uint64(p.Max))
-		dst = binary.AppendUvarint(dst, uint64(p.RefillAmount))
-		dst = binary.AppendUvarint(dst, uint64(p.RefillMs))
-		return append(dst, id...)
+		return appendBucketKey(dst, KindRuleBucket, r.BucketParams(limit), id)
 	case policy.GCRA:
 		return append(appendHeader(dst, id, KindRuleGCRA), id...)
 	case policy.SlidingLog:
@@ -166,6 +190,17 @@ type Record struct {
 	// (empty for GCRA and logs); Key the client key, or for a divvy counter its
 	// actor. Both alias the record key.
 	Params, Key []byte
+	rest        []byte // Params and Key together
+}
+
+// ID returns what the record is kept for: its client key, or for a rule
+// counter the identity it was made of (AppendRuleKey's id), which for a
+// divvy counter is Params and Key together. It aliases the record key.
+func (r Record) ID() []byte {
+	if r.Kind.ID == KindCounter {
+		return r.rest
+	}
+	return r.Key
 }
 
 // ErrBadKey is returned for a store key that no kind laid out.
@@ -177,9 +212,9 @@ func Parse(k []byte) (Record, error) {
 	if len(k) < HeaderLen {
 		return Record{}, fmt.Errorf("%w: %d bytes", ErrBadKey, len(k))
 	}
-	slot := binary.BigEndian.Uint16(k)
-	if slot >= Slots {
-		return Record{}, fmt.Errorf("%w: slot %d", ErrBadKey, slot)
+	slot, ok := RecordSlot(k)
+	if !ok {
+		return Record{}, fmt.Errorf("%w: slot %d", ErrBadKey, binary.BigEndian.Uint16(k))
 	}
 	kind := Lookup(k[2])
 	if kind == nil {
@@ -190,7 +225,7 @@ func Parse(k []byte) (Record, error) {
 		return Record{}, fmt.Errorf("%w: malformed %s key", ErrBadKey, kind.Name)
 	}
 	rest := k[HeaderLen:]
-	return Record{Slot: slot, Kind: kind, Params: rest[:n], Key: rest[n:]}, nil
+	return Record{Slot: slot, Kind: kind, Params: rest[:n], Key: rest[n:], rest: rest}, nil
 }
 
 // ClientKey reports whether the record key k belongs to the client key key:
@@ -215,13 +250,19 @@ func Idle(k, v []byte, now int64) bool {
 // Class is the storage class of a record key, for per-kind record counts:
 // the kind's Class, or 0 for a key of no known kind.
 func Class(k []byte) int {
-	if len(k) < HeaderLen {
-		return 0
-	}
-	if kind := Lookup(k[2]); kind != nil {
+	if kind := KindOf(k); kind != nil {
 		return kind.Class
 	}
 	return 0
+}
+
+// KindOf returns the kind named by the kind byte of the record key k, nil
+// if none, without looking at the rest (Parse does).
+func KindOf(k []byte) *Kind {
+	if len(k) < HeaderLen {
+		return nil
+	}
+	return Lookup(k[2])
 }
 
 // UpgradeKey maps a record key of the previous layout (format 1: a bucket
@@ -244,11 +285,11 @@ func UpgradeKey(dst, k []byte) (newKey []byte, moved bool, err error) {
 	var slot uint16
 	switch k[0] {
 	case KindBucket:
-		_, key, err := bucket.ParseKey(k)
-		if err != nil {
-			return nil, false, fmt.Errorf("keyspace: upgrade: %q: %w", k, err)
+		n, ok := splitBucket(k[1:])
+		if !ok {
+			return nil, false, fmt.Errorf("keyspace: upgrade: %q: %w: malformed bucket key", k, ErrBadKey)
 		}
-		slot = Slot(key)
+		slot = Slot(k[1+n:])
 	case KindCounter:
 		if len(k) < 1+policy.CounterIDLen {
 			return nil, false, fmt.Errorf("keyspace: upgrade: %q: divvy counter key shorter than its rule identity", k)

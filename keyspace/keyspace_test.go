@@ -2,6 +2,7 @@ package keyspace
 
 import (
 	"bytes"
+	"encoding/binary"
 	"errors"
 	"math"
 	"strings"
@@ -23,7 +24,7 @@ func TestLayout(t *testing.T) {
 		kind   byte
 		params []byte
 	}{
-		{"bucket", AppendBucketKey(nil, p, key), KindBucket, bucket.AppendKey(nil, p, nil)[1:]},
+		{"bucket", AppendBucketKey(nil, p, key), KindBucket, []byte{10, 5, 0xe0, 0xd4, 0x03}},
 		{"gcra", AppendGCRAKey(nil, key), KindGCRA, nil},
 		{"log", AppendLogKey(nil, key), KindLog, nil},
 		{"window", AppendWindowKey(nil, 300000, false, key), KindWindow, []byte{0xe0, 0xa7, 0x12, 0}},
@@ -73,7 +74,7 @@ func TestCounterKey(t *testing.T) {
 	}
 	rule, _ := pol.Match(req, nil)
 	k := AppendCounterKey([]byte("prefix"), rule, req)[len("prefix"):]
-	own := rule.CounterKey(nil, req)
+	own := append([]byte{KindCounter}, rule.AppendCounterID(nil, req)...)
 	if !bytes.Equal(k[2:], own) || uint16(k[0])<<8|uint16(k[1]) != Slot(own[1:]) {
 		t.Fatalf("counter key % x: want slot of % x, then the counter key", k, own)
 	}
@@ -141,6 +142,9 @@ resetSeconds = 0
 		r, err := Parse(k)
 		if err != nil || r.Kind.ID != tt.kind || r.Slot != Slot(id) {
 			t.Fatalf("%s: Parse(% x) = %+v, %v; want kind %c in the slot of % x", tt.a, k, r, err, tt.kind, id)
+		}
+		if !bytes.Equal(r.ID(), id) {
+			t.Errorf("%s: ID % x, want the counter identity % x", tt.a, r.ID(), id)
 		}
 		if tt.kind == KindCounter {
 			if !bytes.Equal(k, AppendCounterKey(nil, rule, req)) {
@@ -237,7 +241,7 @@ func TestIdle(t *testing.T) {
 func TestUpgradeKey(t *testing.T) {
 	p := bucket.Params{Max: 3, RefillAmount: 1, RefillMs: 1000}
 	for _, key := range []string{"user:42", "", "{tag}x", "\xff\x00bin"} {
-		old := bucket.AppendKey(nil, p, []byte(key))
+		old := AppendBucketKey(nil, p, []byte(key))[2:] // format 1: no slot
 		nk, moved, err := UpgradeKey(nil, old)
 		if err != nil || !moved || !bytes.Equal(nk, AppendBucketKey(nil, p, []byte(key))) {
 			t.Errorf("bucket %q: UpgradeKey = % x, %v, %v", key, nk, moved, err)
@@ -333,5 +337,87 @@ func TestRuleCounterKindsUseTheirCommandCodecs(t *testing.T) {
 				t.Errorf("%s: described %+v, %v; the command kind's %+v, %v", c.name, d, err1, cd, err2)
 			}
 		}
+	}
+}
+
+// TestBucketKeyHeader: the buckets of one parameter set in a slot share a
+// header that no other set's keys start with, whatever the client key.
+func TestBucketKeyHeader(t *testing.T) {
+	p := bucket.Params{Max: 10, RefillAmount: 3, RefillMs: 5000}
+	// Both keys hash to the slot of the tag.
+	k1 := AppendBucketKey(nil, p, []byte("{t}user:1"))
+	k2 := AppendBucketKey(nil, p, []byte("{t}"))
+	k2 = k2[:len(k2)-len("{t}")]
+	if !bytes.HasPrefix(k1, k2) || len(k2) > HeaderLen+3*binary.MaxVarintLen64 {
+		t.Fatalf("keys of one parameter set do not share a header: %x %x", k1, k2)
+	}
+	if len(k2) != HeaderLen+4 {
+		t.Errorf("header of small parameters takes %d bytes, want %d", len(k2), HeaderLen+4)
+	}
+	// The parameters are a prefix-free code.
+	for _, q := range []bucket.Params{{Max: 10, RefillAmount: 3, RefillMs: 50}, {Max: 10, RefillAmount: 3, RefillMs: 500000}, {Max: 1, RefillAmount: 1, RefillMs: 1}, {Max: math.MaxInt64, RefillAmount: math.MaxInt64, RefillMs: math.MaxInt64}} {
+		if bytes.HasPrefix(AppendBucketKey(nil, q, k1[len(k2):]), k2) {
+			t.Errorf("key of %+v starts with the header of %+v", q, p)
+		}
+	}
+	for _, q := range []bucket.Params{p, {Max: 1, RefillAmount: 1, RefillMs: 1}, {Max: math.MaxInt64, RefillAmount: math.MaxInt64, RefillMs: math.MaxInt64}} {
+		r, err := Parse(AppendBucketKey(nil, q, []byte("user:1")))
+		if err != nil || string(r.Key) != "user:1" {
+			t.Fatalf("Parse of the key of %+v: %+v %v", q, r, err)
+		}
+		if got, ok := bucketParams(r.Params); !ok || got != q {
+			t.Fatalf("parameters of the key of %+v: %+v", q, got)
+		}
+	}
+	for _, bad := range [][]byte{{0, 0, KindBucket, 0, 1, 1}, {0, 0, KindBucket, 0xff, 0xff}} {
+		if _, err := Parse(bad); err == nil {
+			t.Fatalf("Parse accepted % x", bad)
+		}
+	}
+}
+
+// BenchmarkReduceEncoded is the whole per-command bucket work of RL.REDUCE:
+// build the store key, decode the stored value, reduce, encode the result.
+func BenchmarkReduceEncoded(b *testing.B) {
+	p := bucket.Params{Max: 100, RefillAmount: 100, RefillMs: 60_000}
+	key := []byte("user:1234567")
+	stored := bucket.AppendState(nil, bucket.State{Amount: 50, Anchor: 1_700_000_000_000, LastReduce: 1_700_000_000_000})
+	kbuf := make([]byte, 0, 64)
+	vbuf := make([]byte, 0, bucket.MaxStateLen)
+	b.ReportAllocs()
+	for i := 0; b.Loop(); i++ {
+		kbuf = AppendBucketKey(kbuf[:0], p, key)
+		s, err := bucket.DecodeState(stored)
+		if err != nil {
+			b.Fatal(err)
+		}
+		_, next, _ := p.Reduce(s, true, bucket.Request{Now: s.Anchor + int64(i), Server: s.Anchor, Take: 1})
+		vbuf = bucket.AppendState(vbuf[:0], next)
+	}
+}
+
+// TestRecordSlotKindAndID: the parts of a record key others ask for, read
+// where Parse reads them, and the store's partition of a key.
+func TestRecordSlotKindAndID(t *testing.T) {
+	key := []byte("user:42")
+	k := AppendGCRAKey(nil, key)
+	if s, ok := RecordSlot(k); !ok || s != Slot(key) {
+		t.Errorf("RecordSlot = %d, %v; want %d", s, ok, Slot(key))
+	}
+	for _, bad := range [][]byte{nil, {0}, {0x40, 0}, {0xff, 's'}} {
+		if s, ok := RecordSlot(bad); ok || s != 0 {
+			t.Errorf("RecordSlot(% x) = %d, %v", bad, s, ok)
+		}
+	}
+	// The store's partition is the slot; any key has one.
+	if Partition(k) != int(Slot(key)) || Partition(nil) != 0 || Partition([]byte{0x40, 1}) != 1 || Partition([]byte{0xff, 0xff}) >= Partitions {
+		t.Errorf("Partition(% x) = %d, want slot %d", k, Partition(k), Slot(key))
+	}
+	if KindOf(k) != Lookup(KindGCRA) || KindOf(k[:2]) != nil || KindOf([]byte{0, 0, 'x'}) != nil {
+		t.Error("KindOf does not read the kind byte")
+	}
+	r, _ := Parse(k)
+	if string(r.ID()) != "user:42" {
+		t.Errorf("GCRA record ID %q", r.ID())
 	}
 }

@@ -1,5 +1,7 @@
 package keyspace
 
+import "encoding/binary"
+
 // Slots is the number of Redis Cluster hash slots.
 const Slots = 16384
 
@@ -52,3 +54,20 @@ func HashTag(key []byte) []byte {
 
 // Slot is the Redis Cluster hash slot of key, as CLUSTER KEYSLOT answers.
 func Slot(key []byte) uint16 { return crc16(HashTag(key)) % Slots }
+
+// Partitions is how many partitions Partition has: one per slot.
+const Partitions = Slots
+
+// Partition is the store's partition function (storage.Options.Partition,
+// with Partitions): a record key's slot, so that each committer writes a
+// range of slots, a transaction on the keys of one slot stays with one
+// committer, and WATCH counts the writes of a slot
+// (storage.Store.PartitionWrites). A key shorter than a slot is in
+// partition 0; one whose first two bytes are no slot, in their value
+// modulo Slots.
+func Partition(k []byte) int {
+	if len(k) < 2 {
+		return 0
+	}
+	return int(binary.BigEndian.Uint16(k) % Slots)
+}

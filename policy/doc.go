@@ -9,7 +9,7 @@
 // than divvy's use. Time is an argument (unix milliseconds for Hit, unix
 // nanoseconds for Counter), so every result follows from the inputs. A
 // loaded *Policy and its rules are immutable and safe for concurrent use.
-// Match, Get, Limit, CounterKey, AppendCounterID, Hit, Take, AppendWindow,
+// Match, Get, Limit, AppendCounterID, Hit, Take, AppendWindow,
 // AppendReply, a successful ParseLine and Counter.Apply (once its scratch
 // space has grown) allocate nothing when the destination slices have room.
 //
@@ -88,8 +88,8 @@
 // parameters are part of its key, so another quota is another bucket. Replies give the seconds until the window
 // ends rounded up: the first hit of a 3600 s window answers 3600, and a live
 // window never answers 0, which is reserved for always-allow rules.
-// Counters are found by Rule.CounterKey, which identifies a rule by its
-// content, not its position.
+// Counters are found by Rule.AppendCounterID, which identifies a rule by
+// its content, not its position.
 //
 // # Differences from divvy
 //

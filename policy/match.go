@@ -112,28 +112,18 @@ func (p *Policy) Match(req Request, canaries []*Rule) (decider *Rule, matched []
 	panic("policy: no default rule") // newPolicy guarantees a stop default
 }
 
-// CounterKeyPrefix is the first byte of every key CounterKey makes. The
-// bucket package's keys start with 'b', so both kinds can share a store.
-const CounterKeyPrefix = 'd'
-
-// CounterKey appends the store key of r's counter for req: CounterKeyPrefix
-// then AppendCounterID's bytes. It is the key of a Divvy rule's counter
-// (without the hash slot the store puts first); the other algorithms store
-// the same identity as the client key of their kind's records.
-//
-// The identity is a hash of the rule's operation as a set, CreditLimit,
-// ResetSeconds and ActorField (and, for rules that have them, the
-// algorithm and its fields). A reload that changes none of them, even if it
-// moves the rule or edits its label, comment or matchPolicy, keeps the
-// counters; a reload that changes one starts fresh counters, and the old
-// ones expire by themselves. Identical rules in one file get distinct keys.
-func (r *Rule) CounterKey(dst []byte, req Request) []byte {
-	return r.AppendCounterID(append(dst, CounterKeyPrefix), req)
-}
-
 // AppendCounterID appends the identity of r's counter for req: 8 bytes
 // identifying the rule, then the actor, the value of r.ActorField in req
-// (empty when the rule has no actor field or req lacks it).
+// (empty when the rule has no actor field or req lacks it). The store keys
+// its counter by it (package keyspace lays the keys out).
+//
+// The rule's 8 bytes are a hash of its operation as a set, CreditLimit,
+// ResetSeconds and ActorField (and, for rules that have them, the
+// algorithm and its fields). A reload that changes none of them, even if
+// it moves the rule or edits its label, comment or matchPolicy, keeps the
+// counters; a reload that changes one starts fresh counters, and the old
+// ones expire by themselves. Identical rules in one file get distinct
+// identities.
 func (r *Rule) AppendCounterID(dst []byte, req Request) []byte {
 	dst = append(dst, r.id[:]...)
 	if r.ActorField != "" {

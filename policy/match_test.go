@@ -1,7 +1,6 @@
 package policy
 
 import (
-	"bytes"
 	"regexp"
 	"strings"
 	"testing"
@@ -140,7 +139,7 @@ label = d
 	}
 }
 
-func TestCounterKey(t *testing.T) {
+func TestCounterID(t *testing.T) {
 	base := `
 [a=1 b=*]
 actorField = b
@@ -151,18 +150,18 @@ resetSeconds = 60
 [default]
 ` + iniBody
 	key := func(p *Policy, pos int, q Request) string {
-		return string(p.Rules()[pos-1].CounterKey(nil, q))
+		return string(p.Rules()[pos-1].AppendCounterID(nil, q))
 	}
 	p := mustINI(t, base)
 	q := req("a", "1", "b", "x y")
 	k := key(p, 1, q)
-	if len(k) != 1+idLen+3 || k[0] != CounterKeyPrefix || !strings.HasSuffix(k, "x y") {
+	if len(k) != idLen+3 || !strings.HasSuffix(k, "x y") {
 		t.Fatalf("key %q", k)
 	}
 	if key(p, 1, req("a", "1", "b", "z")) == k {
 		t.Error("other actor, same key")
 	}
-	if k2 := key(p, 2, q); k2 == k || len(k2) != 1+idLen {
+	if k2 := key(p, 2, q); k2 == k || len(k2) != idLen {
 		t.Errorf("default key %q", k2)
 	}
 	// Same counter: keys reordered, rule moved, label, comment and
@@ -179,7 +178,7 @@ resetSeconds = 60
 	}
 	// Identical canaries do not share a counter; no actor field: no actor.
 	twins := mustINI(t, "[a=1]\nmatchPolicy=canary\n"+iniBody+"[a=1]\nmatchPolicy=canary\n"+iniBody+iniDefault)
-	if k1, k2 := key(twins, 1, q), key(twins, 2, q); k1 == k2 || len(k1) != 1+idLen {
+	if k1, k2 := key(twins, 1, q), key(twins, 2, q); k1 == k2 || len(k1) != idLen {
 		t.Errorf("twin keys %q %q", k1, k2)
 	}
 	// A missing actor is the empty string.
@@ -260,7 +259,7 @@ func FuzzMatch(f *testing.F) {
 				t.Fatalf("canary %d: %v, reference %v", i, cs[i], rcs[i])
 			}
 		}
-		if k := d.CounterKey(nil, q); !bytes.HasPrefix(k, []byte{CounterKeyPrefix}) || len(k) < 1+idLen {
+		if k := d.AppendCounterID(nil, q); len(k) < idLen {
 			t.Fatalf("counter key %q", k)
 		}
 		// The limit is creditLimit, or a quota within [0, maxQuota].
@@ -281,7 +280,7 @@ func benchPolicy(b *testing.B) (*Policy, Request) {
 	return p, req("method", "POST", "path", "/accounts/settings", "isAuthenticated", "false", "ip", "10.1.2.3")
 }
 
-func BenchmarkMatchCounterKey(b *testing.B) {
+func BenchmarkMatchCounterID(b *testing.B) {
 	p, q := benchPolicy(b)
 	canaries := make([]*Rule, 0, 8)
 	key := make([]byte, 0, 64)
@@ -289,9 +288,9 @@ func BenchmarkMatchCounterKey(b *testing.B) {
 	for b.Loop() {
 		d, cs := p.Match(q, canaries[:0])
 		for _, c := range cs {
-			key = c.CounterKey(key[:0], q)
+			key = c.AppendCounterID(key[:0], q)
 		}
-		key = d.CounterKey(key[:0], q)
+		key = d.AppendCounterID(key[:0], q)
 	}
 	if d, _ := p.Match(q, nil); d.Label != "post-by-ip" {
 		b.Fatal(d.Label)
@@ -315,7 +314,7 @@ func BenchmarkLineHit(b *testing.B) {
 	for b.Loop() {
 		_, q, _ = ParseLine(line, q)
 		d, _ := p.Match(q, canaries[:0])
-		key = d.CounterKey(key[:0], q)
+		key = d.AppendCounterID(key[:0], q)
 		next, _, out := d.Hit(w, true, 1_000_000)
 		val = AppendWindow(val[:0], next)
 		w, _ = DecodeWindow(val)

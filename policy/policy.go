@@ -77,7 +77,7 @@ type Rule struct {
 	Line int    // line of the rule's header (INI) or opening brace (JSON); 0 if unknown
 
 	conds []cond
-	id    [idLen]byte // counter identity, see CounterKey
+	id    [idLen]byte // counter identity, see AppendCounterID
 }
 
 // String returns the rule's operation as an INI header, e.g.
@@ -246,7 +246,7 @@ func (e *Rule) covers(r *Rule) bool {
 const idLen = CounterIDLen
 
 // CounterIDLen is the length of the rule identity that starts every
-// counter key after CounterKeyPrefix.
+// counter identity (AppendCounterID).
 const CounterIDLen = 8
 
 // identity computes the counter identity of r: a hash of what the counter

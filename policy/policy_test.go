@@ -56,7 +56,7 @@ func (s memStore) hit(tb testing.TB, p *Policy, line string, now int64) (reply s
 	}
 	decider, cs := p.Match(req, nil)
 	apply := func(r *Rule) Outcome {
-		key := string(r.CounterKey(nil, req))
+		key := string(r.AppendCounterID(nil, req))
 		w, found := s[key]
 		next, write, out := r.Hit(w, found, now)
 		if write {

@@ -9,11 +9,13 @@ import (
 
 // StoreOptions returns o with what the store must know of the server's
 // record layout: how to upgrade the keys of a store written before hash
-// slots (format 1), and each record's kind, for the per-kind counts of INFO
-// and /metrics. Open the store given to New with them.
+// slots (format 1), each record's kind, for the per-kind counts of INFO
+// and /metrics, and its partition, the hash slot, for the committers and
+// WATCH. Open the store given to New with them.
 func StoreOptions(o storage.Options) storage.Options {
 	o.Upgrade = keyspace.UpgradeKey
 	o.Class = keyspace.Class
+	o.Partition, o.Partitions = keyspace.Partition, keyspace.Partitions
 	return o
 }
 

@@ -327,7 +327,7 @@ func cmdWatch(s *Server, c *client, args [][]byte) {
 	before := cap(t.watches)
 	for _, k := range args[1:] {
 		slot := keyspace.Slot(k)
-		t.watches = append(t.watches, watch{slot: slot, writes: s.store.SlotWrites(slot)})
+		t.watches = append(t.watches, watch{slot: slot, writes: s.store.PartitionWrites(int(slot))})
 		t.charge += txEntryCost
 	}
 	t.grew = t.grew || cap(t.watches) != before
@@ -400,7 +400,7 @@ func (s *Server) execHeld(c *client) {
 		return
 	}
 	for _, w := range t.watches {
-		if s.store.SlotWrites(w.slot) != w.writes {
+		if s.store.PartitionWrites(int(w.slot)) != w.writes {
 			c.Out = appendNullArray(c.Out, c.resp == 3)
 			return
 		}

@@ -17,9 +17,10 @@ import (
 )
 
 // The store's writes to Pebble are divided among several committers, each
-// the only writer of the records of its range of partitions (by default
-// the Redis Cluster hash slots: committer i of K owns the slots from
-// i×16384/K on), with its own queue, rounds, Pebble batch and counters.
+// the only writer of the records of its range of partitions
+// (Options.Partition: the server's are the Redis Cluster hash slots, and
+// committer i of K owns the slots from i×16384/K on), with its own queue,
+// rounds, Pebble batch and counters.
 // One committer, writing every key, cost about 1.1 µs of one core per
 // changed key (issue 28): it capped a server at about 0.9M changed keys
 // per second whatever its cores. Pebble applies the batches of concurrent
@@ -91,17 +92,16 @@ func newCommitQueue(o *Options, n int) *commitQueue {
 // MaxCommitters is the most committers a store runs.
 const MaxCommitters = 64
 
-// DefaultPartitions is the number of partitions of the default partition
-// function: the Redis Cluster hash slots.
-const DefaultPartitions = numSlots
+// onePartition is the default Options.Partition.
+func onePartition([]byte) int { return 0 }
 
-// slotPartition is the default Options.Partition: a record key's hash
-// slot, its first two bytes (format 2).
-func slotPartition(key []byte) int {
-	if len(key) < 2 {
-		return 0
+// partitionOf returns the partition of key, 0 to Partitions-1.
+func (s *Store) partitionOf(key []byte) int {
+	p := s.opts.Partition(key)
+	if n := s.opts.Partitions; p < 0 || p >= n {
+		p = int(uint(p) % uint(n))
 	}
-	return int(binary.BigEndian.Uint16(key) % numSlots)
+	return p
 }
 
 // committerOf returns the committer that writes key.
@@ -109,12 +109,7 @@ func (s *Store) committerOf(key []byte) int {
 	if len(s.queues) == 2 { // one committer and the cross queue
 		return 0
 	}
-	p := s.opts.Partition(key)
-	n := s.opts.Partitions
-	if p < 0 || p >= n {
-		p = int(uint(p) % uint(n))
-	}
-	return int(uint64(p) * uint64(s.committers) / uint64(n))
+	return int(uint64(s.partitionOf(key)) * uint64(s.committers) / uint64(s.opts.Partitions))
 }
 
 // crossQueue is the queue of the transactions whose keys belong to
@@ -684,4 +679,199 @@ func (s *Store) trimStripes(over *[numStripes / 64]uint64) {
 			st.mu.Unlock()
 		}
 	}
+}
+
+// written names a record a round wrote by position, not by pointer (the
+// table holds none): it stays in use, dirty, at least until the committer
+// has looked at it after the round (nothing removes a dirty record), and
+// gen tells a reuse if that ever changed.
+type written struct {
+	rec    uint32
+	stripe uint16
+	gen    uint16
+}
+
+const (
+	// maxKeptKeys is the largest key buffer the committer and the queue
+	// keep between rounds; with short keys a full queue fits.
+	maxKeptKeys = 4 << 20
+	// maxKeptBatch is the same for a Batch, which each connection keeps.
+	maxKeptBatch = 64 << 10
+)
+
+// wroteLocked ends a round for the record of w: it may be written again
+// by the next round, and if applied (Pebble has the value the round read)
+// and not changed since, it is clean, and stays cached unless it is a
+// delete or bigger than the stripe's share. It reports whether the stripe
+// is over its share, for the committer to trim once the round is done.
+// st must be locked.
+func (s *Store) wroteLocked(st *stripe, w written, applied bool) (over bool) {
+	t := &st.mu.t
+	if int(w.rec) >= len(t.recs) {
+		return false // never: see written
+	}
+	r := &t.recs[w.rec]
+	if r.flags&fLive == 0 || r.gen != w.gen {
+		return false // never: see written
+	}
+	r.flags &^= fRound
+	if !applied || r.flags&fMod != 0 {
+		return false // still dirty: its newer value is queued for a later round
+	}
+	r.flags |= fClean
+	st.dirty.Add(-1)
+	// A deleted record is not worth a cache slot: deletes come from the
+	// sweep, for records nobody uses. A record bigger than the stripe's
+	// share is never cached.
+	if s.byteLimit <= 0 || r.flags&fDel != 0 || t.size(r) > s.byteLimit {
+		t.remove(int(w.rec))
+	}
+	// Dirty records (the sweep's deletes too), or values that grew, may
+	// have taken the stripe over its share: the committer trims it back
+	// once per round and stripe (trimming per record compacted the stripe
+	// once per record). The records the round wrote stay for the CLOCK
+	// hand to choose from, so that those in use outlive those not used
+	// since it last passed: removing each as it turned clean gave back no
+	// capacity before the trim, so every record the round wrote to the
+	// stripe went, hot ones included.
+	return s.byteLimit > 0 && t.bytes() > s.byteLimit
+}
+
+// sortKey is a key of a round, for sorting: its first eight bytes
+// (big-endian, zero-padded) and its position.
+type sortKey struct {
+	prefix uint64
+	i      int32
+}
+
+// commitSlice is how many keys of a round the committer handles before it
+// lets the connections run. On one core (taskset -c 0, a pod with
+// cpu: 1) a write-behind round of writeBehindKeys keys, read, applied to
+// Pebble and marked clean in one go, held the only P for milliseconds, and
+// every connection's reply waited behind it: the unpipelined benchmark's
+// p99 was twice the Lua bucket's. So a round that need not be one Pebble
+// batch (see whole in commitLoop) is applied a slice at a time, with a
+// yield between slices. A crash between slices loses no more than the mode
+// allows: nothing in SyncEverySec and SyncNo is acknowledged as synced
+// before the round's end.
+const commitSlice = 256
+
+// apply writes batch to Pebble, unless the store has failed.
+func (s *Store) apply(batch *pebble.Batch, opt *pebble.WriteOptions) error {
+	if err := s.failedErr(); err != nil {
+		return err
+	}
+	t0 := s.now()
+	err := s.db.Apply(batch, opt)
+	if err == nil && opt == pebble.Sync {
+		s.noteSync(t0)
+	}
+	return err
+}
+
+// fail makes the store refuse every change from now on, and tells Failed's
+// channel.
+func (s *Store) fail(err error) {
+	s.stats.writeErrors.Add(1)
+	if s.failed.CompareAndSwap(nil, &err) {
+		if s.guard.armed.Load() { // while opening, Open reports it
+			s.log.Error("store failed: nothing more is written or acknowledged; restart to replay the log", "dir", s.dir, "err", err)
+		}
+		close(s.failedC)
+	}
+	s.broadcastDone()
+}
+
+// noteSync counts an fsync of the log begun at t0, which covers what was
+// written before t0: the time of the last fsync (lastSync) is t0, the
+// latest of them, so that everything written before it survives a crash.
+// Not the time the fsync returned: in SyncAlways a committer writes its
+// next round while a round's fsync runs (finishRound), and another
+// committer may write at any time.
+func (s *Store) noteSync(t0 time.Time) {
+	s.stats.fsyncs.Add(1)
+	s.stats.fsyncNanos.Add(int64(s.now().Sub(t0)))
+	ms := t0.UnixMilli()
+	for {
+		last := s.stats.lastSync.Load()
+		if last >= ms || s.stats.lastSync.CompareAndSwap(last, ms) {
+			return
+		}
+	}
+}
+
+// now is Options.now, or the wall clock.
+func (s *Store) now() time.Time {
+	if s.opts.now != nil {
+		return s.opts.now()
+	}
+	return time.Now()
+}
+
+// syncLoop, once per SyncInterval, has the committer write what is queued
+// (write-behind: between ticks, changed keys wait in the table, see
+// dueLocked), then in SyncEverySec makes everything applied durable. It
+// syncs only when something was applied since the last sync, so an idle
+// server does no I/O. In SyncNo it only writes: sluice never syncs.
+func (s *Store) syncLoop() {
+	defer close(s.syncerDone)
+	t := time.NewTicker(s.opts.SyncInterval)
+	defer t.Stop()
+	for {
+		select {
+		case <-s.syncerStop:
+			return
+		case <-t.C:
+			// An error means the store is closing, failed or cannot write
+			// now (the guard retries, and the next tick tries again):
+			// nothing to sync that was not synced.
+			if err := s.Flush(); err != nil {
+				continue
+			}
+			if s.opts.Sync != SyncEverySec || s.opts.Replicator != nil {
+				continue // replicated rounds are synced by their group
+			}
+			if err := s.syncApplied(); err != nil {
+				s.fail(fmt.Errorf("sync log: %w", err))
+			}
+		}
+	}
+}
+
+// syncApplied fsyncs the log if rounds were applied since the last sync.
+// One fsync covers every committer's rounds: they share Pebble's log.
+func (s *Store) syncApplied() error {
+	type progress struct {
+		applied uint64
+		keys    int64
+	}
+	var (
+		stack   [MaxCommitters + 1]progress
+		seen    = stack[:len(s.queues)]
+		pending bool
+	)
+	for i, q := range s.queues {
+		q.Lock()
+		seen[i] = progress{q.applied, q.appliedKeys}
+		pending = pending || q.applied > q.synced
+		q.Unlock()
+	}
+	if !pending || s.failedErr() != nil {
+		return nil
+	}
+	t0 := s.now()
+	if err := s.db.LogData(nil, pebble.Sync); err != nil {
+		return err
+	}
+	s.noteSync(t0)
+	for i, q := range s.queues {
+		q.Lock()
+		if p := seen[i]; p.applied > q.synced {
+			q.synced = p.applied
+			q.syncedKeys = p.keys
+		}
+		q.done.Broadcast()
+		q.Unlock()
+	}
+	return nil
 }

@@ -14,13 +14,15 @@ import (
 	"github.com/cockroachdb/pebble/v2"
 	"github.com/cockroachdb/pebble/v2/vfs"
 	"github.com/cockroachdb/pebble/v2/vfs/errorfs"
+
+	"github.com/sluicehq/sluice/keyspace"
 )
 
-// TestKeysGoToTheirCommitter: by default committer i of K writes the hash
-// slots from i×16384/K on, read from a record key's first two bytes, and
-// a given Partition divides its partitions the same way.
+// TestKeysGoToTheirCommitter: with the server's partition, committer i of
+// K writes the hash slots from i×16384/K on, read from a record key's first
+// two bytes, and any Partition divides its partitions the same way.
 func TestKeysGoToTheirCommitter(t *testing.T) {
-	s, err := Open("db", Options{fs: vfs.NewMem(), Committers: 4})
+	s, err := Open("db", Options{fs: vfs.NewMem(), Committers: 4, Partition: keyspace.Partition, Partitions: keyspace.Partitions})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -51,6 +53,26 @@ func TestKeysGoToTheirCommitter(t *testing.T) {
 		if got := s2.committerOf([]byte(key)); got != want {
 			t.Errorf("key %q: committer %d, want %d", key, got, want)
 		}
+	}
+}
+
+// TestDefaultPartitionKnowsNoLayout: without a Partition the store reads
+// no key layout: the records of the first and the last hash slot, which
+// the server's partition gives to the first and the last committer, go to
+// one committer, the only one.
+func TestDefaultPartitionKnowsNoLayout(t *testing.T) {
+	s, err := Open("db", Options{fs: vfs.NewMem(), Committers: 4})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	for _, key := range []string{"\x00\x00key", "\x3f\xffkey", "key"} {
+		if c := s.committerOf([]byte(key)); c != 0 {
+			t.Errorf("key %q: committer %d, want 0", key, c)
+		}
+	}
+	if st := s.Stats(); st.Committers != 1 {
+		t.Errorf("Stats.Committers = %d, want 1", st.Committers)
 	}
 }
 

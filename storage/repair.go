@@ -34,8 +34,8 @@ import (
 // store is then what it was without the unreadable tables: a record they
 // changed comes back as it was before (older, which
 // for every limit kind is no more permissive than starting afresh), and a
-// record only they held starts afresh. A flushed table usually spans every
-// hash slot; clearing its whole range instead would have dropped every
+// record only they held starts afresh. A flushed table usually spans most
+// of the key space; clearing its whole range instead would have dropped every
 // limit of the store to lose one table. Rewriting the MANIFEST by hand
 // would need Pebble's internal formats.
 //

@@ -16,7 +16,7 @@ import (
 // Its keys start with ReplicaPrefix, which is among the store's own keys
 // (from 0xff on, after recordsEnd), so that nothing that walks the records
 // (the sweep, Scan, Inspect, the count and key filter at Open, the upgrade,
-// a cluster migration's paging, DEL of a slot) ever sees one. A
+// a cluster migration's paging, DEL of a key's records) ever sees one. A
 // ReplicaBatch writes such keys and records in one atomic Pebble batch:
 // the Raft log with its hard state, synced (one fsync per Raft Ready), or
 // the records of an applied round with the group's applied index, not

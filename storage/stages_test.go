@@ -85,6 +85,7 @@ func openStage(b *testing.B, mode SyncMode) *Store {
 func openStageWith(b *testing.B, o Options) *Store {
 	b.Helper()
 	o.SyncInterval = time.Hour
+	o.Partition, o.Partitions = keyspace.Partition, keyspace.Partitions
 	s, err := Open(b.TempDir(), o)
 	if err != nil {
 		b.Fatal(err)

@@ -18,6 +18,8 @@ import (
 	"github.com/cockroachdb/pebble/v2"
 	"github.com/cockroachdb/pebble/v2/vfs"
 	"github.com/cockroachdb/pebble/v2/vfs/errorfs"
+
+	"github.com/sluicehq/sluice/keyspace"
 )
 
 // counter is a Mutator that adds delta to a big-endian uint64, or deletes
@@ -47,9 +49,11 @@ func (c *counter) Mutate(old []byte, found bool) ([]byte, Op, error) {
 	return c.buf[:], Put, nil
 }
 
+// openMem opens a store in fs partitioned as the server's, by
+// keyspace.Partition.
 func openMem(t *testing.T, fs vfs.FS, mode SyncMode) *Store {
 	t.Helper()
-	s, err := Open("db", Options{Sync: mode, fs: fs, MaxQueued: 64})
+	s, err := Open("db", Options{Sync: mode, fs: fs, MaxQueued: 64, Partition: keyspace.Partition, Partitions: keyspace.Partitions})
 	if err != nil {
 		t.Fatal(err)
 	}

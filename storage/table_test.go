@@ -15,20 +15,20 @@ import (
 	"github.com/cockroachdb/pebble/v2/vfs/errorfs"
 
 	"github.com/sluicehq/sluice/bucket"
+	"github.com/sluicehq/sluice/keyspace"
 )
 
 // rlRecord returns the record key and value of RL.* bucket i with a 16-byte
-// client key, as keyspace and bucket encode them: the slot (two bytes),
-// bucket.AppendKey (kind byte, three parameter varints, the key), and a
-// state of a dozen bytes.
+// client key, as keyspace and bucket encode them: the slot (two bytes), the
+// kind byte, three parameter varints, the key, and a state of a dozen
+// bytes.
 func rlRecord(key, val []byte, i int) ([]byte, []byte) {
 	var client [16]byte
 	copy(client[:], "user:")
 	for j, n := len(client)-1, i; j >= 5; j, n = j-1, n/10 {
 		client[j] = byte('0' + n%10)
 	}
-	key = append(key[:0], byte(i>>8)&0x3f, byte(i))
-	key = bucket.AppendKey(key, bucket.Params{Max: 100, RefillAmount: 10, RefillMs: 1000}, client[:])
+	key = keyspace.AppendBucketKey(key[:0], bucket.Params{Max: 100, RefillAmount: 10, RefillMs: 1000}, client[:])
 	now := int64(1_763_950_000_000) + int64(i%1000)
 	val = bucket.AppendState(val[:0], bucket.State{Amount: int64(i % 100), Anchor: now, LastReduce: now + 250})
 	return key, val

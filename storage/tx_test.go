@@ -81,15 +81,15 @@ func TestHeldBatchIsOneRound(t *testing.T) {
 	wg.Wait()
 }
 
-// TestSlotWritesCountOnlyWhileWatched: writes bump their slot's count
-// while someone watches, and only then.
-func TestSlotWritesCountOnlyWhileWatched(t *testing.T) {
+// TestPartitionWritesCountOnlyWhileWatched: writes bump their partition's
+// count (here the slot's) while someone watches, and only then.
+func TestPartitionWritesCountOnlyWhileWatched(t *testing.T) {
 	s := openMem(t, vfs.NewMem(), SyncEverySec)
 	defer s.Close()
 	b := s.NewBatch()
 	key := "\x01\x02rest" // slot 0x0102
 	add(t, b, key, 1)
-	if n := s.SlotWrites(0x0102); n != 0 {
+	if n := s.PartitionWrites(0x0102); n != 0 {
 		t.Fatalf("unwatched write counted: %d", n)
 	}
 	s.Watch()
@@ -98,12 +98,12 @@ func TestSlotWritesCountOnlyWhileWatched(t *testing.T) {
 	if err := b.Modify([]byte(key), &counter{}); err != nil { // a read
 		t.Fatal(err)
 	}
-	if n := s.SlotWrites(0x0102); n != 1 {
+	if n := s.PartitionWrites(0x0102); n != 1 {
 		t.Fatalf("watched: slot count %d after one write; want 1", n)
 	}
 	s.Unwatch()
 	add(t, b, key, 1)
-	if n := s.SlotWrites(0x0102); n != 1 {
+	if n := s.PartitionWrites(0x0102); n != 1 {
 		t.Fatalf("after Unwatch the count moved to %d", n)
 	}
 	if err := b.Commit(); err != nil {

@@ -2,7 +2,6 @@ package main
 
 import (
 	"bytes"
-	"encoding/binary"
 	"flag"
 	"fmt"
 	"io"
@@ -167,10 +166,10 @@ func describeKey(k []byte) string {
 	if r, err := keyspace.Parse(k); err == nil {
 		return fmt.Sprintf("slot %d %s %s", r.Slot, r.Kind.Name, strconv.Quote(string(r.Key)))
 	}
-	if len(k) >= 2 && binary.BigEndian.Uint16(k) < keyspace.Slots {
-		s := fmt.Sprintf("slot %d", binary.BigEndian.Uint16(k))
-		if len(k) > 2 && keyspace.Lookup(k[2]) != nil {
-			s += " " + keyspace.Lookup(k[2]).Name
+	if slot, ok := keyspace.RecordSlot(k); ok {
+		s := fmt.Sprintf("slot %d", slot)
+		if kind := keyspace.KindOf(k); kind != nil {
+			s += " " + kind.Name
 		}
 		return s + " (key bytes " + strconv.Quote(string(k)) + ")"
 	}
@@ -186,7 +185,10 @@ func slotSpan(first, last []byte) string {
 		case len(k) < 2:
 			return dflt, false
 		}
-		return min(binary.BigEndian.Uint16(k), keyspace.Slots-1), false
+		if s, ok := keyspace.RecordSlot(k); ok {
+			return s, false
+		}
+		return keyspace.Slots - 1, false // past every slot's records
 	}
 	a, _ := slot(first, 0)
 	b, own := slot(last, 0)

@@ -2,7 +2,6 @@ package clusternode
 
 import (
 	"bufio"
-	"encoding/binary"
 	"errors"
 	"fmt"
 	"net"
@@ -66,7 +65,7 @@ type fwdConn struct {
 // its outcome with forwarded true. Otherwise it returns forwarded false and
 // the engine applies the hit here.
 func (s *Node) ForwardCounter(key []byte, r *policy.Rule, limit, hits, now int64) (forwarded bool, out policy.Outcome, err error) {
-	slot := binary.BigEndian.Uint16(key)
+	slot, _ := keyspace.RecordSlot(key)
 	v := s.view.Load()
 	o := v.owner[slot]
 	switch {
@@ -263,10 +262,7 @@ func (s *Node) CounterHit(x *dispatch.Ctx, args [][]byte, pol *rules.File, rls R
 	rec, err := keyspace.Parse(key)
 	var id []byte
 	if err == nil {
-		id = rec.Key
-		if rec.Kind.ID == keyspace.KindCounter {
-			id = key[keyspace.HeaderLen:] // rule identity (Params) and actor
-		}
+		id = rec.ID()
 	}
 	if err != nil || len(id) < policy.CounterIDLen {
 		return resp.Error("ERR SLUICE.COUNTERHIT: not a rule counter key; expected a store key keyspace.AppendRuleKey makes")

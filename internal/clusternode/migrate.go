@@ -2,7 +2,6 @@ package clusternode
 
 import (
 	"bytes"
-	"encoding/binary"
 	"fmt"
 	"slices"
 	"strconv"
@@ -95,7 +94,7 @@ func (s *Node) NoteWrites(b *storage.Batch) {
 		return
 	}
 	b.Keys(func(k []byte) {
-		if len(k) < 2 || m.state[binary.BigEndian.Uint16(k)].Load() == slotServing {
+		if slot, ok := keyspace.RecordSlot(k); !ok || m.state[slot].Load() == slotServing {
 			return
 		}
 		m.mu.Lock()
@@ -381,10 +380,10 @@ func (s *Node) clusterRestore(x *dispatch.Ctx, args [][]byte) error {
 	v := s.view.Load()
 	for i := 0; i < len(args); i += 2 {
 		k := args[i]
-		if len(k) < keyspace.HeaderLen || k[0] == 0xff || int(binary.BigEndian.Uint16(k)) >= cluster.Slots {
+		slot, ok := keyspace.RecordSlot(k)
+		if len(k) < keyspace.HeaderLen || !ok {
 			return resp.Error("ERR CLUSTER RESTORE: not a record key")
 		}
-		slot := binary.BigEndian.Uint16(k)
 		if v.self != 0 && v.owner[slot] == v.self {
 			return resp.Error("ERR CLUSTER RESTORE: slot " + strconv.Itoa(int(slot)) + " is this node's: refusing to overwrite a slot it serves")
 		}

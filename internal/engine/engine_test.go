@@ -10,6 +10,7 @@ import (
 
 	"github.com/sluicehq/sluice/internal/errs"
 	"github.com/sluicehq/sluice/internal/rules"
+	"github.com/sluicehq/sluice/keyspace"
 	"github.com/sluicehq/sluice/policy"
 	"github.com/sluicehq/sluice/storage"
 )
@@ -34,7 +35,7 @@ func (m *counter) Mutate(old []byte, found bool) ([]byte, storage.Op, error) {
 
 func openStore(t *testing.T, disk *storage.MemDisk) *storage.Store {
 	t.Helper()
-	st, err := storage.Open("db", storage.Options{Sync: storage.SyncAlways, Disk: disk})
+	st, err := storage.Open("db", storage.Options{Sync: storage.SyncAlways, Disk: disk, Partition: keyspace.Partition, Partitions: keyspace.Partitions})
 	if err != nil {
 		t.Fatal(err)
 	}
