@@ -169,6 +169,10 @@ type roundBufs struct {
 	// round takes in its place.
 	syncing *syncingRound
 	spare   syncingRound
+	// syncs hands the syncing round to the goroutine that waits for its
+	// fsync (awaitSyncs), started with the first: one per committer, not
+	// one per round, which allocated with every round.
+	syncs chan *syncingRound
 	// rep is the round's changes for Options.Replicator.
 	rep replicaRound
 }
@@ -184,9 +188,10 @@ type syncingRound struct {
 	done  []written
 	keys  int64 // q.appliedKeys once the round was applied
 	t0    time.Time
-	// fsynced is closed once Pebble's SyncWait returned err (awaitSync).
-	fsynced chan struct{}
-	err     error
+	// returned says Pebble's SyncWait returned err (awaitSync); under
+	// q's lock.
+	returned bool
+	err      error
 	// replicated, when not nil, is the Replicator's answer for the round,
 	// which awaitSync waits for instead of an fsync: the round is not in
 	// Pebble's log, and batch is unused.
@@ -206,6 +211,9 @@ func (s *Store) commitLoop(c int) {
 		r.batch.Close()
 		if r.spare.batch != nil {
 			r.spare.batch.Close()
+		}
+		if r.syncs != nil {
+			close(r.syncs)
 		}
 	}()
 	q := s.queues[c]
@@ -501,7 +509,7 @@ func (s *Store) finishRound(q *commitQueue, r *roundBufs, round uint64, whole bo
 		}
 		if err == nil {
 			s.syncLater(q, r, round, t0, nil)
-			go s.awaitSync(q, r.syncing)
+			s.awaitLater(r)
 			return
 		}
 	} else if err == nil && !batch.Empty() {
@@ -582,7 +590,7 @@ func (s *Store) syncLater(q *commitQueue, r *roundBufs, round uint64, t0 time.Ti
 		r.spare.batch = s.db.NewBatch()
 	}
 	next := r.spare
-	r.spare = syncingRound{batch: r.batch, q: q, round: round, done: r.done, keys: keys, t0: t0, fsynced: make(chan struct{}), replicated: replicated}
+	r.spare = syncingRound{batch: r.batch, q: q, round: round, done: r.done, keys: keys, t0: t0, replicated: replicated}
 	r.syncing = &r.spare
 	r.batch, r.done = next.batch, next.done[:0]
 	if cap(r.keys) > maxKeptKeys {
@@ -603,11 +611,24 @@ func (s *Store) awaitSync(q *commitQueue, p *syncingRound) {
 		err = p.batch.SyncWait()
 	}
 	q.Lock()
-	p.err = err
+	p.err, p.returned = err, true
 	q.fsyncReturned = true
 	q.work.Signal()
 	q.Unlock()
-	close(p.fsynced)
+}
+
+// awaitLater has the committer's waiting goroutine wait for the fsync (or
+// the Replicator's answer) of r.syncing, starting it with the first round.
+func (s *Store) awaitLater(r *roundBufs) {
+	if r.syncs == nil {
+		r.syncs = make(chan *syncingRound, 1)
+		go func() {
+			for p := range r.syncs {
+				s.awaitSync(p.q, p)
+			}
+		}()
+	}
+	r.syncs <- r.syncing
 }
 
 // settle waits for the fsync of r.syncing's round, if any, then marks
@@ -621,9 +642,11 @@ func (s *Store) settle(r *roundBufs) {
 		return
 	}
 	r.syncing = nil
-	<-p.fsynced
 	q := p.q
 	q.Lock()
+	for !p.returned {
+		q.work.Wait() // awaitSync signals it
+	}
 	err := p.err
 	q.fsyncReturned = false
 	q.Unlock()

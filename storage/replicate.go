@@ -163,7 +163,7 @@ func (s *Store) finishReplicated(q *commitQueue, r *roundBufs, round uint64, err
 	r.rep.reset()
 	if err == nil && answer != nil {
 		s.syncLater(q, r, round, time.Now(), answer)
-		go s.awaitSync(q, r.syncing)
+		s.awaitLater(r)
 		return
 	}
 	s.settle(r) // the round before first: rounds are answered in order

@@ -286,10 +286,10 @@ type Store struct {
 	// overlap: in SyncAlways a committer applies its next round while
 	// its round's fsync runs (finishRound), with more than one committer.
 	overlap bool
-	queues     []*commitQueue
-	failed     atomic.Pointer[error]
-	failedC    chan struct{} // closed when failed is set
-	guard      *guard        // retries writes that fail for a while, see diskguard.go
+	queues  []*commitQueue
+	failed  atomic.Pointer[error]
+	failedC chan struct{} // closed when failed is set
+	guard   *guard        // retries writes that fail for a while, see diskguard.go
 
 	closed  atomic.Bool
 	closeMu sync.RWMutex // held for writing while Pebble closes
