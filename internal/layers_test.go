@@ -30,7 +30,7 @@ var layers = [][]string{
 	{"internal/engine"},
 	// The RESP front end's seam, then its command families.
 	{"internal/dispatch"},
-	{"internal/limitcmd", "internal/conncmd"},
+	{"internal/limitcmd", "internal/conncmd", "internal/policycmd"},
 	// The front ends in packages of their own.
 	{"internal/divvy", "internal/check", "internal/envoy"},
 	// The other front ends and the composition root.

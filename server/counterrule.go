@@ -46,6 +46,8 @@ func (s *Server) counterRule(id []byte, pos int64) (*policy.Rule, error) {
 	case r == nil:
 		return nil, resp.Error("ERR cluster: this node has no rule with the counter identity of the sender's rule " + p +
 			" (in its --policy or --rls-config): every node must run the same rules")
+	case int64(r.Pos) == pos && where == "rule file (--policy)":
+		return s.eng.Effective(r), nil // this node's runtime limit, for its period
 	case int64(r.Pos) == pos:
 		return r, nil
 	case pos < 1 || pos > int64(n):

@@ -273,6 +273,11 @@ func (c *Handler) serve(w http.ResponseWriter, r *http.Request) {
 		// as sent: say so, for the proxy's logs.
 		h.Set("X-Sluice-Quota", q.String())
 	}
+	if out.Shadowed {
+		// Shadow mode let through a hit the limit refused: say so, for
+		// the proxy's logs; the other fields are the limit's answer.
+		h.Set("X-Sluice-Shadow", "over-limit")
+	}
 	if c.opt.Engine.Degraded() {
 		// --on-store-error allow: the answer stands, but is not stored.
 		h.Set("X-Sluice-Degraded", "store-unavailable")
@@ -538,7 +543,8 @@ func result(out policy.Outcome, now time.Time) ratelimitheader.Result {
 // quota applied builds them for the request.
 func (c *Handler) fieldsOf(lp *rules.Set, out policy.Outcome) *ratelimitheader.Fields {
 	r := out.Rule
-	if rate := max(out.Rate, 0); rate != max(r.CreditLimit, 0) {
+	// A runtime limit (POLICY LIMIT) is not the file's: built per request.
+	if rate := max(out.Rate, 0); rate != max(r.CreditLimit, 0) || r.FileRule() != r {
 		return newFields(c.style, r, rate)
 	}
 	cf := c.fields.Load()
