@@ -32,7 +32,7 @@ var layers = [][]string{
 	{"internal/dispatch"},
 	{"internal/limitcmd", "internal/conncmd", "internal/policycmd"},
 	// The front ends in packages of their own.
-	{"internal/divvy", "internal/check", "internal/envoy"},
+	{"internal/divvy", "internal/check", "internal/envoy", "internal/policyhttp"},
 	// The other front ends and the composition root.
 	{"server"},
 	// The binaries.

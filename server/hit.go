@@ -5,6 +5,7 @@ import (
 	"errors"
 	"strconv"
 
+	"github.com/sluicehq/sluice/internal/policycmd"
 	"github.com/sluicehq/sluice/internal/resp"
 	"github.com/sluicehq/sluice/internal/rules"
 )
@@ -70,7 +71,11 @@ func cmdPolicy(s *Server, c *client, args [][]byte) {
 		}
 		c.Out = resp.AppendSimple(c.Out, "OK")
 	default: // the rules' dials and POLICY SHOW: internal/policycmd
-		if err := s.polCmds.Run(&c.Ctx, args); err != nil {
+		who := policycmd.Who{Via: "resp", Addr: c.addr}
+		if s.cfg.Password != "" {
+			who.User = "default" // the only user, once AUTH is done
+		}
+		if err := s.polCmds.Run(&c.Ctx, who, args); err != nil {
 			s.replyErr(c, err)
 		}
 	}

@@ -140,6 +140,7 @@ func (s *Server) ServeHTTP(ln net.Listener) error {
 		_, _ = w.Write([]byte("ok\n"))
 	})
 	mux.HandleFunc("GET /backup", s.serveBackup)
+	mux.Handle("/v1/policy/", s.policyHTTP())
 	mux.HandleFunc("GET /readyz", func(w http.ResponseWriter, _ *http.Request) {
 		w.Header().Set("Content-Type", "text/plain; charset=utf-8")
 		if reason := s.notReady(); reason != "" {

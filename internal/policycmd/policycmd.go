@@ -5,13 +5,17 @@
 // end's hits; this package parses, answers and logs each change. POLICY
 // RELOAD, which reloads the server's files, stays the server's.
 //
-// A Commands is safe for concurrent use: it holds no state of its own.
+// A Commands is safe for concurrent use: it holds no state of its own but
+// the count of changes. Every change is audited: logged at info with the
+// client that asked for it, and counted (Changes). Package policyhttp
+// makes the same changes over HTTP through it.
 package policycmd
 
 import (
 	"log/slog"
 	"strconv"
 	"strings"
+	"sync/atomic"
 
 	"github.com/sluicehq/sluice/internal/dispatch"
 	"github.com/sluicehq/sluice/internal/engine"
@@ -26,6 +30,46 @@ type Commands struct {
 	Engine *engine.Engine
 	Rules  *rules.File
 	Log    *slog.Logger // default: discard
+	// Changes counts the changes of the dials, over RESP and HTTP.
+	Changes Changes
+}
+
+// Who is the client that asks for a change, for the audit log line.
+type Who struct {
+	Via  string // "resp" or "http"
+	Addr string // the client's address
+	User string // the user it authenticated as; "" for none
+}
+
+// Changes counts the dials' changes by what changed and through which
+// front end, for sluice_policy_changes_total.
+type Changes struct {
+	// N is by Via (0 resp, 1 http) and change (0 limit, 1 reset, 2
+	// enforce).
+	N [2][3]atomic.Int64
+}
+
+// The changes, as Changes.N's second index and the metric's label.
+const (
+	changeLimit = iota
+	changeReset
+	changeEnforce
+)
+
+// ChangeNames name the changes, by index.
+var ChangeNames = [3]string{"limit", "reset", "enforce"}
+
+// ViaNames name the front ends, by index.
+var ViaNames = [2]string{"resp", "http"}
+
+// audit logs a change at info, with who asked, and counts it.
+func (c *Commands) audit(who Who, change int, attrs ...any) {
+	v := 0
+	if who.Via == ViaNames[1] {
+		v = 1
+	}
+	c.Changes.N[v][change].Add(1)
+	c.log().Info("policy changed", append([]any{"change", ChangeNames[change], "via", ViaNames[v], "client", who.Addr, "user", who.User}, attrs...)...)
 }
 
 // maxLabel is a rule label's longest (policy's ^[a-zA-Z0-9_-]{1,255}$):
@@ -35,16 +79,16 @@ const maxLabel = 255
 // usage is the error of a subcommand that is none of these.
 var usage = errs.New(errs.Request, "unknown POLICY subcommand or wrong number of arguments; expected POLICY RELOAD, POLICY SHOW, POLICY LIMIT <label> <creditLimit> [<resetSeconds>], POLICY LIMIT <label> RESET or POLICY ENFORCE [on|shadow|off]")
 
-// Run runs POLICY args[1] with args[2:] (args[0] is POLICY) and appends
-// its reply to x.Out, or returns the error to answer.
-func (c *Commands) Run(x *dispatch.Ctx, args [][]byte) error {
+// Run runs POLICY args[1] with args[2:] (args[0] is POLICY) for who and
+// appends its reply to x.Out, or returns the error to answer.
+func (c *Commands) Run(x *dispatch.Ctx, who Who, args [][]byte) error {
 	switch {
 	case len(args) == 2 && resp.EqualFold(args[1], "show"):
 		return c.show(x)
 	case (len(args) == 4 || len(args) == 5) && resp.EqualFold(args[1], "limit"):
-		return c.limit(x, args[2:])
+		return c.limit(x, who, args[2:])
 	case (len(args) == 2 || len(args) == 3) && resp.EqualFold(args[1], "enforce"):
-		return c.enforce(x, args[2:])
+		return c.enforce(x, who, args[2:])
 	}
 	return usage
 }
@@ -59,19 +103,15 @@ func (c *Commands) log() *slog.Logger {
 // limit is POLICY LIMIT <label> <creditLimit> [<resetSeconds>], or
 // POLICY LIMIT <label> RESET, which replies 1 when the label had a
 // runtime limit, else 0.
-func (c *Commands) limit(x *dispatch.Ctx, args [][]byte) error {
-	if len(args[0]) > maxLabel {
-		return errs.New(errs.Request, "label is "+strconv.Itoa(len(args[0]))+" bytes; expected a rule's label, at most 255 bytes (^[a-zA-Z0-9_-]{1,255}$)")
+func (c *Commands) limit(x *dispatch.Ctx, who Who, args [][]byte) error {
+	if err := CheckLabel(args[0]); err != nil {
+		return err
 	}
 	label := string(args[0])
-	lp := c.Rules.Current()
 	if len(args) == 2 && resp.EqualFold(args[1], "reset") {
-		had, err := c.Engine.ResetLimit(lp, label)
+		had, err := c.ResetLimit(who, label)
 		if err != nil {
 			return err
-		}
-		if had {
-			c.log().Info("policy limit reset to the rule file's", "label", label)
 		}
 		x.Out = resp.AppendInt(x.Out, int64(b2i(had)))
 		return nil
@@ -86,11 +126,49 @@ func (c *Commands) limit(x *dispatch.Ctx, args [][]byte) error {
 			return err
 		}
 	}
-	if err := c.Engine.SetLimit(lp, label, l); err != nil {
+	if err := c.SetLimit(who, label, l); err != nil {
 		return err
 	}
-	c.log().Info("policy limit set", "label", label, "creditLimit", l.CreditLimit, "resetSeconds", l.ResetSeconds)
 	x.Out = resp.AppendSimple(x.Out, "OK")
+	return nil
+}
+
+// CheckLabel refuses a label longer than a rule's can be, before it is
+// quoted in a message.
+func CheckLabel(label []byte) error {
+	if len(label) > maxLabel {
+		return errs.New(errs.Request, "label is "+strconv.Itoa(len(label))+" bytes; expected a rule's label, at most 255 bytes (^[a-zA-Z0-9_-]{1,255}$)")
+	}
+	return nil
+}
+
+// SetLimit sets label's runtime limit for who (engine.SetLimit), audited.
+func (c *Commands) SetLimit(who Who, label string, l engine.Limit) error {
+	if err := c.Engine.SetLimit(c.Rules.Current(), label, l); err != nil {
+		return err
+	}
+	c.audit(who, changeLimit, "label", label, "creditLimit", l.CreditLimit, "resetSeconds", l.ResetSeconds)
+	return nil
+}
+
+// ResetLimit returns label's rule to the file's limit for who
+// (engine.ResetLimit), audited when it had a runtime limit.
+func (c *Commands) ResetLimit(who Who, label string) (bool, error) {
+	had, err := c.Engine.ResetLimit(c.Rules.Current(), label)
+	if had {
+		c.audit(who, changeReset, "label", label)
+	}
+	return had, err
+}
+
+// SetEnforcement sets the enforcement mode for who, audited, and logged
+// at warn unless on.
+func (c *Commands) SetEnforcement(who Who, m engine.Mode) error {
+	if err := c.Engine.SetEnforcement(m); err != nil {
+		return err
+	}
+	c.audit(who, changeEnforce, "enforce", m.String())
+	LogMode(c.log(), m)
 	return nil
 }
 
@@ -108,21 +186,29 @@ func count(name string, b []byte) (int64, error) {
 
 // enforce is POLICY ENFORCE [on|shadow|off]: without a mode it replies
 // the mode in use.
-func (c *Commands) enforce(x *dispatch.Ctx, args [][]byte) error {
+func (c *Commands) enforce(x *dispatch.Ctx, who Who, args [][]byte) error {
 	if len(args) == 0 {
 		x.Out = resp.AppendBulkString(x.Out, c.Engine.Enforcement().String())
 		return nil
 	}
-	m, ok := engine.ParseMode(string(args[0]))
-	if !ok {
-		return errs.New(errs.Request, "mode "+strconv.Quote(truncate(args[0]))+" is not one; expected on, shadow or off")
-	}
-	if err := c.Engine.SetEnforcement(m); err != nil {
+	m, err := ParseMode(args[0])
+	if err != nil {
 		return err
 	}
-	LogMode(c.log(), m)
+	if err := c.SetEnforcement(who, m); err != nil {
+		return err
+	}
 	x.Out = resp.AppendSimple(x.Out, "OK")
 	return nil
+}
+
+// ParseMode reads an enforcement mode, or says what was expected.
+func ParseMode(b []byte) (engine.Mode, error) {
+	m, ok := engine.ParseMode(string(b))
+	if !ok {
+		return m, errs.New(errs.Request, "mode "+strconv.Quote(truncate(b))+" is not one; expected on, shadow or off")
+	}
+	return m, nil
 }
 
 // LogMode logs the enforcement mode m: at warn unless on, as limits are
