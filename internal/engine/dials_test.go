@@ -39,7 +39,7 @@ resetSeconds = 0
 `
 
 // dialsFile writes a rule file of text and loads it.
-func dialsFile(t *testing.T, text string) *rules.File {
+func dialsFile(t testing.TB, text string) *rules.File {
 	t.Helper()
 	f := &rules.File{Path: filepath.Join(t.TempDir(), "rules.ini"), MaxBytes: 1 << 20}
 	if err := os.WriteFile(f.Path, []byte(text), 0o644); err != nil {
@@ -279,5 +279,46 @@ func TestLoadDialsCorrupt(t *testing.T) {
 	}
 	if err := New(Config{Store: st}).LoadDials(); err == nil {
 		t.Fatal("LoadDials of a corrupt value: nil error")
+	}
+}
+
+// BenchmarkHitDials is a warm round's hit of a counted rule, read only
+// (hits 0: no commit, so that the store's committers do not count),
+// without dials, under a runtime limit, and in shadow mode: the dials
+// add no allocation to a hit (run with -benchmem).
+func BenchmarkHitDials(b *testing.B) {
+	for _, c := range []struct {
+		name  string
+		setup func(e *Engine, lp *rules.Set) error
+	}{
+		{"none", func(*Engine, *rules.Set) error { return nil }},
+		{"limit", func(e *Engine, lp *rules.Set) error {
+			return e.SetLimit(lp, "api", Limit{CreditLimit: 5, ResetSeconds: 30})
+		}},
+		{"shadow", func(e *Engine, _ *rules.Set) error { return e.SetEnforcement(Shadow) }},
+	} {
+		b.Run(c.name, func(b *testing.B) {
+			e := New(Config{Store: openStore(b, storage.NewMemDisk())})
+			lp := dialsFile(b, dialsRules).Current()
+			if err := c.setup(e, lp); err != nil {
+				b.Fatal(err)
+			}
+			r := e.NewRound()
+			req := policy.Request{{Key: []byte("path"), Value: []byte("/api")}, {Key: []byte("ip"), Value: []byte("a")}}
+			now := time.Unix(1_700_000_000, 0).UnixNano()
+			if _, err := r.Hit(lp, req, 1, now); err != nil {
+				b.Fatal(err)
+			}
+			if _, err := r.Commit(); err != nil {
+				b.Fatal(err)
+			}
+			b.ReportAllocs()
+			for b.Loop() {
+				if _, err := r.Hit(lp, req, 0, now); err != nil {
+					b.Fatal(err)
+				}
+				r.settle(true)
+			}
+		})
 	}
 }
