@@ -9,6 +9,12 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+
+	rlcommon "github.com/envoyproxy/go-control-plane/envoy/extensions/common/ratelimit/v3"
+	rlspb "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
+	"google.golang.org/protobuf/types/known/wrapperspb"
+
+	"github.com/sluicehq/sluice/internal/engine"
 )
 
 // TestDialsTranscript replays resp/dials.txt on a server of its own with
@@ -120,5 +126,43 @@ func TestDialsOverHTTP(t *testing.T) {
 	}
 	if code, _ := policyRequest(protected, "127.0.0.1:5000", "", "GET", "/v1/policy/", ""); code != 200 {
 		t.Errorf("protected mode, a loopback client: %d, want 200", code)
+	}
+}
+
+// Envoy's rate limit service in the dials' modes: a descriptor over its
+// limit, and a gcra one asking more than its burst at once (which the
+// front end denies itself), are let through in shadow mode and counted in
+// over_limit and shadow_mode; with enforcement off, allowed.
+func TestDialsRLS(t *testing.T) {
+	f := newRLS(t, Config{RLS: RLSConfig{Dir: rlsConfigDir(t, "domain: test\ndescriptors:\n  - key: fw\n    rate_limit: {unit: hour, requests_per_unit: 1}\n  - key: gc\n    rate_limit: {unit: hour, requests_per_unit: 10, algorithm: gcra}\n")}})
+	over := desc("gc", "v")
+	over.HitsAddend = wrapperspb.UInt64(11)
+	f.one(t, desc("fw", "v"))
+	if st := f.one(t, desc("fw", "v")); st.Code != rlspb.RateLimitResponse_OVER_LIMIT {
+		t.Fatalf("fw over its limit, enforced: %v", st)
+	}
+	if st := f.one(t, over); st.Code != rlspb.RateLimitResponse_OVER_LIMIT {
+		t.Fatalf("gc over its burst, enforced: %v", st)
+	}
+	if err := f.srv.eng.SetEnforcement(engine.Shadow); err != nil {
+		t.Fatal(err)
+	}
+	for _, d := range []*rlcommon.RateLimitDescriptor{desc("fw", "v"), over} {
+		if st := f.one(t, d); st.Code != rlspb.RateLimitResponse_OK || st.LimitRemaining != 0 {
+			t.Fatalf("%v in shadow mode: %v; want OK with 0 left", d, st)
+		}
+	}
+	for _, key := range []string{"fw", "gc"} {
+		if m := rlsMetrics(t, f.srv, "test", key); m["over_limit"] != map[string]float64{"fw": 2, "gc": 22}[key] || m["shadow_mode"] != map[string]float64{"fw": 1, "gc": 11}[key] {
+			t.Errorf("%s metrics after shadow mode: %v", key, m)
+		}
+	}
+	if err := f.srv.eng.SetEnforcement(engine.Off); err != nil {
+		t.Fatal(err)
+	}
+	for _, d := range []*rlcommon.RateLimitDescriptor{desc("fw", "v"), over} {
+		if st := f.one(t, d); st.Code != rlspb.RateLimitResponse_OK {
+			t.Fatalf("%v with enforcement off: %v; want OK", d, st)
+		}
 	}
 }

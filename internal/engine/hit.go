@@ -29,6 +29,8 @@ type hits struct {
 	// done holds the outcomes of this round's hits until its changes are
 	// committed; the metrics count only what clients were told.
 	done []hitDone
+	// lastMode is the enforcement of the last hit, for DenyLast.
+	lastMode Mode
 }
 
 // hitDoneSize is the bytes of a hitDone: a pointer and four bools, padded.
@@ -157,6 +159,7 @@ func (r *Round) hitRule(lp *rules.Set, rule *policy.Rule, req policy.Request, hi
 	if rule.Shadow && mode == Enforce {
 		mode = Shadow
 	}
+	r.lastMode = mode
 	c := &r.m.c
 	c.Rule, c.Hits, c.Now = rule, hits, now
 	var quota policy.QuotaStatus
@@ -206,11 +209,23 @@ func (r *Round) forward(key []byte, rule *policy.Rule, limit, hits, now int64) (
 }
 
 // DenyLast counts the last hit as denied in the metrics, for a front end
-// that denies whatever the counter said (Envoy's unlimited: false with
-// no requests per unit).
-func (r *Round) DenyLast() {
+// that denies whatever the counter said (a gcra descriptor asking more
+// than its burst at once), and reports how the dials take the denial: in
+// shadow mode (POLICY ENFORCE, or the rule's shadow field) it is let
+// through, counted as denied and shadowed (allowed and shadowed true);
+// with enforcement off it is allowed (allowed true); else it stands.
+func (r *Round) DenyLast() (allowed, shadowed bool) {
 	d := &r.done[len(r.done)-1]
+	switch r.lastMode {
+	case Off:
+		d.allowed, d.shadowed = true, false
+		return true, false
+	case Shadow:
+		d.allowed, d.shadowed = false, true
+		return true, true
+	}
 	d.allowed, d.shadowed = false, false
+	return false, false
 }
 
 // ApplyCounter is the owner's side of a forwarded hit: it applies hits of
