@@ -14,6 +14,7 @@ import (
 	rlspb "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
 	"google.golang.org/protobuf/types/known/wrapperspb"
 
+	"github.com/sluicehq/sluice/client/ratelimitheader"
 	"github.com/sluicehq/sluice/internal/engine"
 )
 
@@ -163,6 +164,31 @@ func TestDialsRLS(t *testing.T) {
 	for _, d := range []*rlcommon.RateLimitDescriptor{desc("fw", "v"), over} {
 		if st := f.one(t, d); st.Code != rlspb.RateLimitResponse_OK {
 			t.Fatalf("%v with enforcement off: %v; want OK", d, st)
+		}
+	}
+}
+
+// /check's rate-limit headers follow each runtime limit: the fields built
+// for one are not those of the limit before, nor the file's after RESET.
+func TestDialsCheckHeaders(t *testing.T) {
+	srv := startServer(t, Config{Clock: newTestClock(transcriptTime).now, PolicyFile: filepath.Join(transcriptDir, "dials.ini"),
+		Check: CheckConfig{HeaderStyle: ratelimitheader.Both}})
+	base := startCheck(t, srv)
+	lp := srv.pol.Current()
+	for _, c := range []struct {
+		limit int64 // -1: RESET
+		want  string
+	}{{3, "3"}, {3, "3"}, {4, "4"}, {-1, "2"}} {
+		if c.limit < 0 {
+			if _, err := srv.eng.ResetLimit(lp, "api"); err != nil {
+				t.Fatal(err)
+			}
+		} else if err := srv.eng.SetLimit(lp, "api", engine.Limit{CreditLimit: c.limit, ResetSeconds: engine.FileReset}); err != nil {
+			t.Fatal(err)
+		}
+		got := checkRequest(t, base, "GET /check/api | X-Forwarded-For: 10.0.0.1")
+		if !strings.Contains(got, "X-Ratelimit-Limit: "+c.want+"\n") || !strings.Contains(got, `Ratelimit-Policy: "api";q=`+c.want+";w=60\n") {
+			t.Errorf("limit %d: /check answered\n%s\nwant X-RateLimit-Limit and RateLimit-Policy's quota %s", c.limit, got, c.want)
 		}
 	}
 }
