@@ -32,10 +32,10 @@ var layers = [][]string{
 	// cluster node (routing, forwarded counters, slot moves), which the
 	// engine reaches through engine.Cluster.
 	{"internal/dispatch"},
-	{"internal/limitcmd", "internal/conncmd", "internal/clusternode"},
+	{"internal/limitcmd", "internal/conncmd", "internal/clusternode", "internal/policycmd"},
 	// The front ends in packages of their own, and the HTTP listeners'
 	// server.
-	{"internal/divvy", "internal/check", "internal/envoy", "internal/httpport"},
+	{"internal/divvy", "internal/check", "internal/envoy", "internal/httpport", "internal/policyhttp"},
 	// The other front ends and the composition root.
 	{"server"},
 	// The binaries.

@@ -199,7 +199,7 @@ func TestAlgorithmValidationErrors(t *testing.T) {
 			`t.json:2: rule 1 [default]: maxQuota is 4, less than creditLimit 5, which a request without a valid quota gets; expected maxQuota of at least creditLimit, so that no request gets more than a valid quota could ask for`},
 
 		{"unknown field lists the new ones", "t.ini", "[default]\nalgo = gcra\n" + iniBody,
-			`t.ini:2: rule 1 [default]: unknown field "algo"; the fields are creditLimit, resetSeconds, algorithm, stagger, burst, minGapMillis, quotaField, maxQuota, actorField, matchPolicy, label and comment`},
+			`t.ini:2: rule 1 [default]: unknown field "algo"; the fields are creditLimit, resetSeconds, algorithm, stagger, burst, minGapMillis, quotaField, maxQuota, actorField, matchPolicy, shadow, label and comment`},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

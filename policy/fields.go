@@ -16,7 +16,7 @@ type fieldSet struct {
 
 // fieldNames lists the fields in the order rule files and POLICY SHOW give
 // them, for messages.
-const fieldNames = "creditLimit, resetSeconds, algorithm, stagger, burst, minGapMillis, quotaField, maxQuota, actorField, matchPolicy, label and comment"
+const fieldNames = "creditLimit, resetSeconds, algorithm, stagger, burst, minGapMillis, quotaField, maxQuota, actorField, matchPolicy, shadow, label and comment"
 
 // set assigns a field from its text and returns the problem, if any.
 func (f *fieldSet) set(name, text string) (problem string) {
@@ -41,6 +41,8 @@ func (f *fieldSet) set(name, text string) (problem string) {
 		f.r.ActorField = text
 	case "matchPolicy":
 		f.r.MatchPolicy, problem = parseMatchPolicy(text)
+	case "shadow":
+		f.r.Shadow, problem = parseBool(name, text)
 	case "label":
 		f.r.Label = text
 		if text != "" && !validLabel(text) {
@@ -62,7 +64,7 @@ func (f *fieldSet) set(name, text string) (problem string) {
 func knownField(name string) bool {
 	switch name {
 	case "creditLimit", "resetSeconds", "algorithm", "stagger", "burst", "minGapMillis", "quotaField", "maxQuota",
-		"actorField", "matchPolicy", "label", "comment":
+		"actorField", "matchPolicy", "shadow", "label", "comment":
 		return true
 	}
 	return false
@@ -78,7 +80,7 @@ func isCount(name string) bool {
 }
 
 // isBool reports whether a field is a boolean: JSON true or false.
-func isBool(name string) bool { return name == "stagger" }
+func isBool(name string) bool { return name == "stagger" || name == "shadow" }
 
 // finish checks the rule once all its fields are set, and returns the
 // field the problem is about ("" for the rule as a whole) and the problem.

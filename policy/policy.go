@@ -72,12 +72,20 @@ type Rule struct {
 	Label       string // "" when the file gives none
 	Comment     string
 
+	// Shadow counts the rule's hits and reports what the limit decided,
+	// but never refuses one (envoyproxy/ratelimit's shadow_mode): a new
+	// limit is tried on real traffic before it is enforced.
+	Shadow bool
+
 	Pos  int    // position in the file, counting from 1 as error messages do
 	File string // the name the policy was loaded under
 	Line int    // line of the rule's header (INI) or opening brace (JSON); 0 if unknown
 
 	conds []cond
 	id    [idLen]byte // counter identity, see AppendCounterID
+	// file is the rule file's rule a runtime limit was made from
+	// (WithLimit); nil for the file's own.
+	file *Rule
 }
 
 // String returns the rule's operation as an INI header, e.g.

@@ -62,6 +62,11 @@ type Outcome struct {
 	// PeriodMillis describe the limit. Set by Counter and the server, not
 	// by Rule.Hit.
 	Rule *Rule
+	// Shadowed is a hit the limit refused and shadow mode let through
+	// (the rule's shadow field, or POLICY ENFORCE shadow): Allowed is
+	// true, and the other fields say what the limit decided. Set by the
+	// server, as Quota.
+	Shadowed bool
 }
 
 // AppendReply appends the line protocol's reply, e.g. "OK true 2 3600\n".

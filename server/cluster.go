@@ -178,7 +178,7 @@ func cmdCounterHit(s *Server, c *client, args [][]byte) {
 		s.replyErr(c, errCounterHitStandalone)
 		return
 	}
-	if err := s.clus.CounterHit(&c.Ctx, args, &s.pol, s.rls); err != nil {
+	if err := s.clus.CounterHit(&c.Ctx, args, &s.pol, s.rls, s.eng); err != nil {
 		s.replyErr(c, err)
 	}
 }

@@ -5,9 +5,9 @@ import (
 	"errors"
 	"strconv"
 
+	"github.com/sluicehq/sluice/internal/policycmd"
 	"github.com/sluicehq/sluice/internal/resp"
 	"github.com/sluicehq/sluice/internal/rules"
-	"github.com/sluicehq/sluice/policy"
 )
 
 // Policy rules (divvy's model): POLICY over RESP, ReloadPolicy and INFO's
@@ -42,7 +42,8 @@ func b2i(b bool) int {
 	return 0
 }
 
-// cmdPolicy implements POLICY RELOAD and POLICY SHOW.
+// cmdPolicy implements POLICY RELOAD, and hands the other subcommands
+// to internal/policycmd.
 func cmdPolicy(s *Server, c *client, args [][]byte) {
 	switch {
 	case len(args) == 2 && resp.EqualFold(args[1], "reload"):
@@ -69,55 +70,15 @@ func cmdPolicy(s *Server, c *client, args [][]byte) {
 			return
 		}
 		c.Out = resp.AppendSimple(c.Out, "OK")
-	case len(args) == 2 && resp.EqualFold(args[1], "show"):
-		lp := s.pol.Current()
-		if lp == nil {
-			s.replyErr(c, rules.ErrNoPolicy)
-			return
+	default: // the rules' dials and POLICY SHOW: internal/policycmd
+		who := policycmd.Who{Via: "resp", Addr: c.addr}
+		if s.cfg.Password != "" {
+			who.User = "default" // the only user, once AUTH is done
 		}
-		rs := lp.Policy.Rules()
-		c.Out = resp.AppendArray(c.Out, len(rs))
-		for _, r := range rs {
-			c.Out = appendRule(c.Out, r)
+		if err := s.polCmds.Run(&c.Ctx, who, args); err != nil {
+			s.replyErr(c, err)
 		}
-	default:
-		s.replyErr(c, resp.Error("ERR unknown POLICY subcommand or wrong number of arguments; expected POLICY RELOAD or POLICY SHOW"))
 	}
-}
-
-// appendRule appends one rule of POLICY SHOW as a flat array of names and
-// values, in the fields' order in a rule file. Every field is shown, those
-// of other algorithms with their zero value (burst 0 is the limit).
-func appendRule(out []byte, r *policy.Rule) []byte {
-	out = resp.AppendArray(out, 28)
-	out = resp.AppendBulkString(out, "position")
-	out = resp.AppendInt(out, int64(r.Pos))
-	out = resp.AppendBulkString(out, "operation")
-	out = resp.AppendBulkString(out, r.String())
-	out = resp.AppendBulkString(out, "creditLimit")
-	out = resp.AppendInt(out, r.CreditLimit)
-	out = resp.AppendBulkString(out, "resetSeconds")
-	out = resp.AppendInt(out, r.ResetSeconds)
-	out = resp.AppendBulkString(out, "algorithm")
-	out = resp.AppendBulkString(out, r.Algorithm.String())
-	out = resp.AppendBulkString(out, "stagger")
-	out = resp.AppendBulkString(out, strconv.FormatBool(r.Stagger))
-	out = resp.AppendBulkString(out, "burst")
-	out = resp.AppendInt(out, r.Burst)
-	out = resp.AppendBulkString(out, "minGapMillis")
-	out = resp.AppendInt(out, r.MinGapMillis)
-	out = resp.AppendBulkString(out, "quotaField")
-	out = resp.AppendBulkString(out, r.QuotaField)
-	out = resp.AppendBulkString(out, "maxQuota")
-	out = resp.AppendInt(out, r.MaxQuota)
-	out = resp.AppendBulkString(out, "actorField")
-	out = resp.AppendBulkString(out, r.ActorField)
-	out = resp.AppendBulkString(out, "matchPolicy")
-	out = resp.AppendBulkString(out, r.MatchPolicy.String())
-	out = resp.AppendBulkString(out, "label")
-	out = resp.AppendBulkString(out, r.Label)
-	out = resp.AppendBulkString(out, "comment")
-	return resp.AppendBulkString(out, r.Comment)
 }
 
 // policyInfo is INFO's policy section.
@@ -135,6 +96,7 @@ func (s *Server) policyInfo(kv func(k, v string)) {
 	kv("policy_reloads", strconv.FormatInt(ps.Reloads.Load(), 10))
 	kv("policy_reload_failures", strconv.FormatInt(ps.ReloadFailures.Load(), 10))
 	kv("policy_last_reload_error", ps.LastError())
+	s.polCmds.Info(kv)
 	kv("divvy_addr", s.divvyAddr())
 	kv("divvy_connections", strconv.FormatInt(s.divvy.srv.Open.Load(), 10))
 	// Envoy's rate limit service's configuration, reloaded with the rules.

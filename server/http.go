@@ -85,6 +85,7 @@ func (s *Server) ServeHTTP(ln net.Listener) error {
 	srv := h.port.NewServer(h.port.Handler(httpport.Routes{
 		Metrics: promhttp.HandlerFor(h.reg, promhttp.HandlerOpts{ErrorLog: nil}),
 		Backup:  &h.backup,
+		Policy:  s.policyHTTP(),
 	}))
 	if !h.port.Start(&h.served, srv) {
 		return net.ErrClosed
@@ -166,7 +167,7 @@ var (
 	descSweepRunning  = prometheus.NewDesc("sluice_sweep_running", "1 while a sweep pass runs.", nil, nil)
 	descSweepLast     = prometheus.NewDesc("sluice_sweep_last_end_timestamp_seconds", "Unix time the last sweep pass ended; 0 before the first.", nil, nil)
 	descSweepDuration = prometheus.NewDesc("sluice_sweep_last_duration_seconds", "Duration of the last sweep pass.", nil, nil)
-	descDivvyHits     = prometheus.NewDesc("divvy_hits_total", "Hits by outcome (accepted, rejected, canary-accepted, canary-rejected) and the label of the rule that gave it, over RESP, the line protocol and /check.", []string{"status", "rule_label"}, nil)
+	descDivvyHits     = prometheus.NewDesc("divvy_hits_total", "Hits by outcome (accepted, rejected, canary-accepted, canary-rejected; shadowed: those of rejected and canary-rejected that shadow mode let through) and the label of the rule that gave it, over RESP, the line protocol and /check.", []string{"status", "rule_label"}, nil)
 	descDivvyErrors   = prometheus.NewDesc("divvy_errors_total", "ERR replies of the line protocol, by code; each closes its connection.", []string{"code"}, nil)
 	descDivvyConns    = prometheus.NewDesc("divvy_tcp_connections_total", "Line-protocol connections open now (a gauge, named as divvy named it).", nil, nil)
 	descDivvyAccepted = prometheus.NewDesc("sluice_divvy_connections_total", "Line-protocol connections accepted.", nil, nil)
@@ -274,7 +275,9 @@ func (sc *serverCollector) Collect(ch chan<- prometheus.Metric) {
 		counter(descDivvyHits, hc.Rejected.Load(), "rejected", hc.Label)
 		counter(descDivvyHits, hc.CanaryAccepted.Load(), "canary-accepted", hc.Label)
 		counter(descDivvyHits, hc.CanaryRejected.Load(), "canary-rejected", hc.Label)
+		counter(descDivvyHits, hc.Shadowed.Load(), "shadowed", hc.Label)
 	}
+	s.collectDials(ch)
 	counter(descDivvyErrors, s.divvy.srv.ErrUnknownCommand.Load(), policy.CodeUnknownCommand)
 	counter(descDivvyErrors, s.divvy.srv.ErrUnknown.Load(), policy.CodeUnknown)
 	gauge(descDivvyConns, float64(s.divvy.srv.Open.Load()))

@@ -30,6 +30,7 @@ import (
 	"github.com/sluicehq/sluice/internal/dispatch"
 	"github.com/sluicehq/sluice/internal/engine"
 	"github.com/sluicehq/sluice/internal/envoy"
+	"github.com/sluicehq/sluice/internal/policycmd"
 	"github.com/sluicehq/sluice/internal/resp"
 	"github.com/sluicehq/sluice/internal/rules"
 	"github.com/sluicehq/sluice/storage"
@@ -242,6 +243,9 @@ type Server struct {
 	runID string
 	start time.Time
 
+	// polCmds is POLICY's subcommands but RELOAD: the rules' dials.
+	polCmds policycmd.Commands
+
 	closing atomic.Bool
 	done    chan struct{} // closed when Close has finished
 	// after is time.After for Close's waits; tests see and drive them.
@@ -400,6 +404,9 @@ func New(cfg Config) (*Server, error) {
 		ecfg.Cluster = s.clus
 	}
 	s.eng = engine.New(ecfg)
+	if err := s.initDials(); err != nil {
+		return nil, err
+	}
 	s.initCheck()
 	s.initDivvy()
 	s.initHTTP()

@@ -55,6 +55,7 @@ type proc struct {
 	// addresses, set before addr is.
 	httpAddr, divvyAddr, rlsAddr string
 	addrc                        chan string // the RESP address, once logged
+	checkAddr                    string      // the /check listener's
 }
 
 // startProc starts sluice on 127.0.0.1:0 with the data directory dir and
@@ -106,9 +107,10 @@ func startProcAsync(t *testing.T, dir string, env []string, flags ...string) *pr
 				HTTPAddr  string `json:"http_addr"`
 				DivvyAddr string `json:"divvy_addr"`
 				RLSAddr   string `json:"rls_addr"`
+				CheckAddr string `json:"check_addr"`
 			}
 			if json.Unmarshal(sc.Bytes(), &line) == nil && line.Msg == "sluice starting" {
-				p.httpAddr, p.divvyAddr, p.rlsAddr = line.HTTPAddr, line.DivvyAddr, line.RLSAddr
+				p.httpAddr, p.divvyAddr, p.rlsAddr, p.checkAddr = line.HTTPAddr, line.DivvyAddr, line.RLSAddr, line.CheckAddr
 				addrc <- line.Addr
 			}
 		}

@@ -143,6 +143,15 @@ type checker struct {
 type ruleFields struct {
 	lp    *rules.Set
 	byPos []*ratelimitheader.Fields
+	// runtime are the fields of the rule a runtime limit (POLICY LIMIT)
+	// made of each rule, built at its first answer: one per position, so
+	// that a change of the limit replaces the one before.
+	runtime []atomic.Pointer[runtimeFields]
+}
+
+type runtimeFields struct {
+	rule *policy.Rule
+	f    *ratelimitheader.Fields
 }
 
 var descRequests = prometheus.NewDesc("sluice_check_requests_total",
@@ -272,6 +281,11 @@ func (c *Handler) serve(w http.ResponseWriter, r *http.Request) {
 		// The rule has a quotaField and the request's quota did not apply
 		// as sent: say so, for the proxy's logs.
 		h.Set("X-Sluice-Quota", q.String())
+	}
+	if out.Shadowed {
+		// Shadow mode let through a hit the limit refused: say so, for
+		// the proxy's logs; the other fields are the limit's answer.
+		h.Set("X-Sluice-Shadow", "over-limit")
 	}
 	if c.opt.Engine.Degraded() {
 		// --on-store-error allow: the answer stands, but is not stored.
@@ -534,8 +548,9 @@ func result(out policy.Outcome, now time.Time) ratelimitheader.Result {
 // the limit that applied (creditLimit or the request's quota) per
 // resetSeconds, never a gcra or tokenBucket rule's burst (which
 // X-RateLimit-Limit and the remaining count toward). They are built once
-// per loaded policy for each rule's creditLimit; only a request whose own
-// quota applied builds them for the request.
+// per loaded policy for each rule's creditLimit, and for a runtime limit
+// at its first answer; only a request whose own quota applied builds them
+// for the request.
 func (c *Handler) fieldsOf(lp *rules.Set, out policy.Outcome) *ratelimitheader.Fields {
 	r := out.Rule
 	if rate := max(out.Rate, 0); rate != max(r.CreditLimit, 0) {
@@ -544,13 +559,22 @@ func (c *Handler) fieldsOf(lp *rules.Set, out policy.Outcome) *ratelimitheader.F
 	cf := c.fields.Load()
 	if cf == nil || cf.lp != lp {
 		rs := lp.Policy.Rules()
-		cf = &ruleFields{lp: lp, byPos: make([]*ratelimitheader.Fields, len(rs))}
+		cf = &ruleFields{lp: lp, byPos: make([]*ratelimitheader.Fields, len(rs)), runtime: make([]atomic.Pointer[runtimeFields], len(rs))}
 		for i, rr := range rs {
 			cf.byPos[i] = newFields(c.style, rr, max(rr.CreditLimit, 0))
 		}
 		c.fields.Store(cf)
 	}
-	return cf.byPos[r.Pos-1]
+	if r.FileRule() == r {
+		return cf.byPos[r.Pos-1]
+	}
+	rt := &cf.runtime[r.Pos-1]
+	if f := rt.Load(); f != nil && f.rule == r {
+		return f.f
+	}
+	f := &runtimeFields{rule: r, f: newFields(c.style, r, max(r.CreditLimit, 0))}
+	rt.Store(f)
+	return f.f
 }
 
 func newFields(style ratelimitheader.Style, r *policy.Rule, limit int64) *ratelimitheader.Fields {

@@ -3,6 +3,7 @@ package clusternode
 import (
 	"strconv"
 
+	"github.com/sluicehq/sluice/internal/engine"
 	"github.com/sluicehq/sluice/internal/resp"
 	"github.com/sluicehq/sluice/internal/rules"
 	"github.com/sluicehq/sluice/policy"
@@ -38,7 +39,7 @@ func routeErr(slot uint16, moved string, err error) error {
 // starts id (a counter ID, at least policy.CounterIDLen bytes), which
 // must be at position pos of its rule set, as on the sender: the nodes
 // must load the same --policy and --rls-config. It allocates nothing.
-func counterRule(id []byte, pos int64, pol *rules.File, rls RuleSet) (*policy.Rule, error) {
+func counterRule(id []byte, pos int64, pol *rules.File, rls RuleSet, eng *engine.Engine) (*policy.Rule, error) {
 	k := rules.ID(id[:policy.CounterIDLen])
 	lp := pol.Current()
 	var (
@@ -62,6 +63,8 @@ func counterRule(id []byte, pos int64, pol *rules.File, rls RuleSet) (*policy.Ru
 	case r == nil:
 		return nil, resp.Error("ERR cluster: this node has no rule with the counter identity of the sender's rule " + p +
 			" (in its --policy or --rls-config): every node must run the same rules")
+	case int64(r.Pos) == pos && where == "rule file (--policy)":
+		return eng.Effective(r), nil // this node's runtime limit, for its period
 	case int64(r.Pos) == pos:
 		return r, nil
 	case pos < 1 || pos > int64(n):

@@ -12,6 +12,7 @@ import (
 
 	"github.com/sluicehq/sluice/internal/counterhit"
 	"github.com/sluicehq/sluice/internal/dispatch"
+	"github.com/sluicehq/sluice/internal/engine"
 	"github.com/sluicehq/sluice/internal/errs"
 	"github.com/sluicehq/sluice/internal/resp"
 	"github.com/sluicehq/sluice/internal/rules"
@@ -257,7 +258,7 @@ func (f *forwarder) closeAll() {
 // or 1 to maxQuota with a quotaField), hits 0 or more, and the key exactly
 // the one the rule makes for its counter ID under that limit (kind,
 // parameters and slot).
-func (s *Node) CounterHit(x *dispatch.Ctx, args [][]byte, pol *rules.File, rls RuleSet) error {
+func (s *Node) CounterHit(x *dispatch.Ctx, args [][]byte, pol *rules.File, rls RuleSet, eng *engine.Engine) error {
 	key := args[1]
 	rec, err := keyspace.Parse(key)
 	var id []byte
@@ -277,7 +278,7 @@ func (s *Node) CounterHit(x *dispatch.Ctx, args [][]byte, pol *rules.File, rls R
 	if moved, err := s.Route(rec.Slot); err != nil || moved != "" {
 		return routeErr(rec.Slot, moved, err)
 	}
-	r, err := counterRule(id, pos, pol, rls)
+	r, err := counterRule(id, pos, pol, rls, eng)
 	if err != nil {
 		return err
 	}

@@ -30,7 +30,7 @@ var builtin = map[string]*Doc{
 	"checkpoint": {Summary: "Writes a consistent copy of the store under --backup-dir; replies its path.", Group: "server",
 		Args: []Arg{{Name: "name", Type: "string", Optional: true}}},
 	"lastsave": {Summary: "Replies the Unix time of the last successful CHECKPOINT.", Group: "server"},
-	"policy":   {Summary: "A container for the --policy rules: POLICY RELOAD and POLICY SHOW.", Group: "server"},
+	"policy":   {Summary: "A container for the --policy rules and their dials: POLICY RELOAD, SHOW, LIMIT and ENFORCE.", Group: "server"},
 }
 
 // builtinSubs are the subcommands of the container commands. The
@@ -89,7 +89,21 @@ var builtinSubs = map[string][]Sub{
 	},
 	"policy": {
 		{Name: "policy|reload", Arity: 2, Flags: []string{"admin"}, Doc: Doc{Summary: "Reads the --policy file and the --rls-config directory again, as SIGHUP; a bad one is refused and what is in use is kept.", Group: "server"}},
-		{Name: "policy|show", Arity: 2, Flags: []string{"admin"}, Doc: Doc{Summary: "Replies the rules in use, one flat array of names and values per rule.", Group: "server"}},
+		{Name: "policy|show", Arity: 2, Flags: []string{"admin"}, Doc: Doc{Summary: "Replies the rules in use, one flat array of names and values per rule with the limit its hits use, then each orphaned runtime limit.", Group: "server"}},
+		{Name: "policy|limit", Arity: -4, Flags: []string{"admin"}, Doc: Doc{Summary: "Sets the limit of the rule with a label at runtime, kept in the store across restarts and reloads; RESET returns it to the rule file's.", Group: "server",
+			Args: []Arg{{Name: "label", Type: "string"}, {Name: "limit", Type: "oneof", Args: []Arg{
+				{Name: "reset", Type: "pure-token", Token: "RESET"},
+				{Name: "new-limit", Type: "block", Args: []Arg{
+					{Name: "creditLimit", Type: "integer"},
+					{Name: "resetSeconds", Type: "integer", Optional: true},
+				}},
+			}}}}},
+		{Name: "policy|enforce", Arity: -2, Flags: []string{"admin"}, Doc: Doc{Summary: "Sets how every rule front end enforces the limits (on; shadow: counted and reported, never refused; off: allowed, not counted), kept in the store; without a mode, replies the one in use.", Group: "server",
+			Args: []Arg{{Name: "mode", Type: "oneof", Optional: true, Args: []Arg{
+				{Name: "on", Type: "pure-token", Token: "ON"},
+				{Name: "shadow", Type: "pure-token", Token: "SHADOW"},
+				{Name: "off", Type: "pure-token", Token: "OFF"},
+			}}}}},
 	},
 }
 

@@ -88,6 +88,7 @@ type Engine struct {
 	cluster      Cluster
 	gate         writeGate
 	storeAllowed atomic.Int64
+	dials        dials // POLICY LIMIT and ENFORCE (dials.go)
 }
 
 // New returns an Engine for cfg.

@@ -33,7 +33,7 @@ func (m *counter) Mutate(old []byte, found bool) ([]byte, storage.Op, error) {
 	return []byte{m.seen + 1}, storage.Put, nil
 }
 
-func openStore(t *testing.T, disk *storage.MemDisk) *storage.Store {
+func openStore(t testing.TB, disk *storage.MemDisk) *storage.Store {
 	t.Helper()
 	st, err := storage.Open("db", storage.Options{Sync: storage.SyncAlways, Disk: disk, Partition: keyspace.Partition, Partitions: keyspace.Partitions})
 	if err != nil {

@@ -29,15 +29,17 @@ type hits struct {
 	// done holds the outcomes of this round's hits until its changes are
 	// committed; the metrics count only what clients were told.
 	done []hitDone
+	// lastMode is the enforcement of the last hit, for DenyLast.
+	lastMode Mode
 }
 
-// hitDoneSize is the bytes of a hitDone: a pointer and three bools, padded.
+// hitDoneSize is the bytes of a hitDone: a pointer and four bools, padded.
 const hitDoneSize = 16
 
 type hitDone struct {
-	counts        *rules.Counts
-	canary, wrote bool
-	allowed       bool
+	counts            *rules.Counts
+	canary, wrote     bool
+	allowed, shadowed bool
 }
 
 func (h *hits) trim(keep int) {
@@ -143,12 +145,31 @@ func (r *Round) HitRule(lp *rules.Set, rule *policy.Rule, req policy.Request, hi
 	return r.hitRule(lp, rule, req, hits, canary, now)
 }
 
+// hitRule is the one place a rule's limit is read: the dials apply here
+// (dials.go), for every front end at once. A runtime limit replaces the
+// rule by the rule with that limit; in shadow mode (POLICY ENFORCE
+// shadow, or the rule's shadow field) a hit the limit refuses is let
+// through and marked Shadowed; with enforcement off a hit is allowed
+// without touching its counter.
 func (r *Round) hitRule(lp *rules.Set, rule *policy.Rule, req policy.Request, hits int64, canary bool, now int64) (policy.Outcome, error) {
 	d := hitDone{counts: lp.Counts[rule.Pos-1], canary: canary}
+	ds := r.e.dials.load()
+	rule = ds.ruleOf(lp, rule)
+	mode := ds.mode
+	if rule.Shadow && mode == Enforce {
+		mode = Shadow
+	}
+	r.lastMode = mode
 	c := &r.m.c
 	c.Rule, c.Hits, c.Now = rule, hits, now
 	var quota policy.QuotaStatus
 	c.Limit, quota = rule.Limit(req)
+	if mode == Off {
+		out := policy.Outcome{Allowed: true, CreditsLeft: c.Limit, Limit: c.Limit, RetryAfterMs: -1, Quota: quota, Rate: c.Limit, Rule: rule}
+		d.allowed = true
+		r.done = append(r.done, d)
+		return out, nil
+	}
 	if c.Limit > 0 && rule.ResetSeconds > 0 {
 		r.id = rule.AppendCounterID(r.id[:0], req)
 		c.ID = r.id
@@ -173,6 +194,9 @@ func (r *Round) hitRule(lp *rules.Set, rule *policy.Rule, req policy.Request, hi
 	out := c.Out
 	out.Quota, out.Rate = quota, c.Limit
 	d.allowed = out.Allowed
+	if !out.Allowed && mode == Shadow {
+		out.Allowed, out.Shadowed, d.shadowed = true, true, true
+	}
 	r.done = append(r.done, d)
 	return out, nil
 }
@@ -185,9 +209,24 @@ func (r *Round) forward(key []byte, rule *policy.Rule, limit, hits, now int64) (
 }
 
 // DenyLast counts the last hit as denied in the metrics, for a front end
-// that denies whatever the counter said (Envoy's unlimited: false with
-// no requests per unit).
-func (r *Round) DenyLast() { r.done[len(r.done)-1].allowed = false }
+// that denies whatever the counter said (a gcra descriptor asking more
+// than its burst at once), and reports how the dials take the denial: in
+// shadow mode (POLICY ENFORCE, or the rule's shadow field) it is let
+// through, counted as denied and shadowed (allowed and shadowed true);
+// with enforcement off it is allowed (allowed true); else it stands.
+func (r *Round) DenyLast() (allowed, shadowed bool) {
+	d := &r.done[len(r.done)-1]
+	switch r.lastMode {
+	case Off:
+		d.allowed, d.shadowed = true, false
+		return true, false
+	case Shadow:
+		d.allowed, d.shadowed = false, true
+		return true, true
+	}
+	d.allowed, d.shadowed = false, false
+	return false, false
+}
 
 // ApplyCounter is the owner's side of a forwarded hit: it applies hits of
 // rule under limit at now (unix ns) to the counter key, of counter ID id,
@@ -210,6 +249,9 @@ func (h *hits) settle(told bool) {
 	for _, d := range h.done {
 		if !told && d.wrote {
 			continue
+		}
+		if d.shadowed {
+			d.counts.Shadowed.Add(1) // and Rejected below: what the limit decided
 		}
 		switch {
 		case d.canary && d.allowed:

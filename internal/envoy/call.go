@@ -238,9 +238,10 @@ func (s *Server) ShouldRateLimit(ctx context.Context, req *rlspb.RateLimitReques
 			break
 		}
 		if lim.never {
-			// Denied, and waiting cannot help: no retry-after.
+			// Denied, and waiting cannot help: no retry-after; unless
+			// the dials let it through (shadow mode, enforcement off).
 			out.Allowed, out.CreditsLeft, out.RetryAfterMs = false, 0, -1
-			w.r.DenyLast()
+			out.Allowed, out.Shadowed = w.r.DenyLast()
 		}
 		w.outs[i] = out
 	}

@@ -92,9 +92,9 @@ func (s *Server) count(ld *loadedRLS, w *rlsWork, lim *rlsLimit, d *rlcommon.Rat
 		return
 	}
 	addSat(&c.totalHits, hits)
-	if !out.Allowed {
+	if !out.Allowed || out.Shadowed { // Shadowed: POLICY ENFORCE shadow
 		addSat(&c.overLimit, hits)
-		if shadow {
+		if shadow || out.Shadowed {
 			addSat(&c.shadow, hits)
 		}
 		return

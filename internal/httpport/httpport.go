@@ -304,9 +304,10 @@ func (c *conn) Close() error {
 type Routes struct {
 	Metrics http.Handler // GET /metrics
 	Backup  http.Handler // GET /backup
+	Policy  http.Handler // /v1/policy/: the rules' dials; nil for none
 }
 
-// Handler is the HTTP port's: /metrics and /backup as r gives them,
+// Handler is the HTTP port's: /metrics, /backup and /v1/policy/ as r gives them,
 // /healthz (the process answers) and /readyz (Host.NotReady).
 func (p *Port) Handler(r Routes) http.Handler {
 	mux := http.NewServeMux()
@@ -316,6 +317,9 @@ func (p *Port) Handler(r Routes) http.Handler {
 		_, _ = w.Write([]byte("ok\n"))
 	})
 	mux.Handle("GET /backup", r.Backup)
+	if r.Policy != nil {
+		mux.Handle("/v1/policy/", r.Policy)
+	}
 	mux.HandleFunc("GET /readyz", func(w http.ResponseWriter, _ *http.Request) {
 		w.Header().Set("Content-Type", "text/plain; charset=utf-8")
 		if reason := p.o.Host.NotReady(); reason != "" {

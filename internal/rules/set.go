@@ -34,6 +34,9 @@ type Set struct {
 type Counts struct {
 	Label                                              string
 	Accepted, Rejected, CanaryAccepted, CanaryRejected atomic.Int64
+	// Shadowed counts the hits of Rejected and CanaryRejected that shadow
+	// mode let through.
+	Shadowed atomic.Int64
 }
 
 // ID is a rule's counter identity, the first policy.CounterIDLen bytes of
