@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"go.etcd.io/raft/v3"
+	"go.etcd.io/raft/v3/tracker"
 
 	"github.com/sluicehq/sluice/cluster"
 	"github.com/sluicehq/sluice/storage"
@@ -216,7 +217,11 @@ func (h *Host) Stop() error {
 }
 
 // caughtUp reports whether this replica leads its group and node's
-// replica is an active voter with every committed entry.
+// replica is a voter being replicated to with every committed entry. Not
+// RecentActive: each CheckQuorum clears it until the next answers, and a
+// balance that fell on those ticks never handed leadership home. A
+// replica the transport cannot reach leaves the replicating state
+// (ReportUnreachable), so a node that is down is not taken for caught up.
 func (g *Group) caughtUp(node uint64) bool {
 	ok := false
 	g.raft(func(rn *raft.RawNode) error {
@@ -225,7 +230,7 @@ func (g *Group) caughtUp(node uint64) bool {
 			return nil
 		}
 		pr, found := st.Progress[node]
-		ok = found && !pr.IsLearner && pr.RecentActive && pr.Match >= st.GetCommit()
+		ok = found && !pr.IsLearner && pr.State == tracker.StateReplicate && pr.Match >= st.GetCommit()
 		return nil
 	})
 	return ok

@@ -194,3 +194,32 @@ func TestHostLeadsEachShardFromItsHome(t *testing.T) {
 	c.waitFor("shard 0 back on its home", func() bool { return c.serving(0) == 0 })
 	c.waitFor("node 0 to have the change made while it was down", func() bool { return c.read(0, c.keyIn(0, "k")) == "after" })
 }
+
+// TestCaughtUpRightAfterCheckQuorum: a leader's CheckQuorum marks every
+// follower not recently active until it answers again; a follower that
+// is being replicated to and has every committed entry still counts as
+// caught up then, or a home node whose leader checks its quorum on the
+// ticks the Host balances would never get its shard back.
+func TestCaughtUpRightAfterCheckQuorum(t *testing.T) {
+	c := newTestCluster(t, 3, 100)
+	lead := c.electLeader()
+	c.propose(lead, Op{Key: []byte("\x00\x01k"), Value: []byte("v")})
+	var f uint64
+	for _, id := range c.ids {
+		if id != lead {
+			f = id
+		}
+	}
+	if !c.nodes[lead].g.caughtUp(f) {
+		t.Fatalf("node %d, a follower with every entry, is not caught up", f)
+	}
+	for range DefaultElectionTicks { // its CheckQuorum, answers not delivered
+		c.nodes[lead].g.Tick()
+	}
+	if st := c.nodes[lead].g.Status(); st.Role != "leader" {
+		t.Fatalf("the leader stepped down: %+v", st)
+	}
+	if !c.nodes[lead].g.caughtUp(f) {
+		t.Fatalf("right after the leader's CheckQuorum, node %d, a follower with every entry, is not caught up", f)
+	}
+}
