@@ -8,6 +8,7 @@
 //	go run ./bench --compare redis --pin --scenario limiters --redis-cell path/to/libredis_cell.so
 //	go run ./bench --pin --scenario rls                        # Envoy's ShouldRateLimit over gRPC
 //	go run ./bench --scenario scale --redis-cell path/to/libredis_cell.so --write-docs docs/benchmarks.md
+//	go run ./bench --scenario failover --server-flags "--cluster-election-timeout 300ms"
 //
 // It reports throughput and latency percentiles from an HDR histogram, and,
 // for servers it started, their CPU time and peak RSS from /proc. Run it
@@ -116,8 +117,11 @@ type options struct {
 	// The sweep scenario's own.
 	sweepBuckets int64
 	rounds       int
-	w            workload
-	set          map[string]bool
+	// The failover scenario's own.
+	kills       int
+	killTimeout time.Duration
+	w           workload
+	set         map[string]bool
 }
 
 func main() {
@@ -138,7 +142,7 @@ func mainErr(args []string, stdout, stderr io.Writer) error {
 	fs.BoolVar(&o.spawn, "spawn", false, "build and start sluice with a fresh data directory, and report its CPU and peak RSS")
 	fs.StringVar(&o.serverFlags, "server-flags", "", "extra flags for the sluice the harness starts, e.g. \"--fsync always\"")
 	fs.StringVar(&o.compare, "compare", "", "also run the workload against redis-server, the Redis way of doing what its sluice command does (value: redis): for RL.PREDUCE, INCR and the EVALSHA token bucket; for CL.*, redis-cell and INCR+EXPIRE; for FW.*, INCR+EXPIRE, the same in MULTI/EXEC, and the EVALSHA fixed window; for ROLL.LIMIT, rolling-rate-limiter's MULTI of ZREMRANGEBYSCORE, ZADD, ZRANGE WITHSCORES and EXPIRE")
-	fs.StringVar(&o.scenario, "scenario", "", "preset: "+strings.Join(scenarioNames(), ", ")+"; or all ("+strings.Join(groupNames(groupMain), ", ")+"); or limiters ("+strings.Join(groupNames(groupLimiters), ", ")+"); or roll ("+strings.Join(groupNames(groupRoll), ", ")+"); or sweep (the idle sweep, sluice alone); or rls (Envoy's ShouldRateLimit over gRPC, sluice alone); or goals (issue 13's goal workloads and their table, Redis rows included); or memory (--keys buckets, 10M by default, created once each: sluice's peak RSS with default flags); or scale (issue 28: Redis INCR, the Lua bucket and, with --redis-cell, redis-cell, then sluice at GOMAXPROCS 1, 2, 4, ... up to the machine's cores, uniform and hot keys, unpinned, with the cores each server used, and the serial stage ceiling from the stage benchmarks of ./storage)")
+	fs.StringVar(&o.scenario, "scenario", "", "preset: "+strings.Join(scenarioNames(), ", ")+"; or all ("+strings.Join(groupNames(groupMain), ", ")+"); or limiters ("+strings.Join(groupNames(groupLimiters), ", ")+"); or roll ("+strings.Join(groupNames(groupRoll), ", ")+"); or sweep (the idle sweep, sluice alone); or rls (Envoy's ShouldRateLimit over gRPC, sluice alone); or goals (issue 13's goal workloads and their table, Redis rows included); or memory (--keys buckets, 10M by default, created once each: sluice's peak RSS with default flags); or scale (issue 28: Redis INCR, the Lua bucket and, with --redis-cell, redis-cell, then sluice at GOMAXPROCS 1, 2, 4, ... up to the machine's cores, uniform and hot keys, unpinned, with the cores each server used, and the serial stage ceiling from the stage benchmarks of ./storage); or failover (issue 29: three local nodes with --cluster-replicas 3 --fsync always, --server-flags added; --kills SIGKILLs of a shard's leader, each restarted on its volume: the time to the shard's first decision by another node, and to a go-redis ClusterClient's first success; unpinned)")
 	fs.StringVar(&o.serverBin, "server-bin", "", "a sluice binary to start instead of building ./cmd/sluice")
 	fs.StringVar(&o.beforeBin, "before-bin", "", "with --scenario goals: an older sluice binary, measured in the same run on each goal workload, for the table's before column")
 	fs.StringVar(&o.redisCell, "redis-cell", os.Getenv("SLUICE_BENCH_REDIS_CELL"), "with --compare redis: the redis-cell module (libredis_cell.so, built for the installed Redis) to load with --loadmodule for the CL.THROTTLE row; without it that row is skipped (env SLUICE_BENCH_REDIS_CELL)")
@@ -148,6 +152,8 @@ func mainErr(args []string, stdout, stderr io.Writer) error {
 	fs.StringVar(&o.w.Command, "command", cmdRLPReduce, "the sluice command of the workload: "+strings.Join(sluiceCommands, ", "))
 	fs.Int64Var(&o.sweepBuckets, "sweep-buckets", 10_000_000, "with --scenario sweep: buckets in each store swept")
 	fs.IntVar(&o.rounds, "rounds", 2, "with --scenario sweep: runs of the workload with the sweep off then on, on each store")
+	fs.IntVar(&o.kills, "kills", 20, "with --scenario failover: leaders killed, one after the other")
+	fs.DurationVar(&o.killTimeout, "kill-timeout", 30*time.Second, "with --scenario failover: the most one kill may take to be served again, each of its waits bounded by it")
 	fs.StringVar(&o.writeDocs, "write-docs", "", "write the results table and a PNG chart into this markdown file (between its bench markers)")
 	fs.IntVar(&o.w.Conns, "conns", 50, "connections")
 	fs.IntVar(&o.w.Pipeline, "pipeline", 16, "commands per round trip")
@@ -171,19 +177,23 @@ func mainErr(args []string, stdout, stderr io.Writer) error {
 	if o.compare != "" && o.w.HitPct > 0 {
 		return errors.New("--hit-pct measures sluice alone (Redis has no HIT): drop --compare, or use --spawn")
 	}
-	if o.perfDir != "" && (o.scenario == "goals" || o.scenario == "memory" || o.scenario == "scale") {
+	if o.perfDir != "" && (o.scenario == "goals" || o.scenario == "memory" || o.scenario == "scale" || o.scenario == "failover") {
 		return fmt.Errorf("--perf is not for --scenario %s (a profiler would slow one of the rows it compares): profile with --spawn --scenario pipelined --perf DIR", o.scenario)
 	}
 	if o.perfDir != "" && (o.scenario == "sweep" || !o.spawn && o.compare == "") {
 		return errors.New("--perf profiles the sluice a scenario starts: add --spawn or --compare redis (the sweep scenario has no --perf)")
 	}
-	if o.scenario == "scale" {
+	if o.scenario == "scale" || o.scenario == "failover" {
 		// Sluice is to use up to every core, and the generator must keep
-		// up with it: nothing is pinned.
+		// up with it (scale), or three servers share the machine
+		// (failover): nothing is pinned.
 		if o.set["pin"] && o.pin {
-			return errors.New("--scenario scale runs every server unpinned, sluice on up to every core: drop --pin")
+			return fmt.Errorf("--scenario %s runs every server unpinned: drop --pin", o.scenario)
 		}
 		o.pin = false
+	}
+	if o.scenario == "failover" && (o.kills < 1 || o.killTimeout <= 0) {
+		return errors.New("--kills must be at least 1 and --kill-timeout positive")
 	}
 	_, tasksetErr := exec.LookPath("taskset")
 	plan, err := decidePin(o.pin, o.set["pin"], runtime.NumCPU(), tasksetErr == nil)
@@ -224,6 +234,13 @@ func mainErr(args []string, stdout, stderr io.Writer) error {
 		if o.writeDocs != "" {
 			return writeScaleDocs(o.writeDocs, rep, args)
 		}
+		return nil
+	case "failover":
+		rep, err := runFailover(o, o.kills, o.killTimeout, stdout)
+		if err != nil {
+			return err
+		}
+		fmt.Fprintln(stdout, failoverSummary(rep))
 		return nil
 	case "memory":
 		m, err := runMemory(o, stdout)
