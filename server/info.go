@@ -16,7 +16,7 @@ import (
 // answers like. Client libraries read redis_version to pick features.
 const redisCompatVersion = "7.2.0"
 
-var infoSections = []string{"server", "clients", "memory", "stats", "persistence", "storage", "policy", "cluster", "keyspace"}
+var infoSections = []string{"server", "clients", "memory", "stats", "persistence", "storage", "policy", "replication", "cluster", "keyspace"}
 
 // cmdInfo implements INFO [section ...] in Redis' "# Section" and
 // "key:value" format. Unknown sections are left out, as in Redis.
@@ -227,6 +227,13 @@ func (s *Server) writeInfo(b *strings.Builder, section string) {
 	case "policy":
 		b.WriteString("# Policy\r\n")
 		s.policyInfo(kv)
+	case "replication":
+		// Redis's role line, which tools read; a node of a cluster with
+		// replicated shards adds its replicas, one line per shard.
+		b.WriteString("# Replication\r\n")
+		kv("role", "master")
+		kv("connected_slaves", "0")
+		s.clus.ReplicationInfo(kv)
 	case "cluster":
 		s.writeClusterInfo(b)
 	case "keyspace":

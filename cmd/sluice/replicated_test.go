@@ -87,6 +87,21 @@ func TestReplicatedClusterFailover(t *testing.T) {
 	if lead < 0 {
 		t.Fatalf("no node serves slot %d", slot)
 	}
+	// INFO replication: every node holds the three shards, and the one
+	// serving the slot says it leads its shard.
+	shard := "shard_" + strconv.Itoa(int(slot)*3/16384)
+	for i, p := range procs {
+		info, err := p.client(t).Info(ctx, "replication").Result()
+		if err != nil {
+			t.Fatal(err)
+		}
+		if strings.Count(info, "\r\nshard_") != 3 || !strings.Contains(info, "cluster_replicas:3\r\n") {
+			t.Errorf("node %d: INFO replication has not its three shards:\n%s", i, info)
+		}
+		if i == lead && !strings.Contains(info, shard+":role=leader,serving=1,leader="+strconv.Itoa(lead)+",") {
+			t.Errorf("node %d serves slot %d but its INFO replication does not say it leads %s:\n%s", i, slot, shard, info)
+		}
+	}
 	var wg sync.WaitGroup
 	var failures sync.Map
 	for w := range 8 {

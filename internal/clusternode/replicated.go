@@ -202,3 +202,30 @@ func (r *replicas) close() error {
 	r.tr.Close()
 	return err
 }
+
+// ReplicationInfo gives INFO replication's lines of this node's replicas,
+// one per shard it holds: shard_<i>:role=<leader|follower|candidate|
+// pre-candidate>,serving=<0|1>,leader=<ordinal, or -1 when none is
+// known>,term=,commit=,applied=,slots=<first>-<last>. Nothing when the
+// shards are not replicated.
+func (s *Node) ReplicationInfo(kv func(k, v string)) {
+	if s == nil || s.rep == nil {
+		return
+	}
+	kv("cluster_replicas", strconv.Itoa(len(s.rep.shards[0].Replicas)))
+	kv("cluster_ordinal", strconv.Itoa(s.rep.self))
+	for i, sh := range s.rep.shards {
+		g := s.rep.host.Group(i)
+		if g == nil {
+			continue
+		}
+		st := g.Status()
+		serving := "0"
+		if st.Serving {
+			serving = "1"
+		}
+		kv("shard_"+strconv.Itoa(i), "role="+st.Role+",serving="+serving+",leader="+strconv.Itoa(int(st.Leader)-1)+
+			",term="+strconv.FormatUint(st.Term, 10)+",commit="+strconv.FormatUint(st.Commit, 10)+",applied="+strconv.FormatUint(st.Applied, 10)+
+			",slots="+cluster.FormatRanges([]cluster.Range{sh.Slots}))
+	}
+}
