@@ -114,6 +114,11 @@ func TestReplicatedCommitReachesEveryReplica(t *testing.T) {
 		t.Fatalf("commit on a follower: %v; want ErrNotReplicated for ErrNotLeader", err)
 	}
 	c.dropped(follower, keyB, 1)
+	// Its lost round leaves nothing to write: Flush (COMPACT's, a
+	// checkpoint's) does not fail for it.
+	if err := c.nodes[follower].store.Flush(); err != nil {
+		t.Errorf("Flush on the follower after its refused change: %v", err)
+	}
 }
 
 // dropped fails unless node id no longer shows a change of key it made

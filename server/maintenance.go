@@ -58,7 +58,7 @@ type sweeper struct {
 // state does not decode, are kept.
 func (s *Server) idleFunc() func(key, val []byte) bool {
 	now := s.clock().UnixNano()
-	return func(key, val []byte) bool { return keyspace.Idle(key, val, now) }
+	return func(key, val []byte) bool { return keyspace.Idle(key, val, now) && s.clus.Sweeps(key) }
 }
 
 // startSweeper starts the background sweep, once, unless it is off.

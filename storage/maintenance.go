@@ -153,6 +153,11 @@ func (s *Store) Flush() error {
 		// The queued keys go out in round q.round; with none queued, the
 		// last round taken may still be on its way.
 		tickets[i] = q.round - 1
+		if lostLocked(q, tickets[i]) != nil {
+			// Lost (replicated): nothing of it will be written, and the
+			// rounds before it are settled.
+			tickets[i] = 0
+		}
 		if len(q.ends) > 0 {
 			tickets[i] = q.round
 			q.urge = true // do not wait for the write-behind deadline

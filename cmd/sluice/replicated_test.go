@@ -22,6 +22,26 @@ func startReplicated(t *testing.T, addrs, bus, dirs []string, i int, extra ...st
 	return startProc(t, dirs[i], flags...)
 }
 
+// startReplicatedCluster starts three processes with --cluster-replicas 3
+// and --fsync always (a write is answered once its shard's group has it),
+// and a go-redis ClusterClient on them, closed with the test. go-redis
+// reloads the slots on a MOVED, or every ClusterStateReloadInterval (60s
+// by default), but not when the node it routes to refuses connections
+// (go-redis issue #3979): a killed leader's slots are reached through the
+// reload.
+func startReplicatedCluster(t *testing.T) (addrs, bus, dirs []string, procs []*proc, cc *redis.ClusterClient) {
+	t.Helper()
+	addrs, bus = freePorts(t, 3), freePorts(t, 3)
+	dirs = []string{t.TempDir(), t.TempDir(), t.TempDir()}
+	procs = make([]*proc, 3)
+	for i := range procs {
+		procs[i] = startReplicated(t, addrs, bus, dirs, i, "--fsync", "always")
+	}
+	cc = redis.NewClusterClient(&redis.ClusterOptions{Addrs: addrs, ClusterStateReloadInterval: 200 * time.Millisecond})
+	t.Cleanup(func() { cc.Close() })
+	return addrs, bus, dirs, procs, cc
+}
+
 // TestReplicatedClusterFailover is issue 29's failover in its simplest
 // form: three processes with --cluster-replicas 3 and --fsync always;
 // go-redis' ClusterClient takes tokens from 60 buckets of 20 (at a fixed
@@ -31,19 +51,8 @@ func startReplicated(t *testing.T, addrs, bus, dirs []string, i int, extra ...st
 // served again by another replica), and once the killed node is back on
 // its volume every bucket reads empty, whichever node leads its shard.
 func TestReplicatedClusterFailover(t *testing.T) {
-	addrs, bus := freePorts(t, 3), freePorts(t, 3)
-	dirs := []string{t.TempDir(), t.TempDir(), t.TempDir()}
-	procs := make([]*proc, 3)
-	for i := range procs {
-		procs[i] = startReplicated(t, addrs, bus, dirs, i, "--fsync", "always")
-	}
+	addrs, bus, dirs, procs, cc := startReplicatedCluster(t)
 	ctx := context.Background()
-	// go-redis reloads the slots on a MOVED, or every
-	// ClusterStateReloadInterval (60s by default), but not when the node
-	// it routes to refuses connections (go-redis issue #3979): a killed
-	// leader's slots are reached through the reload.
-	cc := redis.NewClusterClient(&redis.ClusterOptions{Addrs: addrs, ClusterStateReloadInterval: 200 * time.Millisecond})
-	defer cc.Close()
 	const buckets, limit = 60, 20
 	key := func(b int) string { return "bucket:" + strconv.Itoa(b) }
 	// Every shard served: one token from each bucket, retried until it
@@ -157,5 +166,59 @@ func TestReplicatedClusterFailover(t *testing.T) {
 			}
 			time.Sleep(20 * time.Millisecond)
 		}
+	}
+}
+
+// TestReplicatedSweepOnlyOnLeaders: with replicated shards only a shard's
+// leader sweeps its idle records (its deletes reach the replicas); a
+// follower's sweep leaves them, so the deletions counted over the three
+// nodes' sweeps (COMPACT) are exactly the idle windows, once each.
+func TestReplicatedSweepOnlyOnLeaders(t *testing.T) {
+	_, _, _, procs, cc := startReplicatedCluster(t)
+	ctx := context.Background()
+	const buckets = 30
+	deadline := time.Now().Add(60 * time.Second) // bounds a hang
+	// Each shard led from its home, where leadership settles: a sweep
+	// while it moves may find its deletes refused, and COMPACT says so.
+	for i, p := range procs {
+		for {
+			info, err := p.client(t).Info(ctx, "replication").Result()
+			if err == nil && strings.Contains(info, "shard_"+strconv.Itoa(i)+":role=leader,serving=1,") {
+				break
+			}
+			if time.Now().After(deadline) {
+				t.Fatalf("node %d never led its home shard:\n%s", i, info)
+			}
+			time.Sleep(20 * time.Millisecond)
+		}
+	}
+	for b := range buckets {
+		// A fixed window of 2023 (AT): expired, so idle, now.
+		for cc.Do(ctx, "FW.INCR", "idle:"+strconv.Itoa(b), 10, 60, "AT", clusterAt).Err() != nil {
+			if time.Now().After(deadline) {
+				t.Fatalf("bucket %d never served", b)
+			}
+			time.Sleep(20 * time.Millisecond)
+		}
+	}
+	deleted := 0
+	for i, p := range procs {
+		c := p.client(t)
+		if err := c.Do(ctx, "COMPACT").Err(); err != nil {
+			t.Fatalf("node %d: COMPACT: %v", i, err)
+		}
+		info, err := c.Info(ctx, "storage").Result()
+		if err != nil {
+			t.Fatal(err)
+		}
+		_, rest, ok := strings.Cut(info, "last_sweep_deleted:")
+		n, err := strconv.Atoi(strings.TrimSpace(strings.SplitN(rest, "\r\n", 2)[0]))
+		if !ok || err != nil {
+			t.Fatalf("node %d: no last_sweep_deleted in INFO storage:\n%s", i, info)
+		}
+		deleted += n
+	}
+	if deleted != buckets {
+		t.Errorf("the three nodes' sweeps deleted %d records; want the %d idle windows, each by its shard's leader alone", deleted, buckets)
 	}
 }

@@ -11,6 +11,7 @@ import (
 
 	"github.com/sluicehq/sluice/cluster"
 	"github.com/sluicehq/sluice/internal/resp"
+	"github.com/sluicehq/sluice/keyspace"
 	"github.com/sluicehq/sluice/replication"
 	"github.com/sluicehq/sluice/storage"
 )
@@ -228,4 +229,21 @@ func (s *Node) ReplicationInfo(kv func(k, v string)) {
 			",term="+strconv.FormatUint(st.Term, 10)+",commit="+strconv.FormatUint(st.Commit, 10)+",applied="+strconv.FormatUint(st.Applied, 10)+
 			",slots="+cluster.FormatRanges([]cluster.Range{sh.Slots}))
 	}
+}
+
+// Sweeps reports whether this node's idle sweep may delete the record
+// key: with replicated shards, only in a shard it serves as leader (a
+// follower's deletes would be refused by the group, and the leader's
+// reach it anyway); otherwise always, as a node with one copy per slot
+// sweeps every record it holds.
+func (s *Node) Sweeps(key []byte) bool {
+	if s == nil || s.rep == nil {
+		return true
+	}
+	slot, ok := keyspace.RecordSlot(key)
+	if !ok {
+		return false
+	}
+	_, mine := s.Owner(slot)
+	return mine
 }
