@@ -195,11 +195,11 @@ func (s *Store) finishReplicated(q *commitQueue, r *roundBufs, round uint64, err
 }
 
 // lose ends a round the Replicator did not commit: its records are
-// dropped from the table (they show decisions the group may never have
-// taken; a reader then finds the committed state), and so is every
-// change queued meanwhile, built on them: the replies waiting for this
-// round, or for the changes queued now, get err. The changes queued
-// from now on go to a round of their own.
+// dropped from the table, with any later change made to them (they show
+// decisions the group may never have taken; a reader then finds the
+// committed state), and the replies waiting for this round, or for any
+// change queued now, get err: those changes may rest on the lost ones.
+// The changes queued from now on go to a round of their own.
 func (s *Store) lose(q *commitQueue, done []written, round uint64, err error) {
 	for _, w := range done {
 		st := &s.stripe[w.stripe]
