@@ -54,13 +54,7 @@ func ReplicatedStoreOptions(o storage.Options, n, r int) (storage.Options, *repl
 	c := &replication.Committers{}
 	o.Replicator = c
 	o.Committers, o.Partitions = len(shards), len(shards)
-	o.Partition = func(key []byte) int {
-		if len(key) < 2 {
-			return 0
-		}
-		// A record key starts with its hash slot (keyspace).
-		return int(shardOf[(int(key[0])<<8|int(key[1]))%cluster.Slots])
-	}
+	o.Partition = func(key []byte) int { return int(shardOf[keyspace.Partition(key)]) }
 	return o, c, nil
 }
 
@@ -186,9 +180,8 @@ func (s *Node) followLeaders(ctx context.Context, nodes []string, tick time.Dura
 		case <-t.C:
 		}
 		old := s.view.Load()
-		v := s.rep.view(nodes, old.top.Epoch, s.myID)
+		v := s.rep.view(nodes, old.top.Epoch+1, s.myID)
 		if *v.owner != *old.owner {
-			v = s.rep.view(nodes, old.top.Epoch+1, s.myID)
 			s.view.Store(v)
 			s.log.Info("cluster: shard leaders changed", "epoch", v.top.Epoch, "slots_served", slotsOf(v.top, s.myID))
 		}
