@@ -122,6 +122,8 @@ type Group struct {
 		// round committed before the term is in the store then, and the
 		// leader may decide (Status.Serving).
 		servingTerm uint64
+		// joins are the nodes that asked to be added (requestJoin).
+		joins map[uint64]struct{}
 	}
 	// procMu makes Process and ReadSnapshot one at a time, so that a
 	// snapshot's records are never written between a Ready's rounds.

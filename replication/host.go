@@ -5,8 +5,10 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"maps"
 	"slices"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"go.etcd.io/raft/v3"
@@ -15,6 +17,22 @@ import (
 	"github.com/sluicehq/sluice/cluster"
 	"github.com/sluicehq/sluice/storage"
 )
+
+// MaxOrdinals bounds the nodes of a replicated cluster: a node's
+// identity in Raft tells its ordinal (NodeID).
+const MaxOrdinals = 1024
+
+// NodeID is the Raft identity of the replicas on the node of ordinal o
+// in its incarnation k: 0 for the cluster's first replicas, bootstrapped
+// together; a new one, never used before, each time the node comes back
+// without its data (HostConfig.Incarnation), so that it never takes part
+// under an identity whose votes and log it forgot.
+func NodeID(ordinal int, incarnation uint64) uint64 {
+	return uint64(ordinal) + 1 + incarnation*MaxOrdinals
+}
+
+// Ordinal is the ordinal of the node whose replicas have identity node.
+func Ordinal(node uint64) int { return int((node - 1) % MaxOrdinals) }
 
 // ShardGroup is the Raft group of shard i of a cluster's placement
 // (cluster.Place). Group 1 is kept for the cluster's topology.
@@ -39,9 +57,13 @@ type HostConfig struct {
 	// Shards is the cluster's placement; Ordinal this node's place in it.
 	Shards  []cluster.Shard
 	Ordinal int
-	// NodeID is the Raft identity of the replicas on the node of an
-	// ordinal: the node's own and its peers'.
-	NodeID func(ordinal int) uint64
+	// Incarnation is this node's (see NodeID). 0 bootstraps the groups
+	// the store holds nothing of, with the first replicas of every shard
+	// as voters; above 0, the node lost its data and its replicas join
+	// their groups: each asks the other replicas of its shard to be added
+	// (the leader adds it as a learner, catches it up by snapshot, then
+	// promotes it in place of the identity of the same ordinal).
+	Incarnation uint64
 	// Group is the template of each group's Config: its timing and log
 	// bounds. Group, Node, Bootstrap, bounds, Store and Send are the
 	// Host's.
@@ -64,6 +86,8 @@ type Host struct {
 	lg     *slog.Logger
 	groups []*Group // by shard; nil where this node holds no replica
 	ticks  int
+	// joining is set while join requests are being sent (askToJoin).
+	joining atomic.Bool
 
 	mu      sync.Mutex
 	started bool
@@ -75,14 +99,17 @@ type Host struct {
 // NewHost opens the node's replicas: each group's state in the store, or
 // a group bootstrapped with the shard's replicas as voters.
 func NewHost(cfg HostConfig) (*Host, error) {
-	if cfg.Store == nil || cfg.Committers == nil || cfg.Transport == nil || cfg.NodeID == nil {
-		return nil, errors.New("replication: HostConfig needs a Store, Committers, a Transport and NodeID")
+	if cfg.Store == nil || cfg.Committers == nil || cfg.Transport == nil {
+		return nil, errors.New("replication: HostConfig needs a Store, Committers and a Transport")
+	}
+	if cfg.Ordinal < 0 || cfg.Ordinal >= MaxOrdinals {
+		return nil, fmt.Errorf("replication: ordinal %d; want 0 to %d", cfg.Ordinal, MaxOrdinals-1)
 	}
 	if cfg.Logger == nil {
 		cfg.Logger = slog.New(slog.DiscardHandler)
 	}
 	h := &Host{cfg: cfg, lg: cfg.Logger, groups: make([]*Group, len(cfg.Shards))}
-	self := cfg.NodeID(cfg.Ordinal)
+	self := NodeID(cfg.Ordinal, cfg.Incarnation)
 	for i, sh := range cfg.Shards {
 		if !slices.Contains(sh.Replicas, cfg.Ordinal) {
 			continue
@@ -92,7 +119,9 @@ func NewHost(cfg HostConfig) (*Host, error) {
 		gc.Lower, gc.Upper = ShardBounds(sh.Slots)
 		gc.Bootstrap = nil
 		for _, o := range sh.Replicas {
-			gc.Bootstrap = append(gc.Bootstrap, cfg.NodeID(o))
+			if cfg.Incarnation == 0 {
+				gc.Bootstrap = append(gc.Bootstrap, NodeID(o, 0))
+			}
 		}
 		g, err := NewGroup(gc)
 		if err != nil {
@@ -112,9 +141,10 @@ func NewHost(cfg HostConfig) (*Host, error) {
 	return h, nil
 }
 
-// Group returns the replica of shard i on this node, or nil.
+// Group returns the replica of shard i on this node, or nil (always nil
+// on a nil Host).
 func (h *Host) Group(i int) *Group {
-	if i < 0 || i >= len(h.groups) {
+	if h == nil || i < 0 || i >= len(h.groups) {
 		return nil
 	}
 	return h.groups[i]
@@ -174,8 +204,62 @@ func (h *Host) Tick() {
 	}
 	h.ticks++
 	if h.ticks%h.cfg.BalanceTicks == 0 {
+		h.changeMembers()
+		h.askToJoin()
 		h.balance()
 	}
+}
+
+// changeMembers has each shard this node leads take the next step of a
+// rejoining replica (Group.planMembers).
+func (h *Host) changeMembers() {
+	for i, g := range h.groups {
+		if g == nil {
+			continue
+		}
+		cc, note, node := g.planMembers(h.cfg.Shards[i].Replicas, Ordinal)
+		if note != "" {
+			h.lg.Info(note, "shard", i, "node", node, "ordinal", Ordinal(node))
+		}
+		if cc == nil {
+			continue
+		}
+		if err := g.ChangeMembers(cc); err != nil {
+			h.lg.Warn("membership change not proposed", "shard", i, "err", err)
+		}
+	}
+}
+
+// askToJoin asks, for each replica of this node that has no members yet
+// (a node that lost its data, waiting for its snapshot), the other
+// replicas of its shard to add it; the leader does (changeMembers). The
+// requests are repeated until each replica is a member: one may reach no
+// leader, during an election.
+func (h *Host) askToJoin() {
+	byOrdinal := map[int][]uint64{}
+	for i, g := range h.groups {
+		if g == nil || g.member() {
+			continue
+		}
+		for _, o := range h.cfg.Shards[i].Replicas {
+			if o != h.cfg.Ordinal {
+				byOrdinal[o] = append(byOrdinal[o], ShardGroup(i))
+			}
+		}
+	}
+	if len(byOrdinal) == 0 || !h.joining.CompareAndSwap(false, true) {
+		return
+	}
+	h.wg.Add(1)
+	go func() {
+		defer h.wg.Done()
+		defer h.joining.Store(false)
+		for _, o := range slices.Sorted(maps.Keys(byOrdinal)) {
+			if err := h.cfg.Transport.RequestJoin(NodeID(o, 0), byOrdinal[o]); err != nil {
+				h.lg.Debug("join request not sent", "ordinal", o, "err", err)
+			}
+		}
+	}()
 }
 
 // balance asks each shard this node leads, that is not its home, to hand
@@ -186,8 +270,8 @@ func (h *Host) balance() {
 		if g == nil || h.cfg.Shards[i].Replicas[0] == h.cfg.Ordinal {
 			continue
 		}
-		home := h.cfg.NodeID(h.cfg.Shards[i].Replicas[0])
-		if g.caughtUp(home) {
+		home := g.replicaOf(Ordinal, h.cfg.Shards[i].Replicas[0])
+		if home != 0 && g.caughtUp(home) {
 			h.lg.Info("handing a shard's leadership back to its home node", "shard", i, "to", home)
 			g.TransferLeadership(home)
 		}

@@ -4,6 +4,7 @@ import (
 	"errors"
 	"net"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"testing"
 	"time"
@@ -21,6 +22,10 @@ type hostNode struct {
 	addr       string
 	tr         *Transport
 	h          *Host
+	// incarnation is the node's, as Host's: above 0 once it lost its
+	// store (wipe).
+	incarnation uint64
+	opts        storage.Options
 }
 
 type hostCluster struct {
@@ -29,8 +34,6 @@ type hostCluster struct {
 	nodes  []*hostNode
 	slotOf [cluster.Slots]int // shard of each slot
 }
-
-func nodeID(ordinal int) uint64 { return uint64(ordinal) + 1 }
 
 func newHostCluster(t *testing.T, n, r int) *hostCluster {
 	shards, err := cluster.Place(n, r)
@@ -61,7 +64,7 @@ func newHostCluster(t *testing.T, n, r int) *hostCluster {
 			t.Fatal(err)
 		}
 		t.Cleanup(func() { s.Close() })
-		c.nodes = append(c.nodes, &hostNode{ordinal: o, store: s, committers: committers, addr: ln.Addr().String()})
+		c.nodes = append(c.nodes, &hostNode{ordinal: o, store: s, committers: committers, addr: ln.Addr().String(), opts: opts})
 	}
 	for o := range c.nodes {
 		c.start(o)
@@ -73,11 +76,11 @@ func newHostCluster(t *testing.T, n, r int) *hostCluster {
 func (c *hostCluster) start(o int) {
 	t := c.t
 	n := c.nodes[o]
-	tr, err := NewTransport(TransportConfig{Node: nodeID(o), Addr: func(id uint64) (string, bool) {
-		if id == 0 || int(id) > len(c.nodes) {
+	tr, err := NewTransport(TransportConfig{Node: NodeID(o, n.incarnation), Addr: func(id uint64) (string, bool) {
+		if id == 0 || Ordinal(id) >= len(c.nodes) {
 			return "", false
 		}
-		return c.nodes[id-1].addr, true
+		return c.nodes[Ordinal(id)].addr, true
 	}})
 	if err != nil {
 		t.Fatal(err)
@@ -94,7 +97,7 @@ func (c *hostCluster) start(o int) {
 	}
 	go tr.Serve(ln)
 	h, err := NewHost(HostConfig{Store: n.store, Committers: n.committers, Transport: tr,
-		Shards: c.shards, Ordinal: o, NodeID: nodeID})
+		Shards: c.shards, Ordinal: o, Incarnation: n.incarnation})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -221,5 +224,67 @@ func TestCaughtUpRightAfterCheckQuorum(t *testing.T) {
 	}
 	if !c.nodes[lead].g.caughtUp(f) {
 		t.Fatalf("right after the leader's CheckQuorum, node %d, a follower with every entry, is not caught up", f)
+	}
+}
+
+// wipe stops node o, gives it an empty store, as a lost volume would,
+// and starts it again under its next incarnation.
+func (c *hostCluster) wipe(o int) {
+	t := c.t
+	c.stop(o)
+	n := c.nodes[o]
+	if err := n.store.Close(); err != nil {
+		t.Fatal(err)
+	}
+	n.committers = &Committers{}
+	n.opts.Replicator = n.committers
+	s, err := storage.Open(filepath.Join(t.TempDir(), "wiped"), n.opts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { s.Close() })
+	n.store = s
+	n.incarnation++
+	c.start(o)
+}
+
+// TestHostRejoinsAfterLosingItsStore: a node that lost its store comes
+// back under a new identity; every shard it holds takes it in by
+// snapshot, in place of its old identity, and the shard it is home to
+// goes back to it, with every change made before and while it was away.
+func TestHostRejoinsAfterLosingItsStore(t *testing.T) {
+	c := newHostCluster(t, 3, 3)
+	for i := range c.shards {
+		c.waitFor("shard "+strconv.Itoa(i)+" led from its home", func() bool { return c.serving(i) == i })
+	}
+	for i := range c.shards {
+		if err := c.commit(i, c.keyIn(i, "before"), "b"); err != nil {
+			t.Fatal(err)
+		}
+	}
+	c.stop(0)
+	c.waitFor("shard 0 led by another node", func() bool { return c.serving(0) > 0 })
+	if err := c.commit(c.serving(0), c.keyIn(0, "while"), "w"); err != nil {
+		t.Fatal(err)
+	}
+	c.wipe(0)
+	self := NodeID(0, 1)
+	c.waitFor("shard 0 back on its home, under its new identity", func() bool { return c.serving(0) == 0 })
+	for i := range c.shards {
+		for o := range c.nodes {
+			c.waitFor("node "+strconv.Itoa(o)+"'s members of shard "+strconv.Itoa(i), func() bool {
+				cs := c.nodes[o].h.Group(i).log.confState()
+				return slices.Equal(cs.GetVoters(), []uint64{2, 3, self}) && len(cs.GetLearners()) == 0 && len(cs.GetVotersOutgoing()) == 0
+			})
+		}
+		if got := c.read(0, c.keyIn(i, "before")); got != "b" {
+			t.Errorf("shard %d on the rejoined node: %q, want b", i, got)
+		}
+	}
+	if got := c.read(0, c.keyIn(0, "while")); got != "w" {
+		t.Errorf("the change made while node 0 was away: %q, want w", got)
+	}
+	if err := c.commit(0, c.keyIn(0, "after"), "a"); err != nil {
+		t.Fatalf("commit on the rejoined home node: %v", err)
 	}
 }

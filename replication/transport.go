@@ -36,18 +36,58 @@ const readBufKeep = 64 << 10
 // ErrTransportClosed is returned once the transport is closed.
 var ErrTransportClosed = errors.New("replication: transport closed")
 
-// helloMagic starts every connection between nodes, then a kind byte
-// and the dialing node's identity. helloMessages opens the connection of
-// a pair, which the node of lower identity dials; helloDial asks that node
+// helloMagic starts every connection between nodes, then a kind byte,
+// the dialing node's identity and the identity it dials (0: whichever
+// node answers at the address). helloMessages opens the connection of a
+// pair, which the node of lower identity dials; helloDial asks that node
 // to dial (the connection then closes), so that the node of higher
 // identity gets a connection when it has to send first; helloSnapshot
-// carries one snapshot.
+// carries one snapshot; helloStanding asks a node whether its groups have
+// lived (one Standing byte answers), and helloJoin asks the leaders among
+// a node's groups to add the dialing node to them (see Host).
+//
+// The identity dialed is checked, so that a node that came back under a
+// new identity (its volume lost) refuses the connections meant for its
+// old one rather than taking messages addressed to it.
 const (
-	helloMagic    = "sluice-raft 1\n"
+	helloMagic    = "sluice-raft 2\n"
 	helloMessages = 'm'
 	helloSnapshot = 's'
 	helloDial     = 'd'
+	helloStanding = 'q'
+	helloJoin     = 'j'
 )
+
+// maxJoinGroups bounds the groups one join request names.
+const maxJoinGroups = 1024
+
+// Standing is what a node answers when another, starting on an empty data
+// directory, asks whether the cluster has lived (Transport.Ask).
+type Standing byte
+
+const (
+	// StandingEmpty: the node holds no group yet; it is deciding too.
+	StandingEmpty Standing = 'e'
+	// StandingFresh: every group the node holds is as bootstrapped, with
+	// no election or entry since.
+	StandingFresh Standing = 'f'
+	// StandingLived: a group the node holds has had an election or an
+	// entry, or joined by snapshot: the cluster has lived, and a node
+	// that finds its data directory empty lost it.
+	StandingLived Standing = 'l'
+)
+
+func (s Standing) String() string {
+	switch s {
+	case StandingEmpty:
+		return "empty"
+	case StandingFresh:
+		return "fresh"
+	case StandingLived:
+		return "lived"
+	}
+	return fmt.Sprintf("standing %q", byte(s))
+}
 
 // TransportConfig configures a node's Transport. A zero field means the
 // default given.
@@ -351,15 +391,32 @@ func (t *Transport) accept(c net.Conn) {
 	defer t.untrack(c)
 	dr := &deadlineReader{c: c, d: t.cfg.DialTimeout}
 	br := bufio.NewReader(dr)
-	kind, from, err := readHello(br)
+	kind, from, to, err := readHello(br)
 	if err == nil {
 		err = t.authenticate(c, from)
+	}
+	if err == nil && to != t.cfg.Node && (to != 0 || (kind != helloStanding && kind != helloJoin)) {
+		err = fmt.Errorf("the hello is for node %d; this is node %d (a node that came back under a new identity)", to, t.cfg.Node)
 	}
 	if err != nil {
 		t.lg.Warn("raft connection refused", "remote", c.RemoteAddr(), "err", err)
 		return
 	}
 	switch kind {
+	case helloStanding:
+		c.SetWriteDeadline(time.Now().Add(t.cfg.WriteTimeout))
+		c.Write([]byte{byte(t.standing())})
+	case helloJoin:
+		groups, err := readJoin(br)
+		if err != nil {
+			t.lg.Warn("raft join request refused", "from", from, "err", err)
+			return
+		}
+		for _, id := range groups {
+			if g := t.group(id); g != nil {
+				g.requestJoin(from)
+			}
+		}
 	case helloSnapshot:
 		if !take(t.snapSlots) {
 			t.lg.Warn("snapshot refused: too many at once", "from", from, "max", t.cfg.MaxSnapshots)
@@ -427,32 +484,117 @@ func addrHost(addr string) string {
 	return addr
 }
 
-func readHello(br *bufio.Reader) (kind byte, from uint64, err error) {
+func readHello(br *bufio.Reader) (kind byte, from, to uint64, err error) {
 	magic := make([]byte, len(helloMagic))
 	if _, err := io.ReadFull(br, magic); err != nil {
-		return 0, 0, err
+		return 0, 0, 0, err
 	}
 	if string(magic) != helloMagic {
-		return 0, 0, fmt.Errorf("not a sluice Raft connection (%q)", magic)
+		return 0, 0, 0, fmt.Errorf("not a sluice Raft connection of this version (%q, want %q)", magic, helloMagic)
 	}
 	if kind, err = br.ReadByte(); err != nil {
-		return 0, 0, err
+		return 0, 0, 0, err
 	}
-	if kind != helloMessages && kind != helloSnapshot && kind != helloDial {
-		return 0, 0, fmt.Errorf("unknown connection kind %q", kind)
+	switch kind {
+	case helloMessages, helloSnapshot, helloDial, helloStanding, helloJoin:
+	default:
+		return 0, 0, 0, fmt.Errorf("unknown connection kind %q", kind)
 	}
 	if from, err = binary.ReadUvarint(br); err != nil {
-		return 0, 0, err
+		return 0, 0, 0, err
 	}
-	return kind, from, nil
+	if to, err = binary.ReadUvarint(br); err != nil {
+		return 0, 0, 0, err
+	}
+	return kind, from, to, nil
 }
 
-func (t *Transport) hello(kind byte) []byte {
-	return binary.AppendUvarint(append([]byte(helloMagic), kind), t.cfg.Node)
+// readJoin reads a join request's groups.
+func readJoin(br *bufio.Reader) ([]uint64, error) {
+	n, err := binary.ReadUvarint(br)
+	if err != nil {
+		return nil, err
+	}
+	if n > maxJoinGroups {
+		return nil, fmt.Errorf("%d groups in one join request; at most %d", n, maxJoinGroups)
+	}
+	groups := make([]uint64, n)
+	for i := range groups {
+		if groups[i], err = binary.ReadUvarint(br); err != nil {
+			return nil, err
+		}
+	}
+	return groups, nil
 }
 
-// dial connects to node, as this node, for kind.
+func (t *Transport) hello(kind byte, to uint64) []byte {
+	return binary.AppendUvarint(binary.AppendUvarint(append([]byte(helloMagic), kind), t.cfg.Node), to)
+}
+
+// standing is what this node answers an Ask.
+func (t *Transport) standing() Standing {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if len(t.mu.groups) == 0 {
+		return StandingEmpty
+	}
+	for _, g := range t.mu.groups {
+		if !g.pristine() {
+			return StandingLived
+		}
+	}
+	return StandingFresh
+}
+
+// Ask asks the node that answers at node's address, whatever its
+// identity now, for its Standing.
+func (t *Transport) Ask(node uint64) (Standing, error) {
+	c, err := t.dial(node, helloStanding)
+	if err != nil {
+		return 0, err
+	}
+	defer c.Close()
+	c.SetReadDeadline(time.Now().Add(t.cfg.WriteTimeout))
+	var b [1]byte
+	if _, err := io.ReadFull(c, b[:]); err != nil {
+		return 0, fmt.Errorf("replication: node %d's standing: %w", node, err)
+	}
+	switch s := Standing(b[0]); s {
+	case StandingEmpty, StandingFresh, StandingLived:
+		return s, nil
+	default:
+		return 0, fmt.Errorf("replication: node %d answered %v", node, s)
+	}
+}
+
+// RequestJoin asks the node that answers at node's address, whatever its
+// identity now, to add this node to those of groups it leads.
+func (t *Transport) RequestJoin(node uint64, groups []uint64) error {
+	if len(groups) > maxJoinGroups {
+		return fmt.Errorf("replication: %d groups in one join request; at most %d", len(groups), maxJoinGroups)
+	}
+	c, err := t.dial(node, helloJoin)
+	if err != nil {
+		return err
+	}
+	defer c.Close()
+	b := binary.AppendUvarint(nil, uint64(len(groups)))
+	for _, g := range groups {
+		b = binary.AppendUvarint(b, g)
+	}
+	c.SetWriteDeadline(time.Now().Add(t.cfg.WriteTimeout))
+	_, err = c.Write(b)
+	return err
+}
+
+// dial connects to node's address, as this node, for kind: to node
+// itself, or for a standing or join request to whichever node answers
+// there.
 func (t *Transport) dial(node uint64, kind byte) (net.Conn, error) {
+	to := node
+	if kind == helloStanding || kind == helloJoin {
+		to = 0
+	}
 	addr, ok := t.cfg.Addr(node)
 	if !ok {
 		return nil, fmt.Errorf("replication: node %d has no address", node)
@@ -476,7 +618,7 @@ func (t *Transport) dial(node uint64, kind byte) (net.Conn, error) {
 		c = tc
 	}
 	c.SetWriteDeadline(time.Now().Add(t.cfg.WriteTimeout))
-	if _, err := c.Write(t.hello(kind)); err != nil {
+	if _, err := c.Write(t.hello(kind, to)); err != nil {
 		c.Close()
 		return nil, err
 	}

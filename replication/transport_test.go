@@ -344,7 +344,7 @@ func TestTransportDropsWhenUnreachable(t *testing.T) {
 		}
 	}
 	// A connection that is not sluice's Raft is refused.
-	if _, _, err := readHello(bufioString("GET / HTTP/1.1\r\n\r\n")); err == nil {
+	if _, _, _, err := readHello(bufioString("GET / HTTP/1.1\r\n\r\n")); err == nil {
 		t.Fatal("an HTTP request passed for a hello")
 	}
 }
@@ -522,7 +522,7 @@ func TestTransportAuthenticatesPeers(t *testing.T) {
 		}
 		t.Cleanup(func() { c.Close() })
 		c.SetDeadline(time.Now().Add(10 * time.Second)) // bounds a hang only
-		hello := binary.AppendUvarint(append([]byte(helloMagic), kind), from)
+		hello := binary.AppendUvarint(binary.AppendUvarint(append([]byte(helloMagic), kind), from), 2)
 		if kind == helloSnapshot {
 			hello = binary.AppendUvarint(hello, testGroup)
 		}
@@ -631,7 +631,7 @@ func TestTransportBoundsConnections(t *testing.T) {
 		}
 		return c
 	}
-	snap := binary.AppendUvarint(append([]byte(helloMagic), helloSnapshot), 1)
+	snap := binary.AppendUvarint(binary.AppendUvarint(append([]byte(helloMagic), helloSnapshot), 1), 2)
 	dial(snap) // a snapshot whose group never comes: it holds its slot
 	waitUntil(t, "the first snapshot to be taken", func() bool { return len(tr.snapSlots) == 1 })
 	refused(t, "a second snapshot", dial(snap))

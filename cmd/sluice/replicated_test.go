@@ -209,3 +209,70 @@ func TestReplicatedSweepOnlyOnLeaders(t *testing.T) {
 		t.Errorf("the three nodes' sweeps deleted %d records; want the %d idle windows, each by its shard's leader alone", deleted, buckets)
 	}
 }
+
+// TestReplicatedNodeRejoinsAfterLosingItsVolume is issue 29's lost
+// volume: a node killed and started again on an empty data directory
+// learns from the others that the cluster has run, rejoins every shard
+// under a new identity (INFO replication's cluster_incarnation), by
+// snapshot, and leads its home shard again, with every bucket as the
+// cluster left it, those changed while it was away included.
+func TestReplicatedNodeRejoinsAfterLosingItsVolume(t *testing.T) {
+	addrs, bus, dirs, procs, cc := startReplicatedCluster(t)
+	ctx := context.Background()
+	const buckets, limit = 200, 1000
+	deadline := time.Now().Add(90 * time.Second) // bounds a hang
+	waitHomeLeaders(t, procs, deadline)
+	key := func(b int) string { return "vol:" + strconv.Itoa(b) }
+	// take takes n tokens from bucket b, retried until a node serves it.
+	take := func(b, n int) {
+		t.Helper()
+		for {
+			err := cc.Do(ctx, "RL.REDUCE", key(b), limit, 3600, "TAKE", n, "AT", clusterAt).Err()
+			if err == nil {
+				return
+			}
+			if time.Now().After(deadline) {
+				t.Fatalf("bucket %d: %v", b, err)
+			}
+			time.Sleep(20 * time.Millisecond)
+		}
+	}
+	taken := make([]int, buckets)
+	for b := range buckets {
+		take(b, b+1)
+		taken[b] += b + 1
+	}
+	const lost = 0
+	procs[lost].stop(t, syscall.SIGKILL)
+	for b := 0; b < buckets; b += 3 { // while it is away
+		take(b, 1)
+		taken[b]++
+	}
+	dirs[lost] = t.TempDir()
+	procs[lost] = startReplicated(t, addrs, bus, dirs, lost, "--fsync", "always")
+	waitHomeLeaders(t, procs, deadline)
+	info, err := procs[lost].client(t).Info(ctx, "replication").Result()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !strings.Contains(info, "cluster_replicas_started:1\r\n") || strings.Contains(info, "cluster_incarnation:0\r\n") {
+		t.Fatalf("the node on an empty directory did not rejoin under a new incarnation:\n%s", info)
+	}
+	// Every bucket, read on the rejoined node where it leads and through
+	// the cluster elsewhere.
+	direct := procs[lost].client(t)
+	for b := range buckets {
+		want := int64(limit - taken[b])
+		n, err := cc.Do(ctx, "RL.GET", key(b), limit, 3600, "AT", clusterAt).Int64()
+		if err != nil || n != want {
+			t.Errorf("bucket %d after the rejoin: %d, %v; want %d", b, n, err, want)
+		}
+		if n, err := direct.Do(ctx, "RL.GET", key(b), limit, 3600, "AT", clusterAt).Int64(); err == nil && n != want {
+			t.Errorf("bucket %d on the rejoined node: %d; want %d", b, n, want)
+		}
+	}
+	procs[lost].stop(t, syscall.SIGTERM) // its log is complete once it exits
+	if !strings.Contains(procs[lost].logs.String(), "lost its data") {
+		t.Errorf("the node did not log that it lost its data:\n%s", procs[lost].logs)
+	}
+}

@@ -4,9 +4,11 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"math/rand/v2"
 	"net"
 	"slices"
 	"strconv"
+	"sync/atomic"
 	"time"
 
 	"github.com/sluicehq/sluice/cluster"
@@ -62,10 +64,21 @@ func ReplicatedStoreOptions(o storage.Options, n, r int) (storage.Options, *repl
 type replicas struct {
 	shards []cluster.Shard
 	self   int // this node's ordinal
-	host   *replication.Host
-	tr     *replication.Transport
-	stop   context.CancelFunc
-	done   chan struct{}
+	// host is nil until the node knows its incarnation: on an empty data
+	// directory, once the other nodes have answered (decideIncarnation).
+	host atomic.Pointer[replication.Host]
+	// inc is the node's incarnation, once host is set.
+	inc  atomic.Uint64
+	stop context.CancelFunc
+	done chan struct{}
+	// tr is the transport of the host, or of the node while it asks the
+	// others; the goroutine that starts the host owns it until done.
+	tr *replication.Transport
+}
+
+// group returns this node's replica of shard i, or nil.
+func (r *replicas) group(i int) *replication.Group {
+	return r.host.Load().Group(i)
 }
 
 // openReplicated starts the node's replicas of its shards and the loop
@@ -97,47 +110,238 @@ func (s *Node) openReplicated(cc *Config) error {
 	if len(bus) != n {
 		return fmt.Errorf("server: --cluster-bus-nodes lists %d addresses; want one per node of --cluster-nodes (%d)", len(bus), n)
 	}
-	id := func(o int) uint64 { return uint64(o) + 1 }
-	tr, err := replication.NewTransport(replication.TransportConfig{
-		Node: id(self),
-		Addr: func(node uint64) (string, bool) {
-			if node == 0 || node > uint64(n) {
-				return "", false
-			}
-			return bus[node-1], true
-		},
-		Logger: s.log,
-	})
+	var groups []uint64
+	for i, sh := range shards {
+		if slices.Contains(sh.Replicas, self) {
+			groups = append(groups, replication.ShardGroup(i))
+		}
+	}
+	inc, known, err := s.storedIncarnation(groups)
 	if err != nil {
 		return err
 	}
-	_, port, _ := cluster.SplitAddr(bus[self])
-	ln, err := net.Listen("tcp", ":"+port)
-	if err != nil {
-		tr.Close()
-		return fmt.Errorf("server: listen for replication on %s: %w", bus[self], err)
-	}
-	go tr.Serve(ln)
 	timeout := cc.ElectionTimeout
 	if timeout <= 0 {
 		timeout = DefaultElectionTimeout
 	}
-	host, err := replication.NewHost(replication.HostConfig{
-		Store: s.store, Committers: cc.Replicator, Transport: tr,
-		Shards: shards, Ordinal: self, NodeID: id, Logger: s.log,
+	tick := timeout / replication.DefaultElectionTicks
+	st := &replicaStart{s: s, cc: cc, bus: bus, shards: shards, self: self, tick: tick}
+	ctx, cancel := context.WithCancel(context.Background())
+	s.rep = &replicas{shards: shards, self: self, stop: cancel, done: make(chan struct{})}
+	s.view.Store(s.rep.view(cc.Nodes, 0, s.myID))
+	if known {
+		// As before any wait: a node that cannot start its replicas fails
+		// to start.
+		if err := st.start(inc, nil); err != nil {
+			return err
+		}
+	} else {
+		// Listening already, to answer the other nodes, which may be
+		// new too; every slot answers -CLUSTERDOWN until the node knows
+		// its incarnation.
+		tr, err := st.transport(0)
+		if err == nil {
+			err = st.listen(tr)
+			if err != nil {
+				tr.Close()
+			}
+		}
+		if err != nil {
+			return err
+		}
+		s.rep.tr = tr
+	}
+	go func() {
+		defer close(s.rep.done)
+		if !known && !st.decideAndStart(ctx) {
+			return
+		}
+		s.followLeaders(ctx, cc.Nodes, tick)
+	}()
+	s.log.Info("cluster mode with replicated shards", "replicas", cc.Replicas, "shards", len(shards), "ordinal", self, "replication_addr", bus[self], "election_timeout", timeout)
+	return nil
+}
+
+// replicaStart starts a node's replicas.
+type replicaStart struct {
+	s      *Node
+	cc     *Config
+	bus    []string
+	shards []cluster.Shard
+	self   int
+	tick   time.Duration
+}
+
+// transport returns the node's transport under incarnation inc, not
+// listening yet.
+func (st *replicaStart) transport(inc uint64) (*replication.Transport, error) {
+	n := len(st.bus)
+	return replication.NewTransport(replication.TransportConfig{
+		Node: replication.NodeID(st.self, inc),
+		Addr: func(node uint64) (string, bool) {
+			if node == 0 || replication.Ordinal(node) >= n {
+				return "", false
+			}
+			return st.bus[replication.Ordinal(node)], true
+		},
+		Logger: st.s.log,
 	})
+}
+
+func (st *replicaStart) listen(tr *replication.Transport) error {
+	_, port, _ := cluster.SplitAddr(st.bus[st.self])
+	ln, err := net.Listen("tcp", ":"+port)
+	if err != nil {
+		return fmt.Errorf("server: listen for replication on %s: %w", st.bus[st.self], err)
+	}
+	go tr.Serve(ln)
+	return nil
+}
+
+// start starts the node's replicas under incarnation inc, on tr when it
+// is the transport already listening (of incarnation 0), or on a new one.
+func (st *replicaStart) start(inc uint64, tr *replication.Transport) error {
+	listening := tr != nil
+	if !listening {
+		var err error
+		if tr, err = st.transport(inc); err != nil {
+			return err
+		}
+	}
+	host, err := replication.NewHost(replication.HostConfig{
+		Store: st.s.store, Committers: st.cc.Replicator, Transport: tr,
+		Shards: st.shards, Ordinal: st.self, Incarnation: inc, Logger: st.s.log,
+	})
+	if err == nil && !listening {
+		// Only now: before its groups are in, it would answer another
+		// node's question (Transport.Ask) as one that holds nothing.
+		if err = st.listen(tr); err != nil {
+			host.Stop()
+		}
+	}
 	if err != nil {
 		tr.Close()
 		return err
 	}
-	tick := timeout / replication.DefaultElectionTicks
-	host.Run(tick)
-	ctx, cancel := context.WithCancel(context.Background())
-	s.rep = &replicas{shards: shards, self: self, host: host, tr: tr, stop: cancel, done: make(chan struct{})}
-	s.view.Store(s.rep.view(cc.Nodes, 0, s.myID))
-	go s.followLeaders(ctx, cc.Nodes, tick)
-	s.log.Info("cluster mode with replicated shards", "replicas", cc.Replicas, "shards", len(shards), "ordinal", self, "replication_addr", bus[self], "election_timeout", timeout)
+	host.Run(st.tick)
+	r := st.s.rep
+	r.tr = tr
+	r.inc.Store(inc)
+	r.host.Store(host)
 	return nil
+}
+
+// decideAndStart decides the incarnation of a node that found its store
+// empty (decideIncarnation), records it, and starts the replicas; false
+// if it stopped first (ctx done) or failed, which it logs: every slot
+// then answers -CLUSTERDOWN here, and the other replicas serve.
+func (st *replicaStart) decideAndStart(ctx context.Context) bool {
+	r, lg := st.s.rep, st.s.log
+	inc, err := st.s.decideIncarnation(ctx, r.tr, len(st.bus), st.self)
+	if err != nil {
+		return false // stopped
+	}
+	tr := r.tr
+	if inc != 0 {
+		tr.Close() // it has the first incarnation's identity
+		tr = nil
+	}
+	r.tr = nil
+	err = st.s.store.SetMeta(MetaIncarnation, strconv.AppendUint(nil, inc, 10))
+	if err != nil {
+		err = fmt.Errorf("record the node's incarnation: %w", err)
+	} else {
+		err = st.start(inc, tr)
+	}
+	if err != nil {
+		if tr != nil {
+			tr.Close()
+		}
+		lg.Error("cluster: this node's replicas did not start; its slots are served by the other replicas", "err", err)
+		return false
+	}
+	return true
+}
+
+// MetaIncarnation is the store's record of its node's incarnation
+// (replication.NodeID), written before its replicas first start.
+const MetaIncarnation = "cluster.incarnation"
+
+// storedIncarnation returns the incarnation the store records, and true;
+// 0 and true for a store that holds state of groups but no record (made
+// before there was one); false for a store that holds neither: a new
+// node's, or one that lost its data.
+func (s *Node) storedIncarnation(groups []uint64) (uint64, bool, error) {
+	v, err := s.store.Meta(MetaIncarnation)
+	if err != nil {
+		return 0, false, fmt.Errorf("server: read the node's incarnation: %w", err)
+	}
+	if v != nil {
+		inc, err := strconv.ParseUint(string(v), 10, 64)
+		if err != nil {
+			return 0, false, fmt.Errorf("server: the node's incarnation recorded in %s: %q is not a number", s.store.Dir(), v)
+		}
+		return inc, true, nil
+	}
+	held, err := replication.Holds(s.store, groups...)
+	if err != nil {
+		return 0, false, fmt.Errorf("server: read the state of the node's replicas: %w", err)
+	}
+	return 0, held, nil
+}
+
+// askEvery is how often a node on an empty data directory asks the other
+// nodes again, while one of them does not answer; it logs every
+// askLogEvery.
+const (
+	askEvery    = 200 * time.Millisecond
+	askLogEvery = 5 * time.Second
+)
+
+// decideIncarnation decides the incarnation of a node whose store holds
+// nothing of its replicas, from what the other nodes answer
+// (Transport.Ask). If one has a group that has lived, this node lost its
+// data: it must never take part under its old identity, whose votes and
+// acknowledged entries it forgot, so it takes a new random incarnation
+// and its replicas rejoin by snapshot. If every other node holds nothing,
+// or only groups as bootstrapped, the cluster is new: 0, and the node
+// bootstraps its shards like the others. Until every node has answered
+// it waits (a new cluster starts once all its nodes are up), or until
+// ctx is done.
+func (s *Node) decideIncarnation(ctx context.Context, tr *replication.Transport, n, self int) (uint64, error) {
+	var logged time.Time
+	for {
+		var missing []int
+		for o := range n {
+			if o == self {
+				continue
+			}
+			st, err := tr.Ask(replication.NodeID(o, 0))
+			switch {
+			case err != nil:
+				missing = append(missing, o)
+			case st == replication.StandingLived:
+				inc := rand.Uint64N(1<<50) + 1
+				s.log.Warn("cluster: this node's data directory holds nothing of its shards, and ordinal "+strconv.Itoa(o)+"'s shows the cluster has run: this node lost its data; its replicas rejoin by snapshot under a new identity",
+					"ordinal", self, "incarnation", inc)
+				return inc, nil
+			}
+		}
+		if len(missing) == 0 {
+			s.log.Info("cluster: every node is new; bootstrapping the shards", "ordinal", self)
+			return 0, nil
+		}
+		if now := time.Now(); now.Sub(logged) >= askLogEvery {
+			logged = now
+			s.log.Warn("cluster: this node's data directory is empty; waiting for every other node to answer before it bootstraps its shards or rejoins them (a new cluster starts once all its nodes are up)",
+				"ordinal", self, "not_answering", fmt.Sprint(missing))
+		}
+		select {
+		case <-ctx.Done():
+			return 0, ctx.Err()
+		case <-time.After(askEvery):
+		}
+	}
 }
 
 // view is the slot table of the shards' leaders as this node knows them:
@@ -151,13 +355,16 @@ func (r *replicas) view(nodes []string, epoch uint64, myID string) *view {
 	}
 	for i, sh := range r.shards {
 		owner := sh.Replicas[0]
-		if g := r.host.Group(i); g != nil {
+		if r.host.Load() == nil {
+			continue // not started: CLUSTERDOWN
+		}
+		if g := r.group(i); g != nil {
 			st := g.Status()
 			switch {
 			case st.Serving:
 				owner = r.self
-			case st.Leader != 0 && st.Leader != uint64(r.self)+1:
-				owner = int(st.Leader) - 1
+			case st.Leader != 0 && replication.Ordinal(st.Leader) != r.self:
+				owner = replication.Ordinal(st.Leader)
 			default:
 				continue // an election: CLUSTERDOWN, which clients retry
 			}
@@ -170,7 +377,6 @@ func (r *replicas) view(nodes []string, epoch uint64, myID string) *view {
 // followLeaders rebuilds the slot table every tick when a shard's leader
 // changed, under a new epoch, until ctx is done.
 func (s *Node) followLeaders(ctx context.Context, nodes []string, tick time.Duration) {
-	defer close(s.rep.done)
 	t := time.NewTicker(tick)
 	defer t.Stop()
 	for {
@@ -192,8 +398,13 @@ func (s *Node) followLeaders(ctx context.Context, nodes []string, tick time.Dura
 func (r *replicas) close() error {
 	r.stop()
 	<-r.done
-	err := r.host.Stop()
-	r.tr.Close()
+	var err error
+	if h := r.host.Load(); h != nil {
+		err = h.Stop()
+	}
+	if r.tr != nil {
+		r.tr.Close()
+	}
 	return err
 }
 
@@ -208,8 +419,14 @@ func (s *Node) ReplicationInfo(kv func(k, v string)) {
 	}
 	kv("cluster_replicas", strconv.Itoa(len(s.rep.shards[0].Replicas)))
 	kv("cluster_ordinal", strconv.Itoa(s.rep.self))
+	if s.rep.host.Load() == nil {
+		kv("cluster_replicas_started", "0")
+		return
+	}
+	kv("cluster_replicas_started", "1")
+	kv("cluster_incarnation", strconv.FormatUint(s.rep.inc.Load(), 10))
 	for i, sh := range s.rep.shards {
-		g := s.rep.host.Group(i)
+		g := s.rep.group(i)
 		if g == nil {
 			continue
 		}
@@ -218,7 +435,11 @@ func (s *Node) ReplicationInfo(kv func(k, v string)) {
 		if st.Serving {
 			serving = "1"
 		}
-		kv("shard_"+strconv.Itoa(i), "role="+st.Role+",serving="+serving+",leader="+strconv.Itoa(int(st.Leader)-1)+
+		leader := -1
+		if st.Leader != 0 {
+			leader = replication.Ordinal(st.Leader)
+		}
+		kv("shard_"+strconv.Itoa(i), "role="+st.Role+",serving="+serving+",leader="+strconv.Itoa(leader)+
 			",term="+strconv.FormatUint(st.Term, 10)+",commit="+strconv.FormatUint(st.Commit, 10)+",applied="+strconv.FormatUint(st.Applied, 10)+
 			",slots="+cluster.FormatRanges([]cluster.Range{sh.Slots}))
 	}

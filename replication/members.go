@@ -1,0 +1,158 @@
+package replication
+
+import (
+	"maps"
+	"slices"
+
+	"go.etcd.io/raft/v3"
+	pb "go.etcd.io/raft/v3/raftpb"
+	"go.etcd.io/raft/v3/tracker"
+	"google.golang.org/protobuf/proto"
+
+	"github.com/sluicehq/sluice/storage"
+)
+
+// maxJoinRequests bounds the join requests a replica keeps between two
+// looks at them (Host): they are repeated until granted.
+const maxJoinRequests = 16
+
+// pristine reports whether the replica's stored state is as bootstrap
+// left it: no vote, no term past the first, no entry. A replica that
+// joined by snapshot, or waits for one, is not.
+func (g *Group) pristine() bool {
+	hs, _, _ := g.log.InitialState()
+	last, _ := g.log.LastIndex()
+	return hs.GetTerm() <= bootstrapTerm && hs.GetVote() == 0 && last == bootstrapIndex
+}
+
+// member reports whether the replica has the group's members: it was
+// bootstrapped or has taken a snapshot. A replica that joins an existing
+// group has none until the leader's snapshot arrives.
+func (g *Group) member() bool {
+	cs := g.log.confState()
+	return len(cs.GetVoters()) > 0 || len(cs.GetLearners()) > 0
+}
+
+// requestJoin notes that node asks to be added to the group; the Host
+// looks at the requests on the leader (planMembers).
+func (g *Group) requestJoin(node uint64) {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	if g.mu.joins == nil {
+		g.mu.joins = map[uint64]struct{}{}
+	}
+	if len(g.mu.joins) < maxJoinRequests {
+		g.mu.joins[node] = struct{}{}
+	}
+}
+
+// replicaOf returns the voter of the group on the node of ordinal o, as
+// the replica knows the members; 0 if none.
+func (g *Group) replicaOf(ordinal func(uint64) int, o int) uint64 {
+	for _, id := range g.log.confState().GetVoters() {
+		if ordinal(id) == o {
+			return id
+		}
+	}
+	return 0
+}
+
+// planMembers returns the next change of the group's members, nil for
+// none, when this replica leads: a node that lost its volume comes back
+// under a new identity and asks to join (requestJoin); it is added as a
+// learner, which the leader catches up by snapshot, and once caught up
+// it is promoted and the identity it replaces (the voter of the same
+// ordinal) removed, in one joint change. A join is refused while the
+// voter it would replace is still replicated to, so that a second process
+// started with a node's ordinal never takes the first one's place.
+// replicas are the ordinals that hold the shard; ordinal maps a node
+// identity to its ordinal.
+// note says what the plan is, or why a join was refused, about node.
+func (g *Group) planMembers(replicas []int, ordinal func(uint64) int) (cc *pb.ConfChangeV2, note string, node uint64) {
+	g.mu.Lock()
+	joins := slices.Sorted(maps.Keys(g.mu.joins))
+	clear(g.mu.joins)
+	st := g.mu.rn.Status()
+	g.mu.Unlock()
+	if st.RaftState != raft.StateLeader || len(st.Config.Voters[1]) > 0 || len(st.Config.LearnersNext) > 0 {
+		return nil, "", 0 // not the leader, or a change under way
+	}
+	voters := st.Config.Voters[0]
+	same := func(ids map[uint64]struct{}, o int, not uint64) []uint64 {
+		var out []uint64
+		for _, id := range slices.Sorted(maps.Keys(ids)) {
+			if id != not && ordinal(id) == o {
+				out = append(out, id)
+			}
+		}
+		return out
+	}
+	change := func(t pb.ConfChangeType, id uint64) *pb.ConfChangeSingle {
+		return &pb.ConfChangeSingle{Type: t.Enum(), NodeId: proto.Uint64(id)}
+	}
+	for _, l := range slices.Sorted(maps.Keys(st.Config.Learners)) {
+		pr, ok := st.Progress[l]
+		if !ok || pr.State != tracker.StateReplicate || pr.Match < st.GetCommit() {
+			continue
+		}
+		cc = &pb.ConfChangeV2{Changes: []*pb.ConfChangeSingle{change(pb.ConfChangeAddNode, l)}}
+		for _, old := range same(voters, ordinal(l), l) {
+			if old == st.ID {
+				continue // never this leader: it hands leadership on first
+			}
+			cc.Changes = append(cc.Changes, change(pb.ConfChangeRemoveNode, old))
+		}
+		return cc, "promoting a rejoined replica that has caught up", l
+	}
+	for _, id := range joins {
+		o := ordinal(id)
+		switch {
+		case !slices.Contains(replicas, o):
+			note, node = "refusing a join: its ordinal holds no replica of the shard", id
+			continue
+		case contains(voters, id) || contains(st.Config.Learners, id):
+			continue
+		}
+		alive := false
+		for _, v := range same(voters, o, id) {
+			if pr, ok := st.Progress[v]; v == st.ID || (ok && pr.State == tracker.StateReplicate) {
+				alive = true
+			}
+		}
+		if alive {
+			note, node = "refusing a join: the replica of the same ordinal still answers (a second process started with its ordinal?)", id
+			continue
+		}
+		cc = &pb.ConfChangeV2{Changes: []*pb.ConfChangeSingle{change(pb.ConfChangeAddLearnerNode, id)}}
+		// A learner of the ordinal from an earlier attempt never catches
+		// up now: its node is the one asking.
+		for _, stale := range same(st.Config.Learners, o, id) {
+			cc.Changes = append(cc.Changes, change(pb.ConfChangeRemoveNode, stale))
+		}
+		return cc, "adding a rejoining replica as a learner", id
+	}
+	return nil, note, node
+}
+
+func contains(ids map[uint64]struct{}, id uint64) bool {
+	_, ok := ids[id]
+	return ok
+}
+
+// Holds reports whether store holds state of any of groups: a log, a
+// hard state or members. A node whose store holds none of its groups is
+// new, or lost its data (see Transport.Ask).
+func Holds(store *storage.Store, groups ...uint64) (bool, error) {
+	for _, id := range groups {
+		l, err := OpenLog(store, id)
+		if err != nil {
+			return false, err
+		}
+		hs, cs, _ := l.InitialState()
+		last, _ := l.LastIndex()
+		if last > 0 || !raft.IsEmptyHardState(hs) || len(cs.GetVoters()) > 0 || len(cs.GetLearners()) > 0 {
+			return true, nil
+		}
+	}
+	return false, nil
+}

@@ -1,0 +1,133 @@
+package replication
+
+import (
+	"encoding/binary"
+	"net"
+	"slices"
+	"strings"
+	"testing"
+
+	pb "go.etcd.io/raft/v3/raftpb"
+
+	"github.com/sluicehq/sluice/storage"
+)
+
+// TestPlanMembersReplacesALostReplica: a replica that lost its store
+// comes back under a new identity of its ordinal and asks to join. The
+// leader refuses while the replica it would replace still answers; once
+// that one is gone it adds the new one as a learner, catches it up by
+// snapshot, and promotes it in place of the old identity, which leaves
+// the group.
+func TestPlanMembersReplacesALostReplica(t *testing.T) {
+	c := newTestCluster(t, 3, 5)
+	lead := c.electLeader()
+	want := map[string]string{}
+	for i := range 20 {
+		c.propose(lead, put(testKey(i), "v"))
+		want[string(testKey(i))] = "v"
+	}
+	replicas := []int{0, 1, 2}
+	g := c.nodes[lead].g
+	lost := others(c.ids, lead)[0]
+	fresh := NodeID(Ordinal(lost), 1)
+	if Ordinal(fresh) != Ordinal(lost) || fresh == lost {
+		t.Fatalf("node %d's next incarnation is %d", lost, fresh)
+	}
+
+	g.requestJoin(fresh)
+	if cc, note, _ := g.planMembers(replicas, Ordinal); cc != nil || !strings.Contains(note, "still answers") {
+		t.Fatalf("a join while node %d answers: %v, %q; want it refused", lost, cc, note)
+	}
+	g.requestJoin(NodeID(7, 1))
+	if cc, note, _ := g.planMembers(replicas, Ordinal); cc != nil || !strings.Contains(note, "holds no replica") {
+		t.Fatalf("a join of ordinal 7: %v, %q; want it refused", cc, note)
+	}
+
+	c.stop(lost)
+	c.wipe(lost)
+	g.ReportUnreachable(lost) // as the transport does when it cannot send
+	c.ids = append(c.ids, fresh)
+	c.start(fresh, c.nodes[lost].dir, nil)
+	propose := func(cc *pb.ConfChangeV2) {
+		t.Helper()
+		if err := g.ChangeMembers(cc); err != nil {
+			t.Fatal(err)
+		}
+		c.settle()
+	}
+	g.requestJoin(fresh)
+	cc, note, node := g.planMembers(replicas, Ordinal)
+	if cc == nil || node != fresh {
+		t.Fatalf("no join planned for node %d: %q, node %d", fresh, note, node)
+	}
+	propose(cc)
+	if ls := g.log.confState().GetLearners(); !slices.Equal(ls, []uint64{fresh}) {
+		t.Fatalf("learners %v, want [%d]", ls, fresh)
+	}
+	c.tickUntil(100, "the learner was never promoted", func() bool {
+		cc, _, _ = g.planMembers(replicas, Ordinal)
+		return cc != nil
+	})
+	if c.snaps == 0 {
+		t.Fatal("caught up without a snapshot")
+	}
+	propose(cc)
+	c.tickUntil(100, "the new identity did not replace the old one", func() bool {
+		cs := g.log.confState()
+		return slices.Contains(cs.GetVoters(), fresh) && !slices.Contains(cs.GetVoters(), lost) &&
+			len(cs.GetVotersOutgoing()) == 0 && len(cs.GetLearners()) == 0
+	})
+	c.sameRecords(want)
+	if cc, note, _ := g.planMembers(replicas, Ordinal); cc != nil {
+		t.Fatalf("after the replacement, another change: %v (%s)", cc, note)
+	}
+}
+
+// TestTransportAnswersStanding: a node asked whether its groups have
+// lived answers empty with no group, fresh with groups as bootstrapped,
+// lived with one that joins an existing group; and a connection meant
+// for another identity than the node's (its identity before it lost its
+// data) is refused.
+func TestTransportAnswersStanding(t *testing.T) {
+	var addr string
+	tr, l := serveTransport(t, TransportConfig{Node: NodeID(0, 3), Addr: func(n uint64) (string, bool) { return addr, Ordinal(n) < 3 }})
+	addr = l.Addr().String()
+	asker, err := NewTransport(TransportConfig{Node: NodeID(1, 0), Addr: func(n uint64) (string, bool) { return addr, Ordinal(n) < 3 }})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer asker.Close()
+	ask := func(want Standing) {
+		t.Helper()
+		got, err := asker.Ask(NodeID(0, 0)) // its address, whatever its identity now
+		if err != nil || got != want {
+			t.Fatalf("standing %v, %v; want %v", got, err, want)
+		}
+	}
+	ask(StandingEmpty)
+	store, err := storage.Open(t.TempDir(), storage.Options{Sync: storage.SyncAlways})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer store.Close()
+	group := func(id uint64, bootstrap []uint64) *Group {
+		g, err := NewGroup(Config{Group: id, Node: NodeID(0, 3), Bootstrap: bootstrap, Lower: testLower, Upper: testUpper, Store: store, Send: tr.Send})
+		if err != nil {
+			t.Fatal(err)
+		}
+		tr.Add(g)
+		return g
+	}
+	group(2, []uint64{NodeID(0, 3), 2, 3})
+	ask(StandingFresh)
+	group(3, nil)
+	ask(StandingLived)
+
+	c, err := net.Dial("tcp", addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	c.Write(binary.AppendUvarint(binary.AppendUvarint(append([]byte(helloMagic), helloMessages), 1), NodeID(0, 0)))
+	refused(t, "a connection for the node's old identity", c)
+}
