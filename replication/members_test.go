@@ -6,8 +6,10 @@ import (
 	"slices"
 	"strings"
 	"testing"
+	"time"
 
 	pb "go.etcd.io/raft/v3/raftpb"
+	"google.golang.org/protobuf/proto"
 
 	"github.com/sluicehq/sluice/storage"
 )
@@ -130,4 +132,33 @@ func TestTransportAnswersStanding(t *testing.T) {
 	defer c.Close()
 	c.Write(binary.AppendUvarint(binary.AppendUvarint(append([]byte(helloMagic), helloMessages), 1), NodeID(0, 0)))
 	refused(t, "a connection for the node's old identity", c)
+}
+
+// TestTransportForgetsIdlePeers: a node nothing is sent to and that
+// cannot be reached (the identity a node had before it lost its data) is
+// dialed no longer than IdlePeer; a message for it starts it again.
+func TestTransportForgetsIdlePeers(t *testing.T) {
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	addr := l.Addr().String()
+	l.Close() // nothing listens there
+	// Node 1 dials node 2; node 3 asks node 2 to dial.
+	for _, self := range []uint64{1, 3} {
+		tr, err := NewTransport(TransportConfig{Node: self, IdlePeer: time.Millisecond, Addr: func(uint64) (string, bool) { return addr, true }})
+		if err != nil {
+			t.Fatal(err)
+		}
+		hb := []*pb.Message{{Type: pb.MsgHeartbeat.Enum(), To: proto.Uint64(2), From: proto.Uint64(self)}}
+		for range 2 {
+			tr.Send(testGroup, hb)
+			waitUntil(t, "the idle peer to be forgotten", func() bool {
+				tr.mu.Lock()
+				defer tr.mu.Unlock()
+				return tr.mu.peers[2] == nil
+			})
+		}
+		tr.Close()
+	}
 }

@@ -26,6 +26,7 @@ const (
 	DefaultMaxFrame     = 64 << 20
 	DefaultMaxConns     = 256
 	DefaultMaxSnapshots = 4
+	DefaultIdlePeer     = time.Minute
 )
 
 // readBufKeep is the largest read buffer a connection keeps between
@@ -124,7 +125,13 @@ type TransportConfig struct {
 	// more is refused (closed), and its sender's Raft retries later.
 	// Default 4.
 	MaxSnapshots int
-	Logger       *slog.Logger // default: discard
+	// IdlePeer is how long a node nothing was sent to, and that this node
+	// cannot reach, is still dialed (or asked to dial); then it is
+	// forgotten until a message for it comes. The identity a node had
+	// before it lost its data is never sent to again once the groups
+	// have replaced it. Default 1 minute.
+	IdlePeer time.Duration
+	Logger   *slog.Logger // default: discard
 }
 
 // Transport carries the Raft messages of every group a node hosts to the
@@ -171,6 +178,10 @@ type peer struct {
 	// lost is signalled when the connection closes, wake when the peer
 	// asks to be dialed (both hold at most one signal).
 	lost, wake chan struct{}
+	// sent is when a message for the peer was last queued, in Unix
+	// nanoseconds; gone is closed when the peer is forgotten (IdlePeer).
+	sent atomic.Int64
+	gone chan struct{}
 }
 
 // NewTransport returns a transport with no groups, not listening.
@@ -208,6 +219,9 @@ func NewTransport(cfg TransportConfig) (*Transport, error) {
 	}
 	if cfg.MaxSnapshots <= 0 {
 		cfg.MaxSnapshots = DefaultMaxSnapshots
+	}
+	if cfg.IdlePeer <= 0 {
+		cfg.IdlePeer = DefaultIdlePeer
 	}
 	if cfg.Logger == nil {
 		cfg.Logger = slog.New(slog.DiscardHandler)
@@ -256,6 +270,7 @@ func (t *Transport) Send(group uint64, msgs []*pb.Message) {
 			t.drop(group, to)
 			continue
 		}
+		p.sent.Store(time.Now().UnixNano())
 		select {
 		case p.q <- outMsg{group: group, m: proto.Clone(m).(*pb.Message)}:
 		default:
@@ -314,7 +329,8 @@ func (t *Transport) peer(to uint64) *peer {
 	if _, ok := t.cfg.Addr(to); !ok {
 		return nil
 	}
-	p := &peer{id: to, q: make(chan outMsg, t.cfg.Queue), lost: make(chan struct{}, 1), wake: make(chan struct{}, 1)}
+	p := &peer{id: to, q: make(chan outMsg, t.cfg.Queue), lost: make(chan struct{}, 1), wake: make(chan struct{}, 1), gone: make(chan struct{})}
+	p.sent.Store(time.Now().UnixNano())
 	t.mu.peers[to] = p
 	t.wg.Add(2)
 	go func() { defer t.wg.Done(); t.write(p) }()
@@ -396,7 +412,10 @@ func (t *Transport) accept(c net.Conn) {
 		err = t.authenticate(c, from)
 	}
 	if err == nil && to != t.cfg.Node && (to != 0 || (kind != helloStanding && kind != helloJoin)) {
-		err = fmt.Errorf("the hello is for node %d; this is node %d (a node that came back under a new identity)", to, t.cfg.Node)
+		// Expected for a while after this node came back under a new
+		// identity: its peers dial the old one until they forget it.
+		t.lg.Debug("raft connection refused: for another identity", "from", from, "to", to)
+		return
 	}
 	if err != nil {
 		t.lg.Warn("raft connection refused", "remote", c.RemoteAddr(), "err", err)
@@ -639,6 +658,9 @@ func (t *Transport) dialLoop(p *peer) {
 			p.clearConn(c)
 			t.untrack(c)
 		}
+		if t.forgotten(p) {
+			return
+		}
 		select {
 		case <-t.done:
 			return
@@ -648,6 +670,24 @@ func (t *Transport) dialLoop(p *peer) {
 			backoff = min(2*backoff, time.Second)
 		}
 	}
+}
+
+// forgotten forgets p, unconnected, if nothing was sent to it for
+// IdlePeer, and reports whether it did: its loops then end, and a later
+// message for it starts it again.
+func (t *Transport) forgotten(p *peer) bool {
+	if time.Since(time.Unix(0, p.sent.Load())) < t.cfg.IdlePeer {
+		return false
+	}
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if t.mu.peers[p.id] != p {
+		return true
+	}
+	delete(t.mu.peers, p.id)
+	close(p.gone)
+	t.lg.Debug("forgot an idle node it cannot reach", "peer", p.id)
+	return true
 }
 
 // askLoop asks p, a node of lower identity, to dial this node whenever
@@ -668,6 +708,9 @@ func (t *Transport) askLoop(p *peer) {
 		}
 		if c, err := t.dial(p.id, helloDial); err == nil {
 			c.Close()
+		}
+		if t.forgotten(p) {
+			return
 		}
 		select {
 		case <-t.done:
@@ -724,6 +767,8 @@ func (t *Transport) write(p *peer) {
 	for {
 		select {
 		case <-t.done:
+			return
+		case <-p.gone:
 			return
 		case m := <-p.q:
 			batch = append(batch[:0], m)
