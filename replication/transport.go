@@ -193,7 +193,7 @@ func NewTransport(cfg TransportConfig) (*Transport, error) {
 		return nil, errors.New("replication: TransportConfig needs both ClientTLS and ServerTLS, or neither")
 	}
 	if cfg.ServerTLS != nil {
-		if cfg.ServerTLS.ClientCAs == nil {
+		if cfg.ServerTLS.ClientCAs == nil && cfg.ServerTLS.GetConfigForClient == nil {
 			return nil, errors.New("replication: ServerTLS needs ClientCAs, the CA of the nodes' certificates, to verify the nodes that connect")
 		}
 		if len(cfg.ClientTLS.Certificates) == 0 && cfg.ClientTLS.GetClientCertificate == nil {

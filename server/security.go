@@ -101,6 +101,32 @@ func (t *tlsState) httpConfig() *tls.Config {
 	}
 }
 
+// replication returns the configurations of the replication transport
+// between the nodes of replicated shards: mutual TLS, each node
+// presenting the server's certificate and verifying the others' against
+// the CA of --tls-ca, both as reloaded (new connections take the new
+// certificate). Without a CA the nodes could not tell each other from
+// anyone: refused.
+func (t *tlsState) replication() (client, server *tls.Config, err error) {
+	if t.files.CA == "" {
+		return nil, nil, errors.New("server: --cluster-replicas with --tls-cert needs --tls-ca: the nodes authenticate each other's replication connections with certificates that CA signed, each allowing client and server authentication and naming the host of its node's replication address")
+	}
+	server = &tls.Config{
+		MinVersion: tls.VersionTLS12,
+		GetConfigForClient: func(*tls.ClientHelloInfo) (*tls.Config, error) {
+			return t.cur.Load(), nil
+		},
+	}
+	client = &tls.Config{
+		MinVersion: tls.VersionTLS12,
+		RootCAs:    t.cur.Load().ClientCAs,
+		GetClientCertificate: func(*tls.CertificateRequestInfo) (*tls.Certificate, error) {
+			return &t.cur.Load().Certificates[0], nil
+		},
+	}
+	return client, server, nil
+}
+
 // ReloadTLS reads the TLS files again, for SIGHUP after a certificate
 // renewal, as a reload (reload.go). Open connections keep their session;
 // on an error the old certificates stay in use.

@@ -386,11 +386,18 @@ func New(cfg Config) (*Server, error) {
 			return nil, err
 		}
 	}
-	clus, err := clusternode.Open(clusternode.Options{
+	co := clusternode.Options{
 		Store: s.store, Logger: s.log, Clock: s.clock, Cluster: cfg.Cluster,
 		AcceptRepairedClusterState: cfg.AcceptRepairedClusterState,
 		Password:                   cfg.Password, TLS: cfg.TLS != nil,
-	})
+	}
+	if s.tls != nil && cfg.Cluster != nil && cfg.Cluster.Replicas > 1 {
+		var err error
+		if co.ReplicationClientTLS, co.ReplicationServerTLS, err = s.tls.replication(); err != nil {
+			return nil, err
+		}
+	}
+	clus, err := clusternode.Open(co)
 	if err != nil {
 		return nil, err
 	}

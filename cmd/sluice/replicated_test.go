@@ -2,6 +2,12 @@ package main
 
 import (
 	"context"
+	"crypto/tls"
+	"crypto/x509"
+	"io"
+	"net"
+	"os"
+	"path/filepath"
 	"strconv"
 	"strings"
 	"sync"
@@ -274,5 +280,73 @@ func TestReplicatedNodeRejoinsAfterLosingItsVolume(t *testing.T) {
 	procs[lost].stop(t, syscall.SIGTERM) // its log is complete once it exits
 	if !strings.Contains(procs[lost].logs.String(), "lost its data") {
 		t.Errorf("the node did not log that it lost its data:\n%s", procs[lost].logs)
+	}
+}
+
+// TestReplicatedOverTLS: with --tls-cert, --tls-key and --tls-ca the
+// replication port speaks mutual TLS only: the shards of three nodes
+// commit (a write in --fsync always is answered once a majority of its
+// shard has it) and a plain connection to a replication port gets no
+// answer; without --tls-ca, replicated shards are refused at start, as
+// the nodes could not authenticate each other.
+func TestReplicatedOverTLS(t *testing.T) {
+	cert, key := writeCA(t, filepath.Join(t.TempDir(), "ca"))
+	tlsFlags := []string{"--tls-cert", cert, "--tls-key", key, "--tls-ca", cert, "--fsync", "always"}
+	addrs, bus := freePorts(t, 3), freePorts(t, 3)
+	dirs := []string{t.TempDir(), t.TempDir(), t.TempDir()}
+	for i := range dirs {
+		startReplicated(t, addrs, bus, dirs, i, tlsFlags...)
+	}
+	pair, err := tls.LoadX509KeyPair(cert, key)
+	if err != nil {
+		t.Fatal(err)
+	}
+	pem, err := os.ReadFile(cert)
+	if err != nil {
+		t.Fatal(err)
+	}
+	pool := x509.NewCertPool()
+	pool.AppendCertsFromPEM(pem)
+	cc := redis.NewClusterClient(&redis.ClusterOptions{Addrs: addrs, ClusterStateReloadInterval: 200 * time.Millisecond,
+		TLSConfig: &tls.Config{Certificates: []tls.Certificate{pair}, RootCAs: pool, MinVersion: tls.VersionTLS12}})
+	defer cc.Close()
+	ctx := context.Background()
+	deadline := time.Now().Add(60 * time.Second) // bounds a hang
+	// Buckets in every shard.
+	for b := range 30 {
+		for {
+			err := cc.Do(ctx, "RL.REDUCE", "tls:"+strconv.Itoa(b), 10, 60, "AT", clusterAt).Err()
+			if err == nil {
+				break
+			}
+			if time.Now().After(deadline) {
+				t.Fatalf("bucket %d never served over replicated TLS: %v", b, err)
+			}
+			time.Sleep(20 * time.Millisecond)
+		}
+	}
+	c, err := net.Dial("tcp", bus[0])
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	c.SetDeadline(time.Now().Add(10 * time.Second)) // bounds a hang only
+	// A standing question, in plain TCP.
+	c.Write([]byte("sluice-raft 2\nq\x01\x00"))
+	if b, err := io.ReadAll(c); err == nil && (len(b) == 1 || strings.Contains(string(b), "sluice")) {
+		t.Errorf("a plain connection to the replication port got %q", b)
+	}
+
+	p := startProcAsync(t, t.TempDir(), nil, "--addr", freePorts(t, 1)[0], "--cluster-nodes", strings.Join(addrs, ","), "--cluster-ordinal", "0",
+		"--cluster-replicas", "3", "--cluster-bus-nodes", strings.Join(bus, ","), "--tls-cert", cert, "--tls-key", key)
+	select {
+	case <-p.exited:
+	case <-p.addrc:
+		t.Fatal("replicated shards started with TLS and no --tls-ca")
+	case <-time.After(time.Minute): // a hang fails, not blocks the suite
+		t.Fatal("neither served nor exited within a minute")
+	}
+	if !strings.Contains(p.logs.String(), "needs --tls-ca") {
+		t.Errorf("the refusal does not name --tls-ca:\n%s", p.logs)
 	}
 }

@@ -16,6 +16,7 @@
 package clusternode
 
 import (
+	"crypto/tls"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -99,6 +100,10 @@ type Options struct {
 	// TLS is set when the nodes serve RESP over TLS only, which
 	// forwarding does not support.
 	TLS bool
+	// ReplicationClientTLS and ReplicationServerTLS, both or neither,
+	// secure the replication transport of replicated shards with mutual
+	// TLS (replication.TransportConfig); nil: plain TCP.
+	ReplicationClientTLS, ReplicationServerTLS *tls.Config
 }
 
 // Node is the engine's Cluster in cluster mode.
@@ -112,6 +117,9 @@ type Node struct {
 	cfg   Config
 	pass  string
 	tls   bool
+	// repClientTLS and repServerTLS: Options.ReplicationClientTLS and
+	// ReplicationServerTLS.
+	repClientTLS, repServerTLS *tls.Config
 
 	myID   string
 	myAddr string
@@ -157,7 +165,8 @@ func newView(top cluster.Topology, myID string) *view {
 // initial one, so it wins. Standalone (o.Cluster nil), it returns a nil
 // Node once it has checked that the store may be served standalone.
 func Open(o Options) (*Node, error) {
-	s := &Node{store: o.Store, log: o.Logger, clock: o.Clock, pass: o.Password, tls: o.TLS}
+	s := &Node{store: o.Store, log: o.Logger, clock: o.Clock, pass: o.Password, tls: o.TLS,
+		repClientTLS: o.ReplicationClientTLS, repServerTLS: o.ReplicationServerTLS}
 	if s.log == nil {
 		s.log = slog.New(slog.DiscardHandler)
 	}

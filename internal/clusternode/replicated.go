@@ -184,6 +184,7 @@ func (st *replicaStart) transport(inc uint64) (*replication.Transport, error) {
 			}
 			return st.bus[replication.Ordinal(node)], true
 		},
+		ClientTLS: st.s.repClientTLS, ServerTLS: st.s.repServerTLS,
 		Logger: st.s.log,
 	})
 }
