@@ -142,51 +142,12 @@ func runFailover(o options, kills int, timeout time.Duration, log io.Writer) (re
 	defer os.RemoveAll(tmp)
 	rep.Load[0] = loadAverage()
 	defer func() { rep.Load[1] = loadAverage() }()
-	const n = 3
-	shards, err := cluster.Place(n, 3)
+	nodes, addrs, shards, keys, flags, err := startReplicatedNodes(o, tmp, bin)
+	defer stopNodes(nodes)
 	if err != nil {
 		return rep, err
 	}
-	keys := shardKeys(shards)
-	var addrs, bus []string
-	for range 2 * n {
-		a, err := freeAddr()
-		if err != nil {
-			return rep, err
-		}
-		if len(addrs) < n {
-			addrs = append(addrs, a)
-		} else {
-			bus = append(bus, a)
-		}
-	}
-	rep.Flags = append([]string{"--cluster-replicas", "3", "--fsync", "always"}, strings.Fields(o.serverFlags)...)
-	nodes := make([]*failoverNode, n)
-	for i := range nodes {
-		httpAddr, err := freeAddr()
-		if err != nil {
-			return rep, err
-		}
-		dir := filepath.Join(tmp, "node-"+strconv.Itoa(i))
-		flags := append([]string{"--cluster-nodes", strings.Join(addrs, ","), "--cluster-ordinal", strconv.Itoa(i),
-			"--cluster-bus-nodes", strings.Join(bus, ",")}, rep.Flags...)
-		nodes[i] = &failoverNode{ordinal: i, addr: addrs[i], dir: dir, args: sluiceArgs(addrs[i], httpAddr, dir, flags)}
-	}
-	defer func() {
-		for _, nd := range nodes {
-			if nd.rdb != nil {
-				nd.rdb.Close()
-			}
-			if nd.srv != nil {
-				nd.srv.stop()
-			}
-		}
-	}()
-	for _, nd := range nodes {
-		if err := nd.start(bin); err != nil {
-			return rep, err
-		}
-	}
+	rep.Flags = flags
 	fmt.Fprintf(log, "== failover: 3 nodes, sluice %s; %d SIGKILLs of shard %d's leader (slots %d-%d, key %s), each timed out after %s\n",
 		strings.Join(rep.Flags, " "), kills, failoverShard, shards[failoverShard].Slots.First, shards[failoverShard].Slots.Last, keys[failoverShard], timeout)
 	t0 := time.Now()
@@ -209,6 +170,63 @@ func runFailover(o options, kills int, timeout time.Duration, log io.Writer) (re
 		fmt.Fprintf(log, "   kill %2d/%d: %s\n", k+1, kills, kill.line(timeout))
 	}
 	return rep, nil
+}
+
+// startReplicatedNodes starts three local nodes with --cluster-replicas 3
+// --fsync always and o's --server-flags, each on a directory under tmp;
+// it returns them (stopNodes stops them, even on an error), their
+// addresses, the placement, a key of each shard and the flags.
+func startReplicatedNodes(o options, tmp, bin string) (nodes []*failoverNode, addrs []string, shards []cluster.Shard, keys, flags []string, err error) {
+	const n = 3
+	if shards, err = cluster.Place(n, 3); err != nil {
+		return nil, nil, nil, nil, nil, err
+	}
+	keys = shardKeys(shards)
+	var bus []string
+	for range 2 * n {
+		a, err := freeAddr()
+		if err != nil {
+			return nil, nil, nil, nil, nil, err
+		}
+		if len(addrs) < n {
+			addrs = append(addrs, a)
+		} else {
+			bus = append(bus, a)
+		}
+	}
+	flags = append([]string{"--cluster-replicas", "3", "--fsync", "always"}, strings.Fields(o.serverFlags)...)
+	nodes = make([]*failoverNode, n)
+	for i := range nodes {
+		httpAddr, err := freeAddr()
+		if err != nil {
+			return nodes, nil, nil, nil, nil, err
+		}
+		dir := filepath.Join(tmp, "node-"+strconv.Itoa(i))
+		f := append([]string{"--cluster-nodes", strings.Join(addrs, ","), "--cluster-ordinal", strconv.Itoa(i),
+			"--cluster-bus-nodes", strings.Join(bus, ",")}, flags...)
+		nodes[i] = &failoverNode{ordinal: i, addr: addrs[i], dir: dir, args: sluiceArgs(addrs[i], httpAddr, dir, f)}
+	}
+	for _, nd := range nodes {
+		if err := nd.start(bin); err != nil {
+			return nodes, nil, nil, nil, nil, err
+		}
+	}
+	return nodes, addrs, shards, keys, flags, nil
+}
+
+// stopNodes stops the nodes that were started, and closes their clients.
+func stopNodes(nodes []*failoverNode) {
+	for _, nd := range nodes {
+		if nd == nil {
+			continue
+		}
+		if nd.rdb != nil {
+			nd.rdb.Close()
+		}
+		if nd.srv != nil {
+			nd.srv.stop()
+		}
+	}
 }
 
 // failoverOnce kills the leader of failoverShard, times the two probes,

@@ -194,8 +194,9 @@ func (h *Host) Run(tick time.Duration) {
 	}()
 }
 
-// Tick advances every replica's clock by one tick, and every BalanceTicks
-// hands leadership back home where it can.
+// Tick advances every replica's clock by one tick, takes the next step
+// of a rejoining replica (changeMembers, askToJoin), and every
+// BalanceTicks hands leadership back home where it can.
 func (h *Host) Tick() {
 	for _, g := range h.groups {
 		if g != nil {
@@ -203,9 +204,11 @@ func (h *Host) Tick() {
 		}
 	}
 	h.ticks++
+	// A rejoining replica's steps each wait for a tick, not for a balance:
+	// its shard is a replica short until it is promoted.
+	h.changeMembers()
+	h.askToJoin()
 	if h.ticks%h.cfg.BalanceTicks == 0 {
-		h.changeMembers()
-		h.askToJoin()
 		h.balance()
 	}
 }
