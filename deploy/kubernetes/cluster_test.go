@@ -24,19 +24,25 @@ const clusterOverlay = "../kubernetes-cluster"
 // StatefulSet as kustomize does (a strategic merge).
 func clusterStatefulSet(t *testing.T, base *appsv1.StatefulSet) *appsv1.StatefulSet {
 	t.Helper()
-	k := loadOverlay(t, clusterOverlay)
+	return patchedStatefulSet(t, clusterOverlay, loadOverlay(t, clusterOverlay), base)
+}
+
+// patchedStatefulSet applies the patches of k, the overlay in dir, to sts
+// as kustomize does (a strategic merge).
+func patchedStatefulSet(t *testing.T, dir string, k *kustomization, sts *appsv1.StatefulSet) *appsv1.StatefulSet {
+	t.Helper()
 	if len(k.Resources) != 1 {
-		t.Errorf("resources %v: want the base, ../kubernetes", k.Resources)
+		t.Errorf("%s: resources %v: want one, the overlay or base it patches", dir, k.Resources)
 	}
 	if len(k.Patches) == 0 {
-		t.Fatal("no patches")
+		t.Fatalf("%s: no patches", dir)
 	}
-	merged, err := json.Marshal(base)
+	merged, err := json.Marshal(sts)
 	if err != nil {
 		t.Fatal(err)
 	}
 	for _, p := range k.Patches {
-		doc, err := os.ReadFile(filepath.Join(clusterOverlay, p.Path))
+		doc, err := os.ReadFile(filepath.Join(dir, p.Path))
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -51,11 +57,11 @@ func clusterStatefulSet(t *testing.T, base *appsv1.StatefulSet) *appsv1.Stateful
 			t.Fatalf("%s: %v", p.Path, err)
 		}
 	}
-	var sts appsv1.StatefulSet
-	if err := json.Unmarshal(merged, &sts); err != nil {
+	var out appsv1.StatefulSet
+	if err := json.Unmarshal(merged, &out); err != nil {
 		t.Fatal(err)
 	}
-	return &sts
+	return &out
 }
 
 // checkNodesTemplate checks a --cluster-nodes (or --nodes) template: the
@@ -190,5 +196,58 @@ func TestRebalanceJob(t *testing.T) {
 	}
 	if cs := c.SecurityContext; cs == nil || cs.ReadOnlyRootFilesystem == nil || !*cs.ReadOnlyRootFilesystem || cs.RunAsNonRoot == nil || !*cs.RunAsNonRoot {
 		t.Errorf("securityContext: want non-root and a read-only root filesystem, as the server's")
+	}
+}
+
+// replicatedOverlay is the overlay of clusterOverlay that replicates each
+// shard on 3 pods.
+const replicatedOverlay = "../kubernetes-replicated"
+
+// TestReplicatedOverlay checks the replicated overlay over the cluster
+// one: --cluster-replicas 3 on 3 pods (each shard on every pod), the
+// pods kept on distinct machines (a shard's replicas must not fail
+// together), one pod down at a time, and the replication port declared
+// where the nodes look for it (the RESP port plus 10000).
+func TestReplicatedOverlay(t *testing.T) {
+	m := load(t)
+	sts := patchedStatefulSet(t, replicatedOverlay, loadOverlayOf(t, replicatedOverlay, clusterOverlay), clusterStatefulSet(t, m.sts()))
+	tm := &manifests{statefulSets: []*appsv1.StatefulSet{sts}}
+	flags := tm.containerFlags(t)
+	src := sluiceSource(t)
+	for name := range flags {
+		if !strings.Contains(src, strconv.Quote(name)) {
+			t.Errorf("the replicated overlay passes --%s, which cmd/sluice does not define", name)
+		}
+	}
+	replicas := requireFlag(t, flags, "cluster-replicas")
+	if replicas != "3" || sts.Spec.Replicas == nil || *sts.Spec.Replicas != 3 || requireFlag(t, flags, "cluster-size") != "3" {
+		t.Errorf("--cluster-replicas %s, --cluster-size %s, %v pods: want 3, 3 and 3", replicas, flags["cluster-size"], sts.Spec.Replicas)
+	}
+	if _, ok := flags["cluster-bus-nodes"]; ok {
+		t.Errorf("--cluster-bus-nodes is set: the port below assumes the default, the RESP port plus 10000")
+	}
+	aff := sts.Spec.Template.Spec.Affinity
+	spread := false
+	if aff != nil && aff.PodAntiAffinity != nil {
+		for _, term := range aff.PodAntiAffinity.RequiredDuringSchedulingIgnoredDuringExecution {
+			sel := term.LabelSelector
+			spread = spread || term.TopologyKey == "kubernetes.io/hostname" && sel != nil &&
+				sel.MatchLabels["app.kubernetes.io/name"] == sts.Spec.Template.Labels["app.kubernetes.io/name"] && sel.MatchLabels["app.kubernetes.io/name"] != ""
+		}
+	}
+	if !spread {
+		t.Errorf("no required pod anti-affinity on kubernetes.io/hostname for the pods' own label: two replicas of a shard could share a machine")
+	}
+	c := tm.container(t)
+	respPort := port(t, "addr", requireFlag(t, flags, "addr"))
+	found := false
+	for _, p := range c.Ports {
+		found = found || p.Name == "replication" && p.ContainerPort == respPort+10000
+	}
+	if !found {
+		t.Errorf("ports %v: want replication on %d, the RESP port plus 10000", c.Ports, respPort+10000)
+	}
+	if pdb := m.budgets[0]; pdb.Spec.MaxUnavailable == nil || pdb.Spec.MaxUnavailable.IntValue() != 1 {
+		t.Errorf("PodDisruptionBudget: want maxUnavailable 1, which a shard of 3 replicas survives")
 	}
 }

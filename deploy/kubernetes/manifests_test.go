@@ -1,6 +1,7 @@
 // Package kubernetes_test checks the manifests in this directory, the TLS
 // overlay in ../kubernetes-tls, the cluster overlay in
-// ../kubernetes-cluster, the monitoring overlay in ../kubernetes-monitoring,
+// ../kubernetes-cluster and its replicated overlay in ../kubernetes-replicated,
+// the monitoring overlay in ../kubernetes-monitoring,
 // and the Dockerfile at the root of the repository, against each other and
 // against the flags of cmd/sluice. It needs no cluster and no network:
 // every manifest is decoded strictly into the Kubernetes API types (the
@@ -674,6 +675,13 @@ func hasSubcommand(src, name string) bool {
 // that its first resource is this base.
 func loadOverlay(t *testing.T, dir string) *kustomization {
 	t.Helper()
+	return loadOverlayOf(t, dir, ".")
+}
+
+// loadOverlayOf reads the kustomization of the overlay in dir, and checks
+// that its first resource is the overlay or base in of.
+func loadOverlayOf(t *testing.T, dir, of string) *kustomization {
+	t.Helper()
 	raw, err := os.ReadFile(filepath.Join(dir, "kustomization.yaml"))
 	if err != nil {
 		t.Fatal(err)
@@ -683,9 +691,9 @@ func loadOverlay(t *testing.T, dir string) *kustomization {
 		t.Fatalf("%s/kustomization.yaml: %v", dir, err)
 	}
 	k := o.kustomizations[0]
-	here, _ := filepath.Abs(".")
-	if len(k.Resources) == 0 || absPath(filepath.Join(dir, k.Resources[0])) != here {
-		t.Errorf("%s: resources %v: want the base, ../kubernetes, first", dir, k.Resources)
+	want, _ := filepath.Abs(of)
+	if len(k.Resources) == 0 || absPath(filepath.Join(dir, k.Resources[0])) != want {
+		t.Errorf("%s: resources %v: want %s first", dir, k.Resources, of)
 	}
 	return k
 }
