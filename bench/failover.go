@@ -84,6 +84,7 @@ type failoverReport struct {
 // failoverNode is one of the three processes and what the scenario keeps
 // to restart it as itself.
 type failoverNode struct {
+	wrap    []string // runs the process, such as taskset; nil: none
 	ordinal int
 	addr    string
 	dir     string
@@ -95,7 +96,7 @@ type failoverNode struct {
 // start starts the node's process on its directory, as itself, and a
 // fresh plain client to it.
 func (n *failoverNode) start(bin string) error {
-	n.srv = &server{name: fmt.Sprintf("sluice node %d", n.ordinal), cmd: command(nil, bin, n.args...), addr: n.addr, dir: n.dir, log: &bytes.Buffer{}}
+	n.srv = &server{name: fmt.Sprintf("sluice node %d", n.ordinal), cmd: command(n.wrap, bin, n.args...), addr: n.addr, dir: n.dir, log: &bytes.Buffer{}}
 	n.srv.cmd.Stderr = n.srv.log
 	if err := n.srv.start(); err != nil {
 		return err
@@ -177,16 +178,27 @@ func runFailover(o options, kills int, timeout time.Duration, log io.Writer) (re
 // it returns them (stopNodes stops them, even on an error), their
 // addresses, the placement, a key of each shard and the flags.
 func startReplicatedNodes(o options, tmp, bin string) (nodes []*failoverNode, addrs []string, shards []cluster.Shard, keys, flags []string, err error) {
+	flags = append([]string{"--cluster-replicas", "3", "--fsync", "always"}, strings.Fields(o.serverFlags)...)
+	nodes, addrs, shards, keys, err = startClusterNodes(tmp, bin, 3, flags, nil)
+	return nodes, addrs, shards, keys, flags, err
+}
+
+// startClusterNodes starts three local nodes of a cluster with replicas
+// replicas per shard (flags must say --cluster-replicas), each with flags
+// and under wrap(its ordinal) when wrap is set, on a directory under tmp;
+// it returns them (stopNodes stops them, even on an error), their
+// addresses, the placement and a key of each shard.
+func startClusterNodes(tmp, bin string, replicas int, flags []string, wrap func(int) []string) (nodes []*failoverNode, addrs []string, shards []cluster.Shard, keys []string, err error) {
 	const n = 3
-	if shards, err = cluster.Place(n, 3); err != nil {
-		return nil, nil, nil, nil, nil, err
+	if shards, err = cluster.Place(n, replicas); err != nil {
+		return nil, nil, nil, nil, err
 	}
 	keys = shardKeys(shards)
 	var bus []string
 	for range 2 * n {
 		a, err := freeAddr()
 		if err != nil {
-			return nil, nil, nil, nil, nil, err
+			return nil, nil, nil, nil, err
 		}
 		if len(addrs) < n {
 			addrs = append(addrs, a)
@@ -194,24 +206,26 @@ func startReplicatedNodes(o options, tmp, bin string) (nodes []*failoverNode, ad
 			bus = append(bus, a)
 		}
 	}
-	flags = append([]string{"--cluster-replicas", "3", "--fsync", "always"}, strings.Fields(o.serverFlags)...)
 	nodes = make([]*failoverNode, n)
 	for i := range nodes {
 		httpAddr, err := freeAddr()
 		if err != nil {
-			return nodes, nil, nil, nil, nil, err
+			return nodes, nil, nil, nil, err
 		}
 		dir := filepath.Join(tmp, "node-"+strconv.Itoa(i))
 		f := append([]string{"--cluster-nodes", strings.Join(addrs, ","), "--cluster-ordinal", strconv.Itoa(i),
 			"--cluster-bus-nodes", strings.Join(bus, ",")}, flags...)
 		nodes[i] = &failoverNode{ordinal: i, addr: addrs[i], dir: dir, args: sluiceArgs(addrs[i], httpAddr, dir, f)}
+		if wrap != nil {
+			nodes[i].wrap = wrap(i)
+		}
 	}
 	for _, nd := range nodes {
 		if err := nd.start(bin); err != nil {
-			return nodes, nil, nil, nil, nil, err
+			return nodes, nil, nil, nil, err
 		}
 	}
-	return nodes, addrs, shards, keys, flags, nil
+	return nodes, addrs, shards, keys, nil
 }
 
 // stopNodes stops the nodes that were started, and closes their clients.

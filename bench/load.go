@@ -124,6 +124,9 @@ type workload struct {
 	Take     int64   // RL TAKE, CL quantity, FW COST (ROLL.LIMIT has none)
 	Max      int64   // RL max, CL max_burst and count, FW limit, ROLL max
 	RefillMs int64   // RL refill period, CL period, FW window, ROLL interval_ms (the seconds forms send it in whole seconds)
+	// Only, when set, holds the key numbers drawn from, Keys of them (the
+	// keys of one shard: replcost); nil: 0 to Keys-1.
+	Only []int64
 }
 
 // command is the workload's sluice command, RL.PREDUCE when unset.
@@ -262,6 +265,13 @@ func newKeyGen(w workload, seed uint64, seq *atomic.Int64) *keyGen {
 }
 
 func (g *keyGen) next() int64 {
+	if g.w.Only != nil {
+		return g.w.Only[g.draw()]
+	}
+	return g.draw()
+}
+
+func (g *keyGen) draw() int64 {
 	switch g.w.Dist {
 	case "zipf":
 		return int64(g.zipf.Uint64())

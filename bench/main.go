@@ -10,6 +10,7 @@
 //	go run ./bench --scenario scale --redis-cell path/to/libredis_cell.so --write-docs docs/benchmarks.md
 //	go run ./bench --scenario failover --server-flags "--cluster-election-timeout 300ms"
 //	go run ./bench --scenario rejoin --keys 1000000 --kill-timeout 10m
+//	go run ./bench --pin --scenario replcost --requests 1000000
 //
 // It reports throughput and latency percentiles from an HDR histogram, and,
 // for servers it started, their CPU time and peak RSS from /proc. Run it
@@ -143,7 +144,7 @@ func mainErr(args []string, stdout, stderr io.Writer) error {
 	fs.BoolVar(&o.spawn, "spawn", false, "build and start sluice with a fresh data directory, and report its CPU and peak RSS")
 	fs.StringVar(&o.serverFlags, "server-flags", "", "extra flags for the sluice the harness starts, e.g. \"--fsync always\"")
 	fs.StringVar(&o.compare, "compare", "", "also run the workload against redis-server, the Redis way of doing what its sluice command does (value: redis): for RL.PREDUCE, INCR and the EVALSHA token bucket; for CL.*, redis-cell and INCR+EXPIRE; for FW.*, INCR+EXPIRE, the same in MULTI/EXEC, and the EVALSHA fixed window; for ROLL.LIMIT, rolling-rate-limiter's MULTI of ZREMRANGEBYSCORE, ZADD, ZRANGE WITHSCORES and EXPIRE")
-	fs.StringVar(&o.scenario, "scenario", "", "preset: "+strings.Join(scenarioNames(), ", ")+"; or all ("+strings.Join(groupNames(groupMain), ", ")+"); or limiters ("+strings.Join(groupNames(groupLimiters), ", ")+"); or roll ("+strings.Join(groupNames(groupRoll), ", ")+"); or sweep (the idle sweep, sluice alone); or rls (Envoy's ShouldRateLimit over gRPC, sluice alone); or goals (issue 13's goal workloads and their table, Redis rows included); or memory (--keys buckets, 10M by default, created once each: sluice's peak RSS with default flags); or scale (issue 28: Redis INCR, the Lua bucket and, with --redis-cell, redis-cell, then sluice at GOMAXPROCS 1, 2, 4, ... up to the machine's cores, uniform and hot keys, unpinned, with the cores each server used, and the serial stage ceiling from the stage benchmarks of ./storage); or failover (issue 29: three local nodes with --cluster-replicas 3 --fsync always, --server-flags added; --kills SIGKILLs of a shard's leader, each restarted on its volume: the time to the shard's first decision by another node, and to a go-redis ClusterClient's first success; unpinned); or rejoin (issue 29: the same three nodes, --keys buckets in shard 0, then its home node killed and started on an empty data directory: the time until it leads shard 0 again, every bucket read back from it)")
+	fs.StringVar(&o.scenario, "scenario", "", "preset: "+strings.Join(scenarioNames(), ", ")+"; or all ("+strings.Join(groupNames(groupMain), ", ")+"); or limiters ("+strings.Join(groupNames(groupLimiters), ", ")+"); or roll ("+strings.Join(groupNames(groupRoll), ", ")+"); or sweep (the idle sweep, sluice alone); or rls (Envoy's ShouldRateLimit over gRPC, sluice alone); or goals (issue 13's goal workloads and their table, Redis rows included); or memory (--keys buckets, 10M by default, created once each: sluice's peak RSS with default flags); or scale (issue 28: Redis INCR, the Lua bucket and, with --redis-cell, redis-cell, then sluice at GOMAXPROCS 1, 2, 4, ... up to the machine's cores, uniform and hot keys, unpinned, with the cores each server used, and the serial stage ceiling from the stage benchmarks of ./storage); or failover (issue 29: three local nodes with --cluster-replicas 3 --fsync always, --server-flags added; --kills SIGKILLs of a shard's leader, each restarted on its volume: the time to the shard's first decision by another node, and to a go-redis ClusterClient's first success; unpinned); or rejoin (issue 29: the same three nodes, --keys buckets in shard 0, then its home node killed and started on an empty data directory: the time until it leads shard 0 again, every bucket read back from it); or replcost (issue 29: pipelined RL.PREDUCE over --keys buckets of one shard against a standalone sluice, the shard's owner of three nodes with --cluster-replicas 1 and its leader with 3, in --fsync always and everysec: throughput and each process's CPU per request; --pin pins the measured node)")
 	fs.StringVar(&o.serverBin, "server-bin", "", "a sluice binary to start instead of building ./cmd/sluice")
 	fs.StringVar(&o.beforeBin, "before-bin", "", "with --scenario goals: an older sluice binary, measured in the same run on each goal workload, for the table's before column")
 	fs.StringVar(&o.redisCell, "redis-cell", os.Getenv("SLUICE_BENCH_REDIS_CELL"), "with --compare redis: the redis-cell module (libredis_cell.so, built for the installed Redis) to load with --loadmodule for the CL.THROTTLE row; without it that row is skipped (env SLUICE_BENCH_REDIS_CELL)")
@@ -181,7 +182,7 @@ func mainErr(args []string, stdout, stderr io.Writer) error {
 	if o.perfDir != "" && (o.scenario == "goals" || o.scenario == "memory" || o.scenario == "scale" || o.scenario == "failover" || o.scenario == "rejoin") {
 		return fmt.Errorf("--perf is not for --scenario %s (a profiler would slow one of the rows it compares): profile with --spawn --scenario pipelined --perf DIR", o.scenario)
 	}
-	if o.perfDir != "" && (o.scenario == "sweep" || !o.spawn && o.compare == "") {
+	if o.perfDir != "" && o.scenario != "replcost" && (o.scenario == "sweep" || !o.spawn && o.compare == "") {
 		return errors.New("--perf profiles the sluice a scenario starts: add --spawn or --compare redis (the sweep scenario has no --perf)")
 	}
 	if o.scenario == "scale" || o.scenario == "failover" || o.scenario == "rejoin" {
@@ -238,6 +239,8 @@ func mainErr(args []string, stdout, stderr io.Writer) error {
 		return nil
 	case "rejoin":
 		return runRejoin(o, o.killTimeout, stdout)
+	case "replcost":
+		return runReplCost(o, stdout)
 	case "failover":
 		rep, err := runFailover(o, o.kills, o.killTimeout, stdout)
 		if err != nil {
