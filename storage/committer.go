@@ -67,6 +67,10 @@ type commitQueue struct {
 	// lost are the rounds whose changes the Replicator did not commit
 	// (see lose), oldest first: a reply waiting for one gets the error.
 	lost []lostRounds
+	// proposed is the last round handed to the Replicator: its fate, and
+	// that of the rounds before it, is the Replicator's answer; a later
+	// one has not been proposed yet (see DiscardDirty).
+	proposed uint64
 	// index is the committer's number, for the Replicator.
 	index int
 	// Cumulative keys written to Pebble up to round applied, and up

@@ -80,12 +80,26 @@ func (r *replicaRound) add(key, val []byte, del bool) {
 // replication package calls it on losing leadership). A reader then finds
 // what the store holds: the group's committed state. The record counts
 // follow what Pebble holds. It returns how many records it dropped.
+//
+// The changes to those records that their committer has not proposed yet
+// are lost with them: their round would find the records gone and write
+// nothing, and an empty round is acknowledged at once. Each reply waiting
+// for such a round gets ErrNotReplicated (see loseUnproposed); the rounds
+// already proposed get the Replicator's answer.
 func (s *Store) DiscardDirty(lower, upper []byte) (int, error) {
 	unlock, err := s.readLock()
 	if err != nil {
 		return 0, err
 	}
 	defer unlock()
+	touched := make([]bool, len(s.queues))
+	defer func() {
+		for c, t := range touched {
+			if t {
+				s.loseUnproposed(s.queues[c])
+			}
+		}
+	}()
 	n := 0
 	for i := range s.stripe {
 		st := &s.stripe[i]
@@ -103,6 +117,8 @@ func (s *Store) DiscardDirty(lower, upper []byte) (int, error) {
 			if bytes.Compare(key, lower) < 0 || bytes.Compare(key, upper) >= 0 {
 				continue
 			}
+			touched[s.committerOf(key)] = true
+			touched[len(touched)-1] = true // the cross queue's transactions
 			if err := s.discardLocked(st, ri); err != nil {
 				st.mu.Unlock()
 				return n, err
@@ -158,6 +174,11 @@ func (s *Store) finishReplicated(q *commitQueue, r *roundBufs, round uint64, err
 		answer, err = s.opts.Replicator.Replicate(q.index, r.rep.ops)
 		if err != nil && !errors.Is(err, ErrFailed) {
 			err = fmt.Errorf("%w: %w", ErrNotReplicated, err)
+		}
+		if err == nil {
+			q.Lock()
+			q.proposed = round
+			q.Unlock()
 		}
 	}
 	r.rep.reset()
@@ -215,10 +236,30 @@ func (s *Store) lose(q *commitQueue, done []written, round uint64, err error) {
 		st.mu.Unlock()
 	}
 	q.Lock()
-	l := lostRounds{first: round, last: q.round, err: err}
+	s.loseRoundsLocked(q, round, err)
+	q.Unlock()
+}
+
+// loseUnproposed marks q's rounds after the last it proposed lost: the
+// round it may be reading now and the one its queued changes wait for.
+// The changes queued from now on go to a round of their own.
+func (s *Store) loseUnproposed(q *commitQueue) {
+	q.Lock()
+	defer q.Unlock()
+	err := fmt.Errorf("%w: its records were dropped when this node lost its group's leadership", ErrNotReplicated)
+	s.loseRoundsLocked(q, q.proposed+1, err)
+}
+
+// loseRoundsLocked marks q's rounds from first to the one its queued
+// changes wait for lost with err, and starts a new round for the changes
+// queued from now on. q must be locked.
+func (s *Store) loseRoundsLocked(q *commitQueue, first uint64, err error) {
+	l := lostRounds{first: first, last: q.round, err: err}
 	q.round++ // the changes queued from now on are not lost
 	if n := len(q.lost); n > 0 && q.lost[n-1].last+1 >= l.first {
-		q.lost[n-1].last = l.last // adjacent: one range
+		// Adjacent or overlapping: one range.
+		q.lost[n-1].first = min(q.lost[n-1].first, l.first)
+		q.lost[n-1].last = max(q.lost[n-1].last, l.last)
 	} else {
 		q.lost = append(q.lost, l)
 	}
@@ -227,7 +268,6 @@ func (s *Store) lose(q *commitQueue, done []written, round uint64, err error) {
 		q.lost = append(q.lost[:0], q.lost[1:]...)
 	}
 	q.done.Broadcast()
-	q.Unlock()
 }
 
 // discardLocked drops record ri, dirty, from st's table, the record counts
