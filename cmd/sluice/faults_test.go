@@ -80,7 +80,34 @@ type faultCluster struct {
 	cc      *redis.ClusterClient
 	// phases are the phases run, for the check of the replicas' stores.
 	phases []*phase
+	// answeredBy maps each command a node answered without an error to
+	// that node's address (answerHook), so that a bucket over its limit
+	// says who acknowledged what.
+	answeredBy sync.Map
 }
+
+// answerHook notes which node answered each command of a pipeline.
+type answerHook struct {
+	fc   *faultCluster
+	addr string
+}
+
+func (h answerHook) DialHook(next redis.DialHook) redis.DialHook          { return next }
+func (h answerHook) ProcessHook(next redis.ProcessHook) redis.ProcessHook { return next }
+func (h answerHook) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
+	return func(ctx context.Context, cmds []redis.Cmder) error {
+		err := next(ctx, cmds)
+		for _, c := range cmds {
+			if c.Err() == nil {
+				h.fc.answeredBy.Store(c, h.addr)
+			}
+		}
+		return err
+	}
+}
+
+// node is the ordinal of the node at addr, or -1.
+func (fc *faultCluster) node(addr string) int { return slices.Index(fc.addrs, addr) }
 
 // faultClusterOptions are the clients' settings: the slot table is
 // reloaded every 100ms (go-redis does not reload it when the node it
@@ -132,6 +159,7 @@ func startFaultCluster(t *testing.T, c faultCase) *faultCluster {
 		fc.start(i)
 	}
 	fc.cc = redis.NewClusterClient(faultClusterOptions(fc.addrs))
+	fc.cc.OnNewNode(func(rdb *redis.Client) { rdb.AddHook(answerHook{fc: fc, addr: rdb.Options().Addr}) })
 	t.Cleanup(func() { fc.cc.Close() })
 	return fc
 }
@@ -330,6 +358,13 @@ func (fc *faultCluster) debug(i int, args ...any) {
 	}
 }
 
+// ack is an admission acknowledged: when, and by which node (-1:
+// unknown).
+type ack struct {
+	at   time.Time
+	node int
+}
+
 // phase is the load of one fault: its buckets, what was acknowledged of
 // each, and the fault's times.
 type phase struct {
@@ -344,11 +379,11 @@ type phase struct {
 	gate sync.RWMutex
 	mu   struct {
 		sync.Mutex
-		acked   []int         // acknowledged admissions
-		allow   []int         // the most a bucket may admit: its limit, plus a jump's refill
-		ackAt   [][]time.Time // when each admission was acknowledged
-		drained []bool        // denied once since drainFrom
-		left    int           // buckets not drained
+		acked   []int   // acknowledged admissions
+		allow   []int   // the most a bucket may admit: its limit, plus a jump's refill
+		ackAt   [][]ack // each admission acknowledged
+		drained []bool  // denied once since drainFrom
+		left    int     // buckets not drained
 		errs    map[string]int
 	}
 	startTerms         []uint64 // each shard's term when the phase began
@@ -377,7 +412,7 @@ func (fc *faultCluster) newPhase(name string, target, buckets int) *phase {
 		ph.mu.allow = append(ph.mu.allow, faultLimit)
 	}
 	ph.mu.acked = make([]int, buckets)
-	ph.mu.ackAt = make([][]time.Time, buckets)
+	ph.mu.ackAt = make([][]ack, buckets)
 	ph.resetDrain()
 	return ph
 }
@@ -409,6 +444,7 @@ func (ph *phase) take(ctx context.Context, bs []int) []int64 {
 	defer ph.mu.Unlock()
 	for i, b := range bs {
 		n, err := cmds[i].Int64()
+		by, _ := ph.fc.answeredBy.LoadAndDelete(cmds[i])
 		if err != nil {
 			out[i] = -1
 			ph.failures.Add(1)
@@ -421,7 +457,11 @@ func (ph *phase) take(ctx context.Context, bs []int) []int64 {
 		}
 		if n >= 1 {
 			ph.mu.acked[b]++
-			ph.mu.ackAt[b] = append(ph.mu.ackAt[b], now)
+			a := ack{at: now, node: -1}
+			if addr, ok := by.(string); ok {
+				a.node = ph.fc.node(addr)
+			}
+			ph.mu.ackAt[b] = append(ph.mu.ackAt[b], a)
 		} else if start >= ph.drainFrom.Load() && !ph.mu.drained[b] {
 			ph.mu.drained[b] = true
 			ph.mu.left--
@@ -558,6 +598,7 @@ func jumpClock(fc *faultCluster, ph *phase, node int) func() {
 	after := fc.terms()
 	ph.mu.Lock()
 	defer ph.mu.Unlock()
+	moved := map[int]bool{}
 	for b, n := range got {
 		s := ph.shard[b]
 		want := int64(0)
@@ -569,7 +610,10 @@ func jumpClock(fc *faultCluster, ph *phase, node int) func() {
 		case before[s] != after[s]:
 			// Leadership moved during the phase: either is right.
 			ph.mu.allow[b] = 2 * faultLimit
-			fc.t.Logf("%s: shard %d changed leaders during the phase (term %d to %d): bucket %s had %d tokens after the jump", ph.name, s, before[s], after[s], ph.keys[b], n)
+			if !moved[s] {
+				moved[s] = true
+				fc.t.Logf("%s: shard %d changed leaders during the phase (term %d to %d): its buckets may or may not refill", ph.name, s, before[s], after[s])
+			}
 		case n != want:
 			fc.t.Errorf("%s: bucket %s of shard %d had %d tokens after node %d's clock jumped %v; want %d", ph.name, ph.keys[b], s, n, node, faultJump, want)
 		}
@@ -605,6 +649,7 @@ func (fc *faultCluster) runPhase(f fault, round, target, buckets int, st *faultS
 		fc.waitLeaderElsewhere(target, target, deadline)
 	}
 	heal()
+	healedAt := time.Now()
 	ph.resetDrain()
 	fc.waitHomeLeaders(deadline)
 	homeAt := time.Now()
@@ -638,7 +683,7 @@ func (fc *faultCluster) runPhase(f fault, round, target, buckets int, st *faultS
 		st.overTotal += over
 		st.overMax = max(st.overMax, over)
 		if fc.c.fsync == "always" {
-			fc.t.Errorf("%s: bucket %s (shard %d) admitted %d; its limit allows %d", ph.name, ph.keys[b], ph.shard[b], n, ph.mu.allow[b])
+			fc.t.Errorf("%s: bucket %s (shard %d) admitted %d; its limit allows %d; %s", ph.name, ph.keys[b], ph.shard[b], n, ph.mu.allow[b], ph.describeAcks(b, faultAt, healedAt))
 			continue
 		}
 		// everysec: a change of leader loses at most what the old leader
@@ -647,8 +692,8 @@ func (fc *faultCluster) runPhase(f fault, round, target, buckets int, st *faultS
 		// changes leaders twice (away, then home again).
 		from, to := faultAt.Add(-time.Second-faultElection), homeAt
 		in := 0
-		for _, at := range ph.mu.ackAt[b] {
-			if !at.Before(from) && !at.After(to) {
+		for _, a := range ph.mu.ackAt[b] {
+			if !a.at.Before(from) && !a.at.After(to) {
 				in++
 			}
 		}
@@ -660,6 +705,17 @@ func (fc *faultCluster) runPhase(f fault, round, target, buckets int, st *faultS
 		fc.t.Logf("%s: %d× %s", ph.name, n, e)
 	}
 	fc.phases = append(fc.phases, ph)
+}
+
+// describeAcks says when each admission of bucket b was acknowledged,
+// from the fault on, and by which node, with the fault's repair.
+func (ph *phase) describeAcks(b int, faultAt, healedAt time.Time) string {
+	var w strings.Builder
+	fmt.Fprintf(&w, "fault on node %d, repaired at +%v; acknowledged:", ph.target, healedAt.Sub(faultAt).Round(time.Millisecond))
+	for _, a := range ph.mu.ackAt[b] {
+		fmt.Fprintf(&w, " %+v by node %d,", a.at.Sub(faultAt).Round(time.Millisecond), a.node)
+	}
+	return strings.TrimSuffix(w.String(), ",")
 }
 
 // checkReplicas stops every node cleanly once each has applied its
