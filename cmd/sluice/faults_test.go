@@ -542,33 +542,36 @@ type fault struct {
 	inject    func(fc *faultCluster, ph *phase, node int) (heal func())
 }
 
-var faults = []fault{
-	{name: "kill", moves: true, inject: func(fc *faultCluster, _ *phase, node int) func() {
-		fc.procs[node].stop(fc.t, syscall.SIGKILL)
-		return func() { fc.start(node) }
-	}},
-	{name: "stop", moves: true, bugAlways: "a leader stopped (SIGSTOP) past an election timeout and continued: some buckets of its shard admit one more than their limit, and the replicas' records miss an acknowledged admission (docs/cluster.md, Replicated shards, Not yet)",
-		inject: func(fc *faultCluster, _ *phase, node int) func() {
-			// SIGCONT once another replica leads, so the node was stopped
-			// for longer than an election timeout; it wakes as a leader of
-			// a past term, with clients' commands waiting on its sockets.
-			p := fc.procs[node].cmd.Process
-			if err := p.Signal(syscall.SIGSTOP); err != nil {
-				fc.t.Fatal(err)
-			}
-			return func() {
-				if err := p.Signal(syscall.SIGCONT); err != nil {
+// faultKinds are the faults, in the order each round runs them.
+func faultKinds() []fault {
+	return []fault{
+		{name: "kill", moves: true, inject: func(fc *faultCluster, _ *phase, node int) func() {
+			fc.procs[node].stop(fc.t, syscall.SIGKILL)
+			return func() { fc.start(node) }
+		}},
+		{name: "stop", moves: true, bugAlways: "a leader stopped (SIGSTOP) past an election timeout and continued: some buckets of its shard admit one more than their limit, and the replicas' records miss an acknowledged admission (docs/cluster.md, Replicated shards, Not yet)",
+			inject: func(fc *faultCluster, _ *phase, node int) func() {
+				// SIGCONT once another replica leads, so the node was stopped
+				// for longer than an election timeout; it wakes as a leader of
+				// a past term, with clients' commands waiting on its sockets.
+				p := fc.procs[node].cmd.Process
+				if err := p.Signal(syscall.SIGSTOP); err != nil {
 					fc.t.Fatal(err)
 				}
-			}
+				return func() {
+					if err := p.Signal(syscall.SIGCONT); err != nil {
+						fc.t.Fatal(err)
+					}
+				}
+			}},
+		{name: "partition", moves: true, inject: func(fc *faultCluster, _ *phase, node int) func() {
+			fc.isolate(node, true)
+			return func() { fc.isolate(node, false) }
 		}},
-	{name: "partition", moves: true, inject: func(fc *faultCluster, _ *phase, node int) func() {
-		fc.isolate(node, true)
-		return func() { fc.isolate(node, false) }
-	}},
-	{name: "clock", inject: jumpClock},
-	// No fault: the baseline, in which even everysec loses nothing.
-	{name: "none", inject: func(*faultCluster, *phase, int) func() { return func() {} }},
+		{name: "clock", inject: jumpClock},
+		// No fault: the baseline, in which even everysec loses nothing.
+		{name: "none", inject: func(*faultCluster, *phase, int) func() { return func() {} }},
+	}
 }
 
 // jumpClock moves node's clock faultJump forward once every bucket is
@@ -823,8 +826,8 @@ func (fc *faultCluster) checkReplicas(deadline time.Time) {
 	fc.t.Logf("%d bucket records checked on the replicas of their shards", checked)
 }
 
-// faultRounds and faultBuckets read SLUICE_FAULT_ROUNDS and
-// SLUICE_FAULT_BUCKETS, the long form's settings.
+// faultSetting reads the positive integer of the environment variable
+// name, the long form's settings, or returns def when it is not set.
 func faultSetting(t *testing.T, name string, def int) int {
 	v := os.Getenv(name)
 	if v == "" {
@@ -855,7 +858,7 @@ func TestReplicatedFaults(t *testing.T) {
 			var st faultStats
 			target := 0
 			for round := range rounds {
-				for _, f := range faults {
+				for _, f := range faultKinds() {
 					if only != "" && f.name != only {
 						continue
 					}
