@@ -33,7 +33,7 @@ import (
 // drains: every acknowledged admission is counted per bucket.
 //
 // SLUICE_FAULT_ROUNDS=n runs every fault n times per case (default 1);
-// SLUICE_FAULT_BUCKETS the buckets of a phase (default 100);
+// SLUICE_FAULT_BUCKETS the buckets of a phase (default 60);
 // SLUICE_FAULT_LOGS=dir keeps the processes' logs of a failed case there;
 // SLUICE_FAULT_ONLY=name runs the fault of that name alone.
 
@@ -136,7 +136,11 @@ func startFaultCluster(t *testing.T, c faultCase) *faultCluster {
 	if err != nil {
 		t.Fatal(err)
 	}
-	fc := &faultCluster{t: t, c: c, shards: shards, addrs: freePorts(t, c.nodes), bus: freePorts(t, c.nodes),
+	// The nodes' ports stay taken while the proxies take ports of their
+	// own, so that no proxy gets one.
+	addrs, releaseAddrs := reservePorts(t, c.nodes)
+	bus, releaseBus := reservePorts(t, c.nodes)
+	fc := &faultCluster{t: t, c: c, shards: shards, addrs: addrs, bus: bus,
 		links: make([][]*faultnet.Proxy, c.nodes), procs: make([]*proc, c.nodes), started: make([][]*proc, c.nodes)}
 	// Registered first, so it runs after the processes are killed.
 	t.Cleanup(fc.keepLogs)
@@ -155,6 +159,8 @@ func startFaultCluster(t *testing.T, c faultCase) *faultCluster {
 			fc.links[i][j] = p
 		}
 	}
+	releaseAddrs()
+	releaseBus()
 	for i := range c.nodes {
 		fc.start(i)
 	}
@@ -849,7 +855,7 @@ func faultSetting(t *testing.T, name string, def int) int {
 // documented loss window.
 func TestReplicatedFaults(t *testing.T) {
 	rounds := faultSetting(t, "SLUICE_FAULT_ROUNDS", 1)
-	buckets := faultSetting(t, "SLUICE_FAULT_BUCKETS", 100)
+	buckets := faultSetting(t, "SLUICE_FAULT_BUCKETS", 60)
 	only := os.Getenv("SLUICE_FAULT_ONLY")
 	for _, c := range []faultCase{{3, 3, "always"}, {5, 3, "always"}, {5, 5, "always"}, {3, 3, "everysec"}} {
 		t.Run(c.String(), func(t *testing.T) {
