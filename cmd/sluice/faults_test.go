@@ -38,11 +38,14 @@ import (
 // SLUICE_FAULT_ONLY=name runs the fault of that name alone.
 
 const (
-	faultLimit   = 10
-	faultRefill  = 3600 // seconds; a clock jump of faultJump refills once
-	faultJump    = time.Hour
-	faultWorkers = 8
-	faultBatch   = 8 // commands per pipeline
+	faultLimit  = 10
+	faultRefill = 3600 // seconds; a clock jump of faultJump refills once
+	faultJump   = time.Hour
+	// faultWorkers each send one command at a time: go-redis' cluster
+	// pipelines write one command's reply from two goroutines when a
+	// node's batch is retried (the race detector's report), so the load
+	// is not pipelined.
+	faultWorkers = 32
 	// faultElection is the processes' --cluster-election-timeout.
 	faultElection = 300 * time.Millisecond
 	// faultPhaseLimit bounds each phase, a hang included.
@@ -86,24 +89,24 @@ type faultCluster struct {
 	answeredBy sync.Map
 }
 
-// answerHook notes which node answered each command of a pipeline.
+// answerHook notes which node answered each command.
 type answerHook struct {
 	fc   *faultCluster
 	addr string
 }
 
-func (h answerHook) DialHook(next redis.DialHook) redis.DialHook          { return next }
-func (h answerHook) ProcessHook(next redis.ProcessHook) redis.ProcessHook { return next }
-func (h answerHook) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
-	return func(ctx context.Context, cmds []redis.Cmder) error {
-		err := next(ctx, cmds)
-		for _, c := range cmds {
-			if c.Err() == nil {
-				h.fc.answeredBy.Store(c, h.addr)
-			}
+func (h answerHook) DialHook(next redis.DialHook) redis.DialHook { return next }
+func (h answerHook) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
+	return func(ctx context.Context, cmd redis.Cmder) error {
+		err := next(ctx, cmd)
+		if cmd.Err() == nil {
+			h.fc.answeredBy.Store(cmd, h.addr)
 		}
 		return err
 	}
+}
+func (h answerHook) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
+	return next
 }
 
 // node is the ordinal of the node at addr, or -1.
@@ -432,48 +435,47 @@ func (ph *phase) resetDrain() {
 	ph.mu.Unlock()
 }
 
-// take sends one RL.REDUCE per bucket of bs in a pipeline and counts the
-// replies; it returns them (-1 for an error).
+// take sends one RL.REDUCE per bucket of bs, one after another, and
+// counts the replies; it returns them (-1 for an error).
 func (ph *phase) take(ctx context.Context, bs []int) []int64 {
-	start := time.Now().UnixNano()
-	cmds := make([]*redis.Cmd, len(bs))
-	ph.fc.cc.Pipelined(ctx, func(p redis.Pipeliner) error {
-		for i, b := range bs {
-			cmds[i] = p.Do(ctx, "RL.REDUCE", ph.keys[b], faultLimit, faultRefill)
-		}
-		return nil
-	})
-	now := time.Now()
 	out := make([]int64, len(bs))
-	ph.requests.Add(int64(len(bs)))
-	ph.mu.Lock()
-	defer ph.mu.Unlock()
 	for i, b := range bs {
-		n, err := cmds[i].Int64()
-		by, _ := ph.fc.answeredBy.LoadAndDelete(cmds[i])
-		if err != nil {
-			out[i] = -1
-			ph.failures.Add(1)
-			ph.mu.errs[err.Error()]++
-			continue
-		}
-		out[i] = n
-		if f := ph.faultAt.Load(); f != 0 && start >= f && ph.shard[b] == ph.target {
-			ph.firstAfter.CompareAndSwap(0, now.UnixNano())
-		}
-		if n >= 1 {
-			ph.mu.acked[b]++
-			a := ack{at: now, node: -1}
-			if addr, ok := by.(string); ok {
-				a.node = ph.fc.node(addr)
-			}
-			ph.mu.ackAt[b] = append(ph.mu.ackAt[b], a)
-		} else if start >= ph.drainFrom.Load() && !ph.mu.drained[b] {
-			ph.mu.drained[b] = true
-			ph.mu.left--
-		}
+		out[i] = ph.take1(ctx, b)
 	}
 	return out
+}
+
+// take1 sends one RL.REDUCE to bucket b and counts its reply, which it
+// returns (-1 for an error).
+func (ph *phase) take1(ctx context.Context, b int) int64 {
+	start := time.Now().UnixNano()
+	cmd := ph.fc.cc.Do(ctx, "RL.REDUCE", ph.keys[b], faultLimit, faultRefill)
+	now := time.Now()
+	ph.requests.Add(1)
+	ph.mu.Lock()
+	defer ph.mu.Unlock()
+	n, err := cmd.Int64()
+	by, _ := ph.fc.answeredBy.LoadAndDelete(cmd)
+	if err != nil {
+		ph.failures.Add(1)
+		ph.mu.errs[err.Error()]++
+		return -1
+	}
+	if f := ph.faultAt.Load(); f != 0 && start >= f && ph.shard[b] == ph.target {
+		ph.firstAfter.CompareAndSwap(0, now.UnixNano())
+	}
+	if n >= 1 {
+		ph.mu.acked[b]++
+		a := ack{at: now, node: -1}
+		if addr, ok := by.(string); ok {
+			a.node = ph.fc.node(addr)
+		}
+		ph.mu.ackAt[b] = append(ph.mu.ackAt[b], a)
+	} else if start >= ph.drainFrom.Load() && !ph.mu.drained[b] {
+		ph.mu.drained[b] = true
+		ph.mu.left--
+	}
+	return n
 }
 
 // run starts the workers, which take tokens round-robin over the buckets
@@ -484,7 +486,6 @@ func (ph *phase) run(ctx context.Context) {
 		ph.wg.Add(1)
 		go func() {
 			defer ph.wg.Done()
-			bs := make([]int, faultBatch)
 			for {
 				select {
 				case <-ph.stop:
@@ -493,11 +494,9 @@ func (ph *phase) run(ctx context.Context) {
 					return
 				default:
 				}
-				for i := range bs {
-					bs[i] = int(next.Add(1)-1) % len(ph.keys)
-				}
+				b := int(next.Add(1)-1) % len(ph.keys)
 				ph.gate.RLock()
-				ph.take(ctx, bs)
+				ph.take1(ctx, b)
 				ph.gate.RUnlock()
 			}
 		}()
