@@ -136,6 +136,7 @@ func commandTable(f *rules.File) map[string]*command {
 		{Command: dispatch.Command{Name: "asking", Arity: 1, Flags: []string{"fast"}, Doc: askingDoc}, run: cmdAsking},
 		{Command: dispatch.Command{Name: "readonly", Arity: 1, Flags: []string{"fast"}, Doc: readonlyDoc}, run: cmdAsking},
 		{Command: dispatch.Command{Name: "readwrite", Arity: 1, Flags: []string{"fast"}, Doc: readwriteDoc}, run: cmdAsking},
+		{Command: dispatch.Command{Name: "debug", Arity: -2, Flags: []string{"admin", "noscript", "loading", "stale"}}, run: cmdDebug},
 		{Command: dispatch.Command{Name: "sluice.counterhit", Arity: 6, Flags: []string{"write"}, Doc: counterHitDoc}, run: cmdCounterHit},
 	}...)
 	m := make(map[string]*command, len(list))

@@ -123,6 +123,7 @@ func (s *Server) settings() []setting {
 		{"cluster-enabled", yesNo(s.clus != nil)},
 		{"databases", "1"},
 		{"dir", s.store.Dir()},
+		{"enable-debug-command", [...]string{DebugRefused: "no", DebugLocal: "local", DebugAllowed: "yes"}[cfg.Debug]},
 		{"maxclients", i(cfg.MaxClients)},
 		{"maxmemory", "0"}, // nothing is evicted; see memory-limit
 		{"maxmemory-clients", atLeast0(cfg.MaxMemoryClients.N())},

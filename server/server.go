@@ -61,6 +61,11 @@ type Config struct {
 	Version string           // reported by INFO and HELLO; default "dev"
 	Clock   func() time.Time // server clock; default time.Now
 
+	// Debug says who may run DEBUG, whose CLOCK-OFFSET shifts the server
+	// clock (fault-injection tests): nobody (the zero value, as Redis 7's
+	// enable-debug-command no), clients on loopback, or every client.
+	Debug DebugAccess
+
 	// Revision is the VCS revision sluice was built from, with "-dirty"
 	// for uncommitted changes, reported by INFO and sluice_build_info;
 	// empty when unknown.
@@ -237,11 +242,14 @@ type Server struct {
 	cfg   Config
 	store *storage.Store
 	log   *slog.Logger
-	clock func() time.Time
-	cmds  map[string]*command
-	eng   *engine.Engine // runs the limit operations of every front end
-	runID string
-	start time.Time
+	clock func() time.Time // cfg.Clock shifted by clockOffset
+	// clockOffset is DEBUG CLOCK-OFFSET's shift of the server clock, in
+	// nanoseconds: atomic, as every round reads the clock.
+	clockOffset atomic.Int64
+	cmds        map[string]*command
+	eng         *engine.Engine // runs the limit operations of every front end
+	runID       string
+	start       time.Time
 
 	// polCmds is POLICY's subcommands but RELOAD: the rules' dials.
 	polCmds policycmd.Commands
@@ -365,10 +373,11 @@ func New(cfg Config) (*Server, error) {
 		cfg:   cfg,
 		store: cfg.Store,
 		log:   cfg.Logger,
-		clock: cfg.Clock,
 		runID: hex.EncodeToString(id[:]),
 		start: time.Now(),
 	}
+	base := cfg.Clock
+	s.clock = func() time.Time { return base().Add(time.Duration(s.clockOffset.Load())) }
 	if cfg.TLS != nil {
 		t, err := newTLSState(*cfg.TLS, cfg.MaxConfigFile)
 		if err != nil {

@@ -21,8 +21,17 @@ import (
 // process could take a port in between; that race is accepted.
 func freePorts(t *testing.T, n int) []string {
 	t.Helper()
+	addrs, release := reservePorts(t, n)
+	release()
+	return addrs
+}
+
+// reservePorts listens on n loopback ports and returns their addresses,
+// and release, which closes the listeners for the processes to take;
+// until then no listener of the test can get one of them.
+func reservePorts(t *testing.T, n int) (addrs []string, release func()) {
+	t.Helper()
 	var lns []net.Listener
-	var addrs []string
 	for range n {
 		ln, err := net.Listen("tcp", "127.0.0.1:0")
 		if err != nil {
@@ -31,10 +40,11 @@ func freePorts(t *testing.T, n int) []string {
 		lns = append(lns, ln)
 		addrs = append(addrs, ln.Addr().String())
 	}
-	for _, ln := range lns {
-		ln.Close()
+	return addrs, func() {
+		for _, ln := range lns {
+			ln.Close()
+		}
 	}
-	return addrs
 }
 
 // startCluster starts one sluice process per address, in cluster mode with

@@ -24,6 +24,8 @@ type config struct {
 	requirePass     string
 	requirePassFile string
 	protectedMode   string
+	enableDebug     string
+	debug           server.DebugAccess // from enableDebug
 	maxClients      int
 	maxAuthFailures int
 	timeout         int
@@ -114,6 +116,7 @@ func newFlagSet(cfg *config, stderr io.Writer) *flag.FlagSet {
 	fs.Var(&cfg.httpMaxHeaderBytes, "http-max-header-bytes", "most bytes of one request's header on --http-addr and --check-addr (request line, names and values); a longer one is answered 431")
 	fs.StringVar(&cfg.requirePass, "requirepass", "", "password clients must give with AUTH (visible in process listings: prefer --requirepass-file)")
 	fs.StringVar(&cfg.requirePassFile, "requirepass-file", "", "file holding the password clients must give with AUTH (one line; a trailing newline is ignored)")
+	fs.StringVar(&cfg.enableDebug, "enable-debug-command", "no", "who may run DEBUG (CLOCK-OFFSET shifts the server clock, for fault-injection tests): no, yes (every client), or local (clients on loopback)")
 	fs.StringVar(&cfg.protectedMode, "protected-mode", "yes", "yes: without a password or TLS client certificates, refuse clients not on loopback; no: serve everyone")
 	intVar(fs, &cfg.maxClients, "maxclients", server.DefaultMaxClients, "most connections at once, RESP, divvy and HTTP together; more are answered with an error and closed; lowered to what the open-file limit allows")
 	intVar(fs, &cfg.maxAuthFailures, "max-auth-failures", server.DefaultMaxAuthFailures, "failed AUTH attempts after which a connection is closed; 0 never closes")
@@ -278,6 +281,10 @@ func parseConfig(args []string, lookupEnv func(string) (string, bool), stderr io
 	if cfg.protectedMode != "yes" && cfg.protectedMode != "no" {
 		return cfg, fmt.Errorf("--protected-mode %q: want yes or no", cfg.protectedMode)
 	}
+	var ok bool
+	if cfg.debug, ok = debugAccess(cfg.enableDebug); !ok {
+		return cfg, fmt.Errorf("--enable-debug-command %q: want no, yes or local", cfg.enableDebug)
+	}
 	if cfg.requirePass != "" && cfg.requirePassFile != "" {
 		return cfg, errors.New("--requirepass and --requirepass-file: give one, not both")
 	}
@@ -343,4 +350,18 @@ func newLogger(format, level string, w io.Writer) (*slog.Logger, error) {
 		return slog.New(slog.NewJSONHandler(w, opts)), nil
 	}
 	return nil, fmt.Errorf("--log-format %q: want text or json", format)
+}
+
+// debugAccess maps --enable-debug-command's values, Redis 7's, and
+// reports false for another.
+func debugAccess(v string) (server.DebugAccess, bool) {
+	switch v {
+	case "no":
+		return server.DebugRefused, true
+	case "yes":
+		return server.DebugAllowed, true
+	case "local":
+		return server.DebugLocal, true
+	}
+	return server.DebugRefused, false
 }

@@ -419,6 +419,7 @@ func TestReadPassword(t *testing.T) {
 	for _, args := range [][]string{
 		{"--requirepass", "a", "--requirepass-file", "f"},
 		{"--protected-mode", "maybe"},
+		{"--enable-debug-command", "maybe"},
 		{"--tls-cert", "c"},
 		{"--tls-ca", "ca"},
 		{"--maxclients", "0"},

@@ -198,6 +198,7 @@ func serverConfig(cfg config, store *storage.Store, log *slog.Logger, password s
 
 		Password:               password,
 		AllowRemoteWithoutAuth: cfg.protectedMode == "no",
+		Debug:                  cfg.debug,
 		MaxClients:             cfg.maxClients,
 		Files:                  files,
 		MaxMemoryClients:       zeroIsOff(int64(cfg.maxMemClients)),

@@ -30,6 +30,7 @@ var builtin = map[string]*Doc{
 	"checkpoint": {Summary: "Writes a consistent copy of the store under --backup-dir; replies its path.", Group: "server",
 		Args: []Arg{{Name: "name", Type: "string", Optional: true}}},
 	"lastsave": {Summary: "Replies the Unix time of the last successful CHECKPOINT.", Group: "server"},
+	"debug":    {Summary: "A container for debugging commands, refused unless --enable-debug-command allows the client: DEBUG CLOCK-OFFSET and HELP.", Group: "server"},
 	"policy":   {Summary: "A container for the --policy rules and their dials: POLICY RELOAD, SHOW, LIMIT and ENFORCE.", Group: "server"},
 }
 
@@ -86,6 +87,11 @@ var builtinSubs = map[string][]Sub{
 		{Name: "config|rewrite", Arity: 2, Flags: []string{"admin"}, Doc: Doc{Summary: "Refused: sluice has no configuration file to rewrite; it is set by flags and SLUICE_* variables.", Group: "server"}},
 		{Name: "config|set", Arity: -4, Flags: []string{"admin"}, Doc: Doc{Summary: "Refused: sluice is configured by flags and SLUICE_* environment variables at startup.", Group: "server",
 			Args: []Arg{{Name: "parameter", Type: "string"}, {Name: "value", Type: "string"}}}},
+	},
+	"debug": {
+		{Name: "debug|clock-offset", Arity: -2, Flags: []string{"admin", "noscript", "loading", "stale"}, Doc: Doc{Summary: "Shifts the server clock by the milliseconds given from the system clock (0: none), or replies the shift in force.", Group: "server",
+			Args: []Arg{{Name: "milliseconds", Type: "integer", Optional: true}}}},
+		{Name: "debug|help", Arity: 2, Flags: []string{"loading", "stale"}, Doc: Doc{Summary: "Replies the DEBUG subcommands and what they do.", Group: "server"}},
 	},
 	"policy": {
 		{Name: "policy|reload", Arity: 2, Flags: []string{"admin"}, Doc: Doc{Summary: "Reads the --policy file and the --rls-config directory again, as SIGHUP; a bad one is refused and what is in use is kept.", Group: "server"}},
