@@ -156,8 +156,8 @@ func (r *replicas) view(nodes []string, epoch uint64, myID string) *view {
 			switch {
 			case st.Serving:
 				owner = r.self
-			case st.Leader != 0 && st.Leader != uint64(r.self)+1:
-				owner = int(st.Leader) - 1
+			case st.Leader != 0 && ordinalOf(st.Leader) != r.self:
+				owner = ordinalOf(st.Leader)
 			default:
 				continue // an election: CLUSTERDOWN, which clients retry
 			}
