@@ -13,6 +13,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/sluicehq/sluice/cluster"
+	"github.com/sluicehq/sluice/keyspace"
 )
 
 // TestReplicatedClusterTopologyReplies: on three processes with
@@ -180,10 +181,52 @@ func TestReplicatedClusterTopologyReplies(t *testing.T) {
 		t.Errorf("RL.GET of shard 2's key on node 1 after READONLY: %v; want MOVED to node 2", err)
 	}
 
-	// Node 2 dies: node 0, which leads shard 0, shows it failed.
+	// INFO replication: each leader's followers lack nothing once the
+	// writes are through; a follower heard from its leader.
+	until("INFO replication", func(i int, c *redis.Client) string {
+		info, err := c.Info(ctx, "replication").Result()
+		if err != nil {
+			return err.Error()
+		}
+		lines := infoShards(info)
+		lead := lines[i]
+		want := fmt.Sprintf(",lag=0,lag_%d=0,lag_%d=0,slots=", min((i+1)%3, (i+2)%3), max((i+1)%3, (i+2)%3))
+		if !strings.HasPrefix(lead, fmt.Sprintf("role=leader,serving=1,leader=%d,", i)) || !strings.Contains(lead, ",apply_lag=0,last=") || !strings.Contains(lead, want) {
+			return fmt.Sprintf("its shard: %q; want apply_lag=0, last= and %q", lead, want)
+		}
+		for s, l := range lines {
+			if s != i && (!strings.HasPrefix(l, fmt.Sprintf("role=follower,serving=0,leader=%d,", s)) || !strings.Contains(l, ",apply_lag=") || !strings.Contains(l, ",leader_silent_ms=") || strings.Contains(l, ",leader_silent_ms=-1")) {
+				return fmt.Sprintf("shard %d: %q; want a follower of %d with apply_lag= and leader_silent_ms=", s, l, s)
+			}
+		}
+		return ""
+	})
+
+	// Node 2 dies: node 0, which leads shard 0, shows it failed, and
+	// behind by the writes made since.
 	procs[2].stop(t, syscall.SIGKILL)
 	procs[2] = nil
 	c0 := procs[0].client(t)
+	for k, n := 0, 0; n < 5; k++ {
+		key := fmt.Sprintf("after%d", k)
+		if keyspace.Slot([]byte(key)) > 5460 {
+			continue
+		}
+		n++
+		for writer.Do(ctx, "RL.REDUCE", key, 10, 60, "AT", clusterAt).Err() != nil {
+			if time.Now().After(deadline) {
+				t.Fatalf("shard 0 not served after node 2's death")
+			}
+			time.Sleep(20 * time.Millisecond)
+		}
+	}
+	info, err := c0.Info(ctx, "replication").Result()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if l := infoShards(info)[0]; !strings.Contains(l, ",lag_1=0,lag_2=") || strings.Contains(l, ",lag_2=0,") {
+		t.Errorf("node 0's shard 0 after writes with node 2 dead: %q; want node 1 level, node 2 behind", l)
+	}
 	until("node 2 failed", func(i int, c *redis.Client) string {
 		if i != 0 {
 			return ""
@@ -217,6 +260,21 @@ func TestReplicatedClusterTopologyReplies(t *testing.T) {
 		}
 		return ""
 	})
+}
+
+// infoShards returns INFO replication's shard lines, by shard, without
+// their names.
+func infoShards(info string) map[int]string {
+	m := map[int]string{}
+	for _, l := range strings.Split(info, "\r\n") {
+		var s int
+		if k, v, ok := strings.Cut(l, ":"); ok && strings.HasPrefix(k, "shard_") {
+			if _, err := fmt.Sscanf(k, "shard_%d", &s); err == nil {
+				m[s] = v
+			}
+		}
+	}
+	return m
 }
 
 // redirects is a go-redis hook that counts the rate-limit commands sent
