@@ -3,7 +3,10 @@ package main
 import (
 	"context"
 	"fmt"
+	"io"
+	"net/http"
 	"slices"
+	"strconv"
 	"strings"
 	"sync"
 	"syscall"
@@ -202,6 +205,26 @@ func TestReplicatedClusterTopologyReplies(t *testing.T) {
 		return ""
 	})
 
+	// The metrics: each node leads its home shard, whose rounds it
+	// proposed and timed; every series of every shard it holds is there.
+	for i, p := range procs {
+		m := scrape(t, p)
+		for s := range 3 {
+			for _, name := range []string{"sluice_replication_leader", "sluice_replication_leader_changes_total", "sluice_replication_apply_lag_entries",
+				"sluice_replication_follower_lag_entries", "sluice_replication_snapshots_sent_total", "sluice_replication_snapshot_sent_bytes_total",
+				"sluice_replication_snapshots_received_total", "sluice_replication_snapshot_received_bytes_total", "sluice_replication_proposal_duration_seconds_count"} {
+				if _, ok := m[fmt.Sprintf("%s{shard=\"%d\"}", name, s)]; !ok {
+					t.Errorf("node %d: no %s of shard %d in /metrics", i, name, s)
+				}
+			}
+		}
+		home := fmt.Sprintf("{shard=\"%d\"}", i)
+		if m["sluice_replication_leader"+home] != 1 || m["sluice_replication_leader_changes_total"+home] < 1 || m["sluice_replication_proposal_duration_seconds_count"+home] < 1 {
+			t.Errorf("node %d: its home shard's metrics: leader %v, leader changes %v, proposals timed %v; want 1, at least 1, at least 1", i,
+				m["sluice_replication_leader"+home], m["sluice_replication_leader_changes_total"+home], m["sluice_replication_proposal_duration_seconds_count"+home])
+		}
+	}
+
 	// Node 2 dies: node 0, which leads shard 0, shows it failed, and
 	// behind by the writes made since.
 	procs[2].stop(t, syscall.SIGKILL)
@@ -226,6 +249,9 @@ func TestReplicatedClusterTopologyReplies(t *testing.T) {
 	}
 	if l := infoShards(info)[0]; !strings.Contains(l, ",lag_1=0,lag_2=") || strings.Contains(l, ",lag_2=0,") {
 		t.Errorf("node 0's shard 0 after writes with node 2 dead: %q; want node 1 level, node 2 behind", l)
+	}
+	if lag := scrape(t, procs[0])[`sluice_replication_follower_lag_entries{shard="0"}`]; lag < 1 {
+		t.Errorf("node 0's shard 0 after writes with node 2 dead: follower lag %v in /metrics; want node 2 behind", lag)
 	}
 	until("node 2 failed", func(i int, c *redis.Client) string {
 		if i != 0 {
@@ -260,6 +286,28 @@ func TestReplicatedClusterTopologyReplies(t *testing.T) {
 		}
 		return ""
 	})
+}
+
+// scrape returns the series of p's /metrics, name{labels} to value.
+func scrape(t *testing.T, p *proc) map[string]float64 {
+	t.Helper()
+	resp, err := http.Get("http://" + p.httpAddr + "/metrics")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	b, err := io.ReadAll(resp.Body)
+	if err != nil {
+		t.Fatal(err)
+	}
+	m := map[string]float64{}
+	for _, l := range strings.Split(string(b), "\n") {
+		series, v, ok := strings.Cut(l, " ")
+		if f, err := strconv.ParseFloat(v, 64); ok && err == nil && !strings.HasPrefix(l, "#") {
+			m[series] = f
+		}
+	}
+	return m
 }
 
 // infoShards returns INFO replication's shard lines, by shard, without

@@ -138,3 +138,40 @@ func (r *replicas) describe(v *view) ([]clustercmd.Shard, []string) {
 	}
 	return shards, flags
 }
+
+// ShardMetrics is what the metrics tell of a shard this node holds a
+// replica of.
+type ShardMetrics struct {
+	Shard   int
+	Serving bool // it leads the shard and serves its slots
+	// ApplyLag is the entries committed and not yet applied here.
+	ApplyLag uint64
+	// FollowerLag is, on the leader, the most entries a follower lacks;
+	// 0 elsewhere.
+	FollowerLag uint64
+	replication.Stats
+}
+
+// ReplicationMetrics returns the metrics of the shards this node holds a
+// replica of, by shard; none when the shards are not replicated.
+func (s *Node) ReplicationMetrics() []ShardMetrics {
+	if s == nil || s.rep == nil {
+		return nil
+	}
+	var out []ShardMetrics
+	for i := range s.rep.shards {
+		g := s.rep.host.Group(i)
+		if g == nil {
+			continue
+		}
+		p := g.Progress()
+		m := ShardMetrics{Shard: i, Serving: p.Serving, ApplyLag: p.Commit - min(p.Applied, p.Commit), Stats: g.Stats()}
+		if p.Role == "leader" {
+			for _, peer := range p.Peers {
+				m.FollowerLag = max(m.FollowerLag, p.Lag(peer))
+			}
+		}
+		out = append(out, m)
+	}
+	return out
+}
