@@ -73,6 +73,20 @@ func (p Progress) Lag(peer Peer) uint64 {
 	return p.Last - peer.Match
 }
 
+// ApplyLag is how many committed entries the replica has not applied.
+func (p Progress) ApplyLag() uint64 { return p.Commit - min(p.Applied, p.Commit) }
+
+// MaxLag is, on a leader, the most entries a peer lacks; 0 elsewhere.
+func (p Progress) MaxLag() uint64 {
+	var most uint64
+	for _, peer := range p.Peers {
+		if peer.State != "" {
+			most = max(most, p.Lag(peer))
+		}
+	}
+	return most
+}
+
 func progressState(s tracker.StateType) string {
 	switch s {
 	case tracker.StateReplicate:

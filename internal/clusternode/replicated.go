@@ -228,15 +228,12 @@ func (s *Node) ReplicationInfo(kv func(k, v string)) {
 			leader = ordinalOf(p.Leader)
 		}
 		line := "role=" + p.Role + ",serving=" + serving + ",leader=" + strconv.Itoa(leader) +
-			",term=" + u(p.Term) + ",commit=" + u(p.Commit) + ",applied=" + u(p.Applied) + ",apply_lag=" + u(p.Commit-min(p.Applied, p.Commit))
+			",term=" + u(p.Term) + ",commit=" + u(p.Commit) + ",applied=" + u(p.Applied) + ",apply_lag=" + u(p.ApplyLag())
 		if p.Role == "leader" {
-			var most uint64
-			per := ""
+			line += ",last=" + u(p.Last) + ",lag=" + u(p.MaxLag())
 			for _, peer := range p.Peers {
-				most = max(most, p.Lag(peer))
-				per += ",lag_" + strconv.Itoa(ordinalOf(peer.Node)) + "=" + u(p.Lag(peer))
+				line += ",lag_" + strconv.Itoa(ordinalOf(peer.Node)) + "=" + u(p.Lag(peer))
 			}
-			line += ",last=" + u(p.Last) + ",lag=" + u(most) + per
 		} else {
 			silent := int64(-1)
 			for _, peer := range p.Peers {

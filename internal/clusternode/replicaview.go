@@ -165,13 +165,7 @@ func (s *Node) ReplicationMetrics() []ShardMetrics {
 			continue
 		}
 		p := g.Progress()
-		m := ShardMetrics{Shard: i, Serving: p.Serving, ApplyLag: p.Commit - min(p.Applied, p.Commit), Stats: g.Stats()}
-		if p.Role == "leader" {
-			for _, peer := range p.Peers {
-				m.FollowerLag = max(m.FollowerLag, p.Lag(peer))
-			}
-		}
-		out = append(out, m)
+		out = append(out, ShardMetrics{Shard: i, Serving: p.Serving, ApplyLag: p.ApplyLag(), FollowerLag: p.MaxLag(), Stats: g.Stats()})
 	}
 	return out
 }
