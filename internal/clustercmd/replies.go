@@ -91,14 +91,19 @@ func Shards(top cluster.Topology) []Shard {
 }
 
 // AppendSlots appends CLUSTER SLOTS of shards: one entry per range, in
-// slot order, each with its master then its replicas that have not
-// failed (as Redis leaves failed replicas out), each as [host, port, id]
-// (three elements: go-redis refuses more than four).
+// slot order, each with its master then its replicas, each as [host,
+// port, id] (three elements: go-redis refuses more than four). A replica
+// is listed when it has not failed (as Redis leaves failed replicas out)
+// and is the master of no shard: a Redis node has one role, and clients
+// take it from here (redis-py from a node's first appearance, which would
+// make a master of other slots a replica in its list of primaries).
 func AppendSlots(b []byte, top cluster.Topology, shards []Shard) []byte {
 	type owned struct {
 		r  cluster.Range
 		sh *Shard
 	}
+	master := masters(top, shards)
+	listed := func(j int, rep Replica) bool { return j == 0 || rep.Health != HealthFailed && !master[rep.Node] }
 	var all []owned
 	for i := range shards {
 		if len(shards[i].Replicas) == 0 || !shards[i].Replicas[0].Master {
@@ -113,7 +118,7 @@ func AppendSlots(b []byte, top cluster.Topology, shards []Shard) []byte {
 	for _, o := range all {
 		served := 0
 		for j, rep := range o.sh.Replicas {
-			if j == 0 || rep.Health != HealthFailed {
+			if listed(j, rep) {
 				served++
 			}
 		}
@@ -121,7 +126,7 @@ func AppendSlots(b []byte, top cluster.Topology, shards []Shard) []byte {
 		b = resp.AppendInt(b, int64(o.r.First))
 		b = resp.AppendInt(b, int64(o.r.Last))
 		for j, rep := range o.sh.Replicas {
-			if j > 0 && rep.Health == HealthFailed {
+			if !listed(j, rep) {
 				continue
 			}
 			n := &top.Nodes[rep.Node]
@@ -192,14 +197,7 @@ func AppendShards(b []byte, top cluster.Topology, shards []Shard, r3 bool) []byt
 // node with one is shown disconnected.
 func Nodes(top cluster.Topology, self int, shards []Shard, fail []string) string {
 	masterOf := make([]int, len(top.Nodes)) // index+1 of the node's master; 0: a master
-	isMaster := make([]bool, len(top.Nodes))
-	for _, sh := range shards {
-		for _, rep := range sh.Replicas {
-			if rep.Master {
-				isMaster[rep.Node] = true
-			}
-		}
-	}
+	isMaster := masters(top, shards)
 	for _, sh := range shards {
 		if len(sh.Replicas) == 0 || !sh.Replicas[0].Master {
 			continue
@@ -235,6 +233,19 @@ func Nodes(top cluster.Topology, self int, shards []Shard, fail []string) string
 		b.WriteByte('\n')
 	}
 	return b.String()
+}
+
+// masters reports, by node, whether it is the master of a shard.
+func masters(top cluster.Topology, shards []Shard) []bool {
+	m := make([]bool, len(top.Nodes))
+	for _, sh := range shards {
+		for _, rep := range sh.Replicas {
+			if rep.Master {
+				m[rep.Node] = true
+			}
+		}
+	}
+	return m
 }
 
 func named01(named bool) int {

@@ -11,7 +11,9 @@ import (
 // A node that masters no shard is a slave of the master of the first
 // shard it is a replica of; one that masters a shard is a master however
 // many it follows; a failure flag shows with the link down. CLUSTER SLOTS
-// leaves a failed replica out, SHARDS gives it with its health.
+// lists a replica with the same single role (a master of other slots is
+// left out, as is a failed replica); SHARDS gives every replica with its
+// health.
 func TestRepliesWithReplicas(t *testing.T) {
 	top := cluster.Topology{Epoch: 4, Nodes: []cluster.Node{
 		{ID: "id0", Addr: "10.0.0.1:7000", Slots: []cluster.Range{{First: 0, Last: 99}}},
@@ -39,9 +41,11 @@ func TestRepliesWithReplicas(t *testing.T) {
 	}
 
 	slots := string(AppendSlots(nil, top, shards))
+	// 0-99: node 1 masters other slots, node 2 failed; 100-199: node 2,
+	// loading, is a replica, node 0 masters other slots.
 	wantSlots := "*2\r\n" +
-		"*4\r\n:0\r\n:99\r\n*3\r\n$8\r\n10.0.0.1\r\n:7000\r\n$3\r\nid0\r\n*3\r\n$8\r\n10.0.0.2\r\n:7000\r\n$3\r\nid1\r\n" +
-		"*5\r\n:100\r\n:199\r\n*3\r\n$8\r\n10.0.0.2\r\n:7000\r\n$3\r\nid1\r\n*3\r\n$8\r\n10.0.0.3\r\n:7000\r\n$3\r\nid2\r\n*3\r\n$8\r\n10.0.0.1\r\n:7000\r\n$3\r\nid0\r\n"
+		"*3\r\n:0\r\n:99\r\n*3\r\n$8\r\n10.0.0.1\r\n:7000\r\n$3\r\nid0\r\n" +
+		"*4\r\n:100\r\n:199\r\n*3\r\n$8\r\n10.0.0.2\r\n:7000\r\n$3\r\nid1\r\n*3\r\n$8\r\n10.0.0.3\r\n:7000\r\n$3\r\nid2\r\n"
 	if slots != wantSlots {
 		t.Errorf("CLUSTER SLOTS:\n%q\nwant\n%q", slots, wantSlots)
 	}
