@@ -7,6 +7,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"go.etcd.io/raft/v3"
 	"go.etcd.io/raft/v3/tracker"
 )
 
@@ -42,23 +43,25 @@ type Progress struct {
 // Progress returns the replica's view of its group and its peers.
 func (g *Group) Progress() Progress {
 	p := Progress{Status: g.Status()}
-	g.mu.Lock()
-	st := g.mu.rn.Status()
-	ticks := g.mu.ticks
-	for _, set := range []map[uint64]struct{}{st.Config.Voters.IDs(), st.Config.Learners} {
-		for id := range set {
-			if id == g.cfg.Node {
-				continue
+	// Through raft(): a replica the library gave up on (ErrReplicaLost)
+	// answers no peers rather than panic again.
+	g.raft(func(rn *raft.RawNode) error {
+		st := rn.Status()
+		for _, set := range []map[uint64]struct{}{st.Config.Voters.IDs(), st.Config.Learners} {
+			for id := range set {
+				if id == g.cfg.Node {
+					continue
+				}
+				_, learner := st.Config.Learners[id]
+				peer := Peer{Node: id, Learner: learner, Silent: g.mu.ticks - g.mu.heard[id]}
+				if pr, ok := st.Progress[id]; ok {
+					peer.Match, peer.State = pr.Match, progressState(pr.State)
+				}
+				p.Peers = append(p.Peers, peer)
 			}
-			_, learner := st.Config.Learners[id]
-			peer := Peer{Node: id, Learner: learner, Silent: ticks - g.mu.heard[id]}
-			if pr, ok := st.Progress[id]; ok {
-				peer.Match, peer.State = pr.Match, progressState(pr.State)
-			}
-			p.Peers = append(p.Peers, peer)
 		}
-	}
-	g.mu.Unlock()
+		return nil
+	})
 	p.Last, _ = g.log.LastIndex()
 	slices.SortFunc(p.Peers, func(a, b Peer) int { return int(a.Node) - int(b.Node) })
 	return p
