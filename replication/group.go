@@ -9,6 +9,7 @@ import (
 	"math/rand/v2"
 	"sync"
 	"sync/atomic"
+	"time"
 
 	"go.etcd.io/raft/v3"
 	pb "go.etcd.io/raft/v3/raftpb"
@@ -124,7 +125,14 @@ type Group struct {
 		servingTerm uint64
 		// joins are the nodes that asked to be added (requestJoin).
 		joins map[uint64]struct{}
+		// ticks counts Tick; heard holds, for each node a message came
+		// from, the tick of its last one (Progress.Peers' Silent).
+		ticks uint64
+		heard map[uint64]uint64
+		// lead is the last leader this replica knew of, to count changes.
+		lead uint64
 	}
+	stats groupStats
 	// procMu makes Process and ReadSnapshot one at a time, so that a
 	// snapshot's records are never written between a Ready's rounds.
 	procMu sync.Mutex
@@ -138,8 +146,9 @@ type Group struct {
 
 // waiter is a proposal waiting to be applied, proposed in term.
 type waiter struct {
-	ch   chan error
-	term uint64
+	ch    chan error
+	term  uint64
+	start time.Time // when proposed, for the proposal latency
 }
 
 // NewGroup opens the replica's state in the store and starts its Raft node;
@@ -210,6 +219,7 @@ func NewGroup(cfg Config) (*Group, error) {
 	g.mu.rn = rn
 	g.mu.seq = rand.Uint64() // so that a restart's proposals are told from the last run's
 	g.mu.waiters = map[uint64]waiter{}
+	g.mu.heard = map[uint64]uint64{}
 	return g, nil
 }
 
@@ -254,7 +264,7 @@ func (g *Group) bootstrap() error {
 
 // Tick advances the replica's logical clock by one tick.
 func (g *Group) Tick() {
-	g.raft(func(rn *raft.RawNode) error { rn.Tick(); return nil })
+	g.raft(func(rn *raft.RawNode) error { rn.Tick(); g.mu.ticks++; return nil })
 	g.notify()
 }
 
@@ -272,7 +282,13 @@ func (g *Group) Step(m *pb.Message) error {
 	if err := g.checkMessage(m); err != nil {
 		return err
 	}
-	err := g.raft(func(rn *raft.RawNode) error { return rn.Step(m) })
+	err := g.raft(func(rn *raft.RawNode) error {
+		err := rn.Step(m)
+		if err == nil {
+			g.mu.heard[m.GetFrom()] = g.mu.ticks
+		}
+		return err
+	})
 	g.notify()
 	if err != nil && !errors.Is(err, raft.ErrStepPeerNotFound) {
 		return fmt.Errorf("replication: group %d: %w", g.cfg.Group, err)
@@ -458,7 +474,7 @@ func (g *Group) Propose(ops []Op) (<-chan error, error) {
 		g.mu.Unlock()
 		return nil, &NotLeaderError{Group: g.cfg.Group, Leader: st.Lead}
 	}
-	g.mu.waiters[r.Seq] = waiter{ch: ch, term: st.GetTerm()}
+	g.mu.waiters[r.Seq] = waiter{ch: ch, term: st.GetTerm(), start: time.Now()}
 	g.mu.Unlock()
 	g.notify()
 	return ch, nil
@@ -561,6 +577,10 @@ func (g *Group) Process() (bool, error) {
 	g.mu.Lock()
 	if rd.SoftState != nil {
 		g.mu.leader = rd.SoftState.RaftState == raft.StateLeader
+		if lead := rd.SoftState.Lead; lead != 0 && lead != g.mu.lead {
+			g.mu.lead = lead
+			g.stats.leaderChanges.Add(1)
+		}
 	}
 	if !g.mu.leader {
 		g.failWaitersLocked(ErrProposalLost, 0)
@@ -719,6 +739,7 @@ func (g *Group) apply(ents []*pb.Entry) error {
 	g.mu.Lock()
 	for _, seq := range mine {
 		if w, ok := g.mu.waiters[seq]; ok {
+			g.stats.proposals.observe(time.Since(w.start))
 			w.ch <- nil
 			delete(g.mu.waiters, seq)
 		}

@@ -62,7 +62,7 @@ func (g *Group) WriteSnapshot(w io.Writer, m *pb.Message) error {
 	if err != nil {
 		return err
 	}
-	bw.Write(appendBytes(nil, mb))
+	sent, _ := bw.Write(appendBytes(nil, mb))
 
 	var (
 		page  []byte
@@ -74,8 +74,9 @@ func (g *Group) WriteSnapshot(w io.Writer, m *pb.Message) error {
 		hdr = binary.AppendUvarint(hdr, count)
 		hdr = appendBytes(hdr, from)
 		hdr = appendBytes(hdr, to)
-		bw.Write(hdr)
-		_, err := bw.Write(page)
+		n, _ := bw.Write(hdr)
+		m, err := bw.Write(page)
+		sent += n + m
 		page, count, from = page[:0], 0, to
 		return err
 	}
@@ -102,6 +103,8 @@ func (g *Group) WriteSnapshot(w io.Writer, m *pb.Message) error {
 	if err != nil {
 		return fmt.Errorf("replication: group %d: write snapshot: %w", g.cfg.Group, err)
 	}
+	g.stats.snapSent.Add(1)
+	g.stats.snapSentBytes.Add(int64(sent))
 	return nil
 }
 
@@ -122,7 +125,8 @@ func (g *Group) ReadSnapshot(r io.Reader) error { return g.readSnapshot(r, 0) }
 // readSnapshot is ReadSnapshot of a stream from node sender, whose
 // message must say so; 0 takes any sender.
 func (g *Group) readSnapshot(r io.Reader, sender uint64) error {
-	br := bufio.NewReaderSize(r, 64<<10)
+	cr := &countReader{r: r}
+	br := bufio.NewReaderSize(cr, 64<<10)
 	mb, err := readBytes(br, maxSnapshotMsg)
 	if err != nil {
 		return fmt.Errorf("%w: message: %w", ErrBadSnapshot, err)
@@ -221,11 +225,19 @@ func (g *Group) readSnapshot(r io.Reader, sender uint64) error {
 			break
 		}
 	}
-	err = g.raft(func(rn *raft.RawNode) error { return rn.Step(m) })
+	err = g.raft(func(rn *raft.RawNode) error {
+		err := rn.Step(m)
+		if err == nil {
+			g.mu.heard[m.GetFrom()] = g.mu.ticks
+		}
+		return err
+	})
 	g.notify()
 	if err != nil {
 		return fmt.Errorf("replication: group %d: step snapshot: %w", g.cfg.Group, err)
 	}
+	g.stats.snapReceived.Add(1)
+	g.stats.snapReceivedBytes.Add(cr.n - int64(br.Buffered()))
 	return nil
 }
 

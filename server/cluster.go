@@ -104,8 +104,9 @@ func (s *Server) writeClusterInfo(b *strings.Builder) {
 }
 
 // cmdAsking, cmdReadonly and cmdReadwrite accept what cluster clients send.
-// Slots move with a write pause rather than ASK redirections, and there
-// are no replicas, so they change nothing.
+// Slots move with a write pause rather than ASK redirections, and no
+// replica serves reads (a follower of a replicated shard redirects every
+// keyed command to its leader), so they change nothing.
 func cmdAsking(s *Server, c *client, args [][]byte) {
 	if s.clus == nil {
 		s.replyErr(c, errClusterDisabled)
@@ -225,8 +226,8 @@ var clusterDoc = &cmddoc.Doc{
 }
 
 var askingDoc = &cmddoc.Doc{Summary: "Accepted for cluster clients; slots move with a write pause, not ASK redirections.", Group: "cluster"}
-var readonlyDoc = &cmddoc.Doc{Summary: "Accepted for cluster clients; there are no replicas to read from.", Group: "cluster"}
-var readwriteDoc = &cmddoc.Doc{Summary: "Accepted for cluster clients; there are no replicas to read from.", Group: "cluster"}
+var readonlyDoc = &cmddoc.Doc{Summary: "Accepted for cluster clients; no replica serves reads: a follower of a replicated shard answers MOVED to its leader.", Group: "cluster"}
+var readwriteDoc = &cmddoc.Doc{Summary: "Accepted for cluster clients; no replica serves reads: a follower of a replicated shard answers MOVED to its leader.", Group: "cluster"}
 var counterHitDoc = &cmddoc.Doc{
 	Summary: "Cluster mode, between nodes: applies hits of a rule, under a limit, to a rule counter this node owns and answers the outcome; a node receiving a HIT or GET /check sends it to the counter's owner.",
 	Group:   "cluster",

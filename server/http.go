@@ -278,6 +278,7 @@ func (sc *serverCollector) Collect(ch chan<- prometheus.Metric) {
 		counter(descDivvyHits, hc.Shadowed.Load(), "shadowed", hc.Label)
 	}
 	s.collectDials(ch)
+	s.collectReplication(ch)
 	counter(descDivvyErrors, s.divvy.srv.ErrUnknownCommand.Load(), policy.CodeUnknownCommand)
 	counter(descDivvyErrors, s.divvy.srv.ErrUnknown.Load(), policy.CodeUnknown)
 	gauge(descDivvyConns, float64(s.divvy.srv.Open.Load()))

@@ -435,11 +435,14 @@ func (s *Node) Command(x *dispatch.Ctx, args [][]byte, c Caller) error {
 	case sub == "info" && len(args) == 2:
 		x.Out = resp.AppendBulkString(x.Out, clustercmd.Info(v.top))
 	case sub == "slots" && len(args) == 2:
-		x.Out = clustercmd.AppendSlots(x.Out, v.top)
+		shards, _ := s.shards(v)
+		x.Out = clustercmd.AppendSlots(x.Out, v.top, shards)
 	case sub == "shards" && len(args) == 2:
-		x.Out = clustercmd.AppendShards(x.Out, v.top, c.RESP3())
+		shards, _ := s.shards(v)
+		x.Out = clustercmd.AppendShards(x.Out, v.top, shards, c.RESP3())
 	case sub == "nodes" && len(args) == 2:
-		x.Out = resp.AppendBulkString(x.Out, clustercmd.Nodes(v.top, int(v.self)-1))
+		shards, fail := s.shards(v)
+		x.Out = resp.AppendBulkString(x.Out, clustercmd.Nodes(v.top, int(v.self)-1, shards, fail))
 	case sub == "topology" && len(args) == 2:
 		x.Out = resp.AppendBulkString(x.Out, strings.Join(v.top.Args(), " "))
 	case s.rep != nil && (sub == "settopology" || sub == "migrate" || sub == "import" || sub == "restore" || sub == "drop"):

@@ -412,7 +412,11 @@ func (r *replicas) close() error {
 // ReplicationInfo gives INFO replication's lines of this node's replicas,
 // one per shard it holds: shard_<i>:role=<leader|follower|candidate|
 // pre-candidate>,serving=<0|1>,leader=<ordinal, or -1 when none is
-// known>,term=,commit=,applied=,slots=<first>-<last>. Nothing when the
+// known>,term=,commit=,applied=,apply_lag=<commit−applied>, then on a
+// leader last=<its last index>,lag=<most entries a follower lacks>,
+// lag_<ordinal>=<entries it lacks> for each follower, elsewhere
+// leader_silent_ms=<time since the leader's last message, in whole ticks;
+// -1 when none is known>, and last slots=<first>-<last>. Nothing when the
 // shards are not replicated.
 func (s *Node) ReplicationInfo(kv func(k, v string)) {
 	if s == nil || s.rep == nil {
@@ -426,24 +430,48 @@ func (s *Node) ReplicationInfo(kv func(k, v string)) {
 	}
 	kv("cluster_replicas_started", "1")
 	kv("cluster_incarnation", strconv.FormatUint(s.rep.inc.Load(), 10))
+	tick := s.tick()
+	u := func(n uint64) string { return strconv.FormatUint(n, 10) }
 	for i, sh := range s.rep.shards {
 		g := s.rep.group(i)
 		if g == nil {
 			continue
 		}
-		st := g.Status()
-		serving := "0"
-		if st.Serving {
+		p := g.Progress()
+		serving, leader := "0", -1
+		if p.Serving {
 			serving = "1"
 		}
-		leader := -1
-		if st.Leader != 0 {
-			leader = replication.Ordinal(st.Leader)
+		if p.Leader != 0 {
+			leader = replication.Ordinal(p.Leader)
 		}
-		kv("shard_"+strconv.Itoa(i), "role="+st.Role+",serving="+serving+",leader="+strconv.Itoa(leader)+
-			",term="+strconv.FormatUint(st.Term, 10)+",commit="+strconv.FormatUint(st.Commit, 10)+",applied="+strconv.FormatUint(st.Applied, 10)+
-			",slots="+cluster.FormatRanges([]cluster.Range{sh.Slots}))
+		line := "role=" + p.Role + ",serving=" + serving + ",leader=" + strconv.Itoa(leader) +
+			",term=" + u(p.Term) + ",commit=" + u(p.Commit) + ",applied=" + u(p.Applied) + ",apply_lag=" + u(p.ApplyLag())
+		if p.Role == "leader" {
+			line += ",last=" + u(p.Last) + ",lag=" + u(p.MaxLag())
+			for _, peer := range p.Peers {
+				line += ",lag_" + strconv.Itoa(replication.Ordinal(peer.Node)) + "=" + u(p.Lag(peer))
+			}
+		} else {
+			silent := int64(-1)
+			for _, peer := range p.Peers {
+				if p.Leader != 0 && peer.Node == p.Leader {
+					silent = (time.Duration(peer.Silent) * tick).Milliseconds()
+				}
+			}
+			line += ",leader_silent_ms=" + strconv.FormatInt(silent, 10)
+		}
+		kv("shard_"+strconv.Itoa(i), line+",slots="+cluster.FormatRanges([]cluster.Range{sh.Slots}))
 	}
+}
+
+// tick is the replicas' tick: the election timeout over its ticks.
+func (s *Node) tick() time.Duration {
+	timeout := s.cfg.ElectionTimeout
+	if timeout <= 0 {
+		timeout = DefaultElectionTimeout
+	}
+	return timeout / replication.DefaultElectionTicks
 }
 
 // Sweeps reports whether this node's idle sweep may delete the record
