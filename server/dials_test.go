@@ -18,6 +18,18 @@ import (
 	"github.com/sluicehq/sluice/internal/engine"
 )
 
+// TestOverridesTranscript replays resp/overrides.txt on a server of its
+// own with the rules of overrides.ini and a bound of 3 overrides.
+func TestOverridesTranscript(t *testing.T) {
+	srv := startServer(t, Config{
+		MaxKeySize:         16,
+		Clock:              newTestClock(transcriptTime).now,
+		PolicyFile:         filepath.Join(transcriptDir, "overrides.ini"),
+		PolicyMaxOverrides: 3,
+	})
+	runRESPTranscript(t, srv, filepath.Join(transcriptDir, "resp", "overrides.txt"))
+}
+
 // TestDialsTranscript replays resp/dials.txt on a server of its own with
 // the rules of dials.ini: the dials it changes are the server's.
 func TestDialsTranscript(t *testing.T) {

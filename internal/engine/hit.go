@@ -107,15 +107,20 @@ const (
 func (m *ruleMutator) Mutate(old []byte, found bool) ([]byte, storage.Op, error) {
 	c := &m.c
 	c.Limit = m.base
-	override := false
+	// carried is the override the counter carries, kept in what is
+	// written back.
+	carried, override := int64(0), false
 	switch {
 	case found:
 		limit, ok, inner, err := keyspace.SplitMarked(old)
 		if err != nil {
 			return nil, storage.Keep, err
 		}
-		if ok {
-			c.Limit, override = limit, true
+		carried, override = limit, ok
+		// A label that has no overrides now (a reload dropped or renamed
+		// it) leaves its counters' copies unused, until it has again.
+		if ok && m.ov.has(c.Rule.Label) {
+			c.Limit = limit
 		}
 		old = inner
 	case m.lookup == lookupNeeded:
@@ -127,7 +132,7 @@ func (m *ruleMutator) Mutate(old []byte, found bool) ([]byte, storage.Op, error)
 			return nil, storage.Keep, nil
 		}
 		if m.has {
-			c.Limit, override = m.limit, true
+			c.Limit, carried, override = m.limit, m.limit, true
 		}
 	}
 	val, write, err := c.Apply(old, found)
@@ -137,7 +142,7 @@ func (m *ruleMutator) Mutate(old []byte, found bool) ([]byte, storage.Op, error)
 	case !write:
 		return nil, storage.Keep, nil
 	case override:
-		m.marked = keyspace.AppendMarked(m.marked[:0], c.Limit, val)
+		m.marked = keyspace.AppendMarked(m.marked[:0], carried, val)
 		val = m.marked
 	}
 	return val, storage.Put, nil
@@ -336,7 +341,7 @@ func (r *Round) DenyLast() (allowed, shadowed bool) {
 func (r *Round) ApplyCounter(key []byte, rule *policy.Rule, limit, hits, now int64, id []byte) (policy.Outcome, error) {
 	m := &r.m.c
 	m.Rule, m.Limit, m.Hits, m.Now, m.ID = rule, limit, hits, now, id
-	r.m.base, r.m.lookup = limit, lookupNone
+	r.m.base, r.m.lookup, r.m.ov = limit, lookupNone, &r.e.ov
 	err := r.Limit(key, &r.m) // one operation, counted
 	m.ID = nil                // aliases the caller's arguments
 	if err != nil {

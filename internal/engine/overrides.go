@@ -261,8 +261,12 @@ func (e *Engine) changeOverride(label string, actor []byte, r *policy.Rule, limi
 
 // Overrides lists label's overrides in actor order, at most count (1 to
 // MaxOverridesPage) after the actor after (nil: from the first), and
-// returns the actor to continue after, nil when the list is done.
-func (e *Engine) Overrides(label string, after []byte, count int) (list []Override, next []byte, err error) {
+// returns the actor to continue after, nil when the list is done. The
+// label must be one of lp's or have overrides.
+func (e *Engine) Overrides(lp *rules.Set, label string, after []byte, count int) (list []Override, next []byte, err error) {
+	if !e.ov.has(label) && ruleByLabel(lp, label) == nil {
+		return nil, nil, unknownLabel(lp, label)
+	}
 	if count < 1 || count > MaxOverridesPage {
 		return nil, nil, errs.New(errs.Request, "COUNT is "+strconv.Itoa(count)+"; expected 1 to "+strconv.Itoa(MaxOverridesPage))
 	}

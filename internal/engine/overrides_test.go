@@ -199,7 +199,7 @@ func TestOverridesList(t *testing.T) {
 	var after []byte
 	pages := 0
 	for {
-		list, next, err := e.Overrides("api", after, 10)
+		list, next, err := e.Overrides(lp, "api", after, 10)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -218,7 +218,7 @@ func TestOverridesList(t *testing.T) {
 			t.Fatalf("override %d: %s %d", i, o.Actor, o.Limit)
 		}
 	}
-	if _, _, err := e.Overrides("api", nil, MaxOverridesPage+1); errs.KindOf(err) != errs.Request {
+	if _, _, err := e.Overrides(lp, "api", nil, MaxOverridesPage+1); errs.KindOf(err) != errs.Request {
 		t.Errorf("COUNT over the page bound: %v", err)
 	}
 
