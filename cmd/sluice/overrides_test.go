@@ -14,8 +14,9 @@ import (
 )
 
 // TestOverridesOverTheWire (issue 30, must show 1, the overrides): a
-// per-actor override changes what HIT and GET /check answer for that
-// actor at once on a running server, and for no other; it survives a
+// per-actor override, set over RESP or HTTP, changes what HIT and GET
+// /check answer for that actor at once on a running server, and for no
+// other; it survives a
 // SIGTERM restart and rule-file reloads (one that changes the rule's
 // limit, whose counters start afresh, and one that drops the label,
 // which keeps it, orphaned); RESET restores the rule's limit. /check's
@@ -79,6 +80,23 @@ func TestOverridesOverTheWire(t *testing.T) {
 	check(http.StatusTooManyRequests, "3", "0")
 	waitInfo(t, c, "policy", "policy_override_labels:api=1")
 
+	// The same over HTTP (/v1/policy/, loopback in protected mode).
+	put, err := http.NewRequest("PUT", "http://"+p.httpAddr+"/v1/policy/overrides/api/10.0.0.8", strings.NewReader(`{"limit": 2}`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	res, err := (&http.Client{Timeout: 30 * time.Second}).Do(put)
+	if err != nil {
+		t.Fatal(err)
+	}
+	res.Body.Close()
+	if res.StatusCode != http.StatusOK {
+		t.Fatalf("PUT /v1/policy/overrides/api/10.0.0.8: %d", res.StatusCode)
+	}
+	if a, b, c := hit("10.0.0.8"), hit("10.0.0.8"), hit("10.0.0.8"); !strings.HasPrefix(a, "[1 1 ") || !strings.HasPrefix(b, "[1 0 ") || !strings.HasPrefix(c, "[0 0 ") {
+		t.Fatalf("an actor overridden over HTTP: %s, %s, %s; want its limit 2", a, b, c)
+	}
+
 	// A reload that changes the rule's limit starts new counters: the
 	// actor's is created under its override.
 	reload := func(text string) {
@@ -91,13 +109,13 @@ func TestOverridesOverTheWire(t *testing.T) {
 	reload(rule("2", "label = api"))
 	check(http.StatusOK, "3", "2")
 	reload(rule("2", ""))
-	if got := do("POLICY", "SHOW"); !strings.Contains(got, "[label api orphanedOverrides 1]") {
+	if got := do("POLICY", "SHOW"); !strings.Contains(got, "[label api orphanedOverrides 2]") {
 		t.Fatalf("POLICY SHOW with the label dropped: %s", got)
 	}
 	check(http.StatusOK, "2", "0") // the rule's own limit, on the same counter
 	reload(rule("2", "label = api"))
 	check(http.StatusTooManyRequests, "3", "0") // a divvy window keeps its credits left
-	if got := do("POLICY", "OVERRIDES", "api"); got != "[0 [127.0.0.1 3]]" {
+	if got := do("POLICY", "OVERRIDES", "api"); got != "[0 [10.0.0.8 2 127.0.0.1 3]]" {
 		t.Fatalf("POLICY OVERRIDES: %s", got)
 	}
 
