@@ -188,6 +188,7 @@ func TestOverridesOverHTTP(t *testing.T) {
 		{"GET", "/v1/policy/overrides/api?count=0", "pw", "", 400, `count \"0\" is not one; expected an integer from 1 to 1000`},
 		{"GET", "/v1/policy/overrides/api?cursor=zz", "pw", "", 400, `cursor \"zz\" is not one`},
 		{"GET", "/v1/policy/overrides/nope", "pw", "", 400, `is not a label of the rules in use`},
+		{"GET", "/v1/policy/overrides/nope/a", "pw", "", 400, `is not a label of the rules in use`},
 	})
 	// HIT sees them at once.
 	for i, want := range []string{"[1 2 60]", "[1 1 60]"} {

@@ -181,6 +181,15 @@ func (e *Engine) ResetOverride(lp *rules.Set, label string, actor []byte) (bool,
 	return e.changeOverride(label, actor, r, 0, false)
 }
 
+// CheckOverrideLabel refuses a label that is neither one of lp's nor has
+// overrides, for a command that reads them.
+func (e *Engine) CheckOverrideLabel(lp *rules.Set, label string) error {
+	if !e.ov.has(label) && ruleByLabel(lp, label) == nil {
+		return unknownLabel(lp, label)
+	}
+	return nil
+}
+
 // Override returns actor's override in label, or -1 for none.
 func (e *Engine) Override(label string, actor []byte) (int64, error) {
 	var rd overrideReader
@@ -264,8 +273,8 @@ func (e *Engine) changeOverride(label string, actor []byte, r *policy.Rule, limi
 // returns the actor to continue after, nil when the list is done. The
 // label must be one of lp's or have overrides.
 func (e *Engine) Overrides(lp *rules.Set, label string, after []byte, count int) (list []Override, next []byte, err error) {
-	if !e.ov.has(label) && ruleByLabel(lp, label) == nil {
-		return nil, nil, unknownLabel(lp, label)
+	if err := e.CheckOverrideLabel(lp, label); err != nil {
+		return nil, nil, err
 	}
 	if count < 1 || count > MaxOverridesPage {
 		return nil, nil, errs.New(errs.Request, "COUNT is "+strconv.Itoa(count)+"; expected 1 to "+strconv.Itoa(MaxOverridesPage))

@@ -31,6 +31,9 @@ func (c *Commands) override(x *dispatch.Ctx, who Who, args [][]byte) error {
 		if err := c.Engine.CheckKeySize("actor", len(actor)); err != nil {
 			return err
 		}
+		if err := c.Engine.CheckOverrideLabel(c.Rules.Current(), label); err != nil {
+			return err
+		}
 		n, err := c.Engine.Override(label, actor)
 		if err != nil {
 			return err

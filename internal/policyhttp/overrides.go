@@ -69,7 +69,12 @@ func (h *Handler) getOverride(w http.ResponseWriter, r *http.Request) {
 	if !ok {
 		return
 	}
-	n, err := h.Commands.Engine.Override(name, actor)
+	c := h.Commands
+	err := c.Engine.CheckOverrideLabel(c.Rules.Current(), name)
+	n := int64(-1)
+	if err == nil {
+		n, err = c.Engine.Override(name, actor)
+	}
 	switch {
 	case err != nil:
 		fail(w, err)
