@@ -178,6 +178,12 @@ func TestOverridesRefuse(t *testing.T) {
 	if _, err := e.ResetOverride(lp, "nope", []byte("a")); err == nil {
 		t.Error("ResetOverride of an unknown label without overrides: no error")
 	}
+
+	// Cluster mode: refused, not yet kept where the counters are.
+	ce := New(Config{Store: openStore(t, storage.NewMemDisk()), Cluster: &cluster{}})
+	if err := ce.SetOverride(lp, "api", []byte("a"), 3); errs.KindOf(err) != errs.Request || !strings.Contains(err.Error(), "cluster mode") {
+		t.Errorf("SetOverride in cluster mode: %v; want a request error naming cluster mode", err)
+	}
 }
 
 // Overrides lists a label's overrides in actor order, a page at a time,
