@@ -14,6 +14,8 @@
 //	slot  'G'  id                                                    gcra rule counter
 //	slot  'R'  id                                                    slidingLog rule counter
 //	slot  'W'  uvarint window_ms, stagger (0 or 1), id               fixedWindow rule counter
+//	slot  'O'  uvarint len(label), label, actor                      per-actor override (override.go)
+//	0     'o'  label                                                 count of a label's overrides
 //
 // where id is a rule counter's identity: the rule identity (8 bytes) and the
 // actor (policy.Rule.AppendCounterID).
@@ -345,23 +347,29 @@ func (r Record) Describe(v []byte, now int64) (Description, error) {
 var kinds = []*Kind{
 	{ID: KindBucket, Name: "bucket", Class: 1, HasClientKey: true,
 		split: splitBucket, idle: idleBucket, describe: describeBucket},
-	{ID: KindCounter, Name: "divvy", Class: 2,
-		split: splitCounter, idle: idleCounter, describe: describeCounter},
+	marked(&Kind{ID: KindCounter, Name: "divvy", Class: 2,
+		split: splitCounter, idle: idleCounter, describe: describeCounter}),
 	{ID: KindGCRA, Name: "gcra", Class: 3, HasClientKey: true,
 		split: func([]byte) (int, bool) { return 0, true }, idle: idleGCRA, describe: describeGCRA},
 	{ID: KindWindow, Name: "window", Class: 4, HasClientKey: true,
 		split: splitWindow, idle: idleWindow, describe: describeWindow},
 	{ID: KindLog, Name: "log", Class: 5, HasClientKey: true,
 		split: func([]byte) (int, bool) { return 0, true }, idle: idleLog, describe: describeLog},
-	// Rule counters: the codecs of their command kinds, no client key.
-	{ID: KindRuleBucket, Name: "rule_bucket", Class: 6,
-		split: splitBucket, idle: idleBucket, describe: describeBucket},
-	{ID: KindRuleGCRA, Name: "rule_gcra", Class: 7,
-		split: func([]byte) (int, bool) { return 0, true }, idle: idleGCRA, describe: describeGCRA},
-	{ID: KindRuleWindow, Name: "rule_window", Class: 8,
-		split: splitWindow, idle: idleWindow, describe: describeWindow},
-	{ID: KindRuleLog, Name: "rule_log", Class: 9,
-		split: func([]byte) (int, bool) { return 0, true }, idle: idleLog, describe: describeLog},
+	// Rule counters: the codecs of their command kinds, no client key,
+	// and a value that may carry an override (override.go).
+	marked(&Kind{ID: KindRuleBucket, Name: "rule_bucket", Class: 6,
+		split: splitBucket, idle: idleBucket, describe: describeBucket}),
+	marked(&Kind{ID: KindRuleGCRA, Name: "rule_gcra", Class: 7,
+		split: func([]byte) (int, bool) { return 0, true }, idle: idleGCRA, describe: describeGCRA}),
+	marked(&Kind{ID: KindRuleWindow, Name: "rule_window", Class: 8,
+		split: splitWindow, idle: idleWindow, describe: describeWindow}),
+	marked(&Kind{ID: KindRuleLog, Name: "rule_log", Class: 9,
+		split: func([]byte) (int, bool) { return 0, true }, idle: idleLog, describe: describeLog}),
+	// Per-actor overrides and their counts (override.go): never idle.
+	{ID: KindOverride, Name: "override", Class: 10,
+		split: splitOverride, idle: never, describe: describeOverride},
+	{ID: KindOverrideCount, Name: "override_count", Class: 11,
+		split: func([]byte) (int, bool) { return 0, true }, idle: never, describe: describeOverrideCount},
 }
 
 var byID = func() (t [256]*Kind) {
@@ -378,4 +386,4 @@ func Kinds() []*Kind { return kinds }
 func Lookup(id byte) *Kind { return byID[id] }
 
 // MaxClass is the largest Class of a kind.
-const MaxClass = 9
+const MaxClass = 11

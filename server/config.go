@@ -167,6 +167,7 @@ func (s *Server) settings() []setting {
 		{"memory-limit", i64(cfg.MemoryLimit)},
 		{"on-store-error", onStoreError},
 		{"policy", cfg.PolicyFile},
+		{"policy-max-overrides", i(cfg.PolicyMaxOverrides)},
 		{"reload-timeout", cfg.ReloadTimeout.String()},
 		{"rls-config", cfg.RLS.Dir},
 		{"rls-max-descriptors", i(cfg.RLS.MaxDescriptors)},

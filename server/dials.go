@@ -20,6 +20,9 @@ func (s *Server) initDials() error {
 	if err := s.eng.LoadDials(); err != nil {
 		return err
 	}
+	if err := s.eng.LoadOverrides(); err != nil {
+		return err
+	}
 	s.polCmds = policycmd.Commands{Engine: s.eng, Rules: &s.pol, Log: s.log}
 	if m := s.eng.Enforcement(); m != engine.Enforce {
 		policycmd.LogMode(s.log, m)
@@ -28,9 +31,10 @@ func (s *Server) initDials() error {
 }
 
 var (
-	descPolicyEnforce = prometheus.NewDesc("sluice_policy_enforce", "1 for the enforcement mode in use (POLICY ENFORCE: on, shadow or off), 0 for the others.", []string{"mode"}, nil)
-	descPolicyChanges = prometheus.NewDesc("sluice_policy_changes_total", "Changes of the dials (POLICY LIMIT, its RESET, POLICY ENFORCE, and the same under /v1/policy/), by change (limit, reset, enforce) and front end (resp, http).", []string{"change", "via"}, nil)
-	descPolicyLimits  = prometheus.NewDesc("sluice_policy_runtime_limits", "Runtime limits (POLICY LIMIT) by state: applied; orphaned, their label no longer in the rules; refused, not fitting the rule the label names now.", []string{"state"}, nil)
+	descPolicyEnforce   = prometheus.NewDesc("sluice_policy_enforce", "1 for the enforcement mode in use (POLICY ENFORCE: on, shadow or off), 0 for the others.", []string{"mode"}, nil)
+	descPolicyChanges   = prometheus.NewDesc("sluice_policy_changes_total", "Changes of the dials (POLICY LIMIT, its RESET, POLICY ENFORCE, POLICY OVERRIDE, its RESET, and the same under /v1/policy/), by change (limit, reset, enforce, override, override_reset) and front end (resp, http).", []string{"change", "via"}, nil)
+	descPolicyOverrides = prometheus.NewDesc("sluice_policy_overrides", "Per-actor overrides (POLICY OVERRIDE) kept, by rule label.", []string{"label"}, nil)
+	descPolicyLimits    = prometheus.NewDesc("sluice_policy_runtime_limits", "Runtime limits (POLICY LIMIT) by state: applied; orphaned, their label no longer in the rules; refused, not fitting the rule the label names now.", []string{"state"}, nil)
 )
 
 // collectDials sends the dials' metrics.
@@ -51,6 +55,10 @@ func (s *Server) collectDials(ch chan<- prometheus.Metric) {
 	gauge(descPolicyLimits, float64(n.Applied), "applied")
 	gauge(descPolicyLimits, float64(n.Orphaned), "orphaned")
 	gauge(descPolicyLimits, float64(n.Refused), "refused")
+	ovs, _ := s.eng.OverrideCounts()
+	for label, n := range ovs {
+		gauge(descPolicyOverrides, float64(n), label)
+	}
 }
 
 // policyHTTP is /v1/policy/, behind /backup's checks: the password (HTTP

@@ -532,11 +532,11 @@ func TestPolicyCommands(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	want := "[[position 1 operation [method=GET path=/x ip=*] creditLimit 3 resetSeconds 60 algorithm divvy stagger false burst 0 minGapMillis 0 quotaField  maxQuota 0 actorField ip matchPolicy stop shadow false label x comment three a minute limitSource file effectiveCreditLimit 3 effectiveResetSeconds 60 limitProblem ] " +
-		"[position 2 operation [path=/y] creditLimit 10 resetSeconds 1 algorithm gcra stagger false burst 5 minGapMillis 0 quotaField quota maxQuota 100 actorField  matchPolicy stop shadow false label  comment  limitSource file effectiveCreditLimit 10 effectiveResetSeconds 1 limitProblem ] " +
-		"[position 3 operation [path=/z] creditLimit 10 resetSeconds 1 algorithm fixedWindow stagger true burst 0 minGapMillis 0 quotaField  maxQuota 0 actorField  matchPolicy stop shadow false label  comment  limitSource file effectiveCreditLimit 10 effectiveResetSeconds 1 limitProblem ] " +
-		"[position 4 operation [path=/w] creditLimit 10 resetSeconds 1 algorithm slidingLog stagger false burst 0 minGapMillis 20 quotaField  maxQuota 0 actorField  matchPolicy stop shadow false label  comment  limitSource file effectiveCreditLimit 10 effectiveResetSeconds 1 limitProblem ] " +
-		"[position 5 operation [default] creditLimit 1 resetSeconds 0 algorithm divvy stagger false burst 0 minGapMillis 0 quotaField  maxQuota 0 actorField  matchPolicy stop shadow false label  comment  limitSource file effectiveCreditLimit 1 effectiveResetSeconds 0 limitProblem ]]"
+	want := "[[position 1 operation [method=GET path=/x ip=*] creditLimit 3 resetSeconds 60 algorithm divvy stagger false burst 0 minGapMillis 0 quotaField  maxQuota 0 actorField ip matchPolicy stop shadow false label x comment three a minute limitSource file effectiveCreditLimit 3 effectiveResetSeconds 60 limitProblem  overrides 0] " +
+		"[position 2 operation [path=/y] creditLimit 10 resetSeconds 1 algorithm gcra stagger false burst 5 minGapMillis 0 quotaField quota maxQuota 100 actorField  matchPolicy stop shadow false label  comment  limitSource file effectiveCreditLimit 10 effectiveResetSeconds 1 limitProblem  overrides 0] " +
+		"[position 3 operation [path=/z] creditLimit 10 resetSeconds 1 algorithm fixedWindow stagger true burst 0 minGapMillis 0 quotaField  maxQuota 0 actorField  matchPolicy stop shadow false label  comment  limitSource file effectiveCreditLimit 10 effectiveResetSeconds 1 limitProblem  overrides 0] " +
+		"[position 4 operation [path=/w] creditLimit 10 resetSeconds 1 algorithm slidingLog stagger false burst 0 minGapMillis 20 quotaField  maxQuota 0 actorField  matchPolicy stop shadow false label  comment  limitSource file effectiveCreditLimit 10 effectiveResetSeconds 1 limitProblem  overrides 0] " +
+		"[position 5 operation [default] creditLimit 1 resetSeconds 0 algorithm divvy stagger false burst 0 minGapMillis 0 quotaField  maxQuota 0 actorField  matchPolicy stop shadow false label  comment  limitSource file effectiveCreditLimit 1 effectiveResetSeconds 0 limitProblem  overrides 0]]"
 	if got := fmt.Sprint(v); got != want {
 		t.Fatalf("POLICY SHOW:\n got %s\nwant %s", got, want)
 	}

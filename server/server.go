@@ -132,6 +132,9 @@ type Config struct {
 	// ReloadPolicy reads it again. Empty: no rules, and HIT answers an
 	// error.
 	PolicyFile string
+	// PolicyMaxOverrides is the most per-actor overrides (POLICY
+	// OVERRIDE) the server keeps; default DefaultPolicyMaxOverrides.
+	PolicyMaxOverrides int
 	// Divvy configures the divvy line protocol (ServeDivvy).
 	Divvy DivvyConfig
 
@@ -210,14 +213,16 @@ type DivvyConfig struct {
 
 // Defaults for Config.
 const (
-	DefaultMaxArgs         = 1024
-	DefaultMaxBulk         = 1 << 20
-	DefaultMaxInline       = 64 << 10
-	DefaultMaxQueryBuffer  = 8 << 20
-	DefaultMaxKeySize      = 16 << 10
-	DefaultShutdownTimeout = 10 * time.Second
-	DefaultMaxClients      = 10000
-	DefaultMaxReplyBuffer  = 64 << 20
+	DefaultMaxArgs        = 1024
+	DefaultMaxBulk        = 1 << 20
+	DefaultMaxInline      = 64 << 10
+	DefaultMaxQueryBuffer = 8 << 20
+	DefaultMaxKeySize     = 16 << 10
+	// DefaultPolicyMaxOverrides is engine.DefaultMaxOverrides.
+	DefaultPolicyMaxOverrides = engine.DefaultMaxOverrides
+	DefaultShutdownTimeout    = 10 * time.Second
+	DefaultMaxClients         = 10000
+	DefaultMaxReplyBuffer     = 64 << 20
 	// DefaultMaxMemoryClients: Redis' maxmemory-clients is off by
 	// default, ours must bound. Sluice's commands are a few hundred bytes,
 	// so 64 MiB holds the read buffers of thousands of connections (4 KiB
@@ -344,6 +349,7 @@ func New(cfg Config) (*Server, error) {
 	cfg.MaxMemoryClients = cfg.MaxMemoryClients.orDefault(DefaultMaxMemoryClients)
 	orDefault(&cfg.Divvy.MaxLine, DefaultDivvyMaxLine)
 	orDefault(&cfg.Divvy.MaxPipeline, DefaultDivvyMaxPipeline)
+	orDefault(&cfg.PolicyMaxOverrides, DefaultPolicyMaxOverrides)
 	orDefault(&cfg.RLS.MaxMessage, DefaultRLSMaxMessage)
 	orDefault(&cfg.RLS.MaxStreams, DefaultRLSMaxStreams)
 	orDefault(&cfg.RLS.MaxDescriptors, DefaultRLSMaxDescriptors)
@@ -412,7 +418,7 @@ func New(cfg Config) (*Server, error) {
 	}
 	s.clus = clus
 	s.cmds = commandTable(&s.pol)
-	ecfg := engine.Config{Store: s.store, Clock: s.clock, MaxKeySize: cfg.MaxKeySize}
+	ecfg := engine.Config{Store: s.store, Clock: s.clock, MaxKeySize: cfg.MaxKeySize, MaxOverrides: int64(cfg.PolicyMaxOverrides)}
 	if cfg.AllowOnStoreError {
 		ecfg.OnStoreError = engine.Allow
 	}

@@ -61,11 +61,12 @@ type config struct {
 	logLevel        string
 	showVersion     bool
 
-	policyFile       string
-	divvyAddr        string
-	divvyMaxLine     byteSize
-	divvyMaxPipeline int
-	divvyTimeout     int
+	policyFile         string
+	divvyAddr          string
+	divvyMaxLine       byteSize
+	divvyMaxPipeline   int
+	policyMaxOverrides int
+	divvyTimeout       int
 
 	check              checkFlags
 	clusterNodes       string
@@ -149,6 +150,7 @@ func newFlagSet(cfg *config, stderr io.Writer) *flag.FlagSet {
 	fs.StringVar(&cfg.logFormat, "log-format", "text", "log format: text or json")
 	fs.StringVar(&cfg.logLevel, "log-level", "info", "log level: debug, info, warn or error")
 	fs.StringVar(&cfg.policyFile, "policy", "", "divvy rule file (.ini or .json) for HIT and the line protocol; reloaded on SIGHUP and POLICY RELOAD")
+	intVar(fs, &cfg.policyMaxOverrides, "policy-max-overrides", server.DefaultPolicyMaxOverrides, "most per-actor overrides (POLICY OVERRIDE) the server keeps; a new one past it gets an error reply")
 	addrVar(fs, &cfg.divvyAddr, "divvy-addr", "", "127.0.0.1:8321", true, "listen address for divvy's line protocol (conventionally 127.0.0.1:8321); empty turns it off")
 	fs.Var(&cfg.divvyMaxLine, "divvy-max-line", "longest line the divvy line protocol accepts")
 	intVar(fs, &cfg.divvyMaxPipeline, "divvy-max-pipeline", server.DefaultDivvyMaxPipeline, "most HIT lines of one divvy connection executed before their replies are sent and more are read")
@@ -209,7 +211,7 @@ func parseConfig(args []string, lookupEnv func(string) (string, bool), stderr io
 	if err := parseArgs(fs, args, lookupEnv); err != nil {
 		return cfg, err
 	}
-	for name, v := range map[string]int{"max-args": cfg.maxArgs, "maxclients": cfg.maxClients, "divvy-max-pipeline": cfg.divvyMaxPipeline, "rls-max-streams": cfg.rlsMaxStreams, "rls-max-descriptors": cfg.rlsMaxDescriptors} {
+	for name, v := range map[string]int{"max-args": cfg.maxArgs, "maxclients": cfg.maxClients, "divvy-max-pipeline": cfg.divvyMaxPipeline, "policy-max-overrides": cfg.policyMaxOverrides, "rls-max-streams": cfg.rlsMaxStreams, "rls-max-descriptors": cfg.rlsMaxDescriptors} {
 		if v < 1 {
 			return cfg, fmt.Errorf("--%s %d: want at least 1", name, v)
 		}

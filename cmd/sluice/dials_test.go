@@ -24,15 +24,7 @@ import (
 func TestDialsOverTheWire(t *testing.T) {
 	dir := t.TempDir()
 	rules := filepath.Join(dir, "rules.ini")
-	write := func(path, text string) {
-		t.Helper()
-		if err := os.WriteFile(path+".new", []byte(text), 0o644); err != nil {
-			t.Fatal(err)
-		}
-		if err := os.Rename(path+".new", path); err != nil {
-			t.Fatal(err)
-		}
-	}
+	write := func(path, text string) { replaceFile(t, path, text) }
 	const year = "31536000"
 	withLabel := func(limit string) string {
 		return "[path=/api]\ncreditLimit = " + limit + "\nresetSeconds = " + year + "\nlabel = api\n\n[default]\ncreditLimit = 0\nresetSeconds = 0\n"

@@ -34,6 +34,18 @@ func TestBadPolicyStopsStartup(t *testing.T) {
 	}
 }
 
+// replaceFile writes text to path as operators are told to: to a file
+// beside it, renamed over it.
+func replaceFile(t *testing.T, path, text string) {
+	t.Helper()
+	if err := os.WriteFile(path+".new", []byte(text), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Rename(path+".new", path); err != nil {
+		t.Fatal(err)
+	}
+}
+
 // TestSIGHUPReloadsPolicy runs sluice as a process with --policy and
 // --divvy-addr: SIGHUP puts a new file in use without dropping the
 // line-protocol connection, and a bad file is refused and counted while
@@ -41,15 +53,7 @@ func TestBadPolicyStopsStartup(t *testing.T) {
 func TestSIGHUPReloadsPolicy(t *testing.T) {
 	dir := t.TempDir()
 	rules := filepath.Join(dir, "rules.ini")
-	write := func(text string) {
-		t.Helper()
-		if err := os.WriteFile(rules+".new", []byte(text), 0o644); err != nil {
-			t.Fatal(err)
-		}
-		if err := os.Rename(rules+".new", rules); err != nil {
-			t.Fatal(err)
-		}
-	}
+	write := func(text string) { replaceFile(t, rules, text) }
 	write("[default]\ncreditLimit = 7\nresetSeconds = 0\n")
 	p := startProc(t, filepath.Join(dir, "data"), "--policy", rules, "--divvy-addr", "127.0.0.1:0")
 	conn, err := net.Dial("tcp", p.divvyAddr)

@@ -204,7 +204,8 @@ func serverConfig(cfg config, store *storage.Store, log *slog.Logger, password s
 		MaxMemoryClients:       zeroIsOff(int64(cfg.maxMemClients)),
 		TLS:                    tlsFiles,
 
-		PolicyFile: cfg.policyFile,
+		PolicyFile:         cfg.policyFile,
+		PolicyMaxOverrides: cfg.policyMaxOverrides,
 		Divvy: server.DivvyConfig{
 			MaxLine:     int(cfg.divvyMaxLine),
 			MaxPipeline: cfg.divvyMaxPipeline,

@@ -31,7 +31,7 @@ var builtin = map[string]*Doc{
 		Args: []Arg{{Name: "name", Type: "string", Optional: true}}},
 	"lastsave": {Summary: "Replies the Unix time of the last successful CHECKPOINT.", Group: "server"},
 	"debug":    {Summary: "A container for debugging commands, refused unless --enable-debug-command allows the client: DEBUG CLOCK-OFFSET and HELP.", Group: "server"},
-	"policy":   {Summary: "A container for the --policy rules and their dials: POLICY RELOAD, SHOW, LIMIT and ENFORCE.", Group: "server"},
+	"policy":   {Summary: "A container for the --policy rules and their dials: POLICY RELOAD, SHOW, LIMIT, ENFORCE, OVERRIDE and OVERRIDES.", Group: "server"},
 }
 
 // builtinSubs are the subcommands of the container commands. The
@@ -110,6 +110,15 @@ var builtinSubs = map[string][]Sub{
 				{Name: "shadow", Type: "pure-token", Token: "SHADOW"},
 				{Name: "off", Type: "pure-token", Token: "OFF"},
 			}}}}},
+		{Name: "policy|override", Arity: -4, Flags: []string{"admin"}, Doc: Doc{Summary: "Gives one actor of the rule with a label its own limit, kept in the store across restarts and reloads; RESET removes it; without a limit, replies the actor's override or nil.", Group: "server",
+			Args: []Arg{{Name: "label", Type: "string"}, {Name: "actor", Type: "string"}, {Name: "limit", Type: "oneof", Optional: true, Args: []Arg{
+				{Name: "reset", Type: "pure-token", Token: "RESET"},
+				{Name: "new-limit", Type: "integer"},
+			}}}}},
+		{Name: "policy|overrides", Arity: -3, Flags: []string{"admin"}, Doc: Doc{Summary: "Lists the per-actor overrides of a label, as HSCAN: the cursor to continue from (0: done) and actors with their limits.", Group: "server",
+			Args: []Arg{{Name: "label", Type: "string"},
+				{Name: "cursor", Type: "string", Token: "CURSOR", Optional: true},
+				{Name: "count", Type: "integer", Token: "COUNT", Optional: true}}}},
 	},
 }
 

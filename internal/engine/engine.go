@@ -62,6 +62,9 @@ type Config struct {
 	// Cluster is cluster mode's side of the engine; nil for a standalone
 	// server.
 	Cluster Cluster
+	// MaxOverrides is the most per-actor overrides (POLICY OVERRIDE) kept
+	// (--policy-max-overrides); default DefaultMaxOverrides.
+	MaxOverrides int64
 }
 
 // Cluster is what the engine asks of cluster mode. The cluster code
@@ -88,7 +91,11 @@ type Engine struct {
 	cluster      Cluster
 	gate         writeGate
 	storeAllowed atomic.Int64
-	dials        dials // POLICY LIMIT and ENFORCE (dials.go)
+	dials        dials     // POLICY LIMIT and ENFORCE (dials.go)
+	ov           overrides // POLICY OVERRIDE (overrides.go)
+	// afterOverrideRead, set by tests only, runs between a new counter's
+	// read of its override and its creation.
+	afterOverrideRead func()
 }
 
 // New returns an Engine for cfg.
@@ -99,7 +106,12 @@ func New(cfg Config) *Engine {
 	if cfg.MaxKeySize <= 0 {
 		cfg.MaxKeySize = DefaultMaxKeySize
 	}
-	return &Engine{store: cfg.Store, clock: cfg.Clock, maxKeySize: cfg.MaxKeySize, onStoreError: cfg.OnStoreError, cluster: cfg.Cluster}
+	if cfg.MaxOverrides <= 0 {
+		cfg.MaxOverrides = DefaultMaxOverrides
+	}
+	e := &Engine{store: cfg.Store, clock: cfg.Clock, maxKeySize: cfg.MaxKeySize, onStoreError: cfg.OnStoreError, cluster: cfg.Cluster}
+	e.ov.max = cfg.MaxOverrides
+	return e
 }
 
 // Now is the engine's time, which requests without their own are

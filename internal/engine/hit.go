@@ -23,9 +23,11 @@ import (
 // allocates nothing.
 type hits struct {
 	canaries []*policy.Rule
-	// id and key are room for a counter ID and its store key.
-	id, key []byte
-	m       ruleMutator
+	// id and key are room for a counter ID and its store key, okey for
+	// an override's key, ovr for its read.
+	id, key, okey []byte
+	ovr           overrideReader
+	m             ruleMutator
 	// done holds the outcomes of this round's hits until its changes are
 	// committed; the metrics count only what clients were told.
 	done []hitDone
@@ -55,6 +57,12 @@ func (h *hits) trim(keep int) {
 	if cap(h.id) > keep {
 		h.id = nil
 	}
+	if cap(h.okey) > keep {
+		h.okey = nil
+	}
+	if cap(h.m.marked) > keep {
+		h.m.marked = nil
+	}
 	if cap(h.done)*hitDoneSize > keep {
 		h.done = nil
 	}
@@ -62,23 +70,80 @@ func (h *hits) trim(keep int) {
 }
 
 func (h *hits) footprint() int {
-	return 8*cap(h.canaries) + cap(h.id) + cap(h.key) + hitDoneSize*cap(h.done) + h.m.c.Footprint()
+	return 8*cap(h.canaries) + cap(h.id) + cap(h.key) + cap(h.okey) + cap(h.m.marked) + hitDoneSize*cap(h.done) + h.m.c.Footprint()
 }
 
 // ruleMutator applies one hit of one rule to its stored counter, whatever
-// the rule's algorithm (policy.Counter).
+// the rule's algorithm (policy.Counter), under the actor's override when
+// the counter carries one (overrides.go).
 type ruleMutator struct {
 	c policy.Counter
+	// base is the hit's limit without an override: c.Limit is set from
+	// it at each Mutate, then replaced by the counter's override.
+	base int64
+	// lookup is what a counter that does not exist yet needs.
+	lookup lookup
+	// For lookupDone: the override read (has, limit) and the epoch of
+	// the overrides when it was read.
+	has   bool
+	limit int64
+	epoch uint64
+	ov    *overrides
+	// marked is room for a value with its override.
+	marked []byte
 }
+
+type lookup uint8
+
+const (
+	lookupNone   lookup = iota // the label has no overrides: none to read
+	lookupNeeded               // the label has some: a new counter reads the actor's
+	lookupDo                   // Mutate found no counter: read the override, then again
+	lookupDone                 // read: create the counter under it, if the epoch holds
+	lookupRetry                // the overrides changed meanwhile: read again
+)
 
 // Mutate implements storage.Mutator.
 func (m *ruleMutator) Mutate(old []byte, found bool) ([]byte, storage.Op, error) {
-	val, write, err := m.c.Apply(old, found)
+	c := &m.c
+	c.Limit = m.base
+	// carried is the override the counter carries, kept in what is
+	// written back.
+	carried, override := int64(0), false
+	switch {
+	case found:
+		limit, ok, inner, err := keyspace.SplitMarked(old)
+		if err != nil {
+			return nil, storage.Keep, err
+		}
+		carried, override = limit, ok
+		// A label that has no overrides now (a reload dropped or renamed
+		// it) leaves its counters' copies unused, until it has again.
+		if ok && m.ov.has(c.Rule.Label) {
+			c.Limit = limit
+		}
+		old = inner
+	case m.lookup == lookupNeeded:
+		m.lookup = lookupDo
+		return nil, storage.Keep, nil
+	case m.lookup == lookupDone:
+		if m.ov.epoch.Load() != m.epoch {
+			m.lookup = lookupRetry
+			return nil, storage.Keep, nil
+		}
+		if m.has {
+			c.Limit, carried, override = m.limit, m.limit, true
+		}
+	}
+	val, write, err := c.Apply(old, found)
 	switch {
 	case err != nil:
 		return nil, storage.Keep, ruleErr(err)
 	case !write:
 		return nil, storage.Keep, nil
+	case override:
+		m.marked = keyspace.AppendMarked(m.marked[:0], carried, val)
+		val = m.marked
 	}
 	return val, storage.Put, nil
 }
@@ -184,7 +249,7 @@ func (r *Round) hitRule(lp *rules.Set, rule *policy.Rule, req policy.Request, hi
 			}
 			o.Rule = rule
 			c.Out = o
-		} else if err := r.limit(r.key, &r.m); err != nil {
+		} else if err := r.count1(rule); err != nil {
 			return policy.Outcome{}, err
 		}
 		d.wrote = r.b.Len() > before
@@ -199,6 +264,47 @@ func (r *Round) hitRule(lp *rules.Set, rule *policy.Rule, req policy.Request, hi
 	}
 	r.done = append(r.done, d)
 	return out, nil
+}
+
+// count1 applies the hit set up in r.m to the counter r.key of rule, of
+// counter ID r.id; a new counter of a label with overrides is created
+// under the actor's, read from its override record (overrides.go).
+func (r *Round) count1(rule *policy.Rule) error {
+	m := &r.m
+	m.base, m.lookup, m.ov = m.c.Limit, lookupNone, &r.e.ov
+	if r.e.ov.has(rule.Label) && notOverridable(rule) == "" {
+		m.lookup = lookupNeeded
+	}
+	if err := r.limit(r.key, m); err != nil || m.lookup != lookupDo {
+		return err
+	}
+	actor := r.id[policy.CounterIDLen:]
+	r.okey = keyspace.AppendOverrideKey(r.okey[:0], rule.Label, actor)
+	for try := 0; ; try++ {
+		// A change of the overrides between the read and the counter's
+		// creation makes the hit read again; after a few, it waits for
+		// the changes to stop.
+		locked := try >= 3
+		if locked {
+			r.e.ov.mu.Lock()
+		}
+		m.epoch = r.e.ov.epoch.Load()
+		r.ovr = overrideReader{}
+		err := r.limit(r.okey, &r.ovr)
+		if err == nil {
+			m.lookup, m.has, m.limit = lookupDone, r.ovr.found, r.ovr.limit
+			if h := r.e.afterOverrideRead; h != nil {
+				h()
+			}
+			err = r.limit(r.key, m)
+		}
+		if locked {
+			r.e.ov.mu.Unlock()
+		}
+		if err != nil || m.lookup != lookupRetry {
+			return err
+		}
+	}
 }
 
 func (r *Round) forward(key []byte, rule *policy.Rule, limit, hits, now int64) (bool, policy.Outcome, error) {
@@ -235,6 +341,7 @@ func (r *Round) DenyLast() (allowed, shadowed bool) {
 func (r *Round) ApplyCounter(key []byte, rule *policy.Rule, limit, hits, now int64, id []byte) (policy.Outcome, error) {
 	m := &r.m.c
 	m.Rule, m.Limit, m.Hits, m.Now, m.ID = rule, limit, hits, now, id
+	r.m.base, r.m.lookup, r.m.ov = limit, lookupNone, &r.e.ov
 	err := r.Limit(key, &r.m) // one operation, counted
 	m.ID = nil                // aliases the caller's arguments
 	if err != nil {

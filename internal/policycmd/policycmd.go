@@ -1,7 +1,8 @@
 // Package policycmd is POLICY's subcommands that show the rules and
-// change their dials (issue 30) over RESP: POLICY SHOW, POLICY LIMIT and
-// POLICY ENFORCE. The dials themselves are the engine's (engine.SetLimit,
-// engine.SetEnforcement), kept in the store and read by every rule front
+// change their dials (issue 30) over RESP: POLICY SHOW, POLICY LIMIT,
+// POLICY ENFORCE, POLICY OVERRIDE and POLICY OVERRIDES. The dials
+// themselves are the engine's (engine.SetLimit, engine.SetEnforcement,
+// engine.SetOverride), kept in the store and read by every rule front
 // end's hits; this package parses, answers and logs each change. POLICY
 // RELOAD, which reloads the server's files, stays the server's.
 //
@@ -13,6 +14,8 @@ package policycmd
 
 import (
 	"log/slog"
+	"maps"
+	"slices"
 	"strconv"
 	"strings"
 	"sync/atomic"
@@ -44,9 +47,8 @@ type Who struct {
 // Changes counts the dials' changes by what changed and through which
 // front end, for sluice_policy_changes_total.
 type Changes struct {
-	// N is by Via (0 resp, 1 http) and change (0 limit, 1 reset, 2
-	// enforce).
-	N [2][3]atomic.Int64
+	// N is by Via (0 resp, 1 http) and change (ChangeNames' index).
+	N [2][len(ChangeNames)]atomic.Int64
 }
 
 // The changes, as Changes.N's second index and the metric's label.
@@ -54,10 +56,12 @@ const (
 	changeLimit = iota
 	changeReset
 	changeEnforce
+	changeOverride
+	changeOverrideReset
 )
 
 // ChangeNames name the changes, by index.
-var ChangeNames = [3]string{"limit", "reset", "enforce"}
+var ChangeNames = [...]string{"limit", "reset", "enforce", "override", "override_reset"}
 
 // ViaNames name the front ends, by index.
 var ViaNames = [2]string{"resp", "http"}
@@ -77,7 +81,7 @@ func (c *Commands) audit(who Who, change int, attrs ...any) {
 const maxLabel = 255
 
 // usage is the error of a subcommand that is none of these.
-var usage = errs.New(errs.Request, "unknown POLICY subcommand or wrong number of arguments; expected POLICY RELOAD, POLICY SHOW, POLICY LIMIT <label> <creditLimit> [<resetSeconds>], POLICY LIMIT <label> RESET or POLICY ENFORCE [on|shadow|off]")
+var usage = errs.New(errs.Request, "unknown POLICY subcommand or wrong number of arguments; expected POLICY RELOAD, POLICY SHOW, POLICY LIMIT <label> <creditLimit> [<resetSeconds>], POLICY LIMIT <label> RESET, POLICY ENFORCE [on|shadow|off], POLICY OVERRIDE <label> <actor> [<limit>|RESET] or POLICY OVERRIDES <label> [CURSOR <cursor>] [COUNT <count>]")
 
 // Run runs POLICY args[1] with args[2:] (args[0] is POLICY) for who and
 // appends its reply to x.Out, or returns the error to answer.
@@ -89,6 +93,10 @@ func (c *Commands) Run(x *dispatch.Ctx, who Who, args [][]byte) error {
 		return c.limit(x, who, args[2:])
 	case (len(args) == 2 || len(args) == 3) && resp.EqualFold(args[1], "enforce"):
 		return c.enforce(x, who, args[2:])
+	case (len(args) == 4 || len(args) == 5) && resp.EqualFold(args[1], "override"):
+		return c.override(x, who, args[2:])
+	case len(args) >= 3 && len(args) <= 7 && resp.EqualFold(args[1], "overrides"):
+		return c.overrides(x, args[2:])
 	}
 	return usage
 }
@@ -254,13 +262,18 @@ func (c *Commands) show(x *dispatch.Ctx) error {
 		}
 	}
 	rs := lp.Policy.Rules()
-	x.Out = resp.AppendArray(x.Out, len(rs)+orphans)
+	ovs, _ := c.Engine.OverrideCounts()
+	orphanOvs := maps.Clone(ovs)
+	for _, r := range rs {
+		delete(orphanOvs, r.Label)
+	}
+	x.Out = resp.AppendArray(x.Out, len(rs)+orphans+len(orphanOvs))
 	for _, r := range rs {
 		var ll *engine.LabelLimit
 		if r.Label != "" {
 			ll = byLabel[r.Label]
 		}
-		x.Out = appendRule(x.Out, r, ll)
+		x.Out = appendRule(x.Out, r, ll, ovs[r.Label])
 	}
 	for i := range limits {
 		if ll := &limits[i]; ll.Rule == nil {
@@ -271,6 +284,11 @@ func (c *Commands) show(x *dispatch.Ctx) error {
 			x.Out = num(x.Out, "runtimeResetSeconds", ll.ResetSeconds)
 		}
 	}
+	for _, label := range slices.Sorted(maps.Keys(orphanOvs)) {
+		x.Out = resp.AppendArray(x.Out, 4)
+		x.Out = str(x.Out, "label", label)
+		x.Out = num(x.Out, "orphanedOverrides", orphanOvs[label])
+	}
 	return nil
 }
 
@@ -278,9 +296,10 @@ func (c *Commands) show(x *dispatch.Ctx) error {
 // values: its fields in a rule file's order (every field, those of other
 // algorithms with their zero value: burst 0 is the limit), then the
 // limit its hits use: the file's, or a runtime limit (ll) and why it does
-// not apply when it does not fit the rule.
-func appendRule(out []byte, r *policy.Rule, ll *engine.LabelLimit) []byte {
-	out = resp.AppendArray(out, 38)
+// not apply when it does not fit the rule; then the number of its
+// label's per-actor overrides.
+func appendRule(out []byte, r *policy.Rule, ll *engine.LabelLimit, overrides int64) []byte {
+	out = resp.AppendArray(out, 40)
 	out = num(out, "position", int64(r.Pos))
 	out = str(out, "operation", r.String())
 	out = num(out, "creditLimit", r.CreditLimit)
@@ -306,7 +325,8 @@ func appendRule(out []byte, r *policy.Rule, ll *engine.LabelLimit) []byte {
 	out = str(out, "limitSource", source)
 	out = num(out, "effectiveCreditLimit", eff.CreditLimit)
 	out = num(out, "effectiveResetSeconds", eff.ResetSeconds)
-	return str(out, "limitProblem", problem)
+	out = str(out, "limitProblem", problem)
+	return num(out, "overrides", overrides)
 }
 
 // str and num append a name and its value, a pair of a flat array.
@@ -351,4 +371,12 @@ func (c *Commands) Info(kv func(k, v string)) {
 	kv("policy_runtime_limits_refused", strconv.Itoa(n.Refused))
 	kv("policy_runtime_limits_orphaned", strconv.Itoa(n.Orphaned))
 	kv("policy_orphaned_labels", strings.Join(n.OrphanedLabels, ","))
+	ovs, total := c.Engine.OverrideCounts()
+	kv("policy_overrides", strconv.FormatInt(total, 10))
+	kv("policy_overrides_max", strconv.FormatInt(c.Engine.MaxOverrides(), 10))
+	labels := make([]string, 0, len(ovs))
+	for _, l := range slices.Sorted(maps.Keys(ovs)) {
+		labels = append(labels, l+"="+strconv.FormatInt(ovs[l], 10))
+	}
+	kv("policy_override_labels", strings.Join(labels, ","))
 }

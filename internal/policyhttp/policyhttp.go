@@ -1,6 +1,7 @@
 // Package policyhttp is the rules' dials over HTTP, for tooling: the
-// enforcement mode and the runtime limits of POLICY ENFORCE and POLICY
-// LIMIT under /v1/policy/, with JSON bodies. Every change goes through
+// enforcement mode, the runtime limits and the per-actor overrides of
+// POLICY ENFORCE, POLICY LIMIT and POLICY OVERRIDE under /v1/policy/, with
+// JSON bodies. Every change goes through
 // policycmd.Commands, so it is stored, applied and audited as over RESP.
 // The server mounts the Handler on its HTTP port behind the password and
 // TLS checks of /backup; the handler itself checks nothing of the client.
@@ -11,9 +12,15 @@
 //	GET    /v1/policy/limits/{label}   {"label": ..., "creditLimit": ..., ...}
 //	PUT    /v1/policy/limits/{label}   {"creditLimit": 5, "resetSeconds": 60}
 //	DELETE /v1/policy/limits/{label}   {"label": ..., "reset": true}
+//	GET    /v1/policy/overrides/{label}?cursor=0&count=10
+//	                                   {"label": ..., "cursor": "0", "overrides": [...]}
+//	GET    /v1/policy/overrides/{label}/{actor...}  {"label": ..., "actor": ..., "limit": 5}
+//	PUT    /v1/policy/overrides/{label}/{actor...}  {"limit": 5}
+//	DELETE /v1/policy/overrides/{label}/{actor...}  {"label": ..., "actor": ..., "reset": true}
 //
 // Errors are {"error": "..."} with 400 for a bad request, 404 for a label
-// with no runtime limit, 503 when the store takes no change.
+// with no runtime limit or an actor with no override, 503 when the store
+// takes no change.
 //
 // A Handler is safe for concurrent use.
 package policyhttp
@@ -51,6 +58,10 @@ func New(c *policycmd.Commands, user string) *Handler {
 	h.mux.HandleFunc("GET /v1/policy/limits/{label}", h.getLimit)
 	h.mux.HandleFunc("PUT /v1/policy/limits/{label}", h.putLimit)
 	h.mux.HandleFunc("DELETE /v1/policy/limits/{label}", h.deleteLimit)
+	h.mux.HandleFunc("GET /v1/policy/overrides/{label}", h.listOverrides)
+	h.mux.HandleFunc("GET /v1/policy/overrides/{label}/{actor...}", h.getOverride)
+	h.mux.HandleFunc("PUT /v1/policy/overrides/{label}/{actor...}", h.putOverride)
+	h.mux.HandleFunc("DELETE /v1/policy/overrides/{label}/{actor...}", h.deleteOverride)
 	return h
 }
 
@@ -98,7 +109,11 @@ func (h *Handler) limits() []Limit {
 }
 
 func (h *Handler) getAll(w http.ResponseWriter, _ *http.Request) {
-	reply(w, http.StatusOK, map[string]any{"enforce": h.Commands.Engine.Enforcement().String(), "limits": h.limits()})
+	ovs, _ := h.Commands.Engine.OverrideCounts()
+	if ovs == nil {
+		ovs = map[string]int64{}
+	}
+	reply(w, http.StatusOK, map[string]any{"enforce": h.Commands.Engine.Enforcement().String(), "limits": h.limits(), "overrides": ovs})
 }
 
 func (h *Handler) getEnforce(w http.ResponseWriter, _ *http.Request) {
@@ -127,8 +142,8 @@ func (h *Handler) putEnforce(w http.ResponseWriter, r *http.Request) {
 	reply(w, http.StatusOK, map[string]string{"enforce": m.String()})
 }
 
-// label reads the path's label, or answers the error.
-func label(w http.ResponseWriter, r *http.Request) (string, bool) {
+// labelOf reads the path's label, or answers the error.
+func labelOf(w http.ResponseWriter, r *http.Request) (string, bool) {
 	l := r.PathValue("label")
 	if err := policycmd.CheckLabel([]byte(l)); err != nil {
 		fail(w, err)
@@ -138,7 +153,7 @@ func label(w http.ResponseWriter, r *http.Request) (string, bool) {
 }
 
 func (h *Handler) getLimit(w http.ResponseWriter, r *http.Request) {
-	name, ok := label(w, r)
+	name, ok := labelOf(w, r)
 	if !ok {
 		return
 	}
@@ -152,7 +167,7 @@ func (h *Handler) getLimit(w http.ResponseWriter, r *http.Request) {
 }
 
 func (h *Handler) putLimit(w http.ResponseWriter, r *http.Request) {
-	name, ok := label(w, r)
+	name, ok := labelOf(w, r)
 	if !ok {
 		return
 	}
@@ -183,7 +198,7 @@ func (h *Handler) putLimit(w http.ResponseWriter, r *http.Request) {
 }
 
 func (h *Handler) deleteLimit(w http.ResponseWriter, r *http.Request) {
-	name, ok := label(w, r)
+	name, ok := labelOf(w, r)
 	if !ok {
 		return
 	}

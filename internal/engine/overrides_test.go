@@ -1,0 +1,368 @@
+package engine
+
+import (
+	"fmt"
+	"os"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/sluicehq/sluice/internal/errs"
+	"github.com/sluicehq/sluice/internal/rules"
+	"github.com/sluicehq/sluice/policy"
+	"github.com/sluicehq/sluice/storage"
+)
+
+const overrideRules = `
+[path=/api ip=*]
+creditLimit = 2
+resetSeconds = 60
+actorField = ip
+label = api
+
+[path=/g user=*]
+algorithm = gcra
+creditLimit = 2
+resetSeconds = 60
+actorField = user
+label = g
+
+[path=/log user=*]
+algorithm = slidingLog
+creditLimit = 2
+resetSeconds = 60
+actorField = user
+label = log
+
+[path=/tb user=*]
+algorithm = tokenBucket
+creditLimit = 2
+resetSeconds = 60
+actorField = user
+label = tb
+
+[path=/q user=*]
+creditLimit = 2
+resetSeconds = 60
+quotaField = quota
+maxQuota = 10
+actorField = user
+label = q
+
+[path=/shared]
+creditLimit = 2
+resetSeconds = 60
+label = shared
+
+[default]
+creditLimit = 0
+resetSeconds = 0
+`
+
+// An override changes what an actor's hits answer at once: on a counter
+// it creates, and on the live one it has (divvy keeps a window's credits
+// left, so a raised limit applies from the next window; gcra at once);
+// RESET returns the actor to the rule's limit; a new engine on the same
+// store has the counts, and the counters keep what they carry.
+func TestOverridesChangeHits(t *testing.T) {
+	st := openStore(t, storage.NewMemDisk())
+	e := New(Config{Store: st})
+	lp := dialsFile(t, overrideRules).Current()
+	r := e.NewRound()
+	now := time.Unix(1_700_000_000, 0).UnixNano()
+
+	if err := e.SetOverride(lp, "api", []byte("vip"), 5); err != nil {
+		t.Fatal(err)
+	}
+	if n, out := hitN(t, r, lp, 7, now, "path", "/api", "ip", "vip"); n != 5 || out.Rate != 5 || out.Limit != 5 {
+		t.Fatalf("override 5 on a new counter: %d of 7 allowed, rate %d limit %d; want 5, 5, 5", n, out.Rate, out.Limit)
+	}
+	if n, _ := hitN(t, r, lp, 3, now, "path", "/api", "ip", "other"); n != 2 {
+		t.Fatalf("another actor: %d of 3 allowed, want the rule's 2", n)
+	}
+	// A live window: lowered at once.
+	hitN(t, r, lp, 1, now, "path", "/api", "ip", "low") // 1 left
+	if err := e.SetOverride(lp, "api", []byte("low"), 1); err != nil {
+		t.Fatal(err)
+	}
+	if n, _ := hitN(t, r, lp, 1, now, "path", "/api", "ip", "low"); n != 0 {
+		t.Fatal("override lowered to 1 on a live window that used 1: a hit allowed")
+	}
+	// slidingLog: a raised limit applies at once on the live counter.
+	if n, _ := hitN(t, r, lp, 3, now, "path", "/log", "user", "u"); n != 2 {
+		t.Fatalf("slidingLog: %d of 3 allowed, want 2", n)
+	}
+	if err := e.SetOverride(lp, "log", []byte("u"), 4); err != nil {
+		t.Fatal(err)
+	}
+	if n, out := hitN(t, r, lp, 3, now, "path", "/log", "user", "u"); n != 2 || out.Limit != 4 {
+		t.Fatalf("slidingLog override 4 on a live counter: %d of 3 allowed, limit %d; want 2 more, 4", n, out.Limit)
+	}
+	if byLabel, total := e.OverrideCounts(); total != 3 || byLabel["api"] != 2 || byLabel["log"] != 1 {
+		t.Fatalf("counts %v, total %d; want api 2, log 1, total 3", byLabel, total)
+	}
+
+	// RESET: the live counter loses the override, the next window has the
+	// rule's limit.
+	had, err := e.ResetOverride(lp, "api", []byte("vip"))
+	if err != nil || !had {
+		t.Fatalf("ResetOverride = %v, %v; want true", had, err)
+	}
+	if had, err := e.ResetOverride(lp, "api", []byte("vip")); err != nil || had {
+		t.Fatalf("ResetOverride again = %v, %v; want false", had, err)
+	}
+	if n, out := hitN(t, r, lp, 3, now+61e9, "path", "/api", "ip", "vip"); n != 2 || out.Rate != 2 {
+		t.Fatalf("after RESET: %d of 3 allowed, rate %d; want 2, 2", n, out.Rate)
+	}
+
+	// A restart: the counts are read back; a counter created now reads the
+	// override record.
+	e2 := New(Config{Store: st})
+	if err := e2.LoadOverrides(); err != nil {
+		t.Fatal(err)
+	}
+	if byLabel, total := e2.OverrideCounts(); total != 2 || byLabel["api"] != 1 || byLabel["log"] != 1 {
+		t.Fatalf("after restart: counts %v, total %d; want api 1, log 1", byLabel, total)
+	}
+	r2 := e2.NewRound()
+	if n, _ := hitN(t, r2, lp, 3, now+61e9, "path", "/api", "ip", "low"); n != 1 {
+		t.Fatalf("after restart, a new window of low: %d of 3 allowed, want its override 1", n)
+	}
+}
+
+// The bad input of an override gets an error that names it, and nothing
+// changes; past MaxOverrides a new override is refused, a change of one
+// that exists is not, and a reset makes room.
+func TestOverridesRefuse(t *testing.T) {
+	e := New(Config{Store: openStore(t, storage.NewMemDisk()), MaxOverrides: 2, MaxKeySize: 16})
+	lp := dialsFile(t, overrideRules).Current()
+	for _, c := range []struct {
+		label, actor string
+		limit        int64
+		want         string
+	}{
+		{"nope", "a", 1, `label "nope" is not a label of the rules in use`},
+		{"shared", "a", 1, "has no actorField"},
+		{"q", "a", 1, "quotaField quota"},
+		{"tb", "a", 1, "tokenBucket"},
+		{"api", "a", -1, "creditLimit is -1; expected a non-negative integer"},
+		{"log", "a", 100001, "100000"},
+		{"api", strings.Repeat("x", 17), 1, "value of actor field ip is 17 bytes, longer than --max-key-size 16"},
+	} {
+		err := e.SetOverride(lp, c.label, []byte(c.actor), c.limit)
+		if errs.KindOf(err) != errs.Request || !strings.Contains(err.Error(), c.want) {
+			t.Errorf("SetOverride(%s, %.20s, %d) = %v; want a request error with %q", c.label, c.actor, c.limit, err, c.want)
+		}
+	}
+	if _, total := e.OverrideCounts(); total != 0 {
+		t.Fatalf("refused overrides counted: %d", total)
+	}
+	for _, a := range []string{"a", "b"} {
+		if err := e.SetOverride(lp, "api", []byte(a), 3); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := e.SetOverride(lp, "g", []byte("c"), 3); errs.KindOf(err) != errs.Request || !strings.Contains(err.Error(), "--policy-max-overrides") {
+		t.Fatalf("a third override past a bound of 2: %v", err)
+	}
+	if err := e.SetOverride(lp, "api", []byte("a"), 4); err != nil {
+		t.Fatalf("changing an override at the bound: %v", err)
+	}
+	if _, err := e.ResetOverride(lp, "api", []byte("b")); err != nil {
+		t.Fatal(err)
+	}
+	if err := e.SetOverride(lp, "g", []byte("c"), 3); err != nil {
+		t.Fatalf("after a reset: %v", err)
+	}
+	if _, err := e.ResetOverride(lp, "nope", []byte("a")); err == nil {
+		t.Error("ResetOverride of an unknown label without overrides: no error")
+	}
+
+	// Cluster mode: refused, not yet kept where the counters are.
+	ce := New(Config{Store: openStore(t, storage.NewMemDisk()), Cluster: &cluster{}})
+	if err := ce.SetOverride(lp, "api", []byte("a"), 3); errs.KindOf(err) != errs.Request || !strings.Contains(err.Error(), "cluster mode") {
+		t.Errorf("SetOverride in cluster mode: %v; want a request error naming cluster mode", err)
+	}
+}
+
+// Overrides lists a label's overrides in actor order, a page at a time,
+// and only that label's; a label dropped by a reload keeps them, and
+// they can be reset.
+func TestOverridesList(t *testing.T) {
+	e := New(Config{Store: openStore(t, storage.NewMemDisk())})
+	f := dialsFile(t, overrideRules)
+	lp := f.Current()
+	for i := range 25 {
+		if err := e.SetOverride(lp, "api", fmt.Appendf(nil, "10.0.0.%02d", i), int64(i)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := e.SetOverride(lp, "g", []byte("10.0.0.00"), 9); err != nil {
+		t.Fatal(err)
+	}
+	var got []Override
+	var after []byte
+	pages := 0
+	for {
+		list, next, err := e.Overrides(lp, "api", after, 10)
+		if err != nil {
+			t.Fatal(err)
+		}
+		got = append(got, list...)
+		pages++
+		if next == nil {
+			break
+		}
+		after = next
+	}
+	if len(got) != 25 || pages != 3 {
+		t.Fatalf("%d overrides in %d pages, want 25 in 3", len(got), pages)
+	}
+	for i, o := range got {
+		if string(o.Actor) != fmt.Sprintf("10.0.0.%02d", i) || o.Limit != int64(i) {
+			t.Fatalf("override %d: %s %d", i, o.Actor, o.Limit)
+		}
+	}
+	if _, _, err := e.Overrides(lp, "api", nil, MaxOverridesPage+1); errs.KindOf(err) != errs.Request {
+		t.Errorf("COUNT over the page bound: %v", err)
+	}
+
+	// A reload without the label: its overrides stay, and RESET works.
+	reloadRules(t, f, strings.Replace(overrideRules, "label = api", "label = api2", 1))
+	lp = f.Current()
+	if err := e.SetOverride(lp, "api", []byte("x"), 1); err == nil {
+		t.Error("SetOverride on a label the rules no longer have: no error")
+	}
+	if had, err := e.ResetOverride(lp, "api", []byte("10.0.0.03")); err != nil || !had {
+		t.Fatalf("ResetOverride of an orphaned label = %v, %v", had, err)
+	}
+	if byLabel, _ := e.OverrideCounts(); byLabel["api"] != 24 {
+		t.Fatalf("orphaned label api: %d overrides, want 24", byLabel["api"])
+	}
+}
+
+// A change of an actor's override between a hit's read of it and the
+// counter's creation: the hit reads it again, and the counter carries the
+// change, not the value read before it.
+func TestOverrideChangedWhileCreating(t *testing.T) {
+	e := New(Config{Store: openStore(t, storage.NewMemDisk())})
+	lp := dialsFile(t, overrideRules).Current()
+	now := time.Unix(1_700_000_000, 0).UnixNano()
+	if err := e.SetOverride(lp, "api", []byte("u"), 5); err != nil {
+		t.Fatal(err)
+	}
+	changed := false
+	e.afterOverrideRead = func() {
+		if !changed {
+			changed = true
+			if err := e.SetOverride(lp, "api", []byte("u"), 1); err != nil {
+				t.Error(err)
+			}
+		}
+	}
+	r := e.NewRound()
+	if n, out := hitN(t, r, lp, 3, now, "path", "/api", "ip", "u"); n != 1 || out.Rate != 1 {
+		t.Fatalf("override changed to 1 while the counter was created: %d of 3 allowed, rate %d; want 1, 1", n, out.Rate)
+	}
+}
+
+// reloadRules rewrites f with text and loads it.
+func reloadRules(t *testing.T, f *rules.File, text string) {
+	t.Helper()
+	if err := os.WriteFile(f.Path, []byte(text), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if err := f.Load(); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// Concurrent changes of one actor's override and hits creating its
+// counter: once they are over, the override record holds the last change,
+// and the counter carries the same.
+func TestOverridesConcurrent(t *testing.T) {
+	st := openStore(t, storage.NewMemDisk())
+	e := New(Config{Store: st})
+	lp := dialsFile(t, overrideRules).Current()
+	now := time.Unix(1_700_000_000, 0).UnixNano()
+	if err := e.SetOverride(lp, "g", []byte("seed"), 1); err != nil { // the label has overrides
+		t.Fatal(err)
+	}
+	req := policy.Request{{Key: []byte("path"), Value: []byte("/g")}, {Key: []byte("user"), Value: []byte("u")}}
+	rule, err := e.overrideRule(lp, "g")
+	if err != nil {
+		t.Fatal(err)
+	}
+	key := counterKey(nil, rule, []byte("u"))
+	var wg sync.WaitGroup
+	for w := range 4 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			r := e.NewRound()
+			for i := range 200 {
+				if w == 0 {
+					if err := e.SetOverride(lp, "g", []byte("u"), int64(100+i)); err != nil {
+						t.Error(err)
+						return
+					}
+					continue
+				}
+				// Delete the counter, so that the hit creates it.
+				if err := r.Apply(key, deleter{}); err != nil {
+					t.Error(err)
+					return
+				}
+				if _, err := r.Hit(lp, req, 1, now); err != nil {
+					t.Error(err)
+					return
+				}
+				if _, err := r.Commit(); err != nil {
+					t.Error(err)
+					return
+				}
+			}
+		}()
+	}
+	wg.Wait()
+	r := e.NewRound()
+	out, err := r.Hit(lp, req, 0, now)
+	if err != nil {
+		t.Fatal(err)
+	}
+	r.Commit()
+	if out.Limit != 299 {
+		t.Fatalf("the counter's limit after the changes: %d; want the last override, 299", out.Limit)
+	}
+	if n, _ := e.Override("g", []byte("u")); n != 299 {
+		t.Fatalf("the stored override: %d, want 299", n)
+	}
+}
+
+// An actor without an override costs no allocation per hit, whether or
+// not its label has overrides; nor does one with an override.
+func BenchmarkHitOverrides(b *testing.B) {
+	for _, c := range []struct {
+		name, actor string
+	}{
+		{"none", "a"},        // no override in the label
+		{"label-has", "a"},   // the label has overrides, the actor none
+		{"actor-has", "vip"}, // the actor has one
+	} {
+		b.Run(c.name, func(b *testing.B) {
+			e := New(Config{Store: openStore(b, storage.NewMemDisk())})
+			lp := dialsFile(b, overrideRules).Current()
+			if c.name != "none" {
+				if err := e.SetOverride(lp, "api", []byte("vip"), 5); err != nil {
+					b.Fatal(err)
+				}
+			}
+			benchWarmHit(b, e, lp, c.actor)
+		})
+	}
+}
+
+type deleter struct{}
+
+func (deleter) Mutate([]byte, bool) ([]byte, storage.Op, error) { return nil, storage.Delete, nil }
