@@ -141,6 +141,9 @@ func NewHost(cfg HostConfig) (*Host, error) {
 	return h, nil
 }
 
+// Incarnation is the node's incarnation (HostConfig.Incarnation).
+func (h *Host) Incarnation() uint64 { return h.cfg.Incarnation }
+
 // Group returns the replica of shard i on this node, or nil (always nil
 // on a nil Host).
 func (h *Host) Group(i int) *Group {

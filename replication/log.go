@@ -428,6 +428,14 @@ func (l *Log) settle(c *logChange) {
 	}
 }
 
+// hasMembers reports whether the ConfState at the applied index names any
+// voter or learner, without copying it.
+func (l *Log) hasMembers() bool {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return len(l.mu.conf.GetVoters()) > 0 || len(l.mu.conf.GetLearners()) > 0
+}
+
 // conf returns the ConfState at the applied index.
 func (l *Log) confState() *pb.ConfState {
 	l.mu.Lock()

@@ -28,10 +28,7 @@ func (g *Group) pristine() bool {
 // member reports whether the replica has the group's members: it was
 // bootstrapped or has taken a snapshot. A replica that joins an existing
 // group has none until the leader's snapshot arrives.
-func (g *Group) member() bool {
-	cs := g.log.confState()
-	return len(cs.GetVoters()) > 0 || len(cs.GetLearners()) > 0
-}
+func (g *Group) member() bool { return g.log.hasMembers() }
 
 // requestJoin notes that node asks to be added to the group; the Host
 // looks at the requests on the leader (planMembers).
@@ -72,10 +69,14 @@ func (g *Group) planMembers(replicas []int, ordinal func(uint64) int) (cc *pb.Co
 	g.mu.Lock()
 	joins := slices.Sorted(maps.Keys(g.mu.joins))
 	clear(g.mu.joins)
+	if g.mu.rn.BasicStatus().RaftState != raft.StateLeader {
+		g.mu.Unlock()
+		return nil, "", 0 // Status, with its progress map, is a leader's
+	}
 	st := g.mu.rn.Status()
 	g.mu.Unlock()
-	if st.RaftState != raft.StateLeader || len(st.Config.Voters[1]) > 0 || len(st.Config.LearnersNext) > 0 {
-		return nil, "", 0 // not the leader, or a change under way
+	if len(st.Config.Voters[1]) > 0 || len(st.Config.LearnersNext) > 0 {
+		return nil, "", 0 // a change under way
 	}
 	voters := st.Config.Voters[0]
 	same := func(ids map[uint64]struct{}, o int, not uint64) []uint64 {

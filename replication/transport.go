@@ -258,6 +258,7 @@ func (t *Transport) group(id uint64) *Group {
 // Send queues messages of group for their nodes; it never blocks. It is
 // what a Group's Config.Send should be.
 func (t *Transport) Send(group uint64, msgs []*pb.Message) {
+	now := time.Now().UnixNano()
 	for _, m := range msgs {
 		to := m.GetTo()
 		if m.GetType() == pb.MsgSnap {
@@ -270,7 +271,7 @@ func (t *Transport) Send(group uint64, msgs []*pb.Message) {
 			t.drop(group, to)
 			continue
 		}
-		p.sent.Store(time.Now().UnixNano())
+		p.sent.Store(now)
 		select {
 		case p.q <- outMsg{group: group, m: proto.Clone(m).(*pb.Message)}:
 		default:

@@ -67,8 +67,6 @@ type replicas struct {
 	// host is nil until the node knows its incarnation: on an empty data
 	// directory, once the other nodes have answered (decideIncarnation).
 	host atomic.Pointer[replication.Host]
-	// inc is the node's incarnation, once host is set.
-	inc  atomic.Uint64
 	stop context.CancelFunc
 	done chan struct{}
 	// tr is the transport of the host, or of the node while it asks the
@@ -227,7 +225,6 @@ func (st *replicaStart) start(inc uint64, tr *replication.Transport) error {
 	host.Run(st.tick)
 	r := st.s.rep
 	r.tr = tr
-	r.inc.Store(inc)
 	r.host.Store(host)
 	return nil
 }
@@ -429,7 +426,7 @@ func (s *Node) ReplicationInfo(kv func(k, v string)) {
 		return
 	}
 	kv("cluster_replicas_started", "1")
-	kv("cluster_incarnation", strconv.FormatUint(s.rep.inc.Load(), 10))
+	kv("cluster_incarnation", strconv.FormatUint(s.rep.host.Load().Incarnation(), 10))
 	tick := s.tick()
 	u := func(n uint64) string { return strconv.FormatUint(n, 10) }
 	for i, sh := range s.rep.shards {
