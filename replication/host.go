@@ -242,10 +242,13 @@ func (h *Host) changeMembers() {
 // requests are repeated until each replica is a member: one may reach no
 // leader, during an election.
 func (h *Host) askToJoin() {
-	byOrdinal := map[int][]uint64{}
+	var byOrdinal map[int][]uint64 // made only when a replica waits
 	for i, g := range h.groups {
 		if g == nil || g.member() {
 			continue
+		}
+		if byOrdinal == nil {
+			byOrdinal = map[int][]uint64{}
 		}
 		for _, o := range h.cfg.Shards[i].Replicas {
 			if o != h.cfg.Ordinal {
