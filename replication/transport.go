@@ -653,9 +653,13 @@ func (t *Transport) dialLoop(p *peer) {
 	for {
 		c, err := t.dial(p.id, helloMessages)
 		if err == nil && t.track(c) {
-			backoff = 10 * time.Millisecond
 			p.setConn(c)
-			t.read(c, bufio.NewReader(c), p.id)
+			if t.read(c, bufio.NewReader(c), p.id) {
+				// It was up: the backoff starts over. A connection the peer
+				// drops before sending anything (a proxy in front of a
+				// node that is down) backs off as a failed dial does.
+				backoff = 10 * time.Millisecond
+			}
 			p.clearConn(c)
 			t.untrack(c)
 		}
@@ -860,17 +864,26 @@ func (r *frameReader) next() ([]byte, error) {
 	return r.buf, nil
 }
 
-// read delivers the messages of frames read from c, sent by node from.
-func (t *Transport) read(c net.Conn, br *bufio.Reader, from uint64) {
+// read delivers the messages of frames read from c, sent by node from,
+// until c fails, and reports whether any came. A connection that fails
+// before its first frame is not news worth a warning: a proxy, or a
+// sidecar in front of a node that is down, accepts the dial and then
+// drops it, again at each try.
+func (t *Transport) read(c net.Conn, br *bufio.Reader, from uint64) (delivered bool) {
 	fr := &frameReader{br: br, max: t.cfg.MaxFrame}
 	for {
 		buf, err := fr.next()
 		if err != nil {
-			if !errors.Is(err, io.EOF) && !errors.Is(err, net.ErrClosed) {
+			switch {
+			case errors.Is(err, io.EOF) || errors.Is(err, net.ErrClosed):
+			case delivered:
 				t.lg.Warn("raft connection closed", "from", from, "err", err)
+			default:
+				t.lg.Debug("raft connection closed before its first message", "from", from, "err", err)
 			}
-			return
+			return delivered
 		}
+		delivered = true
 		d := decoder{b: buf}
 		for len(d.b) > 0 && d.err == nil {
 			group := d.uvarint()

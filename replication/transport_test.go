@@ -14,10 +14,12 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"log/slog"
 	"math/big"
 	"net"
 	"path/filepath"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -658,4 +660,64 @@ func TestFrameReaderShrinks(t *testing.T) {
 			t.Fatalf("after the large frame, the reader keeps a buffer of %d bytes, over %d", cap(fr.buf), readBufKeep)
 		}
 	}
+}
+
+// A peer whose address accepts the dial and then drops it at once (a
+// proxy, or a sidecar, in front of a node that is down) is not a
+// connection that was up: no warning for each drop, and the dialer backs
+// off as from a refused dial, instead of dialing again every 10ms with a
+// warning each time.
+func TestTransportQuietOnAPeerThatDropsAtOnce(t *testing.T) {
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	accepted := make(chan struct{}, 16)
+	go func() {
+		for {
+			c, err := l.Accept()
+			if err != nil {
+				return
+			}
+			c.(*net.TCPConn).SetLinger(0) // a reset, as a proxy with no backend sends
+			c.Close()
+			select {
+			case accepted <- struct{}{}:
+			default:
+			}
+		}
+	}()
+	var logs bytes.Buffer
+	var mu sync.Mutex
+	lg := slog.New(slog.NewTextHandler(lockedWriter{&mu, &logs}, &slog.HandlerOptions{Level: slog.LevelWarn}))
+	tr, err := NewTransport(TransportConfig{Node: 1, Logger: lg, Addr: func(uint64) (string, bool) { return l.Addr().String(), true }})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer tr.Close()
+	tr.Send(testGroup, []*pb.Message{{Type: pb.MsgHeartbeat.Enum(), To: proto.Uint64(2), From: proto.Uint64(1)}})
+	for range 4 {
+		select {
+		case <-accepted:
+		case <-time.After(30 * time.Second):
+			t.Fatal("the transport did not dial node 2 again")
+		}
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	if strings.Contains(logs.String(), "raft connection closed") {
+		t.Errorf("a connection dropped before its first message was logged as a warning:\n%s", logs.String())
+	}
+}
+
+type lockedWriter struct {
+	mu *sync.Mutex
+	w  io.Writer
+}
+
+func (w lockedWriter) Write(p []byte) (int, error) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return w.w.Write(p)
 }
