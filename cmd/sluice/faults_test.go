@@ -291,19 +291,42 @@ func (fc *faultCluster) waitFor(deadline time.Time, what string, cond func() boo
 }
 
 // waitHomeLeaders waits until every node shows each of its shards, and
-// shard i led and served by node i (where leadership settles).
+// shard i led and served by node i (where leadership settles), with
+// every replica of the shard naming node i its leader at the same term.
+// A leader's own word is not enough: one cut off, or stopped, goes on
+// calling itself leader of its old term until it hears of the new one,
+// so a check of the home node alone can pass while another replica
+// leads, and the decisions it then acknowledges are lost when it does
+// hear of it.
 func (fc *faultCluster) waitHomeLeaders(deadline time.Time) {
 	fc.t.Helper()
-	fc.waitFor(deadline, "every shard led from its home node", func() bool {
+	fc.waitFor(deadline, "every shard led from its home node, as all its replicas see it", func() bool {
+		views := make([]map[int]shardStatus, fc.c.nodes)
 		for i := range fc.c.nodes {
-			st := fc.status(i)
-			home := st[i]
-			if len(st) != fc.c.replicas || home.role != "leader" || !home.serving || home.leader != i {
+			if views[i] = fc.status(i); len(views[i]) != fc.c.replicas {
 				return false
 			}
 		}
-		return true
+		return homeLed(fc.shards, views)
 	})
+}
+
+// homeLed reports whether views (each node's INFO replication, by shard)
+// show every shard i led and served by node i, and every other replica
+// of it following node i at the same term.
+func homeLed(shards []cluster.Shard, views []map[int]shardStatus) bool {
+	for i, sh := range shards {
+		home := views[i][i]
+		if home.role != "leader" || !home.serving || home.leader != i {
+			return false
+		}
+		for _, r := range sh.Replicas {
+			if st := views[r][i]; r != i && (st.role == "leader" || st.leader != i || st.term != home.term) {
+				return false
+			}
+		}
+	}
+	return true
 }
 
 // terms are the terms of every shard as its home node shows them.
@@ -698,7 +721,7 @@ func (fc *faultCluster) runPhase(f fault, round, target, buckets int, st *faultS
 		st.overTotal += over
 		st.overMax = max(st.overMax, over)
 		if fc.c.fsync == "always" {
-			fc.t.Errorf("%s: bucket %s (shard %d) admitted %d; its limit allows %d; %s", ph.name, ph.keys[b], ph.shard[b], n, ph.mu.allow[b], ph.describeAcks(b, faultAt, healedAt))
+			fc.t.Errorf("%s: bucket %s (shard %d) admitted %d; its limit allows %d; %s", ph.name, ph.keys[b], ph.shard[b], n, ph.mu.allow[b], ph.describeAcks(b, faultAt, healedAt, homeAt))
 			continue
 		}
 		// everysec: a change of leader loses at most what the old leader
@@ -709,7 +732,7 @@ func (fc *faultCluster) runPhase(f fault, round, target, buckets int, st *faultS
 		// another node's follows.
 		w := time.Second + faultElection
 		if in := lossWindowAcks(ph.mu.ackAt[b], w, faultAt.Add(-w), homeAt); over > in {
-			fc.t.Errorf("%s: bucket %s (shard %d) admitted %d over its limit of %d, more than its %d admissions in the loss windows of its leader changes; %s", ph.name, ph.keys[b], ph.shard[b], over, ph.mu.allow[b], in, ph.describeAcks(b, faultAt, healedAt))
+			fc.t.Errorf("%s: bucket %s (shard %d) admitted %d over its limit of %d, more than its %d admissions in the loss windows of its leader changes; %s", ph.name, ph.keys[b], ph.shard[b], over, ph.mu.allow[b], in, ph.describeAcks(b, faultAt, healedAt, homeAt))
 		}
 	}
 	for e, n := range ph.mu.errs {
@@ -750,9 +773,9 @@ func lossWindowAcks(acks []ack, window time.Duration, from, to time.Time) int {
 
 // describeAcks says when each admission of bucket b was acknowledged,
 // from the fault on, and by which node, with the fault's repair.
-func (ph *phase) describeAcks(b int, faultAt, healedAt time.Time) string {
+func (ph *phase) describeAcks(b int, faultAt, healedAt, homeAt time.Time) string {
 	var w strings.Builder
-	fmt.Fprintf(&w, "fault on node %d, repaired at +%v; acknowledged:", ph.target, healedAt.Sub(faultAt).Round(time.Millisecond))
+	fmt.Fprintf(&w, "fault on node %d at %s, repaired at +%v, led from home again at +%v; acknowledged:", ph.target, faultAt.UTC().Format("15:04:05.000"), healedAt.Sub(faultAt).Round(time.Millisecond), homeAt.Sub(faultAt).Round(time.Millisecond))
 	for _, a := range ph.mu.ackAt[b] {
 		fmt.Fprintf(&w, " %+v by node %d,", a.at.Sub(faultAt).Round(time.Millisecond), a.node)
 	}
@@ -889,5 +912,47 @@ func TestReplicatedFaults(t *testing.T) {
 			t.Logf("%s: %d faults, %d requests (%d failed), %d admitted of %d allowed; over-admission: %d buckets, %d in all, %d at most in one; failover (fault to the shard's first decision seen): median %v, worst %v over %d; %v in all",
 				c, st.faults, st.requests, st.failures, st.acked, st.allowed, st.overBuckets, st.overTotal, st.overMax, med, worst, len(st.failover), time.Since(start).Round(time.Millisecond))
 		})
+	}
+}
+
+// TestHomeLedNeedsEveryReplica: a home node that still calls itself its
+// shard's leader, after the other replicas elected another at a later
+// term, is not taken for the shard's settled leader, as it was when only
+// the home node's view was read (an everysec phase then began, or ended,
+// while its decisions were still to be lost).
+func TestHomeLedNeedsEveryReplica(t *testing.T) {
+	shards := []cluster.Shard{{Replicas: []int{0, 1, 2}}, {Replicas: []int{1, 2, 0}}, {Replicas: []int{2, 0, 1}}}
+	follow := func(leader int, term uint64) shardStatus {
+		return shardStatus{role: "follower", leader: leader, term: term}
+	}
+	settled := func() []map[int]shardStatus {
+		views := make([]map[int]shardStatus, 3)
+		for i := range views {
+			views[i] = map[int]shardStatus{}
+		}
+		for s, sh := range shards {
+			for _, r := range sh.Replicas {
+				if r == s {
+					views[r][s] = shardStatus{role: "leader", serving: true, leader: s, term: 5}
+				} else {
+					views[r][s] = follow(s, 5)
+				}
+			}
+		}
+		return views
+	}
+	if !homeLed(shards, settled()) {
+		t.Fatal("every shard led from home at one term, as every replica sees it: not taken as settled")
+	}
+	stale := settled()
+	stale[1][0] = shardStatus{role: "leader", serving: true, leader: 1, term: 6} // node 1 won shard 0's term 6; node 0 has not heard
+	stale[2][0] = follow(1, 6)
+	if homeLed(shards, stale) {
+		t.Error("node 0 still calls itself shard 0's leader at term 5 while nodes 1 and 2 are at term 6 under node 1: taken as settled")
+	}
+	behind := settled()
+	behind[2][0] = follow(-1, 6) // node 2 voted in a new term, no leader yet
+	if homeLed(shards, behind) {
+		t.Error("a replica of shard 0 at a later term with no leader: taken as settled")
 	}
 }
