@@ -1,10 +1,13 @@
 package replication
 
 import (
-	"encoding/binary"
+	"bytes"
+	"errors"
+	"log/slog"
 	"net"
 	"slices"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -130,7 +133,7 @@ func TestTransportAnswersStanding(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer c.Close()
-	c.Write(binary.AppendUvarint(binary.AppendUvarint(append([]byte(helloMagic), helloMessages), 1), NodeID(0, 0)))
+	c.Write(testHello(helloMessages, 1, NodeID(0, 0), 0))
 	refused(t, "a connection for the node's old identity", c)
 }
 
@@ -160,5 +163,47 @@ func TestTransportForgetsIdlePeers(t *testing.T) {
 			})
 		}
 		tr.Close()
+	}
+}
+
+// TestTransportRefusesAnotherConfiguration: a node started with another
+// cluster configuration (another list of nodes, another number of
+// replicas: Cluster) is refused, whatever it opens: its question whether
+// the cluster has lived is answered ErrOtherCluster, and its connection
+// for messages is closed, once with a warning.
+func TestTransportRefusesAnotherConfiguration(t *testing.T) {
+	var logs bytes.Buffer
+	var mu sync.Mutex
+	lg := slog.New(slog.NewTextHandler(lockedWriter{&mu, &logs}, &slog.HandlerOptions{Level: slog.LevelWarn}))
+	var addr string
+	_, l := serveTransport(t, TransportConfig{Node: NodeID(0, 0), Cluster: 7, Logger: lg, Addr: func(n uint64) (string, bool) { return addr, Ordinal(n) < 3 }})
+	addr = l.Addr().String()
+	for _, c := range []struct {
+		cluster uint64
+		want    error
+	}{{7, nil}, {8, ErrOtherCluster}} {
+		asker, err := NewTransport(TransportConfig{Node: NodeID(1, 0), Cluster: c.cluster, Addr: func(n uint64) (string, bool) { return addr, Ordinal(n) < 3 }})
+		if err != nil {
+			t.Fatal(err)
+		}
+		st, err := asker.Ask(NodeID(0, 0))
+		asker.Close()
+		if !errors.Is(err, c.want) || (c.want == nil && st != StandingEmpty) {
+			t.Fatalf("asked from configuration %d: %v, %v; want %v", c.cluster, st, err, c.want)
+		}
+	}
+	for range 2 {
+		c, err := net.Dial("tcp", addr)
+		if err != nil {
+			t.Fatal(err)
+		}
+		c.Write(testHello(helloMessages, NodeID(1, 0), NodeID(0, 0), 8))
+		refused(t, "a connection of another configuration", c)
+		c.Close()
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	if n := strings.Count(logs.String(), "another cluster configuration"); n != 1 {
+		t.Errorf("%d warnings of a node of another configuration, for 3 tries from one node; want 1:\n%s", n, logs.String())
 	}
 }

@@ -38,8 +38,9 @@ const readBufKeep = 64 << 10
 var ErrTransportClosed = errors.New("replication: transport closed")
 
 // helloMagic starts every connection between nodes, then a kind byte,
-// the dialing node's identity and the identity it dials (0: whichever
-// node answers at the address). helloMessages opens the connection of a
+// the dialing node's identity, the identity it dials (0: whichever node
+// answers at the address) and its cluster's configuration (8 bytes,
+// TransportConfig.Cluster). helloMessages opens the connection of a
 // pair, which the node of lower identity dials; helloDial asks that node
 // to dial (the connection then closes), so that the node of higher
 // identity gets a connection when it has to send first; helloSnapshot
@@ -49,9 +50,11 @@ var ErrTransportClosed = errors.New("replication: transport closed")
 //
 // The identity dialed is checked, so that a node that came back under a
 // new identity (its volume lost) refuses the connections meant for its
-// old one rather than taking messages addressed to it.
+// old one rather than taking messages addressed to it; so is the
+// configuration, so that nodes placed differently (another list of
+// nodes, another number of replicas) never share a group.
 const (
-	helloMagic    = "sluice-raft 2\n"
+	helloMagic    = "sluice-raft 3\n"
 	helloMessages = 'm'
 	helloSnapshot = 's'
 	helloDial     = 'd'
@@ -76,7 +79,14 @@ const (
 	// entry, or joined by snapshot: the cluster has lived, and a node
 	// that finds its data directory empty lost it.
 	StandingLived Standing = 'l'
+	// standingOtherCluster answers a node whose hello names another
+	// configuration; Ask returns ErrOtherCluster.
+	standingOtherCluster Standing = 'c'
 )
+
+// ErrOtherCluster is wrapped by the error of an Ask answered by a node of
+// another cluster configuration (TransportConfig.Cluster).
+var ErrOtherCluster = errors.New("replication: the node was started with another cluster configuration")
 
 func (s Standing) String() string {
 	switch s {
@@ -94,6 +104,12 @@ func (s Standing) String() string {
 // default given.
 type TransportConfig struct {
 	Node uint64 // this node; not 0
+	// Cluster identifies the configuration the node was started with
+	// (which nodes, how many replicas: a digest of what places the
+	// shards). A connection whose hello gives another is refused, so
+	// that two nodes that would hold a group under different bounds never
+	// exchange its messages. Every node of a cluster must give the same.
+	Cluster uint64
 	// Addr returns the address of node's transport listener, and false if
 	// the node is unknown (then its messages are dropped).
 	Addr func(node uint64) (string, bool)
@@ -153,6 +169,9 @@ type Transport struct {
 		ls     []net.Listener
 		conns  map[net.Conn]struct{}
 		closed bool
+		// warned is when the node of each ordinal was last warned of as
+		// one of another configuration (warnOtherCluster).
+		warned map[int]time.Time
 	}
 	done chan struct{}
 	wg   sync.WaitGroup
@@ -408,7 +427,8 @@ func (t *Transport) accept(c net.Conn) {
 	defer t.untrack(c)
 	dr := &deadlineReader{c: c, d: t.cfg.DialTimeout}
 	br := bufio.NewReader(dr)
-	kind, from, to, err := readHello(br)
+	h, err := readHello(br)
+	kind, from, to := h.kind, h.from, h.to
 	if err == nil {
 		err = t.authenticate(c, from)
 	}
@@ -420,6 +440,14 @@ func (t *Transport) accept(c net.Conn) {
 	}
 	if err != nil {
 		t.lg.Warn("raft connection refused", "remote", c.RemoteAddr(), "err", err)
+		return
+	}
+	if h.cluster != t.cfg.Cluster {
+		if kind == helloStanding {
+			c.SetWriteDeadline(time.Now().Add(t.cfg.WriteTimeout))
+			c.Write([]byte{byte(standingOtherCluster)})
+		}
+		t.warnOtherCluster(from, c.RemoteAddr())
 		return
 	}
 	switch kind {
@@ -469,6 +497,26 @@ func (t *Transport) accept(c net.Conn) {
 	}
 }
 
+// warnOtherCluster warns that node from, at remote, was started with
+// another configuration, at most once a minute per ordinal: it dials
+// again, or asks, every second or more often.
+func (t *Transport) warnOtherCluster(from uint64, remote net.Addr) {
+	t.mu.Lock()
+	now := time.Now()
+	last, seen := t.mu.warned[Ordinal(from)]
+	if !seen || now.Sub(last) >= time.Minute {
+		if t.mu.warned == nil {
+			t.mu.warned = map[int]time.Time{}
+		}
+		t.mu.warned[Ordinal(from)] = now
+	}
+	t.mu.Unlock()
+	if !seen || now.Sub(last) >= time.Minute {
+		t.lg.Warn("raft connection refused: that node was started with another cluster configuration (--cluster-nodes or --cluster-replicas); every node of a replicated cluster must be started with the same",
+			"from_ordinal", Ordinal(from), "remote", remote)
+	}
+}
+
 // authenticate checks that c, whose hello says it comes from node from,
 // may: from is another node of the configuration and, with TLS, c's
 // client certificate (verified against ClientCAs already) names the host
@@ -504,29 +552,40 @@ func addrHost(addr string) string {
 	return addr
 }
 
-func readHello(br *bufio.Reader) (kind byte, from, to uint64, err error) {
+// hello is what a connection's hello says.
+type hello struct {
+	kind              byte
+	from, to, cluster uint64
+}
+
+func readHello(br *bufio.Reader) (h hello, err error) {
 	magic := make([]byte, len(helloMagic))
 	if _, err := io.ReadFull(br, magic); err != nil {
-		return 0, 0, 0, err
+		return h, err
 	}
 	if string(magic) != helloMagic {
-		return 0, 0, 0, fmt.Errorf("not a sluice Raft connection of this version (%q, want %q)", magic, helloMagic)
+		return h, fmt.Errorf("not a sluice Raft connection of this version (%q, want %q)", magic, helloMagic)
 	}
-	if kind, err = br.ReadByte(); err != nil {
-		return 0, 0, 0, err
+	if h.kind, err = br.ReadByte(); err != nil {
+		return h, err
 	}
-	switch kind {
+	switch h.kind {
 	case helloMessages, helloSnapshot, helloDial, helloStanding, helloJoin:
 	default:
-		return 0, 0, 0, fmt.Errorf("unknown connection kind %q", kind)
+		return h, fmt.Errorf("unknown connection kind %q", h.kind)
 	}
-	if from, err = binary.ReadUvarint(br); err != nil {
-		return 0, 0, 0, err
+	if h.from, err = binary.ReadUvarint(br); err != nil {
+		return h, err
 	}
-	if to, err = binary.ReadUvarint(br); err != nil {
-		return 0, 0, 0, err
+	if h.to, err = binary.ReadUvarint(br); err != nil {
+		return h, err
 	}
-	return kind, from, to, nil
+	var c [8]byte
+	if _, err := io.ReadFull(br, c[:]); err != nil {
+		return h, err
+	}
+	h.cluster = binary.BigEndian.Uint64(c[:])
+	return h, nil
 }
 
 // readJoin reads a join request's groups.
@@ -548,7 +607,8 @@ func readJoin(br *bufio.Reader) ([]uint64, error) {
 }
 
 func (t *Transport) hello(kind byte, to uint64) []byte {
-	return binary.AppendUvarint(binary.AppendUvarint(append([]byte(helloMagic), kind), t.cfg.Node), to)
+	b := binary.AppendUvarint(binary.AppendUvarint(append([]byte(helloMagic), kind), t.cfg.Node), to)
+	return binary.BigEndian.AppendUint64(b, t.cfg.Cluster)
 }
 
 // standing is what this node answers an Ask.
@@ -582,6 +642,8 @@ func (t *Transport) Ask(node uint64) (Standing, error) {
 	switch s := Standing(b[0]); s {
 	case StandingEmpty, StandingFresh, StandingLived:
 		return s, nil
+	case standingOtherCluster:
+		return 0, fmt.Errorf("%w: node %d", ErrOtherCluster, node)
 	default:
 		return 0, fmt.Errorf("replication: node %d answered %v", node, s)
 	}

@@ -346,7 +346,7 @@ func TestTransportDropsWhenUnreachable(t *testing.T) {
 		}
 	}
 	// A connection that is not sluice's Raft is refused.
-	if _, _, _, err := readHello(bufioString("GET / HTTP/1.1\r\n\r\n")); err == nil {
+	if _, err := readHello(bufioString("GET / HTTP/1.1\r\n\r\n")); err == nil {
 		t.Fatal("an HTTP request passed for a hello")
 	}
 }
@@ -524,7 +524,7 @@ func TestTransportAuthenticatesPeers(t *testing.T) {
 		}
 		t.Cleanup(func() { c.Close() })
 		c.SetDeadline(time.Now().Add(10 * time.Second)) // bounds a hang only
-		hello := binary.AppendUvarint(binary.AppendUvarint(append([]byte(helloMagic), kind), from), 2)
+		hello := testHello(kind, from, 2, 0)
 		if kind == helloSnapshot {
 			hello = binary.AppendUvarint(hello, testGroup)
 		}
@@ -633,7 +633,7 @@ func TestTransportBoundsConnections(t *testing.T) {
 		}
 		return c
 	}
-	snap := binary.AppendUvarint(binary.AppendUvarint(append([]byte(helloMagic), helloSnapshot), 1), 2)
+	snap := testHello(helloSnapshot, 1, 2, 0)
 	dial(snap) // a snapshot whose group never comes: it holds its slot
 	waitUntil(t, "the first snapshot to be taken", func() bool { return len(tr.snapSlots) == 1 })
 	refused(t, "a second snapshot", dial(snap))
@@ -720,4 +720,10 @@ func (w lockedWriter) Write(p []byte) (int, error) {
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	return w.w.Write(p)
+}
+
+// testHello is the hello of a connection of kind from node from to node
+// to, of the cluster configuration cluster.
+func testHello(kind byte, from, to, cluster uint64) []byte {
+	return (&Transport{cfg: TransportConfig{Node: from, Cluster: cluster}}).hello(kind, to)
 }

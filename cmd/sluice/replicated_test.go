@@ -4,9 +4,11 @@ import (
 	"context"
 	"crypto/tls"
 	"crypto/x509"
+	"errors"
 	"io"
 	"net"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"strconv"
 	"strings"
@@ -348,5 +350,54 @@ func TestReplicatedOverTLS(t *testing.T) {
 	}
 	if !strings.Contains(p.logs.String(), "needs --tls-ca") {
 		t.Errorf("the refusal does not name --tls-ca:\n%s", p.logs)
+	}
+}
+
+// TestReplicatedNodeAddedByListIsRefused is the add-a-node-by-list
+// case under replication: a node of three restarted with a fourth address
+// listed (as a user adding a node would try) would place its shards
+// anew, other slot ranges under the same Raft groups than its peers
+// keep, and two leaders could count one slot's buckets. It exits with
+// status 1 naming both placements; started again with its first flags it
+// serves the buckets as they were.
+func TestReplicatedNodeAddedByListIsRefused(t *testing.T) {
+	addrs, bus, dirs, procs, cc := startReplicatedCluster(t)
+	ctx := context.Background()
+	deadline := time.Now().Add(90 * time.Second) // bounds a hang
+	waitHomeLeaders(t, procs, deadline)
+	for {
+		err := cc.Do(ctx, "RL.REDUCE", "added", 10, 3600, "TAKE", 3, "AT", clusterAt).Err()
+		if err == nil {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatal(err)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	procs[0].stop(t, syscall.SIGTERM)
+	more, moreBus := append(addrs[:3:3], freePorts(t, 1)...), append(bus[:3:3], freePorts(t, 1)...)
+	p := startProcAsync(t, dirs[0], nil, "--addr", addrs[0], "--cluster-nodes", strings.Join(more, ","), "--cluster-ordinal", "0",
+		"--cluster-replicas", "3", "--cluster-bus-nodes", strings.Join(moreBus, ","), "--cluster-election-timeout", "300ms", "--fsync", "always")
+	select {
+	case <-p.exited:
+	case addr := <-p.addrc:
+		t.Fatalf("node 0 restarted with a fourth node listed serves on %s", addr)
+	case <-time.After(time.Minute): // a hang fails, not blocks the suite
+		t.Fatal("node 0 restarted with a fourth node listed neither served nor exited within a minute")
+	}
+	var exit *exec.ExitError
+	if !errors.As(p.err, &exit) || exit.ExitCode() != 1 {
+		t.Fatalf("exit: %v; want status 1\n%s", p.err, p.logs)
+	}
+	for _, want := range []string{"replicas=3 nodes=" + strings.Join(addrs, ","), "replicas=3 nodes=" + strings.Join(more, ","), "flags it was first started with"} {
+		if !strings.Contains(p.logs.String(), want) {
+			t.Errorf("the refusal does not say %q:\n%s", want, p.logs)
+		}
+	}
+	procs[0] = startReplicated(t, addrs, bus, dirs, 0, "--fsync", "always")
+	waitHomeLeaders(t, procs, deadline)
+	if n, err := cc.Do(ctx, "RL.GET", "added", 10, 3600, "AT", clusterAt).Int64(); err != nil || n != 7 {
+		t.Fatalf("after node 0's start with its first flags, RL.GET: %d, %v; want 7", n, err)
 	}
 }

@@ -206,6 +206,13 @@ func Open(o Options) (*Node, error) {
 		}
 		return s, nil
 	}
+	if place, err := s.store.Meta(MetaPlacement); err != nil {
+		return nil, fmt.Errorf("server: read the cluster's placement: %w", err)
+	} else if place != nil {
+		return nil, fmt.Errorf("%w: %s was first started in a replicated cluster placed as %q; refusing to start it with one copy per slot (--cluster-replicas 1, the default): "+
+			"it would answer alone for slots whose decisions its shards' other replicas hold too. Start it with the flags it was first started with",
+			ErrPlacement, s.store.Dir(), strings.TrimPrefix(string(place), "v1 "))
+	}
 	top := cluster.Initial(cc.Nodes)
 	if top.Index(s.myID) < 0 {
 		top.Nodes = append(top.Nodes, cluster.Node{ID: s.myID, Addr: cc.Self})

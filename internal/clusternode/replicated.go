@@ -2,12 +2,15 @@ package clusternode
 
 import (
 	"context"
+	"crypto/sha256"
+	"encoding/binary"
 	"errors"
 	"fmt"
 	"math/rand/v2"
 	"net"
 	"slices"
 	"strconv"
+	"strings"
 	"sync/atomic"
 	"time"
 
@@ -108,6 +111,10 @@ func (s *Node) openReplicated(cc *Config) error {
 	if len(bus) != n {
 		return fmt.Errorf("server: --cluster-bus-nodes lists %d addresses; want one per node of --cluster-nodes (%d)", len(bus), n)
 	}
+	place := placement(cc.Nodes, cc.Replicas)
+	if err := s.checkPlacement(place); err != nil {
+		return err
+	}
 	var groups []uint64
 	for i, sh := range shards {
 		if slices.Contains(sh.Replicas, self) {
@@ -123,7 +130,7 @@ func (s *Node) openReplicated(cc *Config) error {
 		timeout = DefaultElectionTimeout
 	}
 	tick := timeout / replication.DefaultElectionTicks
-	st := &replicaStart{s: s, cc: cc, bus: bus, shards: shards, self: self, tick: tick}
+	st := &replicaStart{s: s, cc: cc, bus: bus, shards: shards, self: self, tick: tick, cluster: placementDigest(place)}
 	ctx, cancel := context.WithCancel(context.Background())
 	s.rep = &replicas{shards: shards, self: self, stop: cancel, done: make(chan struct{})}
 	s.view.Store(s.rep.view(cc.Nodes, 0, s.myID))
@@ -168,6 +175,8 @@ type replicaStart struct {
 	shards []cluster.Shard
 	self   int
 	tick   time.Duration
+	// cluster is the digest of the placement (TransportConfig.Cluster).
+	cluster uint64
 }
 
 // transport returns the node's transport under incarnation inc, not
@@ -175,7 +184,7 @@ type replicaStart struct {
 func (st *replicaStart) transport(inc uint64) (*replication.Transport, error) {
 	n := len(st.bus)
 	return replication.NewTransport(replication.TransportConfig{
-		Node: replication.NodeID(st.self, inc),
+		Node: replication.NodeID(st.self, inc), Cluster: st.cluster,
 		Addr: func(node uint64) (string, bool) {
 			if node == 0 || replication.Ordinal(node) >= n {
 				return "", false
@@ -261,6 +270,51 @@ func (st *replicaStart) decideAndStart(ctx context.Context) bool {
 	return true
 }
 
+// MetaPlacement is the store's record of what placed its node's shards
+// (placement), written on its first start with replicated shards.
+const MetaPlacement = "cluster.placement"
+
+// placement is what places a replicated cluster's shards, as recorded:
+// the nodes in ordinal order and the replicas per shard. Another list
+// (a node added by listing it) or another count gives other shards,
+// other slot ranges under the same groups.
+func placement(nodes []string, replicas int) string {
+	return "v1 replicas=" + strconv.Itoa(replicas) + " nodes=" + strings.Join(nodes, ",")
+}
+
+// placementDigest is place's identity in the nodes' hellos.
+func placementDigest(place string) uint64 {
+	h := sha256.Sum256([]byte(place))
+	return binary.BigEndian.Uint64(h[:8])
+}
+
+// checkPlacement records place on a node's first start with replicated
+// shards, and refuses a later start with another: the shards it holds
+// would change slot ranges under the same Raft groups, while the other
+// nodes keep theirs, and two leaders could answer for one slot.
+func (s *Node) checkPlacement(place string) error {
+	stored, err := s.store.Meta(MetaPlacement)
+	if err != nil {
+		return fmt.Errorf("server: read the cluster's placement: %w", err)
+	}
+	switch {
+	case stored == nil:
+		if err := s.store.SetMeta(MetaPlacement, []byte(place)); err != nil {
+			return fmt.Errorf("server: record the cluster's placement: %w", err)
+		}
+		return nil
+	case string(stored) == place:
+		return nil
+	}
+	return fmt.Errorf("%w: %s was first started in a replicated cluster placed by --cluster-replicas and --cluster-nodes as %q; these flags give %q. "+
+		"A replicated cluster's placement is fixed when it starts (docs/cluster.md, \"Replicated shards\"): start every node with the flags it was first started with",
+		ErrPlacement, s.store.Dir(), strings.TrimPrefix(string(stored), "v1 "), strings.TrimPrefix(place, "v1 "))
+}
+
+// ErrPlacement is wrapped by the error of a start whose flags place the
+// shards of a replicated cluster otherwise than its first start did.
+var ErrPlacement = errors.New("server: another placement of the cluster's shards")
+
 // MetaIncarnation is the store's record of its node's incarnation
 // (replication.NodeID), written before its replicas first start.
 const MetaIncarnation = "cluster.incarnation"
@@ -309,13 +363,15 @@ const (
 func (s *Node) decideIncarnation(ctx context.Context, tr *replication.Transport, n, self int) (uint64, error) {
 	var logged time.Time
 	for {
-		var missing []int
+		var missing, other []int
 		for o := range n {
 			if o == self {
 				continue
 			}
 			st, err := tr.Ask(replication.NodeID(o, 0))
 			switch {
+			case errors.Is(err, replication.ErrOtherCluster):
+				other = append(other, o)
 			case err != nil:
 				missing = append(missing, o)
 			case st == replication.StandingLived:
@@ -325,11 +381,15 @@ func (s *Node) decideIncarnation(ctx context.Context, tr *replication.Transport,
 				return inc, nil
 			}
 		}
-		if len(missing) == 0 {
+		if len(missing) == 0 && len(other) == 0 {
 			s.log.Info("cluster: every node is new; bootstrapping the shards", "ordinal", self)
 			return 0, nil
 		}
-		if now := time.Now(); now.Sub(logged) >= askLogEvery {
+		if now := time.Now(); now.Sub(logged) >= askLogEvery && len(other) > 0 {
+			logged = now
+			s.log.Error("cluster: other nodes refuse this one: they were started with another --cluster-nodes or --cluster-replicas; every node of a replicated cluster must be started with the same (this node waits, serving nothing)",
+				"ordinal", self, "refusing", fmt.Sprint(other), "placement", placement(s.cfg.Nodes, s.cfg.Replicas))
+		} else if now.Sub(logged) >= askLogEvery {
 			logged = now
 			s.log.Warn("cluster: this node's data directory is empty; waiting for every other node to answer before it bootstraps its shards or rejoins them (a new cluster starts once all its nodes are up)",
 				"ordinal", self, "not_answering", fmt.Sprint(missing))

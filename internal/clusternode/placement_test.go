@@ -1,0 +1,73 @@
+package clusternode
+
+import (
+	"errors"
+	"testing"
+
+	"github.com/sluicehq/sluice/storage"
+)
+
+// TestPlacementIsFixed: a node of a replicated cluster records what
+// placed its shards on its first start, and a later start whose flags
+// place them otherwise (a fourth node listed, another replica count, one
+// copy per slot) is refused before anything starts: its shards would
+// change slot ranges under the same Raft groups while the other nodes
+// keep theirs, and two leaders could answer for one slot, each counting
+// its buckets.
+func TestPlacementIsFixed(t *testing.T) {
+	three := []string{"127.0.0.1:7000", "127.0.0.1:7001", "127.0.0.1:7002"}
+	four := append(three[:3:3], "127.0.0.1:7003")
+	o, reps, err := ReplicatedStoreOptions(storage.Options{Disk: storage.NewMemDisk()}, 3, 3)
+	if err != nil {
+		t.Fatal(err)
+	}
+	st, err := storage.Open("db", o)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer st.Close()
+	replicated := func(nodes []string, r int) *Config {
+		bus := make([]string, len(nodes))
+		for i := range bus {
+			bus[i] = "127.0.0.1:0"
+		}
+		return &Config{Nodes: nodes, Self: nodes[0], Replicas: r, Replicator: reps, BusNodes: bus}
+	}
+	start := func(cfg *Config) error {
+		t.Helper()
+		n, err := Open(Options{Store: st, Cluster: cfg})
+		if n != nil {
+			n.Close()
+		}
+		return err
+	}
+	if err := start(replicated(three, 3)); err != nil {
+		t.Fatalf("first start: %v", err)
+	}
+	if err := start(replicated(three, 3)); err != nil {
+		t.Fatalf("a start with the same flags: %v", err)
+	}
+	for _, c := range []struct {
+		what string
+		cfg  *Config
+	}{
+		{"a fourth node listed", replicated(four, 3)},
+		{"five replicas", replicated(append(four, "127.0.0.1:7004"), 5)},
+		{"one copy per slot", &Config{Nodes: three, Self: three[0]}},
+	} {
+		if err := start(c.cfg); !errors.Is(err, ErrPlacement) {
+			t.Errorf("%s: %v; want ErrPlacement", c.what, err)
+		}
+	}
+}
+
+// TestPlacementDigestDiffers: the digest the nodes' hellos carry tells
+// placements apart.
+func TestPlacementDigestDiffers(t *testing.T) {
+	nodes := []string{"127.0.0.1:7000", "127.0.0.1:7001", "127.0.0.1:7002"}
+	a, b := placementDigest(placement(nodes, 3)), placementDigest(placement(append(nodes, "127.0.0.1:7003"), 3))
+	c := placementDigest(placement(nodes[:3], 5))
+	if a == b || a == c || a != placementDigest(placement(nodes, 3)) {
+		t.Errorf("digests %x, %x, %x: want the first unlike the others, and stable", a, b, c)
+	}
+}
