@@ -40,6 +40,19 @@ func (s *Node) shards(v *view) ([]clustercmd.Shard, []string) {
 // knows it as the leader of a shard it holds (no election has replaced
 // it yet), fail otherwise.
 func (r *replicas) describe(v *view) ([]clustercmd.Shard, []string) {
+	progress := make([]replication.Progress, len(r.shards))
+	held := make([]bool, len(r.shards))
+	for i := range r.shards {
+		if g := r.group(i); g != nil {
+			progress[i], held[i] = g.Progress(), true
+		}
+	}
+	return describeShards(r.shards, r.self, v, progress, held)
+}
+
+// describeShards is describe of the shards of a placement seen from
+// ordinal self, from the progress of the replicas it holds (held).
+func describeShards(placed []cluster.Shard, self int, v *view, progress []replication.Progress, held []bool) ([]clustercmd.Shard, []string) {
 	n := len(v.top.Nodes)
 	silent := make([]uint64, n) // fewest ticks since a message, over the groups
 	for i := range silent {
@@ -47,15 +60,11 @@ func (r *replicas) describe(v *view) ([]clustercmd.Shard, []string) {
 	}
 	talks := make([]bool, n) // a node this one should hear from
 	leads := make([]bool, n) // a known leader of a shard this node holds
-	progress := make([]replication.Progress, len(r.shards))
-	held := make([]bool, len(r.shards))
-	for i := range r.shards {
-		g := r.group(i)
-		if g == nil {
+	for i := range placed {
+		if !held[i] {
 			continue
 		}
-		p := g.Progress()
-		progress[i], held[i] = p, true
+		p := progress[i]
 		for _, peer := range p.Peers {
 			o := replication.Ordinal(peer.Node)
 			if o >= n {
@@ -67,21 +76,21 @@ func (r *replicas) describe(v *view) ([]clustercmd.Shard, []string) {
 			}
 		}
 		if p.Leader != 0 && !p.Serving {
-			if o := replication.Ordinal(p.Leader); o < n && o != r.self {
+			if o := replication.Ordinal(p.Leader); o < n && o != self {
 				talks[o], leads[o] = true, true
 			}
 		}
 	}
-	failed := func(o int) bool { return o != r.self && talks[o] && silent[o] >= failTicks }
+	failed := func(o int) bool { return o != self && talks[o] && silent[o] >= failTicks }
 
 	var shards []clustercmd.Shard
-	for i, sh := range r.shards {
+	for i, sh := range placed {
 		owner := int(v.owner[sh.Slots.First]) - 1
 		if owner < 0 {
 			continue
 		}
 		p := progress[i]
-		mine := held[i] && p.Serving && owner == r.self
+		mine := held[i] && p.Serving && owner == self
 		out := clustercmd.Shard{Slots: []cluster.Range{sh.Slots}}
 		master := clustercmd.Replica{Node: owner, Master: true, Health: clustercmd.HealthOnline}
 		switch {
@@ -113,7 +122,7 @@ func (r *replicas) describe(v *view) ([]clustercmd.Shard, []string) {
 						rep.Health = clustercmd.HealthLoading
 					}
 				}
-			case o == r.self && held[i]:
+			case o == self && held[i]:
 				rep.Offset = p.Applied
 			case failed(o):
 				rep.Health = clustercmd.HealthFailed
