@@ -536,20 +536,32 @@ type Shard struct {
 // ErrReplicas refuses a replica count a cluster cannot place.
 var ErrReplicas = errors.New("cluster: bad replica count")
 
-// Place returns the shards of a cluster of n nodes with r replicas each:
-// shard i has the slots Initial gives ordinal i, and its replicas on
-// ordinals i, i+1, …, i+r−1 modulo n, so that every node holds r
-// replicas and is the home of one shard.
-func Place(n, r int) ([]Shard, error) {
+// Place returns the shards of a cluster of n nodes with r replicas each,
+// one shard per node: PlaceShards(n, n, r).
+func Place(n, r int) ([]Shard, error) { return PlaceShards(n, n, r) }
+
+// ErrShards refuses a shard count a cluster cannot place.
+var ErrShards = errors.New("cluster: bad shard count")
+
+// PlaceShards returns the s shards of a cluster of n nodes with r
+// replicas each: shard i has slots ⌊16384·i/s⌋ to ⌊16384·(i+1)/s⌋−1
+// (with s = n, those Initial gives ordinal i), and its replicas on
+// ordinals i, i+1, …, i+r−1 modulo n, its home node i modulo n, so that
+// each node is the home of s/n shards, give or take one, and holds r
+// replicas per shard it is home to.
+func PlaceShards(n, s, r int) ([]Shard, error) {
 	if r != 1 && r != 3 && r != 5 {
 		return nil, fmt.Errorf("%w: %d replicas; want 1, 3 or 5", ErrReplicas, r)
 	}
 	if n < r {
 		return nil, fmt.Errorf("%w: %d replicas on %d nodes; want at least as many nodes as replicas", ErrReplicas, r, n)
 	}
-	shards := make([]Shard, n)
+	if s < n || s > Slots {
+		return nil, fmt.Errorf("%w: %d shards on %d nodes; want at least one per node, and at most %d", ErrShards, s, n, Slots)
+	}
+	shards := make([]Shard, s)
 	for i := range shards {
-		first, end := Slots*i/n, Slots*(i+1)/n
+		first, end := Slots*i/s, Slots*(i+1)/s
 		shards[i].Slots = Range{uint16(first), uint16(end - 1)}
 		for k := range r {
 			shards[i].Replicas = append(shards[i].Replicas, (i+k)%n)

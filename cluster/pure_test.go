@@ -147,3 +147,44 @@ func TestPlace(t *testing.T) {
 		}
 	}
 }
+
+// TestPlaceShards: with more shards than nodes, the shards cover every
+// slot once, in order, no shard has two replicas on one node, and every
+// node is the home of as many shards as another, give or take one; a
+// shard count below the node count is refused.
+func TestPlaceShards(t *testing.T) {
+	for _, c := range []struct{ n, s, r int }{{3, 6, 3}, {3, 8, 3}, {5, 64, 3}, {5, 7, 5}} {
+		shards, err := PlaceShards(c.n, c.s, c.r)
+		if err != nil || len(shards) != c.s {
+			t.Fatalf("PlaceShards(%d, %d, %d): %d shards, %v", c.n, c.s, c.r, len(shards), err)
+		}
+		homes := make([]int, c.n)
+		next := 0
+		for i, sh := range shards {
+			if int(sh.Slots.First) != next || sh.Slots.Last < sh.Slots.First {
+				t.Fatalf("%+v: shard %d has %v after slot %d", c, i, sh.Slots, next-1)
+			}
+			next = int(sh.Slots.Last) + 1
+			homes[sh.Replicas[0]]++
+			seen := map[int]bool{}
+			for _, o := range sh.Replicas {
+				if seen[o] || o < 0 || o >= c.n {
+					t.Errorf("%+v: shard %d has replicas %v", c, i, sh.Replicas)
+				}
+				seen[o] = true
+			}
+			if len(sh.Replicas) != c.r {
+				t.Errorf("%+v: shard %d has %d replicas", c, i, len(sh.Replicas))
+			}
+		}
+		if next != Slots {
+			t.Errorf("%+v: the shards end at slot %d", c, next-1)
+		}
+		if lo, hi := slices.Min(homes), slices.Max(homes); hi-lo > 1 {
+			t.Errorf("%+v: nodes are home to %v shards", c, homes)
+		}
+	}
+	if _, err := PlaceShards(3, 2, 3); !errors.Is(err, ErrShards) {
+		t.Errorf("PlaceShards(3, 2, 3): %v; want ErrShards", err)
+	}
+}

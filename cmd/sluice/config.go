@@ -75,6 +75,7 @@ type config struct {
 	clusterTimeout     time.Duration
 	clusterClockSkew   time.Duration
 	clusterReplicas    int
+	clusterShards      int
 	clusterBusNodes    string
 	clusterElection    time.Duration
 	clusterReassign    string
@@ -160,6 +161,7 @@ func newFlagSet(cfg *config, stderr io.Writer) *flag.FlagSet {
 	intVar(fs, &cfg.clusterSize, "cluster-size", 0, "cluster mode: the number of initial nodes when --cluster-nodes is a template")
 	intVar(fs, &cfg.clusterOrdinal, "cluster-ordinal", -1, "cluster mode: this node's ordinal in --cluster-nodes; -1 takes the number after the last - of the hostname (a StatefulSet pod's)")
 	intVar(fs, &cfg.clusterReplicas, "cluster-replicas", 1, "cluster mode: the replicas of each shard: 1 keeps one copy of each slot; 3 or 5 replicate each shard (a slot range placed from --cluster-nodes) with Raft, its leader alone deciding, with automatic failover")
+	intVar(fs, &cfg.clusterShards, "cluster-shards", 0, "cluster mode with --cluster-replicas above 1: how many shards (slot ranges, each a Raft group) the cluster has, from one per node up to 64, each node the home of as many as another, give or take one; 0: one per node. Fixed when the cluster first starts")
 	fs.StringVar(&cfg.clusterBusNodes, "cluster-bus-nodes", "", "cluster mode with --cluster-replicas above 1: the nodes' replication host:port in the order of --cluster-nodes, comma-separated; empty: each node's port plus 10000")
 	durationVar(fs, &cfg.clusterElection, "cluster-election-timeout", server.DefaultElectionTimeout, "cluster mode with --cluster-replicas above 1: how long a shard's replicas go without a word from its leader before electing another")
 	durationVar(fs, &cfg.clusterTimeout, "cluster-forward-timeout", server.DefaultForwardTimeout, "cluster mode: the most one HIT counter forwarded to the node owning it may take, connecting included")
@@ -315,6 +317,12 @@ func parseConfig(args []string, lookupEnv func(string) (string, bool), stderr io
 	}
 	if cfg.clusterReplicas > 1 && cfg.clusterNodes == "" {
 		return cfg, errors.New("--cluster-replicas needs --cluster-nodes")
+	}
+	if cfg.clusterShards < 0 || cfg.clusterShards > storage.MaxCommitters {
+		return cfg, fmt.Errorf("--cluster-shards %d: want 0 (one per node) up to %d", cfg.clusterShards, storage.MaxCommitters)
+	}
+	if cfg.clusterShards != 0 && cfg.clusterReplicas == 1 {
+		return cfg, fmt.Errorf("--cluster-shards %d needs --cluster-replicas 3 or 5: with one copy per slot each node owns the slots its topology gives it", cfg.clusterShards)
 	}
 	if cfg.clusterElection < 10*time.Millisecond {
 		return cfg, fmt.Errorf("--cluster-election-timeout %v: want 10ms or more", cfg.clusterElection)

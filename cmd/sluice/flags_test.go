@@ -173,6 +173,8 @@ func TestFlagMistakes(t *testing.T) {
 		{args: []string{"--rls-response-headers", "yes"}, want: []string{"switch", "--rls-response-headers=yes"}},
 		{args: []string{"---fsync", "always"}, want: []string{"bad flag syntax"}},
 		{args: []string{"--fsync", "always", "extra"}, want: []string{`unexpected argument "extra"`}},
+		{args: []string{"--cluster-nodes", "a:1,b:1,c:1", "--cluster-replicas", "3", "--cluster-shards", "65"}, want: []string{"--cluster-shards 65: want 0 (one per node) up to 64"}},
+		{args: []string{"--cluster-nodes", "a:1,b:1", "--cluster-shards", "4"}, want: []string{"--cluster-shards 4 needs --cluster-replicas 3 or 5"}},
 		{env: map[string]string{"SLUICE_SWEEP_INTERVAL": "10"}, want: []string{`SLUICE_SWEEP_INTERVAL="10" (--sweep-interval): a duration needs a unit`, "e.g. SLUICE_SWEEP_INTERVAL=10s"}},
 		{env: map[string]string{"SLUICE_MAXCLIENTS": "abc"}, want: []string{"SLUICE_MAXCLIENTS", "not a number", "e.g. SLUICE_MAXCLIENTS=10000"}},
 		{env: map[string]string{"SLUICE_LIMIT": "lots"}, args: []string{"inspect"}, want: []string{"SLUICE_LIMIT", "e.g. SLUICE_LIMIT=100"}},

@@ -401,3 +401,79 @@ func TestReplicatedNodeAddedByListIsRefused(t *testing.T) {
 		t.Fatalf("after node 0's start with its first flags, RL.GET: %d, %v; want 7", n, err)
 	}
 }
+
+// TestReplicatedMoreShardsThanNodes: with --cluster-shards 6 on three
+// nodes, each node leads two shards (its home shards, i and i+3), CLUSTER
+// SLOTS gives six ranges, and go-redis' ClusterClient writes to all of
+// them; once node 1 is killed, its two shards are served by other
+// replicas with every acknowledged write (--fsync always).
+func TestReplicatedMoreShardsThanNodes(t *testing.T) {
+	addrs, bus := freePorts(t, 3), freePorts(t, 3)
+	dirs := []string{t.TempDir(), t.TempDir(), t.TempDir()}
+	procs := make([]*proc, 3)
+	for i := range procs {
+		procs[i] = startReplicated(t, addrs, bus, dirs, i, "--fsync", "always", "--cluster-shards", "6")
+	}
+	ctx := context.Background()
+	deadline := time.Now().Add(90 * time.Second) // bounds a hang
+	for i, p := range procs {
+		for {
+			info, err := p.client(t).Info(ctx, "replication").Result()
+			lines := infoShards(info)
+			home, away := 0, 0 // shards led, at home and not
+			for s, l := range lines {
+				if strings.HasPrefix(l, "role=leader,serving=1,") {
+					if s%3 == i {
+						home++
+					} else {
+						away++
+					}
+				}
+			}
+			if err == nil && len(lines) == 6 && home == 2 && away == 0 {
+				break
+			}
+			if time.Now().After(deadline) {
+				t.Fatalf("node %d never showed six shards and led its two home shards: %v\n%s", i, err, info)
+			}
+			time.Sleep(20 * time.Millisecond)
+		}
+	}
+	slots, err := procs[0].client(t).ClusterSlots(ctx).Result()
+	if err != nil || len(slots) != 6 {
+		t.Fatalf("CLUSTER SLOTS: %d ranges, %v; want 6", len(slots), err)
+	}
+	for s, r := range slots {
+		if r.Start != 16384*s/6 || r.End != 16384*(s+1)/6-1 || r.Nodes[0].Addr != addrs[s%3] {
+			t.Errorf("range %d: %d-%d on %s; want %d-%d on node %d", s, r.Start, r.End, r.Nodes[0].Addr, 16384*s/6, 16384*(s+1)/6-1, s%3)
+		}
+	}
+	cc := redis.NewClusterClient(&redis.ClusterOptions{Addrs: addrs, ClusterStateReloadInterval: 200 * time.Millisecond})
+	defer cc.Close()
+	const keys = 120
+	take := func(k int) {
+		t.Helper()
+		for {
+			err := cc.Do(ctx, "RL.REDUCE", "sh:"+strconv.Itoa(k), 100, 3600, "TAKE", 1, "AT", clusterAt).Err()
+			if err == nil {
+				return
+			}
+			if time.Now().After(deadline) {
+				t.Fatalf("key %d: %v", k, err)
+			}
+			time.Sleep(20 * time.Millisecond)
+		}
+	}
+	for k := range keys {
+		take(k)
+	}
+	procs[1].stop(t, syscall.SIGKILL)
+	for k := range keys {
+		take(k)
+	}
+	for k := range keys {
+		if n, err := cc.Do(ctx, "RL.GET", "sh:"+strconv.Itoa(k), 100, 3600, "AT", clusterAt).Int64(); err != nil || n != 98 {
+			t.Errorf("key %d after node 1's death: %d, %v; want 98", k, n, err)
+		}
+	}
+}

@@ -12,6 +12,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/sluicehq/sluice/cluster"
 	"github.com/sluicehq/sluice/internal/conffile"
 	"github.com/sluicehq/sluice/policy"
 	"github.com/sluicehq/sluice/rls"
@@ -79,6 +80,7 @@ func (serveCommand) run(inv invocation, args []string) (err error) {
 		clusterCfg.MaxClockSkew = cfg.clusterClockSkew
 		clusterCfg.ReassignFrom = cfg.clusterReassign
 		clusterCfg.Replicas = cfg.clusterReplicas
+		clusterCfg.Shards = cfg.clusterShards
 		clusterCfg.ElectionTimeout = cfg.clusterElection
 		if cfg.clusterBusNodes != "" {
 			clusterCfg.BusNodes = strings.Split(cfg.clusterBusNodes, ",")
@@ -121,7 +123,10 @@ func (serveCommand) run(inv invocation, args []string) (err error) {
 	if clusterCfg != nil && clusterCfg.Replicas > 1 {
 		// One committer per shard, proposing its rounds to the shard's
 		// group.
-		if storeOpts, clusterCfg.Replicator, err = server.ReplicatedStoreOptions(storeOpts, len(clusterCfg.Nodes), clusterCfg.Replicas); err != nil {
+		if storeOpts, clusterCfg.Replicator, err = server.ReplicatedStoreOptions(storeOpts, len(clusterCfg.Nodes), clusterCfg.Shards, clusterCfg.Replicas); err != nil {
+			if errors.Is(err, cluster.ErrShards) {
+				return fmt.Errorf("--cluster-shards: %w", err)
+			}
 			return fmt.Errorf("--cluster-replicas: %w", err)
 		}
 	}

@@ -69,6 +69,10 @@ type Config struct {
 	// each slot, on the topology pushed by sluice cluster; 3 or 5, shards
 	// replicated with Raft, placed from Nodes (replicated.go).
 	Replicas int
+	// Shards is how many shards a replicated cluster has, each its own
+	// Raft group of a slot range (cluster.PlaceShards); 0: one per node.
+	// More shards than nodes make each node the home of several.
+	Shards int
 	// Replicator is the store's Options.Replicator when Replicas is above
 	// 1: the store was opened with ReplicatedStoreOptions.
 	Replicator *replication.Committers

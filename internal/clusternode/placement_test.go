@@ -13,11 +13,12 @@ import (
 // copy per slot) is refused before anything starts: its shards would
 // change slot ranges under the same Raft groups while the other nodes
 // keep theirs, and two leaders could answer for one slot, each counting
-// its buckets.
+// its buckets. A shard count of one per node, given or left out, is the
+// same placement.
 func TestPlacementIsFixed(t *testing.T) {
 	three := []string{"127.0.0.1:7000", "127.0.0.1:7001", "127.0.0.1:7002"}
 	four := append(three[:3:3], "127.0.0.1:7003")
-	o, reps, err := ReplicatedStoreOptions(storage.Options{Disk: storage.NewMemDisk()}, 3, 3)
+	o, reps, err := ReplicatedStoreOptions(storage.Options{Disk: storage.NewMemDisk()}, 3, 0, 3)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -47,12 +48,18 @@ func TestPlacementIsFixed(t *testing.T) {
 	if err := start(replicated(three, 3)); err != nil {
 		t.Fatalf("a start with the same flags: %v", err)
 	}
+	same := replicated(three, 3)
+	same.Shards = 3
+	if err := start(same); err != nil {
+		t.Fatalf("a start with --cluster-shards 3, one per node as before: %v", err)
+	}
 	for _, c := range []struct {
 		what string
 		cfg  *Config
 	}{
 		{"a fourth node listed", replicated(four, 3)},
 		{"five replicas", replicated(append(four, "127.0.0.1:7004"), 5)},
+		{"six shards", func() *Config { c := replicated(three, 3); c.Shards = 6; return c }()},
 		{"one copy per slot", &Config{Nodes: three, Self: three[0]}},
 	} {
 		if err := start(c.cfg); !errors.Is(err, ErrPlacement) {
@@ -65,9 +72,9 @@ func TestPlacementIsFixed(t *testing.T) {
 // placements apart.
 func TestPlacementDigestDiffers(t *testing.T) {
 	nodes := []string{"127.0.0.1:7000", "127.0.0.1:7001", "127.0.0.1:7002"}
-	a, b := placementDigest(placement(nodes, 3)), placementDigest(placement(append(nodes, "127.0.0.1:7003"), 3))
-	c := placementDigest(placement(nodes[:3], 5))
-	if a == b || a == c || a != placementDigest(placement(nodes, 3)) {
+	a, b := placementDigest(placement(nodes, 3, 3)), placementDigest(placement(append(nodes, "127.0.0.1:7003"), 4, 3))
+	c := placementDigest(placement(nodes[:3], 3, 5))
+	if a == b || a == c || a != placementDigest(placement(nodes, 3, 3)) {
 		t.Errorf("digests %x, %x, %x: want the first unlike the others, and stable", a, b, c)
 	}
 }

@@ -42,13 +42,17 @@ const busPortOffset = 10000
 var errReplicatedTopology = resp.Error("ERR the shards of a cluster with --cluster-replicas above 1 are placed from --cluster-nodes; topology pushes and slot moves do not apply to it")
 
 // ReplicatedStoreOptions returns o for the store of a node of a cluster of
-// n nodes with r replicas per shard: one committer per shard, each the
-// only writer of its shard's records, its rounds proposed to the shard's
-// group through the returned Committers (Config.Replicator).
-func ReplicatedStoreOptions(o storage.Options, n, r int) (storage.Options, *replication.Committers, error) {
-	shards, err := cluster.Place(n, r)
+// n nodes with r replicas per shard and s shards (Config.Shards; 0: one
+// per node): one committer per shard, each the only writer of its
+// shard's records, its rounds proposed to the shard's group through the
+// returned Committers (Config.Replicator).
+func ReplicatedStoreOptions(o storage.Options, n, s, r int) (storage.Options, *replication.Committers, error) {
+	shards, err := cluster.PlaceShards(n, shardCount(n, s), r)
 	if err != nil {
 		return o, nil, err
+	}
+	if len(shards) > storage.MaxCommitters {
+		return o, nil, fmt.Errorf("%w: %d shards; a node holds at most %d (one committer each)", cluster.ErrShards, len(shards), storage.MaxCommitters)
 	}
 	var shardOf [cluster.Slots]uint16
 	for i, sh := range shards {
@@ -93,7 +97,7 @@ func (s *Node) openReplicated(cc *Config) error {
 	if cc.Replicator == nil {
 		return errors.New("server: --cluster-replicas: the store was not opened for replicated shards (ReplicatedStoreOptions)")
 	}
-	shards, err := cluster.Place(n, cc.Replicas)
+	shards, err := cluster.PlaceShards(n, shardCount(n, cc.Shards), cc.Replicas)
 	if err != nil {
 		return fmt.Errorf("server: --cluster-replicas: %w", err)
 	}
@@ -111,7 +115,7 @@ func (s *Node) openReplicated(cc *Config) error {
 	if len(bus) != n {
 		return fmt.Errorf("server: --cluster-bus-nodes lists %d addresses; want one per node of --cluster-nodes (%d)", len(bus), n)
 	}
-	place := placement(cc.Nodes, cc.Replicas)
+	place := placement(cc.Nodes, len(shards), cc.Replicas)
 	if err := s.checkPlacement(place); err != nil {
 		return err
 	}
@@ -275,11 +279,24 @@ func (st *replicaStart) decideAndStart(ctx context.Context) bool {
 const MetaPlacement = "cluster.placement"
 
 // placement is what places a replicated cluster's shards, as recorded:
-// the nodes in ordinal order and the replicas per shard. Another list
-// (a node added by listing it) or another count gives other shards,
-// other slot ranges under the same groups.
-func placement(nodes []string, replicas int) string {
-	return "v1 replicas=" + strconv.Itoa(replicas) + " nodes=" + strings.Join(nodes, ",")
+// the replicas per shard, the shard count when it is not one per node,
+// and the nodes in ordinal order. Another list (a node added by listing
+// it) or another count gives other shards, other slot ranges under the
+// same groups.
+func placement(nodes []string, shards, replicas int) string {
+	p := "v1 replicas=" + strconv.Itoa(replicas)
+	if shards != len(nodes) {
+		p += " shards=" + strconv.Itoa(shards)
+	}
+	return p + " nodes=" + strings.Join(nodes, ",")
+}
+
+// shardCount is the shards of a cluster of n nodes given s (Config.Shards).
+func shardCount(n, s int) int {
+	if s <= 0 {
+		return n
+	}
+	return s
 }
 
 // placementDigest is place's identity in the nodes' hellos.
@@ -388,7 +405,7 @@ func (s *Node) decideIncarnation(ctx context.Context, tr *replication.Transport,
 		if now := time.Now(); now.Sub(logged) >= askLogEvery && len(other) > 0 {
 			logged = now
 			s.log.Error("cluster: other nodes refuse this one: they were started with another --cluster-nodes or --cluster-replicas; every node of a replicated cluster must be started with the same (this node waits, serving nothing)",
-				"ordinal", self, "refusing", fmt.Sprint(other), "placement", placement(s.cfg.Nodes, s.cfg.Replicas))
+				"ordinal", self, "refusing", fmt.Sprint(other), "placement", placement(s.cfg.Nodes, shardCount(len(s.cfg.Nodes), s.cfg.Shards), s.cfg.Replicas))
 		} else if now.Sub(logged) >= askLogEvery {
 			logged = now
 			s.log.Warn("cluster: this node's data directory is empty; waiting for every other node to answer before it bootstraps its shards or rejoins them (a new cluster starts once all its nodes are up)",
