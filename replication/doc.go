@@ -42,7 +42,9 @@
 //     cluster.Place, one group per shard (ShardGroup, ShardBounds) over one
 //     transport and one clock, each group the Replicator of its shard's
 //     committer. A shard's leadership is handed back to its home node (its
-//     first replica) once that one has caught up, so load stays spread. A
+//     first replica) once that one has caught up, so load stays spread,
+//     after the leader stopped serving and had every decision it made
+//     committed (HostConfig.Handoff), so that the handback loses none. A
 //     new leader serves (Status.Serving) once it has applied an entry of
 //     its own term, and so every round committed before it.
 //   - Transport (transport.go): one connection per pair of nodes carrying

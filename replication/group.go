@@ -123,6 +123,10 @@ type Group struct {
 		// round committed before the term is in the store then, and the
 		// leader may decide (Status.Serving).
 		servingTerm uint64
+		// handoff is set while this leader hands its leadership away
+		// (Host's Handoff): it decides nothing new (Status.Serving is
+		// false), and proposes what it decided before.
+		handoff bool
 		// joins are the nodes that asked to be added (requestJoin).
 		joins map[uint64]struct{}
 		// ticks counts Tick; heard holds, for each node a message came
@@ -420,7 +424,9 @@ type Status struct {
 	Applied uint64
 	// Serving says the replica is the leader and has applied every round
 	// committed before its term: it may decide, and its proposals are
-	// taken. A new leader serves once its term's first entry is applied.
+	// taken. A new leader serves once its term's first entry is applied;
+	// a leader handing its leadership away (HostConfig.Handoff) stops
+	// serving first, while its proposals are still taken.
 	Serving bool
 }
 
@@ -428,13 +434,21 @@ type Status struct {
 func (g *Group) Status() Status {
 	g.mu.Lock()
 	st := g.mu.rn.BasicStatus()
-	serving := g.servingLocked(st)
+	serving := g.servingLocked(st) && !g.mu.handoff
 	g.mu.Unlock()
 	role := map[raft.StateType]string{
 		raft.StateLeader: "leader", raft.StateFollower: "follower",
 		raft.StateCandidate: "candidate", raft.StatePreCandidate: "pre-candidate",
 	}[st.RaftState]
 	return Status{Leader: st.Lead, Term: st.GetTerm(), Role: role, Commit: st.GetCommit(), Applied: g.log.Applied(), Serving: serving}
+}
+
+// setHandoff stops (on) or resumes the replica's serving as leader while
+// it hands its leadership away: see Status.Serving.
+func (g *Group) setHandoff(on bool) {
+	g.mu.Lock()
+	g.mu.handoff = on
+	g.mu.Unlock()
 }
 
 // servingLocked: see Status.Serving. g.mu must be locked.
@@ -588,6 +602,9 @@ func (g *Group) Process() (bool, error) {
 		g.failWaitersLocked(ErrProposalLost, term)
 	}
 	deposed := g.mu.ledTerm != 0 && (st.RaftState != raft.StateLeader || st.GetTerm() != g.mu.ledTerm)
+	if deposed {
+		g.mu.handoff = false
+	}
 	g.mu.ledTerm = 0
 	if st.RaftState == raft.StateLeader {
 		g.mu.ledTerm = st.GetTerm()

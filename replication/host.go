@@ -72,7 +72,16 @@ type HostConfig struct {
 	// shard's home hands leadership back to the home replica once that
 	// one has caught up; default 2 × the election ticks.
 	BalanceTicks int
-	Logger       *slog.Logger // default: discard
+	// Handoff, when set, is called before this node hands a shard's
+	// leadership back to its home node, once the shard stopped serving
+	// here (Status.Serving is false, its proposals still taken): it
+	// returns once every decision this node made in the shard is
+	// committed by the group, so that the handback loses nothing, or an
+	// error, and the node keeps the leadership and serves again. Without
+	// it, leadership is handed at once, and the decisions the group had
+	// not committed are lost (answered TRYAGAIN where they wait for it).
+	Handoff func(shard int) error
+	Logger  *slog.Logger // default: discard
 }
 
 // Host runs the replicas one node holds of a replicated cluster's shards:
@@ -88,6 +97,10 @@ type Host struct {
 	ticks  int
 	// joining is set while join requests are being sent (askToJoin).
 	joining atomic.Bool
+	// handing is set, per shard, while this node hands its leadership
+	// back home (balance, with HostConfig.Handoff).
+	handing []atomic.Bool
+	tick    time.Duration // Run's
 
 	mu      sync.Mutex
 	started bool
@@ -108,7 +121,7 @@ func NewHost(cfg HostConfig) (*Host, error) {
 	if cfg.Logger == nil {
 		cfg.Logger = slog.New(slog.DiscardHandler)
 	}
-	h := &Host{cfg: cfg, lg: cfg.Logger, groups: make([]*Group, len(cfg.Shards))}
+	h := &Host{cfg: cfg, lg: cfg.Logger, groups: make([]*Group, len(cfg.Shards)), handing: make([]atomic.Bool, len(cfg.Shards))}
 	self := NodeID(cfg.Ordinal, cfg.Incarnation)
 	for i, sh := range cfg.Shards {
 		if !slices.Contains(sh.Replicas, cfg.Ordinal) {
@@ -164,7 +177,7 @@ func (h *Host) Run(tick time.Duration) {
 		cancel()
 		return
 	}
-	h.started, h.cancel = true, cancel
+	h.started, h.cancel, h.tick = true, cancel, tick
 	h.mu.Unlock()
 	for i, g := range h.groups {
 		if g == nil {
@@ -280,10 +293,46 @@ func (h *Host) balance() {
 			continue
 		}
 		home := g.replicaOf(Ordinal, h.cfg.Shards[i].Replicas[0])
-		if home != 0 && g.caughtUp(home) {
+		if home == 0 || !g.caughtUp(home) {
+			continue
+		}
+		if h.cfg.Handoff == nil {
 			h.lg.Info("handing a shard's leadership back to its home node", "shard", i, "to", home)
 			g.TransferLeadership(home)
+			continue
 		}
+		if h.handing[i].CompareAndSwap(false, true) {
+			h.wg.Add(1)
+			go h.handBack(i, g, home)
+		}
+	}
+}
+
+// handBack hands shard i's leadership from g to home once every decision
+// made here is committed (HostConfig.Handoff), and waits for the handover,
+// up to two election timeouts: if it does not come, g serves again.
+func (h *Host) handBack(i int, g *Group, home uint64) {
+	defer h.wg.Done()
+	defer h.handing[i].Store(false)
+	g.setHandoff(true)
+	defer g.setHandoff(false)
+	if err := h.cfg.Handoff(i); err != nil {
+		h.lg.Warn("a shard's leadership stays here: what was decided in it could not be committed first", "shard", i, "err", err)
+		return
+	}
+	if !g.caughtUp(home) {
+		return // another election, or home fell behind: a later balance tries again
+	}
+	h.lg.Info("handing a shard's leadership back to its home node", "shard", i, "to", home)
+	g.TransferLeadership(home)
+	h.mu.Lock()
+	tick := h.tick
+	h.mu.Unlock()
+	for range 2 * g.cfg.ElectionTicks {
+		if g.Status().Role != "leader" {
+			return
+		}
+		time.Sleep(tick)
 	}
 }
 

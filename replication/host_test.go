@@ -6,6 +6,7 @@ import (
 	"path/filepath"
 	"slices"
 	"strconv"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -33,6 +34,9 @@ type hostCluster struct {
 	shards []cluster.Shard
 	nodes  []*hostNode
 	slotOf [cluster.Slots]int // shard of each slot
+	// handoff, when set, is each node's HostConfig.Handoff, given the
+	// node's ordinal.
+	handoff atomic.Pointer[func(o, shard int) error]
 }
 
 func newHostCluster(t *testing.T, n, r int) *hostCluster {
@@ -97,7 +101,13 @@ func (c *hostCluster) start(o int) {
 	}
 	go tr.Serve(ln)
 	h, err := NewHost(HostConfig{Store: n.store, Committers: n.committers, Transport: tr,
-		Shards: c.shards, Ordinal: o, Incarnation: n.incarnation})
+		Shards: c.shards, Ordinal: o, Incarnation: n.incarnation,
+		Handoff: func(shard int) error {
+			if f := c.handoff.Load(); f != nil {
+				return (*f)(o, shard)
+			}
+			return nil
+		}})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -175,9 +185,12 @@ func TestHostLeadsEachShardFromItsHome(t *testing.T) {
 	}
 	for i := range c.shards {
 		key := c.keyIn(i, "k")
-		if err := c.commit(i, key, "v"+strconv.Itoa(i)); err != nil {
-			t.Fatalf("commit on shard %d's leader: %v", i, err)
-		}
+		// Retried while an election (a loaded machine misses heartbeats)
+		// moves the shard away from its home and back: a commit refused
+		// then changed nothing.
+		c.waitFor("a commit on shard "+strconv.Itoa(i)+"'s home leader", func() bool {
+			return c.serving(i) == i && c.commit(i, key, "v"+strconv.Itoa(i)) == nil
+		})
 		other := (i + 1) % len(c.nodes)
 		if err := c.commit(other, key, "no"); !errors.Is(err, storage.ErrNotReplicated) {
 			t.Errorf("commit of shard %d on node %d, not its leader: %v; want ErrNotReplicated", i, other, err)
@@ -189,10 +202,10 @@ func TestHostLeadsEachShardFromItsHome(t *testing.T) {
 	}
 	c.stop(0)
 	c.waitFor("shard 0 led by another node", func() bool { return c.serving(0) > 0 })
-	lead := c.serving(0)
-	if err := c.commit(lead, c.keyIn(0, "k"), "after"); err != nil {
-		t.Fatalf("commit on shard 0's new leader, node %d: %v", lead, err)
-	}
+	c.waitFor("a commit on shard 0's new leader", func() bool {
+		lead := c.serving(0)
+		return lead > 0 && c.commit(lead, c.keyIn(0, "k"), "after") == nil
+	})
 	c.start(0)
 	c.waitFor("shard 0 back on its home", func() bool { return c.serving(0) == 0 })
 	c.waitFor("node 0 to have the change made while it was down", func() bool { return c.read(0, c.keyIn(0, "k")) == "after" })
@@ -286,5 +299,43 @@ func TestHostRejoinsAfterLosingItsStore(t *testing.T) {
 	}
 	if err := c.commit(0, c.keyIn(0, "after"), "a"); err != nil {
 		t.Fatalf("commit on the rejoined home node: %v", err)
+	}
+}
+
+// TestHostHandsBackAfterCommitting: a node that stood in for a shard's
+// home hands the leadership back only through Handoff, during which it
+// serves no more (Status.Serving is false) while its proposals are still
+// taken: what it commits then is on the home node once that leads again.
+func TestHostHandsBackAfterCommitting(t *testing.T) {
+	c := newHostCluster(t, 3, 3)
+	for i := range c.shards {
+		c.waitFor("shard "+strconv.Itoa(i)+" led from its home", func() bool { return c.serving(i) == i })
+	}
+	c.stop(0)
+	c.waitFor("shard 0 led by another node", func() bool { return c.serving(0) > 0 })
+	key := c.keyIn(0, "handoff")
+	var calls atomic.Int32
+	f := func(o, shard int) error {
+		if shard != 0 {
+			return nil
+		}
+		calls.Add(1)
+		if c.nodes[o].h.Group(0).Status().Serving {
+			t.Errorf("node %d serves shard 0 during its handoff", o)
+		}
+		if err := c.commit(o, key, "decided in the handoff"); err != nil {
+			t.Errorf("commit on node %d during its handoff: %v", o, err)
+			return err
+		}
+		return nil
+	}
+	c.handoff.Store(&f)
+	c.start(0)
+	c.waitFor("shard 0 back on its home", func() bool { return c.serving(0) == 0 })
+	if calls.Load() == 0 {
+		t.Fatal("shard 0 went home without a handoff")
+	}
+	if got := c.read(0, key); got != "decided in the handoff" {
+		t.Errorf("node 0, leading shard 0 again: %q; want what the node standing in committed in its handoff", got)
 	}
 }

@@ -426,6 +426,9 @@ func New(cfg Config) (*Server, error) {
 		ecfg.Cluster = s.clus
 	}
 	s.eng = engine.New(ecfg)
+	// A replicated shard is handed back to its home node once the writes
+	// under way have ended and its group has committed them.
+	s.clus.SetQuiesce(func(deadline time.Time) bool { return s.waitPipelines(nil, deadline) && s.eng.WaitWriters(deadline) })
 	if err := s.initDials(); err != nil {
 		return nil, err
 	}

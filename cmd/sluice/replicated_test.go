@@ -18,6 +18,9 @@ import (
 	"time"
 
 	"github.com/redis/go-redis/v9"
+
+	"github.com/sluicehq/sluice/cluster"
+	"github.com/sluicehq/sluice/keyspace"
 )
 
 // startReplicated starts one sluice process per address, in cluster mode
@@ -474,6 +477,67 @@ func TestReplicatedMoreShardsThanNodes(t *testing.T) {
 	for k := range keys {
 		if n, err := cc.Do(ctx, "RL.GET", "sh:"+strconv.Itoa(k), 100, 3600, "AT", clusterAt).Int64(); err != nil || n != 98 {
 			t.Errorf("key %d after node 1's death: %d, %v; want 98", k, n, err)
+		}
+	}
+}
+
+// TestReplicatedHandbackLosesNothing: in --fsync everysec a node that
+// stood in for a shard's home (killed, then back on its volume) hands
+// the shard back only once the group has committed everything it
+// decided: every take acknowledged while it led the shard is in the
+// buckets the home node serves afterwards. Handing the leadership over
+// at once, as before, dropped what the stand-in had decided in its last
+// interval.
+func TestReplicatedHandbackLosesNothing(t *testing.T) {
+	addrs, bus := freePorts(t, 3), freePorts(t, 3)
+	dirs := []string{t.TempDir(), t.TempDir(), t.TempDir()}
+	procs := make([]*proc, 3)
+	for i := range procs {
+		procs[i] = startReplicated(t, addrs, bus, dirs, i, "--fsync", "everysec")
+	}
+	ctx := context.Background()
+	deadline := time.Now().Add(90 * time.Second) // bounds a hang
+	waitHomeLeaders(t, procs, deadline)
+	var keys []string // buckets of shard 0
+	for k := 0; len(keys) < 30; k++ {
+		if key := "hb:" + strconv.Itoa(k); keyspace.Slot([]byte(key)) < cluster.Slots/3 {
+			keys = append(keys, key)
+		}
+	}
+	procs[0].stop(t, syscall.SIGKILL)
+	leads := func(p *proc, shard int) bool {
+		info, err := p.client(t).Info(ctx, "replication").Result()
+		return err == nil && strings.HasPrefix(infoShards(info)[shard], "role=leader,serving=1,")
+	}
+	for !leads(procs[1], 0) && !leads(procs[2], 0) {
+		if time.Now().After(deadline) {
+			t.Fatal("shard 0 not led by node 1 or 2 after node 0's death")
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	cc := redis.NewClusterClient(&redis.ClusterOptions{Addrs: addrs[1:], ClusterStateReloadInterval: 100 * time.Millisecond, MaxRedirects: 16})
+	defer cc.Close()
+	const limit = 100000
+	acked := make([]int, len(keys))
+	pass := func() {
+		for b, key := range keys {
+			if cc.Do(ctx, "RL.REDUCE", key, limit, 3600, "TAKE", 1, "AT", clusterAt).Err() == nil {
+				acked[b]++
+			}
+		}
+	}
+	pass()
+	procs[0] = startReplicated(t, addrs, bus, dirs, 0, "--fsync", "everysec")
+	for !leads(procs[0], 0) { // taking until the shard is back home
+		if time.Now().After(deadline) {
+			t.Fatal("shard 0 not back on node 0")
+		}
+		pass()
+	}
+	for b, key := range keys {
+		left, err := cc.Do(ctx, "RL.GET", key, limit, 3600, "AT", clusterAt).Int64()
+		if err != nil || left > int64(limit-acked[b]) {
+			t.Errorf("bucket %s after the handback: %d left, %v; %d takes were acknowledged: want at most %d left", key, left, err, acked[b], limit-acked[b])
 		}
 	}
 }

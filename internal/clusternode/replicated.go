@@ -11,6 +11,7 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"time"
 
@@ -79,6 +80,10 @@ type replicas struct {
 	// tr is the transport of the host, or of the node while it asks the
 	// others; the goroutine that starts the host owns it until done.
 	tr *replication.Transport
+	// viewMu serializes rebuilds of the slot table (rebuild).
+	viewMu sync.Mutex
+	// quiesce is the server's (SetQuiesce).
+	quiesce atomic.Pointer[func(deadline time.Time) bool]
 }
 
 // group returns this node's replica of shard i, or nil.
@@ -223,6 +228,7 @@ func (st *replicaStart) start(inc uint64, tr *replication.Transport) error {
 	host, err := replication.NewHost(replication.HostConfig{
 		Store: st.s.store, Committers: st.cc.Replicator, Transport: tr,
 		Shards: st.shards, Ordinal: st.self, Incarnation: inc, Logger: st.s.log,
+		Handoff: st.s.handoff,
 	})
 	if err == nil && !listening {
 		// Only now: before its groups are in, it would answer another
@@ -460,13 +466,52 @@ func (s *Node) followLeaders(ctx context.Context, nodes []string, tick time.Dura
 			return
 		case <-t.C:
 		}
-		old := s.view.Load()
-		v := s.rep.view(nodes, old.top.Epoch+1, s.myID)
-		if *v.owner != *old.owner {
-			s.view.Store(v)
-			s.log.Info("cluster: shard leaders changed", "epoch", v.top.Epoch, "slots_served", slotsOf(v.top, s.myID))
-		}
+		s.rep.rebuild(s, nodes)
 	}
+}
+
+// rebuild replaces s's slot table when the shards' leaders changed.
+func (r *replicas) rebuild(s *Node, nodes []string) {
+	r.viewMu.Lock()
+	defer r.viewMu.Unlock()
+	old := s.view.Load()
+	v := r.view(nodes, old.top.Epoch+1, s.myID)
+	if *v.owner != *old.owner {
+		s.view.Store(v)
+		s.log.Info("cluster: shard leaders changed", "epoch", v.top.Epoch, "slots_served", slotsOf(v.top, s.myID))
+	}
+}
+
+// SetQuiesce gives the node the server's wait for the writes under way
+// (every RESP pipeline and every write of the other front ends), which a
+// shard's handback to its home node needs (handoff). Until it is set, a
+// shard's leadership is not handed back.
+func (s *Node) SetQuiesce(quiesce func(deadline time.Time) bool) {
+	if s != nil && s.rep != nil {
+		s.rep.quiesce.Store(&quiesce)
+	}
+}
+
+// handoff is the Host's Handoff: once shard has stopped serving here, it
+// takes its slots from the slot table, waits for the writes that began
+// before (up to an election timeout), and for the group to commit every
+// round they made, so that handing the leadership back home loses no
+// decision.
+func (s *Node) handoff(shard int) error {
+	r := s.rep
+	q := r.quiesce.Load()
+	if q == nil {
+		return errors.New("the server's writes cannot be waited for yet")
+	}
+	r.rebuild(s, s.cfg.Nodes)
+	timeout := s.cfg.ElectionTimeout
+	if timeout <= 0 {
+		timeout = DefaultElectionTimeout
+	}
+	if !(*q)(time.Now().Add(timeout)) {
+		return fmt.Errorf("the writes under way did not end within %v", timeout)
+	}
+	return s.store.Flush()
 }
 
 // closeReplicated stops the replicas and their transport.
