@@ -1,4 +1,4 @@
-package server
+package respserver
 
 import (
 	"testing"
@@ -9,16 +9,16 @@ import (
 // nothing, and a set bound stays.
 func TestLimit(t *testing.T) {
 	var zero Limit[int64]
-	if l := zero.orDefault(64); l.Off() || l.N() != 64 || !l.within(64) || l.within(65) {
+	if l := zero.OrDefault(64); l.Off() || l.N() != 64 || !l.Within(64) || l.Within(65) {
 		t.Errorf("zero Limit with default 64: off %v, n %d", l.Off(), l.N())
 	}
-	if l := NoLimit[int64]().orDefault(64); !l.Off() || l.N() != 0 || !l.within(1<<62) {
+	if l := NoLimit[int64]().OrDefault(64); !l.Off() || l.N() != 0 || !l.Within(1<<62) {
 		t.Errorf("NoLimit: off %v, n %d", l.Off(), l.N())
 	}
-	if l := LimitOf(time.Second).orDefault(time.Minute); l.Off() || l.N() != time.Second {
+	if l := LimitOf(time.Second).OrDefault(time.Minute); l.Off() || l.N() != time.Second {
 		t.Errorf("LimitOf(1s) with default 1m: off %v, n %v", l.Off(), l.N())
 	}
-	if l := LimitOf(-5).orDefault(5); l.Off() || l.N() != 5 {
+	if l := LimitOf(-5).OrDefault(5); l.Off() || l.N() != 5 {
 		t.Errorf("LimitOf(-5) with default 5: off %v, n %d; a negative bound is not off", l.Off(), l.N())
 	}
 }
