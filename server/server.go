@@ -208,25 +208,20 @@ type DivvyConfig struct {
 
 // Defaults for Config.
 const (
-	DefaultMaxArgs        = 1024
-	DefaultMaxBulk        = 1 << 20
-	DefaultMaxInline      = 64 << 10
-	DefaultMaxQueryBuffer = 8 << 20
+	DefaultMaxArgs        = respserver.DefaultMaxArgs
+	DefaultMaxBulk        = respserver.DefaultMaxBulk
+	DefaultMaxInline      = respserver.DefaultMaxInline
+	DefaultMaxQueryBuffer = respserver.DefaultMaxQueryBuffer
 	DefaultMaxKeySize     = 16 << 10
 	// DefaultPolicyMaxOverrides is engine.DefaultMaxOverrides.
 	DefaultPolicyMaxOverrides = engine.DefaultMaxOverrides
 	DefaultShutdownTimeout    = 10 * time.Second
 	DefaultMaxClients         = 10000
-	DefaultMaxReplyBuffer     = 64 << 20
-	// DefaultMaxMemoryClients: Redis' maxmemory-clients is off by
-	// default, ours must bound. Sluice's commands are a few hundred bytes,
-	// so 64 MiB holds the read buffers of thousands of connections (4 KiB
-	// each when idle) and several clients at the default
-	// --max-query-buffer at once, while an attack through big commands
-	// adds up to about 3.5 times this to peak RSS (measured; garbage the
-	// collector has not reclaimed yet makes up the rest).
-	DefaultMaxMemoryClients = 64 << 20
-	DefaultMaxAuthFailures  = 5
+	DefaultMaxReplyBuffer     = respserver.DefaultMaxReplyBuffer
+	// DefaultMaxMemoryClients bounds every front end's client memory
+	// (respserver.DefaultMaxMemoryClients says why 64 MiB).
+	DefaultMaxMemoryClients = respserver.DefaultMaxMemoryClients
+	DefaultMaxAuthFailures  = respserver.DefaultMaxAuthFailures
 	DefaultMaxConfigFile    = conffile.DefaultLimit
 	// DefaultReloadTimeout: a reload of local files takes milliseconds;
 	// seconds mean a file system that does not answer.
@@ -344,7 +339,7 @@ func New(cfg Config) (*Server, error) {
 	cfg.SweepInterval = cfg.SweepInterval.OrDefault(DefaultSweepInterval)
 	cfg.SweepRate = cfg.SweepRate.OrDefault(DefaultSweepRate)
 	if cfg.BackupDir == "" {
-		cfg.BackupDir = "sluice-backups"
+		cfg.BackupDir = respserver.DefaultBackupDir
 	}
 	if cfg.ReloadTimeout <= 0 {
 		cfg.ReloadTimeout = DefaultReloadTimeout

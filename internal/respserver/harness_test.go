@@ -94,13 +94,7 @@ func newTestServer(tb testing.TB, o testOptions) *Server {
 		closing atomic.Bool
 		offset  atomic.Int64
 	}{}
-	s := New(Config{
-		MaxArgs: 1024, MaxBulk: 1 << 20, MaxInline: 64 << 10, MaxQueryBuffer: 8 << 20,
-		MaxAuthFailures: LimitOf(5), MaxReplyBuffer: 64 << 20, MaxMultiBytes: DefaultMaxMultiBytes,
-		MaxKeySize: 16 << 10, Password: o.Password, Version: "dev", BackupDir: tb.TempDir(),
-		MaxMemoryClients: LimitOf[int64](64 << 20), SweepInterval: LimitOf(DefaultSweepInterval), SweepRate: LimitOf(DefaultSweepRate),
-		MaxClients: 10000, MaxClientsRequested: 10000,
-	}, Options{
+	s := New(Config{Password: o.Password, BackupDir: tb.TempDir()}, Options{
 		Store: store, Engine: eng, Rules: f, Policy: &policycmd.Commands{Engine: eng, Rules: f, Log: o.Logger},
 		Cluster: clus, RLS: noRLS{}, Logger: o.Logger, Clock: o.Clock, ClockOffset: &sh.offset,
 		Host: &testHost{}, Stats: &sh.stats, Closing: &sh.closing, Done: done,

@@ -22,3 +22,18 @@ func TestLimit(t *testing.T) {
 		t.Errorf("LimitOf(-5) with default 5: off %v, n %d; a negative bound is not off", l.Off(), l.N())
 	}
 }
+
+// TestConfigDefaults: a zero field of Config is its documented default,
+// and a field set stays as it is.
+func TestConfigDefaults(t *testing.T) {
+	got := Config{MaxArgs: 7, SweepInterval: NoLimit[time.Duration]()}.withDefaults()
+	want := Config{
+		MaxArgs: 7, MaxBulk: DefaultMaxBulk, MaxInline: DefaultMaxInline, MaxQueryBuffer: DefaultMaxQueryBuffer,
+		MaxAuthFailures: LimitOf(DefaultMaxAuthFailures), MaxReplyBuffer: DefaultMaxReplyBuffer, MaxMultiBytes: DefaultMaxMultiBytes,
+		Version: "dev", BackupDir: DefaultBackupDir, MaxMemoryClients: LimitOf[int64](DefaultMaxMemoryClients),
+		SweepInterval: NoLimit[time.Duration](), SweepRate: LimitOf(DefaultSweepRate),
+	}
+	if got != want {
+		t.Errorf("withDefaults:\n got %+v\nwant %+v", got, want)
+	}
+}

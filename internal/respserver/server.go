@@ -41,39 +41,88 @@ import (
 	"github.com/sluicehq/sluice/storage"
 )
 
-// Config configures the RESP front end. Its fields are the server's
-// configuration as the composition root has settled it (defaults
-// applied): New applies none.
-type Config struct {
-	MaxArgs         int           // most arguments in one command
-	MaxBulk         int64         // most bytes in one argument
-	MaxInline       int           // most bytes in one inline (telnet) command line
-	MaxQueryBuffer  int           // most bytes of one incomplete command held for a client
-	MaxAuthFailures Limit[int]    // failed AUTH attempts before the connection is closed
-	IdleTimeout     time.Duration // zero: never
-	MaxReplyBuffer  int           // most bytes of replies queued for a client
-	MaxMultiBytes   int           // most bytes of a transaction's queue
+// Defaults for Config.
+const (
+	DefaultMaxArgs         = 1024
+	DefaultMaxBulk         = 1 << 20
+	DefaultMaxInline       = 64 << 10
+	DefaultMaxQueryBuffer  = 8 << 20
+	DefaultMaxReplyBuffer  = 64 << 20
+	DefaultMaxAuthFailures = 5
+	// DefaultMaxMemoryClients: Redis' maxmemory-clients is off by
+	// default, ours must bound. Sluice's commands are a few hundred bytes,
+	// so 64 MiB holds the read buffers of thousands of connections (4 KiB
+	// each when idle) and several clients at the default
+	// --max-query-buffer at once, while an attack through big commands
+	// adds up to about 3.5 times this to peak RSS (measured; garbage the
+	// collector has not reclaimed yet makes up the rest).
+	DefaultMaxMemoryClients = 64 << 20
+	// DefaultBackupDir is where CHECKPOINT writes.
+	DefaultBackupDir = "sluice-backups"
+)
 
-	MaxKeySize        int
+// Config configures the RESP front end. A zero field means the default
+// given; the fields "for INFO" are reported as they are.
+type Config struct {
+	MaxArgs         int           // most arguments in one command; default DefaultMaxArgs
+	MaxBulk         int64         // most bytes in one argument; default DefaultMaxBulk
+	MaxInline       int           // most bytes in one inline (telnet) command line; default DefaultMaxInline
+	MaxQueryBuffer  int           // most bytes of one incomplete command held for a client; default DefaultMaxQueryBuffer
+	MaxAuthFailures Limit[int]    // failed AUTH attempts before the connection is closed; default DefaultMaxAuthFailures
+	IdleTimeout     time.Duration // zero: never
+	MaxReplyBuffer  int           // most bytes of replies queued for a client; default DefaultMaxReplyBuffer
+	MaxMultiBytes   int           // most bytes of a transaction's queue; default DefaultMaxMultiBytes
+
 	Password          string // required by AUTH; empty: none
 	Debug             DebugAccess
-	Version, Revision string // for INFO and HELLO
-	BackupDir         string // where CHECKPOINT writes
-	AllowOnStoreError bool
+	Version, Revision string // for INFO and HELLO; Version default "dev"
+	BackupDir         string // where CHECKPOINT writes; default DefaultBackupDir
+	AllowOnStoreError bool   // for INFO: the engine applies it
 	// MaxMemoryClients bounds the bytes of all clients' buffers
-	// (Stats.ClientMem).
+	// (Stats.ClientMem); default DefaultMaxMemoryClients.
 	MaxMemoryClients Limit[int64]
-	// SweepInterval and SweepRate pace the idle sweep (maintenance.go).
+	// SweepInterval and SweepRate pace the idle sweep (maintenance.go);
+	// default DefaultSweepInterval and DefaultSweepRate.
 	SweepInterval Limit[time.Duration]
 	SweepRate     Limit[int]
 
-	// For INFO only: the connections admitted at once, as configured and
-	// as the open-file limit left them; that limit's sharing; the Go
+	// For INFO only: the longest key a command may name (the engine
+	// enforces it); the connections admitted at once, as configured and as
+	// the open-file limit left them; that limit's sharing; the Go
 	// runtime's memory limit.
+	MaxKeySize                             int
 	MaxClients, MaxClientsRequested        int
 	FDLimit, FDReserved, StoreMaxOpenFiles int
 	MemoryLimit                            int64
 	MemoryLimitSource                      string
+}
+
+// orDefault sets a limit that is zero or negative to its default.
+func orDefault[T int | int64 | time.Duration](v *T, def T) {
+	if *v <= 0 {
+		*v = def
+	}
+}
+
+// withDefaults is cfg with its zero fields set to their defaults.
+func (cfg Config) withDefaults() Config {
+	orDefault(&cfg.MaxArgs, DefaultMaxArgs)
+	orDefault(&cfg.MaxBulk, DefaultMaxBulk)
+	orDefault(&cfg.MaxInline, DefaultMaxInline)
+	orDefault(&cfg.MaxQueryBuffer, DefaultMaxQueryBuffer)
+	orDefault(&cfg.MaxReplyBuffer, DefaultMaxReplyBuffer)
+	orDefault(&cfg.MaxMultiBytes, DefaultMaxMultiBytes)
+	cfg.MaxAuthFailures = cfg.MaxAuthFailures.OrDefault(DefaultMaxAuthFailures)
+	cfg.MaxMemoryClients = cfg.MaxMemoryClients.OrDefault(DefaultMaxMemoryClients)
+	cfg.SweepInterval = cfg.SweepInterval.OrDefault(DefaultSweepInterval)
+	cfg.SweepRate = cfg.SweepRate.OrDefault(DefaultSweepRate)
+	if cfg.Version == "" {
+		cfg.Version = "dev"
+	}
+	if cfg.BackupDir == "" {
+		cfg.BackupDir = DefaultBackupDir
+	}
+	return cfg
 }
 
 // Host is what the RESP front end asks of the server that runs it.
@@ -193,6 +242,7 @@ type Server struct {
 
 // New returns the RESP front end for cfg over o.
 func New(cfg Config, o Options) *Server {
+	cfg = cfg.withDefaults()
 	var id [20]byte
 	_, _ = rand.Read(id[:])
 	s := &Server{
