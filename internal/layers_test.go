@@ -17,9 +17,10 @@ import (
 // nothing below calls back up but through an interface it declares
 // (engine.Cluster).
 var layers = [][]string{
-	// The pure domain and the store: they import no package of this
+	// The pure domain, the store, and what tests share (transcript,
+	// faultnet, logrec, redistest): they import no package of this
 	// module.
-	{"bucket", "cluster", "storage", "internal/errs", "internal/conffile", "internal/transcript", "internal/admit", "internal/faultnet", "cmd/sluice/internal/earlyhup"},
+	{"bucket", "cluster", "storage", "internal/errs", "internal/conffile", "internal/transcript", "internal/admit", "internal/faultnet", "internal/logrec", "internal/redistest", "cmd/sluice/internal/earlyhup"},
 	// Rules over the limiters; the RESP codec over typed errors; a shard's
 	// records replicated over the store.
 	{"policy", "internal/resp", "replication"},
@@ -33,10 +34,10 @@ var layers = [][]string{
 	// engine reaches through engine.Cluster.
 	{"internal/dispatch"},
 	{"internal/limitcmd", "internal/conncmd", "internal/clusternode", "internal/policycmd"},
-	// The front ends in packages of their own, and the HTTP listeners'
-	// server.
-	{"internal/divvy", "internal/check", "internal/envoy", "internal/httpport", "internal/policyhttp"},
-	// The other front ends and the composition root.
+	// The front ends, each in a package of its own, and the HTTP
+	// listeners' server.
+	{"internal/respserver", "internal/divvy", "internal/check", "internal/envoy", "internal/httpport", "internal/policyhttp"},
+	// The composition root.
 	{"server"},
 	// The binaries.
 	{"cmd/sluice", "bench"},

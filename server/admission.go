@@ -113,7 +113,7 @@ func (s *Server) initAdmission() error {
 	a := &s.adm.Gate
 	a.Max = int64(s.cfg.MaxClients)
 	a.Closing = &s.closing
-	a.RejectedMax, a.RejectedDenied, a.NetOut = &s.stats.rejectedMax, &s.stats.rejectedDenied, &s.stats.netOut
+	a.RejectedMax, a.RejectedDenied, a.NetOut = &s.stats.RejectedMax, &s.stats.RejectedDenied, &s.stats.NetOut
 	a.Log = s.log
 	a.After = func(d time.Duration) <-chan time.Time { return s.after(d) }
 	return nil
@@ -136,22 +136,4 @@ func (s *Server) serve(ln0 *net.Listener, ln net.Listener, d admit.Door) (*admit
 	l := s.adm.Listen(ln, d)
 	s.mu.drain = append(s.mu.drain, l)
 	return l, nil
-}
-
-// acceptEach accepts the connections l admits and hands each to serve,
-// until Close (nil), the listener's close (its error), or serve reports
-// false (nil).
-func (s *Server) acceptEach(l *admit.Listener, serve func(net.Conn) bool) error {
-	for {
-		nc, err := l.Accept()
-		if err != nil {
-			if s.closing.Load() {
-				return nil
-			}
-			return err
-		}
-		if !serve(nc) {
-			return nil
-		}
-	}
 }

@@ -2,7 +2,6 @@ package server
 
 import (
 	"bufio"
-	"context"
 	"errors"
 	"io"
 	"log/slog"
@@ -14,6 +13,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/sluicehq/sluice/internal/logrec"
 	"github.com/sluicehq/sluice/storage"
 )
 
@@ -46,39 +46,6 @@ func TestBudgetFDs(t *testing.T) {
 	}
 }
 
-// logRecorder is a slog.Handler that keeps the records at or above level.
-type logRecorder struct {
-	level slog.Level
-	mu    sync.Mutex
-	recs  []slog.Record
-}
-
-func (h *logRecorder) Enabled(_ context.Context, l slog.Level) bool { return l >= h.level }
-func (h *logRecorder) Handle(_ context.Context, r slog.Record) error {
-	h.mu.Lock()
-	defer h.mu.Unlock()
-	h.recs = append(h.recs, r.Clone())
-	return nil
-}
-func (h *logRecorder) WithAttrs([]slog.Attr) slog.Handler { return h }
-func (h *logRecorder) WithGroup(string) slog.Handler      { return h }
-
-// records returns the messages logged, with their attributes.
-func (h *logRecorder) records() []map[string]string {
-	h.mu.Lock()
-	defer h.mu.Unlock()
-	var out []map[string]string
-	for _, r := range h.recs {
-		m := map[string]string{"msg": r.Message, "level": r.Level.String()}
-		r.Attrs(func(a slog.Attr) bool {
-			m[a.Key] = a.Value.String()
-			return true
-		})
-		out = append(out, m)
-	}
-	return out
-}
-
 func TestMaxClientsLoweredToFDLimit(t *testing.T) {
 	store, err := storage.Open(t.TempDir(), storage.Options{Sync: storage.SyncEverySec})
 	if err != nil {
@@ -89,7 +56,7 @@ func TestMaxClientsLoweredToFDLimit(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	logs := &logRecorder{level: slog.LevelWarn}
+	logs := &logrec.Recorder{Level: slog.LevelWarn}
 	srv, err := New(Config{Store: store, Logger: slog.New(logs), Files: b})
 	if err != nil {
 		t.Fatal(err)
@@ -108,7 +75,7 @@ func TestMaxClientsLoweredToFDLimit(t *testing.T) {
 			t.Errorf("INFO %s = %q, want %q", field, got, want)
 		}
 	}
-	recs := logs.records()
+	recs := logs.Records()
 	if len(recs) != 1 || !strings.Contains(recs[0]["msg"], "maxclients lowered") || recs[0]["maxclients"] != "92" ||
 		recs[0]["requested"] != "10000" || recs[0]["fd_limit"] != "256" {
 		t.Fatalf("warnings logged: %v; want one that names maxclients 92, the 10000 requested and the limit 256", recs)
@@ -200,7 +167,7 @@ func TestAdmissionSharedByEveryListener(t *testing.T) {
 		}
 		probes = append(probes, xh)
 	}
-	if n := srv.stats.rejectedMax.Load(); n != 3 {
+	if n := srv.stats.RejectedMax.Load(); n != 3 {
 		t.Fatalf("rejected (maxclients) = %d, want 3", n)
 	}
 	for _, c := range probes {

@@ -35,7 +35,7 @@ func (s *Server) initCheck() {
 		Rules:          &s.pol,
 		Host:           (*frontHost)(s),
 		AllowRemote:    s.cfg.AllowRemoteWithoutAuth,
-		RejectedDenied: &s.stats.rejectedDenied,
+		RejectedDenied: &s.stats.RejectedDenied,
 	})
 }
 

@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/redis/go-redis/v9"
+	"github.com/sluicehq/sluice/internal/respserver"
 )
 
 // redisClientFields are the fields of a CLIENT LIST line in Redis 7.2, in
@@ -104,8 +105,8 @@ func TestClientListFields(t *testing.T) {
 		// buffer (a 4 KiB read buffer at least), parsed arguments and
 		// replies are parts of it.
 		tot, parts := atoi64(t, m, "tot-mem"), atoi64(t, m, "qbuf")+atoi64(t, m, "qbuf-free")+atoi64(t, m, "argv-mem")+atoi64(t, m, "omem")
-		if atoi64(t, m, "qbuf-free") < connReadMin || tot < parts {
-			t.Errorf("buffers: qbuf-free=%s tot-mem=%d, parts %d: want a read buffer of %d at least, and tot-mem >= its parts", m["qbuf-free"], tot, parts, connReadMin)
+		if atoi64(t, m, "qbuf-free") < respserver.ConnReadMin || tot < parts {
+			t.Errorf("buffers: qbuf-free=%s tot-mem=%d, parts %d: want a read buffer of %d at least, and tot-mem >= its parts", m["qbuf-free"], tot, parts, respserver.ConnReadMin)
 		}
 		if atoi64(t, m, "rbs") < atoi64(t, m, "obl") || atoi64(t, m, "omem") < atoi64(t, m, "rbs") {
 			t.Errorf("reply buffer: rbs=%s obl=%s omem=%s", m["rbs"], m["obl"], m["omem"])

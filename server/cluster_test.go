@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/sluicehq/sluice/cluster"
+	"github.com/sluicehq/sluice/internal/respserver"
 	"github.com/sluicehq/sluice/keyspace"
 	"github.com/sluicehq/sluice/storage"
 )
@@ -45,7 +46,7 @@ func TestClusterDisabled(t *testing.T) {
 		t.Errorf("INFO cluster: %q", info)
 	}
 	hello, err := rdb.Do(ctx, "HELLO", "2").Slice()
-	if err != nil || hello[9] != "standalone" || hello[3] != redisCompatVersion {
+	if err != nil || hello[9] != "standalone" || hello[3] != respserver.RedisCompatVersion {
 		t.Errorf("HELLO: %v %v", hello, err)
 	}
 }
@@ -123,24 +124,6 @@ func TestClusterMode(t *testing.T) {
 	}
 }
 
-// TestKeyedCommandsDeclareKeys: every command with keys declares them at
-// position 1, so that cluster clients route it by its first argument.
-func TestKeyedCommandsDeclareKeys(t *testing.T) {
-	for name, cmd := range commandTable(nil) {
-		// SLUICE.COUNTERHIT's argument is a store key, whose slot is in
-		// its first two bytes: it checks the slot itself.
-		// DEL and WATCH take any number of keys, as in Redis.
-		many := name == "del" || name == "watch"
-		keyed := (strings.Contains(name, ".") && name != "sluice.counterhit") || many
-		if keyed != (cmd.First > 0) {
-			t.Errorf("%s: first key %d", name, cmd.First)
-		}
-		if keyed && (cmd.First != 1 || cmd.Step != 1 || (cmd.Last != 1 && !many) || (many && cmd.Last != -1)) {
-			t.Errorf("%s: keys %d %d %d", name, cmd.First, cmd.Last, cmd.Step)
-		}
-	}
-}
-
 // TestSetTopology: a pushed topology with a higher epoch replaces the one
 // in use and survives a restart; a lower epoch is refused, the same one
 // accepted again; a slot nobody owns answers CLUSTERDOWN.
@@ -209,28 +192,6 @@ func TestClusterAddedNode(t *testing.T) {
 	if err := rdb.Do(ctx, "RL.REDUCE", "k", 10, 60).Err(); err == nil || !strings.HasPrefix(err.Error(), "MOVED ") {
 		t.Fatalf("%v", err)
 	}
-}
-
-// BenchmarkSlotCheck is the cost of cluster mode's check on one keyed
-// command that this node owns: the slot of its key and the table lookup.
-func BenchmarkSlotCheck(b *testing.B) {
-	srv := startServer(b, Config{Cluster: &ClusterConfig{Nodes: []string{"127.0.0.1:7000"}, Self: "127.0.0.1:7000"}})
-	c := newBenchClient(srv)
-	cmd := srv.cmds["rl.preduce"]
-	args := [][]byte{[]byte("RL.PREDUCE"), []byte("user:12345"), []byte("1000000000"), []byte("60000")}
-	b.ReportAllocs()
-	for b.Loop() {
-		if !srv.routeKeys(c, cmd, args) {
-			b.Fatal("not routed here")
-		}
-	}
-}
-
-// BenchmarkRLReduceCommandCluster is BenchmarkRLReduceCommand in cluster
-// mode, for the check's share of a whole command.
-func BenchmarkRLReduceCommandCluster(b *testing.B) {
-	srv := startServer(b, Config{Cluster: &ClusterConfig{Nodes: []string{"127.0.0.1:7000"}, Self: "127.0.0.1:7000"}})
-	runPipelined(b, srv, newBenchClient(srv), [][]byte{[]byte("RL.PREDUCE"), []byte("user:12345"), []byte("1000000000"), []byte("60000")}, nil)
 }
 
 // TestClusterTransactions: in cluster mode a transaction's keys must share

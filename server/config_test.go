@@ -3,15 +3,13 @@ package server
 import (
 	"context"
 	"fmt"
-	"os"
-	"os/exec"
-	"path/filepath"
 	"slices"
 	"strings"
 	"testing"
 	"time"
 
 	"github.com/redis/go-redis/v9"
+	"github.com/sluicehq/sluice/internal/redistest"
 )
 
 // TestConfigGet: CONFIG GET answers the settings by their redis.conf names
@@ -94,47 +92,11 @@ func TestConfigGet(t *testing.T) {
 	}
 }
 
-// startRedis starts redis-server on a Unix socket in a temporary directory,
-// without persistence, for the tests that compare sluice's replies with
-// Redis'. It skips the test when redis-server is not installed, except
-// under CI.
-func startRedis(t *testing.T) *redis.Client {
-	t.Helper()
-	bin, err := exec.LookPath("redis-server")
-	if err != nil {
-		if os.Getenv("CI") != "" {
-			t.Fatal("redis-server is missing; .ci/run installs it (Debian package redis-server)")
-		}
-		t.Skip("redis-server not installed (Debian package redis-server)")
-	}
-	dir := t.TempDir()
-	sock := filepath.Join(dir, "redis.sock")
-	cmd := exec.Command(bin, "--port", "0", "--unixsocket", sock, "--save", "", "--appendonly", "no", "--dir", dir, "--logfile", filepath.Join(dir, "log"))
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		cmd.Process.Kill()
-		cmd.Wait()
-	})
-	c := redis.NewClient(&redis.Options{Network: "unix", Addr: sock, MaxRetries: -1, PoolSize: 1, Protocol: 2})
-	t.Cleanup(func() { c.Close() })
-	deadline := time.Now().Add(30 * time.Second) // a hang guard
-	for c.Ping(context.Background()).Err() != nil {
-		if time.Now().After(deadline) {
-			log, _ := os.ReadFile(filepath.Join(dir, "log"))
-			t.Fatalf("redis-server did not answer on %s:\n%s", sock, log)
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
-	return c
-}
-
 // TestOpsRepliesLikeRedis: the replies and errors of CLIENT KILL, CLIENT
 // LIST and CONFIG GET that do not depend on the connections or the
 // settings are a real redis-server's, word for word.
 func TestOpsRepliesLikeRedis(t *testing.T) {
-	rc := startRedis(t)
+	rc := redistest.Start(t)
 	srv := startServer(t, Config{})
 	sc := redis.NewClient(&redis.Options{Addr: srv.Addr().String(), MaxRetries: -1, PoolSize: 1, Protocol: 2})
 	defer sc.Close()

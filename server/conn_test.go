@@ -3,6 +3,7 @@ package server
 import (
 	"bufio"
 	"bytes"
+	"errors"
 	"fmt"
 	"io"
 	"net"
@@ -225,14 +226,14 @@ func TestClientBuffersAccounted(t *testing.T) {
 	c.expect("$7340032")
 	c.write([]byte("PING\r\n"))
 	c.expect("+PONG")
-	perConn := srv.clientMem.Load() / (idle + 1)
+	perConn := srv.stats.ClientMem.Load() / (idle + 1)
 	t.Logf("client buffers: %d bytes per idle connection", perConn)
 	if perConn > 8<<10 {
 		t.Fatalf("%d bytes of buffers per idle connection, want a few KiB", perConn)
 	}
 
-	srv.clientMemPeak.Store(srv.clientMem.Load())
-	base := srv.clientMem.Load()
+	srv.stats.ClientMemPeak.Store(srv.stats.ClientMem.Load())
+	base := srv.stats.ClientMem.Load()
 	done := make(chan error, attackers)
 	in := bytes.Repeat([]byte("CLIENT LIST\r\n"), depth)
 	for range attackers {
@@ -256,7 +257,7 @@ func TestClientBuffersAccounted(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	peak := srv.clientMemPeak.Load() - base
+	peak := srv.stats.ClientMemPeak.Load() - base
 	// Each attacker: a read buffer, its commands, a 16 KiB chunk and one
 	// CLIENT LIST reply (about 25 KiB here).
 	t.Logf("%d clients pipelining %d CLIENT LIST: client buffers peaked %d KiB above the idle ones", attackers, depth, peak>>10)
@@ -282,7 +283,7 @@ func TestMaxMemoryClients(t *testing.T) {
 	}
 	other.write(respCommand([]byte("ECHO"), bytes.Repeat([]byte("x"), 256<<10)))
 	other.expect("$262144")
-	if n := srv.stats.evictedClients.Load(); n != 1 {
+	if n := srv.stats.EvictedClients.Load(); n != 1 {
 		t.Fatalf("evicted clients = %d, want 1", n)
 	}
 }
@@ -326,4 +327,10 @@ func TestLongPipelineInChunks(t *testing.T) {
 	if got := store.Stats().KeysWritten; got == 0 {
 		t.Fatalf("keys written = %d, want the pipeline's writes committed", got)
 	}
+}
+
+// isTimeout reports whether err is a network timeout.
+func isTimeout(err error) bool {
+	var ne net.Error
+	return errors.As(err, &ne) && ne.Timeout()
 }

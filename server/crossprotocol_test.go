@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/redis/go-redis/v9"
+	"github.com/sluicehq/sluice/internal/logrec"
 )
 
 // TestCrossProtocolClosed: a connection that sends POST or Host: as a
@@ -18,7 +19,7 @@ import (
 // running what follows and without answering them. It is counted, and
 // logged at most once a minute; other clients are served on.
 func TestCrossProtocolClosed(t *testing.T) {
-	logs := &logRecorder{level: slog.LevelWarn}
+	logs := &logrec.Recorder{Level: slog.LevelWarn}
 	var now atomic.Int64
 	now.Store(time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC).Unix())
 	srv := startServer(t, Config{Password: "s3cret", Logger: slog.New(logs), Clock: func() time.Time { return time.Unix(now.Load(), 0) }})
@@ -65,7 +66,7 @@ func TestCrossProtocolClosed(t *testing.T) {
 	}
 	warnings := func() int {
 		n := 0
-		for _, r := range logs.records() {
+		for _, r := range logs.Records() {
 			if strings.Contains(r["msg"], "SECURITY ATTACK") && strings.HasPrefix(r["remote"], "127.0.0.1:") {
 				n++
 			}

@@ -32,7 +32,7 @@ func (s *Server) initDivvy() {
 		IdleTimeout: s.cfg.Divvy.IdleTimeout,
 		Logger:      s.log,
 	}, s.eng, &s.pol, (*frontHost)(s), divvy.Shared{
-		NetIn: &st.netIn, NetOut: &st.netOut, Panics: &st.panics, IdleClosed: &st.idleClosed, ConnsTotal: &st.connsTotal,
+		NetIn: &st.NetIn, NetOut: &st.NetOut, Panics: &st.Panics, IdleClosed: &st.IdleClosed, ConnsTotal: &st.ConnsTotal,
 	})
 }
 

@@ -1,11 +1,9 @@
 package server
 
 import (
-	"errors"
-
 	"github.com/sluicehq/sluice/internal/engine"
 	"github.com/sluicehq/sluice/internal/errs"
-	"github.com/sluicehq/sluice/internal/resp"
+	"github.com/sluicehq/sluice/internal/respserver"
 )
 
 // Errors become replies here, and only here. Handlers of every protocol
@@ -28,12 +26,12 @@ func (s *Server) failure(err error) *errs.Error {
 	e := typed(err)
 	switch e.Kind {
 	case errs.StoreUnavailable, errs.StoreFailed:
-		s.stats.storeErrors.Add(1)
+		s.stats.StoreErrors.Add(1)
 	case errs.Corrupt:
-		s.stats.storeErrors.Add(1)
+		s.stats.StoreErrors.Add(1)
 		s.log.Error("stored state is corrupt", "err", err)
 	case errs.StoreRead:
-		s.stats.storeErrors.Add(1)
+		s.stats.StoreErrors.Add(1)
 		s.log.Error("store read failed", "err", err)
 	case errs.Internal:
 		s.log.Error("internal error", "err", err)
@@ -41,23 +39,6 @@ func (s *Server) failure(err error) *errs.Error {
 	return e
 }
 
-// errorText renders err as the text of a RESP error reply: the RESP front
-// end's own errors (resp.Error) as they are, the others typed.
-func (s *Server) errorText(err error) string {
-	var re resp.Error
-	if errors.As(err, &re) {
-		return string(re)
-	}
-	return resp.ErrorText(s.failure(err))
-}
-
-// maintenanceErr turns an error of a maintenance command into a reply: the
-// store's own conditions as for every command, anything else logged.
-func (s *Server) maintenanceErr(what string, err error) error {
-	switch typed(err).Kind {
-	case errs.Shutdown, errs.StoreFailed, errs.StoreUnavailable:
-		return err
-	}
-	s.log.Error(what+" failed", "err", err)
-	return &errs.Error{Kind: errs.Failed, Msg: what + " failed: " + err.Error(), Err: err}
-}
+// errorText renders err as the text of a RESP error reply
+// (respserver.ErrorText).
+func (s *Server) errorText(err error) string { return respserver.ErrorText(err, (*frontHost)(s)) }

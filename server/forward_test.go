@@ -1,7 +1,6 @@
 package server
 
 import (
-	"bufio"
 	"context"
 	"encoding/binary"
 	"fmt"
@@ -9,12 +8,10 @@ import (
 	"net/http"
 	"path/filepath"
 	"runtime"
-	"strconv"
 	"strings"
 	"testing"
 	"time"
 
-	"github.com/sluicehq/sluice/internal/counterhit"
 	"github.com/sluicehq/sluice/keyspace"
 	"github.com/sluicehq/sluice/policy"
 	"github.com/sluicehq/sluice/storage"
@@ -346,39 +343,4 @@ func TestCounterHitRefusesBadArguments(t *testing.T) {
 			t.Errorf("rule %d, limit %d, hits %d: %v %v; want %v", tc.pos, tc.limit, tc.hits, v, err, tc.want)
 		}
 	}
-}
-
-// FuzzCounterHit gives SLUICE.COUNTERHIT arbitrary arguments on a cluster
-// node: it answers an error or six integers, and never panics.
-func FuzzCounterHit(f *testing.F) {
-	path := filepath.Join("..", "policy", "testdata", "algorithms.ini")
-	srv := startClusterServers(f, 1, Config{PolicyFile: path})[0]
-	rules := srv.pol.Current().Policy.Rules()
-	for i, r := range rules {
-		for _, lim := range []int64{r.CreditLimit, r.MaxQuota, 1} {
-			key := keyspace.AppendRuleKey(nil, r, lim, append(r.AppendCounterID(nil, nil), "a{b}"...))
-			f.Add(key, strconv.Itoa(r.Pos), strconv.FormatInt(t0*1e6, 10), strconv.FormatInt(lim, 10), strconv.Itoa(i%3))
-		}
-	}
-	f.Add([]byte{0, 0, 'd'}, "1", "-9223372036854775808", "9223372036854775807", "9223372036854775807")
-	f.Add([]byte{0xff, 0xff, 'b', 0xff}, "3", "0", "2", "1")
-	f.Fuzz(func(t *testing.T, key []byte, pos, now, limit, hits string) {
-		c := newBenchClient(srv)
-		srv.exec(c, [][]byte{[]byte("SLUICE.COUNTERHIT"), key, []byte(pos), []byte(now), []byte(limit), []byte(hits)})
-		if _, err := c.Round.Commit(); err != nil {
-			t.Fatal(err)
-		}
-		out := string(c.Out)
-		if strings.HasPrefix(out, "-") {
-			if strings.Count(out, "\r\n") != 1 {
-				t.Fatalf("error reply %q", out)
-			}
-			return
-		}
-		r := bufio.NewReader(strings.NewReader(out))
-		rep, err := counterhit.ReadReply(r)
-		if err != nil || rep.Err != nil || r.Buffered() != 0 {
-			t.Fatalf("reply %q: %v %v", out, err, rep.Err)
-		}
-	})
 }

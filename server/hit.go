@@ -5,7 +5,6 @@ import (
 	"errors"
 	"strconv"
 
-	"github.com/sluicehq/sluice/internal/policycmd"
 	"github.com/sluicehq/sluice/internal/resp"
 	"github.com/sluicehq/sluice/internal/rules"
 )
@@ -42,43 +41,28 @@ func b2i(b bool) int {
 	return 0
 }
 
-// cmdPolicy implements POLICY RELOAD, and hands the other subcommands
-// to internal/policycmd.
-func cmdPolicy(s *Server, c *client, args [][]byte) {
-	switch {
-	case len(args) == 2 && resp.EqualFold(args[1], "reload"):
-		// The rules of both front ends, as SIGHUP: the --policy file and
-		// the --rls-config directory, each kept as it was when bad.
-		err := s.reloading(func() error {
-			var perr, rerr error
-			if s.pol.Path != "" || s.cfg.RLS.Dir == "" {
-				perr = s.reloadPolicy()
-				if perr != nil && !errors.Is(perr, rules.ErrNoPolicy) { // a bad file: say which, and that nothing changed
-					perr = resp.Error("ERR " + resp.OneLine(perr.Error()) + "; the rules in use are kept")
-				}
+// ReloadRules is POLICY RELOAD: the rules of both front ends, as SIGHUP:
+// the --policy file and the --rls-config directory, each kept as it was
+// when bad. It returns the error to answer, worded for RESP.
+func (h *frontHost) ReloadRules() error {
+	s := (*Server)(h)
+	err := s.reloading(func() error {
+		var perr, rerr error
+		if s.pol.Path != "" || s.cfg.RLS.Dir == "" {
+			perr = s.reloadPolicy()
+			if perr != nil && !errors.Is(perr, rules.ErrNoPolicy) { // a bad file: say which, and that nothing changed
+				perr = resp.Error("ERR " + resp.OneLine(perr.Error()) + "; the rules in use are kept")
 			}
-			if err := s.rls.Reload(); err != nil {
-				rerr = resp.Error("ERR --rls-config: " + resp.OneLine(err.Error()) + "; the configuration in use is kept")
-			}
-			return cmp.Or(perr, rerr)
-		})
-		if errors.Is(err, ErrReloadTimeout) {
-			err = resp.Error("ERR " + resp.OneLine(err.Error()))
 		}
-		if err != nil {
-			s.replyErr(c, err)
-			return
+		if err := s.rls.Reload(); err != nil {
+			rerr = resp.Error("ERR --rls-config: " + resp.OneLine(err.Error()) + "; the configuration in use is kept")
 		}
-		c.Out = resp.AppendSimple(c.Out, "OK")
-	default: // the rules' dials and POLICY SHOW: internal/policycmd
-		who := policycmd.Who{Via: "resp", Addr: c.addr}
-		if s.cfg.Password != "" {
-			who.User = "default" // the only user, once AUTH is done
-		}
-		if err := s.polCmds.Run(&c.Ctx, who, args); err != nil {
-			s.replyErr(c, err)
-		}
+		return cmp.Or(perr, rerr)
+	})
+	if errors.Is(err, ErrReloadTimeout) {
+		err = resp.Error("ERR " + resp.OneLine(err.Error()))
 	}
+	return err
 }
 
 // policyInfo is INFO's policy section.

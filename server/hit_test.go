@@ -628,7 +628,7 @@ func TestLineProtocolLimits(t *testing.T) {
 			t.Fatalf("HIT: %q", got)
 		}
 		c.closed() // returns when the server closes the idle connection
-		if n := srv.stats.idleClosed.Load(); n != 1 {
+		if n := srv.stats.IdleClosed.Load(); n != 1 {
 			t.Fatalf("idle closed = %d, want 1", n)
 		}
 	})
@@ -690,15 +690,6 @@ func BenchmarkHitLine(b *testing.B) {
 			}
 		}
 	}
-}
-
-// BenchmarkHitCommand is HIT over RESP in the command path alone, as
-// BenchmarkRLReduceCommand is for RL.PREDUCE: a canary and a deciding rule,
-// both counted, per command.
-func BenchmarkHitCommand(b *testing.B) {
-	path := policyFile(b, "p.ini", "[path=/x]\ncreditLimit = 1000000000\nresetSeconds = 3600\nmatchPolicy = canary\n\n[path=/x ip=*]\ncreditLimit = 1000000000\nresetSeconds = 3600\nactorField = ip\n\n[default]\ncreditLimit = 0\nresetSeconds = 0\n")
-	srv := startServer(b, Config{PolicyFile: path})
-	runPipelined(b, srv, newBenchClient(srv), [][]byte{[]byte("HIT"), []byte("method=GET"), []byte("path=/x"), []byte("ip=10.1.2.3")}, nil)
 }
 
 // FuzzDivvyLines sends arbitrary bytes to the line protocol: the server
@@ -817,7 +808,7 @@ func TestIdleConnectionsLetBigHITsGo(t *testing.T) {
 		time.Sleep(time.Millisecond)
 	}
 	t.Logf("%d idle clients that each sent a %d MiB HIT: server heap grew %d KiB; client buffers counted: %d KiB",
-		len(conns), size>>20, grew>>10, srv.clientMem.Load()>>10)
+		len(conns), size>>20, grew>>10, srv.stats.ClientMem.Load()>>10)
 	if grew > 2<<20 {
 		t.Fatalf("heap grew %d KiB after the HITs were answered; idle connections should hold a few KiB each", grew>>10)
 	}
@@ -842,7 +833,7 @@ func TestClientMemoryCountsHitBuffers(t *testing.T) {
 		defer c.conn.Close()
 		c.write([]byte("PING\r\n"))
 		c.expect("+PONG")
-		before := srv.clientMem.Load()
+		before := srv.stats.ClientMem.Load()
 		args[0] = []byte(name)
 		c.write(respCommand(args...))
 		if r := c.reply(); !strings.HasPrefix(r, reply) {
@@ -850,7 +841,7 @@ func TestClientMemoryCountsHitBuffers(t *testing.T) {
 		}
 		c.write([]byte("PING\r\n"))
 		c.expect("+PONG")
-		return srv.clientMem.Load() - before
+		return srv.stats.ClientMem.Load() - before
 	}
 	// ECHO with as many arguments is refused: it grows the same framing
 	// buffers, not the HIT's.

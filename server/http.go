@@ -20,11 +20,10 @@ import (
 // (package httpport), the HTTP port's listener, its backups, and the
 // Prometheus metrics.
 type httpState struct {
-	port         *httpport.Port
-	served       httpport.Listener
-	backup       httpport.Backup
-	reg          *prometheus.Registry
-	batchSeconds prometheus.Histogram
+	port   *httpport.Port
+	served httpport.Listener
+	backup httpport.Backup
+	reg    *prometheus.Registry
 }
 
 // BackupTrailer is the HTTP trailer GET /backup sets once the archive is
@@ -41,7 +40,7 @@ func (s *Server) initHTTP() {
 		Closing:          &s.closing,
 		MaxHeaderBytes:   s.cfg.HTTPMaxHeaderBytes,
 		MaxMemoryClients: s.cfg.MaxMemoryClients.N(),
-		Evicted:          &s.stats.evictedClients,
+		Evicted:          &s.stats.EvictedClients,
 	}
 	if s.tls != nil {
 		o.TLS = s.tls.httpConfig()
@@ -53,20 +52,13 @@ func (s *Server) initHTTP() {
 func (s *Server) initMetrics() {
 	h := &s.http
 	h.reg = prometheus.NewRegistry()
-	h.batchSeconds = prometheus.NewHistogram(prometheus.HistogramOpts{
-		Name: "sluice_pipeline_duration_seconds",
-		Help: "Time to execute one pipeline of commands read together and commit its writes (observed once per pipeline, not per command).",
-		// 10µs to ~1.3s: a cached reduce takes microseconds, an fsync
-		// in --fsync always a millisecond or more.
-		Buckets: prometheus.ExponentialBuckets(10e-6, 2, 18),
-	})
 	build := prometheus.NewGaugeVec(prometheus.GaugeOpts{
 		Name: "sluice_build_info",
 		Help: "Always 1; the labels give the version of sluice, the VCS revision it was built from (empty when unknown) and the version of Go.",
 	}, []string{"version", "revision", "goversion"})
 	build.WithLabelValues(s.cfg.Version, s.cfg.Revision, runtime.Version()).Set(1)
 	h.reg.MustRegister(
-		h.batchSeconds,
+		s.resp.BatchSeconds,
 		s.divvy.srv.Seconds,
 		s.check.h.Seconds,
 		build,
@@ -74,6 +66,9 @@ func (s *Server) initMetrics() {
 		collectors.NewGoCollector(),
 		collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}),
 	)
+	if s.cfg.RLS.Dir != "" {
+		h.reg.MustRegister(s.rls)
+	}
 }
 
 // ServeHTTP serves /metrics, /healthz, /readyz and /backup on ln until
@@ -191,43 +186,38 @@ func (sc *serverCollector) Collect(ch chan<- prometheus.Metric) {
 	gauge := func(d *prometheus.Desc, v float64, labels ...string) {
 		ch <- prometheus.MustNewConstMetric(d, prometheus.GaugeValue, v, labels...)
 	}
-	for _, cmd := range s.cmds {
-		calls, errs := cmd.stat.calls.Load(), cmd.stat.errors.Load()
-		allowed, denied := cmd.stat.allowed.Load(), cmd.stat.denied.Load()
+	s.resp.EachCommand(func(name string, calls, errs, allowed, denied int64) {
 		if calls == 0 {
-			continue
+			return
 		}
-		counter(descCommands, calls-errs-allowed-denied, cmd.Name, "ok")
-		counter(descCommands, errs, cmd.Name, "error")
-		if takesTokens(cmd.Name) {
-			counter(descCommands, allowed, cmd.Name, "allowed")
-			counter(descCommands, denied, cmd.Name, "denied")
+		counter(descCommands, calls-errs-allowed-denied, name, "ok")
+		counter(descCommands, errs, name, "error")
+		if takesTokens(name) {
+			counter(descCommands, allowed, name, "allowed")
+			counter(descCommands, denied, name, "denied")
 		}
-	}
+	})
 	st := &s.stats
-	counter(descUnknown, st.unknownCommands.Load())
-	s.mu.Lock()
-	open := len(s.mu.clients)
-	s.mu.Unlock()
-	gauge(descConns, float64(open))
-	counter(descConnsTotal, st.connsTotal.Load())
-	counter(descRejected, st.rejectedMax.Load(), "maxclients")
-	counter(descRejected, st.rejectedDenied.Load(), "protected_mode")
-	counter(descIdleClosed, st.idleClosed.Load())
-	counter(descOverflows, st.replyOverflows.Load())
-	counter(descEvicted, st.evictedClients.Load())
-	gauge(descClientMem, float64(s.clientMem.Load()))
-	counter(descAuthFail, st.authFailures.Load())
-	counter(descAuthClosed, st.authClosed.Load())
+	counter(descUnknown, st.UnknownCommands.Load())
+	gauge(descConns, float64(s.resp.Clients()))
+	counter(descConnsTotal, st.ConnsTotal.Load())
+	counter(descRejected, st.RejectedMax.Load(), "maxclients")
+	counter(descRejected, st.RejectedDenied.Load(), "protected_mode")
+	counter(descIdleClosed, st.IdleClosed.Load())
+	counter(descOverflows, st.ReplyOverflows.Load())
+	counter(descEvicted, st.EvictedClients.Load())
+	gauge(descClientMem, float64(s.stats.ClientMem.Load()))
+	counter(descAuthFail, st.AuthFailures.Load())
+	counter(descAuthClosed, st.AuthClosed.Load())
 	gauge(descMaxClients, float64(s.cfg.MaxClients))
 	gauge(descAdmitted, float64(s.adm.Open()))
-	counter(descProtoErrors, st.protocolErrors.Load())
-	counter(descCrossProto, st.crossProtocol.Load())
-	counter(descNetIn, st.netIn.Load())
-	counter(descNetOut, st.netOut.Load())
-	counter(descStoreErrors, st.storeErrors.Load())
+	counter(descProtoErrors, st.ProtocolErrors.Load())
+	counter(descCrossProto, st.CrossProtocol.Load())
+	counter(descNetIn, st.NetIn.Load())
+	counter(descNetOut, st.NetOut.Load())
+	counter(descStoreErrors, st.StoreErrors.Load())
 	counter(descStoreAllow, s.eng.StoreAllowed())
-	counter(descPanics, st.panics.Load())
+	counter(descPanics, st.Panics.Load())
 
 	ss := s.store.Stats()
 	counter(descFsyncs, ss.Fsyncs)
@@ -263,11 +253,11 @@ func (sc *serverCollector) Collect(ch chan<- prometheus.Metric) {
 	counter(descCompactions, ss.Compactions)
 	counter(descSweepScanned, ss.SweepScanned)
 	counter(descSweepDeleted, ss.SweepDeleted)
-	sw := &s.sweep
-	gauge(descSweepRunning, b2f(sw.running.Load()))
-	gauge(descSweepLast, float64(sw.lastAt.Load())/1000)
-	gauge(descSweepDuration, time.Duration(sw.lastTook.Load()).Seconds())
-	gauge(descCheckpoint, float64(s.lastSave.Load()))
+	sw := s.resp.Sweep()
+	gauge(descSweepRunning, b2f(sw.Running))
+	gauge(descSweepLast, float64(sw.LastAt)/1000)
+	gauge(descSweepDuration, sw.LastTook.Seconds())
+	gauge(descCheckpoint, float64(s.stats.LastSave.Load()))
 
 	ps := &s.pol
 	for _, hc := range ps.LabelCounts() {
@@ -327,8 +317,8 @@ func (h *frontHost) BackupAllowed(r *http.Request) (int, string) {
 		if user == "" {
 			user = "default"
 		}
-		if !ok || !s.checkAuth([]byte(user), []byte(pass)) {
-			s.stats.authFailures.Add(1)
+		if !ok || !s.resp.CheckAuth([]byte(user), []byte(pass)) {
+			s.stats.AuthFailures.Add(1)
 			// Debug, not warn: every request is a new attempt, and a guesser
 			// must not fill the log; sluice_auth_failures_total counts them.
 			s.log.Debug("backup over HTTP: authentication failed", "remote", r.RemoteAddr, "gave_credentials", ok)
@@ -347,8 +337,8 @@ func (h *frontHost) BackupAllowed(r *http.Request) (int, string) {
 // CheckpointFailed implements httpport.BackupHost.
 func (h *frontHost) CheckpointFailed(err error) string {
 	s := (*Server)(h)
-	return s.errorText(s.maintenanceErr("checkpoint", err))
+	return s.errorText(s.resp.MaintenanceErr("checkpoint", err))
 }
 
 // Checkpointed implements httpport.BackupHost.
-func (h *frontHost) Checkpointed() { h.lastSave.Store(time.Now().Unix()) }
+func (h *frontHost) Checkpointed() { h.stats.LastSave.Store(time.Now().Unix()) }

@@ -101,7 +101,7 @@ func TestHTTPHeadersCountAgainstClients(t *testing.T) {
 		_, _ = io.WriteString(b, httpRequestLine(name)+headerLines(100<<10))
 		_, _ = io.Copy(io.Discard, b) // until the server closes it
 		evicted++
-		if n := srv.stats.evictedClients.Load(); n != evicted {
+		if n := srv.stats.EvictedClients.Load(); n != evicted {
 			t.Fatalf("%s: evicted clients %d, want %d", name, n, evicted)
 		}
 

@@ -487,13 +487,16 @@ func TestLimiterCommandInfo(t *testing.T) {
 		}
 		documented[name] = true
 	}
-	for name, cmd := range commandTable(nil) {
-		if cmd.Doc == nil || cmd.Doc.Summary == "" || cmd.Doc.Group == "" || !documented[name] {
+	// Each command's record is its Doc (respserver's TestCommandsHaveDocs).
+	table := 0
+	srv.resp.EachCommand(func(name string, _, _, _, _ int64) {
+		table++
+		if !documented[name] {
 			t.Errorf("command %s has no COMMAND DOCS record", name)
 		}
-	}
-	if len(documented) != len(commandTable(nil)) {
-		t.Errorf("COMMAND DOCS has %d records, the table %d commands", len(documented), len(commandTable(nil)))
+	})
+	if len(documented) != table {
+		t.Errorf("COMMAND DOCS has %d records, the table %d commands", len(documented), table)
 	}
 }
 
@@ -512,8 +515,7 @@ func TestLimiterMetrics(t *testing.T) {
 	for name, want := range map[string][2]int64{
 		"cl.throttle": {1, 2}, "cl.pthrottle": {1, 2}, "fw.incr": {1, 2}, "fw.pincr": {1, 2}, "fw.get": {0, 0},
 	} {
-		st := &srv.cmds[name].stat
-		if got := [2]int64{st.allowed.Load(), st.denied.Load()}; got != want {
+		if got := allowedDenied(srv, name); got != want {
 			t.Errorf("%s allowed, denied = %v, want %v", name, got, want)
 		}
 		if !takesTokens(name) != (name == "fw.get") {
@@ -525,28 +527,14 @@ func TestLimiterMetrics(t *testing.T) {
 	}
 }
 
-func benchCommand(b *testing.B, args [][]byte) {
-	srv := startServer(b, Config{})
-	c := newBenchClient(srv)
-	srv.exec(c, args)
-	if c.Out[0] != '*' {
-		b.Fatalf("reply %q", c.Out)
-	}
-	runPipelined(b, srv, c, args, nil)
-}
-
-// BenchmarkCLThrottleCommand and BenchmarkFWIncrCommand are the CL.* and
-// FW.* command paths, as BenchmarkRLReduceCommand is for RL.PREDUCE.
-func BenchmarkCLThrottleCommand(b *testing.B) {
-	benchCommand(b, [][]byte{[]byte("CL.PTHROTTLE"), []byte("user:12345"), []byte("1000000"), []byte("1000000000"), []byte("60000")})
-}
-
-func BenchmarkFWIncrCommand(b *testing.B) {
-	benchCommand(b, [][]byte{[]byte("FW.PINCR"), []byte("user:12345"), []byte("1000000000"), []byte("60000"), []byte("STAGGER")})
-}
-
-func BenchmarkFWGetCommand(b *testing.B) {
-	benchCommand(b, [][]byte{[]byte("FW.GET"), []byte("user:12345"), []byte("100"), []byte("60"), []byte("COST"), []byte("2")})
+// allowedDenied is the allowed and denied counts of the RESP command name.
+func allowedDenied(srv *Server, name string) (ad [2]int64) {
+	srv.resp.EachCommand(func(n string, _, _, allowed, denied int64) {
+		if n == name {
+			ad = [2]int64{allowed, denied}
+		}
+	})
+	return ad
 }
 
 // A refused FW.INCR whose COST would take the count past 2^63 - 1 leaves it

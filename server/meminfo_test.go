@@ -6,6 +6,8 @@ import (
 	"strconv"
 	"strings"
 	"testing"
+
+	"github.com/sluicehq/sluice/internal/respserver"
 )
 
 // memoryFields are the fields of INFO memory (docs/operations.md lists
@@ -58,7 +60,7 @@ func TestInfoMemory(t *testing.T) {
 	if num("allocator_active") < num("allocator_allocated") || num("mem_bucket_cache_limit") != 160<<20 || num("maxmemory") != 0 {
 		t.Errorf("INFO memory:\n%s", sec)
 	}
-	if vals["used_memory_human"] != humanBytes(used) || vals["maxmemory_policy"] != "noeviction" {
+	if vals["used_memory_human"] != respserver.HumanBytes(used) || vals["maxmemory_policy"] != "noeviction" {
 		t.Errorf("INFO memory:\n%s", sec)
 	}
 	// mem_clients_normal is the buffers --maxmemory-clients counts, as in
@@ -117,13 +119,5 @@ func TestUsedMemoryStartupNotAboveUsed(t *testing.T) {
 	}
 	if startup, used := vals["used_memory_startup"], vals["used_memory"]; startup <= 0 || startup > used {
 		t.Errorf("used_memory_startup %d, used_memory %d: want 0 < startup <= used", startup, used)
-	}
-}
-
-func TestHumanBytes(t *testing.T) {
-	for n, want := range map[int64]string{0: "0B", 1023: "1023B", 1024: "1.00K", 1536: "1.50K", 20 << 20: "20.00M", 3 << 30: "3.00G", 5 << 40: "5.00T", 7 << 50: "7.00P"} {
-		if got := humanBytes(n); got != want {
-			t.Errorf("humanBytes(%d) = %q, want %q", n, got, want)
-		}
 	}
 }

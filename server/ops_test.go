@@ -58,7 +58,7 @@ func TestMaxClients(t *testing.T) {
 	if err != nil || string(got) != "-ERR max number of clients reached\r\n" {
 		t.Fatalf("third client got %q, %v; want the max clients error and EOF", got, err)
 	}
-	if n := srv.stats.rejectedMax.Load(); n != 1 {
+	if n := srv.stats.RejectedMax.Load(); n != 1 {
 		t.Fatalf("rejected (maxclients) = %d, want 1", n)
 	}
 	// A slot that frees up is usable again.
@@ -84,7 +84,7 @@ func TestIdleTimeoutClosesIdleConnections(t *testing.T) {
 	if err != nil || len(got) != 0 {
 		t.Fatalf("idle connection: read %q, %v; want a plain close", got, err)
 	}
-	if n := srv.stats.idleClosed.Load(); n != 1 {
+	if n := srv.stats.IdleClosed.Load(); n != 1 {
 		t.Fatalf("idle closed = %d, want 1", n)
 	}
 }
@@ -140,7 +140,7 @@ func TestClientThatNeverReads(t *testing.T) {
 		if !bytes.HasSuffix(all, []byte("-ERR reply buffer limit reached (--max-reply-buffer); closing the connection\r\n")) {
 			t.Fatalf("reply did not end with the limit error; last bytes %q", all[max(0, len(all)-120):])
 		}
-		if n := srv.stats.replyOverflows.Load(); n != 1 {
+		if n := srv.stats.ReplyOverflows.Load(); n != 1 {
 			t.Fatalf("reply overflows = %d, want 1", n)
 		}
 	})

@@ -8,6 +8,7 @@ import (
 
 	"github.com/sluicehq/sluice/internal/admit"
 	"github.com/sluicehq/sluice/internal/envoy"
+	"github.com/sluicehq/sluice/internal/respserver"
 )
 
 // Envoy's rate limit service is served by package internal/envoy; the
@@ -30,7 +31,7 @@ const (
 // calls it.
 func (s *Server) initRLS() error {
 	c := s.cfg.RLS
-	if n := envoy.StreamMemory(c.MaxHeaderBytes, c.MaxMessage); c.Dir != "" && !s.cfg.MaxMemoryClients.within(n) {
+	if n := envoy.StreamMemory(c.MaxHeaderBytes, c.MaxMessage); c.Dir != "" && !s.cfg.MaxMemoryClients.Within(n) {
 		return fmt.Errorf("server: a rate limit service call may hold %d bytes with --rls-max-message %d and --rls-max-header-bytes %d, more than --maxmemory-clients %d: every call would be refused; raise --maxmemory-clients or lower the others",
 			n, c.MaxMessage, c.MaxHeaderBytes, s.cfg.MaxMemoryClients.N())
 	}
@@ -41,7 +42,7 @@ func (s *Server) initRLS() error {
 		Clock:            s.clock,
 		MaxConfigFile:    s.cfg.MaxConfigFile,
 		MaxMemoryClients: s.cfg.MaxMemoryClients.N(),
-		KeepBuf:          connKeepBuf,
+		KeepBuf:          respserver.KeepBuf,
 	}
 	if s.tls != nil {
 		opt.TLS = func() *tls.Config { return s.tls.cur.Load() }
@@ -51,9 +52,6 @@ func (s *Server) initRLS() error {
 		return err
 	}
 	s.rls = r
-	if c.Dir != "" {
-		s.http.reg.MustRegister(r)
-	}
 	return nil
 }
 
@@ -106,7 +104,7 @@ func (s *Server) rlsDoor() admit.Door {
 		Take:    s.adm.Take,
 		Guarded: func() bool { return !s.cfg.AllowRemoteWithoutAuth && !s.clientCertsRequired() },
 		Conn: func(c *admit.Conn) net.Conn {
-			s.stats.connsTotal.Add(1)
+			s.stats.ConnsTotal.Add(1)
 			return c
 		},
 		Drain: s.rls, // a graceful stop of its gRPC server, then a hard one
@@ -114,13 +112,13 @@ func (s *Server) rlsDoor() admit.Door {
 }
 
 // ReserveClients implements envoy.Host: --maxmemory-clients.
-func (h *frontHost) ReserveClients(n int64) bool { return (*Server)(h).reserveClients(n) }
+func (h *frontHost) ReserveClients(n int64) bool { return h.resp.ReserveClients(n) }
 
 // ReleaseClients implements envoy.Host.
-func (h *frontHost) ReleaseClients(n int64) { (*Server)(h).releaseClients(n) }
+func (h *frontHost) ReleaseClients(n int64) { h.resp.ReleaseClients(n) }
 
 // ClientMemory implements envoy.Host.
-func (h *frontHost) ClientMemory() int64 { return h.clientMem.Load() }
+func (h *frontHost) ClientMemory() int64 { return h.stats.ClientMem.Load() }
 
 // NotReady implements envoy.Host: the readiness of /readyz.
 func (h *frontHost) NotReady() string { return (*Server)(h).notReady() }

@@ -605,7 +605,7 @@ func TestRLSProtectedMode(t *testing.T) {
 		if (err == nil) != tc.served {
 			t.Fatalf("%+v: err %v; want served %v", tc.cfg, err, tc.served)
 		}
-		if !tc.served && srv.stats.rejectedDenied.Load() == 0 {
+		if !tc.served && srv.stats.RejectedDenied.Load() == 0 {
 			t.Fatalf("%+v: no protected-mode refusal counted", tc.cfg)
 		}
 	}

@@ -28,7 +28,7 @@ func waitClientMem(t *testing.T, srv *Server, what string, ok func(int64) bool) 
 	t.Helper()
 	deadline := time.Now().Add(10 * time.Second)
 	for {
-		m := srv.clientMem.Load()
+		m := srv.stats.ClientMem.Load()
 		if ok(m) {
 			return m
 		}
@@ -168,7 +168,7 @@ func TestRLSCancelledCallStops(t *testing.T) {
 		if armed.CompareAndSwap(true, false) {
 			cancel()
 			deadline := time.Now().Add(10 * time.Second)
-			for srv.Load().clientMem.Load() >= envoy.StreamCost && time.Now().Before(deadline) {
+			for srv.Load().stats.ClientMem.Load() >= envoy.StreamCost && time.Now().Before(deadline) {
 				time.Sleep(time.Millisecond)
 			}
 		}

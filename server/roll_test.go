@@ -480,8 +480,7 @@ func TestRollMetricsAndCommandInfo(t *testing.T) {
 	}
 	c.Do(ctx, "ROLL.CLEAR", "m")
 	for name, want := range map[string][2]int64{"roll.limit": {1, 2}, "roll.wouldlimit": {0, 0}, "roll.clear": {0, 0}} {
-		st := &srv.cmds[name].stat
-		if got := [2]int64{st.allowed.Load(), st.denied.Load()}; got != want {
+		if got := allowedDenied(srv, name); got != want {
 			t.Errorf("%s allowed, denied = %v, want %v", name, got, want)
 		}
 		if takesTokens(name) != (name == "roll.limit") {
@@ -522,42 +521,6 @@ func TestRollMetricsAndCommandInfo(t *testing.T) {
 		if !slices.Equal(got, want) {
 			t.Errorf("COMMAND DOCS %s arguments %v, want %v", name, got, want)
 		}
-	}
-}
-
-// The ROLL.LIMIT command path on a log of max 10 and of max 1000: after the
-// first max calls the log is full (max+1 entries on the server clock) and
-// every call decodes, filters, appends and encodes it.
-func BenchmarkRollLimitCommand10(b *testing.B) {
-	benchCommand(b, [][]byte{[]byte("ROLL.LIMIT"), []byte("user:12345"), []byte("60000"), []byte("10"), []byte("MINDIFF"), []byte("0")})
-}
-
-func BenchmarkRollLimitCommand1000(b *testing.B) {
-	benchCommand(b, [][]byte{[]byte("ROLL.LIMIT"), []byte("user:12345"), []byte("60000"), []byte("1000")})
-}
-
-// BenchmarkRollWouldLimitCommand1000 reads a full log of max 1000.
-func BenchmarkRollWouldLimitCommand1000(b *testing.B) {
-	srv := startServer(b, Config{})
-	c := newBenchClient(srv)
-	limit := [][]byte{[]byte("ROLL.LIMIT"), []byte("user:12345"), []byte("60000"), []byte("1000")}
-	for range 1001 {
-		srv.exec(c, limit)
-	}
-	if _, err := c.Round.Commit(); err != nil {
-		b.Fatal(err)
-	}
-	args := [][]byte{[]byte("ROLL.WOULDLIMIT"), []byte("user:12345"), []byte("60000"), []byte("1000")}
-	b.ReportAllocs()
-	for i := 0; b.Loop(); i++ {
-		c.Out = c.Out[:0]
-		srv.exec(c, args)
-		if i%16 == 15 {
-			srv.flushTally(c)
-		}
-	}
-	if !bytes.HasPrefix(c.Out, []byte("*5\r\n:1\r\n")) {
-		b.Fatalf("reply %q: the log is not full", c.Out)
 	}
 }
 

@@ -254,21 +254,6 @@ func TestRuleCountersAreRecordsOfTheirKind(t *testing.T) {
 	}
 }
 
-// BenchmarkHitAlgorithms is BenchmarkHitCommand for a rule of each
-// algorithm, with a quota: HIT allocates nothing, whatever the algorithm.
-func BenchmarkHitAlgorithms(b *testing.B) {
-	for _, alg := range []string{"divvy", "fixedWindow\nstagger = true", "tokenBucket", "gcra", "slidingLog"} {
-		name, _, _ := strings.Cut(alg, "\n")
-		b.Run(name, func(b *testing.B) {
-			path := policyFile(b, "p.ini", "[path=/x ip=*]\nalgorithm = "+alg+"\ncreditLimit = 100000\nresetSeconds = 1\nactorField = ip\nquotaField = quota\nmaxQuota = 100000\n\n[default]\ncreditLimit = 0\nresetSeconds = 0\n")
-			clock := newTestClock(t0)
-			srv := startServer(b, Config{PolicyFile: path, Clock: clock.now})
-			args := [][]byte{[]byte("HIT"), []byte("path=/x"), []byte("ip=10.1.2.3"), []byte("quota=50000")}
-			runPipelined(b, srv, newBenchClient(srv), args, func() { clock.ms.Add(1) })
-		})
-	}
-}
-
 // TestRuleCountersUnreachableFromRESP: a rule counter's key is no key of
 // a RESP command: DEL of the bytes of its identity and actor (the client
 // key it had when rule counters were records of the command kinds) leaves

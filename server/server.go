@@ -1,24 +1,19 @@
-// Package server serves sluice's commands over RESP, the Redis protocol.
+// Package server is sluice's composition root: it wires the store, the
+// engine (package engine), the cluster node (clusternode) and the front
+// ends, each a package of its own (respserver for RESP, divvy, check,
+// envoy, httpport), to one kind of listener (package admit), and answers
+// what each front end asks of the server through its Host: typed errors
+// logged and counted once, the counters they share, the other front ends'
+// facts for INFO, reloads.
 //
-// It wires the pieces: a connection loop around a framing check (so no
-// client input can crash or stall the process, and no buffer outlives the
-// command that grew it), the command table, per-pipeline
-// execution with one durability wait per pipeline, and connection state for
-// HELLO, CLIENT and INFO. Bucket arithmetic lives in package bucket and
-// persistence in package storage.
-//
-// Lifecycle: New, then Serve(listener) until Close. A Server is safe for
-// concurrent use.
+// Lifecycle: New, then Serve(listener) (and ServeDivvy, ServeCheck,
+// ServeRLS, ServeHTTP) until Close. A Server is safe for concurrent use.
 package server
 
 import (
-	"crypto/rand"
-	"crypto/sha256"
-	"encoding/hex"
 	"errors"
 	"log/slog"
 	"net"
-	"runtime/debug"
 	"slices"
 	"sync"
 	"sync/atomic"
@@ -27,12 +22,12 @@ import (
 	"github.com/sluicehq/sluice/internal/admit"
 	"github.com/sluicehq/sluice/internal/clusternode"
 	"github.com/sluicehq/sluice/internal/conffile"
-	"github.com/sluicehq/sluice/internal/dispatch"
 	"github.com/sluicehq/sluice/internal/engine"
 	"github.com/sluicehq/sluice/internal/envoy"
 	"github.com/sluicehq/sluice/internal/policycmd"
-	"github.com/sluicehq/sluice/internal/resp"
+	"github.com/sluicehq/sluice/internal/respserver"
 	"github.com/sluicehq/sluice/internal/rules"
+	"github.com/sluicehq/sluice/keyspace"
 	"github.com/sluicehq/sluice/storage"
 )
 
@@ -213,25 +208,20 @@ type DivvyConfig struct {
 
 // Defaults for Config.
 const (
-	DefaultMaxArgs        = 1024
-	DefaultMaxBulk        = 1 << 20
-	DefaultMaxInline      = 64 << 10
-	DefaultMaxQueryBuffer = 8 << 20
+	DefaultMaxArgs        = respserver.DefaultMaxArgs
+	DefaultMaxBulk        = respserver.DefaultMaxBulk
+	DefaultMaxInline      = respserver.DefaultMaxInline
+	DefaultMaxQueryBuffer = respserver.DefaultMaxQueryBuffer
 	DefaultMaxKeySize     = 16 << 10
 	// DefaultPolicyMaxOverrides is engine.DefaultMaxOverrides.
 	DefaultPolicyMaxOverrides = engine.DefaultMaxOverrides
 	DefaultShutdownTimeout    = 10 * time.Second
 	DefaultMaxClients         = 10000
-	DefaultMaxReplyBuffer     = 64 << 20
-	// DefaultMaxMemoryClients: Redis' maxmemory-clients is off by
-	// default, ours must bound. Sluice's commands are a few hundred bytes,
-	// so 64 MiB holds the read buffers of thousands of connections (4 KiB
-	// each when idle) and several clients at the default
-	// --max-query-buffer at once, while an attack through big commands
-	// adds up to about 3.5 times this to peak RSS (measured; garbage the
-	// collector has not reclaimed yet makes up the rest).
-	DefaultMaxMemoryClients = 64 << 20
-	DefaultMaxAuthFailures  = 5
+	DefaultMaxReplyBuffer     = respserver.DefaultMaxReplyBuffer
+	// DefaultMaxMemoryClients bounds every front end's client memory
+	// (respserver.DefaultMaxMemoryClients says why 64 MiB).
+	DefaultMaxMemoryClients = respserver.DefaultMaxMemoryClients
+	DefaultMaxAuthFailures  = respserver.DefaultMaxAuthFailures
 	DefaultMaxConfigFile    = conffile.DefaultLimit
 	// DefaultReloadTimeout: a reload of local files takes milliseconds;
 	// seconds mean a file system that does not answer.
@@ -242,7 +232,10 @@ const (
 	DefaultHTTPMaxHeaderBytes = 64 << 10
 )
 
-// Server is a RESP server for sluice's commands.
+// Server is sluice's server: the store, the engine, the cluster node and
+// the front ends (RESP, the line protocol, /check, Envoy's rate limit
+// service, the HTTP port), wired together behind one listener wrapper
+// (package admit).
 type Server struct {
 	cfg   Config
 	store *storage.Store
@@ -251,10 +244,8 @@ type Server struct {
 	// clockOffset is DEBUG CLOCK-OFFSET's shift of the server clock, in
 	// nanoseconds: atomic, as every round reads the clock.
 	clockOffset atomic.Int64
-	cmds        map[string]*command
 	eng         *engine.Engine // runs the limit operations of every front end
-	runID       string
-	start       time.Time
+	resp        *respserver.Server
 
 	// polCmds is POLICY's subcommands but RELOAD: the rules' dials.
 	polCmds policycmd.Commands
@@ -262,29 +253,19 @@ type Server struct {
 	closing atomic.Bool
 	done    chan struct{} // closed when Close has finished
 	// after is time.After for Close's waits; tests see and drive them.
-	after  func(time.Duration) <-chan time.Time
-	nextID atomic.Int64
-	conns  sync.WaitGroup // one per RESP connection, until its goroutine ends
-	// clientMem is the bytes of all RESP connections' buffers, of RLS
-	// calls in flight and of HTTP request headers being read, bounded by
-	// MaxMemoryClients.
-	clientMem     atomic.Int64
-	clientMemPeak atomic.Int64 // the most clientMem has been
+	after func(time.Duration) <-chan time.Time
+	// stats are the counters every front end adds to.
+	stats respserver.Stats
 
-	sweep    sweeper
-	tls      *tlsState // nil without TLS
-	passHash [32]byte  // of cfg.Password, compared in constant time
-	http     httpState
-	lastSave atomic.Int64 // unix seconds of the last CHECKPOINT, or of the start
-	pol      rules.File
-	reload   reloader
-	divvy    divvyState
-	check    checkState
-	rls      *envoy.Server // Envoy's rate limit service
-	adm      admission
-	authLog  authLog
-	mem      memState
-	clus     *clusternode.Node // nil: standalone
+	tls    *tlsState // nil without TLS
+	http   httpState
+	pol    rules.File
+	reload reloader
+	divvy  divvyState
+	check  checkState
+	rls    *envoy.Server // Envoy's rate limit service
+	adm    admission
+	clus   *clusternode.Node // nil: standalone
 
 	mu struct {
 		sync.Mutex
@@ -293,33 +274,7 @@ type Server struct {
 		// drains.
 		ln, divvyLn, rlsLn net.Listener
 		drain              []*admit.Listener
-		guards             map[*conn]struct{} // RESP connections being served
-		clients            map[int64]*client
 	}
-
-	stats struct {
-		connsTotal      atomic.Int64
-		commands        atomic.Int64
-		netIn           atomic.Int64
-		netOut          atomic.Int64
-		protocolErrors  atomic.Int64
-		errorReplies    atomic.Int64
-		rlAllowed       atomic.Int64
-		rlDenied        atomic.Int64
-		storeErrors     atomic.Int64
-		panics          atomic.Int64
-		authFailures    atomic.Int64
-		authClosed      atomic.Int64 // connections closed: MaxAuthFailures
-		rejectedMax     atomic.Int64 // connections refused: MaxClients
-		rejectedDenied  atomic.Int64 // connections refused: protected mode
-		idleClosed      atomic.Int64
-		replyOverflows  atomic.Int64
-		evictedClients  atomic.Int64 // closed: MaxMemoryClients
-		unknownCommands atomic.Int64
-		crossProtocol   atomic.Int64 // connections closed: POST or Host: as a command
-	}
-	// crossLogged is the unix second of the last cross-protocol warning.
-	crossLogged atomic.Int64
 }
 
 // orDefault sets a limit that is zero or negative to its default.
@@ -331,6 +286,22 @@ func orDefault[T int | int64 | time.Duration](v *T, def T) {
 
 // ErrServing is returned by Serve on a Server that is already serving.
 var ErrServing = errors.New("server: already serving")
+
+// StoreOptions returns o with what the store must know of the server's
+// record layout: how to upgrade the keys of a store written before hash
+// slots (format 1), each record's kind, for the per-kind counts of INFO
+// and /metrics, and its partition, the hash slot, for the committers and
+// WATCH. Open the store given to New with them.
+func StoreOptions(o storage.Options) storage.Options {
+	o.Upgrade = keyspace.UpgradeKey
+	o.Class = keyspace.Class
+	o.Partition, o.Partitions = keyspace.Partition, keyspace.Partitions
+	return o
+}
+
+// Every kind's class must be one the store counts apart (an array of
+// negative length does not compile).
+var _ [storage.MaxClasses - 1 - keyspace.MaxClass]struct{}
 
 // New returns a Server for cfg.
 func New(cfg Config) (*Server, error) {
@@ -346,7 +317,7 @@ func New(cfg Config) (*Server, error) {
 	orDefault(&cfg.MaxClients, DefaultMaxClients)
 	orDefault(&cfg.RESP.MaxReplyBuffer, DefaultMaxReplyBuffer)
 	orDefault(&cfg.RESP.MaxMultiBytes, DefaultMaxMultiBytes)
-	cfg.MaxMemoryClients = cfg.MaxMemoryClients.orDefault(DefaultMaxMemoryClients)
+	cfg.MaxMemoryClients = cfg.MaxMemoryClients.OrDefault(DefaultMaxMemoryClients)
 	orDefault(&cfg.Divvy.MaxLine, DefaultDivvyMaxLine)
 	orDefault(&cfg.Divvy.MaxPipeline, DefaultDivvyMaxPipeline)
 	orDefault(&cfg.PolicyMaxOverrides, DefaultPolicyMaxOverrides)
@@ -355,7 +326,7 @@ func New(cfg Config) (*Server, error) {
 	orDefault(&cfg.RLS.MaxDescriptors, DefaultRLSMaxDescriptors)
 	orDefault(&cfg.RLS.MaxHeaderBytes, DefaultRLSMaxHeaderBytes)
 	orDefault(&cfg.HTTPMaxHeaderBytes, DefaultHTTPMaxHeaderBytes)
-	cfg.RESP.MaxAuthFailures = cfg.RESP.MaxAuthFailures.orDefault(DefaultMaxAuthFailures)
+	cfg.RESP.MaxAuthFailures = cfg.RESP.MaxAuthFailures.OrDefault(DefaultMaxAuthFailures)
 	if cfg.Version == "" {
 		cfg.Version = "dev"
 	}
@@ -365,22 +336,18 @@ func New(cfg Config) (*Server, error) {
 	if cfg.Clock == nil {
 		cfg.Clock = time.Now
 	}
-	cfg.SweepInterval = cfg.SweepInterval.orDefault(DefaultSweepInterval)
-	cfg.SweepRate = cfg.SweepRate.orDefault(DefaultSweepRate)
+	cfg.SweepInterval = cfg.SweepInterval.OrDefault(DefaultSweepInterval)
+	cfg.SweepRate = cfg.SweepRate.OrDefault(DefaultSweepRate)
 	if cfg.BackupDir == "" {
-		cfg.BackupDir = "sluice-backups"
+		cfg.BackupDir = respserver.DefaultBackupDir
 	}
 	if cfg.ReloadTimeout <= 0 {
 		cfg.ReloadTimeout = DefaultReloadTimeout
 	}
-	var id [20]byte
-	_, _ = rand.Read(id[:])
 	s := &Server{
 		cfg:   cfg,
 		store: cfg.Store,
 		log:   cfg.Logger,
-		runID: hex.EncodeToString(id[:]),
-		start: time.Now(),
 	}
 	base := cfg.Clock
 	s.clock = func() time.Time { return base().Add(time.Duration(s.clockOffset.Load())) }
@@ -394,7 +361,6 @@ func New(cfg Config) (*Server, error) {
 	if err := s.initAdmission(); err != nil {
 		return nil, err
 	}
-	s.passHash = sha256.Sum256([]byte(cfg.Password))
 	if cfg.PolicyFile != "" {
 		s.pol.Path, s.pol.MaxBytes = cfg.PolicyFile, cfg.MaxConfigFile
 		if err := s.pol.Load(); err != nil {
@@ -417,7 +383,6 @@ func New(cfg Config) (*Server, error) {
 		return nil, err
 	}
 	s.clus = clus
-	s.cmds = commandTable(&s.pol)
 	ecfg := engine.Config{Store: s.store, Clock: s.clock, MaxKeySize: cfg.MaxKeySize, MaxOverrides: int64(cfg.PolicyMaxOverrides)}
 	if cfg.AllowOnStoreError {
 		ecfg.OnStoreError = engine.Allow
@@ -426,26 +391,24 @@ func New(cfg Config) (*Server, error) {
 		ecfg.Cluster = s.clus
 	}
 	s.eng = engine.New(ecfg)
-	// A replicated shard is handed back to its home node once the writes
-	// under way have ended and its group has committed them.
-	s.clus.SetQuiesce(func(deadline time.Time) bool { return s.waitPipelines(nil, deadline) && s.eng.WaitWriters(deadline) })
 	if err := s.initDials(); err != nil {
 		return nil, err
 	}
 	s.initCheck()
 	s.initDivvy()
 	s.initHTTP()
-	s.initMetrics()
 	if err := s.initRLS(); err != nil {
 		return nil, err
 	}
 	s.done = make(chan struct{})
 	s.after = time.After
 	s.reload.init()
-	s.sweep.stop = make(chan struct{})
-	s.lastSave.Store(s.start.Unix())
-	s.mu.guards = make(map[*conn]struct{})
-	s.mu.clients = make(map[int64]*client)
+	s.initRESP()
+	// A replicated shard is handed back to its home node once the writes
+	// under way have ended and its group has committed them.
+	s.clus.SetQuiesce(s.resp.Quiesce)
+	s.initMetrics()
+	s.stats.LastSave.Store(time.Now().Unix())
 	return s, nil
 }
 
@@ -456,10 +419,8 @@ func (s *Server) Serve(ln net.Listener) error {
 		return err
 	}
 	s.log.Info("serving RESP", "addr", ln.Addr().String(), "fsync", s.store.Mode().String(), "data", s.store.Dir())
-	s.startSweeper()
-	s.startMemory()
 	s.warnIfExposed(ln.Addr())
-	return s.acceptLoop(l)
+	return s.resp.Serve(l)
 }
 
 // Addr returns the listening address, or nil before Serve.
@@ -493,13 +454,13 @@ func (s *Server) Close() error {
 	rest := s.cfg.ShutdownTimeout / 10
 	forceAt := time.Now().Add(s.cfg.ShutdownTimeout - rest)
 	defer close(s.done)
-	defer s.authLog.stop(s)
+	defer s.resp.Closed()
 	if s.clus != nil {
 		defer s.clus.Close()
 	}
 	defer s.closeHTTP() // last: /readyz answers 503 while connections drain
 	s.closeCheck()      // first: its requests finish before the store may close
-	s.stopSweeper()     // also ends a running COMPACT early
+	s.resp.Close()      // stops the idle sweep: also ends a running COMPACT early
 	// RESP, the line protocol and Envoy's rate limit service drain all at
 	// once, the way /check and HTTP do, each in its listener
 	// (admit.Listener.Drain).
@@ -516,114 +477,4 @@ func (s *Server) Close() error {
 	}
 	wg.Wait()
 	return nil
-}
-
-// execAll runs the commands in cmds, the framer's output, in order,
-// appending their replies to the client's; it stops after QUIT, a panic or
-// a limit. A long pipeline's replies are sent in chunks, each after the
-// writes before it are committed, so a client holds about replyChunk plus
-// one reply. It returns how many commands ran.
-func (s *Server) execAll(cn *conn, cmds []byte) (n int) {
-	c := cn.cl
-	defer func() {
-		if r := recover(); r != nil {
-			s.stats.panics.Add(1)
-			s.log.Error("command panicked; closing the connection", "client", c.id, "panic", r, "stack", string(debug.Stack()))
-			// Drop the half-written reply so the error stands alone.
-			c.Out = resp.AppendError(c.Out[:c.replyStart], "ERR internal error")
-			c.quit = true
-			c.failed = true // close gently, so the error reply is read
-		}
-	}()
-	for len(cmds) > 0 {
-		rest := cmds
-		cn.args, cmds = resp.NextCommand(cmds, cn.args)
-		n++
-		before := c.Round.Len()
-		start := len(c.Out)
-		c.replyStart = start
-		s.exec(c, cn.args)
-		if c.Round.Len() > before {
-			c.writes = append(c.writes, span{start, len(c.Out), c.cur, c.Result})
-			c.batchBytes += len(rest) - len(cmds)
-		}
-		if c.quit {
-			break
-		}
-		if len(c.Out) > s.cfg.RESP.MaxReplyBuffer {
-			s.stats.replyOverflows.Add(1)
-			s.log.Warn("closing a client whose reply exceeds the reply buffer limit", "client", c.id, "remote", c.addr, "limit", s.cfg.RESP.MaxReplyBuffer)
-			c.failed = true
-			c.Out = resp.AppendError(c.Out, "ERR reply buffer limit reached (--max-reply-buffer); closing the connection")
-			c.quit = true
-			break
-		}
-		if (cap(c.Out) != cn.outCap || c.tx.grew) && !cn.account() {
-			cn.evict()
-			break
-		}
-		// Replies go out in chunks, and writes are committed in chunks too:
-		// a pipeline of large sliding logs must not hold more than a
-		// quarter of --commit-queue-memory before the committer sees it.
-		if (len(c.Out) >= replyChunk || c.Round.Full()) && !cn.commitAndSend() {
-			c.quit = true
-			break
-		}
-	}
-	return n
-}
-
-// commitWrites commits the writes the client's pipeline has made so far:
-// at the end of a pipeline, before a chunk of replies is sent, and in a
-// command that needs them in the store first (COMPACT, CHECKPOINT), through
-// the connection's engine.Round. When the commit fails, their replies
-// become the error (unless AllowOnStoreError lets them stand), so that no
-// reply of a write that is not as durable as the mode promises is ever
-// sent. It returns the commit's error, for a command that must fail with
-// it.
-func (s *Server) commitWrites(c *client) error {
-	committed, err := c.Round.Commit()
-	if !committed {
-		s.failWrites(c, err)
-	}
-	c.Committed(committed)
-	c.writes = c.writes[:0]
-	c.replyStart = len(c.Out) // failWrites may have moved it
-	return err
-}
-
-// span is the reply of a command that wrote, within client.Out.
-type span struct {
-	start, end int
-	t          *tally // its command's tally
-	result     dispatch.Result
-}
-
-// failWrites replaces the replies of the pipeline's writes by the error that
-// kept them from being committed. Replies of reads stay as they are.
-func (s *Server) failWrites(c *client, err error) {
-	msg := s.errorText(err)
-	out := make([]byte, 0, len(c.Out))
-	prev := 0
-	for _, w := range c.writes {
-		out = append(out, c.Out[prev:w.start]...)
-		out = resp.AppendError(out, msg)
-		s.stats.errorReplies.Add(1)
-		if w.t != nil {
-			w.t.errors++
-			switch w.result {
-			case dispatch.Allowed:
-				w.t.allowed--
-			case dispatch.Denied:
-				w.t.denied--
-			}
-		}
-		prev = w.end
-	}
-	c.Out = append(out, c.Out[prev:]...)
-}
-
-// newCtx is a new connection's command context.
-func (s *Server) newCtx() dispatch.Ctx {
-	return dispatch.Ctx{Round: s.eng.NewRound()}
 }

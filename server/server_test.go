@@ -21,6 +21,7 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
+	"github.com/sluicehq/sluice/internal/respserver"
 	"github.com/sluicehq/sluice/storage"
 )
 
@@ -436,39 +437,6 @@ func TestCloseFinishesPipelines(t *testing.T) {
 	}
 }
 
-func BenchmarkRLReduceCommand(b *testing.B) {
-	srv := startServer(b, Config{})
-	runPipelined(b, srv, newBenchClient(srv), [][]byte{[]byte("RL.PREDUCE"), []byte("user:12345"), []byte("1000000000"), []byte("60000")}, nil)
-}
-
-// newBenchClient is a connection's state for driving srv's command path
-// directly, without a socket.
-func newBenchClient(srv *Server) *client {
-	return &client{resp: 2, Ctx: srv.newCtx(), authed: true, tally: make([]tally, len(srv.cmds))}
-}
-
-// runPipelined runs args through srv's command path once per b.Loop
-// iteration, after before (if set), and commits and flushes the tallies
-// every 16 commands, as the connection loop does when a pipeline of 16
-// ends.
-func runPipelined(b *testing.B, srv *Server, c *client, args [][]byte, before func()) {
-	b.ReportAllocs()
-	for i := 0; b.Loop(); i++ {
-		if before != nil {
-			before()
-		}
-		c.Out = c.Out[:0]
-		srv.exec(c, args)
-		if i%16 == 15 {
-			if _, err := c.Round.Commit(); err != nil {
-				b.Fatal(err)
-			}
-			c.Committed(true)
-			srv.flushTally(c)
-		}
-	}
-}
-
 // gateHandler holds the "serving RESP" log line until released, which
 // widens the window between Serve starting and its accept loop taking the listener.
 type gateHandler struct {
@@ -558,13 +526,13 @@ func benchPipelineOverTCP(b *testing.B, srv *Server) {
 }
 
 // TestClientNamesAreCapped: a client name, library name or version is at
-// most maxClientName bytes (Redis has no limit): each is kept for the life
+// most respserver.MaxClientName bytes (Redis has no limit): each is kept for the life
 // of the connection, so without a cap a client could park up to three
 // bulk strings of --max-bulk there.
 func TestClientNamesAreCapped(t *testing.T) {
 	srv := startServer(t, Config{})
 	c := dialRaw(t, srv)
-	ok, long := strings.Repeat("n", maxClientName), strings.Repeat("n", maxClientName+1)
+	ok, long := strings.Repeat("n", respserver.MaxClientName), strings.Repeat("n", respserver.MaxClientName+1)
 	for _, tc := range []struct {
 		what string
 		cmd  []string
@@ -585,25 +553,11 @@ func TestClientNamesAreCapped(t *testing.T) {
 		if got := send(ok); got != "+OK" && got != "*14" {
 			t.Fatalf("%v with %d bytes: %q, want it accepted", tc.cmd, len(ok), got)
 		}
-		want := fmt.Sprintf("-ERR %s is %d bytes, longer than the limit of %d bytes", tc.what, len(long), maxClientName)
+		want := fmt.Sprintf("-ERR %s is %d bytes, longer than the limit of %d bytes", tc.what, len(long), respserver.MaxClientName)
 		if got := send(long); got != want {
 			t.Fatalf("%v with %d bytes: %q, want %q", tc.cmd, len(long), got, want)
 		}
 	}
 	c.write([]byte("CLIENT GETNAME\r\n"))
-	c.expect("$" + strconv.Itoa(maxClientName)) // the last name accepted
-}
-
-func TestGitSHA1(t *testing.T) {
-	for _, tc := range []struct{ revision, sha1, dirty string }{
-		{"0123456789abcdef0123456789abcdef01234567", "01234567", "0"},
-		{"0123456789abcdef0123456789abcdef01234567-dirty", "01234567", "1"},
-		{"0123456789ab", "01234567", "0"}, // a pseudo-version's
-		{"", "00000000", "0"},
-		{"release-7", "00000000", "0"}, // stamped, not a commit
-	} {
-		if sha1, dirty := gitSHA1(tc.revision); sha1 != tc.sha1 || dirty != tc.dirty {
-			t.Errorf("gitSHA1(%q) = %s, %s; want %s, %s", tc.revision, sha1, dirty, tc.sha1, tc.dirty)
-		}
-	}
+	c.expect("$" + strconv.Itoa(respserver.MaxClientName)) // the last name accepted
 }

@@ -16,6 +16,7 @@ import (
 	"time"
 
 	"github.com/redis/go-redis/v9"
+	"github.com/sluicehq/sluice/internal/respserver"
 	"github.com/sluicehq/sluice/storage"
 )
 
@@ -584,7 +585,7 @@ func rawExchangeAll(t *testing.T, srv *Server, in string) string {
 // without EXEC (go-redis' Watch whose function writes nothing) is not
 // refused WATCH after a while.
 func TestTxUnwatchReturnsCharge(t *testing.T) {
-	srv := startServer(t, Config{RESP: RESPConfig{MaxMultiBytes: txEntryCost * 10}})
+	srv := startServer(t, Config{RESP: RESPConfig{MaxMultiBytes: respserver.TxEntryCost * 10}})
 	in := strings.Repeat("WATCH a b c d e\r\nUNWATCH\r\n", 3)
 	want := strings.Repeat("+OK\r\n+OK\r\n", 3)
 	if got := rawExchange(t, srv, in, want); got != want {

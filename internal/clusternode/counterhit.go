@@ -4,7 +4,7 @@ import (
 	"strconv"
 
 	"github.com/sluicehq/sluice/internal/engine"
-	"github.com/sluicehq/sluice/internal/resp"
+	"github.com/sluicehq/sluice/internal/errs"
 	"github.com/sluicehq/sluice/internal/rules"
 	"github.com/sluicehq/sluice/policy"
 )
@@ -26,12 +26,13 @@ type RuleSet interface {
 	Rule(id rules.ID) (r *policy.Rule, n int, loaded bool)
 }
 
-// routeErr is Route's refusal of slot as the error a command returns.
+// routeErr is Route's refusal of slot as the error a command returns: a
+// MOVED to the node that owns it, which the client asks instead.
 func routeErr(slot uint16, moved string, err error) error {
 	if err != nil {
 		return err
 	}
-	return resp.Error("MOVED " + strconv.Itoa(int(slot)) + " " + moved)
+	return &errs.Error{Kind: errs.Request, Code: "MOVED", Msg: strconv.Itoa(int(slot)) + " " + moved}
 }
 
 // counterRule returns the rule of a forwarded counter hit: the rule, of
@@ -61,14 +62,14 @@ func counterRule(id []byte, pos int64, pol *rules.File, rls RuleSet, eng *engine
 	case r == nil && lp == nil && !rlsLoaded:
 		return nil, rules.ErrNoPolicy
 	case r == nil:
-		return nil, resp.Error("ERR cluster: this node has no rule with the counter identity of the sender's rule " + p +
+		return nil, refuse("cluster: this node has no rule with the counter identity of the sender's rule " + p +
 			" (in its --policy or --rls-config): every node must run the same rules")
 	case int64(r.Pos) == pos && where == "rule file (--policy)":
 		return eng.Effective(r), nil // this node's runtime limit, for its period
 	case int64(r.Pos) == pos:
 		return r, nil
 	case pos < 1 || pos > int64(n):
-		return nil, resp.Error("ERR cluster: this node's " + where + " has no rule " + p + ": every node must run the same rules")
+		return nil, refuse("cluster: this node's " + where + " has no rule " + p + ": every node must run the same rules")
 	}
-	return nil, resp.Error("ERR cluster: rule " + p + " of this node's " + where + " is not the sender's: every node must run the same rules")
+	return nil, refuse("cluster: rule " + p + " of this node's " + where + " is not the sender's: every node must run the same rules")
 }

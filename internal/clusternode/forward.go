@@ -266,7 +266,7 @@ func (s *Node) CounterHit(x *dispatch.Ctx, args [][]byte, pol *rules.File, rls R
 		id = rec.ID()
 	}
 	if err != nil || len(id) < policy.CounterIDLen {
-		return resp.Error("ERR SLUICE.COUNTERHIT: not a rule counter key; expected a store key keyspace.AppendRuleKey makes")
+		return refuse("SLUICE.COUNTERHIT: not a rule counter key; expected a store key keyspace.AppendRuleKey makes")
 	}
 	pos, ok1 := resp.ParseInt(args[2])
 	now, ok2 := resp.ParseInt(args[3])
@@ -285,14 +285,14 @@ func (s *Node) CounterHit(x *dispatch.Ctx, args [][]byte, pol *rules.File, rls R
 	// x.Key is scratch here until it holds the key below.
 	x.Key = r.AppendCounterID(x.Key[:0], nil) // the identity alone: no actor
 	if !r.MayCount() || string(x.Key) != string(id[:policy.CounterIDLen]) {
-		return resp.Error("ERR cluster: rule " + strconv.FormatInt(pos, 10) + " of this node's rule file is not the sender's: every node must run the same rules")
+		return refuse("cluster: rule " + strconv.FormatInt(pos, 10) + " of this node's rule file is not the sender's: every node must run the same rules")
 	}
 	if limit < 1 || (limit != r.CreditLimit && (r.QuotaField == "" || limit > r.MaxQuota)) {
-		return resp.Error("ERR SLUICE.COUNTERHIT: limit " + strconv.FormatInt(limit, 10) + " is not one rule " + strconv.FormatInt(pos, 10) +
+		return refuse("SLUICE.COUNTERHIT: limit " + strconv.FormatInt(limit, 10) + " is not one rule " + strconv.FormatInt(pos, 10) +
 			" can apply; expected its creditLimit " + strconv.FormatInt(r.CreditLimit, 10) + " or, with a quotaField, 1 to its maxQuota " + strconv.FormatInt(r.MaxQuota, 10))
 	}
 	if hits < 0 {
-		return resp.Error("ERR SLUICE.COUNTERHIT: hits " + strconv.FormatInt(hits, 10) + "; expected 0 or more")
+		return refuse("SLUICE.COUNTERHIT: hits " + strconv.FormatInt(hits, 10) + "; expected 0 or more")
 	}
 	// The key must be the one the rule makes for this counter under this
 	// limit: the kind is the rule's algorithm, the parameters (a bucket's
@@ -300,7 +300,7 @@ func (s *Node) CounterHit(x *dispatch.Ctx, args [][]byte, pol *rules.File, rls R
 	// rule's and the ID's.
 	x.Key = keyspace.AppendRuleKey(x.Key[:0], r, limit, id)
 	if string(x.Key) != string(key) {
-		return resp.Error("ERR SLUICE.COUNTERHIT: the key is not rule " + strconv.FormatInt(pos, 10) + "'s counter under limit " + strconv.FormatInt(limit, 10) +
+		return refuse("SLUICE.COUNTERHIT: the key is not rule " + strconv.FormatInt(pos, 10) + "'s counter under limit " + strconv.FormatInt(limit, 10) +
 			"; expected a " + r.Algorithm.String() + " counter of its parameters, in the slot of its counter ID")
 	}
 	// The sender's clock is trusted only within the skew allowed between

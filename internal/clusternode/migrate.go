@@ -81,9 +81,11 @@ type migration struct {
 	}
 }
 
-var errNotMigrating = resp.Error("ERR no slot of this node is migrating (did it restart since CLUSTER MIGRATE START?): start the move again")
+var errNotMigrating = refuse("no slot of this node is migrating (did it restart since CLUSTER MIGRATE START?): start the move again")
 
-var errTryAgain = resp.Error("TRYAGAIN Slot is being handed over to another node; retry shortly")
+// errTryAgain answers a key of a slot paused for its hand-over: the
+// cluster's condition, which a client retries (forwardErr).
+var errTryAgain = forwardErr("TRYAGAIN", "Slot is being handed over to another node; retry shortly")
 
 // NoteWrites implements engine.Cluster: the keys of b's changes in
 // migrating slots are noted, before b's changes are committed or handed
@@ -158,7 +160,7 @@ func (s *Node) migrateCommand(x *dispatch.Ctx, c Caller, sub string, args [][]by
 func (s *Node) ownedRanges(arg string, own bool) ([]cluster.Range, error) {
 	rs, err := cluster.ParseRanges(arg)
 	if err != nil {
-		return nil, resp.Error("ERR " + err.Error())
+		return nil, refuseErr(err)
 	}
 	v := s.view.Load()
 	for _, r := range rs {
@@ -166,9 +168,9 @@ func (s *Node) ownedRanges(arg string, own bool) ([]cluster.Range, error) {
 			mine := v.self != 0 && v.owner[slot] == v.self
 			if mine != own {
 				if own {
-					return nil, resp.Error("ERR slot " + strconv.Itoa(slot) + " is not this node's: migrate slots from the node that owns them")
+					return nil, refuse("slot " + strconv.Itoa(slot) + " is not this node's: migrate slots from the node that owns them")
 				}
-				return nil, resp.Error("ERR slot " + strconv.Itoa(slot) + " is this node's: refusing to overwrite or drop the records of a slot it serves")
+				return nil, refuse("slot " + strconv.Itoa(slot) + " is this node's: refusing to overwrite or drop the records of a slot it serves")
 			}
 		}
 	}
@@ -214,7 +216,7 @@ func (s *Node) clusterMigrate(x *dispatch.Ctx, c Caller, op string, args [][]byt
 			for slot := range m.state {
 				m.state[slot].CompareAndSwap(slotPaused, slotMigrating)
 			}
-			return resp.Error("ERR pipelines and line-protocol, /check or ShouldRateLimit writes under way did not finish within " + wait.String() + "; the slots serve again, retry the pause")
+			return refuse("pipelines and line-protocol, /check or ShouldRateLimit writes under way did not finish within " + wait.String() + "; the slots serve again, retry the pause")
 		}
 		x.Out = resp.AppendSimple(x.Out, "OK")
 	case op == "cancel" && len(args) == 0:
@@ -228,7 +230,7 @@ func (s *Node) clusterMigrate(x *dispatch.Ctx, c Caller, op string, args [][]byt
 		m.mu.Unlock()
 		x.Out = resp.AppendSimple(x.Out, "OK")
 	default:
-		return resp.Error("ERR CLUSTER MIGRATE: want START <slots>, PAUSE, DIRTY <count> or CANCEL")
+		return refuse("CLUSTER MIGRATE: want START <slots>, PAUSE, DIRTY <count> or CANCEL")
 	}
 	return nil
 }
@@ -241,7 +243,7 @@ func (s *Node) startMigration(rs []cluster.Range) error {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	if m.active.Load() {
-		return resp.Error("ERR CLUSTER MIGRATE START: slots " + m.mu.ranges + " are being moved off this node already; one move at a time per source: let it finish, or end it with CLUSTER MIGRATE CANCEL")
+		return refuse("CLUSTER MIGRATE START: slots " + m.mu.ranges + " are being moved off this node already; one move at a time per source: let it finish, or end it with CLUSTER MIGRATE CANCEL")
 	}
 	m.mu.ranges = cluster.FormatRanges(rs)
 	m.active.Store(true)
@@ -325,7 +327,7 @@ func (s *Node) clusterDump(x *dispatch.Ctx, args [][]byte) error {
 	last, ok2 := resp.ParseInt(args[1])
 	count, ok3 := resp.ParseInt(args[3])
 	if !ok1 || !ok2 || !ok3 || first < 0 || last >= cluster.Slots || first > last || count < 1 || count > maxDumpCount {
-		return resp.Error("ERR CLUSTER DUMP: want <first slot> <last slot> <cursor> <count>, slots 0 to 16383, count 1 to " + strconv.Itoa(maxDumpCount))
+		return refuse("CLUSTER DUMP: want <first slot> <last slot> <cursor> <count>, slots 0 to 16383, count 1 to " + strconv.Itoa(maxDumpCount))
 	}
 	if err := s.store.Flush(); err != nil {
 		return engine.StoreErr(err)
@@ -382,25 +384,25 @@ func (s *Node) clusterRestore(x *dispatch.Ctx, args [][]byte) error {
 		k := args[i]
 		slot, ok := keyspace.RecordSlot(k)
 		if len(k) < keyspace.HeaderLen || !ok {
-			return resp.Error("ERR CLUSTER RESTORE: not a record key")
+			return refuse("CLUSTER RESTORE: not a record key")
 		}
 		if v.self != 0 && v.owner[slot] == v.self {
-			return resp.Error("ERR CLUSTER RESTORE: slot " + strconv.Itoa(int(slot)) + " is this node's: refusing to overwrite a slot it serves")
+			return refuse("CLUSTER RESTORE: slot " + strconv.Itoa(int(slot)) + " is this node's: refusing to overwrite a slot it serves")
 		}
 		// Only records as DUMP hands them out: a key of a known kind, and
 		// a value its kind decodes (once the slot is served, it is read
 		// and swept as such).
 		rec, err := keyspace.Parse(k)
 		if err != nil {
-			return resp.Error("ERR CLUSTER RESTORE: pair " + strconv.Itoa(i/2+1) + ": not a record key (" + resp.OneLine(err.Error()) + "); expected a key CLUSTER DUMP gave")
+			return refuse("CLUSTER RESTORE: pair " + strconv.Itoa(i/2+1) + ": not a record key (" + resp.OneLine(err.Error()) + "); expected a key CLUSTER DUMP gave")
 		}
 		if val := args[i+1]; len(val) > 0 {
 			if _, err := rec.Describe(val, 0); err != nil {
-				return resp.Error("ERR CLUSTER RESTORE: pair " + strconv.Itoa(i/2+1) + ": the value is not a record of its key's kind (" + resp.OneLine(err.Error()) + "); expected the value CLUSTER DUMP gave")
+				return refuse("CLUSTER RESTORE: pair " + strconv.Itoa(i/2+1) + ": the value is not a record of its key's kind (" + resp.OneLine(err.Error()) + "); expected the value CLUSTER DUMP gave")
 			}
 		}
 		if st := s.importState(slot); st != importCopying {
-			return resp.Error("ERR CLUSTER RESTORE: slot " + strconv.Itoa(int(slot)) + " is not being copied to this node (" + importStateNames[st] + "): send CLUSTER IMPORT START first; a node that restarted while copying has dropped its copy: run the move again")
+			return refuse("CLUSTER RESTORE: slot " + strconv.Itoa(int(slot)) + " is not being copied to this node (" + importStateNames[st] + "): send CLUSTER IMPORT START first; a node that restarted while copying has dropped its copy: run the move again")
 		}
 	}
 	var m restoreMutator
@@ -625,7 +627,7 @@ func (s *Node) finishImport(rs []cluster.Range, epoch uint64) error {
 	for _, r := range rs {
 		for slot := int(r.First); slot <= int(r.Last); slot++ {
 			if st := im.table[slot].state; st != importCopying {
-				return resp.Error("ERR CLUSTER IMPORT DONE: slot " + strconv.Itoa(slot) + " is not being copied to this node (" + importStateNames[st] + "): a node that restarted while copying has dropped its copy: run the move again")
+				return refuse("CLUSTER IMPORT DONE: slot " + strconv.Itoa(slot) + " is not being copied to this node (" + importStateNames[st] + "): a node that restarted while copying has dropped its copy: run the move again")
 			}
 		}
 	}
@@ -724,7 +726,7 @@ func (s *Node) importsAfterLocked(cur, nv *view) (*importTable, error) {
 			case importDone:
 				why = "its copy here is complete for the topology of epoch " + strconv.FormatUint(is.epoch, 10) + ", not this one"
 			}
-			return nil, resp.Error("ERR slot " + strconv.Itoa(slot) + " would be this node's, but " + why +
+			return nil, refuse("slot " + strconv.Itoa(slot) + " would be this node's, but " + why +
 				": run the move again (sluice cluster move), or, to give this node the slot without its records, send it CLUSTER DROP " + strconv.Itoa(slot) + " first")
 		case gained:
 			next[slot] = importSlot{}
@@ -739,7 +741,7 @@ func (s *Node) importsAfterLocked(cur, nv *view) (*importTable, error) {
 // a move.
 func (s *Node) clusterImport(x *dispatch.Ctx, c Caller, op string, args [][]byte) error {
 	if !(op == "start" && len(args) == 1) && !(op == "done" && len(args) == 2) {
-		return resp.Error("ERR CLUSTER IMPORT: want START <slots> or DONE <slots> <epoch>")
+		return refuse("CLUSTER IMPORT: want START <slots> or DONE <slots> <epoch>")
 	}
 	rs, err := s.ownedRanges(string(args[0]), false)
 	if err != nil {
@@ -749,7 +751,7 @@ func (s *Node) clusterImport(x *dispatch.Ctx, c Caller, op string, args [][]byte
 	if op == "done" {
 		var ok bool
 		if epoch, ok = resp.ParseInt(args[1]); !ok || epoch < 0 || epoch > cluster.MaxEpoch {
-			return resp.Error("ERR CLUSTER IMPORT DONE: epoch " + resp.Preview(args[1]) + ": want the epoch of the topology that gives this node the slots, 0 to 2^53")
+			return refuse("CLUSTER IMPORT DONE: epoch " + resp.Preview(args[1]) + ": want the epoch of the topology that gives this node the slots, 0 to 2^53")
 		}
 	}
 	if err := c.Commit(); err != nil {

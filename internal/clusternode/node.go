@@ -31,6 +31,7 @@ import (
 	"github.com/sluicehq/sluice/internal/clustercmd"
 	"github.com/sluicehq/sluice/internal/dispatch"
 	"github.com/sluicehq/sluice/internal/engine"
+	"github.com/sluicehq/sluice/internal/errs"
 	"github.com/sluicehq/sluice/internal/resp"
 	"github.com/sluicehq/sluice/keyspace"
 	"github.com/sluicehq/sluice/replication"
@@ -385,7 +386,17 @@ func slotsOf(t cluster.Topology, id string) int {
 	return cluster.Topology{Nodes: t.Nodes[i : i+1]}.Assigned()
 }
 
-var errClusterDown = resp.Error("CLUSTERDOWN Hash slot not served")
+// errClusterDown answers a key of a slot no node serves: the cluster's
+// condition, not the request's (forwardErr).
+var errClusterDown = forwardErr("CLUSTERDOWN", "Hash slot not served")
+
+// refuse is a request the node refuses: a bad argument, a command out of
+// turn, a state it cannot take. msg says what was wrong and what was
+// expected; the front end words it (RESP: "ERR " msg).
+func refuse(msg string) error { return &errs.Error{Kind: errs.Request, Msg: msg} }
+
+// refuseErr is refuse with err's text, and err as its cause.
+func refuseErr(err error) error { return &errs.Error{Kind: errs.Request, Msg: err.Error(), Err: err} }
 
 // Route checks that this node serves slot: it returns ("", nil) when it
 // does, the announced address of the node that owns it (the client is
@@ -471,7 +482,7 @@ func (s *Node) Command(x *dispatch.Ctx, args [][]byte, c Caller) error {
 		if ok, err := s.migrateCommand(x, c, sub, args); ok || err != nil {
 			return err
 		}
-		return resp.Error("ERR unknown subcommand or wrong number of arguments for '" + resp.Preview(args[1]) + "'. Try CLUSTER HELP.")
+		return refuse("unknown subcommand or wrong number of arguments for '" + resp.Preview(args[1]) + "'. Try CLUSTER HELP.")
 	}
 	return nil
 }
@@ -516,7 +527,7 @@ func (s *Node) Close() {
 func (s *Node) setTopology(args []string) error {
 	t, err := cluster.Parse(args)
 	if err != nil {
-		return resp.Error("ERR " + err.Error())
+		return refuseErr(err)
 	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
@@ -529,7 +540,7 @@ func (s *Node) setTopology(args []string) error {
 		// higher epoch exists, so any is taken (sluice cluster renumber).
 		s.log.Warn("cluster: the topology in use is at the epoch cap; taking the pushed one whatever its epoch", "epoch", t.Epoch, "previous_epoch", cur.Epoch)
 	case t.Epoch <= cur.Epoch:
-		return resp.Error("ERR epoch " + strconv.FormatUint(t.Epoch, 10) + " is not above the current epoch " + strconv.FormatUint(cur.Epoch, 10) + ": push a topology with a higher epoch")
+		return refuse("epoch " + strconv.FormatUint(t.Epoch, 10) + " is not above the current epoch " + strconv.FormatUint(cur.Epoch, 10) + ": push a topology with a higher epoch")
 	}
 	nv := newView(t, s.myID)
 	// The import table is held from the check to the store, so that no

@@ -7,6 +7,8 @@ import (
 
 	"github.com/sluicehq/sluice/internal/dispatch"
 	"github.com/sluicehq/sluice/internal/engine"
+	"github.com/sluicehq/sluice/internal/errs"
+	"github.com/sluicehq/sluice/internal/resp"
 	"github.com/sluicehq/sluice/storage"
 )
 
@@ -85,7 +87,7 @@ func TestRoute(t *testing.T) {
 			t.Fatalf("%v: %v", args, err)
 		}
 	}
-	if _, err := n.Route(100); err == nil || err.Error() != string(errTryAgain) {
+	if _, err := n.Route(100); err == nil || err.Error() != errTryAgain.Error() {
 		t.Errorf("slot 100, paused: %v; want TRYAGAIN", err)
 	}
 	if !n.SlotMigrating(100) || n.SlotMigrating(101) {
@@ -94,4 +96,40 @@ func TestRoute(t *testing.T) {
 	if moved, err := n.Route(101); moved != "" || err != nil {
 		t.Errorf("slot 101, not moving: %q %v; want served", moved, err)
 	}
+}
+
+// TestRefusalsTyped: the node's own refusals are typed errors (package
+// errs), which the front end words as it did when they were RESP strings:
+// a bad CLUSTER subcommand is the request's, a slot nobody serves or one
+// paused by a move the cluster's, and a key of another node's slot a MOVED.
+func TestRefusalsTyped(t *testing.T) {
+	n, _, err := openNode(t, nil, &Config{Nodes: nodes, Self: nodes[0]})
+	if err != nil {
+		t.Fatal(err)
+	}
+	check := func(what string, err error, kind errs.Kind, text string) {
+		t.Helper()
+		var e *errs.Error
+		if !errors.As(err, &e) || e.Kind != kind || resp.ErrorText(e) != text {
+			t.Errorf("%s: %#v; want kind %d answered %q", what, err, kind, text)
+		}
+	}
+	check("CLUSTER NOSUCH", command(n, "CLUSTER", "NOSUCH"), errs.Request,
+		"ERR unknown subcommand or wrong number of arguments for 'NOSUCH'. Try CLUSTER HELP.")
+	check("CLUSTER MIGRATE PAUSE, no move", command(n, "CLUSTER", "MIGRATE", "PAUSE"), errs.Request,
+		"ERR no slot of this node is migrating (did it restart since CLUSTER MIGRATE START?): start the move again")
+	moved, err := n.Route(8192)
+	check("slot 8192", routeErr(8192, moved, err), errs.Request, "MOVED 8192 "+nodes[1])
+	if err := command(n, "CLUSTER", "SETTOPOLOGY", "1", nodes[0], "0-8191", nodes[1], "8192-16382"); err != nil {
+		t.Fatal(err)
+	}
+	_, err = n.Route(16383)
+	check("slot 16383, owned by nobody", err, errs.Forward, "CLUSTERDOWN Hash slot not served")
+	for _, args := range [][]string{{"CLUSTER", "MIGRATE", "START", "100"}, {"CLUSTER", "MIGRATE", "PAUSE"}} {
+		if err := command(n, args...); err != nil {
+			t.Fatalf("%v: %v", args, err)
+		}
+	}
+	_, err = n.Route(100)
+	check("slot 100, paused", err, errs.Forward, "TRYAGAIN Slot is being handed over to another node; retry shortly")
 }

@@ -16,7 +16,6 @@ import (
 	"time"
 
 	"github.com/sluicehq/sluice/cluster"
-	"github.com/sluicehq/sluice/internal/resp"
 	"github.com/sluicehq/sluice/keyspace"
 	"github.com/sluicehq/sluice/replication"
 	"github.com/sluicehq/sluice/storage"
@@ -40,7 +39,7 @@ const DefaultElectionTimeout = time.Second
 // its announced port, as Redis Cluster's bus port.
 const busPortOffset = 10000
 
-var errReplicatedTopology = resp.Error("ERR the shards of a cluster with --cluster-replicas above 1 are placed from --cluster-nodes; topology pushes and slot moves do not apply to it")
+var errReplicatedTopology = refuse("the shards of a cluster with --cluster-replicas above 1 are placed from --cluster-nodes; topology pushes and slot moves do not apply to it")
 
 // ReplicatedStoreOptions returns o for the store of a node of a cluster of
 // n nodes with r replicas per shard and s shards (Config.Shards; 0: one

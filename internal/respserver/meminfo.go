@@ -1,4 +1,4 @@
-package server
+package respserver
 
 import (
 	"bufio"
@@ -126,7 +126,7 @@ func (s *Server) writeMemoryInfo(kv func(k, v string)) {
 	i64 := func(n int64) string { return strconv.FormatInt(n, 10) }
 	size := func(k string, n int64) {
 		kv(k, i64(n))
-		kv(k+"_human", humanBytes(n))
+		kv(k+"_human", HumanBytes(n))
 	}
 	ratio := func(a, b int64) string {
 		if b <= 0 {
@@ -157,7 +157,7 @@ func (s *Server) writeMemoryInfo(kv func(k, v string)) {
 	kv("allocator_frag_bytes", i64(active-f.heapObjects))
 	kv("mem_fragmentation_ratio", ratio(rss, f.used))
 	kv("mem_fragmentation_bytes", i64(rss-f.used))
-	kv("mem_clients_normal", i64(s.clientMem.Load()))
+	kv("mem_clients_normal", i64(s.stats.ClientMem.Load()))
 	kv("mem_allocator", runtime.Version())
 	kv("mem_go_stacks", i64(f.stacks))
 	kv("mem_go_total", i64(f.goTotal))
@@ -216,8 +216,8 @@ func systemMemory() int64 {
 	return 0
 }
 
-// humanBytes formats n as Redis' *_human fields: 1023B, 1.50K, 2.00M.
-func humanBytes(n int64) string {
+// HumanBytes formats n as Redis' *_human fields: 1023B, 1.50K, 2.00M.
+func HumanBytes(n int64) string {
 	const units = "KMGTP"
 	if n < 1024 {
 		return strconv.FormatInt(n, 10) + "B"

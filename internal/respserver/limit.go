@@ -1,4 +1,4 @@
-package server
+package respserver
 
 import "time"
 
@@ -28,13 +28,13 @@ func (l Limit[T]) N() T {
 	return l.n
 }
 
-// orDefault is l, or def when l is neither set nor off.
-func (l Limit[T]) orDefault(def T) Limit[T] {
+// OrDefault is l, or def when l is neither set nor off.
+func (l Limit[T]) OrDefault(def T) Limit[T] {
 	if l.off || l.n > 0 {
 		return l
 	}
 	return Limit[T]{n: def}
 }
 
-// within reports whether n is within the bound: always when it is off.
-func (l Limit[T]) within(n T) bool { return l.off || n <= l.n }
+// Within reports whether n is within the bound: always when it is off.
+func (l Limit[T]) Within(n T) bool { return l.off || n <= l.n }

@@ -1,33 +1,18 @@
-package server
+package respserver
 
 import (
 	"github.com/sluicehq/sluice/internal/cmddoc"
+	"github.com/sluicehq/sluice/internal/engine"
 	"github.com/sluicehq/sluice/internal/resp"
 	"github.com/sluicehq/sluice/keyspace"
 	"github.com/sluicehq/sluice/storage"
 )
-
-// StoreOptions returns o with what the store must know of the server's
-// record layout: how to upgrade the keys of a store written before hash
-// slots (format 1), each record's kind, for the per-kind counts of INFO
-// and /metrics, and its partition, the hash slot, for the committers and
-// WATCH. Open the store given to New with them.
-func StoreOptions(o storage.Options) storage.Options {
-	o.Upgrade = keyspace.UpgradeKey
-	o.Class = keyspace.Class
-	o.Partition, o.Partitions = keyspace.Partition, keyspace.Partitions
-	return o
-}
 
 var delDoc = &cmddoc.Doc{
 	Summary: "Removes every limit stored under the keys, of every kind (token buckets, GCRA, fixed windows, sliding logs); returns how many keys had one.",
 	Group:   "generic",
 	Args:    []cmddoc.Arg{{Name: "key", Type: "key", Multiple: true}},
 }
-
-// Every kind's class must be one the store counts apart (an array of
-// negative length does not compile).
-var _ [storage.MaxClasses - 1 - keyspace.MaxClass]struct{}
 
 // delMutator deletes a record that exists, and notes that it did.
 type delMutator struct{ deleted bool }
@@ -62,7 +47,7 @@ func cmdDel(s *Server, c *client, args [][]byte) {
 		return
 	}
 	if err := s.store.Flush(); err != nil {
-		s.replyErr(c, storeErr(err))
+		s.replyErr(c, engine.StoreErr(err))
 		return
 	}
 	var n int64
@@ -78,7 +63,7 @@ func cmdDel(s *Server, c *client, args [][]byte) {
 			return true
 		})
 		if err != nil {
-			s.replyErr(c, storeErr(err))
+			s.replyErr(c, engine.StoreErr(err))
 			return
 		}
 		m := delMutator{}

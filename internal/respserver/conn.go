@@ -1,4 +1,4 @@
-package server
+package respserver
 
 import (
 	"errors"
@@ -9,7 +9,6 @@ import (
 	"sync/atomic"
 	"time"
 
-	"github.com/sluicehq/sluice/internal/admit"
 	"github.com/sluicehq/sluice/internal/resp"
 )
 
@@ -23,14 +22,17 @@ import (
 
 // Buffer sizes of a connection.
 const (
-	// connReadMin is the socket read buffer of a connection; it doubles
+	// ConnReadMin is the socket read buffer of a connection; it doubles
 	// while reads fill it, up to connReadMax, and goes back when the client
 	// is between commands.
-	connReadMin = 4 << 10
+	ConnReadMin = 4 << 10
 	connReadMax = 64 << 10
 	// connKeepBuf is the largest buffer a connection keeps between
 	// pipelines; a larger one is let go.
 	connKeepBuf = 8 << 10
+	// KeepBuf is connKeepBuf, for the front ends that keep buffers the
+	// same way (the rate limit service).
+	KeepBuf = connKeepBuf
 	// replyChunk is how many reply bytes a pipeline queues before its
 	// pending writes are committed and the replies sent, so a long
 	// pipeline holds about this plus one reply.
@@ -67,7 +69,7 @@ type conn struct {
 	obuf []byte   // the framer's output: the canonical commands of one read
 	args [][]byte // the arguments of the command being executed, into obuf
 
-	mem    int64 // bytes of buffers counted in srv.clientMem
+	mem    int64 // bytes of buffers counted in srv.stats.ClientMem
 	outCap int   // cap(cl.Out) when mem was last counted
 
 	draining  atomic.Bool // shutdown: finish the pipeline, read no more
@@ -80,10 +82,10 @@ type conn struct {
 // before Close's Wait.
 func (s *Server) newConn(nc net.Conn) *conn {
 	lim := resp.Limits{
-		MaxArgs:    s.cfg.RESP.MaxArgs,
-		MaxBulk:    s.cfg.RESP.MaxBulk,
-		MaxInline:  s.cfg.RESP.MaxInline,
-		MaxPending: s.cfg.RESP.MaxQueryBuffer,
+		MaxArgs:    s.cfg.MaxArgs,
+		MaxBulk:    s.cfg.MaxBulk,
+		MaxInline:  s.cfg.MaxInline,
+		MaxPending: s.cfg.MaxQueryBuffer,
 	}
 	c := &client{
 		addr:    nc.RemoteAddr().String(),
@@ -99,7 +101,7 @@ func (s *Server) newConn(nc net.Conn) *conn {
 	if !c.authed {
 		flim = unauthLimits
 	}
-	cn := &conn{srv: s, nc: nc, cl: c, f: resp.NewFramer(flim), lim: lim, rbuf: make([]byte, connReadMin)}
+	cn := &conn{srv: s, nc: nc, cl: c, f: resp.NewFramer(flim), lim: lim, rbuf: make([]byte, ConnReadMin)}
 	c.conn = cn
 	c.lastAt = c.created.UnixMilli()
 	s.mu.Lock()
@@ -111,37 +113,16 @@ func (s *Server) newConn(nc net.Conn) *conn {
 	s.mu.guards[cn] = struct{}{}
 	s.mu.clients[c.id] = c
 	s.conns.Add(1)
-	s.stats.connsTotal.Add(1)
+	s.stats.ConnsTotal.Add(1)
 	cn.account()
 	return cn
 }
 
-// respDoor is how the RESP listener admits: a slot of --maxclients, held
-// until the connection finishes (conn.finish gives it back), and protected
-// mode unless a password or TLS client certificates are required; it
-// refuses with Redis' errors, over TLS when the server has it.
-func (s *Server) respDoor() admit.Door {
-	d := admit.Door{
-		Name:    "resp",
-		Take:    s.adm.Take,
-		Guarded: s.protected,
-		Full:    resp.AppendError(nil, "ERR max number of clients reached"),
-		Denied:  resp.AppendError(nil, deniedMessage),
-		Drain:   (*respDrain)(s),
-	}
-	if s.tls != nil {
-		d.TLS = s.tls.config()
-	}
-	return d
-}
-
-// respDrain drains RESP: every connection reads no more commands, answers
-// the pipeline it is executing and closes.
-type respDrain Server
+// The RESP front end drains (admit.Drainer): every connection reads no
+// more commands, answers the pipeline it is executing and closes.
 
 // Finish implements admit.Drainer.
-func (d *respDrain) Finish() {
-	s := (*Server)(d)
+func (s *Server) Finish() {
 	s.mu.Lock()
 	guards := make([]*conn, 0, len(s.mu.guards))
 	for g := range s.mu.guards {
@@ -154,8 +135,7 @@ func (d *respDrain) Finish() {
 }
 
 // Force implements admit.Drainer.
-func (d *respDrain) Force() {
-	s := (*Server)(d)
+func (s *Server) Force() {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	for g := range s.mu.guards {
@@ -164,21 +144,7 @@ func (d *respDrain) Force() {
 }
 
 // Wait implements admit.Drainer.
-func (d *respDrain) Wait() { d.conns.Wait() }
-
-// acceptLoop serves the connections l admits until it fails or Close.
-func (s *Server) acceptLoop(l *admit.Listener) error {
-	return s.acceptEach(l, func(nc net.Conn) bool {
-		cn := s.newConn(nc)
-		if cn == nil { // closing
-			_ = nc.Close()
-			s.adm.Release()
-			return false
-		}
-		go cn.serve()
-		return true
-	})
-}
+func (s *Server) Wait() { s.conns.Wait() }
 
 // serve reads and executes pipelines until the client leaves, breaks a
 // limit, or the server shuts down.
@@ -189,12 +155,12 @@ func (cn *conn) serve() {
 		// Commands recover their own panics (execAll); this is for the
 		// connection's own code, so that a bug ends one connection only.
 		if r := recover(); r != nil {
-			s.stats.panics.Add(1)
+			s.stats.Panics.Add(1)
 			s.log.Error("connection panicked; closing it", "client", cn.cl.id, "panic", r, "stack", string(debug.Stack()))
 		}
 	}()
 	for !cn.draining.Load() {
-		if t := s.cfg.RESP.IdleTimeout; t > 0 {
+		if t := s.cfg.IdleTimeout; t > 0 {
 			_ = cn.nc.SetReadDeadline(time.Now().Add(t))
 			if cn.draining.Load() {
 				return // startDrain's deadline may have been overwritten
@@ -202,16 +168,16 @@ func (cn *conn) serve() {
 		}
 		n, err := cn.nc.Read(cn.rbuf)
 		if n > 0 {
-			s.stats.netIn.Add(int64(n))
+			s.stats.NetIn.Add(int64(n))
 			if !cn.process(cn.rbuf[:n]) {
 				return
 			}
 			cn.resize(n)
 		}
 		if err != nil {
-			if s.cfg.RESP.IdleTimeout > 0 && !cn.draining.Load() && isTimeout(err) {
-				s.stats.idleClosed.Add(1)
-				s.log.Debug("closing idle connection", "remote", cn.cl.addr, "timeout", s.cfg.RESP.IdleTimeout)
+			if s.cfg.IdleTimeout > 0 && !cn.draining.Load() && isTimeout(err) {
+				s.stats.IdleClosed.Add(1)
+				s.log.Debug("closing idle connection", "remote", cn.cl.addr, "timeout", s.cfg.IdleTimeout)
 			}
 			return
 		}
@@ -250,9 +216,9 @@ func (cn *conn) process(p []byte) bool {
 		}
 	}
 	sent := cn.commitAndSend()
-	s.http.batchSeconds.Observe(time.Since(t0).Seconds())
+	s.BatchSeconds.Observe(time.Since(t0).Seconds())
 	if ferr != nil && !c.quit {
-		s.stats.protocolErrors.Add(1)
+		s.stats.ProtocolErrors.Add(1)
 		s.log.Debug("closing connection after a protocol error", "remote", c.addr, "err", ferr)
 		if sent {
 			// Bounded: a client that sent garbage gets no more patience.
@@ -269,7 +235,7 @@ func (cn *conn) process(p []byte) bool {
 // buffers past --maxmemory-clients, and ends it.
 func (cn *conn) evict() {
 	s, c := cn.srv, cn.cl
-	s.stats.evictedClients.Add(1)
+	s.stats.EvictedClients.Add(1)
 	s.log.Warn("closing a client: the buffers of all clients exceed --maxmemory-clients", "client", c.id, "remote", c.addr,
 		"limit", s.cfg.MaxMemoryClients.N(), "client_buffers", cn.mem)
 	c.Out = resp.AppendError(c.Out, "ERR client memory limit reached: the buffers of all clients exceed --maxmemory-clients; closing the connection")
@@ -284,7 +250,7 @@ func (cn *conn) evict() {
 func (cn *conn) commitAndSend() bool {
 	s, c := cn.srv, cn.cl
 	_ = s.commitWrites(c) // a failure is in the replies now
-	s.stats.commands.Add(int64(c.ran))
+	s.stats.Commands.Add(int64(c.ran))
 	c.ran = 0
 	s.flushTally(c)
 	c.outPeak = max(c.outPeak, len(c.Out))
@@ -299,7 +265,7 @@ func (cn *conn) commitAndSend() bool {
 
 func (cn *conn) write(b []byte) bool {
 	n, err := cn.nc.Write(b)
-	cn.srv.stats.netOut.Add(int64(n))
+	cn.srv.stats.NetOut.Add(int64(n))
 	return err == nil
 }
 
@@ -310,8 +276,8 @@ func (cn *conn) resize(n int) {
 	switch {
 	case n == len(cn.rbuf) && len(cn.rbuf) < connReadMax:
 		cn.rbuf = make([]byte, 2*len(cn.rbuf))
-	case len(cn.rbuf) > connReadMin && cn.f.Between():
-		cn.rbuf = make([]byte, connReadMin)
+	case len(cn.rbuf) > ConnReadMin && cn.f.Between():
+		cn.rbuf = make([]byte, ConnReadMin)
 	}
 	if cap(cn.obuf) > connKeepBuf {
 		cn.obuf = nil
@@ -366,44 +332,45 @@ func (cn *conn) account() bool {
 		return true
 	}
 	cn.mem = m
-	total := s.clientMem.Add(d)
+	total := s.stats.ClientMem.Add(d)
 	if d < 0 {
 		return true
 	}
 	s.noteClientsPeak(total)
-	return s.cfg.MaxMemoryClients.within(total)
+	return s.cfg.MaxMemoryClients.Within(total)
 }
 
-// noteClientsPeak records total as the peak of clientMem if it is one.
+// noteClientsPeak records total as the peak of Stats.ClientMem if it is
+// one.
 func (s *Server) noteClientsPeak(total int64) {
 	for {
-		peak := s.clientMemPeak.Load()
-		if total <= peak || s.clientMemPeak.CompareAndSwap(peak, total) {
+		peak := s.stats.ClientMemPeak.Load()
+		if total <= peak || s.stats.ClientMemPeak.CompareAndSwap(peak, total) {
 			return
 		}
 	}
 }
 
-// reserveClients adds n bytes to the clients' memory (clientMem) if the
+// ReserveClients adds n bytes to the clients' memory (Stats.ClientMem) if the
 // total stays within --maxmemory-clients, and reports whether it did. The
 // front ends that refuse work rather than close a connection (an RLS
 // call, an HTTP request header) take their memory with it, before they
-// hold it where they can, and give it back with releaseClients.
-func (s *Server) reserveClients(n int64) bool {
+// hold it where they can, and give it back with ReleaseClients.
+func (s *Server) ReserveClients(n int64) bool {
 	for {
-		cur := s.clientMem.Load()
-		if !s.cfg.MaxMemoryClients.within(cur + n) {
+		cur := s.stats.ClientMem.Load()
+		if !s.cfg.MaxMemoryClients.Within(cur + n) {
 			return false
 		}
-		if s.clientMem.CompareAndSwap(cur, cur+n) {
+		if s.stats.ClientMem.CompareAndSwap(cur, cur+n) {
 			s.noteClientsPeak(cur + n)
 			return true
 		}
 	}
 }
 
-// releaseClients gives back n bytes reserveClients took.
-func (s *Server) releaseClients(n int64) { s.clientMem.Add(-n) }
+// ReleaseClients gives back n bytes reserveClients took.
+func (s *Server) ReleaseClients(n int64) { s.stats.ClientMem.Add(-n) }
 
 // finish closes the connection and forgets it.
 func (cn *conn) finish() {
@@ -411,7 +378,7 @@ func (cn *conn) finish() {
 	s.txEnd(cn.cl) // a watch it holds makes every write count
 	cn.rbuf, cn.obuf, cn.args, cn.cl.Out = nil, nil, nil, nil
 	cn.f = nil
-	s.clientMem.Add(-cn.mem)
+	s.stats.ClientMem.Add(-cn.mem)
 	cn.mem = 0
 	if cn.cl.failed {
 		cn.lingerClose()
@@ -421,7 +388,7 @@ func (cn *conn) finish() {
 	delete(s.mu.guards, cn)
 	delete(s.mu.clients, cn.cl.id)
 	s.mu.Unlock()
-	s.adm.Release() // the slot its door took
+	s.host.Release() // the slot its door took
 	s.conns.Done()
 }
 

@@ -1,4 +1,4 @@
-package server
+package respserver
 
 import (
 	"sort"
@@ -172,11 +172,11 @@ func (s *Server) flushTally(c *client) {
 		}
 		if t.allowed != 0 {
 			cmd.stat.allowed.Add(t.allowed)
-			s.stats.rlAllowed.Add(t.allowed)
+			s.stats.RlAllowed.Add(t.allowed)
 		}
 		if t.denied != 0 {
 			cmd.stat.denied.Add(t.denied)
-			s.stats.rlDenied.Add(t.denied)
+			s.stats.RlDenied.Add(t.denied)
 		}
 		*t = tally{}
 	}
@@ -209,7 +209,7 @@ func (s *Server) dispatch(c *client, args [][]byte) *tally {
 	if cmd == nil {
 		c.cur = nil
 		c.Out = resp.AppendError(c.Out, unknownCommand(args))
-		s.stats.unknownCommands.Add(1)
+		s.stats.UnknownCommands.Add(1)
 		return nil
 	}
 	t := c.count(cmd)
@@ -240,7 +240,7 @@ func (s *Server) dispatch(c *client, args [][]byte) *tally {
 // none): an error reply, or the decision of a limit command (c.Result).
 func (s *Server) tallyReply(c *client, t *tally, start int) {
 	if len(c.Out) > start && c.Out[start] == '-' {
-		s.stats.errorReplies.Add(1)
+		s.stats.ErrorReplies.Add(1)
 		if t != nil {
 			t.errors++
 		}
@@ -320,7 +320,7 @@ func cmdAuth(s *Server, c *client, args [][]byte) {
 	if len(args) == 3 {
 		user, pass = args[1], args[2]
 	}
-	if !s.checkAuth(user, pass) {
+	if !s.CheckAuth(user, pass) {
 		s.authFailed(c)
 		return
 	}
@@ -352,7 +352,7 @@ func cmdHello(s *Server, c *client, args [][]byte) {
 				i += 2
 				continue
 			}
-			if !s.checkAuth(args[i+1], args[i+2]) {
+			if !s.CheckAuth(args[i+1], args[i+2]) {
 				s.authFailed(c)
 				return
 			}
@@ -389,7 +389,7 @@ func cmdHello(s *Server, c *client, args [][]byte) {
 	// The Redis version, as INFO's redis_version: clients pick features
 	// by it (rueidis asks CLUSTER SHARDS from 8 on); sluice's own version
 	// is INFO's sluice_version.
-	c.Out = resp.AppendBulkString(c.Out, redisCompatVersion)
+	c.Out = resp.AppendBulkString(c.Out, RedisCompatVersion)
 	c.Out = resp.AppendBulkString(c.Out, "proto")
 	c.Out = resp.AppendInt(c.Out, int64(c.resp))
 	c.Out = resp.AppendBulkString(c.Out, "id")
@@ -404,18 +404,18 @@ func cmdHello(s *Server, c *client, args [][]byte) {
 
 var errClientName = resp.Error("ERR Client names cannot contain spaces, newlines or special characters.")
 
-// maxClientName is the longest client name, library name or version a
+// MaxClientName is the longest client name, library name or version a
 // connection may set. Redis has no limit; here each is kept for the life of
 // the connection and not counted in --maxmemory-clients, so a fixed cap
 // keeps three of them from costing up to 3 × --max-bulk per connection.
-const maxClientName = 256
+const MaxClientName = 256
 
 // checkClientName refuses a client name, library name or version (what)
-// longer than maxClientName, or with characters other than printable
+// longer than MaxClientName, or with characters other than printable
 // ASCII: then bad.
 func checkClientName(what string, b []byte, bad error) error {
-	if len(b) > maxClientName {
-		return resp.Error("ERR " + what + " is " + strconv.Itoa(len(b)) + " bytes, longer than the limit of " + strconv.Itoa(maxClientName) + " bytes")
+	if len(b) > MaxClientName {
+		return resp.Error("ERR " + what + " is " + strconv.Itoa(len(b)) + " bytes, longer than the limit of " + strconv.Itoa(MaxClientName) + " bytes")
 	}
 	for _, ch := range b {
 		if ch < '!' || ch > '~' {

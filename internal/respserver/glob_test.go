@@ -1,16 +1,18 @@
-package server
+package respserver
 
 import (
 	"context"
 	"slices"
 	"testing"
+
+	"github.com/sluicehq/sluice/internal/redistest"
 )
 
 // TestConfigGetGlobLikeRedis: globMatch picks, among the names a real
 // redis-server has, exactly the ones its CONFIG GET answers for each
 // pattern.
 func TestConfigGetGlobLikeRedis(t *testing.T) {
-	rc := startRedis(t)
+	rc := redistest.Start(t)
 	ctx := context.Background()
 	all, err := rc.ConfigGet(ctx, "*").Result()
 	if err != nil {

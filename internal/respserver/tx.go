@@ -1,4 +1,4 @@
-package server
+package respserver
 
 import (
 	"slices"
@@ -23,15 +23,15 @@ import (
 // fails.
 
 // DefaultMaxMultiBytes bounds one connection's queued transaction: the
-// queued commands' bytes plus txEntryCost for each command and watched
+// queued commands' bytes plus TxEntryCost for each command and watched
 // key. 1 MiB holds thousands of limit commands, far more than a
 // transaction needs, while an EXEC holds its keys locked, and the
 // committer waits, for as long as its queue takes to run.
 const DefaultMaxMultiBytes = 1 << 20
 
-// txEntryCost is what a queued command or a watched key is charged beside
+// TxEntryCost is what a queued command or a watched key is charged beside
 // its bytes: its share of the bookkeeping, and the bound on their number.
-const txEntryCost = 64
+const TxEntryCost = 64
 
 // txState is a connection's transaction: MULTI's queue and WATCH's keys.
 type txState struct {
@@ -163,7 +163,7 @@ func (s *Server) queue(c *client, cmd *command, args [][]byte) bool {
 	var err error
 	switch {
 	case cmd == nil:
-		s.stats.unknownCommands.Add(1)
+		s.stats.UnknownCommands.Add(1)
 		err = resp.Error(unknownCommand(args))
 	case (cmd.Arity > 0 && len(args) != cmd.Arity) || (cmd.Arity < 0 && len(args) < -cmd.Arity):
 		err = errs.WrongArgs(cmd.Name)
@@ -197,11 +197,11 @@ func (s *Server) queue(c *client, cmd *command, args [][]byte) bool {
 // txAdd appends a command to the queue, within MaxMultiBytes.
 func (s *Server) txAdd(c *client, args [][]byte) error {
 	t := &c.tx
-	size := txEntryCost
+	size := TxEntryCost
 	for _, a := range args {
 		size += len(a) + 16
 	}
-	if t.charge+size > s.cfg.RESP.MaxMultiBytes {
+	if t.charge+size > s.cfg.MaxMultiBytes {
 		return s.errTxFull()
 	}
 	t.charge += size
@@ -221,8 +221,8 @@ func (s *Server) txAdd(c *client, args [][]byte) error {
 }
 
 func (s *Server) errTxFull() error {
-	return resp.Error("ERR transaction exceeds --max-multi-bytes " + strconv.Itoa(s.cfg.RESP.MaxMultiBytes) +
-		" (queued commands' bytes plus " + strconv.Itoa(txEntryCost) + " for each command and watched key); it is discarded: EXEC will answer EXECABORT")
+	return resp.Error("ERR transaction exceeds --max-multi-bytes " + strconv.Itoa(s.cfg.MaxMultiBytes) +
+		" (queued commands' bytes plus " + strconv.Itoa(TxEntryCost) + " for each command and watched key); it is discarded: EXEC will answer EXECABORT")
 }
 
 // txAbort marks the transaction aborted and lets go of its queue, which
@@ -270,7 +270,7 @@ func (s *Server) txEnd(c *client) {
 
 func (s *Server) unwatch(c *client) {
 	t := &c.tx
-	t.charge = max(t.charge-len(t.watches)*txEntryCost, 0)
+	t.charge = max(t.charge-len(t.watches)*TxEntryCost, 0)
 	if t.watching {
 		s.store.Unwatch()
 		t.watching = false
@@ -315,9 +315,9 @@ func cmdWatch(s *Server, c *client, args [][]byte) {
 			return
 		}
 	}
-	if t.charge+len(args[1:])*txEntryCost > s.cfg.RESP.MaxMultiBytes {
-		s.replyErr(c, resp.Error("ERR WATCH exceeds --max-multi-bytes "+strconv.Itoa(s.cfg.RESP.MaxMultiBytes)+
-			" ("+strconv.Itoa(txEntryCost)+" bytes for each watched key); no key added"))
+	if t.charge+len(args[1:])*TxEntryCost > s.cfg.MaxMultiBytes {
+		s.replyErr(c, resp.Error("ERR WATCH exceeds --max-multi-bytes "+strconv.Itoa(s.cfg.MaxMultiBytes)+
+			" ("+strconv.Itoa(TxEntryCost)+" bytes for each watched key); no key added"))
 		return
 	}
 	if !t.watching {
@@ -328,7 +328,7 @@ func cmdWatch(s *Server, c *client, args [][]byte) {
 	for _, k := range args[1:] {
 		slot := keyspace.Slot(k)
 		t.watches = append(t.watches, watch{slot: slot, writes: s.store.PartitionWrites(int(slot))})
-		t.charge += txEntryCost
+		t.charge += TxEntryCost
 	}
 	t.grew = t.grew || cap(t.watches) != before
 	c.Out = resp.AppendSimple(c.Out, "OK")
@@ -413,23 +413,23 @@ func (s *Server) execHeld(c *client) {
 		s.exec(c, t.args)
 		// The reply's growth counts against --maxmemory-clients beside
 		// what the clients' buffers held when the EXEC began.
-		if !over && cap(c.Out) != cap0 && !s.cfg.MaxMemoryClients.within(s.clientMem.Load()+int64(cap(c.Out)-cap0)) {
+		if !over && cap(c.Out) != cap0 && !s.cfg.MaxMemoryClients.Within(s.stats.ClientMem.Load()+int64(cap(c.Out)-cap0)) {
 			over, memOver = true, true
 		}
-		if over || len(c.Out) > s.cfg.RESP.MaxReplyBuffer {
+		if over || len(c.Out) > s.cfg.MaxReplyBuffer {
 			over = true
 			c.Out = c.Out[:start]
 		}
 	}
 	switch {
 	case memOver:
-		s.stats.evictedClients.Add(1)
+		s.stats.EvictedClients.Add(1)
 		s.log.Warn("closing a client whose EXEC reply takes the clients' buffers past --maxmemory-clients", "client", c.id, "remote", c.addr, "limit", s.cfg.MaxMemoryClients.N())
 		c.Out = resp.AppendError(c.Out, "ERR client memory limit reached: the buffers of all clients exceed --maxmemory-clients; the transaction ran, its replies are dropped; closing the connection")
 		c.failed, c.quit = true, true
 	case over:
-		s.stats.replyOverflows.Add(1)
-		s.log.Warn("closing a client whose EXEC reply exceeds the reply buffer limit", "client", c.id, "remote", c.addr, "limit", s.cfg.RESP.MaxReplyBuffer)
+		s.stats.ReplyOverflows.Add(1)
+		s.log.Warn("closing a client whose EXEC reply exceeds the reply buffer limit", "client", c.id, "remote", c.addr, "limit", s.cfg.MaxReplyBuffer)
 		c.Out = resp.AppendError(c.Out, "ERR reply buffer limit reached (--max-reply-buffer); the transaction ran, its replies are dropped; closing the connection")
 		c.failed, c.quit = true, true
 	}

@@ -1,4 +1,4 @@
-package server
+package respserver
 
 import (
 	"net"
@@ -12,9 +12,9 @@ import (
 	"github.com/sluicehq/sluice/keyspace"
 )
 
-// redisCompatVersion is the Redis version whose protocol and commands sluice
+// RedisCompatVersion is the Redis version whose protocol and commands sluice
 // answers like. Client libraries read redis_version to pick features.
-const redisCompatVersion = "7.2.0"
+const RedisCompatVersion = "7.2.0"
 
 var infoSections = []string{"server", "clients", "memory", "stats", "persistence", "storage", "policy", "replication", "cluster", "keyspace"}
 
@@ -64,11 +64,11 @@ func (s *Server) writeInfo(b *strings.Builder, section string) {
 		b.WriteString("# Server\r\n")
 		up := time.Since(s.start)
 		port := ""
-		if a := s.Addr(); a != nil {
+		if a := s.host.Addr(); a != nil {
 			_, port, _ = splitHostPort(a.String())
 		}
 		exe, _ := os.Executable()
-		kv("redis_version", redisCompatVersion)
+		kv("redis_version", RedisCompatVersion)
 		// Redis gives its own commit here; sluice's is the one that
 		// identifies the build.
 		sha1, dirty := gitSHA1(s.cfg.Revision)
@@ -88,9 +88,9 @@ func (s *Server) writeInfo(b *strings.Builder, section string) {
 		kv("uptime_in_days", i64(int64(up/(24*time.Hour))))
 		kv("executable", exe)
 		// 0 when the server was not given the open-file limit.
-		kv("fd_limit", strconv.Itoa(s.cfg.Files.Limit))
-		kv("fd_reserved", strconv.Itoa(s.cfg.Files.Reserved))
-		kv("store_max_open_files", strconv.Itoa(s.cfg.Files.StoreFiles))
+		kv("fd_limit", strconv.Itoa(s.cfg.FDLimit))
+		kv("fd_reserved", strconv.Itoa(s.cfg.FDReserved))
+		kv("store_max_open_files", strconv.Itoa(s.cfg.StoreMaxOpenFiles))
 		kv("memory_limit", i64(s.cfg.MemoryLimit))
 		kv("memory_limit_source", s.cfg.MemoryLimitSource)
 	case "clients":
@@ -101,40 +101,40 @@ func (s *Server) writeInfo(b *strings.Builder, section string) {
 		kv("connected_clients", strconv.Itoa(n))
 		kv("blocked_clients", "0")
 		kv("maxclients", strconv.Itoa(s.cfg.MaxClients))
-		kv("maxclients_requested", strconv.Itoa(s.adm.requested))
-		kv("admitted_connections", i64(s.adm.Open()))
-		kv("max_auth_failures", strconv.Itoa(s.cfg.RESP.MaxAuthFailures.N()))
-		kv("max_args", strconv.Itoa(s.cfg.RESP.MaxArgs))
-		kv("max_bulk", i64(s.cfg.RESP.MaxBulk))
+		kv("maxclients_requested", strconv.Itoa(s.cfg.MaxClientsRequested))
+		kv("admitted_connections", i64(s.host.Admitted()))
+		kv("max_auth_failures", strconv.Itoa(s.cfg.MaxAuthFailures.N()))
+		kv("max_args", strconv.Itoa(s.cfg.MaxArgs))
+		kv("max_bulk", i64(s.cfg.MaxBulk))
 		kv("max_key_size", strconv.Itoa(s.cfg.MaxKeySize))
-		kv("max_inline", strconv.Itoa(s.cfg.RESP.MaxInline))
-		kv("max_query_buffer", strconv.Itoa(s.cfg.RESP.MaxQueryBuffer))
-		kv("max_reply_buffer", strconv.Itoa(s.cfg.RESP.MaxReplyBuffer))
-		kv("mem_clients_normal", i64(s.clientMem.Load()))
-		kv("mem_clients_peak", i64(s.clientMemPeak.Load()))
+		kv("max_inline", strconv.Itoa(s.cfg.MaxInline))
+		kv("max_query_buffer", strconv.Itoa(s.cfg.MaxQueryBuffer))
+		kv("max_reply_buffer", strconv.Itoa(s.cfg.MaxReplyBuffer))
+		kv("mem_clients_normal", i64(s.stats.ClientMem.Load()))
+		kv("mem_clients_peak", i64(s.stats.ClientMemPeak.Load()))
 		kv("maxmemory_clients", i64(s.cfg.MaxMemoryClients.N()))
 	case "memory":
 		b.WriteString("# Memory\r\n")
 		s.writeMemoryInfo(kv)
 	case "stats":
 		b.WriteString("# Stats\r\n")
-		kv("total_connections_received", i64(s.stats.connsTotal.Load()))
-		kv("total_commands_processed", i64(s.stats.commands.Load()))
-		kv("rejected_connections", i64(s.stats.rejectedMax.Load()))
-		kv("rejected_connections_protected_mode", i64(s.stats.rejectedDenied.Load()))
-		kv("acl_access_denied_auth", i64(s.stats.authFailures.Load()))
-		kv("auth_closed_connections", i64(s.stats.authClosed.Load()))
-		kv("total_net_input_bytes", i64(s.stats.netIn.Load()))
-		kv("total_net_output_bytes", i64(s.stats.netOut.Load()))
-		kv("total_error_replies", i64(s.stats.errorReplies.Load()))
-		kv("protocol_errors", i64(s.stats.protocolErrors.Load()))
-		kv("cross_protocol_closed", i64(s.stats.crossProtocol.Load()))
-		kv("evicted_clients", i64(s.stats.evictedClients.Load()))
-		kv("client_reply_overflows", i64(s.stats.replyOverflows.Load()))
-		kv("rl_allowed", i64(s.stats.rlAllowed.Load()))
-		kv("rl_denied", i64(s.stats.rlDenied.Load()))
-		kv("store_errors", i64(s.stats.storeErrors.Load()))
-		kv("handler_panics", i64(s.stats.panics.Load()))
+		kv("total_connections_received", i64(s.stats.ConnsTotal.Load()))
+		kv("total_commands_processed", i64(s.stats.Commands.Load()))
+		kv("rejected_connections", i64(s.stats.RejectedMax.Load()))
+		kv("rejected_connections_protected_mode", i64(s.stats.RejectedDenied.Load()))
+		kv("acl_access_denied_auth", i64(s.stats.AuthFailures.Load()))
+		kv("auth_closed_connections", i64(s.stats.AuthClosed.Load()))
+		kv("total_net_input_bytes", i64(s.stats.NetIn.Load()))
+		kv("total_net_output_bytes", i64(s.stats.NetOut.Load()))
+		kv("total_error_replies", i64(s.stats.ErrorReplies.Load()))
+		kv("protocol_errors", i64(s.stats.ProtocolErrors.Load()))
+		kv("cross_protocol_closed", i64(s.stats.CrossProtocol.Load()))
+		kv("evicted_clients", i64(s.stats.EvictedClients.Load()))
+		kv("client_reply_overflows", i64(s.stats.ReplyOverflows.Load()))
+		kv("rl_allowed", i64(s.stats.RlAllowed.Load()))
+		kv("rl_denied", i64(s.stats.RlDenied.Load()))
+		kv("store_errors", i64(s.stats.StoreErrors.Load()))
+		kv("handler_panics", i64(s.stats.Panics.Load()))
 	case "persistence":
 		st := s.store.Stats()
 		b.WriteString("# Persistence\r\n")
@@ -182,7 +182,7 @@ func (s *Server) writeInfo(b *strings.Builder, section string) {
 		}
 		kv("on_store_error", policy)
 		kv("store_error_allowed", i64(s.eng.StoreAllowed()))
-		kv("last_checkpoint_time", i64(s.lastSave.Load()))
+		kv("last_checkpoint_time", i64(s.stats.LastSave.Load()))
 	case "storage":
 		st := s.store.Stats()
 		sw := &s.sweep
@@ -226,7 +226,7 @@ func (s *Server) writeInfo(b *strings.Builder, section string) {
 		kv("sweep_deleted_total", i64(st.SweepDeleted))
 	case "policy":
 		b.WriteString("# Policy\r\n")
-		s.policyInfo(kv)
+		s.host.PolicyInfo(kv)
 	case "replication":
 		// Redis's role line, which tools read; a node of a cluster with
 		// replicated shards adds its replicas, one line per shard.

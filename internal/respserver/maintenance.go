@@ -1,4 +1,4 @@
-package server
+package respserver
 
 import (
 	"context"
@@ -51,6 +51,19 @@ type sweeper struct {
 	stop chan struct{} // closed by Close
 	done chan struct{} // closed when the loop has returned
 	once sync.Once
+}
+
+// SweepStatus is the idle sweep's state, for the metrics.
+type SweepStatus struct {
+	Running  bool
+	LastAt   int64         // unix ms of the last pass's end; 0 if none
+	LastTook time.Duration // the last pass's
+}
+
+// Sweep returns the idle sweep's state.
+func (s *Server) Sweep() SweepStatus {
+	sw := &s.sweep
+	return SweepStatus{Running: sw.running.Load(), LastAt: sw.lastAt.Load(), LastTook: time.Duration(sw.lastTook.Load())}
 }
 
 // idleFunc returns the sweep's test for one step, on the server clock: the
@@ -154,18 +167,18 @@ func cmdCompact(s *Server, c *client, args [][]byte) {
 	// committed before the command is written to Pebble, so that the sweep
 	// and the compaction see them.
 	if err := s.commitWrites(c); err != nil {
-		s.replyErr(c, s.maintenanceErr("compact", err))
+		s.replyErr(c, s.MaintenanceErr("compact", err))
 		return
 	}
 	if err := s.store.Flush(); err != nil {
-		s.replyErr(c, s.maintenanceErr("compact", err))
+		s.replyErr(c, s.MaintenanceErr("compact", err))
 		return
 	}
 	s.sweep.mu.Lock()
 	s.sweep.cursor = nil // a whole pass, from the first record
 	s.sweep.mu.Unlock()
 	if err := s.sweepPass(0, s.sweep.stop); err != nil {
-		s.replyErr(c, s.maintenanceErr("compact", err))
+		s.replyErr(c, s.MaintenanceErr("compact", err))
 		return
 	}
 	ctx, cancel := context.WithCancel(context.Background())
@@ -178,7 +191,7 @@ func cmdCompact(s *Server, c *client, args [][]byte) {
 		}
 	}()
 	if err := s.store.Compact(ctx); err != nil {
-		s.replyErr(c, s.maintenanceErr("compact", err))
+		s.replyErr(c, s.MaintenanceErr("compact", err))
 		return
 	}
 	c.Out = resp.AppendSimple(c.Out, "OK")
@@ -207,7 +220,7 @@ func cmdCheckpoint(s *Server, c *client, args [][]byte) {
 		}
 	}
 	if err := s.commitWrites(c); err != nil {
-		s.replyErr(c, s.maintenanceErr("checkpoint", err))
+		s.replyErr(c, s.MaintenanceErr("checkpoint", err))
 		return
 	}
 	dir, err := filepath.Abs(filepath.Join(s.cfg.BackupDir, name))
@@ -221,10 +234,10 @@ func cmdCheckpoint(s *Server, c *client, args [][]byte) {
 		err = s.store.Checkpoint(dir)
 	}
 	if err != nil {
-		s.replyErr(c, s.maintenanceErr("checkpoint", err))
+		s.replyErr(c, s.MaintenanceErr("checkpoint", err))
 		return
 	}
-	s.lastSave.Store(time.Now().Unix())
+	s.stats.LastSave.Store(time.Now().Unix())
 	s.log.Info("checkpoint written", "dir", dir)
 	c.Out = resp.AppendBulkString(c.Out, dir)
 }
@@ -245,5 +258,5 @@ func validBackupName(n string) bool {
 // cmdLastSave answers the unix time of the last successful CHECKPOINT, or,
 // as in Redis, the start time before the first.
 func cmdLastSave(s *Server, c *client, args [][]byte) {
-	c.Out = resp.AppendInt(c.Out, s.lastSave.Load())
+	c.Out = resp.AppendInt(c.Out, s.stats.LastSave.Load())
 }

@@ -1,0 +1,108 @@
+package server
+
+import (
+	"net"
+	"time"
+
+	"github.com/sluicehq/sluice/internal/admit"
+	"github.com/sluicehq/sluice/internal/resp"
+	"github.com/sluicehq/sluice/internal/respserver"
+)
+
+// RESP is served by package internal/respserver; the server admits its
+// connections (respDoor), and answers what it asks of the server
+// (frontHost): the other front ends' facts for INFO, CONFIG GET's
+// settings, POLICY RELOAD.
+
+// Limit is a Config bound that can be turned off (respserver.Limit).
+type Limit[T int | int64 | time.Duration] = respserver.Limit[T]
+
+// LimitOf is the bound n; zero (or less) is the field's default.
+func LimitOf[T int | int64 | time.Duration](n T) Limit[T] { return respserver.LimitOf(n) }
+
+// NoLimit is the bound turned off.
+func NoLimit[T int | int64 | time.Duration]() Limit[T] { return respserver.NoLimit[T]() }
+
+// DebugAccess says who may run DEBUG (Config.Debug): respserver.DebugAccess.
+type DebugAccess = respserver.DebugAccess
+
+// Who may run DEBUG.
+const (
+	// DebugRefused refuses DEBUG to every client: the default.
+	DebugRefused = respserver.DebugRefused
+	// DebugLocal allows DEBUG to clients on loopback (or a Unix socket).
+	DebugLocal = respserver.DebugLocal
+	// DebugAllowed allows DEBUG to every authenticated client.
+	DebugAllowed = respserver.DebugAllowed
+)
+
+// Defaults of the RESP front end's bounds of its own.
+const (
+	// DefaultMaxMultiBytes is respserver.DefaultMaxMultiBytes.
+	DefaultMaxMultiBytes = respserver.DefaultMaxMultiBytes
+	// DefaultSweepInterval and DefaultSweepRate pace the idle sweep.
+	DefaultSweepInterval = respserver.DefaultSweepInterval
+	DefaultSweepRate     = respserver.DefaultSweepRate
+	// MaxClockOffset bounds DEBUG CLOCK-OFFSET either way.
+	MaxClockOffset = respserver.MaxClockOffset
+)
+
+// initRESP makes the RESP front end; New calls it once the other front
+// ends are made.
+func (s *Server) initRESP() {
+	cfg, rc := &s.cfg, s.cfg.RESP
+	s.resp = respserver.New(respserver.Config{
+		MaxArgs: rc.MaxArgs, MaxBulk: rc.MaxBulk, MaxInline: rc.MaxInline, MaxQueryBuffer: rc.MaxQueryBuffer,
+		MaxAuthFailures: rc.MaxAuthFailures, IdleTimeout: rc.IdleTimeout, MaxReplyBuffer: rc.MaxReplyBuffer, MaxMultiBytes: rc.MaxMultiBytes,
+		MaxKeySize: cfg.MaxKeySize, Password: cfg.Password, Debug: cfg.Debug,
+		Version: cfg.Version, Revision: cfg.Revision, BackupDir: cfg.BackupDir, AllowOnStoreError: cfg.AllowOnStoreError,
+		MaxMemoryClients: cfg.MaxMemoryClients, SweepInterval: cfg.SweepInterval, SweepRate: cfg.SweepRate,
+		MaxClients: cfg.MaxClients, MaxClientsRequested: s.adm.requested,
+		FDLimit: cfg.Files.Limit, FDReserved: cfg.Files.Reserved, StoreMaxOpenFiles: cfg.Files.StoreFiles,
+		MemoryLimit: cfg.MemoryLimit, MemoryLimitSource: cfg.MemoryLimitSource,
+	}, respserver.Options{
+		Store: s.store, Engine: s.eng, Rules: &s.pol, Policy: &s.polCmds, Cluster: s.clus, RLS: s.rls,
+		Logger: s.log, Clock: s.clock, ClockOffset: &s.clockOffset,
+		Host: (*frontHost)(s), Stats: &s.stats, Closing: &s.closing, Done: s.done,
+	})
+}
+
+// respDoor is how the RESP listener admits: a slot of --maxclients, held
+// until the connection finishes (the front end gives it back, Release),
+// and protected mode unless a password or TLS client certificates are
+// required; it refuses with Redis' errors, over TLS when the server has
+// it.
+func (s *Server) respDoor() admit.Door {
+	d := admit.Door{
+		Name:    "resp",
+		Take:    s.adm.Take,
+		Guarded: s.protected,
+		Full:    resp.AppendError(nil, "ERR max number of clients reached"),
+		Denied:  resp.AppendError(nil, deniedMessage),
+		Drain:   s.resp,
+	}
+	if s.tls != nil {
+		d.TLS = s.tls.config()
+	}
+	return d
+}
+
+// Release implements respserver.Host.
+func (h *frontHost) Release() { h.adm.Release() }
+
+// Admitted implements respserver.Host.
+func (h *frontHost) Admitted() int64 { return h.adm.Open() }
+
+// Addr implements respserver.Host.
+func (h *frontHost) Addr() net.Addr { return (*Server)(h).Addr() }
+
+// Settings implements respserver.Host.
+func (h *frontHost) Settings() []respserver.Setting { return (*Server)(h).settings() }
+
+// PolicyInfo implements respserver.Host.
+func (h *frontHost) PolicyInfo(kv func(k, v string)) { (*Server)(h).policyInfo(kv) }
+
+// Ready reports whether the server can serve changes now: not shutting
+// down, and the store neither failed nor refusing changes because writes to
+// its disk fail.
+func (s *Server) Ready() bool { return s.resp.Ready() }
