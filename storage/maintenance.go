@@ -464,6 +464,38 @@ func (s *Store) Meta(name string) ([]byte, error) {
 // cluster topology), not a record. It goes straight to Pebble, beside the
 // commit queue, so it is not ordered with records.
 func (s *Store) SetMeta(name string, val []byte) error {
+	return s.UpdateMeta(map[string][]byte{name: val}, nil)
+}
+
+// ScanMeta calls fn with the name (without prefix) and value of each
+// value SetMeta or UpdateMeta stored under a name starting with prefix,
+// in name order, until fn returns false. fn must not keep val.
+func (s *Store) ScanMeta(prefix string, fn func(name string, val []byte) bool) error {
+	return s.withDB(func(db *pebble.DB) error {
+		lower := []byte(metaPrefix + prefix)
+		it, err := db.NewIter(&pebble.IterOptions{LowerBound: lower, UpperBound: prefixEnd(lower)})
+		if err != nil {
+			return fmt.Errorf("storage: read %s*: %w", prefix, err)
+		}
+		for ok := it.First(); ok; ok = it.Next() {
+			v, err := it.ValueAndErr()
+			if err != nil {
+				it.Close()
+				return fmt.Errorf("storage: read %s: %w", it.Key()[len(metaPrefix):], err)
+			}
+			if !fn(string(it.Key()[len(lower):]), v) {
+				break
+			}
+		}
+		if err := it.Close(); err != nil {
+			return fmt.Errorf("storage: read %s*: %w", prefix, err)
+		}
+		return nil
+	})
+}
+
+// withDB runs fn on Pebble, keeping Close from closing it meanwhile.
+func (s *Store) withDB(fn func(db *pebble.DB) error) error {
 	if err := s.usable(); err != nil {
 		return err
 	}
@@ -472,8 +504,40 @@ func (s *Store) SetMeta(name string, val []byte) error {
 	if s.dbClosed {
 		return ErrClosed
 	}
-	if err := s.db.Set([]byte(metaPrefix+name), val, pebble.Sync); err != nil {
-		return fmt.Errorf("storage: write %s: %w", name, err)
+	return fn(s.db)
+}
+
+// prefixEnd is the first key after every key starting with p.
+func prefixEnd(p []byte) []byte {
+	end := bytes.Clone(p)
+	for i := len(end) - 1; i >= 0; i-- {
+		if end[i] < 0xff {
+			end[i]++
+			return end[:i+1]
+		}
 	}
 	return nil
+}
+
+// UpdateMeta stores each value of set under its name and deletes the
+// values named in del, as SetMeta does but all at once: one synced write.
+func (s *Store) UpdateMeta(set map[string][]byte, del []string) error {
+	return s.withDB(func(db *pebble.DB) error {
+		b := db.NewBatch()
+		defer b.Close()
+		for name, v := range set {
+			if err := b.Set([]byte(metaPrefix+name), v, nil); err != nil {
+				return fmt.Errorf("storage: write %s: %w", name, err)
+			}
+		}
+		for _, name := range del {
+			if err := b.Delete([]byte(metaPrefix+name), nil); err != nil {
+				return fmt.Errorf("storage: delete %s: %w", name, err)
+			}
+		}
+		if err := b.Commit(pebble.Sync); err != nil {
+			return fmt.Errorf("storage: write %d values and delete %d: %w", len(set), len(del), err)
+		}
+		return nil
+	})
 }

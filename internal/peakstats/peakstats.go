@@ -128,9 +128,11 @@ type Day struct {
 	// Windows are the actor-windows that ended; Refused those of them
 	// whose peak used reached their limit.
 	Windows, Refused uint64
-	hist             [Buckets]uint64
-	seen, refused    hll
-	sample           []entry // by hash, at most SampleSize
+	// Max is the largest peak; 0 with no window.
+	Max           int64
+	hist          [Buckets]uint64
+	seen, refused hll
+	sample        []entry // by hash, at most SampleSize
 }
 
 // NewDay returns an empty Day, with room for its sample: Add allocates
@@ -155,6 +157,7 @@ func (d *Day) Add(h uint64, peak int64, refused bool) {
 		d.refused.add(h)
 	}
 	d.hist[bucketOf(peak)]++
+	d.Max = max(d.Max, peak)
 	d.seen.add(h)
 	d.addSample(entry{hash: h, peak: peak, refused: refused})
 }
@@ -189,6 +192,7 @@ func (d *Day) addSample(e entry) {
 func (d *Day) Merge(o *Day) {
 	d.Windows += o.Windows
 	d.Refused += o.Refused
+	d.Max = max(d.Max, o.Max)
 	for i, n := range o.hist {
 		d.hist[i] += n
 	}
@@ -240,8 +244,9 @@ func (d *Day) RefusedActors() (n float64, exact bool) {
 // Quantile returns the peak used that a share q (0 < q <= 1) of the
 // windows did not exceed: the smallest v such that at least ceil(q *
 // Windows) windows peaked at v or less. Below 64 it is exact; above, it
-// is the highest value of v's bucket, at most RelativeWidth above v. It
-// returns -1 when d has no window.
+// is the highest value of v's bucket or the largest peak, whichever is
+// less, at most RelativeWidth above v. It returns -1 when d has no
+// window.
 func (d *Day) Quantile(q float64) (v int64, exact bool) {
 	if d.Windows == 0 {
 		return -1, true
@@ -251,8 +256,8 @@ func (d *Day) Quantile(q float64) (v int64, exact bool) {
 	var cum uint64
 	for i, n := range d.hist {
 		if cum += n; cum >= rank {
-			_, hi := bucketBounds(i)
-			return hi, i < exactBelow
+			lo, hi := bucketBounds(i)
+			return min(hi, d.Max), i < exactBelow || d.Max == lo
 		}
 	}
 	return -1, true // unreachable: the buckets add up to Windows
@@ -263,7 +268,8 @@ type WhatIf struct {
 	// Windows is the share of actor-windows whose peak used was over the
 	// limit; WindowsErr the most it can be off: the share of windows in
 	// the one histogram bucket that holds both values over and not over
-	// the limit (0 when the limit is below 64 or at a bucket's top).
+	// the limit (0 when the limit is below 64, at a bucket's top, or at
+	// or above the largest peak).
 	Windows, WindowsErr float64
 	// Actors is the share of distinct actors with a window over the
 	// limit, ActorsStdErr its standard error: 0 when the sample holds
@@ -287,6 +293,7 @@ func (d *Day) WhatIf(limit int64) WhatIf {
 			continue
 		}
 		lo, hi := bucketBounds(i)
+		hi = min(hi, d.Max) // no window peaked above
 		switch {
 		case lo > limit:
 			over += float64(n)
@@ -338,16 +345,18 @@ const version = 1
 // MaxEncodedLen is the most bytes an encoded Day takes: the counts, every
 // histogram bucket, both sketches and a full sample. A typical day takes
 // far less: only the buckets used are written.
-const MaxEncodedLen = 1 + 2*binary.MaxVarintLen64 + binary.MaxVarintLen64 + Buckets*(2+binary.MaxVarintLen64) +
+const MaxEncodedLen = 1 + 3*binary.MaxVarintLen64 + binary.MaxVarintLen64 + Buckets*(2+binary.MaxVarintLen64) +
 	2*Registers + binary.MaxVarintLen64 + SampleSize*(8+binary.MaxVarintLen64+1)
 
-// Append appends d's encoding: a version byte, the counts, the histogram's
+// Append appends d's encoding: a version byte, the counts, the largest
+// peak, the histogram's
 // non-empty buckets (index step and count), the two sketches' registers,
 // then the sample (hash, peak, refused).
 func (d *Day) Append(dst []byte) []byte {
 	dst = append(dst, version)
 	dst = binary.AppendUvarint(dst, d.Windows)
 	dst = binary.AppendUvarint(dst, d.Refused)
+	dst = binary.AppendUvarint(dst, uint64(d.Max))
 	n := 0
 	for _, c := range d.hist {
 		if c > 0 {
@@ -389,6 +398,11 @@ func Decode(b []byte) (*Day, error) {
 	}
 	r := reader{b: b[1:]}
 	d.Windows, d.Refused = r.uvarint(), r.uvarint()
+	mx := r.uvarint()
+	if mx > math.MaxInt64 {
+		return nil, fmt.Errorf("%w: largest peak %d", ErrCorrupt, mx)
+	}
+	d.Max = int64(mx)
 	n := r.uvarint()
 	if n > Buckets {
 		return nil, fmt.Errorf("%w: %d histogram buckets, at most %d", ErrCorrupt, n, Buckets)
