@@ -168,6 +168,7 @@ func (s *Server) settings() []setting {
 		{"on-store-error", onStoreError},
 		{"policy", cfg.PolicyFile},
 		{"policy-max-overrides", i(cfg.PolicyMaxOverrides)},
+		{"policy-stats-days", i(cfg.PolicyStatsDays)},
 		{"reload-timeout", cfg.ReloadTimeout.String()},
 		{"rls-config", cfg.RLS.Dir},
 		{"rls-max-descriptors", i(cfg.RLS.MaxDescriptors)},

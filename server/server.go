@@ -135,6 +135,9 @@ type Config struct {
 	// PolicyMaxOverrides is the most per-actor overrides (POLICY
 	// OVERRIDE) the server keeps; default DefaultPolicyMaxOverrides.
 	PolicyMaxOverrides int
+	// PolicyStatsDays is the days of threshold data (POLICY STATS) kept;
+	// default DefaultPolicyStatsDays.
+	PolicyStatsDays int
 	// Divvy configures the divvy line protocol (ServeDivvy).
 	Divvy DivvyConfig
 
@@ -220,9 +223,13 @@ const (
 	DefaultMaxKeySize     = 16 << 10
 	// DefaultPolicyMaxOverrides is engine.DefaultMaxOverrides.
 	DefaultPolicyMaxOverrides = engine.DefaultMaxOverrides
-	DefaultShutdownTimeout    = 10 * time.Second
-	DefaultMaxClients         = 10000
-	DefaultMaxReplyBuffer     = 64 << 20
+	// DefaultPolicyStatsDays is engine.DefaultStatsDays.
+	DefaultPolicyStatsDays = engine.DefaultStatsDays
+	// MaxPolicyStatsDays is engine.MaxStatsDays.
+	MaxPolicyStatsDays     = engine.MaxStatsDays
+	DefaultShutdownTimeout = 10 * time.Second
+	DefaultMaxClients      = 10000
+	DefaultMaxReplyBuffer  = 64 << 20
 	// DefaultMaxMemoryClients: Redis' maxmemory-clients is off by
 	// default, ours must bound. Sluice's commands are a few hundred bytes,
 	// so 64 MiB holds the read buffers of thousands of connections (4 KiB
@@ -350,6 +357,7 @@ func New(cfg Config) (*Server, error) {
 	orDefault(&cfg.Divvy.MaxLine, DefaultDivvyMaxLine)
 	orDefault(&cfg.Divvy.MaxPipeline, DefaultDivvyMaxPipeline)
 	orDefault(&cfg.PolicyMaxOverrides, DefaultPolicyMaxOverrides)
+	orDefault(&cfg.PolicyStatsDays, DefaultPolicyStatsDays)
 	orDefault(&cfg.RLS.MaxMessage, DefaultRLSMaxMessage)
 	orDefault(&cfg.RLS.MaxStreams, DefaultRLSMaxStreams)
 	orDefault(&cfg.RLS.MaxDescriptors, DefaultRLSMaxDescriptors)
@@ -418,7 +426,7 @@ func New(cfg Config) (*Server, error) {
 	}
 	s.clus = clus
 	s.cmds = commandTable(&s.pol)
-	ecfg := engine.Config{Store: s.store, Clock: s.clock, MaxKeySize: cfg.MaxKeySize, MaxOverrides: int64(cfg.PolicyMaxOverrides)}
+	ecfg := engine.Config{Store: s.store, Clock: s.clock, MaxKeySize: cfg.MaxKeySize, MaxOverrides: int64(cfg.PolicyMaxOverrides), StatsDays: cfg.PolicyStatsDays}
 	if cfg.AllowOnStoreError {
 		ecfg.OnStoreError = engine.Allow
 	}
@@ -512,6 +520,11 @@ func (s *Server) Close() error {
 		}()
 	}
 	wg.Wait()
+	// The threshold data since the last flush (POLICY STATS), now that no
+	// round adds to them.
+	if err := s.eng.FlushStats(); err != nil {
+		s.log.Warn("the policy threshold data since the last flush were not stored", "err", err)
+	}
 	return nil
 }
 

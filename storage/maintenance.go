@@ -22,14 +22,20 @@ type SweepResult struct {
 	Deleted int // records deleted
 }
 
-// sweepMutator deletes the record if it is still idle under its lock.
+// sweepMutator deletes the record if it is still idle under its lock,
+// keeping its value in old when asked to.
 type sweepMutator struct {
 	key  []byte
 	idle func(key, val []byte) bool
+	keep bool
+	old  []byte
 }
 
 func (m *sweepMutator) Mutate(old []byte, found bool) ([]byte, Op, error) {
 	if found && m.idle(m.key, old) {
+		if m.keep {
+			m.old = append(m.old[:0], old...)
+		}
 		return nil, Delete, nil
 	}
 	return nil, Keep, nil
@@ -46,6 +52,14 @@ func (m *sweepMutator) Mutate(old []byte, found bool) ([]byte, Op, error) {
 // Sweep returns the cursor to pass next time, or nil once the last record
 // has been examined.
 func (s *Store) Sweep(cursor []byte, limit int, idle func(key, val []byte) bool) (next []byte, res SweepResult, err error) {
+	return s.SweepThen(cursor, limit, idle, nil)
+}
+
+// SweepThen is Sweep, then, once the deletes are committed, calls deleted
+// (unless nil) with the key and the last value of each record deleted:
+// what the records held when they went, for who keeps account of them.
+// deleted must not keep its arguments.
+func (s *Store) SweepThen(cursor []byte, limit int, idle func(key, val []byte) bool, deleted func(key, val []byte)) (next []byte, res SweepResult, err error) {
 	if err := s.usable(); err != nil {
 		return cursor, res, err
 	}
@@ -91,7 +105,9 @@ func (s *Store) Sweep(cursor []byte, limit int, idle func(key, val []byte) bool)
 		return cursor, res, fmt.Errorf("storage: sweep: %w", err)
 	}
 	b := s.NewBatch()
-	m := &sweepMutator{idle: idle}
+	m := &sweepMutator{idle: idle, keep: deleted != nil}
+	var gone, goneVals []byte // the deleted keys and values, for deleted
+	var goneEnds [][2]int
 	start := 0
 	for _, end := range ends {
 		m.key = cands[start:end]
@@ -106,10 +122,19 @@ func (s *Store) Sweep(cursor []byte, limit int, idle func(key, val []byte) bool)
 			// lowered, so that no reader sees one without the other.
 			res.Deleted++
 			s.stats.sweptOut.Add(1)
+			if deleted != nil {
+				gone, goneVals = append(gone, m.key...), append(goneVals, m.old...)
+				goneEnds = append(goneEnds, [2]int{len(gone), len(goneVals)})
+			}
 		}
 	}
 	if err := b.Commit(); err != nil {
 		return cursor, res, err
+	}
+	k, v := 0, 0
+	for _, e := range goneEnds {
+		deleted(gone[k:e[0]], goneVals[v:e[1]])
+		k, v = e[0], e[1]
 	}
 	if !more {
 		return nil, res, nil

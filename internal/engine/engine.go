@@ -66,7 +66,8 @@ type Config struct {
 	// (--policy-max-overrides); default DefaultMaxOverrides.
 	MaxOverrides int64
 	// StatsDays is the days of threshold data (POLICY STATS) kept
-	// (--policy-stats-days); default DefaultStatsDays.
+	// (--policy-stats-days); default DefaultStatsDays, at most
+	// MaxStatsDays.
 	StatsDays int
 }
 
@@ -117,6 +118,7 @@ func New(cfg Config) *Engine {
 	if cfg.StatsDays <= 0 {
 		cfg.StatsDays = DefaultStatsDays
 	}
+	cfg.StatsDays = min(cfg.StatsDays, MaxStatsDays)
 	e.ov.max = cfg.MaxOverrides
 	e.stats.days = int64(cfg.StatsDays)
 	return e

@@ -8,6 +8,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/sluicehq/sluice/bucket"
 	"github.com/sluicehq/sluice/internal/errs"
 	"github.com/sluicehq/sluice/internal/peakstats"
 	"github.com/sluicehq/sluice/internal/rules"
@@ -20,7 +21,8 @@ import (
 // summary of the UTC day the window ended on (peakstats.Day), and to the
 // label's histogram of used ÷ limit for the metrics. A window ends when a
 // hit finds it over and opens a new one (Round.hitRule, ApplyCounter), or
-// when the idle sweep deletes it (Swept). The summaries are accumulated in
+// when the idle sweep deletes it (Swept): each window is counted once, by
+// what replaced or removed it. The summaries are accumulated in
 // memory and added to the stored ones (keyspace.StatsMeta) every
 // StatsFlushInterval, by a flush a round's commit starts, and at
 // FlushStats: a crash loses at most that interval. Days older than the
@@ -34,6 +36,10 @@ import (
 // DefaultStatsDays is the days of threshold data kept when
 // Config.StatsDays is zero.
 const DefaultStatsDays = 30
+
+// MaxStatsDays is the most days of threshold data kept: POLICY STATS
+// reads each of them.
+const MaxStatsDays = 366
 
 // StatsFlushInterval is how often the threshold data in memory are added
 // to the store's.
@@ -108,6 +114,56 @@ func (r *Round) noteEnd(rule *policy.Rule) {
 		return
 	}
 	r.ends = append(r.ends, windowEnd{label: rule.Label, hash: peakstats.Hash(c.ID[policy.CounterIDLen:]), used: c.EndedUsed, limit: c.Limit, endMs: c.EndedAt})
+}
+
+// Swept adds the window of a rule counter the idle sweep deleted, key and
+// val its record, to the threshold data, when lp has its rule and the
+// rule's windows are summarised: its used is counted under the rule's
+// limit as the dials make it, or the actor's override the counter
+// carries. Other records are ignored.
+func (e *Engine) Swept(lp *rules.Set, key, val []byte) {
+	if lp == nil || lp.Policy == nil {
+		return
+	}
+	rec, err := keyspace.Parse(key)
+	if err != nil || (rec.Kind.ID != keyspace.KindCounter && rec.Kind.ID != keyspace.KindRuleWindow) {
+		return
+	}
+	id := rec.ID()
+	if len(id) < policy.CounterIDLen {
+		return
+	}
+	r := lp.ByID[rules.ID(id[:policy.CounterIDLen])]
+	if r == nil || !r.Counted() || !statsEligible(r) {
+		return
+	}
+	limit := e.dials.load().ruleOf(lp, r).CreditLimit
+	carried, ok, inner, err := keyspace.SplitMarked(val)
+	if err != nil {
+		return
+	}
+	if ok && e.ov.has(r.Label) {
+		limit = carried
+	}
+	if limit <= 0 {
+		return
+	}
+	w := windowEnd{label: r.Label, hash: peakstats.Hash(id[policy.CounterIDLen:]), limit: limit}
+	switch r.Algorithm {
+	case policy.Divvy:
+		win, err := policy.DecodeWindow(inner)
+		if err != nil {
+			return
+		}
+		w.used, w.endMs = limit-min(win.Left, limit-1), win.End
+	case policy.FixedWindow:
+		s, err := bucket.DecodeWindowState(inner)
+		if err != nil || s.Count == 0 {
+			return
+		}
+		w.used, w.endMs = s.Count, s.End
+	}
+	e.addEnds([]windowEnd{w})
 }
 
 // settleEnds adds the round's ended windows to the summaries when their
@@ -340,7 +396,11 @@ func (e *Engine) Stats(lp *rules.Set, label string) (*Stats, error) {
 		return nil, unknownLabel(lp, label)
 	}
 	if !statsEligible(r) {
-		return nil, errs.New(errs.Request, fmt.Sprintf("label %s: the rule's windows are not summarised (algorithm %s, quotaField %q); expected a divvy or fixedWindow rule without a quotaField", label, r.Algorithm, r.QuotaField))
+		why := "its algorithm, " + r.Algorithm.String() + ", has no windows"
+		if r.QuotaField != "" {
+			why = "each request gives its limit (quotaField " + r.QuotaField + ")"
+		}
+		return nil, errs.New(errs.Request, fmt.Sprintf("label %s: the rule's threshold data are not kept: %s; expected the label of a divvy or fixedWindow rule without a quotaField", label, why))
 	}
 	if err := e.FlushStats(); err != nil {
 		return nil, err

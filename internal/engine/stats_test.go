@@ -342,3 +342,69 @@ func BenchmarkHitStats(b *testing.B) {
 		})
 	}
 }
+
+// TestStatsSweptAndForwarded: a window the idle sweep deletes is counted
+// once, as one a hit ends is; and the owner of a forwarded counter hit
+// (ApplyCounter) counts the windows of the counters it owns.
+func TestStatsSweptAndForwarded(t *testing.T) {
+	clk := &testClock{now: statsDay0}
+	st := openStore(t, storage.NewMemDisk())
+	e := New(Config{Store: st, Clock: clk.Now})
+	lp := dialsFile(t, statsRules).Current()
+	r := e.NewRound()
+	hitCredits(t, r, lp, "/api", "a", 2, statsDay0)
+	hitCredits(t, r, lp, "/api", "b", 100, statsDay0)
+	hitCredits(t, r, lp, "/fw", "c", 10, statsDay0)
+
+	// The owner's side: c's window of /fw, hit through ApplyCounter, ended
+	// by its next hit a minute later.
+	fw := lp.Policy.Rules()[1]
+	id := fw.AppendCounterID(nil, request("user", "d"))
+	key := keyspace.AppendRuleKey(nil, fw, fw.CreditLimit, id)
+	for _, at := range []time.Time{statsDay0, statsDay0.Add(time.Minute)} {
+		if _, err := r.ApplyCounter(key, fw, fw.CreditLimit, 4, at.UnixNano(), id); err != nil {
+			t.Fatal(err)
+		}
+		if ok, err := r.Commit(); !ok || err != nil {
+			t.Fatal(ok, err)
+		}
+	}
+
+	now := statsDay0.Add(2 * time.Minute)
+	clk.Set(now)
+	sweep := func() int {
+		n := 0
+		for cursor := []byte(nil); ; {
+			next, res, err := st.SweepThen(cursor, 100, func(k, v []byte) bool { return keyspace.Idle(k, v, now.UnixNano()) }, func(k, v []byte) { e.Swept(lp, k, v) })
+			if err != nil {
+				t.Fatal(err)
+			}
+			n += res.Deleted
+			if cursor = next; cursor == nil {
+				return n
+			}
+		}
+	}
+	if n := sweep(); n != 4 {
+		t.Fatalf("the sweep deleted %d counters; want 4 (a, b, c and d's second window)", n)
+	}
+	if n := sweep(); n != 0 {
+		t.Fatalf("a second sweep deleted %d", n)
+	}
+	s, err := e.Stats(lp, "api")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if d := s.Day; d.Windows != 2 || d.Refused != 1 || d.Max != 100 {
+		t.Fatalf("api: %d windows, %d refused, max %d; want 2, 1 (b reached 100), 100", d.Windows, d.Refused, d.Max)
+	}
+	if s, err = e.Stats(lp, "fw"); err != nil {
+		t.Fatal(err)
+	}
+	if d := s.Day; d.Windows != 3 || d.Refused != 1 {
+		t.Fatalf("fw: %d windows, %d refused; want 3 (c swept, d ended by a hit and swept), 1 (c reached 10)", d.Windows, d.Refused)
+	}
+	if n, _ := s.Day.Actors(); n != 2 {
+		t.Fatalf("fw: %v actors; want 2", n)
+	}
+}
