@@ -408,3 +408,51 @@ func TestStatsSweptAndForwarded(t *testing.T) {
 		t.Fatalf("fw: %v actors; want 2", n)
 	}
 }
+
+// TestStatsConcurrent: rounds ending windows at once, while POLICY STATS
+// flushes and reads, lose no window and count none twice (run with
+// -race).
+func TestStatsConcurrent(t *testing.T) {
+	clk := &testClock{now: statsDay0}
+	e := New(Config{Store: openStore(t, storage.NewMemDisk()), Clock: clk.Now})
+	lp := dialsFile(t, statsRules).Current()
+	const workers, windows = 4, 30
+	var wg sync.WaitGroup
+	for w := range workers {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			r := e.NewRound()
+			user := "user" + strconv.Itoa(w)
+			for i := range windows + 1 {
+				at := statsDay0.Add(time.Duration(i) * time.Minute)
+				if _, err := r.Hit(lp, request("path", "/api", "user", user), int64(i%7+1), at.UnixNano()); err != nil {
+					t.Error(err)
+					return
+				}
+				if ok, err := r.Commit(); !ok || err != nil {
+					t.Error(ok, err)
+					return
+				}
+			}
+		}()
+	}
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		for range 20 {
+			if _, err := e.Stats(lp, "api"); err != nil {
+				t.Error(err)
+				return
+			}
+		}
+	}()
+	wg.Wait()
+	s, err := e.Stats(lp, "api")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if n, _ := s.Day.Actors(); s.Day.Windows != workers*windows || n != workers {
+		t.Fatalf("%d windows of %v actors; want %d of %d", s.Day.Windows, n, workers*windows, workers)
+	}
+}
