@@ -69,6 +69,9 @@ type Config struct {
 	// (--policy-stats-days); default DefaultStatsDays, at most
 	// MaxStatsDays.
 	StatsDays int
+	// StatsFlush is how long after a window ends the threshold data in
+	// memory are stored, at most; default StatsFlushInterval.
+	StatsFlush time.Duration
 }
 
 // Cluster is what the engine asks of cluster mode. The cluster code
@@ -119,8 +122,11 @@ func New(cfg Config) *Engine {
 		cfg.StatsDays = DefaultStatsDays
 	}
 	cfg.StatsDays = min(cfg.StatsDays, MaxStatsDays)
+	if cfg.StatsFlush <= 0 {
+		cfg.StatsFlush = StatsFlushInterval
+	}
 	e.ov.max = cfg.MaxOverrides
-	e.stats.days = int64(cfg.StatsDays)
+	e.stats.days, e.stats.every = int64(cfg.StatsDays), cfg.StatsFlush
 	return e
 }
 

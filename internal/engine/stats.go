@@ -23,9 +23,9 @@ import (
 // hit finds it over and opens a new one (Round.hitRule, ApplyCounter), or
 // when the idle sweep deletes it (Swept): each window is counted once, by
 // what replaced or removed it. The summaries are accumulated in
-// memory and added to the stored ones (keyspace.StatsMeta) every
-// StatsFlushInterval, by a flush a round's commit starts, and at
-// FlushStats: a crash loses at most that interval. Days older than the
+// memory and added to the stored ones (keyspace.StatsMeta) by a flush set
+// to run StatsFlushInterval after the first window ended since the last
+// one, and at FlushStats: a crash loses at most that interval. Days older than the
 // retention (Config.StatsDays) are dropped.
 //
 // A hit that ends no window adds nothing; one that does appends its end
@@ -41,8 +41,9 @@ const DefaultStatsDays = 30
 // reads each of them.
 const MaxStatsDays = 366
 
-// StatsFlushInterval is how often the threshold data in memory are added
-// to the store's.
+// StatsFlushInterval is how long after a window ends the threshold data
+// in memory are added to the store's, at most, when Config.StatsFlush is
+// zero.
 const StatsFlushInterval = 10 * time.Second
 
 const msPerDay = 24 * 60 * 60 * 1000
@@ -84,17 +85,17 @@ type statsKey struct {
 
 // stats is an Engine's threshold data in memory.
 type stats struct {
-	days int64
-	mu   struct {
+	days  int64
+	every time.Duration // Config.StatsFlush
+	mu    struct {
 		sync.Mutex
 		pending map[statsKey]*peakstats.Day // since the last flush
 		spare   []*peakstats.Day
 		ratios  map[string]*Ratios
 	}
-	flush    sync.Mutex // one flush at a time
-	flushing atomic.Bool
-	due      atomic.Int64 // unix ns when the next flush is due
-	cleaned  atomic.Int64 // the day whose retention was applied last, +1
+	flush   sync.Mutex   // one flush at a time
+	armed   atomic.Bool  // a flush is set to run: the data in memory will be stored
+	cleaned atomic.Int64 // the day whose retention was applied last, +1
 }
 
 // statsEligible reports whether hits of r are summarised: a labelled rule
@@ -215,13 +216,16 @@ func (e *Engine) addEnds(ends []windowEnd) {
 		d.Add(w.hash, w.used, w.used >= w.limit)
 	}
 	s.mu.Unlock()
-	if now >= s.due.Load() && s.flushing.CompareAndSwap(false, true) {
-		go func() {
-			defer s.flushing.Store(false)
-			// An error leaves the data in memory for the next flush, and
-			// FlushStats (at Close, at POLICY STATS) reports it.
+	if !s.armed.Swap(true) {
+		// Real time, whatever the engine's clock: what is in memory is
+		// stored within the interval even if no other window ends.
+		time.AfterFunc(s.every, func() {
+			s.armed.Store(false)
+			// An error leaves the data in memory; the next window's end
+			// sets another flush, and FlushStats (at Close, at POLICY
+			// STATS) reports it.
 			_ = e.FlushStats()
-		}()
+		})
 	}
 }
 
@@ -297,7 +301,6 @@ func (e *Engine) FlushStats() error {
 	s.flush.Lock()
 	defer s.flush.Unlock()
 	now := e.clock().UnixNano()
-	s.due.Store(now + int64(StatsFlushInterval))
 	today := floorDiv(now/1e6, msPerDay)
 	first := today - (s.days - 1)
 	s.mu.Lock()

@@ -4,6 +4,7 @@ import (
 	"errors"
 	"math"
 	"math/rand/v2"
+	"runtime"
 	"slices"
 	"strconv"
 	"sync"
@@ -454,5 +455,39 @@ func TestStatsConcurrent(t *testing.T) {
 	}
 	if n, _ := s.Day.Actors(); s.Day.Windows != workers*windows || n != workers {
 		t.Fatalf("%d windows of %v actors; want %d of %d", s.Day.Windows, n, workers*windows, workers)
+	}
+}
+
+// TestStatsFlushedWithoutAsking: each ended window reaches the store
+// within the flush interval though nothing else happens, the second as
+// the first: a crash loses at most that much.
+func TestStatsFlushedWithoutAsking(t *testing.T) {
+	clk := &testClock{now: statsDay0}
+	st := openStore(t, storage.NewMemDisk())
+	e := New(Config{Store: st, Clock: clk.Now, StatsFlush: time.Millisecond})
+	lp := dialsFile(t, statsRules).Current()
+	r := e.NewRound()
+	hitCredits(t, r, lp, "/api", "a", 1, statsDay0)
+	for w := 1; w <= 2; w++ {
+		hitCredits(t, r, lp, "/api", "a", 1, statsDay0.Add(time.Duration(w)*time.Minute))
+		for deadline := time.Now().Add(10 * time.Second); ; {
+			v, err := st.Meta(keyspace.StatsMeta + "api.2026-11-01")
+			if err != nil {
+				t.Fatal(err)
+			}
+			if v != nil {
+				d, err := peakstats.Decode(v)
+				if err != nil {
+					t.Fatal(err)
+				}
+				if d.Windows == uint64(w) {
+					break
+				}
+			}
+			if time.Now().After(deadline) {
+				t.Fatalf("window %d was not stored within 10 s of a 1 ms flush interval", w)
+			}
+			runtime.Gosched()
+		}
 	}
 }
