@@ -180,8 +180,8 @@ func (r *Round) settleEnds(stored bool) {
 	r.ends = r.ends[:0]
 }
 
-// addEnds adds ended windows to the summaries in memory, and starts a
-// flush when one is due.
+// addEnds adds ended windows to the summaries in memory, and sets a flush
+// to run within the interval unless one is set already.
 func (e *Engine) addEnds(ends []windowEnd) {
 	s := &e.stats
 	now := e.clock().UnixNano()
