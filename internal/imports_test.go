@@ -46,7 +46,9 @@ func TestImports(t *testing.T) {
 		{"rules", noIO, []string{"policy", "internal/errs"}},
 		// The engine under every front end: the store, the rules, typed
 		// errors; no protocol (internal/resp), no I/O but the store's.
-		{"engine", noIO, []string{"bucket", "keyspace", "policy", "storage", "internal/errs", "internal/rules"}},
+		{"engine", noIO, []string{"bucket", "keyspace", "policy", "storage", "internal/errs", "internal/rules", "internal/peakstats"}},
+		// POLICY STATS's summaries: pure, the standard library alone.
+		{"peakstats", pure, nil},
 	} {
 		t.Run(p.dir, func(t *testing.T) {
 			files, err := filepath.Glob(filepath.Join(p.dir, "*.go"))

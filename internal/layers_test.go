@@ -20,7 +20,7 @@ var layers = [][]string{
 	// The pure domain, the store, and what tests share (transcript,
 	// faultnet, logrec, redistest): they import no package of this
 	// module.
-	{"bucket", "cluster", "storage", "internal/errs", "internal/conffile", "internal/transcript", "internal/admit", "internal/faultnet", "internal/logrec", "internal/redistest", "cmd/sluice/internal/earlyhup"},
+	{"bucket", "cluster", "storage", "internal/errs", "internal/conffile", "internal/transcript", "internal/admit", "internal/faultnet", "internal/logrec", "internal/redistest", "internal/peakstats", "cmd/sluice/internal/earlyhup"},
 	// Rules over the limiters; the RESP codec over typed errors; a shard's
 	// records replicated over the store.
 	{"policy", "internal/resp", "replication"},
@@ -45,7 +45,7 @@ var layers = [][]string{
 
 // domain are the packages that know no protocol: they make typed errors
 // (package errs), and the front ends render them.
-var domain = []string{"bucket", "cluster", "storage", "replication", "policy", "keyspace", "rls", "internal/errs", "internal/rules", "internal/engine"}
+var domain = []string{"bucket", "cluster", "storage", "replication", "policy", "keyspace", "rls", "internal/errs", "internal/rules", "internal/engine", "internal/peakstats"}
 
 // protocols are the packages a domain package must not import.
 var protocols = []string{mod + "internal/resp", mod + "internal/dispatch", mod + "internal/cmddoc", "net/http", "google.golang.org/grpc"}

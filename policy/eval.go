@@ -28,6 +28,12 @@ type Counter struct {
 	ID []byte
 
 	Out Outcome // the answer, after Apply
+	// Ended is set by Apply when the hit replaced a stored window that
+	// was over with a new one (divvy and fixedWindow rules): EndedUsed is
+	// the credits that window had used, under Limit, and EndedAt when it
+	// ended (unix ms). A window's used only grows, so it is its peak.
+	Ended              bool
+	EndedUsed, EndedAt int64
 
 	val     []byte
 	entries []int64
@@ -45,6 +51,7 @@ var ErrHits = errors.New("policy: hits")
 // val aliases c's scratch space, valid until the next Apply.
 func (c *Counter) Apply(old []byte, found bool) (val []byte, write bool, err error) {
 	r := c.Rule
+	c.Ended = false
 	if c.Hits < 0 {
 		return nil, false, fmt.Errorf("%w: %d; expected 0 or more", ErrHits, c.Hits)
 	}
@@ -62,11 +69,18 @@ func (c *Counter) Apply(old []byte, found bool) (val []byte, write bool, err err
 				return nil, false, err
 			}
 		}
-		next, write, out := r.Take(w, found, floorDiv(c.Now, 1e6), c.Limit, c.Hits)
+		now := floorDiv(c.Now, 1e6)
+		next, write, out := r.Take(w, found, now, c.Limit, c.Hits)
 		out.Rule = c.Rule
 		c.Out = out
 		if !write {
 			return nil, false, nil
+		}
+		if found && w.Expired(now) {
+			// Used as Take counts it: the credits left clamped to the
+			// limit's, so a window opened under another limit (a quota, a
+			// runtime limit) has used at least one.
+			c.Ended, c.EndedUsed, c.EndedAt = true, c.Limit-min(w.Left, c.Limit-1), w.End
 		}
 		c.val = AppendWindow(c.val[:0], next)
 		return c.val, true, nil
@@ -81,11 +95,15 @@ func (c *Counter) Apply(old []byte, found bool) (val []byte, write bool, err err
 				return nil, false, err
 			}
 		}
-		next, w, dec, err := fw.Incr(s, found, floorDiv(c.Now, 1e6))
+		now := floorDiv(c.Now, 1e6)
+		next, w, dec, err := fw.Incr(s, found, now)
 		if err != nil {
 			return nil, false, err
 		}
 		d, write = dec, w
+		if write && found && s.End != next.End && s.Idle(now) {
+			c.Ended, c.EndedUsed, c.EndedAt = true, s.Count, s.End
+		}
 		if write {
 			c.val = bucket.AppendWindowState(c.val[:0], next)
 		}

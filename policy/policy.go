@@ -83,6 +83,8 @@ type Rule struct {
 
 	conds []cond
 	id    [idLen]byte // counter identity, see AppendCounterID
+	// standalone is a front end's rule (Standalone), not a rule file's.
+	standalone bool
 	// file is the rule file's rule a runtime limit was made from
 	// (WithLimit); nil for the file's own.
 	file *Rule
@@ -91,6 +93,10 @@ type Rule struct {
 // String returns the rule's operation as an INI header, e.g.
 // `[method=GET path=/status]` or `[default]`.
 func (r *Rule) String() string { return formatHeader(r.Operation) }
+
+// Standalone reports whether r is a front end's rule (Standalone's), not
+// a rule file's.
+func (r *Rule) Standalone() bool { return r.standalone }
 
 // Counted reports whether hits on r under its own CreditLimit use a
 // counter. Always-deny (CreditLimit 0) and always-allow (ResetSeconds 0)

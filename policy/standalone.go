@@ -17,7 +17,7 @@ func Standalone(file string, rules []Rule) []*Rule {
 	out := make([]*Rule, len(rs))
 	for i := range rs {
 		r := &rs[i]
-		r.Pos, r.File = i+1, file
+		r.Pos, r.File, r.standalone = i+1, file, true
 		r.conds = compile(r.Operation)
 		r.id = identity(r, ids, file)
 		out[i] = r

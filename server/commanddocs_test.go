@@ -24,7 +24,7 @@ func TestCommandDocsSubcommands(t *testing.T) {
 		"client":  {"client|getname", "client|help", "client|id", "client|info", "client|kill", "client|list", "client|setinfo", "client|setname"},
 		"command": {"command|count", "command|docs", "command|help", "command|info", "command|list"},
 		"config":  {"config|get", "config|resetstat", "config|rewrite", "config|set"},
-		"policy":  {"policy|enforce", "policy|limit", "policy|override", "policy|overrides", "policy|reload", "policy|show"},
+		"policy":  {"policy|enforce", "policy|limit", "policy|override", "policy|overrides", "policy|reload", "policy|show", "policy|stats"},
 	}
 	docs, err := rdb.Do(ctx, "COMMAND", "DOCS", "client", "command", "config", "policy").Result()
 	if err != nil {

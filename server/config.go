@@ -113,6 +113,7 @@ func (s *Server) settings() []respserver.Setting {
 		{Name: "on-store-error", Value: onStoreError},
 		{Name: "policy", Value: cfg.PolicyFile},
 		{Name: "policy-max-overrides", Value: i(cfg.PolicyMaxOverrides)},
+		{Name: "policy-stats-days", Value: i(cfg.PolicyStatsDays)},
 		{Name: "reload-timeout", Value: cfg.ReloadTimeout.String()},
 		{Name: "rls-config", Value: cfg.RLS.Dir},
 		{Name: "rls-max-descriptors", Value: i(cfg.RLS.MaxDescriptors)},

@@ -34,6 +34,7 @@ var (
 	descPolicyEnforce   = prometheus.NewDesc("sluice_policy_enforce", "1 for the enforcement mode in use (POLICY ENFORCE: on, shadow or off), 0 for the others.", []string{"mode"}, nil)
 	descPolicyChanges   = prometheus.NewDesc("sluice_policy_changes_total", "Changes of the dials (POLICY LIMIT, its RESET, POLICY ENFORCE, POLICY OVERRIDE, its RESET, and the same under /v1/policy/), by change (limit, reset, enforce, override, override_reset) and front end (resp, http).", []string{"change", "via"}, nil)
 	descPolicyOverrides = prometheus.NewDesc("sluice_policy_overrides", "Per-actor overrides (POLICY OVERRIDE) kept, by rule label.", []string{"label"}, nil)
+	descPolicyPeak      = prometheus.NewDesc("sluice_policy_peak_used_ratio", "Peak used of each actor-window at its end, divided by its limit, by rule label (POLICY STATS).", []string{"label"}, nil)
 	descPolicyLimits    = prometheus.NewDesc("sluice_policy_runtime_limits", "Runtime limits (POLICY LIMIT) by state: applied; orphaned, their label no longer in the rules; refused, not fitting the rule the label names now.", []string{"state"}, nil)
 )
 
@@ -59,6 +60,15 @@ func (s *Server) collectDials(ch chan<- prometheus.Metric) {
 	for label, n := range ovs {
 		gauge(descPolicyOverrides, float64(n), label)
 	}
+	s.eng.PeakRatios(func(label string, r engine.Ratios) {
+		buckets := make(map[float64]uint64, len(r.Buckets))
+		var cum uint64
+		for i, b := range engine.RatioBounds {
+			cum += r.Buckets[i]
+			buckets[b] = cum
+		}
+		ch <- prometheus.MustNewConstHistogram(descPolicyPeak, r.Count, r.Sum, buckets, label)
+	})
 }
 
 // policyHTTP is /v1/policy/, behind /backup's checks: the password (HTTP

@@ -130,6 +130,9 @@ type Config struct {
 	// PolicyMaxOverrides is the most per-actor overrides (POLICY
 	// OVERRIDE) the server keeps; default DefaultPolicyMaxOverrides.
 	PolicyMaxOverrides int
+	// PolicyStatsDays is the days of threshold data (POLICY STATS) kept;
+	// default DefaultPolicyStatsDays.
+	PolicyStatsDays int
 	// Divvy configures the divvy line protocol (ServeDivvy).
 	Divvy DivvyConfig
 
@@ -215,9 +218,13 @@ const (
 	DefaultMaxKeySize     = 16 << 10
 	// DefaultPolicyMaxOverrides is engine.DefaultMaxOverrides.
 	DefaultPolicyMaxOverrides = engine.DefaultMaxOverrides
-	DefaultShutdownTimeout    = 10 * time.Second
-	DefaultMaxClients         = 10000
-	DefaultMaxReplyBuffer     = respserver.DefaultMaxReplyBuffer
+	// DefaultPolicyStatsDays is engine.DefaultStatsDays.
+	DefaultPolicyStatsDays = engine.DefaultStatsDays
+	// MaxPolicyStatsDays is engine.MaxStatsDays.
+	MaxPolicyStatsDays     = engine.MaxStatsDays
+	DefaultShutdownTimeout = 10 * time.Second
+	DefaultMaxClients      = 10000
+	DefaultMaxReplyBuffer  = respserver.DefaultMaxReplyBuffer
 	// DefaultMaxMemoryClients bounds every front end's client memory
 	// (respserver.DefaultMaxMemoryClients says why 64 MiB).
 	DefaultMaxMemoryClients = respserver.DefaultMaxMemoryClients
@@ -321,6 +328,7 @@ func New(cfg Config) (*Server, error) {
 	orDefault(&cfg.Divvy.MaxLine, DefaultDivvyMaxLine)
 	orDefault(&cfg.Divvy.MaxPipeline, DefaultDivvyMaxPipeline)
 	orDefault(&cfg.PolicyMaxOverrides, DefaultPolicyMaxOverrides)
+	orDefault(&cfg.PolicyStatsDays, DefaultPolicyStatsDays)
 	orDefault(&cfg.RLS.MaxMessage, DefaultRLSMaxMessage)
 	orDefault(&cfg.RLS.MaxStreams, DefaultRLSMaxStreams)
 	orDefault(&cfg.RLS.MaxDescriptors, DefaultRLSMaxDescriptors)
@@ -383,7 +391,7 @@ func New(cfg Config) (*Server, error) {
 		return nil, err
 	}
 	s.clus = clus
-	ecfg := engine.Config{Store: s.store, Clock: s.clock, MaxKeySize: cfg.MaxKeySize, MaxOverrides: int64(cfg.PolicyMaxOverrides)}
+	ecfg := engine.Config{Store: s.store, Clock: s.clock, MaxKeySize: cfg.MaxKeySize, MaxOverrides: int64(cfg.PolicyMaxOverrides), StatsDays: cfg.PolicyStatsDays}
 	if cfg.AllowOnStoreError {
 		ecfg.OnStoreError = engine.Allow
 	}
@@ -476,5 +484,10 @@ func (s *Server) Close() error {
 		}()
 	}
 	wg.Wait()
+	// The threshold data since the last flush (POLICY STATS), now that no
+	// round adds to them.
+	if err := s.eng.FlushStats(); err != nil {
+		s.log.Warn("the policy threshold data since the last flush were not stored", "err", err)
+	}
 	return nil
 }

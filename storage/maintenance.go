@@ -22,14 +22,20 @@ type SweepResult struct {
 	Deleted int // records deleted
 }
 
-// sweepMutator deletes the record if it is still idle under its lock.
+// sweepMutator deletes the record if it is still idle under its lock,
+// keeping its value in old when asked to.
 type sweepMutator struct {
 	key  []byte
 	idle func(key, val []byte) bool
+	keep bool
+	old  []byte
 }
 
 func (m *sweepMutator) Mutate(old []byte, found bool) ([]byte, Op, error) {
 	if found && m.idle(m.key, old) {
+		if m.keep {
+			m.old = append(m.old[:0], old...)
+		}
 		return nil, Delete, nil
 	}
 	return nil, Keep, nil
@@ -46,6 +52,14 @@ func (m *sweepMutator) Mutate(old []byte, found bool) ([]byte, Op, error) {
 // Sweep returns the cursor to pass next time, or nil once the last record
 // has been examined.
 func (s *Store) Sweep(cursor []byte, limit int, idle func(key, val []byte) bool) (next []byte, res SweepResult, err error) {
+	return s.SweepThen(cursor, limit, idle, nil)
+}
+
+// SweepThen is Sweep, then, once the deletes are committed, calls deleted
+// (unless nil) with the key and the last value of each record deleted:
+// what the records held when they went, for who keeps account of them.
+// deleted must not keep its arguments.
+func (s *Store) SweepThen(cursor []byte, limit int, idle func(key, val []byte) bool, deleted func(key, val []byte)) (next []byte, res SweepResult, err error) {
 	if err := s.usable(); err != nil {
 		return cursor, res, err
 	}
@@ -91,7 +105,9 @@ func (s *Store) Sweep(cursor []byte, limit int, idle func(key, val []byte) bool)
 		return cursor, res, fmt.Errorf("storage: sweep: %w", err)
 	}
 	b := s.NewBatch()
-	m := &sweepMutator{idle: idle}
+	m := &sweepMutator{idle: idle, keep: deleted != nil}
+	var gone, goneVals []byte // the deleted keys and values, for deleted
+	var goneEnds [][2]int
 	start := 0
 	for _, end := range ends {
 		m.key = cands[start:end]
@@ -106,10 +122,19 @@ func (s *Store) Sweep(cursor []byte, limit int, idle func(key, val []byte) bool)
 			// lowered, so that no reader sees one without the other.
 			res.Deleted++
 			s.stats.sweptOut.Add(1)
+			if deleted != nil {
+				gone, goneVals = append(gone, m.key...), append(goneVals, m.old...)
+				goneEnds = append(goneEnds, [2]int{len(gone), len(goneVals)})
+			}
 		}
 	}
 	if err := b.Commit(); err != nil {
 		return cursor, res, err
+	}
+	k, v := 0, 0
+	for _, e := range goneEnds {
+		deleted(gone[k:e[0]], goneVals[v:e[1]])
+		k, v = e[0], e[1]
 	}
 	if !more {
 		return nil, res, nil
@@ -464,6 +489,38 @@ func (s *Store) Meta(name string) ([]byte, error) {
 // cluster topology), not a record. It goes straight to Pebble, beside the
 // commit queue, so it is not ordered with records.
 func (s *Store) SetMeta(name string, val []byte) error {
+	return s.UpdateMeta(map[string][]byte{name: val}, nil)
+}
+
+// ScanMeta calls fn with the name (without prefix) and value of each
+// value SetMeta or UpdateMeta stored under a name starting with prefix,
+// in name order, until fn returns false. fn must not keep val.
+func (s *Store) ScanMeta(prefix string, fn func(name string, val []byte) bool) error {
+	return s.withDB(func(db *pebble.DB) error {
+		lower := []byte(metaPrefix + prefix)
+		it, err := db.NewIter(&pebble.IterOptions{LowerBound: lower, UpperBound: prefixEnd(lower)})
+		if err != nil {
+			return fmt.Errorf("storage: read %s*: %w", prefix, err)
+		}
+		for ok := it.First(); ok; ok = it.Next() {
+			v, err := it.ValueAndErr()
+			if err != nil {
+				it.Close()
+				return fmt.Errorf("storage: read %s: %w", it.Key()[len(metaPrefix):], err)
+			}
+			if !fn(string(it.Key()[len(lower):]), v) {
+				break
+			}
+		}
+		if err := it.Close(); err != nil {
+			return fmt.Errorf("storage: read %s*: %w", prefix, err)
+		}
+		return nil
+	})
+}
+
+// withDB runs fn on Pebble, keeping Close from closing it meanwhile.
+func (s *Store) withDB(fn func(db *pebble.DB) error) error {
 	if err := s.usable(); err != nil {
 		return err
 	}
@@ -472,8 +529,40 @@ func (s *Store) SetMeta(name string, val []byte) error {
 	if s.dbClosed {
 		return ErrClosed
 	}
-	if err := s.db.Set([]byte(metaPrefix+name), val, pebble.Sync); err != nil {
-		return fmt.Errorf("storage: write %s: %w", name, err)
+	return fn(s.db)
+}
+
+// prefixEnd is the first key after every key starting with p.
+func prefixEnd(p []byte) []byte {
+	end := bytes.Clone(p)
+	for i := len(end) - 1; i >= 0; i-- {
+		if end[i] < 0xff {
+			end[i]++
+			return end[:i+1]
+		}
 	}
 	return nil
+}
+
+// UpdateMeta stores each value of set under its name and deletes the
+// values named in del, as SetMeta does but all at once: one synced write.
+func (s *Store) UpdateMeta(set map[string][]byte, del []string) error {
+	return s.withDB(func(db *pebble.DB) error {
+		b := db.NewBatch()
+		defer b.Close()
+		for name, v := range set {
+			if err := b.Set([]byte(metaPrefix+name), v, nil); err != nil {
+				return fmt.Errorf("storage: write %s: %w", name, err)
+			}
+		}
+		for _, name := range del {
+			if err := b.Delete([]byte(metaPrefix+name), nil); err != nil {
+				return fmt.Errorf("storage: delete %s: %w", name, err)
+			}
+		}
+		if err := b.Commit(pebble.Sync); err != nil {
+			return fmt.Errorf("storage: write %d values and delete %d: %w", len(set), len(del), err)
+		}
+		return nil
+	})
 }

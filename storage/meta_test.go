@@ -1,6 +1,7 @@
 package storage
 
 import (
+	"fmt"
 	"testing"
 
 	"github.com/cockroachdb/pebble/v2/vfs"
@@ -31,5 +32,36 @@ func TestMeta(t *testing.T) {
 	}
 	if s.Records() != 0 {
 		t.Fatalf("Records() = %d, want 0", s.Records())
+	}
+}
+
+// TestMetaScanUpdate: UpdateMeta sets and deletes at once, and ScanMeta
+// lists the names under a prefix, in order, and nothing else.
+func TestMetaScanUpdate(t *testing.T) {
+	fs := vfs.NewMem()
+	s := openMem(t, fs, SyncNo)
+	if err := s.UpdateMeta(map[string][]byte{"p.b": []byte("2"), "p.a": []byte("1"), "q": []byte("x"), "p.c": []byte("3")}, nil); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.UpdateMeta(map[string][]byte{"p.a": []byte("one")}, []string{"p.c", "p.none"}); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.Close(); err != nil {
+		t.Fatal(err)
+	}
+	s = openMem(t, fs, SyncNo)
+	defer s.Close()
+	var got []string
+	if err := s.ScanMeta("p.", func(name string, v []byte) bool {
+		got = append(got, name+"="+string(v))
+		return true
+	}); err != nil {
+		t.Fatal(err)
+	}
+	if want := "[a=one b=2]"; fmt.Sprint(got) != want {
+		t.Fatalf("ScanMeta(p.) = %v; want %s", got, want)
+	}
+	if v, err := s.Meta("q"); err != nil || string(v) != "x" {
+		t.Fatalf("Meta(q) = %q, %v", v, err)
 	}
 }

@@ -66,6 +66,7 @@ type config struct {
 	divvyMaxLine       byteSize
 	divvyMaxPipeline   int
 	policyMaxOverrides int
+	policyStatsDays    int
 	divvyTimeout       int
 
 	check              checkFlags
@@ -152,6 +153,7 @@ func newFlagSet(cfg *config, stderr io.Writer) *flag.FlagSet {
 	fs.StringVar(&cfg.logLevel, "log-level", "info", "log level: debug, info, warn or error")
 	fs.StringVar(&cfg.policyFile, "policy", "", "divvy rule file (.ini or .json) for HIT and the line protocol; reloaded on SIGHUP and POLICY RELOAD")
 	intVar(fs, &cfg.policyMaxOverrides, "policy-max-overrides", server.DefaultPolicyMaxOverrides, "most per-actor overrides (POLICY OVERRIDE) the server keeps; a new one past it gets an error reply")
+	intVar(fs, &cfg.policyStatsDays, "policy-stats-days", server.DefaultPolicyStatsDays, "days (UTC) of threshold data POLICY STATS keeps per rule label, today included, at most 366; older days are dropped")
 	addrVar(fs, &cfg.divvyAddr, "divvy-addr", "", "127.0.0.1:8321", true, "listen address for divvy's line protocol (conventionally 127.0.0.1:8321); empty turns it off")
 	fs.Var(&cfg.divvyMaxLine, "divvy-max-line", "longest line the divvy line protocol accepts")
 	intVar(fs, &cfg.divvyMaxPipeline, "divvy-max-pipeline", server.DefaultDivvyMaxPipeline, "most HIT lines of one divvy connection executed before their replies are sent and more are read")
@@ -213,10 +215,13 @@ func parseConfig(args []string, lookupEnv func(string) (string, bool), stderr io
 	if err := parseArgs(fs, args, lookupEnv); err != nil {
 		return cfg, err
 	}
-	for name, v := range map[string]int{"max-args": cfg.maxArgs, "maxclients": cfg.maxClients, "divvy-max-pipeline": cfg.divvyMaxPipeline, "policy-max-overrides": cfg.policyMaxOverrides, "rls-max-streams": cfg.rlsMaxStreams, "rls-max-descriptors": cfg.rlsMaxDescriptors} {
+	for name, v := range map[string]int{"max-args": cfg.maxArgs, "maxclients": cfg.maxClients, "divvy-max-pipeline": cfg.divvyMaxPipeline, "policy-max-overrides": cfg.policyMaxOverrides, "policy-stats-days": cfg.policyStatsDays, "rls-max-streams": cfg.rlsMaxStreams, "rls-max-descriptors": cfg.rlsMaxDescriptors} {
 		if v < 1 {
 			return cfg, fmt.Errorf("--%s %d: want at least 1", name, v)
 		}
+	}
+	if cfg.policyStatsDays > server.MaxPolicyStatsDays {
+		return cfg, fmt.Errorf("--policy-stats-days %d: want at most %d", cfg.policyStatsDays, server.MaxPolicyStatsDays)
 	}
 	for name, v := range map[string]byteSize{"max-bulk": cfg.maxBulk, "max-key-size": cfg.maxKeySize, "max-inline": cfg.maxInline, "max-query-buffer": cfg.maxQueryBuffer, "max-reply-buffer": cfg.maxReplyBuffer,
 		"cache-size": cfg.cacheSize, "memtable-size": cfg.memtableSize, "divvy-max-line": cfg.divvyMaxLine, "commit-queue-memory": cfg.commitQueueMem, "rls-max-message": cfg.rlsMaxMessage,

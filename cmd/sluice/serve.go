@@ -211,6 +211,7 @@ func serverConfig(cfg config, store *storage.Store, log *slog.Logger, password s
 
 		PolicyFile:         cfg.policyFile,
 		PolicyMaxOverrides: cfg.policyMaxOverrides,
+		PolicyStatsDays:    cfg.policyStatsDays,
 		Divvy: server.DivvyConfig{
 			MaxLine:     int(cfg.divvyMaxLine),
 			MaxPipeline: cfg.divvyMaxPipeline,

@@ -31,7 +31,7 @@ var builtin = map[string]*Doc{
 		Args: []Arg{{Name: "name", Type: "string", Optional: true}}},
 	"lastsave": {Summary: "Replies the Unix time of the last successful CHECKPOINT.", Group: "server"},
 	"debug":    {Summary: "A container for debugging commands, refused unless --enable-debug-command allows the client: DEBUG CLOCK-OFFSET and HELP.", Group: "server"},
-	"policy":   {Summary: "A container for the --policy rules and their dials: POLICY RELOAD, SHOW, LIMIT, ENFORCE, OVERRIDE and OVERRIDES.", Group: "server"},
+	"policy":   {Summary: "A container for the --policy rules and their dials: POLICY RELOAD, SHOW, LIMIT, ENFORCE, OVERRIDE, OVERRIDES and STATS.", Group: "server"},
 }
 
 // builtinSubs are the subcommands of the container commands. The
@@ -119,6 +119,9 @@ var builtinSubs = map[string][]Sub{
 			Args: []Arg{{Name: "label", Type: "string"},
 				{Name: "cursor", Type: "string", Token: "CURSOR", Optional: true},
 				{Name: "count", Type: "integer", Token: "COUNT", Optional: true}}}},
+		{Name: "policy|stats", Arity: -3, Flags: []string{"admin"}, Doc: Doc{Summary: "Replies a label's threshold data over the retained days (--policy-stats-days): actor-windows seen and refused, distinct actors seen and refused, quantiles of peak used; WHATIF adds the shares of windows and of actors a limit would have refused.", Group: "server",
+			Args: []Arg{{Name: "label", Type: "string"},
+				{Name: "whatif", Type: "integer", Token: "WHATIF", Optional: true}}}},
 	},
 }
 

@@ -65,6 +65,13 @@ type Config struct {
 	// MaxOverrides is the most per-actor overrides (POLICY OVERRIDE) kept
 	// (--policy-max-overrides); default DefaultMaxOverrides.
 	MaxOverrides int64
+	// StatsDays is the days of threshold data (POLICY STATS) kept
+	// (--policy-stats-days); default DefaultStatsDays, at most
+	// MaxStatsDays.
+	StatsDays int
+	// StatsFlush is how long after a window ends the threshold data in
+	// memory are stored, at most; default StatsFlushInterval.
+	StatsFlush time.Duration
 }
 
 // Cluster is what the engine asks of cluster mode. The cluster code
@@ -93,6 +100,7 @@ type Engine struct {
 	storeAllowed atomic.Int64
 	dials        dials     // POLICY LIMIT and ENFORCE (dials.go)
 	ov           overrides // POLICY OVERRIDE (overrides.go)
+	stats        stats     // POLICY STATS (stats.go)
 	// afterOverrideRead, set by tests only, runs between a new counter's
 	// read of its override and its creation.
 	afterOverrideRead func()
@@ -110,7 +118,15 @@ func New(cfg Config) *Engine {
 		cfg.MaxOverrides = DefaultMaxOverrides
 	}
 	e := &Engine{store: cfg.Store, clock: cfg.Clock, maxKeySize: cfg.MaxKeySize, onStoreError: cfg.OnStoreError, cluster: cfg.Cluster}
+	if cfg.StatsDays <= 0 {
+		cfg.StatsDays = DefaultStatsDays
+	}
+	cfg.StatsDays = min(cfg.StatsDays, MaxStatsDays)
+	if cfg.StatsFlush <= 0 {
+		cfg.StatsFlush = StatsFlushInterval
+	}
 	e.ov.max = cfg.MaxOverrides
+	e.stats.days, e.stats.every = int64(cfg.StatsDays), cfg.StatsFlush
 	return e
 }
 

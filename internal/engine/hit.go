@@ -31,6 +31,9 @@ type hits struct {
 	// done holds the outcomes of this round's hits until its changes are
 	// committed; the metrics count only what clients were told.
 	done []hitDone
+	// ends holds the windows this round's hits ended, for the threshold
+	// data once the round's changes are stored (stats.go).
+	ends []windowEnd
 	// lastMode is the enforcement of the last hit, for DenyLast.
 	lastMode Mode
 }
@@ -66,11 +69,14 @@ func (h *hits) trim(keep int) {
 	if cap(h.done)*hitDoneSize > keep {
 		h.done = nil
 	}
+	if cap(h.ends)*windowEndSize > keep {
+		h.ends = nil
+	}
 	h.m.c.Shrink(keep)
 }
 
 func (h *hits) footprint() int {
-	return 8*cap(h.canaries) + cap(h.id) + cap(h.key) + cap(h.okey) + cap(h.m.marked) + hitDoneSize*cap(h.done) + h.m.c.Footprint()
+	return 8*cap(h.canaries) + cap(h.id) + cap(h.key) + cap(h.okey) + cap(h.m.marked) + hitDoneSize*cap(h.done) + windowEndSize*cap(h.ends) + h.m.c.Footprint()
 }
 
 // ruleMutator applies one hit of one rule to its stored counter, whatever
@@ -226,7 +232,7 @@ func (r *Round) hitRule(lp *rules.Set, rule *policy.Rule, req policy.Request, hi
 	}
 	r.lastMode = mode
 	c := &r.m.c
-	c.Rule, c.Hits, c.Now = rule, hits, now
+	c.Rule, c.Hits, c.Now, c.Ended = rule, hits, now, false
 	var quota policy.QuotaStatus
 	c.Limit, quota = rule.Limit(req)
 	if mode == Off {
@@ -251,6 +257,8 @@ func (r *Round) hitRule(lp *rules.Set, rule *policy.Rule, req policy.Request, hi
 			c.Out = o
 		} else if err := r.count1(rule); err != nil {
 			return policy.Outcome{}, err
+		} else {
+			r.noteEnd(rule)
 		}
 		d.wrote = r.b.Len() > before
 	} else if _, _, err := c.Apply(nil, false); err != nil {
@@ -340,10 +348,13 @@ func (r *Round) DenyLast() (allowed, shadowed bool) {
 // hit in its metrics, not the owner.
 func (r *Round) ApplyCounter(key []byte, rule *policy.Rule, limit, hits, now int64, id []byte) (policy.Outcome, error) {
 	m := &r.m.c
-	m.Rule, m.Limit, m.Hits, m.Now, m.ID = rule, limit, hits, now, id
+	m.Rule, m.Limit, m.Hits, m.Now, m.ID, m.Ended = rule, limit, hits, now, id, false
 	r.m.base, r.m.lookup, r.m.ov = limit, lookupNone, &r.e.ov
 	err := r.Limit(key, &r.m) // one operation, counted
-	m.ID = nil                // aliases the caller's arguments
+	if err == nil {
+		r.noteEnd(rule) // the owner keeps the threshold data of its counters
+	}
+	m.ID = nil // aliases the caller's arguments
 	if err != nil {
 		return policy.Outcome{}, err
 	}

@@ -159,6 +159,7 @@ func (r *Round) Commit() (ok bool, err error) {
 	r.wrote = 0
 	r.End()
 	r.settle(ok && !r.failed)
+	r.settleEnds(err == nil)
 	r.failed = false
 	return ok, err
 }

@@ -1,6 +1,7 @@
 // Package policycmd is POLICY's subcommands that show the rules and
 // change their dials (issue 30) over RESP: POLICY SHOW, POLICY LIMIT,
-// POLICY ENFORCE, POLICY OVERRIDE and POLICY OVERRIDES. The dials
+// POLICY ENFORCE, POLICY OVERRIDE and POLICY OVERRIDES, and the rules'
+// threshold data, POLICY STATS. The dials
 // themselves are the engine's (engine.SetLimit, engine.SetEnforcement,
 // engine.SetOverride), kept in the store and read by every rule front
 // end's hits; this package parses, answers and logs each change. POLICY
@@ -81,7 +82,7 @@ func (c *Commands) audit(who Who, change int, attrs ...any) {
 const maxLabel = 255
 
 // usage is the error of a subcommand that is none of these.
-var usage = errs.New(errs.Request, "unknown POLICY subcommand or wrong number of arguments; expected POLICY RELOAD, POLICY SHOW, POLICY LIMIT <label> <creditLimit> [<resetSeconds>], POLICY LIMIT <label> RESET, POLICY ENFORCE [on|shadow|off], POLICY OVERRIDE <label> <actor> [<limit>|RESET] or POLICY OVERRIDES <label> [CURSOR <cursor>] [COUNT <count>]")
+var usage = errs.New(errs.Request, "unknown POLICY subcommand or wrong number of arguments; expected POLICY RELOAD, POLICY SHOW, POLICY LIMIT <label> <creditLimit> [<resetSeconds>], POLICY LIMIT <label> RESET, POLICY ENFORCE [on|shadow|off], POLICY OVERRIDE <label> <actor> [<limit>|RESET], POLICY OVERRIDES <label> [CURSOR <cursor>] [COUNT <count>] or POLICY STATS <label> [WHATIF <limit>]")
 
 // Run runs POLICY args[1] with args[2:] (args[0] is POLICY) for who and
 // appends its reply to x.Out, or returns the error to answer.
@@ -97,6 +98,8 @@ func (c *Commands) Run(x *dispatch.Ctx, who Who, args [][]byte) error {
 		return c.override(x, who, args[2:])
 	case len(args) >= 3 && len(args) <= 7 && resp.EqualFold(args[1], "overrides"):
 		return c.overrides(x, args[2:])
+	case len(args) >= 3 && resp.EqualFold(args[1], "stats"):
+		return c.stats(x, args[2:])
 	}
 	return usage
 }

@@ -1,7 +1,7 @@
 // Package policyhttp is the rules' dials over HTTP, for tooling: the
 // enforcement mode, the runtime limits and the per-actor overrides of
 // POLICY ENFORCE, POLICY LIMIT and POLICY OVERRIDE under /v1/policy/, with
-// JSON bodies. Every change goes through
+// JSON bodies, and the threshold data of POLICY STATS. Every change goes through
 // policycmd.Commands, so it is stored, applied and audited as over RESP.
 // The server mounts the Handler on its HTTP port behind the password and
 // TLS checks of /backup; the handler itself checks nothing of the client.
@@ -17,6 +17,7 @@
 //	GET    /v1/policy/overrides/{label}/{actor...}  {"label": ..., "actor": ..., "limit": 5}
 //	PUT    /v1/policy/overrides/{label}/{actor...}  {"limit": 5}
 //	DELETE /v1/policy/overrides/{label}/{actor...}  {"label": ..., "actor": ..., "reset": true}
+//	GET    /v1/policy/stats/{label}?whatif=50  {"label": ..., "windows": ..., "whatif": {...}}
 //
 // Errors are {"error": "..."} with 400 for a bad request, 404 for a label
 // with no runtime limit or an actor with no override, 503 when the store
@@ -62,6 +63,7 @@ func New(c *policycmd.Commands, user string) *Handler {
 	h.mux.HandleFunc("GET /v1/policy/overrides/{label}/{actor...}", h.getOverride)
 	h.mux.HandleFunc("PUT /v1/policy/overrides/{label}/{actor...}", h.putOverride)
 	h.mux.HandleFunc("DELETE /v1/policy/overrides/{label}/{actor...}", h.deleteOverride)
+	h.mux.HandleFunc("GET /v1/policy/stats/{label}", h.getStats)
 	return h
 }
 

@@ -123,7 +123,8 @@ func (s *Server) sweepPass(rate int, stop <-chan struct{}) error {
 	t0 := time.Now()
 	var scanned, deleted int64
 	for {
-		next, res, err := s.store.Sweep(sw.cursor, sweepStep, s.idleFunc())
+		lp := s.pol.Current()
+		next, res, err := s.store.SweepThen(sw.cursor, sweepStep, s.idleFunc(), func(k, v []byte) { s.eng.Swept(lp, k, v) })
 		scanned += int64(res.Scanned)
 		deleted += int64(res.Deleted)
 		if err != nil {
