@@ -9,8 +9,8 @@ const MaxCompactionConcurrency = 64
 // level 0 is compacted into), smaller than its defaults (2 and 4 MiB): see
 // compactionOptions. The levels below the base keep Pebble's defaults.
 const (
-	l0TargetFileSize   = 256 << 10
-	baseTargetFileSize = 512 << 10
+	l0TargetFileSize   = 512 << 10
+	baseTargetFileSize = 1 << 20
 )
 
 // compactionOptions lets Pebble run k compactions at once, and cuts the
@@ -25,13 +25,16 @@ const (
 // not compacting. What bounds the pieces is the width of the tables: a
 // flush cuts its output at l0TargetFileSize (and at the flush split keys,
 // every FlushSplitBytes of level 0 per sublevel), so a 16 MiB memtable of
-// uniform keys, about 3 MiB of tables, becomes about 13 tables, each over
-// a thirteenth of the key space; base tables of baseTargetFileSize keep a
-// column's compaction to the base tables it overlaps (a million buckets
-// take about 9 MiB there, 18 tables). The range is k, k: Pebble raises
-// the concurrency from the lower bound only past 10 sublevels of level 0
-// (L0CompactionConcurrency), too late for a store whose compactions must
-// keep up with every core's writes.
+// uniform keys, about 3.3 MiB of tables, becomes about 7 tables; base
+// tables of baseTargetFileSize keep a column's compaction to the base
+// tables it overlaps (a million buckets take about 9 MiB there). Over a
+// million buckets that makes about 8 compactions of level 0, the biggest
+// a quarter of the work (docs/benchmarks.md). Smaller tables would make
+// more, smaller pieces, but cost the flush, which runs one at a time,
+// more per key. The range is k, k: Pebble raises the concurrency from the
+// lower bound only past 10 sublevels of level 0 (L0CompactionConcurrency),
+// too late for a store whose compactions must keep up with every core's
+// writes.
 func compactionOptions(po *pebble.Options, k int) {
 	po.CompactionConcurrencyRange = func() (int, int) { return k, k }
 	po.TargetFileSizes[0] = l0TargetFileSize

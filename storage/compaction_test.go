@@ -9,14 +9,14 @@ import (
 
 // TestCompactionsRunAtOnce checks that a store's compactions out of level
 // 0 do not run one at a time: with uniform writes over a store of 300000
-// buckets, Pebble's picker finds as many disjoint pieces of level 0 as the
-// store's CompactionConcurrency, 4, and starts them together, with the
-// table sizes a server uses. The gate holds the compactions back while
+// buckets, and the table sizes a server uses, Pebble's picker finds
+// disjoint pieces of level 0 (3 here), and starts as many as the store's
+// CompactionConcurrency, 2, together. The gate holds the compactions back while
 // level 0 is flushed into two sublevels (what makes Pebble compact it),
 // then counts those it starts at once. Every record is still there
 // afterwards.
 func TestCompactionsRunAtOnce(t *testing.T) {
-	const k, buckets, changed = 4, 300_000, 60_000
+	const k, buckets, changed = 2, 300_000, 60_000
 	recs := newStageRecordsOf(buckets)
 	g := &compactionGate{}
 	o := Options{fs: vfs.NewMem(), MemTableSize: 64 << 20, CompactionConcurrency: k}
