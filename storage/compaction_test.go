@@ -9,14 +9,14 @@ import (
 
 // TestCompactionsRunAtOnce checks that a store's compactions out of level
 // 0 do not run one at a time: with uniform writes over a store of 300000
-// buckets, and the table sizes a server uses, Pebble's picker finds
-// disjoint pieces of level 0 (3 here), and starts as many as the store's
-// CompactionConcurrency, 2, together. The gate holds the compactions back while
-// level 0 is flushed into two sublevels (what makes Pebble compact it),
-// then counts those it starts at once. Every record is still there
+// buckets, and the table sizes of a store that runs 4 compactions at once,
+// Pebble's picker finds disjoint pieces of level 0 (3 here) and starts
+// more than one of them together. The gate holds the compactions back
+// while level 0 is flushed into two sublevels (what makes Pebble compact
+// it), then counts those it starts at once. Every record is still there
 // afterwards.
 func TestCompactionsRunAtOnce(t *testing.T) {
-	const k, buckets, changed = 2, 300_000, 60_000
+	const k, buckets, changed = 4, 300_000, 60_000
 	recs := newStageRecordsOf(buckets)
 	g := &compactionGate{}
 	o := Options{fs: vfs.NewMem(), MemTableSize: 64 << 20, CompactionConcurrency: k}
@@ -40,12 +40,12 @@ func TestCompactionsRunAtOnce(t *testing.T) {
 		}
 	}
 	g.take()
-	if n := g.setOpen(true); n != k {
-		t.Errorf("Pebble started %d compactions at once out of a level 0 of two sublevels, want %d (the store's CompactionConcurrency)", n, k)
+	if n := g.setOpen(true); n < 2 || n > k {
+		t.Errorf("Pebble started %d compactions at once out of a level 0 of two sublevels, want 2 to %d (the store's CompactionConcurrency)", n, k)
 	}
 	compactAll(t, s)
-	if st := g.take(); st.maxInFlight < k {
-		t.Errorf("at most %d compactions ran at once, want %d", st.maxInFlight, k)
+	if st := g.take(); st.maxInFlight < 2 {
+		t.Errorf("at most %d compactions ran at once, want 2 or more", st.maxInFlight)
 	}
 	it, err := s.db.NewIter(nil)
 	if err != nil {
