@@ -439,11 +439,12 @@ func applyRounds(b testing.TB, s *Store, recs *stageRecords, keys [][]byte) {
 // BenchmarkPebbleCompaction is Pebble's compaction of the changed keys of
 // four 16 MiB memtables (4 × 180000 keys, uniform), flushed to level 0 as
 // four sublevels, with the million records below them in the base level
-// (about 70 MB: the last level, below LBaseMaxBytes), as Pebble compacts
-// a store of a million buckets under uniform writes: every flush spans
-// the whole key space. Pebble's own picker does the work, with up to
-// compactions=K of them at once (Options.CompactionConcurrency, as a
-// server of GOMAXPROCS K runs): a gate (compactionGate) holds its
+// (about 9 MiB of tables: the last level, below LBaseMaxBytes), as Pebble
+// compacts a store of a million buckets under uniform writes: every
+// flush spans the whole key space. Pebble's own picker does the work,
+// with up to compactions=K of them at once (Options.CompactionConcurrency,
+// and the table sizes that go with it, as a server of GOMAXPROCS K runs;
+// see compactionOptions): a gate (compactionGate) holds its
 // compactions back while the memtables are flushed, and the timer runs
 // from its opening until level 0 is compacted. With -cpu 1 the
 // compactions share one core: cpu-ns/key is the work of them all per
@@ -453,7 +454,9 @@ func applyRounds(b testing.TB, s *Store, recs *stageRecords, keys [][]byte) {
 // max(1/K, largest-share): with K cores the stage takes at least the
 // longer of its work spread over K and its biggest compaction, so its
 // ceiling is 1e9/serial-ns/key, K × the one-core rate when the pieces
-// are even.
+// are even. serial-ns/key counts only the changed keys whose tables were
+// compacted (l0-done, the share of level 0's bytes: Pebble leaves the
+// last sublevel's stragglers for the next flush).
 func BenchmarkPebbleCompaction(b *testing.B) {
 	recs := newStageRecords()
 	for _, k := range []int{1, 2, 4, 8, 16} {
