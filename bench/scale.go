@@ -100,14 +100,20 @@ type scaleReport struct {
 }
 
 // serialStagesFor are the stage benchmarks whose ceilings bound a server
-// on cpus cores: each stage runs on one goroutine, beside the others.
-// The committers' round (BenchmarkCommittersRound, which includes
-// Pebble's commit: the WAL append and the memtable inserts) is split
-// among as many committers as a server on cpus cores runs by default
-// (one per core, at most 16 here), and what bounds the server is the
-// busiest committer's share (serial-ns/key, per changed key of the whole
-// round); Pebble's flush and its compaction each run on their own
-// goroutine, one at a time.
+// on cpus cores: each stage runs on one goroutine, beside the others, or
+// is split among k of them, where k is what a server on cpus cores runs
+// by default (one per core; a power of two here, at most 16). The
+// committers' round (BenchmarkCommittersRound, which includes Pebble's
+// commit: the WAL append and the memtable inserts) is split among k
+// committers, and what bounds the server is the busiest committer's share
+// (serial-ns/key, per changed key of the whole round). Pebble's flush runs
+// on one goroutine, one at a time. Its compactions run k at once
+// (storage.Options.CompactionConcurrency), each over its own key range of
+// level 0 and the base level: on k cores they take at least their work
+// spread over k, or the biggest compaction alone if that is longer, so
+// what bounds the server is their CPU per changed key times the larger of
+// 1/k and the biggest one's share (BenchmarkPebbleCompaction's
+// serial-ns/key): k times the one-core rate when the pieces are even.
 func serialStagesFor(cpus int) []stageResult {
 	k := 1
 	for k*2 <= min(cpus, 16) {
@@ -116,7 +122,7 @@ func serialStagesFor(cpus int) []stageResult {
 	return []stageResult{
 		{Name: fmt.Sprintf("the busiest of %d committers (read, sort, encode, Pebble commit: WAL append and memtable insert, mark clean), its share of a round of 8192 keys", k), Bench: fmt.Sprintf("BenchmarkCommittersRound/committers=%d/keys=8192", k), CPUUnit: "serial-ns/key"},
 		{Name: "Pebble flush of a memtable", Bench: "BenchmarkPebbleFlush"},
-		{Name: "Pebble compaction of four memtables into the last level", Bench: "BenchmarkPebbleCompaction"},
+		{Name: fmt.Sprintf("Pebble compactions of four flushed memtables into the base level, %d at once over disjoint key ranges: the larger of 1/%d of their work and the biggest one's share", k, k), Bench: fmt.Sprintf("BenchmarkPebbleCompaction/compactions=%d", k), CPUUnit: "serial-ns/key"},
 	}
 }
 
@@ -379,7 +385,7 @@ func scaleMarkdown(rep scaleReport) string {
 	if rep.Load[0] != "" {
 		fmt.Fprintf(&b, "\nload average at the start: %s; at the end: %s\n", rep.Load[0], rep.Load[1])
 	}
-	fmt.Fprintf(&b, "\nSerial stages of the write path, each benchmark alone on one core (`go test -run '^$' -bench <stage> -cpu 1 -count %d ./storage`, median per changed key of wall time and of the benchmark process's CPU time, every thread, of which for the committers the busiest one's share; a stage's ceiling is 1e9 / its CPU ns per changed key, since the load of others on the machine inflates the wall time):\n\n", stageCount)
+	fmt.Fprintf(&b, "\nSerial stages of the write path, each benchmark alone on one core (`go test -run '^$' -bench <stage> -cpu 1 -count %d ./storage`, median per changed key of wall time and of the benchmark process's CPU time, every thread, of which for the committers the busiest one's share, for the compactions, which run as many at once as committers, the larger of 1/that many and the biggest one's share; a stage's ceiling is 1e9 / its CPU ns per changed key, since the load of others on the machine inflates the wall time):\n\n", stageCount)
 	b.WriteString("| stage | benchmark | ns per changed key | CPU ns per changed key | ceiling, keys/s on one core |\n|---|---|---:|---:|---:|\n")
 	for _, s := range rep.Stages {
 		fmt.Fprintf(&b, "| %s | %s | %.0f | %.0f | %.0f |\n", s.Name, s.Bench, s.NsKey, s.CPUNsKey, s.ceiling())

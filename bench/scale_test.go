@@ -75,6 +75,11 @@ func TestSerialStagesFollowCores(t *testing.T) {
 		if got := serialStagesFor(cpus)[0]; !strings.Contains(got.Bench, want) || got.CPUUnit != "serial-ns/key" {
 			t.Errorf("%d cores: committer stage %+v, want %s", cpus, got, want)
 		}
+		// As many compactions at once as committers.
+		want = "compactions=" + strings.TrimPrefix(want, "committers=")
+		if got := serialStagesFor(cpus)[2]; got.Bench != "BenchmarkPebbleCompaction/"+strings.TrimSuffix(want, "/") || got.CPUUnit != "serial-ns/key" {
+			t.Errorf("%d cores: compaction stage %+v, want %s", cpus, got, want)
+		}
 	}
 }
 

@@ -91,6 +91,10 @@ func OpenContext(ctx context.Context, dir string, o Options) (*Store, error) {
 		o.Committers = runtime.GOMAXPROCS(0)
 	}
 	o.Committers = min(o.Committers, MaxCommitters, o.Partitions)
+	if o.CompactionConcurrency <= 0 {
+		o.CompactionConcurrency = runtime.GOMAXPROCS(0)
+	}
+	o.CompactionConcurrency = min(o.CompactionConcurrency, MaxCompactionConcurrency)
 	if o.CacheMemory == 0 {
 		switch {
 		case o.CacheEntries > 0:
@@ -228,6 +232,10 @@ func (s *Store) openPebble(ctx context.Context, base vfs.FS) (err error) {
 	// Most records sit in the last level, which Zstd compresses to about
 	// two thirds of what the default does; upper levels stay fast.
 	po.ApplyCompressionSettings(func() pebble.DBCompressionSettings { return pebble.DBCompressionBalanced })
+	compactionOptions(po, o.CompactionConcurrency)
+	if o.pebble != nil {
+		o.pebble(po)
+	}
 	db, err := pebble.Open(dir, po)
 	if err != nil {
 		if lockHeld(err) {

@@ -40,9 +40,12 @@ type stageRecords struct {
 	val  []byte
 }
 
-func newStageRecords() *stageRecords {
+func newStageRecords() *stageRecords { return newStageRecordsOf(stageKeys) }
+
+// newStageRecordsOf is newStageRecords of n buckets.
+func newStageRecordsOf(n int) *stageRecords {
 	p := bucket.Params{Max: 100, RefillAmount: 100, RefillMs: 60_000}
-	r := &stageRecords{keys: make([][]byte, stageKeys)}
+	r := &stageRecords{keys: make([][]byte, n)}
 	for i := range r.keys {
 		r.keys[i] = keyspace.AppendBucketKey(nil, p, fmt.Appendf(nil, "k:%d", i))
 	}
@@ -118,7 +121,7 @@ func settle(b *testing.B, s *Store, written *int, n int) {
 
 // compactAll compacts every record into the last level, as a store that
 // has settled.
-func compactAll(b *testing.B, s *Store) {
+func compactAll(b testing.TB, s *Store) {
 	b.Helper()
 	if err := s.db.Compact(context.Background(), nil, recordsEnd, false); err != nil {
 		b.Fatal(err)
@@ -420,7 +423,7 @@ func BenchmarkPebbleFlush(b *testing.B) {
 
 // applyRounds applies keys to Pebble through the committer's apply, in
 // sorted rounds of 8192 as the committer writes them.
-func applyRounds(b *testing.B, s *Store, recs *stageRecords, keys [][]byte) {
+func applyRounds(b testing.TB, s *Store, recs *stageRecords, keys [][]byte) {
 	b.Helper()
 	for len(keys) > 0 {
 		n := min(len(keys), 8192)
@@ -434,34 +437,116 @@ func applyRounds(b *testing.B, s *Store, recs *stageRecords, keys [][]byte) {
 }
 
 // BenchmarkPebbleCompaction is Pebble's compaction of the changed keys of
-// four memtables (4 × 180000, L0CompactionThreshold's worth of 16 MiB
-// memtables), flushed to level 0, with the million records below them in
-// the last level, into the last level, as Pebble compacts a store of a
-// million buckets under uniform writes: the keys of level 0 span the whole
-// key space, so each compaction rewrites the whole last level (with about
-// 70 MB of records, below LBaseMaxBytes, the last level is the base
-// level). Pebble runs one compaction at a time by default
-// (CompactionConcurrencyRange 1, 1). The changed keys go into one big
-// memtable (64 MiB) and one level 0 table, so that Pebble does not start
-// a compaction of its own before the timed one.
+// four 16 MiB memtables (4 × 180000 keys, uniform), flushed to level 0 as
+// four sublevels, with the million records below them in the base level
+// (about 9 MiB of tables: the last level, below LBaseMaxBytes), as Pebble
+// compacts a store of a million buckets under uniform writes: every
+// flush spans the whole key space. Pebble's own picker does the work,
+// with up to compactions=K of them at once (Options.CompactionConcurrency,
+// and the table sizes that go with it, as a server of GOMAXPROCS K runs;
+// see compactionOptions): a gate (compactionGate) holds its
+// compactions back while the memtables are flushed, and the timer runs
+// from its opening until level 0 is compacted. With -cpu 1 the
+// compactions share one core: cpu-ns/key is the work of them all per
+// changed key. It also reports how many compactions each round took,
+// the most that ran at once (in-flight), the biggest one's share of
+// the bytes they read (largest-share), and serial-ns/key, cpu-ns/key ×
+// max(1/K, largest-share): with K cores the stage takes at least the
+// longer of its work spread over K and its biggest compaction, so its
+// ceiling is 1e9/serial-ns/key, K × the one-core rate when the pieces
+// are even. serial-ns/key counts only the changed keys whose tables were
+// compacted (l0-done, the share of level 0's bytes: Pebble leaves the
+// last sublevel's stragglers for the next flush).
 func BenchmarkPebbleCompaction(b *testing.B) {
 	recs := newStageRecords()
-	const n = 4 * 180_000
-	s := openStageWith(b, Options{Sync: SyncEverySec, MemTableSize: 64 << 20})
+	for _, k := range []int{1, 2, 4, 8, 16} {
+		b.Run(fmt.Sprintf("compactions=%d", k), func(b *testing.B) { pebbleCompactions(b, recs, k) })
+	}
+}
+
+// compactionMemtables and compactionMemtableKeys are the level 0 that
+// BenchmarkPebbleCompaction compacts: L0CompactionThreshold's worth of
+// default memtables, each flushed by itself.
+const (
+	compactionMemtables    = 4
+	compactionMemtableKeys = 180_000
+)
+
+func pebbleCompactions(b *testing.B, recs *stageRecords, k int) {
+	const n = compactionMemtables * compactionMemtableKeys
+	g := &compactionGate{}
+	// A big memtable, so that Pebble never flushes on its own: the
+	// benchmark flushes every compactionMemtableKeys.
+	o := Options{Sync: SyncEverySec, MemTableSize: 64 << 20, CompactionConcurrency: k}
+	g.options(&o)
+	s := openStageWith(b, o)
+	g.setOpen(true)
 	applyRounds(b, s, recs, recs.keys)
+	if err := s.db.Flush(); err != nil {
+		b.Fatal(err)
+	}
+	var total compactionStats
+	var l0Bytes uint64
 	b.ReportAllocs()
 	clk := newStageClock(b)
 	for i := 0; b.Loop(); i++ {
 		clk.stop()
-		compactAll(b, s)
-		applyRounds(b, s, recs, recs.round(i+1, n))
-		if err := s.db.Flush(); err != nil {
-			b.Fatal(err)
+		compactAll(b, s) // what the last round left in level 0, if any
+		g.setOpen(false)
+		for j := range compactionMemtables {
+			applyRounds(b, s, recs, recs.round(1+i*compactionMemtables+j, compactionMemtableKeys))
+			if err := s.db.Flush(); err != nil {
+				b.Fatal(err)
+			}
 		}
+		l0Bytes += uint64(s.db.Metrics().Levels[0].TablesSize)
+		g.take()
 		clk.start()
-		compactAll(b, s)
+		g.setOpen(true)
+		waitLevel0(b, s, g)
+		clk.stop()
+		st := g.take()
+		total.compactions += st.compactions
+		total.maxInFlight = max(total.maxInFlight, st.maxInFlight)
+		total.inputBytes += st.inputBytes
+		total.fromL0Bytes += st.fromL0Bytes
+		total.largest = max(total.largest, st.largest)
+		clk.start()
 	}
 	clk.report(n, "key")
+	// Level 0 tables left for the next round (a sublevel's edges) are
+	// counted as keys not compacted.
+	done := float64(total.fromL0Bytes) / float64(l0Bytes)
+	cpuKey := float64(clk.cpu.Nanoseconds()) / (float64(b.N) * n * done)
+	share := float64(total.largest) / (float64(total.inputBytes) / float64(b.N))
+	b.ReportMetric(done, "l0-done")
+	b.ReportMetric(float64(total.compactions)/float64(b.N), "compactions")
+	b.ReportMetric(float64(total.maxInFlight), "in-flight")
+	b.ReportMetric(share, "largest-share")
+	b.ReportMetric(cpuKey*max(1/float64(k), share), "serial-ns/key")
+}
+
+// waitLevel0 waits until Pebble has no compaction running or to start:
+// level 0 is down to one sublevel, which Pebble leaves until the next
+// flush (L0CompactionThreshold), and the gate has none running. It looks
+// at Pebble's metrics, which take a while to gather, only once the gate
+// has none running, and otherwise when a compaction ends or every 10 ms.
+func waitLevel0(b *testing.B, s *Store, g *compactionGate) {
+	b.Helper()
+	for {
+		g.mu.Lock()
+		running := g.mu.running
+		g.mu.Unlock()
+		if running == 0 {
+			if m := s.db.Metrics(); m.Compact.NumInProgress == 0 && m.Levels[0].Sublevels < 2 {
+				return
+			}
+		}
+		select {
+		case <-g.ended:
+		case <-time.After(10 * time.Millisecond):
+		}
+	}
 }
 
 // BenchmarkStoreUniform is the whole store in its steady state under
@@ -491,6 +576,21 @@ func BenchmarkStoreUniformMemtable(b *testing.B) {
 	for _, mib := range []int64{16, 64} {
 		b.Run(fmt.Sprintf("memtable=%dMiB", mib), func(b *testing.B) {
 			storeUniform(b, recs, Options{Sync: SyncEverySec, MemTableSize: mib << 20})
+		})
+	}
+}
+
+// BenchmarkStoreUniformCompactions is BenchmarkStoreUniform with 1, 2 and
+// 4 compactions at once (Options.CompactionConcurrency; a server's is
+// GOMAXPROCS). With -cpu 1 it shows what running them at once costs in
+// all: a range compacted while another is, rather than after it, may
+// have gathered fewer sublevels, so that the base tables it rewrites
+// bring fewer changed keys (compacted-B/key).
+func BenchmarkStoreUniformCompactions(b *testing.B) {
+	recs := newStageRecords()
+	for _, k := range []int{1, 2, 4} {
+		b.Run(fmt.Sprintf("compactions=%d", k), func(b *testing.B) {
+			storeUniform(b, recs, Options{Sync: SyncEverySec, CompactionConcurrency: k})
 		})
 	}
 }

@@ -135,6 +135,10 @@ type Options struct {
 	// Zero means GOMAXPROCS at Open; at most MaxCommitters, and at most
 	// Partitions. MaxQueued and MaxQueuedBytes are shared among them.
 	Committers int
+	// CompactionConcurrency is how many compactions Pebble runs at once,
+	// each over its own range of keys (see compactionOptions). Zero means
+	// GOMAXPROCS at Open; at most MaxCompactionConcurrency.
+	CompactionConcurrency int
 	// Partition maps a record key to its partition, 0 to Partitions-1
 	// (others are taken modulo Partitions); committer i of K writes the
 	// partitions from i×Partitions/K to (i+1)×Partitions/K - 1, and
@@ -176,6 +180,9 @@ type Options struct {
 	Class func(key []byte) int
 
 	fs vfs.FS // tests in this package: any Pebble filesystem
+	// pebble, if set, changes Pebble's options before Open: tests in this
+	// package hold back its compactions or watch them.
+	pebble func(*pebble.Options)
 	// afterKey, if set, runs in the committer after it has read each key
 	// of a round: tests in this package interleave a transaction there.
 	afterKey func(key []byte)

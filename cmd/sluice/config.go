@@ -51,6 +51,7 @@ type config struct {
 	memtableSize    byteSize
 	commitQueueMem  byteSize
 	committers      int
+	compactions     int // --store-compaction-concurrency
 	memoryLimit     memoryLimit
 	shutdownTimeout time.Duration
 	sweepInterval   time.Duration
@@ -142,6 +143,7 @@ func newFlagSet(cfg *config, stderr io.Writer) *flag.FlagSet {
 	fs.Var(&cfg.memtableSize, "memtable-size", "Pebble memtable size")
 	fs.Var(&cfg.commitQueueMem, "commit-queue-memory", "most bytes of written records (keys and values) waiting to be written to Pebble; a command that would pass it waits for the disk; bounds what large sliding logs cost")
 	intVar(fs, &cfg.committers, "committers", 0, fmt.Sprintf("goroutines that write changes to the store, each those of its range of hash slots, sharing --commit-queue-memory; 0 is GOMAXPROCS (the CPU limit, or the machine's cores), at most %d", storage.MaxCommitters))
+	intVar(fs, &cfg.compactions, "store-compaction-concurrency", 0, fmt.Sprintf("Pebble compactions that run at once, each over its own key range; 0 is GOMAXPROCS (the CPU limit, or the machine's cores), at most %d", storage.MaxCompactionConcurrency))
 	fs.Var(&cfg.memoryLimit, "memory-limit", "the Go runtime's soft memory limit: auto computes the sizing rule from the memory flags (docs/operations.md, Sizing), 0 sets none, or a size; the GOMEMLIMIT environment variable wins over it")
 	fs.Var(&cfg.keyFilterSize, "key-filter-size", "in-memory filter of stored keys that spares a disk lookup for new buckets (about 10 bits per key); 0 turns it off")
 	durationVar(fs, &cfg.shutdownTimeout, "shutdown-timeout", server.DefaultShutdownTimeout, "on SIGTERM, the most the shutdown takes: connections finish their last pipeline, then the store is written, fsynced and closed; past it, sluice exits with status 1 and logs what may be lost")
@@ -243,6 +245,9 @@ func parseConfig(args []string, lookupEnv func(string) (string, bool), stderr io
 	}
 	if cfg.committers < 0 || cfg.committers > storage.MaxCommitters {
 		return cfg, fmt.Errorf("--committers %d: want 0 (GOMAXPROCS) or 1 to %d", cfg.committers, storage.MaxCommitters)
+	}
+	if cfg.compactions < 0 || cfg.compactions > storage.MaxCompactionConcurrency {
+		return cfg, fmt.Errorf("--store-compaction-concurrency %d: want 0 (GOMAXPROCS) or 1 to %d", cfg.compactions, storage.MaxCompactionConcurrency)
 	}
 	if cfg.cacheBuckets < 0 {
 		return cfg, fmt.Errorf("--cache-buckets %d: want 0 (off) or more", cfg.cacheBuckets)

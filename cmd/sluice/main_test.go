@@ -428,6 +428,8 @@ func TestReadPassword(t *testing.T) {
 		{"--commit-queue-memory", "0"},
 		{"--committers", "-1"},
 		{"--committers", "65"},
+		{"--store-compaction-concurrency", "-1"},
+		{"--store-compaction-concurrency", "65"},
 	} {
 		if _, err := parseConfig(args, noEnv, io.Discard); err == nil {
 			t.Errorf("parseConfig(%v) accepted it", args)

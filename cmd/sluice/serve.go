@@ -110,15 +110,16 @@ func (serveCommand) run(inv invocation, args []string) (err error) {
 	// A signal stops the open too: replaying a long log, or a store that
 	// cannot be opened, must not make the process ignore SIGTERM.
 	storeOpts := server.StoreOptions(storage.Options{
-		Sync:           mode,
-		CacheSize:      int64(cfg.cacheSize),
-		CacheMemory:    offIfZero(int64(cfg.cacheMemory)),
-		KeyFilterSize:  offIfZero(int64(cfg.keyFilterSize)),
-		MemTableSize:   int64(cfg.memtableSize),
-		MaxOpenFiles:   files.StoreFiles,
-		MaxQueuedBytes: int(cfg.commitQueueMem),
-		Committers:     cfg.committers,
-		Logger:         log,
+		Sync:                  mode,
+		CacheSize:             int64(cfg.cacheSize),
+		CacheMemory:           offIfZero(int64(cfg.cacheMemory)),
+		KeyFilterSize:         offIfZero(int64(cfg.keyFilterSize)),
+		MemTableSize:          int64(cfg.memtableSize),
+		MaxOpenFiles:          files.StoreFiles,
+		MaxQueuedBytes:        int(cfg.commitQueueMem),
+		Committers:            cfg.committers,
+		CompactionConcurrency: cfg.compactions,
+		Logger:                log,
 	})
 	if clusterCfg != nil && clusterCfg.Replicas > 1 {
 		// One committer per shard, proposing its rounds to the shard's
