@@ -512,7 +512,7 @@ func (t *Transport) warnOtherCluster(from uint64, remote net.Addr) {
 	}
 	t.mu.Unlock()
 	if !seen || now.Sub(last) >= time.Minute {
-		t.lg.Warn("raft connection refused: that node was started with another cluster configuration (--cluster-nodes or --cluster-replicas); every node of a replicated cluster must be started with the same",
+		t.lg.Warn("raft connection refused: that node was started with another cluster configuration (--cluster-nodes, --cluster-replicas or --cluster-shards); every node of a replicated cluster must be started with the same",
 			"from_ordinal", Ordinal(from), "remote", remote)
 	}
 }

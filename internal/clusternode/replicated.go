@@ -328,7 +328,7 @@ func (s *Node) checkPlacement(place string) error {
 	case string(stored) == place:
 		return nil
 	}
-	return fmt.Errorf("%w: %s was first started in a replicated cluster placed by --cluster-replicas and --cluster-nodes as %q; these flags give %q. "+
+	return fmt.Errorf("%w: %s was first started in a replicated cluster placed by --cluster-replicas, --cluster-shards and --cluster-nodes as %q; these flags give %q. "+
 		"A replicated cluster's placement is fixed when it starts (docs/cluster.md, \"Replicated shards\"): start every node with the flags it was first started with",
 		ErrPlacement, s.store.Dir(), strings.TrimPrefix(string(stored), "v1 "), strings.TrimPrefix(place, "v1 "))
 }
@@ -409,7 +409,7 @@ func (s *Node) decideIncarnation(ctx context.Context, tr *replication.Transport,
 		}
 		if now := time.Now(); now.Sub(logged) >= askLogEvery && len(other) > 0 {
 			logged = now
-			s.log.Error("cluster: other nodes refuse this one: they were started with another --cluster-nodes or --cluster-replicas; every node of a replicated cluster must be started with the same (this node waits, serving nothing)",
+			s.log.Error("cluster: other nodes refuse this one: they were started with another --cluster-nodes, --cluster-replicas or --cluster-shards; every node of a replicated cluster must be started with the same (this node waits, serving nothing)",
 				"ordinal", self, "refusing", fmt.Sprint(other), "placement", placement(s.cfg.Nodes, shardCount(len(s.cfg.Nodes), s.cfg.Shards), s.cfg.Replicas))
 		} else if now.Sub(logged) >= askLogEvery {
 			logged = now
