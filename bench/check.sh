@@ -15,48 +15,10 @@
 set -euo pipefail
 secs=${1:-10}
 conns=${2:-50}
-for p in nginx wrk taskset; do
-  command -v $p >/dev/null || { echo "bench/check.sh: $p is missing (Debian: nginx, wrk, util-linux)" >&2; exit 1; }
-done
-[ "$(nproc)" -ge 2 ] || { echo "bench/check.sh: needs 2 CPUs" >&2; exit 1; }
-dir=$(mktemp -d)
-pids=()
-cleanup() { for p in "${pids[@]}"; do kill "$p" 2>/dev/null || true; done; wait 2>/dev/null || true; rm -rf "$dir"; }
-trap cleanup EXIT
-
-go build -o "$dir/sluice" ./cmd/sluice
-cat > "$dir/rules.ini" <<'RULES'
-[user=*]
-creditLimit = 1000000
-resetSeconds = 3600
-actorField = user
-label = per-user
-
-[default]
-creditLimit = 5
-resetSeconds = 300
-actorField = ip
-RULES
-cat > "$dir/users.lua" <<'LUA'
-math.randomseed(os.time())
-request = function()
-  return wrk.format("GET", nil, { ["X-User"] = tostring(math.random(1, 1000000)) })
-end
-LUA
-
-free_port() { python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1]); s.close()'; }
-wait_port() { for _ in $(seq 500); do (echo >"/dev/tcp/127.0.0.1/$1") 2>/dev/null && return 0; sleep 0.02; done; echo "port $1 never opened" >&2; exit 1; }
-# cpu_ticks PID: utime + stime in clock ticks.
-cpu_ticks() { awk '{ print $14 + $15 }' "/proc/$1/stat"; }
-hz=$(getconf CLK_TCK)
-
-check_port=$(free_port)
-taskset -c 0 "$dir/sluice" --addr 127.0.0.1:0 --http-addr "" --data "$dir/data" --policy "$dir/rules.ini" \
-  --check-addr "127.0.0.1:$check_port" --check-identity-header X-User --check-trusted-proxies 127.0.0.1 \
-  --log-level warn 2>"$dir/sluice.log" &
-sluice=$!
-pids+=("$sluice")
-wait_port "$check_port"
+script=bench/check.sh
+. "$(dirname "$0")/lib.sh"
+bench_setup 1000000 nginx wrk taskset
+start_sluice check
 
 # run NAME URL [NGINX_PID]: one wrk run, then the figures.
 run() {

@@ -23,51 +23,9 @@ secs=${1:-10}
 conns=${2:-50}
 n=${3:-1000000}
 users=${4:-1000000}
-for p in wrk redis-cli taskset; do
-  command -v $p >/dev/null || { echo "bench/overrides.sh: $p is missing (Debian: wrk, redis-tools, util-linux)" >&2; exit 1; }
-done
-[ "$(nproc)" -ge 2 ] || { echo "bench/overrides.sh: needs 2 CPUs" >&2; exit 1; }
-dir=$(mktemp -d)
-pids=()
-cleanup() { for p in "${pids[@]}"; do kill "$p" 2>/dev/null || true; done; wait 2>/dev/null || true; rm -rf "$dir"; }
-trap cleanup EXIT
-
-go build -o "$dir/sluice" ./cmd/sluice
-cat > "$dir/rules.ini" <<'RULES'
-[user=*]
-creditLimit = 1000000
-resetSeconds = 3600
-actorField = user
-label = per-user
-
-[default]
-creditLimit = 5
-resetSeconds = 300
-actorField = ip
-RULES
-cat > "$dir/users.lua" <<LUA
-math.randomseed(os.time())
-request = function()
-  return wrk.format("GET", nil, { ["X-User"] = tostring(math.random(1, $users)) })
-end
-LUA
-
-free_port() { python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1]); s.close()'; }
-wait_port() { for _ in $(seq 500); do (echo >"/dev/tcp/127.0.0.1/$1") 2>/dev/null && return 0; sleep 0.02; done; echo "port $1 never opened" >&2; exit 1; }
-cpu_ticks() { awk '{ print $14 + $15 }' "/proc/$1/stat"; }
-hz=$(getconf CLK_TCK)
-
-# start NAME: a server on CPU 0 with the data directory of NAME; sets
-# sluice, resp_port, check_port.
-start() {
-  resp_port=$(free_port); check_port=$(free_port)
-  taskset -c 0 "$dir/sluice" --addr "127.0.0.1:$resp_port" --http-addr "" --data "$dir/data-$1" --policy "$dir/rules.ini" \
-    --check-addr "127.0.0.1:$check_port" --check-identity-header X-User --check-trusted-proxies 127.0.0.1 \
-    --log-level warn 2>"$dir/sluice-$1.log" &
-  sluice=$!
-  pids+=("$sluice")
-  wait_port "$resp_port"; wait_port "$check_port"
-}
+script=bench/overrides.sh
+. "$(dirname "$0")/lib.sh"
+bench_setup "$users" wrk redis-cli taskset
 
 # mem NAME WHEN: the server's memory now.
 mem() {
@@ -92,14 +50,14 @@ run() {
 }
 
 echo "== without overrides: /check, $conns connections, ${secs}s, $users users"
-start none
+start_sluice none
 mem none start
 run none
 mem none end
 kill "$sluice"; wait "$sluice" 2>/dev/null || true
 
 echo "== with $n overrides: POLICY OVERRIDE per-user 1..$n 1000000, then /check"
-start overrides
+start_sluice overrides
 mem overrides start
 awk -v n="$n" 'BEGIN { for (i = 1; i <= n; i++) { a = i ""; printf "*5\r\n$6\r\nPOLICY\r\n$8\r\nOVERRIDE\r\n$8\r\nper-user\r\n$%d\r\n%s\r\n$7\r\n1000000\r\n", length(a), a } }' > "$dir/overrides.resp"
 t0=$(date +%s.%N)
@@ -115,7 +73,7 @@ mem overrides-loaded end
 # and compactions of the load, and the overrides are read from the store.
 redis-cli -p "$resp_port" COMPACT | sed 's/^/  COMPACT: /'
 kill -TERM "$sluice"; wait "$sluice" 2>/dev/null || true
-start overrides
+start_sluice overrides
 redis-cli -p "$resp_port" INFO policy | tr -d '\r' | grep -E '^policy_overrides:' | sed 's/^/  after the restart: /'
 mem overrides restarted
 run overrides
