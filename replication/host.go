@@ -5,13 +5,13 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"maps"
 	"slices"
 	"sync"
 	"sync/atomic"
 	"time"
 
 	"go.etcd.io/raft/v3"
+	pb "go.etcd.io/raft/v3/raftpb"
 	"go.etcd.io/raft/v3/tracker"
 
 	"github.com/sluicehq/sluice/cluster"
@@ -54,9 +54,15 @@ type HostConfig struct {
 	Committers *Committers
 	// Transport carries the groups' messages; the Host adds its groups.
 	Transport *Transport
-	// Shards is the cluster's placement; Ordinal this node's place in it.
+	// Shards is the cluster's placement as it was first started (the
+	// groups are bootstrapped with its replicas); Ordinal this node's
+	// place in it.
 	Shards  []cluster.Shard
 	Ordinal int
+	// Replicas, when set, gives each shard's replicas now, the first its
+	// home, where they were moved since (SetReplicas); nil: those of
+	// Shards.
+	Replicas [][]int
 	// Incarnation is this node's (see NodeID). 0 bootstraps the groups
 	// the store holds nothing of, with the first replicas of every shard
 	// as voters; above 0, the node lost its data and its replicas join
@@ -91,12 +97,27 @@ type HostConfig struct {
 // home node (the first of its replicas) whenever that one is caught up,
 // so that every node leads its own share of the slots.
 type Host struct {
-	cfg    HostConfig
-	lg     *slog.Logger
-	groups []*Group // by shard; nil where this node holds no replica
-	ticks  int
-	// joining is set while join requests are being sent (askToJoin).
-	joining atomic.Bool
+	cfg  HostConfig
+	lg   *slog.Logger
+	self uint64 // this node's replicas' identity
+	// groups holds this node's replica of each shard; nil where it holds
+	// none. A replica is added, and retired, while the Host runs
+	// (SetReplicas).
+	groups []atomic.Pointer[Group]
+	// replicas holds the ordinals of each shard's replicas, the first its
+	// home (HostConfig.Replicas, SetReplicas).
+	replicas []atomic.Pointer[[]int]
+	// ordinals are those of every node the Host knows of: the ones it
+	// asks to add a replica that joins.
+	ordinals atomic.Pointer[[]int]
+	ticks    int
+	// joining is set while join requests are being sent (askToJoin), and
+	// leaving while the replicas this node no longer holds ask whether
+	// they were removed (askLeft).
+	joining, leaving atomic.Bool
+	// membersMu makes SetReplicas and the retirement of a replica one at
+	// a time.
+	membersMu sync.Mutex
 	// handing is set, per shard, while this node hands its leadership
 	// back home (balance, with HostConfig.Handoff).
 	handing []atomic.Bool
@@ -104,6 +125,8 @@ type Host struct {
 
 	mu      sync.Mutex
 	started bool
+	stopped bool
+	ctx     context.Context // Run's
 	cancel  context.CancelFunc
 	wg      sync.WaitGroup
 	errs    []error
@@ -121,28 +144,47 @@ func NewHost(cfg HostConfig) (*Host, error) {
 	if cfg.Logger == nil {
 		cfg.Logger = slog.New(slog.DiscardHandler)
 	}
-	h := &Host{cfg: cfg, lg: cfg.Logger, groups: make([]*Group, len(cfg.Shards)), handing: make([]atomic.Bool, len(cfg.Shards))}
-	self := NodeID(cfg.Ordinal, cfg.Incarnation)
+	n := len(cfg.Shards)
+	h := &Host{cfg: cfg, lg: cfg.Logger, self: NodeID(cfg.Ordinal, cfg.Incarnation),
+		groups: make([]atomic.Pointer[Group], n), replicas: make([]atomic.Pointer[[]int], n), handing: make([]atomic.Bool, n)}
+	if cfg.Replicas != nil && len(cfg.Replicas) != n {
+		return nil, fmt.Errorf("replication: HostConfig gives the replicas of %d shards; the placement has %d", len(cfg.Replicas), n)
+	}
+	all := make([]uint64, n)
 	for i, sh := range cfg.Shards {
-		if !slices.Contains(sh.Replicas, cfg.Ordinal) {
-			continue
+		reps := sh.Replicas
+		if cfg.Replicas != nil {
+			reps = cfg.Replicas[i]
 		}
-		gc := cfg.Group
-		gc.Group, gc.Node, gc.Store, gc.Send, gc.Logger = ShardGroup(i), self, cfg.Store, cfg.Transport.Send, cfg.Logger
-		gc.Lower, gc.Upper = ShardBounds(sh.Slots)
-		gc.Bootstrap = nil
-		for _, o := range sh.Replicas {
-			if cfg.Incarnation == 0 {
-				gc.Bootstrap = append(gc.Bootstrap, NodeID(o, 0))
+		if err := h.setReplicas(i, reps); err != nil {
+			return nil, err
+		}
+		all[i] = ShardGroup(i)
+	}
+	// The groups are bootstrapped on a node's first start only: a replica
+	// that has no state once the node has lived (added since, or retired
+	// and added again) joins its group, and takes its state by snapshot.
+	lived, err := Holds(cfg.Store, all...)
+	if err != nil {
+		return nil, err
+	}
+	for i, sh := range cfg.Shards {
+		mine := slices.Contains(h.replicasOf(i), cfg.Ordinal)
+		if !mine {
+			// A replica moved away before it was retired: it asks whether
+			// it was removed (askLeft).
+			held, err := Holds(cfg.Store, ShardGroup(i))
+			if err != nil {
+				return nil, err
+			}
+			if !held {
+				continue
 			}
 		}
-		g, err := NewGroup(gc)
-		if err != nil {
-			return nil, fmt.Errorf("replication: shard %d: %w", i, err)
+		bootstrap := !lived && cfg.Incarnation == 0 && slices.Contains(sh.Replicas, cfg.Ordinal)
+		if err := h.addGroup(i, bootstrap); err != nil {
+			return nil, err
 		}
-		h.groups[i] = g
-		cfg.Transport.Add(g)
-		cfg.Committers.Set(i, g)
 	}
 	if h.cfg.BalanceTicks <= 0 {
 		et := cfg.Group.ElectionTicks
@@ -154,6 +196,119 @@ func NewHost(cfg HostConfig) (*Host, error) {
 	return h, nil
 }
 
+// addGroup opens this node's replica of shard i: bootstrapped with the
+// shard's first replicas, or joining its group. Once Run has started, it
+// runs at once.
+func (h *Host) addGroup(i int, bootstrap bool) error {
+	cfg := h.cfg
+	gc := cfg.Group
+	gc.Group, gc.Node, gc.Store, gc.Send, gc.Logger = ShardGroup(i), h.self, cfg.Store, cfg.Transport.Send, cfg.Logger
+	gc.Lower, gc.Upper = ShardBounds(cfg.Shards[i].Slots)
+	gc.Bootstrap = nil
+	if bootstrap {
+		for _, o := range cfg.Shards[i].Replicas {
+			gc.Bootstrap = append(gc.Bootstrap, NodeID(o, 0))
+		}
+	}
+	g, err := NewGroup(gc)
+	if err != nil {
+		return fmt.Errorf("replication: shard %d: %w", i, err)
+	}
+	h.groups[i].Store(g)
+	cfg.Transport.Add(g)
+	cfg.Committers.Set(i, g)
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if h.started && !h.stopped {
+		h.runGroup(h.ctx, i, g)
+	}
+	return nil
+}
+
+// runGroup runs g, shard i's replica, until ctx is done or g stops; h.mu
+// is held.
+func (h *Host) runGroup(ctx context.Context, i int, g *Group) {
+	h.wg.Add(1)
+	go func() {
+		defer h.wg.Done()
+		if err := g.Run(ctx); err != nil && !errors.Is(err, context.Canceled) && !errors.Is(err, ErrStopped) {
+			h.lg.Error("replica stopped", "shard", i, "err", err)
+			h.mu.Lock()
+			h.errs = append(h.errs, fmt.Errorf("shard %d: %w", i, err))
+			h.mu.Unlock()
+		}
+	}()
+}
+
+func (h *Host) isStopped() bool {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	return h.stopped
+}
+
+// replicasOf returns the ordinals of shard i's replicas, its home first.
+func (h *Host) replicasOf(i int) []int { return *h.replicas[i].Load() }
+
+// setReplicas records shard i's replicas, checked.
+func (h *Host) setReplicas(i int, ordinals []int) error {
+	if len(ordinals) == 0 || len(ordinals) > MaxReplicas {
+		return fmt.Errorf("%w: shard %d: %d replicas; want 1 to %d", ErrReplicas, i, len(ordinals), MaxReplicas)
+	}
+	for j, o := range ordinals {
+		if o < 0 || o >= MaxOrdinals {
+			return fmt.Errorf("%w: shard %d: ordinal %d; want 0 to %d", ErrReplicas, i, o, MaxOrdinals-1)
+		}
+		if slices.Contains(ordinals[:j], o) {
+			return fmt.Errorf("%w: shard %d: ordinal %d given twice", ErrReplicas, i, o)
+		}
+	}
+	reps := slices.Clone(ordinals)
+	h.replicas[i].Store(&reps)
+	known := []int{}
+	if p := h.ordinals.Load(); p != nil {
+		known = slices.Clone(*p)
+	}
+	for _, o := range reps {
+		if !slices.Contains(known, o) {
+			known = append(known, o)
+		}
+	}
+	slices.Sort(known)
+	h.ordinals.Store(&known)
+	return nil
+}
+
+// MaxReplicas bounds the replicas of one shard.
+const MaxReplicas = 7
+
+// ErrReplicas is wrapped by the error of replicas SetReplicas refuses.
+var ErrReplicas = errors.New("replication: bad replicas")
+
+// SetReplicas moves shard i to the nodes of ordinals, the first its home,
+// by changes of its group's members (every node of the cluster is told
+// the same): a node that now holds it opens a replica that joins the
+// group (the leader adds it as a learner, catches it up by snapshot, and
+// promotes it in place of a replica whose node no longer holds the
+// shard); a leader whose node no longer holds it hands its leadership to
+// a replica that does; and a replica that was removed is retired: it
+// stops, and its records and Raft state are deleted from the store. The
+// shard never has fewer voters than ordinals while it moves.
+func (h *Host) SetReplicas(i int, ordinals []int) error {
+	if i < 0 || i >= len(h.groups) {
+		return fmt.Errorf("%w: shard %d; the placement has %d", ErrReplicas, i, len(h.groups))
+	}
+	h.membersMu.Lock()
+	defer h.membersMu.Unlock()
+	if err := h.setReplicas(i, ordinals); err != nil {
+		return err
+	}
+	if h.isStopped() || h.groups[i].Load() != nil || !slices.Contains(ordinals, h.cfg.Ordinal) {
+		return nil
+	}
+	h.lg.Info("this node now holds a replica of a shard: it joins the shard's group", "shard", i)
+	return h.addGroup(i, false)
+}
+
 // Incarnation is the node's incarnation (HostConfig.Incarnation).
 func (h *Host) Incarnation() uint64 { return h.cfg.Incarnation }
 
@@ -163,7 +318,7 @@ func (h *Host) Group(i int) *Group {
 	if h == nil || i < 0 || i >= len(h.groups) {
 		return nil
 	}
-	return h.groups[i]
+	return h.groups[i].Load()
 }
 
 // Run drives every replica (its Ready loop) and ticks them every tick,
@@ -177,23 +332,13 @@ func (h *Host) Run(tick time.Duration) {
 		cancel()
 		return
 	}
-	h.started, h.cancel, h.tick = true, cancel, tick
-	h.mu.Unlock()
-	for i, g := range h.groups {
-		if g == nil {
-			continue
+	h.started, h.ctx, h.cancel, h.tick = true, ctx, cancel, tick
+	for i := range h.groups {
+		if g := h.groups[i].Load(); g != nil {
+			h.runGroup(ctx, i, g)
 		}
-		h.wg.Add(1)
-		go func() {
-			defer h.wg.Done()
-			if err := g.Run(ctx); err != nil && !errors.Is(err, context.Canceled) && !errors.Is(err, ErrStopped) {
-				h.lg.Error("replica stopped", "shard", i, "err", err)
-				h.mu.Lock()
-				h.errs = append(h.errs, fmt.Errorf("shard %d: %w", i, err))
-				h.mu.Unlock()
-			}
-		}()
 	}
+	h.mu.Unlock()
 	h.wg.Add(1)
 	go func() {
 		defer h.wg.Done()
@@ -211,88 +356,164 @@ func (h *Host) Run(tick time.Duration) {
 }
 
 // Tick advances every replica's clock by one tick, takes the next step
-// of a rejoining replica (changeMembers, askToJoin), and every
-// BalanceTicks hands leadership back home where it can.
+// of a replica that joins or leaves (changeMembers, askToJoin), and
+// every BalanceTicks hands leadership back home where it can and asks
+// whether the replicas this node no longer holds were removed (askLeft).
 func (h *Host) Tick() {
-	for _, g := range h.groups {
-		if g != nil {
+	for i := range h.groups {
+		if g := h.groups[i].Load(); g != nil {
 			g.Tick()
 		}
 	}
 	h.ticks++
-	// A rejoining replica's steps each wait for a tick, not for a balance:
+	// A joining replica's steps each wait for a tick, not for a balance:
 	// its shard is a replica short until it is promoted.
 	h.changeMembers()
 	h.askToJoin()
 	if h.ticks%h.cfg.BalanceTicks == 0 {
 		h.balance()
+		h.askLeft()
 	}
 }
 
 // changeMembers has each shard this node leads take the next step of a
-// rejoining replica (Group.planMembers).
+// replica that joins or leaves (Group.planMembers); a leader whose node
+// no longer holds its shard hands the leadership to one that does.
 func (h *Host) changeMembers() {
-	for i, g := range h.groups {
+	for i := range h.groups {
+		g := h.groups[i].Load()
 		if g == nil {
 			continue
 		}
-		cc, note, node := g.planMembers(h.cfg.Shards[i].Replicas, Ordinal)
+		reps := h.replicasOf(i)
+		cc, note, node := g.planMembers(reps, Ordinal)
 		if note != "" {
 			h.lg.Info(note, "shard", i, "node", node, "ordinal", Ordinal(node))
 		}
-		if cc == nil {
+		if cc != nil {
+			if err := g.ChangeMembers(cc); err != nil {
+				h.lg.Warn("membership change not proposed", "shard", i, "err", err)
+			}
 			continue
 		}
-		if err := g.ChangeMembers(cc); err != nil {
-			h.lg.Warn("membership change not proposed", "shard", i, "err", err)
+		if slices.Contains(reps, h.cfg.Ordinal) {
+			continue
+		}
+		for _, o := range reps {
+			if to := g.replicaOf(Ordinal, o); to != 0 && g.caughtUp(to) { // caughtUp: this replica leads
+				h.lg.Info("this node no longer holds the shard: handing its leadership on", "shard", i, "to", to)
+				g.TransferLeadership(to)
+				break
+			}
 		}
 	}
 }
 
 // askToJoin asks, for each replica of this node that has no members yet
-// (a node that lost its data, waiting for its snapshot), the other
-// replicas of its shard to add it; the leader does (changeMembers). The
-// requests are repeated until each replica is a member: one may reach no
-// leader, during an election.
+// (a node that lost its data, or a replica added by SetReplicas, waiting
+// for its snapshot), every other node it knows of to add it; the
+// shard's leader does (changeMembers). The requests are repeated until
+// each replica is a member: one may reach no leader, during an election.
 func (h *Host) askToJoin() {
-	var byOrdinal map[int][]uint64 // made only when a replica waits
-	for i, g := range h.groups {
-		if g == nil || g.member() {
-			continue
-		}
-		if byOrdinal == nil {
-			byOrdinal = map[int][]uint64{}
-		}
-		for _, o := range h.cfg.Shards[i].Replicas {
-			if o != h.cfg.Ordinal {
-				byOrdinal[o] = append(byOrdinal[o], ShardGroup(i))
-			}
+	var groups []uint64 // made only when a replica waits
+	for i := range h.groups {
+		if g := h.groups[i].Load(); g != nil && !g.member() && slices.Contains(h.replicasOf(i), h.cfg.Ordinal) {
+			groups = append(groups, ShardGroup(i))
 		}
 	}
-	if len(byOrdinal) == 0 || !h.joining.CompareAndSwap(false, true) {
+	if len(groups) == 0 || !h.joining.CompareAndSwap(false, true) {
 		return
 	}
+	ordinals := *h.ordinals.Load()
 	h.wg.Add(1)
 	go func() {
 		defer h.wg.Done()
 		defer h.joining.Store(false)
-		for _, o := range slices.Sorted(maps.Keys(byOrdinal)) {
-			if err := h.cfg.Transport.RequestJoin(NodeID(o, 0), byOrdinal[o]); err != nil {
+		for _, o := range ordinals {
+			if o == h.cfg.Ordinal {
+				continue
+			}
+			if err := h.cfg.Transport.RequestJoin(NodeID(o, 0), groups); err != nil {
 				h.lg.Debug("join request not sent", "ordinal", o, "err", err)
 			}
 		}
 	}()
 }
 
+// askLeft asks, for each replica this node holds of a shard its node no
+// longer holds, the shard's replicas for the group's members; once one
+// answers members, committed, without this replica, the replica is
+// retired.
+func (h *Host) askLeft() {
+	var left []int
+	for i := range h.groups {
+		if g := h.groups[i].Load(); g != nil && !slices.Contains(h.replicasOf(i), h.cfg.Ordinal) && g.Status().Role != "leader" {
+			left = append(left, i)
+		}
+	}
+	if len(left) == 0 || !h.leaving.CompareAndSwap(false, true) {
+		return
+	}
+	h.wg.Add(1)
+	go func() {
+		defer h.wg.Done()
+		defer h.leaving.Store(false)
+		for _, i := range left {
+			g := h.groups[i].Load()
+			if g == nil {
+				continue
+			}
+			for _, o := range h.replicasOf(i) {
+				cs, err := h.cfg.Transport.AskMembers(NodeID(o, 0), ShardGroup(i))
+				if err != nil || cs == nil || len(cs.GetVotersOutgoing()) > 0 || inConf(cs, g.cfg.Node) {
+					continue
+				}
+				if err := h.retire(i, g); err != nil {
+					h.lg.Error("a replica removed from its shard could not be retired", "shard", i, "err", err)
+				}
+				break
+			}
+		}
+	}()
+}
+
+// inConf reports whether node is a voter or learner of cs.
+func inConf(cs *pb.ConfState, node uint64) bool {
+	return slices.Contains(cs.GetVoters(), node) || slices.Contains(cs.GetLearners(), node) ||
+		slices.Contains(cs.GetVotersOutgoing(), node) || slices.Contains(cs.GetLearnersNext(), node)
+}
+
+// retire stops g, this node's replica of shard i, removed from its group,
+// and deletes its records and Raft state from the store, unless shard i
+// was given back to this node meanwhile.
+func (h *Host) retire(i int, g *Group) error {
+	h.membersMu.Lock()
+	defer h.membersMu.Unlock()
+	if h.isStopped() || slices.Contains(h.replicasOf(i), h.cfg.Ordinal) || h.groups[i].Load() != g {
+		return nil
+	}
+	h.cfg.Committers.Set(i, nil)
+	h.cfg.Transport.Remove(g.cfg.Group)
+	g.Stop()
+	h.groups[i].Store(nil)
+	n, err := g.deleteState()
+	if err == nil {
+		h.lg.Info("retired a replica removed from its shard: its records and Raft state are deleted", "shard", i, "records", n)
+	}
+	return err
+}
+
 // balance asks each shard this node leads, that is not its home, to hand
 // leadership to its home replica if that one has every committed entry
 // and was heard from lately.
 func (h *Host) balance() {
-	for i, g := range h.groups {
-		if g == nil || h.cfg.Shards[i].Replicas[0] == h.cfg.Ordinal {
+	for i := range h.groups {
+		g := h.groups[i].Load()
+		reps := h.replicasOf(i)
+		if g == nil || reps[0] == h.cfg.Ordinal || !slices.Contains(reps, h.cfg.Ordinal) {
 			continue
 		}
-		home := g.replicaOf(Ordinal, h.cfg.Shards[i].Replicas[0])
+		home := g.replicaOf(Ordinal, reps[0])
 		if home == 0 || !g.caughtUp(home) {
 			continue
 		}
@@ -339,19 +560,22 @@ func (h *Host) handBack(i int, g *Group, home uint64) {
 // Stop stops every replica and waits for them. The store and the
 // transport stay open: their owner closes them.
 func (h *Host) Stop() error {
+	h.membersMu.Lock() // no replica added or retired meanwhile
 	h.mu.Lock()
 	cancel := h.cancel
+	h.stopped = true
 	h.mu.Unlock()
 	if cancel != nil {
 		cancel()
 	}
-	for i, g := range h.groups {
-		if g != nil {
+	for i := range h.groups {
+		if g := h.groups[i].Load(); g != nil {
 			h.cfg.Committers.Set(i, nil)
 			h.cfg.Transport.Remove(g.cfg.Group)
 			g.Stop()
 		}
 	}
+	h.membersMu.Unlock()
 	h.wg.Wait()
 	h.mu.Lock()
 	defer h.mu.Unlock()

@@ -37,6 +37,9 @@ type hostCluster struct {
 	// handoff, when set, is each node's HostConfig.Handoff, given the
 	// node's ordinal.
 	handoff atomic.Pointer[func(o, shard int) error]
+	// replicas, when set, is each node's HostConfig.Replicas at its next
+	// start.
+	replicas [][]int
 }
 
 func newHostCluster(t *testing.T, n, r int) *hostCluster {
@@ -101,7 +104,7 @@ func (c *hostCluster) start(o int) {
 	}
 	go tr.Serve(ln)
 	h, err := NewHost(HostConfig{Store: n.store, Committers: n.committers, Transport: tr,
-		Shards: c.shards, Ordinal: o, Incarnation: n.incarnation,
+		Shards: c.shards, Replicas: c.replicas, Ordinal: o, Incarnation: n.incarnation,
 		Handoff: func(shard int) error {
 			if f := c.handoff.Load(); f != nil {
 				return (*f)(o, shard)
@@ -337,5 +340,145 @@ func TestHostHandsBackAfterCommitting(t *testing.T) {
 	}
 	if got := c.read(0, key); got != "decided in the handoff" {
 		t.Errorf("node 0, leading shard 0 again: %q; want what the node standing in committed in its handoff", got)
+	}
+}
+
+// move moves shard i to the nodes of ordinals on every running node, as
+// the cluster's placement would tell them.
+func (c *hostCluster) move(i int, ordinals ...int) {
+	c.t.Helper()
+	for o, n := range c.nodes {
+		if n.h == nil {
+			continue
+		}
+		if err := n.h.SetReplicas(i, ordinals); err != nil {
+			c.t.Fatalf("node %d: SetReplicas(%d, %v): %v", o, i, ordinals, err)
+		}
+	}
+	if c.replicas == nil {
+		for _, sh := range c.shards {
+			c.replicas = append(c.replicas, sh.Replicas)
+		}
+	}
+	c.replicas[i] = ordinals
+}
+
+// voters waits until every replica of shard i on the nodes of ordinals
+// has applied members that are those nodes' voters (incarnation 0), with
+// no learner and no joint change.
+func (c *hostCluster) voters(i int, ordinals ...int) {
+	c.t.Helper()
+	var want []uint64
+	for _, o := range ordinals {
+		want = append(want, NodeID(o, 0))
+	}
+	slices.Sort(want)
+	for _, o := range ordinals {
+		c.waitFor("node "+strconv.Itoa(o)+"'s members of shard "+strconv.Itoa(i), func() bool {
+			g := c.nodes[o].h.Group(i)
+			if g == nil {
+				return false
+			}
+			cs := g.log.confState()
+			return slices.Equal(cs.GetVoters(), want) && len(cs.GetLearners()) == 0 && len(cs.GetVotersOutgoing()) == 0
+		})
+	}
+}
+
+// retired waits until node o holds nothing of shard i: no replica, no
+// record in its slots, no Raft state.
+func (c *hostCluster) retired(o, i int) {
+	c.t.Helper()
+	n := c.nodes[o]
+	c.waitFor("node "+strconv.Itoa(o)+" to retire its replica of shard "+strconv.Itoa(i), func() bool { return n.h.Group(i) == nil })
+	lower, upper := ShardBounds(c.shards[i].Slots)
+	records := 0
+	if err := n.store.Scan(lower, upper, func(k, _ []byte) bool { records++; return true }); err != nil {
+		c.t.Fatal(err)
+	}
+	held, err := Holds(n.store, ShardGroup(i))
+	if err != nil {
+		c.t.Fatal(err)
+	}
+	if records != 0 || held {
+		c.t.Errorf("node %d, retired from shard %d, still holds %d of its records (Raft state: %v)", o, i, records, held)
+	}
+}
+
+// commitOn sets key to val in shard i on node o once o serves the shard,
+// again while an election (a loaded machine misses heartbeats) refuses
+// it: a commit refused then changed nothing.
+func (c *hostCluster) commitOn(o, i int, key []byte, val string) {
+	c.t.Helper()
+	c.waitFor("a commit on shard "+strconv.Itoa(i)+" on node "+strconv.Itoa(o), func() bool {
+		return c.serving(i) == o && c.commit(o, key, val) == nil
+	})
+}
+
+// TestHostMovesAReplica: four nodes, shards of three replicas; shard 0
+// (nodes 0, 1, 2) is moved to nodes 0, 1, 3: node 3 joins by snapshot
+// with every record, node 2 is removed and deletes what it held of the
+// shard, and the shard kept three voters and its leader throughout. A
+// restart of both with the new placement keeps it so.
+func TestHostMovesAReplica(t *testing.T) {
+	c := newHostCluster(t, 4, 3)
+	for k := range 50 {
+		c.commitOn(0, 0, c.keyIn(0, "before"+strconv.Itoa(k)), "b")
+	}
+	c.move(0, 0, 1, 3)
+	c.voters(0, 0, 1, 3)
+	c.retired(2, 0)
+	for k := range 50 {
+		if got := c.read(3, c.keyIn(0, "before"+strconv.Itoa(k))); got != "b" {
+			t.Fatalf("node 3, moved into shard 0: record %d is %q, want b", k, got)
+		}
+	}
+	c.commitOn(0, 0, c.keyIn(0, "after"), "a")
+	c.waitFor("the commit on node 3", func() bool { return c.read(3, c.keyIn(0, "after")) == "a" })
+	if err := c.commit(2, c.keyIn(0, "no"), "x"); err == nil {
+		t.Error("node 2, retired from shard 0, committed a change of it")
+	}
+	for _, o := range []int{2, 3} {
+		c.stop(o)
+		c.start(o)
+	}
+	if g := c.nodes[2].h.Group(0); g != nil {
+		t.Error("node 2, retired from shard 0, opened a replica of it again at its restart")
+	}
+	c.voters(0, 0, 1, 3)
+	if got := c.read(3, c.keyIn(0, "after")); got != "a" {
+		t.Errorf("node 3 after its restart: %q, want a", got)
+	}
+}
+
+// TestHostMovesTheLeadersReplica: shard 0 moved off its leader's node
+// (nodes 0, 1, 2 to 1, 2, 3): the leader hands its leadership to the new
+// home, node 1, and is removed and retired; node 3 joins.
+func TestHostMovesTheLeadersReplica(t *testing.T) {
+	c := newHostCluster(t, 4, 3)
+	c.commitOn(0, 0, c.keyIn(0, "k"), "v")
+	c.move(0, 1, 2, 3)
+	c.voters(0, 1, 2, 3)
+	c.retired(0, 0)
+	c.waitFor("shard 0 led from its new home", func() bool { return c.serving(0) == 1 })
+	c.waitFor("the record on node 3", func() bool { return c.read(3, c.keyIn(0, "k")) == "v" })
+}
+
+// TestSetReplicasRefusesBadOrdinals: SetReplicas refuses no replica, an
+// ordinal given twice or out of range, and an unknown shard, and changes
+// nothing then.
+func TestSetReplicasRefusesBadOrdinals(t *testing.T) {
+	c := newHostCluster(t, 3, 3)
+	h := c.nodes[0].h
+	for _, tc := range []struct {
+		shard    int
+		ordinals []int
+	}{{0, nil}, {0, []int{1, 1, 2}}, {0, []int{0, 1, MaxOrdinals}}, {0, []int{-1}}, {3, []int{0, 1, 2}}, {-1, []int{0}}} {
+		if err := h.SetReplicas(tc.shard, tc.ordinals); !errors.Is(err, ErrReplicas) {
+			t.Errorf("SetReplicas(%d, %v): %v; want ErrReplicas", tc.shard, tc.ordinals, err)
+		}
+	}
+	if got := h.replicasOf(0); !slices.Equal(got, []int{0, 1, 2}) {
+		t.Errorf("shard 0's replicas after refused changes: %v", got)
 	}
 }

@@ -1,6 +1,8 @@
 package replication
 
 import (
+	"bytes"
+	"fmt"
 	"maps"
 	"slices"
 
@@ -55,15 +57,20 @@ func (g *Group) replicaOf(ordinal func(uint64) int, o int) uint64 {
 }
 
 // planMembers returns the next change of the group's members, nil for
-// none, when this replica leads: a node that lost its volume comes back
-// under a new identity and asks to join (requestJoin); it is added as a
-// learner, which the leader catches up by snapshot, and once caught up
-// it is promoted and the identity it replaces (the voter of the same
-// ordinal) removed, in one joint change. A join is refused while the
-// voter it would replace is still replicated to, so that a second process
-// started with a node's ordinal never takes the first one's place.
-// replicas are the ordinals that hold the shard; ordinal maps a node
-// identity to its ordinal.
+// none, when this replica leads. A replica that joins asks to
+// (requestJoin): a node that lost its volume, back under a new
+// identity, or a node the shard was moved to (Host.SetReplicas). It is
+// added as a learner, which the leader catches up by snapshot, and once
+// caught up it is promoted, in one joint change with the removal of the
+// identity it replaces (the voter of the same ordinal) or else of a
+// voter whose node no longer holds the shard, so that the voters never
+// number fewer than before. A voter whose node no longer holds the shard
+// is removed alone once every node that holds it has a voter; never this
+// leader (the Host hands its leadership on first). A join is refused
+// while the voter it would replace is still replicated to, so that a
+// second process started with a node's ordinal never takes the first
+// one's place. replicas are the ordinals that hold the shard; ordinal
+// maps a node identity to its ordinal.
 // note says what the plan is, or why a join was refused, about node.
 func (g *Group) planMembers(replicas []int, ordinal func(uint64) int) (cc *pb.ConfChangeV2, note string, node uint64) {
 	g.mu.Lock()
@@ -97,11 +104,17 @@ func (g *Group) planMembers(replicas []int, ordinal func(uint64) int) (cc *pb.Co
 			continue
 		}
 		cc = &pb.ConfChangeV2{Changes: []*pb.ConfChangeSingle{change(pb.ConfChangeAddNode, l)}}
+		replaced := false
 		for _, old := range same(voters, ordinal(l), l) {
 			if old == st.ID {
 				continue // never this leader: it hands leadership on first
 			}
 			cc.Changes = append(cc.Changes, change(pb.ConfChangeRemoveNode, old))
+			replaced = true
+		}
+		if old := departing(voters, replicas, ordinal, st.ID); !replaced && old != 0 {
+			cc.Changes = append(cc.Changes, change(pb.ConfChangeRemoveNode, old))
+			return cc, "promoting a replica that has caught up, in place of one whose node no longer holds the shard", l
 		}
 		return cc, "promoting a rejoined replica that has caught up", l
 	}
@@ -132,8 +145,83 @@ func (g *Group) planMembers(replicas []int, ordinal func(uint64) int) (cc *pb.Co
 		}
 		return cc, "adding a rejoining replica as a learner", id
 	}
-	return nil, note, node
+	if note != "" {
+		return nil, note, node
+	}
+	for _, o := range replicas {
+		if len(same(voters, o, 0)) == 0 {
+			return nil, "", 0 // a node that holds the shard has no voter yet
+		}
+	}
+	if old := departing(voters, replicas, ordinal, st.ID); old != 0 {
+		cc = &pb.ConfChangeV2{Changes: []*pb.ConfChangeSingle{change(pb.ConfChangeRemoveNode, old)}}
+		return cc, "removing a replica whose node no longer holds the shard", old
+	}
+	return nil, "", 0
 }
+
+// departing returns a voter, not leader, whose node is not among
+// replicas; 0 if none.
+func departing(voters map[uint64]struct{}, replicas []int, ordinal func(uint64) int, leader uint64) uint64 {
+	for _, id := range slices.Sorted(maps.Keys(voters)) {
+		if id != leader && !slices.Contains(replicas, ordinal(id)) {
+			return id
+		}
+	}
+	return 0
+}
+
+// deleteState deletes the stopped replica's records and Raft state from
+// the store, in pages, and returns how many records it deleted. The
+// replica was removed from its group (Host.retire).
+func (g *Group) deleteState() (int, error) {
+	g.procMu.Lock() // no Ready or snapshot under way
+	defer g.procMu.Unlock()
+	b := g.batch
+	defer b.Reset()
+	n := 0
+	from := g.cfg.Lower
+	for {
+		var next []byte
+		var derr error
+		page := 0
+		err := g.cfg.Store.Scan(from, g.cfg.Upper, func(k, _ []byte) bool {
+			if page == deletePage {
+				next = bytes.Clone(k)
+				return false
+			}
+			page++
+			derr = b.DeleteRecord(k)
+			return derr == nil
+		})
+		if err == nil {
+			err = derr
+		}
+		if err == nil {
+			err = b.Commit(false)
+		}
+		if err != nil {
+			return n, fmt.Errorf("replication: group %d: delete the records of a retired replica: %w", g.cfg.Group, err)
+		}
+		n += page
+		if next == nil {
+			break
+		}
+		from = next
+	}
+	lo := groupKey(g.cfg.Group, 0)
+	hi := groupKey(g.cfg.Group+1, 0)
+	if err := b.DeleteRange(lo[:len(lo)-1], hi[:len(hi)-1]); err != nil {
+		return n, err
+	}
+	if err := b.Commit(true); err != nil {
+		return n, fmt.Errorf("replication: group %d: delete the Raft state of a retired replica: %w", g.cfg.Group, err)
+	}
+	return n, nil
+}
+
+// deletePage is how many records one write of deleteState deletes.
+const deletePage = 4096
 
 func contains(ids map[uint64]struct{}, id uint64) bool {
 	_, ok := ids[id]

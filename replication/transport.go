@@ -46,7 +46,9 @@ var ErrTransportClosed = errors.New("replication: transport closed")
 // identity gets a connection when it has to send first; helloSnapshot
 // carries one snapshot; helloStanding asks a node whether its groups have
 // lived (one Standing byte answers), and helloJoin asks the leaders among
-// a node's groups to add the dialing node to them (see Host).
+// a node's groups to add the dialing node to them (see Host), and
+// helloMembers asks a node for the members of one of its groups (see
+// AskMembers).
 //
 // The identity dialed is checked, so that a node that came back under a
 // new identity (its volume lost) refuses the connections meant for its
@@ -60,6 +62,7 @@ const (
 	helloDial     = 'd'
 	helloStanding = 'q'
 	helloJoin     = 'j'
+	helloMembers  = 'w'
 )
 
 // maxJoinGroups bounds the groups one join request names.
@@ -432,7 +435,7 @@ func (t *Transport) accept(c net.Conn) {
 	if err == nil {
 		err = t.authenticate(c, from)
 	}
-	if err == nil && to != t.cfg.Node && (to != 0 || (kind != helloStanding && kind != helloJoin)) {
+	if err == nil && to != t.cfg.Node && (to != 0 || (kind != helloStanding && kind != helloJoin && kind != helloMembers)) {
 		// Expected for a while after this node came back under a new
 		// identity: its peers dial the old one until they forget it.
 		t.lg.Debug("raft connection refused: for another identity", "from", from, "to", to)
@@ -454,6 +457,14 @@ func (t *Transport) accept(c net.Conn) {
 	case helloStanding:
 		c.SetWriteDeadline(time.Now().Add(t.cfg.WriteTimeout))
 		c.Write([]byte{byte(t.standing())})
+	case helloMembers:
+		id, err := binary.ReadUvarint(br)
+		if err != nil {
+			t.lg.Warn("raft members request refused", "from", from, "err", err)
+			return
+		}
+		c.SetWriteDeadline(time.Now().Add(t.cfg.WriteTimeout))
+		c.Write(t.members(id))
 	case helloJoin:
 		groups, err := readJoin(br)
 		if err != nil {
@@ -570,7 +581,7 @@ func readHello(br *bufio.Reader) (h hello, err error) {
 		return h, err
 	}
 	switch h.kind {
-	case helloMessages, helloSnapshot, helloDial, helloStanding, helloJoin:
+	case helloMessages, helloSnapshot, helloDial, helloStanding, helloJoin, helloMembers:
 	default:
 		return h, fmt.Errorf("unknown connection kind %q", h.kind)
 	}
@@ -669,12 +680,61 @@ func (t *Transport) RequestJoin(node uint64, groups []uint64) error {
 	return err
 }
 
+// members is the answer to a members request for group: a byte 0 when
+// this node holds no replica of it that has members, else 1, then the
+// length of the ConfState its replica applied last and the ConfState.
+func (t *Transport) members(group uint64) []byte {
+	g := t.group(group)
+	if g == nil || !g.member() {
+		return []byte{0}
+	}
+	b, err := proto.Marshal(g.log.confState())
+	if err != nil {
+		return []byte{0}
+	}
+	return append(binary.AppendUvarint([]byte{1}, uint64(len(b))), b...)
+}
+
+// maxMembersAnswer bounds the ConfState a members request is answered.
+const maxMembersAnswer = 64 << 10
+
+// AskMembers asks the node that answers at node's address, whatever its
+// identity now, for the members of group as its replica last applied
+// them: a configuration the group committed. Nil, and no error, when
+// that node holds no replica of group with members.
+func (t *Transport) AskMembers(node, group uint64) (*pb.ConfState, error) {
+	c, err := t.dial(node, helloMembers)
+	if err != nil {
+		return nil, err
+	}
+	defer c.Close()
+	c.SetWriteDeadline(time.Now().Add(t.cfg.WriteTimeout))
+	if _, err := c.Write(binary.AppendUvarint(nil, group)); err != nil {
+		return nil, err
+	}
+	c.SetReadDeadline(time.Now().Add(t.cfg.WriteTimeout))
+	br := bufio.NewReader(c)
+	has, err := br.ReadByte()
+	if err != nil || has == 0 {
+		return nil, err
+	}
+	b, err := readBytes(br, maxMembersAnswer)
+	if err != nil {
+		return nil, fmt.Errorf("replication: node %d's members of group %d: %w", node, group, err)
+	}
+	cs := &pb.ConfState{}
+	if err := proto.Unmarshal(b, cs); err != nil {
+		return nil, fmt.Errorf("replication: node %d's members of group %d: %w", node, group, err)
+	}
+	return cs, nil
+}
+
 // dial connects to node's address, as this node, for kind: to node
 // itself, or for a standing or join request to whichever node answers
 // there.
 func (t *Transport) dial(node uint64, kind byte) (net.Conn, error) {
 	to := node
-	if kind == helloStanding || kind == helloJoin {
+	if kind == helloStanding || kind == helloJoin || kind == helloMembers {
 		to = 0
 	}
 	addr, ok := t.cfg.Addr(node)
