@@ -66,8 +66,13 @@ type Config struct {
 	// group that exists: it waits for the leader to send it a snapshot,
 	// and cannot campaign before.
 	Bootstrap []uint64
+	// BootstrapLearners lists the learners of a group created now, as
+	// Bootstrap does its voters.
+	BootstrapLearners []uint64
 	// Lower and Upper bound the record keys of the group's shard: [Lower,
 	// Upper). Rounds carry keys in it only, and a snapshot carries it whole.
+	// A range under storage.ReplicaPrefix holds keys of the replication
+	// package's own instead of records: the placement group's.
 	Lower, Upper []byte
 	Store        *storage.Store
 	// Send hands messages to the transport. It must not block (queue or
@@ -107,6 +112,9 @@ type Group struct {
 	cfg Config
 	log *Log
 	lg  *slog.Logger
+	// own is set when the group's keys are the replication package's
+	// own (Config.Lower), not records.
+	own bool
 
 	mu struct {
 		sync.Mutex
@@ -167,6 +175,10 @@ func NewGroup(cfg Config) (*Group, error) {
 	if bytes.Compare(cfg.Lower, cfg.Upper) >= 0 {
 		return nil, fmt.Errorf("replication: group %d: empty key range [%q, %q)", cfg.Group, cfg.Lower, cfg.Upper)
 	}
+	own := bytes.HasPrefix(cfg.Lower, []byte(storage.ReplicaPrefix))
+	if own != bytes.HasPrefix(cfg.Upper, []byte(storage.ReplicaPrefix)) || (!own && cfg.Upper[0] == 0xff) {
+		return nil, fmt.Errorf("replication: group %d: key range [%q, %q) is neither records nor under storage.ReplicaPrefix", cfg.Group, cfg.Lower, cfg.Upper)
+	}
 	if cfg.ElectionTicks <= 0 {
 		cfg.ElectionTicks = DefaultElectionTicks
 	}
@@ -194,6 +206,7 @@ func NewGroup(cfg Config) (*Group, error) {
 	}
 	g := &Group{
 		cfg:     cfg,
+		own:     own,
 		log:     l,
 		lg:      cfg.Logger.With("group", cfg.Group, "node", cfg.Node),
 		batch:   cfg.Store.NewReplicaBatch(),
@@ -247,7 +260,7 @@ func (g *Group) bootstrap() error {
 		return nil
 	}
 	var c logChange
-	conf := &pb.ConfState{Voters: append([]uint64(nil), g.cfg.Bootstrap...)}
+	conf := &pb.ConfState{Voters: append([]uint64(nil), g.cfg.Bootstrap...), Learners: append([]uint64(nil), g.cfg.BootstrapLearners...)}
 	if err := g.log.stageTruncated(g.batch, &c, bootstrapIndex, bootstrapTerm); err != nil {
 		return err
 	}
@@ -462,7 +475,7 @@ func (g *Group) servingLocked(st raft.BasicStatus) bool {
 // leader refuses at once with a *NotLeaderError.
 func (g *Group) Propose(ops []Op) (<-chan error, error) {
 	r := Round{Proposer: g.cfg.Node, Ops: ops}
-	if err := r.check(); err != nil {
+	if err := r.check(g.own); err != nil {
 		return nil, err
 	}
 	for _, op := range ops {
@@ -618,7 +631,7 @@ func (g *Group) Process() (bool, error) {
 		}
 	}
 	g.mu.Unlock()
-	if deposed {
+	if deposed && !g.own {
 		// What this replica decided as leader and the group did not
 		// commit shows in the store's table: drop it, so that the shard's
 		// records are the group's again. Under procMu: no round is
@@ -694,7 +707,7 @@ func (g *Group) apply(ents []*pb.Entry) error {
 			if len(e.GetData()) == 0 {
 				continue // a new leader's empty entry
 			}
-			r, err := DecodeRound(e.GetData())
+			r, err := decodeRound(e.GetData(), g.own)
 			if err != nil {
 				return fmt.Errorf("entry %d: %w", e.GetIndex(), err)
 			}
@@ -711,6 +724,10 @@ func (g *Group) apply(ents []*pb.Entry) error {
 					return fmt.Errorf("entry %d: %w: %q", e.GetIndex(), ErrOutOfRange, op.Key)
 				}
 				switch {
+				case g.own && op.Delete:
+					err = b.Delete(op.Key)
+				case g.own:
+					err = b.Set(op.Key, op.Value)
 				case op.Delete && own:
 					err = b.DeleteOwnRecord(op.Key)
 				case op.Delete:

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"log/slog"
 	"slices"
+	"strconv"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -61,8 +62,11 @@ type HostConfig struct {
 	Ordinal int
 	// Replicas, when set, gives each shard's replicas now, the first its
 	// home, where they were moved since (SetReplicas); nil: those of
-	// Shards.
+	// Shards. A placement the store holds (Move) comes before it.
 	Replicas [][]int
+	// Nodes is how many nodes the cluster has, ordinals 0 to Nodes−1;
+	// 0: those of Shards.
+	Nodes int
 	// Incarnation is this node's (see NodeID). 0 bootstraps the groups
 	// the store holds nothing of, with the first replicas of every shard
 	// as voters; above 0, the node lost its data and its replicas join
@@ -118,6 +122,16 @@ type Host struct {
 	// membersMu makes SetReplicas and the retirement of a replica one at
 	// a time.
 	membersMu sync.Mutex
+	// placement is this node's replica of the placement group; epoch the
+	// placement's it follows, placeSeen the group's applied index it last
+	// looked at (followPlacement, under followMu); placeMu makes Moves
+	// one at a time.
+	placement *Group
+	epoch     atomic.Uint64
+	placeSeen uint64
+	followMu  sync.Mutex
+	placeMu   sync.Mutex
+	nodes     int
 	// handing is set, per shard, while this node hands its leadership
 	// back home (balance, with HostConfig.Handoff).
 	handing []atomic.Bool
@@ -150,10 +164,28 @@ func NewHost(cfg HostConfig) (*Host, error) {
 	if cfg.Replicas != nil && len(cfg.Replicas) != n {
 		return nil, fmt.Errorf("replication: HostConfig gives the replicas of %d shards; the placement has %d", len(cfg.Replicas), n)
 	}
+	stored, moved, err := storedPlacement(cfg.Store)
+	if err != nil {
+		return nil, err
+	}
+	if moved && len(stored.Replicas) != n {
+		return nil, fmt.Errorf("%w: the store's placement has %d shards; the cluster has %d", ErrBadPlacement, len(stored.Replicas), n)
+	}
+	for _, sh := range cfg.Shards {
+		for _, o := range sh.Replicas {
+			h.nodes = max(h.nodes, o+1)
+		}
+	}
+	if cfg.Nodes > 0 {
+		h.nodes = cfg.Nodes
+	}
 	all := make([]uint64, n)
 	for i, sh := range cfg.Shards {
 		reps := sh.Replicas
-		if cfg.Replicas != nil {
+		switch {
+		case moved:
+			reps = stored.Replicas[i]
+		case cfg.Replicas != nil:
 			reps = cfg.Replicas[i]
 		}
 		if err := h.setReplicas(i, reps); err != nil {
@@ -166,6 +198,10 @@ func NewHost(cfg HostConfig) (*Host, error) {
 	// and added again) joins its group, and takes its state by snapshot.
 	lived, err := Holds(cfg.Store, all...)
 	if err != nil {
+		return nil, err
+	}
+	h.epoch.Store(stored.Epoch)
+	if err := h.openPlacement(); err != nil {
 		return nil, err
 	}
 	for i, sh := range cfg.Shards {
@@ -194,6 +230,38 @@ func NewHost(cfg HostConfig) (*Host, error) {
 		h.cfg.BalanceTicks = 2 * et
 	}
 	return h, nil
+}
+
+// openPlacement opens this node's replica of the placement group: on the
+// node's first start (incarnation 0, no state of it in the store)
+// bootstrapped with the first nodes as voters and the others as
+// learners; otherwise as it was, or joining.
+func (h *Host) openPlacement() error {
+	cfg := h.cfg
+	gc := cfg.Group
+	gc.Group, gc.Node, gc.Store, gc.Send, gc.Logger = PlacementGroup, h.self, cfg.Store, cfg.Transport.Send, cfg.Logger
+	gc.Lower, gc.Upper = placementLower, placementUpper
+	gc.Bootstrap, gc.BootstrapLearners = nil, nil
+	held, err := Holds(cfg.Store, PlacementGroup)
+	if err != nil {
+		return err
+	}
+	if !held && cfg.Incarnation == 0 {
+		voters, learners := placementVoters(h.nodes)
+		for _, o := range voters {
+			gc.Bootstrap = append(gc.Bootstrap, NodeID(o, 0))
+		}
+		for _, o := range learners {
+			gc.BootstrapLearners = append(gc.BootstrapLearners, NodeID(o, 0))
+		}
+	}
+	g, err := NewGroup(gc)
+	if err != nil {
+		return fmt.Errorf("replication: the placement group: %w", err)
+	}
+	h.placement = g
+	cfg.Transport.Add(g)
+	return nil
 }
 
 // addGroup opens this node's replica of shard i: bootstrapped with the
@@ -232,9 +300,13 @@ func (h *Host) runGroup(ctx context.Context, i int, g *Group) {
 	go func() {
 		defer h.wg.Done()
 		if err := g.Run(ctx); err != nil && !errors.Is(err, context.Canceled) && !errors.Is(err, ErrStopped) {
-			h.lg.Error("replica stopped", "shard", i, "err", err)
+			what := "shard " + strconv.Itoa(i)
+			if i < 0 {
+				what = "the placement group"
+			}
+			h.lg.Error("replica stopped", "group", what, "err", err)
 			h.mu.Lock()
-			h.errs = append(h.errs, fmt.Errorf("shard %d: %w", i, err))
+			h.errs = append(h.errs, fmt.Errorf("%s: %w", what, err))
 			h.mu.Unlock()
 		}
 	}()
@@ -265,6 +337,9 @@ func (h *Host) setReplicas(i int, ordinals []int) error {
 	reps := slices.Clone(ordinals)
 	h.replicas[i].Store(&reps)
 	known := []int{}
+	for o := range h.nodes {
+		known = append(known, o)
+	}
 	if p := h.ordinals.Load(); p != nil {
 		known = slices.Clone(*p)
 	}
@@ -333,6 +408,7 @@ func (h *Host) Run(tick time.Duration) {
 		return
 	}
 	h.started, h.ctx, h.cancel, h.tick = true, ctx, cancel, tick
+	h.runGroup(ctx, -1, h.placement)
 	for i := range h.groups {
 		if g := h.groups[i].Load(); g != nil {
 			h.runGroup(ctx, i, g)
@@ -360,12 +436,14 @@ func (h *Host) Run(tick time.Duration) {
 // every BalanceTicks hands leadership back home where it can and asks
 // whether the replicas this node no longer holds were removed (askLeft).
 func (h *Host) Tick() {
+	h.placement.Tick()
 	for i := range h.groups {
 		if g := h.groups[i].Load(); g != nil {
 			g.Tick()
 		}
 	}
 	h.ticks++
+	h.followPlacement()
 	// A joining replica's steps each wait for a tick, not for a balance:
 	// its shard is a replica short until it is promoted.
 	h.changeMembers()
@@ -380,13 +458,24 @@ func (h *Host) Tick() {
 // replica that joins or leaves (Group.planMembers); a leader whose node
 // no longer holds its shard hands the leadership to one that does.
 func (h *Host) changeMembers() {
+	voters, learners := placementVoters(h.nodes)
+	if cc, note, node := h.placement.planMembers(voters, learners, Ordinal); note != "" || cc != nil {
+		if note != "" {
+			h.lg.Info(note, "group", "placement", "node", node, "ordinal", Ordinal(node))
+		}
+		if cc != nil {
+			if err := h.placement.ChangeMembers(cc); err != nil {
+				h.lg.Warn("membership change not proposed", "group", "placement", "err", err)
+			}
+		}
+	}
 	for i := range h.groups {
 		g := h.groups[i].Load()
 		if g == nil {
 			continue
 		}
 		reps := h.replicasOf(i)
-		cc, note, node := g.planMembers(reps, Ordinal)
+		cc, note, node := g.planMembers(reps, nil, Ordinal)
 		if note != "" {
 			h.lg.Info(note, "shard", i, "node", node, "ordinal", Ordinal(node))
 		}
@@ -416,6 +505,9 @@ func (h *Host) changeMembers() {
 // each replica is a member: one may reach no leader, during an election.
 func (h *Host) askToJoin() {
 	var groups []uint64 // made only when a replica waits
+	if !h.placement.member() {
+		groups = append(groups, PlacementGroup)
+	}
 	for i := range h.groups {
 		if g := h.groups[i].Load(); g != nil && !g.member() && slices.Contains(h.replicasOf(i), h.cfg.Ordinal) {
 			groups = append(groups, ShardGroup(i))
@@ -575,6 +667,8 @@ func (h *Host) Stop() error {
 			g.Stop()
 		}
 	}
+	h.cfg.Transport.Remove(PlacementGroup)
+	h.placement.Stop()
 	h.membersMu.Unlock()
 	h.wg.Wait()
 	h.mu.Lock()

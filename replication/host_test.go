@@ -482,3 +482,80 @@ func TestSetReplicasRefusesBadOrdinals(t *testing.T) {
 		t.Errorf("shard 0's replicas after refused changes: %v", got)
 	}
 }
+
+// placementLeader waits for the placement group's leader to serve and
+// returns its ordinal.
+func (c *hostCluster) placementLeader() int {
+	c.t.Helper()
+	lead := -1
+	c.waitFor("the placement group's leader", func() bool {
+		for o, n := range c.nodes {
+			if n.h != nil && n.h.placement.Status().Serving {
+				lead = o
+				return true
+			}
+		}
+		return false
+	})
+	return lead
+}
+
+// TestHostMoveThroughThePlacementGroup: a move proposed to the placement
+// group's leader (Host.Move) is followed by every node: shard 1 (nodes
+// 1, 2, 3) goes to nodes 1, 0, 3; a node that does not lead the group
+// refuses a move, naming the leader; a bad move is refused and changes
+// nothing; a node restarted keeps the placement it applied.
+func TestHostMoveThroughThePlacementGroup(t *testing.T) {
+	c := newHostCluster(t, 4, 3)
+	c.commitOn(1, 1, c.keyIn(1, "k"), "v")
+	lead := c.placementLeader()
+	other := (lead + 1) % 4
+	var nl *NotLeaderError
+	if _, err := c.nodes[other].h.Move(1, []int{1, 0, 3}); !errors.As(err, &nl) || nl.Group != PlacementGroup {
+		t.Errorf("Move on node %d, not the placement group's leader: %v; want a NotLeaderError", other, err)
+	}
+	for _, bad := range [][]int{{1, 0}, {1, 0, 0}, {1, 0, 4}} {
+		if _, err := c.nodes[lead].h.Move(1, bad); !errors.Is(err, ErrReplicas) {
+			t.Errorf("Move(1, %v): %v; want ErrReplicas", bad, err)
+		}
+	}
+	if _, err := c.nodes[lead].h.Move(4, []int{0, 1, 2}); !errors.Is(err, ErrReplicas) {
+		t.Errorf("Move of shard 4 of 4: %v; want ErrReplicas", err)
+	}
+	p, err := c.nodes[lead].h.Move(1, []int{1, 0, 3})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if p.Epoch != 1 || !slices.Equal(p.Replicas[1], []int{1, 0, 3}) || !slices.Equal(p.Replicas[0], []int{0, 1, 2}) {
+		t.Fatalf("placement after the move: %+v", p)
+	}
+	c.voters(1, 0, 1, 3)
+	c.retired(2, 1)
+	c.waitFor("the record on node 0", func() bool { return c.read(0, c.keyIn(1, "k")) == "v" })
+	for o := range c.nodes {
+		c.waitFor("node "+strconv.Itoa(o)+" following epoch 1", func() bool { return c.nodes[o].h.Placement().Epoch == 1 })
+	}
+	c.stop(2)
+	c.start(2)
+	if got := c.nodes[2].h.Placement(); got.Epoch != 1 || !slices.Equal(got.Replicas[1], []int{1, 0, 3}) {
+		t.Errorf("node 2 after its restart: placement %+v; want epoch 1 with shard 1 on 1, 0, 3", got)
+	}
+	if c.nodes[2].h.Group(1) != nil {
+		t.Error("node 2 opened a replica of shard 1 again at its restart")
+	}
+}
+
+// TestPlacementEncoding: a placement reads back as written; what is not
+// one is refused.
+func TestPlacementEncoding(t *testing.T) {
+	p := Placement{Epoch: 7, Replicas: [][]int{{0, 1, 2}, {3, 0, 1}}}
+	got, err := DecodePlacement(p.Encode())
+	if err != nil || got.Epoch != 7 || len(got.Replicas) != 2 || !slices.Equal(got.Replicas[1], []int{3, 0, 1}) {
+		t.Fatalf("DecodePlacement(%q) = %+v, %v", p.Encode(), got, err)
+	}
+	for _, bad := range []string{"", "v1 1", "v2 1 0,1,2", "v1 x 0,1,2", "v1 1 0,a,2"} {
+		if _, err := DecodePlacement([]byte(bad)); !errors.Is(err, ErrBadPlacement) {
+			t.Errorf("DecodePlacement(%q): %v; want ErrBadPlacement", bad, err)
+		}
+	}
+}

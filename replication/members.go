@@ -69,10 +69,13 @@ func (g *Group) replicaOf(ordinal func(uint64) int, o int) uint64 {
 // leader (the Host hands its leadership on first). A join is refused
 // while the voter it would replace is still replicated to, so that a
 // second process started with a node's ordinal never takes the first
-// one's place. replicas are the ordinals that hold the shard; ordinal
-// maps a node identity to its ordinal.
+// one's place. replicas are the ordinals that hold the shard; learners
+// those whose replicas only learn the group's entries (the placement
+// group's nodes past its voters): they are added as learners, in place of
+// an old identity of theirs, and never promoted. ordinal maps a node
+// identity to its ordinal.
 // note says what the plan is, or why a join was refused, about node.
-func (g *Group) planMembers(replicas []int, ordinal func(uint64) int) (cc *pb.ConfChangeV2, note string, node uint64) {
+func (g *Group) planMembers(replicas, learners []int, ordinal func(uint64) int) (cc *pb.ConfChangeV2, note string, node uint64) {
 	g.mu.Lock()
 	joins := slices.Sorted(maps.Keys(g.mu.joins))
 	clear(g.mu.joins)
@@ -100,7 +103,7 @@ func (g *Group) planMembers(replicas []int, ordinal func(uint64) int) (cc *pb.Co
 	}
 	for _, l := range slices.Sorted(maps.Keys(st.Config.Learners)) {
 		pr, ok := st.Progress[l]
-		if !ok || pr.State != tracker.StateReplicate || pr.Match < st.GetCommit() {
+		if !ok || pr.State != tracker.StateReplicate || pr.Match < st.GetCommit() || !slices.Contains(replicas, ordinal(l)) {
 			continue
 		}
 		cc = &pb.ConfChangeV2{Changes: []*pb.ConfChangeSingle{change(pb.ConfChangeAddNode, l)}}
@@ -121,14 +124,18 @@ func (g *Group) planMembers(replicas []int, ordinal func(uint64) int) (cc *pb.Co
 	for _, id := range joins {
 		o := ordinal(id)
 		switch {
-		case !slices.Contains(replicas, o):
+		case !slices.Contains(replicas, o) && !slices.Contains(learners, o):
 			note, node = "refusing a join: its ordinal holds no replica of the shard", id
 			continue
 		case contains(voters, id) || contains(st.Config.Learners, id):
 			continue
 		}
 		alive := false
-		for _, v := range same(voters, o, id) {
+		olds := same(voters, o, id)
+		if slices.Contains(learners, o) {
+			olds = same(st.Config.Learners, o, id)
+		}
+		for _, v := range olds {
 			if pr, ok := st.Progress[v]; v == st.ID || (ok && pr.State == tracker.StateReplicate) {
 				alive = true
 			}
@@ -147,6 +154,12 @@ func (g *Group) planMembers(replicas []int, ordinal func(uint64) int) (cc *pb.Co
 	}
 	if note != "" {
 		return nil, note, node
+	}
+	for _, l := range slices.Sorted(maps.Keys(st.Config.Learners)) {
+		if o := ordinal(l); !slices.Contains(replicas, o) && !slices.Contains(learners, o) {
+			cc = &pb.ConfChangeV2{Changes: []*pb.ConfChangeSingle{change(pb.ConfChangeRemoveNode, l)}}
+			return cc, "removing a learner whose node no longer holds the shard", l
+		}
 	}
 	for _, o := range replicas {
 		if len(same(voters, o, 0)) == 0 {
@@ -181,7 +194,13 @@ func (g *Group) deleteState() (int, error) {
 	defer b.Reset()
 	n := 0
 	from := g.cfg.Lower
-	for {
+	if g.own {
+		from = g.cfg.Upper // no records; its keys go with its Raft state
+		if err := b.DeleteRange(g.cfg.Lower, g.cfg.Upper); err != nil {
+			return 0, err
+		}
+	}
+	for bytes.Compare(from, g.cfg.Upper) < 0 {
 		var next []byte
 		var derr error
 		page := 0

@@ -40,11 +40,11 @@ func TestPlanMembersReplacesALostReplica(t *testing.T) {
 	}
 
 	g.requestJoin(fresh)
-	if cc, note, _ := g.planMembers(replicas, Ordinal); cc != nil || !strings.Contains(note, "still answers") {
+	if cc, note, _ := g.planMembers(replicas, nil, Ordinal); cc != nil || !strings.Contains(note, "still answers") {
 		t.Fatalf("a join while node %d answers: %v, %q; want it refused", lost, cc, note)
 	}
 	g.requestJoin(NodeID(7, 1))
-	if cc, note, _ := g.planMembers(replicas, Ordinal); cc != nil || !strings.Contains(note, "holds no replica") {
+	if cc, note, _ := g.planMembers(replicas, nil, Ordinal); cc != nil || !strings.Contains(note, "holds no replica") {
 		t.Fatalf("a join of ordinal 7: %v, %q; want it refused", cc, note)
 	}
 
@@ -61,7 +61,7 @@ func TestPlanMembersReplacesALostReplica(t *testing.T) {
 		c.settle()
 	}
 	g.requestJoin(fresh)
-	cc, note, node := g.planMembers(replicas, Ordinal)
+	cc, note, node := g.planMembers(replicas, nil, Ordinal)
 	if cc == nil || node != fresh {
 		t.Fatalf("no join planned for node %d: %q, node %d", fresh, note, node)
 	}
@@ -70,7 +70,7 @@ func TestPlanMembersReplacesALostReplica(t *testing.T) {
 		t.Fatalf("learners %v, want [%d]", ls, fresh)
 	}
 	c.tickUntil(100, "the learner was never promoted", func() bool {
-		cc, _, _ = g.planMembers(replicas, Ordinal)
+		cc, _, _ = g.planMembers(replicas, nil, Ordinal)
 		return cc != nil
 	})
 	if c.snaps == 0 {
@@ -83,7 +83,7 @@ func TestPlanMembersReplacesALostReplica(t *testing.T) {
 			len(cs.GetVotersOutgoing()) == 0 && len(cs.GetLearners()) == 0
 	})
 	c.sameRecords(want)
-	if cc, note, _ := g.planMembers(replicas, Ordinal); cc != nil {
+	if cc, note, _ := g.planMembers(replicas, nil, Ordinal); cc != nil {
 		t.Fatalf("after the replacement, another change: %v (%s)", cc, note)
 	}
 }

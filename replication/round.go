@@ -64,15 +64,16 @@ func appendBytes(dst, b []byte) []byte {
 }
 
 // check returns an error for a round a leader must not propose: an empty
-// key, or one among the store's own keys (from 0xff), or a value on a
-// delete. Decode refuses the same, so what one node proposes every node
-// applies.
-func (r *Round) check() error {
+// key, or one among the store's own keys (from 0xff) unless own (the
+// placement group's, whose keys are the replication package's own), or a
+// value on a delete. Decode refuses the same, so what one node proposes
+// every node applies.
+func (r *Round) check(own bool) error {
 	for i, op := range r.Ops {
 		switch {
 		case len(op.Key) == 0:
 			return fmt.Errorf("%w: op %d has an empty key", ErrBadRound, i)
-		case op.Key[0] == 0xff:
+		case op.Key[0] == 0xff && !own:
 			return fmt.Errorf("%w: op %d: key %q is among the store's own keys (0xff)", ErrBadRound, i, op.Key)
 		case op.Delete && op.Value != nil:
 			return fmt.Errorf("%w: op %d: a delete with a value", ErrBadRound, i)
@@ -84,7 +85,10 @@ func (r *Round) check() error {
 // DecodeRound decodes an encoded round. Keys and values alias b. Any
 // malformed input is an error wrapping ErrBadRound: an unknown version, a
 // length past the end, trailing bytes, an empty or reserved key.
-func DecodeRound(b []byte) (Round, error) {
+func DecodeRound(b []byte) (Round, error) { return decodeRound(b, false) }
+
+// decodeRound is DecodeRound, of the placement group's rounds if own.
+func decodeRound(b []byte, own bool) (Round, error) {
 	var r Round
 	if len(b) == 0 {
 		return r, fmt.Errorf("%w: empty", ErrBadRound)
@@ -129,7 +133,7 @@ func DecodeRound(b []byte) (Round, error) {
 	if d.err != nil {
 		return Round{}, fmt.Errorf("%w: %w", ErrBadRound, d.err)
 	}
-	if err := r.check(); err != nil {
+	if err := r.check(own); err != nil {
 		return Round{}, err
 	}
 	return r, nil

@@ -192,6 +192,8 @@ func (g *Group) readSnapshot(r io.Reader, sender uint64) error {
 					err = fmt.Errorf("page over %d bytes", maxSnapshotPage)
 				case bytes.Compare(k, from) < 0 || bytes.Compare(k, to) >= 0 || (prev != nil && bytes.Compare(k, prev) <= 0):
 					err = fmt.Errorf("key %q out of order or outside [%q, %q)", k, from, to)
+				case g.own:
+					err = b.Set(k, v)
 				default:
 					err = b.PutRecord(k, v)
 				}
@@ -205,9 +207,13 @@ func (g *Group) readSnapshot(r io.Reader, sender uint64) error {
 		// The replica's records of the page's range that the leader does
 		// not have go.
 		var derr error
-		err = g.cfg.Store.Scan(from, to, func(k, _ []byte) bool {
+		scan, del := g.cfg.Store.Scan, b.DeleteRecord
+		if g.own {
+			scan, del = g.cfg.Store.ReplicaScan, b.Delete
+		}
+		err = scan(from, to, func(k, _ []byte) bool {
 			if _, ok := keys[string(k)]; !ok {
-				derr = b.DeleteRecord(k)
+				derr = del(k)
 			}
 			return derr == nil
 		})

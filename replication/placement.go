@@ -1,0 +1,223 @@
+package replication
+
+import (
+	"errors"
+	"fmt"
+	"slices"
+	"strconv"
+	"strings"
+
+	"github.com/sluicehq/sluice/storage"
+)
+
+// The placement group: a Raft group of every node of a replicated
+// cluster (the first MaxPlacementVoters vote, the others learn it) whose
+// state is the placement, each shard's replicas under an epoch. A move of
+// a shard's replicas (Host.Move) is a proposal to it, so that every node
+// applies the same moves in the same order, and the shards' own groups
+// follow (SetReplicas).
+
+// PlacementGroup is the Raft group of the cluster's placement; ShardGroup
+// numbers the shards' groups after it.
+const PlacementGroup = 1
+
+// MaxPlacementVoters is how many nodes vote in the placement group: the
+// first ones by ordinal. The others hold a learner, which applies the
+// placement without voting.
+const MaxPlacementVoters = 5
+
+var (
+	placementLower = []byte(storage.ReplicaPrefix + "placement/")
+	placementUpper = []byte(storage.ReplicaPrefix + "placement0") // '0' follows '/'
+	placementKey   = []byte(storage.ReplicaPrefix + "placement/shards")
+)
+
+// Placement is where a replicated cluster's shards are: each shard's
+// replicas as node ordinals, its home first, under an epoch that each
+// move raises by one. Epoch 0 is the placement the cluster was first
+// started with.
+type Placement struct {
+	Epoch    uint64
+	Replicas [][]int
+}
+
+// ErrBadPlacement is wrapped by the error of a stored placement that does
+// not decode.
+var ErrBadPlacement = errors.New("replication: bad placement")
+
+// Encode is p as stored: "v1 <epoch> <ordinal>,<ordinal>,... ..." with
+// one list of ordinals per shard.
+func (p Placement) Encode() []byte {
+	b := strconv.AppendUint([]byte("v1 "), p.Epoch, 10)
+	for _, reps := range p.Replicas {
+		b = append(b, ' ')
+		for j, o := range reps {
+			if j > 0 {
+				b = append(b, ',')
+			}
+			b = strconv.AppendInt(b, int64(o), 10)
+		}
+	}
+	return b
+}
+
+// DecodePlacement reads what Encode wrote.
+func DecodePlacement(b []byte) (Placement, error) {
+	f := strings.Fields(string(b))
+	if len(f) < 3 || f[0] != "v1" {
+		return Placement{}, fmt.Errorf("%w: %q does not start with v1, an epoch and a shard", ErrBadPlacement, b)
+	}
+	epoch, err := strconv.ParseUint(f[1], 10, 64)
+	if err != nil {
+		return Placement{}, fmt.Errorf("%w: epoch %q", ErrBadPlacement, f[1])
+	}
+	p := Placement{Epoch: epoch}
+	for i, list := range f[2:] {
+		var reps []int
+		for _, s := range strings.Split(list, ",") {
+			o, err := strconv.Atoi(s)
+			if err != nil {
+				return Placement{}, fmt.Errorf("%w: shard %d: ordinal %q", ErrBadPlacement, i, s)
+			}
+			reps = append(reps, o)
+		}
+		p.Replicas = append(p.Replicas, reps)
+	}
+	return p, nil
+}
+
+// placementVoters returns the ordinals that vote in the placement group
+// of a cluster of n nodes, and those that learn it.
+func placementVoters(n int) (voters, learners []int) {
+	for o := range n {
+		if o < MaxPlacementVoters {
+			voters = append(voters, o)
+		} else {
+			learners = append(learners, o)
+		}
+	}
+	return voters, learners
+}
+
+// storedPlacement returns the placement the store holds, applied by its
+// replica of the placement group, and false if it holds none (no move
+// was made yet).
+func storedPlacement(store *storage.Store) (Placement, bool, error) {
+	v, ok, err := store.ReplicaGet(placementKey)
+	if err != nil || !ok {
+		return Placement{}, false, err
+	}
+	p, err := DecodePlacement(v)
+	return p, err == nil, err
+}
+
+// Placement returns the placement as this node applied it.
+func (h *Host) Placement() Placement {
+	p := Placement{Epoch: h.epoch.Load()}
+	for i := range h.replicas {
+		p.Replicas = append(p.Replicas, slices.Clone(h.replicasOf(i)))
+	}
+	return p
+}
+
+// PlacementLeader returns the ordinal of the node that leads the
+// placement group as this node knows, or -1 when none is known.
+func (h *Host) PlacementLeader() int {
+	st := h.placement.Status()
+	if st.Leader == 0 {
+		return -1
+	}
+	return Ordinal(st.Leader)
+}
+
+// Move moves shard to the nodes of ordinals, its home first, by a
+// proposal to the placement group, and returns the placement once the
+// group applied it here; every node then follows it (SetReplicas). Only
+// the placement group's leader takes it: elsewhere a *NotLeaderError
+// names the leader. A shard keeps its number of replicas.
+func (h *Host) Move(shard int, ordinals []int) (Placement, error) {
+	h.placeMu.Lock()
+	defer h.placeMu.Unlock()
+	g := h.placement
+	if st := g.Status(); !st.Serving {
+		return Placement{}, &NotLeaderError{Group: PlacementGroup, Leader: st.Leader}
+	}
+	// Serving: every placement committed before this leader's term is
+	// applied, and the moves of its term are made here, one at a time.
+	cur, ok, err := storedPlacement(h.cfg.Store)
+	if err != nil {
+		return Placement{}, err
+	}
+	if !ok {
+		cur = Placement{}
+		for _, sh := range h.cfg.Shards {
+			cur.Replicas = append(cur.Replicas, slices.Clone(sh.Replicas))
+		}
+	}
+	if shard < 0 || shard >= len(cur.Replicas) {
+		return Placement{}, fmt.Errorf("%w: shard %d; the cluster has shards 0 to %d", ErrReplicas, shard, len(cur.Replicas)-1)
+	}
+	if want := len(h.cfg.Shards[shard].Replicas); len(ordinals) != want {
+		return Placement{}, fmt.Errorf("%w: %d nodes for shard %d; it has %d replicas (--cluster-replicas)", ErrReplicas, len(ordinals), shard, want)
+	}
+	for j, o := range ordinals {
+		if o < 0 || o >= h.nodes {
+			return Placement{}, fmt.Errorf("%w: ordinal %d; the cluster's nodes are 0 to %d", ErrReplicas, o, h.nodes-1)
+		}
+		if slices.Contains(ordinals[:j], o) {
+			return Placement{}, fmt.Errorf("%w: node %d given twice", ErrReplicas, o)
+		}
+	}
+	if slices.Equal(cur.Replicas[shard], ordinals) {
+		return cur, nil
+	}
+	next := Placement{Epoch: cur.Epoch + 1}
+	for _, reps := range cur.Replicas {
+		next.Replicas = append(next.Replicas, slices.Clone(reps))
+	}
+	next.Replicas[shard] = slices.Clone(ordinals)
+	ch, err := g.Propose([]Op{{Key: placementKey, Value: next.Encode()}})
+	if err != nil {
+		return Placement{}, err
+	}
+	if err := <-ch; err != nil {
+		return Placement{}, err
+	}
+	h.followPlacement()
+	return next, nil
+}
+
+// followPlacement applies a placement the placement group applied since
+// the last look: each shard whose replicas changed is moved
+// (SetReplicas).
+func (h *Host) followPlacement() {
+	h.followMu.Lock()
+	defer h.followMu.Unlock()
+	applied := h.placement.log.Applied()
+	if applied == h.placeSeen {
+		return
+	}
+	p, ok, err := storedPlacement(h.cfg.Store)
+	if err != nil {
+		h.lg.Error("the cluster's placement does not read", "err", err)
+		return
+	}
+	h.placeSeen = applied
+	if !ok || p.Epoch <= h.epoch.Load() {
+		return
+	}
+	if len(p.Replicas) != len(h.replicas) {
+		h.lg.Error("the cluster's placement has another number of shards than this node's; not followed", "epoch", p.Epoch, "shards", len(p.Replicas), "want", len(h.replicas))
+		return
+	}
+	for i, reps := range p.Replicas {
+		if slices.Equal(reps, h.replicasOf(i)) {
+			continue
+		}
+		h.lg.Info("the cluster's placement moved a shard", "epoch", p.Epoch, "shard", i, "replicas", fmt.Sprint(reps))
+		if err := h.SetReplicas(i, reps); err != nil {
+			h.lg.Error("a shard's move in the cluster's placement is not followed", "epoch", p.Epoch, "shard", i, "err", err)
+		}
+	}
+	h.epoch.Store(p.Epoch)
+}
