@@ -120,6 +120,10 @@ func (h *Host) Placement() Placement {
 	return p
 }
 
+// Replicas returns the ordinals of shard i's replicas as this node
+// follows them, its home first; the caller must not change them.
+func (h *Host) Replicas(i int) []int { return h.replicasOf(i) }
+
 // PlacementLeader returns the ordinal of the node that leads the
 // placement group as this node knows, or -1 when none is known.
 func (h *Host) PlacementLeader() int {

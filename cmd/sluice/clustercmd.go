@@ -34,6 +34,7 @@ type clusterToolConfig struct {
 	timeout  time.Duration
 	page     int
 	topology string
+	shard    int
 
 	maxConfigFile byteSize
 }
@@ -44,7 +45,8 @@ func newClusterFlagSet(cfg *clusterToolConfig, stderr io.Writer) *flag.FlagSet {
 	fs.StringVar(&cfg.nodes, "nodes", "", "sluice cluster: the nodes' announced host:port, comma-separated, or a template with {i} and --cluster-size; for rebalance, exactly the nodes that should own slots, in ordinal order")
 	intVar(fs, &cfg.size, "cluster-size", 0, "sluice cluster: the number of nodes when --nodes is a template")
 	fs.StringVar(&cfg.slots, "slots", "", "sluice cluster move: the slots to move, as 0-99,200")
-	fs.StringVar(&cfg.to, "to", "", "sluice cluster move: the announced host:port of the node to move them to")
+	fs.StringVar(&cfg.to, "to", "", "sluice cluster move: the announced host:port of the node to move them to; sluice cluster place: the nodes to hold the shard, comma-separated, its home first")
+	intVar(fs, &cfg.shard, "shard", -1, "sluice cluster place: the shard to move (CLUSTER PLACEMENT lists them)")
 	fs.StringVar(&cfg.passFile, "requirepass-file", "", "file holding the password clients must give with AUTH (one line; a trailing newline is ignored)")
 	fs.StringVar(&cfg.pass, "requirepass", "", "password clients must give with AUTH (visible in process listings: prefer --requirepass-file)")
 	durationVar(fs, &cfg.timeout, "cluster-command-timeout", 30*time.Second, "sluice cluster: the most one command to a node may take")
@@ -52,7 +54,7 @@ func newClusterFlagSet(cfg *clusterToolConfig, stderr io.Writer) *flag.FlagSet {
 	intVar(fs, &cfg.page, "cluster-page", 500, "sluice cluster: records copied per page while moving slots")
 	addMaxConfigFile(fs, &cfg.maxConfigFile)
 	fs.Usage = func() {
-		fmt.Fprintf(fs.Output(), "Usage: sluice cluster rebalance --nodes a:p,b:p,c:p   (spread the slots evenly over exactly these nodes)\n       sluice cluster move --nodes a:p,... --slots 0-99 --to d:p\n       sluice cluster show --nodes a:p,...   (the topology with the highest epoch, the nodes that have another, and any that answers as another node)\n       sluice cluster push --nodes a:p,... --topology '<epoch> a:p 0-8191 b:p 8192-16383'   (push a topology to every node: finishing an interrupted move)\n       sluice cluster renumber --nodes a:p,...   (push the highest topology under a low epoch: after the epoch cap)\n\n")
+		fmt.Fprintf(fs.Output(), "Usage: sluice cluster rebalance --nodes a:p,b:p,c:p   (spread the slots evenly over exactly these nodes)\n       sluice cluster move --nodes a:p,... --slots 0-99 --to d:p\n       sluice cluster show --nodes a:p,...   (the topology with the highest epoch, the nodes that have another, and any that answers as another node)\n       sluice cluster push --nodes a:p,... --topology '<epoch> a:p 0-8191 b:p 8192-16383'   (push a topology to every node: finishing an interrupted move)\n       sluice cluster renumber --nodes a:p,...   (push the highest topology under a low epoch: after the epoch cap)\n       sluice cluster place --nodes a:p,... --shard 0 --to a:p,b:p,d:p   (--cluster-replicas above 1: move a shard's replicas to these nodes, its home first)\n\n")
 		fs.PrintDefaults()
 	}
 	return fs
@@ -70,7 +72,7 @@ func (clusterCommand) run(inv invocation, args []string) error {
 		return flag.ErrHelp
 	}
 	if len(args) == 0 || strings.HasPrefix(args[0], "-") {
-		return errors.New("sluice cluster: want a subcommand: rebalance, move, show, push or renumber (see sluice cluster --help)")
+		return errors.New("sluice cluster: want a subcommand: rebalance, move, show, push, renumber or place (see sluice cluster --help)")
 	}
 	sub := args[0]
 	var cfg clusterToolConfig
@@ -202,6 +204,11 @@ func (clusterCommand) run(inv invocation, args []string) error {
 			}
 		}
 		return nil
+	case "place":
+		if cfg.shard < 0 || cfg.to == "" {
+			return errors.New("sluice cluster place: want --shard, the shard to move, and --to, the nodes to hold it, comma-separated, its home first")
+		}
+		return ct.place(ctx, nodes, cfg.shard, strings.Split(cfg.to, ","))
 	case "rebalance":
 		if t.Epoch >= cluster.MaxEpoch {
 			return cluster.ErrEpochCap
@@ -220,7 +227,52 @@ func (clusterCommand) run(inv invocation, args []string) error {
 		fmt.Fprintf(stdout, "balanced: epoch %d: %s\n", t.Epoch, strings.Join(t.Args()[1:], " "))
 		return nil
 	}
-	return fmt.Errorf("sluice cluster %s: unknown subcommand; want rebalance, move or show", sub)
+	return fmt.Errorf("sluice cluster %s: unknown subcommand; want rebalance, move, show, push, renumber or place", sub)
+}
+
+// leaderHint is what a node that does not lead the placement says before
+// the leader's address (internal/clusternode).
+const leaderHint = "send CLUSTER PLACE to its leader, "
+
+// place moves shard to the nodes to, its home first: CLUSTER PLACE on the
+// placement's leader, found by asking the nodes (one that does not lead
+// names the leader), then prints the placement.
+func (ct *clusterTool) place(ctx context.Context, nodes []string, shard int, to []string) error {
+	args := []any{"CLUSTER", "PLACE", shard}
+	for _, a := range to {
+		args = append(args, a)
+	}
+	queue := slices.Clone(nodes)
+	var errs []error
+	deadline := time.Now().Add(ct.timeout)
+	for len(queue) > 0 {
+		addr := queue[0]
+		queue = queue[1:]
+		v, err := ct.do(ctx, addr, args...)
+		if err == nil {
+			text, err := ct.do(ctx, addr, "CLUSTER", "PLACEMENT")
+			if err != nil {
+				return err
+			}
+			fmt.Fprintf(ct.out, "placed: epoch %v\n%v", v, text)
+			return nil
+		}
+		msg := err.Error()
+		switch {
+		case strings.Contains(msg, leaderHint):
+			queue = append([]string{strings.TrimSpace(msg[strings.Index(msg, leaderHint)+len(leaderHint):])}, queue...)
+		case strings.Contains(msg, "TRYAGAIN") && time.Now().Before(deadline):
+			queue = append(queue, addr) // an election: ask again
+			time.Sleep(100 * time.Millisecond)
+		case strings.Contains(msg, "ERR "):
+			return err // a move the leader refuses
+		}
+		errs = append(errs, err)
+		if len(errs) > 4*len(nodes) {
+			break
+		}
+	}
+	return fmt.Errorf("sluice cluster place: no node took the move: %w", errors.Join(errs...))
 }
 
 // clusterTool talks to the nodes, one client each.

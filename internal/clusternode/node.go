@@ -390,6 +390,8 @@ func slotsOf(t cluster.Topology, id string) int {
 // condition, not the request's (forwardErr).
 var errClusterDown = forwardErr("CLUSTERDOWN", "Hash slot not served")
 
+var errNotReplicated = refuse("CLUSTER PLACEMENT and PLACE apply to a cluster with --cluster-replicas above 1, whose shards are Raft groups; this one moves slots with sluice cluster move and rebalance")
+
 // refuse is a request the node refuses: a bad argument, a command out of
 // turn, a state it cannot take. msg says what was wrong and what was
 // expected; the front end words it (RESP: "ERR " msg).
@@ -467,6 +469,24 @@ func (s *Node) Command(x *dispatch.Ctx, args [][]byte, c Caller) error {
 		x.Out = resp.AppendBulkString(x.Out, clustercmd.Nodes(v.top, int(v.self)-1, shards, fail))
 	case sub == "topology" && len(args) == 2:
 		x.Out = resp.AppendBulkString(x.Out, strings.Join(v.top.Args(), " "))
+	case sub == "placement" && len(args) == 2:
+		if s.rep == nil {
+			return errNotReplicated
+		}
+		text, err := s.placementText()
+		if err != nil {
+			return err
+		}
+		x.Out = resp.AppendBulkString(x.Out, text)
+	case sub == "place" && len(args) >= 4:
+		if s.rep == nil {
+			return errNotReplicated
+		}
+		epoch, err := s.place(args[2:])
+		if err != nil {
+			return err
+		}
+		x.Out = resp.AppendInt(x.Out, int64(epoch))
 	case s.rep != nil && (sub == "settopology" || sub == "migrate" || sub == "import" || sub == "restore" || sub == "drop"):
 		return errReplicatedTopology
 	case sub == "settopology" && len(args) >= 5:
@@ -509,6 +529,10 @@ var Help = []string{
 	"    Resharding, on the target: write records of slots being imported (an empty value deletes).",
 	"DROP <slots>",
 	"    Delete every record of slots this node does not serve, and end their import.",
+	"PLACEMENT",
+	"    With --cluster-replicas above 1: the placement's epoch and leader, and each shard's slots and replicas, its home first.",
+	"PLACE <shard> <host:port> [<host:port> ...]",
+	"    With --cluster-replicas above 1: move the shard's replicas to these nodes, the first its home (on the placement's leader); answers the new epoch.",
 }
 
 // Close closes the connections kept to other nodes for forwarding.

@@ -16,6 +16,7 @@ import (
 	"time"
 
 	"github.com/sluicehq/sluice/cluster"
+	"github.com/sluicehq/sluice/internal/resp"
 	"github.com/sluicehq/sluice/keyspace"
 	"github.com/sluicehq/sluice/replication"
 	"github.com/sluicehq/sluice/storage"
@@ -28,8 +29,9 @@ import (
 // Route, Owner and CLUSTER SLOTS/SHARDS/NODES read gives each shard's
 // slots to the node serving it as leader, as this node knows it, and is
 // rebuilt whenever that changes; a shard with no leader known answers
-// -CLUSTERDOWN, which cluster clients retry. The topology cannot be
-// pushed or resharded in this mode.
+// -CLUSTERDOWN, which cluster clients retry. The slot ranges are fixed;
+// a shard's replicas are moved by CLUSTER PLACE, a proposal to the
+// placement group (replication.Host.Move), which every node follows.
 
 // DefaultElectionTimeout is how long a shard's replicas wait without a
 // word from its leader before electing another; Config.ElectionTimeout.
@@ -39,7 +41,7 @@ const DefaultElectionTimeout = time.Second
 // its announced port, as Redis Cluster's bus port.
 const busPortOffset = 10000
 
-var errReplicatedTopology = refuse("the shards of a cluster with --cluster-replicas above 1 are placed from --cluster-nodes; topology pushes and slot moves do not apply to it")
+var errReplicatedTopology = refuse("the shards of a cluster with --cluster-replicas above 1 are placed from --cluster-nodes; topology pushes and slot moves do not apply to it (move a shard's replicas with CLUSTER PLACE, or sluice cluster place)")
 
 // ReplicatedStoreOptions returns o for the store of a node of a cluster of
 // n nodes with r replicas per shard and s shards (Config.Shards; 0: one
@@ -226,7 +228,7 @@ func (st *replicaStart) start(inc uint64, tr *replication.Transport) error {
 	}
 	host, err := replication.NewHost(replication.HostConfig{
 		Store: st.s.store, Committers: st.cc.Replicator, Transport: tr,
-		Shards: st.shards, Ordinal: st.self, Incarnation: inc, Logger: st.s.log,
+		Shards: st.shards, Nodes: len(st.bus), Ordinal: st.self, Incarnation: inc, Logger: st.s.log,
 		Handoff: st.s.handoff,
 	})
 	if err == nil && !listening {
@@ -433,11 +435,12 @@ func (r *replicas) view(nodes []string, epoch uint64, myID string) *view {
 	for _, a := range nodes {
 		top.Nodes = append(top.Nodes, cluster.Node{ID: cluster.NodeID(a), Addr: a})
 	}
+	host := r.host.Load()
 	for i, sh := range r.shards {
-		owner := sh.Replicas[0]
-		if r.host.Load() == nil {
+		if host == nil {
 			continue // not started: CLUSTERDOWN
 		}
+		owner := host.Replicas(i)[0]
 		if g := r.group(i); g != nil {
 			st := g.Status()
 			switch {
@@ -548,6 +551,7 @@ func (s *Node) ReplicationInfo(kv func(k, v string)) {
 	}
 	kv("cluster_replicas_started", "1")
 	kv("cluster_incarnation", strconv.FormatUint(s.rep.host.Load().Incarnation(), 10))
+	kv("cluster_placement_epoch", strconv.FormatUint(s.rep.host.Load().Placement().Epoch, 10))
 	tick := s.tick()
 	u := func(n uint64) string { return strconv.FormatUint(n, 10) }
 	for i, sh := range s.rep.shards {
@@ -607,4 +611,82 @@ func (s *Node) Sweeps(key []byte) bool {
 	}
 	_, mine := s.Owner(slot)
 	return mine
+}
+
+// placed returns the shards with the replicas they have now, as this
+// node follows the cluster's placement.
+func (r *replicas) placed() []cluster.Shard {
+	host := r.host.Load()
+	if host == nil {
+		return r.shards
+	}
+	out := slices.Clone(r.shards)
+	for i := range out {
+		out[i].Replicas = host.Replicas(i)
+	}
+	return out
+}
+
+// placementText is CLUSTER PLACEMENT's reply: the placement's epoch, its
+// leader, then a line per shard with its slots and its replicas'
+// addresses, its home first.
+func (s *Node) placementText() (string, error) {
+	host := s.rep.host.Load()
+	if host == nil {
+		return "", errClusterDown
+	}
+	p := host.Placement()
+	nodes := s.cfg.Nodes
+	var b strings.Builder
+	b.WriteString("epoch " + strconv.FormatUint(p.Epoch, 10) + "\n")
+	lead := "-"
+	if o := host.PlacementLeader(); o >= 0 && o < len(nodes) {
+		lead = nodes[o]
+	}
+	b.WriteString("leader " + lead + "\n")
+	for i, reps := range p.Replicas {
+		addrs := make([]string, len(reps))
+		for j, o := range reps {
+			addrs[j] = nodes[o]
+		}
+		b.WriteString("shard " + strconv.Itoa(i) + " " + cluster.FormatRanges([]cluster.Range{s.rep.shards[i].Slots}) + " " + strings.Join(addrs, ",") + "\n")
+	}
+	return b.String(), nil
+}
+
+// place is CLUSTER PLACE <shard> <host:port> ...: it moves the shard's
+// replicas to the nodes named, the first its home, through the
+// placement group's leader, and returns the placement's new epoch.
+func (s *Node) place(args [][]byte) (uint64, error) {
+	host := s.rep.host.Load()
+	if host == nil {
+		return 0, errClusterDown
+	}
+	shard, err := strconv.Atoi(string(args[0]))
+	if err != nil || shard < 0 || shard >= len(s.rep.shards) {
+		return 0, refuse("shard '" + resp.Preview(args[0]) + "': want a shard number from 0 to " + strconv.Itoa(len(s.rep.shards)-1) + " (CLUSTER PLACEMENT lists them)")
+	}
+	var ordinals []int
+	var addrs []string
+	for _, a := range args[1:] {
+		o := slices.Index(s.cfg.Nodes, string(a))
+		if o < 0 {
+			return 0, refuse("node '" + resp.Preview(a) + "' is not one of --cluster-nodes: " + strings.Join(s.cfg.Nodes, ","))
+		}
+		ordinals, addrs = append(ordinals, o), append(addrs, string(a))
+	}
+	p, err := host.Move(shard, ordinals)
+	var nl *replication.NotLeaderError
+	switch {
+	case errors.As(err, &nl) && nl.Leader != 0 && replication.Ordinal(nl.Leader) < len(s.cfg.Nodes):
+		return 0, refuse("this node does not lead the cluster's placement; send CLUSTER PLACE to its leader, " + s.cfg.Nodes[replication.Ordinal(nl.Leader)])
+	case errors.As(err, &nl):
+		return 0, forwardErr("TRYAGAIN", "the cluster's placement has no leader now; retry shortly")
+	case errors.Is(err, replication.ErrReplicas):
+		return 0, refuseErr(err)
+	case err != nil:
+		return 0, forwardErr("TRYAGAIN", "the move was not committed ("+err.Error()+"); CLUSTER PLACEMENT shows whether it was made")
+	}
+	s.log.Info("cluster: a shard's replicas are moved", "shard", shard, "replicas", strings.Join(addrs, ","), "epoch", p.Epoch)
+	return p.Epoch, nil
 }
