@@ -300,6 +300,12 @@ func TestHostRejoinsAfterLosingItsStore(t *testing.T) {
 	if got := c.read(0, c.keyIn(0, "while")); got != "w" {
 		t.Errorf("the change made while node 0 was away: %q, want w", got)
 	}
+	for o := range c.nodes {
+		c.waitFor("node "+strconv.Itoa(o)+"'s members of the placement group", func() bool {
+			cs := c.nodes[o].h.placement.log.confState()
+			return slices.Equal(cs.GetVoters(), []uint64{2, 3, self}) && len(cs.GetLearners()) == 0 && len(cs.GetVotersOutgoing()) == 0
+		})
+	}
 	if err := c.commit(0, c.keyIn(0, "after"), "a"); err != nil {
 		t.Fatalf("commit on the rejoined home node: %v", err)
 	}
@@ -558,4 +564,35 @@ func TestPlacementEncoding(t *testing.T) {
 			t.Errorf("DecodePlacement(%q): %v; want ErrBadPlacement", bad, err)
 		}
 	}
+}
+
+// TestHostPlacementLearners: with six nodes the first five vote in the
+// placement group and the sixth learns it: it follows a move, and once it
+// lost its store it comes back as a learner under its new identity, in
+// place of its old one, and still follows the next move.
+func TestHostPlacementLearners(t *testing.T) {
+	c := newHostCluster(t, 6, 3)
+	lead := c.placementLeader()
+	cs := c.nodes[5].h.placement.log.confState()
+	if !slices.Equal(cs.GetVoters(), []uint64{1, 2, 3, 4, 5}) || !slices.Equal(cs.GetLearners(), []uint64{6}) {
+		t.Fatalf("the placement group's members: %v", cs)
+	}
+	if _, err := c.nodes[lead].h.Move(0, []int{0, 1, 5}); err != nil {
+		t.Fatal(err)
+	}
+	c.waitFor("node 5 following epoch 1", func() bool { return c.nodes[5].h.Placement().Epoch == 1 })
+	c.voters(0, 0, 1, 5)
+	c.wipe(5)
+	self := NodeID(5, 1)
+	for o := range c.nodes {
+		c.waitFor("node "+strconv.Itoa(o)+"'s learners of the placement group", func() bool {
+			cs := c.nodes[o].h.placement.log.confState()
+			return slices.Equal(cs.GetVoters(), []uint64{1, 2, 3, 4, 5}) && slices.Equal(cs.GetLearners(), []uint64{self})
+		})
+	}
+	lead = c.placementLeader()
+	if _, err := c.nodes[lead].h.Move(1, []int{1, 2, 5}); err != nil {
+		t.Fatal(err)
+	}
+	c.waitFor("node 5, rejoined, following epoch 2", func() bool { return c.nodes[5].h.Placement().Epoch == 2 })
 }
