@@ -587,8 +587,8 @@ func (h *Host) retire(i int, g *Group) error {
 	h.cfg.Committers.Set(i, nil)
 	h.cfg.Transport.Remove(g.cfg.Group)
 	g.Stop()
-	h.groups[i].Store(nil)
 	n, err := g.deleteState()
+	h.groups[i].Store(nil) // once its state is gone: Group(i) nil says so
 	if err == nil {
 		h.lg.Info("retired a replica removed from its shard: its records and Raft state are deleted", "shard", i, "records", n)
 	}

@@ -201,6 +201,16 @@ func TestTransportRefusesAnotherConfiguration(t *testing.T) {
 		refused(t, "a connection of another configuration", c)
 		c.Close()
 	}
+	// The question's refusal is answered before it is logged: its
+	// warning may come last.
+	count := func() int {
+		mu.Lock()
+		defer mu.Unlock()
+		return strings.Count(logs.String(), "another cluster configuration")
+	}
+	for deadline := time.Now().Add(10 * time.Second); count() == 0 && time.Now().Before(deadline); {
+		time.Sleep(5 * time.Millisecond)
+	}
 	mu.Lock()
 	defer mu.Unlock()
 	if n := strings.Count(logs.String(), "another cluster configuration"); n != 1 {

@@ -138,8 +138,24 @@ func (h *Host) PlacementLeader() int {
 // proposal to the placement group, and returns the placement once the
 // group applied it here; every node then follows it (SetReplicas). Only
 // the placement group's leader takes it: elsewhere a *NotLeaderError
-// names the leader. A shard keeps its number of replicas.
+// names the leader. A shard keeps its number of replicas; a move that
+// does not (or names a node twice, or one the cluster does not have) is
+// refused on any node with ErrReplicas.
 func (h *Host) Move(shard int, ordinals []int) (Placement, error) {
+	if shard < 0 || shard >= len(h.cfg.Shards) {
+		return Placement{}, fmt.Errorf("%w: shard %d; the cluster has shards 0 to %d", ErrReplicas, shard, len(h.cfg.Shards)-1)
+	}
+	if want := len(h.cfg.Shards[shard].Replicas); len(ordinals) != want {
+		return Placement{}, fmt.Errorf("%w: %d nodes for shard %d; it has %d replicas (--cluster-replicas)", ErrReplicas, len(ordinals), shard, want)
+	}
+	for j, o := range ordinals {
+		if o < 0 || o >= h.nodes {
+			return Placement{}, fmt.Errorf("%w: ordinal %d; the cluster's nodes are 0 to %d", ErrReplicas, o, h.nodes-1)
+		}
+		if slices.Contains(ordinals[:j], o) {
+			return Placement{}, fmt.Errorf("%w: node %d given twice", ErrReplicas, o)
+		}
+	}
 	h.placeMu.Lock()
 	defer h.placeMu.Unlock()
 	g := h.placement
@@ -156,20 +172,6 @@ func (h *Host) Move(shard int, ordinals []int) (Placement, error) {
 		cur = Placement{}
 		for _, sh := range h.cfg.Shards {
 			cur.Replicas = append(cur.Replicas, slices.Clone(sh.Replicas))
-		}
-	}
-	if shard < 0 || shard >= len(cur.Replicas) {
-		return Placement{}, fmt.Errorf("%w: shard %d; the cluster has shards 0 to %d", ErrReplicas, shard, len(cur.Replicas)-1)
-	}
-	if want := len(h.cfg.Shards[shard].Replicas); len(ordinals) != want {
-		return Placement{}, fmt.Errorf("%w: %d nodes for shard %d; it has %d replicas (--cluster-replicas)", ErrReplicas, len(ordinals), shard, want)
-	}
-	for j, o := range ordinals {
-		if o < 0 || o >= h.nodes {
-			return Placement{}, fmt.Errorf("%w: ordinal %d; the cluster's nodes are 0 to %d", ErrReplicas, o, h.nodes-1)
-		}
-		if slices.Contains(ordinals[:j], o) {
-			return Placement{}, fmt.Errorf("%w: node %d given twice", ErrReplicas, o)
 		}
 	}
 	if slices.Equal(cur.Replicas[shard], ordinals) {
