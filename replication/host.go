@@ -83,7 +83,8 @@ type HostConfig struct {
 	// one has caught up; default 2 × the election ticks.
 	BalanceTicks int
 	// Handoff, when set, is called before this node hands a shard's
-	// leadership back to its home node, once the shard stopped serving
+	// leadership back to its home node, or on to a node that holds the
+	// shard when this one no longer does, once the shard stopped serving
 	// here (Status.Serving is false, its proposals still taken): it
 	// returns once every decision this node made in the shard is
 	// committed by the group, so that the handback loses nothing, or an
@@ -490,8 +491,7 @@ func (h *Host) changeMembers() {
 		}
 		for _, o := range reps {
 			if to := g.replicaOf(Ordinal, o); to != 0 && g.caughtUp(to) { // caughtUp: this replica leads
-				h.lg.Info("this node no longer holds the shard: handing its leadership on", "shard", i, "to", to)
-				g.TransferLeadership(to)
+				h.handOver(i, g, to, "this node no longer holds the shard: handing its leadership on")
 				break
 			}
 		}
@@ -609,22 +609,29 @@ func (h *Host) balance() {
 		if home == 0 || !g.caughtUp(home) {
 			continue
 		}
-		if h.cfg.Handoff == nil {
-			h.lg.Info("handing a shard's leadership back to its home node", "shard", i, "to", home)
-			g.TransferLeadership(home)
-			continue
-		}
-		if h.handing[i].CompareAndSwap(false, true) {
-			h.wg.Add(1)
-			go h.handBack(i, g, home)
-		}
+		h.handOver(i, g, home, "handing a shard's leadership back to its home node")
 	}
 }
 
-// handBack hands shard i's leadership from g to home once every decision
+// handOver hands shard i's leadership from g, its leader, to node: at
+// once without HostConfig.Handoff, else once every decision made here is
+// committed (handBack). why is logged.
+func (h *Host) handOver(i int, g *Group, node uint64, why string) {
+	if h.cfg.Handoff == nil {
+		h.lg.Info(why, "shard", i, "to", node)
+		g.TransferLeadership(node)
+		return
+	}
+	if h.handing[i].CompareAndSwap(false, true) {
+		h.wg.Add(1)
+		go h.handBack(i, g, node, why)
+	}
+}
+
+// handBack hands shard i's leadership from g to node once every decision
 // made here is committed (HostConfig.Handoff), and waits for the handover,
 // up to two election timeouts: if it does not come, g serves again.
-func (h *Host) handBack(i int, g *Group, home uint64) {
+func (h *Host) handBack(i int, g *Group, node uint64, why string) {
 	defer h.wg.Done()
 	defer h.handing[i].Store(false)
 	g.setHandoff(true)
@@ -633,11 +640,11 @@ func (h *Host) handBack(i int, g *Group, home uint64) {
 		h.lg.Warn("a shard's leadership stays here: what was decided in it could not be committed first", "shard", i, "err", err)
 		return
 	}
-	if !g.caughtUp(home) {
-		return // another election, or home fell behind: a later balance tries again
+	if !g.caughtUp(node) {
+		return // another election, or node fell behind: a later tick tries again
 	}
-	h.lg.Info("handing a shard's leadership back to its home node", "shard", i, "to", home)
-	g.TransferLeadership(home)
+	h.lg.Info(why, "shard", i, "to", node)
+	g.TransferLeadership(node)
 	h.mu.Lock()
 	tick := h.tick
 	h.mu.Unlock()

@@ -18,23 +18,31 @@ import (
 )
 
 // TestReplicatedShardPlacedOnAnotherNode: four processes with
-// --cluster-replicas 3 and --fsync always, go-redis ClusterClients
+// --cluster-replicas 3, in --fsync always and everysec, go-redis
+// ClusterClients
 // taking tokens from 24 buckets of shard 0 throughout. With sluice
 // cluster place, shard 0 goes from nodes 0, 1, 2 to 0, 1, 3 (node 3
 // takes its buckets by snapshot, node 2 lets them go), then to 1, 3, 2
 // (its leader's node leaves it: the leadership goes to node 1, its new
-// home). Every node follows each epoch. Then nodes 0 and 2 are killed
+// home, once the old leader's decisions are committed: in everysec
+// too, none is lost). Every node follows each epoch. Then nodes 0 and 2 are killed
 // (node 2 had rejoined the shard), which under the first placement
 // would have left the shard one replica of three: nodes 1 and 3 serve
 // it, and every bucket holds exactly its limit less the takes
 // acknowledged (less, at most, the takes that failed, which may or may
 // not have been made): no acknowledged take is lost, none counted twice.
 func TestReplicatedShardPlacedOnAnotherNode(t *testing.T) {
+	for _, fsync := range []string{"always", "everysec"} {
+		t.Run(fsync, func(t *testing.T) { testShardPlaced(t, fsync) })
+	}
+}
+
+func testShardPlaced(t *testing.T, fsync string) {
 	addrs, bus := freePorts(t, 4), freePorts(t, 4)
 	dirs := []string{t.TempDir(), t.TempDir(), t.TempDir(), t.TempDir()}
 	procs := make([]*proc, 4)
 	for i := range procs {
-		procs[i] = startReplicated(t, addrs, bus, dirs, i, "--fsync", "always")
+		procs[i] = startReplicated(t, addrs, bus, dirs, i, "--fsync", fsync)
 	}
 	ctx := context.Background()
 	deadline := time.Now().Add(120 * time.Second) // bounds a hang
