@@ -117,8 +117,7 @@ type Host struct {
 	ordinals atomic.Pointer[[]int]
 	ticks    int
 	// joining is set while join requests are being sent (askToJoin), and
-	// leaving while the replicas this node no longer holds ask whether
-	// they were removed (askLeft).
+	// leaving while replicas ask whether they were removed (askRemoved).
 	joining, leaving atomic.Bool
 	// membersMu makes SetReplicas and the retirement of a replica one at
 	// a time.
@@ -209,7 +208,7 @@ func NewHost(cfg HostConfig) (*Host, error) {
 		mine := slices.Contains(h.replicasOf(i), cfg.Ordinal)
 		if !mine {
 			// A replica moved away before it was retired: it asks whether
-			// it was removed (askLeft).
+			// it was removed (askRemoved).
 			held, err := Holds(cfg.Store, ShardGroup(i))
 			if err != nil {
 				return nil, err
@@ -435,7 +434,7 @@ func (h *Host) Run(tick time.Duration) {
 // Tick advances every replica's clock by one tick, takes the next step
 // of a replica that joins or leaves (changeMembers, askToJoin), and
 // every BalanceTicks hands leadership back home where it can and asks
-// whether the replicas this node no longer holds were removed (askLeft).
+// whether replicas were removed (askRemoved).
 func (h *Host) Tick() {
 	h.placement.Tick()
 	for i := range h.groups {
@@ -451,7 +450,7 @@ func (h *Host) Tick() {
 	h.askToJoin()
 	if h.ticks%h.cfg.BalanceTicks == 0 {
 		h.balance()
-		h.askLeft()
+		h.askRemoved()
 	}
 }
 
@@ -532,35 +531,48 @@ func (h *Host) askToJoin() {
 	}()
 }
 
-// askLeft asks, for each replica this node holds of a shard its node no
-// longer holds, the shard's replicas for the group's members; once one
-// answers members, committed, without this replica, the replica is
-// retired.
-func (h *Host) askLeft() {
-	var left []int
+// askRemoved asks, for each replica this node holds of a shard its node
+// no longer holds, and for each replica that knows no leader (one
+// removed from its group, and not told so, campaigns in vain), the
+// shard's other replicas for the group's members. An answer of members
+// the group committed without this replica, at an index this replica
+// has not passed, means it was removed: it is retired, and joins again
+// if its node holds the shard (removeReplica). An answer from a replica
+// behind this one is not taken: it may predate the change that added
+// this replica.
+func (h *Host) askRemoved() {
+	var asked []int
 	for i := range h.groups {
-		if g := h.groups[i].Load(); g != nil && !slices.Contains(h.replicasOf(i), h.cfg.Ordinal) && g.Status().Role != "leader" {
-			left = append(left, i)
+		g := h.groups[i].Load()
+		if g == nil {
+			continue
+		}
+		st := g.Status()
+		if st.Role != "leader" && (!slices.Contains(h.replicasOf(i), h.cfg.Ordinal) || (st.Leader == 0 && g.member())) {
+			asked = append(asked, i)
 		}
 	}
-	if len(left) == 0 || !h.leaving.CompareAndSwap(false, true) {
+	if len(asked) == 0 || !h.leaving.CompareAndSwap(false, true) {
 		return
 	}
 	h.wg.Add(1)
 	go func() {
 		defer h.wg.Done()
 		defer h.leaving.Store(false)
-		for _, i := range left {
+		for _, i := range asked {
 			g := h.groups[i].Load()
 			if g == nil {
 				continue
 			}
 			for _, o := range h.replicasOf(i) {
-				cs, err := h.cfg.Transport.AskMembers(NodeID(o, 0), ShardGroup(i))
-				if err != nil || cs == nil || len(cs.GetVotersOutgoing()) > 0 || inConf(cs, g.cfg.Node) {
+				if o == h.cfg.Ordinal {
 					continue
 				}
-				if err := h.retire(i, g); err != nil {
+				applied, cs, err := h.cfg.Transport.AskMembers(NodeID(o, 0), ShardGroup(i))
+				if err != nil || cs == nil || len(cs.GetVotersOutgoing()) > 0 || inConf(cs, g.cfg.Node) || applied < g.log.Applied() {
+					continue
+				}
+				if err := h.removeReplica(i, g); err != nil {
 					h.lg.Error("a replica removed from its shard could not be retired", "shard", i, "err", err)
 				}
 				break
@@ -575,13 +587,14 @@ func inConf(cs *pb.ConfState, node uint64) bool {
 		slices.Contains(cs.GetVotersOutgoing(), node) || slices.Contains(cs.GetLearnersNext(), node)
 }
 
-// retire stops g, this node's replica of shard i, removed from its group,
-// and deletes its records and Raft state from the store, unless shard i
-// was given back to this node meanwhile.
-func (h *Host) retire(i int, g *Group) error {
+// removeReplica stops g, this node's replica of shard i, removed from its
+// group, and deletes its records and Raft state from the store; if the
+// shard is placed on this node again (moved back before the replica knew
+// it was removed), a new replica joins the group, by snapshot.
+func (h *Host) removeReplica(i int, g *Group) error {
 	h.membersMu.Lock()
 	defer h.membersMu.Unlock()
-	if h.isStopped() || slices.Contains(h.replicasOf(i), h.cfg.Ordinal) || h.groups[i].Load() != g {
+	if h.isStopped() || h.groups[i].Load() != g {
 		return nil
 	}
 	h.cfg.Committers.Set(i, nil)
@@ -589,10 +602,15 @@ func (h *Host) retire(i int, g *Group) error {
 	g.Stop()
 	n, err := g.deleteState()
 	h.groups[i].Store(nil) // once its state is gone: Group(i) nil says so
-	if err == nil {
-		h.lg.Info("retired a replica removed from its shard: its records and Raft state are deleted", "shard", i, "records", n)
+	if err != nil {
+		return err
 	}
-	return err
+	h.lg.Info("retired a replica removed from its shard: its records and Raft state are deleted", "shard", i, "records", n)
+	if !slices.Contains(h.replicasOf(i), h.cfg.Ordinal) {
+		return nil
+	}
+	h.lg.Info("this node holds the shard again: a new replica joins the shard's group", "shard", i)
+	return h.addGroup(i, false)
 }
 
 // balance asks each shard this node leads, that is not its home, to hand

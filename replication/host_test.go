@@ -601,3 +601,22 @@ func TestHostPlacementLearners(t *testing.T) {
 	c.placeOn(1, 1, 2, 5)
 	c.waitFor("node 5, rejoined, following epoch 2", func() bool { return c.nodes[5].h.Placement().Epoch == 2 })
 }
+
+// TestHostReplicaMovedBackWhileDown: shard 0 is moved off node 2 while
+// node 2 is down, then back onto it before it returns. Its replica still
+// holds the shard's old members, itself among them, and hears from no
+// leader: it asks the other replicas, finds it was removed, deletes its
+// state and joins again by snapshot, with what was committed meanwhile.
+func TestHostReplicaMovedBackWhileDown(t *testing.T) {
+	c := newHostCluster(t, 4, 3)
+	c.commitOn(0, 0, c.keyIn(0, "before"), "b")
+	c.stop(2)
+	c.placeOn(0, 0, 1, 3)
+	c.voters(0, 0, 1, 3)
+	c.commitOn(0, 0, c.keyIn(0, "while"), "w")
+	c.placeOn(0, 0, 1, 2)
+	c.start(2)
+	c.voters(0, 0, 1, 2)
+	c.retired(3, 0)
+	c.waitFor("node 2 with the change made while it was away", func() bool { return c.read(2, c.keyIn(0, "while")) == "w" })
+}

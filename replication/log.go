@@ -436,6 +436,13 @@ func (l *Log) hasMembers() bool {
 	return len(l.mu.conf.GetVoters()) > 0 || len(l.mu.conf.GetLearners()) > 0
 }
 
+// appliedConf returns the applied index and the ConfState at it.
+func (l *Log) appliedConf() (uint64, *pb.ConfState) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.mu.applied, proto.Clone(l.mu.conf).(*pb.ConfState)
+}
+
 // conf returns the ConfState at the applied index.
 func (l *Log) confState() *pb.ConfState {
 	l.mu.Lock()

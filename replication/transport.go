@@ -681,18 +681,20 @@ func (t *Transport) RequestJoin(node uint64, groups []uint64) error {
 }
 
 // members is the answer to a members request for group: a byte 0 when
-// this node holds no replica of it that has members, else 1, then the
-// length of the ConfState its replica applied last and the ConfState.
+// this node holds no replica of it that has members, else 1, then its
+// replica's applied index, the length of the ConfState at it and the
+// ConfState.
 func (t *Transport) members(group uint64) []byte {
 	g := t.group(group)
 	if g == nil || !g.member() {
 		return []byte{0}
 	}
-	b, err := proto.Marshal(g.log.confState())
+	applied, cs := g.log.appliedConf()
+	b, err := proto.Marshal(cs)
 	if err != nil {
 		return []byte{0}
 	}
-	return append(binary.AppendUvarint([]byte{1}, uint64(len(b))), b...)
+	return appendBytes(binary.AppendUvarint([]byte{1}, applied), b)
 }
 
 // maxMembersAnswer bounds the ConfState a members request is answered.
@@ -700,33 +702,38 @@ const maxMembersAnswer = 64 << 10
 
 // AskMembers asks the node that answers at node's address, whatever its
 // identity now, for the members of group as its replica last applied
-// them: a configuration the group committed. Nil, and no error, when
-// that node holds no replica of group with members.
-func (t *Transport) AskMembers(node, group uint64) (*pb.ConfState, error) {
+// them (a configuration the group committed) and the index it applied
+// last. Nil, and no error, when that node holds no replica of group with
+// members.
+func (t *Transport) AskMembers(node, group uint64) (applied uint64, cs *pb.ConfState, err error) {
 	c, err := t.dial(node, helloMembers)
 	if err != nil {
-		return nil, err
+		return 0, nil, err
 	}
 	defer c.Close()
 	c.SetWriteDeadline(time.Now().Add(t.cfg.WriteTimeout))
 	if _, err := c.Write(binary.AppendUvarint(nil, group)); err != nil {
-		return nil, err
+		return 0, nil, err
 	}
 	c.SetReadDeadline(time.Now().Add(t.cfg.WriteTimeout))
 	br := bufio.NewReader(c)
 	has, err := br.ReadByte()
 	if err != nil || has == 0 {
-		return nil, err
+		return 0, nil, err
 	}
-	b, err := readBytes(br, maxMembersAnswer)
+	var b []byte
+	applied, err = binary.ReadUvarint(br)
+	if err == nil {
+		b, err = readBytes(br, maxMembersAnswer)
+	}
+	cs = &pb.ConfState{}
+	if err == nil {
+		err = proto.Unmarshal(b, cs)
+	}
 	if err != nil {
-		return nil, fmt.Errorf("replication: node %d's members of group %d: %w", node, group, err)
+		return 0, nil, fmt.Errorf("replication: node %d's members of group %d: %w", node, group, err)
 	}
-	cs := &pb.ConfState{}
-	if err := proto.Unmarshal(b, cs); err != nil {
-		return nil, fmt.Errorf("replication: node %d's members of group %d: %w", node, group, err)
-	}
-	return cs, nil
+	return applied, cs, nil
 }
 
 // dial connects to node's address, as this node, for kind: to node

@@ -1,6 +1,7 @@
 package main
 
 import (
+	"bytes"
 	"context"
 	"fmt"
 	"os"
@@ -276,6 +277,44 @@ func (fc *faultCluster) status(i int) map[int]shardStatus {
 		out[shard] = st
 	}
 	return out
+}
+
+// place moves shard to the nodes of replicas with sluice cluster place,
+// and waits until every node follows the new placement and each of
+// those nodes has applied what the shard committed.
+func (fc *faultCluster) place(shard int, replicas []int) {
+	fc.t.Helper()
+	deadline := time.Now().Add(faultPhaseLimit)
+	var to []string
+	for _, o := range replicas {
+		to = append(to, fc.addrs[o])
+	}
+	var out bytes.Buffer
+	fc.waitFor(deadline, fmt.Sprintf("sluice cluster place of shard %d on %v", shard, replicas), func() bool {
+		out.Reset()
+		return runReloading(context.Background(), nil, []string{"cluster", "place", "--nodes", strings.Join(fc.addrs, ","), "--shard", strconv.Itoa(shard), "--to", strings.Join(to, ",")},
+			noEnvLookup, nil, &out, &out) == nil
+	})
+	var epoch int
+	if _, err := fmt.Sscanf(out.String(), "placed: epoch %d\n", &epoch); err != nil {
+		fc.t.Fatalf("sluice cluster place printed %q: %v", out.String(), err)
+	}
+	fc.waitFor(deadline, fmt.Sprintf("every node following epoch %d, shard %d on %v", epoch, shard, replicas), func() bool {
+		for i := range fc.c.nodes {
+			c := redis.NewClient(&redis.Options{Addr: fc.addrs[i], MaxRetries: -1, DialTimeout: time.Second, ReadTimeout: time.Second})
+			info, err := c.Info(context.Background(), "replication").Result()
+			c.Close()
+			if err != nil || !strings.Contains(info, "cluster_placement_epoch:"+strconv.Itoa(epoch)+"\r\n") {
+				return false
+			}
+		}
+		for _, o := range replicas {
+			if st := fc.status(o)[shard]; !st.found || st.commit == 0 || st.applied < st.commit {
+				return false
+			}
+		}
+		return true
+	})
 }
 
 // waitFor polls cond every 20ms until it holds, failing the test with
@@ -604,6 +643,23 @@ func faultKinds() []fault {
 			return func() { fc.isolate(node, false) }
 		}},
 		{name: "clock", inject: jumpClock},
+		// The shard's replicas are moved (sluice cluster place): its home
+		// to its second replica, which the leader hands its leadership to
+		// once what it decided is committed, and, with more nodes than
+		// replicas, its last replica to a node that held none, which joins
+		// by snapshot while the other leaves; the repair moves them back.
+		{name: "move", moves: true, inject: func(fc *faultCluster, _ *phase, node int) func() {
+			orig := fc.shards[node].Replicas
+			moved := append([]int{orig[1], orig[0]}, orig[2:]...)
+			for o := range fc.c.nodes {
+				if fc.c.nodes > fc.c.replicas && !slices.Contains(orig, (node+o)%fc.c.nodes) {
+					moved[len(moved)-1] = (node + o) % fc.c.nodes
+					break
+				}
+			}
+			fc.place(node, moved)
+			return func() { fc.place(node, orig) }
+		}},
 		// No fault: the baseline, in which even everysec loses nothing.
 		{name: "none", inject: func(*faultCluster, *phase, int) func() { return func() {} }},
 	}
