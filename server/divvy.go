@@ -56,7 +56,7 @@ func (s *Server) ServeDivvy(ln net.Listener) error {
 		return err
 	}
 	s.log.Info("serving the divvy line protocol", "addr", ln.Addr().String(), "policy", s.pol.Path)
-	if s.cfg.Password != "" || s.clientCertsRequired() {
+	if s.cfg.Password != "" || s.guard.CertsRequired() {
 		s.log.Warn("the divvy line protocol has no AUTH and no TLS: anyone who can reach its address can use it", "addr", ln.Addr().String())
 	}
 	err = s.divvy.srv.Serve(l)

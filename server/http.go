@@ -39,8 +39,8 @@ func (s *Server) initHTTP() {
 		MaxMemoryClients: s.cfg.MaxMemoryClients.N(),
 		Evicted:          &s.stats.EvictedClients,
 	}
-	if s.tls != nil {
-		o.TLS = s.tls.httpConfig()
+	if s.guard.TLS != nil {
+		o.TLS = s.guard.TLS.HTTPConfig()
 	}
 	s.http.port = httpport.New(o)
 	s.http.backup = httpport.Backup{Store: s.store, Dir: s.cfg.BackupDir, Logger: s.log, Host: (*frontHost)(s)}
@@ -74,8 +74,8 @@ func (s *Server) ServeHTTP(ln net.Listener) error {
 	if !h.port.Start(&h.served, srv) {
 		return net.ErrClosed
 	}
-	s.log.Info("serving HTTP", "addr", ln.Addr().String(), "tls", s.tls != nil)
-	return h.port.Serve(&h.served, ln, "http", s.adm.takeHTTP)
+	s.log.Info("serving HTTP", "addr", ln.Addr().String(), "tls", s.guard.TLS != nil)
+	return h.port.Serve(&h.served, ln, "http", s.adm.TakeHTTP)
 }
 
 // closeHTTP stops the HTTP side; Close calls it last, so that /readyz
@@ -103,7 +103,7 @@ func (s *Server) notReady() string {
 // the request may proceed.
 func (h *frontHost) BackupAllowed(r *http.Request) (int, string) {
 	s := (*Server)(h)
-	if s.clientCertsRequired() && (r.TLS == nil || len(r.TLS.VerifiedChains) == 0) {
+	if s.guard.CertsRequired() && (r.TLS == nil || len(r.TLS.VerifiedChains) == 0) {
 		return http.StatusForbidden, "a client certificate signed by --tls-ca is required"
 	}
 	if s.cfg.Password != "" {
@@ -120,9 +120,9 @@ func (h *frontHost) BackupAllowed(r *http.Request) (int, string) {
 		}
 		return 0, ""
 	}
-	if s.protected() {
+	if s.guard.Protected() {
 		if addr, err := net.ResolveTCPAddr("tcp", r.RemoteAddr); err != nil || !admit.IsLoopback(addr) {
-			return http.StatusForbidden, deniedMessage
+			return http.StatusForbidden, admit.DeniedMessage
 		}
 	}
 	return 0, ""

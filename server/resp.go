@@ -76,13 +76,13 @@ func (s *Server) respDoor() admit.Door {
 	d := admit.Door{
 		Name:    "resp",
 		Take:    s.adm.Take,
-		Guarded: s.protected,
+		Guarded: s.guard.Protected,
 		Full:    resp.AppendError(nil, "ERR max number of clients reached"),
-		Denied:  resp.AppendError(nil, deniedMessage),
+		Denied:  resp.AppendError(nil, admit.DeniedMessage),
 		Drain:   s.resp,
 	}
-	if s.tls != nil {
-		d.TLS = s.tls.config()
+	if s.guard.TLS != nil {
+		d.TLS = s.guard.TLS.Config()
 	}
 	return d
 }

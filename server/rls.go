@@ -44,8 +44,8 @@ func (s *Server) initRLS() error {
 		MaxMemoryClients: s.cfg.MaxMemoryClients.N(),
 		KeepBuf:          respserver.KeepBuf,
 	}
-	if s.tls != nil {
-		opt.TLS = func() *tls.Config { return s.tls.cur.Load() }
+	if s.guard.TLS != nil {
+		opt.TLS = func() *tls.Config { return s.guard.TLS.Current() }
 	}
 	r, err := envoy.New(c, opt)
 	if err != nil {
@@ -75,8 +75,8 @@ func (s *Server) ServeRLS(ln net.Listener) error {
 	if err != nil {
 		return err
 	}
-	s.log.Info("serving Envoy's rate limit service (gRPC)", "addr", ln.Addr().String(), "config", s.cfg.RLS.Dir, "tls", s.tls != nil)
-	s.warnIfExposed(ln.Addr())
+	s.log.Info("serving Envoy's rate limit service (gRPC)", "addr", ln.Addr().String(), "config", s.cfg.RLS.Dir, "tls", s.guard.TLS != nil)
+	s.guard.WarnIfExposed(s.log, ln.Addr())
 	err = s.rls.Serve(l)
 	if s.closing.Load() {
 		return nil
@@ -102,7 +102,7 @@ func (s *Server) rlsDoor() admit.Door {
 	return admit.Door{
 		Name:    "rls",
 		Take:    s.adm.Take,
-		Guarded: func() bool { return !s.cfg.AllowRemoteWithoutAuth && !s.clientCertsRequired() },
+		Guarded: func() bool { return !s.cfg.AllowRemoteWithoutAuth && !s.guard.CertsRequired() },
 		Conn: func(c *admit.Conn) net.Conn {
 			s.stats.ConnsTotal.Add(1)
 			return c

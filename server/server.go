@@ -264,7 +264,7 @@ type Server struct {
 	// stats are the counters every front end adds to.
 	stats respserver.Stats
 
-	tls    *tlsState // nil without TLS
+	guard  admit.Guard // protected mode, and TLS (guard.TLS, nil without)
 	http   httpState
 	pol    rules.File
 	reload reloader
@@ -356,15 +356,16 @@ func New(cfg Config) (*Server, error) {
 		cfg:   cfg,
 		store: cfg.Store,
 		log:   cfg.Logger,
+		guard: admit.Guard{Off: cfg.AllowRemoteWithoutAuth, Password: cfg.Password != ""},
 	}
 	base := cfg.Clock
 	s.clock = func() time.Time { return base().Add(time.Duration(s.clockOffset.Load())) }
 	if cfg.TLS != nil {
-		t, err := newTLSState(*cfg.TLS, cfg.MaxConfigFile)
+		t, err := admit.NewTLS(*cfg.TLS, cfg.MaxConfigFile)
 		if err != nil {
 			return nil, err
 		}
-		s.tls = t
+		s.guard.TLS = t
 	}
 	if err := s.initAdmission(); err != nil {
 		return nil, err
@@ -380,9 +381,9 @@ func New(cfg Config) (*Server, error) {
 		AcceptRepairedClusterState: cfg.AcceptRepairedClusterState,
 		Password:                   cfg.Password, TLS: cfg.TLS != nil,
 	}
-	if s.tls != nil && cfg.Cluster != nil && cfg.Cluster.Replicas > 1 {
+	if s.guard.TLS != nil && cfg.Cluster != nil && cfg.Cluster.Replicas > 1 {
 		var err error
-		if co.ReplicationClientTLS, co.ReplicationServerTLS, err = s.tls.replication(); err != nil {
+		if co.ReplicationClientTLS, co.ReplicationServerTLS, err = s.guard.TLS.Replication(); err != nil {
 			return nil, err
 		}
 	}
@@ -427,7 +428,7 @@ func (s *Server) Serve(ln net.Listener) error {
 		return err
 	}
 	s.log.Info("serving RESP", "addr", ln.Addr().String(), "fsync", s.store.Mode().String(), "data", s.store.Dir())
-	s.warnIfExposed(ln.Addr())
+	s.guard.WarnIfExposed(s.log, ln.Addr())
 	return s.resp.Serve(l)
 }
 
