@@ -38,8 +38,9 @@ var layers = [][]string{
 	// The front ends, each in a package of its own, and the HTTP
 	// listeners' server.
 	{"internal/respserver", "internal/divvy", "internal/check", "internal/envoy", "internal/httpport", "internal/policyhttp"},
-	// What reads every front end's counters: /metrics' collector.
-	{"internal/metrics"},
+	// What reads every front end's counters or configuration: /metrics'
+	// collector, CONFIG GET's table.
+	{"internal/metrics", "internal/settings"},
 	// The composition root.
 	{"server"},
 	// The binaries.

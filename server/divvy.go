@@ -26,14 +26,20 @@ type divvyState struct {
 // initDivvy makes the line-protocol front end; New calls it.
 func (s *Server) initDivvy() {
 	st := &s.stats
-	s.divvy.srv = divvy.New(divvy.Config{
+	s.divvy.srv = divvy.New(s.divvyConfig(), s.eng, &s.pol, (*frontHost)(s), divvy.Shared{
+		NetIn: &st.NetIn, NetOut: &st.NetOut, Panics: &st.Panics, IdleClosed: &st.IdleClosed, ConnsTotal: &st.ConnsTotal,
+	})
+}
+
+// divvyConfig is the line protocol's configuration, which CONFIG GET
+// shows too.
+func (s *Server) divvyConfig() divvy.Config {
+	return divvy.Config{
 		MaxLine:     s.cfg.Divvy.MaxLine,
 		MaxPipeline: s.cfg.Divvy.MaxPipeline,
 		IdleTimeout: s.cfg.Divvy.IdleTimeout,
 		Logger:      s.log,
-	}, s.eng, &s.pol, (*frontHost)(s), divvy.Shared{
-		NetIn: &st.NetIn, NetOut: &st.NetOut, Panics: &st.Panics, IdleClosed: &st.IdleClosed, ConnsTotal: &st.ConnsTotal,
-	})
+	}
 }
 
 // frontHost is what the front ends of their own packages ask of the

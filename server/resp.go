@@ -7,6 +7,7 @@ import (
 	"github.com/sluicehq/sluice/internal/admit"
 	"github.com/sluicehq/sluice/internal/resp"
 	"github.com/sluicehq/sluice/internal/respserver"
+	"github.com/sluicehq/sluice/internal/settings"
 )
 
 // RESP is served by package internal/respserver; the server admits its
@@ -50,8 +51,18 @@ const (
 // initRESP makes the RESP front end; New calls it once the other front
 // ends are made.
 func (s *Server) initRESP() {
+	s.resp = respserver.New(s.respConfig(), respserver.Options{
+		Store: s.store, Engine: s.eng, Rules: &s.pol, Policy: &s.polCmds, Cluster: s.clus, RLS: s.rls,
+		Logger: s.log, Clock: s.clock, ClockOffset: &s.clockOffset,
+		Host: (*frontHost)(s), Stats: &s.stats, Closing: &s.closing, Done: s.done,
+	})
+}
+
+// respConfig is the RESP front end's configuration, which CONFIG GET
+// shows too.
+func (s *Server) respConfig() respserver.Config {
 	cfg, rc := &s.cfg, s.cfg.RESP
-	s.resp = respserver.New(respserver.Config{
+	return respserver.Config{
 		MaxArgs: rc.MaxArgs, MaxBulk: rc.MaxBulk, MaxInline: rc.MaxInline, MaxQueryBuffer: rc.MaxQueryBuffer,
 		MaxAuthFailures: rc.MaxAuthFailures, IdleTimeout: rc.IdleTimeout, MaxReplyBuffer: rc.MaxReplyBuffer, MaxMultiBytes: rc.MaxMultiBytes,
 		MaxKeySize: cfg.MaxKeySize, Password: cfg.Password, Debug: cfg.Debug,
@@ -60,11 +71,7 @@ func (s *Server) initRESP() {
 		MaxClients: cfg.MaxClients, MaxClientsRequested: s.adm.requested,
 		FDLimit: cfg.Files.Limit, FDReserved: cfg.Files.Reserved, StoreMaxOpenFiles: cfg.Files.StoreFiles,
 		MemoryLimit: cfg.MemoryLimit, MemoryLimitSource: cfg.MemoryLimitSource,
-	}, respserver.Options{
-		Store: s.store, Engine: s.eng, Rules: &s.pol, Policy: &s.polCmds, Cluster: s.clus, RLS: s.rls,
-		Logger: s.log, Clock: s.clock, ClockOffset: &s.clockOffset,
-		Host: (*frontHost)(s), Stats: &s.stats, Closing: &s.closing, Done: s.done,
-	})
+	}
 }
 
 // respDoor is how the RESP listener admits: a slot of --maxclients, held
@@ -96,8 +103,21 @@ func (h *frontHost) Admitted() int64 { return h.adm.Open() }
 // Addr implements respserver.Host.
 func (h *frontHost) Addr() net.Addr { return (*Server)(h).Addr() }
 
-// Settings implements respserver.Host.
-func (h *frontHost) Settings() []respserver.Setting { return (*Server)(h).settings() }
+// Settings implements respserver.Host: CONFIG GET's table (package
+// settings) of the configuration in use.
+func (h *frontHost) Settings() []respserver.Setting {
+	s := (*Server)(h)
+	cfg := &s.cfg
+	o := settings.Of{
+		Addr: s.Addr(), Store: s.store, Cluster: s.clus != nil,
+		RESP: s.respConfig(), Check: cfg.Check, Divvy: s.divvyConfig(), RLS: cfg.RLS, TLS: cfg.TLS,
+		AllowRemoteWithoutAuth: cfg.AllowRemoteWithoutAuth, AcceptRepairedClusterState: cfg.AcceptRepairedClusterState,
+		MaxConfigFile: cfg.MaxConfigFile, HTTPMaxHeaderBytes: cfg.HTTPMaxHeaderBytes,
+		PolicyFile: cfg.PolicyFile, PolicyMaxOverrides: cfg.PolicyMaxOverrides, PolicyStatsDays: cfg.PolicyStatsDays,
+		ReloadTimeout: cfg.ReloadTimeout, ShutdownTimeout: cfg.ShutdownTimeout,
+	}
+	return o.List()
+}
 
 // PolicyInfo implements respserver.Host.
 func (h *frontHost) PolicyInfo(kv func(k, v string)) { (*Server)(h).policyInfo(kv) }
