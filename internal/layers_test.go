@@ -20,7 +20,7 @@ var layers = [][]string{
 	// The pure domain, the store, and what tests share (transcript,
 	// faultnet, logrec, redistest): they import no package of this
 	// module.
-	{"bucket", "cluster", "storage", "internal/errs", "internal/conffile", "internal/transcript", "internal/faultnet", "internal/logrec", "internal/redistest", "internal/peakstats", "cmd/sluice/internal/earlyhup"},
+	{"bucket", "cluster", "storage", "internal/errs", "internal/conffile", "internal/reload", "internal/transcript", "internal/faultnet", "internal/logrec", "internal/redistest", "internal/peakstats", "cmd/sluice/internal/earlyhup"},
 	// Rules over the limiters; the RESP codec over typed errors; a shard's
 	// records replicated over the store; every front end's listener, whose
 	// TLS files are read as every configuration file is.

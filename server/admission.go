@@ -18,6 +18,11 @@ import (
 // admit.Drainer); the listener retries failed Accepts with a backoff, and
 // Close drains every listener the same way (admit.Listener.Drain).
 
+// TLSFiles names the PEM files of the server's TLS identity
+// (admit.TLSFiles); with CA set, clients must present a certificate
+// signed by it.
+type TLSFiles = admit.TLSFiles
+
 // FDBudget is how the process's open-file limit is shared
 // (admit.FDBudget).
 type FDBudget = admit.FDBudget

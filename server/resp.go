@@ -2,6 +2,7 @@ package server
 
 import (
 	"net"
+	"strconv"
 	"time"
 
 	"github.com/sluicehq/sluice/internal/admit"
@@ -119,10 +120,35 @@ func (h *frontHost) Settings() []respserver.Setting {
 	return o.List()
 }
 
-// PolicyInfo implements respserver.Host.
-func (h *frontHost) PolicyInfo(kv func(k, v string)) { (*Server)(h).policyInfo(kv) }
-
 // Ready reports whether the server can serve changes now: not shutting
 // down, and the store neither failed nor refusing changes because writes to
 // its disk fail.
 func (s *Server) Ready() bool { return s.resp.Ready() }
+
+// PolicyInfo implements respserver.Host: INFO's policy section.
+func (h *frontHost) PolicyInfo(kv func(k, v string)) {
+	s := (*Server)(h)
+	ps := &s.pol
+	lp := ps.Current()
+	kv("policy_file", ps.Path)
+	if lp != nil {
+		kv("policy_rules", strconv.Itoa(len(lp.Counts)))
+		kv("policy_loaded_at", strconv.FormatInt(lp.At.Unix(), 10))
+	} else {
+		kv("policy_rules", "0")
+		kv("policy_loaded_at", "0")
+	}
+	kv("policy_reloads", strconv.FormatInt(ps.Reloads.Load(), 10))
+	kv("policy_reload_failures", strconv.FormatInt(ps.ReloadFailures.Load(), 10))
+	kv("policy_last_reload_error", ps.LastError())
+	s.polCmds.Info(kv)
+	kv("divvy_addr", s.divvyAddr())
+	kv("divvy_connections", strconv.FormatInt(s.divvy.srv.Open.Load(), 10))
+	// Envoy's rate limit service's configuration, reloaded with the rules.
+	ri := s.rls.Info()
+	kv("rls_config_dir", s.cfg.RLS.Dir)
+	kv("rls_limits", strconv.Itoa(ri.Limits))
+	kv("rls_loaded_at", strconv.FormatInt(ri.LoadedAt, 10))
+	kv("rls_reloads", strconv.FormatInt(ri.Reloads, 10))
+	kv("rls_reload_failures", strconv.FormatInt(ri.ReloadFailures, 10))
+}

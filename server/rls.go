@@ -55,13 +55,6 @@ func (s *Server) initRLS() error {
 	return nil
 }
 
-// ReloadRLS reads the --rls-config directory again, as a reload
-// (reload.go), and, if every file is valid, puts the new configuration in
-// use at once; calls under way finish with the one they started with. A
-// bad directory keeps the configuration in use, is logged and counted,
-// and its error is returned. Without RLS it does nothing.
-func (s *Server) ReloadRLS() error { return s.reloading(s.rls.Reload) }
-
 // ServeRLS serves Envoy's rate limit service and the gRPC health service
 // on ln until Close, over TLS when the server has TLS (client
 // certificates required when --tls-ca is given, as for RESP). The service

@@ -565,3 +565,10 @@ func TestPipelineCommitsLargeWritesInPieces(t *testing.T) {
 		t.Errorf("DBSIZE = %d, want 200", got)
 	}
 }
+
+func b2i(b bool) int {
+	if b {
+		return 1
+	}
+	return 0
+}

@@ -25,6 +25,7 @@ import (
 	"github.com/sluicehq/sluice/internal/engine"
 	"github.com/sluicehq/sluice/internal/envoy"
 	"github.com/sluicehq/sluice/internal/policycmd"
+	"github.com/sluicehq/sluice/internal/reload"
 	"github.com/sluicehq/sluice/internal/respserver"
 	"github.com/sluicehq/sluice/internal/rules"
 	"github.com/sluicehq/sluice/keyspace"
@@ -155,7 +156,7 @@ type Config struct {
 	MaxConfigFile int64
 	// ReloadTimeout is the most Reload, ReloadTLS, ReloadPolicy, ReloadRLS
 	// and POLICY RELOAD wait for a reload to read its files, and for
-	// another one to finish first (reload.go); past it they return
+	// another one to finish first (internal/reload); past it they return
 	// ErrReloadTimeout, and the reload goes on. Default
 	// DefaultReloadTimeout.
 	ReloadTimeout time.Duration
@@ -267,7 +268,7 @@ type Server struct {
 	guard  admit.Guard // protected mode, and TLS (guard.TLS, nil without)
 	http   httpState
 	pol    rules.File
-	reload reloader
+	reload *reload.Runner // reloads, one at a time
 	divvy  divvyState
 	check  checkState
 	rls    *envoy.Server // Envoy's rate limit service
@@ -411,7 +412,10 @@ func New(cfg Config) (*Server, error) {
 	}
 	s.done = make(chan struct{})
 	s.after = time.After
-	s.reload.init()
+	s.reload = reload.New(reload.Options{
+		Timeout: cfg.ReloadTimeout, Log: s.log, Closed: storage.ErrClosed,
+		After: func(d time.Duration) <-chan time.Time { return s.after(d) },
+	})
 	s.initRESP()
 	// A replicated shard is handed back to its home node once the writes
 	// under way have ended and its group has committed them.
@@ -459,7 +463,7 @@ func (s *Server) Close() error {
 	}
 	// From now, as cmd/sluice's own timer: a slow stopSweeper does not
 	// push the forced close past the moment the store is closed.
-	close(s.reload.stop) // a reload under way is waited for no longer
+	s.reload.Stop() // a reload under way is waited for no longer
 	rest := s.cfg.ShutdownTimeout / 10
 	forceAt := time.Now().Add(s.cfg.ShutdownTimeout - rest)
 	defer close(s.done)
