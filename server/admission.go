@@ -1,7 +1,6 @@
 package server
 
 import (
-	"net"
 	"time"
 
 	"github.com/sluicehq/sluice/internal/admit"
@@ -16,7 +15,7 @@ import (
 // (--maxclients, protected mode, TLS above admission), how it answers a
 // refusal, and how its connections finish when the server closes (its
 // admit.Drainer); the listener retries failed Accepts with a backoff, and
-// Close drains every listener the same way (admit.Listener.Drain).
+// Close drains every listener at once, the same way (admit.Listeners).
 
 // TLSFiles names the PEM files of the server's TLS identity
 // (admit.TLSFiles); with CA set, clients must present a certificate
@@ -58,24 +57,6 @@ func (s *Server) initAdmission() error {
 	a.RejectedMax, a.RejectedDenied, a.NetOut = &s.stats.RejectedMax, &s.stats.RejectedDenied, &s.stats.NetOut
 	a.Log = s.log
 	a.After = func(d time.Duration) <-chan time.Time { return s.after(d) }
+	s.lns.Gate = a
 	return nil
-}
-
-// serve makes ln, wrapped in an admit.Listener of door d, the listener
-// of a front end whose slot is *ln0, which Close drains; it fails once the
-// server is closing (net.ErrClosed) or when the front end has one already
-// (ErrServing). *ln0 is guarded by s.mu.
-func (s *Server) serve(ln0 *net.Listener, ln net.Listener, d admit.Door) (*admit.Listener, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	switch {
-	case *ln0 != nil:
-		return nil, ErrServing
-	case s.closing.Load():
-		return nil, net.ErrClosed
-	}
-	*ln0 = ln
-	l := s.adm.Listen(ln, d)
-	s.mu.drain = append(s.mu.drain, l)
-	return l, nil
 }

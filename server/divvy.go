@@ -57,7 +57,7 @@ func (h *frontHost) Refuse(c net.Conn, reply []byte) { h.adm.Refuse(c, reply) }
 // returns nil after Close. The line protocol has no authentication: in
 // protected mode (the default) it serves loopback clients only.
 func (s *Server) ServeDivvy(ln net.Listener) error {
-	l, err := s.serve(&s.mu.divvyLn, ln, s.divvyDoor())
+	l, err := s.lns.Listen(ln, s.divvyDoor())
 	if err != nil {
 		return err
 	}
@@ -92,10 +92,8 @@ func (s *Server) divvyDoor() admit.Door {
 
 // divvyAddr is the line protocol's address, or "" when it is off.
 func (s *Server) divvyAddr() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	if s.mu.divvyLn == nil {
-		return ""
+	if a := s.lns.Addr("divvy"); a != nil {
+		return a.String()
 	}
-	return s.mu.divvyLn.Addr().String()
+	return ""
 }

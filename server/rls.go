@@ -64,7 +64,7 @@ func (s *Server) ServeRLS(ln net.Listener) error {
 	if s.cfg.RLS.Dir == "" {
 		return errors.New("server: RLS needs Config.RLS.Dir")
 	}
-	l, err := s.serve(&s.mu.rlsLn, ln, s.rlsDoor())
+	l, err := s.lns.Listen(ln, s.rlsDoor())
 	if err != nil {
 		return err
 	}
@@ -78,14 +78,7 @@ func (s *Server) ServeRLS(ln net.Listener) error {
 }
 
 // RLSAddr returns the gRPC listener's address, or nil when it is off.
-func (s *Server) RLSAddr() net.Addr {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	if s.mu.rlsLn == nil {
-		return nil
-	}
-	return s.mu.rlsLn.Addr()
-}
+func (s *Server) RLSAddr() net.Addr { return s.lns.Addr("rls") }
 
 // rlsDoor is how the gRPC listener admits: a slot of --maxclients, given
 // back when the connection closes, and protected mode (the service has no

@@ -14,8 +14,6 @@ import (
 	"errors"
 	"log/slog"
 	"net"
-	"slices"
-	"sync"
 	"sync/atomic"
 	"time"
 
@@ -274,15 +272,9 @@ type Server struct {
 	rls    *envoy.Server // Envoy's rate limit service
 	adm    admission
 	clus   *clusternode.Node // nil: standalone
-
-	mu struct {
-		sync.Mutex
-		// The listeners of RESP, the line protocol and Envoy's rate limit
-		// service, once served, and their admit.Listeners, which Close
-		// drains.
-		ln, divvyLn, rlsLn net.Listener
-		drain              []*admit.Listener
-	}
+	// lns are the listeners of RESP, the line protocol and Envoy's rate
+	// limit service, once served, which Close drains.
+	lns admit.Listeners
 }
 
 // orDefault sets a limit that is zero or negative to its default.
@@ -292,8 +284,9 @@ func orDefault[T int | int64 | time.Duration](v *T, def T) {
 	}
 }
 
-// ErrServing is returned by Serve on a Server that is already serving.
-var ErrServing = errors.New("server: already serving")
+// ErrServing is returned by Serve on a Server that is already serving
+// (admit.ErrServing).
+var ErrServing = admit.ErrServing
 
 // StoreOptions returns o with what the store must know of the server's
 // record layout: how to upgrade the keys of a store written before hash
@@ -427,7 +420,7 @@ func New(cfg Config) (*Server, error) {
 
 // Serve accepts connections on ln until Close. It returns nil after Close.
 func (s *Server) Serve(ln net.Listener) error {
-	l, err := s.serve(&s.mu.ln, ln, s.respDoor())
+	l, err := s.lns.Listen(ln, s.respDoor())
 	if err != nil {
 		return err
 	}
@@ -437,14 +430,7 @@ func (s *Server) Serve(ln net.Listener) error {
 }
 
 // Addr returns the listening address, or nil before Serve.
-func (s *Server) Addr() net.Addr {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	if s.mu.ln == nil {
-		return nil
-	}
-	return s.mu.ln.Addr()
-}
+func (s *Server) Addr() net.Addr { return s.lns.Addr("resp") }
 
 // Close shuts the server down gracefully: it stops accepting, stops reading
 // new commands, lets every connection finish and answer the pipeline it is
@@ -476,19 +462,8 @@ func (s *Server) Close() error {
 	s.resp.Close()      // stops the idle sweep: also ends a running COMPACT early
 	// RESP, the line protocol and Envoy's rate limit service drain all at
 	// once, the way /check and HTTP do, each in its listener
-	// (admit.Listener.Drain).
-	s.mu.Lock()
-	lns := slices.Clone(s.mu.drain)
-	s.mu.Unlock()
-	var wg sync.WaitGroup
-	for _, l := range lns {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			l.Drain(forceAt, rest, s.cfg.ShutdownTimeout)
-		}()
-	}
-	wg.Wait()
+	// (admit.Listeners.Drain).
+	s.lns.Drain(forceAt, rest, s.cfg.ShutdownTimeout)
 	// The threshold data since the last flush (POLICY STATS), now that no
 	// round adds to them.
 	if err := s.eng.FlushStats(); err != nil {
