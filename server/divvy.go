@@ -34,12 +34,9 @@ func (s *Server) initDivvy() {
 // divvyConfig is the line protocol's configuration, which CONFIG GET
 // shows too.
 func (s *Server) divvyConfig() divvy.Config {
-	return divvy.Config{
-		MaxLine:     s.cfg.Divvy.MaxLine,
-		MaxPipeline: s.cfg.Divvy.MaxPipeline,
-		IdleTimeout: s.cfg.Divvy.IdleTimeout,
-		Logger:      s.log,
-	}
+	c := s.cfg.Divvy
+	c.Logger = s.log
+	return c
 }
 
 // frontHost is what the front ends of their own packages ask of the

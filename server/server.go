@@ -20,6 +20,7 @@ import (
 	"github.com/sluicehq/sluice/internal/admit"
 	"github.com/sluicehq/sluice/internal/clusternode"
 	"github.com/sluicehq/sluice/internal/conffile"
+	"github.com/sluicehq/sluice/internal/divvy"
 	"github.com/sluicehq/sluice/internal/engine"
 	"github.com/sluicehq/sluice/internal/envoy"
 	"github.com/sluicehq/sluice/internal/policycmd"
@@ -192,21 +193,9 @@ type RESPConfig struct {
 	MaxMultiBytes int
 }
 
-// DivvyConfig configures the divvy line protocol. A zero field means the
-// default given.
-type DivvyConfig struct {
-	// MaxLine is the longest line the line protocol accepts, without its
-	// line end; default 64 KiB. A longer one is answered
-	// `ERR unknown "line too long"` and the connection is closed.
-	MaxLine int
-	// MaxPipeline is the most HIT lines executed, and replies held, per
-	// round: a client that pipelines more waits for the replies of the
-	// first ones before the rest are read. Default 1024.
-	MaxPipeline int
-	// IdleTimeout closes a line-protocol connection that sends nothing,
-	// or does not take its replies, for this long; zero never does.
-	IdleTimeout time.Duration
-}
+// DivvyConfig configures the divvy line protocol (ServeDivvy):
+// divvy.Config, whose Logger is the server's.
+type DivvyConfig = divvy.Config
 
 // Defaults for Config.
 const (
