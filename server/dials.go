@@ -28,23 +28,14 @@ func (s *Server) initDials() error {
 	return nil
 }
 
-// policyHTTP is /v1/policy/, behind /backup's checks: the password (HTTP
-// basic authentication), a client certificate when --tls-ca requires
-// one, and protected mode's loopback-only without either.
+// policyHTTP is /v1/policy/, behind /backup's checks (httpport.Access):
+// the password (HTTP basic authentication), a client certificate when
+// --tls-ca requires one, and protected mode's loopback-only without
+// either.
 func (s *Server) policyHTTP() http.Handler {
 	user := ""
 	if s.cfg.Password != "" {
 		user = "default" // the only user
 	}
-	h := policyhttp.New(&s.polCmds, user)
-	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		if code, msg := (*frontHost)(s).BackupAllowed(r); code != 0 {
-			if code == http.StatusUnauthorized {
-				w.Header().Set("WWW-Authenticate", `Basic realm="sluice", charset="UTF-8"`)
-			}
-			http.Error(w, msg, code)
-			return
-		}
-		h.ServeHTTP(w, r)
-	})
+	return s.http.access.Protect(policyhttp.New(&s.polCmds, user))
 }

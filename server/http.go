@@ -2,13 +2,11 @@ package server
 
 import (
 	"net"
-	"net/http"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 
-	"github.com/sluicehq/sluice/internal/admit"
 	"github.com/sluicehq/sluice/internal/httpport"
 	"github.com/sluicehq/sluice/internal/metrics"
 )
@@ -20,6 +18,7 @@ type httpState struct {
 	port   *httpport.Port
 	served httpport.Listener
 	backup httpport.Backup
+	access httpport.Access // who may take a backup or change the dials
 	reg    *prometheus.Registry
 }
 
@@ -43,7 +42,13 @@ func (s *Server) initHTTP() {
 		o.TLS = s.guard.TLS.HTTPConfig()
 	}
 	s.http.port = httpport.New(o)
-	s.http.backup = httpport.Backup{Store: s.store, Dir: s.cfg.BackupDir, Logger: s.log, Host: (*frontHost)(s)}
+	s.http.access = httpport.Access{
+		Guard:     s.guard,
+		CheckAuth: func(user, pass []byte) bool { return s.resp.CheckAuth(user, pass) }, // made after the HTTP port
+		Failures:  &s.stats.AuthFailures,
+		Logger:    s.log,
+	}
+	s.http.backup = httpport.Backup{Store: s.store, Dir: s.cfg.BackupDir, Logger: s.log, Access: &s.http.access, Host: (*frontHost)(s)}
 }
 
 // initMetrics makes /metrics' registry (package metrics); New calls it
@@ -93,39 +98,6 @@ func (s *Server) notReady() string {
 		return "store unavailable: " + s.store.Unavailable().Error()
 	}
 	return ""
-}
-
-// BackupAllowed implements httpport.BackupHost: it applies the RESP rules to GET /backup, which hands out
-// every limit's state: with a password, HTTP basic authentication as user
-// default (or no user name) with it; with --tls-ca, a client certificate
-// from that CA (which the HTTP port otherwise does not require); with
-// neither, protected mode admits loopback clients only. It returns 0 when
-// the request may proceed.
-func (h *frontHost) BackupAllowed(r *http.Request) (int, string) {
-	s := (*Server)(h)
-	if s.guard.CertsRequired() && (r.TLS == nil || len(r.TLS.VerifiedChains) == 0) {
-		return http.StatusForbidden, "a client certificate signed by --tls-ca is required"
-	}
-	if s.cfg.Password != "" {
-		user, pass, ok := r.BasicAuth()
-		if user == "" {
-			user = "default"
-		}
-		if !ok || !s.resp.CheckAuth([]byte(user), []byte(pass)) {
-			s.stats.AuthFailures.Add(1)
-			// Debug, not warn: every request is a new attempt, and a guesser
-			// must not fill the log; sluice_auth_failures_total counts them.
-			s.log.Debug("backup over HTTP: authentication failed", "remote", r.RemoteAddr, "gave_credentials", ok)
-			return http.StatusUnauthorized, "WRONGPASS invalid username-password pair or user is disabled (use HTTP basic authentication with the password)"
-		}
-		return 0, ""
-	}
-	if s.guard.Protected() {
-		if addr, err := net.ResolveTCPAddr("tcp", r.RemoteAddr); err != nil || !admit.IsLoopback(addr) {
-			return http.StatusForbidden, admit.DeniedMessage
-		}
-	}
-	return 0, ""
 }
 
 // CheckpointFailed implements httpport.BackupHost.
