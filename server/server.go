@@ -4,7 +4,9 @@
 // envoy, httpport), to one kind of listener (package admit), and answers
 // what each front end asks of the server through its Host: typed errors
 // logged and counted once, the counters they share, the other front ends'
-// facts for INFO, reloads.
+// facts for INFO, reloads (run by package reload). What reads every front
+// end is handed them: /metrics (package metrics) and CONFIG GET's table
+// (package settings).
 //
 // Lifecycle: New, then Serve(listener) (and ServeDivvy, ServeCheck,
 // ServeRLS, ServeHTTP) until Close. A Server is safe for concurrent use.
