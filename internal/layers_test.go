@@ -20,10 +20,11 @@ var layers = [][]string{
 	// The pure domain, the store, and what tests share (transcript,
 	// faultnet, logrec, redistest): they import no package of this
 	// module.
-	{"bucket", "cluster", "storage", "internal/errs", "internal/conffile", "internal/transcript", "internal/admit", "internal/faultnet", "internal/logrec", "internal/redistest", "internal/peakstats", "cmd/sluice/internal/earlyhup"},
+	{"bucket", "cluster", "storage", "internal/errs", "internal/conffile", "internal/reload", "internal/transcript", "internal/faultnet", "internal/logrec", "internal/redistest", "internal/peakstats", "cmd/sluice/internal/earlyhup"},
 	// Rules over the limiters; the RESP codec over typed errors; a shard's
-	// records replicated over the store.
-	{"policy", "internal/resp", "replication"},
+	// records replicated over the store; every front end's listener, whose
+	// TLS files are read as every configuration file is.
+	{"policy", "internal/resp", "replication", "internal/admit"},
 	// The store's key layout, Envoy's rule configuration, the rule sets in
 	// use; the protocol pieces of RESP's replies.
 	{"keyspace", "rls", "internal/rules", "internal/cmddoc", "internal/clustercmd", "internal/counterhit"},
@@ -37,6 +38,9 @@ var layers = [][]string{
 	// The front ends, each in a package of its own, and the HTTP
 	// listeners' server.
 	{"internal/respserver", "internal/divvy", "internal/check", "internal/envoy", "internal/httpport", "internal/policyhttp"},
+	// What reads every front end's counters or configuration: /metrics'
+	// collector, CONFIG GET's table.
+	{"internal/metrics", "internal/settings"},
 	// The composition root.
 	{"server"},
 	// The binaries.

@@ -52,7 +52,7 @@ func (s *Server) ServeCheck(ln net.Listener) error {
 	if !s.http.port.Start(&s.check.served, srv) {
 		return net.ErrClosed
 	}
-	s.log.Info("serving the forward-auth endpoint /check", "addr", ln.Addr().String(), "tls", s.tls != nil, "policy", s.pol.Path)
+	s.log.Info("serving the forward-auth endpoint /check", "addr", ln.Addr().String(), "tls", s.guard.TLS != nil, "policy", s.pol.Path)
 	if ta, ok := ln.Addr().(*net.TCPAddr); ok && !ta.IP.IsLoopback() && !s.cfg.AllowRemoteWithoutAuth {
 		s.log.Warn("protected mode: /check answers proxies on loopback only (or, with --tls-ca, proxies that present a client certificate); set --protected-mode no to serve others", "addr", ln.Addr().String())
 	}

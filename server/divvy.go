@@ -26,14 +26,17 @@ type divvyState struct {
 // initDivvy makes the line-protocol front end; New calls it.
 func (s *Server) initDivvy() {
 	st := &s.stats
-	s.divvy.srv = divvy.New(divvy.Config{
-		MaxLine:     s.cfg.Divvy.MaxLine,
-		MaxPipeline: s.cfg.Divvy.MaxPipeline,
-		IdleTimeout: s.cfg.Divvy.IdleTimeout,
-		Logger:      s.log,
-	}, s.eng, &s.pol, (*frontHost)(s), divvy.Shared{
+	s.divvy.srv = divvy.New(s.divvyConfig(), s.eng, &s.pol, (*frontHost)(s), divvy.Shared{
 		NetIn: &st.NetIn, NetOut: &st.NetOut, Panics: &st.Panics, IdleClosed: &st.IdleClosed, ConnsTotal: &st.ConnsTotal,
 	})
+}
+
+// divvyConfig is the line protocol's configuration, which CONFIG GET
+// shows too.
+func (s *Server) divvyConfig() divvy.Config {
+	c := s.cfg.Divvy
+	c.Logger = s.log
+	return c
 }
 
 // frontHost is what the front ends of their own packages ask of the
@@ -51,12 +54,12 @@ func (h *frontHost) Refuse(c net.Conn, reply []byte) { h.adm.Refuse(c, reply) }
 // returns nil after Close. The line protocol has no authentication: in
 // protected mode (the default) it serves loopback clients only.
 func (s *Server) ServeDivvy(ln net.Listener) error {
-	l, err := s.serve(&s.mu.divvyLn, ln, s.divvyDoor())
+	l, err := s.lns.Listen(ln, s.divvyDoor())
 	if err != nil {
 		return err
 	}
 	s.log.Info("serving the divvy line protocol", "addr", ln.Addr().String(), "policy", s.pol.Path)
-	if s.cfg.Password != "" || s.clientCertsRequired() {
+	if s.cfg.Password != "" || s.guard.CertsRequired() {
 		s.log.Warn("the divvy line protocol has no AUTH and no TLS: anyone who can reach its address can use it", "addr", ln.Addr().String())
 	}
 	err = s.divvy.srv.Serve(l)
@@ -86,10 +89,8 @@ func (s *Server) divvyDoor() admit.Door {
 
 // divvyAddr is the line protocol's address, or "" when it is off.
 func (s *Server) divvyAddr() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	if s.mu.divvyLn == nil {
-		return ""
+	if a := s.lns.Addr("divvy"); a != nil {
+		return a.String()
 	}
-	return s.mu.divvyLn.Addr().String()
+	return ""
 }

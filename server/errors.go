@@ -14,16 +14,10 @@ import (
 // (check.HTTPStatus) and a gRPC status (envoy.StatusErr). No text is read to
 // tell one error from another.
 
-// typed returns err's typed error (engine.Typed).
-func typed(err error) *errs.Error { return engine.Typed(err) }
-
-// storeErr types an error of the store's records (engine.StoreErr).
-func storeErr(err error) error { return engine.StoreErr(err) }
-
 // failure returns the typed error of err for a reply, once it has logged
 // what is not meant for clients and counted the store's errors.
 func (s *Server) failure(err error) *errs.Error {
-	e := typed(err)
+	e := engine.Typed(err)
 	switch e.Kind {
 	case errs.StoreUnavailable, errs.StoreFailed:
 		s.stats.StoreErrors.Add(1)

@@ -15,6 +15,7 @@ import (
 	"github.com/sluicehq/sluice/bucket"
 	"github.com/sluicehq/sluice/internal/check"
 	"github.com/sluicehq/sluice/internal/divvy"
+	"github.com/sluicehq/sluice/internal/engine"
 	"github.com/sluicehq/sluice/internal/envoy"
 	"github.com/sluicehq/sluice/internal/errs"
 	"github.com/sluicehq/sluice/storage"
@@ -43,12 +44,12 @@ func TestErrorKinds(t *testing.T) {
 		{storage.ErrClosed, errs.Shutdown, "ERR server is shutting down", "server is shutting down", codes.Unavailable, false},
 		{fmt.Errorf("commit: %w", storage.ErrUnavailable), errs.StoreUnavailable, "ERR store unavailable: writes to the data directory are failing (disk full or I/O error); the server retries and takes changes again by itself", "store unavailable: writes to the data directory are failing (disk full or I/O error); the server retries and takes changes again by itself", codes.Unavailable, true},
 		{storage.ErrFailed, errs.StoreFailed, "ERR store unavailable: a write to the data directory failed; see the server log", "store unavailable: a write to the data directory failed; see the server log", codes.Unavailable, true},
-		{storeErr(bucket.ErrCorrupt), errs.Corrupt, "ERR stored state is corrupt; see the server log", "stored state is corrupt; see the server log", codes.Unavailable, false},
-		{storeErr(errors.New("pebble: read")), errs.StoreRead, "ERR store read failed; see the server log", "store read failed; see the server log", codes.Unavailable, true},
+		{engine.StoreErr(bucket.ErrCorrupt), errs.Corrupt, "ERR stored state is corrupt; see the server log", "stored state is corrupt; see the server log", codes.Unavailable, false},
+		{engine.StoreErr(errors.New("pebble: read")), errs.StoreRead, "ERR store read failed; see the server log", "store read failed; see the server log", codes.Unavailable, true},
 		{errors.New("a bug"), errs.Internal, "ERR internal error", "internal error", codes.Unavailable, false},
 	} {
-		if k := typed(tc.err).Kind; k != tc.kind {
-			t.Errorf("typed(%v).Kind = %d, want %d", tc.err, k, tc.kind)
+		if k := engine.Typed(tc.err).Kind; k != tc.kind {
+			t.Errorf("engine.Typed(%v).Kind = %d, want %d", tc.err, k, tc.kind)
 		}
 		if got := s.errorText(tc.err); got != tc.resp {
 			t.Errorf("errorText(%v) = %q, want %q", tc.err, got, tc.resp)
@@ -56,19 +57,19 @@ func TestErrorKinds(t *testing.T) {
 		if got := divvy.Reason(s.failure(tc.err)); got != tc.line {
 			t.Errorf("divvy.Reason(%v) = %q, want %q", tc.err, got, tc.line)
 		}
-		if got := check.HTTPStatus(typed(tc.err).Kind); got != http.StatusServiceUnavailable {
+		if got := check.HTTPStatus(engine.Typed(tc.err).Kind); got != http.StatusServiceUnavailable {
 			t.Errorf("check.HTTPStatus(%v) = %d, want 503", tc.err, got)
 		}
 		st := status.Convert(envoy.StatusErr(s.failure(tc.err), 2))
 		if want := "descriptor 2: " + strings.TrimPrefix(tc.resp, "ERR "); st.Code() != tc.code || st.Message() != want {
 			t.Errorf("envoy.StatusErr(%v) = %v %q, want %v %q", tc.err, st.Code(), st.Message(), tc.code, want)
 		}
-		if got := typed(tc.err).Kind.StoreDown(); got != tc.down {
-			t.Errorf("typed(%v).Kind.StoreDown() = %v, want %v", tc.err, got, tc.down)
+		if got := engine.Typed(tc.err).Kind.StoreDown(); got != tc.down {
+			t.Errorf("engine.Typed(%v).Kind.StoreDown() = %v, want %v", tc.err, got, tc.down)
 		}
-		// storeErr leaves the store's conditions and replies as they are.
-		if tc.kind != errs.Corrupt && tc.kind != errs.StoreRead && tc.kind != errs.Internal && storeErr(tc.err) != tc.err {
-			t.Errorf("storeErr(%v) wrapped it", tc.err)
+		// engine.StoreErr leaves the store's conditions and replies as they are.
+		if tc.kind != errs.Corrupt && tc.kind != errs.StoreRead && tc.kind != errs.Internal && engine.StoreErr(tc.err) != tc.err {
+			t.Errorf("engine.StoreErr(%v) wrapped it", tc.err)
 		}
 	}
 }

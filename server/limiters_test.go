@@ -13,6 +13,7 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
+	"github.com/sluicehq/sluice/internal/metrics"
 	"github.com/sluicehq/sluice/storage"
 )
 
@@ -518,8 +519,8 @@ func TestLimiterMetrics(t *testing.T) {
 		if got := allowedDenied(srv, name); got != want {
 			t.Errorf("%s allowed, denied = %v, want %v", name, got, want)
 		}
-		if !takesTokens(name) != (name == "fw.get") {
-			t.Errorf("takesTokens(%s) = %v", name, takesTokens(name))
+		if !metrics.TakesTokens(name) != (name == "fw.get") {
+			t.Errorf("metrics.TakesTokens(%s) = %v", name, metrics.TakesTokens(name))
 		}
 	}
 	if a, d := infoField(t, c, "stats", "rl_allowed"), infoField(t, c, "stats", "rl_denied"); a != "4" || d != "8" {

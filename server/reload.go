@@ -1,73 +1,100 @@
 package server
 
 import (
+	"cmp"
 	"errors"
-	"fmt"
 
-	"github.com/sluicehq/sluice/storage"
+	"github.com/sluicehq/sluice/internal/reload"
+	"github.com/sluicehq/sluice/internal/resp"
+	"github.com/sluicehq/sluice/internal/rules"
 )
 
 // Reloads read files an operator names: SIGHUP's (Reload: the TLS files,
-// the --policy file, the --rls-config directory) and POLICY RELOAD's. The
-// files that block a reader at once, named pipes and devices, are refused
-// before they are opened (package conffile); a read can still block for
-// as long as its file system does (a hung NFS mount, a FUSE daemon that
-// does not answer). So a reload runs in a goroutine of its own, one at a
-// time, and whoever asked waits for it at most Config.ReloadTimeout, all
-// told, and not past Close: a reload that hangs never holds up a shutdown
-// or a reply. One that is given up on goes on, logs its outcome when it
-// ends, and the next reload waits for it.
-type reloader struct {
-	running chan struct{} // holds a token while a reload runs
-	stop    chan struct{} // closed by Close
-}
+// the --policy file, the --rls-config directory) and POLICY RELOAD's, one
+// at a time, never waited for past Config.ReloadTimeout or Close (package
+// reload: Server.reload).
 
 // ErrReloadTimeout is a reload that did not finish within
-// Config.ReloadTimeout, or that waited that long for another one.
-var ErrReloadTimeout = errors.New("server: reload timed out")
-
-func (r *reloader) init() {
-	r.running = make(chan struct{}, 1)
-	r.stop = make(chan struct{})
-}
-
-// reloading runs fn as a reload and returns its error, or
-// ErrReloadTimeout, or storage.ErrClosed once Close has begun.
-func (s *Server) reloading(fn func() error) error {
-	timeout := s.after(s.cfg.ReloadTimeout)
-	select {
-	case s.reload.running <- struct{}{}:
-	case <-timeout:
-		s.log.Warn("reload not started: another one is still reading its files; the file system may be hung", "reload_timeout", s.cfg.ReloadTimeout)
-		return fmt.Errorf("%w: another reload has been reading its files for longer than %v (--reload-timeout), so the file system may be hung; it goes on, the log says when it ends, and then a reload can be asked for again", ErrReloadTimeout, s.cfg.ReloadTimeout)
-	case <-s.reload.stop:
-		return storage.ErrClosed
-	}
-	done := make(chan error, 1)
-	go func() {
-		defer func() { <-s.reload.running }()
-		done <- fn()
-	}()
-	select {
-	case err := <-done:
-		return err
-	case <-timeout:
-		s.log.Warn("reload still reading its files; the file system may be hung. It goes on and logs its outcome when it ends", "reload_timeout", s.cfg.ReloadTimeout)
-		return fmt.Errorf("%w: still reading its files after %v (--reload-timeout), so the file system may be hung; it goes on, and the log says how it ends", ErrReloadTimeout, s.cfg.ReloadTimeout)
-	case <-s.reload.stop:
-		return storage.ErrClosed
-	}
-}
+// Config.ReloadTimeout, or that waited that long for another one
+// (reload.ErrTimeout).
+var ErrReloadTimeout = reload.ErrTimeout
 
 // Reload reads again what SIGHUP reloads, as one reload: the TLS files,
 // the --policy file and the --rls-config directory, each kept as it was
 // when bad. Each outcome is logged; the errors are returned joined.
 func (s *Server) Reload() error {
-	return s.reloading(func() error {
+	return s.reload.Run(func() error {
 		var perr error
 		if s.pol.Path != "" {
 			perr = s.reloadPolicy()
 		}
 		return errors.Join(s.reloadTLS(), perr, s.rls.Reload())
 	})
+}
+
+// ReloadTLS reads the TLS files again, for SIGHUP after a certificate
+// renewal, as a reload. Open connections keep their session; on an error
+// the old certificates stay in use.
+func (s *Server) ReloadTLS() error { return s.reload.Run(s.reloadTLS) }
+
+func (s *Server) reloadTLS() error {
+	if s.guard.TLS == nil {
+		return nil
+	}
+	if err := s.guard.TLS.Load(); err != nil {
+		s.log.Error("TLS reload failed; keeping the certificates in use", "err", err)
+		return err
+	}
+	s.log.Info("TLS certificates reloaded", "cert", s.guard.TLS.Files().Cert)
+	return nil
+}
+
+// ReloadPolicy reads the --policy file again, as a reload, and, if it is
+// valid, puts it in use at once for every new hit; hits under way finish
+// with the rules they started with. A bad file keeps the rules in use, is
+// logged and counted, and its error is returned. Without a policy file it
+// does nothing and returns rules.ErrNoPolicy.
+func (s *Server) ReloadPolicy() error { return s.reload.Run(s.reloadPolicy) }
+
+func (s *Server) reloadPolicy() error {
+	if s.pol.Path == "" {
+		return rules.ErrNoPolicy
+	}
+	if err := s.pol.Reload(); err != nil {
+		s.log.Error("policy reload failed; keeping the rules in use", "file", s.pol.Path, "err", err)
+		return err
+	}
+	s.log.Info("policy reloaded", "file", s.pol.Path, "rules", len(s.pol.Current().Counts))
+	return nil
+}
+
+// ReloadRLS reads the --rls-config directory again, as a reload, and, if
+// every file is valid, puts the new configuration in use at once; calls
+// under way finish with the one they started with. A bad directory keeps
+// the configuration in use, is logged and counted, and its error is
+// returned. Without RLS it does nothing.
+func (s *Server) ReloadRLS() error { return s.reload.Run(s.rls.Reload) }
+
+// ReloadRules is POLICY RELOAD: the rules of both front ends, as SIGHUP:
+// the --policy file and the --rls-config directory, each kept as it was
+// when bad. It returns the error to answer, worded for RESP.
+func (h *frontHost) ReloadRules() error {
+	s := (*Server)(h)
+	err := s.reload.Run(func() error {
+		var perr, rerr error
+		if s.pol.Path != "" || s.cfg.RLS.Dir == "" {
+			perr = s.reloadPolicy()
+			if perr != nil && !errors.Is(perr, rules.ErrNoPolicy) { // a bad file: say which, and that nothing changed
+				perr = resp.Error("ERR " + resp.OneLine(perr.Error()) + "; the rules in use are kept")
+			}
+		}
+		if err := s.rls.Reload(); err != nil {
+			rerr = resp.Error("ERR --rls-config: " + resp.OneLine(err.Error()) + "; the configuration in use is kept")
+		}
+		return cmp.Or(perr, rerr)
+	})
+	if errors.Is(err, ErrReloadTimeout) {
+		err = resp.Error("ERR " + resp.OneLine(err.Error()))
+	}
+	return err
 }

@@ -41,7 +41,7 @@ func TestReloadThatHangsHoldsUpNothing(t *testing.T) {
 	// returns its caller's timeout and outcome.
 	hang := func(release chan struct{}) (chan time.Time, chan error) {
 		hung, outcome := make(chan struct{}), make(chan error, 1)
-		go func() { outcome <- srv.reloading(func() error { close(hung); <-release; return nil }) }()
+		go func() { outcome <- srv.reload.Run(func() error { close(hung); <-release; return nil }) }()
 		<-hung
 		return <-timeouts, outcome
 	}

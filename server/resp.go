@@ -2,11 +2,13 @@ package server
 
 import (
 	"net"
+	"strconv"
 	"time"
 
 	"github.com/sluicehq/sluice/internal/admit"
 	"github.com/sluicehq/sluice/internal/resp"
 	"github.com/sluicehq/sluice/internal/respserver"
+	"github.com/sluicehq/sluice/internal/settings"
 )
 
 // RESP is served by package internal/respserver; the server admits its
@@ -50,8 +52,18 @@ const (
 // initRESP makes the RESP front end; New calls it once the other front
 // ends are made.
 func (s *Server) initRESP() {
+	s.resp = respserver.New(s.respConfig(), respserver.Options{
+		Store: s.store, Engine: s.eng, Rules: &s.pol, Policy: &s.polCmds, Cluster: s.clus, RLS: s.rls,
+		Logger: s.log, Clock: s.clock, ClockOffset: &s.clockOffset,
+		Host: (*frontHost)(s), Stats: &s.stats, Closing: &s.closing, Done: s.done,
+	})
+}
+
+// respConfig is the RESP front end's configuration, which CONFIG GET
+// shows too.
+func (s *Server) respConfig() respserver.Config {
 	cfg, rc := &s.cfg, s.cfg.RESP
-	s.resp = respserver.New(respserver.Config{
+	return respserver.Config{
 		MaxArgs: rc.MaxArgs, MaxBulk: rc.MaxBulk, MaxInline: rc.MaxInline, MaxQueryBuffer: rc.MaxQueryBuffer,
 		MaxAuthFailures: rc.MaxAuthFailures, IdleTimeout: rc.IdleTimeout, MaxReplyBuffer: rc.MaxReplyBuffer, MaxMultiBytes: rc.MaxMultiBytes,
 		MaxKeySize: cfg.MaxKeySize, Password: cfg.Password, Debug: cfg.Debug,
@@ -60,11 +72,7 @@ func (s *Server) initRESP() {
 		MaxClients: cfg.MaxClients, MaxClientsRequested: s.adm.requested,
 		FDLimit: cfg.Files.Limit, FDReserved: cfg.Files.Reserved, StoreMaxOpenFiles: cfg.Files.StoreFiles,
 		MemoryLimit: cfg.MemoryLimit, MemoryLimitSource: cfg.MemoryLimitSource,
-	}, respserver.Options{
-		Store: s.store, Engine: s.eng, Rules: &s.pol, Policy: &s.polCmds, Cluster: s.clus, RLS: s.rls,
-		Logger: s.log, Clock: s.clock, ClockOffset: &s.clockOffset,
-		Host: (*frontHost)(s), Stats: &s.stats, Closing: &s.closing, Done: s.done,
-	})
+	}
 }
 
 // respDoor is how the RESP listener admits: a slot of --maxclients, held
@@ -76,13 +84,13 @@ func (s *Server) respDoor() admit.Door {
 	d := admit.Door{
 		Name:    "resp",
 		Take:    s.adm.Take,
-		Guarded: s.protected,
+		Guarded: s.guard.Protected,
 		Full:    resp.AppendError(nil, "ERR max number of clients reached"),
-		Denied:  resp.AppendError(nil, deniedMessage),
+		Denied:  resp.AppendError(nil, admit.DeniedMessage),
 		Drain:   s.resp,
 	}
-	if s.tls != nil {
-		d.TLS = s.tls.config()
+	if s.guard.TLS != nil {
+		d.TLS = s.guard.TLS.Config()
 	}
 	return d
 }
@@ -96,13 +104,51 @@ func (h *frontHost) Admitted() int64 { return h.adm.Open() }
 // Addr implements respserver.Host.
 func (h *frontHost) Addr() net.Addr { return (*Server)(h).Addr() }
 
-// Settings implements respserver.Host.
-func (h *frontHost) Settings() []respserver.Setting { return (*Server)(h).settings() }
-
-// PolicyInfo implements respserver.Host.
-func (h *frontHost) PolicyInfo(kv func(k, v string)) { (*Server)(h).policyInfo(kv) }
+// Settings implements respserver.Host: CONFIG GET's table (package
+// settings) of the configuration in use.
+func (h *frontHost) Settings() []respserver.Setting {
+	s := (*Server)(h)
+	cfg := &s.cfg
+	o := settings.Of{
+		Addr: s.Addr(), Store: s.store, Cluster: s.clus != nil,
+		RESP: s.respConfig(), Check: cfg.Check, Divvy: s.divvyConfig(), RLS: cfg.RLS, TLS: cfg.TLS,
+		AllowRemoteWithoutAuth: cfg.AllowRemoteWithoutAuth, AcceptRepairedClusterState: cfg.AcceptRepairedClusterState,
+		MaxConfigFile: cfg.MaxConfigFile, HTTPMaxHeaderBytes: cfg.HTTPMaxHeaderBytes,
+		PolicyFile: cfg.PolicyFile, PolicyMaxOverrides: cfg.PolicyMaxOverrides, PolicyStatsDays: cfg.PolicyStatsDays,
+		ReloadTimeout: cfg.ReloadTimeout, ShutdownTimeout: cfg.ShutdownTimeout,
+	}
+	return o.List()
+}
 
 // Ready reports whether the server can serve changes now: not shutting
 // down, and the store neither failed nor refusing changes because writes to
 // its disk fail.
 func (s *Server) Ready() bool { return s.resp.Ready() }
+
+// PolicyInfo implements respserver.Host: INFO's policy section.
+func (h *frontHost) PolicyInfo(kv func(k, v string)) {
+	s := (*Server)(h)
+	ps := &s.pol
+	lp := ps.Current()
+	kv("policy_file", ps.Path)
+	if lp != nil {
+		kv("policy_rules", strconv.Itoa(len(lp.Counts)))
+		kv("policy_loaded_at", strconv.FormatInt(lp.At.Unix(), 10))
+	} else {
+		kv("policy_rules", "0")
+		kv("policy_loaded_at", "0")
+	}
+	kv("policy_reloads", strconv.FormatInt(ps.Reloads.Load(), 10))
+	kv("policy_reload_failures", strconv.FormatInt(ps.ReloadFailures.Load(), 10))
+	kv("policy_last_reload_error", ps.LastError())
+	s.polCmds.Info(kv)
+	kv("divvy_addr", s.divvyAddr())
+	kv("divvy_connections", strconv.FormatInt(s.divvy.srv.Open.Load(), 10))
+	// Envoy's rate limit service's configuration, reloaded with the rules.
+	ri := s.rls.Info()
+	kv("rls_config_dir", s.cfg.RLS.Dir)
+	kv("rls_limits", strconv.Itoa(ri.Limits))
+	kv("rls_loaded_at", strconv.FormatInt(ri.LoadedAt, 10))
+	kv("rls_reloads", strconv.FormatInt(ri.Reloads, 10))
+	kv("rls_reload_failures", strconv.FormatInt(ri.ReloadFailures, 10))
+}

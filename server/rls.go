@@ -44,8 +44,8 @@ func (s *Server) initRLS() error {
 		MaxMemoryClients: s.cfg.MaxMemoryClients.N(),
 		KeepBuf:          respserver.KeepBuf,
 	}
-	if s.tls != nil {
-		opt.TLS = func() *tls.Config { return s.tls.cur.Load() }
+	if s.guard.TLS != nil {
+		opt.TLS = func() *tls.Config { return s.guard.TLS.Current() }
 	}
 	r, err := envoy.New(c, opt)
 	if err != nil {
@@ -54,13 +54,6 @@ func (s *Server) initRLS() error {
 	s.rls = r
 	return nil
 }
-
-// ReloadRLS reads the --rls-config directory again, as a reload
-// (reload.go), and, if every file is valid, puts the new configuration in
-// use at once; calls under way finish with the one they started with. A
-// bad directory keeps the configuration in use, is logged and counted,
-// and its error is returned. Without RLS it does nothing.
-func (s *Server) ReloadRLS() error { return s.reloading(s.rls.Reload) }
 
 // ServeRLS serves Envoy's rate limit service and the gRPC health service
 // on ln until Close, over TLS when the server has TLS (client
@@ -71,12 +64,12 @@ func (s *Server) ServeRLS(ln net.Listener) error {
 	if s.cfg.RLS.Dir == "" {
 		return errors.New("server: RLS needs Config.RLS.Dir")
 	}
-	l, err := s.serve(&s.mu.rlsLn, ln, s.rlsDoor())
+	l, err := s.lns.Listen(ln, s.rlsDoor())
 	if err != nil {
 		return err
 	}
-	s.log.Info("serving Envoy's rate limit service (gRPC)", "addr", ln.Addr().String(), "config", s.cfg.RLS.Dir, "tls", s.tls != nil)
-	s.warnIfExposed(ln.Addr())
+	s.log.Info("serving Envoy's rate limit service (gRPC)", "addr", ln.Addr().String(), "config", s.cfg.RLS.Dir, "tls", s.guard.TLS != nil)
+	s.guard.WarnIfExposed(s.log, ln.Addr())
 	err = s.rls.Serve(l)
 	if s.closing.Load() {
 		return nil
@@ -85,14 +78,7 @@ func (s *Server) ServeRLS(ln net.Listener) error {
 }
 
 // RLSAddr returns the gRPC listener's address, or nil when it is off.
-func (s *Server) RLSAddr() net.Addr {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	if s.mu.rlsLn == nil {
-		return nil
-	}
-	return s.mu.rlsLn.Addr()
-}
+func (s *Server) RLSAddr() net.Addr { return s.lns.Addr("rls") }
 
 // rlsDoor is how the gRPC listener admits: a slot of --maxclients, given
 // back when the connection closes, and protected mode (the service has no
@@ -102,7 +88,7 @@ func (s *Server) rlsDoor() admit.Door {
 	return admit.Door{
 		Name:    "rls",
 		Take:    s.adm.Take,
-		Guarded: func() bool { return !s.cfg.AllowRemoteWithoutAuth && !s.clientCertsRequired() },
+		Guarded: func() bool { return !s.cfg.AllowRemoteWithoutAuth && !s.guard.CertsRequired() },
 		Conn: func(c *admit.Conn) net.Conn {
 			s.stats.ConnsTotal.Add(1)
 			return c

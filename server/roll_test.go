@@ -16,6 +16,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/sluicehq/sluice/bucket"
+	"github.com/sluicehq/sluice/internal/metrics"
 	"github.com/sluicehq/sluice/keyspace"
 	"github.com/sluicehq/sluice/storage"
 )
@@ -483,8 +484,8 @@ func TestRollMetricsAndCommandInfo(t *testing.T) {
 		if got := allowedDenied(srv, name); got != want {
 			t.Errorf("%s allowed, denied = %v, want %v", name, got, want)
 		}
-		if takesTokens(name) != (name == "roll.limit") {
-			t.Errorf("takesTokens(%s) = %v", name, takesTokens(name))
+		if metrics.TakesTokens(name) != (name == "roll.limit") {
+			t.Errorf("metrics.TakesTokens(%s) = %v", name, metrics.TakesTokens(name))
 		}
 	}
 	info, err := c.Command(ctx).Result()
@@ -563,4 +564,11 @@ func TestPipelineCommitsLargeWritesInPieces(t *testing.T) {
 	if got := dbSize(t, c); got != 200 {
 		t.Errorf("DBSIZE = %d, want 200", got)
 	}
+}
+
+func b2i(b bool) int {
+	if b {
+		return 1
+	}
+	return 0
 }

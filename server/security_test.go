@@ -273,7 +273,7 @@ func TestProtectedMode(t *testing.T) {
 		{Config{TLS: &TLSFiles{Cert: pki.cert, Key: pki.key, CA: pki.ca}}, false},
 	} {
 		srv := startServer(t, c.cfg)
-		if got := srv.protected(); got != c.want {
+		if got := srv.guard.Protected(); got != c.want {
 			t.Errorf("protected() with %+v = %v, want %v", c.cfg, got, c.want)
 		}
 	}

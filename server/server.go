@@ -4,7 +4,9 @@
 // envoy, httpport), to one kind of listener (package admit), and answers
 // what each front end asks of the server through its Host: typed errors
 // logged and counted once, the counters they share, the other front ends'
-// facts for INFO, reloads.
+// facts for INFO, reloads (run by package reload). What reads every front
+// end is handed them: /metrics (package metrics) and CONFIG GET's table
+// (package settings).
 //
 // Lifecycle: New, then Serve(listener) (and ServeDivvy, ServeCheck,
 // ServeRLS, ServeHTTP) until Close. A Server is safe for concurrent use.
@@ -14,17 +16,17 @@ import (
 	"errors"
 	"log/slog"
 	"net"
-	"slices"
-	"sync"
 	"sync/atomic"
 	"time"
 
 	"github.com/sluicehq/sluice/internal/admit"
 	"github.com/sluicehq/sluice/internal/clusternode"
 	"github.com/sluicehq/sluice/internal/conffile"
+	"github.com/sluicehq/sluice/internal/divvy"
 	"github.com/sluicehq/sluice/internal/engine"
 	"github.com/sluicehq/sluice/internal/envoy"
 	"github.com/sluicehq/sluice/internal/policycmd"
+	"github.com/sluicehq/sluice/internal/reload"
 	"github.com/sluicehq/sluice/internal/respserver"
 	"github.com/sluicehq/sluice/internal/rules"
 	"github.com/sluicehq/sluice/keyspace"
@@ -155,7 +157,7 @@ type Config struct {
 	MaxConfigFile int64
 	// ReloadTimeout is the most Reload, ReloadTLS, ReloadPolicy, ReloadRLS
 	// and POLICY RELOAD wait for a reload to read its files, and for
-	// another one to finish first (reload.go); past it they return
+	// another one to finish first (internal/reload); past it they return
 	// ErrReloadTimeout, and the reload goes on. Default
 	// DefaultReloadTimeout.
 	ReloadTimeout time.Duration
@@ -193,21 +195,9 @@ type RESPConfig struct {
 	MaxMultiBytes int
 }
 
-// DivvyConfig configures the divvy line protocol. A zero field means the
-// default given.
-type DivvyConfig struct {
-	// MaxLine is the longest line the line protocol accepts, without its
-	// line end; default 64 KiB. A longer one is answered
-	// `ERR unknown "line too long"` and the connection is closed.
-	MaxLine int
-	// MaxPipeline is the most HIT lines executed, and replies held, per
-	// round: a client that pipelines more waits for the replies of the
-	// first ones before the rest are read. Default 1024.
-	MaxPipeline int
-	// IdleTimeout closes a line-protocol connection that sends nothing,
-	// or does not take its replies, for this long; zero never does.
-	IdleTimeout time.Duration
-}
+// DivvyConfig configures the divvy line protocol (ServeDivvy):
+// divvy.Config, whose Logger is the server's.
+type DivvyConfig = divvy.Config
 
 // Defaults for Config.
 const (
@@ -264,24 +254,18 @@ type Server struct {
 	// stats are the counters every front end adds to.
 	stats respserver.Stats
 
-	tls    *tlsState // nil without TLS
+	guard  admit.Guard // protected mode, and TLS (guard.TLS, nil without)
 	http   httpState
 	pol    rules.File
-	reload reloader
+	reload *reload.Runner // reloads, one at a time
 	divvy  divvyState
 	check  checkState
 	rls    *envoy.Server // Envoy's rate limit service
 	adm    admission
 	clus   *clusternode.Node // nil: standalone
-
-	mu struct {
-		sync.Mutex
-		// The listeners of RESP, the line protocol and Envoy's rate limit
-		// service, once served, and their admit.Listeners, which Close
-		// drains.
-		ln, divvyLn, rlsLn net.Listener
-		drain              []*admit.Listener
-	}
+	// lns are the listeners of RESP, the line protocol and Envoy's rate
+	// limit service, once served, which Close drains.
+	lns admit.Listeners
 }
 
 // orDefault sets a limit that is zero or negative to its default.
@@ -291,8 +275,9 @@ func orDefault[T int | int64 | time.Duration](v *T, def T) {
 	}
 }
 
-// ErrServing is returned by Serve on a Server that is already serving.
-var ErrServing = errors.New("server: already serving")
+// ErrServing is returned by Serve on a Server that is already serving
+// (admit.ErrServing).
+var ErrServing = admit.ErrServing
 
 // StoreOptions returns o with what the store must know of the server's
 // record layout: how to upgrade the keys of a store written before hash
@@ -356,15 +341,16 @@ func New(cfg Config) (*Server, error) {
 		cfg:   cfg,
 		store: cfg.Store,
 		log:   cfg.Logger,
+		guard: admit.Guard{Off: cfg.AllowRemoteWithoutAuth, Password: cfg.Password != ""},
 	}
 	base := cfg.Clock
 	s.clock = func() time.Time { return base().Add(time.Duration(s.clockOffset.Load())) }
 	if cfg.TLS != nil {
-		t, err := newTLSState(*cfg.TLS, cfg.MaxConfigFile)
+		t, err := admit.NewTLS(*cfg.TLS, cfg.MaxConfigFile)
 		if err != nil {
 			return nil, err
 		}
-		s.tls = t
+		s.guard.TLS = t
 	}
 	if err := s.initAdmission(); err != nil {
 		return nil, err
@@ -380,9 +366,9 @@ func New(cfg Config) (*Server, error) {
 		AcceptRepairedClusterState: cfg.AcceptRepairedClusterState,
 		Password:                   cfg.Password, TLS: cfg.TLS != nil,
 	}
-	if s.tls != nil && cfg.Cluster != nil && cfg.Cluster.Replicas > 1 {
+	if s.guard.TLS != nil && cfg.Cluster != nil && cfg.Cluster.Replicas > 1 {
 		var err error
-		if co.ReplicationClientTLS, co.ReplicationServerTLS, err = s.tls.replication(); err != nil {
+		if co.ReplicationClientTLS, co.ReplicationServerTLS, err = s.guard.TLS.Replication(); err != nil {
 			return nil, err
 		}
 	}
@@ -410,7 +396,10 @@ func New(cfg Config) (*Server, error) {
 	}
 	s.done = make(chan struct{})
 	s.after = time.After
-	s.reload.init()
+	s.reload = reload.New(reload.Options{
+		Timeout: cfg.ReloadTimeout, Log: s.log, Closed: storage.ErrClosed,
+		After: func(d time.Duration) <-chan time.Time { return s.after(d) },
+	})
 	s.initRESP()
 	// A replicated shard is handed back to its home node once the writes
 	// under way have ended and its group has committed them.
@@ -422,24 +411,17 @@ func New(cfg Config) (*Server, error) {
 
 // Serve accepts connections on ln until Close. It returns nil after Close.
 func (s *Server) Serve(ln net.Listener) error {
-	l, err := s.serve(&s.mu.ln, ln, s.respDoor())
+	l, err := s.lns.Listen(ln, s.respDoor())
 	if err != nil {
 		return err
 	}
 	s.log.Info("serving RESP", "addr", ln.Addr().String(), "fsync", s.store.Mode().String(), "data", s.store.Dir())
-	s.warnIfExposed(ln.Addr())
+	s.guard.WarnIfExposed(s.log, ln.Addr())
 	return s.resp.Serve(l)
 }
 
 // Addr returns the listening address, or nil before Serve.
-func (s *Server) Addr() net.Addr {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	if s.mu.ln == nil {
-		return nil
-	}
-	return s.mu.ln.Addr()
-}
+func (s *Server) Addr() net.Addr { return s.lns.Addr("resp") }
 
 // Close shuts the server down gracefully: it stops accepting, stops reading
 // new commands, lets every connection finish and answer the pipeline it is
@@ -458,7 +440,7 @@ func (s *Server) Close() error {
 	}
 	// From now, as cmd/sluice's own timer: a slow stopSweeper does not
 	// push the forced close past the moment the store is closed.
-	close(s.reload.stop) // a reload under way is waited for no longer
+	s.reload.Stop() // a reload under way is waited for no longer
 	rest := s.cfg.ShutdownTimeout / 10
 	forceAt := time.Now().Add(s.cfg.ShutdownTimeout - rest)
 	defer close(s.done)
@@ -471,19 +453,8 @@ func (s *Server) Close() error {
 	s.resp.Close()      // stops the idle sweep: also ends a running COMPACT early
 	// RESP, the line protocol and Envoy's rate limit service drain all at
 	// once, the way /check and HTTP do, each in its listener
-	// (admit.Listener.Drain).
-	s.mu.Lock()
-	lns := slices.Clone(s.mu.drain)
-	s.mu.Unlock()
-	var wg sync.WaitGroup
-	for _, l := range lns {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			l.Drain(forceAt, rest, s.cfg.ShutdownTimeout)
-		}()
-	}
-	wg.Wait()
+	// (admit.Listeners.Drain).
+	s.lns.Drain(forceAt, rest, s.cfg.ShutdownTimeout)
 	// The threshold data since the last flush (POLICY STATS), now that no
 	// round adds to them.
 	if err := s.eng.FlushStats(); err != nil {

@@ -4,9 +4,12 @@
 // hands its front end only the connections its Door admits (a slot of the
 // Gate, then protected mode), answers the others in the front end's
 // protocol, retries failed Accepts with a backoff, and drains its front
-// end on shutdown the same way for every front end (Drain).
+// end on shutdown the same way for every front end (Drain). What a door
+// decides by is here too: the open-file budget that bounds --maxclients
+// (FDBudget), protected mode (Guard) and the TLS certificates, reloaded
+// while connections stay open (TLS).
 //
-// A Gate and a Listener are safe for concurrent use.
+// A Gate, a Listener and a TLS are safe for concurrent use.
 package admit
 
 import (

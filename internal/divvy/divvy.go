@@ -41,8 +41,9 @@ type Config struct {
 	// DefaultMaxLine. A longer one is answered `ERR unknown "line too
 	// long"` and the connection is closed.
 	MaxLine int
-	// MaxPipeline is the most lines run, and replies held, per round;
-	// default DefaultMaxPipeline.
+	// MaxPipeline is the most HIT lines run, and replies held, per round:
+	// a client that pipelines more waits for the replies of the first ones
+	// before the rest are read. Default DefaultMaxPipeline.
 	MaxPipeline int
 	// IdleTimeout closes a connection that sends nothing, or does not take
 	// its replies, for this long; zero never does.

@@ -28,15 +28,12 @@ type Backup struct {
 	Store  *storage.Store
 	Dir    string
 	Logger *slog.Logger
+	Access *Access // who may take one
 	Host   BackupHost
 }
 
 // BackupHost is what a backup asks of the server.
 type BackupHost interface {
-	// BackupAllowed applies the server's rules of access to r (password,
-	// client certificates, protected mode); it returns 0 when the
-	// request may proceed, else the status and the message to answer.
-	BackupAllowed(r *http.Request) (code int, msg string)
 	// CheckpointFailed is the text to answer when the store's checkpoint
 	// failed with err, which it logs when it must.
 	CheckpointFailed(err error) string
@@ -46,11 +43,7 @@ type BackupHost interface {
 
 // ServeHTTP implements http.Handler.
 func (b *Backup) ServeHTTP(w http.ResponseWriter, r *http.Request) {
-	if code, msg := b.Host.BackupAllowed(r); code != 0 {
-		if code == http.StatusUnauthorized {
-			w.Header().Set("WWW-Authenticate", `Basic realm="sluice", charset="UTF-8"`)
-		}
-		http.Error(w, msg, code)
+	if b.Access.refused(w, r) {
 		return
 	}
 	name := "sluice-" + time.Now().UTC().Format("20060102T150405.000Z")

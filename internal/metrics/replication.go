@@ -1,4 +1,4 @@
-package server
+package metrics
 
 import (
 	"strconv"
@@ -31,8 +31,8 @@ var (
 )
 
 // collectReplication sends the metrics of the shards this node holds.
-func (s *Server) collectReplication(ch chan<- prometheus.Metric) {
-	for _, m := range s.clus.ReplicationMetrics() {
+func (s *Sources) collectReplication(ch chan<- prometheus.Metric) {
+	for _, m := range s.Cluster.ReplicationMetrics() {
 		shard := strconv.Itoa(m.Shard)
 		metric := func(d *prometheus.Desc, t prometheus.ValueType, v float64) {
 			ch <- prometheus.MustNewConstMetric(d, t, v, shard)

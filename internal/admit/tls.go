@@ -1,11 +1,10 @@
-package server
+package admit
 
 import (
 	"crypto/tls"
 	"crypto/x509"
 	"errors"
 	"fmt"
-	"net"
 	"sync/atomic"
 
 	"github.com/sluicehq/sluice/internal/conffile"
@@ -18,26 +17,30 @@ type TLSFiles struct {
 	CA        string // optional
 }
 
-// tlsState holds the loaded certificates; Reload swaps them while
-// connections stay open, new handshakes use the new ones.
-type tlsState struct {
+// TLS holds the loaded certificates; Load swaps them while connections
+// stay open, new handshakes use the new ones. Safe for concurrent use.
+type TLS struct {
 	files    TLSFiles
 	maxBytes int64 // each file's (Config.MaxConfigFile)
 	cur      atomic.Pointer[tls.Config]
 }
 
-func newTLSState(f TLSFiles, maxBytes int64) (*tlsState, error) {
+// NewTLS loads the files f names, each read up to maxBytes
+// (--max-config-file). Its errors name the server, as they did when the
+// server owned them.
+func NewTLS(f TLSFiles, maxBytes int64) (*TLS, error) {
 	if f.Cert == "" || f.Key == "" {
 		return nil, errors.New("server: TLS needs both a certificate and a key file")
 	}
-	t := &tlsState{files: f, maxBytes: maxBytes}
-	if err := t.load(); err != nil {
+	t := &TLS{files: f, maxBytes: maxBytes}
+	if err := t.Load(); err != nil {
 		return nil, err
 	}
 	return t, nil
 }
 
-func (t *tlsState) load() error {
+// Load reads the files again; on an error the certificates in use stay.
+func (t *TLS) Load() error {
 	certPEM, err := conffile.Read(t.files.Cert, t.maxBytes)
 	if err != nil {
 		return fmt.Errorf("server: read TLS certificate: %w", err)
@@ -66,9 +69,9 @@ func (t *tlsState) load() error {
 	return nil
 }
 
-// config is the listener's configuration: every handshake asks for the
+// Config is the listener's configuration: every handshake asks for the
 // current one.
-func (t *tlsState) config() *tls.Config {
+func (t *TLS) Config() *tls.Config {
 	return &tls.Config{
 		MinVersion: tls.VersionTLS12,
 		GetConfigForClient: func(*tls.ClientHelloInfo) (*tls.Config, error) {
@@ -77,12 +80,12 @@ func (t *tlsState) config() *tls.Config {
 	}
 }
 
-// httpConfig is the configuration of the HTTP listeners (the probes and
-// metrics port, /check): like config, but a client certificate is checked
+// HTTPConfig is the configuration of the HTTP listeners (the probes and
+// metrics port, /check): like Config, but a client certificate is checked
 // when given rather than required in the handshake, so that probes and
 // proxies on loopback need none; each handler decides what a request
 // without one may do.
-func (t *tlsState) httpConfig() *tls.Config {
+func (t *TLS) HTTPConfig() *tls.Config {
 	return &tls.Config{
 		MinVersion: tls.VersionTLS12,
 		GetConfigForClient: func(*tls.ClientHelloInfo) (*tls.Config, error) {
@@ -95,13 +98,13 @@ func (t *tlsState) httpConfig() *tls.Config {
 	}
 }
 
-// replication returns the configurations of the replication transport
+// Replication returns the configurations of the replication transport
 // between the nodes of replicated shards: mutual TLS, each node
 // presenting the server's certificate and verifying the others' against
 // the CA of --tls-ca, both as reloaded (new connections take the new
 // certificate). Without a CA the nodes could not tell each other from
 // anyone: refused.
-func (t *tlsState) replication() (client, server *tls.Config, err error) {
+func (t *TLS) Replication() (client, server *tls.Config, err error) {
 	if t.files.CA == "" {
 		return nil, nil, errors.New("server: --cluster-replicas with --tls-cert needs --tls-ca: the nodes authenticate each other's replication connections with certificates that CA signed, each allowing client and server authentication and naming the host of its node's replication address")
 	}
@@ -121,54 +124,8 @@ func (t *tlsState) replication() (client, server *tls.Config, err error) {
 	return client, server, nil
 }
 
-// ReloadTLS reads the TLS files again, for SIGHUP after a certificate
-// renewal, as a reload (reload.go). Open connections keep their session;
-// on an error the old certificates stay in use.
-func (s *Server) ReloadTLS() error { return s.reloading(s.reloadTLS) }
+// Current is the configuration in use, as last loaded.
+func (t *TLS) Current() *tls.Config { return t.cur.Load() }
 
-func (s *Server) reloadTLS() error {
-	if s.tls == nil {
-		return nil
-	}
-	if err := s.tls.load(); err != nil {
-		s.log.Error("TLS reload failed; keeping the certificates in use", "err", err)
-		return err
-	}
-	s.log.Info("TLS certificates reloaded", "cert", s.tls.files.Cert)
-	return nil
-}
-
-// clientCertsRequired reports whether TLS admits only clients with a
-// certificate from the configured CA.
-func (s *Server) clientCertsRequired() bool {
-	return s.tls != nil && s.tls.files.CA != ""
-}
-
-// protected reports whether protected mode applies: on, and neither a
-// password nor client certificates keep strangers out.
-func (s *Server) protected() bool {
-	return !s.cfg.AllowRemoteWithoutAuth && s.cfg.Password == "" && !s.clientCertsRequired()
-}
-
-const deniedMessage = "DENIED sluice is running in protected mode because protected mode is enabled and no password is set. " +
-	"In this mode connections are only accepted from the loopback interface. To accept others, set a password " +
-	"(--requirepass or --requirepass-file), require TLS client certificates (--tls-ca), or, if this server is " +
-	"only reachable from a network you trust, start it with --protected-mode no."
-
-// warnIfExposed logs loudly when the listener is reachable from other
-// machines and nothing but the network keeps strangers out.
-func (s *Server) warnIfExposed(a net.Addr) {
-	if s.cfg.Password != "" || s.clientCertsRequired() {
-		return
-	}
-	if ta, ok := a.(*net.TCPAddr); ok && ta.IP.IsLoopback() {
-		return
-	}
-	if s.cfg.AllowRemoteWithoutAuth {
-		s.log.Warn("WARNING: listening on a non-loopback address with no password and no TLS client certificates, and protected mode is off: anyone who can reach this port can use and exhaust every limit",
-			"addr", a.String())
-		return
-	}
-	s.log.Warn("WARNING: listening on a non-loopback address with no password and no TLS client certificates: protected mode refuses every client that is not on loopback (set --requirepass-file, or --tls-ca, or --protected-mode no)",
-		"addr", a.String())
-}
+// Files are the files the certificates are read from.
+func (t *TLS) Files() TLSFiles { return t.files }
