@@ -237,6 +237,12 @@ func (s *Server) ShouldRateLimit(ctx context.Context, req *rlspb.RateLimitReques
 			evalErr = s.statusErr(i, err)
 			break
 		}
+		if lim.l != nil && !lim.override {
+			// The limit the hit was counted under: the descriptor's own
+			// (RLS.OVERRIDE) when its counter has one, which
+			// current_limit, the headers and near_limit report.
+			lim.rpu = uint32(min(max(out.Rate, 0), math.MaxUint32))
+		}
 		if lim.never {
 			// Denied, and waiting cannot help: no retry-after; unless
 			// the dials let it through (shadow mode, enforcement off).

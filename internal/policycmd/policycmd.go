@@ -27,13 +27,17 @@ import (
 	"github.com/sluicehq/sluice/internal/resp"
 	"github.com/sluicehq/sluice/internal/rules"
 	"github.com/sluicehq/sluice/policy"
+	"github.com/sluicehq/sluice/rls"
 )
 
 // Commands runs POLICY's subcommands but RELOAD.
 type Commands struct {
 	Engine *engine.Engine
 	Rules  *rules.File
-	Log    *slog.Logger // default: discard
+	// RLS returns the configuration of Envoy's rate limit service in
+	// use, for RLS.OVERRIDE; nil (or a nil RLS) for none.
+	RLS func() *rls.Config
+	Log *slog.Logger // default: discard
 	// Changes counts the changes of the dials, over RESP and HTTP.
 	Changes Changes
 }
@@ -269,6 +273,11 @@ func (c *Commands) show(x *dispatch.Ctx) error {
 	orphanOvs := maps.Clone(ovs)
 	for _, r := range rs {
 		delete(orphanOvs, r.Label)
+	}
+	for label := range orphanOvs {
+		if strings.HasPrefix(label, rls.OverrideLabelPrefix) { // RLS.OVERRIDE's, not a rule's
+			delete(orphanOvs, label)
+		}
 	}
 	x.Out = resp.AppendArray(x.Out, len(rs)+orphans+len(orphanOvs))
 	for _, r := range rs {
