@@ -11,6 +11,7 @@ import (
 
 	rlcommon "github.com/envoyproxy/go-control-plane/envoy/extensions/common/ratelimit/v3"
 	rlspb "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
+	"google.golang.org/protobuf/types/known/wrapperspb"
 
 	"github.com/sluicehq/sluice/internal/transcript"
 )
@@ -97,5 +98,26 @@ func TestRLSOverridesOverHTTP(t *testing.T) {
 	})
 	if st := f.one(t, desc("k", "a")); st.CurrentLimit.RequestsPerUnit != 3 || st.LimitRemaining != 1 {
 		t.Fatalf("after the DELETE: %v; want the configuration's 3, 1 remaining", st)
+	}
+}
+
+// A gcra limit without burst lets its limit through at once: under an
+// override, the override's. A hits_addend over the configured limit but
+// within the override is counted; one over the override is OVER_LIMIT
+// without being counted.
+func TestRLSOverrideGCRABurst(t *testing.T) {
+	f := newRLS(t, Config{RLS: RLSConfig{Dir: rlsConfigDir(t, "domain: test\ndescriptors:\n  - key: gc\n    rate_limit: {unit: hour, requests_per_unit: 10, algorithm: gcra}\n")}})
+	c := newClient(t, f.srv)
+	if err := c.Do(context.Background(), "RLS.OVERRIDE", "test", "gc=a", "20").Err(); err != nil {
+		t.Fatal(err)
+	}
+	d := desc("gc", "a")
+	d.HitsAddend = wrapperspb.UInt64(15)
+	if st := f.one(t, d); st.Code != rlspb.RateLimitResponse_OK || st.CurrentLimit.RequestsPerUnit != 20 || st.LimitRemaining != 5 {
+		t.Fatalf("15 at once under an override of 20: %v; want OK, 5 remaining", st)
+	}
+	d.HitsAddend = wrapperspb.UInt64(21)
+	if st := f.one(t, d); st.Code != rlspb.RateLimitResponse_OVER_LIMIT || st.CurrentLimit.RequestsPerUnit != 20 {
+		t.Fatalf("21 at once under an override of 20: %v; want OVER_LIMIT", st)
 	}
 }
