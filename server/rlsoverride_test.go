@@ -4,7 +4,9 @@ import (
 	"bufio"
 	"bytes"
 	"context"
+	"fmt"
 	"log/slog"
+	"os"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -119,5 +121,47 @@ func TestRLSOverrideGCRABurst(t *testing.T) {
 	d.HitsAddend = wrapperspb.UInt64(21)
 	if st := f.one(t, d); st.Code != rlspb.RateLimitResponse_OVER_LIMIT || st.CurrentLimit.RequestsPerUnit != 20 {
 		t.Fatalf("21 at once under an override of 20: %v; want OVER_LIMIT", st)
+	}
+}
+
+// A reload that drops the domain keeps its overrides: they are read,
+// listed and reset by the domain's name, and once the last is reset the
+// domain is unknown.
+func TestRLSOverrideOrphanedByReload(t *testing.T) {
+	dir := rlsConfigDir(t, rlsYAML)
+	f := newRLS(t, Config{RLS: RLSConfig{Dir: dir}})
+	c := newClient(t, f.srv)
+	ctx := context.Background()
+	do := func(args ...any) string {
+		t.Helper()
+		v, err := c.Do(ctx, args...).Result()
+		if err != nil {
+			return "error " + err.Error()
+		}
+		return fmt.Sprint(v)
+	}
+	if got := do("RLS.OVERRIDE", "test", "k=a", "5"); got != "OK" {
+		t.Fatalf("RLS.OVERRIDE: %s", got)
+	}
+	if err := os.WriteFile(filepath.Join(dir, "config.yaml"), []byte("domain: other\ndescriptors:\n  - key: k\n    rate_limit: {unit: minute, requests_per_unit: 1}\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if err := f.srv.ReloadRLS(); err != nil {
+		t.Fatal(err)
+	}
+	for _, s := range []struct {
+		args []any
+		want string
+	}{
+		{[]any{"RLS.OVERRIDE", "test", "k=a"}, "5"},
+		{[]any{"RLS.OVERRIDES", "test"}, "[0 [[k=a] 5]]"},
+		{[]any{"RLS.OVERRIDE", "test", "k=a", "6"}, `error ERR domain "test" is not configured; expected a domain of the --rls-config files`},
+		{[]any{"RLS.OVERRIDE", "test", "k=a", "RESET"}, "1"},
+		{[]any{"RLS.OVERRIDE", "test", "k=a"}, `error ERR domain "test" is not configured; expected a domain of the --rls-config files`},
+		{[]any{"RLS.OVERRIDE", "test", "k=a", "RESET"}, `error ERR domain "test" is not configured; expected a domain of the --rls-config files`},
+	} {
+		if got := do(s.args...); got != s.want {
+			t.Errorf("%v: %s; want %s", s.args, got, s.want)
+		}
 	}
 }
