@@ -1,7 +1,8 @@
 // Package policycmd is POLICY's subcommands that show the rules and
 // change their dials (issue 30) over RESP: POLICY SHOW, POLICY LIMIT,
 // POLICY ENFORCE, POLICY OVERRIDE and POLICY OVERRIDES, and the rules'
-// threshold data, POLICY STATS. The dials
+// threshold data, POLICY STATS; and RLS.OVERRIDE and RLS.OVERRIDES, the
+// same overrides for Envoy's descriptors (rls.go). The dials
 // themselves are the engine's (engine.SetLimit, engine.SetEnforcement,
 // engine.SetOverride), kept in the store and read by every rule front
 // end's hits; this package parses, answers and logs each change. POLICY
