@@ -71,6 +71,10 @@ type Rule struct {
 	MatchPolicy MatchPolicy
 	Label       string // "" when the file gives none
 	Comment     string
+	// OverrideLabel is what a front end's rule (Standalone) keeps its
+	// per-actor overrides under, "" for none; a rule file's rule keeps
+	// them under Label (see OverridesLabel).
+	OverrideLabel string
 
 	// Shadow counts the rule's hits and reports what the limit decided,
 	// but never refuses one (envoyproxy/ratelimit's shadow_mode): a new
@@ -97,6 +101,16 @@ func (r *Rule) String() string { return formatHeader(r.Operation) }
 // Standalone reports whether r is a front end's rule (Standalone's), not
 // a rule file's.
 func (r *Rule) Standalone() bool { return r.standalone }
+
+// OverridesLabel is the label r's per-actor overrides are kept under:
+// Label for a rule file's rule, OverrideLabel for a front end's, whose
+// Label (Envoy's rate_limit name) is not unique.
+func (r *Rule) OverridesLabel() string {
+	if r.standalone {
+		return r.OverrideLabel
+	}
+	return r.Label
+}
 
 // Counted reports whether hits on r under its own CreditLimit use a
 // counter. Always-deny (CreditLimit 0) and always-allow (ResetSeconds 0)

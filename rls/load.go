@@ -565,6 +565,9 @@ func (p *parser) rateLimit(n *yaml.Node, domain, key string) (*Limit, policy.Rul
 		Burst:        int64(burst),
 		ActorField:   DescriptorField,
 		Label:        l.Name,
+		// Per-descriptor overrides (RLS.OVERRIDE) by domain: the
+		// descriptor's entries, the actor, find the limit.
+		OverrideLabel: OverrideLabel(domain),
 	}
 	if l.MaxOverride > 0 {
 		r.QuotaField, r.MaxQuota = OverrideField, int64(l.MaxOverride)

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 
@@ -449,4 +450,19 @@ func FuzzFind(f *testing.F) {
 			t.Fatalf("Find(%q, %v) = %s: %d levels for %d entries", domain, e, l.Key, l.Depth, len(e))
 		}
 	})
+}
+
+// ParseDescriptor reads back what AppendDescriptor wrote, empty keys and
+// values and bytes of every value included, and refuses a truncated
+// encoding: RLS.OVERRIDES lists descriptors from their stored form.
+func TestParseDescriptor(t *testing.T) {
+	entries := []Entry{{"to_number", "5551234"}, {"", ""}, {"k", strings.Repeat("\xff,=", 100)}}
+	b := AppendDescriptor(nil, entries)
+	got, ok := ParseDescriptor(b)
+	if !ok || !slices.Equal(got, entries) {
+		t.Fatalf("ParseDescriptor: %q %v; want %q", got, ok, entries)
+	}
+	if _, ok := ParseDescriptor(b[:len(b)-1]); ok {
+		t.Fatal("a truncated descriptor was read")
+	}
 }

@@ -37,6 +37,7 @@
 package rls
 
 import (
+	"encoding/binary"
 	"fmt"
 	"strings"
 
@@ -109,6 +110,17 @@ const (
 	// override, in decimal: the quota field of the override rules.
 	OverrideField = "requests_per_unit"
 )
+
+// OverrideLabelPrefix starts the label a domain's per-descriptor
+// overrides are kept under (OverrideLabel). A rule file's labels have no
+// ':', so the two never meet.
+const OverrideLabelPrefix = "rls:"
+
+// OverrideLabel is the label the per-descriptor overrides of domain
+// (RLS.OVERRIDE) are kept under, with the descriptor's entries, encoded
+// by AppendDescriptor, as the actor: the override records and counts of
+// a rule file's per-actor overrides, keyed by domain and entries.
+func OverrideLabel(domain string) string { return OverrideLabelPrefix + domain }
 
 // Limit is one descriptor path's rate_limit.
 type Limit struct {
@@ -274,6 +286,30 @@ func AppendDescriptor(dst []byte, entries []Entry) []byte {
 		dst = appendLenString(dst, e.Value)
 	}
 	return dst
+}
+
+// ParseDescriptor decodes the entries AppendDescriptor encoded; ok is
+// false for bytes it cannot have made.
+func ParseDescriptor(b []byte) (entries []Entry, ok bool) {
+	for len(b) > 0 {
+		var k, v string
+		if k, b, ok = cutLenString(b); !ok {
+			return nil, false
+		}
+		if v, b, ok = cutLenString(b); !ok {
+			return nil, false
+		}
+		entries = append(entries, Entry{Key: k, Value: v})
+	}
+	return entries, true
+}
+
+func cutLenString(b []byte) (s string, rest []byte, ok bool) {
+	n, k := binary.Uvarint(b)
+	if k <= 0 || n > uint64(len(b)-k) {
+		return "", nil, false
+	}
+	return string(b[k : k+int(n)]), b[k+int(n):], true
 }
 
 // DescriptorLen is len(AppendDescriptor(nil, entries)), without building

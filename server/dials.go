@@ -6,6 +6,7 @@ import (
 	"github.com/sluicehq/sluice/internal/engine"
 	"github.com/sluicehq/sluice/internal/policycmd"
 	"github.com/sluicehq/sluice/internal/policyhttp"
+	"github.com/sluicehq/sluice/rls"
 )
 
 // The rules' dials (POLICY LIMIT, POLICY ENFORCE: internal/policycmd over
@@ -21,11 +22,20 @@ func (s *Server) initDials() error {
 	if err := s.eng.LoadOverrides(); err != nil {
 		return err
 	}
-	s.polCmds = policycmd.Commands{Engine: s.eng, Rules: &s.pol, Log: s.log}
+	s.polCmds = policycmd.Commands{Engine: s.eng, Rules: &s.pol, RLS: s.rlsConfig, Log: s.log}
 	if m := s.eng.Enforcement(); m != engine.Enforce {
 		policycmd.LogMode(s.log, m)
 	}
 	return nil
+}
+
+// rlsConfig is the configuration of Envoy's rate limit service in use,
+// for RLS.OVERRIDE; nil without one.
+func (s *Server) rlsConfig() *rls.Config {
+	if s.rls == nil {
+		return nil
+	}
+	return s.rls.Config()
 }
 
 // policyHTTP is /v1/policy/, behind /backup's checks (httpport.Access):

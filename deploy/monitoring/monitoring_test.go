@@ -17,7 +17,9 @@ import (
 	"regexp"
 	"slices"
 	"strings"
+	"sync/atomic"
 	"testing"
+	"time"
 
 	"github.com/redis/go-redis/v9"
 	"sigs.k8s.io/yaml"
@@ -229,7 +231,12 @@ func scrape(t *testing.T) map[string]bool {
 	if err := os.WriteFile(filepath.Join(rlsDir, "limits.yaml"), []byte("domain: d\ndescriptors:\n  - key: k\n    rate_limit:\n      unit: second\n      requests_per_unit: 1\n"), 0o600); err != nil {
 		t.Fatal(err)
 	}
+	// A clock the test moves, so that a rule window ends and
+	// sluice_policy_peak_used_ratio observes it.
+	var now atomic.Int64
+	now.Store(time.Date(2026, 11, 28, 12, 0, 0, 0, time.UTC).UnixNano())
 	srv, err := server.New(server.Config{
+		Clock:      func() time.Time { return time.Unix(0, now.Load()) },
 		Store:      store,
 		Password:   "pw",
 		BackupDir:  filepath.Join(t.TempDir(), "backups"),
@@ -274,6 +281,8 @@ func scrape(t *testing.T) map[string]bool {
 	} {
 		c.Do(ctx, cmd...)
 	}
+	now.Add(int64(61 * time.Second))
+	c.Do(ctx, "HIT", "ip=10.0.0.1") // ends the window of the HITs above
 	resp, err := http.Get("http://" + hln.Addr().String() + "/metrics")
 	if err != nil {
 		t.Fatal(err)

@@ -32,6 +32,15 @@ var builtin = map[string]*Doc{
 	"lastsave": {Summary: "Replies the Unix time of the last successful CHECKPOINT.", Group: "server"},
 	"debug":    {Summary: "A container for debugging commands, refused unless --enable-debug-command allows the client: DEBUG CLOCK-OFFSET and HELP.", Group: "server"},
 	"policy":   {Summary: "A container for the --policy rules and their dials: POLICY RELOAD, SHOW, LIMIT, ENFORCE, OVERRIDE, OVERRIDES and STATS.", Group: "server"},
+	"rls.override": {Summary: "Gives one Envoy descriptor of a --rls-config domain its own requests_per_unit, kept in the store across restarts and reloads; RESET removes it; without a limit, replies the descriptor's override or nil.", Group: "server",
+		Args: []Arg{{Name: "domain", Type: "string"}, {Name: "entry", Type: "string", Multiple: true}, {Name: "limit", Type: "oneof", Optional: true, Args: []Arg{
+			{Name: "reset", Type: "pure-token", Token: "RESET"},
+			{Name: "requests-per-unit", Type: "integer"},
+		}}}},
+	"rls.overrides": {Summary: "Lists the per-descriptor overrides of a --rls-config domain, as HSCAN: the cursor to continue from (0: done) and descriptors (arrays of key=value) with their requests_per_unit.", Group: "server",
+		Args: []Arg{{Name: "domain", Type: "string"},
+			{Name: "cursor", Type: "string", Token: "CURSOR", Optional: true},
+			{Name: "count", Type: "integer", Token: "COUNT", Optional: true}}},
 }
 
 // builtinSubs are the subcommands of the container commands. The

@@ -311,10 +311,19 @@ func BenchmarkHitDials(b *testing.B) {
 // benchWarmHit measures a read-only hit of /api by ip actor on its warm
 // counter.
 func benchWarmHit(b *testing.B, e *Engine, lp *rules.Set, actor string) {
-	r := e.NewRound()
 	req := policy.Request{{Key: []byte("path"), Value: []byte("/api")}, {Key: []byte("ip"), Value: []byte(actor)}}
+	benchWarm(b, e, func(r *Round, hits, now int64) error {
+		_, err := r.Hit(lp, req, hits, now)
+		return err
+	})
+}
+
+// benchWarm runs hit once, counting, and commits, then measures it
+// reading without counting.
+func benchWarm(b *testing.B, e *Engine, hit func(r *Round, hits, now int64) error) {
+	r := e.NewRound()
 	now := time.Unix(1_700_000_000, 0).UnixNano()
-	if _, err := r.Hit(lp, req, 1, now); err != nil {
+	if err := hit(r, 1, now); err != nil {
 		b.Fatal(err)
 	}
 	if _, err := r.Commit(); err != nil {
@@ -322,7 +331,7 @@ func benchWarmHit(b *testing.B, e *Engine, lp *rules.Set, actor string) {
 	}
 	b.ReportAllocs()
 	for b.Loop() {
-		if _, err := r.Hit(lp, req, 0, now); err != nil {
+		if err := hit(r, 0, now); err != nil {
 			b.Fatal(err)
 		}
 		r.settle(true)

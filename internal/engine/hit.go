@@ -125,7 +125,7 @@ func (m *ruleMutator) Mutate(old []byte, found bool) ([]byte, storage.Op, error)
 		carried, override = limit, ok
 		// A label that has no overrides now (a reload dropped or renamed
 		// it) leaves its counters' copies unused, until it has again.
-		if ok && m.ov.has(c.Rule.Label) {
+		if ok && m.ov.has(c.Rule.OverridesLabel()) {
 			c.Limit = limit
 		}
 		old = inner
@@ -280,14 +280,14 @@ func (r *Round) hitRule(lp *rules.Set, rule *policy.Rule, req policy.Request, hi
 func (r *Round) count1(rule *policy.Rule) error {
 	m := &r.m
 	m.base, m.lookup, m.ov = m.c.Limit, lookupNone, &r.e.ov
-	if r.e.ov.has(rule.Label) && notOverridable(rule) == "" {
+	if r.e.ov.has(rule.OverridesLabel()) && notOverridable(rule) == "" {
 		m.lookup = lookupNeeded
 	}
 	if err := r.limit(r.key, m); err != nil || m.lookup != lookupDo {
 		return err
 	}
 	actor := r.id[policy.CounterIDLen:]
-	r.okey = keyspace.AppendOverrideKey(r.okey[:0], rule.Label, actor)
+	r.okey = keyspace.AppendOverrideKey(r.okey[:0], rule.OverridesLabel(), actor)
 	for try := 0; ; try++ {
 		// A change of the overrides between the read and the counter's
 		// creation makes the hit read again; after a few, it waits for

@@ -39,6 +39,8 @@ const DefaultMaxOverrides = 1_000_000
 // MaxOverridesPage is the most overrides one Overrides call lists.
 const MaxOverridesPage = 1000
 
+var errNoClusterOverrides = errs.New(errs.Request, "per-actor overrides are not available in cluster mode yet; expected a standalone server")
+
 // overrides is an Engine's overrides: the counts by label, in memory, and
 // what orders changes against counter creations.
 type overrides struct {
@@ -101,7 +103,7 @@ func (e *Engine) LoadOverrides() error {
 // (under a runtime limit), or says why it cannot take an override.
 func (e *Engine) overrideRule(lp *rules.Set, label string) (*policy.Rule, error) {
 	if e.cluster != nil {
-		return nil, errs.New(errs.Request, "per-actor overrides are not available in cluster mode yet; expected a standalone server")
+		return nil, errNoClusterOverrides
 	}
 	file := ruleByLabel(lp, label)
 	if file == nil {
@@ -180,6 +182,50 @@ func (e *Engine) ResetOverride(lp *rules.Set, label string, actor []byte) (bool,
 	}
 	return e.changeOverride(label, actor, r, 0, false)
 }
+
+// SetRuleOverride gives actor its own limit in r, a front end's rule
+// whose overrides are kept under its OverrideLabel (Envoy's limits, by
+// domain, the descriptor's entries the actor), and stores it, as
+// SetOverride does for a rule file's: r is the rule the caller found for
+// actor, whose live counter takes the override too.
+func (e *Engine) SetRuleOverride(r *policy.Rule, actor []byte, limit int64) error {
+	label := r.OverridesLabel()
+	switch {
+	case e.cluster != nil:
+		return errNoClusterOverrides
+	case label == "":
+		return errs.New(errs.Request, "the limit "+r.String()+" takes no per-actor overrides")
+	}
+	if why := notOverridable(r); why != "" {
+		return errs.New(errs.Request, "the limit "+r.String()+" "+why)
+	}
+	if err := e.checkActor(r, actor); err != nil {
+		return err
+	}
+	if _, err := r.WithLimit(limit, r.ResetSeconds); err != nil {
+		le := err.(*policy.LimitError)
+		return &errs.Error{Kind: errs.Request, Msg: "override " + le.Problem, Err: err}
+	}
+	_, err := e.changeOverride(label, actor, r, limit, true)
+	return err
+}
+
+// ResetRuleOverride removes actor's override kept under label, the
+// OverrideLabel of a front end's rules, and reports whether it had one;
+// r is the rule the caller found for actor, whose live counter drops its
+// copy, or nil when none takes an override now.
+func (e *Engine) ResetRuleOverride(label string, r *policy.Rule, actor []byte) (bool, error) {
+	if e.cluster != nil {
+		return false, errNoClusterOverrides
+	}
+	if r != nil && (r.OverridesLabel() != label || notOverridable(r) != "") {
+		r = nil
+	}
+	return e.changeOverride(label, actor, r, 0, false)
+}
+
+// HasOverrides reports whether label has overrides.
+func (e *Engine) HasOverrides(label string) bool { return e.ov.has(label) }
 
 // CheckOverrideLabel refuses a label that is neither one of lp's nor has
 // overrides, for a command that reads them.
@@ -276,6 +322,12 @@ func (e *Engine) Overrides(lp *rules.Set, label string, after []byte, count int)
 	if err := e.CheckOverrideLabel(lp, label); err != nil {
 		return nil, nil, err
 	}
+	return e.ListOverrides(label, after, count)
+}
+
+// ListOverrides lists label's overrides as Overrides does, whatever
+// rules have the label.
+func (e *Engine) ListOverrides(label string, after []byte, count int) (list []Override, next []byte, err error) {
 	if count < 1 || count > MaxOverridesPage {
 		return nil, nil, errs.New(errs.Request, "COUNT is "+strconv.Itoa(count)+"; expected 1 to "+strconv.Itoa(MaxOverridesPage))
 	}
@@ -289,8 +341,15 @@ func (e *Engine) Overrides(lp *rules.Set, label string, after []byte, count int)
 	if after != nil {
 		lower = append(append(bytes.Clone(prefix), after...), 0)
 	}
+	// The first key past the prefix: an Envoy domain's label may end in
+	// any byte. The kind byte 'O' stops the carry.
 	upper := bytes.Clone(prefix)
-	upper[len(upper)-1]++ // a label's last byte is ASCII: no carry
+	for i := len(upper) - 1; i >= 0; i-- {
+		if upper[i]++; upper[i] != 0 {
+			upper = upper[:i+1]
+			break
+		}
+	}
 	var derr error
 	err = e.store.Scan(lower, upper, func(k, v []byte) bool {
 		if len(list) == count {

@@ -11,6 +11,7 @@ import (
 	"github.com/sluicehq/sluice/internal/errs"
 	"github.com/sluicehq/sluice/internal/rules"
 	"github.com/sluicehq/sluice/policy"
+	"github.com/sluicehq/sluice/rls"
 	"github.com/sluicehq/sluice/storage"
 )
 
@@ -341,25 +342,57 @@ func TestOverridesConcurrent(t *testing.T) {
 }
 
 // An actor without an override costs no allocation per hit, whether or
-// not its label has overrides; nor does one with an override.
+// not its label has overrides; nor does one with an override. The same
+// for a limit of Envoy's rate limit service (rls-*: RLS.OVERRIDE, the
+// label the domain's, the actor the descriptor's entries), hit as the
+// service hits it.
 func BenchmarkHitOverrides(b *testing.B) {
-	for _, c := range []struct {
-		name, actor string
-	}{
-		{"none", "a"},        // no override in the label
-		{"label-has", "a"},   // the label has overrides, the actor none
-		{"actor-has", "vip"}, // the actor has one
-	} {
-		b.Run(c.name, func(b *testing.B) {
-			e := New(Config{Store: openStore(b, storage.NewMemDisk())})
-			lp := dialsFile(b, overrideRules).Current()
-			if c.name != "none" {
-				if err := e.SetOverride(lp, "api", []byte("vip"), 5); err != nil {
-					b.Fatal(err)
+	cfg, err := rls.Parse([]rls.File{{Name: "api.yaml", Data: []byte("domain: api\ndescriptors:\n  - key: user\n    rate_limit: {unit: minute, requests_per_unit: 2}\n")}})
+	if err != nil {
+		b.Fatal(err)
+	}
+	rlsSet := &rules.Set{Counts: make([]*rules.Counts, len(cfg.Rules()))}
+	for i := range rlsSet.Counts {
+		rlsSet.Counts[i] = &rules.Counts{}
+	}
+	descriptor := func(user string) ([]byte, *policy.Rule) {
+		entries := []rls.Entry{{Key: "user", Value: user}}
+		return rls.AppendDescriptor(nil, entries), cfg.Find("api", entries).Rule
+	}
+	for _, front := range []string{"", "rls-"} {
+		for _, c := range []struct {
+			name, actor string
+		}{
+			{"none", "a"},        // no override in the label
+			{"label-has", "a"},   // the label has overrides, the actor none
+			{"actor-has", "vip"}, // the actor has one
+		} {
+			b.Run(front+c.name, func(b *testing.B) {
+				e := New(Config{Store: openStore(b, storage.NewMemDisk())})
+				if front == "" {
+					lp := dialsFile(b, overrideRules).Current()
+					if c.name != "none" {
+						if err := e.SetOverride(lp, "api", []byte("vip"), 5); err != nil {
+							b.Fatal(err)
+						}
+					}
+					benchWarmHit(b, e, lp, c.actor)
+					return
 				}
-			}
-			benchWarmHit(b, e, lp, c.actor)
-		})
+				if c.name != "none" {
+					vip, rule := descriptor("vip")
+					if err := e.SetRuleOverride(rule, vip, 5); err != nil {
+						b.Fatal(err)
+					}
+				}
+				actor, rule := descriptor(c.actor)
+				req := policy.Request{{Key: []byte(rls.DescriptorField), Value: actor}}
+				benchWarm(b, e, func(r *Round, hits, now int64) error {
+					_, err := r.HitRule(rlsSet, rule, req, hits, false, now)
+					return err
+				})
+			})
+		}
 	}
 }
 

@@ -198,7 +198,20 @@ func (s *Server) ShouldRateLimit(ctx context.Context, req *rlspb.RateLimitReques
 		// arithmetic (hits × emission interval) is bounded only that
 		// far: more is OVER_LIMIT, as any hits_addend over the limit is
 		// in envoyproxy/ratelimit, without the arithmetic.
-		if limit := int64(lim.rpu); lim.rule.Algorithm == policy.GCRA && limit > 0 && hits > lim.rule.BurstFor(limit) {
+		limit := int64(lim.rpu)
+		if lim.rule.Algorithm == policy.GCRA && hits > 1 && lim.l != nil && !lim.override {
+			// The burst may follow the descriptor's own limit
+			// (RLS.OVERRIDE): read it, only for such a call in a domain
+			// that has overrides.
+			n, err := s.override(lim.rule, w)
+			if err != nil {
+				return nil, s.statusErr(i, err)
+			}
+			if n >= 0 {
+				limit = n
+			}
+		}
+		if lim.rule.Algorithm == policy.GCRA && limit > 0 && hits > lim.rule.BurstFor(limit) {
 			lim.never = true
 		}
 	}
@@ -236,6 +249,12 @@ func (s *Server) ShouldRateLimit(ctx context.Context, req *rlspb.RateLimitReques
 		if err != nil {
 			evalErr = s.statusErr(i, err)
 			break
+		}
+		if lim.l != nil && !lim.override {
+			// The limit the hit was counted under: the descriptor's own
+			// (RLS.OVERRIDE) when its counter has one, which
+			// current_limit, the headers and near_limit report.
+			lim.rpu = uint32(min(max(out.Rate, 0), math.MaxUint32))
 		}
 		if lim.never {
 			// Denied, and waiting cannot help: no retry-after; unless
@@ -297,6 +316,18 @@ func (s *Server) ShouldRateLimit(ctx context.Context, req *rlspb.RateLimitReques
 		}
 	}
 	return resp, nil
+}
+
+// override returns the override (RLS.OVERRIDE) of the descriptor whose
+// entries w holds on rule, -1 for none, reading it only when rule's
+// overrides label has some.
+func (s *Server) override(rule *policy.Rule, w *rlsWork) (int64, error) {
+	label := rule.OverridesLabel()
+	if label == "" || !s.opt.Engine.HasOverrides(label) {
+		return -1, nil
+	}
+	w.actor = rls.AppendDescriptor(w.actor[:0], w.entries)
+	return s.opt.Engine.Override(label, w.actor)
 }
 
 // appendEntries appends a descriptor's entries; the strings are the

@@ -250,6 +250,14 @@ func (s *Server) Reload() error {
 	return nil
 }
 
+// Config returns the configuration in use, nil without one.
+func (s *Server) Config() *rls.Config {
+	if ld := s.cur.Load(); ld != nil {
+		return ld.cfg
+	}
+	return nil
+}
+
 // Rule returns the rule of the configuration in use whose identity is id,
 // and the number of rules of that configuration, for a counter hit
 // another node forwards; nil when it has none. loaded is false without a

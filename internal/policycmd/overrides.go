@@ -26,15 +26,32 @@ func (c *Commands) override(x *dispatch.Ctx, who Who, args [][]byte) error {
 		return err
 	}
 	label, actor := string(args[0]), args[1]
-	switch {
-	case len(args) == 2:
+	var op []byte
+	if len(args) == 3 {
+		op = args[2]
+	}
+	return runOverride(x, op, "limit", func() (int64, error) {
 		if err := c.Engine.CheckKeySize("actor", len(actor)); err != nil {
-			return err
+			return 0, err
 		}
 		if err := c.Engine.CheckOverrideLabel(c.Rules.Current(), label); err != nil {
-			return err
+			return 0, err
 		}
-		n, err := c.Engine.Override(label, actor)
+		return c.Engine.Override(label, actor)
+	}, func() (bool, error) {
+		return c.ResetOverride(who, label, actor)
+	}, func(limit int64) error {
+		return c.SetOverride(who, label, actor, limit)
+	})
+}
+
+// runOverride runs an override command by its last argument, op: nil
+// replies the override get returns (nil for -1), RESET reset's 1 or 0,
+// a number (the limit, named name in errors) set's OK.
+func runOverride(x *dispatch.Ctx, op []byte, name string, get func() (int64, error), reset func() (bool, error), set func(limit int64) error) error {
+	switch {
+	case op == nil:
+		n, err := get()
 		if err != nil {
 			return err
 		}
@@ -44,19 +61,19 @@ func (c *Commands) override(x *dispatch.Ctx, who Who, args [][]byte) error {
 			x.Out = resp.AppendInt(x.Out, n)
 		}
 		return nil
-	case resp.EqualFold(args[2], "reset"):
-		had, err := c.ResetOverride(who, label, actor)
+	case resp.EqualFold(op, "reset"):
+		had, err := reset()
 		if err != nil {
 			return err
 		}
 		x.Out = resp.AppendInt(x.Out, int64(b2i(had)))
 		return nil
 	}
-	limit, err := count("limit", args[2])
+	limit, err := count(name, op)
 	if err != nil {
 		return err
 	}
-	if err := c.SetOverride(who, label, actor, limit); err != nil {
+	if err := set(limit); err != nil {
 		return err
 	}
 	x.Out = resp.AppendSimple(x.Out, "OK")
@@ -90,40 +107,55 @@ func (c *Commands) overrides(x *dispatch.Ctx, args [][]byte) error {
 	if err := CheckLabel(args[0]); err != nil {
 		return err
 	}
-	var after []byte
-	n := DefaultOverridesCount
-	for rest := args[1:]; len(rest) > 0; rest = rest[2:] {
-		if len(rest) < 2 {
-			return usage
-		}
-		switch {
-		case resp.EqualFold(rest[0], "cursor"):
-			var err error
-			if after, err = ParseCursor(string(rest[1])); err != nil {
-				return err
-			}
-		case resp.EqualFold(rest[0], "count"):
-			v, ok := resp.ParseInt(rest[1])
-			if !ok || v < 1 || v > engine.MaxOverridesPage {
-				return errs.New(errs.Request, "COUNT "+strconv.Quote(truncate(rest[1]))+" is not one; expected an integer from 1 to "+strconv.Itoa(engine.MaxOverridesPage))
-			}
-			n = int(v)
-		default:
-			return usage
-		}
+	if len(args)%2 != 1 {
+		return usage
+	}
+	after, n, err := page(args[1:])
+	if err != nil {
+		return err
 	}
 	list, next, err := c.Engine.Overrides(c.Rules.Current(), string(args[0]), after, n)
 	if err != nil {
 		return err
 	}
-	x.Out = resp.AppendArray(x.Out, 2)
-	x.Out = resp.AppendBulkString(x.Out, FormatCursor(next))
-	x.Out = resp.AppendArray(x.Out, 2*len(list))
+	x.Out = appendPageHead(x.Out, next, len(list))
 	for _, o := range list {
 		x.Out = resp.AppendBulk(x.Out, o.Actor)
 		x.Out = resp.AppendInt(x.Out, o.Limit)
 	}
 	return nil
+}
+
+// appendPageHead appends what a listing's reply starts with, as HSCAN's:
+// an array of the cursor to continue after next and the array of the n
+// listed, each two elements.
+func appendPageHead(out, next []byte, n int) []byte {
+	out = resp.AppendArray(out, 2)
+	out = resp.AppendBulkString(out, FormatCursor(next))
+	return resp.AppendArray(out, 2*n)
+}
+
+// page reads a listing's [CURSOR <cursor>] [COUNT <count>], in pairs:
+// the actor to continue after (nil: from the first) and how many.
+func page(args [][]byte) (after []byte, n int, err error) {
+	n = DefaultOverridesCount
+	for rest := args; len(rest) >= 2; rest = rest[2:] {
+		switch {
+		case resp.EqualFold(rest[0], "cursor"):
+			if after, err = ParseCursor(string(rest[1])); err != nil {
+				return nil, 0, err
+			}
+		case resp.EqualFold(rest[0], "count"):
+			v, ok := resp.ParseInt(rest[1])
+			if !ok || v < 1 || v > engine.MaxOverridesPage {
+				return nil, 0, errs.New(errs.Request, "COUNT "+strconv.Quote(truncate(rest[1]))+" is not one; expected an integer from 1 to "+strconv.Itoa(engine.MaxOverridesPage))
+			}
+			n = int(v)
+		default:
+			return nil, 0, errs.New(errs.Request, "option "+strconv.Quote(truncate(rest[0]))+" is not one; expected CURSOR <cursor> or COUNT <count>")
+		}
+	}
+	return after, n, nil
 }
 
 // FormatCursor is the cursor of POLICY OVERRIDES and /v1/policy/ that

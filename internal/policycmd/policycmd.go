@@ -1,7 +1,8 @@
 // Package policycmd is POLICY's subcommands that show the rules and
 // change their dials (issue 30) over RESP: POLICY SHOW, POLICY LIMIT,
 // POLICY ENFORCE, POLICY OVERRIDE and POLICY OVERRIDES, and the rules'
-// threshold data, POLICY STATS. The dials
+// threshold data, POLICY STATS; and RLS.OVERRIDE and RLS.OVERRIDES, the
+// same overrides for Envoy's descriptors (rls.go). The dials
 // themselves are the engine's (engine.SetLimit, engine.SetEnforcement,
 // engine.SetOverride), kept in the store and read by every rule front
 // end's hits; this package parses, answers and logs each change. POLICY
@@ -27,13 +28,17 @@ import (
 	"github.com/sluicehq/sluice/internal/resp"
 	"github.com/sluicehq/sluice/internal/rules"
 	"github.com/sluicehq/sluice/policy"
+	"github.com/sluicehq/sluice/rls"
 )
 
 // Commands runs POLICY's subcommands but RELOAD.
 type Commands struct {
 	Engine *engine.Engine
 	Rules  *rules.File
-	Log    *slog.Logger // default: discard
+	// RLS returns the configuration of Envoy's rate limit service in
+	// use, for RLS.OVERRIDE; nil (or a nil RLS) for none.
+	RLS func() *rls.Config
+	Log *slog.Logger // default: discard
 	// Changes counts the changes of the dials, over RESP and HTTP.
 	Changes Changes
 }
@@ -269,6 +274,11 @@ func (c *Commands) show(x *dispatch.Ctx) error {
 	orphanOvs := maps.Clone(ovs)
 	for _, r := range rs {
 		delete(orphanOvs, r.Label)
+	}
+	for label := range orphanOvs {
+		if strings.HasPrefix(label, rls.OverrideLabelPrefix) { // RLS.OVERRIDE's, not a rule's
+			delete(orphanOvs, label)
+		}
 	}
 	x.Out = resp.AppendArray(x.Out, len(rs)+orphans+len(orphanOvs))
 	for _, r := range rs {

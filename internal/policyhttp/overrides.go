@@ -37,16 +37,7 @@ func (h *Handler) listOverrides(w http.ResponseWriter, r *http.Request) {
 	if !ok {
 		return
 	}
-	q := r.URL.Query()
-	after, err := policycmd.ParseCursor(cmp.Or(q.Get("cursor"), "0"))
-	n := policycmd.DefaultOverridesCount
-	if s := q.Get("count"); s != "" && err == nil {
-		v, cerr := strconv.Atoi(s)
-		if cerr != nil || v < 1 || v > engine.MaxOverridesPage {
-			err = errs.New(errs.Request, "count "+strconv.Quote(s)+" is not one; expected an integer from 1 to "+strconv.Itoa(engine.MaxOverridesPage))
-		}
-		n = v
-	}
+	after, n, err := pageOf(r)
 	var list []engine.Override
 	var next []byte
 	if err == nil {
@@ -62,6 +53,23 @@ func (h *Handler) listOverrides(w http.ResponseWriter, r *http.Request) {
 		out[i] = Override{Actor: string(o.Actor), Limit: o.Limit}
 	}
 	reply(w, http.StatusOK, map[string]any{"label": name, "cursor": policycmd.FormatCursor(next), "overrides": out})
+}
+
+// pageOf reads a listing's query parameters cursor and count.
+func pageOf(r *http.Request) (after []byte, n int, err error) {
+	q := r.URL.Query()
+	if after, err = policycmd.ParseCursor(cmp.Or(q.Get("cursor"), "0")); err != nil {
+		return nil, 0, err
+	}
+	n = policycmd.DefaultOverridesCount
+	if s := q.Get("count"); s != "" {
+		v, cerr := strconv.Atoi(s)
+		if cerr != nil || v < 1 || v > engine.MaxOverridesPage {
+			return nil, 0, errs.New(errs.Request, "count "+strconv.Quote(s)+" is not one; expected an integer from 1 to "+strconv.Itoa(engine.MaxOverridesPage))
+		}
+		n = v
+	}
+	return after, n, nil
 }
 
 func (h *Handler) getOverride(w http.ResponseWriter, r *http.Request) {
@@ -96,12 +104,7 @@ func (h *Handler) putOverride(w http.ResponseWriter, r *http.Request) {
 	if !decode(w, r, &body) {
 		return
 	}
-	switch {
-	case body.Limit == nil:
-		fail(w, errs.New(errs.Request, `the body has no "limit"; expected {"limit": N}, a non-negative integer`))
-		return
-	case *body.Limit < 0:
-		fail(w, errs.New(errs.Request, "limit is "+strconv.FormatInt(*body.Limit, 10)+"; expected a non-negative integer"))
+	if !bodyCount(w, "limit", body.Limit) {
 		return
 	}
 	if err := h.Commands.SetOverride(h.who(r), name, actor, *body.Limit); err != nil {
@@ -109,6 +112,20 @@ func (h *Handler) putOverride(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	reply(w, http.StatusOK, Override{Label: name, Actor: string(actor), Limit: *body.Limit})
+}
+
+// bodyCount checks a body's member name, v: present and not negative;
+// else it answers the error.
+func bodyCount(w http.ResponseWriter, name string, v *int64) bool {
+	switch {
+	case v == nil:
+		fail(w, errs.New(errs.Request, `the body has no "`+name+`"; expected {"`+name+`": N}, a non-negative integer`))
+		return false
+	case *v < 0:
+		fail(w, errs.New(errs.Request, name+" is "+strconv.FormatInt(*v, 10)+"; expected a non-negative integer"))
+		return false
+	}
+	return true
 }
 
 func (h *Handler) deleteOverride(w http.ResponseWriter, r *http.Request) {

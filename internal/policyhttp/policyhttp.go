@@ -1,6 +1,6 @@
 // Package policyhttp is the rules' dials over HTTP, for tooling: the
 // enforcement mode, the runtime limits and the per-actor overrides of
-// POLICY ENFORCE, POLICY LIMIT and POLICY OVERRIDE under /v1/policy/, with
+// POLICY ENFORCE, POLICY LIMIT, POLICY OVERRIDE and RLS.OVERRIDE under /v1/policy/, with
 // JSON bodies, and the threshold data of POLICY STATS. Every change goes through
 // policycmd.Commands, so it is stored, applied and audited as over RESP.
 // The server mounts the Handler on its HTTP port behind the password and
@@ -18,6 +18,11 @@
 //	PUT    /v1/policy/overrides/{label}/{actor...}  {"limit": 5}
 //	DELETE /v1/policy/overrides/{label}/{actor...}  {"label": ..., "actor": ..., "reset": true}
 //	GET    /v1/policy/stats/{label}?whatif=50  {"label": ..., "windows": ..., "whatif": {...}}
+//	GET    /v1/policy/rls/{domain}/overrides?cursor=0&count=10
+//	                                   {"domain": ..., "cursor": "0", "overrides": [...]}
+//	GET    /v1/policy/rls/{domain}/override?entry=k=v  {"domain": ..., "descriptor": [...], "requests_per_unit": 5}
+//	PUT    /v1/policy/rls/{domain}/override?entry=k=v  {"requests_per_unit": 5}
+//	DELETE /v1/policy/rls/{domain}/override?entry=k=v  {"domain": ..., "descriptor": [...], "reset": true}
 //
 // Errors are {"error": "..."} with 400 for a bad request, 404 for a label
 // with no runtime limit or an actor with no override, 503 when the store
@@ -64,6 +69,10 @@ func New(c *policycmd.Commands, user string) *Handler {
 	h.mux.HandleFunc("PUT /v1/policy/overrides/{label}/{actor...}", h.putOverride)
 	h.mux.HandleFunc("DELETE /v1/policy/overrides/{label}/{actor...}", h.deleteOverride)
 	h.mux.HandleFunc("GET /v1/policy/stats/{label}", h.getStats)
+	h.mux.HandleFunc("GET /v1/policy/rls/{domain}/overrides", h.listRLSOverrides)
+	h.mux.HandleFunc("GET /v1/policy/rls/{domain}/override", h.getRLSOverride)
+	h.mux.HandleFunc("PUT /v1/policy/rls/{domain}/override", h.putRLSOverride)
+	h.mux.HandleFunc("DELETE /v1/policy/rls/{domain}/override", h.deleteRLSOverride)
 	return h
 }
 

@@ -127,6 +127,8 @@ func commandTable(f *rules.File) map[string]*command {
 		{Command: dispatch.Command{Name: "checkpoint", Arity: -1, Flags: []string{"admin"}}, run: cmdCheckpoint},
 		{Command: dispatch.Command{Name: "lastsave", Arity: 1, Flags: []string{"fast"}}, run: cmdLastSave},
 		{Command: dispatch.Command{Name: "policy", Arity: -2, Flags: []string{"admin"}}, run: cmdPolicy},
+		{Command: dispatch.Command{Name: "rls.override", Arity: -3, Flags: []string{"admin"}}, run: cmdRLSOverride},
+		{Command: dispatch.Command{Name: "rls.overrides", Arity: -2, Flags: []string{"admin"}}, run: cmdRLSOverrides},
 		{Command: dispatch.Command{Name: "multi", Arity: 1, Flags: []string{"noscript", "loading", "stale", "fast"}, Doc: multiDoc}, run: cmdMulti},
 		{Command: dispatch.Command{Name: "exec", Arity: 1, Flags: []string{"noscript", "loading", "stale"}, Doc: execDoc}, run: cmdExec},
 		{Command: dispatch.Command{Name: "discard", Arity: 1, Flags: []string{"noscript", "loading", "stale", "fast"}, Doc: discDoc}, run: cmdDiscard},
