@@ -111,6 +111,18 @@ func (clusterCommand) run(inv invocation, args []string) error {
 		return fmt.Errorf("%d node(s) answer as another node (their lines above): each serves the other node's slots from its own records and redirects its own slots to itself; "+
 			"stop it and start it with its own --cluster-ordinal on its own data directory, then run sluice cluster %s again", len(ct.impostors), sub)
 	}
+	// Replicated shards: the placement group agrees on the nodes of each
+	// shard, and each node's slot table follows the shards' leaders under
+	// epochs of its own, so only the placement is compared.
+	if places, missing := ct.placements(ctx); len(places) > 0 {
+		switch sub {
+		case "show":
+			return ct.showPlacement(places, missing)
+		case "place":
+		default:
+			return fmt.Errorf("sluice cluster %s: these nodes run replicated shards (--cluster-replicas above 1), whose slot ranges are fixed: move a shard's replicas with sluice cluster place", sub)
+		}
+	}
 	// Two nodes serving one slot count its limits twice: show says so and
 	// fails; a move or rebalance planned from one of their topologies would
 	// leave the other serving, so they refuse until a push settles it.
@@ -228,6 +240,71 @@ func (clusterCommand) run(inv invocation, args []string) error {
 		return nil
 	}
 	return fmt.Errorf("sluice cluster %s: unknown subcommand; want rebalance, move, show, push, renumber or place", sub)
+}
+
+// placements asks each node that answered CLUSTER TOPOLOGY for its
+// CLUSTER PLACEMENT, which only the nodes of a replicated cluster
+// answer: the answers by node, without the placement group's leader line
+// (nodes learn of a new leader at different times), and the nodes that
+// did not answer.
+func (ct *clusterTool) placements(ctx context.Context) (map[string]string, []string) {
+	places := map[string]string{}
+	var missing []string
+	for _, addr := range ct.order {
+		v, err := ct.do(ctx, addr, "CLUSTER", "PLACEMENT")
+		if err != nil {
+			missing = append(missing, addr)
+			continue
+		}
+		text, _ := v.(string)
+		var keep []string
+		for _, line := range strings.Split(text, "\n") {
+			if !strings.HasPrefix(line, "leader ") {
+				keep = append(keep, line)
+			}
+		}
+		places[addr] = strings.Join(keep, "\n")
+	}
+	return places, missing
+}
+
+// showPlacement prints the placement of the highest epoch the nodes
+// follow, then each node that follows another, or did not answer, and
+// fails if there is one.
+func (ct *clusterTool) showPlacement(places map[string]string, missing []string) error {
+	epochOf := func(text string) uint64 {
+		var e uint64
+		fmt.Sscanf(text, "epoch %d", &e)
+		return e
+	}
+	best := ""
+	for _, addr := range ct.order {
+		if p, ok := places[addr]; ok && (best == "" || epochOf(p) > epochOf(best)) {
+			best = p
+		}
+	}
+	fmt.Fprint(ct.out, best)
+	var behind []string
+	for _, addr := range ct.order {
+		p, ok := places[addr]
+		switch {
+		case !ok:
+		case epochOf(p) != epochOf(best):
+			fmt.Fprintf(ct.out, "node %s: placement epoch %d, not %d\n", addr, epochOf(p), epochOf(best))
+			behind = append(behind, addr)
+		case p != best:
+			fmt.Fprintf(ct.out, "node %s: another placement at epoch %d\n", addr, epochOf(p))
+			behind = append(behind, addr)
+		}
+	}
+	for _, addr := range missing {
+		fmt.Fprintf(ct.out, "node %s: no placement (its replicas have not started)\n", addr)
+		behind = append(behind, addr)
+	}
+	if len(behind) > 0 {
+		return fmt.Errorf("nodes %s do not follow the placement of epoch %d: a node that was away follows the placement group's moves once it is back and has heard from it; if one stays behind, see its log", strings.Join(behind, ","), epochOf(best))
+	}
+	return nil
 }
 
 // leaderHint is what a node that does not lead the placement says before

@@ -149,6 +149,16 @@ func testShardPlaced(t *testing.T, fsync string) {
 		}
 		time.Sleep(20 * time.Millisecond)
 	}
+	// sluice cluster show gives the placement every node follows, and
+	// exits 0: the nodes' slot tables, rebuilt on each leader change, have
+	// epochs of their own.
+	var out bytes.Buffer
+	if err := runReloading(ctx, nil, []string{"cluster", "show", "--nodes", strings.Join(addrs, ",")}, noEnvLookup, nil, &out, &out); err != nil {
+		t.Errorf("sluice cluster show: %v\n%s", err, out.String())
+	}
+	if want := "epoch 2\n"; !strings.HasPrefix(out.String(), want) || !strings.Contains(out.String(), "shard 0 0-4095 "+addrs[1]+","+addrs[3]+","+addrs[2]+"\n") {
+		t.Errorf("sluice cluster show printed:\n%s\nwant the placement at epoch 2", out.String())
+	}
 	procs[0].stop(t, syscall.SIGKILL)
 	procs[2].stop(t, syscall.SIGKILL)
 	stop.Store(true)
@@ -173,4 +183,32 @@ func testShardPlaced(t *testing.T, fsync string) {
 		total, errs = total+acked[b], errs+failed[b]
 	}
 	t.Logf("%d takes acknowledged, %d failed (retried), over two moves and two kills", total, errs)
+}
+
+// TestShowPlacementDisagreement: sluice cluster show on a replicated
+// cluster prints the placement of the highest epoch and fails naming
+// each node that follows an older one, or another at that epoch, or has
+// none yet; with every node on one placement it passes, whichever leader
+// each names.
+func TestShowPlacementDisagreement(t *testing.T) {
+	const p2 = "epoch 2\nshard 0 0-8191 a:1,b:1,c:1\nshard 1 8192-16383 b:1,c:1,d:1\n"
+	var out bytes.Buffer
+	ct := &clusterTool{out: &out, order: []string{"a:1", "b:1", "c:1", "d:1"}}
+	places := map[string]string{
+		"a:1": p2, "b:1": "epoch 1\nshard 0 0-8191 a:1,b:1,d:1\nshard 1 8192-16383 b:1,c:1,d:1\n",
+		"c:1": "epoch 2\nshard 0 0-8191 a:1,b:1,d:1\nshard 1 8192-16383 b:1,c:1,d:1\n",
+	}
+	err := ct.showPlacement(places, []string{"d:1"})
+	if err == nil || !strings.Contains(err.Error(), "nodes b:1,c:1,d:1 do not follow the placement of epoch 2") {
+		t.Errorf("three nodes behind or apart: %v", err)
+	}
+	for _, want := range []string{p2, "node b:1: placement epoch 1, not 2\n", "node c:1: another placement at epoch 2\n", "node d:1: no placement"} {
+		if !strings.Contains(out.String(), want) {
+			t.Errorf("show printed:\n%s\nwant %q", out.String(), want)
+		}
+	}
+	out.Reset()
+	if err := ct.showPlacement(map[string]string{"a:1": p2, "b:1": p2, "c:1": p2, "d:1": p2}, nil); err != nil || out.String() != p2 {
+		t.Errorf("every node on one placement: %v, printed:\n%s", err, out.String())
+	}
 }
