@@ -520,6 +520,11 @@ func BenchmarkPebbleFlushLevel0(b *testing.B) {
 		}
 		po.Levels[0].BlockSize = 32 << 10
 	}
+	// Pebble's row-oriented tables (TableFormatPebblev4) instead of its
+	// columnar ones, at every level: the format is the store's.
+	rowBlocks := func(po *pebble.Options) {
+		po.Experimental.EnableColumnarBlocks = func() bool { return false }
+	}
 	for _, v := range []struct {
 		name string
 		set  []func(*pebble.Options)
@@ -529,6 +534,7 @@ func BenchmarkPebbleFlushLevel0(b *testing.B) {
 		{"filter=none", []func(*pebble.Options){noFilter}},
 		{"block=32KiB", []func(*pebble.Options){bigBlocks}},
 		{"all", []func(*pebble.Options){noCompression, noFilter, bigBlocks}},
+		{"format=rows", []func(*pebble.Options){rowBlocks}},
 	} {
 		b.Run(v.name, func(b *testing.B) {
 			o := Options{Sync: SyncEverySec, CompactionConcurrency: 8}
