@@ -339,13 +339,13 @@ func BenchmarkPebbleApplyBatch(b *testing.B) {
 // keys, as a committer applies a write-behind round. Pebble's commit
 // pipeline (commit.go) writes each batch to the log under its mutex, then
 // inserts it into the memtable outside it, then publishes it in order;
-// if the inserts run at once, with -cpu 2 and a core free for each,
-// appliers=2 takes about half the wall time per key of appliers=1, and
-// cores (CPU time over wall time) is near 2.
+// if the inserts run at once, with -cpu G and a core free for each,
+// appliers=G takes about 1/G of the wall time per key of appliers=1, and
+// cores (CPU time over wall time) is near G.
 func BenchmarkPebbleApplyParallel(b *testing.B) {
 	recs := newStageRecords()
 	const n = 8192
-	for _, g := range []int{1, 2} {
+	for _, g := range []int{1, 2, 4, 8} {
 		b.Run(fmt.Sprintf("appliers=%d", g), func(b *testing.B) {
 			s := openStage(b, SyncEverySec)
 			var written int
