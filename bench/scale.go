@@ -94,36 +94,61 @@ type scaleReport struct {
 	Flags        []string // sluice's own flags
 	Rows         []scaleRow
 	Stages       []stageResult
+	StageCores   int // the server the stages are sized for
 	RedisVer     string
 	Notes        []string
 	Load         [2]string
 }
 
 // serialStagesFor are the stage benchmarks whose ceilings bound a server
-// on cpus cores: each stage runs on one goroutine, beside the others, or
-// is split among k of them, where k is what a server on cpus cores runs
-// by default (one per core; a power of two here, at most 16). The
-// committers' round (BenchmarkCommittersRound, which includes Pebble's
-// commit: the WAL append and the memtable inserts) is split among k
-// committers, and what bounds the server is the busiest committer's share
-// (serial-ns/key, per changed key of the whole round). Pebble's flush runs
-// on one goroutine, one at a time. Its compactions run k at once
-// (storage.Options.CompactionConcurrency), each over its own key range of
-// level 0 and the base level: on k cores they take at least their work
-// spread over k, or the biggest compaction alone if that is longer, so
-// what bounds the server is their CPU per changed key times the larger of
-// 1/k and the biggest one's share (BenchmarkPebbleCompaction's
-// serial-ns/key): k times the one-core rate when the pieces are even.
+// of stageCoresFor(cpus) cores, k: each stage runs on one goroutine, or is
+// split among k of them, k being what such a server runs by default (one
+// committer and one compaction slot per core). The committers' round
+// (BenchmarkCommittersRound, which includes Pebble's commit: the WAL
+// append and the memtable inserts) is split among k committers, and what
+// bounds the server is the busiest committer's share (serial-ns/key, per
+// changed key of the whole round). Inside it, Pebble's commit pipeline
+// appends each commit to the log under one mutex, for every committer
+// (its memtable inserts run outside it, at once), and the log's writer
+// is one goroutine: BenchmarkWALAppend, commits of 256 keys (commitSlice,
+// the slices a committer applies a write-behind round in). Pebble's flush
+// runs on one goroutine, one at a time, with the tables of a server of k
+// cores (the same from 3 compactions on: storage's compactionOptions).
+// Its compactions run k at once (storage.Options.CompactionConcurrency),
+// each over its own key range of level 0 and the base level: on k cores
+// they take at least their work spread over k, or the biggest compaction
+// alone if that is longer, so what bounds the server is their CPU per
+// changed key times the larger of 1/k and the biggest one's share
+// (BenchmarkPebbleCompaction's serial-ns/key): k times the one-core rate
+// when the pieces are even.
 func serialStagesFor(cpus int) []stageResult {
+	k := stageCoresFor(cpus)
+	return []stageResult{
+		{Name: fmt.Sprintf("the busiest of %d committers (read, sort, encode, Pebble commit: WAL append and memtable insert, mark clean), its share of a round of 8192 keys", k), Bench: fmt.Sprintf("BenchmarkCommittersRound/committers=%d/keys=8192", k), CPUUnit: "serial-ns/key"},
+		{Name: "Pebble's commit pipeline: the WAL append under its mutex and the log's writer, commits of 256 keys", Bench: "BenchmarkWALAppend/keys=256"},
+		{Name: fmt.Sprintf("Pebble flush of a memtable, one at a time, the tables of %d compactions at once", k), Bench: fmt.Sprintf("BenchmarkPebbleFlush/compactions=%d", min(k, 8))},
+		{Name: fmt.Sprintf("Pebble compactions of four flushed memtables into the base level, %d at once over disjoint key ranges: the larger of 1/%d of their work and the biggest one's share", k, k), Bench: fmt.Sprintf("BenchmarkPebbleCompaction/compactions=%d", k), CPUUnit: "serial-ns/key"},
+	}
+}
+
+// goalCores is the server the ceiling is for where the machine has fewer
+// cores: issue 28's goal asks that no serial stage cap 8 cores, and on a
+// 2-core development machine the stages are the only way to see what
+// would. Sized for the machine's own cores there, the stages said what
+// caps 2 (the busiest of 2 committers, 2 compactions at once), which the
+// scale table itself shows; a server on 8 cores runs 8 committers, each
+// with an eighth of the keys, and 8 compactions at once.
+const goalCores = 8
+
+// stageCoresFor is the cores the serial stages are sized for on a
+// machine of cpus cores: the machine's, a power of two (the benchmarks'
+// K), at most 16, and at least goalCores.
+func stageCoresFor(cpus int) int {
 	k := 1
 	for k*2 <= min(cpus, 16) {
 		k *= 2
 	}
-	return []stageResult{
-		{Name: fmt.Sprintf("the busiest of %d committers (read, sort, encode, Pebble commit: WAL append and memtable insert, mark clean), its share of a round of 8192 keys", k), Bench: fmt.Sprintf("BenchmarkCommittersRound/committers=%d/keys=8192", k), CPUUnit: "serial-ns/key"},
-		{Name: "Pebble flush of a memtable", Bench: "BenchmarkPebbleFlush"},
-		{Name: fmt.Sprintf("Pebble compactions of four flushed memtables into the base level, %d at once over disjoint key ranges: the larger of 1/%d of their work and the biggest one's share", k, k), Bench: fmt.Sprintf("BenchmarkPebbleCompaction/compactions=%d", k), CPUUnit: "serial-ns/key"},
-	}
+	return max(k, goalCores)
 }
 
 // stageCount is how many times each stage benchmark runs; the median
@@ -242,6 +267,7 @@ func runScale(o options, log io.Writer) (rep scaleReport, err error) {
 		}
 		rep.Rows = append(rep.Rows, row)
 	}
+	rep.StageCores = stageCoresFor(runtime.NumCPU())
 	if rep.Stages, err = runStages(log, runtime.NumCPU()); err != nil {
 		return rep, err
 	}
@@ -385,7 +411,7 @@ func scaleMarkdown(rep scaleReport) string {
 	if rep.Load[0] != "" {
 		fmt.Fprintf(&b, "\nload average at the start: %s; at the end: %s\n", rep.Load[0], rep.Load[1])
 	}
-	fmt.Fprintf(&b, "\nSerial stages of the write path, each benchmark alone on one core (`go test -run '^$' -bench <stage> -cpu 1 -count %d ./storage`, median per changed key of wall time and of the benchmark process's CPU time, every thread, of which for the committers the busiest one's share, for the compactions, which run as many at once as committers, the larger of 1/that many and the biggest one's share; a stage's ceiling is 1e9 / its CPU ns per changed key, since the load of others on the machine inflates the wall time):\n\n", stageCount)
+	fmt.Fprintf(&b, "\nSerial stages of the write path of a server of %d cores (this machine's, or %d where it has fewer: the goal's), each benchmark alone on one core (`go test -run '^$' -bench <stage> -cpu 1 -count %d ./storage`, median per changed key of wall time and of the benchmark process's CPU time, every thread, of which for the committers the busiest one's share, for the compactions, which run as many at once as committers, the larger of 1/that many and the biggest one's share; a stage's ceiling is 1e9 / its CPU ns per changed key, since the load of others on the machine inflates the wall time):\n\n", rep.StageCores, goalCores, stageCount)
 	b.WriteString("| stage | benchmark | ns per changed key | CPU ns per changed key | ceiling, keys/s on one core |\n|---|---|---:|---:|---:|\n")
 	for _, s := range rep.Stages {
 		fmt.Fprintf(&b, "| %s | %s | %.0f | %.0f | %.0f |\n", s.Name, s.Bench, s.NsKey, s.CPUNsKey, s.ceiling())

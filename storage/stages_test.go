@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/cockroachdb/pebble/v2"
+	"github.com/cockroachdb/pebble/v2/sstable/block"
 	"github.com/sluicehq/sluice/bucket"
 	"github.com/sluicehq/sluice/keyspace"
 )
@@ -331,6 +332,71 @@ func BenchmarkPebbleApplyBatch(b *testing.B) {
 	})
 }
 
+// BenchmarkPebbleApplyParallel measures whether Pebble's commits run on
+// several cores at once: each round of 8192 keys, sorted, is cut into
+// appliers=G ranges of neighbouring keys, as G committers own, and each
+// range is committed by a goroutine of its own in batches of commitSlice
+// keys, as a committer applies a write-behind round. Pebble's commit
+// pipeline (commit.go) writes each batch to the log under its mutex, then
+// inserts it into the memtable outside it, then publishes it in order;
+// if the inserts run at once, with -cpu G and a core free for each,
+// appliers=G takes about 1/G of the wall time per key of appliers=1, and
+// cores (CPU time over wall time) is near G.
+func BenchmarkPebbleApplyParallel(b *testing.B) {
+	recs := newStageRecords()
+	const n = 8192
+	for _, g := range []int{1, 2, 4, 8} {
+		b.Run(fmt.Sprintf("appliers=%d", g), func(b *testing.B) {
+			s := openStage(b, SyncEverySec)
+			var written int
+			batches := make([][]*pebble.Batch, g)
+			b.ReportAllocs()
+			clk := newStageClock(b)
+			for i := 0; b.Loop(); i++ {
+				clk.stop()
+				settle(b, s, &written, n)
+				keys := sorted(recs.round(i, n))
+				for j := range g {
+					share := keys[j*n/g : (j+1)*n/g]
+					batches[j] = batches[j][:0]
+					for len(share) > 0 {
+						m := min(len(share), commitSlice)
+						batches[j] = append(batches[j], stageBatch(s, share[:m], recs.val))
+						share = share[m:]
+					}
+				}
+				errs := make(chan error, g)
+				clk.start()
+				for j := range g {
+					go func() {
+						var err error
+						for _, batch := range batches[j] {
+							if err == nil {
+								err = s.apply(batch, pebble.NoSync)
+							}
+						}
+						errs <- err
+					}()
+				}
+				for range g {
+					if err := <-errs; err != nil {
+						b.Fatal(err)
+					}
+				}
+				clk.stop()
+				for _, bs := range batches {
+					for _, batch := range bs {
+						batch.Close()
+					}
+				}
+				clk.start()
+			}
+			clk.report(n, "key")
+			b.ReportMetric(float64(clk.cpu)/float64(b.Elapsed()), "cores")
+		})
+	}
+}
+
 // BenchmarkWALAppend is the WAL's part of BenchmarkPebbleApplyBatch: the
 // same bytes as a round's batch, committed as a LogData record, which goes
 // through Pebble's commit pipeline and into the log but not into the
@@ -400,25 +466,128 @@ func BenchmarkWALSync(b *testing.B) {
 	clk.report(1, "sync")
 }
 
-// BenchmarkPebbleFlush is Pebble's flush of a memtable holding n changed
-// keys into a table of level 0. Pebble runs one flush at a time, on one
+// BenchmarkPebbleFlush is Pebble's flush of a memtable holding flushKeys changed
+// keys into tables of level 0. Pebble runs one flush at a time, on one
 // goroutine: what it costs per key caps the keys the server can write.
+// compactions=K opens the store as a server of GOMAXPROCS K does
+// (Options.CompactionConcurrency K): past two, level 0's tables are
+// smaller (compactionOptions), and a flush writes more of them.
+//
+// split=8 is what a store split into 8 Pebble stores, one per committer
+// group, would flush (not built: docs/benchmarks.md): each store holds an
+// eighth of the buckets and flushes a memtable of an eighth of the keys,
+// on a flush goroutine of its own, so what caps the server is one store's
+// flush of its share: serial-ns/key, cpu-ns/key / 8 per changed key of the
+// whole server.
 func BenchmarkPebbleFlush(b *testing.B) {
 	recs := newStageRecords()
-	const n = 131072 // a 16 MiB memtable holds about 180000
-	s := openStage(b, SyncEverySec)
+	for _, k := range []int{1, 8} {
+		b.Run(fmt.Sprintf("compactions=%d", k), func(b *testing.B) {
+			pebbleFlush(b, recs, Options{Sync: SyncEverySec, CompactionConcurrency: k}, flushKeys)
+		})
+	}
+	// A 64 MiB memtable (docs/operations.md advises it from 8 cores)
+	// holds about 700000 changes: over a million buckets, some of them
+	// change the same bucket again, which the flush writes once. Its
+	// time is per change, repeats included.
+	b.Run("memtable=64MiB", func(b *testing.B) {
+		const changes = 700_000
+		rng := rand.New(rand.NewPCG(64, 28))
+		keys := make([][]byte, changes)
+		o := Options{Sync: SyncEverySec, CompactionConcurrency: 8, MemTableSize: 64 << 20}
+		pebbleFlushOf(b, recs, o, changes, func(int) [][]byte {
+			for j := range keys {
+				keys[j] = recs.keys[rng.IntN(len(recs.keys))]
+			}
+			return keys
+		})
+	})
+	b.Run("split=8", func(b *testing.B) {
+		const split = 8
+		clk := pebbleFlush(b, newStageRecordsOf(stageKeys/split), Options{Sync: SyncEverySec}, flushKeys/split)
+		b.ReportMetric(float64(clk.cpu.Nanoseconds())/float64(b.N*flushKeys), "serial-ns/key")
+	})
+}
+
+// flushKeys is the changed keys of BenchmarkPebbleFlush's memtable: a 16
+// MiB memtable holds about 180000.
+const flushKeys = 131072
+
+// BenchmarkPebbleFlushLevel0 is BenchmarkPebbleFlush/compactions=8 with
+// level 0's tables written otherwise, to show what a flush's time per key
+// is made of: without compression, without the Bloom filter, with data
+// blocks of 32 KiB rather than 4, and all three. The levels below keep the
+// store's settings.
+func BenchmarkPebbleFlushLevel0(b *testing.B) {
+	recs := newStageRecords()
+	noCompression := func(po *pebble.Options) {
+		po.Levels[0].Compression = func() *block.CompressionProfile { return block.NoCompression }
+	}
+	noFilter := func(po *pebble.Options) {
+		// Level 1 and below take level 0's filter unless given their own.
+		for l := 1; l < len(po.Levels); l++ {
+			po.Levels[l].FilterPolicy = po.Levels[0].FilterPolicy
+		}
+		po.Levels[0].FilterPolicy = nil
+	}
+	bigBlocks := func(po *pebble.Options) {
+		for l := 1; l < len(po.Levels); l++ {
+			po.Levels[l].BlockSize = 4 << 10
+		}
+		po.Levels[0].BlockSize = 32 << 10
+	}
+	// Pebble's row-oriented tables (TableFormatPebblev4) instead of its
+	// columnar ones, at every level: the format is the store's.
+	rowBlocks := func(po *pebble.Options) {
+		po.Experimental.EnableColumnarBlocks = func() bool { return false }
+	}
+	for _, v := range []struct {
+		name string
+		set  []func(*pebble.Options)
+	}{
+		{"as-is", nil},
+		{"compression=none", []func(*pebble.Options){noCompression}},
+		{"filter=none", []func(*pebble.Options){noFilter}},
+		{"block=32KiB", []func(*pebble.Options){bigBlocks}},
+		{"all", []func(*pebble.Options){noCompression, noFilter, bigBlocks}},
+		{"format=rows", []func(*pebble.Options){rowBlocks}},
+	} {
+		b.Run(v.name, func(b *testing.B) {
+			o := Options{Sync: SyncEverySec, CompactionConcurrency: 8}
+			o.pebble = func(po *pebble.Options) {
+				for _, set := range v.set {
+					set(po)
+				}
+			}
+			pebbleFlush(b, recs, o, flushKeys)
+		})
+	}
+}
+
+// pebbleFlush times b.N flushes of n changed keys on a store opened with
+// o, the records compacted below before each, and returns the clock.
+func pebbleFlush(b *testing.B, recs *stageRecords, o Options, n int) *stageClock {
+	return pebbleFlushOf(b, recs, o, n, func(i int) [][]byte { return recs.round(i, n) })
+}
+
+// pebbleFlushOf is pebbleFlush of the n changed keys that changes(i)
+// returns for the i-th flush.
+func pebbleFlushOf(b *testing.B, recs *stageRecords, o Options, n int, changes func(i int) [][]byte) *stageClock {
+	s := openStageWith(b, o)
 	b.ReportAllocs()
 	clk := newStageClock(b)
 	for i := 0; b.Loop(); i++ {
 		clk.stop()
 		compactAll(b, s)
-		applyRounds(b, s, recs, recs.round(i, n))
+		applyRounds(b, s, recs, changes(i))
 		clk.start()
 		if err := s.db.Flush(); err != nil {
 			b.Fatal(err)
 		}
 	}
 	clk.report(n, "key")
+	b.ReportMetric(float64(s.db.Metrics().Levels[0].TablesCount), "l0-tables")
+	return clk
 }
 
 // applyRounds applies keys to Pebble through the committer's apply, in
