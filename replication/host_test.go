@@ -420,17 +420,25 @@ func (c *hostCluster) commitOn(o, i int, key []byte, val string) {
 // TestHostMovesAReplica: four nodes, shards of three replicas; shard 0
 // (nodes 0, 1, 2) is moved to nodes 0, 1, 3: node 3 joins by snapshot
 // with every record, node 2 is removed and deletes what it held of the
-// shard, and the shard kept three voters and its leader throughout. A
+// shard (more records than one of its deleting writes takes), and the shard kept three voters and its leader throughout. A
 // restart of both with the new placement keeps it so.
 func TestHostMovesAReplica(t *testing.T) {
 	c := newHostCluster(t, 4, 3)
-	for k := range 50 {
-		c.commitOn(0, 0, c.keyIn(0, "before"+strconv.Itoa(k)), "b")
-	}
+	// More records than node 2 deletes in one write, in one round.
+	const records = deletePage + 100
+	c.waitFor("a round of "+strconv.Itoa(records)+" records on shard 0's home", func() bool {
+		b := c.nodes[0].store.NewBatch()
+		for k := range records {
+			if err := b.Modify(c.keyIn(0, "before"+strconv.Itoa(k)), setTo("b")); err != nil {
+				t.Fatal(err)
+			}
+		}
+		return c.serving(0) == 0 && b.Commit() == nil
+	})
 	c.move(0, 0, 1, 3)
 	c.voters(0, 0, 1, 3)
 	c.retired(2, 0)
-	for k := range 50 {
+	for k := range records {
 		if got := c.read(3, c.keyIn(0, "before"+strconv.Itoa(k))); got != "b" {
 			t.Fatalf("node 3, moved into shard 0: record %d is %q, want b", k, got)
 		}

@@ -201,24 +201,7 @@ func (g *Group) deleteState() (int, error) {
 		}
 	}
 	for bytes.Compare(from, g.cfg.Upper) < 0 {
-		var next []byte
-		var derr error
-		page := 0
-		err := g.cfg.Store.Scan(from, g.cfg.Upper, func(k, _ []byte) bool {
-			if page == deletePage {
-				next = bytes.Clone(k)
-				return false
-			}
-			page++
-			derr = b.DeleteRecord(k)
-			return derr == nil
-		})
-		if err == nil {
-			err = derr
-		}
-		if err == nil {
-			err = b.Commit(false)
-		}
+		page, next, err := deleteKeys(b, g.cfg.Store.Scan, b.DeleteRecord, from, g.cfg.Upper, deletePage, nil)
 		if err != nil {
 			return n, fmt.Errorf("replication: group %d: delete the records of a retired replica: %w", g.cfg.Group, err)
 		}
@@ -237,6 +220,36 @@ func (g *Group) deleteState() (int, error) {
 		return n, fmt.Errorf("replication: group %d: delete the Raft state of a retired replica: %w", g.cfg.Group, err)
 	}
 	return n, nil
+}
+
+// deleteKeys stages in b the deletion, by del, of the keys scan finds in
+// [from, to) that gone says are gone (nil: all), at most limit of them
+// (0: no bound), then commits b, not synced. It returns how many it
+// deleted and, when it stopped at limit, the key to go on from.
+func deleteKeys(b *storage.ReplicaBatch, scan func(lower, upper []byte, fn func(k, v []byte) bool) error, del func([]byte) error,
+	from, to []byte, limit int, gone func(k []byte) bool) (int, []byte, error) {
+	var next []byte
+	var derr error
+	n := 0
+	err := scan(from, to, func(k, _ []byte) bool {
+		if gone != nil && !gone(k) {
+			return true
+		}
+		if n == limit && limit > 0 {
+			next = bytes.Clone(k)
+			return false
+		}
+		n++
+		derr = del(k)
+		return derr == nil
+	})
+	if err == nil {
+		err = derr
+	}
+	if err == nil {
+		err = b.Commit(false)
+	}
+	return n, next, err
 }
 
 // deletePage is how many records one write of deleteState deletes.

@@ -206,23 +206,14 @@ func (g *Group) readSnapshot(r io.Reader, sender uint64) error {
 		}
 		// The replica's records of the page's range that the leader does
 		// not have go.
-		var derr error
 		scan, del := g.cfg.Store.Scan, b.DeleteRecord
 		if g.own {
 			scan, del = g.cfg.Store.ReplicaScan, b.Delete
 		}
-		err = scan(from, to, func(k, _ []byte) bool {
-			if _, ok := keys[string(k)]; !ok {
-				derr = del(k)
-			}
-			return derr == nil
+		_, _, err = deleteKeys(b, scan, del, from, to, 0, func(k []byte) bool {
+			_, ok := keys[string(k)]
+			return !ok
 		})
-		if err == nil {
-			err = derr
-		}
-		if err == nil {
-			err = b.Commit(false)
-		}
 		if err != nil {
 			return fmt.Errorf("replication: group %d: apply snapshot page: %w", g.cfg.Group, err)
 		}
