@@ -47,6 +47,16 @@
 //     committed (HostConfig.Handoff), so that the handback loses none. A
 //     new leader serves (Status.Serving) once it has applied an entry of
 //     its own term, and so every round committed before it.
+//   - The placement group (placement.go): group 1, on every node (the
+//     first MaxPlacementVoters vote, the others learn), whose state is
+//     each shard's replicas under an epoch, kept among the package's own
+//     keys. Host.Move proposes a move to it; every node follows what it
+//     applied (SetReplicas): a node that now holds a shard opens a replica
+//     that joins the group (a learner, caught up by snapshot, promoted in
+//     place of a replica that leaves), a leader that leaves hands its
+//     leadership on as a handback does, and a removed replica, once the
+//     other replicas' committed members no longer name it (AskMembers),
+//     deletes its records and Raft state.
 //   - Transport (transport.go): one connection per pair of nodes carrying
 //     the messages of every group, bounded queues that drop on overflow
 //     (Raft retries), write timeouts, TLS when configured; snapshots on a
