@@ -129,9 +129,12 @@ type Host struct {
 	placement *Group
 	epoch     atomic.Uint64
 	placeSeen uint64
-	followMu  sync.Mutex
-	placeMu   sync.Mutex
-	nodes     int
+	// placeFailed is the applied index at which the placement last did
+	// not read (under followMu).
+	placeFailed uint64
+	followMu    sync.Mutex
+	placeMu     sync.Mutex
+	nodes       int
 	// handing is set, per shard, while this node hands its leadership
 	// back home (balance, with HostConfig.Handoff).
 	handing []atomic.Bool

@@ -205,7 +205,11 @@ func (h *Host) followPlacement() {
 	}
 	p, ok, err := storedPlacement(h.cfg.Store)
 	if err != nil {
-		h.lg.Error("the cluster's placement does not read", "err", err)
+		// Read again at the next tick; logged once per change.
+		if h.placeFailed != applied {
+			h.placeFailed = applied
+			h.lg.Error("the cluster's placement does not read", "err", err)
+		}
 		return
 	}
 	h.placeSeen = applied
