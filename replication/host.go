@@ -534,10 +534,11 @@ func (h *Host) askToJoin() {
 	}()
 }
 
-// askRemoved asks, for each replica this node holds of a shard its node
-// no longer holds, and for each replica that knows no leader (one
-// removed from its group, and not told so, campaigns in vain), the
-// shard's other replicas for the group's members. An answer of members
+// askRemoved retires each replica that applied its own removal, and
+// asks, for each replica this node holds of a shard its node no longer
+// holds, and for each replica that knows no leader (one removed from its
+// group, and not told so, campaigns in vain), the shard's other replicas
+// for the group's members. An answer of members
 // the group committed without this replica, at an index this replica
 // has not passed, means it was removed: it is retired, and joins again
 // if its node holds the shard (removeReplica). An answer from a replica
@@ -545,13 +546,20 @@ func (h *Host) askToJoin() {
 // this replica.
 func (h *Host) askRemoved() {
 	var asked []int
+	removed := map[int]bool{} // a replica whose own members leave it out
 	for i := range h.groups {
 		g := h.groups[i].Load()
 		if g == nil {
 			continue
 		}
 		st := g.Status()
-		if st.Role != "leader" && (!slices.Contains(h.replicasOf(i), h.cfg.Ordinal) || (st.Leader == 0 && g.member())) {
+		switch {
+		case st.Role == "leader":
+		case g.member() && !inConf(g.log.confState(), g.cfg.Node):
+			// It applied its removal: a removed replica is not promotable,
+			// never campaigns, and goes on naming the leader it knew.
+			asked, removed[i] = append(asked, i), true
+		case !slices.Contains(h.replicasOf(i), h.cfg.Ordinal) || (st.Leader == 0 && g.member()):
 			asked = append(asked, i)
 		}
 	}
@@ -565,6 +573,12 @@ func (h *Host) askRemoved() {
 		for _, i := range asked {
 			g := h.groups[i].Load()
 			if g == nil {
+				continue
+			}
+			if removed[i] {
+				if err := h.removeReplica(i, g); err != nil {
+					h.lg.Error("a replica removed from its shard could not be retired", "shard", i, "err", err)
+				}
 				continue
 			}
 			for _, o := range h.replicasOf(i) {

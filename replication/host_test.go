@@ -628,3 +628,21 @@ func TestHostReplicaMovedBackWhileDown(t *testing.T) {
 	c.retired(3, 0)
 	c.waitFor("node 2 with the change made while it was away", func() bool { return c.read(2, c.keyIn(0, "while")) == "w" })
 }
+
+// TestHostMovedOffAndBackAtOnce: shard 0 moved off node 2 and back as
+// soon as node 3 has replaced it, before node 2 retires its replica,
+// which may have applied its own removal already (a removed replica
+// does not campaign, and goes on naming the leader it knew): node 2
+// joins again and node 3 leaves.
+func TestHostMovedOffAndBackAtOnce(t *testing.T) {
+	c := newHostCluster(t, 4, 3)
+	for round := range 3 {
+		c.commitOn(0, 0, c.keyIn(0, "k"+strconv.Itoa(round)), "v")
+		c.placeOn(0, 0, 1, 3)
+		c.voters(0, 0, 1, 3)
+		c.placeOn(0, 0, 1, 2)
+		c.voters(0, 0, 1, 2)
+		c.retired(3, 0)
+		c.waitFor("node 2 with the change of round "+strconv.Itoa(round), func() bool { return c.read(2, c.keyIn(0, "k"+strconv.Itoa(round))) == "v" })
+	}
+}
