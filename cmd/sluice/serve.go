@@ -112,8 +112,10 @@ func (serveCommand) run(inv invocation, args []string) (err error) {
 	storeOpts := server.StoreOptions(storage.Options{
 		Sync:                  mode,
 		CacheSize:             int64(cfg.cacheSize),
-		CacheMemory:           offIfZero(int64(cfg.cacheMemory)),
-		KeyFilterSize:         offIfZero(int64(cfg.keyFilterSize)),
+		CacheMemory:           int64(cfg.cacheMemory),
+		NoCache:               cfg.cacheMemory == 0,
+		KeyFilterSize:         int64(cfg.keyFilterSize),
+		NoKeyFilter:           cfg.keyFilterSize == 0,
 		MemTableSize:          int64(cfg.memtableSize),
 		MaxOpenFiles:          files.StoreFiles,
 		MaxQueuedBytes:        int(cfg.commitQueueMem),
@@ -401,15 +403,6 @@ func loadKeyPair(certFile, keyFile string, limit byteSize) (tls.Certificate, err
 		return tls.Certificate{}, err
 	}
 	return tls.X509KeyPair(certPEM, keyPEM)
-}
-
-// offIfZero maps a flag where 0 means off to storage.Options, where 0 means
-// the default and a negative number means off.
-func offIfZero(n int64) int64 {
-	if n == 0 {
-		return -1
-	}
-	return n
 }
 
 // zeroIsOff maps a flag where 0 means off to a server.Limit, whose zero is
