@@ -43,16 +43,16 @@ type admission struct {
 }
 
 // initAdmission sets the effective MaxClients: the configured one, lowered
-// to what Config.Files leaves for connections (FDBudget.MaxClients).
+// to what Config.Listen.Files leaves for connections (FDBudget.MaxClients).
 func (s *Server) initAdmission() error {
-	s.adm.requested = s.cfg.MaxClients
-	n, err := s.cfg.Files.MaxClients(s.cfg.MaxClients, s.log)
+	s.adm.requested = s.cfg.Listen.MaxClients
+	n, err := s.cfg.Listen.Files.MaxClients(s.cfg.Listen.MaxClients, s.log)
 	if err != nil {
 		return err
 	}
-	s.cfg.MaxClients = n
+	s.cfg.Listen.MaxClients = n
 	a := &s.adm.Gate
-	a.Max = int64(s.cfg.MaxClients)
+	a.Max = int64(s.cfg.Listen.MaxClients)
 	a.Closing = &s.closing
 	a.RejectedMax, a.RejectedDenied, a.NetOut = &s.stats.RejectedMax, &s.stats.RejectedDenied, &s.stats.NetOut
 	a.Log = s.log

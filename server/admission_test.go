@@ -28,7 +28,7 @@ func TestMaxClientsLoweredToFDLimit(t *testing.T) {
 		t.Fatal(err)
 	}
 	logs := &logrec.Recorder{Level: slog.LevelWarn}
-	srv, err := New(Config{Store: store, Logger: slog.New(logs), Files: b})
+	srv, err := New(Config{Store: store, Logger: slog.New(logs), Listen: ListenConfig{Files: b}})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -54,11 +54,11 @@ func TestMaxClientsLoweredToFDLimit(t *testing.T) {
 
 	// A --maxclients below what the limit allows stays; a limit that
 	// leaves too few clients is an error.
-	srv2, err := New(Config{Store: store, Files: b, MaxClients: 50})
-	if err != nil || srv2.cfg.MaxClients != 50 {
-		t.Fatalf("MaxClients 50 under a limit allowing 92: %v, %v", srv2.cfg.MaxClients, err)
+	srv2, err := New(Config{Store: store, Listen: ListenConfig{Files: b, MaxClients: 50}})
+	if err != nil || srv2.cfg.Listen.MaxClients != 50 {
+		t.Fatalf("MaxClients 50 under a limit allowing 92: %v, %v", srv2.cfg.Listen.MaxClients, err)
 	}
-	if _, err := New(Config{Store: store, Files: FDBudget{Limit: 170, StoreFiles: 100, Reserved: 164}}); !errors.Is(err, ErrFDLimit) {
+	if _, err := New(Config{Store: store, Listen: ListenConfig{Files: FDBudget{Limit: 170, StoreFiles: 100, Reserved: 164}}}); !errors.Is(err, ErrFDLimit) {
 		t.Fatalf("New with 6 descriptors left for clients: %v, want ErrFDLimit", err)
 	}
 }
@@ -83,7 +83,7 @@ func httpGet(t *testing.T, conn net.Conn, r *bufio.Reader, path string) int {
 // its protocol and counted, and a freed slot serves any listener again.
 func TestAdmissionSharedByEveryListener(t *testing.T) {
 	path := policyFile(t, "p.ini", "[default]\ncreditLimit = 100\nresetSeconds = 60\n")
-	srv := startServer(t, Config{PolicyFile: path, MaxClients: 3})
+	srv := startServer(t, Config{Policy: PolicyConfig{File: path}, Listen: ListenConfig{MaxClients: 3}})
 	divvyAddr := startDivvy(t, srv)
 	httpAddr := strings.TrimPrefix(serveHTTPOn(t, srv), "http://")
 
@@ -195,7 +195,7 @@ func acceptErrs() []error {
 // listeners; it neither stops the listener nor spins.
 func TestAcceptErrorsDoNotStopListeners(t *testing.T) {
 	path := policyFile(t, "p.ini", "[default]\ncreditLimit = 1\nresetSeconds = 0\n")
-	srv := startServer(t, Config{PolicyFile: path})
+	srv := startServer(t, Config{Policy: PolicyConfig{File: path}})
 	for name, serve := range map[string]func(net.Listener) error{"divvy": srv.ServeDivvy, "http": srv.ServeHTTP} {
 		ln := &fakeListener{errs: acceptErrs()}
 		err := serve(ln)
@@ -211,7 +211,7 @@ func TestAcceptErrorsDoNotStopListeners(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer store.Close()
-	resp, err := New(Config{Store: store, SweepInterval: NoLimit[time.Duration]()})
+	resp, err := New(Config{Store: store, RESP: RESPConfig{SweepInterval: NoLimit[time.Duration]()}})
 	if err != nil {
 		t.Fatal(err)
 	}

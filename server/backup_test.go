@@ -21,7 +21,7 @@ func TestBackupAuth(t *testing.T) {
 		srv.http.backup.ServeHTTP(w, r)
 		return w
 	}
-	withPass := startServer(t, Config{Password: "pw", BackupDir: t.TempDir()})
+	withPass := startServer(t, Config{Listen: ListenConfig{Password: "pw"}, BackupDir: t.TempDir()})
 	for _, c := range []struct {
 		remote, user, pass string
 		want               int
@@ -47,7 +47,7 @@ func TestBackupAuth(t *testing.T) {
 	if w := get(protected, "127.0.0.1:5000", "", ""); w.Code != http.StatusOK {
 		t.Errorf("protected mode, a loopback client: %d %s, want 200", w.Code, w.Body)
 	}
-	open := startServer(t, Config{BackupDir: t.TempDir(), AllowRemoteWithoutAuth: true})
+	open := startServer(t, Config{BackupDir: t.TempDir(), Listen: ListenConfig{AllowRemoteWithoutAuth: true}})
 	if w := get(open, "10.1.2.3:5000", "", ""); w.Code != http.StatusOK {
 		t.Errorf("protected mode off, a remote client: %d %s, want 200", w.Code, w.Body)
 	}

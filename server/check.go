@@ -34,7 +34,7 @@ func (s *Server) initCheck() {
 		Engine:         s.eng,
 		Rules:          &s.pol,
 		Host:           (*frontHost)(s),
-		AllowRemote:    s.cfg.AllowRemoteWithoutAuth,
+		AllowRemote:    s.cfg.Listen.AllowRemoteWithoutAuth,
 		RejectedDenied: &s.stats.RejectedDenied,
 	})
 }
@@ -53,7 +53,7 @@ func (s *Server) ServeCheck(ln net.Listener) error {
 		return net.ErrClosed
 	}
 	s.log.Info("serving the forward-auth endpoint /check", "addr", ln.Addr().String(), "tls", s.guard.TLS != nil, "policy", s.pol.Path)
-	if ta, ok := ln.Addr().(*net.TCPAddr); ok && !ta.IP.IsLoopback() && !s.cfg.AllowRemoteWithoutAuth {
+	if ta, ok := ln.Addr().(*net.TCPAddr); ok && !ta.IP.IsLoopback() && !s.cfg.Listen.AllowRemoteWithoutAuth {
 		s.log.Warn("protected mode: /check answers proxies on loopback only (or, with --tls-ca, proxies that present a client certificate); set --protected-mode no to serve others", "addr", ln.Addr().String())
 	}
 	// /check has no probe reserve: it takes its slot as RESP does.

@@ -7,7 +7,7 @@ import (
 	"time"
 )
 
-// TestDebugRefusedByDefault: without Config.Debug every DEBUG is refused
+// TestDebugRefusedByDefault: without Config.RESP.Debug every DEBUG is refused
 // with an error that names the flag, and the clock is not shifted.
 func TestDebugRefusedByDefault(t *testing.T) {
 	clock := newTestClock(1_700_000_000_000)
@@ -32,7 +32,7 @@ func TestDebugRefusedByDefault(t *testing.T) {
 func TestDebugClockOffset(t *testing.T) {
 	for _, access := range []DebugAccess{DebugAllowed, DebugLocal} {
 		clock := newTestClock(1_700_000_000_000)
-		srv := startServer(t, Config{Clock: clock.now, Debug: access})
+		srv := startServer(t, Config{Clock: clock.now, RESP: RESPConfig{Debug: access}})
 		c := newClient(t, srv)
 		ctx := context.Background()
 		reduce := func() int64 {

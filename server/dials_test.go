@@ -23,10 +23,12 @@ import (
 // own with the rules of overrides.ini and a bound of 3 overrides.
 func TestOverridesTranscript(t *testing.T) {
 	srv := startServer(t, Config{
-		MaxKeySize:         16,
-		Clock:              newTestClock(transcriptTime).now,
-		PolicyFile:         filepath.Join(transcriptDir, "overrides.ini"),
-		PolicyMaxOverrides: 3,
+		MaxKeySize: 16,
+		Clock:      newTestClock(transcriptTime).now,
+		Policy: PolicyConfig{
+			File:         filepath.Join(transcriptDir, "overrides.ini"),
+			MaxOverrides: 3,
+		},
 	})
 	runRESPTranscript(t, srv, filepath.Join(transcriptDir, "resp", "overrides.txt"))
 }
@@ -35,8 +37,8 @@ func TestOverridesTranscript(t *testing.T) {
 // the rules of dials.ini: the dials it changes are the server's.
 func TestDialsTranscript(t *testing.T) {
 	srv := startServer(t, Config{
-		Clock:      newTestClock(transcriptTime).now,
-		PolicyFile: filepath.Join(transcriptDir, "dials.ini"),
+		Clock:  newTestClock(transcriptTime).now,
+		Policy: PolicyConfig{File: filepath.Join(transcriptDir, "dials.ini")},
 	})
 	runRESPTranscript(t, srv, filepath.Join(transcriptDir, "resp", "dials.txt"))
 }
@@ -60,8 +62,8 @@ func policyRequest(srv *Server, remote, pass, method, path, body string) (int, s
 // a client that is authenticated.
 func policyServer(t *testing.T, cfg Config, file string, logs *bytes.Buffer) (*Server, *redis.Client) {
 	t.Helper()
-	cfg.Password, cfg.Clock = "pw", newTestClock(transcriptTime).now
-	cfg.PolicyFile = filepath.Join(transcriptDir, file)
+	cfg.Listen.Password, cfg.Clock = "pw", newTestClock(transcriptTime).now
+	cfg.Policy.File = filepath.Join(transcriptDir, file)
 	cfg.Logger = slog.New(slog.NewTextHandler(logs, nil))
 	srv := startServer(t, cfg)
 	c := newClient(t, srv)
@@ -151,7 +153,7 @@ func TestDialsOverHTTP(t *testing.T) {
 	}
 
 	// Protected mode, as /backup: loopback only.
-	protected := startServer(t, Config{PolicyFile: filepath.Join(transcriptDir, "dials.ini")})
+	protected := startServer(t, Config{Policy: PolicyConfig{File: filepath.Join(transcriptDir, "dials.ini")}})
 	if code, body := policyRequest(protected, remote, "", "GET", "/v1/policy/", ""); code != 403 || !strings.Contains(body, "protected mode") {
 		t.Errorf("protected mode, a remote client: %d %s, want 403", code, body)
 	}
@@ -166,7 +168,7 @@ func TestDialsOverHTTP(t *testing.T) {
 // without an override a 404.
 func TestOverridesOverHTTP(t *testing.T) {
 	var logs bytes.Buffer
-	srv, c := policyServer(t, Config{MaxKeySize: 16, PolicyMaxOverrides: 2}, "overrides.ini", &logs)
+	srv, c := policyServer(t, Config{MaxKeySize: 16, Policy: PolicyConfig{MaxOverrides: 2}}, "overrides.ini", &logs)
 	ctx := context.Background()
 	remote := "10.1.2.3:5000"
 	checkPolicyRequests(t, srv, remote, []policyCase{
@@ -254,7 +256,7 @@ func TestDialsRLS(t *testing.T) {
 // /check's rate-limit headers follow each runtime limit: the fields built
 // for one are not those of the limit before, nor the file's after RESET.
 func TestDialsCheckHeaders(t *testing.T) {
-	srv := startServer(t, Config{Clock: newTestClock(transcriptTime).now, PolicyFile: filepath.Join(transcriptDir, "dials.ini"),
+	srv := startServer(t, Config{Clock: newTestClock(transcriptTime).now, Policy: PolicyConfig{File: filepath.Join(transcriptDir, "dials.ini")},
 		Check: CheckConfig{HeaderStyle: ratelimitheader.Both}})
 	base := startCheck(t, srv)
 	lp := srv.pol.Current()

@@ -59,7 +59,7 @@ func (s *Server) ServeDivvy(ln net.Listener) error {
 		return err
 	}
 	s.log.Info("serving the divvy line protocol", "addr", ln.Addr().String(), "policy", s.pol.Path)
-	if s.cfg.Password != "" || s.guard.CertsRequired() {
+	if s.cfg.Listen.Password != "" || s.guard.CertsRequired() {
 		s.log.Warn("the divvy line protocol has no AUTH and no TLS: anyone who can reach its address can use it", "addr", ln.Addr().String())
 	}
 	err = s.divvy.srv.Serve(l)
@@ -78,7 +78,7 @@ func (s *Server) divvyDoor() admit.Door {
 	return admit.Door{
 		Name:    "divvy",
 		Take:    s.adm.Take,
-		Guarded: func() bool { return !s.cfg.AllowRemoteWithoutAuth },
+		Guarded: func() bool { return !s.cfg.Listen.AllowRemoteWithoutAuth },
 		Full:    divvy.Refusal("max number of clients reached"),
 		Denied:  divvy.Refusal("DENIED: sluice is in protected mode and the divvy line protocol has no authentication; it serves clients on loopback only unless started with --protected-mode no"),
 		Refused: func() { s.divvy.srv.ErrUnknown.Add(1) },

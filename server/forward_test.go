@@ -71,7 +71,7 @@ func TestClusterHitCountsOnOwner(t *testing.T) {
 func testClusterHitDivvy(t *testing.T) {
 	path := filepath.Join("..", "policy", "testdata", "example-config.ini")
 	clock := newTestClock(t0)
-	cfg := Config{PolicyFile: path, Clock: clock.now}
+	cfg := Config{Policy: PolicyConfig{File: path}, Clock: clock.now}
 	nodes := startClusterServers(t, 2, cfg)
 	lines := []string{dialLineAddr(t, nodes[0]), dialLineAddr(t, nodes[1])}
 	ref := startServer(t, cfg)
@@ -109,7 +109,7 @@ func dialLineAddr(t *testing.T, srv *Server) string { return startDivvy(t, srv) 
 func TestClusterHitOwnerDown(t *testing.T) {
 	path := filepath.Join("..", "policy", "testdata", "example-config.ini")
 	clock := newTestClock(t0)
-	nodes := startClusterServers(t, 2, Config{PolicyFile: path, Clock: clock.now})
+	nodes := startClusterServers(t, 2, Config{Policy: PolicyConfig{File: path}, Clock: clock.now})
 	nodes[1].Close()
 	var ok, down int
 	for ip := range 40 {
@@ -196,7 +196,7 @@ func checkOnOwners(t *testing.T, nodes []*Server, ref *Server, min int64) {
 func testClusterHitAlgorithms(t *testing.T) {
 	path := filepath.Join("..", "policy", "testdata", "algorithms.ini")
 	clock := newTestClock(t0)
-	cfg := Config{PolicyFile: path, Clock: clock.now, SweepInterval: NoLimit[time.Duration]()}
+	cfg := Config{Policy: PolicyConfig{File: path}, Clock: clock.now, RESP: RESPConfig{SweepInterval: NoLimit[time.Duration]()}}
 	nodes := startClusterServers(t, 2, cfg)
 	ref := startServer(t, cfg)
 	var forwarded int
@@ -243,7 +243,7 @@ func testClusterHitAlgorithms(t *testing.T) {
 func TestClusterCheckCountsOnOwner(t *testing.T) {
 	path := filepath.Join("..", "policy", "testdata", "algorithms.ini")
 	clock := newTestClock(t0)
-	cfg := Config{PolicyFile: path, Clock: clock.now, SweepInterval: NoLimit[time.Duration](), Check: CheckConfig{
+	cfg := Config{Policy: PolicyConfig{File: path}, Clock: clock.now, RESP: RESPConfig{SweepInterval: NoLimit[time.Duration]()}, Check: CheckConfig{
 		FieldHeaders: []CheckFieldHeader{{Field: "quota", Header: "X-Quota"}, {Field: "user", Header: "X-User"}},
 	}}
 	nodes := startClusterServers(t, 2, cfg)
@@ -280,7 +280,7 @@ func TestClusterCheckCountsOnOwner(t *testing.T) {
 // one.
 func TestCounterHitRefusesBadArguments(t *testing.T) {
 	path := filepath.Join("..", "policy", "testdata", "algorithms.ini")
-	srv := startClusterServers(t, 1, Config{PolicyFile: path})[0]
+	srv := startClusterServers(t, 1, Config{Policy: PolicyConfig{File: path}})[0]
 	rdb := newClient(t, srv)
 	ctx := context.Background()
 	rules := srv.pol.Current().Policy.Rules()

@@ -152,7 +152,7 @@ func TestExampleConfigOverBothProtocols(t *testing.T) {
 		path := filepath.Join("..", "policy", "testdata", file)
 		t.Run(file+"/line", func(t *testing.T) {
 			clock := newTestClock(t0)
-			srv := startServer(t, Config{PolicyFile: path, Clock: clock.now})
+			srv := startServer(t, Config{Policy: PolicyConfig{File: path}, Clock: clock.now})
 			c := dialLine(t, startDivvy(t, srv))
 			for i, st := range steps {
 				clock.ms.Store(t0 + st.at)
@@ -174,7 +174,7 @@ func TestExampleConfigOverBothProtocols(t *testing.T) {
 		})
 		t.Run(file+"/resp", func(t *testing.T) {
 			clock := newTestClock(t0)
-			srv := startServer(t, Config{PolicyFile: path, Clock: clock.now})
+			srv := startServer(t, Config{Policy: PolicyConfig{File: path}, Clock: clock.now})
 			for i, st := range steps {
 				clock.ms.Store(t0 + st.at)
 				if got := hitRESP(t, srv, st.line); got != st.want {
@@ -203,7 +203,7 @@ func TestTestConfig(t *testing.T) {
 	for _, file := range []string{"test-config.ini", "test-config.json"} {
 		t.Run(file, func(t *testing.T) {
 			clock := newTestClock(t0)
-			srv := startServer(t, Config{PolicyFile: filepath.Join("..", "policy", "testdata", file), Clock: clock.now})
+			srv := startServer(t, Config{Policy: PolicyConfig{File: filepath.Join("..", "policy", "testdata", file)}, Clock: clock.now})
 			c := dialLine(t, startDivvy(t, srv))
 			var want []string
 			var req strings.Builder
@@ -251,7 +251,7 @@ func TestTestConfig(t *testing.T) {
 func TestLineProtocolErrorsCloseTheConnection(t *testing.T) {
 	path := policyFile(t, "p.ini", "[path=/x ip=*]\ncreditLimit = 5\nresetSeconds = 60\nactorField = ip\n\n[default]\ncreditLimit = 0\nresetSeconds = 0\n")
 	clock := newTestClock(t0)
-	srv := startServer(t, Config{PolicyFile: path, Clock: clock.now, Divvy: DivvyConfig{MaxLine: 100}})
+	srv := startServer(t, Config{Policy: PolicyConfig{File: path}, Clock: clock.now, Divvy: DivvyConfig{MaxLine: 100}})
 	addr := startDivvy(t, srv)
 	for _, tc := range []struct {
 		name, send, want string
@@ -319,7 +319,7 @@ label = shared
 creditLimit = 0
 resetSeconds = 0
 `, shared))
-	srv := startServer(t, Config{PolicyFile: path, Clock: newTestClock(t0).now})
+	srv := startServer(t, Config{Policy: PolicyConfig{File: path}, Clock: newTestClock(t0).now})
 	addr := startDivvy(t, srv)
 	var (
 		mu         sync.Mutex
@@ -411,7 +411,7 @@ resetSeconds = 0
 `, n, 100*n, n)
 	}
 	path := policyFile(t, "p.ini", version(1))
-	srv := startServer(t, Config{PolicyFile: path})
+	srv := startServer(t, Config{Policy: PolicyConfig{File: path}})
 	addr := startDivvy(t, srv)
 	stop := make(chan struct{})
 	var seen [3]atomic.Int64 // replies from version 1 and 2
@@ -525,7 +525,7 @@ func TestPolicyCommands(t *testing.T) {
 		"[path=/z]\ncreditLimit = 10\nresetSeconds = 1\nalgorithm = fixedWindow\nstagger = true\n\n"+
 		"[path=/w]\ncreditLimit = 10\nresetSeconds = 1\nalgorithm = slidingLog\nminGapMillis = 20\n\n"+
 		"[default]\ncreditLimit = 1\nresetSeconds = 0\n")
-	srv := startServer(t, Config{PolicyFile: path})
+	srv := startServer(t, Config{Policy: PolicyConfig{File: path}})
 	c := newClient(t, srv)
 	ctx := context.Background()
 	v, err := c.Do(ctx, "POLICY", "SHOW").Slice()
@@ -576,7 +576,7 @@ func TestBadPolicyFileStopsNew(t *testing.T) {
 	}
 	defer store.Close()
 	path := policyFile(t, "p.ini", "[a=1]\ncreditLimit = 1\nresetSeconds = 1\n")
-	_, err = New(Config{Store: store, PolicyFile: path})
+	_, err = New(Config{Store: store, Policy: PolicyConfig{File: path}})
 	if err == nil || !strings.Contains(err.Error(), path) || !strings.Contains(err.Error(), "default") {
 		t.Fatalf("New with a file lacking a default: %v", err)
 	}
@@ -587,7 +587,7 @@ func TestBadPolicyFileStopsNew(t *testing.T) {
 func TestSweepDropsEndedWindows(t *testing.T) {
 	path := policyFile(t, "p.ini", "[path=/a ip=*]\ncreditLimit = 2\nresetSeconds = 60\nactorField = ip\n\n[path=/b]\ncreditLimit = 2\nresetSeconds = 3600\n\n[default]\ncreditLimit = 0\nresetSeconds = 0\n")
 	clock := newTestClock(t0)
-	srv := startServer(t, Config{PolicyFile: path, Clock: clock.now})
+	srv := startServer(t, Config{Policy: PolicyConfig{File: path}, Clock: clock.now})
 	c := dialLine(t, startDivvy(t, srv))
 	c.send("HIT path=/a ip=1\nHIT path=/a ip=2\nHIT path=/b\nHIT path=/c\n")
 	for range 4 {
@@ -621,7 +621,7 @@ func TestSweepDropsEndedWindows(t *testing.T) {
 func TestLineProtocolLimits(t *testing.T) {
 	path := policyFile(t, "p.ini", "[default]\ncreditLimit = 1\nresetSeconds = 0\n")
 	t.Run("idle timeout", func(t *testing.T) {
-		srv := startServer(t, Config{PolicyFile: path, Divvy: DivvyConfig{IdleTimeout: 50 * time.Millisecond}})
+		srv := startServer(t, Config{Policy: PolicyConfig{File: path}, Divvy: DivvyConfig{IdleTimeout: 50 * time.Millisecond}})
 		c := dialLine(t, startDivvy(t, srv))
 		c.send("HIT\n")
 		if got := c.line(); got != "OK true 1 0" {
@@ -633,7 +633,7 @@ func TestLineProtocolLimits(t *testing.T) {
 		}
 	})
 	t.Run("maxclients is shared with RESP", func(t *testing.T) {
-		srv := startServer(t, Config{PolicyFile: path, MaxClients: 2})
+		srv := startServer(t, Config{Policy: PolicyConfig{File: path}, Listen: ListenConfig{MaxClients: 2}})
 		addr := startDivvy(t, srv)
 		newClient(t, srv).Ping(context.Background())
 		c := dialLine(t, addr)
@@ -647,7 +647,7 @@ func TestLineProtocolLimits(t *testing.T) {
 	t.Run("pipeline bound", func(t *testing.T) {
 		// Rounds of at most 3 lines: 10 pipelined lines still get 10
 		// replies, in order.
-		srv := startServer(t, Config{PolicyFile: path, Divvy: DivvyConfig{MaxPipeline: 3}})
+		srv := startServer(t, Config{Policy: PolicyConfig{File: path}, Divvy: DivvyConfig{MaxPipeline: 3}})
 		c := dialLine(t, startDivvy(t, srv))
 		c.send(strings.Repeat("HIT\n", 10))
 		for i := range 10 {
@@ -657,7 +657,7 @@ func TestLineProtocolLimits(t *testing.T) {
 		}
 	})
 	t.Run("shutdown closes idle connections", func(t *testing.T) {
-		srv := startServer(t, Config{PolicyFile: path})
+		srv := startServer(t, Config{Policy: PolicyConfig{File: path}})
 		c := dialLine(t, startDivvy(t, srv))
 		c.send("HIT\n")
 		c.line()
@@ -670,7 +670,7 @@ func TestLineProtocolLimits(t *testing.T) {
 // counted rule, end to end, and its allocations.
 func BenchmarkHitLine(b *testing.B) {
 	path := policyFile(b, "p.ini", "[path=/x ip=*]\ncreditLimit = 1000000000\nresetSeconds = 3600\nactorField = ip\n\n[default]\ncreditLimit = 0\nresetSeconds = 0\n")
-	srv := startServer(b, Config{PolicyFile: path})
+	srv := startServer(b, Config{Policy: PolicyConfig{File: path}})
 	c := dialLine(b, startDivvy(b, srv))
 	const depth = 16
 	var req strings.Builder
@@ -697,7 +697,7 @@ func BenchmarkHitLine(b *testing.B) {
 // and never hangs or crashes.
 func FuzzDivvyLines(f *testing.F) {
 	path := policyFile(f, "p.ini", "[path=/x ip=*]\ncreditLimit = 3\nresetSeconds = 60\nactorField = ip\n\n[path=/y]\ncreditLimit = 1\nresetSeconds = 0\nmatchPolicy = canary\n\n[default]\ncreditLimit = 0\nresetSeconds = 0\n")
-	srv := startServer(f, Config{PolicyFile: path, Divvy: DivvyConfig{MaxLine: 256, MaxPipeline: 4}})
+	srv := startServer(f, Config{Policy: PolicyConfig{File: path}, Divvy: DivvyConfig{MaxLine: 256, MaxPipeline: 4}})
 	addr := startDivvy(f, srv)
 	for _, seed := range []string{
 		"HIT path=/x ip=1\n", "hit\r\n\r\nHIT path=/y\n", "HIT \"a b\"=\"c=d\"\nHIT x=\"\n", "PING\nHIT\n",
@@ -775,7 +775,7 @@ func TestIdleConnectionsLetBigHITsGo(t *testing.T) {
 		t.Fatal(err)
 	}
 	path := filepath.Join("..", "policy", "testdata", "example-config.ini")
-	srv, err := New(Config{Store: store, PolicyFile: path, MaxKeySize: 8 << 20, RESP: RESPConfig{MaxBulk: 8 << 20, MaxQueryBuffer: 16 << 20}})
+	srv, err := New(Config{Store: store, Policy: PolicyConfig{File: path}, MaxKeySize: 8 << 20, RESP: RESPConfig{MaxBulk: 8 << 20, MaxQueryBuffer: 16 << 20}})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -818,7 +818,7 @@ func TestIdleConnectionsLetBigHITsGo(t *testing.T) {
 // --maxmemory-clients like the connection's others.
 func TestClientMemoryCountsHitBuffers(t *testing.T) {
 	path := filepath.Join("..", "policy", "testdata", "example-config.ini")
-	srv := startServer(t, Config{PolicyFile: path})
+	srv := startServer(t, Config{Policy: PolicyConfig{File: path}})
 	// 128 fields of 6 bytes: a command of under 2 KiB whose parsed fields
 	// (two slice headers each) take 6 KiB, under connKeepBuf, so kept.
 	const fields = 128

@@ -34,8 +34,8 @@ func (s *Server) initHTTP() {
 		Host:             (*frontHost)(s),
 		Gate:             &s.adm.Gate,
 		Closing:          &s.closing,
-		MaxHeaderBytes:   s.cfg.HTTPMaxHeaderBytes,
-		MaxMemoryClients: s.cfg.MaxMemoryClients.N(),
+		MaxHeaderBytes:   s.cfg.HTTP.MaxHeaderBytes,
+		MaxMemoryClients: s.cfg.Listen.MaxMemoryClients.N(),
 		Evicted:          &s.stats.EvictedClients,
 	}
 	if s.guard.TLS != nil {
@@ -55,7 +55,7 @@ func (s *Server) initHTTP() {
 // once every front end is made.
 func (s *Server) initMetrics() {
 	src := metrics.Sources{
-		Version: s.cfg.Version, Revision: s.cfg.Revision, MaxClients: s.cfg.MaxClients,
+		Version: s.cfg.Version, Revision: s.cfg.Revision, MaxClients: s.cfg.Listen.MaxClients,
 		RESP: s.resp, Stats: &s.stats, Gate: &s.adm.Gate, Engine: s.eng, Store: s.store,
 		Rules: &s.pol, Policy: &s.polCmds, Cluster: s.clus, Divvy: s.divvy.srv, Check: s.check.h,
 	}

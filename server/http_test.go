@@ -45,7 +45,7 @@ func headerLines(n int) string {
 // --http-max-header-bytes is answered 431 on both HTTP listeners (net/http
 // allowed 1 MiB); a shorter one is served.
 func TestHTTPMaxHeaderBytes(t *testing.T) {
-	srv := startServer(t, Config{PolicyFile: policyFile(t, "check.ini", checkPolicy)})
+	srv := startServer(t, Config{Policy: PolicyConfig{File: policyFile(t, "check.ini", checkPolicy)}})
 	for name, addr := range httpListeners(t, srv) {
 		for _, tc := range []struct {
 			header int
@@ -76,7 +76,7 @@ func TestHTTPMaxHeaderBytes(t *testing.T) {
 // counted as evicted); what a header held is given back when its request
 // is handled.
 func TestHTTPHeadersCountAgainstClients(t *testing.T) {
-	srv := startServer(t, Config{PolicyFile: policyFile(t, "check.ini", checkPolicy), MaxMemoryClients: LimitOf[int64](256 << 10), HTTPMaxHeaderBytes: 1 << 20})
+	srv := startServer(t, Config{Policy: PolicyConfig{File: policyFile(t, "check.ini", checkPolicy)}, Listen: ListenConfig{MaxMemoryClients: LimitOf[int64](256 << 10)}, HTTP: HTTPConfig{MaxHeaderBytes: 1 << 20}})
 	evicted := int64(0)
 	for name, addr := range httpListeners(t, srv) {
 		dial := func() net.Conn {

@@ -77,7 +77,7 @@ func TestMaxKeySizeHit(t *testing.T) {
 	const wantErr = "ERR value of actor field ip is 16385 bytes, longer than --max-key-size 16384"
 
 	t.Run("resp", func(t *testing.T) {
-		srv := startServer(t, Config{PolicyFile: path, Clock: newTestClock(t0).now})
+		srv := startServer(t, Config{Policy: PolicyConfig{File: path}, Clock: newTestClock(t0).now})
 		if got := hitRESP(t, srv, "HIT path=/x user=u ip="+over); got != "ERR "+wantErr {
 			t.Fatalf("HIT with a long actor value: %q, want %q", got, "ERR "+wantErr)
 		}
@@ -100,7 +100,7 @@ func TestMaxKeySizeHit(t *testing.T) {
 		}
 	})
 	t.Run("line", func(t *testing.T) {
-		srv := startServer(t, Config{PolicyFile: path, Clock: newTestClock(t0).now})
+		srv := startServer(t, Config{Policy: PolicyConfig{File: path}, Clock: newTestClock(t0).now})
 		c := dialLine(t, startDivvy(t, srv))
 		c.send("HIT path=/x user=u ip=" + atLimit + "\n")
 		if got := c.line(); got != "OK true 4 3600" {

@@ -44,7 +44,7 @@ func roundTrip(t *testing.T, conn net.Conn, r *bufio.Reader, req string) string 
 }
 
 func TestMaxClients(t *testing.T) {
-	srv := startServer(t, Config{MaxClients: 2})
+	srv := startServer(t, Config{Listen: ListenConfig{MaxClients: 2}})
 	var open []net.Conn
 	for range 2 {
 		c := dial(t, srv)
@@ -172,7 +172,7 @@ func TestMetricsAndHealth(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	srv, err := New(Config{Store: store, Password: "pw", Version: "v9.9.9", Revision: "0123456789abcdef0123456789abcdef01234567-dirty", ShutdownTimeout: time.Minute})
+	srv, err := New(Config{Store: store, Listen: ListenConfig{Password: "pw", ShutdownTimeout: time.Minute}, Version: "v9.9.9", Revision: "0123456789abcdef0123456789abcdef01234567-dirty"})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -313,7 +313,7 @@ func stall(t *testing.T, conn net.Conn, chunk []byte) {
 func TestCloseForcesConnectionsAtNineTenths(t *testing.T) {
 	const timeout = 10 * time.Second
 	path := filepath.Join("..", "policy", "testdata", "example-config.ini")
-	srv := startServer(t, Config{PolicyFile: path, ShutdownTimeout: timeout})
+	srv := startServer(t, Config{Policy: PolicyConfig{File: path}, Listen: ListenConfig{ShutdownTimeout: timeout}})
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)

@@ -212,7 +212,7 @@ func testProxy(t *testing.T, pc proxyCase, bin string) {
 	t.Cleanup(app.Close)
 
 	clock := newTestClock(t0)
-	srv := startServer(t, Config{Clock: clock.now, PolicyFile: policyFile(t, "rules.ini", docBlock(t, "")), SweepInterval: NoLimit[time.Duration](), Check: CheckConfig{
+	srv := startServer(t, Config{Clock: clock.now, Policy: PolicyConfig{File: policyFile(t, "rules.ini", docBlock(t, ""))}, RESP: RESPConfig{SweepInterval: NoLimit[time.Duration]()}, Check: CheckConfig{
 		TrustedProxies: []netip.Prefix{netip.MustParsePrefix("127.0.0.1/32")},
 		IdentityHeader: "X-User",
 	}})

@@ -22,7 +22,7 @@ func TestReloadThatHangsHoldsUpNothing(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	srv, err := New(Config{Store: store, PolicyFile: policyFile(t, "rules.ini", "[default]\ncreditLimit = 7\nresetSeconds = 0\n")})
+	srv, err := New(Config{Store: store, Policy: PolicyConfig{File: policyFile(t, "rules.ini", "[default]\ncreditLimit = 7\nresetSeconds = 0\n")}})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -96,7 +96,7 @@ func TestReloadReadsOnlyRegularFiles(t *testing.T) {
 	cert := pki.cert
 	rules := policyFile(t, "rules.ini", "[default]\ncreditLimit = 7\nresetSeconds = 0\n")
 	rlsDir := rlsConfigDir(t, rlsYAML)
-	srv := startServer(t, Config{PolicyFile: rules, RLS: RLSConfig{Dir: rlsDir}, TLS: &TLSFiles{Cert: pki.cert, Key: pki.key}, MaxConfigFile: 8 << 10})
+	srv := startServer(t, Config{Policy: PolicyConfig{File: rules}, RLS: RLSConfig{Dir: rlsDir}, Listen: ListenConfig{TLS: &TLSFiles{Cert: pki.cert, Key: pki.key}}, MaxConfigFile: 8 << 10})
 	if err := srv.Reload(); err != nil {
 		t.Fatalf("Reload of good files: %v", err)
 	}

@@ -25,7 +25,7 @@ func LimitOf[T int | int64 | time.Duration](n T) Limit[T] { return respserver.Li
 // NoLimit is the bound turned off.
 func NoLimit[T int | int64 | time.Duration]() Limit[T] { return respserver.NoLimit[T]() }
 
-// DebugAccess says who may run DEBUG (Config.Debug): respserver.DebugAccess.
+// DebugAccess says who may run DEBUG (Config.RESP.Debug): respserver.DebugAccess.
 type DebugAccess = respserver.DebugAccess
 
 // Who may run DEBUG.
@@ -66,12 +66,12 @@ func (s *Server) respConfig() respserver.Config {
 	return respserver.Config{
 		MaxArgs: rc.MaxArgs, MaxBulk: rc.MaxBulk, MaxInline: rc.MaxInline, MaxQueryBuffer: rc.MaxQueryBuffer,
 		MaxAuthFailures: rc.MaxAuthFailures, IdleTimeout: rc.IdleTimeout, MaxReplyBuffer: rc.MaxReplyBuffer, MaxMultiBytes: rc.MaxMultiBytes,
-		MaxKeySize: cfg.MaxKeySize, Password: cfg.Password, Debug: cfg.Debug,
+		MaxKeySize: cfg.MaxKeySize, Password: cfg.Listen.Password, Debug: cfg.RESP.Debug,
 		Version: cfg.Version, Revision: cfg.Revision, BackupDir: cfg.BackupDir, AllowOnStoreError: cfg.AllowOnStoreError,
-		MaxMemoryClients: cfg.MaxMemoryClients, SweepInterval: cfg.SweepInterval, SweepRate: cfg.SweepRate,
-		MaxClients: cfg.MaxClients, MaxClientsRequested: s.adm.requested,
-		FDLimit: cfg.Files.Limit, FDReserved: cfg.Files.Reserved, StoreMaxOpenFiles: cfg.Files.StoreFiles,
-		MemoryLimit: cfg.MemoryLimit, MemoryLimitSource: cfg.MemoryLimitSource,
+		MaxMemoryClients: cfg.Listen.MaxMemoryClients, SweepInterval: cfg.RESP.SweepInterval, SweepRate: cfg.RESP.SweepRate,
+		MaxClients: cfg.Listen.MaxClients, MaxClientsRequested: s.adm.requested,
+		FDLimit: cfg.Listen.Files.Limit, FDReserved: cfg.Listen.Files.Reserved, StoreMaxOpenFiles: cfg.Listen.Files.StoreFiles,
+		MemoryLimit: cfg.RESP.MemoryLimit, MemoryLimitSource: cfg.RESP.MemoryLimitSource,
 	}
 }
 
@@ -111,11 +111,11 @@ func (h *frontHost) Settings() []respserver.Setting {
 	cfg := &s.cfg
 	o := settings.Of{
 		Addr: s.Addr(), Store: s.store, Cluster: s.clus != nil,
-		RESP: s.respConfig(), Check: cfg.Check, Divvy: s.divvyConfig(), RLS: cfg.RLS, TLS: cfg.TLS,
-		AllowRemoteWithoutAuth: cfg.AllowRemoteWithoutAuth, AcceptRepairedClusterState: cfg.AcceptRepairedClusterState,
-		MaxConfigFile: cfg.MaxConfigFile, HTTPMaxHeaderBytes: cfg.HTTPMaxHeaderBytes,
-		PolicyFile: cfg.PolicyFile, PolicyMaxOverrides: cfg.PolicyMaxOverrides, PolicyStatsDays: cfg.PolicyStatsDays,
-		ReloadTimeout: cfg.ReloadTimeout, ShutdownTimeout: cfg.ShutdownTimeout,
+		RESP: s.respConfig(), Check: cfg.Check, Divvy: s.divvyConfig(), RLS: cfg.RLS, TLS: cfg.Listen.TLS,
+		AllowRemoteWithoutAuth: cfg.Listen.AllowRemoteWithoutAuth, AcceptRepairedClusterState: cfg.AcceptRepairedClusterState,
+		MaxConfigFile: cfg.MaxConfigFile, HTTPMaxHeaderBytes: cfg.HTTP.MaxHeaderBytes,
+		PolicyFile: cfg.Policy.File, PolicyMaxOverrides: cfg.Policy.MaxOverrides, PolicyStatsDays: cfg.Policy.StatsDays,
+		ReloadTimeout: cfg.ReloadTimeout, ShutdownTimeout: cfg.Listen.ShutdownTimeout,
 	}
 	return o.List()
 }

@@ -31,9 +31,9 @@ const (
 // calls it.
 func (s *Server) initRLS() error {
 	c := s.cfg.RLS
-	if n := envoy.StreamMemory(c.MaxHeaderBytes, c.MaxMessage); c.Dir != "" && !s.cfg.MaxMemoryClients.Within(n) {
+	if n := envoy.StreamMemory(c.MaxHeaderBytes, c.MaxMessage); c.Dir != "" && !s.cfg.Listen.MaxMemoryClients.Within(n) {
 		return fmt.Errorf("server: a rate limit service call may hold %d bytes with --rls-max-message %d and --rls-max-header-bytes %d, more than --maxmemory-clients %d: every call would be refused; raise --maxmemory-clients or lower the others",
-			n, c.MaxMessage, c.MaxHeaderBytes, s.cfg.MaxMemoryClients.N())
+			n, c.MaxMessage, c.MaxHeaderBytes, s.cfg.Listen.MaxMemoryClients.N())
 	}
 	opt := envoy.Options{
 		Engine:           s.eng,
@@ -41,7 +41,7 @@ func (s *Server) initRLS() error {
 		Logger:           s.log,
 		Clock:            s.clock,
 		MaxConfigFile:    s.cfg.MaxConfigFile,
-		MaxMemoryClients: s.cfg.MaxMemoryClients.N(),
+		MaxMemoryClients: s.cfg.Listen.MaxMemoryClients.N(),
 		KeepBuf:          respserver.KeepBuf,
 	}
 	if s.guard.TLS != nil {
@@ -88,7 +88,7 @@ func (s *Server) rlsDoor() admit.Door {
 	return admit.Door{
 		Name:    "rls",
 		Take:    s.adm.Take,
-		Guarded: func() bool { return !s.cfg.AllowRemoteWithoutAuth && !s.guard.CertsRequired() },
+		Guarded: func() bool { return !s.cfg.Listen.AllowRemoteWithoutAuth && !s.guard.CertsRequired() },
 		Conn: func(c *admit.Conn) net.Conn {
 			s.stats.ConnsTotal.Add(1)
 			return c

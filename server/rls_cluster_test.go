@@ -43,7 +43,7 @@ func TestRLSClusterCountsEveryCounter(t *testing.T) {
 		t.Run(fmt.Sprintf("policy=%v", withPolicy), func(t *testing.T) {
 			cfg := Config{RLS: RLSConfig{Dir: rlsConfigDir(t, rlsClusterYAML)}, Clock: newTestClock(rlsT0).now}
 			if withPolicy {
-				cfg.PolicyFile = filepath.Join("..", "policy", "testdata", "algorithms.ini")
+				cfg.Policy.File = filepath.Join("..", "policy", "testdata", "algorithms.ini")
 			}
 			nodes := startClusterServers(t, 2, cfg)
 			clients := []rlspb.RateLimitServiceClient{
@@ -91,7 +91,7 @@ func TestRLSClusterCountsEveryCounter(t *testing.T) {
 // answers 503 for the same failure.
 func TestRLSClusterOwnerDownIsUnavailable(t *testing.T) {
 	cfg := Config{RLS: RLSConfig{Dir: rlsConfigDir(t, rlsClusterYAML)}, Clock: newTestClock(rlsT0).now,
-		PolicyFile: policyFile(t, "check.ini", checkPolicy), Check: CheckConfig{IdentityHeader: "X-User"}}
+		Policy: PolicyConfig{File: policyFile(t, "check.ini", checkPolicy)}, Check: CheckConfig{IdentityHeader: "X-User"}}
 	nodes := startClusterServers(t, 2, cfg)
 	cl := rlspb.NewRateLimitServiceClient(dialRLS(t, startRLS(t, nodes[0]), nil))
 	check := startCheck(t, nodes[0])

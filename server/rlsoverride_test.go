@@ -23,7 +23,7 @@ import (
 // a server with the RLS tests' configuration, --max-key-size 32 and
 // --policy-max-overrides 3.
 func TestRLSOverridesTranscript(t *testing.T) {
-	f := newRLS(t, Config{MaxKeySize: 32, PolicyMaxOverrides: 3})
+	f := newRLS(t, Config{MaxKeySize: 32, Policy: PolicyConfig{MaxOverrides: 3}})
 	c := dialRaw(t, f.srv)
 	r := bufio.NewReader(c.conn)
 	transcript.Run(t, filepath.Join(transcriptDir, "rls-overrides.txt"), *rewrite, func(req string) string {

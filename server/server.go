@@ -33,13 +33,19 @@ import (
 	"github.com/sluicehq/sluice/storage"
 )
 
-// Config configures a Server. A zero field means the default given.
+// Config configures a Server: the store and what every front end shares
+// at the top, each front end's settings in a struct of its own. A zero
+// field means the default given.
 type Config struct {
 	Store  *storage.Store // required
 	Logger *slog.Logger   // default: discard
 
-	// RESP configures the RESP front end (Serve).
-	RESP RESPConfig
+	Version string           // reported by INFO and HELLO; default "dev"
+	Clock   func() time.Time // server clock; default time.Now
+	// Revision is the VCS revision sluice was built from, with "-dirty"
+	// for uncommitted changes, reported by INFO and sluice_build_info;
+	// empty when unknown.
+	Revision string
 
 	// MaxKeySize is the longest key a command may name: the key of an
 	// RL.* command, the actor value of a HIT. A longer one is refused with
@@ -49,34 +55,6 @@ type Config struct {
 	// table) dominate; 4000 commands with 512 KiB keys took peak RSS to
 	// 785-950 MiB, with 16 KiB keys to 247-265 MiB.
 	MaxKeySize int
-
-	// ShutdownTimeout bounds Close: connections get nine tenths of it to
-	// finish their last pipeline, are then closed, and Close waits for them
-	// at most the last tenth; default 10s.
-	ShutdownTimeout time.Duration
-
-	Version string           // reported by INFO and HELLO; default "dev"
-	Clock   func() time.Time // server clock; default time.Now
-
-	// Debug says who may run DEBUG, whose CLOCK-OFFSET shifts the server
-	// clock (fault-injection tests): nobody (the zero value, as Redis 7's
-	// enable-debug-command no), clients on loopback, or every client.
-	Debug DebugAccess
-
-	// Revision is the VCS revision sluice was built from, with "-dirty"
-	// for uncommitted changes, reported by INFO and sluice_build_info;
-	// empty when unknown.
-	Revision string
-
-	// SweepInterval is the pause between two passes of the idle sweep,
-	// which deletes buckets that have refilled to full; default 10m,
-	// NoLimit turns the background sweep off (COMPACT still sweeps).
-	SweepInterval Limit[time.Duration]
-	// SweepRate is the most records the background sweep examines per
-	// second; default 20000, NoLimit for no pacing.
-	SweepRate Limit[int]
-	// BackupDir is where CHECKPOINT writes; default "sluice-backups".
-	BackupDir string
 	// AllowOnStoreError makes limit commands answer normally when the store
 	// cannot take or give a bucket's state (disk full, I/O error): the
 	// reply is computed from the state the server can still read, or from
@@ -84,19 +62,51 @@ type Config struct {
 	// default (false) such commands get an error reply, which clients of
 	// a rate limiter usually treat as a denial.
 	AllowOnStoreError bool
+	// BackupDir is where CHECKPOINT writes; default "sluice-backups".
+	BackupDir string
 
+	// MaxConfigFile bounds the bytes read from each file of the
+	// configuration: Policy.File, each TLS file, and the files of
+	// RLS.Dir together; default DefaultMaxConfigFile. Only regular
+	// files (or symlinks to them) are read: a named pipe or a device is
+	// refused without being opened.
+	MaxConfigFile int64
+	// ReloadTimeout is the most Reload, ReloadTLS, ReloadPolicy, ReloadRLS
+	// and POLICY RELOAD wait for a reload to read its files, and for
+	// another one to finish first (internal/reload); past it they return
+	// ErrReloadTimeout, and the reload goes on. Default
+	// DefaultReloadTimeout.
+	ReloadTimeout time.Duration
+
+	// Cluster, when set, serves the Redis Cluster protocol (package
+	// clusternode); nil: standalone.
+	Cluster *ClusterConfig
+	// AcceptRepairedClusterState starts on a store whose cluster state
+	// sluice repair brought back older than it may have been
+	// (storage.StaleMetaName), which is otherwise refused
+	// (ErrClusterStateRepaired): an operator has checked it is current.
+	AcceptRepairedClusterState bool
+
+	// Listen configures what every listener shares: admission, protected
+	// mode, TLS, the password, the drain on Close.
+	Listen ListenConfig
+	// Policy configures the divvy rules and their dials.
+	Policy PolicyConfig
+	// RESP configures the RESP front end (Serve).
+	RESP RESPConfig
+	// Divvy configures the divvy line protocol (ServeDivvy).
+	Divvy DivvyConfig
 	// Check configures the forward-auth endpoint (ServeCheck).
 	Check CheckConfig
+	// RLS configures Envoy's rate limit service (ServeRLS).
+	RLS RLSConfig
+	// HTTP configures the HTTP listener (ServeHTTP) and /check's.
+	HTTP HTTPConfig
+}
 
-	// Password, when set, must be given with AUTH or HELLO ... AUTH before
-	// any command other than AUTH, HELLO, PING and QUIT, as with Redis'
-	// requirepass (user "default").
-	Password string
-	// AllowRemoteWithoutAuth turns protected mode off. In protected mode
-	// (the default) a server with neither a Password nor TLS client
-	// certificates answers clients from addresses other than loopback
-	// with a DENIED error and closes them, as Redis does.
-	AllowRemoteWithoutAuth bool
+// ListenConfig configures what the listeners of every front end share
+// (package admit). A zero field means the default given.
+type ListenConfig struct {
 	// MaxClients is the most connections served at once, RESP, line
 	// protocol and HTTP together; more are answered "ERR max number of
 	// clients reached" (HTTP: 503) and closed. Default 10000, as in
@@ -117,55 +127,45 @@ type Config struct {
 	MaxMemoryClients Limit[int64]
 	// TLS, when set, serves RESP (and HTTP) over TLS only.
 	TLS *TLSFiles
-	// MemoryLimit is the Go runtime's soft memory limit the process runs
-	// with (0: none), and MemoryLimitSource where it came from (auto,
-	// --memory-limit, GOMEMLIMIT, off). For INFO only: the command sets
-	// the limit, as it is the process's.
-	MemoryLimit       int64
-	MemoryLimitSource string
+	// AllowRemoteWithoutAuth turns protected mode off. In protected mode
+	// (the default) a server with neither a Password nor TLS client
+	// certificates answers clients from addresses other than loopback
+	// with a DENIED error and closes them, as Redis does.
+	AllowRemoteWithoutAuth bool
+	// Password, when set, must be given with AUTH or HELLO ... AUTH before
+	// any command other than AUTH, HELLO, PING and QUIT, as with Redis'
+	// requirepass (user "default").
+	Password string
+	// ShutdownTimeout bounds Close: connections get nine tenths of it to
+	// finish their last pipeline, are then closed, and Close waits for them
+	// at most the last tenth; default 10s.
+	ShutdownTimeout time.Duration
+}
 
-	// PolicyFile is a divvy rule file (.ini or .json) for HIT and the line
+// PolicyConfig configures the divvy rules (HIT, the line protocol,
+// /check) and their dials (POLICY). A zero field means the default given.
+type PolicyConfig struct {
+	// File is a divvy rule file (.ini or .json) for HIT and the line
 	// protocol. New loads it and fails with its validation error;
 	// ReloadPolicy reads it again. Empty: no rules, and HIT answers an
 	// error.
-	PolicyFile string
-	// PolicyMaxOverrides is the most per-actor overrides (POLICY
-	// OVERRIDE) the server keeps; default DefaultPolicyMaxOverrides.
-	PolicyMaxOverrides int
-	// PolicyStatsDays is the days of threshold data (POLICY STATS) kept;
+	File string
+	// MaxOverrides is the most per-actor overrides (POLICY OVERRIDE) the
+	// server keeps; default DefaultPolicyMaxOverrides.
+	MaxOverrides int
+	// StatsDays is the days of threshold data (POLICY STATS) kept;
 	// default DefaultPolicyStatsDays.
-	PolicyStatsDays int
-	// Divvy configures the divvy line protocol (ServeDivvy).
-	Divvy DivvyConfig
+	StatsDays int
+}
 
-	// Cluster, when set, serves the Redis Cluster protocol (package
-	// clusternode); nil: standalone.
-	Cluster *ClusterConfig
-	// AcceptRepairedClusterState starts on a store whose cluster state
-	// sluice repair brought back older than it may have been
-	// (storage.StaleMetaName), which is otherwise refused
-	// (ErrClusterStateRepaired): an operator has checked it is current.
-	AcceptRepairedClusterState bool
-	// RLS configures Envoy's rate limit service (ServeRLS).
-	RLS RLSConfig
-
-	// MaxConfigFile bounds the bytes read from each file of the
-	// configuration: PolicyFile, each TLS file, and the files of
-	// RLS.Dir together; default DefaultMaxConfigFile. Only regular
-	// files (or symlinks to them) are read: a named pipe or a device is
-	// refused without being opened.
-	MaxConfigFile int64
-	// ReloadTimeout is the most Reload, ReloadTLS, ReloadPolicy, ReloadRLS
-	// and POLICY RELOAD wait for a reload to read its files, and for
-	// another one to finish first (internal/reload); past it they return
-	// ErrReloadTimeout, and the reload goes on. Default
-	// DefaultReloadTimeout.
-	ReloadTimeout time.Duration
-	// HTTPMaxHeaderBytes bounds a request's header on the HTTP listener
-	// and on /check (http.Server.MaxHeaderBytes: the request line, names
-	// and values; net/http allows 4 KiB more); past it the request is
+// HTTPConfig configures the HTTP listener (ServeHTTP) and /check's
+// (ServeCheck). A zero field means the default given.
+type HTTPConfig struct {
+	// MaxHeaderBytes bounds a request's header on the HTTP listener and
+	// on /check (http.Server.MaxHeaderBytes: the request line, names and
+	// values; net/http allows 4 KiB more); past it the request is
 	// answered 431. Default DefaultHTTPMaxHeaderBytes.
-	HTTPMaxHeaderBytes int
+	MaxHeaderBytes int
 }
 
 // RESPConfig configures the RESP front end. A zero field means the
@@ -191,8 +191,26 @@ type RESPConfig struct {
 	// commands queued after MULTI plus 64 for each command and each key
 	// WATCH watches; past it the transaction is discarded (EXEC answers
 	// EXECABORT). Default DefaultMaxMultiBytes. The queue also counts
-	// against Config.MaxMemoryClients.
+	// against Config.Listen.MaxMemoryClients.
 	MaxMultiBytes int
+
+	// Debug says who may run DEBUG, whose CLOCK-OFFSET shifts the server
+	// clock (fault-injection tests): nobody (the zero value, as Redis 7's
+	// enable-debug-command no), clients on loopback, or every client.
+	Debug DebugAccess
+	// SweepInterval is the pause between two passes of the idle sweep,
+	// which deletes buckets that have refilled to full; default 10m,
+	// NoLimit turns the background sweep off (COMPACT still sweeps).
+	SweepInterval Limit[time.Duration]
+	// SweepRate is the most records the background sweep examines per
+	// second; default 20000, NoLimit for no pacing.
+	SweepRate Limit[int]
+	// MemoryLimit is the Go runtime's soft memory limit the process runs
+	// with (0: none), and MemoryLimitSource where it came from (auto,
+	// --memory-limit, GOMEMLIMIT, off). For INFO only: the command sets
+	// the limit, as it is the process's.
+	MemoryLimit       int64
+	MemoryLimitSource string
 }
 
 // DivvyConfig configures the divvy line protocol (ServeDivvy):
@@ -305,20 +323,20 @@ func New(cfg Config) (*Server, error) {
 	orDefault(&cfg.RESP.MaxInline, DefaultMaxInline)
 	orDefault(&cfg.RESP.MaxQueryBuffer, DefaultMaxQueryBuffer)
 	orDefault(&cfg.MaxKeySize, DefaultMaxKeySize)
-	orDefault(&cfg.ShutdownTimeout, DefaultShutdownTimeout)
-	orDefault(&cfg.MaxClients, DefaultMaxClients)
+	orDefault(&cfg.Listen.ShutdownTimeout, DefaultShutdownTimeout)
+	orDefault(&cfg.Listen.MaxClients, DefaultMaxClients)
 	orDefault(&cfg.RESP.MaxReplyBuffer, DefaultMaxReplyBuffer)
 	orDefault(&cfg.RESP.MaxMultiBytes, DefaultMaxMultiBytes)
-	cfg.MaxMemoryClients = cfg.MaxMemoryClients.OrDefault(DefaultMaxMemoryClients)
+	cfg.Listen.MaxMemoryClients = cfg.Listen.MaxMemoryClients.OrDefault(DefaultMaxMemoryClients)
 	orDefault(&cfg.Divvy.MaxLine, DefaultDivvyMaxLine)
 	orDefault(&cfg.Divvy.MaxPipeline, DefaultDivvyMaxPipeline)
-	orDefault(&cfg.PolicyMaxOverrides, DefaultPolicyMaxOverrides)
-	orDefault(&cfg.PolicyStatsDays, DefaultPolicyStatsDays)
+	orDefault(&cfg.Policy.MaxOverrides, DefaultPolicyMaxOverrides)
+	orDefault(&cfg.Policy.StatsDays, DefaultPolicyStatsDays)
 	orDefault(&cfg.RLS.MaxMessage, DefaultRLSMaxMessage)
 	orDefault(&cfg.RLS.MaxStreams, DefaultRLSMaxStreams)
 	orDefault(&cfg.RLS.MaxDescriptors, DefaultRLSMaxDescriptors)
 	orDefault(&cfg.RLS.MaxHeaderBytes, DefaultRLSMaxHeaderBytes)
-	orDefault(&cfg.HTTPMaxHeaderBytes, DefaultHTTPMaxHeaderBytes)
+	orDefault(&cfg.HTTP.MaxHeaderBytes, DefaultHTTPMaxHeaderBytes)
 	cfg.RESP.MaxAuthFailures = cfg.RESP.MaxAuthFailures.OrDefault(DefaultMaxAuthFailures)
 	if cfg.Version == "" {
 		cfg.Version = "dev"
@@ -329,8 +347,8 @@ func New(cfg Config) (*Server, error) {
 	if cfg.Clock == nil {
 		cfg.Clock = time.Now
 	}
-	cfg.SweepInterval = cfg.SweepInterval.OrDefault(DefaultSweepInterval)
-	cfg.SweepRate = cfg.SweepRate.OrDefault(DefaultSweepRate)
+	cfg.RESP.SweepInterval = cfg.RESP.SweepInterval.OrDefault(DefaultSweepInterval)
+	cfg.RESP.SweepRate = cfg.RESP.SweepRate.OrDefault(DefaultSweepRate)
 	if cfg.BackupDir == "" {
 		cfg.BackupDir = respserver.DefaultBackupDir
 	}
@@ -341,12 +359,12 @@ func New(cfg Config) (*Server, error) {
 		cfg:   cfg,
 		store: cfg.Store,
 		log:   cfg.Logger,
-		guard: admit.Guard{Off: cfg.AllowRemoteWithoutAuth, Password: cfg.Password != ""},
+		guard: admit.Guard{Off: cfg.Listen.AllowRemoteWithoutAuth, Password: cfg.Listen.Password != ""},
 	}
 	base := cfg.Clock
 	s.clock = func() time.Time { return base().Add(time.Duration(s.clockOffset.Load())) }
-	if cfg.TLS != nil {
-		t, err := admit.NewTLS(*cfg.TLS, cfg.MaxConfigFile)
+	if cfg.Listen.TLS != nil {
+		t, err := admit.NewTLS(*cfg.Listen.TLS, cfg.MaxConfigFile)
 		if err != nil {
 			return nil, err
 		}
@@ -355,8 +373,8 @@ func New(cfg Config) (*Server, error) {
 	if err := s.initAdmission(); err != nil {
 		return nil, err
 	}
-	if cfg.PolicyFile != "" {
-		s.pol.Path, s.pol.MaxBytes = cfg.PolicyFile, cfg.MaxConfigFile
+	if cfg.Policy.File != "" {
+		s.pol.Path, s.pol.MaxBytes = cfg.Policy.File, cfg.MaxConfigFile
 		if err := s.pol.Load(); err != nil {
 			return nil, err
 		}
@@ -364,7 +382,7 @@ func New(cfg Config) (*Server, error) {
 	co := clusternode.Options{
 		Store: s.store, Logger: s.log, Clock: s.clock, Cluster: cfg.Cluster,
 		AcceptRepairedClusterState: cfg.AcceptRepairedClusterState,
-		Password:                   cfg.Password, TLS: cfg.TLS != nil,
+		Password:                   cfg.Listen.Password, TLS: cfg.Listen.TLS != nil,
 	}
 	if s.guard.TLS != nil && cfg.Cluster != nil && cfg.Cluster.Replicas > 1 {
 		var err error
@@ -377,7 +395,7 @@ func New(cfg Config) (*Server, error) {
 		return nil, err
 	}
 	s.clus = clus
-	ecfg := engine.Config{Store: s.store, Clock: s.clock, MaxKeySize: cfg.MaxKeySize, MaxOverrides: int64(cfg.PolicyMaxOverrides), StatsDays: cfg.PolicyStatsDays}
+	ecfg := engine.Config{Store: s.store, Clock: s.clock, MaxKeySize: cfg.MaxKeySize, MaxOverrides: int64(cfg.Policy.MaxOverrides), StatsDays: cfg.Policy.StatsDays}
 	if cfg.AllowOnStoreError {
 		ecfg.OnStoreError = engine.Allow
 	}
@@ -441,8 +459,8 @@ func (s *Server) Close() error {
 	// From now, as cmd/sluice's own timer: a slow stopSweeper does not
 	// push the forced close past the moment the store is closed.
 	s.reload.Stop() // a reload under way is waited for no longer
-	rest := s.cfg.ShutdownTimeout / 10
-	forceAt := time.Now().Add(s.cfg.ShutdownTimeout - rest)
+	rest := s.cfg.Listen.ShutdownTimeout / 10
+	forceAt := time.Now().Add(s.cfg.Listen.ShutdownTimeout - rest)
 	defer close(s.done)
 	defer s.resp.Closed()
 	if s.clus != nil {
@@ -454,7 +472,7 @@ func (s *Server) Close() error {
 	// RESP, the line protocol and Envoy's rate limit service drain all at
 	// once, the way /check and HTTP do, each in its listener
 	// (admit.Listeners.Drain).
-	s.lns.Drain(forceAt, rest, s.cfg.ShutdownTimeout)
+	s.lns.Drain(forceAt, rest, s.cfg.Listen.ShutdownTimeout)
 	// The threshold data since the last flush (POLICY STATS), now that no
 	// round adds to them.
 	if err := s.eng.FlushStats(); err != nil {

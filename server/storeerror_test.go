@@ -116,7 +116,7 @@ func TestWritesBeforeMaintenanceFailWithIt(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			srv, err := New(Config{Store: store, BackupDir: t.TempDir(), SweepInterval: NoLimit[time.Duration]()})
+			srv, err := New(Config{Store: store, BackupDir: t.TempDir(), RESP: RESPConfig{SweepInterval: NoLimit[time.Duration]()}})
 			if err != nil {
 				t.Fatal(err)
 			}

@@ -57,7 +57,7 @@ func TestRuleTranscripts(t *testing.T) {
 	srv := startServer(t, Config{
 		MaxKeySize: 16,
 		Clock:      newTestClock(transcriptTime).now,
-		PolicyFile: filepath.Join(transcriptDir, "policy.ini"),
+		Policy:     PolicyConfig{File: filepath.Join(transcriptDir, "policy.ini")},
 		Divvy:      DivvyConfig{MaxLine: 100},
 	})
 	divvy := startDivvy(t, srv)

@@ -295,7 +295,7 @@ func TestRoundOverShareKeepsRecordsInUse(t *testing.T) {
 // entries on free lists; the arena, records and index give back what they
 // grew to.
 func TestTableGivesBackMemory(t *testing.T) {
-	s, err := Open("db", Options{fs: vfs.NewMem(), CacheMemory: -1, MaxQueued: 1 << 20, MaxQueuedBytes: 1 << 30})
+	s, err := Open("db", Options{fs: vfs.NewMem(), NoCache: true, MaxQueued: 1 << 20, MaxQueuedBytes: 1 << 30})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -456,7 +456,7 @@ func heldBytes(s *Store) (held int64, free int) {
 // tables held 1.45 times CacheMemory at 16 MiB and 1.15 at 160 MiB.
 func TestCacheBoundIsRealMemory(t *testing.T) {
 	const mem = 2 << 20
-	s, err := Open("db", Options{fs: vfs.NewMem(), CacheMemory: mem, KeyFilterSize: -1})
+	s, err := Open("db", Options{fs: vfs.NewMem(), CacheMemory: mem, NoKeyFilter: true})
 	if err != nil {
 		t.Fatal(err)
 	}

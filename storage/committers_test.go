@@ -315,7 +315,7 @@ func TestAlwaysAcknowledgesOnlySyncedWrites(t *testing.T) {
 					t.Error(err)
 					return
 				}
-				c, err := Open("db", Options{fs: fs.CrashClone(vfs.CrashCloneCfg{}), Sync: SyncAlways, Committers: 1, KeyFilterSize: -1})
+				c, err := Open("db", Options{fs: fs.CrashClone(vfs.CrashCloneCfg{}), Sync: SyncAlways, Committers: 1, NoKeyFilter: true})
 				if err != nil {
 					t.Error(err)
 					return

@@ -68,3 +68,34 @@ func TestKeyFilterInStore(t *testing.T) {
 		}
 	}
 }
+
+// TestOffOptions: NoCache and NoKeyFilter turn the cache and the key
+// filter off whatever size is given beside them, and a negative size
+// still does, as it did before they existed.
+func TestOffOptions(t *testing.T) {
+	for _, tc := range []struct {
+		name       string
+		opts       Options
+		wantCache  int64
+		wantFilter bool
+	}{
+		{"defaults", Options{}, DefaultCacheMemory, true},
+		{"bools", Options{CacheMemory: 1 << 20, NoCache: true, KeyFilterSize: 1 << 16, NoKeyFilter: true}, 0, false},
+		{"negative", Options{CacheMemory: -1, KeyFilterSize: -1}, 0, false},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			tc.opts.fs = vfs.NewMem()
+			s, err := Open("db", tc.opts)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer s.Close()
+			if got := s.Stats().CacheMemory; got != tc.wantCache {
+				t.Errorf("CacheMemory in force = %d, want %d", got, tc.wantCache)
+			}
+			if got := s.filter != nil; got != tc.wantFilter {
+				t.Errorf("key filter on = %v, want %v", got, tc.wantFilter)
+			}
+		})
+	}
+}

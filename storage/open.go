@@ -106,7 +106,7 @@ func OpenContext(ctx context.Context, dir string, o Options) (*Store, error) {
 		}
 	}
 	o.CacheEntries = 0
-	if o.CacheMemory < 0 {
+	if o.CacheMemory < 0 || o.NoCache {
 		o.CacheMemory = 0 // off
 	}
 	if o.CacheMemory > 0 && o.CacheMemory < MinCacheMemory {
@@ -257,6 +257,7 @@ func (s *Store) openPebble(ctx context.Context, base vfs.FS) (err error) {
 		}
 	}
 	switch {
+	case o.NoKeyFilter:
 	case o.KeyFilterSize == 0:
 		s.filter = newKeyFilter(DefaultKeyFilter)
 	case o.KeyFilterSize > 0:

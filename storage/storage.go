@@ -115,18 +115,25 @@ type Options struct {
 	// records rather than grow past it. Each of the 1024 stripes gets an
 	// equal share, so a record bigger than CacheMemory/1024 is never
 	// cached (it is kept only while its write is on its way). Zero means
-	// the default, DefaultCacheMemory; negative turns the cache off,
-	// keeping only records whose write is on its way. A positive value
-	// below MinCacheMemory is raised to it (Stats.CacheMemory reports the
-	// bound in force): below it a stripe's share would not hold the first
+	// the default, DefaultCacheMemory (NoCache turns the cache off; a
+	// negative value still does, as it used to). A positive value below
+	// MinCacheMemory is raised to it (Stats.CacheMemory reports the bound
+	// in force): below it a stripe's share would not hold the first
 	// record with its index, and the cache would hold nothing.
 	CacheMemory int64
+	// NoCache turns the hot-state cache off, whatever CacheMemory says:
+	// only records whose write is on its way are kept.
+	NoCache bool
 	// KeyFilterSize is the bytes of the in-memory filter of stored keys,
 	// which answers lookups of buckets that do not exist without reading
 	// Pebble; about 10 bits per key keep its false positives near 1%.
-	// Zero means the default, 16 MiB (about 13M keys); negative turns it off.
+	// Zero means the default, 16 MiB (about 13M keys); NoKeyFilter turns
+	// it off (a negative value still does, as it used to).
 	KeyFilterSize int64
-	Logger        *slog.Logger // default: discard
+	// NoKeyFilter turns the key filter off, whatever KeyFilterSize says:
+	// every lookup of a bucket not cached reads Pebble.
+	NoKeyFilter bool
+	Logger      *slog.Logger // default: discard
 	// MaxOpenFiles is Pebble's soft limit on the files it keeps open
 	// (tables, logs, lock); zero means Pebble's default, 1000.
 	MaxOpenFiles int

@@ -90,7 +90,7 @@ func waitQueue(t *testing.T, q *commitQueue, what string, cond func() bool) {
 // kept, and returns the counters of keys there.
 func crashValues(t *testing.T, fs *vfs.MemFS, keys ...string) []int {
 	t.Helper()
-	c, err := Open("db", Options{fs: fs.CrashClone(vfs.CrashCloneCfg{}), Sync: SyncAlways, KeyFilterSize: -1})
+	c, err := Open("db", Options{fs: fs.CrashClone(vfs.CrashCloneCfg{}), Sync: SyncAlways, NoKeyFilter: true})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -112,8 +112,10 @@ func (serveCommand) run(inv invocation, args []string) (err error) {
 	storeOpts := server.StoreOptions(storage.Options{
 		Sync:                  mode,
 		CacheSize:             int64(cfg.cacheSize),
-		CacheMemory:           offIfZero(int64(cfg.cacheMemory)),
-		KeyFilterSize:         offIfZero(int64(cfg.keyFilterSize)),
+		CacheMemory:           int64(cfg.cacheMemory),
+		NoCache:               cfg.cacheMemory == 0,
+		KeyFilterSize:         int64(cfg.keyFilterSize),
+		NoKeyFilter:           cfg.keyFilterSize == 0,
 		MemTableSize:          int64(cfg.memtableSize),
 		MaxOpenFiles:          files.StoreFiles,
 		MaxQueuedBytes:        int(cfg.commitQueueMem),
@@ -180,39 +182,41 @@ func serverConfig(cfg config, store *storage.Store, log *slog.Logger, password s
 		Store:  store,
 		Logger: log,
 		RESP: server.RESPConfig{
-			MaxArgs:         cfg.maxArgs,
-			MaxBulk:         int64(cfg.maxBulk),
-			MaxInline:       int(cfg.maxInline),
-			MaxQueryBuffer:  int(cfg.maxQueryBuffer),
-			MaxAuthFailures: zeroIsOff(cfg.maxAuthFailures),
-			IdleTimeout:     time.Duration(cfg.timeout) * time.Second,
-			MaxReplyBuffer:  int(cfg.maxReplyBuffer),
-			MaxMultiBytes:   int(cfg.maxMultiBytes),
+			MaxArgs:           cfg.maxArgs,
+			MaxBulk:           int64(cfg.maxBulk),
+			MaxInline:         int(cfg.maxInline),
+			MaxQueryBuffer:    int(cfg.maxQueryBuffer),
+			MaxAuthFailures:   zeroIsOff(cfg.maxAuthFailures),
+			IdleTimeout:       time.Duration(cfg.timeout) * time.Second,
+			MaxReplyBuffer:    int(cfg.maxReplyBuffer),
+			MaxMultiBytes:     int(cfg.maxMultiBytes),
+			SweepInterval:     zeroIsOff(cfg.sweepInterval),
+			SweepRate:         zeroIsOff(cfg.sweepRate),
+			MemoryLimit:       memLimit,
+			MemoryLimitSource: memLimitSource,
+			Debug:             cfg.debug,
 		},
-		MaxKeySize:      int(cfg.maxKeySize),
-		ShutdownTimeout: cfg.shutdownTimeout,
-		Version:         buildVersion(),
-		Revision:        buildRevision(),
-		SweepInterval:   zeroIsOff(cfg.sweepInterval),
-		SweepRate:       zeroIsOff(cfg.sweepRate),
-		BackupDir:       cfg.backupDir,
-
-		MemoryLimit:       memLimit,
-		MemoryLimitSource: memLimitSource,
+		MaxKeySize: int(cfg.maxKeySize),
+		Listen: server.ListenConfig{
+			ShutdownTimeout:        cfg.shutdownTimeout,
+			Password:               password,
+			AllowRemoteWithoutAuth: cfg.protectedMode == "no",
+			MaxClients:             cfg.maxClients,
+			Files:                  files,
+			MaxMemoryClients:       zeroIsOff(int64(cfg.maxMemClients)),
+			TLS:                    tlsFiles,
+		},
+		Version:   buildVersion(),
+		Revision:  buildRevision(),
+		BackupDir: cfg.backupDir,
 
 		AllowOnStoreError: cfg.onStoreError == "allow",
 
-		Password:               password,
-		AllowRemoteWithoutAuth: cfg.protectedMode == "no",
-		Debug:                  cfg.debug,
-		MaxClients:             cfg.maxClients,
-		Files:                  files,
-		MaxMemoryClients:       zeroIsOff(int64(cfg.maxMemClients)),
-		TLS:                    tlsFiles,
-
-		PolicyFile:         cfg.policyFile,
-		PolicyMaxOverrides: cfg.policyMaxOverrides,
-		PolicyStatsDays:    cfg.policyStatsDays,
+		Policy: server.PolicyConfig{
+			File:         cfg.policyFile,
+			MaxOverrides: cfg.policyMaxOverrides,
+			StatsDays:    cfg.policyStatsDays,
+		},
 		Divvy: server.DivvyConfig{
 			MaxLine:     int(cfg.divvyMaxLine),
 			MaxPipeline: cfg.divvyMaxPipeline,
@@ -231,9 +235,9 @@ func serverConfig(cfg config, store *storage.Store, log *slog.Logger, password s
 			MaxHeaderBytes:  int(cfg.rlsMaxHeaderBytes),
 		},
 
-		MaxConfigFile:      int64(cfg.maxConfigFile),
-		ReloadTimeout:      cfg.reloadTimeout,
-		HTTPMaxHeaderBytes: int(cfg.httpMaxHeaderBytes),
+		MaxConfigFile: int64(cfg.maxConfigFile),
+		ReloadTimeout: cfg.reloadTimeout,
+		HTTP:          server.HTTPConfig{MaxHeaderBytes: int(cfg.httpMaxHeaderBytes)},
 	}
 }
 
@@ -399,15 +403,6 @@ func loadKeyPair(certFile, keyFile string, limit byteSize) (tls.Certificate, err
 		return tls.Certificate{}, err
 	}
 	return tls.X509KeyPair(certPEM, keyPEM)
-}
-
-// offIfZero maps a flag where 0 means off to storage.Options, where 0 means
-// the default and a negative number means off.
-func offIfZero(n int64) int64 {
-	if n == 0 {
-		return -1
-	}
-	return n
 }
 
 // zeroIsOff maps a flag where 0 means off to a server.Limit, whose zero is

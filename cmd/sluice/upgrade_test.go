@@ -87,10 +87,10 @@ func TestUpgradeFormat1(t *testing.T) {
 	}
 	defer store.Close()
 	c, stop := serveStore(t, server.Config{
-		Store:         store,
-		PolicyFile:    "testdata/format1/policy.ini",
-		Clock:         func() time.Time { return time.UnixMilli(1795469061587) },
-		SweepInterval: server.NoLimit[time.Duration](),
+		Store:  store,
+		Policy: server.PolicyConfig{File: "testdata/format1/policy.ini"},
+		Clock:  func() time.Time { return time.UnixMilli(1795469061587) },
+		RESP:   server.RESPConfig{SweepInterval: server.NoLimit[time.Duration]()},
 	})
 	defer stop()
 	ctx := context.Background()
