@@ -49,6 +49,13 @@ type Batch struct {
 	// lost is the error Commit owes for a transaction Release dropped
 	// (see modify).
 	lost error
+	// dropped is the store's count of record drops (Store.dropped) when
+	// the Batch noted its first change: with replicated records, a change
+	// made before a drop and queued after it may have been dropped with
+	// its record, which its round then finds gone and acknowledges.
+	// stale says the Batch queued a change after such a drop.
+	dropped uint64
+	stale   bool
 }
 
 // held is the stripes a held Batch has locked: a bit per stripe, and their
@@ -368,6 +375,9 @@ func (s *Store) PartitionWrites(p int) uint64 {
 // SyncNo it takes the queue once per tick, and a round writes each key
 // once, with its newest value (fRound).
 func (b *Batch) note(key []byte, size int64, hint written) {
+	if len(b.notes) == 0 && b.queued == 0 {
+		b.dropped = b.s.dropped.Load()
+	}
 	c := b.s.committerOf(key)
 	if len(b.notes) > 0 && b.notes[0].committer != c {
 		b.mixed = true
@@ -415,7 +425,7 @@ func (b *Batch) Commit() error {
 	}
 	if b.lost != nil {
 		err := b.lost
-		b.lost, b.queued = nil, 0
+		b.lost, b.queued, b.stale = nil, 0, false
 		clear(b.tickets)
 		return err
 	}
@@ -427,10 +437,23 @@ func (b *Batch) Commit() error {
 	b.reset()
 	if err != nil {
 		clear(b.tickets)
+		b.stale = false
 		return err
 	}
-	return b.wait()
+	err = b.wait()
+	if b.stale {
+		b.stale = false
+		if err == nil {
+			err = errDroppedMeanwhile
+		}
+	}
+	return err
 }
+
+// errDroppedMeanwhile is Commit's error for a Batch whose changes were
+// made before records were dropped (DiscardDirty, lose) and queued after:
+// they may have been dropped with their records.
+var errDroppedMeanwhile = fmt.Errorf("%w: records were dropped while its changes were made, when this node lost its group's leadership", ErrNotReplicated)
 
 // enqueue hands the Batch's changes to their committers' queues, each once
 // they fit there, and notes the round of each in tickets.
@@ -493,6 +516,12 @@ func (b *Batch) enqueueTo(c, n, bytes int) error {
 // them. q must be locked and not stopped.
 func (b *Batch) enqueueLocked(q *commitQueue, c int) uint64 {
 	s := b.s
+	// Under q's lock, as a drop marks q's queued rounds lost: a change
+	// queued before that is failed by it, one queued after a drop that
+	// began since the change was made is failed by Commit.
+	if s.opts.Replicator != nil && s.dropped.Load() != b.dropped {
+		b.stale = true
+	}
 	if c == s.committers || !b.mixed {
 		// Every change: the keys in one copy.
 		base := len(q.keys)

@@ -92,6 +92,10 @@ func (s *Store) DiscardDirty(lower, upper []byte) (int, error) {
 		return 0, err
 	}
 	defer unlock()
+	// Before and after: a Batch that noted a change meanwhile, or before,
+	// sees the count move (Batch.Commit).
+	s.dropped.Add(1)
+	defer s.dropped.Add(1)
 	touched := make([]bool, len(s.queues))
 	defer func() {
 		for c, t := range touched {
@@ -222,6 +226,8 @@ func (s *Store) finishReplicated(q *commitQueue, r *roundBufs, round uint64, err
 // change queued now, get err: those changes may rest on the lost ones.
 // The changes queued from now on go to a round of their own.
 func (s *Store) lose(q *commitQueue, done []written, round uint64, err error) {
+	s.dropped.Add(1) // before and after: see DiscardDirty
+	defer s.dropped.Add(1)
 	for _, w := range done {
 		st := &s.stripe[w.stripe]
 		st.mu.Lock()

@@ -289,6 +289,10 @@ type Store struct {
 	// round has written it. Set under txMu locked, cleared under roundMu
 	// locked.
 	crossPending atomic.Bool
+	// dropped counts the drops of dirty records of a replicated store,
+	// twice each, at its start and its end (DiscardDirty, lose): see
+	// Batch.dropped.
+	dropped atomic.Uint64
 	// watching counts the watchers (see Watch); while it is not zero,
 	// every write bumps its partition's counter in partitionMods.
 	watching      atomic.Int64
