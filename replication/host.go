@@ -112,9 +112,6 @@ type Host struct {
 	// replicas holds the ordinals of each shard's replicas, the first its
 	// home (HostConfig.Replicas, SetReplicas).
 	replicas []atomic.Pointer[[]int]
-	// ordinals are those of every node the Host knows of: the ones it
-	// asks to add a replica that joins.
-	ordinals atomic.Pointer[[]int]
 	ticks    int
 	// joining is set while join requests are being sent (askToJoin), and
 	// leaving while replicas ask whether they were removed (askRemoved).
@@ -135,6 +132,9 @@ type Host struct {
 	followMu    sync.Mutex
 	placeMu     sync.Mutex
 	nodes       int
+	// placeVoters and placeLearners are the ordinals that vote in the
+	// placement group, and those that learn it (placementVoters).
+	placeVoters, placeLearners []int
 	// handing is set, per shard, while this node hands its leadership
 	// back home (balance, with HostConfig.Handoff).
 	handing []atomic.Bool
@@ -204,6 +204,7 @@ func NewHost(cfg HostConfig) (*Host, error) {
 		return nil, err
 	}
 	h.epoch.Store(stored.Epoch)
+	h.placeVoters, h.placeLearners = placementVoters(h.nodes)
 	if err := h.openPlacement(); err != nil {
 		return nil, err
 	}
@@ -250,11 +251,10 @@ func (h *Host) openPlacement() error {
 		return err
 	}
 	if !held && cfg.Incarnation == 0 {
-		voters, learners := placementVoters(h.nodes)
-		for _, o := range voters {
+		for _, o := range h.placeVoters {
 			gc.Bootstrap = append(gc.Bootstrap, NodeID(o, 0))
 		}
-		for _, o := range learners {
+		for _, o := range h.placeLearners {
 			gc.BootstrapLearners = append(gc.BootstrapLearners, NodeID(o, 0))
 		}
 	}
@@ -326,33 +326,28 @@ func (h *Host) replicasOf(i int) []int { return *h.replicas[i].Load() }
 
 // setReplicas records shard i's replicas, checked.
 func (h *Host) setReplicas(i int, ordinals []int) error {
+	if err := h.checkReplicas(i, ordinals); err != nil {
+		return err
+	}
+	reps := slices.Clone(ordinals)
+	h.replicas[i].Store(&reps)
+	return nil
+}
+
+// checkReplicas refuses replicas of shard i that are none, too many, on a
+// node the cluster does not have, or twice on one.
+func (h *Host) checkReplicas(i int, ordinals []int) error {
 	if len(ordinals) == 0 || len(ordinals) > MaxReplicas {
 		return fmt.Errorf("%w: shard %d: %d replicas; want 1 to %d", ErrReplicas, i, len(ordinals), MaxReplicas)
 	}
 	for j, o := range ordinals {
-		if o < 0 || o >= MaxOrdinals {
-			return fmt.Errorf("%w: shard %d: ordinal %d; want 0 to %d", ErrReplicas, i, o, MaxOrdinals-1)
+		if o < 0 || o >= h.nodes {
+			return fmt.Errorf("%w: shard %d: ordinal %d; the cluster's nodes are 0 to %d", ErrReplicas, i, o, h.nodes-1)
 		}
 		if slices.Contains(ordinals[:j], o) {
-			return fmt.Errorf("%w: shard %d: ordinal %d given twice", ErrReplicas, i, o)
+			return fmt.Errorf("%w: shard %d: node %d given twice", ErrReplicas, i, o)
 		}
 	}
-	reps := slices.Clone(ordinals)
-	h.replicas[i].Store(&reps)
-	known := []int{}
-	for o := range h.nodes {
-		known = append(known, o)
-	}
-	if p := h.ordinals.Load(); p != nil {
-		known = slices.Clone(*p)
-	}
-	for _, o := range reps {
-		if !slices.Contains(known, o) {
-			known = append(known, o)
-		}
-	}
-	slices.Sort(known)
-	h.ordinals.Store(&known)
 	return nil
 }
 
@@ -461,8 +456,7 @@ func (h *Host) Tick() {
 // replica that joins or leaves (Group.planMembers); a leader whose node
 // no longer holds its shard hands the leadership to one that does.
 func (h *Host) changeMembers() {
-	voters, learners := placementVoters(h.nodes)
-	if cc, note, node := h.placement.planMembers(voters, learners, Ordinal); note != "" || cc != nil {
+	if cc, note, node := h.placement.planMembers(h.placeVoters, h.placeLearners, Ordinal); note != "" || cc != nil {
 		if note != "" {
 			h.lg.Info(note, "group", "placement", "node", node, "ordinal", Ordinal(node))
 		}
@@ -518,12 +512,11 @@ func (h *Host) askToJoin() {
 	if len(groups) == 0 || !h.joining.CompareAndSwap(false, true) {
 		return
 	}
-	ordinals := *h.ordinals.Load()
 	h.wg.Add(1)
 	go func() {
 		defer h.wg.Done()
 		defer h.joining.Store(false)
-		for _, o := range ordinals {
+		for o := range h.nodes {
 			if o == h.cfg.Ordinal {
 				continue
 			}

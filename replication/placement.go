@@ -148,13 +148,8 @@ func (h *Host) Move(shard int, ordinals []int) (Placement, error) {
 	if want := len(h.cfg.Shards[shard].Replicas); len(ordinals) != want {
 		return Placement{}, fmt.Errorf("%w: %d nodes for shard %d; it has %d replicas (--cluster-replicas)", ErrReplicas, len(ordinals), shard, want)
 	}
-	for j, o := range ordinals {
-		if o < 0 || o >= h.nodes {
-			return Placement{}, fmt.Errorf("%w: ordinal %d; the cluster's nodes are 0 to %d", ErrReplicas, o, h.nodes-1)
-		}
-		if slices.Contains(ordinals[:j], o) {
-			return Placement{}, fmt.Errorf("%w: node %d given twice", ErrReplicas, o)
-		}
+	if err := h.checkReplicas(shard, ordinals); err != nil {
+		return Placement{}, err
 	}
 	h.placeMu.Lock()
 	defer h.placeMu.Unlock()
