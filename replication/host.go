@@ -65,8 +65,18 @@ type HostConfig struct {
 	// Shards. A placement the store holds (Move) comes before it.
 	Replicas [][]int
 	// Nodes is how many nodes the cluster has, ordinals 0 to Nodes−1;
-	// 0: those of Shards.
+	// 0: len(Addrs), or those of Shards. A placement that added nodes
+	// (AddNode) comes before it.
 	Nodes int
+	// Placement, when set, is the placement learned from another node
+	// (Transport.AskPlacement) by a node added to the cluster (AddNode):
+	// its replicas and nodes until the node's replica of the placement
+	// group applies a later one. One the store holds comes before it.
+	Placement *Placement
+	// Addrs are the addresses of the nodes the cluster was first started
+	// with, by ordinal; a node is added (AddNode) only where they are
+	// given, or where the placement holds them already.
+	Addrs []Node
 	// Incarnation is this node's (see NodeID). 0 bootstraps the groups
 	// the store holds nothing of, with the first replicas of every shard
 	// as voters; above 0, the node lost its data and its replicas join
@@ -131,10 +141,9 @@ type Host struct {
 	placeFailed uint64
 	followMu    sync.Mutex
 	placeMu     sync.Mutex
-	nodes       int
-	// placeVoters and placeLearners are the ordinals that vote in the
-	// placement group, and those that learn it (placementVoters).
-	placeVoters, placeLearners []int
+	// nodeSet is the cluster's nodes as this node follows them: read
+	// by every tick, replaced when the placement adds one.
+	nodeSet atomic.Pointer[nodeSet]
 	// handing is set, per shard, while this node hands its leadership
 	// back home (balance, with HostConfig.Handoff).
 	handing []atomic.Bool
@@ -167,20 +176,31 @@ func NewHost(cfg HostConfig) (*Host, error) {
 	if cfg.Replicas != nil && len(cfg.Replicas) != n {
 		return nil, fmt.Errorf("replication: HostConfig gives the replicas of %d shards; the placement has %d", len(cfg.Replicas), n)
 	}
-	stored, moved, err := storedPlacement(cfg.Store)
+	stored, moved, err := StoredPlacement(cfg.Store)
 	if err != nil {
 		return nil, err
+	}
+	if !moved && cfg.Placement != nil {
+		stored, moved = *cfg.Placement, true
 	}
 	if moved && len(stored.Replicas) != n {
 		return nil, fmt.Errorf("%w: the store's placement has %d shards; the cluster has %d", ErrBadPlacement, len(stored.Replicas), n)
 	}
+	nodes := len(cfg.Addrs)
 	for _, sh := range cfg.Shards {
 		for _, o := range sh.Replicas {
-			h.nodes = max(h.nodes, o+1)
+			nodes = max(nodes, o+1)
 		}
 	}
 	if cfg.Nodes > 0 {
-		h.nodes = cfg.Nodes
+		nodes = cfg.Nodes
+	}
+	if cfg.Addrs != nil && len(cfg.Addrs) != nodes {
+		return nil, fmt.Errorf("replication: HostConfig gives the addresses of %d nodes; the cluster has %d", len(cfg.Addrs), nodes)
+	}
+	h.nodeSet.Store(&nodeSet{n: nodes, list: cfg.Addrs})
+	if moved && stored.Nodes != nil {
+		h.setNodes(stored.Nodes)
 	}
 	all := make([]uint64, n)
 	for i, sh := range cfg.Shards {
@@ -204,7 +224,6 @@ func NewHost(cfg HostConfig) (*Host, error) {
 		return nil, err
 	}
 	h.epoch.Store(stored.Epoch)
-	h.placeVoters, h.placeLearners = placementVoters(h.nodes)
 	if err := h.openPlacement(); err != nil {
 		return nil, err
 	}
@@ -221,7 +240,7 @@ func NewHost(cfg HostConfig) (*Host, error) {
 				continue
 			}
 		}
-		bootstrap := !lived && cfg.Incarnation == 0 && slices.Contains(sh.Replicas, cfg.Ordinal)
+		bootstrap := !lived && cfg.Incarnation == 0 && cfg.Placement == nil && slices.Contains(sh.Replicas, cfg.Ordinal)
 		if err := h.addGroup(i, bootstrap); err != nil {
 			return nil, err
 		}
@@ -250,11 +269,12 @@ func (h *Host) openPlacement() error {
 	if err != nil {
 		return err
 	}
-	if !held && cfg.Incarnation == 0 {
-		for _, o := range h.placeVoters {
+	if !held && cfg.Incarnation == 0 && cfg.Placement == nil {
+		voters, learners := placementVoters(h.nodeCount())
+		for _, o := range voters {
 			gc.Bootstrap = append(gc.Bootstrap, NodeID(o, 0))
 		}
-		for _, o := range h.placeLearners {
+		for _, o := range learners {
 			gc.BootstrapLearners = append(gc.BootstrapLearners, NodeID(o, 0))
 		}
 	}
@@ -321,6 +341,26 @@ func (h *Host) isStopped() bool {
 	return h.stopped
 }
 
+// nodeSet is the cluster's nodes: how many, and their addresses where
+// known.
+type nodeSet struct {
+	n    int
+	list []Node
+}
+
+// nodeCount is how many nodes the cluster has, as this node follows it.
+func (h *Host) nodeCount() int { return h.nodeSet.Load().n }
+
+// setNodes follows the nodes of a placement.
+func (h *Host) setNodes(list []Node) {
+	h.nodeSet.Store(&nodeSet{n: len(list), list: slices.Clone(list)})
+}
+
+// Nodes returns the cluster's nodes by ordinal as this node follows them,
+// or nil where their addresses were not given (HostConfig.Addrs) and no
+// node was added; the caller must not change them.
+func (h *Host) Nodes() []Node { return h.nodeSet.Load().list }
+
 // replicasOf returns the ordinals of shard i's replicas, its home first.
 func (h *Host) replicasOf(i int) []int { return *h.replicas[i].Load() }
 
@@ -340,9 +380,10 @@ func (h *Host) checkReplicas(i int, ordinals []int) error {
 	if len(ordinals) == 0 || len(ordinals) > MaxReplicas {
 		return fmt.Errorf("%w: shard %d: %d replicas; want 1 to %d", ErrReplicas, i, len(ordinals), MaxReplicas)
 	}
+	nodes := h.nodeCount()
 	for j, o := range ordinals {
-		if o < 0 || o >= h.nodes {
-			return fmt.Errorf("%w: shard %d: ordinal %d; the cluster's nodes are 0 to %d", ErrReplicas, i, o, h.nodes-1)
+		if o < 0 || o >= nodes {
+			return fmt.Errorf("%w: shard %d: ordinal %d; the cluster's nodes are 0 to %d", ErrReplicas, i, o, nodes-1)
 		}
 		if slices.Contains(ordinals[:j], o) {
 			return fmt.Errorf("%w: shard %d: node %d given twice", ErrReplicas, i, o)
@@ -456,7 +497,8 @@ func (h *Host) Tick() {
 // replica that joins or leaves (Group.planMembers); a leader whose node
 // no longer holds its shard hands the leadership to one that does.
 func (h *Host) changeMembers() {
-	if cc, note, node := h.placement.planMembers(h.placeVoters, h.placeLearners, Ordinal); note != "" || cc != nil {
+	voters, learners := placementVoters(h.nodeCount())
+	if cc, note, node := h.placement.planMembers(voters, learners, Ordinal); note != "" || cc != nil {
 		if note != "" {
 			h.lg.Info(note, "group", "placement", "node", node, "ordinal", Ordinal(node))
 		}
@@ -516,7 +558,7 @@ func (h *Host) askToJoin() {
 	go func() {
 		defer h.wg.Done()
 		defer h.joining.Store(false)
-		for o := range h.nodes {
+		for o := range h.nodeCount() {
 			if o == h.cfg.Ordinal {
 				continue
 			}

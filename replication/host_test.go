@@ -6,6 +6,7 @@ import (
 	"path/filepath"
 	"slices"
 	"strconv"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -27,12 +28,18 @@ type hostNode struct {
 	// store (wipe).
 	incarnation uint64
 	opts        storage.Options
+	// learned is the placement a node added to the cluster learned from
+	// another (HostConfig.Placement), for its first start.
+	learned *Placement
 }
 
 type hostCluster struct {
 	t      *testing.T
 	shards []cluster.Shard
+	// nodes grows under mu (addNode), which the transports' Addr takes.
+	mu     sync.Mutex
 	nodes  []*hostNode
+	addrs  []Node             // HostConfig.Addrs
 	slotOf [cluster.Slots]int // shard of each slot
 	// handoff, when set, is each node's HostConfig.Handoff, given the
 	// node's ordinal.
@@ -53,25 +60,9 @@ func newHostCluster(t *testing.T, n, r int) *hostCluster {
 			c.slotOf[s] = i
 		}
 	}
-	for o := range n {
-		ln, err := net.Listen("tcp", "127.0.0.1:0")
-		if err != nil {
-			t.Fatal(err)
-		}
-		ln.Close() // its port, for start to listen on again
-		committers := &Committers{}
-		opts := storage.Options{
-			Sync:       storage.SyncAlways,
-			Replicator: committers,
-			Committers: len(shards), Partitions: len(shards),
-			Partition: func(key []byte) int { return c.slotOf[(int(key[0])<<8|int(key[1]))%cluster.Slots] },
-		}
-		s, err := storage.Open(filepath.Join(t.TempDir(), "n"+strconv.Itoa(o)), opts)
-		if err != nil {
-			t.Fatal(err)
-		}
-		t.Cleanup(func() { s.Close() })
-		c.nodes = append(c.nodes, &hostNode{ordinal: o, store: s, committers: committers, addr: ln.Addr().String(), opts: opts})
+	for range n {
+		n := c.addNode()
+		c.addrs = append(c.addrs, Node{Addr: "127.0.0.1:" + strconv.Itoa(1000+n.ordinal), Bus: n.addr})
 	}
 	for o := range c.nodes {
 		c.start(o)
@@ -79,16 +70,49 @@ func newHostCluster(t *testing.T, n, r int) *hostCluster {
 	return c
 }
 
+// addNode makes the next node's store and picks its port, not started.
+func (c *hostCluster) addNode() *hostNode {
+	t := c.t
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	ln.Close() // its port, for start to listen on again
+	committers := &Committers{}
+	opts := storage.Options{
+		Sync:       storage.SyncAlways,
+		Replicator: committers,
+		Committers: len(c.shards), Partitions: len(c.shards),
+		Partition: func(key []byte) int { return c.slotOf[(int(key[0])<<8|int(key[1]))%cluster.Slots] },
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	o := len(c.nodes)
+	s, err := storage.Open(filepath.Join(t.TempDir(), "n"+strconv.Itoa(o)), opts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { s.Close() })
+	n := &hostNode{ordinal: o, store: s, committers: committers, addr: ln.Addr().String(), opts: opts}
+	c.nodes = append(c.nodes, n)
+	return n
+}
+
+// addrOf is the transport address of node id.
+func (c *hostCluster) addrOf(id uint64) (string, bool) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if id == 0 || Ordinal(id) >= len(c.nodes) {
+		return "", false
+	}
+	return c.nodes[Ordinal(id)].addr, true
+}
+
 // start starts node o's transport and Host on its store.
 func (c *hostCluster) start(o int) {
 	t := c.t
 	n := c.nodes[o]
-	tr, err := NewTransport(TransportConfig{Node: NodeID(o, n.incarnation), Addr: func(id uint64) (string, bool) {
-		if id == 0 || Ordinal(id) >= len(c.nodes) {
-			return "", false
-		}
-		return c.nodes[Ordinal(id)].addr, true
-	}})
+	tr, err := NewTransport(TransportConfig{Node: NodeID(o, n.incarnation), Addr: c.addrOf})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -105,6 +129,7 @@ func (c *hostCluster) start(o int) {
 	go tr.Serve(ln)
 	h, err := NewHost(HostConfig{Store: n.store, Committers: n.committers, Transport: tr,
 		Shards: c.shards, Replicas: c.replicas, Ordinal: o, Incarnation: n.incarnation,
+		Addrs: c.addrs, Placement: n.learned,
 		Handoff: func(shard int) error {
 			if f := c.handoff.Load(); f != nil {
 				return (*f)(o, shard)
@@ -372,7 +397,7 @@ func (c *hostCluster) voters(i int, ordinals ...int) {
 	c.t.Helper()
 	var want []uint64
 	for _, o := range ordinals {
-		want = append(want, NodeID(o, 0))
+		want = append(want, NodeID(o, c.nodes[o].incarnation))
 	}
 	slices.Sort(want)
 	for _, o := range ordinals {
@@ -644,5 +669,81 @@ func TestHostMovedOffAndBackAtOnce(t *testing.T) {
 		c.voters(0, 0, 1, 2)
 		c.retired(3, 0)
 		c.waitFor("node 2 with the change of round "+strconv.Itoa(round), func() bool { return c.read(2, c.keyIn(0, "k"+strconv.Itoa(round))) == "v" })
+	}
+}
+
+// TestHostAddsANode: a node added through the placement group (AddNode)
+// learns the placement from another node (AskPlacement) before it knows
+// its ordinal, starts with it, and joins the placement group as a voter;
+// a shard moved onto it then comes to be led from it with its records,
+// and a restart keeps it all. A node already the cluster's is refused,
+// and so is an AddNode on a node that does not lead the placement group.
+func TestHostAddsANode(t *testing.T) {
+	c := newHostCluster(t, 3, 3)
+	c.commitOn(0, 0, c.keyIn(0, "before"), "b")
+	n := c.addNode()
+	add := Node{Addr: "127.0.0.1:1003", Bus: n.addr}
+	lead := c.placementLeader()
+	var nl *NotLeaderError
+	if _, err := c.nodes[(lead+1)%3].h.AddNode(add); err != nil && (!errors.As(err, &nl) || nl.Group != PlacementGroup) {
+		t.Errorf("AddNode on node %d, not the placement group's leader: %v; want a NotLeaderError", (lead+1)%3, err)
+	}
+	for _, bad := range []Node{{Addr: c.addrs[1].Addr, Bus: n.addr}, {Addr: add.Addr, Bus: c.addrs[2].Bus}, {Addr: "no port", Bus: n.addr}, {Addr: add.Addr, Bus: "a|b:1"}} {
+		if _, err := c.nodes[lead].h.AddNode(bad); !errors.Is(err, ErrNodes) {
+			t.Errorf("AddNode(%+v): %v; want ErrNodes", bad, err)
+		}
+	}
+	var p Placement
+	c.waitFor("node 3 added", func() bool {
+		var err error
+		p, err = c.nodes[c.placementLeader()].h.AddNode(add)
+		if err != nil && !errors.Is(err, ErrNotLeader) && !errors.Is(err, ErrProposalLost) {
+			t.Fatalf("AddNode: %v", err)
+		}
+		return err == nil
+	})
+	if p.Epoch != 1 || !slices.Equal(p.Nodes, append(slices.Clone(c.addrs), add)) {
+		t.Fatalf("placement after AddNode: %+v", p)
+	}
+	// The new node asks before it knows its identity.
+	ask, err := NewTransport(TransportConfig{Addr: c.addrOf})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ask.Close()
+	var learned Placement
+	c.waitFor("the placement from node 1", func() bool {
+		var ok bool
+		learned, ok, err = ask.AskPlacement(NodeID(1, 0))
+		return err == nil && ok && learned.Epoch == 1
+	})
+	if !slices.Equal(learned.Nodes, p.Nodes) {
+		t.Fatalf("learned %+v; want %+v", learned, p)
+	}
+	n.learned, n.incarnation = &learned, 5
+	c.start(3)
+	for o := range 4 {
+		c.waitFor("node "+strconv.Itoa(o)+"'s members of the placement group", func() bool {
+			cs := c.nodes[o].h.placement.log.confState()
+			return slices.Equal(cs.GetVoters(), []uint64{1, 2, 3, NodeID(3, 5)}) && len(cs.GetLearners()) == 0
+		})
+	}
+	c.placeOn(0, 3, 0, 1)
+	c.voters(0, 0, 1, 3)
+	c.retired(2, 0)
+	c.waitFor("shard 0 led from node 3", func() bool { return c.serving(0) == 3 })
+	if got := c.read(3, c.keyIn(0, "before")); got != "b" {
+		t.Errorf("node 3, moved into shard 0: %q, want b", got)
+	}
+	c.commitOn(3, 0, c.keyIn(0, "after"), "a")
+	n.learned = nil // from now on, what its store holds
+	c.stop(3)
+	c.start(3)
+	if got := c.nodes[3].h.Placement(); got.Epoch != 2 || len(got.Nodes) != 4 || !slices.Equal(got.Replicas[0], []int{3, 0, 1}) {
+		t.Errorf("node 3 after its restart: %+v", got)
+	}
+	c.waitFor("shard 0 led from node 3 again", func() bool { return c.serving(0) == 3 })
+	if got := c.read(3, c.keyIn(0, "after")); got != "a" {
+		t.Errorf("node 3 after its restart: %q, want a", got)
 	}
 }

@@ -3,6 +3,7 @@ package replication
 import (
 	"errors"
 	"fmt"
+	"net"
 	"slices"
 	"strconv"
 	"strings"
@@ -34,11 +35,21 @@ var (
 
 // Placement is where a replicated cluster's shards are: each shard's
 // replicas as node ordinals, its home first, under an epoch that each
-// move raises by one. Epoch 0 is the placement the cluster was first
-// started with.
+// change raises by one, and the cluster's nodes once one was added
+// (AddNode). Epoch 0 is the placement the cluster was first started with.
 type Placement struct {
 	Epoch    uint64
 	Replicas [][]int
+	// Nodes are the cluster's nodes by ordinal; nil in a placement made
+	// before a node was added: the nodes it was first started with
+	// (HostConfig.Nodes).
+	Nodes []Node
+}
+
+// Node is a node of a replicated cluster: the address it announces to
+// clients, and that of its replication listener.
+type Node struct {
+	Addr, Bus string
 }
 
 // ErrBadPlacement is wrapped by the error of a stored placement that does
@@ -46,9 +57,23 @@ type Placement struct {
 var ErrBadPlacement = errors.New("replication: bad placement")
 
 // Encode is p as stored: "v1 <epoch> <ordinal>,<ordinal>,... ..." with
-// one list of ordinals per shard.
+// one list of ordinals per shard; with nodes, "v2 <epoch> <addr>|<bus>,...
+// <ordinal>,... ...".
 func (p Placement) Encode() []byte {
-	b := strconv.AppendUint([]byte("v1 "), p.Epoch, 10)
+	b := []byte("v1 ")
+	if p.Nodes != nil {
+		b = []byte("v2 ")
+	}
+	b = strconv.AppendUint(b, p.Epoch, 10)
+	if p.Nodes != nil {
+		b = append(b, ' ')
+		for j, n := range p.Nodes {
+			if j > 0 {
+				b = append(b, ',')
+			}
+			b = append(append(append(b, n.Addr...), '|'), n.Bus...)
+		}
+	}
 	for _, reps := range p.Replicas {
 		b = append(b, ' ')
 		for j, o := range reps {
@@ -64,19 +89,35 @@ func (p Placement) Encode() []byte {
 // DecodePlacement reads what Encode wrote.
 func DecodePlacement(b []byte) (Placement, error) {
 	f := strings.Fields(string(b))
-	if len(f) < 3 || f[0] != "v1" {
-		return Placement{}, fmt.Errorf("%w: %q does not start with v1, an epoch and a shard", ErrBadPlacement, b)
+	least := 3
+	if len(f) > 0 && f[0] == "v2" {
+		least = 4
+	}
+	if len(f) < least || (f[0] != "v1" && f[0] != "v2") {
+		return Placement{}, fmt.Errorf("%w: %q does not start with v1 or v2, an epoch and a shard", ErrBadPlacement, b)
 	}
 	epoch, err := strconv.ParseUint(f[1], 10, 64)
 	if err != nil {
 		return Placement{}, fmt.Errorf("%w: epoch %q", ErrBadPlacement, f[1])
 	}
 	p := Placement{Epoch: epoch}
-	for i, list := range f[2:] {
+	lists := f[2:]
+	if f[0] == "v2" {
+		p.Nodes = []Node{}
+		for _, n := range strings.Split(f[2], ",") {
+			addr, bus, ok := strings.Cut(n, "|")
+			if !ok {
+				return Placement{}, fmt.Errorf("%w: node %q is not <addr>|<bus>", ErrBadPlacement, n)
+			}
+			p.Nodes = append(p.Nodes, Node{Addr: addr, Bus: bus})
+		}
+		lists = f[3:]
+	}
+	for i, list := range lists {
 		var reps []int
 		for _, s := range strings.Split(list, ",") {
 			o, err := strconv.Atoi(s)
-			if err != nil {
+			if err != nil || o < 0 || (p.Nodes != nil && o >= len(p.Nodes)) {
 				return Placement{}, fmt.Errorf("%w: shard %d: ordinal %q", ErrBadPlacement, i, s)
 			}
 			reps = append(reps, o)
@@ -99,10 +140,10 @@ func placementVoters(n int) (voters, learners []int) {
 	return voters, learners
 }
 
-// storedPlacement returns the placement the store holds, applied by its
+// StoredPlacement returns the placement the store holds, applied by its
 // replica of the placement group, and false if it holds none (no move
 // was made yet).
-func storedPlacement(store *storage.Store) (Placement, bool, error) {
+func StoredPlacement(store *storage.Store) (Placement, bool, error) {
 	v, ok, err := store.ReplicaGet(placementKey)
 	if err != nil || !ok {
 		return Placement{}, false, err
@@ -113,7 +154,7 @@ func storedPlacement(store *storage.Store) (Placement, bool, error) {
 
 // Placement returns the placement as this node applied it.
 func (h *Host) Placement() Placement {
-	p := Placement{Epoch: h.epoch.Load()}
+	p := Placement{Epoch: h.epoch.Load(), Nodes: slices.Clone(h.nodeSet.Load().list)}
 	for i := range h.replicas {
 		p.Replicas = append(p.Replicas, slices.Clone(h.replicasOf(i)))
 	}
@@ -151,6 +192,50 @@ func (h *Host) Move(shard int, ordinals []int) (Placement, error) {
 	if err := h.checkReplicas(shard, ordinals); err != nil {
 		return Placement{}, err
 	}
+	return h.change(func(p *Placement) error {
+		p.Replicas[shard] = slices.Clone(ordinals)
+		return nil
+	})
+}
+
+// AddNode adds a node to the cluster, as the next ordinal, by a proposal
+// to the placement group, and returns the placement once the group
+// applied it here. The node holds no replica until a Move places one
+// there; once started (it asks the other nodes for the placement,
+// AskPlacement), it joins the placement group. Only the placement group's
+// leader takes it: elsewhere a *NotLeaderError names the leader. A node
+// whose address or replication address is already the cluster's is
+// refused with ErrNodes.
+func (h *Host) AddNode(n Node) (Placement, error) {
+	for _, a := range []string{n.Addr, n.Bus} {
+		if _, _, err := net.SplitHostPort(a); err != nil || strings.ContainsAny(a, " ,|") {
+			return Placement{}, fmt.Errorf("%w: %q is not a host:port address", ErrNodes, a)
+		}
+	}
+	return h.change(func(p *Placement) error {
+		if p.Nodes == nil {
+			return fmt.Errorf("%w: this node was not given the addresses of the cluster's nodes", ErrNodes)
+		}
+		if len(p.Nodes) >= MaxOrdinals {
+			return fmt.Errorf("%w: the cluster has %d nodes, the most it can", ErrNodes, len(p.Nodes))
+		}
+		for o, m := range p.Nodes {
+			if m.Addr == n.Addr || m.Bus == n.Bus || m.Addr == n.Bus || m.Bus == n.Addr {
+				return fmt.Errorf("%w: %s (replication %s) is already node %d of the cluster (%s, replication %s)", ErrNodes, n.Addr, n.Bus, o, m.Addr, m.Bus)
+			}
+		}
+		p.Nodes = append(p.Nodes, n)
+		return nil
+	})
+}
+
+// ErrNodes is wrapped by the error of a node AddNode refuses.
+var ErrNodes = errors.New("replication: bad node")
+
+// change proposes the applied placement as f changes it, under the next
+// epoch, to the placement group, and returns it once applied here; it
+// returns the placement unchanged if f leaves it so.
+func (h *Host) change(f func(p *Placement) error) (Placement, error) {
 	h.placeMu.Lock()
 	defer h.placeMu.Unlock()
 	g := h.placement
@@ -158,25 +243,27 @@ func (h *Host) Move(shard int, ordinals []int) (Placement, error) {
 		return Placement{}, &NotLeaderError{Group: PlacementGroup, Leader: st.Leader}
 	}
 	// Serving: every placement committed before this leader's term is
-	// applied, and the moves of its term are made here, one at a time.
-	cur, ok, err := storedPlacement(h.cfg.Store)
+	// applied, and the changes of its term are made here, one at a time.
+	cur, ok, err := StoredPlacement(h.cfg.Store)
 	if err != nil {
 		return Placement{}, err
 	}
 	if !ok {
-		cur = Placement{}
+		cur = Placement{Nodes: slices.Clone(h.cfg.Addrs)}
 		for _, sh := range h.cfg.Shards {
 			cur.Replicas = append(cur.Replicas, slices.Clone(sh.Replicas))
 		}
 	}
-	if slices.Equal(cur.Replicas[shard], ordinals) {
-		return cur, nil
-	}
-	next := Placement{Epoch: cur.Epoch + 1}
+	next := Placement{Epoch: cur.Epoch + 1, Nodes: slices.Clone(cur.Nodes)}
 	for _, reps := range cur.Replicas {
 		next.Replicas = append(next.Replicas, slices.Clone(reps))
 	}
-	next.Replicas[shard] = slices.Clone(ordinals)
+	if err := f(&next); err != nil {
+		return Placement{}, err
+	}
+	if slices.EqualFunc(cur.Replicas, next.Replicas, slices.Equal) && slices.Equal(cur.Nodes, next.Nodes) {
+		return cur, nil
+	}
 	ch, err := g.Propose([]Op{{Key: placementKey, Value: next.Encode()}})
 	if err != nil {
 		return Placement{}, err
@@ -198,7 +285,7 @@ func (h *Host) followPlacement() {
 	if applied == h.placeSeen {
 		return
 	}
-	p, ok, err := storedPlacement(h.cfg.Store)
+	p, ok, err := StoredPlacement(h.cfg.Store)
 	if err != nil {
 		// Read again at the next tick; logged once per change.
 		if h.placeFailed != applied {
@@ -214,6 +301,12 @@ func (h *Host) followPlacement() {
 	if len(p.Replicas) != len(h.replicas) {
 		h.lg.Error("the cluster's placement has another number of shards than this node's; not followed", "epoch", p.Epoch, "shards", len(p.Replicas), "want", len(h.replicas))
 		return
+	}
+	if p.Nodes != nil && !slices.Equal(p.Nodes, h.nodeSet.Load().list) {
+		for o := h.nodeCount(); o < len(p.Nodes); o++ {
+			h.lg.Info("the cluster's placement added a node", "epoch", p.Epoch, "ordinal", o, "addr", p.Nodes[o].Addr, "replication_addr", p.Nodes[o].Bus)
+		}
+		h.setNodes(p.Nodes)
 	}
 	for i, reps := range p.Replicas {
 		if slices.Equal(reps, h.replicasOf(i)) {

@@ -48,7 +48,9 @@ var ErrTransportClosed = errors.New("replication: transport closed")
 // lived (one Standing byte answers), and helloJoin asks the leaders among
 // a node's groups to add the dialing node to them (see Host), and
 // helloMembers asks a node for the members of one of its groups (see
-// AskMembers).
+// AskMembers), and helloPlacement for the placement it applied (see
+// AskPlacement), asked by a node added to the cluster before it knows its
+// ordinal (identity 0).
 //
 // The identity dialed is checked, so that a node that came back under a
 // new identity (its volume lost) refuses the connections meant for its
@@ -56,13 +58,14 @@ var ErrTransportClosed = errors.New("replication: transport closed")
 // configuration, so that nodes placed differently (another list of
 // nodes, another number of replicas) never share a group.
 const (
-	helloMagic    = "sluice-raft 3\n"
-	helloMessages = 'm'
-	helloSnapshot = 's'
-	helloDial     = 'd'
-	helloStanding = 'q'
-	helloJoin     = 'j'
-	helloMembers  = 'w'
+	helloMagic     = "sluice-raft 3\n"
+	helloMessages  = 'm'
+	helloSnapshot  = 's'
+	helloDial      = 'd'
+	helloStanding  = 'q'
+	helloJoin      = 'j'
+	helloMembers   = 'w'
+	helloPlacement = 'p'
 )
 
 // maxJoinGroups bounds the groups one join request names.
@@ -106,7 +109,10 @@ func (s Standing) String() string {
 // TransportConfig configures a node's Transport. A zero field means the
 // default given.
 type TransportConfig struct {
-	Node uint64 // this node; not 0
+	// Node is this node; 0 for a node added to the cluster that does not
+	// know its ordinal yet: such a transport only asks for the placement
+	// (AskPlacement).
+	Node uint64
 	// Cluster identifies the configuration the node was started with
 	// (which nodes, how many replicas: a digest of what places the
 	// shards). A connection whose hello gives another is refused, so
@@ -208,8 +214,8 @@ type peer struct {
 
 // NewTransport returns a transport with no groups, not listening.
 func NewTransport(cfg TransportConfig) (*Transport, error) {
-	if cfg.Node == 0 || cfg.Addr == nil {
-		return nil, errors.New("replication: TransportConfig needs a Node and Addr")
+	if cfg.Addr == nil {
+		return nil, errors.New("replication: TransportConfig needs Addr")
 	}
 	if (cfg.ClientTLS == nil) != (cfg.ServerTLS == nil) {
 		return nil, errors.New("replication: TransportConfig needs both ClientTLS and ServerTLS, or neither")
@@ -432,10 +438,12 @@ func (t *Transport) accept(c net.Conn) {
 	br := bufio.NewReader(dr)
 	h, err := readHello(br)
 	kind, from, to := h.kind, h.from, h.to
-	if err == nil {
+	if err == nil && (kind != helloPlacement || from != 0) {
+		// A node added to the cluster asks for the placement before it
+		// knows its identity; with TLS, its certificate is verified.
 		err = t.authenticate(c, from)
 	}
-	if err == nil && to != t.cfg.Node && (to != 0 || (kind != helloStanding && kind != helloJoin && kind != helloMembers)) {
+	if err == nil && to != t.cfg.Node && (to != 0 || !anyNode(kind)) {
 		// Expected for a while after this node came back under a new
 		// identity: its peers dial the old one until they forget it.
 		t.lg.Debug("raft connection refused: for another identity", "from", from, "to", to)
@@ -457,6 +465,9 @@ func (t *Transport) accept(c net.Conn) {
 	case helloStanding:
 		c.SetWriteDeadline(time.Now().Add(t.cfg.WriteTimeout))
 		c.Write([]byte{byte(t.standing())})
+	case helloPlacement:
+		c.SetWriteDeadline(time.Now().Add(t.cfg.WriteTimeout))
+		c.Write(t.placement())
 	case helloMembers:
 		id, err := binary.ReadUvarint(br)
 		if err != nil {
@@ -581,7 +592,7 @@ func readHello(br *bufio.Reader) (h hello, err error) {
 		return h, err
 	}
 	switch h.kind {
-	case helloMessages, helloSnapshot, helloDial, helloStanding, helloJoin, helloMembers:
+	case helloMessages, helloSnapshot, helloDial, helloStanding, helloJoin, helloMembers, helloPlacement:
 	default:
 		return h, fmt.Errorf("unknown connection kind %q", h.kind)
 	}
@@ -697,7 +708,52 @@ func (t *Transport) members(group uint64) []byte {
 	return appendBytes(binary.AppendUvarint([]byte{1}, applied), b)
 }
 
-// maxMembersAnswer bounds the ConfState a members request is answered.
+// anyNode reports whether a request of kind is for whichever node answers
+// at an address.
+func anyNode(kind byte) bool {
+	return kind == helloStanding || kind == helloJoin || kind == helloMembers || kind == helloPlacement
+}
+
+// placement is the answer to a placement request: a byte 0 when this
+// node holds no placement changed since the cluster first started, else
+// 1 and the placement as stored (Placement.Encode).
+func (t *Transport) placement() []byte {
+	g := t.group(PlacementGroup)
+	if g == nil {
+		return []byte{0}
+	}
+	v, ok, err := g.cfg.Store.ReplicaGet(placementKey)
+	if err != nil || !ok {
+		return []byte{0}
+	}
+	return appendBytes([]byte{1}, v)
+}
+
+// AskPlacement asks the node that answers at node's address, whatever its
+// identity now, for the cluster's placement as it applied it; false, and
+// no error, when it holds none changed since the cluster first started.
+func (t *Transport) AskPlacement(node uint64) (Placement, bool, error) {
+	c, err := t.dial(node, helloPlacement)
+	if err != nil {
+		return Placement{}, false, err
+	}
+	defer c.Close()
+	c.SetReadDeadline(time.Now().Add(t.cfg.WriteTimeout))
+	br := bufio.NewReader(c)
+	has, err := br.ReadByte()
+	if err != nil || has == 0 {
+		return Placement{}, false, err
+	}
+	b, err := readBytes(br, maxMembersAnswer)
+	if err != nil {
+		return Placement{}, false, fmt.Errorf("replication: node %d's placement: %w", node, err)
+	}
+	p, err := DecodePlacement(b)
+	return p, err == nil, err
+}
+
+// maxMembersAnswer bounds the ConfState a members request is answered,
+// and the placement of a placement request.
 const maxMembersAnswer = 64 << 10
 
 // AskMembers asks the node that answers at node's address, whatever its
@@ -741,7 +797,7 @@ func (t *Transport) AskMembers(node, group uint64) (applied uint64, cs *pb.ConfS
 // there.
 func (t *Transport) dial(node uint64, kind byte) (net.Conn, error) {
 	to := node
-	if kind == helloStanding || kind == helloJoin || kind == helloMembers {
+	if anyNode(kind) {
 		to = 0
 	}
 	addr, ok := t.cfg.Addr(node)

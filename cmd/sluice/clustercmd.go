@@ -35,6 +35,8 @@ type clusterToolConfig struct {
 	page     int
 	topology string
 	shard    int
+	add      string
+	addBus   string
 
 	maxConfigFile byteSize
 }
@@ -47,6 +49,8 @@ func newClusterFlagSet(cfg *clusterToolConfig, stderr io.Writer) *flag.FlagSet {
 	fs.StringVar(&cfg.slots, "slots", "", "sluice cluster move: the slots to move, as 0-99,200")
 	fs.StringVar(&cfg.to, "to", "", "sluice cluster move: the announced host:port of the node to move them to; sluice cluster place: the nodes to hold the shard, comma-separated, its home first")
 	intVar(fs, &cfg.shard, "shard", -1, "sluice cluster place: the shard to move (CLUSTER PLACEMENT lists them)")
+	fs.StringVar(&cfg.add, "add", "", "sluice cluster add-node: the announced host:port of the node to add")
+	fs.StringVar(&cfg.addBus, "add-bus", "", "sluice cluster add-node: the host:port of the added node's replication listener (default: its port plus 10000)")
 	fs.StringVar(&cfg.passFile, "requirepass-file", "", "file holding the password clients must give with AUTH (one line; a trailing newline is ignored)")
 	fs.StringVar(&cfg.pass, "requirepass", "", "password clients must give with AUTH (visible in process listings: prefer --requirepass-file)")
 	durationVar(fs, &cfg.timeout, "cluster-command-timeout", 30*time.Second, "sluice cluster: the most one command to a node may take")
@@ -54,7 +58,7 @@ func newClusterFlagSet(cfg *clusterToolConfig, stderr io.Writer) *flag.FlagSet {
 	intVar(fs, &cfg.page, "cluster-page", 500, "sluice cluster: records copied per page while moving slots")
 	addMaxConfigFile(fs, &cfg.maxConfigFile)
 	fs.Usage = func() {
-		fmt.Fprintf(fs.Output(), "Usage: sluice cluster rebalance --nodes a:p,b:p,c:p   (spread the slots evenly over exactly these nodes)\n       sluice cluster move --nodes a:p,... --slots 0-99 --to d:p\n       sluice cluster show --nodes a:p,...   (the topology with the highest epoch, the nodes that have another, and any that answers as another node)\n       sluice cluster push --nodes a:p,... --topology '<epoch> a:p 0-8191 b:p 8192-16383'   (push a topology to every node: finishing an interrupted move)\n       sluice cluster renumber --nodes a:p,...   (push the highest topology under a low epoch: after the epoch cap)\n       sluice cluster place --nodes a:p,... --shard 0 --to a:p,b:p,d:p   (--cluster-replicas above 1: move a shard's replicas to these nodes, its home first)\n\n")
+		fmt.Fprintf(fs.Output(), "Usage: sluice cluster rebalance --nodes a:p,b:p,c:p   (spread the slots evenly over exactly these nodes)\n       sluice cluster move --nodes a:p,... --slots 0-99 --to d:p\n       sluice cluster show --nodes a:p,...   (the topology with the highest epoch, the nodes that have another, and any that answers as another node)\n       sluice cluster push --nodes a:p,... --topology '<epoch> a:p 0-8191 b:p 8192-16383'   (push a topology to every node: finishing an interrupted move)\n       sluice cluster renumber --nodes a:p,...   (push the highest topology under a low epoch: after the epoch cap)\n       sluice cluster place --nodes a:p,... --shard 0 --to a:p,b:p,d:p   (--cluster-replicas above 1: move a shard's replicas to these nodes, its home first)\n       sluice cluster add-node --nodes a:p,... --add d:p   (--cluster-replicas above 1: add a node, which holds no replica until place moves one there)\n\n")
 		fs.PrintDefaults()
 	}
 	return fs
@@ -72,7 +76,7 @@ func (clusterCommand) run(inv invocation, args []string) error {
 		return flag.ErrHelp
 	}
 	if len(args) == 0 || strings.HasPrefix(args[0], "-") {
-		return errors.New("sluice cluster: want a subcommand: rebalance, move, show, push, renumber or place (see sluice cluster --help)")
+		return errors.New("sluice cluster: want a subcommand: rebalance, move, show, push, renumber, place or add-node (see sluice cluster --help)")
 	}
 	sub := args[0]
 	var cfg clusterToolConfig
@@ -118,7 +122,7 @@ func (clusterCommand) run(inv invocation, args []string) error {
 		switch sub {
 		case "show":
 			return ct.showPlacement(places, missing)
-		case "place":
+		case "place", "add-node":
 		default:
 			return fmt.Errorf("sluice cluster %s: these nodes run replicated shards (--cluster-replicas above 1), whose slot ranges are fixed: move a shard's replicas with sluice cluster place", sub)
 		}
@@ -220,7 +224,20 @@ func (clusterCommand) run(inv invocation, args []string) error {
 		if cfg.shard < 0 || cfg.to == "" {
 			return errors.New("sluice cluster place: want --shard, the shard to move, and --to, the nodes to hold it, comma-separated, its home first")
 		}
-		return ct.place(ctx, nodes, cfg.shard, strings.Split(cfg.to, ","))
+		args := []any{"CLUSTER", "PLACE", cfg.shard}
+		for _, a := range strings.Split(cfg.to, ",") {
+			args = append(args, a)
+		}
+		return ct.place(ctx, nodes, args)
+	case "add-node":
+		if cfg.add == "" {
+			return errors.New("sluice cluster add-node: want --add, the announced host:port of the node to add")
+		}
+		args := []any{"CLUSTER", "ADDNODE", cfg.add}
+		if cfg.addBus != "" {
+			args = append(args, cfg.addBus)
+		}
+		return ct.place(ctx, nodes, args)
 	case "rebalance":
 		if t.Epoch >= cluster.MaxEpoch {
 			return cluster.ErrEpochCap
@@ -309,16 +326,12 @@ func (ct *clusterTool) showPlacement(places map[string]string, missing []string)
 
 // leaderHint is what a node that does not lead the placement says before
 // the leader's address (internal/clusternode).
-const leaderHint = "send CLUSTER PLACE to its leader, "
+const leaderHint = " to its leader, "
 
-// place moves shard to the nodes to, its home first: CLUSTER PLACE on the
+// place changes the placement by args (CLUSTER PLACE or ADDNODE) on the
 // placement's leader, found by asking the nodes (one that does not lead
 // names the leader), then prints the placement.
-func (ct *clusterTool) place(ctx context.Context, nodes []string, shard int, to []string) error {
-	args := []any{"CLUSTER", "PLACE", shard}
-	for _, a := range to {
-		args = append(args, a)
-	}
+func (ct *clusterTool) place(ctx context.Context, nodes []string, args []any) error {
 	queue := slices.Clone(nodes)
 	var errs []error
 	deadline := time.Now().Add(ct.timeout)
@@ -331,7 +344,11 @@ func (ct *clusterTool) place(ctx context.Context, nodes []string, shard int, to 
 			if err != nil {
 				return err
 			}
-			fmt.Fprintf(ct.out, "placed: epoch %v\n%v", v, text)
+			verb := "placed"
+			if args[1] == "ADDNODE" {
+				verb = "added"
+			}
+			fmt.Fprintf(ct.out, "%s: epoch %v\n%v", verb, v, text)
 			return nil
 		}
 		msg := err.Error()
@@ -342,14 +359,14 @@ func (ct *clusterTool) place(ctx context.Context, nodes []string, shard int, to 
 			queue = append(queue, addr) // an election: ask again
 			time.Sleep(100 * time.Millisecond)
 		case strings.Contains(msg, "ERR "):
-			return err // a move the leader refuses
+			return err // a change the leader refuses
 		}
 		errs = append(errs, err)
 		if len(errs) > 4*len(nodes) {
 			break
 		}
 	}
-	return fmt.Errorf("sluice cluster place: no node took the move: %w", errors.Join(errs...))
+	return fmt.Errorf("sluice cluster: no node took CLUSTER %v: %w", args[1], errors.Join(errs...))
 }
 
 // clusterTool talks to the nodes, one client each.

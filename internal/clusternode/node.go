@@ -390,7 +390,7 @@ func slotsOf(t cluster.Topology, id string) int {
 // condition, not the request's (forwardErr).
 var errClusterDown = forwardErr("CLUSTERDOWN", "Hash slot not served")
 
-var errNotReplicated = refuse("CLUSTER PLACEMENT and PLACE apply to a cluster with --cluster-replicas above 1, whose shards are Raft groups; this one moves slots with sluice cluster move and rebalance")
+var errNotReplicated = refuse("CLUSTER PLACEMENT, PLACE and ADDNODE apply to a cluster with --cluster-replicas above 1, whose shards are Raft groups; this one moves slots with sluice cluster move and rebalance")
 
 // refuse is a request the node refuses: a bad argument, a command out of
 // turn, a state it cannot take. msg says what was wrong and what was
@@ -487,6 +487,15 @@ func (s *Node) Command(x *dispatch.Ctx, args [][]byte, c Caller) error {
 			return err
 		}
 		x.Out = resp.AppendInt(x.Out, int64(epoch))
+	case sub == "addnode" && (len(args) == 3 || len(args) == 4):
+		if s.rep == nil {
+			return errNotReplicated
+		}
+		epoch, err := s.addNode(args[2:])
+		if err != nil {
+			return err
+		}
+		x.Out = resp.AppendInt(x.Out, int64(epoch))
 	case s.rep != nil && (sub == "settopology" || sub == "migrate" || sub == "import" || sub == "restore" || sub == "drop"):
 		return errReplicatedTopology
 	case sub == "settopology" && len(args) >= 5:
@@ -533,6 +542,8 @@ var Help = []string{
 	"    With --cluster-replicas above 1: the placement's epoch and leader, and each shard's slots and replicas, its home first.",
 	"PLACE <shard> <host:port> [<host:port> ...]",
 	"    With --cluster-replicas above 1: move the shard's replicas to these nodes, the first its home (on the placement's leader); answers the new epoch.",
+	"ADDNODE <host:port> [<replication host:port>]",
+	"    With --cluster-replicas above 1: add a node to the cluster, holding no replica until PLACE moves one there (on the placement's leader); answers the new epoch.",
 }
 
 // Close closes the connections kept to other nodes for forwarding.

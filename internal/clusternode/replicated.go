@@ -72,7 +72,12 @@ func ReplicatedStoreOptions(o storage.Options, n, s, r int) (storage.Options, *r
 // replicas is a node's replicated shards.
 type replicas struct {
 	shards []cluster.Shard
-	self   int // this node's ordinal
+	// self is this node's ordinal: set before host, and -1 until then on
+	// a node added to the cluster that has not learned it yet (join).
+	self atomic.Int64
+	// known are the cluster's nodes until host follows them: those of the
+	// flags, or of the placement a node added to the cluster learned.
+	known atomic.Pointer[[]replication.Node]
 	// host is nil until the node knows its incarnation: on an empty data
 	// directory, once the other nodes have answered (decideIncarnation).
 	host atomic.Pointer[replication.Host]
@@ -87,6 +92,28 @@ type replicas struct {
 	quiesce atomic.Pointer[func(deadline time.Time) bool]
 }
 
+// ordinal is this node's ordinal, or -1 while it waits to be added.
+func (r *replicas) ordinal() int { return int(r.self.Load()) }
+
+// nodes returns the cluster's nodes by ordinal, as this node follows
+// them.
+func (r *replicas) nodes() []replication.Node {
+	if h := r.host.Load(); h != nil && h.Nodes() != nil {
+		return h.Nodes()
+	}
+	return *r.known.Load()
+}
+
+// addrs returns the announced addresses of the cluster's nodes by ordinal.
+func (r *replicas) addrs() []string {
+	nodes := r.nodes()
+	out := make([]string, len(nodes))
+	for o, n := range nodes {
+		out[o] = n.Addr
+	}
+	return out
+}
+
 // group returns this node's replica of shard i, or nil.
 func (r *replicas) group(i int) *replication.Group {
 	return r.host.Load().Group(i)
@@ -96,10 +123,6 @@ func (r *replicas) group(i int) *replication.Group {
 // that keeps the slot table on their leaders.
 func (s *Node) openReplicated(cc *Config) error {
 	n := len(cc.Nodes)
-	self := slices.Index(cc.Nodes, cc.Self)
-	if self < 0 {
-		return fmt.Errorf("server: --cluster-replicas %d: this node (%s) is not in --cluster-nodes; a replicated cluster's nodes are those listed", cc.Replicas, cc.Self)
-	}
 	if cc.Replicator == nil {
 		return errors.New("server: --cluster-replicas: the store was not opened for replicated shards (ReplicatedStoreOptions)")
 	}
@@ -110,20 +133,38 @@ func (s *Node) openReplicated(cc *Config) error {
 	bus := cc.BusNodes
 	if len(bus) == 0 {
 		for _, a := range cc.Nodes {
-			h, p, _ := cluster.SplitAddr(a)
-			port, _ := strconv.Atoi(p)
-			if port+busPortOffset > 65535 {
-				return fmt.Errorf("server: --cluster-replicas: node %s: its replication port would be %d, past 65535; give the ports with --cluster-bus-nodes", a, port+busPortOffset)
+			b, err := busAddr(a)
+			if err != nil {
+				return fmt.Errorf("server: --cluster-replicas: %w", err)
 			}
-			bus = append(bus, net.JoinHostPort(h, strconv.Itoa(port+busPortOffset)))
+			bus = append(bus, b)
 		}
 	}
 	if len(bus) != n {
 		return fmt.Errorf("server: --cluster-bus-nodes lists %d addresses; want one per node of --cluster-nodes (%d)", len(bus), n)
 	}
+	initial := make([]replication.Node, n)
+	for o := range n {
+		initial[o] = replication.Node{Addr: cc.Nodes[o], Bus: bus[o]}
+	}
 	place := placement(cc.Nodes, len(shards), cc.Replicas)
 	if err := s.checkPlacement(place); err != nil {
 		return err
+	}
+	// A node added to the cluster (CLUSTER ADDNODE) is not in the flags'
+	// list: its ordinal is in the placement its store holds, or, on its
+	// first start, in the one it learns from the others (join).
+	known := initial
+	self := slices.Index(cc.Nodes, cc.Self)
+	if self < 0 {
+		p, ok, err := replication.StoredPlacement(s.store)
+		if err != nil {
+			return fmt.Errorf("server: read the cluster's placement: %w", err)
+		}
+		if ok && p.Nodes != nil {
+			known = p.Nodes
+			self = slices.IndexFunc(p.Nodes, func(n replication.Node) bool { return n.Addr == cc.Self })
+		}
 	}
 	var groups []uint64
 	for i, sh := range shards {
@@ -131,7 +172,7 @@ func (s *Node) openReplicated(cc *Config) error {
 			groups = append(groups, replication.ShardGroup(i))
 		}
 	}
-	inc, known, err := s.storedIncarnation(groups)
+	inc, known2, err := s.storedIncarnation(groups)
 	if err != nil {
 		return err
 	}
@@ -140,17 +181,28 @@ func (s *Node) openReplicated(cc *Config) error {
 		timeout = DefaultElectionTimeout
 	}
 	tick := timeout / replication.DefaultElectionTicks
-	st := &replicaStart{s: s, cc: cc, bus: bus, shards: shards, self: self, tick: tick, cluster: placementDigest(place)}
+	st := &replicaStart{s: s, cc: cc, shards: shards, initial: initial, tick: tick, cluster: placementDigest(place)}
 	ctx, cancel := context.WithCancel(context.Background())
-	s.rep = &replicas{shards: shards, self: self, stop: cancel, done: make(chan struct{})}
-	s.view.Store(s.rep.view(cc.Nodes, 0, s.myID))
-	if known {
-		// As before any wait: a node that cannot start its replicas fails
-		// to start.
-		if err := st.start(inc, nil); err != nil {
+	s.rep = &replicas{shards: shards, stop: cancel, done: make(chan struct{})}
+	s.rep.self.Store(int64(self))
+	s.rep.known.Store(&known)
+	s.view.Store(s.rep.view(0, s.myID))
+	switch {
+	case self < 0:
+		// Every slot answers -CLUSTERDOWN until the node is added and
+		// knows its ordinal.
+		tr, err := st.transport(0)
+		if err != nil {
 			return err
 		}
-	} else {
+		s.rep.tr = tr
+	case known2:
+		// As before any wait: a node that cannot start its replicas fails
+		// to start.
+		if err := st.start(inc, nil, nil); err != nil {
+			return err
+		}
+	default:
 		// Listening already, to answer the other nodes, which may be
 		// new too; every slot answers -CLUSTERDOWN until the node knows
 		// its incarnation.
@@ -168,38 +220,61 @@ func (s *Node) openReplicated(cc *Config) error {
 	}
 	go func() {
 		defer close(s.rep.done)
-		if !known && !st.decideAndStart(ctx) {
-			return
+		switch {
+		case self < 0:
+			if !st.joinAndStart(ctx) {
+				return
+			}
+		case !known2:
+			if !st.decideAndStart(ctx) {
+				return
+			}
 		}
-		s.followLeaders(ctx, cc.Nodes, tick)
+		s.followLeaders(ctx, tick)
 	}()
-	s.log.Info("cluster mode with replicated shards", "replicas", cc.Replicas, "shards", len(shards), "ordinal", self, "replication_addr", bus[self], "election_timeout", timeout)
+	s.log.Info("cluster mode with replicated shards", "replicas", cc.Replicas, "shards", len(shards), "ordinal", self, "election_timeout", timeout)
 	return nil
+}
+
+// busAddr is the default replication address of a node announced at
+// addr: its port plus busPortOffset, as Redis Cluster's bus port.
+func busAddr(addr string) (string, error) {
+	h, p, _ := cluster.SplitAddr(addr)
+	port, _ := strconv.Atoi(p)
+	if port+busPortOffset > 65535 {
+		return "", fmt.Errorf("node %s: its replication port would be %d, past 65535; give the ports with --cluster-bus-nodes", addr, port+busPortOffset)
+	}
+	return net.JoinHostPort(h, strconv.Itoa(port+busPortOffset)), nil
 }
 
 // replicaStart starts a node's replicas.
 type replicaStart struct {
-	s      *Node
-	cc     *Config
-	bus    []string
-	shards []cluster.Shard
-	self   int
-	tick   time.Duration
+	s       *Node
+	cc      *Config
+	shards  []cluster.Shard
+	initial []replication.Node // the flags' nodes
+	tick    time.Duration
 	// cluster is the digest of the placement (TransportConfig.Cluster).
 	cluster uint64
 }
 
 // transport returns the node's transport under incarnation inc, not
-// listening yet.
+// listening yet; of identity 0, to ask for the placement only, while the
+// node does not know its ordinal.
 func (st *replicaStart) transport(inc uint64) (*replication.Transport, error) {
-	n := len(st.bus)
+	r := st.s.rep
+	var id uint64
+	if o := r.ordinal(); o >= 0 {
+		id = replication.NodeID(o, inc)
+	}
 	return replication.NewTransport(replication.TransportConfig{
-		Node: replication.NodeID(st.self, inc), Cluster: st.cluster,
+		Node: id, Cluster: st.cluster,
 		Addr: func(node uint64) (string, bool) {
-			if node == 0 || replication.Ordinal(node) >= n {
+			nodes := r.nodes()
+			if node == 0 || replication.Ordinal(node) >= len(nodes) {
 				return "", false
 			}
-			return st.bus[replication.Ordinal(node)], true
+			return nodes[replication.Ordinal(node)].Bus, true
 		},
 		ClientTLS: st.s.repClientTLS, ServerTLS: st.s.repServerTLS,
 		Logger: st.s.log,
@@ -207,18 +282,20 @@ func (st *replicaStart) transport(inc uint64) (*replication.Transport, error) {
 }
 
 func (st *replicaStart) listen(tr *replication.Transport) error {
-	_, port, _ := cluster.SplitAddr(st.bus[st.self])
+	bus := st.s.rep.nodes()[st.s.rep.ordinal()].Bus
+	_, port, _ := cluster.SplitAddr(bus)
 	ln, err := net.Listen("tcp", ":"+port)
 	if err != nil {
-		return fmt.Errorf("server: listen for replication on %s: %w", st.bus[st.self], err)
+		return fmt.Errorf("server: listen for replication on %s: %w", bus, err)
 	}
 	go tr.Serve(ln)
 	return nil
 }
 
 // start starts the node's replicas under incarnation inc, on tr when it
-// is the transport already listening (of incarnation 0), or on a new one.
-func (st *replicaStart) start(inc uint64, tr *replication.Transport) error {
+// is the transport already listening (of incarnation 0), or on a new one;
+// learned is the placement a node added to the cluster learned (join).
+func (st *replicaStart) start(inc uint64, tr *replication.Transport, learned *replication.Placement) error {
 	listening := tr != nil
 	if !listening {
 		var err error
@@ -226,9 +303,10 @@ func (st *replicaStart) start(inc uint64, tr *replication.Transport) error {
 			return err
 		}
 	}
+	r := st.s.rep
 	host, err := replication.NewHost(replication.HostConfig{
 		Store: st.s.store, Committers: st.cc.Replicator, Transport: tr,
-		Shards: st.shards, Nodes: len(st.bus), Ordinal: st.self, Incarnation: inc, Logger: st.s.log,
+		Shards: st.shards, Addrs: st.initial, Placement: learned, Ordinal: r.ordinal(), Incarnation: inc, Logger: st.s.log,
 		Handoff: st.s.handoff,
 	})
 	if err == nil && !listening {
@@ -242,10 +320,10 @@ func (st *replicaStart) start(inc uint64, tr *replication.Transport) error {
 		tr.Close()
 		return err
 	}
-	host.Run(st.tick)
-	r := st.s.rep
+	// Before it runs: the transport's addresses follow its placement.
 	r.tr = tr
 	r.host.Store(host)
+	host.Run(st.tick)
 	return nil
 }
 
@@ -254,8 +332,8 @@ func (st *replicaStart) start(inc uint64, tr *replication.Transport) error {
 // if it stopped first (ctx done) or failed, which it logs: every slot
 // then answers -CLUSTERDOWN here, and the other replicas serve.
 func (st *replicaStart) decideAndStart(ctx context.Context) bool {
-	r, lg := st.s.rep, st.s.log
-	inc, err := st.s.decideIncarnation(ctx, r.tr, len(st.bus), st.self)
+	r := st.s.rep
+	inc, err := st.s.decideIncarnation(ctx, r.tr, len(st.initial), r.ordinal())
 	if err != nil {
 		return false // stopped
 	}
@@ -265,20 +343,66 @@ func (st *replicaStart) decideAndStart(ctx context.Context) bool {
 		tr = nil
 	}
 	r.tr = nil
-	err = st.s.store.SetMeta(MetaIncarnation, strconv.AppendUint(nil, inc, 10))
+	return st.record(inc, tr, nil)
+}
+
+// record records the node's incarnation inc and starts its replicas
+// (start); false if either failed, which it logs.
+func (st *replicaStart) record(inc uint64, tr *replication.Transport, learned *replication.Placement) bool {
+	err := st.s.store.SetMeta(MetaIncarnation, strconv.AppendUint(nil, inc, 10))
 	if err != nil {
 		err = fmt.Errorf("record the node's incarnation: %w", err)
 	} else {
-		err = st.start(inc, tr)
+		err = st.start(inc, tr, learned)
 	}
 	if err != nil {
 		if tr != nil {
 			tr.Close()
 		}
-		lg.Error("cluster: this node's replicas did not start; its slots are served by the other replicas", "err", err)
+		st.s.log.Error("cluster: this node's replicas did not start; its slots are served by the other replicas", "err", err)
 		return false
 	}
 	return true
+}
+
+// joinAndStart waits until a node that is not one of the flags' nodes
+// was added to the cluster (CLUSTER ADDNODE), asking the flags' nodes for
+// the placement, then starts its replicas under a new incarnation: they
+// join their groups, and take their state by snapshot. False if it
+// stopped first (ctx done) or failed, which it logs.
+func (st *replicaStart) joinAndStart(ctx context.Context) bool {
+	r, s := st.s.rep, st.s
+	var logged time.Time
+	for {
+		var best replication.Placement
+		found := false
+		for o := range st.initial {
+			p, ok, err := r.tr.AskPlacement(replication.NodeID(o, 0))
+			if err == nil && ok && p.Nodes != nil && (!found || p.Epoch > best.Epoch) {
+				best, found = p, true
+			}
+		}
+		if o := slices.IndexFunc(best.Nodes, func(n replication.Node) bool { return n.Addr == s.myAddr }); found && o >= 0 {
+			r.tr.Close()
+			r.tr = nil
+			nodes := best.Nodes
+			r.known.Store(&nodes)
+			r.self.Store(int64(o))
+			inc := rand.Uint64N(1<<50) + 1
+			s.log.Info("cluster: this node was added to the cluster; its replicas join their shards by snapshot", "ordinal", o, "incarnation", inc, "placement_epoch", best.Epoch)
+			return st.record(inc, nil, &best)
+		}
+		if now := time.Now(); now.Sub(logged) >= askLogEvery {
+			logged = now
+			s.log.Warn("cluster: this node is not one of --cluster-nodes, and the cluster has not added it: add it with CLUSTER ADDNODE "+s.myAddr+" on the placement's leader (sluice cluster add-node); it serves nothing until then",
+				"announce", s.myAddr)
+		}
+		select {
+		case <-ctx.Done():
+			return false
+		case <-time.After(askEvery):
+		}
+	}
 }
 
 // MetaPlacement is the store's record of what placed its node's shards
@@ -430,9 +554,10 @@ func (s *Node) decideIncarnation(ctx context.Context, tr *replication.Transport,
 // a shard it serves is its own; one whose leader it knows is that node's;
 // one it holds no replica of is its home node's, which redirects further
 // if it does not lead it.
-func (r *replicas) view(nodes []string, epoch uint64, myID string) *view {
+func (r *replicas) view(epoch uint64, myID string) *view {
 	top := cluster.Topology{Epoch: epoch}
-	for _, a := range nodes {
+	self := r.ordinal()
+	for _, a := range r.addrs() {
 		top.Nodes = append(top.Nodes, cluster.Node{ID: cluster.NodeID(a), Addr: a})
 	}
 	host := r.host.Load()
@@ -445,8 +570,8 @@ func (r *replicas) view(nodes []string, epoch uint64, myID string) *view {
 			st := g.Status()
 			switch {
 			case st.Serving:
-				owner = r.self
-			case st.Leader != 0 && replication.Ordinal(st.Leader) != r.self:
+				owner = self
+			case st.Leader != 0 && replication.Ordinal(st.Leader) != self:
 				owner = replication.Ordinal(st.Leader)
 			default:
 				continue // an election: CLUSTERDOWN, which clients retry
@@ -459,7 +584,7 @@ func (r *replicas) view(nodes []string, epoch uint64, myID string) *view {
 
 // followLeaders rebuilds the slot table every tick when a shard's leader
 // changed, under a new epoch, until ctx is done.
-func (s *Node) followLeaders(ctx context.Context, nodes []string, tick time.Duration) {
+func (s *Node) followLeaders(ctx context.Context, tick time.Duration) {
 	t := time.NewTicker(tick)
 	defer t.Stop()
 	for {
@@ -468,17 +593,18 @@ func (s *Node) followLeaders(ctx context.Context, nodes []string, tick time.Dura
 			return
 		case <-t.C:
 		}
-		s.rep.rebuild(s, nodes)
+		s.rep.rebuild(s)
 	}
 }
 
-// rebuild replaces s's slot table when the shards' leaders changed.
-func (r *replicas) rebuild(s *Node, nodes []string) {
+// rebuild replaces s's slot table when the shards' leaders, or the
+// cluster's nodes, changed.
+func (r *replicas) rebuild(s *Node) {
 	r.viewMu.Lock()
 	defer r.viewMu.Unlock()
 	old := s.view.Load()
-	v := r.view(nodes, old.top.Epoch+1, s.myID)
-	if *v.owner != *old.owner {
+	v := r.view(old.top.Epoch+1, s.myID)
+	if *v.owner != *old.owner || len(v.top.Nodes) != len(old.top.Nodes) || v.self != old.self {
 		s.view.Store(v)
 		s.log.Info("cluster: shard leaders changed", "epoch", v.top.Epoch, "slots_served", slotsOf(v.top, s.myID))
 	}
@@ -505,7 +631,7 @@ func (s *Node) handoff(shard int) error {
 	if q == nil {
 		return errors.New("the server's writes cannot be waited for yet")
 	}
-	r.rebuild(s, s.cfg.Nodes)
+	r.rebuild(s)
 	timeout := s.cfg.ElectionTimeout
 	if timeout <= 0 {
 		timeout = DefaultElectionTimeout
@@ -544,7 +670,7 @@ func (s *Node) ReplicationInfo(kv func(k, v string)) {
 		return
 	}
 	kv("cluster_replicas", strconv.Itoa(len(s.rep.shards[0].Replicas)))
-	kv("cluster_ordinal", strconv.Itoa(s.rep.self))
+	kv("cluster_ordinal", strconv.Itoa(s.rep.ordinal()))
 	if s.rep.host.Load() == nil {
 		kv("cluster_replicas_started", "0")
 		return
@@ -629,14 +755,15 @@ func (r *replicas) placed() []cluster.Shard {
 
 // placementText is CLUSTER PLACEMENT's reply: the placement's epoch, its
 // leader, then a line per shard with its slots and its replicas'
-// addresses, its home first.
+// addresses, its home first, and, once a node was added, a line per node
+// with its ordinal, address and replication address.
 func (s *Node) placementText() (string, error) {
 	host := s.rep.host.Load()
 	if host == nil {
 		return "", errClusterDown
 	}
 	p := host.Placement()
-	nodes := s.cfg.Nodes
+	nodes := s.rep.addrs()
 	var b strings.Builder
 	b.WriteString("epoch " + strconv.FormatUint(p.Epoch, 10) + "\n")
 	lead := "-"
@@ -650,6 +777,11 @@ func (s *Node) placementText() (string, error) {
 			addrs[j] = nodes[o]
 		}
 		b.WriteString("shard " + strconv.Itoa(i) + " " + cluster.FormatRanges([]cluster.Range{s.rep.shards[i].Slots}) + " " + strings.Join(addrs, ",") + "\n")
+	}
+	if len(nodes) > len(s.cfg.Nodes) {
+		for o, n := range s.rep.nodes() {
+			b.WriteString("node " + strconv.Itoa(o) + " " + n.Addr + " " + n.Bus + "\n")
+		}
 	}
 	return b.String(), nil
 }
@@ -666,27 +798,69 @@ func (s *Node) place(args [][]byte) (uint64, error) {
 	if err != nil || shard < 0 || shard >= len(s.rep.shards) {
 		return 0, refuse("shard '" + resp.Preview(args[0]) + "': want a shard number from 0 to " + strconv.Itoa(len(s.rep.shards)-1) + " (CLUSTER PLACEMENT lists them)")
 	}
+	nodes := s.rep.addrs()
 	var ordinals []int
 	var addrs []string
 	for _, a := range args[1:] {
-		o := slices.Index(s.cfg.Nodes, string(a))
+		o := slices.Index(nodes, string(a))
 		if o < 0 {
-			return 0, refuse("node '" + resp.Preview(a) + "' is not one of --cluster-nodes: " + strings.Join(s.cfg.Nodes, ","))
+			return 0, refuse("node '" + resp.Preview(a) + "' is not one of the cluster's nodes: " + strings.Join(nodes, ",") + " (--cluster-nodes, and those added by CLUSTER ADDNODE)")
 		}
 		ordinals, addrs = append(ordinals, o), append(addrs, string(a))
 	}
 	p, err := host.Move(shard, ordinals)
-	var nl *replication.NotLeaderError
-	switch {
-	case errors.As(err, &nl) && nl.Leader != 0 && replication.Ordinal(nl.Leader) < len(s.cfg.Nodes):
-		return 0, refuse("this node does not lead the cluster's placement; send CLUSTER PLACE to its leader, " + s.cfg.Nodes[replication.Ordinal(nl.Leader)])
-	case errors.As(err, &nl):
-		return 0, forwardErr("TRYAGAIN", "the cluster's placement has no leader now; retry shortly")
-	case errors.Is(err, replication.ErrReplicas):
-		return 0, refuseErr(err)
-	case err != nil:
-		return 0, forwardErr("TRYAGAIN", "the move was not committed ("+err.Error()+"); CLUSTER PLACEMENT shows whether it was made")
+	if err != nil {
+		return 0, s.placementErr(err, "PLACE", "the move")
 	}
 	s.log.Info("cluster: a shard's replicas are moved", "shard", shard, "replicas", strings.Join(addrs, ","), "epoch", p.Epoch)
 	return p.Epoch, nil
+}
+
+// addNode is CLUSTER ADDNODE <host:port> [<replication host:port>]: it
+// adds a node to the cluster, through the placement group's leader, and
+// returns the placement's new epoch. The node holds no replica until
+// CLUSTER PLACE moves one there.
+func (s *Node) addNode(args [][]byte) (uint64, error) {
+	host := s.rep.host.Load()
+	if host == nil {
+		return 0, errClusterDown
+	}
+	addr := string(args[0])
+	if err := cluster.CheckAddr(addr); err != nil {
+		return 0, refuseErr(err)
+	}
+	var bus string
+	if len(args) > 1 {
+		bus = string(args[1])
+		if err := cluster.CheckAddr(bus); err != nil {
+			return 0, refuseErr(err)
+		}
+	} else {
+		var err error
+		if bus, err = busAddr(addr); err != nil {
+			return 0, refuseErr(err)
+		}
+	}
+	p, err := host.AddNode(replication.Node{Addr: addr, Bus: bus})
+	if err != nil {
+		return 0, s.placementErr(err, "ADDNODE", "the node's addition")
+	}
+	s.log.Info("cluster: a node is added", "addr", addr, "replication_addr", bus, "ordinal", len(p.Nodes)-1, "epoch", p.Epoch)
+	return p.Epoch, nil
+}
+
+// placementErr is the error to answer for err, returned by a change of
+// the placement that CLUSTER sub made; what names the change.
+func (s *Node) placementErr(err error, sub, what string) error {
+	nodes := s.rep.addrs()
+	var nl *replication.NotLeaderError
+	switch {
+	case errors.As(err, &nl) && nl.Leader != 0 && replication.Ordinal(nl.Leader) < len(nodes):
+		return refuse("this node does not lead the cluster's placement; send CLUSTER " + sub + " to its leader, " + nodes[replication.Ordinal(nl.Leader)])
+	case errors.As(err, &nl):
+		return forwardErr("TRYAGAIN", "the cluster's placement has no leader now; retry shortly")
+	case errors.Is(err, replication.ErrReplicas), errors.Is(err, replication.ErrNodes):
+		return refuseErr(err)
+	}
+	return forwardErr("TRYAGAIN", what+" was not committed ("+err.Error()+"); CLUSTER PLACEMENT shows whether it was made")
 }

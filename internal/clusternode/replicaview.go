@@ -47,7 +47,7 @@ func (r *replicas) describe(v *view) ([]clustercmd.Shard, []string) {
 			progress[i], held[i] = g.Progress(), true
 		}
 	}
-	return describeShards(r.placed(), r.self, v, progress, held)
+	return describeShards(r.placed(), r.ordinal(), v, progress, held)
 }
 
 // describeShards is describe of the shards of a placement seen from
