@@ -270,7 +270,7 @@ func (h *Host) openPlacement() error {
 		return err
 	}
 	if !held && cfg.Incarnation == 0 && cfg.Placement == nil {
-		voters, learners := placementVoters(h.nodeCount())
+		voters, learners := placementVoters(h.presentOrdinals())
 		for _, o := range voters {
 			gc.Bootstrap = append(gc.Bootstrap, NodeID(o, 0))
 		}
@@ -351,6 +351,26 @@ type nodeSet struct {
 // nodeCount is how many nodes the cluster has, as this node follows it.
 func (h *Host) nodeCount() int { return h.nodeSet.Load().n }
 
+// present reports whether the node of ordinal o, below nodeCount, is
+// not removed.
+func (h *Host) present(o int) bool {
+	ns := h.nodeSet.Load()
+	return ns.list == nil || !ns.list[o].Removed()
+}
+
+// presentOrdinals returns the ordinals of the cluster's nodes but those
+// removed.
+func (h *Host) presentOrdinals() []int {
+	ns := h.nodeSet.Load()
+	var out []int
+	for o := range ns.n {
+		if ns.list == nil || !ns.list[o].Removed() {
+			out = append(out, o)
+		}
+	}
+	return out
+}
+
 // setNodes follows the nodes of a placement.
 func (h *Host) setNodes(list []Node) {
 	h.nodeSet.Store(&nodeSet{n: len(list), list: slices.Clone(list)})
@@ -384,6 +404,9 @@ func (h *Host) checkReplicas(i int, ordinals []int) error {
 	for j, o := range ordinals {
 		if o < 0 || o >= nodes {
 			return fmt.Errorf("%w: shard %d: ordinal %d; the cluster's nodes are 0 to %d", ErrReplicas, i, o, nodes-1)
+		}
+		if !h.present(o) {
+			return fmt.Errorf("%w: shard %d: node %d was removed from the cluster", ErrReplicas, i, o)
 		}
 		if slices.Contains(ordinals[:j], o) {
 			return fmt.Errorf("%w: shard %d: node %d given twice", ErrReplicas, i, o)
@@ -497,7 +520,7 @@ func (h *Host) Tick() {
 // replica that joins or leaves (Group.planMembers); a leader whose node
 // no longer holds its shard hands the leadership to one that does.
 func (h *Host) changeMembers() {
-	voters, learners := placementVoters(h.nodeCount())
+	voters, learners := placementVoters(h.presentOrdinals())
 	if cc, note, node := h.placement.planMembers(voters, learners, Ordinal); note != "" || cc != nil {
 		if note != "" {
 			h.lg.Info(note, "group", "placement", "node", node, "ordinal", Ordinal(node))
@@ -558,7 +581,7 @@ func (h *Host) askToJoin() {
 	go func() {
 		defer h.wg.Done()
 		defer h.joining.Store(false)
-		for o := range h.nodeCount() {
+		for _, o := range h.presentOrdinals() {
 			if o == h.cfg.Ordinal {
 				continue
 			}

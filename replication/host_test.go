@@ -6,6 +6,7 @@ import (
 	"path/filepath"
 	"slices"
 	"strconv"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -693,40 +694,9 @@ func TestHostAddsANode(t *testing.T) {
 			t.Errorf("AddNode(%+v): %v; want ErrNodes", bad, err)
 		}
 	}
-	var p Placement
-	c.waitFor("node 3 added", func() bool {
-		var err error
-		p, err = c.nodes[c.placementLeader()].h.AddNode(add)
-		if err != nil && !errors.Is(err, ErrNotLeader) && !errors.Is(err, ErrProposalLost) {
-			t.Fatalf("AddNode: %v", err)
-		}
-		return err == nil
-	})
+	p := c.join(n, add, 5)
 	if p.Epoch != 1 || !slices.Equal(p.Nodes, append(slices.Clone(c.addrs), add)) {
 		t.Fatalf("placement after AddNode: %+v", p)
-	}
-	// The new node asks before it knows its identity.
-	ask, err := NewTransport(TransportConfig{Addr: c.addrOf})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer ask.Close()
-	var learned Placement
-	c.waitFor("the placement from node 1", func() bool {
-		var ok bool
-		learned, ok, err = ask.AskPlacement(NodeID(1, 0))
-		return err == nil && ok && learned.Epoch == 1
-	})
-	if !slices.Equal(learned.Nodes, p.Nodes) {
-		t.Fatalf("learned %+v; want %+v", learned, p)
-	}
-	n.learned, n.incarnation = &learned, 5
-	c.start(3)
-	for o := range 4 {
-		c.waitFor("node "+strconv.Itoa(o)+"'s members of the placement group", func() bool {
-			cs := c.nodes[o].h.placement.log.confState()
-			return slices.Equal(cs.GetVoters(), []uint64{1, 2, 3, NodeID(3, 5)}) && len(cs.GetLearners()) == 0
-		})
 	}
 	c.placeOn(0, 3, 0, 1)
 	c.voters(0, 0, 1, 3)
@@ -745,5 +715,117 @@ func TestHostAddsANode(t *testing.T) {
 	c.waitFor("shard 0 led from node 3 again", func() bool { return c.serving(0) == 3 })
 	if got := c.read(3, c.keyIn(0, "after")); got != "a" {
 		t.Errorf("node 3 after its restart: %q, want a", got)
+	}
+}
+
+// join adds node n, not started, to the cluster as add (AddNode), has it
+// learn the placement as a node that does not know its ordinal
+// (AskPlacement), starts it under incarnation inc, and waits until every
+// node has it among the placement group's voters. It returns the
+// placement it learned.
+func (c *hostCluster) join(n *hostNode, add Node, inc uint64) Placement {
+	t := c.t
+	t.Helper()
+	var p Placement
+	c.waitFor("node "+strconv.Itoa(n.ordinal)+" added", func() bool {
+		var err error
+		p, err = c.nodes[c.placementLeader()].h.AddNode(add)
+		if err != nil && !errors.Is(err, ErrNotLeader) && !errors.Is(err, ErrProposalLost) {
+			t.Fatalf("AddNode: %v", err)
+		}
+		return err == nil
+	})
+	ask, err := NewTransport(TransportConfig{Addr: c.addrOf})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ask.Close()
+	var learned Placement
+	c.waitFor("the placement from node 1", func() bool {
+		var ok bool
+		learned, ok, err = ask.AskPlacement(NodeID(1, 0))
+		return err == nil && ok && learned.Epoch == p.Epoch
+	})
+	if !slices.Equal(learned.Nodes, p.Nodes) {
+		t.Fatalf("learned %+v; want %+v", learned, p)
+	}
+	n.learned, n.incarnation = &learned, inc
+	c.start(n.ordinal)
+	want := []uint64{NodeID(n.ordinal, inc)}
+	for o, m := range c.nodes {
+		if m.h != nil && o != n.ordinal && o < MaxPlacementVoters {
+			want = append(want, NodeID(o, m.incarnation))
+		}
+	}
+	slices.Sort(want)
+	for o, m := range c.nodes {
+		if m.h == nil {
+			continue
+		}
+		c.waitFor("node "+strconv.Itoa(o)+"'s members of the placement group", func() bool {
+			cs := m.h.placement.log.confState()
+			return slices.Equal(cs.GetVoters(), want) && len(cs.GetLearners()) == 0
+		})
+	}
+	return learned
+}
+
+// TestHostRemovesANode: a node added and holding no shard is removed
+// (RemoveNode): it leaves the placement group, the placement marks its
+// ordinal removed, a move onto it is refused, and its address added
+// again takes the next ordinal. A node that holds a replica is refused.
+// A placement leader asked to remove its own node hands the group's
+// leadership on first.
+func TestHostRemovesANode(t *testing.T) {
+	c := newHostCluster(t, 3, 3)
+	n := c.addNode()
+	add := Node{Addr: "127.0.0.1:1003", Bus: n.addr}
+	c.join(n, add, 5)
+	if _, err := c.nodes[c.placementLeader()].h.RemoveNode(1); !errors.Is(err, ErrNodes) || !strings.Contains(err.Error(), "still holds a replica of shards 0,1,2") {
+		t.Errorf("RemoveNode(1), a node that holds shards: %v; want ErrNodes naming them", err)
+	}
+	// Node 3 leads the placement group, and is asked to remove itself.
+	c.waitFor("node 3 leading the placement group", func() bool {
+		if lead := c.placementLeader(); lead != 3 {
+			c.nodes[lead].h.placement.TransferLeadership(NodeID(3, 5))
+			return false
+		}
+		return true
+	})
+	var nl *NotLeaderError
+	if _, err := c.nodes[3].h.RemoveNode(3); !errors.As(err, &nl) {
+		t.Fatalf("RemoveNode of the placement leader's own node: %v; want a NotLeaderError", err)
+	}
+	var p Placement
+	c.waitFor("node 3 removed", func() bool {
+		lead := c.placementLeader()
+		var err error
+		p, err = c.nodes[lead].h.RemoveNode(3)
+		if err != nil && !errors.Is(err, ErrNotLeader) && !errors.Is(err, ErrProposalLost) {
+			t.Fatalf("RemoveNode(3) on node %d: %v", lead, err)
+		}
+		return err == nil
+	})
+	if len(p.Nodes) != 4 || !p.Nodes[3].Removed() || p.Nodes[2] != c.addrs[2] {
+		t.Fatalf("placement after RemoveNode: %+v", p)
+	}
+	got, err := DecodePlacement(p.Encode())
+	if err != nil || !slices.Equal(got.Nodes, p.Nodes) {
+		t.Errorf("the placement with a node removed reads back as %+v, %v", got, err)
+	}
+	for o := range 3 {
+		c.waitFor("node "+strconv.Itoa(o)+"'s members of the placement group without node 3", func() bool {
+			cs := c.nodes[o].h.placement.log.confState()
+			return slices.Equal(cs.GetVoters(), []uint64{1, 2, 3}) && len(cs.GetLearners()) == 0
+		})
+	}
+	if _, err := c.nodes[c.placementLeader()].h.Move(0, []int{3, 0, 1}); !errors.Is(err, ErrReplicas) {
+		t.Errorf("a move onto the node removed: %v; want ErrReplicas", err)
+	}
+	c.stop(3)
+	m := c.addNode()
+	p = c.join(m, Node{Addr: add.Addr, Bus: m.addr}, 6)
+	if len(p.Nodes) != 5 || p.Nodes[4].Addr != add.Addr || !p.Nodes[3].Removed() {
+		t.Errorf("the address added again: %+v; want ordinal 4", p)
 	}
 }

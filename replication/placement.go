@@ -47,10 +47,14 @@ type Placement struct {
 }
 
 // Node is a node of a replicated cluster: the address it announces to
-// clients, and that of its replication listener.
+// clients, and that of its replication listener; both empty for a node
+// removed (RemoveNode), whose ordinal is never taken again.
 type Node struct {
 	Addr, Bus string
 }
+
+// Removed reports whether n is a node removed from the cluster.
+func (n Node) Removed() bool { return n.Addr == "" }
 
 // ErrBadPlacement is wrapped by the error of a stored placement that does
 // not decode.
@@ -58,7 +62,7 @@ var ErrBadPlacement = errors.New("replication: bad placement")
 
 // Encode is p as stored: "v1 <epoch> <ordinal>,<ordinal>,... ..." with
 // one list of ordinals per shard; with nodes, "v2 <epoch> <addr>|<bus>,...
-// <ordinal>,... ...".
+// <ordinal>,... ...", a node removed written "-".
 func (p Placement) Encode() []byte {
 	b := []byte("v1 ")
 	if p.Nodes != nil {
@@ -70,6 +74,10 @@ func (p Placement) Encode() []byte {
 		for j, n := range p.Nodes {
 			if j > 0 {
 				b = append(b, ',')
+			}
+			if n.Removed() {
+				b = append(b, '-')
+				continue
 			}
 			b = append(append(append(b, n.Addr...), '|'), n.Bus...)
 		}
@@ -105,6 +113,10 @@ func DecodePlacement(b []byte) (Placement, error) {
 	if f[0] == "v2" {
 		p.Nodes = []Node{}
 		for _, n := range strings.Split(f[2], ",") {
+			if n == "-" {
+				p.Nodes = append(p.Nodes, Node{})
+				continue
+			}
 			addr, bus, ok := strings.Cut(n, "|")
 			if !ok {
 				return Placement{}, fmt.Errorf("%w: node %q is not <addr>|<bus>", ErrBadPlacement, n)
@@ -117,7 +129,7 @@ func DecodePlacement(b []byte) (Placement, error) {
 		var reps []int
 		for _, s := range strings.Split(list, ",") {
 			o, err := strconv.Atoi(s)
-			if err != nil || o < 0 || (p.Nodes != nil && o >= len(p.Nodes)) {
+			if err != nil || o < 0 || (p.Nodes != nil && (o >= len(p.Nodes) || p.Nodes[o].Removed())) {
 				return Placement{}, fmt.Errorf("%w: shard %d: ordinal %q", ErrBadPlacement, i, s)
 			}
 			reps = append(reps, o)
@@ -128,10 +140,11 @@ func DecodePlacement(b []byte) (Placement, error) {
 }
 
 // placementVoters returns the ordinals that vote in the placement group
-// of a cluster of n nodes, and those that learn it.
-func placementVoters(n int) (voters, learners []int) {
-	for o := range n {
-		if o < MaxPlacementVoters {
+// of a cluster of the nodes of ordinals, in order, and those that learn
+// it.
+func placementVoters(ordinals []int) (voters, learners []int) {
+	for _, o := range ordinals {
+		if len(voters) < MaxPlacementVoters {
 			voters = append(voters, o)
 		} else {
 			learners = append(learners, o)
@@ -229,7 +242,50 @@ func (h *Host) AddNode(n Node) (Placement, error) {
 	})
 }
 
-// ErrNodes is wrapped by the error of a node AddNode refuses.
+// RemoveNode removes the node of ordinal o from the cluster, by a
+// proposal to the placement group, and returns the placement once the
+// group applied it here: the node leaves the placement group, whose
+// voters are again the first five nodes left, and no node dials it. A
+// node that still holds a replica of a shard is refused with ErrNodes:
+// move its shards away first (Move). Only the placement group's leader
+// takes it; one that is the node removed hands the group's leadership
+// on first and answers a *NotLeaderError naming no leader: ask again.
+func (h *Host) RemoveNode(o int) (Placement, error) {
+	if o == h.cfg.Ordinal {
+		if g := h.placement; g.Status().Serving {
+			voters, _ := placementVoters(h.presentOrdinals())
+			for _, v := range voters {
+				if to := g.replicaOf(Ordinal, v); v != o && to != 0 && g.caughtUp(to) {
+					h.lg.Info("handing the placement's leadership on: this node is being removed", "to", to)
+					g.TransferLeadership(to)
+					break
+				}
+			}
+			return Placement{}, &NotLeaderError{Group: PlacementGroup}
+		}
+	}
+	return h.change(func(p *Placement) error {
+		if p.Nodes == nil {
+			return fmt.Errorf("%w: this node was not given the addresses of the cluster's nodes", ErrNodes)
+		}
+		if o < 0 || o >= len(p.Nodes) || p.Nodes[o].Removed() {
+			return fmt.Errorf("%w: ordinal %d is not a node of the cluster", ErrNodes, o)
+		}
+		var held []string
+		for i, reps := range p.Replicas {
+			if slices.Contains(reps, o) {
+				held = append(held, strconv.Itoa(i))
+			}
+		}
+		if len(held) > 0 {
+			return fmt.Errorf("%w: node %d (%s) still holds a replica of shards %s: move them to other nodes first", ErrNodes, o, p.Nodes[o].Addr, strings.Join(held, ","))
+		}
+		p.Nodes[o] = Node{}
+		return nil
+	})
+}
+
+// ErrNodes is wrapped by the error of a node AddNode or RemoveNode refuses.
 var ErrNodes = errors.New("replication: bad node")
 
 // change proposes the applied placement as f changes it, under the next
@@ -303,8 +359,14 @@ func (h *Host) followPlacement() {
 		return
 	}
 	if p.Nodes != nil && !slices.Equal(p.Nodes, h.nodeSet.Load().list) {
-		for o := h.nodeCount(); o < len(p.Nodes); o++ {
-			h.lg.Info("the cluster's placement added a node", "epoch", p.Epoch, "ordinal", o, "addr", p.Nodes[o].Addr, "replication_addr", p.Nodes[o].Bus)
+		old := h.nodeSet.Load().list
+		for o, n := range p.Nodes {
+			switch {
+			case o >= len(old) && !n.Removed():
+				h.lg.Info("the cluster's placement added a node", "epoch", p.Epoch, "ordinal", o, "addr", n.Addr, "replication_addr", n.Bus)
+			case o < len(old) && n.Removed() && !old[o].Removed():
+				h.lg.Info("the cluster's placement removed a node", "epoch", p.Epoch, "ordinal", o, "addr", old[o].Addr)
+			}
 		}
 		h.setNodes(p.Nodes)
 	}

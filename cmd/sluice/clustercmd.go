@@ -37,6 +37,7 @@ type clusterToolConfig struct {
 	shard    int
 	add      string
 	addBus   string
+	remove   string
 
 	maxConfigFile byteSize
 }
@@ -50,6 +51,7 @@ func newClusterFlagSet(cfg *clusterToolConfig, stderr io.Writer) *flag.FlagSet {
 	fs.StringVar(&cfg.to, "to", "", "sluice cluster move: the announced host:port of the node to move them to; sluice cluster place: the nodes to hold the shard, comma-separated, its home first")
 	intVar(fs, &cfg.shard, "shard", -1, "sluice cluster place: the shard to move (CLUSTER PLACEMENT lists them)")
 	fs.StringVar(&cfg.add, "add", "", "sluice cluster add-node: the announced host:port of the node to add")
+	fs.StringVar(&cfg.remove, "remove", "", "sluice cluster remove-node: the announced host:port of the node to remove (it must hold no replica)")
 	fs.StringVar(&cfg.addBus, "add-bus", "", "sluice cluster add-node: the host:port of the added node's replication listener (default: its port plus 10000)")
 	fs.StringVar(&cfg.passFile, "requirepass-file", "", "file holding the password clients must give with AUTH (one line; a trailing newline is ignored)")
 	fs.StringVar(&cfg.pass, "requirepass", "", "password clients must give with AUTH (visible in process listings: prefer --requirepass-file)")
@@ -58,7 +60,7 @@ func newClusterFlagSet(cfg *clusterToolConfig, stderr io.Writer) *flag.FlagSet {
 	intVar(fs, &cfg.page, "cluster-page", 500, "sluice cluster: records copied per page while moving slots")
 	addMaxConfigFile(fs, &cfg.maxConfigFile)
 	fs.Usage = func() {
-		fmt.Fprintf(fs.Output(), "Usage: sluice cluster rebalance --nodes a:p,b:p,c:p   (spread the slots evenly over exactly these nodes)\n       sluice cluster move --nodes a:p,... --slots 0-99 --to d:p\n       sluice cluster show --nodes a:p,...   (the topology with the highest epoch, the nodes that have another, and any that answers as another node)\n       sluice cluster push --nodes a:p,... --topology '<epoch> a:p 0-8191 b:p 8192-16383'   (push a topology to every node: finishing an interrupted move)\n       sluice cluster renumber --nodes a:p,...   (push the highest topology under a low epoch: after the epoch cap)\n       sluice cluster place --nodes a:p,... --shard 0 --to a:p,b:p,d:p   (--cluster-replicas above 1: move a shard's replicas to these nodes, its home first)\n       sluice cluster add-node --nodes a:p,... --add d:p   (--cluster-replicas above 1: add a node, which holds no replica until place moves one there)\n\n")
+		fmt.Fprintf(fs.Output(), "Usage: sluice cluster rebalance --nodes a:p,b:p,c:p   (spread the slots evenly over exactly these nodes)\n       sluice cluster move --nodes a:p,... --slots 0-99 --to d:p\n       sluice cluster show --nodes a:p,...   (the topology with the highest epoch, the nodes that have another, and any that answers as another node)\n       sluice cluster push --nodes a:p,... --topology '<epoch> a:p 0-8191 b:p 8192-16383'   (push a topology to every node: finishing an interrupted move)\n       sluice cluster renumber --nodes a:p,...   (push the highest topology under a low epoch: after the epoch cap)\n       sluice cluster place --nodes a:p,... --shard 0 --to a:p,b:p,d:p   (--cluster-replicas above 1: move a shard's replicas to these nodes, its home first)\n       sluice cluster add-node --nodes a:p,... --add d:p   (--cluster-replicas above 1: add a node, which holds no replica until place moves one there)\n       sluice cluster remove-node --nodes a:p,... --remove d:p   (--cluster-replicas above 1: remove a node whose replicas place moved away)\n\n")
 		fs.PrintDefaults()
 	}
 	return fs
@@ -76,7 +78,7 @@ func (clusterCommand) run(inv invocation, args []string) error {
 		return flag.ErrHelp
 	}
 	if len(args) == 0 || strings.HasPrefix(args[0], "-") {
-		return errors.New("sluice cluster: want a subcommand: rebalance, move, show, push, renumber, place or add-node (see sluice cluster --help)")
+		return errors.New("sluice cluster: want a subcommand: rebalance, move, show, push, renumber, place, add-node or remove-node (see sluice cluster --help)")
 	}
 	sub := args[0]
 	var cfg clusterToolConfig
@@ -122,7 +124,7 @@ func (clusterCommand) run(inv invocation, args []string) error {
 		switch sub {
 		case "show":
 			return ct.showPlacement(places, missing)
-		case "place", "add-node":
+		case "place", "add-node", "remove-node":
 		default:
 			return fmt.Errorf("sluice cluster %s: these nodes run replicated shards (--cluster-replicas above 1), whose slot ranges are fixed: move a shard's replicas with sluice cluster place", sub)
 		}
@@ -238,6 +240,11 @@ func (clusterCommand) run(inv invocation, args []string) error {
 			args = append(args, cfg.addBus)
 		}
 		return ct.place(ctx, nodes, args)
+	case "remove-node":
+		if cfg.remove == "" {
+			return errors.New("sluice cluster remove-node: want --remove, the announced host:port of the node to remove")
+		}
+		return ct.place(ctx, nodes, []any{"CLUSTER", "REMOVENODE", cfg.remove})
 	case "rebalance":
 		if t.Epoch >= cluster.MaxEpoch {
 			return cluster.ErrEpochCap
@@ -344,10 +351,7 @@ func (ct *clusterTool) place(ctx context.Context, nodes []string, args []any) er
 			if err != nil {
 				return err
 			}
-			verb := "placed"
-			if args[1] == "ADDNODE" {
-				verb = "added"
-			}
+			verb := map[any]string{"PLACE": "placed", "ADDNODE": "added", "REMOVENODE": "removed"}[args[1]]
 			fmt.Fprintf(ct.out, "%s: epoch %v\n%v", verb, v, text)
 			return nil
 		}

@@ -19,7 +19,9 @@ import (
 // cluster place moves shard 0 onto it as its home: it leads the shard
 // with every bucket as it was, every node's CLUSTER SLOTS names it for
 // the shard's slots and no other node, sluice cluster show passes, and
-// after a restart it is still node 3 and leads the shard again.
+// after a restart it is still node 3 and leads the shard again. Then the
+// shard is moved back and sluice cluster remove-node removes the node:
+// CLUSTER NODES leaves it out, and restarted it waits to be added again.
 func TestReplicatedNodeAdded(t *testing.T) {
 	addrs, bus, dirs, procs, cc := startReplicatedCluster(t)
 	ctx := context.Background()
@@ -155,4 +157,41 @@ func TestReplicatedNodeAdded(t *testing.T) {
 		time.Sleep(20 * time.Millisecond)
 	}
 	ledFromNode3()
+	// Removed: shard 0 moved back, then the node taken out of the list.
+	out = run("cluster", "place", "--nodes", strings.Join(all, ","), "--shard", "0", "--to", strings.Join(addrs, ","))
+	if !strings.HasPrefix(out, "placed: epoch 3\n") {
+		t.Fatalf("sluice cluster place printed:\n%s", out)
+	}
+	for s = info(added); infoShards(s)[0] != ""; s = info(added) {
+		if time.Now().After(deadline) {
+			t.Fatalf("node 3 never let shard 0 go:\n%s", s)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	out = run("cluster", "remove-node", "--nodes", strings.Join(addrs, ","), "--remove", more[0])
+	if !strings.HasPrefix(out, "removed: epoch 4\n") || !strings.Contains(out, "node 3 removed\n") {
+		t.Fatalf("sluice cluster remove-node printed:\n%s", out)
+	}
+	for _, p := range procs {
+		for {
+			nodes, err := p.client(t).ClusterNodes(ctx).Result()
+			if err == nil && !strings.Contains(nodes, more[0]) && strings.Count(nodes, "\n") == 3 {
+				break
+			}
+			if time.Now().After(deadline) {
+				t.Fatalf("CLUSTER NODES never left node 3 out: %v\n%s", err, nodes)
+			}
+			time.Sleep(20 * time.Millisecond)
+		}
+	}
+	run("cluster", "show", "--nodes", strings.Join(addrs, ","))
+	if err := cc.Do(ctx, "RL.GET", keys[0], 100, 3600, "AT", clusterAt).Err(); err != nil {
+		t.Errorf("RL.GET through the cluster client after the removal: %v", err)
+	}
+	// Restarted, it is no node of the cluster: it waits to be added again.
+	added.stop(t, syscall.SIGTERM)
+	added = startNew()
+	if s := info(added); !strings.Contains(s, "cluster_ordinal:-1\r\n") {
+		t.Errorf("node 3, removed, after its restart:\n%s", s)
+	}
 }

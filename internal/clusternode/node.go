@@ -159,6 +159,39 @@ type view struct {
 	top   cluster.Topology
 	owner *[cluster.Slots]uint16 // node index + 1; 0: no owner
 	self  uint16                 // this node's index + 1; 0: not a member
+	// ords gives the ordinal of each node of top, in a replicated
+	// cluster that removed nodes (they are left out of top); nil: a
+	// node's index is its ordinal.
+	ords []int
+}
+
+// ordinal is the ordinal of the node of top at index i.
+func (v *view) ordinal(i int) int {
+	if v.ords == nil {
+		return i
+	}
+	return v.ords[i]
+}
+
+// index is the index in top of the node of ordinal o, or -1 for a node
+// removed.
+func (v *view) index(o int) int {
+	if v.ords == nil {
+		return o
+	}
+	i, ok := slices.BinarySearch(v.ords, o)
+	if !ok {
+		return -1
+	}
+	return i
+}
+
+// ordinals is one past the highest ordinal of top's nodes.
+func (v *view) ordinals() int {
+	if len(v.ords) == 0 {
+		return len(v.top.Nodes)
+	}
+	return v.ords[len(v.ords)-1] + 1
 }
 
 func newView(top cluster.Topology, myID string) *view {
@@ -390,7 +423,7 @@ func slotsOf(t cluster.Topology, id string) int {
 // condition, not the request's (forwardErr).
 var errClusterDown = forwardErr("CLUSTERDOWN", "Hash slot not served")
 
-var errNotReplicated = refuse("CLUSTER PLACEMENT, PLACE and ADDNODE apply to a cluster with --cluster-replicas above 1, whose shards are Raft groups; this one moves slots with sluice cluster move and rebalance")
+var errNotReplicated = refuse("CLUSTER PLACEMENT, PLACE, ADDNODE and REMOVENODE apply to a cluster with --cluster-replicas above 1, whose shards are Raft groups; this one moves slots with sluice cluster move and rebalance")
 
 // refuse is a request the node refuses: a bad argument, a command out of
 // turn, a state it cannot take. msg says what was wrong and what was
@@ -496,6 +529,15 @@ func (s *Node) Command(x *dispatch.Ctx, args [][]byte, c Caller) error {
 			return err
 		}
 		x.Out = resp.AppendInt(x.Out, int64(epoch))
+	case sub == "removenode" && len(args) == 3:
+		if s.rep == nil {
+			return errNotReplicated
+		}
+		epoch, err := s.removeNode(args[2])
+		if err != nil {
+			return err
+		}
+		x.Out = resp.AppendInt(x.Out, int64(epoch))
 	case s.rep != nil && (sub == "settopology" || sub == "migrate" || sub == "import" || sub == "restore" || sub == "drop"):
 		return errReplicatedTopology
 	case sub == "settopology" && len(args) >= 5:
@@ -544,6 +586,8 @@ var Help = []string{
 	"    With --cluster-replicas above 1: move the shard's replicas to these nodes, the first its home (on the placement's leader); answers the new epoch.",
 	"ADDNODE <host:port> [<replication host:port>]",
 	"    With --cluster-replicas above 1: add a node to the cluster, holding no replica until PLACE moves one there (on the placement's leader); answers the new epoch.",
+	"REMOVENODE <host:port>",
+	"    With --cluster-replicas above 1: remove a node that holds no replica (PLACE moves them away) from the cluster (on the placement's leader); answers the new epoch.",
 }
 
 // Close closes the connections kept to other nodes for forwarding.

@@ -154,17 +154,16 @@ func (s *Node) openReplicated(cc *Config) error {
 	// A node added to the cluster (CLUSTER ADDNODE) is not in the flags'
 	// list: its ordinal is in the placement its store holds, or, on its
 	// first start, in the one it learns from the others (join).
+	// A node removed since is not in it: it waits to be added again.
 	known := initial
 	self := slices.Index(cc.Nodes, cc.Self)
-	if self < 0 {
-		p, ok, err := replication.StoredPlacement(s.store)
-		if err != nil {
-			return fmt.Errorf("server: read the cluster's placement: %w", err)
-		}
-		if ok && p.Nodes != nil {
-			known = p.Nodes
-			self = slices.IndexFunc(p.Nodes, func(n replication.Node) bool { return n.Addr == cc.Self })
-		}
+	p, ok, err := replication.StoredPlacement(s.store)
+	if err != nil {
+		return fmt.Errorf("server: read the cluster's placement: %w", err)
+	}
+	if ok && p.Nodes != nil {
+		known = p.Nodes
+		self = slices.IndexFunc(p.Nodes, func(n replication.Node) bool { return n.Addr == cc.Self })
 	}
 	var groups []uint64
 	for i, sh := range shards {
@@ -271,7 +270,7 @@ func (st *replicaStart) transport(inc uint64) (*replication.Transport, error) {
 		Node: id, Cluster: st.cluster,
 		Addr: func(node uint64) (string, bool) {
 			nodes := r.nodes()
-			if node == 0 || replication.Ordinal(node) >= len(nodes) {
+			if node == 0 || replication.Ordinal(node) >= len(nodes) || nodes[replication.Ordinal(node)].Removed() {
 				return "", false
 			}
 			return nodes[replication.Ordinal(node)].Bus, true
@@ -557,7 +556,14 @@ func (s *Node) decideIncarnation(ctx context.Context, tr *replication.Transport,
 func (r *replicas) view(epoch uint64, myID string) *view {
 	top := cluster.Topology{Epoch: epoch}
 	self := r.ordinal()
-	for _, a := range r.addrs() {
+	var ords []int // a node removed is left out
+	index := map[int]int{}
+	for o, a := range r.addrs() {
+		if a == "" {
+			continue
+		}
+		index[o] = len(top.Nodes)
+		ords = append(ords, o)
 		top.Nodes = append(top.Nodes, cluster.Node{ID: cluster.NodeID(a), Addr: a})
 	}
 	host := r.host.Load()
@@ -577,9 +583,17 @@ func (r *replicas) view(epoch uint64, myID string) *view {
 				continue // an election: CLUSTERDOWN, which clients retry
 			}
 		}
-		top.Nodes[owner].Slots = cluster.Merge(append(top.Nodes[owner].Slots, sh.Slots))
+		ix, ok := index[owner]
+		if !ok {
+			continue // a node removed: CLUSTERDOWN until the shard moves
+		}
+		top.Nodes[ix].Slots = cluster.Merge(append(top.Nodes[ix].Slots, sh.Slots))
 	}
-	return newView(top, myID)
+	v := newView(top, myID)
+	if len(ords) != len(r.addrs()) {
+		v.ords = ords
+	}
+	return v
 }
 
 // followLeaders rebuilds the slot table every tick when a shard's leader
@@ -778,8 +792,12 @@ func (s *Node) placementText() (string, error) {
 		}
 		b.WriteString("shard " + strconv.Itoa(i) + " " + cluster.FormatRanges([]cluster.Range{s.rep.shards[i].Slots}) + " " + strings.Join(addrs, ",") + "\n")
 	}
-	if len(nodes) > len(s.cfg.Nodes) {
+	if host.Nodes() != nil {
 		for o, n := range s.rep.nodes() {
+			if n.Removed() {
+				b.WriteString("node " + strconv.Itoa(o) + " removed\n")
+				continue
+			}
 			b.WriteString("node " + strconv.Itoa(o) + " " + n.Addr + " " + n.Bus + "\n")
 		}
 	}
@@ -803,7 +821,7 @@ func (s *Node) place(args [][]byte) (uint64, error) {
 	var addrs []string
 	for _, a := range args[1:] {
 		o := slices.Index(nodes, string(a))
-		if o < 0 {
+		if o < 0 || len(a) == 0 {
 			return 0, refuse("node '" + resp.Preview(a) + "' is not one of the cluster's nodes: " + strings.Join(nodes, ",") + " (--cluster-nodes, and those added by CLUSTER ADDNODE)")
 		}
 		ordinals, addrs = append(ordinals, o), append(addrs, string(a))
@@ -846,6 +864,27 @@ func (s *Node) addNode(args [][]byte) (uint64, error) {
 		return 0, s.placementErr(err, "ADDNODE", "the node's addition")
 	}
 	s.log.Info("cluster: a node is added", "addr", addr, "replication_addr", bus, "ordinal", len(p.Nodes)-1, "epoch", p.Epoch)
+	return p.Epoch, nil
+}
+
+// removeNode is CLUSTER REMOVENODE <host:port>: it removes a node that
+// holds no replica from the cluster, through the placement group's
+// leader, and returns the placement's new epoch.
+func (s *Node) removeNode(addr []byte) (uint64, error) {
+	host := s.rep.host.Load()
+	if host == nil {
+		return 0, errClusterDown
+	}
+	nodes := s.rep.addrs()
+	o := slices.Index(nodes, string(addr))
+	if o < 0 || len(addr) == 0 {
+		return 0, refuse("node '" + resp.Preview(addr) + "' is not one of the cluster's nodes: " + strings.Join(slices.DeleteFunc(slices.Clone(nodes), func(a string) bool { return a == "" }), ","))
+	}
+	p, err := host.RemoveNode(o)
+	if err != nil {
+		return 0, s.placementErr(err, "REMOVENODE", "the node's removal")
+	}
+	s.log.Info("cluster: a node is removed", "addr", string(addr), "ordinal", o, "epoch", p.Epoch)
 	return p.Epoch, nil
 }
 

@@ -4,6 +4,7 @@ import (
 	"github.com/sluicehq/sluice/cluster"
 	"github.com/sluicehq/sluice/internal/clustercmd"
 	"github.com/sluicehq/sluice/replication"
+	"slices"
 )
 
 // failTicks is how long, in ticks, a node goes without a message from a
@@ -53,7 +54,7 @@ func (r *replicas) describe(v *view) ([]clustercmd.Shard, []string) {
 // describeShards is describe of the shards of a placement seen from
 // ordinal self, from the progress of the replicas it holds (held).
 func describeShards(placed []cluster.Shard, self int, v *view, progress []replication.Progress, held []bool) ([]clustercmd.Shard, []string) {
-	n := len(v.top.Nodes)
+	n := v.ordinals()           // by ordinal; the replies by index in v.top
 	silent := make([]uint64, n) // fewest ticks since a message, over the groups
 	for i := range silent {
 		silent[i] = ^uint64(0)
@@ -89,6 +90,7 @@ func describeShards(placed []cluster.Shard, self int, v *view, progress []replic
 		if owner < 0 {
 			continue
 		}
+		owner = v.ordinal(owner)
 		p := progress[i]
 		mine := held[i] && p.Serving && owner == self
 		out := clustercmd.Shard{Slots: []cluster.Range{sh.Slots}}
@@ -131,14 +133,21 @@ func describeShards(placed []cluster.Shard, self int, v *view, progress []replic
 		}
 		shards = append(shards, out)
 	}
-	flags := make([]string, n)
-	for o := range flags {
-		switch {
+	for k := range shards {
+		reps := shards[k].Replicas
+		for j := range reps {
+			reps[j].Node = v.index(reps[j].Node)
+		}
+		shards[k].Replicas = slices.DeleteFunc(reps, func(r clustercmd.Replica) bool { return r.Node < 0 })
+	}
+	flags := make([]string, len(v.top.Nodes))
+	for i := range flags {
+		switch o := v.ordinal(i); {
 		case !failed(o):
 		case leads[o]:
-			flags[o] = "fail?"
+			flags[i] = "fail?"
 		default:
-			flags[o] = "fail"
+			flags[i] = "fail"
 		}
 	}
 	return shards, flags
