@@ -17,14 +17,18 @@ import (
 )
 
 // clusterOverlay is the kustomize overlay that runs the pods in cluster
-// mode.
-const clusterOverlay = "../kubernetes-cluster"
+// mode with replicated shards, and shardedOverlay the one with one copy
+// of each slot.
+const (
+	clusterOverlay = "../kubernetes-cluster"
+	shardedOverlay = "../kubernetes-sharded"
+)
 
-// clusterStatefulSet applies the cluster overlay's patches to the base
-// StatefulSet as kustomize does (a strategic merge).
-func clusterStatefulSet(t *testing.T, base *appsv1.StatefulSet) *appsv1.StatefulSet {
+// overlayStatefulSet applies the patches of the overlay in dir to the
+// base StatefulSet as kustomize does (a strategic merge).
+func overlayStatefulSet(t *testing.T, dir string, base *appsv1.StatefulSet) *appsv1.StatefulSet {
 	t.Helper()
-	return patchedStatefulSet(t, clusterOverlay, loadOverlay(t, clusterOverlay), base)
+	return patchedStatefulSet(t, dir, loadOverlay(t, dir), base)
 }
 
 // patchedStatefulSet applies the patches of k, the overlay in dir, to sts
@@ -90,16 +94,22 @@ func checkNamespaceEnv(t *testing.T, what string, env []corev1.EnvVar) {
 	}
 }
 
-// TestClusterOverlay checks the cluster overlay: the flags exist and the
-// base's are kept, --cluster-nodes names every pod by its stable DNS name
-// on the RESP port, --cluster-size is the replica count, the pod's
+// TestClusterOverlays checks both cluster overlays: the flags exist and
+// the base's are kept, --cluster-nodes names every pod by its stable DNS
+// name on the RESP port, --cluster-size is the replica count, the pod's
 // ordinal comes from its hostname, and the Service and the
 // PodDisruptionBudget suit a cluster (names resolve while a pod is not
 // ready; one shard down at a time).
-func TestClusterOverlay(t *testing.T) {
+func TestClusterOverlays(t *testing.T) {
+	for _, dir := range []string{clusterOverlay, shardedOverlay} {
+		t.Run(filepath.Base(dir), func(t *testing.T) { testClusterOverlay(t, dir) })
+	}
+}
+
+func testClusterOverlay(t *testing.T, dir string) {
 	m := load(t)
 	base := m.sts()
-	sts := clusterStatefulSet(t, base)
+	sts := overlayStatefulSet(t, dir, base)
 	tm := &manifests{statefulSets: []*appsv1.StatefulSet{sts}}
 	c := tm.container(t)
 	flags := tm.containerFlags(t)
@@ -139,13 +149,33 @@ func TestClusterOverlay(t *testing.T) {
 	}
 }
 
-// TestRebalanceJob checks the rebalance example against the overlay: the
-// same image, sluice cluster rebalance over the same pods' names, the
-// password from the same Secret.
+// TestRebalanceJob checks the rebalance example against the sharded
+// overlay, and TestAddNodeJob the add-node example against the
+// replicated one: the same image, sluice cluster over the same pods'
+// names, the password from the same Secret.
 func TestRebalanceJob(t *testing.T) {
+	checkToolJob(t, shardedOverlay, "rebalance-job.example.yaml", "rebalance")
+}
+
+func TestAddNodeJob(t *testing.T) {
+	flags := checkToolJob(t, clusterOverlay, "add-node-job.example.yaml", "add-node")
 	m := load(t)
-	sts := clusterStatefulSet(t, m.sts())
-	raw, err := os.ReadFile(filepath.Join(clusterOverlay, "rebalance-job.example.yaml"))
+	sts := overlayStatefulSet(t, clusterOverlay, m.sts())
+	tm := &manifests{statefulSets: []*appsv1.StatefulSet{sts}}
+	stsFlags := tm.containerFlags(t)
+	size, _ := strconv.Atoi(stsFlags["cluster-size"])
+	if want := strings.ReplaceAll(stsFlags["cluster-nodes"], "{i}", strconv.Itoa(size)); flags["add"] != want {
+		t.Errorf("--add %q: want %q, the first pod past --cluster-size", flags["add"], want)
+	}
+}
+
+// checkToolJob checks the Job in file of the overlay in dir, which runs
+// sluice cluster sub, and returns its flags.
+func checkToolJob(t *testing.T, dir, file, sub string) map[string]string {
+	t.Helper()
+	m := load(t)
+	sts := overlayStatefulSet(t, dir, m.sts())
+	raw, err := os.ReadFile(filepath.Join(dir, file))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -161,8 +191,8 @@ func TestRebalanceJob(t *testing.T) {
 	if want := sts.Spec.Template.Spec.Containers[0].Image; c.Image != want {
 		t.Errorf("image %q, the StatefulSet's %q", c.Image, want)
 	}
-	if len(c.Command) != 0 || len(c.Args) < 2 || c.Args[0] != "cluster" || c.Args[1] != "rebalance" {
-		t.Fatalf("args %q: want the image's entrypoint with cluster rebalance", c.Args)
+	if len(c.Command) != 0 || len(c.Args) < 2 || c.Args[0] != "cluster" || c.Args[1] != sub {
+		t.Fatalf("args %q: want the image's entrypoint with cluster %s", c.Args, sub)
 	}
 	flags := parseFlags(t, c.Args[2:])
 	src := sluiceSource(t)
@@ -197,26 +227,27 @@ func TestRebalanceJob(t *testing.T) {
 	if cs := c.SecurityContext; cs == nil || cs.ReadOnlyRootFilesystem == nil || !*cs.ReadOnlyRootFilesystem || cs.RunAsNonRoot == nil || !*cs.RunAsNonRoot {
 		t.Errorf("securityContext: want non-root and a read-only root filesystem, as the server's")
 	}
+	return flags
 }
 
-// replicatedOverlay is the overlay of clusterOverlay that replicates each
-// shard on 3 pods.
-const replicatedOverlay = "../kubernetes-replicated"
-
-// TestReplicatedOverlay checks the replicated overlay over the cluster
-// one: --cluster-replicas 3 on 3 pods (each shard on every pod), the
-// pods kept on distinct machines (a shard's replicas must not fail
-// together), one pod down at a time, and the replication port declared
-// where the nodes look for it (the RESP port plus 10000).
-func TestReplicatedOverlay(t *testing.T) {
+// TestReplicatedClusterOverlay checks what the cluster overlay adds for
+// replicated shards: --cluster-replicas 3 on 3 pods (each shard on every
+// pod), the pods kept on distinct machines (a shard's replicas must not
+// fail together), one pod down at a time, and the replication port
+// declared where the nodes look for it (the RESP port plus 10000). The
+// sharded overlay has none of it.
+func TestReplicatedClusterOverlay(t *testing.T) {
 	m := load(t)
-	sts := patchedStatefulSet(t, replicatedOverlay, loadOverlayOf(t, replicatedOverlay, clusterOverlay), clusterStatefulSet(t, m.sts()))
+	if flags := (&manifests{statefulSets: []*appsv1.StatefulSet{overlayStatefulSet(t, shardedOverlay, m.sts())}}).containerFlags(t); flags["cluster-replicas"] != "" {
+		t.Errorf("the sharded overlay passes --cluster-replicas %s", flags["cluster-replicas"])
+	}
+	sts := overlayStatefulSet(t, clusterOverlay, m.sts())
 	tm := &manifests{statefulSets: []*appsv1.StatefulSet{sts}}
 	flags := tm.containerFlags(t)
 	src := sluiceSource(t)
 	for name := range flags {
 		if !strings.Contains(src, strconv.Quote(name)) {
-			t.Errorf("the replicated overlay passes --%s, which cmd/sluice does not define", name)
+			t.Errorf("the cluster overlay passes --%s, which cmd/sluice does not define", name)
 		}
 	}
 	replicas := requireFlag(t, flags, "cluster-replicas")

@@ -1,6 +1,6 @@
 // Package kubernetes_test checks the manifests in this directory, the TLS
-// overlay in ../kubernetes-tls, the cluster overlay in
-// ../kubernetes-cluster and its replicated overlay in ../kubernetes-replicated,
+// overlay in ../kubernetes-tls, the cluster overlays in
+// ../kubernetes-cluster (replicated shards) and ../kubernetes-sharded,
 // the monitoring overlay in ../kubernetes-monitoring,
 // and the Dockerfile at the root of the repository, against each other and
 // against the flags of cmd/sluice. It needs no cluster and no network:
