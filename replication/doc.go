@@ -56,7 +56,12 @@
 //     place of a replica that leaves), a leader that leaves hands its
 //     leadership on as a handback does, and a removed replica, once the
 //     other replicas' committed members no longer name it (AskMembers),
-//     deletes its records and Raft state.
+//     deletes its records and Raft state. Once a node is added
+//     (Host.AddNode) the placement holds the nodes' addresses too: the
+//     node added asks for it before it knows its ordinal
+//     (Transport.AskPlacement), then joins under a new incarnation. A node
+//     removed (Host.RemoveNode) keeps its ordinal, marked removed, so that
+//     no other node ever takes it.
 //   - Transport (transport.go): one connection per pair of nodes carrying
 //     the messages of every group, bounded queues that drop on overflow
 //     (Raft retries), write timeouts, TLS when configured; snapshots on a
