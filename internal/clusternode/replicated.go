@@ -454,7 +454,7 @@ func (s *Node) checkPlacement(place string) error {
 		return nil
 	}
 	return fmt.Errorf("%w: %s was first started in a replicated cluster placed by --cluster-replicas, --cluster-shards and --cluster-nodes as %q; these flags give %q. "+
-		"A replicated cluster's placement is fixed when it starts (docs/cluster.md, \"Replicated shards\"): start every node with the flags it was first started with",
+		"These flags are fixed when a replicated cluster first starts: start every node with them, a node added too (its own address past --cluster-size), and add nodes with sluice cluster add-node (docs/cluster.md, \"Adding a node\")",
 		ErrPlacement, s.store.Dir(), strings.TrimPrefix(string(stored), "v1 "), strings.TrimPrefix(place, "v1 "))
 }
 
@@ -769,8 +769,8 @@ func (r *replicas) placed() []cluster.Shard {
 
 // placementText is CLUSTER PLACEMENT's reply: the placement's epoch, its
 // leader, then a line per shard with its slots and its replicas'
-// addresses, its home first, and, once a node was added, a line per node
-// with its ordinal, address and replication address.
+// addresses, its home first, then a line per node with its ordinal,
+// address and replication address ("removed" for a node removed).
 func (s *Node) placementText() (string, error) {
 	host := s.rep.host.Load()
 	if host == nil {
