@@ -114,8 +114,12 @@ func (s *Store) shutdown(ctx context.Context) error {
 	for _, q := range s.queues {
 		q.Lock()
 		ce.Unsynced += q.appliedKeys - q.syncedKeys
+		// A round whose fsync was under way, or failed, keeps its records
+		// dirty: they are in the log, counted in Unsynced.
+		ce.Unwritten -= q.syncingKeys
 		q.Unlock()
 	}
+	ce.Unwritten = max(ce.Unwritten, 0)
 	if ms := s.stats.lastSync.Load(); ms != 0 {
 		ce.LastSync = time.UnixMilli(ms)
 	}

@@ -77,6 +77,11 @@ type commitQueue struct {
 	// to round synced: their difference is what a crash can lose.
 	appliedKeys int64
 	syncedKeys  int64
+	// syncingKeys are the keys of the rounds applied without waiting for
+	// their fsync (syncLater), not settled yet: their records stay dirty
+	// until then, yet they are in the log, not unwritten (Shutdown's
+	// report).
+	syncingKeys int64
 	// maxKeys, maxBytes and behindKeys are this queue's share of
 	// MaxQueued, MaxQueuedBytes and writeBehindKeys.
 	maxKeys, maxBytes, behindKeys int
@@ -573,6 +578,7 @@ func (s *Store) syncLater(q *commitQueue, r *roundBufs, round uint64, t0 time.Ti
 	q.Lock()
 	q.applied = round
 	q.appliedKeys += int64(len(r.done))
+	q.syncingKeys += int64(len(r.done))
 	keys := q.appliedKeys
 	q.done.Broadcast()
 	q.Unlock()
@@ -658,7 +664,10 @@ func (s *Store) settle(r *roundBufs) {
 		err = s.failedErr()
 	}
 	if errors.Is(err, ErrNotReplicated) {
-		s.lose(q, p.done, p.round, err)
+		s.lose(q, p.done, p.round, err) // its records dropped: not dirty
+		q.Lock()
+		q.syncingKeys -= int64(len(p.done))
+		q.Unlock()
 		p.batch.Reset()
 		return
 	}
@@ -688,6 +697,7 @@ func (s *Store) settle(r *roundBufs) {
 	s.trimStripes(&over)
 	p.batch.Reset()
 	q.Lock()
+	q.syncingKeys -= int64(len(p.done))
 	if s.failedErr() == nil {
 		q.synced = p.round
 		q.syncedKeys = p.keys

@@ -1,6 +1,7 @@
 package storage
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"runtime"
@@ -316,5 +317,32 @@ func TestAlwaysLastSyncCoversWhatWasWrittenBefore(t *testing.T) {
 	}
 	if last := s.Stats().LastSync; last.Before(t2) {
 		t.Fatalf("last fsync %v once b's fsync returned, before %v when b was written", last.UTC(), t2.UTC())
+	}
+}
+
+// TestShutdownCountsASyncingKeyOnce: a Shutdown that gives up while a
+// round's fsync is under way (its records stay dirty until it returns)
+// reports the round's key as written to the log and not synced, not as
+// unwritten too.
+func TestShutdownCountsASyncingKeyOnce(t *testing.T) {
+	h := newHeldLogSync()
+	s, err := Open("db", Options{Sync: SyncAlways, fs: h.wrap(vfs.NewMem()), Committers: 3, Partitions: 3, Partition: digitPartition})
+	if err != nil {
+		t.Fatal(err)
+	}
+	res := h.commitHeld(t, s, "1a")
+	q := s.queues[1]
+	waitQueue(t, q, "1a's round applied while its fsync is held", func() bool { return q.applied > 0 })
+	ctx, cancel := context.WithCancel(context.Background())
+	cancel() // gives up at once: the fsync is held
+	err = s.Shutdown(ctx)
+	h.release <- nil
+	<-res
+	var ce *CloseError
+	if !errors.As(err, &ce) {
+		t.Fatalf("Shutdown during a held fsync: %v; want a CloseError", err)
+	}
+	if ce.Unwritten != 0 || ce.Unsynced != 1 {
+		t.Errorf("CloseError counts %d unwritten and %d unsynced; want 0 and 1, the key whose fsync was under way", ce.Unwritten, ce.Unsynced)
 	}
 }
