@@ -690,7 +690,12 @@ func TestHostAddsANode(t *testing.T) {
 		t.Errorf("AddNode on node %d, not the placement group's leader: %v; want a NotLeaderError", (lead+1)%3, err)
 	}
 	for _, bad := range []Node{{Addr: c.addrs[1].Addr, Bus: n.addr}, {Addr: add.Addr, Bus: c.addrs[2].Bus}, {Addr: "no port", Bus: n.addr}, {Addr: add.Addr, Bus: "a|b:1"}} {
-		if _, err := c.nodes[lead].h.AddNode(bad); !errors.Is(err, ErrNodes) {
+		var err error
+		c.waitFor("AddNode answered by the placement group's leader", func() bool {
+			_, err = c.nodes[c.placementLeader()].h.AddNode(bad)
+			return !errors.Is(err, ErrNotLeader) // an election meanwhile: again
+		})
+		if !errors.Is(err, ErrNodes) {
 			t.Errorf("AddNode(%+v): %v; want ErrNodes", bad, err)
 		}
 	}
@@ -781,7 +786,12 @@ func TestHostRemovesANode(t *testing.T) {
 	n := c.addNode()
 	add := Node{Addr: "127.0.0.1:1003", Bus: n.addr}
 	c.join(n, add, 5)
-	if _, err := c.nodes[c.placementLeader()].h.RemoveNode(1); !errors.Is(err, ErrNodes) || !strings.Contains(err.Error(), "still holds a replica of shards 0,1,2") {
+	var err error
+	c.waitFor("RemoveNode(1) answered by the placement group's leader", func() bool {
+		_, err = c.nodes[c.placementLeader()].h.RemoveNode(1)
+		return !errors.Is(err, ErrNotLeader) // an election meanwhile: again
+	})
+	if !errors.Is(err, ErrNodes) || !strings.Contains(err.Error(), "still holds a replica of shards 0,1,2") {
 		t.Errorf("RemoveNode(1), a node that holds shards: %v; want ErrNodes naming them", err)
 	}
 	// Node 3 leads the placement group, and is asked to remove itself.
