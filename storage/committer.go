@@ -197,10 +197,11 @@ type syncingRound struct {
 	done  []written
 	keys  int64 // q.appliedKeys once the round was applied
 	t0    time.Time
-	// returned says Pebble's SyncWait returned err (awaitSync); under
-	// q's lock.
+	// returned says Pebble's SyncWait returned err at t1 (awaitSync);
+	// under q's lock.
 	returned bool
 	err      error
+	t1       time.Time
 	// replicated, when not nil, is the Replicator's answer for the round,
 	// which awaitSync waits for instead of an fsync: the round is not in
 	// Pebble's log, and batch is unused.
@@ -620,8 +621,9 @@ func (s *Store) awaitSync(q *commitQueue, p *syncingRound) {
 	} else {
 		err = p.batch.SyncWait()
 	}
+	t1 := s.now()
 	q.Lock()
-	p.err, p.returned = err, true
+	p.err, p.returned, p.t1 = err, true, t1
 	q.fsyncReturned = true
 	q.work.Signal()
 	q.Unlock()
@@ -680,8 +682,9 @@ func (s *Store) settle(r *roundBufs) {
 		p.batch.Reset()
 		return
 	}
-	// Its time is from the apply to now: what its Commits waited.
-	s.noteSync(p.t0)
+	// Its time is the fsync's, from the apply to its return: the
+	// committer may come back to it later.
+	s.noteSync(p.t0, p.t1)
 	var over [numStripes / 64]uint64 // stripes to trim
 	for _, w := range p.done {
 		st := &s.stripe[w.stripe]
@@ -801,7 +804,7 @@ func (s *Store) apply(batch *pebble.Batch, opt *pebble.WriteOptions) error {
 	t0 := s.now()
 	err := s.db.Apply(batch, opt)
 	if err == nil && opt == pebble.Sync {
-		s.noteSync(t0)
+		s.noteSync(t0, s.now())
 	}
 	return err
 }
@@ -819,15 +822,16 @@ func (s *Store) fail(err error) {
 	s.broadcastDone()
 }
 
-// noteSync counts an fsync of the log begun at t0, which covers what was
+// noteSync counts an fsync of the log begun at t0 and returned at t1
+// (FsyncTime adds up their durations), which covers what was
 // written before t0: the time of the last fsync (lastSync) is t0, the
 // latest of them, so that everything written before it survives a crash.
 // Not the time the fsync returned: in SyncAlways a committer writes its
 // next round while a round's fsync runs (finishRound), and another
 // committer may write at any time.
-func (s *Store) noteSync(t0 time.Time) {
+func (s *Store) noteSync(t0, t1 time.Time) {
 	s.stats.fsyncs.Add(1)
-	s.stats.fsyncNanos.Add(int64(s.now().Sub(t0)))
+	s.stats.fsyncNanos.Add(int64(t1.Sub(t0)))
 	ms := t0.UnixMilli()
 	for {
 		last := s.stats.lastSync.Load()
@@ -900,7 +904,7 @@ func (s *Store) syncApplied() error {
 	if err := s.db.LogData(nil, pebble.Sync); err != nil {
 		return err
 	}
-	s.noteSync(t0)
+	s.noteSync(t0, s.now())
 	for i, q := range s.queues {
 		q.Lock()
 		if p := seen[i]; p.applied > q.synced {

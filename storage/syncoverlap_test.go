@@ -346,3 +346,25 @@ func TestShutdownCountsASyncingKeyOnce(t *testing.T) {
 		t.Errorf("CloseError counts %d unwritten and %d unsynced; want 0 and 1, the key whose fsync was under way", ce.Unwritten, ce.Unsynced)
 	}
 }
+
+// TestFsyncTimeIsTheFsyncs: a round whose fsync ran while its committer
+// went on counts the fsync's own time in FsyncTime (INFO's
+// fsync_avg_usec), from the apply to the fsync's return, not the time
+// until the committer came back to it.
+func TestFsyncTimeIsTheFsyncs(t *testing.T) {
+	base := time.Unix(1_700_000_000, 0)
+	var clock atomic.Int64
+	clock.Store(base.Add(10 * time.Second).UnixNano()) // the committer comes back late
+	s, err := Open("db", Options{Sync: SyncAlways, fs: vfs.NewMem(), now: func() time.Time { return time.Unix(0, clock.Load()) }})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	before := s.Stats()
+	p := &syncingRound{batch: s.db.NewBatch(), q: s.queues[0], t0: base, t1: base.Add(3 * time.Millisecond), returned: true}
+	s.settle(&roundBufs{syncing: p})
+	st := s.Stats()
+	if n, d := st.Fsyncs-before.Fsyncs, st.FsyncTime-before.FsyncTime; n != 1 || d != 3*time.Millisecond {
+		t.Errorf("%d fsyncs taking %v; want one of 3ms", n, d)
+	}
+}
