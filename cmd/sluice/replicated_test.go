@@ -442,7 +442,12 @@ func TestReplicatedMoreShardsThanNodes(t *testing.T) {
 			time.Sleep(20 * time.Millisecond)
 		}
 	}
+	// The slot table follows the leaders at the next tick.
 	slots, err := procs[0].client(t).ClusterSlots(ctx).Result()
+	for (err != nil || len(slots) != 6) && time.Now().Before(deadline) {
+		time.Sleep(20 * time.Millisecond)
+		slots, err = procs[0].client(t).ClusterSlots(ctx).Result()
+	}
 	if err != nil || len(slots) != 6 {
 		t.Fatalf("CLUSTER SLOTS: %d ranges, %v; want 6", len(slots), err)
 	}

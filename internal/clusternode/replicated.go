@@ -454,7 +454,7 @@ func (s *Node) checkPlacement(place string) error {
 		return nil
 	}
 	return fmt.Errorf("%w: %s was first started in a replicated cluster placed by --cluster-replicas, --cluster-shards and --cluster-nodes as %q; these flags give %q. "+
-		"These flags are fixed when a replicated cluster first starts: start every node with them, a node added too (its own address past --cluster-size), and add nodes with sluice cluster add-node (docs/cluster.md, \"Adding a node\")",
+		"Start every node with the flags it was first started with, a node added since too (its own address past --cluster-size); add nodes with sluice cluster add-node (docs/cluster.md, \"Adding a node\")",
 		ErrPlacement, s.store.Dir(), strings.TrimPrefix(string(stored), "v1 "), strings.TrimPrefix(place, "v1 "))
 }
 
