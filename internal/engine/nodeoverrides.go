@@ -1,7 +1,6 @@
 package engine
 
 import (
-	"fmt"
 	"maps"
 
 	"github.com/sluicehq/sluice/internal/errs"
@@ -70,31 +69,10 @@ func (e *Engine) nodeOverride(label string, actor []byte) (int64, error) {
 	return limit, nil
 }
 
-// loadNodeOverrides reads the node's counts of overrides by label, at
-// start.
-func (e *Engine) loadNodeOverrides() error {
-	m := make(map[string]int64)
-	var total int64
-	var derr error
-	err := e.store.ScanMeta(keyspace.OverrideCountMeta, func(label string, v []byte) bool {
-		n, err := keyspace.DecodeUint(v)
-		if err != nil {
-			derr = fmt.Errorf("engine: the count of overrides of label %q: %w", label, err)
-			return false
-		}
-		m[label] = n
-		total += n
-		return true
-	})
-	if err == nil {
-		err = derr
-	}
-	if err != nil {
-		return err
-	}
-	e.ov.counts.Store(&m)
-	e.ov.total.Store(total)
-	return nil
+// scanNodeCounts calls fn with each count of overrides of this cluster
+// node.
+func (e *Engine) scanNodeCounts(fn func(label string, v []byte) bool) error {
+	return e.store.ScanMeta(keyspace.OverrideCountMeta, fn)
 }
 
 // changeNodeOverride sets (set) or removes actor's override of label on

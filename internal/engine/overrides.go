@@ -78,29 +78,54 @@ func (e *Engine) MaxOverrides() int64 { return e.ov.max }
 
 // LoadOverrides reads the overrides' counts from the store, at start.
 func (e *Engine) LoadOverrides() error {
+	scan := e.scanRecordCounts
 	if e.ov.local {
-		return e.loadNodeOverrides()
+		scan = e.scanNodeCounts
 	}
-	lo, hi := keyspace.OverrideCountRange()
-	m := make(map[string]int64)
-	var total int64
-	var derr error
-	err := e.store.Scan(lo, hi, func(k, v []byte) bool {
-		n, err := keyspace.DecodeUint(v)
-		if err != nil {
-			derr = fmt.Errorf("engine: the count of overrides of label %q: %w", keyspace.OverrideCountLabel(k), err)
-			return false
-		}
-		m[keyspace.OverrideCountLabel(k)] = n
-		total += n
-		return true
-	})
-	if err = cmp.Or(err, derr); err != nil {
+	m, total, err := readCounts(scan)
+	if err != nil {
 		return err
 	}
 	e.ov.counts.Store(&m)
 	e.ov.total.Store(total)
 	return nil
+}
+
+// RecordOverrides is how many overrides the store holds as records, a
+// standalone server's, which a cluster node does not use: a standalone
+// store started as a cluster node keeps them, unused.
+func (e *Engine) RecordOverrides() (int64, error) {
+	_, total, err := readCounts(e.scanRecordCounts)
+	return total, err
+}
+
+// readCounts reads the counts of overrides by label that scan gives, each
+// label with its stored count.
+func readCounts(scan func(fn func(label string, v []byte) bool) error) (map[string]int64, int64, error) {
+	m := make(map[string]int64)
+	var total int64
+	var derr error
+	err := scan(func(label string, v []byte) bool {
+		n, err := keyspace.DecodeUint(v)
+		if err != nil {
+			derr = fmt.Errorf("engine: the count of overrides of label %q: %w", label, err)
+			return false
+		}
+		m[label] = n
+		total += n
+		return true
+	})
+	if err = cmp.Or(err, derr); err != nil {
+		return nil, 0, err
+	}
+	return m, total, nil
+}
+
+// scanRecordCounts calls fn with each count of overrides kept as a
+// record (a standalone server's).
+func (e *Engine) scanRecordCounts(fn func(label string, v []byte) bool) error {
+	lo, hi := keyspace.OverrideCountRange()
+	return e.store.Scan(lo, hi, func(k, v []byte) bool { return fn(keyspace.OverrideCountLabel(k), v) })
 }
 
 // overrideRule returns the rule of lp labelled label as its hits use it

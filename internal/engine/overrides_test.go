@@ -543,3 +543,30 @@ func TestOverridesClusterNode(t *testing.T) {
 		t.Fatalf("a forwarded hit the owner applied under 9: rate %d, limit %d; want 9, 9", o.Rate, o.Limit)
 	}
 }
+
+// A standalone store started as a cluster node: its overrides are
+// records, which the node neither counts nor applies, and RecordOverrides
+// counts them for the warning the server logs.
+func TestOverridesClusterIgnoresRecords(t *testing.T) {
+	lp := dialsFile(t, overrideRules).Current()
+	st := openStore(t, storage.NewMemDisk())
+	if err := New(Config{Store: st}).SetOverride(lp, "api", []byte("a"), 5); err != nil {
+		t.Fatal(err)
+	}
+	e := New(Config{Store: st, Cluster: &cluster{}})
+	if err := e.LoadOverrides(); err != nil {
+		t.Fatal(err)
+	}
+	if n, err := e.RecordOverrides(); n != 1 || err != nil {
+		t.Fatalf("RecordOverrides = %d, %v; want 1", n, err)
+	}
+	if _, total := e.OverrideCounts(); total != 0 {
+		t.Fatalf("the node counts %d overrides; want none of the records", total)
+	}
+	if n, err := e.Override("api", []byte("a")); n != -1 || err != nil {
+		t.Fatalf("Override(api, a) on the node = %d, %v; want none (-1)", n, err)
+	}
+	if n, _ := hitN(t, e.NewRound(), lp, 3, time.Unix(1_700_000_000, 0).UnixNano(), "path", "/api", "ip", "a"); n != 2 {
+		t.Fatalf("a's hits on the node: %d of 3 allowed; want the rule's 2", n)
+	}
+}
