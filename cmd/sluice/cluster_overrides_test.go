@@ -5,6 +5,7 @@ import (
 	"context"
 	"fmt"
 	"net/http"
+	"os"
 	"path/filepath"
 	"strconv"
 	"strings"
@@ -12,6 +13,7 @@ import (
 	"testing"
 	"time"
 
+	rlspb "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
 	"github.com/redis/go-redis/v9"
 	"github.com/sluicehq/sluice/keyspace"
 	"github.com/sluicehq/sluice/policy"
@@ -162,15 +164,22 @@ func overrideCluster(t *testing.T) (string, overrideNodes) {
 // TestClusterOverrides (issue 30, overrides in cluster mode): two nodes,
 // each sent every change. A per-actor override decides a HIT that arrives
 // on the node that does not own the actor's counter (the owner reads it),
-// and /check on that node reports the owner's limit in force; after the
+// and /check on that node reports the owner's limit in force, as Envoy's
+// rate limit service does for an RLS.OVERRIDE (current_limit); after the
 // counter's slot moves to the other node (sluice cluster move), a hit on
 // the node it left is decided under the override of its new owner, a
 // changed override applies there at once, and RESET returns the actor to
 // the rule's limit.
 func TestClusterOverrides(t *testing.T) {
 	rules, o := overrideCluster(t)
+	conf := filepath.Join(filepath.Dir(rules), "rls")
+	if err := os.Mkdir(conf, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	replaceFile(t, filepath.Join(conf, "api.yaml"), "domain: api\ndescriptors:\n  - key: user\n    rate_limit:\n      algorithm: sliding_log\n      unit: year\n      requests_per_unit: 3\n")
 	addrs := freePorts(t, 2)
-	o.procs = startCluster(t, addrs, "--policy", rules, "--check-addr", "127.0.0.1:0", "--check-trusted-proxies", "127.0.0.1", "--check-header-style", "both")
+	o.procs = startCluster(t, addrs, "--policy", rules, "--check-addr", "127.0.0.1:0", "--check-trusted-proxies", "127.0.0.1", "--check-header-style", "both",
+		"--rls-addr", "127.0.0.1:0", "--rls-config", conf)
 	// Node 1 owns slots 8192-16383 at first.
 	a, b := o.actorOn("10.0.1.", 8192, 16383), o.actorOn("10.0.2.", 8192, 16383)
 	o.set(a, "4")
@@ -178,6 +187,24 @@ func TestClusterOverrides(t *testing.T) {
 	o.wantHits(0, a, 3, 2, 1, 0, -1) // the rule's limit would deny the third
 	o.check(0, b, http.StatusOK, "3")
 	o.wantHits(0, "10.0.3.1", 1, 0, -1) // no override: the rule's 2
+
+	// Envoy's descriptor user=u, overridden to 5 on both nodes, called on
+	// each in turn: half the calls are forwarded, whichever node owns it.
+	for i, p := range o.procs {
+		if err := p.client(t).Do(context.Background(), "RLS.OVERRIDE", "api", "user=u", "5").Err(); err != nil {
+			t.Fatalf("RLS.OVERRIDE on node %d: %v", i, err)
+		}
+	}
+	for k := range 6 {
+		st := shouldRateLimit(t, rlsClient(t, o.procs[k%2].rlsAddr), "u")
+		want := rlspb.RateLimitResponse_OK
+		if k == 5 {
+			want = rlspb.RateLimitResponse_OVER_LIMIT
+		}
+		if st.Code != want || st.CurrentLimit.GetRequestsPerUnit() != 5 {
+			t.Fatalf("call %d of user=u on node %d: %v, current_limit %d; want %v, 5", k+1, k%2, st.Code, st.CurrentLimit.GetRequestsPerUnit(), want)
+		}
+	}
 
 	// The move of a's slot to node 0, the node a's hits came to.
 	var out bytes.Buffer
