@@ -484,6 +484,28 @@ func (s *Store) Meta(name string) ([]byte, error) {
 	return bytes.Clone(v), nil
 }
 
+// AppendMetaKey appends to dst what the store key of every value SetMeta
+// stores starts with; the name follows. A caller that keeps the key's
+// room reads with MetaAt without allocating.
+func AppendMetaKey(dst []byte) []byte { return append(dst, metaPrefix...) }
+
+// MetaAt appends to dst the value stored under key (AppendMetaKey's,
+// then the name), and reports whether there is one.
+func (s *Store) MetaAt(dst, key []byte) (val []byte, found bool, err error) {
+	err = s.withDB(func(db *pebble.DB) error {
+		v, closer, err := db.Get(key)
+		if errors.Is(err, pebble.ErrNotFound) {
+			return nil
+		}
+		if err != nil {
+			return fmt.Errorf("storage: read %q: %w", key[len(metaPrefix):], err)
+		}
+		val, found = append(dst, v...), true
+		return closer.Close()
+	})
+	return val, found, err
+}
+
 // SetMeta stores val under name, among the store's own keys, and returns
 // once it is synced: a small value the server keeps across restarts (the
 // cluster topology), not a record. It goes straight to Pebble, beside the
@@ -496,9 +518,15 @@ func (s *Store) SetMeta(name string, val []byte) error {
 // value SetMeta or UpdateMeta stored under a name starting with prefix,
 // in name order, until fn returns false. fn must not keep val.
 func (s *Store) ScanMeta(prefix string, fn func(name string, val []byte) bool) error {
+	return s.ScanMetaFrom(prefix, prefix, fn)
+}
+
+// ScanMetaFrom is ScanMeta from the name from on (a name starting with
+// prefix, or prefix itself): a listing that continues where a page ended.
+func (s *Store) ScanMetaFrom(prefix, from string, fn func(name string, val []byte) bool) error {
 	return s.withDB(func(db *pebble.DB) error {
 		lower := []byte(metaPrefix + prefix)
-		it, err := db.NewIter(&pebble.IterOptions{LowerBound: lower, UpperBound: prefixEnd(lower)})
+		it, err := db.NewIter(&pebble.IterOptions{LowerBound: []byte(metaPrefix + max(from, prefix)), UpperBound: prefixEnd(lower)})
 		if err != nil {
 			return fmt.Errorf("storage: read %s*: %w", prefix, err)
 		}

@@ -36,7 +36,8 @@ func TestMeta(t *testing.T) {
 }
 
 // TestMetaScanUpdate: UpdateMeta sets and deletes at once, and ScanMeta
-// lists the names under a prefix, in order, and nothing else.
+// lists the names under a prefix, in order, and nothing else, from a
+// given name on with ScanMetaFrom; MetaAt reads one by its key.
 func TestMetaScanUpdate(t *testing.T) {
 	fs := vfs.NewMem()
 	s := openMem(t, fs, SyncNo)
@@ -51,17 +52,33 @@ func TestMetaScanUpdate(t *testing.T) {
 	}
 	s = openMem(t, fs, SyncNo)
 	defer s.Close()
-	var got []string
-	if err := s.ScanMeta("p.", func(name string, v []byte) bool {
-		got = append(got, name+"="+string(v))
-		return true
-	}); err != nil {
-		t.Fatal(err)
+	// scan lists ScanMetaFrom's names under p. from from on, as name=value.
+	scan := func(from string) string {
+		t.Helper()
+		var got []string
+		if err := s.ScanMetaFrom("p.", from, func(name string, v []byte) bool {
+			got = append(got, name+"="+string(v))
+			return true
+		}); err != nil {
+			t.Fatal(err)
+		}
+		return fmt.Sprint(got)
 	}
-	if want := "[a=one b=2]"; fmt.Sprint(got) != want {
+	if got, want := scan("p."), "[a=one b=2]"; got != want {
 		t.Fatalf("ScanMeta(p.) = %v; want %s", got, want)
 	}
 	if v, err := s.Meta("q"); err != nil || string(v) != "x" {
 		t.Fatalf("Meta(q) = %q, %v", v, err)
+	}
+	if got, want := scan("p.a\x00"), "[b=2]"; got != want {
+		t.Fatalf("ScanMetaFrom(p., p.a\\x00) = %v; want %s", got, want)
+	}
+	// MetaAt reads a name by its key, appending to what it is given.
+	key := append(AppendMetaKey(nil), "p.b"...)
+	if v, ok, err := s.MetaAt([]byte("v="), key); err != nil || !ok || string(v) != "v=2" {
+		t.Fatalf("MetaAt(p.b) = %q, %v, %v", v, ok, err)
+	}
+	if v, ok, err := s.MetaAt(nil, append(AppendMetaKey(nil), "p.c"...)); err != nil || ok || v != nil {
+		t.Fatalf("MetaAt(p.c), deleted: %q, %v, %v", v, ok, err)
 	}
 }

@@ -154,7 +154,7 @@ func newFlagSet(cfg *config, stderr io.Writer) *flag.FlagSet {
 	fs.StringVar(&cfg.logFormat, "log-format", "text", "log format: text or json")
 	fs.StringVar(&cfg.logLevel, "log-level", "info", "log level: debug, info, warn or error")
 	fs.StringVar(&cfg.policyFile, "policy", "", "divvy rule file (.ini or .json) for HIT and the line protocol; reloaded on SIGHUP and POLICY RELOAD")
-	intVar(fs, &cfg.policyMaxOverrides, "policy-max-overrides", server.DefaultPolicyMaxOverrides, "most per-actor overrides (POLICY OVERRIDE) the server keeps; a new one past it gets an error reply")
+	intVar(fs, &cfg.policyMaxOverrides, "policy-max-overrides", server.DefaultPolicyMaxOverrides, "most per-actor overrides (POLICY OVERRIDE) the server keeps (in a cluster, each node its own); a new one past it gets an error reply")
 	intVar(fs, &cfg.policyStatsDays, "policy-stats-days", server.DefaultPolicyStatsDays, "days (UTC) of threshold data POLICY STATS keeps per rule label, today included, at most 366; older days are dropped")
 	addrVar(fs, &cfg.divvyAddr, "divvy-addr", "", "127.0.0.1:8321", true, "listen address for divvy's line protocol (conventionally 127.0.0.1:8321); empty turns it off")
 	fs.Var(&cfg.divvyMaxLine, "divvy-max-line", "longest line the divvy line protocol accepts")

@@ -34,9 +34,12 @@ import (
 // The owner applies exactly what the receiving node would: the rule, by
 // position, with its algorithm; the counter ID, from the key; the limit
 // the receiving node resolved from the request (r.Limit: the request's
-// quota, which the owner cannot see, or creditLimit); the hit count (0
-// reads without counting); and the receiving node's now. It answers the
-// whole policy.Outcome but Quota and Rule, which the receiving node sets.
+// quota, which the owner cannot see, or creditLimit), unless the owner
+// has a per-actor override of the counter's actor (each node keeps its
+// own: engine's nodeoverrides.go); the hit count (0 reads without
+// counting); and the receiving node's now. It answers the whole
+// policy.Outcome but Quota and Rule, which the receiving node sets, and
+// Rate, the limit it applied, only when that is not the one sent.
 
 // DefaultForwardTimeout bounds one forwarded counter hit, connecting
 // included.
@@ -95,7 +98,7 @@ func (s *Node) forwardHit(addr string, slot uint16, key []byte, r *policy.Rule, 
 			if reply.Err != nil {
 				return policy.Outcome{}, reply.Err
 			}
-			return reply.Outcome(), nil
+			return reply.Outcome(limit), nil
 		}
 		msg := string(re)
 		switch {
@@ -313,6 +316,6 @@ func (s *Node) CounterHit(x *dispatch.Ctx, args [][]byte, pol *rules.File, rls R
 	if err != nil {
 		return err
 	}
-	x.Out = counterhit.AppendReply(x.Out, out)
+	x.Out = counterhit.AppendReply(x.Out, out, limit)
 	return nil
 }

@@ -17,40 +17,61 @@ import (
 
 // ReplyLen is the length of SLUICE.COUNTERHIT's reply: allowed (1 or 0),
 // credits left, seconds until reset, limit, retry after (ms), reset after
-// (ms), the fields of policy.Outcome in that order.
+// (ms), the fields of policy.Outcome in that order; then, only when the
+// owner applied another limit than the one sent (the actor's override
+// there), that limit, Outcome.Rate. A hit without one keeps the reply of
+// nodes from before overrides in cluster mode.
 const ReplyLen = 6
 
-// Reply is a SLUICE.COUNTERHIT reply: ReplyLen integers, or an error the
-// owner answered (Err is a resp.Error).
+// Reply is a SLUICE.COUNTERHIT reply: ReplyLen integers and Rate (-1 when
+// the reply has none: the limit sent applied), or an error the owner
+// answered (Err is a resp.Error).
 type Reply struct {
 	Ints [ReplyLen]int64
+	Rate int64
 	Err  error
 }
 
-// AppendReply appends o as SLUICE.COUNTERHIT's reply.
-func AppendReply(dst []byte, o policy.Outcome) []byte {
+// AppendReply appends o as SLUICE.COUNTERHIT's reply to a hit sent under
+// limit: with o.Rate when that is another.
+func AppendReply(dst []byte, o policy.Outcome, limit int64) []byte {
 	allowed := int64(0)
 	if o.Allowed {
 		allowed = 1
 	}
-	dst = resp.AppendArray(dst, ReplyLen)
+	n := ReplyLen
+	if o.Rate != limit {
+		n++
+	}
+	dst = resp.AppendArray(dst, n)
 	dst = resp.AppendInt(dst, allowed)
 	dst = resp.AppendInt(dst, o.CreditsLeft)
 	dst = resp.AppendInt(dst, o.SecondsUntilReset)
 	dst = resp.AppendInt(dst, o.Limit)
 	dst = resp.AppendInt(dst, o.RetryAfterMs)
-	return resp.AppendInt(dst, o.ResetAfterMs)
+	dst = resp.AppendInt(dst, o.ResetAfterMs)
+	if n > ReplyLen {
+		dst = resp.AppendInt(dst, o.Rate)
+	}
+	return dst
 }
 
 // Outcome is the Outcome the reply carries, without Quota and Rule, which
-// the node that forwarded the hit sets.
-func (r Reply) Outcome() policy.Outcome {
-	return policy.Outcome{Allowed: r.Ints[0] == 1, CreditsLeft: r.Ints[1], SecondsUntilReset: r.Ints[2],
-		Limit: r.Ints[3], RetryAfterMs: r.Ints[4], ResetAfterMs: r.Ints[5]}
+// the node that forwarded the hit sets, its Rate the limit the owner
+// applied: limit, the one the hit was sent under, unless the reply says
+// another.
+func (r Reply) Outcome(limit int64) policy.Outcome {
+	o := policy.Outcome{Allowed: r.Ints[0] == 1, CreditsLeft: r.Ints[1], SecondsUntilReset: r.Ints[2],
+		Limit: r.Ints[3], RetryAfterMs: r.Ints[4], ResetAfterMs: r.Ints[5], Rate: limit}
+	if r.Rate >= 0 {
+		o.Rate = r.Rate
+	}
+	return o
 }
 
-// ReadReply reads a reply of ReplyLen integers, or an error reply. Its
-// error is the reader's, or a reply of another shape.
+// ReadReply reads a reply of ReplyLen integers (and, after them, the limit
+// applied, when the owner applied another), or an error reply. Its error
+// is the reader's, or a reply of another shape.
 func ReadReply(r *bufio.Reader) (Reply, error) {
 	line, err := r.ReadString('\n')
 	if err != nil {
@@ -60,24 +81,39 @@ func ReadReply(r *bufio.Reader) (Reply, error) {
 	switch {
 	case strings.HasPrefix(line, "-"):
 		return Reply{Err: resp.Error(line[1:])}, nil
-	case line != "*"+strconv.Itoa(ReplyLen):
+	case line != "*"+strconv.Itoa(ReplyLen) && line != "*"+strconv.Itoa(ReplyLen+1):
 		return Reply{}, fmt.Errorf("unexpected reply %q", line)
 	}
-	var rep Reply
+	rep := Reply{Rate: -1}
 	for i := range rep.Ints {
-		l, err := r.ReadString('\n')
-		if err != nil {
+		if rep.Ints[i], err = readInt(r); err != nil {
 			return Reply{}, err
 		}
-		l = strings.TrimRight(l, "\r\n")
-		if len(l) < 2 || l[0] != ':' {
-			return Reply{}, fmt.Errorf("unexpected reply element %q", l)
+	}
+	if line == "*"+strconv.Itoa(ReplyLen+1) {
+		if rep.Rate, err = readInt(r); err != nil {
+			return Reply{}, err
 		}
-		n, err := strconv.ParseInt(l[1:], 10, 64)
-		if err != nil {
-			return Reply{}, fmt.Errorf("unexpected reply element %q", l)
+		if rep.Rate < 0 {
+			return Reply{}, fmt.Errorf("unexpected limit applied %d", rep.Rate)
 		}
-		rep.Ints[i] = n
 	}
 	return rep, nil
+}
+
+// readInt reads one integer element of a reply.
+func readInt(r *bufio.Reader) (int64, error) {
+	l, err := r.ReadString('\n')
+	if err != nil {
+		return 0, err
+	}
+	l = strings.TrimRight(l, "\r\n")
+	if len(l) < 2 || l[0] != ':' {
+		return 0, fmt.Errorf("unexpected reply element %q", l)
+	}
+	n, err := strconv.ParseInt(l[1:], 10, 64)
+	if err != nil {
+		return 0, fmt.Errorf("unexpected reply element %q", l)
+	}
+	return n, nil
 }

@@ -80,8 +80,9 @@ type Cluster interface {
 	// ForwardCounter has the node owning the slot of the rule counter key
 	// key (keyspace.AppendRuleKey's) apply hits of r under limit at now
 	// (unix ns), when that is another node, and returns its outcome with
-	// forwarded true. Otherwise it returns forwarded false, and the
-	// engine applies the hit here.
+	// forwarded true, its Rate the limit the owner applied (limit, or the
+	// actor's override there). Otherwise it returns forwarded false, and
+	// the engine applies the hit here.
 	ForwardCounter(key []byte, r *policy.Rule, limit, hits, now int64) (forwarded bool, out policy.Outcome, err error)
 	// NoteWrites notes the keys of b's changes that are in slots being
 	// moved off this node, before b's changes are committed or handed
@@ -125,7 +126,7 @@ func New(cfg Config) *Engine {
 	if cfg.StatsFlush <= 0 {
 		cfg.StatsFlush = StatsFlushInterval
 	}
-	e.ov.max = cfg.MaxOverrides
+	e.ov.max, e.ov.local = cfg.MaxOverrides, cfg.Cluster != nil
 	e.stats.days, e.stats.every = int64(cfg.StatsDays), cfg.StatsFlush
 	return e
 }

@@ -93,7 +93,11 @@ func (c *cluster) ForwardCounter(key []byte, r *policy.Rule, limit, hits, now in
 		return false, policy.Outcome{}, nil
 	}
 	c.forwards++
-	return true, c.out, c.err
+	out := c.out
+	if out.Rate == 0 {
+		out.Rate = limit // the owner applied the limit sent: no override there
+	}
+	return true, out, c.err
 }
 
 func (c *cluster) NoteWrites(b *storage.Batch) {

@@ -24,10 +24,11 @@ import (
 type hits struct {
 	canaries []*policy.Rule
 	// id and key are room for a counter ID and its store key, okey for
-	// an override's key, ovr for its read.
-	id, key, okey []byte
-	ovr           overrideReader
-	m             ruleMutator
+	// an override's key, ovr for its read, oval for a cluster node's
+	// override value (nodeoverrides.go).
+	id, key, okey, oval []byte
+	ovr                 overrideReader
+	m                   ruleMutator
 	// done holds the outcomes of this round's hits until its changes are
 	// committed; the metrics count only what clients were told.
 	done []hitDone
@@ -63,6 +64,9 @@ func (h *hits) trim(keep int) {
 	if cap(h.okey) > keep {
 		h.okey = nil
 	}
+	if cap(h.oval) > keep {
+		h.oval = nil
+	}
 	if cap(h.m.marked) > keep {
 		h.m.marked = nil
 	}
@@ -76,7 +80,7 @@ func (h *hits) trim(keep int) {
 }
 
 func (h *hits) footprint() int {
-	return 8*cap(h.canaries) + cap(h.id) + cap(h.key) + cap(h.okey) + cap(h.m.marked) + hitDoneSize*cap(h.done) + windowEndSize*cap(h.ends) + h.m.c.Footprint()
+	return 8*cap(h.canaries) + cap(h.id) + cap(h.key) + cap(h.okey) + cap(h.oval) + cap(h.m.marked) + hitDoneSize*cap(h.done) + windowEndSize*cap(h.ends) + h.m.c.Footprint()
 }
 
 // ruleMutator applies one hit of one rule to its stored counter, whatever
@@ -89,8 +93,8 @@ type ruleMutator struct {
 	base int64
 	// lookup is what a counter that does not exist yet needs.
 	lookup lookup
-	// For lookupDone: the override read (has, limit) and the epoch of
-	// the overrides when it was read.
+	// For lookupDone and lookupLocal: the override read (has, limit);
+	// for lookupDone, the epoch of the overrides when it was read.
 	has   bool
 	limit int64
 	epoch uint64
@@ -107,6 +111,7 @@ const (
 	lookupDo                   // Mutate found no counter: read the override, then again
 	lookupDone                 // read: create the counter under it, if the epoch holds
 	lookupRetry                // the overrides changed meanwhile: read again
+	lookupLocal                // a cluster node's: read before, base is the actor's limit
 )
 
 // Mutate implements storage.Mutator.
@@ -123,12 +128,24 @@ func (m *ruleMutator) Mutate(old []byte, found bool) ([]byte, storage.Op, error)
 			return nil, storage.Keep, err
 		}
 		carried, override = limit, ok
-		// A label that has no overrides now (a reload dropped or renamed
-		// it) leaves its counters' copies unused, until it has again.
-		if ok && m.ov.has(c.Rule.OverridesLabel()) {
+		switch {
+		case m.lookup == lookupLocal:
+			// The copy is only what the counter's last hit used: the
+			// override read now is the node's (nodeoverrides.go).
+			carried, override = m.limit, m.has
+		case m.ov.local:
+			// The label has no overrides on this cluster node: the copy
+			// goes with the next write, as no RESET takes it.
+			override = false
+		case ok && m.ov.has(c.Rule.OverridesLabel()):
+			// A label that has no overrides now (a reload dropped or
+			// renamed it) leaves its counters' copies unused, until it
+			// has again.
 			c.Limit = limit
 		}
 		old = inner
+	case m.lookup == lookupLocal:
+		carried, override = m.limit, m.has
 	case m.lookup == lookupNeeded:
 		m.lookup = lookupDo
 		return nil, storage.Keep, nil
@@ -254,7 +271,7 @@ func (r *Round) hitRule(lp *rules.Set, rule *policy.Rule, req policy.Request, hi
 				return policy.Outcome{}, err
 			}
 			o.Rule = rule
-			c.Out = o
+			c.Out, c.Limit = o, o.Rate // the owner's override, if the actor has one there
 		} else if err := r.count1(rule); err != nil {
 			return policy.Outcome{}, err
 		} else {
@@ -281,6 +298,12 @@ func (r *Round) count1(rule *policy.Rule) error {
 	m := &r.m
 	m.base, m.lookup, m.ov = m.c.Limit, lookupNone, &r.e.ov
 	if r.e.ov.has(rule.OverridesLabel()) && notOverridable(rule) == "" {
+		if r.e.ov.local {
+			if err := r.nodeLookup(rule, r.id[policy.CounterIDLen:]); err != nil {
+				return err
+			}
+			return r.limit(r.key, m)
+		}
 		m.lookup = lookupNeeded
 	}
 	if err := r.limit(r.key, m); err != nil || m.lookup != lookupDo {
@@ -344,13 +367,20 @@ func (r *Round) DenyLast() (allowed, shadowed bool) {
 
 // ApplyCounter is the owner's side of a forwarded hit: it applies hits of
 // rule under limit at now (unix ns) to the counter key, of counter ID id,
-// and returns the outcome without Quota and Rule. The sender counts the
-// hit in its metrics, not the owner.
+// or under the actor's override on this node, and returns the outcome
+// without Quota and Rule, its Rate the limit it applied. The sender
+// counts the hit in its metrics, not the owner.
 func (r *Round) ApplyCounter(key []byte, rule *policy.Rule, limit, hits, now int64, id []byte) (policy.Outcome, error) {
 	m := &r.m.c
 	m.Rule, m.Limit, m.Hits, m.Now, m.ID, m.Ended = rule, limit, hits, now, id, false
 	r.m.base, r.m.lookup, r.m.ov = limit, lookupNone, &r.e.ov
-	err := r.Limit(key, &r.m) // one operation, counted
+	var err error
+	if r.e.ov.local && r.e.ov.has(rule.OverridesLabel()) && notOverridable(rule) == "" {
+		err = r.nodeLookup(rule, id[policy.CounterIDLen:])
+	}
+	if err == nil {
+		err = r.Limit(key, &r.m) // one operation, counted
+	}
 	if err == nil {
 		r.noteEnd(rule) // the owner keeps the threshold data of its counters
 	}
@@ -358,7 +388,9 @@ func (r *Round) ApplyCounter(key []byte, rule *policy.Rule, limit, hits, now int
 	if err != nil {
 		return policy.Outcome{}, err
 	}
-	return m.Out, nil
+	out := m.Out
+	out.Rate = m.Limit
+	return out, nil
 }
 
 // settle adds the round's hits to the metrics; with told false (their

@@ -39,8 +39,6 @@ const DefaultMaxOverrides = 1_000_000
 // MaxOverridesPage is the most overrides one Overrides call lists.
 const MaxOverridesPage = 1000
 
-var errNoClusterOverrides = errs.New(errs.Request, "per-actor overrides are not available in cluster mode yet; expected a standalone server")
-
 // overrides is an Engine's overrides: the counts by label, in memory, and
 // what orders changes against counter creations.
 type overrides struct {
@@ -49,6 +47,9 @@ type overrides struct {
 	counts atomic.Pointer[map[string]int64] // replaced whole by a change
 	total  atomic.Int64
 	max    int64
+	// local: a cluster node's own overrides, kept among the store's own
+	// values and read at every hit (nodeoverrides.go).
+	local bool
 }
 
 // has reports whether label has overrides: whether a hit creating one of
@@ -77,21 +78,12 @@ func (e *Engine) MaxOverrides() int64 { return e.ov.max }
 
 // LoadOverrides reads the overrides' counts from the store, at start.
 func (e *Engine) LoadOverrides() error {
-	lo, hi := keyspace.OverrideCountRange()
-	m := make(map[string]int64)
-	var total int64
-	var derr error
-	err := e.store.Scan(lo, hi, func(k, v []byte) bool {
-		n, err := keyspace.DecodeUint(v)
-		if err != nil {
-			derr = fmt.Errorf("engine: the count of overrides of label %q: %w", keyspace.OverrideCountLabel(k), err)
-			return false
-		}
-		m[keyspace.OverrideCountLabel(k)] = n
-		total += n
-		return true
-	})
-	if err = cmp.Or(err, derr); err != nil {
+	scan := e.scanRecordCounts
+	if e.ov.local {
+		scan = e.scanNodeCounts
+	}
+	m, total, err := readCounts(scan)
+	if err != nil {
 		return err
 	}
 	e.ov.counts.Store(&m)
@@ -99,12 +91,46 @@ func (e *Engine) LoadOverrides() error {
 	return nil
 }
 
+// RecordOverrides is how many overrides the store holds as records, a
+// standalone server's, which a cluster node does not use: a standalone
+// store started as a cluster node keeps them, unused.
+func (e *Engine) RecordOverrides() (int64, error) {
+	_, total, err := readCounts(e.scanRecordCounts)
+	return total, err
+}
+
+// readCounts reads the counts of overrides by label that scan gives, each
+// label with its stored count.
+func readCounts(scan func(fn func(label string, v []byte) bool) error) (map[string]int64, int64, error) {
+	m := make(map[string]int64)
+	var total int64
+	var derr error
+	err := scan(func(label string, v []byte) bool {
+		n, err := keyspace.DecodeUint(v)
+		if err != nil {
+			derr = fmt.Errorf("engine: the count of overrides of label %q: %w", label, err)
+			return false
+		}
+		m[label] = n
+		total += n
+		return true
+	})
+	if err = cmp.Or(err, derr); err != nil {
+		return nil, 0, err
+	}
+	return m, total, nil
+}
+
+// scanRecordCounts calls fn with each count of overrides kept as a
+// record (a standalone server's).
+func (e *Engine) scanRecordCounts(fn func(label string, v []byte) bool) error {
+	lo, hi := keyspace.OverrideCountRange()
+	return e.store.Scan(lo, hi, func(k, v []byte) bool { return fn(keyspace.OverrideCountLabel(k), v) })
+}
+
 // overrideRule returns the rule of lp labelled label as its hits use it
 // (under a runtime limit), or says why it cannot take an override.
 func (e *Engine) overrideRule(lp *rules.Set, label string) (*policy.Rule, error) {
-	if e.cluster != nil {
-		return nil, errNoClusterOverrides
-	}
 	file := ruleByLabel(lp, label)
 	if file == nil {
 		return nil, unknownLabel(lp, label)
@@ -175,7 +201,7 @@ func (e *Engine) ResetOverride(lp *rules.Set, label string, actor []byte) (bool,
 		if err := e.checkActor(r, actor); err != nil {
 			return false, err
 		}
-	case e.cluster != nil || !e.ov.has(label):
+	case !e.ov.has(label):
 		return false, err
 	default:
 		r = nil // no live counter of the label's takes an override
@@ -190,10 +216,7 @@ func (e *Engine) ResetOverride(lp *rules.Set, label string, actor []byte) (bool,
 // actor, whose live counter takes the override too.
 func (e *Engine) SetRuleOverride(r *policy.Rule, actor []byte, limit int64) error {
 	label := r.OverridesLabel()
-	switch {
-	case e.cluster != nil:
-		return errNoClusterOverrides
-	case label == "":
+	if label == "" {
 		return errs.New(errs.Request, "the limit "+r.String()+" takes no per-actor overrides")
 	}
 	if why := notOverridable(r); why != "" {
@@ -215,9 +238,6 @@ func (e *Engine) SetRuleOverride(r *policy.Rule, actor []byte, limit int64) erro
 // r is the rule the caller found for actor, whose live counter drops its
 // copy, or nil when none takes an override now.
 func (e *Engine) ResetRuleOverride(label string, r *policy.Rule, actor []byte) (bool, error) {
-	if e.cluster != nil {
-		return false, errNoClusterOverrides
-	}
 	if r != nil && (r.OverridesLabel() != label || notOverridable(r) != "") {
 		r = nil
 	}
@@ -238,6 +258,9 @@ func (e *Engine) CheckOverrideLabel(lp *rules.Set, label string) error {
 
 // Override returns actor's override in label, or -1 for none.
 func (e *Engine) Override(label string, actor []byte) (int64, error) {
+	if e.ov.local {
+		return e.nodeOverride(label, actor)
+	}
 	var rd overrideReader
 	b := e.store.NewBatch()
 	err := b.Modify(keyspace.AppendOverrideKey(nil, label, actor), &rd)
@@ -258,6 +281,9 @@ func (e *Engine) Override(label string, actor []byte) (int64, error) {
 // its count and the live counter of r (nil: none), in one transaction,
 // and reports whether actor had an override.
 func (e *Engine) changeOverride(label string, actor []byte, r *policy.Rule, limit int64, set bool) (existed bool, err error) {
+	if e.ov.local {
+		return e.changeNodeOverride(label, actor, limit, set)
+	}
 	o := &e.ov
 	o.mu.Lock()
 	defer o.mu.Unlock()
@@ -270,7 +296,7 @@ func (e *Engine) changeOverride(label string, actor []byte, r *policy.Rule, limi
 			return false, err
 		}
 		if had < 0 && o.total.Load() >= o.max {
-			return false, errs.New(errs.Request, "overrides are at their bound, "+strconv.FormatInt(o.max, 10)+" (--policy-max-overrides); expected a reset of some first, or a higher bound")
+			return false, errBound(o.max)
 		}
 	}
 	b := e.store.NewBatch()
@@ -300,18 +326,13 @@ func (e *Engine) changeOverride(label string, actor []byte, r *policy.Rule, limi
 	if err != nil {
 		return false, Typed(StoreErr(err))
 	}
-	if delta != 0 {
-		next := make(map[string]int64)
-		if m := o.counts.Load(); m != nil {
-			next = maps.Clone(*m)
-		}
-		if next[label] += delta; next[label] <= 0 {
-			delete(next, label)
-		}
-		o.counts.Store(&next)
-		o.total.Add(delta)
-	}
+	o.add(label, delta)
 	return ow.existed, nil
+}
+
+// errBound refuses a new override past max.
+func errBound(max int64) error {
+	return errs.New(errs.Request, "overrides are at their bound, "+strconv.FormatInt(max, 10)+" (--policy-max-overrides); expected a reset of some first, or a higher bound")
 }
 
 // Overrides lists label's overrides in actor order, at most count (1 to
@@ -330,6 +351,9 @@ func (e *Engine) Overrides(lp *rules.Set, label string, after []byte, count int)
 func (e *Engine) ListOverrides(label string, after []byte, count int) (list []Override, next []byte, err error) {
 	if count < 1 || count > MaxOverridesPage {
 		return nil, nil, errs.New(errs.Request, "COUNT is "+strconv.Itoa(count)+"; expected 1 to "+strconv.Itoa(MaxOverridesPage))
+	}
+	if e.ov.local {
+		return e.listNodeOverrides(label, after, count)
 	}
 	// Scan reads what Pebble holds: every change answered before is in it
 	// after a Flush.

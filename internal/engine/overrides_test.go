@@ -1,6 +1,7 @@
 package engine
 
 import (
+	"bytes"
 	"fmt"
 	"os"
 	"strings"
@@ -10,6 +11,7 @@ import (
 
 	"github.com/sluicehq/sluice/internal/errs"
 	"github.com/sluicehq/sluice/internal/rules"
+	"github.com/sluicehq/sluice/keyspace"
 	"github.com/sluicehq/sluice/policy"
 	"github.com/sluicehq/sluice/rls"
 	"github.com/sluicehq/sluice/storage"
@@ -65,10 +67,28 @@ resetSeconds = 0
 // it creates, and on the live one it has (divvy keeps a window's credits
 // left, so a raised limit applies from the next window; gcra at once);
 // RESET returns the actor to the rule's limit; a new engine on the same
-// store has the counts, and the counters keep what they carry.
+// store has the counts, and the counters keep what they carry. The same
+// holds on a cluster node that owns the counters, whose overrides are its
+// own values, read at every hit.
 func TestOverridesChangeHits(t *testing.T) {
+	for _, mode := range []string{"standalone", "cluster"} {
+		t.Run(mode, func(t *testing.T) { testOverridesChangeHits(t, overridesConfig(mode)) })
+	}
+}
+
+// overridesConfig is an engine's Config for mode: standalone, or cluster
+// (a node owning every counter).
+func overridesConfig(mode string) Config {
+	if mode == "cluster" {
+		return Config{Cluster: &cluster{}}
+	}
+	return Config{}
+}
+
+func testOverridesChangeHits(t *testing.T, cfg Config) {
 	st := openStore(t, storage.NewMemDisk())
-	e := New(Config{Store: st})
+	cfg.Store = st
+	e := New(cfg)
 	lp := dialsFile(t, overrideRules).Current()
 	r := e.NewRound()
 	now := time.Unix(1_700_000_000, 0).UnixNano()
@@ -119,7 +139,7 @@ func TestOverridesChangeHits(t *testing.T) {
 
 	// A restart: the counts are read back; a counter created now reads the
 	// override record.
-	e2 := New(Config{Store: st})
+	e2 := New(cfg)
 	if err := e2.LoadOverrides(); err != nil {
 		t.Fatal(err)
 	}
@@ -136,7 +156,14 @@ func TestOverridesChangeHits(t *testing.T) {
 // changes; past MaxOverrides a new override is refused, a change of one
 // that exists is not, and a reset makes room.
 func TestOverridesRefuse(t *testing.T) {
-	e := New(Config{Store: openStore(t, storage.NewMemDisk()), MaxOverrides: 2, MaxKeySize: 16})
+	for _, mode := range []string{"standalone", "cluster"} {
+		t.Run(mode, func(t *testing.T) { testOverridesRefuse(t, overridesConfig(mode)) })
+	}
+}
+
+func testOverridesRefuse(t *testing.T, cfg Config) {
+	cfg.Store, cfg.MaxOverrides, cfg.MaxKeySize = openStore(t, storage.NewMemDisk()), 2, 16
+	e := New(cfg)
 	lp := dialsFile(t, overrideRules).Current()
 	for _, c := range []struct {
 		label, actor string
@@ -179,19 +206,20 @@ func TestOverridesRefuse(t *testing.T) {
 	if _, err := e.ResetOverride(lp, "nope", []byte("a")); err == nil {
 		t.Error("ResetOverride of an unknown label without overrides: no error")
 	}
-
-	// Cluster mode: refused, not yet kept where the counters are.
-	ce := New(Config{Store: openStore(t, storage.NewMemDisk()), Cluster: &cluster{}})
-	if err := ce.SetOverride(lp, "api", []byte("a"), 3); errs.KindOf(err) != errs.Request || !strings.Contains(err.Error(), "cluster mode") {
-		t.Errorf("SetOverride in cluster mode: %v; want a request error naming cluster mode", err)
-	}
 }
 
 // Overrides lists a label's overrides in actor order, a page at a time,
 // and only that label's; a label dropped by a reload keeps them, and
-// they can be reset.
+// they can be reset. A cluster node lists its own.
 func TestOverridesList(t *testing.T) {
-	e := New(Config{Store: openStore(t, storage.NewMemDisk())})
+	for _, mode := range []string{"standalone", "cluster"} {
+		t.Run(mode, func(t *testing.T) { testOverridesList(t, overridesConfig(mode)) })
+	}
+}
+
+func testOverridesList(t *testing.T, cfg Config) {
+	cfg.Store = openStore(t, storage.NewMemDisk())
+	e := New(cfg)
 	f := dialsFile(t, overrideRules)
 	lp := f.Current()
 	for i := range 25 {
@@ -359,7 +387,9 @@ func BenchmarkHitOverrides(b *testing.B) {
 		entries := []rls.Entry{{Key: "user", Value: user}}
 		return rls.AppendDescriptor(nil, entries), cfg.Find("api", entries).Rule
 	}
-	for _, front := range []string{"", "rls-"} {
+	// cluster-: a cluster node owning the counters, which reads an
+	// override at every hit of a label that has some.
+	for _, front := range []string{"", "rls-", "cluster-"} {
 		for _, c := range []struct {
 			name, actor string
 		}{
@@ -368,8 +398,12 @@ func BenchmarkHitOverrides(b *testing.B) {
 			{"actor-has", "vip"}, // the actor has one
 		} {
 			b.Run(front+c.name, func(b *testing.B) {
-				e := New(Config{Store: openStore(b, storage.NewMemDisk())})
-				if front == "" {
+				cfg := Config{Store: openStore(b, storage.NewMemDisk())}
+				if front == "cluster-" {
+					cfg.Cluster = &cluster{}
+				}
+				e := New(cfg)
+				if front != "rls-" {
 					lp := dialsFile(b, overrideRules).Current()
 					if c.name != "none" {
 						if err := e.SetOverride(lp, "api", []byte("vip"), 5); err != nil {
@@ -399,3 +433,140 @@ func BenchmarkHitOverrides(b *testing.B) {
 type deleter struct{}
 
 func (deleter) Mutate([]byte, bool) ([]byte, storage.Op, error) { return nil, storage.Delete, nil }
+
+// copyRecord is a mutator that puts val, as a slot's move or a shard's
+// replication writes a record on another node.
+type copyRecord struct{ val []byte }
+
+func (m copyRecord) Mutate([]byte, bool) ([]byte, storage.Op, error) { return m.val, storage.Put, nil }
+
+// On a cluster node the overrides are the node's own values, outside the
+// slot-owned records, and the node that applies a hit reads the actor's
+// at every hit: a counter copied in from another node (a move, a new
+// leader) is decided under this node's override, not the copy the counter
+// carries; a forwarded hit (ApplyCounter) is applied under it and answers
+// the limit applied; a forwarded hit's answer on the node that sent it
+// reports the owner's limit.
+func TestOverridesClusterNode(t *testing.T) {
+	lp := dialsFile(t, overrideRules).Current()
+	now := time.Unix(1_700_000_000, 0).UnixNano()
+	api := ruleByLabel(lp, "api")
+	req := request("path", "/api", "ip", "m")
+	key := counterKey(nil, api, []byte("m"))
+
+	// A standalone server's counter of m carries its override, 5.
+	src := New(Config{Store: openStore(t, storage.NewMemDisk())})
+	if err := src.SetOverride(lp, "api", []byte("m"), 5); err != nil {
+		t.Fatal(err)
+	}
+	hitN(t, src.NewRound(), lp, 1, now, "path", "/api", "ip", "m") // 4 left
+	var moved []byte
+	if err := src.store.Scan(key, append(key, 0), func(_, v []byte) bool { moved = bytes.Clone(v); return true }); err != nil || moved == nil {
+		t.Fatalf("the counter of m: %q, %v", moved, err)
+	}
+
+	st := openStore(t, storage.NewMemDisk())
+	cl := &cluster{owned: map[string]bool{}}
+	e := New(Config{Store: st, Cluster: cl})
+	if err := e.SetOverride(lp, "api", []byte("m"), 1); err != nil {
+		t.Fatal(err)
+	}
+	if err := st.Flush(); err != nil {
+		t.Fatal(err)
+	}
+	if n := st.Records(); n != 0 {
+		t.Fatalf("a cluster node's override is %d records; want none, it is the node's own value", n)
+	}
+	r := e.NewRound()
+	if err := r.Apply(key, copyRecord{moved}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := r.Commit(); err != nil {
+		t.Fatal(err)
+	}
+	if n, out := hitN(t, r, lp, 1, now, "path", "/api", "ip", "m"); n != 0 || out.Rate != 1 {
+		t.Fatalf("a counter copied in carrying 5, under this node's override 1 with 1 used: %d allowed, rate %d; want 0, 1", n, out.Rate)
+	}
+
+	// The owner's side of a forwarded hit: sent under the rule's limit,
+	// applied under this node's override of the actor.
+	if err := e.SetOverride(lp, "api", []byte("f"), 7); err != nil {
+		t.Fatal(err)
+	}
+	fkey := counterKey(nil, api, []byte("f"))
+	id := api.AppendCounterID(nil, request("ip", "f"))
+	out, err := r.ApplyCounter(fkey, api, api.CreditLimit, 1, now, id)
+	if _, cerr := r.Commit(); err != nil || cerr != nil {
+		t.Fatal(err, cerr)
+	}
+	if !out.Allowed || out.CreditsLeft != 6 || out.Limit != 7 || out.Rate != 7 {
+		t.Fatalf("forwarded hit of f, overridden to 7: %+v; want allowed, 6 left, limit and rate 7", out)
+	}
+	if had, err := e.ResetOverride(lp, "api", []byte("f")); err != nil || !had {
+		t.Fatalf("ResetOverride(f) = %v, %v", had, err)
+	}
+	if out, err = r.ApplyCounter(fkey, api, api.CreditLimit, 1, now, id); err != nil || !out.Allowed || out.Rate != api.CreditLimit || out.CreditsLeft != 0 {
+		t.Fatalf("forwarded hit of f after RESET: %+v, %v; want allowed, rate %d, 0 left (the window's 6 capped at the rule's limit less one, then this hit)", out, err, api.CreditLimit)
+	}
+	if _, err := r.Commit(); err != nil {
+		t.Fatal(err)
+	}
+
+	// The label's last override reset: the copy m's counter carries goes
+	// with its next write.
+	if had, err := e.ResetOverride(lp, "api", []byte("m")); err != nil || !had {
+		t.Fatalf("ResetOverride(m) = %v, %v", had, err)
+	}
+	if n, out := hitN(t, r, lp, 1, now, "path", "/api", "ip", "m"); n != 1 || out.Rate != 2 {
+		t.Fatalf("m after RESET, 1 used of the rule's 2: %d allowed, rate %d; want 1, 2", n, out.Rate)
+	}
+	if err := st.Flush(); err != nil {
+		t.Fatal(err)
+	}
+	if err := st.Scan(key, append(key, 0), func(_, v []byte) bool {
+		if _, ok, _, err := keyspace.SplitMarked(v); ok || err != nil {
+			t.Errorf("m's counter, its label without overrides: carries a copy still (%v)", err)
+		}
+		return true
+	}); err != nil {
+		t.Fatal(err)
+	}
+
+	// The sending side: the owner's limit is the one reported.
+	cl.owned[string(key)] = true
+	cl.out = policy.Outcome{Allowed: true, CreditsLeft: 8, Limit: 9, Rate: 9}
+	o, err := r.Hit(lp, req, 1, now)
+	if _, cerr := r.Commit(); err != nil || cerr != nil {
+		t.Fatal(err, cerr)
+	}
+	if o.Rate != 9 || o.Limit != 9 {
+		t.Fatalf("a forwarded hit the owner applied under 9: rate %d, limit %d; want 9, 9", o.Rate, o.Limit)
+	}
+}
+
+// A standalone store started as a cluster node: its overrides are
+// records, which the node neither counts nor applies, and RecordOverrides
+// counts them for the warning the server logs.
+func TestOverridesClusterIgnoresRecords(t *testing.T) {
+	lp := dialsFile(t, overrideRules).Current()
+	st := openStore(t, storage.NewMemDisk())
+	if err := New(Config{Store: st}).SetOverride(lp, "api", []byte("a"), 5); err != nil {
+		t.Fatal(err)
+	}
+	e := New(Config{Store: st, Cluster: &cluster{}})
+	if err := e.LoadOverrides(); err != nil {
+		t.Fatal(err)
+	}
+	if n, err := e.RecordOverrides(); n != 1 || err != nil {
+		t.Fatalf("RecordOverrides = %d, %v; want 1", n, err)
+	}
+	if _, total := e.OverrideCounts(); total != 0 {
+		t.Fatalf("the node counts %d overrides; want none of the records", total)
+	}
+	if n, err := e.Override("api", []byte("a")); n != -1 || err != nil {
+		t.Fatalf("Override(api, a) on the node = %d, %v; want none (-1)", n, err)
+	}
+	if n, _ := hitN(t, e.NewRound(), lp, 3, time.Unix(1_700_000_000, 0).UnixNano(), "path", "/api", "ip", "a"); n != 2 {
+		t.Fatalf("a's hits on the node: %d of 3 allowed; want the rule's 2", n)
+	}
+}
