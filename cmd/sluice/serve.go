@@ -109,20 +109,7 @@ func (serveCommand) run(inv invocation, args []string) (err error) {
 	}
 	// A signal stops the open too: replaying a long log, or a store that
 	// cannot be opened, must not make the process ignore SIGTERM.
-	storeOpts := server.StoreOptions(storage.Options{
-		Sync:                  mode,
-		CacheSize:             int64(cfg.cacheSize),
-		CacheMemory:           int64(cfg.cacheMemory),
-		NoCache:               cfg.cacheMemory == 0,
-		KeyFilterSize:         int64(cfg.keyFilterSize),
-		NoKeyFilter:           cfg.keyFilterSize == 0,
-		MemTableSize:          int64(cfg.memtableSize),
-		MaxOpenFiles:          files.StoreFiles,
-		MaxQueuedBytes:        int(cfg.commitQueueMem),
-		Committers:            cfg.committers,
-		CompactionConcurrency: cfg.compactions,
-		Logger:                log,
-	})
+	storeOpts := storeOptions(cfg, mode, files, log)
 	if clusterCfg != nil && clusterCfg.Replicas > 1 {
 		// One committer per shard, proposing its rounds to the shard's
 		// group.
@@ -173,6 +160,25 @@ func (serveCommand) run(inv invocation, args []string) (err error) {
 		log.Info("shutdown complete")
 	}
 	return err
+}
+
+// storeOptions is the storage.Options of cfg: a size of 0 (--cache-memory
+// 0, --key-filter-size 0) is the store's "off", not its default.
+func storeOptions(cfg config, mode storage.SyncMode, files server.FDBudget, log *slog.Logger) storage.Options {
+	return server.StoreOptions(storage.Options{
+		Sync:                  mode,
+		CacheSize:             int64(cfg.cacheSize),
+		CacheMemory:           int64(cfg.cacheMemory),
+		NoCache:               cfg.cacheMemory == 0,
+		KeyFilterSize:         int64(cfg.keyFilterSize),
+		NoKeyFilter:           cfg.keyFilterSize == 0,
+		MemTableSize:          int64(cfg.memtableSize),
+		MaxOpenFiles:          files.StoreFiles,
+		MaxQueuedBytes:        int(cfg.commitQueueMem),
+		Committers:            cfg.committers,
+		CompactionConcurrency: cfg.compactions,
+		Logger:                log,
+	})
 }
 
 // serverConfig is the server.Config of cfg, for store, with what
