@@ -5,6 +5,8 @@ import (
 	"net/http/httptest"
 	"strings"
 	"testing"
+
+	"github.com/sluicehq/sluice/internal/httpport"
 )
 
 // TestBackupAuth applies RESP's rules to GET /backup: the password, with
@@ -36,7 +38,7 @@ func TestBackupAuth(t *testing.T) {
 		if w.Code != c.want {
 			t.Errorf("password set, %s user %q pass %q: %d %s, want %d", c.remote, c.user, c.pass, w.Code, w.Body, c.want)
 		}
-		if w.Code == http.StatusOK && (w.Result().Trailer.Get(BackupTrailer) == "" || w.Header().Get("Content-Type") != "application/x-tar") {
+		if w.Code == http.StatusOK && (w.Result().Trailer.Get(httpport.BackupTrailer) == "" || w.Header().Get("Content-Type") != "application/x-tar") {
 			t.Errorf("a backup without its trailer or content type: %v", w.Result())
 		}
 	}

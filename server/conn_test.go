@@ -13,6 +13,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/sluicehq/sluice/internal/respserver"
 	"github.com/sluicehq/sluice/storage"
 )
 
@@ -269,7 +270,7 @@ func TestClientBuffersAccounted(t *testing.T) {
 // --maxmemory-clients: the client whose buffers push the total past it is
 // told so and closed; the others go on.
 func TestMaxMemoryClients(t *testing.T) {
-	srv := startServer(t, Config{Listen: ListenConfig{MaxMemoryClients: LimitOf[int64](2 << 20)}, RESP: RESPConfig{MaxBulk: 8 << 20, MaxQueryBuffer: 16 << 20}})
+	srv := startServer(t, Config{Listen: ListenConfig{MaxMemoryClients: respserver.LimitOf[int64](2 << 20)}, RESP: RESPConfig{MaxBulk: 8 << 20, MaxQueryBuffer: 16 << 20}})
 	other := dialRaw(t, srv)
 	other.write([]byte("PING\r\n"))
 	other.expect("+PONG")

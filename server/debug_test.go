@@ -5,6 +5,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/sluicehq/sluice/internal/respserver"
 )
 
 // TestDebugRefusedByDefault: without Config.RESP.Debug every DEBUG is refused
@@ -30,7 +32,7 @@ func TestDebugRefusedByDefault(t *testing.T) {
 // its refill period, is full again; shifted back, it is not refilled
 // again; bad offsets are refused and change nothing.
 func TestDebugClockOffset(t *testing.T) {
-	for _, access := range []DebugAccess{DebugAllowed, DebugLocal} {
+	for _, access := range []respserver.DebugAccess{respserver.DebugAllowed, respserver.DebugLocal} {
 		clock := newTestClock(1_700_000_000_000)
 		srv := startServer(t, Config{Clock: clock.now, RESP: RESPConfig{Debug: access}})
 		c := newClient(t, srv)

@@ -12,12 +12,6 @@ import (
 // admits its connections (divvyDoor), renders its errors and counts what
 // it shares with the other front ends (frontHost).
 
-// Defaults for the line protocol's limits.
-const (
-	DefaultDivvyMaxLine     = divvy.DefaultMaxLine
-	DefaultDivvyMaxPipeline = divvy.DefaultMaxPipeline
-)
-
 // divvyState is the line-protocol front end.
 type divvyState struct {
 	srv *divvy.Server

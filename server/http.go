@@ -22,11 +22,6 @@ type httpState struct {
 	reg    *prometheus.Registry
 }
 
-// BackupTrailer is the HTTP trailer GET /backup sets once the archive is
-// complete, to the number of files in it: a client that reads the body to
-// its end without it has a truncated archive.
-const BackupTrailer = httpport.BackupTrailer
-
 // initHTTP sets up what every HTTP listener shares; New calls it.
 func (s *Server) initHTTP() {
 	o := httpport.Options{

@@ -16,6 +16,7 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
+	"github.com/sluicehq/sluice/internal/respserver"
 	"github.com/sluicehq/sluice/storage"
 )
 
@@ -122,7 +123,7 @@ func TestClientThatNeverReads(t *testing.T) {
 		var after runtime.MemStats
 		runtime.ReadMemStats(&after)
 		grew := int64(after.HeapInuse) - int64(before.HeapInuse)
-		limit := int64(DefaultMaxReplyBuffer + DefaultMaxQueryBuffer + 32<<20)
+		limit := int64(respserver.DefaultMaxReplyBuffer + respserver.DefaultMaxQueryBuffer + 32<<20)
 		t.Logf("sent %d MiB of INFO commands without reading; server heap grew %d MiB", sent>>20, grew>>20)
 		if grew > limit {
 			t.Fatalf("heap grew %d bytes, more than the %d the limits allow", grew, limit)

@@ -14,11 +14,6 @@ import (
 // at a time, never waited for past Config.ReloadTimeout or Close (package
 // reload: Server.reload).
 
-// ErrReloadTimeout is a reload that did not finish within
-// Config.ReloadTimeout, or that waited that long for another one
-// (reload.ErrTimeout).
-var ErrReloadTimeout = reload.ErrTimeout
-
 // Reload reads again what SIGHUP reloads, as one reload: the TLS files,
 // the --policy file and the --rls-config directory, each kept as it was
 // when bad. Each outcome is logged; the errors are returned joined.
@@ -93,7 +88,7 @@ func (h *frontHost) ReloadRules() error {
 		}
 		return cmp.Or(perr, rerr)
 	})
-	if errors.Is(err, ErrReloadTimeout) {
+	if errors.Is(err, reload.ErrTimeout) {
 		err = resp.Error("ERR " + resp.OneLine(err.Error()))
 	}
 	return err

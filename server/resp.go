@@ -3,7 +3,6 @@ package server
 import (
 	"net"
 	"strconv"
-	"time"
 
 	"github.com/sluicehq/sluice/internal/admit"
 	"github.com/sluicehq/sluice/internal/resp"
@@ -15,39 +14,6 @@ import (
 // connections (respDoor), and answers what it asks of the server
 // (frontHost): the other front ends' facts for INFO, CONFIG GET's
 // settings, POLICY RELOAD.
-
-// Limit is a Config bound that can be turned off (respserver.Limit).
-type Limit[T int | int64 | time.Duration] = respserver.Limit[T]
-
-// LimitOf is the bound n; zero (or less) is the field's default.
-func LimitOf[T int | int64 | time.Duration](n T) Limit[T] { return respserver.LimitOf(n) }
-
-// NoLimit is the bound turned off.
-func NoLimit[T int | int64 | time.Duration]() Limit[T] { return respserver.NoLimit[T]() }
-
-// DebugAccess says who may run DEBUG (Config.RESP.Debug): respserver.DebugAccess.
-type DebugAccess = respserver.DebugAccess
-
-// Who may run DEBUG.
-const (
-	// DebugRefused refuses DEBUG to every client: the default.
-	DebugRefused = respserver.DebugRefused
-	// DebugLocal allows DEBUG to clients on loopback (or a Unix socket).
-	DebugLocal = respserver.DebugLocal
-	// DebugAllowed allows DEBUG to every authenticated client.
-	DebugAllowed = respserver.DebugAllowed
-)
-
-// Defaults of the RESP front end's bounds of its own.
-const (
-	// DefaultMaxMultiBytes is respserver.DefaultMaxMultiBytes.
-	DefaultMaxMultiBytes = respserver.DefaultMaxMultiBytes
-	// DefaultSweepInterval and DefaultSweepRate pace the idle sweep.
-	DefaultSweepInterval = respserver.DefaultSweepInterval
-	DefaultSweepRate     = respserver.DefaultSweepRate
-	// MaxClockOffset bounds DEBUG CLOCK-OFFSET either way.
-	MaxClockOffset = respserver.MaxClockOffset
-)
 
 // initRESP makes the RESP front end; New calls it once the other front
 // ends are made.

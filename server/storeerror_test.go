@@ -11,6 +11,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/sluicehq/sluice/internal/respserver"
 	"github.com/sluicehq/sluice/storage"
 )
 
@@ -116,7 +117,7 @@ func TestWritesBeforeMaintenanceFailWithIt(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			srv, err := New(Config{Store: store, BackupDir: t.TempDir(), RESP: RESPConfig{SweepInterval: NoLimit[time.Duration]()}})
+			srv, err := New(Config{Store: store, BackupDir: t.TempDir(), RESP: RESPConfig{SweepInterval: respserver.NoLimit[time.Duration]()}})
 			if err != nil {
 				t.Fatal(err)
 			}

@@ -20,6 +20,7 @@ import (
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/types/known/wrapperspb"
 
+	"github.com/sluicehq/sluice/internal/divvy"
 	"github.com/sluicehq/sluice/internal/transcript"
 )
 
@@ -58,7 +59,7 @@ func TestRuleTranscripts(t *testing.T) {
 		MaxKeySize: 16,
 		Clock:      newTestClock(transcriptTime).now,
 		Policy:     PolicyConfig{File: filepath.Join(transcriptDir, "policy.ini")},
-		Divvy:      DivvyConfig{MaxLine: 100},
+		Divvy:      divvy.Config{MaxLine: 100},
 	})
 	divvy := startDivvy(t, srv)
 	check := startCheck(t, srv)

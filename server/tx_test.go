@@ -16,6 +16,7 @@ import (
 	"time"
 
 	"github.com/redis/go-redis/v9"
+	"github.com/sluicehq/sluice/internal/clusternode"
 	"github.com/sluicehq/sluice/internal/respserver"
 	"github.com/sluicehq/sluice/storage"
 )
@@ -372,7 +373,7 @@ func TestTxRepliesAfterOneCommit(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	srv, err := New(Config{Store: store, RESP: RESPConfig{SweepInterval: NoLimit[time.Duration]()}})
+	srv, err := New(Config{Store: store, RESP: RESPConfig{SweepInterval: respserver.NoLimit[time.Duration]()}})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -408,7 +409,7 @@ func TestTxFailedCommit(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	srv, err := New(Config{Store: store, RESP: RESPConfig{SweepInterval: NoLimit[time.Duration]()}})
+	srv, err := New(Config{Store: store, RESP: RESPConfig{SweepInterval: respserver.NoLimit[time.Duration]()}})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -465,7 +466,7 @@ func (h *messageHandler) wait(t *testing.T, prefix string) {
 // TestTxQueueCountsAgainstClientMemory: a queued transaction is part of a
 // client's buffers for --maxmemory-clients.
 func TestTxQueueCountsAgainstClientMemory(t *testing.T) {
-	srv := startServer(t, Config{Listen: ListenConfig{MaxMemoryClients: LimitOf[int64](256 << 10)}, RESP: RESPConfig{MaxMultiBytes: 64 << 20}})
+	srv := startServer(t, Config{Listen: ListenConfig{MaxMemoryClients: respserver.LimitOf[int64](256 << 10)}, RESP: RESPConfig{MaxMultiBytes: 64 << 20}})
 	nc, err := net.Dial("tcp", srv.Addr().String())
 	if err != nil {
 		t.Fatal(err)
@@ -545,7 +546,7 @@ func TestTxClientListShowsQueue(t *testing.T) {
 // the committer would wait for forever (CLUSTER DROP after a write
 // deadlocked the store).
 func TestTxQueuesOnlyAllowedCommands(t *testing.T) {
-	srv := startServer(t, Config{Cluster: &ClusterConfig{Nodes: threeNodes, Self: threeNodes[1]}})
+	srv := startServer(t, Config{Cluster: &clusternode.Config{Nodes: threeNodes, Self: threeNodes[1]}})
 	mine := keyIn(5461, 10921)
 	for _, cmd := range []string{"CLUSTER DROP 0-5460", "CLUSTER DUMP 5461 5461 \"\" 10", "CLUSTER MIGRATE PAUSE",
 		"CLUSTER MIGRATE DIRTY 10", "DEL " + mine, "INFO", "DBSIZE", "COMPACT", "CHECKPOINT", "CONFIG SET x y", "POLICY reload"} {
@@ -638,7 +639,7 @@ func TestTxExecReplyLimits(t *testing.T) {
 		want   string
 	}{
 		{"--max-reply-buffer", 64 << 10, 2 * 64 << 10, Config{RESP: RESPConfig{MaxReplyBuffer: 64 << 10}}, "-ERR reply buffer limit reached (--max-reply-buffer); the transaction ran, its replies are dropped; closing the connection\r\n"},
-		{"--maxmemory-clients", 512 << 10, 512 << 10, Config{Listen: ListenConfig{MaxMemoryClients: LimitOf[int64](512 << 10)}}, "-ERR client memory limit reached: the buffers of all clients exceed --maxmemory-clients; the transaction ran, its replies are dropped; closing the connection\r\n"},
+		{"--maxmemory-clients", 512 << 10, 512 << 10, Config{Listen: ListenConfig{MaxMemoryClients: respserver.LimitOf[int64](512 << 10)}}, "-ERR client memory limit reached: the buffers of all clients exceed --maxmemory-clients; the transaction ran, its replies are dropped; closing the connection\r\n"},
 	} {
 		t.Run(tc.flag, func(t *testing.T) {
 			srv := startServer(t, tc.cfg)

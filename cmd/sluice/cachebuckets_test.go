@@ -7,7 +7,7 @@ import (
 	"syscall"
 	"testing"
 
-	"github.com/sluicehq/sluice/server"
+	"github.com/sluicehq/sluice/internal/admit"
 	"github.com/sluicehq/sluice/storage"
 )
 
@@ -131,7 +131,7 @@ func TestStoreOptionsOff(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			o := storeOptions(cfg, storage.SyncEverySec, server.FDBudget{}, slog.New(slog.DiscardHandler))
+			o := storeOptions(cfg, storage.SyncEverySec, admit.FDBudget{}, slog.New(slog.DiscardHandler))
 			if o.NoCache != tc.noCache || o.NoKeyFilter != tc.noKeyFilter {
 				t.Errorf("NoCache %v, NoKeyFilter %v; want %v, %v", o.NoCache, o.NoKeyFilter, tc.noCache, tc.noKeyFilter)
 			}

@@ -24,6 +24,7 @@ import (
 	"github.com/redis/go-redis/v9"
 	"sigs.k8s.io/yaml"
 
+	"github.com/sluicehq/sluice/internal/envoy"
 	"github.com/sluicehq/sluice/server"
 	"github.com/sluicehq/sluice/storage"
 )
@@ -241,7 +242,7 @@ func scrape(t *testing.T) map[string]bool {
 		Listen:    server.ListenConfig{Password: "pw"},
 		BackupDir: filepath.Join(t.TempDir(), "backups"),
 		Policy:    server.PolicyConfig{File: policy},
-		RLS:       server.RLSConfig{Dir: rlsDir},
+		RLS:       envoy.Config{Dir: rlsDir},
 	})
 	if err != nil {
 		t.Fatal(err)

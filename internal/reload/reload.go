@@ -25,6 +25,10 @@ import (
 // did when the server owned it.
 var ErrTimeout = errors.New("server: reload timed out")
 
+// DefaultTimeout is --reload-timeout's default: a reload of local files
+// takes milliseconds; seconds mean a file system that does not answer.
+const DefaultTimeout = 5 * time.Second
+
 // Options configure a Runner.
 type Options struct {
 	Timeout time.Duration // --reload-timeout
