@@ -142,7 +142,11 @@ type Host interface {
 	// PolicyInfo writes INFO's policy section: the rules and the other
 	// front ends that hit them.
 	PolicyInfo(kv func(k, v string))
-	// ReloadRules is POLICY RELOAD: it returns the error to answer.
+	// ReloadRules is POLICY RELOAD: it reloads the --policy file and the
+	// --rls-config directory, as one reload, and returns a *ReloadError
+	// naming the bad ones (rules.ErrNoPolicy as the policy's without
+	// either), or the reload's own error (reload.ErrTimeout, the server
+	// closing).
 	ReloadRules() error
 }
 
