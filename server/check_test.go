@@ -265,7 +265,7 @@ func TestCheckStoreError(t *testing.T) {
 				t.Fatal(err)
 			}
 			path := policyFile(t, "check.ini", checkPolicy)
-			srv, err := New(Config{Store: store, AllowOnStoreError: allow, Policy: PolicyConfig{File: path}, RESP: RESPConfig{SweepInterval: respserver.NoLimit[time.Duration]()}})
+			srv, err := New(Config{Store: store, Engine: EngineConfig{AllowOnStoreError: allow}, Policy: PolicyConfig{File: path}, RESP: RESPConfig{SweepInterval: respserver.NoLimit[time.Duration]()}})
 			if err != nil {
 				t.Fatal(err)
 			}

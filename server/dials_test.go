@@ -25,8 +25,8 @@ import (
 // own with the rules of overrides.ini and a bound of 3 overrides.
 func TestOverridesTranscript(t *testing.T) {
 	srv := startServer(t, Config{
-		MaxKeySize: 16,
-		Clock:      newTestClock(transcriptTime).now,
+		Engine: EngineConfig{MaxKeySize: 16},
+		Clock:  newTestClock(transcriptTime).now,
 		Policy: PolicyConfig{
 			File:         filepath.Join(transcriptDir, "overrides.ini"),
 			MaxOverrides: 3,
@@ -170,7 +170,7 @@ func TestDialsOverHTTP(t *testing.T) {
 // without an override a 404.
 func TestOverridesOverHTTP(t *testing.T) {
 	var logs bytes.Buffer
-	srv, c := policyServer(t, Config{MaxKeySize: 16, Policy: PolicyConfig{MaxOverrides: 2}}, "overrides.ini", &logs)
+	srv, c := policyServer(t, Config{Engine: EngineConfig{MaxKeySize: 16}, Policy: PolicyConfig{MaxOverrides: 2}}, "overrides.ini", &logs)
 	ctx := context.Background()
 	remote := "10.1.2.3:5000"
 	checkPolicyRequests(t, srv, remote, []policyCase{

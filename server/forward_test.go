@@ -41,7 +41,7 @@ func startClusterServers(t testing.TB, n int, cfg Config) []*Server {
 		}
 		c := cfg
 		c.Store = store
-		c.Cluster = &clusternode.Config{Nodes: addrs, Self: addrs[i]}
+		c.Cluster.Node = &clusternode.Config{Nodes: addrs, Self: addrs[i]}
 		srv, err := New(c)
 		if err != nil {
 			t.Fatal(err)
@@ -120,7 +120,7 @@ func TestClusterHitOwnerDown(t *testing.T) {
 		switch {
 		case strings.HasPrefix(got, "OK true 2 "):
 			ok++
-		case strings.HasPrefix(got, "ERR ERR cluster: forwarding a counter of slot ") && strings.Contains(got, "to its owner "+nodes[1].cfg.Cluster.Self+" failed"):
+		case strings.HasPrefix(got, "ERR ERR cluster: forwarding a counter of slot ") && strings.Contains(got, "to its owner "+nodes[1].cfg.Cluster.Node.Self+" failed"):
 			down++
 		default:
 			t.Fatalf("HIT: %q", got)

@@ -43,14 +43,14 @@ func (s *Server) initHTTP() {
 		Failures:  &s.stats.AuthFailures,
 		Logger:    s.log,
 	}
-	s.http.backup = httpport.Backup{Store: s.store, Dir: s.cfg.BackupDir, Logger: s.log, Access: &s.http.access, Host: (*frontHost)(s)}
+	s.http.backup = httpport.Backup{Store: s.store, Dir: s.cfg.Files.BackupDir, Logger: s.log, Access: &s.http.access, Host: (*frontHost)(s)}
 }
 
 // initMetrics makes /metrics' registry (package metrics); New calls it
 // once every front end is made.
 func (s *Server) initMetrics() {
 	src := metrics.Sources{
-		Version: s.cfg.Version, Revision: s.cfg.Revision, MaxClients: s.cfg.Listen.MaxClients,
+		Version: s.cfg.Build.Version, Revision: s.cfg.Build.Revision, MaxClients: s.cfg.Listen.MaxClients,
 		RESP: s.resp, Stats: &s.stats, Gate: &s.adm.Gate, Engine: s.eng, Store: s.store,
 		Rules: &s.pol, Policy: &s.polCmds, Cluster: s.clus, Divvy: s.divvy.srv, Check: s.check.h,
 	}

@@ -173,7 +173,7 @@ func TestMetricsAndHealth(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	srv, err := New(Config{Store: store, Listen: ListenConfig{Password: "pw", ShutdownTimeout: time.Minute}, Version: "v9.9.9", Revision: "0123456789abcdef0123456789abcdef01234567-dirty"})
+	srv, err := New(Config{Store: store, Listen: ListenConfig{Password: "pw", ShutdownTimeout: time.Minute}, Build: Build{Version: "v9.9.9", Revision: "0123456789abcdef0123456789abcdef01234567-dirty"}})
 	if err != nil {
 		t.Fatal(err)
 	}

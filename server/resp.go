@@ -32,8 +32,8 @@ func (s *Server) respConfig() respserver.Config {
 	return respserver.Config{
 		MaxArgs: rc.MaxArgs, MaxBulk: rc.MaxBulk, MaxInline: rc.MaxInline, MaxQueryBuffer: rc.MaxQueryBuffer,
 		MaxAuthFailures: rc.MaxAuthFailures, IdleTimeout: rc.IdleTimeout, MaxReplyBuffer: rc.MaxReplyBuffer, MaxMultiBytes: rc.MaxMultiBytes,
-		MaxKeySize: cfg.MaxKeySize, Password: cfg.Listen.Password, Debug: cfg.RESP.Debug,
-		Version: cfg.Version, Revision: cfg.Revision, BackupDir: cfg.BackupDir, AllowOnStoreError: cfg.AllowOnStoreError,
+		MaxKeySize: cfg.Engine.MaxKeySize, Password: cfg.Listen.Password, Debug: cfg.RESP.Debug,
+		Version: cfg.Build.Version, Revision: cfg.Build.Revision, BackupDir: cfg.Files.BackupDir, AllowOnStoreError: cfg.Engine.AllowOnStoreError,
 		MaxMemoryClients: cfg.Listen.MaxMemoryClients, SweepInterval: cfg.RESP.SweepInterval, SweepRate: cfg.RESP.SweepRate,
 		MaxClients: cfg.Listen.MaxClients, MaxClientsRequested: s.adm.requested,
 		FDLimit: cfg.Listen.Files.Limit, FDReserved: cfg.Listen.Files.Reserved, StoreMaxOpenFiles: cfg.Listen.Files.StoreFiles,
@@ -78,10 +78,10 @@ func (h *frontHost) Settings() []respserver.Setting {
 	o := settings.Of{
 		Addr: s.Addr(), Store: s.store, Cluster: s.clus != nil,
 		RESP: s.respConfig(), Check: cfg.Check, Divvy: s.divvyConfig(), RLS: cfg.RLS, TLS: cfg.Listen.TLS,
-		AllowRemoteWithoutAuth: cfg.Listen.AllowRemoteWithoutAuth, AcceptRepairedClusterState: cfg.AcceptRepairedClusterState,
-		MaxConfigFile: cfg.MaxConfigFile, HTTPMaxHeaderBytes: cfg.HTTP.MaxHeaderBytes,
+		AllowRemoteWithoutAuth: cfg.Listen.AllowRemoteWithoutAuth, AcceptRepairedClusterState: cfg.Cluster.AcceptRepairedState,
+		MaxConfigFile: cfg.Files.MaxConfigFile, HTTPMaxHeaderBytes: cfg.HTTP.MaxHeaderBytes,
 		PolicyFile: cfg.Policy.File, PolicyMaxOverrides: cfg.Policy.MaxOverrides, PolicyStatsDays: cfg.Policy.StatsDays,
-		ReloadTimeout: cfg.ReloadTimeout, ShutdownTimeout: cfg.Listen.ShutdownTimeout,
+		ReloadTimeout: cfg.Files.ReloadTimeout, ShutdownTimeout: cfg.Listen.ShutdownTimeout,
 	}
 	return o.List()
 }

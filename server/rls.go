@@ -29,7 +29,7 @@ func (s *Server) initRLS() error {
 		Host:             (*frontHost)(s),
 		Logger:           s.log,
 		Clock:            s.clock,
-		MaxConfigFile:    s.cfg.MaxConfigFile,
+		MaxConfigFile:    s.cfg.Files.MaxConfigFile,
 		MaxMemoryClients: s.cfg.Listen.MaxMemoryClients.N(),
 		KeepBuf:          respserver.KeepBuf,
 	}

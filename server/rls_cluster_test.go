@@ -103,7 +103,7 @@ func TestRLSClusterOwnerDownIsUnavailable(t *testing.T) {
 		_, err := cl.ShouldRateLimit(context.Background(), &rlspb.RateLimitRequest{Domain: "test", Descriptors: []*rlcommon.RateLimitDescriptor{desc("fw", fmt.Sprintf("user%d", i))}})
 		code := status.Code(err)
 		seen[code]++
-		if code == codes.Unavailable && !strings.Contains(status.Convert(err).Message(), "to its owner "+nodes[1].cfg.Cluster.Self+" failed") {
+		if code == codes.Unavailable && !strings.Contains(status.Convert(err).Message(), "to its owner "+nodes[1].cfg.Cluster.Node.Self+" failed") {
 			t.Errorf("owner down: %v; want the message to name the owner", err)
 		}
 	}

@@ -636,7 +636,7 @@ func TestRLSMaxMessage(t *testing.T) {
 }
 
 func TestRLSMaxKeySize(t *testing.T) {
-	f := newRLS(t, Config{MaxKeySize: 100})
+	f := newRLS(t, Config{Engine: EngineConfig{MaxKeySize: 100}})
 	// The first descriptor fits, the second does not: the request is
 	// refused as a whole and counts nothing.
 	_, err := f.client.ShouldRateLimit(context.Background(), &rlspb.RateLimitRequest{Domain: "test", Descriptors: []*rlcommon.RateLimitDescriptor{desc("k", "a"), desc("k", strings.Repeat("x", 200))}})

@@ -34,60 +34,24 @@ import (
 	"github.com/sluicehq/sluice/storage"
 )
 
-// Config configures a Server: the store and what every front end shares
-// at the top, each front end's settings in a struct of its own. A zero
-// field means the default given.
+// Config configures a Server: the store, its logger and clock at the top,
+// and the rest grouped by concern, each front end's settings in a struct
+// of its own. A zero field means the default given.
 type Config struct {
-	Store  *storage.Store // required
-	Logger *slog.Logger   // default: discard
+	Store  *storage.Store   // required
+	Logger *slog.Logger     // default: discard
+	Clock  func() time.Time // server clock; default time.Now
 
-	Version string           // reported by INFO and HELLO; default "dev"
-	Clock   func() time.Time // server clock; default time.Now
-	// Revision is the VCS revision sluice was built from, with "-dirty"
-	// for uncommitted changes, reported by INFO and sluice_build_info;
-	// empty when unknown.
-	Revision string
-
-	// MaxKeySize is the longest key a command may name: the key of an
-	// RL.* command, the actor value of a HIT. A longer one is refused with
-	// an error reply naming both lengths, and the store is not touched.
-	// Default 16 KiB: past it the costs that grow with each key (its
-	// copies on the way to the disk, Pebble's first and last key of every
-	// table) dominate; 4000 commands with 512 KiB keys took peak RSS to
-	// 785-950 MiB, with 16 KiB keys to 247-265 MiB.
-	MaxKeySize int
-	// AllowOnStoreError makes limit commands answer normally when the store
-	// cannot take or give a bucket's state (disk full, I/O error): the
-	// reply is computed from the state the server can still read, or from
-	// a full bucket when it cannot, and the change is not stored. By
-	// default (false) such commands get an error reply, which clients of
-	// a rate limiter usually treat as a denial.
-	AllowOnStoreError bool
-	// BackupDir is where CHECKPOINT writes; default "sluice-backups".
-	BackupDir string
-
-	// MaxConfigFile bounds the bytes read from each file of the
-	// configuration: Policy.File, each TLS file, and the files of
-	// RLS.Dir together; default conffile.DefaultLimit. Only regular
-	// files (or symlinks to them) are read: a named pipe or a device is
-	// refused without being opened.
-	MaxConfigFile int64
-	// ReloadTimeout is the most Reload, ReloadTLS, ReloadPolicy, ReloadRLS
-	// and POLICY RELOAD wait for a reload to read its files, and for
-	// another one to finish first (internal/reload); past it they return
-	// reload.ErrTimeout, and the reload goes on. Default
-	// reload.DefaultTimeout.
-	ReloadTimeout time.Duration
-
-	// Cluster, when set, serves the Redis Cluster protocol (package
-	// clusternode); nil: standalone.
-	Cluster *clusternode.Config
-	// AcceptRepairedClusterState starts on a store whose cluster state
-	// sluice repair brought back older than it may have been
-	// (storage.StaleMetaName), which is otherwise refused
-	// (clusternode.ErrClusterStateRepaired): an operator has checked it
-	// is current.
-	AcceptRepairedClusterState bool
+	// Build is what INFO, HELLO and sluice_build_info report of the
+	// binary.
+	Build Build
+	// Engine configures how every front end's limit operations run.
+	Engine EngineConfig
+	// Files configures the files the server reads and writes besides the
+	// store: the configuration's, their reloads, CHECKPOINT's.
+	Files FilesConfig
+	// Cluster configures cluster mode; its zero value is standalone.
+	Cluster ClusterConfig
 
 	// Listen configures what every listener shares: admission, protected
 	// mode, TLS, the password, the drain on Close.
@@ -105,6 +69,67 @@ type Config struct {
 	RLS envoy.Config
 	// HTTP configures the HTTP listener (ServeHTTP) and /check's.
 	HTTP HTTPConfig
+}
+
+// Build is the binary the server runs as.
+type Build struct {
+	Version string // default "dev"
+	// Revision is the VCS revision sluice was built from, with "-dirty"
+	// for uncommitted changes; empty when unknown.
+	Revision string
+}
+
+// EngineConfig configures the engine every front end runs its limit
+// operations in (package engine). A zero field means the default given.
+type EngineConfig struct {
+	// MaxKeySize is the longest key a command may name: the key of an
+	// RL.* command, the actor value of a HIT. A longer one is refused with
+	// an error reply naming both lengths, and the store is not touched.
+	// Default 16 KiB (engine.DefaultMaxKeySize): past it the costs that
+	// grow with each key (its copies on the way to the disk, Pebble's
+	// first and last key of every table) dominate; 4000 commands with
+	// 512 KiB keys took peak RSS to 785-950 MiB, with 16 KiB keys to
+	// 247-265 MiB.
+	MaxKeySize int
+	// AllowOnStoreError makes limit commands answer normally when the store
+	// cannot take or give a bucket's state (disk full, I/O error): the
+	// reply is computed from the state the server can still read, or from
+	// a full bucket when it cannot, and the change is not stored. By
+	// default (false) such commands get an error reply, which clients of
+	// a rate limiter usually treat as a denial.
+	AllowOnStoreError bool
+}
+
+// FilesConfig configures the files the server reads and writes besides
+// the store. A zero field means the default given.
+type FilesConfig struct {
+	// BackupDir is where CHECKPOINT writes; default "sluice-backups".
+	BackupDir string
+	// MaxConfigFile bounds the bytes read from each file of the
+	// configuration: Policy.File, each TLS file, and the files of
+	// RLS.Dir together; default conffile.DefaultLimit. Only regular
+	// files (or symlinks to them) are read: a named pipe or a device is
+	// refused without being opened.
+	MaxConfigFile int64
+	// ReloadTimeout is the most Reload, ReloadTLS, ReloadPolicy, ReloadRLS
+	// and POLICY RELOAD wait for a reload to read its files, and for
+	// another one to finish first (internal/reload); past it they return
+	// reload.ErrTimeout, and the reload goes on. Default
+	// reload.DefaultTimeout.
+	ReloadTimeout time.Duration
+}
+
+// ClusterConfig configures cluster mode.
+type ClusterConfig struct {
+	// Node, when set, serves the Redis Cluster protocol as a node of the
+	// cluster it describes (package clusternode); nil: standalone.
+	Node *clusternode.Config
+	// AcceptRepairedState starts on a store whose cluster state sluice
+	// repair brought back older than it may have been
+	// (storage.StaleMetaName), which is otherwise refused
+	// (clusternode.ErrClusterStateRepaired): an operator has checked it
+	// is current.
+	AcceptRepairedState bool
 }
 
 // ListenConfig configures what the listeners of every front end share
@@ -291,7 +316,7 @@ func New(cfg Config) (*Server, error) {
 	orDefault(&cfg.RESP.MaxBulk, respserver.DefaultMaxBulk)
 	orDefault(&cfg.RESP.MaxInline, respserver.DefaultMaxInline)
 	orDefault(&cfg.RESP.MaxQueryBuffer, respserver.DefaultMaxQueryBuffer)
-	orDefault(&cfg.MaxKeySize, engine.DefaultMaxKeySize)
+	orDefault(&cfg.Engine.MaxKeySize, engine.DefaultMaxKeySize)
 	orDefault(&cfg.Listen.ShutdownTimeout, DefaultShutdownTimeout)
 	orDefault(&cfg.Listen.MaxClients, admit.DefaultMaxClients)
 	orDefault(&cfg.RESP.MaxReplyBuffer, respserver.DefaultMaxReplyBuffer)
@@ -307,8 +332,8 @@ func New(cfg Config) (*Server, error) {
 	orDefault(&cfg.RLS.MaxHeaderBytes, envoy.DefaultMaxHeaderBytes)
 	orDefault(&cfg.HTTP.MaxHeaderBytes, httpport.DefaultMaxHeaderBytes)
 	cfg.RESP.MaxAuthFailures = cfg.RESP.MaxAuthFailures.OrDefault(respserver.DefaultMaxAuthFailures)
-	if cfg.Version == "" {
-		cfg.Version = "dev"
+	if cfg.Build.Version == "" {
+		cfg.Build.Version = "dev"
 	}
 	if cfg.Logger == nil {
 		cfg.Logger = slog.New(slog.DiscardHandler)
@@ -318,11 +343,11 @@ func New(cfg Config) (*Server, error) {
 	}
 	cfg.RESP.SweepInterval = cfg.RESP.SweepInterval.OrDefault(respserver.DefaultSweepInterval)
 	cfg.RESP.SweepRate = cfg.RESP.SweepRate.OrDefault(respserver.DefaultSweepRate)
-	if cfg.BackupDir == "" {
-		cfg.BackupDir = respserver.DefaultBackupDir
+	if cfg.Files.BackupDir == "" {
+		cfg.Files.BackupDir = respserver.DefaultBackupDir
 	}
-	if cfg.ReloadTimeout <= 0 {
-		cfg.ReloadTimeout = reload.DefaultTimeout
+	if cfg.Files.ReloadTimeout <= 0 {
+		cfg.Files.ReloadTimeout = reload.DefaultTimeout
 	}
 	s := &Server{
 		cfg:   cfg,
@@ -333,7 +358,7 @@ func New(cfg Config) (*Server, error) {
 	base := cfg.Clock
 	s.clock = func() time.Time { return base().Add(time.Duration(s.clockOffset.Load())) }
 	if cfg.Listen.TLS != nil {
-		t, err := admit.NewTLS(*cfg.Listen.TLS, cfg.MaxConfigFile)
+		t, err := admit.NewTLS(*cfg.Listen.TLS, cfg.Files.MaxConfigFile)
 		if err != nil {
 			return nil, err
 		}
@@ -343,17 +368,17 @@ func New(cfg Config) (*Server, error) {
 		return nil, err
 	}
 	if cfg.Policy.File != "" {
-		s.pol.Path, s.pol.MaxBytes = cfg.Policy.File, cfg.MaxConfigFile
+		s.pol.Path, s.pol.MaxBytes = cfg.Policy.File, cfg.Files.MaxConfigFile
 		if err := s.pol.Load(); err != nil {
 			return nil, err
 		}
 	}
 	co := clusternode.Options{
-		Store: s.store, Logger: s.log, Clock: s.clock, Cluster: cfg.Cluster,
-		AcceptRepairedClusterState: cfg.AcceptRepairedClusterState,
+		Store: s.store, Logger: s.log, Clock: s.clock, Cluster: cfg.Cluster.Node,
+		AcceptRepairedClusterState: cfg.Cluster.AcceptRepairedState,
 		Password:                   cfg.Listen.Password, TLS: cfg.Listen.TLS != nil,
 	}
-	if s.guard.TLS != nil && cfg.Cluster != nil && cfg.Cluster.Replicas > 1 {
+	if s.guard.TLS != nil && cfg.Cluster.Node != nil && cfg.Cluster.Node.Replicas > 1 {
 		var err error
 		if co.ReplicationClientTLS, co.ReplicationServerTLS, err = s.guard.TLS.Replication(); err != nil {
 			return nil, err
@@ -364,8 +389,8 @@ func New(cfg Config) (*Server, error) {
 		return nil, err
 	}
 	s.clus = clus
-	ecfg := engine.Config{Store: s.store, Clock: s.clock, MaxKeySize: cfg.MaxKeySize, MaxOverrides: int64(cfg.Policy.MaxOverrides), StatsDays: cfg.Policy.StatsDays}
-	if cfg.AllowOnStoreError {
+	ecfg := engine.Config{Store: s.store, Clock: s.clock, MaxKeySize: cfg.Engine.MaxKeySize, MaxOverrides: int64(cfg.Policy.MaxOverrides), StatsDays: cfg.Policy.StatsDays}
+	if cfg.Engine.AllowOnStoreError {
 		ecfg.OnStoreError = engine.Allow
 	}
 	if s.clus != nil { // not a nil *Node in the interface
@@ -384,7 +409,7 @@ func New(cfg Config) (*Server, error) {
 	s.done = make(chan struct{})
 	s.after = time.After
 	s.reload = reload.New(reload.Options{
-		Timeout: cfg.ReloadTimeout, Log: s.log, Closed: storage.ErrClosed,
+		Timeout: cfg.Files.ReloadTimeout, Log: s.log, Closed: storage.ErrClosed,
 		After: func(d time.Duration) <-chan time.Time { return s.after(d) },
 	})
 	s.initRESP()

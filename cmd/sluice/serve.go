@@ -207,7 +207,10 @@ func serverConfig(cfg config, store *storage.Store, log *slog.Logger, password s
 			MemoryLimitSource: memLimitSource,
 			Debug:             cfg.debug,
 		},
-		MaxKeySize: int(cfg.maxKeySize),
+		Engine: server.EngineConfig{
+			MaxKeySize:        int(cfg.maxKeySize),
+			AllowOnStoreError: cfg.onStoreError == "allow",
+		},
 		Listen: server.ListenConfig{
 			ShutdownTimeout:        cfg.shutdownTimeout,
 			Password:               password,
@@ -217,11 +220,12 @@ func serverConfig(cfg config, store *storage.Store, log *slog.Logger, password s
 			MaxMemoryClients:       zeroIsOff(int64(cfg.maxMemClients)),
 			TLS:                    tlsFiles,
 		},
-		Version:   buildVersion(),
-		Revision:  buildRevision(),
-		BackupDir: cfg.backupDir,
-
-		AllowOnStoreError: cfg.onStoreError == "allow",
+		Build: server.Build{Version: buildVersion(), Revision: buildRevision()},
+		Files: server.FilesConfig{
+			BackupDir:     cfg.backupDir,
+			MaxConfigFile: int64(cfg.maxConfigFile),
+			ReloadTimeout: cfg.reloadTimeout,
+		},
 
 		Policy: server.PolicyConfig{
 			File:         cfg.policyFile,
@@ -234,9 +238,8 @@ func serverConfig(cfg config, store *storage.Store, log *slog.Logger, password s
 			IdleTimeout: time.Duration(cfg.divvyTimeout) * time.Second,
 		},
 
-		Check:                      cfg.check.serverConfig(),
-		Cluster:                    clusterCfg,
-		AcceptRepairedClusterState: cfg.acceptRepaired,
+		Check:   cfg.check.serverConfig(),
+		Cluster: server.ClusterConfig{Node: clusterCfg, AcceptRepairedState: cfg.acceptRepaired},
 		RLS: envoy.Config{
 			Dir:             cfg.rlsConfig,
 			ResponseHeaders: cfg.rlsResponseHeaders,
@@ -246,9 +249,7 @@ func serverConfig(cfg config, store *storage.Store, log *slog.Logger, password s
 			MaxHeaderBytes:  int(cfg.rlsMaxHeaderBytes),
 		},
 
-		MaxConfigFile: int64(cfg.maxConfigFile),
-		ReloadTimeout: cfg.reloadTimeout,
-		HTTP:          server.HTTPConfig{MaxHeaderBytes: int(cfg.httpMaxHeaderBytes)},
+		HTTP: server.HTTPConfig{MaxHeaderBytes: int(cfg.httpMaxHeaderBytes)},
 	}
 }
 
