@@ -58,6 +58,13 @@ func (r *Runner) Stop() { close(r.stop) }
 // Run runs fn as a reload and returns its error, or ErrTimeout, or
 // Options.Closed once Stop has been called.
 func (r *Runner) Run(fn func() error) error {
+	// First: below, a free slot and the stop are both ready, and select
+	// would pick either.
+	select {
+	case <-r.stop:
+		return r.o.Closed
+	default:
+	}
 	timeout := r.o.After(r.o.Timeout)
 	select {
 	case r.running <- struct{}{}:
