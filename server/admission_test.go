@@ -213,7 +213,7 @@ func TestAcceptErrorsDoNotStopListeners(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer store.Close()
-	resp, err := New(Config{Store: store, RESP: RESPConfig{SweepInterval: respserver.NoLimit[time.Duration]()}})
+	resp, err := New(Config{Store: store, RESP: respserver.Tuning{SweepInterval: respserver.NoLimit[time.Duration]()}})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -34,7 +34,7 @@ func TestDebugRefusedByDefault(t *testing.T) {
 func TestDebugClockOffset(t *testing.T) {
 	for _, access := range []respserver.DebugAccess{respserver.DebugAllowed, respserver.DebugLocal} {
 		clock := newTestClock(1_700_000_000_000)
-		srv := startServer(t, Config{Clock: clock.now, RESP: RESPConfig{Debug: access}})
+		srv := startServer(t, Config{Clock: clock.now, RESP: respserver.Tuning{Debug: access}})
 		c := newClient(t, srv)
 		ctx := context.Background()
 		reduce := func() int64 {

@@ -199,7 +199,7 @@ func checkOnOwners(t *testing.T, nodes []*Server, ref *Server, min int64) {
 func testClusterHitAlgorithms(t *testing.T) {
 	path := filepath.Join("..", "policy", "testdata", "algorithms.ini")
 	clock := newTestClock(t0)
-	cfg := Config{Policy: PolicyConfig{File: path}, Clock: clock.now, RESP: RESPConfig{SweepInterval: respserver.NoLimit[time.Duration]()}}
+	cfg := Config{Policy: PolicyConfig{File: path}, Clock: clock.now, RESP: respserver.Tuning{SweepInterval: respserver.NoLimit[time.Duration]()}}
 	nodes := startClusterServers(t, 2, cfg)
 	ref := startServer(t, cfg)
 	var forwarded int
@@ -246,7 +246,7 @@ func testClusterHitAlgorithms(t *testing.T) {
 func TestClusterCheckCountsOnOwner(t *testing.T) {
 	path := filepath.Join("..", "policy", "testdata", "algorithms.ini")
 	clock := newTestClock(t0)
-	cfg := Config{Policy: PolicyConfig{File: path}, Clock: clock.now, RESP: RESPConfig{SweepInterval: respserver.NoLimit[time.Duration]()}, Check: check.Config{
+	cfg := Config{Policy: PolicyConfig{File: path}, Clock: clock.now, RESP: respserver.Tuning{SweepInterval: respserver.NoLimit[time.Duration]()}, Check: check.Config{
 		FieldHeaders: []check.FieldHeader{{Field: "quota", Header: "X-Quota"}, {Field: "user", Header: "X-User"}},
 	}}
 	nodes := startClusterServers(t, 2, cfg)

@@ -20,6 +20,7 @@ import (
 
 	"github.com/sluicehq/sluice/internal/divvy"
 	"github.com/sluicehq/sluice/internal/engine"
+	"github.com/sluicehq/sluice/internal/respserver"
 	"github.com/sluicehq/sluice/storage"
 )
 
@@ -776,7 +777,7 @@ func TestIdleConnectionsLetBigHITsGo(t *testing.T) {
 		t.Fatal(err)
 	}
 	path := filepath.Join("..", "policy", "testdata", "example-config.ini")
-	srv, err := New(Config{Store: store, Policy: PolicyConfig{File: path}, Engine: EngineConfig{MaxKeySize: 8 << 20}, RESP: RESPConfig{MaxBulk: 8 << 20, MaxQueryBuffer: 16 << 20}})
+	srv, err := New(Config{Store: store, Policy: PolicyConfig{File: path}, Engine: EngineConfig{MaxKeySize: 8 << 20}, RESP: respserver.Tuning{MaxBulk: 8 << 20, MaxQueryBuffer: 16 << 20}})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -79,7 +79,7 @@ func TestMaxClients(t *testing.T) {
 }
 
 func TestIdleTimeoutClosesIdleConnections(t *testing.T) {
-	srv := startServer(t, Config{RESP: RESPConfig{IdleTimeout: 50 * time.Millisecond}})
+	srv := startServer(t, Config{RESP: respserver.Tuning{IdleTimeout: 50 * time.Millisecond}})
 	idle := dial(t, srv)
 	got, err := io.ReadAll(idle) // returns when the server closes it
 	if err != nil || len(got) != 0 {
@@ -132,7 +132,7 @@ func TestClientThatNeverReads(t *testing.T) {
 	t.Run("reply buffer limit", func(t *testing.T) {
 		// A long pipeline's replies go out in chunks, so only one reply
 		// bigger than the limit (INFO's is a few KiB) trips it.
-		srv := startServer(t, Config{RESP: RESPConfig{MaxReplyBuffer: 1 << 10}})
+		srv := startServer(t, Config{RESP: respserver.Tuning{MaxReplyBuffer: 1 << 10}})
 		conn := dial(t, srv)
 		if _, err := conn.Write([]byte("PING\r\nINFO\r\nPING\r\n")); err != nil {
 			t.Fatal(err)

@@ -215,7 +215,7 @@ func testProxy(t *testing.T, pc proxyCase, bin string) {
 	t.Cleanup(app.Close)
 
 	clock := newTestClock(t0)
-	srv := startServer(t, Config{Clock: clock.now, Policy: PolicyConfig{File: policyFile(t, "rules.ini", docBlock(t, ""))}, RESP: RESPConfig{SweepInterval: respserver.NoLimit[time.Duration]()}, Check: check.Config{
+	srv := startServer(t, Config{Clock: clock.now, Policy: PolicyConfig{File: policyFile(t, "rules.ini", docBlock(t, ""))}, RESP: respserver.Tuning{SweepInterval: respserver.NoLimit[time.Duration]()}, Check: check.Config{
 		TrustedProxies: []netip.Prefix{netip.MustParsePrefix("127.0.0.1/32")},
 		IdentityHeader: "X-User",
 	}})

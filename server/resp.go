@@ -18,27 +18,18 @@ import (
 // initRESP makes the RESP front end; New calls it once the other front
 // ends are made.
 func (s *Server) initRESP() {
-	s.resp = respserver.New(s.respConfig(), respserver.Options{
+	cfg := &s.cfg
+	s.resp = respserver.New(respserver.Config{
+		Tuning: cfg.RESP, Password: cfg.Listen.Password, MaxMemoryClients: cfg.Listen.MaxMemoryClients,
+		Version: cfg.Build.Version, Revision: cfg.Build.Revision, BackupDir: cfg.Files.BackupDir,
+		AllowOnStoreError: cfg.Engine.AllowOnStoreError, MaxKeySize: cfg.Engine.MaxKeySize,
+		MaxClients: cfg.Listen.MaxClients, MaxClientsRequested: s.adm.requested,
+		FDLimit: cfg.Listen.Files.Limit, FDReserved: cfg.Listen.Files.Reserved, StoreMaxOpenFiles: cfg.Listen.Files.StoreFiles,
+	}, respserver.Options{
 		Store: s.store, Engine: s.eng, Rules: &s.pol, Policy: &s.polCmds, Cluster: s.clus, RLS: s.rls,
 		Logger: s.log, Clock: s.clock, ClockOffset: &s.clockOffset,
 		Host: (*frontHost)(s), Stats: &s.stats, Closing: &s.closing, Done: s.done,
 	})
-}
-
-// respConfig is the RESP front end's configuration, which CONFIG GET
-// shows too.
-func (s *Server) respConfig() respserver.Config {
-	cfg, rc := &s.cfg, s.cfg.RESP
-	return respserver.Config{
-		MaxArgs: rc.MaxArgs, MaxBulk: rc.MaxBulk, MaxInline: rc.MaxInline, MaxQueryBuffer: rc.MaxQueryBuffer,
-		MaxAuthFailures: rc.MaxAuthFailures, IdleTimeout: rc.IdleTimeout, MaxReplyBuffer: rc.MaxReplyBuffer, MaxMultiBytes: rc.MaxMultiBytes,
-		MaxKeySize: cfg.Engine.MaxKeySize, Password: cfg.Listen.Password, Debug: cfg.RESP.Debug,
-		Version: cfg.Build.Version, Revision: cfg.Build.Revision, BackupDir: cfg.Files.BackupDir, AllowOnStoreError: cfg.Engine.AllowOnStoreError,
-		MaxMemoryClients: cfg.Listen.MaxMemoryClients, SweepInterval: cfg.RESP.SweepInterval, SweepRate: cfg.RESP.SweepRate,
-		MaxClients: cfg.Listen.MaxClients, MaxClientsRequested: s.adm.requested,
-		FDLimit: cfg.Listen.Files.Limit, FDReserved: cfg.Listen.Files.Reserved, StoreMaxOpenFiles: cfg.Listen.Files.StoreFiles,
-		MemoryLimit: cfg.RESP.MemoryLimit, MemoryLimitSource: cfg.RESP.MemoryLimitSource,
-	}
 }
 
 // respDoor is how the RESP listener admits: a slot of --maxclients, held
@@ -77,7 +68,7 @@ func (h *frontHost) Settings() []respserver.Setting {
 	cfg := &s.cfg
 	o := settings.Of{
 		Addr: s.Addr(), Store: s.store, Cluster: s.clus != nil,
-		RESP: s.respConfig(), Check: cfg.Check, Divvy: s.divvyConfig(), RLS: cfg.RLS, TLS: cfg.Listen.TLS,
+		RESP: s.resp.Config(), Check: cfg.Check, Divvy: s.divvyConfig(), RLS: cfg.RLS, TLS: cfg.Listen.TLS,
 		AllowRemoteWithoutAuth: cfg.Listen.AllowRemoteWithoutAuth, AcceptRepairedClusterState: cfg.Cluster.AcceptRepairedState,
 		MaxConfigFile: cfg.Files.MaxConfigFile, HTTPMaxHeaderBytes: cfg.HTTP.MaxHeaderBytes,
 		PolicyFile: cfg.Policy.File, PolicyMaxOverrides: cfg.Policy.MaxOverrides, PolicyStatsDays: cfg.Policy.StatsDays,

@@ -352,7 +352,7 @@ func TestAuthFailuresCloseTheConnection(t *testing.T) {
 		}
 	})
 	t.Run("a pipeline of guesses stops at the limit", func(t *testing.T) {
-		srv := startServer(t, Config{Listen: ListenConfig{Password: "s3cret"}, RESP: RESPConfig{MaxAuthFailures: respserver.LimitOf(3)}})
+		srv := startServer(t, Config{Listen: ListenConfig{Password: "s3cret"}, RESP: respserver.Tuning{MaxAuthFailures: respserver.LimitOf(3)}})
 		conn := dial(t, srv)
 		go io.WriteString(conn, strings.Repeat(wrong, 10000)+"AUTH s3cret\r\n")
 		got, _ := io.ReadAll(conn) // a reset is fine: the server did not read everything
@@ -364,7 +364,7 @@ func TestAuthFailuresCloseTheConnection(t *testing.T) {
 		}
 	})
 	t.Run("negative never closes", func(t *testing.T) {
-		srv := startServer(t, Config{Listen: ListenConfig{Password: "s3cret"}, RESP: RESPConfig{MaxAuthFailures: respserver.NoLimit[int]()}})
+		srv := startServer(t, Config{Listen: ListenConfig{Password: "s3cret"}, RESP: respserver.Tuning{MaxAuthFailures: respserver.NoLimit[int]()}})
 		conn := dial(t, srv)
 		r := bufio.NewReader(conn)
 		for range 20 {

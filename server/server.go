@@ -59,7 +59,7 @@ type Config struct {
 	// Policy configures the divvy rules and their dials.
 	Policy PolicyConfig
 	// RESP configures the RESP front end (Serve).
-	RESP RESPConfig
+	RESP respserver.Tuning
 	// Divvy configures the divvy line protocol (ServeDivvy); its Logger
 	// is the server's.
 	Divvy divvy.Config
@@ -196,52 +196,6 @@ type HTTPConfig struct {
 	MaxHeaderBytes int
 }
 
-// RESPConfig configures the RESP front end. A zero field means the
-// default given.
-type RESPConfig struct {
-	MaxArgs        int   // most arguments in one command; default 1024
-	MaxBulk        int64 // most bytes in one argument; default 1 MiB
-	MaxInline      int   // most bytes in one inline (telnet) command line; default 64 KiB
-	MaxQueryBuffer int   // most bytes of one incomplete command held for a client; default 8 MiB
-	// MaxAuthFailures is how many failed AUTH or HELLO AUTH attempts a
-	// connection may make: the last one is answered WRONGPASS and the
-	// connection is closed. Default 5; respserver.NoLimit never closes.
-	MaxAuthFailures respserver.Limit[int]
-	// IdleTimeout closes a connection that sends nothing for this long;
-	// zero never does.
-	IdleTimeout time.Duration
-	// MaxReplyBuffer bounds the replies queued for a client: past it the
-	// rest of the pipeline is answered with an error and the connection is
-	// closed. Default 64 MiB. A long pipeline's replies are sent every
-	// 16 KiB, so this bounds one reply (plus that chunk).
-	MaxReplyBuffer int
-	// MaxMultiBytes bounds a connection's transaction: the bytes of the
-	// commands queued after MULTI plus 64 for each command and each key
-	// WATCH watches; past it the transaction is discarded (EXEC answers
-	// EXECABORT). Default respserver.DefaultMaxMultiBytes. The queue also counts
-	// against Config.Listen.MaxMemoryClients.
-	MaxMultiBytes int
-
-	// Debug says who may run DEBUG, whose CLOCK-OFFSET shifts the server
-	// clock (fault-injection tests): nobody (the zero value, as Redis 7's
-	// enable-debug-command no), clients on loopback, or every client.
-	Debug respserver.DebugAccess
-	// SweepInterval is the pause between two passes of the idle sweep,
-	// which deletes buckets that have refilled to full; default 10m,
-	// respserver.NoLimit turns the background sweep off (COMPACT still
-	// sweeps).
-	SweepInterval respserver.Limit[time.Duration]
-	// SweepRate is the most records the background sweep examines per
-	// second; default 20000, respserver.NoLimit for no pacing.
-	SweepRate respserver.Limit[int]
-	// MemoryLimit is the Go runtime's soft memory limit the process runs
-	// with (0: none), and MemoryLimitSource where it came from (auto,
-	// --memory-limit, GOMEMLIMIT, off). For INFO only: the command sets
-	// the limit, as it is the process's.
-	MemoryLimit       int64
-	MemoryLimitSource string
-}
-
 // DefaultShutdownTimeout is Config.Listen.ShutdownTimeout's default.
 const DefaultShutdownTimeout = 10 * time.Second
 
@@ -312,15 +266,9 @@ func New(cfg Config) (*Server, error) {
 	if cfg.Store == nil {
 		return nil, errors.New("server: Config.Store is required")
 	}
-	orDefault(&cfg.RESP.MaxArgs, respserver.DefaultMaxArgs)
-	orDefault(&cfg.RESP.MaxBulk, respserver.DefaultMaxBulk)
-	orDefault(&cfg.RESP.MaxInline, respserver.DefaultMaxInline)
-	orDefault(&cfg.RESP.MaxQueryBuffer, respserver.DefaultMaxQueryBuffer)
 	orDefault(&cfg.Engine.MaxKeySize, engine.DefaultMaxKeySize)
 	orDefault(&cfg.Listen.ShutdownTimeout, DefaultShutdownTimeout)
 	orDefault(&cfg.Listen.MaxClients, admit.DefaultMaxClients)
-	orDefault(&cfg.RESP.MaxReplyBuffer, respserver.DefaultMaxReplyBuffer)
-	orDefault(&cfg.RESP.MaxMultiBytes, respserver.DefaultMaxMultiBytes)
 	cfg.Listen.MaxMemoryClients = cfg.Listen.MaxMemoryClients.OrDefault(respserver.DefaultMaxMemoryClients)
 	orDefault(&cfg.Divvy.MaxLine, divvy.DefaultMaxLine)
 	orDefault(&cfg.Divvy.MaxPipeline, divvy.DefaultMaxPipeline)
@@ -331,7 +279,6 @@ func New(cfg Config) (*Server, error) {
 	orDefault(&cfg.RLS.MaxDescriptors, envoy.DefaultMaxDescriptors)
 	orDefault(&cfg.RLS.MaxHeaderBytes, envoy.DefaultMaxHeaderBytes)
 	orDefault(&cfg.HTTP.MaxHeaderBytes, httpport.DefaultMaxHeaderBytes)
-	cfg.RESP.MaxAuthFailures = cfg.RESP.MaxAuthFailures.OrDefault(respserver.DefaultMaxAuthFailures)
 	if cfg.Build.Version == "" {
 		cfg.Build.Version = "dev"
 	}
@@ -341,8 +288,6 @@ func New(cfg Config) (*Server, error) {
 	if cfg.Clock == nil {
 		cfg.Clock = time.Now
 	}
-	cfg.RESP.SweepInterval = cfg.RESP.SweepInterval.OrDefault(respserver.DefaultSweepInterval)
-	cfg.RESP.SweepRate = cfg.RESP.SweepRate.OrDefault(respserver.DefaultSweepRate)
 	if cfg.Files.BackupDir == "" {
 		cfg.Files.BackupDir = respserver.DefaultBackupDir
 	}

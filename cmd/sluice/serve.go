@@ -192,7 +192,7 @@ func serverConfig(cfg config, store *storage.Store, log *slog.Logger, password s
 	return server.Config{
 		Store:  store,
 		Logger: log,
-		RESP: server.RESPConfig{
+		RESP: respserver.Tuning{
 			MaxArgs:           cfg.maxArgs,
 			MaxBulk:           int64(cfg.maxBulk),
 			MaxInline:         int(cfg.maxInline),

@@ -91,7 +91,7 @@ func TestUpgradeFormat1(t *testing.T) {
 		Store:  store,
 		Policy: server.PolicyConfig{File: "testdata/format1/policy.ini"},
 		Clock:  func() time.Time { return time.UnixMilli(1795469061587) },
-		RESP:   server.RESPConfig{SweepInterval: respserver.NoLimit[time.Duration]()},
+		RESP:   respserver.Tuning{SweepInterval: respserver.NoLimit[time.Duration]()},
 	})
 	defer stop()
 	ctx := context.Background()

@@ -70,21 +70,19 @@ func TestListListeners(t *testing.T) {
 // TestListOff: a bound turned off shows as its flag's 0 (which turns it
 // off on the command line), never as a negative number.
 func TestListOff(t *testing.T) {
-	rc := respserver.Config{
-		MaxMemoryClients: respserver.NoLimit[int64](),
-		MaxAuthFailures:  respserver.NoLimit[int](),
-		SweepInterval:    respserver.NoLimit[time.Duration](),
-		SweepRate:        respserver.NoLimit[int](),
-	}
+	rc := respserver.Config{MaxMemoryClients: respserver.NoLimit[int64](), Tuning: respserver.Tuning{
+		MaxAuthFailures: respserver.NoLimit[int](),
+		SweepInterval:   respserver.NoLimit[time.Duration](),
+		SweepRate:       respserver.NoLimit[int](),
+	}}
 	expect(t, "off", list(t, Of{RESP: rc}), map[string]string{
 		"maxmemory-clients": "0", "max-auth-failures": "0", "sweep-interval": "0s", "sweep-rate": "0",
 	})
-	rc = respserver.Config{
-		MaxMemoryClients: respserver.LimitOf[int64](1 << 20),
-		MaxAuthFailures:  respserver.LimitOf(3),
-		SweepInterval:    respserver.LimitOf(time.Minute),
-		SweepRate:        respserver.LimitOf(500),
-	}
+	rc = respserver.Config{MaxMemoryClients: respserver.LimitOf[int64](1 << 20), Tuning: respserver.Tuning{
+		MaxAuthFailures: respserver.LimitOf(3),
+		SweepInterval:   respserver.LimitOf(time.Minute),
+		SweepRate:       respserver.LimitOf(500),
+	}}
 	expect(t, "on", list(t, Of{RESP: rc}), map[string]string{
 		"maxmemory-clients": "1048576", "max-auth-failures": "3", "sweep-interval": "1m0s", "sweep-rate": "500",
 	})
@@ -114,7 +112,7 @@ func TestListStore(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer s.Close()
-	rc := respserver.Config{AllowOnStoreError: true, Debug: respserver.DebugLocal, Password: "pw"}
+	rc := respserver.Config{AllowOnStoreError: true, Tuning: respserver.Tuning{Debug: respserver.DebugLocal}, Password: "pw"}
 	expect(t, "store", list(t, Of{Store: s, RESP: rc, Cluster: true, AllowRemoteWithoutAuth: true}), map[string]string{
 		"appendfsync": "always", "fsync": "always", "dir": s.Dir(), "data": s.Dir(),
 		"on-store-error": "allow", "enable-debug-command": "local", "requirepass": "pw",
