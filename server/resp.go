@@ -68,7 +68,7 @@ func (h *frontHost) Settings() []respserver.Setting {
 	cfg := &s.cfg
 	o := settings.Of{
 		Addr: s.Addr(), Store: s.store, Cluster: s.clus != nil,
-		RESP: s.resp.Config(), Check: cfg.Check, Divvy: s.divvyConfig(), RLS: cfg.RLS, TLS: cfg.Listen.TLS,
+		RESP: s.resp.Config(), Check: cfg.Check, Divvy: s.divvy.srv.Config(), RLS: cfg.RLS, TLS: cfg.Listen.TLS,
 		AllowRemoteWithoutAuth: cfg.Listen.AllowRemoteWithoutAuth, AcceptRepairedClusterState: cfg.Cluster.AcceptRepairedState,
 		MaxConfigFile: cfg.Files.MaxConfigFile, HTTPMaxHeaderBytes: cfg.HTTP.MaxHeaderBytes,
 		PolicyFile: cfg.Policy.File, PolicyMaxOverrides: cfg.Policy.MaxOverrides, PolicyStatsDays: cfg.Policy.StatsDays,
@@ -82,23 +82,10 @@ func (h *frontHost) Settings() []respserver.Setting {
 // its disk fail.
 func (s *Server) Ready() bool { return s.resp.Ready() }
 
-// PolicyInfo implements respserver.Host: INFO's policy section.
+// PolicyInfo implements respserver.Host: the line protocol's and Envoy's
+// lines of INFO's policy section.
 func (h *frontHost) PolicyInfo(kv func(k, v string)) {
 	s := (*Server)(h)
-	ps := &s.pol
-	lp := ps.Current()
-	kv("policy_file", ps.Path)
-	if lp != nil {
-		kv("policy_rules", strconv.Itoa(len(lp.Counts)))
-		kv("policy_loaded_at", strconv.FormatInt(lp.At.Unix(), 10))
-	} else {
-		kv("policy_rules", "0")
-		kv("policy_loaded_at", "0")
-	}
-	kv("policy_reloads", strconv.FormatInt(ps.Reloads.Load(), 10))
-	kv("policy_reload_failures", strconv.FormatInt(ps.ReloadFailures.Load(), 10))
-	kv("policy_last_reload_error", ps.LastError())
-	s.polCmds.Info(kv)
 	kv("divvy_addr", s.divvyAddr())
 	kv("divvy_connections", strconv.FormatInt(s.divvy.srv.Open.Load(), 10))
 	// Envoy's rate limit service's configuration, reloaded with the rules.

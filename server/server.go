@@ -270,8 +270,6 @@ func New(cfg Config) (*Server, error) {
 	orDefault(&cfg.Listen.ShutdownTimeout, DefaultShutdownTimeout)
 	orDefault(&cfg.Listen.MaxClients, admit.DefaultMaxClients)
 	cfg.Listen.MaxMemoryClients = cfg.Listen.MaxMemoryClients.OrDefault(respserver.DefaultMaxMemoryClients)
-	orDefault(&cfg.Divvy.MaxLine, divvy.DefaultMaxLine)
-	orDefault(&cfg.Divvy.MaxPipeline, divvy.DefaultMaxPipeline)
 	orDefault(&cfg.Policy.MaxOverrides, engine.DefaultMaxOverrides)
 	orDefault(&cfg.Policy.StatsDays, engine.DefaultStatsDays)
 	orDefault(&cfg.RLS.MaxMessage, envoy.DefaultMaxMessage)

@@ -2,6 +2,7 @@ package respserver
 
 import (
 	"errors"
+	"strconv"
 
 	"github.com/sluicehq/sluice/internal/policycmd"
 	"github.com/sluicehq/sluice/internal/reload"
@@ -50,6 +51,25 @@ func reloadReply(err error) error {
 		return resp.Error("ERR " + resp.OneLine(err.Error()))
 	}
 	return err
+}
+
+// policyInfo writes INFO's policy section but the other front ends'
+// lines (Host.PolicyInfo): the rules in use, their reloads and dials.
+func (s *Server) policyInfo(kv func(k, v string)) {
+	ps := s.pol
+	lp := ps.Current()
+	kv("policy_file", ps.Path)
+	if lp != nil {
+		kv("policy_rules", strconv.Itoa(len(lp.Counts)))
+		kv("policy_loaded_at", strconv.FormatInt(lp.At.Unix(), 10))
+	} else {
+		kv("policy_rules", "0")
+		kv("policy_loaded_at", "0")
+	}
+	kv("policy_reloads", strconv.FormatInt(ps.Reloads.Load(), 10))
+	kv("policy_reload_failures", strconv.FormatInt(ps.ReloadFailures.Load(), 10))
+	kv("policy_last_reload_error", ps.LastError())
+	s.polCmds.Info(kv)
 }
 
 // policyWho is the client c, for the audit of a change.

@@ -174,8 +174,8 @@ type Host interface {
 	Addr() net.Addr
 	// Settings is every setting CONFIG GET answers.
 	Settings() []Setting
-	// PolicyInfo writes INFO's policy section: the rules and the other
-	// front ends that hit them.
+	// PolicyInfo writes the rest of INFO's policy section: the other
+	// front ends that hit the rules.
 	PolicyInfo(kv func(k, v string))
 	// ReloadRules is POLICY RELOAD: it reloads the --policy file and the
 	// --rls-config directory, as one reload, and returns a *ReloadError
