@@ -10,31 +10,12 @@ import (
 // (RESP, the divvy line protocol, HTTP, /check, Envoy's rate limit
 // service) against MaxClients, so that no listener can take the file
 // descriptors the store needs. MaxClients itself is lowered to what the
-// open-file limit leaves (see FDBudget). Every front end serves on one
-// kind of listener, an admit.Listener: its admit.Door says how it admits
+// open-file limit leaves (see admit.FDBudget). Every front end serves on
+// one kind of listener, an admit.Listener: its admit.Door says how it admits
 // (--maxclients, protected mode, TLS above admission), how it answers a
 // refusal, and how its connections finish when the server closes (its
 // admit.Drainer); the listener retries failed Accepts with a backoff, and
 // Close drains every listener at once, the same way (admit.Listeners).
-
-// TLSFiles names the PEM files of the server's TLS identity
-// (admit.TLSFiles); with CA set, clients must present a certificate
-// signed by it.
-type TLSFiles = admit.TLSFiles
-
-// FDBudget is how the process's open-file limit is shared
-// (admit.FDBudget).
-type FDBudget = admit.FDBudget
-
-// BudgetFDs shares an open-file limit (admit.BudgetFDs).
-func BudgetFDs(limit int) (FDBudget, error) { return admit.BudgetFDs(limit) }
-
-// ErrFDLimit is returned when the open-file limit is too low to run.
-var ErrFDLimit = admit.ErrFDLimit
-
-// HTTPReserve is how many HTTP connections may be open past MaxClients
-// (admit.HTTPReserve).
-const HTTPReserve = admit.HTTPReserve
 
 // admission counts open connections of every listener (admit.Gate).
 type admission struct {
@@ -43,7 +24,8 @@ type admission struct {
 }
 
 // initAdmission sets the effective MaxClients: the configured one, lowered
-// to what Config.Listen.Files leaves for connections (FDBudget.MaxClients).
+// to what Config.Listen.Files leaves for connections
+// (admit.FDBudget.MaxClients).
 func (s *Server) initAdmission() error {
 	s.adm.requested = s.cfg.Listen.MaxClients
 	n, err := s.cfg.Listen.Files.MaxClients(s.cfg.Listen.MaxClients, s.log)

@@ -13,7 +13,9 @@ import (
 	"testing"
 	"time"
 
+	"github.com/sluicehq/sluice/internal/admit"
 	"github.com/sluicehq/sluice/internal/logrec"
+	"github.com/sluicehq/sluice/internal/respserver"
 	"github.com/sluicehq/sluice/storage"
 )
 
@@ -23,7 +25,7 @@ func TestMaxClientsLoweredToFDLimit(t *testing.T) {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { store.Close() })
-	b, err := BudgetFDs(256)
+	b, err := admit.BudgetFDs(256)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -58,7 +60,7 @@ func TestMaxClientsLoweredToFDLimit(t *testing.T) {
 	if err != nil || srv2.cfg.Listen.MaxClients != 50 {
 		t.Fatalf("MaxClients 50 under a limit allowing 92: %v, %v", srv2.cfg.Listen.MaxClients, err)
 	}
-	if _, err := New(Config{Store: store, Listen: ListenConfig{Files: FDBudget{Limit: 170, StoreFiles: 100, Reserved: 164}}}); !errors.Is(err, ErrFDLimit) {
+	if _, err := New(Config{Store: store, Listen: ListenConfig{Files: admit.FDBudget{Limit: 170, StoreFiles: 100, Reserved: 164}}}); !errors.Is(err, admit.ErrFDLimit) {
 		t.Fatalf("New with 6 descriptors left for clients: %v, want ErrFDLimit", err)
 	}
 }
@@ -122,7 +124,7 @@ func TestAdmissionSharedByEveryListener(t *testing.T) {
 	// HTTP keeps HTTPReserve connections past the limit for probes and
 	// scrapes; past those it refuses too.
 	var probes []net.Conn
-	for i := range HTTPReserve + 1 {
+	for i := range admit.HTTPReserve + 1 {
 		xh, err := net.Dial("tcp", httpAddr)
 		if err != nil {
 			t.Fatal(err)
@@ -131,9 +133,9 @@ func TestAdmissionSharedByEveryListener(t *testing.T) {
 		_ = xh.SetDeadline(time.Now().Add(20 * time.Second))
 		code := httpGet(t, xh, bufio.NewReader(xh), "/healthz")
 		switch {
-		case i < HTTPReserve && code != http.StatusOK:
+		case i < admit.HTTPReserve && code != http.StatusOK:
 			t.Fatalf("probe %d while the clients hold every slot: %d, want 200 from the HTTP reserve", i, code)
-		case i == HTTPReserve && code != http.StatusServiceUnavailable:
+		case i == admit.HTTPReserve && code != http.StatusServiceUnavailable:
 			t.Fatalf("HTTP client past the limit and the reserve: %d, want 503", code)
 		}
 		probes = append(probes, xh)
@@ -211,7 +213,7 @@ func TestAcceptErrorsDoNotStopListeners(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer store.Close()
-	resp, err := New(Config{Store: store, RESP: RESPConfig{SweepInterval: NoLimit[time.Duration]()}})
+	resp, err := New(Config{Store: store, RESP: respserver.Tuning{SweepInterval: respserver.NoLimit[time.Duration]()}})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -5,6 +5,8 @@ import (
 	"net/http/httptest"
 	"strings"
 	"testing"
+
+	"github.com/sluicehq/sluice/internal/httpport"
 )
 
 // TestBackupAuth applies RESP's rules to GET /backup: the password, with
@@ -21,7 +23,7 @@ func TestBackupAuth(t *testing.T) {
 		srv.http.backup.ServeHTTP(w, r)
 		return w
 	}
-	withPass := startServer(t, Config{Listen: ListenConfig{Password: "pw"}, BackupDir: t.TempDir()})
+	withPass := startServer(t, Config{Listen: ListenConfig{Password: "pw"}, Files: FilesConfig{BackupDir: t.TempDir()}})
 	for _, c := range []struct {
 		remote, user, pass string
 		want               int
@@ -36,18 +38,18 @@ func TestBackupAuth(t *testing.T) {
 		if w.Code != c.want {
 			t.Errorf("password set, %s user %q pass %q: %d %s, want %d", c.remote, c.user, c.pass, w.Code, w.Body, c.want)
 		}
-		if w.Code == http.StatusOK && (w.Result().Trailer.Get(BackupTrailer) == "" || w.Header().Get("Content-Type") != "application/x-tar") {
+		if w.Code == http.StatusOK && (w.Result().Trailer.Get(httpport.BackupTrailer) == "" || w.Header().Get("Content-Type") != "application/x-tar") {
 			t.Errorf("a backup without its trailer or content type: %v", w.Result())
 		}
 	}
-	protected := startServer(t, Config{BackupDir: t.TempDir()})
+	protected := startServer(t, Config{Files: FilesConfig{BackupDir: t.TempDir()}})
 	if w := get(protected, "10.1.2.3:5000", "", ""); w.Code != http.StatusForbidden || !strings.Contains(w.Body.String(), "protected mode") {
 		t.Errorf("protected mode, a remote client: %d %s, want 403", w.Code, w.Body)
 	}
 	if w := get(protected, "127.0.0.1:5000", "", ""); w.Code != http.StatusOK {
 		t.Errorf("protected mode, a loopback client: %d %s, want 200", w.Code, w.Body)
 	}
-	open := startServer(t, Config{BackupDir: t.TempDir(), Listen: ListenConfig{AllowRemoteWithoutAuth: true}})
+	open := startServer(t, Config{Files: FilesConfig{BackupDir: t.TempDir()}, Listen: ListenConfig{AllowRemoteWithoutAuth: true}})
 	if w := get(open, "10.1.2.3:5000", "", ""); w.Code != http.StatusOK {
 		t.Errorf("protected mode off, a remote client: %d %s, want 200", w.Code, w.Body)
 	}

@@ -12,16 +12,6 @@ import (
 // Handler; the server serves it on its HTTP server, behind its listener
 // (--maxclients), and renders its errors (frontHost).
 
-// CheckConfig configures the forward-auth endpoint (ServeCheck): check.Config.
-type CheckConfig = check.Config
-
-// CheckFieldHeader takes a request field from a header: check.FieldHeader.
-type CheckFieldHeader = check.FieldHeader
-
-// ValidateCheckFieldHeader reports what is wrong with a field header, for
-// the flag's error message.
-func ValidateCheckFieldHeader(f CheckFieldHeader) error { return check.ValidateFieldHeader(f) }
-
 // checkState is the endpoint's handler and its HTTP server.
 type checkState struct {
 	h      *check.Handler

@@ -15,6 +15,9 @@ import (
 	"time"
 
 	"github.com/sluicehq/sluice/client/ratelimitheader"
+	"github.com/sluicehq/sluice/internal/admit"
+	"github.com/sluicehq/sluice/internal/check"
+	"github.com/sluicehq/sluice/internal/respserver"
 	"github.com/sluicehq/sluice/internal/rules"
 	"github.com/sluicehq/sluice/storage"
 )
@@ -101,7 +104,7 @@ func checkGetVia(t testing.TB, client *http.Client, method, url string, headers 
 func TestCheckEndpoint(t *testing.T) {
 	clock := newTestClock(t0)
 	path := policyFile(t, "check.ini", checkPolicy)
-	srv := startServer(t, Config{Clock: clock.now, Policy: PolicyConfig{File: path}, RESP: RESPConfig{SweepInterval: NoLimit[time.Duration]()}, Check: CheckConfig{
+	srv := startServer(t, Config{Clock: clock.now, Policy: PolicyConfig{File: path}, RESP: respserver.Tuning{SweepInterval: respserver.NoLimit[time.Duration]()}, Check: check.Config{
 		IdentityHeader: "X-User",
 		TrustedProxies: []netip.Prefix{netip.MustParsePrefix("127.0.0.1/32")},
 		HeaderStyle:    ratelimitheader.Both,
@@ -199,8 +202,8 @@ label = free
 creditLimit = 100
 resetSeconds = 60
 `)
-	srv := startServer(t, Config{Clock: newTestClock(t0).now, Policy: PolicyConfig{File: path}, RESP: RESPConfig{SweepInterval: NoLimit[time.Duration]()}, Check: CheckConfig{
-		FieldHeaders: []CheckFieldHeader{{Field: "plan", Header: "x-plan"}},
+	srv := startServer(t, Config{Clock: newTestClock(t0).now, Policy: PolicyConfig{File: path}, RESP: respserver.Tuning{SweepInterval: respserver.NoLimit[time.Duration]()}, Check: check.Config{
+		FieldHeaders: []check.FieldHeader{{Field: "plan", Header: "x-plan"}},
 	}})
 	base := startCheck(t, srv)
 	if resp := checkGet(t, "GET", base+"/check", "X-Plan: free"); resp.StatusCode != 200 || resp.Header.Get("X-Ratelimit-Resource") != "free" {
@@ -212,7 +215,7 @@ resetSeconds = 60
 	if resp := checkGet(t, "GET", base+"/check"); resp.StatusCode != 200 || resp.Header.Get("X-Ratelimit-Resource") != "rule-2" {
 		t.Fatalf("no X-Plan: status %d resource %q; want 200 rule-2 (the default rule has no label)", resp.StatusCode, resp.Header.Get("X-Ratelimit-Resource"))
 	}
-	if err := ValidateCheckFieldHeader(CheckFieldHeader{Field: "ip", Header: "X-Ip"}); err == nil || !strings.Contains(err.Error(), "builds itself") {
+	if err := check.ValidateFieldHeader(check.FieldHeader{Field: "ip", Header: "X-Ip"}); err == nil || !strings.Contains(err.Error(), "builds itself") {
 		t.Errorf("field ip from a header: %v, want refused", err)
 	}
 }
@@ -225,7 +228,7 @@ func TestCheckProtectedMode(t *testing.T) {
 		open bool
 		want int
 	}{{false, http.StatusForbidden}, {true, http.StatusOK}} {
-		srv := startServer(t, Config{Policy: PolicyConfig{File: path}, RESP: RESPConfig{SweepInterval: NoLimit[time.Duration]()}, Listen: ListenConfig{AllowRemoteWithoutAuth: tc.open}})
+		srv := startServer(t, Config{Policy: PolicyConfig{File: path}, RESP: respserver.Tuning{SweepInterval: respserver.NoLimit[time.Duration]()}, Listen: ListenConfig{AllowRemoteWithoutAuth: tc.open}})
 		req := httptest.NewRequest("GET", "/check", nil)
 		req.RemoteAddr = "192.0.2.1:4711"
 		w := httptest.NewRecorder()
@@ -239,7 +242,7 @@ func TestCheckProtectedMode(t *testing.T) {
 // TestCheckNeedsPolicy: without rules there is nothing to answer with, so
 // ServeCheck refuses to start.
 func TestCheckNeedsPolicy(t *testing.T) {
-	srv := startServer(t, Config{RESP: RESPConfig{SweepInterval: NoLimit[time.Duration]()}})
+	srv := startServer(t, Config{RESP: respserver.Tuning{SweepInterval: respserver.NoLimit[time.Duration]()}})
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
@@ -262,7 +265,7 @@ func TestCheckStoreError(t *testing.T) {
 				t.Fatal(err)
 			}
 			path := policyFile(t, "check.ini", checkPolicy)
-			srv, err := New(Config{Store: store, AllowOnStoreError: allow, Policy: PolicyConfig{File: path}, RESP: RESPConfig{SweepInterval: NoLimit[time.Duration]()}})
+			srv, err := New(Config{Store: store, Engine: EngineConfig{AllowOnStoreError: allow}, Policy: PolicyConfig{File: path}, RESP: respserver.Tuning{SweepInterval: respserver.NoLimit[time.Duration]()}})
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -316,8 +319,8 @@ label = quota
 creditLimit = 0
 resetSeconds = 0
 `)
-	srv := startServer(t, Config{Clock: clock.now, Policy: PolicyConfig{File: path}, RESP: RESPConfig{SweepInterval: NoLimit[time.Duration]()}, Check: CheckConfig{
-		FieldHeaders: []CheckFieldHeader{{Field: "quota", Header: "X-Quota"}, {Field: "tenant", Header: "X-Tenant"}},
+	srv := startServer(t, Config{Clock: clock.now, Policy: PolicyConfig{File: path}, RESP: respserver.Tuning{SweepInterval: respserver.NoLimit[time.Duration]()}, Check: check.Config{
+		FieldHeaders: []check.FieldHeader{{Field: "quota", Header: "X-Quota"}, {Field: "tenant", Header: "X-Tenant"}},
 		HeaderStyle:  ratelimitheader.Both,
 	}})
 	base := startCheck(t, srv)
@@ -373,7 +376,7 @@ resetSeconds = 0
 func TestCheckTLS(t *testing.T) {
 	pki := newTestPKI(t)
 	path := policyFile(t, "check.ini", checkPolicy)
-	srv := startServer(t, Config{Policy: PolicyConfig{File: path}, RESP: RESPConfig{SweepInterval: NoLimit[time.Duration]()}, Listen: ListenConfig{TLS: &TLSFiles{Cert: pki.cert, Key: pki.key, CA: pki.ca}}})
+	srv := startServer(t, Config{Policy: PolicyConfig{File: path}, RESP: respserver.Tuning{SweepInterval: respserver.NoLimit[time.Duration]()}, Listen: ListenConfig{TLS: &admit.TLSFiles{Cert: pki.cert, Key: pki.key, CA: pki.ca}}})
 	ip := nonLoopbackIPv4(t)
 	ln, err := net.Listen("tcp", net.JoinHostPort(ip.String(), "0"))
 	if err != nil {
@@ -420,7 +423,7 @@ func TestCheckTLS(t *testing.T) {
 // histogram, and the hits of /check in divvy_hits_total by label.
 func TestCheckMetrics(t *testing.T) {
 	path := policyFile(t, "check.ini", checkPolicy)
-	srv := startServer(t, Config{Policy: PolicyConfig{File: path}, RESP: RESPConfig{SweepInterval: NoLimit[time.Duration]()}})
+	srv := startServer(t, Config{Policy: PolicyConfig{File: path}, RESP: respserver.Tuning{SweepInterval: respserver.NoLimit[time.Duration]()}})
 	base := startCheck(t, srv)
 	for i := 0; i < 6; i++ {
 		checkGet(t, "GET", base+"/check")

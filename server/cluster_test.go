@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/sluicehq/sluice/cluster"
+	"github.com/sluicehq/sluice/internal/clusternode"
 	"github.com/sluicehq/sluice/internal/respserver"
 	"github.com/sluicehq/sluice/keyspace"
 	"github.com/sluicehq/sluice/storage"
@@ -55,7 +56,7 @@ func TestClusterDisabled(t *testing.T) {
 // there, answers MOVED for the others and CROSSSLOT for a DEL across
 // slots; its CLUSTER replies parse in go-redis.
 func TestClusterMode(t *testing.T) {
-	srv := startServer(t, Config{Cluster: &ClusterConfig{Nodes: threeNodes, Self: threeNodes[1]}})
+	srv := startServer(t, Config{Cluster: ClusterConfig{Node: &clusternode.Config{Nodes: threeNodes, Self: threeNodes[1]}}})
 	rdb := newClient(t, srv)
 	ctx := context.Background()
 	mine, other := keyIn(5461, 10921), keyIn(0, 5460)
@@ -134,7 +135,7 @@ func TestSetTopology(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		srv, err := New(Config{Store: store, Cluster: &ClusterConfig{Nodes: threeNodes, Self: threeNodes[0]}})
+		srv, err := New(Config{Store: store, Cluster: ClusterConfig{Node: &clusternode.Config{Nodes: threeNodes, Self: threeNodes[0]}}})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -182,7 +183,7 @@ func TestSetTopology(t *testing.T) {
 // TestClusterAddedNode: a node whose address is not among the initial
 // nodes (a pod added by scaling up) is a member that owns no slot.
 func TestClusterAddedNode(t *testing.T) {
-	srv := startServer(t, Config{Cluster: &ClusterConfig{Nodes: threeNodes, Self: "127.0.0.1:7003"}})
+	srv := startServer(t, Config{Cluster: ClusterConfig{Node: &clusternode.Config{Nodes: threeNodes, Self: "127.0.0.1:7003"}}})
 	rdb := newClient(t, srv)
 	ctx := context.Background()
 	nodes, _ := rdb.ClusterNodes(ctx).Result()
@@ -200,7 +201,7 @@ func TestClusterAddedNode(t *testing.T) {
 // makes EXEC answer EXECABORT without running anything; HIT, whose
 // counters other nodes may own, cannot be queued.
 func TestClusterTransactions(t *testing.T) {
-	srv := startServer(t, Config{Cluster: &ClusterConfig{Nodes: threeNodes, Self: threeNodes[1]}})
+	srv := startServer(t, Config{Cluster: ClusterConfig{Node: &clusternode.Config{Nodes: threeNodes, Self: threeNodes[1]}}})
 	mine, other := keyIn(5461, 10921), keyIn(0, 5460)
 	mine2 := "{" + mine + "}2"
 	slot := keyspace.Slot([]byte(other))
@@ -237,7 +238,7 @@ func TestClusterTransactions(t *testing.T) {
 // it are noted for MIGRATE DIRTY like a pipeline's, so the target gets
 // them (they were lost: Release emptied the batch before they were noted).
 func TestClusterExecWritesMigrate(t *testing.T) {
-	srv := startServer(t, Config{Cluster: &ClusterConfig{Nodes: threeNodes, Self: threeNodes[1]}})
+	srv := startServer(t, Config{Cluster: ClusterConfig{Node: &clusternode.Config{Nodes: threeNodes, Self: threeNodes[1]}}})
 	ctx := context.Background()
 	rdb := newClient(t, srv)
 	mine := keyIn(5461, 10921)
@@ -264,7 +265,7 @@ func TestClusterExecWritesMigrate(t *testing.T) {
 // nothing, instead of an array of TRYAGAIN elements (which, with a pause
 // landing midway, split a transaction).
 func TestClusterExecRoutedAsWhole(t *testing.T) {
-	srv := startServer(t, Config{Cluster: &ClusterConfig{Nodes: threeNodes, Self: threeNodes[1]}})
+	srv := startServer(t, Config{Cluster: ClusterConfig{Node: &clusternode.Config{Nodes: threeNodes, Self: threeNodes[1]}}})
 	ctx := context.Background()
 	admin := newClient(t, srv)
 	mine := keyIn(5461, 10921)
@@ -299,13 +300,13 @@ func TestClusterExecRoutedAsWhole(t *testing.T) {
 // newAt opens the store in dir and a server on it with cc (nil:
 // standalone), without serving; close closes both. On an error from New,
 // the store is closed and the error returned.
-func newAt(t *testing.T, dir string, cc *ClusterConfig) (srv *Server, close func(), err error) {
+func newAt(t *testing.T, dir string, cc *clusternode.Config) (srv *Server, close func(), err error) {
 	t.Helper()
 	store, err := storage.Open(dir, StoreOptions(storage.Options{}))
 	if err != nil {
 		t.Fatal(err)
 	}
-	srv, err = New(Config{Store: store, Cluster: cc})
+	srv, err = New(Config{Store: store, Cluster: ClusterConfig{Node: cc}})
 	if err != nil {
 		store.Close()
 		return nil, nil, err
@@ -322,7 +323,7 @@ func newAt(t *testing.T, dir string, cc *ClusterConfig) (srv *Server, close func
 func TestClusterIdentity(t *testing.T) {
 	dir := t.TempDir()
 	as := func(self, reassign string) (*Server, func(), error) {
-		return newAt(t, dir, &ClusterConfig{Nodes: threeNodes, Self: self, ReassignFrom: reassign})
+		return newAt(t, dir, &clusternode.Config{Nodes: threeNodes, Self: self, ReassignFrom: reassign})
 	}
 	_, closeSrv, err := as(threeNodes[1], "")
 	if err != nil {
@@ -331,7 +332,7 @@ func TestClusterIdentity(t *testing.T) {
 	closeSrv()
 
 	_, _, err = as(threeNodes[0], "")
-	if !errors.Is(err, ErrClusterIdentity) {
+	if !errors.Is(err, clusternode.ErrClusterIdentity) {
 		t.Fatalf("node 1's directory started as node 0: %v; want ErrClusterIdentity", err)
 	}
 	for _, want := range []string{"belongs to node " + threeNodes[1], "as node " + threeNodes[0], cluster.NodeID(threeNodes[1]), cluster.NodeID(threeNodes[0]), "--cluster-reassign-from " + threeNodes[1]} {
@@ -340,7 +341,7 @@ func TestClusterIdentity(t *testing.T) {
 		}
 	}
 	// A wrong --cluster-reassign-from changes nothing either.
-	if _, _, err := as(threeNodes[0], threeNodes[2]); !errors.Is(err, ErrClusterIdentity) {
+	if _, _, err := as(threeNodes[0], threeNodes[2]); !errors.Is(err, clusternode.ErrClusterIdentity) {
 		t.Fatalf("re-assigned from a node it was not: %v; want ErrClusterIdentity", err)
 	}
 
@@ -354,7 +355,7 @@ func TestClusterIdentity(t *testing.T) {
 	closeSrv()
 
 	_, _, err = newAt(t, dir, nil)
-	if !errors.Is(err, ErrClusterIdentity) || !strings.Contains(err.Error(), "owns 5461 of 16384 slots") {
+	if !errors.Is(err, clusternode.ErrClusterIdentity) || !strings.Contains(err.Error(), "owns 5461 of 16384 slots") {
 		t.Fatalf("node 1's directory started standalone: %v; want ErrClusterIdentity naming its 5461 slots", err)
 	}
 
@@ -366,14 +367,14 @@ func TestClusterIdentity(t *testing.T) {
 		t.Errorf("re-assigned with ID %s, want node 0's", srv.clus.ID())
 	}
 	closeSrv()
-	if _, _, err := as(threeNodes[1], ""); !errors.Is(err, ErrClusterIdentity) {
+	if _, _, err := as(threeNodes[1], ""); !errors.Is(err, clusternode.ErrClusterIdentity) {
 		t.Fatalf("after the re-assignment to node 0, started as node 1: %v; want ErrClusterIdentity", err)
 	}
 
 	// A node owning every slot may leave cluster mode; a standalone
 	// store may enter it, and then belongs to that node.
 	one := t.TempDir()
-	_, closeSrv, err = newAt(t, one, &ClusterConfig{Nodes: threeNodes[:1], Self: threeNodes[0]})
+	_, closeSrv, err = newAt(t, one, &clusternode.Config{Nodes: threeNodes[:1], Self: threeNodes[0]})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -382,7 +383,7 @@ func TestClusterIdentity(t *testing.T) {
 		t.Fatalf("standalone on the directory of a node owning every slot: %v", err)
 	}
 	closeSrv()
-	if _, _, err := newAt(t, one, &ClusterConfig{Nodes: threeNodes, Self: threeNodes[2]}); !errors.Is(err, ErrClusterIdentity) {
+	if _, _, err := newAt(t, one, &clusternode.Config{Nodes: threeNodes, Self: threeNodes[2]}); !errors.Is(err, clusternode.ErrClusterIdentity) {
 		t.Fatalf("back in cluster mode as another node: %v; want ErrClusterIdentity", err)
 	}
 }

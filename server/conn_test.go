@@ -13,6 +13,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/sluicehq/sluice/internal/respserver"
 	"github.com/sluicehq/sluice/storage"
 )
 
@@ -107,7 +108,7 @@ func heapInuse() int64 {
 // KiB, not the command's size several times over for the rest of its life.
 func TestIdleConnectionsLetBigCommandsGo(t *testing.T) {
 	const clients, size = 4, 7 << 20
-	srv := startServer(t, Config{RESP: RESPConfig{MaxBulk: 8 << 20, MaxQueryBuffer: 16 << 20}})
+	srv := startServer(t, Config{RESP: respserver.Tuning{MaxBulk: 8 << 20, MaxQueryBuffer: 16 << 20}})
 	conns := make([]*rawClient, clients)
 	for i := range conns {
 		conns[i] = dialRaw(t, srv)
@@ -135,7 +136,7 @@ func TestIdleConnectionsLetBigCommandsGo(t *testing.T) {
 // most 10 arguments of 16 KiB, as in Redis; AUTH lifts that for the
 // commands pipelined behind it.
 func TestUnauthenticatedLimits(t *testing.T) {
-	srv := startServer(t, Config{Listen: ListenConfig{Password: "pw"}, RESP: RESPConfig{MaxBulk: 8 << 20, MaxQueryBuffer: 16 << 20}})
+	srv := startServer(t, Config{Listen: ListenConfig{Password: "pw"}, RESP: respserver.Tuning{MaxBulk: 8 << 20, MaxQueryBuffer: 16 << 20}})
 
 	c := dialRaw(t, srv)
 	c.write(respCommand([]byte("ECHO"), bytes.Repeat([]byte("x"), 16<<10)))
@@ -215,7 +216,7 @@ func TestClientListPipelineBounded(t *testing.T) {
 // per client even while pipelines of big replies run.
 func TestClientBuffersAccounted(t *testing.T) {
 	const idle, attackers, depth = 300, 4, 2000
-	srv := startServer(t, Config{RESP: RESPConfig{MaxBulk: 8 << 20, MaxQueryBuffer: 16 << 20}})
+	srv := startServer(t, Config{RESP: respserver.Tuning{MaxBulk: 8 << 20, MaxQueryBuffer: 16 << 20}})
 	for range idle {
 		c := dialRaw(t, srv)
 		c.write([]byte("PING\r\n"))
@@ -269,7 +270,7 @@ func TestClientBuffersAccounted(t *testing.T) {
 // --maxmemory-clients: the client whose buffers push the total past it is
 // told so and closed; the others go on.
 func TestMaxMemoryClients(t *testing.T) {
-	srv := startServer(t, Config{Listen: ListenConfig{MaxMemoryClients: LimitOf[int64](2 << 20)}, RESP: RESPConfig{MaxBulk: 8 << 20, MaxQueryBuffer: 16 << 20}})
+	srv := startServer(t, Config{Listen: ListenConfig{MaxMemoryClients: respserver.LimitOf[int64](2 << 20)}, RESP: respserver.Tuning{MaxBulk: 8 << 20, MaxQueryBuffer: 16 << 20}})
 	other := dialRaw(t, srv)
 	other.write([]byte("PING\r\n"))
 	other.expect("+PONG")

@@ -5,6 +5,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/sluicehq/sluice/internal/respserver"
 )
 
 // TestDebugRefusedByDefault: without Config.RESP.Debug every DEBUG is refused
@@ -30,9 +32,9 @@ func TestDebugRefusedByDefault(t *testing.T) {
 // its refill period, is full again; shifted back, it is not refilled
 // again; bad offsets are refused and change nothing.
 func TestDebugClockOffset(t *testing.T) {
-	for _, access := range []DebugAccess{DebugAllowed, DebugLocal} {
+	for _, access := range []respserver.DebugAccess{respserver.DebugAllowed, respserver.DebugLocal} {
 		clock := newTestClock(1_700_000_000_000)
-		srv := startServer(t, Config{Clock: clock.now, RESP: RESPConfig{Debug: access}})
+		srv := startServer(t, Config{Clock: clock.now, RESP: respserver.Tuning{Debug: access}})
 		c := newClient(t, srv)
 		ctx := context.Background()
 		reduce := func() int64 {

@@ -9,6 +9,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/sluicehq/sluice/internal/respserver"
 	"github.com/sluicehq/sluice/keyspace"
 	"github.com/sluicehq/sluice/storage"
 )
@@ -22,7 +23,7 @@ func TestDelRemovesEveryKind(t *testing.T) {
 	if err := os.WriteFile(path, []byte("[default]\nactorField = user\ncreditLimit = 5\nresetSeconds = 60\n"), 0o644); err != nil {
 		t.Fatal(err)
 	}
-	srv := startServer(t, Config{Clock: clock.now, Policy: PolicyConfig{File: path}, RESP: RESPConfig{SweepInterval: NoLimit[time.Duration]()}})
+	srv := startServer(t, Config{Clock: clock.now, Policy: PolicyConfig{File: path}, RESP: respserver.Tuning{SweepInterval: respserver.NoLimit[time.Duration]()}})
 	c := newClient(t, srv)
 	for _, k := range []string{"{u}a", "{u}b", "bin\xff\x00"} {
 		for _, cmd := range [][]any{
@@ -97,7 +98,7 @@ func TestDelDurable(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	srv, err := New(Config{Store: store, RESP: RESPConfig{SweepInterval: NoLimit[time.Duration]()}})
+	srv, err := New(Config{Store: store, RESP: respserver.Tuning{SweepInterval: respserver.NoLimit[time.Duration]()}})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -145,7 +146,7 @@ func TestSweepIdleGCRAAndWindows(t *testing.T) {
 	// A whole multiple of 2520 s, and so of every window of 1 to 10 s.
 	const t0 = int64(1699999560) * 1000
 	clock := newTestClock(t0)
-	srv := startServer(t, Config{Clock: clock.now, RESP: RESPConfig{SweepInterval: NoLimit[time.Duration]()}})
+	srv := startServer(t, Config{Clock: clock.now, RESP: respserver.Tuning{SweepInterval: respserver.NoLimit[time.Duration]()}})
 	c := newClient(t, srv)
 	for i := range 10 {
 		k := "k" + strconv.Itoa(i)

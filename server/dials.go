@@ -22,7 +22,7 @@ func (s *Server) initDials() error {
 	if err := s.eng.LoadOverrides(); err != nil {
 		return err
 	}
-	if s.cfg.Cluster != nil {
+	if s.cfg.Cluster.Node != nil {
 		// A standalone store started as a cluster node: its overrides are
 		// records, which a node does not use (it keeps its own values).
 		if n, err := s.eng.RecordOverrides(); err != nil {

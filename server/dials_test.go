@@ -16,15 +16,17 @@ import (
 	"google.golang.org/protobuf/types/known/wrapperspb"
 
 	"github.com/sluicehq/sluice/client/ratelimitheader"
+	"github.com/sluicehq/sluice/internal/check"
 	"github.com/sluicehq/sluice/internal/engine"
+	"github.com/sluicehq/sluice/internal/envoy"
 )
 
 // TestOverridesTranscript replays resp/overrides.txt on a server of its
 // own with the rules of overrides.ini and a bound of 3 overrides.
 func TestOverridesTranscript(t *testing.T) {
 	srv := startServer(t, Config{
-		MaxKeySize: 16,
-		Clock:      newTestClock(transcriptTime).now,
+		Engine: EngineConfig{MaxKeySize: 16},
+		Clock:  newTestClock(transcriptTime).now,
 		Policy: PolicyConfig{
 			File:         filepath.Join(transcriptDir, "overrides.ini"),
 			MaxOverrides: 3,
@@ -168,7 +170,7 @@ func TestDialsOverHTTP(t *testing.T) {
 // without an override a 404.
 func TestOverridesOverHTTP(t *testing.T) {
 	var logs bytes.Buffer
-	srv, c := policyServer(t, Config{MaxKeySize: 16, Policy: PolicyConfig{MaxOverrides: 2}}, "overrides.ini", &logs)
+	srv, c := policyServer(t, Config{Engine: EngineConfig{MaxKeySize: 16}, Policy: PolicyConfig{MaxOverrides: 2}}, "overrides.ini", &logs)
 	ctx := context.Background()
 	remote := "10.1.2.3:5000"
 	checkPolicyRequests(t, srv, remote, []policyCase{
@@ -220,7 +222,7 @@ func TestOverridesOverHTTP(t *testing.T) {
 // front end denies itself), are let through in shadow mode and counted in
 // over_limit and shadow_mode; with enforcement off, allowed.
 func TestDialsRLS(t *testing.T) {
-	f := newRLS(t, Config{RLS: RLSConfig{Dir: rlsConfigDir(t, "domain: test\ndescriptors:\n  - key: fw\n    rate_limit: {unit: hour, requests_per_unit: 1}\n  - key: gc\n    rate_limit: {unit: hour, requests_per_unit: 10, algorithm: gcra}\n")}})
+	f := newRLS(t, Config{RLS: envoy.Config{Dir: rlsConfigDir(t, "domain: test\ndescriptors:\n  - key: fw\n    rate_limit: {unit: hour, requests_per_unit: 1}\n  - key: gc\n    rate_limit: {unit: hour, requests_per_unit: 10, algorithm: gcra}\n")}})
 	over := desc("gc", "v")
 	over.HitsAddend = wrapperspb.UInt64(11)
 	f.one(t, desc("fw", "v"))
@@ -257,7 +259,7 @@ func TestDialsRLS(t *testing.T) {
 // for one are not those of the limit before, nor the file's after RESET.
 func TestDialsCheckHeaders(t *testing.T) {
 	srv := startServer(t, Config{Clock: newTestClock(transcriptTime).now, Policy: PolicyConfig{File: filepath.Join(transcriptDir, "dials.ini")},
-		Check: CheckConfig{HeaderStyle: ratelimitheader.Both}})
+		Check: check.Config{HeaderStyle: ratelimitheader.Both}})
 	base := startCheck(t, srv)
 	lp := srv.pol.Current()
 	for _, c := range []struct {

@@ -12,12 +12,6 @@ import (
 // admits its connections (divvyDoor), renders its errors and counts what
 // it shares with the other front ends (frontHost).
 
-// Defaults for the line protocol's limits.
-const (
-	DefaultDivvyMaxLine     = divvy.DefaultMaxLine
-	DefaultDivvyMaxPipeline = divvy.DefaultMaxPipeline
-)
-
 // divvyState is the line-protocol front end.
 type divvyState struct {
 	srv *divvy.Server
@@ -26,17 +20,11 @@ type divvyState struct {
 // initDivvy makes the line-protocol front end; New calls it.
 func (s *Server) initDivvy() {
 	st := &s.stats
-	s.divvy.srv = divvy.New(s.divvyConfig(), s.eng, &s.pol, (*frontHost)(s), divvy.Shared{
-		NetIn: &st.NetIn, NetOut: &st.NetOut, Panics: &st.Panics, IdleClosed: &st.IdleClosed, ConnsTotal: &st.ConnsTotal,
-	})
-}
-
-// divvyConfig is the line protocol's configuration, which CONFIG GET
-// shows too.
-func (s *Server) divvyConfig() divvy.Config {
 	c := s.cfg.Divvy
 	c.Logger = s.log
-	return c
+	s.divvy.srv = divvy.New(c, s.eng, &s.pol, (*frontHost)(s), divvy.Shared{
+		NetIn: &st.NetIn, NetOut: &st.NetOut, Panics: &st.Panics, IdleClosed: &st.IdleClosed, ConnsTotal: &st.ConnsTotal,
+	})
 }
 
 // frontHost is what the front ends of their own packages ask of the

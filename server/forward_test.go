@@ -12,6 +12,9 @@ import (
 	"testing"
 	"time"
 
+	"github.com/sluicehq/sluice/internal/check"
+	"github.com/sluicehq/sluice/internal/clusternode"
+	"github.com/sluicehq/sluice/internal/respserver"
 	"github.com/sluicehq/sluice/keyspace"
 	"github.com/sluicehq/sluice/policy"
 	"github.com/sluicehq/sluice/storage"
@@ -38,7 +41,7 @@ func startClusterServers(t testing.TB, n int, cfg Config) []*Server {
 		}
 		c := cfg
 		c.Store = store
-		c.Cluster = &ClusterConfig{Nodes: addrs, Self: addrs[i]}
+		c.Cluster.Node = &clusternode.Config{Nodes: addrs, Self: addrs[i]}
 		srv, err := New(c)
 		if err != nil {
 			t.Fatal(err)
@@ -117,7 +120,7 @@ func TestClusterHitOwnerDown(t *testing.T) {
 		switch {
 		case strings.HasPrefix(got, "OK true 2 "):
 			ok++
-		case strings.HasPrefix(got, "ERR ERR cluster: forwarding a counter of slot ") && strings.Contains(got, "to its owner "+nodes[1].cfg.Cluster.Self+" failed"):
+		case strings.HasPrefix(got, "ERR ERR cluster: forwarding a counter of slot ") && strings.Contains(got, "to its owner "+nodes[1].cfg.Cluster.Node.Self+" failed"):
 			down++
 		default:
 			t.Fatalf("HIT: %q", got)
@@ -196,7 +199,7 @@ func checkOnOwners(t *testing.T, nodes []*Server, ref *Server, min int64) {
 func testClusterHitAlgorithms(t *testing.T) {
 	path := filepath.Join("..", "policy", "testdata", "algorithms.ini")
 	clock := newTestClock(t0)
-	cfg := Config{Policy: PolicyConfig{File: path}, Clock: clock.now, RESP: RESPConfig{SweepInterval: NoLimit[time.Duration]()}}
+	cfg := Config{Policy: PolicyConfig{File: path}, Clock: clock.now, RESP: respserver.Tuning{SweepInterval: respserver.NoLimit[time.Duration]()}}
 	nodes := startClusterServers(t, 2, cfg)
 	ref := startServer(t, cfg)
 	var forwarded int
@@ -243,8 +246,8 @@ func testClusterHitAlgorithms(t *testing.T) {
 func TestClusterCheckCountsOnOwner(t *testing.T) {
 	path := filepath.Join("..", "policy", "testdata", "algorithms.ini")
 	clock := newTestClock(t0)
-	cfg := Config{Policy: PolicyConfig{File: path}, Clock: clock.now, RESP: RESPConfig{SweepInterval: NoLimit[time.Duration]()}, Check: CheckConfig{
-		FieldHeaders: []CheckFieldHeader{{Field: "quota", Header: "X-Quota"}, {Field: "user", Header: "X-User"}},
+	cfg := Config{Policy: PolicyConfig{File: path}, Clock: clock.now, RESP: respserver.Tuning{SweepInterval: respserver.NoLimit[time.Duration]()}, Check: check.Config{
+		FieldHeaders: []check.FieldHeader{{Field: "quota", Header: "X-Quota"}, {Field: "user", Header: "X-User"}},
 	}}
 	nodes := startClusterServers(t, 2, cfg)
 	ref := startServer(t, cfg)

@@ -18,7 +18,9 @@ import (
 	"testing"
 	"time"
 
+	"github.com/sluicehq/sluice/internal/divvy"
 	"github.com/sluicehq/sluice/internal/engine"
+	"github.com/sluicehq/sluice/internal/respserver"
 	"github.com/sluicehq/sluice/storage"
 )
 
@@ -251,7 +253,7 @@ func TestTestConfig(t *testing.T) {
 func TestLineProtocolErrorsCloseTheConnection(t *testing.T) {
 	path := policyFile(t, "p.ini", "[path=/x ip=*]\ncreditLimit = 5\nresetSeconds = 60\nactorField = ip\n\n[default]\ncreditLimit = 0\nresetSeconds = 0\n")
 	clock := newTestClock(t0)
-	srv := startServer(t, Config{Policy: PolicyConfig{File: path}, Clock: clock.now, Divvy: DivvyConfig{MaxLine: 100}})
+	srv := startServer(t, Config{Policy: PolicyConfig{File: path}, Clock: clock.now, Divvy: divvy.Config{MaxLine: 100}})
 	addr := startDivvy(t, srv)
 	for _, tc := range []struct {
 		name, send, want string
@@ -621,7 +623,7 @@ func TestSweepDropsEndedWindows(t *testing.T) {
 func TestLineProtocolLimits(t *testing.T) {
 	path := policyFile(t, "p.ini", "[default]\ncreditLimit = 1\nresetSeconds = 0\n")
 	t.Run("idle timeout", func(t *testing.T) {
-		srv := startServer(t, Config{Policy: PolicyConfig{File: path}, Divvy: DivvyConfig{IdleTimeout: 50 * time.Millisecond}})
+		srv := startServer(t, Config{Policy: PolicyConfig{File: path}, Divvy: divvy.Config{IdleTimeout: 50 * time.Millisecond}})
 		c := dialLine(t, startDivvy(t, srv))
 		c.send("HIT\n")
 		if got := c.line(); got != "OK true 1 0" {
@@ -647,7 +649,7 @@ func TestLineProtocolLimits(t *testing.T) {
 	t.Run("pipeline bound", func(t *testing.T) {
 		// Rounds of at most 3 lines: 10 pipelined lines still get 10
 		// replies, in order.
-		srv := startServer(t, Config{Policy: PolicyConfig{File: path}, Divvy: DivvyConfig{MaxPipeline: 3}})
+		srv := startServer(t, Config{Policy: PolicyConfig{File: path}, Divvy: divvy.Config{MaxPipeline: 3}})
 		c := dialLine(t, startDivvy(t, srv))
 		c.send(strings.Repeat("HIT\n", 10))
 		for i := range 10 {
@@ -697,7 +699,7 @@ func BenchmarkHitLine(b *testing.B) {
 // and never hangs or crashes.
 func FuzzDivvyLines(f *testing.F) {
 	path := policyFile(f, "p.ini", "[path=/x ip=*]\ncreditLimit = 3\nresetSeconds = 60\nactorField = ip\n\n[path=/y]\ncreditLimit = 1\nresetSeconds = 0\nmatchPolicy = canary\n\n[default]\ncreditLimit = 0\nresetSeconds = 0\n")
-	srv := startServer(f, Config{Policy: PolicyConfig{File: path}, Divvy: DivvyConfig{MaxLine: 256, MaxPipeline: 4}})
+	srv := startServer(f, Config{Policy: PolicyConfig{File: path}, Divvy: divvy.Config{MaxLine: 256, MaxPipeline: 4}})
 	addr := startDivvy(f, srv)
 	for _, seed := range []string{
 		"HIT path=/x ip=1\n", "hit\r\n\r\nHIT path=/y\n", "HIT \"a b\"=\"c=d\"\nHIT x=\"\n", "PING\nHIT\n",
@@ -775,7 +777,7 @@ func TestIdleConnectionsLetBigHITsGo(t *testing.T) {
 		t.Fatal(err)
 	}
 	path := filepath.Join("..", "policy", "testdata", "example-config.ini")
-	srv, err := New(Config{Store: store, Policy: PolicyConfig{File: path}, MaxKeySize: 8 << 20, RESP: RESPConfig{MaxBulk: 8 << 20, MaxQueryBuffer: 16 << 20}})
+	srv, err := New(Config{Store: store, Policy: PolicyConfig{File: path}, Engine: EngineConfig{MaxKeySize: 8 << 20}, RESP: respserver.Tuning{MaxBulk: 8 << 20, MaxQueryBuffer: 16 << 20}})
 	if err != nil {
 		t.Fatal(err)
 	}

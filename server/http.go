@@ -22,11 +22,6 @@ type httpState struct {
 	reg    *prometheus.Registry
 }
 
-// BackupTrailer is the HTTP trailer GET /backup sets once the archive is
-// complete, to the number of files in it: a client that reads the body to
-// its end without it has a truncated archive.
-const BackupTrailer = httpport.BackupTrailer
-
 // initHTTP sets up what every HTTP listener shares; New calls it.
 func (s *Server) initHTTP() {
 	o := httpport.Options{
@@ -48,14 +43,14 @@ func (s *Server) initHTTP() {
 		Failures:  &s.stats.AuthFailures,
 		Logger:    s.log,
 	}
-	s.http.backup = httpport.Backup{Store: s.store, Dir: s.cfg.BackupDir, Logger: s.log, Access: &s.http.access, Host: (*frontHost)(s)}
+	s.http.backup = httpport.Backup{Store: s.store, Dir: s.cfg.Files.BackupDir, Logger: s.log, Access: &s.http.access, Host: (*frontHost)(s)}
 }
 
 // initMetrics makes /metrics' registry (package metrics); New calls it
 // once every front end is made.
 func (s *Server) initMetrics() {
 	src := metrics.Sources{
-		Version: s.cfg.Version, Revision: s.cfg.Revision, MaxClients: s.cfg.Listen.MaxClients,
+		Version: s.cfg.Build.Version, Revision: s.cfg.Build.Revision, MaxClients: s.cfg.Listen.MaxClients,
 		RESP: s.resp, Stats: &s.stats, Gate: &s.adm.Gate, Engine: s.eng, Store: s.store,
 		Rules: &s.pol, Policy: &s.polCmds, Cluster: s.clus, Divvy: s.divvy.srv, Check: s.check.h,
 	}

@@ -9,6 +9,9 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/sluicehq/sluice/internal/httpport"
+	"github.com/sluicehq/sluice/internal/respserver"
 )
 
 // httpListeners starts srv's HTTP listener and /check, and returns their
@@ -50,7 +53,7 @@ func TestHTTPMaxHeaderBytes(t *testing.T) {
 		for _, tc := range []struct {
 			header int
 			want   int
-		}{{DefaultHTTPMaxHeaderBytes / 2, http.StatusOK}, {DefaultHTTPMaxHeaderBytes + 8<<10, http.StatusRequestHeaderFieldsTooLarge}} {
+		}{{httpport.DefaultMaxHeaderBytes / 2, http.StatusOK}, {httpport.DefaultMaxHeaderBytes + 8<<10, http.StatusRequestHeaderFieldsTooLarge}} {
 			c, err := net.Dial("tcp", addr)
 			if err != nil {
 				t.Fatal(err)
@@ -76,7 +79,7 @@ func TestHTTPMaxHeaderBytes(t *testing.T) {
 // counted as evicted); what a header held is given back when its request
 // is handled.
 func TestHTTPHeadersCountAgainstClients(t *testing.T) {
-	srv := startServer(t, Config{Policy: PolicyConfig{File: policyFile(t, "check.ini", checkPolicy)}, Listen: ListenConfig{MaxMemoryClients: LimitOf[int64](256 << 10)}, HTTP: HTTPConfig{MaxHeaderBytes: 1 << 20}})
+	srv := startServer(t, Config{Policy: PolicyConfig{File: policyFile(t, "check.ini", checkPolicy)}, Listen: ListenConfig{MaxMemoryClients: respserver.LimitOf[int64](256 << 10)}, HTTP: HTTPConfig{MaxHeaderBytes: 1 << 20}})
 	evicted := int64(0)
 	for name, addr := range httpListeners(t, srv) {
 		dial := func() net.Conn {

@@ -5,6 +5,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/sluicehq/sluice/internal/engine"
 	"github.com/sluicehq/sluice/internal/errs"
 	"github.com/sluicehq/sluice/internal/resp"
 )
@@ -13,7 +14,7 @@ import (
 // names a key: a key of exactly 16 KiB is served, one byte more is refused
 // with both lengths named, and the store is not touched.
 func TestMaxKeySize(t *testing.T) {
-	const limit = DefaultMaxKeySize
+	const limit = engine.DefaultMaxKeySize
 	atLimit := strings.Repeat("k", limit)
 	over := strings.Repeat("o", limit+1)
 	const wantErr = "ERR key is 16385 bytes, longer than --max-key-size 16384"
@@ -50,7 +51,7 @@ func TestMaxKeySize(t *testing.T) {
 		t.Fatalf("RL.REDUCE with a long key and a bad max: %v, want %q", err, resp.ErrorText(errs.NotInteger))
 	}
 
-	small := startServer(t, Config{MaxKeySize: 8})
+	small := startServer(t, Config{Engine: EngineConfig{MaxKeySize: 8}})
 	sc := newClient(t, small)
 	if err := sc.Do(ctx, "RL.REDUCE", "123456789", 10, 60).Err(); err == nil || err.Error() != "ERR key is 9 bytes, longer than --max-key-size 8" {
 		t.Fatalf("MaxKeySize 8, 9-byte key: %v", err)
@@ -72,8 +73,8 @@ func TestMaxKeySizeHit(t *testing.T) {
 	path := policyFile(t, "p.ini", "[path=/x]\ncreditLimit = 100\nresetSeconds = 3600\nmatchPolicy = canary\nactorField = user\nlabel = canary\n\n"+
 		"[path=/x ip=*]\ncreditLimit = 5\nresetSeconds = 3600\nactorField = ip\nlabel = byip\n\n"+
 		"[default]\ncreditLimit = 0\nresetSeconds = 0\n")
-	atLimit := strings.Repeat("a", DefaultMaxKeySize)
-	over := strings.Repeat("b", DefaultMaxKeySize+1)
+	atLimit := strings.Repeat("a", engine.DefaultMaxKeySize)
+	over := strings.Repeat("b", engine.DefaultMaxKeySize+1)
 	const wantErr = "ERR value of actor field ip is 16385 bytes, longer than --max-key-size 16384"
 
 	t.Run("resp", func(t *testing.T) {

@@ -12,6 +12,7 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
+	"github.com/sluicehq/sluice/internal/respserver"
 	"github.com/sluicehq/sluice/storage"
 )
 
@@ -43,7 +44,7 @@ func TestCompactSweepsIdleBuckets(t *testing.T) {
 	clock := &testClock{}
 	const t0 = 1_700_000_000_000
 	clock.ms.Store(t0)
-	srv := startServer(t, Config{Clock: clock.now, RESP: RESPConfig{SweepInterval: NoLimit[time.Duration]()}})
+	srv := startServer(t, Config{Clock: clock.now, RESP: respserver.Tuning{SweepInterval: respserver.NoLimit[time.Duration]()}})
 	c := newClient(t, srv)
 	const n = 100_000
 	for i := 0; i < n; i += 1000 {
@@ -124,7 +125,7 @@ func TestBackgroundSweep(t *testing.T) {
 	ctx := context.Background()
 	clock := &testClock{}
 	clock.ms.Store(1_700_000_000_000)
-	srv := startServer(t, Config{Clock: clock.now, RESP: RESPConfig{SweepInterval: LimitOf(time.Millisecond), SweepRate: NoLimit[int]()}})
+	srv := startServer(t, Config{Clock: clock.now, RESP: respserver.Tuning{SweepInterval: respserver.LimitOf(time.Millisecond), SweepRate: respserver.NoLimit[int]()}})
 	c := newClient(t, srv)
 	p := c.Pipeline()
 	for j := range 3000 {
@@ -149,7 +150,7 @@ func TestCheckpointServedBySecondServer(t *testing.T) {
 	backups := t.TempDir()
 	clock := &testClock{}
 	clock.ms.Store(1_700_000_000_000)
-	srv := startServer(t, Config{Clock: clock.now, BackupDir: backups})
+	srv := startServer(t, Config{Clock: clock.now, Files: FilesConfig{BackupDir: backups}})
 	c := newClient(t, srv)
 	stop := make(chan struct{})
 	var wg sync.WaitGroup
@@ -199,7 +200,7 @@ func TestCheckpointServedBySecondServer(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	second, err := New(Config{Store: store, Clock: clock.now, RESP: RESPConfig{SweepInterval: NoLimit[time.Duration]()}})
+	second, err := New(Config{Store: store, Clock: clock.now, RESP: respserver.Tuning{SweepInterval: respserver.NoLimit[time.Duration]()}})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -15,6 +15,9 @@ import (
 
 	"github.com/redis/go-redis/v9"
 	"github.com/sluicehq/sluice/cluster"
+	"github.com/sluicehq/sluice/internal/check"
+	"github.com/sluicehq/sluice/internal/clusternode"
+	"github.com/sluicehq/sluice/internal/respserver"
 	"github.com/sluicehq/sluice/keyspace"
 	"github.com/sluicehq/sluice/policy"
 	"github.com/sluicehq/sluice/storage"
@@ -104,9 +107,9 @@ func heldSetupPause(t *testing.T, pauseWait time.Duration) (*Server, *holdingNod
 	self := ln.Addr().String()
 	ln.Close()
 	clock := newTestClock(t0)
-	srv := startServerOn(t, Config{Policy: PolicyConfig{File: policyFile(t, "held.ini", heldPolicy)}, Clock: clock.now, RESP: RESPConfig{SweepInterval: NoLimit[time.Duration]()},
-		Check:   CheckConfig{IdentityHeader: "X-User"},
-		Cluster: &ClusterConfig{Nodes: []string{self, peer.addr}, Self: self, ForwardTimeout: time.Minute, PauseWait: pauseWait}}, self)
+	srv := startServerOn(t, Config{Policy: PolicyConfig{File: policyFile(t, "held.ini", heldPolicy)}, Clock: clock.now, RESP: respserver.Tuning{SweepInterval: respserver.NoLimit[time.Duration]()},
+		Check:   check.Config{IdentityHeader: "X-User"},
+		Cluster: ClusterConfig{Node: &clusternode.Config{Nodes: []string{self, peer.addr}, Self: self, ForwardTimeout: time.Minute, PauseWait: pauseWait}}}, self)
 	rules := srv.pol.Current().Policy.Rules()
 	owner := func(r *policy.Rule, actor string) (bool, []byte) {
 		k := keyspace.AppendRuleKey(nil, r, r.CreditLimit, append(r.AppendCounterID(nil, nil), actor...))
@@ -223,7 +226,7 @@ func TestMigratePauseWaitsForLineAndCheckWrites(t *testing.T) {
 // would hand over each other's keys and cancel each other); after CANCEL,
 // or the hand-over, a new move starts.
 func TestMigrateOneMoveAtATime(t *testing.T) {
-	srv := startServer(t, Config{Cluster: &ClusterConfig{Nodes: []string{"127.0.0.1:7000", "127.0.0.1:7001"}, Self: "127.0.0.1:7000"}})
+	srv := startServer(t, Config{Cluster: ClusterConfig{Node: &clusternode.Config{Nodes: []string{"127.0.0.1:7000", "127.0.0.1:7001"}, Self: "127.0.0.1:7000"}}})
 	rdb := newClient(t, srv)
 	ctx := context.Background()
 	if err := rdb.Do(ctx, "CLUSTER", "MIGRATE", "START", "100-199").Err(); err != nil {
@@ -251,7 +254,7 @@ func TestCounterHitTrust(t *testing.T) {
 	path := "../policy/testdata/algorithms.ini"
 	clock := newTestClock(t0)
 	ctx := context.Background()
-	standalone := startServer(t, Config{Policy: PolicyConfig{File: path}, Clock: clock.now, RESP: RESPConfig{SweepInterval: NoLimit[time.Duration]()}})
+	standalone := startServer(t, Config{Policy: PolicyConfig{File: path}, Clock: clock.now, RESP: respserver.Tuning{SweepInterval: respserver.NoLimit[time.Duration]()}})
 	r := standalone.pol.Current().Policy.Rules()[0] // fixedWindow
 	key := keyspace.AppendRuleKey(nil, r, 2, append(r.AppendCounterID(nil, nil), "ann"...))
 	now := strconv.FormatInt(clock.now().UnixNano(), 10)
@@ -260,8 +263,8 @@ func TestCounterHitTrust(t *testing.T) {
 		t.Errorf("SLUICE.COUNTERHIT on a standalone server: %v; want it refused", err)
 	}
 
-	node := startServer(t, Config{Policy: PolicyConfig{File: path}, Clock: clock.now, RESP: RESPConfig{SweepInterval: NoLimit[time.Duration]()},
-		Cluster: &ClusterConfig{Nodes: []string{"127.0.0.1:7000"}, Self: "127.0.0.1:7000", MaxClockSkew: 5 * time.Second}})
+	node := startServer(t, Config{Policy: PolicyConfig{File: path}, Clock: clock.now, RESP: respserver.Tuning{SweepInterval: respserver.NoLimit[time.Duration]()},
+		Cluster: ClusterConfig{Node: &clusternode.Config{Nodes: []string{"127.0.0.1:7000"}, Self: "127.0.0.1:7000", MaxClockSkew: 5 * time.Second}}})
 	rdb := newClient(t, node)
 	hit := func(actor string, at int64, hits int) []any {
 		k := keyspace.AppendRuleKey(nil, r, 2, append(r.AppendCounterID(nil, nil), actor...))
@@ -291,7 +294,7 @@ func TestClusterInitialTopologyStored(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		srv, err := New(Config{Store: store, Cluster: &ClusterConfig{Nodes: nodes, Self: threeNodes[1]}})
+		srv, err := New(Config{Store: store, Cluster: ClusterConfig{Node: &clusternode.Config{Nodes: nodes, Self: threeNodes[1]}}})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -313,7 +316,7 @@ func TestClusterInitialTopologyStored(t *testing.T) {
 // tools' next epoch, +1, would wrap at 2^64−1 and freeze the topology), and
 // a node at the cap takes a pushed topology of any epoch (renumbering).
 func TestClusterEpochCap(t *testing.T) {
-	srv := startServer(t, Config{Cluster: &ClusterConfig{Nodes: threeNodes, Self: threeNodes[0]}})
+	srv := startServer(t, Config{Cluster: ClusterConfig{Node: &clusternode.Config{Nodes: threeNodes, Self: threeNodes[0]}}})
 	rdb := newClient(t, srv)
 	ctx := context.Background()
 	for _, e := range []string{"18446744073709551615", strconv.FormatUint(cluster.MaxEpoch+1, 10)} {
@@ -334,7 +337,7 @@ func TestClusterEpochCap(t *testing.T) {
 // gives them: a key of no kind, or a value its kind does not decode, is
 // refused and nothing of the command is written.
 func TestClusterRestoreValidates(t *testing.T) {
-	srv := startServer(t, Config{Cluster: &ClusterConfig{Nodes: []string{"127.0.0.1:7000", "127.0.0.1:7001"}, Self: "127.0.0.1:7000"}})
+	srv := startServer(t, Config{Cluster: ClusterConfig{Node: &clusternode.Config{Nodes: []string{"127.0.0.1:7000", "127.0.0.1:7001"}, Self: "127.0.0.1:7000"}}})
 	rdb := newClient(t, srv)
 	ctx := context.Background()
 	key := keyIn(9000, 9999)
@@ -379,7 +382,7 @@ func TestClusterRestoreValidates(t *testing.T) {
 // TestClusterDumpCountBounded: a DUMP count above 10000 is refused (2^63−1
 // overflowed the page bound and dumped every record in one reply).
 func TestClusterDumpCountBounded(t *testing.T) {
-	srv := startServer(t, Config{Cluster: &ClusterConfig{Nodes: []string{"127.0.0.1:7000"}, Self: "127.0.0.1:7000"}})
+	srv := startServer(t, Config{Cluster: ClusterConfig{Node: &clusternode.Config{Nodes: []string{"127.0.0.1:7000"}, Self: "127.0.0.1:7000"}}})
 	rdb := newClient(t, srv)
 	ctx := context.Background()
 	for _, n := range []string{"10001", "9223372036854775807"} {
@@ -397,7 +400,7 @@ func TestClusterDumpCountBounded(t *testing.T) {
 // announced by IP address, as Redis does for a node with no hostname, and
 // gives it for one announced by name.
 func TestClusterShardsHostname(t *testing.T) {
-	srv := startServer(t, Config{Cluster: &ClusterConfig{Nodes: []string{"127.0.0.1:7000", "sluice-1.sluice:7001"}, Self: "127.0.0.1:7000"}})
+	srv := startServer(t, Config{Cluster: ClusterConfig{Node: &clusternode.Config{Nodes: []string{"127.0.0.1:7000", "sluice-1.sluice:7001"}, Self: "127.0.0.1:7000"}}})
 	shards, err := newClient(t, srv).ClusterShards(context.Background()).Result()
 	if err != nil {
 		t.Fatal(err)
@@ -423,7 +426,7 @@ func TestClusterImportInterrupted(t *testing.T) {
 	nodes := []string{"127.0.0.1:7000", "127.0.0.1:7001"}
 	start := func() (*redis.Client, func()) {
 		t.Helper()
-		srv, closeSrv, err := newAt(t, dir, &ClusterConfig{Nodes: nodes, Self: nodes[1]})
+		srv, closeSrv, err := newAt(t, dir, &clusternode.Config{Nodes: nodes, Self: nodes[1]})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -549,7 +552,7 @@ func TestClusterDropOutlastsAKill(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	tgt, err := New(Config{Store: store, Cluster: &ClusterConfig{Nodes: nodes, Self: nodes[1]}})
+	tgt, err := New(Config{Store: store, Cluster: ClusterConfig{Node: &clusternode.Config{Nodes: nodes, Self: nodes[1]}}})
 	if err != nil {
 		store.Close()
 		t.Fatal(err)
@@ -566,7 +569,7 @@ func TestClusterDropOutlastsAKill(t *testing.T) {
 		t.Fatal(err)
 	}
 
-	srv, closeSrv, err := newAt(t, killed, &ClusterConfig{Nodes: nodes, Self: nodes[1]})
+	srv, closeSrv, err := newAt(t, killed, &clusternode.Config{Nodes: nodes, Self: nodes[1]})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -10,6 +10,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/sluicehq/sluice/internal/clusternode"
+	"github.com/sluicehq/sluice/internal/respserver"
 	"github.com/sluicehq/sluice/keyspace"
 	"github.com/sluicehq/sluice/policy"
 )
@@ -20,7 +22,7 @@ import (
 // DROP and MIGRATE START refuse slots on the wrong side; a node that has
 // forgotten a migration (restarted) refuses PAUSE and DIRTY.
 func TestMigrateCommands(t *testing.T) {
-	srv := startServer(t, Config{Cluster: &ClusterConfig{Nodes: []string{"127.0.0.1:7000", "127.0.0.1:7001"}, Self: "127.0.0.1:7000"}})
+	srv := startServer(t, Config{Cluster: ClusterConfig{Node: &clusternode.Config{Nodes: []string{"127.0.0.1:7000", "127.0.0.1:7001"}, Self: "127.0.0.1:7000"}}})
 	rdb := newClient(t, srv)
 	ctx := context.Background()
 	expectErr := func(want string, args ...any) {
@@ -81,7 +83,7 @@ func TestMigrateCommands(t *testing.T) {
 func TestMigrateRuleCounters(t *testing.T) {
 	path := filepath.Join("..", "policy", "testdata", "algorithms.ini")
 	clock := newTestClock(t0)
-	nodes := startClusterServers(t, 2, Config{Policy: PolicyConfig{File: path}, Clock: clock.now, RESP: RESPConfig{SweepInterval: NoLimit[time.Duration]()}})
+	nodes := startClusterServers(t, 2, Config{Policy: PolicyConfig{File: path}, Clock: clock.now, RESP: respserver.Tuning{SweepInterval: respserver.NoLimit[time.Duration]()}})
 	rules := nodes[0].pol.Current().Policy.Rules()
 	// One counter of each kind in a slot of node 0.
 	var lines, slots []string
@@ -140,7 +142,7 @@ func TestMigrateRuleCounters(t *testing.T) {
 // interval) is noted again, so that the DIRTY after the pause hands the
 // latest value to the target.
 func TestMigrateDirtyWhileQueued(t *testing.T) {
-	srv := startServer(t, Config{Cluster: &ClusterConfig{Nodes: []string{"127.0.0.1:7000", "127.0.0.1:7001"}, Self: "127.0.0.1:7000"}})
+	srv := startServer(t, Config{Cluster: ClusterConfig{Node: &clusternode.Config{Nodes: []string{"127.0.0.1:7000", "127.0.0.1:7001"}, Self: "127.0.0.1:7000"}}})
 	rdb := newClient(t, srv)
 	ctx := context.Background()
 	key := keyIn(100, 199)

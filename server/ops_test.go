@@ -16,6 +16,7 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
+	"github.com/sluicehq/sluice/internal/respserver"
 	"github.com/sluicehq/sluice/storage"
 )
 
@@ -78,7 +79,7 @@ func TestMaxClients(t *testing.T) {
 }
 
 func TestIdleTimeoutClosesIdleConnections(t *testing.T) {
-	srv := startServer(t, Config{RESP: RESPConfig{IdleTimeout: 50 * time.Millisecond}})
+	srv := startServer(t, Config{RESP: respserver.Tuning{IdleTimeout: 50 * time.Millisecond}})
 	idle := dial(t, srv)
 	got, err := io.ReadAll(idle) // returns when the server closes it
 	if err != nil || len(got) != 0 {
@@ -122,7 +123,7 @@ func TestClientThatNeverReads(t *testing.T) {
 		var after runtime.MemStats
 		runtime.ReadMemStats(&after)
 		grew := int64(after.HeapInuse) - int64(before.HeapInuse)
-		limit := int64(DefaultMaxReplyBuffer + DefaultMaxQueryBuffer + 32<<20)
+		limit := int64(respserver.DefaultMaxReplyBuffer + respserver.DefaultMaxQueryBuffer + 32<<20)
 		t.Logf("sent %d MiB of INFO commands without reading; server heap grew %d MiB", sent>>20, grew>>20)
 		if grew > limit {
 			t.Fatalf("heap grew %d bytes, more than the %d the limits allow", grew, limit)
@@ -131,7 +132,7 @@ func TestClientThatNeverReads(t *testing.T) {
 	t.Run("reply buffer limit", func(t *testing.T) {
 		// A long pipeline's replies go out in chunks, so only one reply
 		// bigger than the limit (INFO's is a few KiB) trips it.
-		srv := startServer(t, Config{RESP: RESPConfig{MaxReplyBuffer: 1 << 10}})
+		srv := startServer(t, Config{RESP: respserver.Tuning{MaxReplyBuffer: 1 << 10}})
 		conn := dial(t, srv)
 		if _, err := conn.Write([]byte("PING\r\nINFO\r\nPING\r\n")); err != nil {
 			t.Fatal(err)
@@ -172,7 +173,7 @@ func TestMetricsAndHealth(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	srv, err := New(Config{Store: store, Listen: ListenConfig{Password: "pw", ShutdownTimeout: time.Minute}, Version: "v9.9.9", Revision: "0123456789abcdef0123456789abcdef01234567-dirty"})
+	srv, err := New(Config{Store: store, Listen: ListenConfig{Password: "pw", ShutdownTimeout: time.Minute}, Build: Build{Version: "v9.9.9", Revision: "0123456789abcdef0123456789abcdef01234567-dirty"}})
 	if err != nil {
 		t.Fatal(err)
 	}

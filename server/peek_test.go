@@ -8,6 +8,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/sluicehq/sluice/internal/respserver"
 )
 
 // TestPeekTranscript runs testdata/peeks.txt: the looks of every kind, and
@@ -57,7 +59,7 @@ func TestPeekTranscript(t *testing.T) {
 	ctx := context.Background()
 	for _, s := range sections {
 		t.Run(s.title, func(t *testing.T) {
-			srv := startServer(t, Config{Clock: newTestClock(t0).now, RESP: RESPConfig{SweepInterval: NoLimit[time.Duration]()}})
+			srv := startServer(t, Config{Clock: newTestClock(t0).now, RESP: respserver.Tuning{SweepInterval: respserver.NoLimit[time.Duration]()}})
 			c := newClient(t, srv)
 			for _, st := range s.steps {
 				words := strings.Fields(st.cmd)

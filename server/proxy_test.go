@@ -16,6 +16,9 @@ import (
 	"sync/atomic"
 	"testing"
 	"time"
+
+	"github.com/sluicehq/sluice/internal/check"
+	"github.com/sluicehq/sluice/internal/respserver"
 )
 
 // The end-to-end tests of /check behind real reverse proxies (issue 15,
@@ -212,7 +215,7 @@ func testProxy(t *testing.T, pc proxyCase, bin string) {
 	t.Cleanup(app.Close)
 
 	clock := newTestClock(t0)
-	srv := startServer(t, Config{Clock: clock.now, Policy: PolicyConfig{File: policyFile(t, "rules.ini", docBlock(t, ""))}, RESP: RESPConfig{SweepInterval: NoLimit[time.Duration]()}, Check: CheckConfig{
+	srv := startServer(t, Config{Clock: clock.now, Policy: PolicyConfig{File: policyFile(t, "rules.ini", docBlock(t, ""))}, RESP: respserver.Tuning{SweepInterval: respserver.NoLimit[time.Duration]()}, Check: check.Config{
 		TrustedProxies: []netip.Prefix{netip.MustParsePrefix("127.0.0.1/32")},
 		IdentityHeader: "X-User",
 	}})

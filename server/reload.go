@@ -1,23 +1,16 @@
 package server
 
 import (
-	"cmp"
 	"errors"
 
-	"github.com/sluicehq/sluice/internal/reload"
-	"github.com/sluicehq/sluice/internal/resp"
+	"github.com/sluicehq/sluice/internal/respserver"
 	"github.com/sluicehq/sluice/internal/rules"
 )
 
 // Reloads read files an operator names: SIGHUP's (Reload: the TLS files,
 // the --policy file, the --rls-config directory) and POLICY RELOAD's, one
-// at a time, never waited for past Config.ReloadTimeout or Close (package
+// at a time, never waited for past Config.Files.ReloadTimeout or Close (package
 // reload: Server.reload).
-
-// ErrReloadTimeout is a reload that did not finish within
-// Config.ReloadTimeout, or that waited that long for another one
-// (reload.ErrTimeout).
-var ErrReloadTimeout = reload.ErrTimeout
 
 // Reload reads again what SIGHUP reloads, as one reload: the TLS files,
 // the --policy file and the --rls-config directory, each kept as it was
@@ -77,24 +70,17 @@ func (s *Server) ReloadRLS() error { return s.reload.Run(s.rls.Reload) }
 
 // ReloadRules is POLICY RELOAD: the rules of both front ends, as SIGHUP:
 // the --policy file and the --rls-config directory, each kept as it was
-// when bad. It returns the error to answer, worded for RESP.
+// when bad, which respserver words.
 func (h *frontHost) ReloadRules() error {
 	s := (*Server)(h)
-	err := s.reload.Run(func() error {
-		var perr, rerr error
+	return s.reload.Run(func() error {
+		var e respserver.ReloadError
 		if s.pol.Path != "" || s.cfg.RLS.Dir == "" {
-			perr = s.reloadPolicy()
-			if perr != nil && !errors.Is(perr, rules.ErrNoPolicy) { // a bad file: say which, and that nothing changed
-				perr = resp.Error("ERR " + resp.OneLine(perr.Error()) + "; the rules in use are kept")
-			}
+			e.Policy = s.reloadPolicy()
 		}
-		if err := s.rls.Reload(); err != nil {
-			rerr = resp.Error("ERR --rls-config: " + resp.OneLine(err.Error()) + "; the configuration in use is kept")
+		if e.RLS = s.rls.Reload(); e.Policy == nil && e.RLS == nil {
+			return nil
 		}
-		return cmp.Or(perr, rerr)
+		return &e
 	})
-	if errors.Is(err, ErrReloadTimeout) {
-		err = resp.Error("ERR " + resp.OneLine(err.Error()))
-	}
-	return err
 }

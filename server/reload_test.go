@@ -8,7 +8,10 @@ import (
 	"testing"
 	"time"
 
+	"github.com/sluicehq/sluice/internal/admit"
 	"github.com/sluicehq/sluice/internal/conffile"
+	"github.com/sluicehq/sluice/internal/envoy"
+	"github.com/sluicehq/sluice/internal/reload"
 	"github.com/sluicehq/sluice/storage"
 )
 
@@ -28,7 +31,7 @@ func TestReloadThatHangsHoldsUpNothing(t *testing.T) {
 	}
 	timeouts := make(chan chan time.Time, 8)
 	srv.after = func(d time.Duration) <-chan time.Time {
-		if d != DefaultReloadTimeout {
+		if d != reload.DefaultTimeout {
 			return time.After(d) // Close's
 		}
 		ch := make(chan time.Time, 1)
@@ -56,8 +59,8 @@ func TestReloadThatHangsHoldsUpNothing(t *testing.T) {
 		t.Fatalf("POLICY RELOAD during a hung reload: %v; want the timeout error", err)
 	}
 	timeout <- time.Time{}
-	if err := <-outcome; !errors.Is(err, ErrReloadTimeout) || !strings.Contains(err.Error(), "still reading its files after 5s") {
-		t.Fatalf("the hung reload's caller: %v; want %v", err, ErrReloadTimeout)
+	if err := <-outcome; !errors.Is(err, reload.ErrTimeout) || !strings.Contains(err.Error(), "still reading its files after 5s") {
+		t.Fatalf("the hung reload's caller: %v; want %v", err, reload.ErrTimeout)
 	}
 	// The next reload waits for the hung one, then runs.
 	next := make(chan error, 1)
@@ -96,7 +99,7 @@ func TestReloadReadsOnlyRegularFiles(t *testing.T) {
 	cert := pki.cert
 	rules := policyFile(t, "rules.ini", "[default]\ncreditLimit = 7\nresetSeconds = 0\n")
 	rlsDir := rlsConfigDir(t, rlsYAML)
-	srv := startServer(t, Config{Policy: PolicyConfig{File: rules}, RLS: RLSConfig{Dir: rlsDir}, Listen: ListenConfig{TLS: &TLSFiles{Cert: pki.cert, Key: pki.key}}, MaxConfigFile: 8 << 10})
+	srv := startServer(t, Config{Policy: PolicyConfig{File: rules}, RLS: envoy.Config{Dir: rlsDir}, Listen: ListenConfig{TLS: &admit.TLSFiles{Cert: pki.cert, Key: pki.key}}, Files: FilesConfig{MaxConfigFile: 8 << 10}})
 	if err := srv.Reload(); err != nil {
 		t.Fatalf("Reload of good files: %v", err)
 	}

@@ -45,7 +45,7 @@ func TestRepairedClusterStateRefused(t *testing.T) {
 	src.store.Scan(nil, []byte{0xff}, func(k, v []byte) bool { restore = append(restore, string(k), string(v)); return true })
 
 	dir := t.TempDir()
-	cc := &ClusterConfig{Nodes: nodes, Self: nodes[1]}
+	cc := &clusternode.Config{Nodes: nodes, Self: nodes[1]}
 	tgt, closeTgt, err := newAt(t, dir, cc)
 	if err != nil {
 		t.Fatal(err)
@@ -106,9 +106,9 @@ func TestRepairedClusterStateRefused(t *testing.T) {
 		t.Fatalf("repair names %v as brought back older; want %s and %s", rep.StaleMeta, clusternode.MetaTopology, clusternode.MetaImport)
 	}
 
-	for _, c := range []*ClusterConfig{cc, nil} {
+	for _, c := range []*clusternode.Config{cc, nil} {
 		_, _, err := newAt(t, dir, c)
-		if !errors.Is(err, ErrClusterStateRepaired) || !strings.Contains(err.Error(), "epoch 0") || !strings.Contains(err.Error(), "--accept-repaired-cluster-state") {
+		if !errors.Is(err, clusternode.ErrClusterStateRepaired) || !strings.Contains(err.Error(), "epoch 0") || !strings.Contains(err.Error(), "--accept-repaired-cluster-state") {
 			t.Fatalf("start (cluster %v) on repaired cluster state: %v; want ErrClusterStateRepaired naming epoch 0 and the flag", c != nil, err)
 		}
 	}
@@ -116,7 +116,7 @@ func TestRepairedClusterStateRefused(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	srv, err := New(Config{Store: store, Cluster: cc, AcceptRepairedClusterState: true})
+	srv, err := New(Config{Store: store, Cluster: ClusterConfig{Node: cc, AcceptRepairedState: true}})
 	if err != nil {
 		store.Close()
 		t.Fatalf("start with AcceptRepairedClusterState: %v", err)

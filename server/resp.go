@@ -3,7 +3,6 @@ package server
 import (
 	"net"
 	"strconv"
-	"time"
 
 	"github.com/sluicehq/sluice/internal/admit"
 	"github.com/sluicehq/sluice/internal/resp"
@@ -16,63 +15,21 @@ import (
 // (frontHost): the other front ends' facts for INFO, CONFIG GET's
 // settings, POLICY RELOAD.
 
-// Limit is a Config bound that can be turned off (respserver.Limit).
-type Limit[T int | int64 | time.Duration] = respserver.Limit[T]
-
-// LimitOf is the bound n; zero (or less) is the field's default.
-func LimitOf[T int | int64 | time.Duration](n T) Limit[T] { return respserver.LimitOf(n) }
-
-// NoLimit is the bound turned off.
-func NoLimit[T int | int64 | time.Duration]() Limit[T] { return respserver.NoLimit[T]() }
-
-// DebugAccess says who may run DEBUG (Config.RESP.Debug): respserver.DebugAccess.
-type DebugAccess = respserver.DebugAccess
-
-// Who may run DEBUG.
-const (
-	// DebugRefused refuses DEBUG to every client: the default.
-	DebugRefused = respserver.DebugRefused
-	// DebugLocal allows DEBUG to clients on loopback (or a Unix socket).
-	DebugLocal = respserver.DebugLocal
-	// DebugAllowed allows DEBUG to every authenticated client.
-	DebugAllowed = respserver.DebugAllowed
-)
-
-// Defaults of the RESP front end's bounds of its own.
-const (
-	// DefaultMaxMultiBytes is respserver.DefaultMaxMultiBytes.
-	DefaultMaxMultiBytes = respserver.DefaultMaxMultiBytes
-	// DefaultSweepInterval and DefaultSweepRate pace the idle sweep.
-	DefaultSweepInterval = respserver.DefaultSweepInterval
-	DefaultSweepRate     = respserver.DefaultSweepRate
-	// MaxClockOffset bounds DEBUG CLOCK-OFFSET either way.
-	MaxClockOffset = respserver.MaxClockOffset
-)
-
 // initRESP makes the RESP front end; New calls it once the other front
 // ends are made.
 func (s *Server) initRESP() {
-	s.resp = respserver.New(s.respConfig(), respserver.Options{
+	cfg := &s.cfg
+	s.resp = respserver.New(respserver.Config{
+		Tuning: cfg.RESP, Password: cfg.Listen.Password, MaxMemoryClients: cfg.Listen.MaxMemoryClients,
+		Version: cfg.Build.Version, Revision: cfg.Build.Revision, BackupDir: cfg.Files.BackupDir,
+		AllowOnStoreError: cfg.Engine.AllowOnStoreError, MaxKeySize: cfg.Engine.MaxKeySize,
+		MaxClients: cfg.Listen.MaxClients, MaxClientsRequested: s.adm.requested,
+		FDLimit: cfg.Listen.Files.Limit, FDReserved: cfg.Listen.Files.Reserved, StoreMaxOpenFiles: cfg.Listen.Files.StoreFiles,
+	}, respserver.Options{
 		Store: s.store, Engine: s.eng, Rules: &s.pol, Policy: &s.polCmds, Cluster: s.clus, RLS: s.rls,
 		Logger: s.log, Clock: s.clock, ClockOffset: &s.clockOffset,
 		Host: (*frontHost)(s), Stats: &s.stats, Closing: &s.closing, Done: s.done,
 	})
-}
-
-// respConfig is the RESP front end's configuration, which CONFIG GET
-// shows too.
-func (s *Server) respConfig() respserver.Config {
-	cfg, rc := &s.cfg, s.cfg.RESP
-	return respserver.Config{
-		MaxArgs: rc.MaxArgs, MaxBulk: rc.MaxBulk, MaxInline: rc.MaxInline, MaxQueryBuffer: rc.MaxQueryBuffer,
-		MaxAuthFailures: rc.MaxAuthFailures, IdleTimeout: rc.IdleTimeout, MaxReplyBuffer: rc.MaxReplyBuffer, MaxMultiBytes: rc.MaxMultiBytes,
-		MaxKeySize: cfg.MaxKeySize, Password: cfg.Listen.Password, Debug: cfg.RESP.Debug,
-		Version: cfg.Version, Revision: cfg.Revision, BackupDir: cfg.BackupDir, AllowOnStoreError: cfg.AllowOnStoreError,
-		MaxMemoryClients: cfg.Listen.MaxMemoryClients, SweepInterval: cfg.RESP.SweepInterval, SweepRate: cfg.RESP.SweepRate,
-		MaxClients: cfg.Listen.MaxClients, MaxClientsRequested: s.adm.requested,
-		FDLimit: cfg.Listen.Files.Limit, FDReserved: cfg.Listen.Files.Reserved, StoreMaxOpenFiles: cfg.Listen.Files.StoreFiles,
-		MemoryLimit: cfg.RESP.MemoryLimit, MemoryLimitSource: cfg.RESP.MemoryLimitSource,
-	}
 }
 
 // respDoor is how the RESP listener admits: a slot of --maxclients, held
@@ -111,11 +68,11 @@ func (h *frontHost) Settings() []respserver.Setting {
 	cfg := &s.cfg
 	o := settings.Of{
 		Addr: s.Addr(), Store: s.store, Cluster: s.clus != nil,
-		RESP: s.respConfig(), Check: cfg.Check, Divvy: s.divvyConfig(), RLS: cfg.RLS, TLS: cfg.Listen.TLS,
-		AllowRemoteWithoutAuth: cfg.Listen.AllowRemoteWithoutAuth, AcceptRepairedClusterState: cfg.AcceptRepairedClusterState,
-		MaxConfigFile: cfg.MaxConfigFile, HTTPMaxHeaderBytes: cfg.HTTP.MaxHeaderBytes,
+		RESP: s.resp.Config(), Check: cfg.Check, Divvy: s.divvy.srv.Config(), RLS: cfg.RLS, TLS: cfg.Listen.TLS,
+		AllowRemoteWithoutAuth: cfg.Listen.AllowRemoteWithoutAuth, AcceptRepairedClusterState: cfg.Cluster.AcceptRepairedState,
+		MaxConfigFile: cfg.Files.MaxConfigFile, HTTPMaxHeaderBytes: cfg.HTTP.MaxHeaderBytes,
 		PolicyFile: cfg.Policy.File, PolicyMaxOverrides: cfg.Policy.MaxOverrides, PolicyStatsDays: cfg.Policy.StatsDays,
-		ReloadTimeout: cfg.ReloadTimeout, ShutdownTimeout: cfg.Listen.ShutdownTimeout,
+		ReloadTimeout: cfg.Files.ReloadTimeout, ShutdownTimeout: cfg.Listen.ShutdownTimeout,
 	}
 	return o.List()
 }
@@ -125,23 +82,10 @@ func (h *frontHost) Settings() []respserver.Setting {
 // its disk fail.
 func (s *Server) Ready() bool { return s.resp.Ready() }
 
-// PolicyInfo implements respserver.Host: INFO's policy section.
+// PolicyInfo implements respserver.Host: the line protocol's and Envoy's
+// lines of INFO's policy section.
 func (h *frontHost) PolicyInfo(kv func(k, v string)) {
 	s := (*Server)(h)
-	ps := &s.pol
-	lp := ps.Current()
-	kv("policy_file", ps.Path)
-	if lp != nil {
-		kv("policy_rules", strconv.Itoa(len(lp.Counts)))
-		kv("policy_loaded_at", strconv.FormatInt(lp.At.Unix(), 10))
-	} else {
-		kv("policy_rules", "0")
-		kv("policy_loaded_at", "0")
-	}
-	kv("policy_reloads", strconv.FormatInt(ps.Reloads.Load(), 10))
-	kv("policy_reload_failures", strconv.FormatInt(ps.ReloadFailures.Load(), 10))
-	kv("policy_last_reload_error", ps.LastError())
-	s.polCmds.Info(kv)
 	kv("divvy_addr", s.divvyAddr())
 	kv("divvy_connections", strconv.FormatInt(s.divvy.srv.Open.Load(), 10))
 	// Envoy's rate limit service's configuration, reloaded with the rules.

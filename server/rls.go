@@ -16,17 +16,6 @@ import (
 // the client memory budget and the store's health (frontHost), and runs
 // its reloads with the others.
 
-// RLSConfig configures Envoy's rate limit service (ServeRLS): envoy.Config.
-type RLSConfig = envoy.Config
-
-// Defaults for the gRPC listener's limits.
-const (
-	DefaultRLSMaxMessage     = envoy.DefaultMaxMessage
-	DefaultRLSMaxStreams     = envoy.DefaultMaxStreams
-	DefaultRLSMaxDescriptors = envoy.DefaultMaxDescriptors
-	DefaultRLSMaxHeaderBytes = envoy.DefaultMaxHeaderBytes
-)
-
 // initRLS makes the rate limit service and loads its configuration; New
 // calls it.
 func (s *Server) initRLS() error {
@@ -40,7 +29,7 @@ func (s *Server) initRLS() error {
 		Host:             (*frontHost)(s),
 		Logger:           s.log,
 		Clock:            s.clock,
-		MaxConfigFile:    s.cfg.MaxConfigFile,
+		MaxConfigFile:    s.cfg.Files.MaxConfigFile,
 		MaxMemoryClients: s.cfg.Listen.MaxMemoryClients.N(),
 		KeepBuf:          respserver.KeepBuf,
 	}

@@ -11,6 +11,8 @@ import (
 	rlcommon "github.com/envoyproxy/go-control-plane/envoy/extensions/common/ratelimit/v3"
 	rlspb "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
 	typev3 "github.com/envoyproxy/go-control-plane/envoy/type/v3"
+	"github.com/sluicehq/sluice/internal/check"
+	"github.com/sluicehq/sluice/internal/envoy"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 )
@@ -41,7 +43,7 @@ descriptors:
 func TestRLSClusterCountsEveryCounter(t *testing.T) {
 	for _, withPolicy := range []bool{false, true} {
 		t.Run(fmt.Sprintf("policy=%v", withPolicy), func(t *testing.T) {
-			cfg := Config{RLS: RLSConfig{Dir: rlsConfigDir(t, rlsClusterYAML)}, Clock: newTestClock(rlsT0).now}
+			cfg := Config{RLS: envoy.Config{Dir: rlsConfigDir(t, rlsClusterYAML)}, Clock: newTestClock(rlsT0).now}
 			if withPolicy {
 				cfg.Policy.File = filepath.Join("..", "policy", "testdata", "algorithms.ini")
 			}
@@ -90,8 +92,8 @@ func TestRLSClusterCountsEveryCounter(t *testing.T) {
 // the slot and the owner. Counters owned here still answer. GET /check
 // answers 503 for the same failure.
 func TestRLSClusterOwnerDownIsUnavailable(t *testing.T) {
-	cfg := Config{RLS: RLSConfig{Dir: rlsConfigDir(t, rlsClusterYAML)}, Clock: newTestClock(rlsT0).now,
-		Policy: PolicyConfig{File: policyFile(t, "check.ini", checkPolicy)}, Check: CheckConfig{IdentityHeader: "X-User"}}
+	cfg := Config{RLS: envoy.Config{Dir: rlsConfigDir(t, rlsClusterYAML)}, Clock: newTestClock(rlsT0).now,
+		Policy: PolicyConfig{File: policyFile(t, "check.ini", checkPolicy)}, Check: check.Config{IdentityHeader: "X-User"}}
 	nodes := startClusterServers(t, 2, cfg)
 	cl := rlspb.NewRateLimitServiceClient(dialRLS(t, startRLS(t, nodes[0]), nil))
 	check := startCheck(t, nodes[0])
@@ -101,7 +103,7 @@ func TestRLSClusterOwnerDownIsUnavailable(t *testing.T) {
 		_, err := cl.ShouldRateLimit(context.Background(), &rlspb.RateLimitRequest{Domain: "test", Descriptors: []*rlcommon.RateLimitDescriptor{desc("fw", fmt.Sprintf("user%d", i))}})
 		code := status.Code(err)
 		seen[code]++
-		if code == codes.Unavailable && !strings.Contains(status.Convert(err).Message(), "to its owner "+nodes[1].cfg.Cluster.Self+" failed") {
+		if code == codes.Unavailable && !strings.Contains(status.Convert(err).Message(), "to its owner "+nodes[1].cfg.Cluster.Node.Self+" failed") {
 			t.Errorf("owner down: %v; want the message to name the owner", err)
 		}
 	}

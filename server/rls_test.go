@@ -27,6 +27,8 @@ import (
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/types/known/wrapperspb"
 
+	"github.com/sluicehq/sluice/internal/admit"
+	"github.com/sluicehq/sluice/internal/envoy"
 	"github.com/sluicehq/sluice/storage"
 )
 
@@ -364,7 +366,7 @@ func TestRLSResponseHeaders(t *testing.T) {
 	if h := f.call(t, &rlspb.RateLimitRequest{Descriptors: []*rlcommon.RateLimitDescriptor{desc("k", "a")}}).ResponseHeadersToAdd; len(h) != 0 {
 		t.Fatalf("headers without --rls-response-headers: %v", h)
 	}
-	f = newRLS(t, Config{RLS: RLSConfig{ResponseHeaders: true}})
+	f = newRLS(t, Config{RLS: envoy.Config{ResponseHeaders: true}})
 	headers := func(r *rlspb.RateLimitResponse) map[string]string {
 		m := map[string]string{}
 		for _, h := range r.ResponseHeadersToAdd {
@@ -406,7 +408,7 @@ func TestRLSBadRequests(t *testing.T) {
 
 func TestRLSReload(t *testing.T) {
 	dir := rlsConfigDir(t, rlsYAML)
-	f := newRLS(t, Config{RLS: RLSConfig{Dir: dir}})
+	f := newRLS(t, Config{RLS: envoy.Config{Dir: dir}})
 	checkStatus(t, "before", f.one(t, desc("k", "a")), rlspb.RateLimitResponse_OK, 2, 26)
 	if err := os.WriteFile(filepath.Join(dir, "config.yaml"), []byte("domain: test\ndescriptors:\n  - key: k\n    rate_limit: {unit: minute, requests_per_unit: 7}\n"), 0o644); err != nil {
 		t.Fatal(err)
@@ -484,7 +486,7 @@ func TestRLSHealth(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	srv, err := New(Config{Store: store, RLS: RLSConfig{Dir: rlsConfigDir(t, rlsYAML)}, Clock: newTestClock(rlsT0).now})
+	srv, err := New(Config{Store: store, RLS: envoy.Config{Dir: rlsConfigDir(t, rlsYAML)}, Clock: newTestClock(rlsT0).now})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -525,7 +527,7 @@ func TestRLSHealth(t *testing.T) {
 
 func TestRLSTLS(t *testing.T) {
 	pki := newTestPKI(t)
-	f := newRLS(t, Config{Listen: ListenConfig{TLS: &TLSFiles{Cert: pki.cert, Key: pki.key, CA: pki.ca}}})
+	f := newRLS(t, Config{Listen: ListenConfig{TLS: &admit.TLSFiles{Cert: pki.cert, Key: pki.key, CA: pki.ca}}})
 	ctx := context.Background()
 	req := &rlspb.RateLimitRequest{Domain: "test", Descriptors: []*rlcommon.RateLimitDescriptor{desc("k", "a")}}
 	withCert := credentials.NewTLS(&tls.Config{RootCAs: pki.caPool, Certificates: []tls.Certificate{pki.client}, MinVersion: tls.VersionTLS12})
@@ -613,7 +615,7 @@ func TestRLSProtectedMode(t *testing.T) {
 
 func BenchmarkRLSShouldRateLimit(b *testing.B) {
 	clock := newTestClock(rlsT0)
-	srv := startServer(b, Config{RLS: RLSConfig{Dir: rlsConfigDir(b, rlsYAML)}, Clock: clock.now})
+	srv := startServer(b, Config{RLS: envoy.Config{Dir: rlsConfigDir(b, rlsYAML)}, Clock: clock.now})
 	req := &rlspb.RateLimitRequest{Domain: "test", Descriptors: []*rlcommon.RateLimitDescriptor{desc("detailed", "a")}}
 	b.ReportAllocs()
 	for b.Loop() {
@@ -624,7 +626,7 @@ func BenchmarkRLSShouldRateLimit(b *testing.B) {
 }
 
 func TestRLSMaxMessage(t *testing.T) {
-	f := newRLS(t, Config{RLS: RLSConfig{MaxMessage: 512}})
+	f := newRLS(t, Config{RLS: envoy.Config{MaxMessage: 512}})
 	big := desc("k", strings.Repeat("x", 600))
 	_, err := f.client.ShouldRateLimit(context.Background(), &rlspb.RateLimitRequest{Domain: "test", Descriptors: []*rlcommon.RateLimitDescriptor{big}})
 	if status.Code(err) != codes.ResourceExhausted {
@@ -634,7 +636,7 @@ func TestRLSMaxMessage(t *testing.T) {
 }
 
 func TestRLSMaxKeySize(t *testing.T) {
-	f := newRLS(t, Config{MaxKeySize: 100})
+	f := newRLS(t, Config{Engine: EngineConfig{MaxKeySize: 100}})
 	// The first descriptor fits, the second does not: the request is
 	// refused as a whole and counts nothing.
 	_, err := f.client.ShouldRateLimit(context.Background(), &rlspb.RateLimitRequest{Domain: "test", Descriptors: []*rlcommon.RateLimitDescriptor{desc("k", "a"), desc("k", strings.Repeat("x", 200))}})
@@ -645,7 +647,7 @@ func TestRLSMaxKeySize(t *testing.T) {
 }
 
 func TestRLSSlidingLogTakesOneHit(t *testing.T) {
-	f := newRLS(t, Config{RLS: RLSConfig{Dir: rlsConfigDir(t, "domain: test\ndescriptors:\n  - key: k\n    rate_limit: {unit: minute, requests_per_unit: 3}\n  - key: log\n    rate_limit: {unit: minute, requests_per_unit: 3, algorithm: sliding_log}\n")}})
+	f := newRLS(t, Config{RLS: envoy.Config{Dir: rlsConfigDir(t, "domain: test\ndescriptors:\n  - key: k\n    rate_limit: {unit: minute, requests_per_unit: 3}\n  - key: log\n    rate_limit: {unit: minute, requests_per_unit: 3, algorithm: sliding_log}\n")}})
 	d := desc("log", "a")
 	d.HitsAddend = wrapperspb.UInt64(2)
 	_, err := f.client.ShouldRateLimit(context.Background(), &rlspb.RateLimitRequest{Domain: "test", Descriptors: []*rlcommon.RateLimitDescriptor{desc("k", "a"), d}})
@@ -705,7 +707,7 @@ func TestRLSHealthWatchEndsAtClose(t *testing.T) {
 // descriptor's counter: the two identities differ by their source.
 func TestRLSCounterNotReachableFromHIT(t *testing.T) {
 	ini := policyFile(t, "p.ini", "[domain=d descriptor=*]\nalgorithm = fixedWindow\ncreditLimit = 2\nresetSeconds = 3600\nactorField = descriptor\n\n[default]\ncreditLimit = 100\nresetSeconds = 60\n")
-	f := newRLS(t, Config{Policy: PolicyConfig{File: ini}, RLS: RLSConfig{Dir: rlsConfigDir(t, "domain: d\ndescriptors:\n  - key: \"*\"\n    rate_limit: {unit: hour, requests_per_unit: 2}\n")}})
+	f := newRLS(t, Config{Policy: PolicyConfig{File: ini}, RLS: envoy.Config{Dir: rlsConfigDir(t, "domain: d\ndescriptors:\n  - key: \"*\"\n    rate_limit: {unit: hour, requests_per_unit: 2}\n")}})
 	// rls.AppendDescriptor of the descriptor (*, v): each string with its
 	// length in front.
 	for i := range 2 {
@@ -724,7 +726,7 @@ func TestRLSCounterNotReachableFromHIT(t *testing.T) {
 // the descriptors before it were counted). The other descriptors of the
 // call are counted, as for any call that is denied.
 func TestRLSGCRAHitsAddendOverBurstIsOverLimit(t *testing.T) {
-	f := newRLS(t, Config{RLS: RLSConfig{Dir: rlsConfigDir(t, "domain: test\ndescriptors:\n  - key: fw\n    rate_limit: {unit: hour, requests_per_unit: 10}\n  - key: gc\n    rate_limit: {unit: hour, requests_per_unit: 10, algorithm: gcra}\n")}})
+	f := newRLS(t, Config{RLS: envoy.Config{Dir: rlsConfigDir(t, "domain: test\ndescriptors:\n  - key: fw\n    rate_limit: {unit: hour, requests_per_unit: 10}\n  - key: gc\n    rate_limit: {unit: hour, requests_per_unit: 10, algorithm: gcra}\n")}})
 	hitsDesc := func(k, v string, n uint64) *rlcommon.RateLimitDescriptor {
 		d := desc(k, v)
 		d.HitsAddend = wrapperspb.UInt64(n)
@@ -786,7 +788,7 @@ func TestPolicyReloadReloadsRLSConfig(t *testing.T) {
 	for _, withPolicy := range []bool{false, true} {
 		t.Run(fmt.Sprintf("policy=%v", withPolicy), func(t *testing.T) {
 			dir := rlsConfigDir(t, rlsYAML)
-			cfg := Config{RLS: RLSConfig{Dir: dir}}
+			cfg := Config{RLS: envoy.Config{Dir: dir}}
 			if withPolicy {
 				cfg.Policy.File = policyFile(t, "p.ini", "[default]\ncreditLimit = 5\nresetSeconds = 60\n")
 			}

@@ -16,6 +16,7 @@ import (
 	"google.golang.org/protobuf/proto"
 
 	"github.com/sluicehq/sluice/internal/envoy"
+	"github.com/sluicehq/sluice/internal/respserver"
 	"github.com/sluicehq/sluice/storage"
 )
 
@@ -51,7 +52,7 @@ func descriptors(n int) []*rlcommon.RateLimitDescriptor {
 // --rls-max-descriptors is refused before it is decoded, and counts
 // nothing; one with as many is served.
 func TestRLSMaxDescriptors(t *testing.T) {
-	f := newRLS(t, Config{RLS: RLSConfig{MaxDescriptors: 3}})
+	f := newRLS(t, Config{RLS: envoy.Config{MaxDescriptors: 3}})
 	_, err := f.client.ShouldRateLimit(context.Background(), &rlspb.RateLimitRequest{Domain: "test", Descriptors: descriptors(4)})
 	if status.Code(err) != codes.InvalidArgument || !strings.Contains(err.Error(), "request has 4 descriptors; at most 3 are accepted (--rls-max-descriptors)") {
 		t.Fatalf("4 descriptors with --rls-max-descriptors 3: %v; want InvalidArgument naming the flag", err)
@@ -62,9 +63,9 @@ func TestRLSMaxDescriptors(t *testing.T) {
 	// The default bounds too: 25000 descriptors of a MiB were evaluated
 	// one by one.
 	g := newRLS(t, Config{})
-	_, err = g.client.ShouldRateLimit(context.Background(), &rlspb.RateLimitRequest{Domain: "test", Descriptors: descriptors(DefaultRLSMaxDescriptors + 1)})
+	_, err = g.client.ShouldRateLimit(context.Background(), &rlspb.RateLimitRequest{Domain: "test", Descriptors: descriptors(envoy.DefaultMaxDescriptors + 1)})
 	if status.Code(err) != codes.InvalidArgument {
-		t.Fatalf("%d descriptors by default: %v; want InvalidArgument", DefaultRLSMaxDescriptors+1, err)
+		t.Fatalf("%d descriptors by default: %v; want InvalidArgument", envoy.DefaultMaxDescriptors+1, err)
 	}
 }
 
@@ -73,7 +74,7 @@ func TestRLSMaxDescriptors(t *testing.T) {
 // RESOURCE_EXHAUSTED before it is decoded; what calls take is given back
 // when they end.
 func TestRLSCallMemoryCountsAgainstClients(t *testing.T) {
-	f := newRLS(t, Config{Listen: ListenConfig{MaxMemoryClients: LimitOf[int64](2 << 20)}})
+	f := newRLS(t, Config{Listen: ListenConfig{MaxMemoryClients: respserver.LimitOf[int64](2 << 20)}})
 	// 60 KiB on the wire: 30000 empty entries, 4 MB decoded, which the
 	// wire bytes do not show.
 	var ds []*rlcommon.RateLimitDescriptor
@@ -85,7 +86,7 @@ func TestRLSCallMemoryCountsAgainstClients(t *testing.T) {
 		ds = append(ds, d)
 	}
 	req := &rlspb.RateLimitRequest{Domain: "test", Descriptors: ds}
-	if n := proto.Size(req); n > DefaultRLSMaxMessage {
+	if n := proto.Size(req); n > envoy.DefaultMaxMessage {
 		t.Fatalf("request of %d bytes, over --rls-max-message", n)
 	}
 	_, err := f.client.ShouldRateLimit(context.Background(), req)
@@ -104,8 +105,8 @@ func TestRLSCallMemoryCountsAgainstClients(t *testing.T) {
 // their header on: past it a new one is refused with RESOURCE_EXHAUSTED,
 // and what they held is given back when they end.
 func TestRLSStreamsCountAgainstClients(t *testing.T) {
-	per := envoy.StreamMemory(0, DefaultRLSMaxMessage)
-	f := newRLS(t, Config{Listen: ListenConfig{MaxMemoryClients: LimitOf[int64](4*per + per/2)}})
+	per := envoy.StreamMemory(0, envoy.DefaultMaxMessage)
+	f := newRLS(t, Config{Listen: ListenConfig{MaxMemoryClients: respserver.LimitOf[int64](4*per + per/2)}})
 	cc := dialRLS(t, f.addr, nil)
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
@@ -140,11 +141,11 @@ func TestRLSStreamsCountAgainstClients(t *testing.T) {
 func TestRLSMaxHeaderBytes(t *testing.T) {
 	f := newRLS(t, Config{})
 	req := &rlspb.RateLimitRequest{Domain: "test", Descriptors: descriptors(1)}
-	ctx := metadata.AppendToOutgoingContext(context.Background(), "x-big", strings.Repeat("x", DefaultRLSMaxHeaderBytes))
+	ctx := metadata.AppendToOutgoingContext(context.Background(), "x-big", strings.Repeat("x", envoy.DefaultMaxHeaderBytes))
 	if _, err := f.client.ShouldRateLimit(ctx, req); err == nil {
 		t.Fatal("a call with a 16 KiB header value was served")
 	}
-	ctx = metadata.AppendToOutgoingContext(context.Background(), "x-small", strings.Repeat("x", DefaultRLSMaxHeaderBytes/2))
+	ctx = metadata.AppendToOutgoingContext(context.Background(), "x-small", strings.Repeat("x", envoy.DefaultMaxHeaderBytes/2))
 	resp, err := f.client.ShouldRateLimit(ctx, req)
 	if err != nil {
 		t.Fatalf("a call with an 8 KiB header value: %v", err)
@@ -164,7 +165,7 @@ func TestRLSCancelledCallStops(t *testing.T) {
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 	f := &rlsFixture{clock: clock}
-	f.srv = startServer(t, Config{RLS: RLSConfig{Dir: rlsConfigDir(t, rlsYAML)}, Clock: func() time.Time {
+	f.srv = startServer(t, Config{RLS: envoy.Config{Dir: rlsConfigDir(t, rlsYAML)}, Clock: func() time.Time {
 		if armed.CompareAndSwap(true, false) {
 			cancel()
 			deadline := time.Now().Add(10 * time.Second)
@@ -196,7 +197,7 @@ func TestRLSCallLargerThanClientMemoryIsRefusedAtStart(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer store.Close()
-	_, err = New(Config{Store: store, RLS: RLSConfig{Dir: rlsConfigDir(t, rlsYAML), MaxMessage: 64 << 20}})
+	_, err = New(Config{Store: store, RLS: envoy.Config{Dir: rlsConfigDir(t, rlsYAML), MaxMessage: 64 << 20}})
 	if err == nil || !strings.Contains(err.Error(), "--rls-max-message 67108864") || !strings.Contains(err.Error(), "--maxmemory-clients 67108864") {
 		t.Fatalf("New with --rls-max-message 64MiB and --maxmemory-clients 64MiB: %v", err)
 	}

@@ -15,6 +15,7 @@ import (
 	rlspb "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
 	"google.golang.org/protobuf/types/known/wrapperspb"
 
+	"github.com/sluicehq/sluice/internal/envoy"
 	"github.com/sluicehq/sluice/internal/transcript"
 )
 
@@ -23,7 +24,7 @@ import (
 // a server with the RLS tests' configuration, --max-key-size 32 and
 // --policy-max-overrides 3.
 func TestRLSOverridesTranscript(t *testing.T) {
-	f := newRLS(t, Config{MaxKeySize: 32, Policy: PolicyConfig{MaxOverrides: 3}})
+	f := newRLS(t, Config{Engine: EngineConfig{MaxKeySize: 32}, Policy: PolicyConfig{MaxOverrides: 3}})
 	c := dialRaw(t, f.srv)
 	r := bufio.NewReader(c.conn)
 	transcript.Run(t, filepath.Join(transcriptDir, "rls-overrides.txt"), *rewrite, func(req string) string {
@@ -43,7 +44,7 @@ func TestRLSOverridesTranscript(t *testing.T) {
 // change is audited and counted as POLICY OVERRIDE's are.
 func TestRLSOverrideHeadersAndAudit(t *testing.T) {
 	var logs bytes.Buffer
-	f := newRLS(t, Config{RLS: RLSConfig{Dir: rlsConfigDir(t, rlsYAML), ResponseHeaders: true}, Logger: slog.New(slog.NewTextHandler(&logs, nil))})
+	f := newRLS(t, Config{RLS: envoy.Config{Dir: rlsConfigDir(t, rlsYAML), ResponseHeaders: true}, Logger: slog.New(slog.NewTextHandler(&logs, nil))})
 	ctx := context.Background()
 	c := newClient(t, f.srv)
 	if err := c.Do(ctx, "RLS.OVERRIDE", "test", "k=a", "7").Err(); err != nil {
@@ -74,7 +75,7 @@ func TestRLSOverrideHeadersAndAudit(t *testing.T) {
 // 400 that says what was expected, a descriptor without an override a
 // 404.
 func TestRLSOverridesOverHTTP(t *testing.T) {
-	f := newRLS(t, Config{MaxKeySize: 32})
+	f := newRLS(t, Config{Engine: EngineConfig{MaxKeySize: 32}})
 	remote := "127.0.0.1:5000"
 	checkPolicyRequests(t, f.srv, remote, []policyCase{
 		{"PUT", "/v1/policy/rls/test/override?entry=k=a", "", `{"requests_per_unit": 5}`, 200, `{"domain":"test","descriptor":[{"key":"k","value":"a"}],"requests_per_unit":5}`},
@@ -108,7 +109,7 @@ func TestRLSOverridesOverHTTP(t *testing.T) {
 // within the override is counted; one over the override is OVER_LIMIT
 // without being counted.
 func TestRLSOverrideGCRABurst(t *testing.T) {
-	f := newRLS(t, Config{RLS: RLSConfig{Dir: rlsConfigDir(t, "domain: test\ndescriptors:\n  - key: gc\n    rate_limit: {unit: hour, requests_per_unit: 10, algorithm: gcra}\n")}})
+	f := newRLS(t, Config{RLS: envoy.Config{Dir: rlsConfigDir(t, "domain: test\ndescriptors:\n  - key: gc\n    rate_limit: {unit: hour, requests_per_unit: 10, algorithm: gcra}\n")}})
 	c := newClient(t, f.srv)
 	if err := c.Do(context.Background(), "RLS.OVERRIDE", "test", "gc=a", "20").Err(); err != nil {
 		t.Fatal(err)
@@ -129,7 +130,7 @@ func TestRLSOverrideGCRABurst(t *testing.T) {
 // domain is unknown.
 func TestRLSOverrideOrphanedByReload(t *testing.T) {
 	dir := rlsConfigDir(t, rlsYAML)
-	f := newRLS(t, Config{RLS: RLSConfig{Dir: dir}})
+	f := newRLS(t, Config{RLS: envoy.Config{Dir: dir}})
 	c := newClient(t, f.srv)
 	ctx := context.Background()
 	do := func(args ...any) string {

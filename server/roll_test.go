@@ -17,6 +17,7 @@ import (
 
 	"github.com/sluicehq/sluice/bucket"
 	"github.com/sluicehq/sluice/internal/metrics"
+	"github.com/sluicehq/sluice/internal/respserver"
 	"github.com/sluicehq/sluice/keyspace"
 	"github.com/sluicehq/sluice/storage"
 )
@@ -99,7 +100,7 @@ func TestRollUpstream(t *testing.T) {
 	steps := 0
 	for _, sc := range f.Scenarios {
 		t.Run(sc.Name, func(t *testing.T) {
-			srv := startServer(t, Config{Clock: newTestClock(t0).now, RESP: RESPConfig{SweepInterval: NoLimit[time.Duration]()}})
+			srv := startServer(t, Config{Clock: newTestClock(t0).now, RESP: respserver.Tuning{SweepInterval: respserver.NoLimit[time.Duration]()}})
 			c := newClient(t, srv)
 			o := sc.Options
 			for i, st := range sc.Steps {
@@ -159,7 +160,7 @@ func TestRollUpstream(t *testing.T) {
 // the last keyword winning; then on the server clock.
 func TestRollSpecExample(t *testing.T) {
 	clock := newTestClock(t0)
-	srv := startServer(t, Config{Clock: clock.now, RESP: RESPConfig{SweepInterval: NoLimit[time.Duration]()}})
+	srv := startServer(t, Config{Clock: clock.now, RESP: respserver.Tuning{SweepInterval: respserver.NoLimit[time.Duration]()}})
 	c := newClient(t, srv)
 	const at = t0 * 1000 // unix µs
 	wantInts(t, c, []int64{0, 0, 0, 2, 2}, "ROLL.LIMIT", "ex", 10, 3, "MINDIFF", 2, "AT", at)
@@ -206,7 +207,7 @@ func TestRollSpecExample(t *testing.T) {
 // "a client that retries once per second against "2 per 4 s" gets through
 // every 2 s instead of never", by AT.
 func TestRollNoCountBlocked(t *testing.T) {
-	srv := startServer(t, Config{Clock: newTestClock(t0).now, RESP: RESPConfig{SweepInterval: NoLimit[time.Duration]()}})
+	srv := startServer(t, Config{Clock: newTestClock(t0).now, RESP: respserver.Tuning{SweepInterval: respserver.NoLimit[time.Duration]()}})
 	c := newClient(t, srv)
 	for _, ncb := range []bool{false, true} {
 		key := "retry:" + strconv.FormatBool(ncb)
@@ -236,7 +237,7 @@ func TestRollNoCountBlocked(t *testing.T) {
 // of them get through, with or without NOCOUNTBLOCKED, and the log holds
 // what was recorded.
 func TestRollAtomic(t *testing.T) {
-	srv := startServer(t, Config{Clock: newTestClock(t0).now, RESP: RESPConfig{SweepInterval: NoLimit[time.Duration]()}})
+	srv := startServer(t, Config{Clock: newTestClock(t0).now, RESP: respserver.Tuning{SweepInterval: respserver.NoLimit[time.Duration]()}})
 	const conns, calls, maxN = 8, 40, 7
 	for _, ncb := range []bool{false, true} {
 		key := "hammer:" + strconv.FormatBool(ncb)
@@ -293,7 +294,7 @@ func (m putMutator) Mutate([]byte, bool) ([]byte, storage.Op, error) {
 // filled through the store: filling it call by call costs O(max²) (each
 // call decodes and rewrites the whole log), seconds for a test.
 func TestRollLargeAndSmall(t *testing.T) {
-	srv := startServer(t, Config{Clock: newTestClock(t0).now, RESP: RESPConfig{SweepInterval: NoLimit[time.Duration]()}})
+	srv := startServer(t, Config{Clock: newTestClock(t0).now, RESP: respserver.Tuning{SweepInterval: respserver.NoLimit[time.Duration]()}})
 	c := newClient(t, srv)
 	const big = bucket.MaxLogMax
 	base := t0 * 1000
@@ -347,7 +348,7 @@ func TestRollLargeAndSmall(t *testing.T) {
 
 // ROLL.CLEAR deletes the log and only the log; DEL deletes it too.
 func TestRollClear(t *testing.T) {
-	srv := startServer(t, Config{Clock: newTestClock(t0).now, RESP: RESPConfig{SweepInterval: NoLimit[time.Duration]()}})
+	srv := startServer(t, Config{Clock: newTestClock(t0).now, RESP: respserver.Tuning{SweepInterval: respserver.NoLimit[time.Duration]()}})
 	c := newClient(t, srv)
 	ctx := context.Background()
 	ints(t, c, "ROLL.LIMIT", "k", 1000, 1)
@@ -372,7 +373,7 @@ func TestRollClear(t *testing.T) {
 }
 
 func TestRollErrors(t *testing.T) {
-	srv := startServer(t, Config{Clock: newTestClock(t0).now, RESP: RESPConfig{SweepInterval: NoLimit[time.Duration]()}})
+	srv := startServer(t, Config{Clock: newTestClock(t0).now, RESP: respserver.Tuning{SweepInterval: respserver.NoLimit[time.Duration]()}})
 	c := newClient(t, srv)
 	ctx := context.Background()
 	for _, tc := range []struct {
@@ -428,7 +429,7 @@ func TestRollErrors(t *testing.T) {
 func TestSweepIdleLogs(t *testing.T) {
 	ctx := context.Background()
 	clock := newTestClock(t0)
-	srv := startServer(t, Config{Clock: clock.now, RESP: RESPConfig{SweepInterval: NoLimit[time.Duration]()}})
+	srv := startServer(t, Config{Clock: clock.now, RESP: respserver.Tuning{SweepInterval: respserver.NoLimit[time.Duration]()}})
 	c := newClient(t, srv)
 	for i := range 10 {
 		// Intervals of 1 to 10 s; the newest entry is the one on the
@@ -472,7 +473,7 @@ func TestSweepIdleLogs(t *testing.T) {
 // ROLL.LIMIT counts allowed and denied for the metrics; WOULDLIMIT and
 // CLEAR decide nothing. COMMAND describes the three.
 func TestRollMetricsAndCommandInfo(t *testing.T) {
-	srv := startServer(t, Config{Clock: newTestClock(t0).now, RESP: RESPConfig{SweepInterval: NoLimit[time.Duration]()}})
+	srv := startServer(t, Config{Clock: newTestClock(t0).now, RESP: respserver.Tuning{SweepInterval: respserver.NoLimit[time.Duration]()}})
 	c := newClient(t, srv)
 	ctx := context.Background()
 	for range 3 {
@@ -538,7 +539,7 @@ func TestPipelineCommitsLargeWritesInPieces(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	srv, err := New(Config{Store: store, RESP: RESPConfig{SweepInterval: NoLimit[time.Duration]()}})
+	srv, err := New(Config{Store: store, RESP: respserver.Tuning{SweepInterval: respserver.NoLimit[time.Duration]()}})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -23,6 +23,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/sluicehq/sluice/internal/admit"
+	"github.com/sluicehq/sluice/internal/respserver"
 )
 
 func TestAuthRequiredLikeRedis(t *testing.T) {
@@ -162,7 +163,7 @@ func TestTLS(t *testing.T) {
 	}
 
 	t.Run("server certificate", func(t *testing.T) {
-		srv := startServer(t, Config{Listen: ListenConfig{TLS: &TLSFiles{Cert: pki.cert, Key: pki.key}}})
+		srv := startServer(t, Config{Listen: ListenConfig{TLS: &admit.TLSFiles{Cert: pki.cert, Key: pki.key}}})
 		c := tlsClient(srv, pki, nil)
 		if n, err := c.Do(ctx, "RL.REDUCE", "k", 5, 60).Int64(); err != nil || n != 5 {
 			t.Fatalf("RL.REDUCE over TLS: %d, %v", n, err)
@@ -204,7 +205,7 @@ func TestTLS(t *testing.T) {
 
 	t.Run("client certificate required", func(t *testing.T) {
 		pki := newTestPKI(t)
-		srv := startServer(t, Config{Listen: ListenConfig{TLS: &TLSFiles{Cert: pki.cert, Key: pki.key, CA: pki.ca}}})
+		srv := startServer(t, Config{Listen: ListenConfig{TLS: &admit.TLSFiles{Cert: pki.cert, Key: pki.key, CA: pki.ca}}})
 		if err := tlsClient(srv, pki, nil).Ping(ctx).Err(); err == nil {
 			t.Fatal("served a client without a certificate")
 		}
@@ -269,8 +270,8 @@ func TestProtectedMode(t *testing.T) {
 		{Config{}, true},
 		{Config{Listen: ListenConfig{Password: "x"}}, false},
 		{Config{Listen: ListenConfig{AllowRemoteWithoutAuth: true}}, false},
-		{Config{Listen: ListenConfig{TLS: &TLSFiles{Cert: pki.cert, Key: pki.key}}}, true},
-		{Config{Listen: ListenConfig{TLS: &TLSFiles{Cert: pki.cert, Key: pki.key, CA: pki.ca}}}, false},
+		{Config{Listen: ListenConfig{TLS: &admit.TLSFiles{Cert: pki.cert, Key: pki.key}}}, true},
+		{Config{Listen: ListenConfig{TLS: &admit.TLSFiles{Cert: pki.cert, Key: pki.key, CA: pki.ca}}}, false},
 	} {
 		srv := startServer(t, c.cfg)
 		if got := srv.guard.Protected(); got != c.want {
@@ -333,7 +334,7 @@ func TestAuthFailuresCloseTheConnection(t *testing.T) {
 		got, err := io.ReadAll(conn)
 		if err != nil || string(got) != strings.Repeat(wrongPass, 5) {
 			t.Fatalf("after %d failed AUTHs read %q, %v; want %d WRONGPASS and the connection closed",
-				DefaultMaxAuthFailures, got, err, DefaultMaxAuthFailures)
+				respserver.DefaultMaxAuthFailures, got, err, respserver.DefaultMaxAuthFailures)
 		}
 		if f, c := srv.stats.AuthFailures.Load(), srv.stats.AuthClosed.Load(); f != 5 || c != 1 {
 			t.Fatalf("failures %d, connections closed %d; want 5 and 1", f, c)
@@ -351,7 +352,7 @@ func TestAuthFailuresCloseTheConnection(t *testing.T) {
 		}
 	})
 	t.Run("a pipeline of guesses stops at the limit", func(t *testing.T) {
-		srv := startServer(t, Config{Listen: ListenConfig{Password: "s3cret"}, RESP: RESPConfig{MaxAuthFailures: LimitOf(3)}})
+		srv := startServer(t, Config{Listen: ListenConfig{Password: "s3cret"}, RESP: respserver.Tuning{MaxAuthFailures: respserver.LimitOf(3)}})
 		conn := dial(t, srv)
 		go io.WriteString(conn, strings.Repeat(wrong, 10000)+"AUTH s3cret\r\n")
 		got, _ := io.ReadAll(conn) // a reset is fine: the server did not read everything
@@ -363,7 +364,7 @@ func TestAuthFailuresCloseTheConnection(t *testing.T) {
 		}
 	})
 	t.Run("negative never closes", func(t *testing.T) {
-		srv := startServer(t, Config{Listen: ListenConfig{Password: "s3cret"}, RESP: RESPConfig{MaxAuthFailures: NoLimit[int]()}})
+		srv := startServer(t, Config{Listen: ListenConfig{Password: "s3cret"}, RESP: respserver.Tuning{MaxAuthFailures: respserver.NoLimit[int]()}})
 		conn := dial(t, srv)
 		r := bufio.NewReader(conn)
 		for range 20 {
@@ -390,12 +391,12 @@ func TestAuthFailureCloseKeepsTheReplies(t *testing.T) {
 	// 100 PINGs of 100 bytes: more than the server's first read, so that
 	// some is still unread when it closes.
 	pings := strings.Repeat("PING "+strings.Repeat("x", 100)+"\r\n", 100)
-	if _, err := io.WriteString(conn, strings.Repeat(wrong, DefaultMaxAuthFailures)+pings); err != nil {
+	if _, err := io.WriteString(conn, strings.Repeat(wrong, respserver.DefaultMaxAuthFailures)+pings); err != nil {
 		t.Fatal(err)
 	}
 	got, err := io.ReadAll(conn)
-	if err != nil || string(got) != strings.Repeat(wrongPass, DefaultMaxAuthFailures) {
+	if err != nil || string(got) != strings.Repeat(wrongPass, respserver.DefaultMaxAuthFailures) {
 		t.Fatalf("after %d failed AUTHs and 100 PINGs in one write, read %q, %v; want %d WRONGPASS then EOF",
-			DefaultMaxAuthFailures, got, err, DefaultMaxAuthFailures)
+			respserver.DefaultMaxAuthFailures, got, err, respserver.DefaultMaxAuthFailures)
 	}
 }

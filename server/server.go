@@ -20,11 +20,12 @@ import (
 	"time"
 
 	"github.com/sluicehq/sluice/internal/admit"
+	"github.com/sluicehq/sluice/internal/check"
 	"github.com/sluicehq/sluice/internal/clusternode"
-	"github.com/sluicehq/sluice/internal/conffile"
 	"github.com/sluicehq/sluice/internal/divvy"
 	"github.com/sluicehq/sluice/internal/engine"
 	"github.com/sluicehq/sluice/internal/envoy"
+	"github.com/sluicehq/sluice/internal/httpport"
 	"github.com/sluicehq/sluice/internal/policycmd"
 	"github.com/sluicehq/sluice/internal/reload"
 	"github.com/sluicehq/sluice/internal/respserver"
@@ -33,27 +34,62 @@ import (
 	"github.com/sluicehq/sluice/storage"
 )
 
-// Config configures a Server: the store and what every front end shares
-// at the top, each front end's settings in a struct of its own. A zero
-// field means the default given.
+// Config configures a Server: the store, its logger and clock at the top,
+// and the rest grouped by concern, each front end's settings in a struct
+// of its own. A zero field means the default given.
 type Config struct {
-	Store  *storage.Store // required
-	Logger *slog.Logger   // default: discard
+	Store  *storage.Store   // required
+	Logger *slog.Logger     // default: discard
+	Clock  func() time.Time // server clock; default time.Now
 
-	Version string           // reported by INFO and HELLO; default "dev"
-	Clock   func() time.Time // server clock; default time.Now
+	// Build is what INFO, HELLO and sluice_build_info report of the
+	// binary.
+	Build Build
+	// Engine configures how every front end's limit operations run.
+	Engine EngineConfig
+	// Files configures the files the server reads and writes besides the
+	// store: the configuration's, their reloads, CHECKPOINT's.
+	Files FilesConfig
+	// Cluster configures cluster mode; its zero value is standalone.
+	Cluster ClusterConfig
+
+	// Listen configures what every listener shares: admission, protected
+	// mode, TLS, the password, the drain on Close.
+	Listen ListenConfig
+	// Policy configures the divvy rules and their dials.
+	Policy PolicyConfig
+	// RESP configures the RESP front end (Serve).
+	RESP respserver.Tuning
+	// Divvy configures the divvy line protocol (ServeDivvy); its Logger
+	// is the server's.
+	Divvy divvy.Config
+	// Check configures the forward-auth endpoint (ServeCheck).
+	Check check.Config
+	// RLS configures Envoy's rate limit service (ServeRLS).
+	RLS envoy.Config
+	// HTTP configures the HTTP listener (ServeHTTP) and /check's.
+	HTTP HTTPConfig
+}
+
+// Build is the binary the server runs as.
+type Build struct {
+	Version string // default "dev"
 	// Revision is the VCS revision sluice was built from, with "-dirty"
-	// for uncommitted changes, reported by INFO and sluice_build_info;
-	// empty when unknown.
+	// for uncommitted changes; empty when unknown.
 	Revision string
+}
 
+// EngineConfig configures the engine every front end runs its limit
+// operations in (package engine). A zero field means the default given.
+type EngineConfig struct {
 	// MaxKeySize is the longest key a command may name: the key of an
 	// RL.* command, the actor value of a HIT. A longer one is refused with
 	// an error reply naming both lengths, and the store is not touched.
-	// Default 16 KiB: past it the costs that grow with each key (its
-	// copies on the way to the disk, Pebble's first and last key of every
-	// table) dominate; 4000 commands with 512 KiB keys took peak RSS to
-	// 785-950 MiB, with 16 KiB keys to 247-265 MiB.
+	// Default 16 KiB (engine.DefaultMaxKeySize): past it the costs that
+	// grow with each key (its copies on the way to the disk, Pebble's
+	// first and last key of every table) dominate; 4000 commands with
+	// 512 KiB keys took peak RSS to 785-950 MiB, with 16 KiB keys to
+	// 247-265 MiB.
 	MaxKeySize int
 	// AllowOnStoreError makes limit commands answer normally when the store
 	// cannot take or give a bucket's state (disk full, I/O error): the
@@ -62,46 +98,38 @@ type Config struct {
 	// default (false) such commands get an error reply, which clients of
 	// a rate limiter usually treat as a denial.
 	AllowOnStoreError bool
+}
+
+// FilesConfig configures the files the server reads and writes besides
+// the store. A zero field means the default given.
+type FilesConfig struct {
 	// BackupDir is where CHECKPOINT writes; default "sluice-backups".
 	BackupDir string
-
 	// MaxConfigFile bounds the bytes read from each file of the
 	// configuration: Policy.File, each TLS file, and the files of
-	// RLS.Dir together; default DefaultMaxConfigFile. Only regular
+	// RLS.Dir together; default conffile.DefaultLimit. Only regular
 	// files (or symlinks to them) are read: a named pipe or a device is
 	// refused without being opened.
 	MaxConfigFile int64
 	// ReloadTimeout is the most Reload, ReloadTLS, ReloadPolicy, ReloadRLS
 	// and POLICY RELOAD wait for a reload to read its files, and for
 	// another one to finish first (internal/reload); past it they return
-	// ErrReloadTimeout, and the reload goes on. Default
-	// DefaultReloadTimeout.
+	// reload.ErrTimeout, and the reload goes on. Default
+	// reload.DefaultTimeout.
 	ReloadTimeout time.Duration
+}
 
-	// Cluster, when set, serves the Redis Cluster protocol (package
-	// clusternode); nil: standalone.
-	Cluster *ClusterConfig
-	// AcceptRepairedClusterState starts on a store whose cluster state
-	// sluice repair brought back older than it may have been
+// ClusterConfig configures cluster mode.
+type ClusterConfig struct {
+	// Node, when set, serves the Redis Cluster protocol as a node of the
+	// cluster it describes (package clusternode); nil: standalone.
+	Node *clusternode.Config
+	// AcceptRepairedState starts on a store whose cluster state sluice
+	// repair brought back older than it may have been
 	// (storage.StaleMetaName), which is otherwise refused
-	// (ErrClusterStateRepaired): an operator has checked it is current.
-	AcceptRepairedClusterState bool
-
-	// Listen configures what every listener shares: admission, protected
-	// mode, TLS, the password, the drain on Close.
-	Listen ListenConfig
-	// Policy configures the divvy rules and their dials.
-	Policy PolicyConfig
-	// RESP configures the RESP front end (Serve).
-	RESP RESPConfig
-	// Divvy configures the divvy line protocol (ServeDivvy).
-	Divvy DivvyConfig
-	// Check configures the forward-auth endpoint (ServeCheck).
-	Check CheckConfig
-	// RLS configures Envoy's rate limit service (ServeRLS).
-	RLS RLSConfig
-	// HTTP configures the HTTP listener (ServeHTTP) and /check's.
-	HTTP HTTPConfig
+	// (clusternode.ErrClusterStateRepaired): an operator has checked it
+	// is current.
+	AcceptRepairedState bool
 }
 
 // ListenConfig configures what the listeners of every front end share
@@ -110,23 +138,23 @@ type ListenConfig struct {
 	// MaxClients is the most connections served at once, RESP, line
 	// protocol and HTTP together; more are answered "ERR max number of
 	// clients reached" (HTTP: 503) and closed. Default 10000, as in
-	// Redis; lowered to what Files leaves.
+	// Redis (admit.DefaultMaxClients); lowered to what Files leaves.
 	MaxClients int
 	// Files is how the process's open-file limit is shared (see
-	// BudgetFDs); with its Limit set, MaxClients is lowered to
+	// admit.BudgetFDs); with its Limit set, MaxClients is lowered to
 	// Files.Clients() and New fails when that is below MinClients. Zero:
 	// MaxClients as given.
-	Files FDBudget
+	Files admit.FDBudget
 	// MaxMemoryClients bounds the bytes of all RESP clients' buffers
 	// together (query and reply, as Redis' maxmemory-clients): a client
 	// whose buffers grow the total past it is answered with an error and
 	// closed. Calls of the rate limit service in flight and HTTP request
 	// headers being read count against it too: past it a call is refused
 	// (RESOURCE_EXHAUSTED) and an HTTP connection closed. Default 64 MiB;
-	// NoLimit: no bound.
-	MaxMemoryClients Limit[int64]
+	// respserver.NoLimit: no bound.
+	MaxMemoryClients respserver.Limit[int64]
 	// TLS, when set, serves RESP (and HTTP) over TLS only.
-	TLS *TLSFiles
+	TLS *admit.TLSFiles
 	// AllowRemoteWithoutAuth turns protected mode off. In protected mode
 	// (the default) a server with neither a Password nor TLS client
 	// certificates answers clients from addresses other than loopback
@@ -138,7 +166,7 @@ type ListenConfig struct {
 	Password string
 	// ShutdownTimeout bounds Close: connections get nine tenths of it to
 	// finish their last pipeline, are then closed, and Close waits for them
-	// at most the last tenth; default 10s.
+	// at most the last tenth; default DefaultShutdownTimeout.
 	ShutdownTimeout time.Duration
 }
 
@@ -151,10 +179,10 @@ type PolicyConfig struct {
 	// error.
 	File string
 	// MaxOverrides is the most per-actor overrides (POLICY OVERRIDE) the
-	// server keeps; default DefaultPolicyMaxOverrides.
+	// server keeps; default engine.DefaultMaxOverrides.
 	MaxOverrides int
 	// StatsDays is the days of threshold data (POLICY STATS) kept;
-	// default DefaultPolicyStatsDays.
+	// default engine.DefaultStatsDays, at most engine.MaxStatsDays.
 	StatsDays int
 }
 
@@ -164,88 +192,12 @@ type HTTPConfig struct {
 	// MaxHeaderBytes bounds a request's header on the HTTP listener and
 	// on /check (http.Server.MaxHeaderBytes: the request line, names and
 	// values; net/http allows 4 KiB more); past it the request is
-	// answered 431. Default DefaultHTTPMaxHeaderBytes.
+	// answered 431. Default httpport.DefaultMaxHeaderBytes.
 	MaxHeaderBytes int
 }
 
-// RESPConfig configures the RESP front end. A zero field means the
-// default given.
-type RESPConfig struct {
-	MaxArgs        int   // most arguments in one command; default 1024
-	MaxBulk        int64 // most bytes in one argument; default 1 MiB
-	MaxInline      int   // most bytes in one inline (telnet) command line; default 64 KiB
-	MaxQueryBuffer int   // most bytes of one incomplete command held for a client; default 8 MiB
-	// MaxAuthFailures is how many failed AUTH or HELLO AUTH attempts a
-	// connection may make: the last one is answered WRONGPASS and the
-	// connection is closed. Default 5; NoLimit never closes.
-	MaxAuthFailures Limit[int]
-	// IdleTimeout closes a connection that sends nothing for this long;
-	// zero never does.
-	IdleTimeout time.Duration
-	// MaxReplyBuffer bounds the replies queued for a client: past it the
-	// rest of the pipeline is answered with an error and the connection is
-	// closed. Default 64 MiB. A long pipeline's replies are sent every
-	// 16 KiB, so this bounds one reply (plus that chunk).
-	MaxReplyBuffer int
-	// MaxMultiBytes bounds a connection's transaction: the bytes of the
-	// commands queued after MULTI plus 64 for each command and each key
-	// WATCH watches; past it the transaction is discarded (EXEC answers
-	// EXECABORT). Default DefaultMaxMultiBytes. The queue also counts
-	// against Config.Listen.MaxMemoryClients.
-	MaxMultiBytes int
-
-	// Debug says who may run DEBUG, whose CLOCK-OFFSET shifts the server
-	// clock (fault-injection tests): nobody (the zero value, as Redis 7's
-	// enable-debug-command no), clients on loopback, or every client.
-	Debug DebugAccess
-	// SweepInterval is the pause between two passes of the idle sweep,
-	// which deletes buckets that have refilled to full; default 10m,
-	// NoLimit turns the background sweep off (COMPACT still sweeps).
-	SweepInterval Limit[time.Duration]
-	// SweepRate is the most records the background sweep examines per
-	// second; default 20000, NoLimit for no pacing.
-	SweepRate Limit[int]
-	// MemoryLimit is the Go runtime's soft memory limit the process runs
-	// with (0: none), and MemoryLimitSource where it came from (auto,
-	// --memory-limit, GOMEMLIMIT, off). For INFO only: the command sets
-	// the limit, as it is the process's.
-	MemoryLimit       int64
-	MemoryLimitSource string
-}
-
-// DivvyConfig configures the divvy line protocol (ServeDivvy):
-// divvy.Config, whose Logger is the server's.
-type DivvyConfig = divvy.Config
-
-// Defaults for Config.
-const (
-	DefaultMaxArgs        = respserver.DefaultMaxArgs
-	DefaultMaxBulk        = respserver.DefaultMaxBulk
-	DefaultMaxInline      = respserver.DefaultMaxInline
-	DefaultMaxQueryBuffer = respserver.DefaultMaxQueryBuffer
-	DefaultMaxKeySize     = 16 << 10
-	// DefaultPolicyMaxOverrides is engine.DefaultMaxOverrides.
-	DefaultPolicyMaxOverrides = engine.DefaultMaxOverrides
-	// DefaultPolicyStatsDays is engine.DefaultStatsDays.
-	DefaultPolicyStatsDays = engine.DefaultStatsDays
-	// MaxPolicyStatsDays is engine.MaxStatsDays.
-	MaxPolicyStatsDays     = engine.MaxStatsDays
-	DefaultShutdownTimeout = 10 * time.Second
-	DefaultMaxClients      = 10000
-	DefaultMaxReplyBuffer  = respserver.DefaultMaxReplyBuffer
-	// DefaultMaxMemoryClients bounds every front end's client memory
-	// (respserver.DefaultMaxMemoryClients says why 64 MiB).
-	DefaultMaxMemoryClients = respserver.DefaultMaxMemoryClients
-	DefaultMaxAuthFailures  = respserver.DefaultMaxAuthFailures
-	DefaultMaxConfigFile    = conffile.DefaultLimit
-	// DefaultReloadTimeout: a reload of local files takes milliseconds;
-	// seconds mean a file system that does not answer.
-	DefaultReloadTimeout = 5 * time.Second
-	// DefaultHTTPMaxHeaderBytes bounds an HTTP request's header: what a
-	// proxy forwards to /check (Envoy accepts 60 KiB of request headers
-	// by default, nginx 32 KiB) and far more than a scraper sends.
-	DefaultHTTPMaxHeaderBytes = 64 << 10
-)
+// DefaultShutdownTimeout is Config.Listen.ShutdownTimeout's default.
+const DefaultShutdownTimeout = 10 * time.Second
 
 // Server is sluice's server: the store, the engine, the cluster node and
 // the front ends (RESP, the line protocol, /check, Envoy's rate limit
@@ -293,10 +245,6 @@ func orDefault[T int | int64 | time.Duration](v *T, def T) {
 	}
 }
 
-// ErrServing is returned by Serve on a Server that is already serving
-// (admit.ErrServing).
-var ErrServing = admit.ErrServing
-
 // StoreOptions returns o with what the store must know of the server's
 // record layout: how to upgrade the keys of a store written before hash
 // slots (format 1), each record's kind, for the per-kind counts of INFO
@@ -318,28 +266,19 @@ func New(cfg Config) (*Server, error) {
 	if cfg.Store == nil {
 		return nil, errors.New("server: Config.Store is required")
 	}
-	orDefault(&cfg.RESP.MaxArgs, DefaultMaxArgs)
-	orDefault(&cfg.RESP.MaxBulk, DefaultMaxBulk)
-	orDefault(&cfg.RESP.MaxInline, DefaultMaxInline)
-	orDefault(&cfg.RESP.MaxQueryBuffer, DefaultMaxQueryBuffer)
-	orDefault(&cfg.MaxKeySize, DefaultMaxKeySize)
+	orDefault(&cfg.Engine.MaxKeySize, engine.DefaultMaxKeySize)
 	orDefault(&cfg.Listen.ShutdownTimeout, DefaultShutdownTimeout)
-	orDefault(&cfg.Listen.MaxClients, DefaultMaxClients)
-	orDefault(&cfg.RESP.MaxReplyBuffer, DefaultMaxReplyBuffer)
-	orDefault(&cfg.RESP.MaxMultiBytes, DefaultMaxMultiBytes)
-	cfg.Listen.MaxMemoryClients = cfg.Listen.MaxMemoryClients.OrDefault(DefaultMaxMemoryClients)
-	orDefault(&cfg.Divvy.MaxLine, DefaultDivvyMaxLine)
-	orDefault(&cfg.Divvy.MaxPipeline, DefaultDivvyMaxPipeline)
-	orDefault(&cfg.Policy.MaxOverrides, DefaultPolicyMaxOverrides)
-	orDefault(&cfg.Policy.StatsDays, DefaultPolicyStatsDays)
-	orDefault(&cfg.RLS.MaxMessage, DefaultRLSMaxMessage)
-	orDefault(&cfg.RLS.MaxStreams, DefaultRLSMaxStreams)
-	orDefault(&cfg.RLS.MaxDescriptors, DefaultRLSMaxDescriptors)
-	orDefault(&cfg.RLS.MaxHeaderBytes, DefaultRLSMaxHeaderBytes)
-	orDefault(&cfg.HTTP.MaxHeaderBytes, DefaultHTTPMaxHeaderBytes)
-	cfg.RESP.MaxAuthFailures = cfg.RESP.MaxAuthFailures.OrDefault(DefaultMaxAuthFailures)
-	if cfg.Version == "" {
-		cfg.Version = "dev"
+	orDefault(&cfg.Listen.MaxClients, admit.DefaultMaxClients)
+	cfg.Listen.MaxMemoryClients = cfg.Listen.MaxMemoryClients.OrDefault(respserver.DefaultMaxMemoryClients)
+	orDefault(&cfg.Policy.MaxOverrides, engine.DefaultMaxOverrides)
+	orDefault(&cfg.Policy.StatsDays, engine.DefaultStatsDays)
+	orDefault(&cfg.RLS.MaxMessage, envoy.DefaultMaxMessage)
+	orDefault(&cfg.RLS.MaxStreams, envoy.DefaultMaxStreams)
+	orDefault(&cfg.RLS.MaxDescriptors, envoy.DefaultMaxDescriptors)
+	orDefault(&cfg.RLS.MaxHeaderBytes, envoy.DefaultMaxHeaderBytes)
+	orDefault(&cfg.HTTP.MaxHeaderBytes, httpport.DefaultMaxHeaderBytes)
+	if cfg.Build.Version == "" {
+		cfg.Build.Version = "dev"
 	}
 	if cfg.Logger == nil {
 		cfg.Logger = slog.New(slog.DiscardHandler)
@@ -347,13 +286,11 @@ func New(cfg Config) (*Server, error) {
 	if cfg.Clock == nil {
 		cfg.Clock = time.Now
 	}
-	cfg.RESP.SweepInterval = cfg.RESP.SweepInterval.OrDefault(DefaultSweepInterval)
-	cfg.RESP.SweepRate = cfg.RESP.SweepRate.OrDefault(DefaultSweepRate)
-	if cfg.BackupDir == "" {
-		cfg.BackupDir = respserver.DefaultBackupDir
+	if cfg.Files.BackupDir == "" {
+		cfg.Files.BackupDir = respserver.DefaultBackupDir
 	}
-	if cfg.ReloadTimeout <= 0 {
-		cfg.ReloadTimeout = DefaultReloadTimeout
+	if cfg.Files.ReloadTimeout <= 0 {
+		cfg.Files.ReloadTimeout = reload.DefaultTimeout
 	}
 	s := &Server{
 		cfg:   cfg,
@@ -364,7 +301,7 @@ func New(cfg Config) (*Server, error) {
 	base := cfg.Clock
 	s.clock = func() time.Time { return base().Add(time.Duration(s.clockOffset.Load())) }
 	if cfg.Listen.TLS != nil {
-		t, err := admit.NewTLS(*cfg.Listen.TLS, cfg.MaxConfigFile)
+		t, err := admit.NewTLS(*cfg.Listen.TLS, cfg.Files.MaxConfigFile)
 		if err != nil {
 			return nil, err
 		}
@@ -374,17 +311,17 @@ func New(cfg Config) (*Server, error) {
 		return nil, err
 	}
 	if cfg.Policy.File != "" {
-		s.pol.Path, s.pol.MaxBytes = cfg.Policy.File, cfg.MaxConfigFile
+		s.pol.Path, s.pol.MaxBytes = cfg.Policy.File, cfg.Files.MaxConfigFile
 		if err := s.pol.Load(); err != nil {
 			return nil, err
 		}
 	}
 	co := clusternode.Options{
-		Store: s.store, Logger: s.log, Clock: s.clock, Cluster: cfg.Cluster,
-		AcceptRepairedClusterState: cfg.AcceptRepairedClusterState,
+		Store: s.store, Logger: s.log, Clock: s.clock, Cluster: cfg.Cluster.Node,
+		AcceptRepairedClusterState: cfg.Cluster.AcceptRepairedState,
 		Password:                   cfg.Listen.Password, TLS: cfg.Listen.TLS != nil,
 	}
-	if s.guard.TLS != nil && cfg.Cluster != nil && cfg.Cluster.Replicas > 1 {
+	if s.guard.TLS != nil && cfg.Cluster.Node != nil && cfg.Cluster.Node.Replicas > 1 {
 		var err error
 		if co.ReplicationClientTLS, co.ReplicationServerTLS, err = s.guard.TLS.Replication(); err != nil {
 			return nil, err
@@ -395,8 +332,8 @@ func New(cfg Config) (*Server, error) {
 		return nil, err
 	}
 	s.clus = clus
-	ecfg := engine.Config{Store: s.store, Clock: s.clock, MaxKeySize: cfg.MaxKeySize, MaxOverrides: int64(cfg.Policy.MaxOverrides), StatsDays: cfg.Policy.StatsDays}
-	if cfg.AllowOnStoreError {
+	ecfg := engine.Config{Store: s.store, Clock: s.clock, MaxKeySize: cfg.Engine.MaxKeySize, MaxOverrides: int64(cfg.Policy.MaxOverrides), StatsDays: cfg.Policy.StatsDays}
+	if cfg.Engine.AllowOnStoreError {
 		ecfg.OnStoreError = engine.Allow
 	}
 	if s.clus != nil { // not a nil *Node in the interface
@@ -415,7 +352,7 @@ func New(cfg Config) (*Server, error) {
 	s.done = make(chan struct{})
 	s.after = time.After
 	s.reload = reload.New(reload.Options{
-		Timeout: cfg.ReloadTimeout, Log: s.log, Closed: storage.ErrClosed,
+		Timeout: cfg.Files.ReloadTimeout, Log: s.log, Closed: storage.ErrClosed,
 		After: func(d time.Duration) <-chan time.Time { return s.after(d) },
 	})
 	s.initRESP()

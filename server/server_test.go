@@ -228,7 +228,7 @@ func TestConcurrentReducesSpendEachTokenOnce(t *testing.T) {
 }
 
 func TestBuiltins(t *testing.T) {
-	srv := startServer(t, Config{Version: "v9.9.9", Revision: "0123456789abcdef0123456789abcdef01234567"})
+	srv := startServer(t, Config{Build: Build{Version: "v9.9.9", Revision: "0123456789abcdef0123456789abcdef01234567"}})
 	rdb := newClient(t, srv)
 	ctx := context.Background()
 	do := func(args ...any) (any, error) { return rdb.Do(ctx, args...).Result() }
@@ -385,7 +385,7 @@ func TestMalformedInput(t *testing.T) {
 // A big argument sent one byte at a time is assembled, not re-parsed on
 // every read, and served.
 func TestSlowLargeArgument(t *testing.T) {
-	srv := startServer(t, Config{MaxKeySize: 64 << 10})
+	srv := startServer(t, Config{Engine: EngineConfig{MaxKeySize: 64 << 10}})
 	c := rawConn(t, srv)
 	key := strings.Repeat("k", 64<<10)
 	msg := fmt.Sprintf("*4\r\n$9\r\nRL.REDUCE\r\n$%d\r\n%s\r\n$2\r\n10\r\n$2\r\n60\r\n", len(key), key)

@@ -6,6 +6,8 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+
+	"github.com/sluicehq/sluice/internal/respserver"
 )
 
 // TestStatsTranscript replays resp/stats.txt on a server of its own with
@@ -15,7 +17,7 @@ func TestStatsTranscript(t *testing.T) {
 	srv := startServer(t, Config{
 		Clock:  newTestClock(transcriptTime).now,
 		Policy: PolicyConfig{File: filepath.Join(transcriptDir, "stats.ini")},
-		RESP:   RESPConfig{Debug: DebugLocal},
+		RESP:   respserver.Tuning{Debug: respserver.DebugLocal},
 	})
 	runRESPTranscript(t, srv, filepath.Join(transcriptDir, "resp", "stats.txt"))
 }
@@ -25,7 +27,7 @@ func TestStatsTranscript(t *testing.T) {
 // naming it; /metrics has the histogram of peak used ÷ limit.
 func TestStatsOverHTTP(t *testing.T) {
 	var logs bytes.Buffer
-	srv, c := policyServer(t, Config{RESP: RESPConfig{Debug: DebugLocal}}, "stats.ini", &logs)
+	srv, c := policyServer(t, Config{RESP: respserver.Tuning{Debug: respserver.DebugLocal}}, "stats.ini", &logs)
 	ctx := context.Background()
 	for _, ip := range []string{"10.0.0.1", "10.0.0.1", "10.0.0.1", "10.0.0.2"} {
 		if err := c.Do(ctx, "HIT", "path=/api", "ip="+ip).Err(); err != nil {

@@ -11,6 +11,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/sluicehq/sluice/internal/respserver"
 	"github.com/sluicehq/sluice/storage"
 )
 
@@ -27,7 +28,7 @@ func TestDiskFullAnswersErrorsThenRecovers(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			srv, err := New(Config{Store: store, AllowOnStoreError: allow})
+			srv, err := New(Config{Store: store, Engine: EngineConfig{AllowOnStoreError: allow}})
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -116,7 +117,7 @@ func TestWritesBeforeMaintenanceFailWithIt(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			srv, err := New(Config{Store: store, BackupDir: t.TempDir(), RESP: RESPConfig{SweepInterval: NoLimit[time.Duration]()}})
+			srv, err := New(Config{Store: store, Files: FilesConfig{BackupDir: t.TempDir()}, RESP: respserver.Tuning{SweepInterval: respserver.NoLimit[time.Duration]()}})
 			if err != nil {
 				t.Fatal(err)
 			}

@@ -16,6 +16,7 @@ import (
 	"time"
 
 	"github.com/redis/go-redis/v9"
+	"github.com/sluicehq/sluice/internal/clusternode"
 	"github.com/sluicehq/sluice/internal/respserver"
 	"github.com/sluicehq/sluice/storage"
 )
@@ -202,7 +203,7 @@ func TestTxProtocol(t *testing.T) {
 // of arguments, too large a queue) aborts the transaction: EXEC answers
 // EXECABORT and no queued command runs, so every bucket stays untouched.
 func TestTxExecAbort(t *testing.T) {
-	srv := startServer(t, Config{RESP: RESPConfig{MaxMultiBytes: 400}})
+	srv := startServer(t, Config{RESP: respserver.Tuning{MaxMultiBytes: 400}})
 	ctx := context.Background()
 	c := newClient(t, srv)
 	for _, bad := range []string{"NOPE x\r\n", "RL.REDUCE a 5\r\n", "ECHO " + strings.Repeat("x", 500) + "\r\n"} {
@@ -372,7 +373,7 @@ func TestTxRepliesAfterOneCommit(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	srv, err := New(Config{Store: store, RESP: RESPConfig{SweepInterval: NoLimit[time.Duration]()}})
+	srv, err := New(Config{Store: store, RESP: respserver.Tuning{SweepInterval: respserver.NoLimit[time.Duration]()}})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -408,7 +409,7 @@ func TestTxFailedCommit(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	srv, err := New(Config{Store: store, RESP: RESPConfig{SweepInterval: NoLimit[time.Duration]()}})
+	srv, err := New(Config{Store: store, RESP: respserver.Tuning{SweepInterval: respserver.NoLimit[time.Duration]()}})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -465,7 +466,7 @@ func (h *messageHandler) wait(t *testing.T, prefix string) {
 // TestTxQueueCountsAgainstClientMemory: a queued transaction is part of a
 // client's buffers for --maxmemory-clients.
 func TestTxQueueCountsAgainstClientMemory(t *testing.T) {
-	srv := startServer(t, Config{Listen: ListenConfig{MaxMemoryClients: LimitOf[int64](256 << 10)}, RESP: RESPConfig{MaxMultiBytes: 64 << 20}})
+	srv := startServer(t, Config{Listen: ListenConfig{MaxMemoryClients: respserver.LimitOf[int64](256 << 10)}, RESP: respserver.Tuning{MaxMultiBytes: 64 << 20}})
 	nc, err := net.Dial("tcp", srv.Addr().String())
 	if err != nil {
 		t.Fatal(err)
@@ -545,7 +546,7 @@ func TestTxClientListShowsQueue(t *testing.T) {
 // the committer would wait for forever (CLUSTER DROP after a write
 // deadlocked the store).
 func TestTxQueuesOnlyAllowedCommands(t *testing.T) {
-	srv := startServer(t, Config{Cluster: &ClusterConfig{Nodes: threeNodes, Self: threeNodes[1]}})
+	srv := startServer(t, Config{Cluster: ClusterConfig{Node: &clusternode.Config{Nodes: threeNodes, Self: threeNodes[1]}}})
 	mine := keyIn(5461, 10921)
 	for _, cmd := range []string{"CLUSTER DROP 0-5460", "CLUSTER DUMP 5461 5461 \"\" 10", "CLUSTER MIGRATE PAUSE",
 		"CLUSTER MIGRATE DIRTY 10", "DEL " + mine, "INFO", "DBSIZE", "COMPACT", "CHECKPOINT", "CONFIG SET x y", "POLICY reload"} {
@@ -585,7 +586,7 @@ func rawExchangeAll(t *testing.T, srv *Server, in string) string {
 // without EXEC (go-redis' Watch whose function writes nothing) is not
 // refused WATCH after a while.
 func TestTxUnwatchReturnsCharge(t *testing.T) {
-	srv := startServer(t, Config{RESP: RESPConfig{MaxMultiBytes: respserver.TxEntryCost * 10}})
+	srv := startServer(t, Config{RESP: respserver.Tuning{MaxMultiBytes: respserver.TxEntryCost * 10}})
 	in := strings.Repeat("WATCH a b c d e\r\nUNWATCH\r\n", 3)
 	want := strings.Repeat("+OK\r\n+OK\r\n", 3)
 	if got := rawExchange(t, srv, in, want); got != want {
@@ -637,8 +638,8 @@ func TestTxExecReplyLimits(t *testing.T) {
 		cfg    Config
 		want   string
 	}{
-		{"--max-reply-buffer", 64 << 10, 2 * 64 << 10, Config{RESP: RESPConfig{MaxReplyBuffer: 64 << 10}}, "-ERR reply buffer limit reached (--max-reply-buffer); the transaction ran, its replies are dropped; closing the connection\r\n"},
-		{"--maxmemory-clients", 512 << 10, 512 << 10, Config{Listen: ListenConfig{MaxMemoryClients: LimitOf[int64](512 << 10)}}, "-ERR client memory limit reached: the buffers of all clients exceed --maxmemory-clients; the transaction ran, its replies are dropped; closing the connection\r\n"},
+		{"--max-reply-buffer", 64 << 10, 2 * 64 << 10, Config{RESP: respserver.Tuning{MaxReplyBuffer: 64 << 10}}, "-ERR reply buffer limit reached (--max-reply-buffer); the transaction ran, its replies are dropped; closing the connection\r\n"},
+		{"--maxmemory-clients", 512 << 10, 512 << 10, Config{Listen: ListenConfig{MaxMemoryClients: respserver.LimitOf[int64](512 << 10)}}, "-ERR client memory limit reached: the buffers of all clients exceed --maxmemory-clients; the transaction ran, its replies are dropped; closing the connection\r\n"},
 	} {
 		t.Run(tc.flag, func(t *testing.T) {
 			srv := startServer(t, tc.cfg)
@@ -662,7 +663,7 @@ func TestTxExecReplyLimits(t *testing.T) {
 // accounting moved there, though INFO documents "error replies sent").
 func TestTxExecLimitErrorCounted(t *testing.T) {
 	const limit = 64 << 10
-	srv := startServer(t, Config{RESP: RESPConfig{MaxReplyBuffer: limit}})
+	srv := startServer(t, Config{RESP: respserver.Tuning{MaxReplyBuffer: limit}})
 	got := rawExchangeAll(t, srv, bigExec(false))
 	if !strings.HasSuffix(got, "-ERR reply buffer limit reached (--max-reply-buffer); the transaction ran, its replies are dropped; closing the connection\r\n") {
 		t.Fatalf("EXEC of 200 COMMAND DOCS with --max-reply-buffer %d: ending %q", limit, got[max(len(got)-200, 0):])

@@ -15,7 +15,7 @@ import (
 	"strings"
 
 	"github.com/sluicehq/sluice/internal/conffile"
-	"github.com/sluicehq/sluice/server"
+	"github.com/sluicehq/sluice/internal/httpport"
 )
 
 // backupConfig is what `sluice backup` reads from flags and environment.
@@ -190,8 +190,8 @@ func readBackup(resp *http.Response, fn func(name string, r io.Reader) error) (d
 	if _, err := io.Copy(io.Discard, resp.Body); err != nil {
 		return dir, files, fmt.Errorf("the archive is cut short: %w", err)
 	}
-	if got := resp.Trailer.Get(server.BackupTrailer); got != strconv.Itoa(files) {
-		return dir, files, fmt.Errorf("the archive is incomplete: %d files arrived, the server's %s trailer says %q", files, server.BackupTrailer, got)
+	if got := resp.Trailer.Get(httpport.BackupTrailer); got != strconv.Itoa(files) {
+		return dir, files, fmt.Errorf("the archive is incomplete: %d files arrived, the server's %s trailer says %q", files, httpport.BackupTrailer, got)
 	}
 	if files == 0 {
 		return dir, files, errors.New("the archive is empty")

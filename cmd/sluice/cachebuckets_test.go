@@ -1,11 +1,13 @@
 package main
 
 import (
+	"log/slog"
 	"strconv"
 	"strings"
 	"syscall"
 	"testing"
 
+	"github.com/sluicehq/sluice/internal/admit"
 	"github.com/sluicehq/sluice/storage"
 )
 
@@ -15,9 +17,6 @@ import (
 // turns the cache off, and --cache-memory wins over it; the environment
 // variable does the same.
 func TestCacheBucketsDeprecated(t *testing.T) {
-	env := func(vars map[string]string) func(string) (string, bool) {
-		return func(k string) (string, bool) { v, ok := vars[k]; return v, ok }
-	}
 	for _, tc := range []struct {
 		name  string
 		flags []string
@@ -32,7 +31,7 @@ func TestCacheBucketsDeprecated(t *testing.T) {
 		{"a few buckets give the least cache", []string{"--cache-buckets", "1000"}, nil, storage.MinCacheMemory},
 		{"environment, cache-memory wins", nil, map[string]string{"SLUICE_CACHE_BUCKETS": "1000", "SLUICE_CACHE_MEMORY": "2MiB"}, 2 << 20},
 	} {
-		cfg, err := parseConfig(tc.flags, env(tc.env), nil)
+		cfg, err := parseConfig(tc.flags, envOf(tc.env), nil)
 		if err != nil {
 			t.Fatalf("%s: %v", tc.name, err)
 		}
@@ -98,5 +97,55 @@ func TestCacheMemoryTooSmall(t *testing.T) {
 		if _, err := parseConfig([]string{"--cache-memory", v}, none, nil); err != nil {
 			t.Errorf("--cache-memory %s: %v", v, err)
 		}
+	}
+}
+
+// envOf looks variables up in vars, as os.LookupEnv does in the
+// environment.
+func envOf(vars map[string]string) func(string) (string, bool) {
+	return func(k string) (string, bool) { v, ok := vars[k]; return v, ok }
+}
+
+// TestStoreOptionsOff: --cache-memory 0 and --key-filter-size 0 (or their
+// environment variables) turn the bucket cache and the key filter off, as
+// docs/operations.md says: from the flags to storage.Options.NoCache and
+// NoKeyFilter, whose zero sizes would otherwise mean the store's defaults,
+// and to a store that caches nothing. Any other size keeps them on.
+func TestStoreOptionsOff(t *testing.T) {
+	for _, tc := range []struct {
+		name                  string
+		flags                 []string
+		env                   map[string]string
+		noCache, noKeyFilter  bool
+		cacheMemory, filterSz int64
+	}{
+		{"defaults", nil, nil, false, false, storage.DefaultCacheMemory, storage.DefaultKeyFilter},
+		{"flags 0", []string{"--cache-memory", "0", "--key-filter-size", "0"}, nil, true, true, 0, 0},
+		{"environment 0", nil, map[string]string{"SLUICE_CACHE_MEMORY": "0", "SLUICE_KEY_FILTER_SIZE": "0"}, true, true, 0, 0},
+		{"cache off alone", []string{"--cache-memory", "0"}, nil, true, false, 0, storage.DefaultKeyFilter},
+		{"filter off alone", []string{"--key-filter-size", "0"}, nil, false, true, storage.DefaultCacheMemory, 0},
+		{"sizes", []string{"--cache-memory", "2MiB", "--key-filter-size", "1MiB"}, nil, false, false, 2 << 20, 1 << 20},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			cfg, err := parseConfig(tc.flags, envOf(tc.env), nil)
+			if err != nil {
+				t.Fatal(err)
+			}
+			o := storeOptions(cfg, storage.SyncEverySec, admit.FDBudget{}, slog.New(slog.DiscardHandler))
+			if o.NoCache != tc.noCache || o.NoKeyFilter != tc.noKeyFilter {
+				t.Errorf("NoCache %v, NoKeyFilter %v; want %v, %v", o.NoCache, o.NoKeyFilter, tc.noCache, tc.noKeyFilter)
+			}
+			if o.CacheMemory != tc.cacheMemory || o.KeyFilterSize != tc.filterSz {
+				t.Errorf("CacheMemory %d, KeyFilterSize %d; want %d, %d", o.CacheMemory, o.KeyFilterSize, tc.cacheMemory, tc.filterSz)
+			}
+			s, err := storage.Open(t.TempDir(), o)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer s.Close()
+			if got := s.Stats().CacheMemory; got != tc.cacheMemory {
+				t.Errorf("the store's cache holds %d bytes, want %d", got, tc.cacheMemory)
+			}
+		})
 	}
 }

@@ -9,7 +9,7 @@ import (
 	"strings"
 
 	"github.com/sluicehq/sluice/client/ratelimitheader"
-	"github.com/sluicehq/sluice/server"
+	"github.com/sluicehq/sluice/internal/check"
 )
 
 // checkFlags are the flags of the forward-auth endpoint /check.
@@ -51,9 +51,9 @@ func (c *checkFlags) validate(policyFile string) error {
 }
 
 // serverConfig is the server's CheckConfig; validate has passed.
-func (c *checkFlags) serverConfig() server.CheckConfig {
+func (c *checkFlags) serverConfig() check.Config {
 	style, _ := ratelimitheader.ParseStyle(c.headerStyle)
-	return server.CheckConfig{
+	return check.Config{
 		TrustedProxies: c.trusted,
 		IdentityHeader: c.identityHeader,
 		FieldHeaders:   c.fieldHeaders,
@@ -114,7 +114,7 @@ func (p *prefixList) Set(v string) error {
 }
 
 // fieldHeaderList is FIELD=Header pairs; each Set adds to it.
-type fieldHeaderList []server.CheckFieldHeader
+type fieldHeaderList []check.FieldHeader
 
 func (f *fieldHeaderList) String() string {
 	s := make([]string, len(*f))
@@ -136,8 +136,8 @@ func (f *fieldHeaderList) Set(v string) error {
 		if !ok {
 			return &badValue{problem: partOf(part, v) + "want FIELD=Header"}
 		}
-		fh := server.CheckFieldHeader{Field: strings.TrimSpace(field), Header: strings.TrimSpace(header)}
-		if err := server.ValidateCheckFieldHeader(fh); err != nil {
+		fh := check.FieldHeader{Field: strings.TrimSpace(field), Header: strings.TrimSpace(header)}
+		if err := check.ValidateFieldHeader(fh); err != nil {
 			return fmt.Errorf("%q: %w", part, err)
 		}
 		for _, old := range *f {

@@ -8,7 +8,7 @@ import (
 	"testing"
 
 	"github.com/sluicehq/sluice/client/ratelimitheader"
-	"github.com/sluicehq/sluice/server"
+	"github.com/sluicehq/sluice/internal/check"
 )
 
 // TestCheckFlags: the /check flags from the command line and the
@@ -26,10 +26,10 @@ func TestCheckFlags(t *testing.T) {
 		t.Fatal(err)
 	}
 	got := cfg.check.serverConfig()
-	want := server.CheckConfig{
+	want := check.Config{
 		TrustedProxies: []netip.Prefix{netip.MustParsePrefix("10.0.0.0/8"), netip.MustParsePrefix("192.0.2.7/32")},
 		IdentityHeader: "X-User",
-		FieldHeaders:   []server.CheckFieldHeader{{Field: "quota", Header: "X-Quota"}, {Field: "plan", Header: "X-Plan"}, {Field: "tier", Header: "X-Tier"}},
+		FieldHeaders:   []check.FieldHeader{{Field: "quota", Header: "X-Quota"}, {Field: "plan", Header: "X-Plan"}, {Field: "tier", Header: "X-Tier"}},
 		HeaderStyle:    ratelimitheader.Both,
 		IPv4Bits:       24,
 		IPv6Bits:       56,

@@ -5,7 +5,7 @@ import (
 	"strings"
 
 	"github.com/sluicehq/sluice/cluster"
-	"github.com/sluicehq/sluice/server"
+	"github.com/sluicehq/sluice/internal/clusternode"
 )
 
 // clusterConfig turns --cluster-nodes, --cluster-size and
@@ -13,7 +13,7 @@ import (
 // empty (standalone). With a template, a node whose ordinal is past the
 // initial size (a pod added by kubectl scale) is still given its address,
 // and joins owning no slot until a rebalance.
-func clusterConfig(nodes string, size, ordinal int, hostname func() (string, error)) (*server.ClusterConfig, error) {
+func clusterConfig(nodes string, size, ordinal int, hostname func() (string, error)) (*clusternode.Config, error) {
 	if nodes == "" {
 		return nil, nil
 	}
@@ -43,5 +43,5 @@ func clusterConfig(nodes string, size, ordinal int, hostname func() (string, err
 	if size > 0 && size < len(addrs) {
 		initial = addrs[:size] // the others join owning no slot
 	}
-	return &server.ClusterConfig{Nodes: initial, Self: self}, nil
+	return &clusternode.Config{Nodes: initial, Self: self}, nil
 }

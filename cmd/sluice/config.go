@@ -10,6 +10,14 @@ import (
 	"time"
 
 	"github.com/sluicehq/sluice/cluster"
+	"github.com/sluicehq/sluice/internal/admit"
+	"github.com/sluicehq/sluice/internal/clusternode"
+	"github.com/sluicehq/sluice/internal/divvy"
+	"github.com/sluicehq/sluice/internal/engine"
+	"github.com/sluicehq/sluice/internal/envoy"
+	"github.com/sluicehq/sluice/internal/httpport"
+	"github.com/sluicehq/sluice/internal/reload"
+	"github.com/sluicehq/sluice/internal/respserver"
 	"github.com/sluicehq/sluice/server"
 	"github.com/sluicehq/sluice/storage"
 )
@@ -25,7 +33,7 @@ type config struct {
 	requirePassFile string
 	protectedMode   string
 	enableDebug     string
-	debug           server.DebugAccess // from enableDebug
+	debug           respserver.DebugAccess // from enableDebug
 	maxClients      int
 	maxAuthFailures int
 	timeout         int
@@ -98,32 +106,32 @@ type config struct {
 func newFlagSet(cfg *config, stderr io.Writer) *flag.FlagSet {
 	fs := flag.NewFlagSet("sluice", flag.ContinueOnError)
 	fs.SetOutput(stderr)
-	cfg.maxBulk = server.DefaultMaxBulk
-	cfg.maxKeySize = server.DefaultMaxKeySize
-	cfg.maxInline = server.DefaultMaxInline
-	cfg.maxQueryBuffer = server.DefaultMaxQueryBuffer
-	cfg.maxReplyBuffer = server.DefaultMaxReplyBuffer
-	cfg.maxMemClients = server.DefaultMaxMemoryClients
-	cfg.maxMultiBytes = server.DefaultMaxMultiBytes
+	cfg.maxBulk = respserver.DefaultMaxBulk
+	cfg.maxKeySize = engine.DefaultMaxKeySize
+	cfg.maxInline = respserver.DefaultMaxInline
+	cfg.maxQueryBuffer = respserver.DefaultMaxQueryBuffer
+	cfg.maxReplyBuffer = respserver.DefaultMaxReplyBuffer
+	cfg.maxMemClients = respserver.DefaultMaxMemoryClients
+	cfg.maxMultiBytes = respserver.DefaultMaxMultiBytes
 	cfg.cacheSize = storage.DefaultCacheSize
 	cfg.cacheMemory = storage.DefaultCacheMemory
 	cfg.memtableSize = storage.DefaultMemTableSize
 	cfg.keyFilterSize = storage.DefaultKeyFilter
 	cfg.commitQueueMem = storage.DefaultMaxQueuedBytes
-	cfg.divvyMaxLine = server.DefaultDivvyMaxLine
+	cfg.divvyMaxLine = divvy.DefaultMaxLine
 	cfg.memoryLimit = memoryLimit{auto: true}
 	addrVar(fs, &cfg.addr, "addr", "127.0.0.1:9049", "127.0.0.1:9049", false, "RESP listen address (host:port; port 0 picks a free one)")
 	fs.StringVar(&cfg.data, "data", "./sluice-data", "data directory, created if missing")
 	fs.StringVar(&cfg.fsync, "fsync", "everysec", "durability: always (reply after fsync), everysec (lose at most ~1s on a crash), no (the OS decides)")
 	addrVar(fs, &cfg.httpAddr, "http-addr", "127.0.0.1:9050", "127.0.0.1:9050", true, "HTTP listen address for /metrics, /healthz and /readyz; empty turns HTTP off")
-	cfg.httpMaxHeaderBytes = server.DefaultHTTPMaxHeaderBytes
+	cfg.httpMaxHeaderBytes = httpport.DefaultMaxHeaderBytes
 	fs.Var(&cfg.httpMaxHeaderBytes, "http-max-header-bytes", "most bytes of one request's header on --http-addr and --check-addr (request line, names and values); a longer one is answered 431")
 	fs.StringVar(&cfg.requirePass, "requirepass", "", "password clients must give with AUTH (visible in process listings: prefer --requirepass-file)")
 	fs.StringVar(&cfg.requirePassFile, "requirepass-file", "", "file holding the password clients must give with AUTH (one line; a trailing newline is ignored)")
 	fs.StringVar(&cfg.enableDebug, "enable-debug-command", "no", "who may run DEBUG (CLOCK-OFFSET shifts the server clock, for fault-injection tests): no, yes (every client), or local (clients on loopback)")
 	fs.StringVar(&cfg.protectedMode, "protected-mode", "yes", "yes: without a password or TLS client certificates, refuse clients not on loopback; no: serve everyone")
-	intVar(fs, &cfg.maxClients, "maxclients", server.DefaultMaxClients, "most connections at once, RESP, divvy and HTTP together; more are answered with an error and closed; lowered to what the open-file limit allows")
-	intVar(fs, &cfg.maxAuthFailures, "max-auth-failures", server.DefaultMaxAuthFailures, "failed AUTH attempts after which a connection is closed; 0 never closes")
+	intVar(fs, &cfg.maxClients, "maxclients", admit.DefaultMaxClients, "most connections at once, RESP, divvy and HTTP together; more are answered with an error and closed; lowered to what the open-file limit allows")
+	intVar(fs, &cfg.maxAuthFailures, "max-auth-failures", respserver.DefaultMaxAuthFailures, "failed AUTH attempts after which a connection is closed; 0 never closes")
 	intVar(fs, &cfg.timeout, "timeout", 0, "close a connection idle for this many seconds; 0 never does")
 	fs.Var(&cfg.maxMultiBytes, "max-multi-bytes", "most bytes of one connection's transaction: the commands queued after MULTI plus 64 for each command and WATCHed key; past it the transaction is discarded (EXEC answers EXECABORT)")
 	fs.Var(&cfg.maxReplyBuffer, "max-reply-buffer", "most bytes of replies queued for a client (one reply, as long pipelines are answered in 16 KiB chunks) before the connection is closed")
@@ -132,7 +140,7 @@ func newFlagSet(cfg *config, stderr io.Writer) *flag.FlagSet {
 	fs.StringVar(&cfg.tlsKey, "tls-key", "", "PEM private key file of --tls-cert")
 	fs.StringVar(&cfg.tlsCA, "tls-ca", "", "PEM CA file: require RESP clients to present a certificate it signed")
 	fs.StringVar(&cfg.onStoreError, "on-store-error", "deny", "when the disk refuses writes (full, I/O error): deny answers limit commands with an error; allow answers them from the last known state without storing the change")
-	intVar(fs, &cfg.maxArgs, "max-args", server.DefaultMaxArgs, "most arguments in one command")
+	intVar(fs, &cfg.maxArgs, "max-args", respserver.DefaultMaxArgs, "most arguments in one command")
 	fs.Var(&cfg.maxBulk, "max-bulk", "most bytes in one argument")
 	fs.Var(&cfg.maxKeySize, "max-key-size", "longest key a command may name (the key of RL.*, CL.*, FW.*, ROLL.* and DEL, a HIT actor value); a longer one gets an error reply and nothing is stored; bounds what one key costs in memory")
 	fs.Var(&cfg.maxInline, "max-inline", "most bytes in one inline (telnet-style) command line")
@@ -147,18 +155,18 @@ func newFlagSet(cfg *config, stderr io.Writer) *flag.FlagSet {
 	fs.Var(&cfg.memoryLimit, "memory-limit", "the Go runtime's soft memory limit: auto computes the sizing rule from the memory flags (docs/operations.md, Sizing), 0 sets none, or a size; the GOMEMLIMIT environment variable wins over it")
 	fs.Var(&cfg.keyFilterSize, "key-filter-size", "in-memory filter of stored keys that spares a disk lookup for new buckets (about 10 bits per key); 0 turns it off")
 	durationVar(fs, &cfg.shutdownTimeout, "shutdown-timeout", server.DefaultShutdownTimeout, "on SIGTERM, the most the shutdown takes: connections finish their last pipeline, then the store is written, fsynced and closed; past it, sluice exits with status 1 and logs what may be lost")
-	durationVar(fs, &cfg.sweepInterval, "sweep-interval", server.DefaultSweepInterval, "pause between passes of the sweep that deletes idle records (buckets refilled to full, ended windows, GCRA keys whose allowance is whole); 0 turns it off (COMPACT still sweeps)")
-	intVar(fs, &cfg.sweepRate, "sweep-rate", server.DefaultSweepRate, "most records the background sweep examines per second; 0 for no limit")
+	durationVar(fs, &cfg.sweepInterval, "sweep-interval", respserver.DefaultSweepInterval, "pause between passes of the sweep that deletes idle records (buckets refilled to full, ended windows, GCRA keys whose allowance is whole); 0 turns it off (COMPACT still sweeps)")
+	intVar(fs, &cfg.sweepRate, "sweep-rate", respserver.DefaultSweepRate, "most records the background sweep examines per second; 0 for no limit")
 	fs.StringVar(&cfg.backupDir, "backup-dir", "./sluice-backups", "directory where CHECKPOINT writes its copies of the store")
 	fs.StringVar(&cfg.moveStoreFrom, "move-store-from", "", "a directory that may hold a store directly (the image's volume, /data, as laid out before the store moved to /data/store): before opening, its store is moved into --data, which must be directly inside it; a move cut short is finished at the next start; empty: none")
 	fs.StringVar(&cfg.logFormat, "log-format", "text", "log format: text or json")
 	fs.StringVar(&cfg.logLevel, "log-level", "info", "log level: debug, info, warn or error")
 	fs.StringVar(&cfg.policyFile, "policy", "", "divvy rule file (.ini or .json) for HIT and the line protocol; reloaded on SIGHUP and POLICY RELOAD")
-	intVar(fs, &cfg.policyMaxOverrides, "policy-max-overrides", server.DefaultPolicyMaxOverrides, "most per-actor overrides (POLICY OVERRIDE) the server keeps (in a cluster, each node its own); a new one past it gets an error reply")
-	intVar(fs, &cfg.policyStatsDays, "policy-stats-days", server.DefaultPolicyStatsDays, "days (UTC) of threshold data POLICY STATS keeps per rule label, today included, at most 366; older days are dropped")
+	intVar(fs, &cfg.policyMaxOverrides, "policy-max-overrides", engine.DefaultMaxOverrides, "most per-actor overrides (POLICY OVERRIDE) the server keeps (in a cluster, each node its own); a new one past it gets an error reply")
+	intVar(fs, &cfg.policyStatsDays, "policy-stats-days", engine.DefaultStatsDays, "days (UTC) of threshold data POLICY STATS keeps per rule label, today included, at most 366; older days are dropped")
 	addrVar(fs, &cfg.divvyAddr, "divvy-addr", "", "127.0.0.1:8321", true, "listen address for divvy's line protocol (conventionally 127.0.0.1:8321); empty turns it off")
 	fs.Var(&cfg.divvyMaxLine, "divvy-max-line", "longest line the divvy line protocol accepts")
-	intVar(fs, &cfg.divvyMaxPipeline, "divvy-max-pipeline", server.DefaultDivvyMaxPipeline, "most HIT lines of one divvy connection executed before their replies are sent and more are read")
+	intVar(fs, &cfg.divvyMaxPipeline, "divvy-max-pipeline", divvy.DefaultMaxPipeline, "most HIT lines of one divvy connection executed before their replies are sent and more are read")
 	intVar(fs, &cfg.divvyTimeout, "divvy-timeout", 300, "close a divvy connection idle for this many seconds; 0 never does")
 	addCheckFlags(fs, &cfg.check)
 	fs.StringVar(&cfg.clusterNodes, "cluster-nodes", "", "cluster mode: the nodes' announced host:port in ordinal order, comma-separated, or a template with {i} (sluice-{i}.sluice:9049) and --cluster-size; empty: standalone")
@@ -167,21 +175,21 @@ func newFlagSet(cfg *config, stderr io.Writer) *flag.FlagSet {
 	intVar(fs, &cfg.clusterReplicas, "cluster-replicas", 1, "cluster mode: the replicas of each shard: 1 keeps one copy of each slot; 3 or 5 replicate each shard (a slot range placed from --cluster-nodes) with Raft, its leader alone deciding, with automatic failover")
 	intVar(fs, &cfg.clusterShards, "cluster-shards", 0, "cluster mode with --cluster-replicas above 1: how many shards (slot ranges, each a Raft group) the cluster has, from one per node up to 64, each node the home of as many as another, give or take one; 0: one per node. Fixed when the cluster first starts")
 	fs.StringVar(&cfg.clusterBusNodes, "cluster-bus-nodes", "", "cluster mode with --cluster-replicas above 1: the nodes' replication host:port in the order of --cluster-nodes, comma-separated; empty: each node's port plus 10000")
-	durationVar(fs, &cfg.clusterElection, "cluster-election-timeout", server.DefaultElectionTimeout, "cluster mode with --cluster-replicas above 1: how long a shard's replicas go without a word from its leader before electing another")
-	durationVar(fs, &cfg.clusterTimeout, "cluster-forward-timeout", server.DefaultForwardTimeout, "cluster mode: the most one HIT counter forwarded to the node owning it may take, connecting included")
+	durationVar(fs, &cfg.clusterElection, "cluster-election-timeout", clusternode.DefaultElectionTimeout, "cluster mode with --cluster-replicas above 1: how long a shard's replicas go without a word from its leader before electing another")
+	durationVar(fs, &cfg.clusterTimeout, "cluster-forward-timeout", clusternode.DefaultForwardTimeout, "cluster mode: the most one HIT counter forwarded to the node owning it may take, connecting included")
 	fs.StringVar(&cfg.clusterReassign, "cluster-reassign-from", "", "cluster mode: the node (announced host:port) a data directory was recorded as, to start it as this node anyway, on purpose: it then records this node; without it, a directory of another node is refused")
 	boolVar(fs, &cfg.acceptRepaired, "accept-repaired-cluster-state", false, "start on a store whose cluster state (topology, moves, identity) sluice repair brought back older than it may have been, after checking it against the rest of the cluster; without it such a store is refused")
-	durationVar(fs, &cfg.clusterClockSkew, "cluster-max-clock-skew", server.DefaultMaxClockSkew, "cluster mode: how far the clock of a node forwarding a HIT counter may be from this node's; a forwarded time further off is clamped to this node's clock plus or minus it")
-	cfg.rlsMaxMessage = server.DefaultRLSMaxMessage
+	durationVar(fs, &cfg.clusterClockSkew, "cluster-max-clock-skew", clusternode.DefaultMaxClockSkew, "cluster mode: how far the clock of a node forwarding a HIT counter may be from this node's; a forwarded time further off is clamped to this node's clock plus or minus it")
+	cfg.rlsMaxMessage = envoy.DefaultMaxMessage
 	addrVar(fs, &cfg.rlsAddr, "rls-addr", "", "127.0.0.1:8081", true, "gRPC listen address for Envoy's rate limit service (ShouldRateLimit and gRPC health; conventionally 127.0.0.1:8081); empty turns it off")
 	fs.StringVar(&cfg.rlsConfig, "rls-config", "", "directory of envoyproxy/ratelimit YAML files (*.yaml, *.yml) for --rls-addr; reloaded on SIGHUP")
 	boolVar(fs, &cfg.rlsResponseHeaders, "rls-response-headers", false, "add RateLimit-Limit, RateLimit-Remaining and RateLimit-Reset to rate limit service replies (envoyproxy/ratelimit's LIMIT_RESPONSE_HEADERS_ENABLED)")
 	fs.Var(&cfg.rlsMaxMessage, "rls-max-message", "largest gRPC request the rate limit service accepts")
-	intVar(fs, &cfg.rlsMaxStreams, "rls-max-streams", server.DefaultRLSMaxStreams, "most rate limit service calls in flight on one gRPC connection")
+	intVar(fs, &cfg.rlsMaxStreams, "rls-max-streams", envoy.DefaultMaxStreams, "most rate limit service calls in flight on one gRPC connection")
 	addMaxConfigFile(fs, &cfg.maxConfigFile)
-	durationVar(fs, &cfg.reloadTimeout, "reload-timeout", server.DefaultReloadTimeout, "the most a reload (SIGHUP, POLICY RELOAD) is waited for, reading its files or waiting for the one before (a network file system that hangs); past it POLICY RELOAD answers an error and the reload goes on, logging its outcome when it ends; SIGTERM never waits for a reload")
-	intVar(fs, &cfg.rlsMaxDescriptors, "rls-max-descriptors", server.DefaultRLSMaxDescriptors, "most descriptors in one rate limit service call; more is refused (INVALID_ARGUMENT)")
-	cfg.rlsMaxHeaderBytes = server.DefaultRLSMaxHeaderBytes
+	durationVar(fs, &cfg.reloadTimeout, "reload-timeout", reload.DefaultTimeout, "the most a reload (SIGHUP, POLICY RELOAD) is waited for, reading its files or waiting for the one before (a network file system that hangs); past it POLICY RELOAD answers an error and the reload goes on, logging its outcome when it ends; SIGTERM never waits for a reload")
+	intVar(fs, &cfg.rlsMaxDescriptors, "rls-max-descriptors", envoy.DefaultMaxDescriptors, "most descriptors in one rate limit service call; more is refused (INVALID_ARGUMENT)")
+	cfg.rlsMaxHeaderBytes = envoy.DefaultMaxHeaderBytes
 	fs.Var(&cfg.rlsMaxHeaderBytes, "rls-max-header-bytes", "most bytes of one rate limit service call's header list (names, values and 32 per field, as HTTP/2 counts them); a longer one resets the stream")
 	boolVar(fs, &cfg.showVersion, "version", false, "print the version and exit")
 	fs.Usage = func() {
@@ -222,8 +230,8 @@ func parseConfig(args []string, lookupEnv func(string) (string, bool), stderr io
 			return cfg, fmt.Errorf("--%s %d: want at least 1", name, v)
 		}
 	}
-	if cfg.policyStatsDays > server.MaxPolicyStatsDays {
-		return cfg, fmt.Errorf("--policy-stats-days %d: want at most %d", cfg.policyStatsDays, server.MaxPolicyStatsDays)
+	if cfg.policyStatsDays > engine.MaxStatsDays {
+		return cfg, fmt.Errorf("--policy-stats-days %d: want at most %d", cfg.policyStatsDays, engine.MaxStatsDays)
 	}
 	for name, v := range map[string]byteSize{"max-bulk": cfg.maxBulk, "max-key-size": cfg.maxKeySize, "max-inline": cfg.maxInline, "max-query-buffer": cfg.maxQueryBuffer, "max-reply-buffer": cfg.maxReplyBuffer,
 		"cache-size": cfg.cacheSize, "memtable-size": cfg.memtableSize, "divvy-max-line": cfg.divvyMaxLine, "commit-queue-memory": cfg.commitQueueMem, "rls-max-message": cfg.rlsMaxMessage,
@@ -374,14 +382,14 @@ func newLogger(format, level string, w io.Writer) (*slog.Logger, error) {
 
 // debugAccess maps --enable-debug-command's values, Redis 7's, and
 // reports false for another.
-func debugAccess(v string) (server.DebugAccess, bool) {
+func debugAccess(v string) (respserver.DebugAccess, bool) {
 	switch v {
 	case "no":
-		return server.DebugRefused, true
+		return respserver.DebugRefused, true
 	case "yes":
-		return server.DebugAllowed, true
+		return respserver.DebugAllowed, true
 	case "local":
-		return server.DebugLocal, true
+		return respserver.DebugLocal, true
 	}
-	return server.DebugRefused, false
+	return respserver.DebugRefused, false
 }

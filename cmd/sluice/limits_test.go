@@ -18,8 +18,7 @@ import (
 	"time"
 
 	"github.com/redis/go-redis/v9"
-
-	"github.com/sluicehq/sluice/server"
+	"github.com/sluicehq/sluice/internal/admit"
 )
 
 // noFileEnv, "soft:hard", makes the re-executed test binary set its
@@ -172,9 +171,9 @@ func TestFDLimitCapsConnections(t *testing.T) {
 	t.Logf("%d connections: %d admitted, %d refused; sluice holds %d file descriptors of 256", conns, admitted, refused, len(fds))
 	// maxclients 92, less the authenticated client, and HTTP's reserve for
 	// probes past it.
-	wantAdmitted := 91 + server.HTTPReserve
+	wantAdmitted := 91 + admit.HTTPReserve
 	if admitted != wantAdmitted || refused != conns-wantAdmitted {
-		t.Fatalf("admitted %d and refused %d; want %d admitted (maxclients 92, less the authenticated client, plus %d HTTP)", admitted, refused, wantAdmitted, server.HTTPReserve)
+		t.Fatalf("admitted %d and refused %d; want %d admitted (maxclients 92, less the authenticated client, plus %d HTTP)", admitted, refused, wantAdmitted, admit.HTTPReserve)
 	}
 	for field, want := range map[string]string{"maxclients": "92", "maxclients_requested": "10000", "fd_limit": "256",
 		"admitted_connections": strconv.Itoa(wantAdmitted + 1), "rejected_connections": strconv.Itoa(conns - wantAdmitted)} {

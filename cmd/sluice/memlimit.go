@@ -6,7 +6,7 @@ import (
 	"runtime/debug"
 	"strings"
 
-	"github.com/sluicehq/sluice/server"
+	"github.com/sluicehq/sluice/internal/respserver"
 	"github.com/sluicehq/sluice/storage"
 )
 
@@ -31,7 +31,7 @@ const runtimeMemory = 40 << 20
 func autoMemoryLimit(cfg config, pebbleOnGoHeap bool) int64 {
 	clients := int64(cfg.maxMemClients)
 	if clients == 0 {
-		clients = server.DefaultMaxMemoryClients
+		clients = respserver.DefaultMaxMemoryClients
 	}
 	// parseConfig has converted a deprecated --cache-buckets.
 	n := int64(cfg.cacheMemory) + int64(cfg.keyFilterSize) + clients + runtimeMemory

@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/redis/go-redis/v9"
+	"github.com/sluicehq/sluice/internal/clusternode"
 	"github.com/sluicehq/sluice/keyspace"
 	"github.com/sluicehq/sluice/server"
 	"github.com/sluicehq/sluice/storage"
@@ -36,7 +37,7 @@ func BenchmarkMigrate1M(b *testing.B) {
 		if err != nil {
 			b.Fatal(err)
 		}
-		srv, err := server.New(server.Config{Store: store, Cluster: &server.ClusterConfig{Nodes: addrs[:1], Self: addrs[i]}})
+		srv, err := server.New(server.Config{Store: store, Cluster: server.ClusterConfig{Node: &clusternode.Config{Nodes: addrs[:1], Self: addrs[i]}}})
 		if err != nil {
 			b.Fatal(err)
 		}

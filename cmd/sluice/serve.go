@@ -13,7 +13,12 @@ import (
 	"time"
 
 	"github.com/sluicehq/sluice/cluster"
+	"github.com/sluicehq/sluice/internal/admit"
+	"github.com/sluicehq/sluice/internal/clusternode"
 	"github.com/sluicehq/sluice/internal/conffile"
+	"github.com/sluicehq/sluice/internal/divvy"
+	"github.com/sluicehq/sluice/internal/envoy"
+	"github.com/sluicehq/sluice/internal/respserver"
 	"github.com/sluicehq/sluice/policy"
 	"github.com/sluicehq/sluice/rls"
 	"github.com/sluicehq/sluice/server"
@@ -103,30 +108,17 @@ func (serveCommand) run(inv invocation, args []string) (err error) {
 	// within the limit too. restore matters only to tests that call run.
 	memLimit, memLimitSource, restoreMemLimit := applyMemoryLimit(cfg, lookupEnv, log)
 	defer restoreMemLimit()
-	var tlsFiles *server.TLSFiles
+	var tlsFiles *admit.TLSFiles
 	if cfg.tlsCert != "" {
-		tlsFiles = &server.TLSFiles{Cert: cfg.tlsCert, Key: cfg.tlsKey, CA: cfg.tlsCA}
+		tlsFiles = &admit.TLSFiles{Cert: cfg.tlsCert, Key: cfg.tlsKey, CA: cfg.tlsCA}
 	}
 	// A signal stops the open too: replaying a long log, or a store that
 	// cannot be opened, must not make the process ignore SIGTERM.
-	storeOpts := server.StoreOptions(storage.Options{
-		Sync:                  mode,
-		CacheSize:             int64(cfg.cacheSize),
-		CacheMemory:           int64(cfg.cacheMemory),
-		NoCache:               cfg.cacheMemory == 0,
-		KeyFilterSize:         int64(cfg.keyFilterSize),
-		NoKeyFilter:           cfg.keyFilterSize == 0,
-		MemTableSize:          int64(cfg.memtableSize),
-		MaxOpenFiles:          files.StoreFiles,
-		MaxQueuedBytes:        int(cfg.commitQueueMem),
-		Committers:            cfg.committers,
-		CompactionConcurrency: cfg.compactions,
-		Logger:                log,
-	})
+	storeOpts := storeOptions(cfg, mode, files, log)
 	if clusterCfg != nil && clusterCfg.Replicas > 1 {
 		// One committer per shard, proposing its rounds to the shard's
 		// group.
-		if storeOpts, clusterCfg.Replicator, err = server.ReplicatedStoreOptions(storeOpts, len(clusterCfg.Nodes), clusterCfg.Shards, clusterCfg.Replicas); err != nil {
+		if storeOpts, clusterCfg.Replicator, err = clusternode.ReplicatedStoreOptions(storeOpts, len(clusterCfg.Nodes), clusterCfg.Shards, clusterCfg.Replicas); err != nil {
 			if errors.Is(err, cluster.ErrShards) {
 				return fmt.Errorf("--cluster-shards: %w", err)
 			}
@@ -175,13 +167,32 @@ func (serveCommand) run(inv invocation, args []string) (err error) {
 	return err
 }
 
+// storeOptions is the storage.Options of cfg: a size of 0 (--cache-memory
+// 0, --key-filter-size 0) is the store's "off", not its default.
+func storeOptions(cfg config, mode storage.SyncMode, files admit.FDBudget, log *slog.Logger) storage.Options {
+	return server.StoreOptions(storage.Options{
+		Sync:                  mode,
+		CacheSize:             int64(cfg.cacheSize),
+		CacheMemory:           int64(cfg.cacheMemory),
+		NoCache:               cfg.cacheMemory == 0,
+		KeyFilterSize:         int64(cfg.keyFilterSize),
+		NoKeyFilter:           cfg.keyFilterSize == 0,
+		MemTableSize:          int64(cfg.memtableSize),
+		MaxOpenFiles:          files.StoreFiles,
+		MaxQueuedBytes:        int(cfg.commitQueueMem),
+		Committers:            cfg.committers,
+		CompactionConcurrency: cfg.compactions,
+		Logger:                log,
+	})
+}
+
 // serverConfig is the server.Config of cfg, for store, with what
 // serveCommand read or derived from it.
-func serverConfig(cfg config, store *storage.Store, log *slog.Logger, password string, files server.FDBudget, clusterCfg *server.ClusterConfig, tlsFiles *server.TLSFiles, memLimit int64, memLimitSource string) server.Config {
+func serverConfig(cfg config, store *storage.Store, log *slog.Logger, password string, files admit.FDBudget, clusterCfg *clusternode.Config, tlsFiles *admit.TLSFiles, memLimit int64, memLimitSource string) server.Config {
 	return server.Config{
 		Store:  store,
 		Logger: log,
-		RESP: server.RESPConfig{
+		RESP: respserver.Tuning{
 			MaxArgs:           cfg.maxArgs,
 			MaxBulk:           int64(cfg.maxBulk),
 			MaxInline:         int(cfg.maxInline),
@@ -196,7 +207,10 @@ func serverConfig(cfg config, store *storage.Store, log *slog.Logger, password s
 			MemoryLimitSource: memLimitSource,
 			Debug:             cfg.debug,
 		},
-		MaxKeySize: int(cfg.maxKeySize),
+		Engine: server.EngineConfig{
+			MaxKeySize:        int(cfg.maxKeySize),
+			AllowOnStoreError: cfg.onStoreError == "allow",
+		},
 		Listen: server.ListenConfig{
 			ShutdownTimeout:        cfg.shutdownTimeout,
 			Password:               password,
@@ -206,27 +220,27 @@ func serverConfig(cfg config, store *storage.Store, log *slog.Logger, password s
 			MaxMemoryClients:       zeroIsOff(int64(cfg.maxMemClients)),
 			TLS:                    tlsFiles,
 		},
-		Version:   buildVersion(),
-		Revision:  buildRevision(),
-		BackupDir: cfg.backupDir,
-
-		AllowOnStoreError: cfg.onStoreError == "allow",
+		Build: server.Build{Version: buildVersion(), Revision: buildRevision()},
+		Files: server.FilesConfig{
+			BackupDir:     cfg.backupDir,
+			MaxConfigFile: int64(cfg.maxConfigFile),
+			ReloadTimeout: cfg.reloadTimeout,
+		},
 
 		Policy: server.PolicyConfig{
 			File:         cfg.policyFile,
 			MaxOverrides: cfg.policyMaxOverrides,
 			StatsDays:    cfg.policyStatsDays,
 		},
-		Divvy: server.DivvyConfig{
+		Divvy: divvy.Config{
 			MaxLine:     int(cfg.divvyMaxLine),
 			MaxPipeline: cfg.divvyMaxPipeline,
 			IdleTimeout: time.Duration(cfg.divvyTimeout) * time.Second,
 		},
 
-		Check:                      cfg.check.serverConfig(),
-		Cluster:                    clusterCfg,
-		AcceptRepairedClusterState: cfg.acceptRepaired,
-		RLS: server.RLSConfig{
+		Check:   cfg.check.serverConfig(),
+		Cluster: server.ClusterConfig{Node: clusterCfg, AcceptRepairedState: cfg.acceptRepaired},
+		RLS: envoy.Config{
 			Dir:             cfg.rlsConfig,
 			ResponseHeaders: cfg.rlsResponseHeaders,
 			MaxMessage:      int(cfg.rlsMaxMessage),
@@ -235,9 +249,7 @@ func serverConfig(cfg config, store *storage.Store, log *slog.Logger, password s
 			MaxHeaderBytes:  int(cfg.rlsMaxHeaderBytes),
 		},
 
-		MaxConfigFile: int64(cfg.maxConfigFile),
-		ReloadTimeout: cfg.reloadTimeout,
-		HTTP:          server.HTTPConfig{MaxHeaderBytes: int(cfg.httpMaxHeaderBytes)},
+		HTTP: server.HTTPConfig{MaxHeaderBytes: int(cfg.httpMaxHeaderBytes)},
 	}
 }
 
@@ -349,19 +361,19 @@ func shutdown(srv *server.Server, store *storage.Store, timeout time.Duration, l
 }
 
 // fdBudget raises the open-file limit to its hard limit and shares it
-// between the store, the process and connections (server.BudgetFDs). It
+// between the store, the process and connections (admit.BudgetFDs). It
 // fails when the limit is too low to run; when the limit cannot be read it
 // warns and returns a zero budget, which leaves --maxclients as given.
-func fdBudget(log *slog.Logger) (server.FDBudget, error) {
+func fdBudget(log *slog.Logger) (admit.FDBudget, error) {
 	now, was, err := raiseFDLimit()
 	if err != nil {
 		log.Warn("cannot read the open-file limit; --maxclients is not checked against it", "err", err)
-		return server.FDBudget{}, nil
+		return admit.FDBudget{}, nil
 	}
 	if now > was {
 		log.Info("raised the open-file limit (soft RLIMIT_NOFILE) to the hard limit", "from", was, "to", now)
 	}
-	return server.BudgetFDs(now)
+	return admit.BudgetFDs(now)
 }
 
 // readPassword returns the password from --requirepass or from the file
@@ -388,7 +400,7 @@ func readPassword(pass, file string, limit byteSize) (string, error) {
 // addMaxConfigFile defines --max-config-file on fs, for the server and for
 // the subcommands, which read the same kinds of file.
 func addMaxConfigFile(fs *flag.FlagSet, v *byteSize) {
-	*v = server.DefaultMaxConfigFile
+	*v = conffile.DefaultLimit
 	fs.Var(v, "max-config-file", "most bytes read from a file sluice is given: the --policy file, each TLS and password file, the files of --rls-config together; a bigger one is refused, and so is anything but a regular file or a symlink to one (a named pipe, a device)")
 }
 
@@ -405,11 +417,11 @@ func loadKeyPair(certFile, keyFile string, limit byteSize) (tls.Certificate, err
 	return tls.X509KeyPair(certPEM, keyPEM)
 }
 
-// zeroIsOff maps a flag where 0 means off to a server.Limit, whose zero is
+// zeroIsOff maps a flag where 0 means off to a respserver.Limit, whose zero is
 // the default.
-func zeroIsOff[T int | int64 | time.Duration](n T) server.Limit[T] {
+func zeroIsOff[T int | int64 | time.Duration](n T) respserver.Limit[T] {
 	if n == 0 {
-		return server.NoLimit[T]()
+		return respserver.NoLimit[T]()
 	}
-	return server.LimitOf(n)
+	return respserver.LimitOf(n)
 }

@@ -10,6 +10,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/sluicehq/sluice/internal/respserver"
 	"github.com/sluicehq/sluice/keyspace"
 	"github.com/sluicehq/sluice/server"
 	"github.com/sluicehq/sluice/storage"
@@ -90,7 +91,7 @@ func TestUpgradeFormat1(t *testing.T) {
 		Store:  store,
 		Policy: server.PolicyConfig{File: "testdata/format1/policy.ini"},
 		Clock:  func() time.Time { return time.UnixMilli(1795469061587) },
-		RESP:   server.RESPConfig{SweepInterval: server.NoLimit[time.Duration]()},
+		RESP:   respserver.Tuning{SweepInterval: respserver.NoLimit[time.Duration]()},
 	})
 	defer stop()
 	ctx := context.Background()

@@ -24,6 +24,7 @@ import (
 	"github.com/redis/go-redis/v9"
 	"sigs.k8s.io/yaml"
 
+	"github.com/sluicehq/sluice/internal/envoy"
 	"github.com/sluicehq/sluice/server"
 	"github.com/sluicehq/sluice/storage"
 )
@@ -236,12 +237,12 @@ func scrape(t *testing.T) map[string]bool {
 	var now atomic.Int64
 	now.Store(time.Date(2026, 11, 28, 12, 0, 0, 0, time.UTC).UnixNano())
 	srv, err := server.New(server.Config{
-		Clock:     func() time.Time { return time.Unix(0, now.Load()) },
-		Store:     store,
-		Listen:    server.ListenConfig{Password: "pw"},
-		BackupDir: filepath.Join(t.TempDir(), "backups"),
-		Policy:    server.PolicyConfig{File: policy},
-		RLS:       server.RLSConfig{Dir: rlsDir},
+		Clock:  func() time.Time { return time.Unix(0, now.Load()) },
+		Store:  store,
+		Listen: server.ListenConfig{Password: "pw"},
+		Files:  server.FilesConfig{BackupDir: filepath.Join(t.TempDir(), "backups")},
+		Policy: server.PolicyConfig{File: policy},
+		RLS:    envoy.Config{Dir: rlsDir},
 	})
 	if err != nil {
 		t.Fatal(err)

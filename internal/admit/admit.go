@@ -28,6 +28,10 @@ import (
 // flood cannot hold descriptors or goroutines.
 const RefusalSlots = 16
 
+// DefaultMaxClients is --maxclients' default, as in Redis: Gate.Max
+// before the open-file limit lowers it (FDBudget.MaxClients).
+const DefaultMaxClients = 10000
+
 // Gate is what every listener of a server shares: the connection slots,
 // the counters of refusals and the state of the server. Set its fields
 // before the first Listen.

@@ -150,7 +150,7 @@ var ErrClusterIdentity = errors.New("server: the data directory belongs to anoth
 
 // ErrClusterStateRepaired is wrapped by the error of a start on a store
 // whose cluster state sluice repair brought back older than it may have
-// been, without Config.AcceptRepairedClusterState.
+// been, without Options.AcceptRepairedClusterState.
 var ErrClusterStateRepaired = errors.New("server: sluice repair brought back this node's cluster state as it was before a table it could not read")
 
 // view is a topology with its slot table. Node.view is replaced as a

@@ -117,6 +117,10 @@ func New(cfg Config, eng *engine.Engine, f *rules.File, host Host, shared Shared
 	return s
 }
 
+// Config is the configuration the server runs with, every default
+// applied: what CONFIG GET shows.
+func (s *Server) Config() Config { return s.cfg }
+
 // conn is one line-protocol connection.
 type conn struct {
 	s        *Server

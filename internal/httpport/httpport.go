@@ -38,6 +38,11 @@ type Host interface {
 	NotReady() string
 }
 
+// DefaultMaxHeaderBytes is the default bound of an HTTP request's header:
+// what a proxy forwards to /check (Envoy accepts 60 KiB of request
+// headers by default, nginx 32 KiB) and far more than a scraper sends.
+const DefaultMaxHeaderBytes = 64 << 10
+
 // Options configures a Port. Every field is required but TLS.
 type Options struct {
 	Logger *slog.Logger

@@ -25,6 +25,10 @@ import (
 // did when the server owned it.
 var ErrTimeout = errors.New("server: reload timed out")
 
+// DefaultTimeout is --reload-timeout's default: a reload of local files
+// takes milliseconds; seconds mean a file system that does not answer.
+const DefaultTimeout = 5 * time.Second
+
 // Options configure a Runner.
 type Options struct {
 	Timeout time.Duration // --reload-timeout
@@ -54,6 +58,13 @@ func (r *Runner) Stop() { close(r.stop) }
 // Run runs fn as a reload and returns its error, or ErrTimeout, or
 // Options.Closed once Stop has been called.
 func (r *Runner) Run(fn func() error) error {
+	// First: below, a free slot and the stop are both ready, and select
+	// would pick either.
+	select {
+	case <-r.stop:
+		return r.o.Closed
+	default:
+	}
 	timeout := r.o.After(r.o.Timeout)
 	select {
 	case r.running <- struct{}{}:

@@ -226,6 +226,7 @@ func (s *Server) writeInfo(b *strings.Builder, section string) {
 		kv("sweep_deleted_total", i64(st.SweepDeleted))
 	case "policy":
 		b.WriteString("# Policy\r\n")
+		s.policyInfo(kv)
 		s.host.PolicyInfo(kv)
 	case "replication":
 		// Redis's role line, which tools read; a node of a cluster with

@@ -26,12 +26,13 @@ func TestLimit(t *testing.T) {
 // TestConfigDefaults: a zero field of Config is its documented default,
 // and a field set stays as it is.
 func TestConfigDefaults(t *testing.T) {
-	got := Config{MaxArgs: 7, SweepInterval: NoLimit[time.Duration]()}.withDefaults()
-	want := Config{
+	got := Config{Tuning: Tuning{MaxArgs: 7, SweepInterval: NoLimit[time.Duration]()}}.withDefaults()
+	want := Config{Tuning: Tuning{
 		MaxArgs: 7, MaxBulk: DefaultMaxBulk, MaxInline: DefaultMaxInline, MaxQueryBuffer: DefaultMaxQueryBuffer,
 		MaxAuthFailures: LimitOf(DefaultMaxAuthFailures), MaxReplyBuffer: DefaultMaxReplyBuffer, MaxMultiBytes: DefaultMaxMultiBytes,
-		Version: "dev", BackupDir: DefaultBackupDir, MaxMemoryClients: LimitOf[int64](DefaultMaxMemoryClients),
 		SweepInterval: NoLimit[time.Duration](), SweepRate: LimitOf(DefaultSweepRate),
+	},
+		Version: "dev", BackupDir: DefaultBackupDir, MaxMemoryClients: LimitOf[int64](DefaultMaxMemoryClients),
 	}
 	if got != want {
 		t.Errorf("withDefaults:\n got %+v\nwant %+v", got, want)

@@ -61,40 +61,75 @@ const (
 	DefaultBackupDir = "sluice-backups"
 )
 
-// Config configures the RESP front end. A zero field means the default
+// Tuning is what an operator sets of the RESP front end itself
+// (server.Config.RESP): its bounds, who may run DEBUG, the idle sweep's
+// pacing, and the memory limit INFO reports. A zero field means the
+// default given.
+type Tuning struct {
+	MaxArgs        int   // most arguments in one command; default DefaultMaxArgs
+	MaxBulk        int64 // most bytes in one argument; default DefaultMaxBulk
+	MaxInline      int   // most bytes in one inline (telnet) command line; default DefaultMaxInline
+	MaxQueryBuffer int   // most bytes of one incomplete command held for a client; default DefaultMaxQueryBuffer
+	// MaxAuthFailures is how many failed AUTH or HELLO AUTH attempts a
+	// connection may make: the last one is answered WRONGPASS and the
+	// connection is closed. Default DefaultMaxAuthFailures; NoLimit never
+	// closes.
+	MaxAuthFailures Limit[int]
+	// IdleTimeout closes a connection that sends nothing for this long;
+	// zero never does.
+	IdleTimeout time.Duration
+	// MaxReplyBuffer bounds the replies queued for a client: past it the
+	// rest of the pipeline is answered with an error and the connection is
+	// closed. Default DefaultMaxReplyBuffer. A long pipeline's replies are
+	// sent every 16 KiB, so this bounds one reply (plus that chunk).
+	MaxReplyBuffer int
+	// MaxMultiBytes bounds a connection's transaction: the bytes of the
+	// commands queued after MULTI plus 64 for each command and each key
+	// WATCH watches; past it the transaction is discarded (EXEC answers
+	// EXECABORT). Default DefaultMaxMultiBytes. The queue also counts
+	// against Config.MaxMemoryClients.
+	MaxMultiBytes int
+
+	// Debug says who may run DEBUG, whose CLOCK-OFFSET shifts the server
+	// clock (fault-injection tests): nobody (the zero value, as Redis 7's
+	// enable-debug-command no), clients on loopback, or every client.
+	Debug DebugAccess
+	// SweepInterval is the pause between two passes of the idle sweep
+	// (maintenance.go), which deletes buckets that have refilled to full;
+	// default DefaultSweepInterval, NoLimit turns the background sweep off
+	// (COMPACT still sweeps).
+	SweepInterval Limit[time.Duration]
+	// SweepRate is the most records the background sweep examines per
+	// second; default DefaultSweepRate, NoLimit for no pacing.
+	SweepRate Limit[int]
+	// MemoryLimit is the Go runtime's soft memory limit the process runs
+	// with (0: none), and MemoryLimitSource where it came from (auto,
+	// --memory-limit, GOMEMLIMIT, off). For INFO only: the command sets
+	// the limit, as it is the process's.
+	MemoryLimit       int64
+	MemoryLimitSource string
+}
+
+// Config configures the RESP front end: its Tuning, and what it is
+// handed of the server's configuration. A zero field means the default
 // given; the fields "for INFO" are reported as they are.
 type Config struct {
-	MaxArgs         int           // most arguments in one command; default DefaultMaxArgs
-	MaxBulk         int64         // most bytes in one argument; default DefaultMaxBulk
-	MaxInline       int           // most bytes in one inline (telnet) command line; default DefaultMaxInline
-	MaxQueryBuffer  int           // most bytes of one incomplete command held for a client; default DefaultMaxQueryBuffer
-	MaxAuthFailures Limit[int]    // failed AUTH attempts before the connection is closed; default DefaultMaxAuthFailures
-	IdleTimeout     time.Duration // zero: never
-	MaxReplyBuffer  int           // most bytes of replies queued for a client; default DefaultMaxReplyBuffer
-	MaxMultiBytes   int           // most bytes of a transaction's queue; default DefaultMaxMultiBytes
+	Tuning
 
 	Password          string // required by AUTH; empty: none
-	Debug             DebugAccess
 	Version, Revision string // for INFO and HELLO; Version default "dev"
 	BackupDir         string // where CHECKPOINT writes; default DefaultBackupDir
 	AllowOnStoreError bool   // for INFO: the engine applies it
 	// MaxMemoryClients bounds the bytes of all clients' buffers
 	// (Stats.ClientMem); default DefaultMaxMemoryClients.
 	MaxMemoryClients Limit[int64]
-	// SweepInterval and SweepRate pace the idle sweep (maintenance.go);
-	// default DefaultSweepInterval and DefaultSweepRate.
-	SweepInterval Limit[time.Duration]
-	SweepRate     Limit[int]
 
 	// For INFO only: the longest key a command may name (the engine
 	// enforces it); the connections admitted at once, as configured and as
-	// the open-file limit left them; that limit's sharing; the Go
-	// runtime's memory limit.
+	// the open-file limit left them; that limit's sharing.
 	MaxKeySize                             int
 	MaxClients, MaxClientsRequested        int
 	FDLimit, FDReserved, StoreMaxOpenFiles int
-	MemoryLimit                            int64
-	MemoryLimitSource                      string
 }
 
 // orDefault sets a limit that is zero or negative to its default.
@@ -139,10 +174,14 @@ type Host interface {
 	Addr() net.Addr
 	// Settings is every setting CONFIG GET answers.
 	Settings() []Setting
-	// PolicyInfo writes INFO's policy section: the rules and the other
-	// front ends that hit them.
+	// PolicyInfo writes the rest of INFO's policy section: the other
+	// front ends that hit the rules.
 	PolicyInfo(kv func(k, v string))
-	// ReloadRules is POLICY RELOAD: it returns the error to answer.
+	// ReloadRules is POLICY RELOAD: it reloads the --policy file and the
+	// --rls-config directory, as one reload, and returns a *ReloadError
+	// naming the bad ones (rules.ErrNoPolicy as the policy's without
+	// either), or the reload's own error (reload.ErrTimeout, the server
+	// closing).
 	ReloadRules() error
 }
 
@@ -277,6 +316,10 @@ func New(cfg Config, o Options) *Server {
 	s.mu.clients = make(map[int64]*client)
 	return s
 }
+
+// Config is the configuration the front end runs with, every default
+// applied: what CONFIG GET shows.
+func (s *Server) Config() Config { return s.cfg }
 
 // Serve serves the connections ln admits until it is closed: it returns
 // nil when the server is closing, and the accept error otherwise. It
