@@ -65,8 +65,8 @@ type HostConfig struct {
 	// Shards. A placement the store holds (Move) comes before it.
 	Replicas [][]int
 	// Nodes is how many nodes the cluster has, ordinals 0 to Nodes−1;
-	// 0: len(Addrs), or those of Shards. A placement that added nodes
-	// (AddNode) comes before it.
+	// 0: len(Addrs), or those of Shards. A placement that holds the nodes
+	// (AddNode, RemoveNode) comes before it.
 	Nodes int
 	// Placement, when set, is the placement learned from another node
 	// (Transport.AskPlacement) by a node added to the cluster (AddNode):
@@ -142,7 +142,7 @@ type Host struct {
 	followMu    sync.Mutex
 	placeMu     sync.Mutex
 	// nodeSet is the cluster's nodes as this node follows them: read
-	// by every tick, replaced when the placement adds one.
+	// by every tick, replaced when the placement adds or removes one.
 	nodeSet atomic.Pointer[nodeSet]
 	// handing is set, per shard, while this node hands its leadership
 	// back home (balance, with HostConfig.Handoff).
@@ -377,8 +377,8 @@ func (h *Host) setNodes(list []Node) {
 }
 
 // Nodes returns the cluster's nodes by ordinal as this node follows them,
-// or nil where their addresses were not given (HostConfig.Addrs) and no
-// node was added; the caller must not change them.
+// or nil where their addresses were not given (HostConfig.Addrs) and the
+// placement holds none; the caller must not change them.
 func (h *Host) Nodes() []Node { return h.nodeSet.Load().list }
 
 // replicasOf returns the ordinals of shard i's replicas, its home first.

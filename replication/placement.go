@@ -34,15 +34,16 @@ var (
 )
 
 // Placement is where a replicated cluster's shards are: each shard's
-// replicas as node ordinals, its home first, under an epoch that each
-// change raises by one, and the cluster's nodes once one was added
-// (AddNode). Epoch 0 is the placement the cluster was first started with.
+// replicas as node ordinals, its home first, and the cluster's nodes,
+// under an epoch that each change raises by one. Epoch 0 is the placement
+// the cluster was first started with.
 type Placement struct {
 	Epoch    uint64
 	Replicas [][]int
-	// Nodes are the cluster's nodes by ordinal; nil in a placement made
-	// before a node was added: the nodes it was first started with
-	// (HostConfig.Nodes).
+	// Nodes are the cluster's nodes by ordinal; nil in a placement whose
+	// Host was not given their addresses (HostConfig.Addrs), and in one
+	// stored by a version before nodes could be added: then they are the
+	// nodes the cluster was first started with.
 	Nodes []Node
 }
 
@@ -154,8 +155,8 @@ func placementVoters(ordinals []int) (voters, learners []int) {
 }
 
 // StoredPlacement returns the placement the store holds, applied by its
-// replica of the placement group, and false if it holds none (no move
-// was made yet).
+// replica of the placement group, and false if it holds none (the
+// placement was not changed yet).
 func StoredPlacement(store *storage.Store) (Placement, bool, error) {
 	v, ok, err := store.ReplicaGet(placementKey)
 	if err != nil || !ok {
