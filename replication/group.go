@@ -728,14 +728,8 @@ func (g *Group) apply(ents []*pb.Entry) error {
 					err = b.Delete(op.Key)
 				case g.own:
 					err = b.Set(op.Key, op.Value)
-				case op.Delete && own:
-					err = b.DeleteOwnRecord(op.Key)
-				case op.Delete:
-					err = b.DeleteRecord(op.Key)
-				case own:
-					err = b.PutOwnRecord(op.Key, op.Value)
 				default:
-					err = b.PutRecord(op.Key, op.Value)
+					err = b.Record(op, own)
 				}
 				if err != nil {
 					return err
