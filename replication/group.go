@@ -149,6 +149,7 @@ type Group struct {
 	// snapshot's records are never written between a Ready's rounds.
 	procMu sync.Mutex
 	batch  *storage.ReplicaBatch // under procMu
+	ops    []Op                  // apply's decoded changes, under procMu
 
 	kick    chan struct{}
 	failed  atomic.Pointer[error]
@@ -707,10 +708,11 @@ func (g *Group) apply(ents []*pb.Entry) error {
 			if len(e.GetData()) == 0 {
 				continue // a new leader's empty entry
 			}
-			r, err := decodeRound(e.GetData(), g.own)
+			r, err := decodeRound(e.GetData(), g.own, g.ops)
 			if err != nil {
 				return fmt.Errorf("entry %d: %w", e.GetIndex(), err)
 			}
+			g.ops = r.Ops
 			// A round this replica proposed and still waits for: the
 			// store's table holds its changes, or later ones.
 			own := false
@@ -756,6 +758,7 @@ func (g *Group) apply(ents []*pb.Entry) error {
 			}
 		}
 	}
+	clear(g.ops[:cap(g.ops)]) // no entry's bytes kept past the apply
 	var c logChange
 	if err := g.log.stageApplied(b, &c, ents[len(ents)-1].GetIndex(), conf); err != nil {
 		return err

@@ -4,6 +4,7 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
+	"slices"
 
 	"github.com/sluicehq/sluice/storage"
 )
@@ -125,11 +126,12 @@ func (r *Round) check(own bool) error {
 // DecodeRound decodes an encoded round. Keys and values alias b. Any
 // malformed input is an error wrapping ErrBadRound: an unknown version, a
 // length past the end, trailing bytes, an empty or reserved key.
-func DecodeRound(b []byte) (Round, error) { return decodeRound(b, false) }
+func DecodeRound(b []byte) (Round, error) { return decodeRound(b, false, nil) }
 
-// decodeRound is DecodeRound, of the placement group's rounds if own.
-func decodeRound(b []byte, own bool) (Round, error) {
-	var r Round
+// decodeRound is DecodeRound, of the placement group's rounds if own,
+// with its Ops appended to ops[:0].
+func decodeRound(b []byte, own bool, ops []Op) (Round, error) {
+	r := Round{Ops: ops[:0]}
 	if len(b) == 0 {
 		return r, fmt.Errorf("%w: empty", ErrBadRound)
 	}
@@ -147,7 +149,7 @@ func decodeRound(b []byte, own bool) (Round, error) {
 		return Round{}, fmt.Errorf("%w: %d ops in %d bytes", ErrBadRound, n, len(d.b))
 	}
 	if n > 0 {
-		r.Ops = make([]Op, 0, n)
+		r.Ops = slices.Grow(r.Ops, int(n))
 	}
 	for i := uint64(0); i < n && d.err == nil; i++ {
 		var op Op
