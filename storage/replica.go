@@ -62,9 +62,10 @@ type ReplicaBatch struct {
 }
 
 type replicaRec struct {
-	end   int  // end of its key in keys
-	put   bool // else a delete
-	own   bool // a round of this node's committer (see Record)
+	end   int    // end of its key in keys
+	h     uint64 // its key's hash
+	put   bool   // else a delete
+	own   bool   // a round of this node's committer (see Record)
 	prior Prior
 }
 
@@ -130,7 +131,7 @@ func (b *ReplicaBatch) Record(op ReplicaOp, own bool) error {
 		return err
 	}
 	b.keys = append(b.keys, op.Key...)
-	b.recs = append(b.recs, replicaRec{end: len(b.keys), put: !op.Delete, own: own, prior: op.Prior})
+	b.recs = append(b.recs, replicaRec{end: len(b.keys), h: maphash.Bytes(b.s.seed, op.Key), put: !op.Delete, own: own, prior: op.Prior})
 	return nil
 }
 
@@ -151,8 +152,8 @@ func (b *ReplicaBatch) Close() error { return b.b.Close() }
 
 // Commit writes the batch to Pebble at once, all of it or nothing, synced
 // if sync is set, and leaves it empty. The records it writes are then what
-// every reader sees: a cached copy is replaced, the key filter learns new
-// keys, and the record counts follow. The store's own writes of the same
+// every reader sees: the key filter learns new keys, a cached copy is
+// replaced, and the record counts follow. The store's own writes of the same
 // records (Modify) are not ordered with it: a follower applies rounds and
 // runs no commands, and whichever reaches Pebble last stays.
 func (b *ReplicaBatch) Commit(sync bool) error {
@@ -172,13 +173,23 @@ func (b *ReplicaBatch) Commit(sync bool) error {
 		if r.prior != PriorUnknown {
 			continue
 		}
-		ok, err := s.exists(key)
+		ok, err := s.exists(key, r.h)
 		if err != nil {
 			return err
 		}
 		r.prior = PriorAbsent
 		if ok {
 			r.prior = PriorPresent
+		}
+	}
+	if s.filter != nil {
+		// The key filter learns the new keys before a reader can find
+		// them in Pebble, in a pass of their own: a key's words are
+		// mostly in no cache, and their loads overlap.
+		for _, r := range b.recs {
+			if r.put {
+				s.filter.add(r.h)
+			}
 		}
 	}
 	opt := pebble.NoSync
@@ -196,15 +207,15 @@ func (b *ReplicaBatch) Commit(sync bool) error {
 	for _, r := range b.recs {
 		key := b.keys[start:r.end]
 		start = r.end
-		s.replicated(key, r.put, r.own, r.prior == PriorPresent)
+		s.replicated(key, r.h, r.put, r.own, r.prior == PriorPresent)
 	}
 	b.Reset()
 	return nil
 }
 
-// exists reports whether the record key exists, as a reader would see it.
-func (s *Store) exists(key []byte) (bool, error) {
-	h := maphash.Bytes(s.seed, key)
+// exists reports whether the record key, of hash h, exists, as a reader
+// would see it.
+func (s *Store) exists(key []byte, h uint64) (bool, error) {
 	st := s.stripeOf(h)
 	st.mu.Lock()
 	if ri := st.mu.t.find(h, key); ri >= 0 {
@@ -228,18 +239,15 @@ func (s *Store) exists(key []byte) (bool, error) {
 	return false, fmt.Errorf("storage: read: %w", err)
 }
 
-// replicated brings the hot-state table, the key filter and the record
-// counts in line with a record Pebble now holds (put) or no longer holds,
-// and held before if existed. A change of this node's own round (own)
-// leaves a record of the table alone: it holds the change, or a later one.
-func (s *Store) replicated(key []byte, put, own, existed bool) {
-	h := maphash.Bytes(s.seed, key)
+// replicated brings the hot-state table and the record counts in line
+// with a record, of hash h, that Pebble now holds (put) or no longer
+// holds, and held before if existed. A change of this node's own round
+// (own) leaves a record of the table alone: it holds the change, or a
+// later one.
+func (s *Store) replicated(key []byte, h uint64, put, own, existed bool) {
 	st := s.stripeOf(h)
 	st.mu.Lock()
 	defer st.mu.Unlock()
-	if put && s.filter != nil {
-		s.filter.add(h)
-	}
 	t := &st.mu.t
 	ri := t.find(h, key)
 	if own && ri >= 0 {
