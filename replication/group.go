@@ -149,6 +149,7 @@ type Group struct {
 	// snapshot's records are never written between a Ready's rounds.
 	procMu sync.Mutex
 	batch  *storage.ReplicaBatch // under procMu
+	ops    []Op                  // apply's decoded changes, under procMu
 
 	kick    chan struct{}
 	failed  atomic.Pointer[error]
@@ -707,10 +708,11 @@ func (g *Group) apply(ents []*pb.Entry) error {
 			if len(e.GetData()) == 0 {
 				continue // a new leader's empty entry
 			}
-			r, err := decodeRound(e.GetData(), g.own)
+			r, err := decodeRound(e.GetData(), g.own, g.ops)
 			if err != nil {
 				return fmt.Errorf("entry %d: %w", e.GetIndex(), err)
 			}
+			g.ops = r.Ops
 			// A round this replica proposed and still waits for: the
 			// store's table holds its changes, or later ones.
 			own := false
@@ -728,14 +730,8 @@ func (g *Group) apply(ents []*pb.Entry) error {
 					err = b.Delete(op.Key)
 				case g.own:
 					err = b.Set(op.Key, op.Value)
-				case op.Delete && own:
-					err = b.DeleteOwnRecord(op.Key)
-				case op.Delete:
-					err = b.DeleteRecord(op.Key)
-				case own:
-					err = b.PutOwnRecord(op.Key, op.Value)
 				default:
-					err = b.PutRecord(op.Key, op.Value)
+					err = b.Record(op, own)
 				}
 				if err != nil {
 					return err
@@ -762,6 +758,7 @@ func (g *Group) apply(ents []*pb.Entry) error {
 			}
 		}
 	}
+	clear(g.ops[:cap(g.ops)]) // no entry's bytes kept past the apply
 	var c logChange
 	if err := g.log.stageApplied(b, &c, ents[len(ents)-1].GetIndex(), conf); err != nil {
 		return err

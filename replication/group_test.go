@@ -11,6 +11,8 @@ import (
 
 	pb "go.etcd.io/raft/v3/raftpb"
 	"google.golang.org/protobuf/proto"
+
+	"github.com/sluicehq/sluice/storage"
 )
 
 // Three replicas elect a leader, and the rounds it proposes reach every
@@ -212,41 +214,16 @@ func TestGroupReappliesFromAppliedIndex(t *testing.T) {
 	c.tickUntil(10, "follower behind", func() bool {
 		return c.nodes[f].g.Status().Applied == c.nodes[lead].g.Status().Applied
 	})
-	applied := c.nodes[f].g.Status().Applied
-	c.stop(f)
 	// What a crash can leave: the applied index of three rounds before,
 	// and none of the records those rounds wrote.
-	s := c.reopenStore(f)
-	b := s.NewReplicaBatch()
-	l, err := OpenLog(s, testGroup)
-	if err != nil {
-		t.Fatal(err)
-	}
-	var lc logChange
-	if err := l.stageApplied(b, &lc, applied-3, l.confState()); err != nil {
-		t.Fatal(err)
-	}
-	for i := 7; i < 10; i++ {
-		if err := b.DeleteRecord(testKey(i)); err != nil {
-			t.Fatal(err)
+	c.reapply(f, lead, c.nodes[f].g.Status().Applied-3, func(b *storage.ReplicaBatch) error {
+		for i := 7; i < 10; i++ {
+			if err := b.DeleteRecord(testKey(i)); err != nil {
+				return err
+			}
 		}
-	}
-	if err := b.Commit(true); err != nil {
-		t.Fatal(err)
-	}
-	if err := s.Close(); err != nil {
-		t.Fatal(err)
-	}
-	c.start(f, c.nodes[f].dir, c.ids)
-	if got := c.nodes[f].g.Status().Applied; got != applied-3 {
-		t.Fatalf("restarted at applied %d, want %d", got, applied-3)
-	}
-	c.down[lead] = true // no help from the leader: the follower's own log
-	c.settle()
-	delete(c.down, lead)
-	if got := c.nodes[f].g.Status().Applied; got != applied {
-		t.Fatalf("applied %d after restart, want %d", got, applied)
-	}
+		return nil
+	})
 	c.sameRecords(want)
 }
 

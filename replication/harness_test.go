@@ -328,3 +328,43 @@ func (c *testCluster) reopenStore(id uint64) *storage.Store {
 	}
 	return s
 }
+
+// reapply leaves node id, a follower of lead, as a crash can (applying is
+// not synced): its applied index back at applied, and its records as
+// undo puts them back, those of the state at that index. It then restarts
+// the node and lets it apply its own log again, without the leader's help,
+// up to where it was.
+func (c *testCluster) reapply(id, lead, applied uint64, undo func(b *storage.ReplicaBatch) error) {
+	c.t.Helper()
+	was := c.nodes[id].g.Status().Applied
+	c.stop(id)
+	s := c.reopenStore(id)
+	b := s.NewReplicaBatch()
+	l, err := OpenLog(s, testGroup)
+	if err != nil {
+		c.t.Fatal(err)
+	}
+	var lc logChange
+	if err := l.stageApplied(b, &lc, applied, l.confState()); err != nil {
+		c.t.Fatal(err)
+	}
+	if err := undo(b); err != nil {
+		c.t.Fatal(err)
+	}
+	if err := b.Commit(true); err != nil {
+		c.t.Fatal(err)
+	}
+	if err := s.Close(); err != nil {
+		c.t.Fatal(err)
+	}
+	c.start(id, c.nodes[id].dir, c.ids)
+	if got := c.nodes[id].g.Status().Applied; got != applied {
+		c.t.Fatalf("node %d restarted at applied %d, want %d", id, got, applied)
+	}
+	c.down[lead] = true
+	c.settle()
+	delete(c.down, lead)
+	if got := c.nodes[id].g.Status().Applied; got != was {
+		c.t.Fatalf("node %d applied %d after its restart, want %d", id, got, was)
+	}
+}

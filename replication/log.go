@@ -53,6 +53,9 @@ func entryKey(g, index uint64) []byte {
 type Log struct {
 	store *storage.Store
 	group uint64
+	// enc is stageAppend's buffer for the entries it encodes (the batch
+	// copies them): its callers run one at a time (the group's procMu).
+	enc []byte
 
 	mu struct {
 		sync.Mutex
@@ -66,8 +69,26 @@ type Log struct {
 		// (a term changes only at an election), so that Term, which Raft
 		// asks for every append, reads no entry.
 		terms []termRun
+		// recent are the last entries appended, from index recentFrom
+		// on, of maxRecent bytes at most: Raft asks for the entries it
+		// applies once it learns they are committed, after they were
+		// stored, and for those it sends a replica just behind; a read
+		// from the store would decode them again.
+		recent      []recentEntry
+		recentFrom  uint64
+		recentBytes int
 	}
 }
+
+// recentEntry is an entry kept in memory, and its size in the store.
+type recentEntry struct {
+	e    *pb.Entry
+	size int
+}
+
+// maxRecent bounds the bytes of the entries a Log keeps in memory: a few
+// rounds, enough for those not yet applied.
+const maxRecent = 1 << 20
 
 // termRun says that the entries from start on, up to the next run's
 // start, are of term.
@@ -187,6 +208,9 @@ func (l *Log) Entries(lo, hi, maxSize uint64) ([]*pb.Entry, error) {
 	if hi > last+1 {
 		return nil, raft.ErrUnavailable // raft compares it with ==
 	}
+	if ents := l.recentEntries(lo, hi, maxSize); ents != nil {
+		return ents, nil
+	}
 	var (
 		ents []*pb.Entry
 		size uint64
@@ -227,6 +251,30 @@ func (l *Log) Entries(lo, hi, maxSize uint64) ([]*pb.Entry, error) {
 		return nil, raft.ErrCompacted
 	}
 	return ents, nil
+}
+
+// recentEntries returns the entries [lo, hi) as Entries does if the Log
+// keeps them all in memory, else nil. The slice is the caller's; the
+// entries are shared, and nobody changes them.
+func (l *Log) recentEntries(lo, hi, maxSize uint64) []*pb.Entry {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	from := l.mu.recentFrom
+	if lo >= hi || lo < from || hi > from+uint64(len(l.mu.recent)) || lo <= l.mu.truncIdx {
+		return nil
+	}
+	var (
+		ents []*pb.Entry
+		size uint64
+	)
+	for _, r := range l.mu.recent[lo-from : hi-from] {
+		size += uint64(r.size)
+		if len(ents) > 0 && size > maxSize {
+			break
+		}
+		ents = append(ents, r.e)
+	}
+	return ents
 }
 
 // Term implements raft.Storage.
@@ -294,10 +342,14 @@ type logChange struct {
 	termsFrom  uint64    // with setLast: the first index appended
 	terms      []termRun // the runs of the entries appended
 	clearTerms bool      // the log was emptied (a snapshot)
+	appended   []recentEntry
 	applied    uint64
 	conf       *pb.ConfState
 	setApplied bool
 }
+
+// maxKeptEnc bounds the buffer a Log keeps between appends.
+const maxKeptEnc = 1 << 20
 
 // stageAppend adds entries to b, removing any entries after them (a new
 // leader's log replaces a conflicting tail), and the hard state if hs is
@@ -323,13 +375,18 @@ func (l *Log) stageAppend(b *storage.ReplicaBatch, c *logChange, ents []*pb.Entr
 	}
 	l.mu.Unlock()
 	for _, e := range ents {
-		v, err := proto.Marshal(e)
+		v, err := proto.MarshalOptions{}.MarshalAppend(l.enc[:0], e)
 		if err != nil {
 			return err
 		}
+		l.enc = v
 		if err := b.Set(entryKey(l.group, e.GetIndex()), v); err != nil {
 			return err
 		}
+		c.appended = append(c.appended, recentEntry{e: e, size: len(v)})
+	}
+	if cap(l.enc) > maxKeptEnc {
+		l.enc = nil
 	}
 	c.termsFrom = ents[0].GetIndex()
 	c.terms = c.terms[:0]
@@ -410,6 +467,10 @@ func (l *Log) settle(c *logChange) {
 	}
 	if c.clearTerms {
 		l.mu.terms = l.mu.terms[:0]
+		l.keepRecentLocked(nil, 0)
+	}
+	if len(c.appended) > 0 {
+		l.keepRecentLocked(c.appended, c.termsFrom)
 	}
 	if c.setLast {
 		l.mu.last = c.last
@@ -425,6 +486,38 @@ func (l *Log) settle(c *logChange) {
 	}
 	if c.setApplied {
 		l.mu.applied, l.mu.conf = c.applied, proto.Clone(c.conf).(*pb.ConfState)
+	}
+}
+
+// keepRecentLocked adds the entries appended from index from on to the
+// recent ones, in place of any from that index on (a new leader's log
+// replaces a conflicting tail), and drops the oldest past maxRecent. An
+// empty ents forgets them all. l.mu must be locked.
+func (l *Log) keepRecentLocked(ents []recentEntry, from uint64) {
+	end := l.mu.recentFrom + uint64(len(l.mu.recent))
+	if len(ents) == 0 || from < l.mu.recentFrom || from > end {
+		clear(l.mu.recent)
+		l.mu.recent, l.mu.recentFrom, l.mu.recentBytes = l.mu.recent[:0], from, 0
+	}
+	for _, r := range l.mu.recent[from-l.mu.recentFrom:] {
+		l.mu.recentBytes -= r.size
+	}
+	clear(l.mu.recent[from-l.mu.recentFrom:])
+	l.mu.recent = l.mu.recent[:from-l.mu.recentFrom]
+	for _, r := range ents {
+		l.mu.recent = append(l.mu.recent, r)
+		l.mu.recentBytes += r.size
+	}
+	drop := 0
+	for drop < len(l.mu.recent) && l.mu.recentBytes > maxRecent {
+		l.mu.recentBytes -= l.mu.recent[drop].size
+		drop++
+	}
+	if drop > 0 {
+		n := copy(l.mu.recent, l.mu.recent[drop:])
+		clear(l.mu.recent[n:])
+		l.mu.recent = l.mu.recent[:n]
+		l.mu.recentFrom += uint64(drop)
 	}
 }
 

@@ -15,7 +15,8 @@ import (
 )
 
 // Log answers as raft's own MemoryStorage does, the model, through random
-// appends (overwriting conflicting tails), truncations and reopenings.
+// appends (overwriting conflicting tails), truncations and reopenings,
+// with entries big enough that it keeps only some of them in memory.
 func TestLogMatchesMemoryStorage(t *testing.T) {
 	dir := filepath.Join(t.TempDir(), "db")
 	s, err := storage.Open(dir, storage.Options{})
@@ -40,8 +41,12 @@ func TestLogMatchesMemoryStorage(t *testing.T) {
 			term += uint64(rng.IntN(2))
 			var ents []*pb.Entry
 			for i := range 1 + rng.IntN(5) {
+				pad := rng.IntN(50)
+				if rng.IntN(8) == 0 {
+					pad = rng.IntN(maxRecent / 2) // past the entries kept in memory
+				}
 				ents = append(ents, &pb.Entry{Index: proto.Uint64(start + uint64(i)), Term: proto.Uint64(term),
-					Data: fmt.Appendf(nil, "step %d entry %d %s", step, i, make([]byte, rng.IntN(50)))})
+					Data: fmt.Appendf(nil, "step %d entry %d %s", step, i, make([]byte, pad))})
 			}
 			var c logChange
 			hs := &pb.HardState{Term: proto.Uint64(term), Commit: proto.Uint64(start - 1)}
@@ -161,6 +166,14 @@ func TestLogEntriesDuringCompaction(t *testing.T) {
 	if err := b.Commit(false); err != nil {
 		t.Fatal(err)
 	}
+	// Entries kept in memory are still the log's, whatever the store
+	// holds now.
+	if got, err := l.Entries(5, 21, 1<<20); err != nil || len(got) != 16 {
+		t.Fatalf("Entries(5, 21) racing a truncation to 10, from memory: %d entries, %v", len(got), err)
+	}
+	l.mu.Lock()
+	l.keepRecentLocked(nil, 0) // read from the store from now on
+	l.mu.Unlock()
 	for _, lo := range []uint64{5, 10} {
 		if _, err := l.Entries(lo, 21, 1<<20); err != raft.ErrCompacted {
 			t.Fatalf("Entries(%d, 21) racing a truncation to 10: %v, want ErrCompacted", lo, err)

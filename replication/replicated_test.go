@@ -246,3 +246,73 @@ func TestLeaderKeepsItsLaterChangeWhenItsRoundApplies(t *testing.T) {
 		}
 	}
 }
+
+// removeIt is a mutator that deletes a record.
+type removeIt struct{}
+
+func (removeIt) Mutate([]byte, bool) ([]byte, storage.Op, error) { return nil, storage.Delete, nil }
+
+// change is one Modify of a Batch.
+type change struct {
+	key []byte
+	m   storage.Mutator
+}
+
+// commitChanges makes changes on node id in one Batch, commits it and
+// drives the cluster until the commit returns.
+func (c *testCluster) commitChanges(id uint64, changes ...change) {
+	c.t.Helper()
+	done := make(chan error, 1)
+	s := c.nodes[id].store
+	go func() {
+		b := s.NewBatch()
+		for _, ch := range changes {
+			if err := b.Modify(ch.key, ch.m); err != nil {
+				done <- err
+				return
+			}
+		}
+		done <- b.Commit()
+	}()
+	if err := c.driveUntil(done, false); err != nil {
+		c.t.Fatalf("commit on node %d: %v", id, err)
+	}
+}
+
+// TestFollowerCountsFollowTheLeader: a follower's record counts equal the
+// leader's after rounds that create, update and delete records, a key
+// created and deleted within one round and one created and deleted by two
+// rounds, with several rounds applied at once, and again after a restart
+// that applies the last rounds a second time.
+func TestFollowerCountsFollowTheLeader(t *testing.T) {
+	c := newTestClusterOf(t, 3, 100, true, false)
+	lead := c.electLeader()
+	f := others(c.ids, lead)[0]
+	k := func(i int) []byte { return testKey(i) }
+	// f hears nothing until the end: it then applies every round at once.
+	c.cut[[2]uint64{lead, f}] = true
+	c.commitChanges(lead, change{k(1), setTo("v1")}, change{k(2), setTo("v2")}, change{k(3), setTo("v3")})
+	afterCreate := c.nodes[lead].g.Status().Applied
+	c.commitChanges(lead, change{k(1), setTo("v1b")}, change{k(2), removeIt{}})
+	c.commitChanges(lead, change{k(4), setTo("v4")}, change{k(4), removeIt{}}) // one round
+	c.commitChanges(lead, change{k(5), setTo("v5")})
+	c.commitChanges(lead, change{k(5), removeIt{}})
+	end := c.nodes[lead].g.Status().Applied
+	clear(c.cut)
+	c.tickUntil(100, "the cut-off follower to catch up", func() bool { return c.nodes[f].g.Status().Applied == end })
+	want := c.records(lead)
+	if len(want) != 2 {
+		t.Fatalf("the leader holds %d records, want 2: %q", len(want), want)
+	}
+	c.sameRecords(want) // and their counts
+
+	// What a crash of f can leave: the applied index, and the records, of
+	// the first round; the restart applies the others again.
+	c.reapply(f, lead, afterCreate, func(b *storage.ReplicaBatch) error {
+		if err := b.PutRecord(k(1), []byte("v1")); err != nil {
+			return err
+		}
+		return b.PutRecord(k(2), []byte("v2"))
+	})
+	c.sameRecords(want) // and their counts
+}

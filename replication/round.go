@@ -4,19 +4,50 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
+	"slices"
 
 	"github.com/sluicehq/sluice/storage"
 )
 
-// roundVersion is the first byte of an encoded round. A node refuses a
-// round of a version it does not know rather than guess at its bytes.
-const roundVersion = 1
-
-// The kind byte of each operation of a round.
+// The first byte of an encoded round: its version. A node refuses a round
+// of a version it does not know rather than guess at its bytes. Version 2
+// adds the kinds of op that say whether the record existed before (its
+// Prior); a round of changes whose Prior is unknown is written in version
+// 1, which older nodes read too.
 const (
-	opPut    = 'p'
-	opDelete = 'd'
+	roundV1 = 1
+	roundV2 = 2
 )
+
+// The kind byte of each operation of a round: put and delete of a record
+// of unknown Prior (versions 1 and 2), and of a known one (version 2):
+// a put that creates the record or updates it, a delete that removes it
+// or finds none.
+const (
+	opPut        = 'p'
+	opDelete     = 'd'
+	opCreate     = 'c'
+	opUpdate     = 'u'
+	opRemove     = 'r'
+	opDeleteNone = 'n'
+)
+
+// kindOf is the kind byte of op.
+func kindOf(op *Op) byte {
+	switch {
+	case op.Delete && op.Prior == storage.PriorPresent:
+		return opRemove
+	case op.Delete && op.Prior == storage.PriorAbsent:
+		return opDeleteNone
+	case op.Delete:
+		return opDelete
+	case op.Prior == storage.PriorPresent:
+		return opUpdate
+	case op.Prior == storage.PriorAbsent:
+		return opCreate
+	}
+	return opPut
+}
 
 // ErrBadRound is the error for bytes that are not an encoded round.
 var ErrBadRound = errors.New("replication: not an encoded round")
@@ -39,22 +70,30 @@ type Round struct {
 
 // Append appends the encoding of r to dst:
 //
-//	version (1)  uvarint proposer  uvarint seq  uvarint count
-//	count × ( 'p' uvarint len key uvarint len value | 'd' uvarint len key )
+//	version (1 or 2)  uvarint proposer  uvarint seq  uvarint count
+//	count × ( put uvarint len key uvarint len value | delete uvarint len key )
+//
+// where put is 'p' (version 1 or 2), 'c' or 'u' (version 2), and delete is
+// 'd' (version 1 or 2), 'r' or 'n' (version 2): see the op kinds.
 func (r *Round) Append(dst []byte) []byte {
-	dst = append(dst, roundVersion)
+	version := byte(roundV1)
+	for i := range r.Ops {
+		if r.Ops[i].Prior != storage.PriorUnknown {
+			version = roundV2
+			break
+		}
+	}
+	dst = append(dst, version)
 	dst = binary.AppendUvarint(dst, r.Proposer)
 	dst = binary.AppendUvarint(dst, r.Seq)
 	dst = binary.AppendUvarint(dst, uint64(len(r.Ops)))
-	for _, op := range r.Ops {
-		if op.Delete {
-			dst = append(dst, opDelete)
-			dst = appendBytes(dst, op.Key)
-			continue
-		}
-		dst = append(dst, opPut)
+	for i := range r.Ops {
+		op := &r.Ops[i]
+		dst = append(dst, kindOf(op))
 		dst = appendBytes(dst, op.Key)
-		dst = appendBytes(dst, op.Value)
+		if !op.Delete {
+			dst = appendBytes(dst, op.Value)
+		}
 	}
 	return dst
 }
@@ -77,6 +116,8 @@ func (r *Round) check(own bool) error {
 			return fmt.Errorf("%w: op %d: key %q is among the store's own keys (0xff)", ErrBadRound, i, op.Key)
 		case op.Delete && op.Value != nil:
 			return fmt.Errorf("%w: op %d: a delete with a value", ErrBadRound, i)
+		case op.Prior > storage.PriorPresent:
+			return fmt.Errorf("%w: op %d: Prior %d, want PriorUnknown, PriorAbsent or PriorPresent", ErrBadRound, i, op.Prior)
 		}
 	}
 	return nil
@@ -85,16 +126,18 @@ func (r *Round) check(own bool) error {
 // DecodeRound decodes an encoded round. Keys and values alias b. Any
 // malformed input is an error wrapping ErrBadRound: an unknown version, a
 // length past the end, trailing bytes, an empty or reserved key.
-func DecodeRound(b []byte) (Round, error) { return decodeRound(b, false) }
+func DecodeRound(b []byte) (Round, error) { return decodeRound(b, false, nil) }
 
-// decodeRound is DecodeRound, of the placement group's rounds if own.
-func decodeRound(b []byte, own bool) (Round, error) {
-	var r Round
+// decodeRound is DecodeRound, of the placement group's rounds if own,
+// with its Ops appended to ops[:0].
+func decodeRound(b []byte, own bool, ops []Op) (Round, error) {
+	r := Round{Ops: ops[:0]}
 	if len(b) == 0 {
 		return r, fmt.Errorf("%w: empty", ErrBadRound)
 	}
-	if b[0] != roundVersion {
-		return r, fmt.Errorf("%w: version %d, want %d", ErrBadRound, b[0], roundVersion)
+	version := b[0]
+	if version != roundV1 && version != roundV2 {
+		return r, fmt.Errorf("%w: version %d, want %d or %d", ErrBadRound, version, roundV1, roundV2)
 	}
 	d := decoder{b: b[1:]}
 	r.Proposer = d.uvarint()
@@ -106,24 +149,33 @@ func decodeRound(b []byte, own bool) (Round, error) {
 		return Round{}, fmt.Errorf("%w: %d ops in %d bytes", ErrBadRound, n, len(d.b))
 	}
 	if n > 0 {
-		r.Ops = make([]Op, 0, n)
+		r.Ops = slices.Grow(r.Ops, int(n))
 	}
 	for i := uint64(0); i < n && d.err == nil; i++ {
 		var op Op
-		switch kind := d.byte(); kind {
-		case opPut:
+		kind := d.byte()
+		switch kind {
+		case opPut, opDelete:
+		case opCreate, opDeleteNone:
+			op.Prior = storage.PriorAbsent
+		case opUpdate, opRemove:
+			op.Prior = storage.PriorPresent
+		}
+		switch {
+		case d.err != nil:
+		case version == roundV1 && kind != opPut && kind != opDelete:
+			d.err = fmt.Errorf("op %d: kind %q, want 'p' or 'd' in version 1", i, kind)
+		case kind == opPut || kind == opCreate || kind == opUpdate:
 			op.Key = d.bytes()
 			op.Value = d.bytes()
 			if op.Value == nil && d.err == nil {
 				op.Value = []byte{}
 			}
-		case opDelete:
+		case kind == opDelete || kind == opRemove || kind == opDeleteNone:
 			op.Key = d.bytes()
 			op.Delete = true
 		default:
-			if d.err == nil {
-				d.err = fmt.Errorf("op %d: kind %q, want 'p' or 'd'", i, kind)
-			}
+			d.err = fmt.Errorf("op %d: kind %q, want one of \"pdcurn\"", i, kind)
 		}
 		r.Ops = append(r.Ops, op)
 	}

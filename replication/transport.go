@@ -57,8 +57,12 @@ var ErrTransportClosed = errors.New("replication: transport closed")
 // old one rather than taking messages addressed to it; so is the
 // configuration, so that nodes placed differently (another list of
 // nodes, another number of replicas) never share a group.
+//
+// Version 4: rounds say whether each change's record existed (round
+// version 2), which nodes of version 3 cannot apply; and a node added asks
+// for the placement (helloPlacement).
 const (
-	helloMagic     = "sluice-raft 3\n"
+	helloMagic     = "sluice-raft 4\n"
 	helloMessages  = 'm'
 	helloSnapshot  = 's'
 	helloDial      = 'd'

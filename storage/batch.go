@@ -164,7 +164,7 @@ func (b *Batch) modify(key []byte, m Mutator, cache bool) (Op, error) {
 			if err == nil && op == Keep && fill && t.makeRoom(s.byteLimit, len(key), len(old)) {
 				ri = t.insert(h, key, len(old))
 				t.setVal(ri, old)
-				t.recs[ri].flags |= fClean
+				t.recs[ri].flags |= fClean | fStored
 			}
 		case errors.Is(gerr, pebble.ErrNotFound):
 			val, op, err = m.Mutate(nil, false)
@@ -208,6 +208,10 @@ func (b *Batch) modify(key []byte, m Mutator, cache bool) (Op, error) {
 		}
 		ri = t.insert(h, key, vlen)
 		t.recs[ri].flags |= fClean // turned dirty just below
+		if existed {
+			// Pebble holds it: read just above.
+			t.recs[ri].flags |= fStored
+		}
 	}
 	if t.recs[ri].flags&fClean != 0 {
 		t.recs[ri].flags &^= fClean

@@ -464,7 +464,7 @@ func (s *Store) readRound(r *roundBufs, whole, cross bool) error {
 			rec := &t.recs[ri]
 			var err error
 			if s.opts.Replicator != nil {
-				r.rep.add(t.key(rec), t.val(rec), rec.flags&fDel != 0)
+				r.rep.add(t.key(rec), t.val(rec), rec.flags&fDel != 0, rec.flags&fStored != 0)
 			} else if rec.flags&fDel != 0 {
 				err = batch.Delete(t.key(rec), nil)
 			} else {
@@ -472,8 +472,12 @@ func (s *Store) readRound(r *roundBufs, whole, cross bool) error {
 			}
 			if err == nil {
 				// From now on fMod says whether it changed after this
-				// read.
-				rec.flags = rec.flags&^fMod | fRound
+				// read, and fStored whether this round leaves it.
+				stored := uint8(fStored)
+				if rec.flags&fDel != 0 {
+					stored = 0
+				}
+				rec.flags = rec.flags&^(fMod|fStored) | fRound | stored
 				r.done = append(r.done, written{rec: uint32(ri), stripe: hint.stripe, gen: rec.gen})
 			}
 		}

@@ -99,3 +99,26 @@ func TestOffOptions(t *testing.T) {
 		})
 	}
 }
+
+// BenchmarkKeyFilterAdd adds keys to a filter of the default size, which
+// no cache holds: keys it holds already (a bucket changed again, as most
+// writes are), and keys it does not.
+func BenchmarkKeyFilterAdd(b *testing.B) {
+	f := newKeyFilter(DefaultKeyFilter)
+	seed := maphash.MakeSeed()
+	const n = 1 << 20
+	hashes := make([]uint64, n)
+	for i := range hashes {
+		hashes[i] = maphash.String(seed, fmt.Sprintf("k%d", i))
+	}
+	for _, h := range hashes[:n/2] {
+		f.add(h)
+	}
+	for name, hs := range map[string][]uint64{"held": hashes[:n/2], "new": hashes[n/2:]} {
+		b.Run(name, func(b *testing.B) {
+			for i := range b.N {
+				f.add(hs[(i*7919)%len(hs)])
+			}
+		})
+	}
+}

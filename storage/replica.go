@@ -62,9 +62,11 @@ type ReplicaBatch struct {
 }
 
 type replicaRec struct {
-	end int  // end of its key in keys
-	put bool // else a delete
-	own bool // a round of this node's committer (PutOwnRecord)
+	end   int    // end of its key in keys
+	h     uint64 // its key's hash
+	put   bool   // else a delete
+	own   bool   // a round of this node's committer (see Record)
+	prior Prior
 }
 
 // NewReplicaBatch returns an empty batch.
@@ -96,59 +98,40 @@ func (b *ReplicaBatch) DeleteRange(lower, upper []byte) error {
 	return b.b.DeleteRange(lower, upper, nil)
 }
 
-// PutRecord writes the record key with value val, as a follower applies a
-// round: the bytes the leader decided, never recomputed.
+// PutRecord writes the record key with value val, as a snapshot installs
+// it; whether it existed before is read when the batch is committed.
 func (b *ReplicaBatch) PutRecord(key, val []byte) error {
-	return b.put(key, val, false)
+	return b.Record(ReplicaOp{Key: key, Value: val}, false)
 }
 
 // DeleteRecord removes the record key, if there is one.
 func (b *ReplicaBatch) DeleteRecord(key []byte) error {
-	return b.delete(key, false)
+	return b.Record(ReplicaOp{Key: key, Delete: true}, false)
 }
 
-// PutOwnRecord and DeleteOwnRecord write a change of a round that this
-// node's committer handed to the Replicator and still waits for: the
-// table's record, if there is one, is left as it is (it holds that value,
-// or a later change of its own), and the record counts too (the change
-// counted them when it was made).
-func (b *ReplicaBatch) PutOwnRecord(key, val []byte) error {
-	return b.put(key, val, true)
-}
-
-// DeleteOwnRecord: see PutOwnRecord.
-func (b *ReplicaBatch) DeleteOwnRecord(key []byte) error {
-	return b.delete(key, true)
-}
-
-func (b *ReplicaBatch) put(key, val []byte, own bool) error {
-	if err := b.record(key); err != nil {
+// Record writes a change of a round as a replica applies it: the bytes
+// the leader decided, never recomputed. The record counts follow op.Prior
+// (a change of PriorUnknown reads whether the record exists when the batch
+// is committed). If own, the change is of a round that this node's
+// committer handed to the Replicator and still waits for: the table's
+// record, if there is one, is left as it is (it holds that value, or a
+// later change of its own), and the record counts too (the change counted
+// them when it was made).
+func (b *ReplicaBatch) Record(op ReplicaOp, own bool) error {
+	if len(op.Key) == 0 || op.Key[0] == recordsEnd[0] {
+		return fmt.Errorf("%w: record key %q", ErrNotReplicaKey, op.Key)
+	}
+	var err error
+	if op.Delete {
+		err = b.b.Delete(op.Key, nil)
+	} else {
+		err = b.b.Set(op.Key, op.Value, nil)
+	}
+	if err != nil {
 		return err
 	}
-	if err := b.b.Set(key, val, nil); err != nil {
-		return err
-	}
-	b.keys = append(b.keys, key...)
-	b.recs = append(b.recs, replicaRec{end: len(b.keys), put: true, own: own})
-	return nil
-}
-
-func (b *ReplicaBatch) delete(key []byte, own bool) error {
-	if err := b.record(key); err != nil {
-		return err
-	}
-	if err := b.b.Delete(key, nil); err != nil {
-		return err
-	}
-	b.keys = append(b.keys, key...)
-	b.recs = append(b.recs, replicaRec{end: len(b.keys), own: own})
-	return nil
-}
-
-func (b *ReplicaBatch) record(key []byte) error {
-	if len(key) == 0 || key[0] == recordsEnd[0] {
-		return fmt.Errorf("%w: record key %q", ErrNotReplicaKey, key)
-	}
+	b.keys = append(b.keys, op.Key...)
+	b.recs = append(b.recs, replicaRec{end: len(b.keys), h: maphash.Bytes(b.s.seed, op.Key), put: !op.Delete, own: own, prior: op.Prior})
 	return nil
 }
 
@@ -169,8 +152,8 @@ func (b *ReplicaBatch) Close() error { return b.b.Close() }
 
 // Commit writes the batch to Pebble at once, all of it or nothing, synced
 // if sync is set, and leaves it empty. The records it writes are then what
-// every reader sees: a cached copy is replaced, the key filter learns new
-// keys, and the record counts follow. The store's own writes of the same
+// every reader sees: the key filter learns new keys, a cached copy is
+// replaced, and the record counts follow. The store's own writes of the same
 // records (Modify) are not ordered with it: a follower applies rounds and
 // runs no commands, and whichever reaches Pebble last stays.
 func (b *ReplicaBatch) Commit(sync bool) error {
@@ -180,18 +163,34 @@ func (b *ReplicaBatch) Commit(sync bool) error {
 		return err
 	}
 	defer unlock()
-	// Whether each record existed before, for the counts: read before the
-	// batch lands.
-	existed := make([]bool, len(b.recs))
+	// Whether each record of unknown Prior existed before, for the
+	// counts: read before the batch lands. The leader's rounds say it.
 	start := 0
-	for i, r := range b.recs {
+	for i := range b.recs {
+		r := &b.recs[i]
 		key := b.keys[start:r.end]
 		start = r.end
-		ok, err := s.exists(key)
+		if r.prior != PriorUnknown {
+			continue
+		}
+		ok, err := s.exists(key, r.h)
 		if err != nil {
 			return err
 		}
-		existed[i] = ok
+		r.prior = PriorAbsent
+		if ok {
+			r.prior = PriorPresent
+		}
+	}
+	if s.filter != nil {
+		// The key filter learns the new keys before a reader can find
+		// them in Pebble, in a pass of their own: a key's words are
+		// mostly in no cache, and their loads overlap.
+		for _, r := range b.recs {
+			if r.put {
+				s.filter.add(r.h)
+			}
+		}
 	}
 	opt := pebble.NoSync
 	if sync {
@@ -205,18 +204,18 @@ func (b *ReplicaBatch) Commit(sync bool) error {
 		s.stats.fsyncs.Add(1)
 	}
 	start = 0
-	for i, r := range b.recs {
+	for _, r := range b.recs {
 		key := b.keys[start:r.end]
 		start = r.end
-		s.replicated(key, r.put, r.own, existed[i])
+		s.replicated(key, r.h, r.put, r.own, r.prior == PriorPresent)
 	}
 	b.Reset()
 	return nil
 }
 
-// exists reports whether the record key exists, as a reader would see it.
-func (s *Store) exists(key []byte) (bool, error) {
-	h := maphash.Bytes(s.seed, key)
+// exists reports whether the record key, of hash h, exists, as a reader
+// would see it.
+func (s *Store) exists(key []byte, h uint64) (bool, error) {
 	st := s.stripeOf(h)
 	st.mu.Lock()
 	if ri := st.mu.t.find(h, key); ri >= 0 {
@@ -240,20 +239,23 @@ func (s *Store) exists(key []byte) (bool, error) {
 	return false, fmt.Errorf("storage: read: %w", err)
 }
 
-// replicated brings the hot-state table, the key filter and the record
-// counts in line with a record Pebble now holds (put) or no longer holds.
-// A change of this node's own round (own) leaves a record of the table
-// alone: it holds the change, or a later one.
-func (s *Store) replicated(key []byte, put, own, existed bool) {
-	h := maphash.Bytes(s.seed, key)
+// replicated brings the hot-state table and the record counts in line
+// with a record, of hash h, that Pebble now holds (put) or no longer
+// holds, and held before if existed. A change of this node's own round
+// (own) leaves a record of the table alone: it holds the change, or a
+// later one.
+func (s *Store) replicated(key []byte, h uint64, put, own, existed bool) {
 	st := s.stripeOf(h)
 	st.mu.Lock()
 	defer st.mu.Unlock()
-	if put && s.filter != nil {
-		s.filter.add(h)
-	}
-	if own && st.mu.t.find(h, key) >= 0 {
+	t := &st.mu.t
+	ri := t.find(h, key)
+	if own && ri >= 0 {
 		return
+	}
+	if ri >= 0 {
+		// The counts follow what readers saw: the table's record.
+		existed = t.recs[ri].flags&fDel == 0
 	}
 	switch {
 	case put && !existed:
@@ -261,8 +263,6 @@ func (s *Store) replicated(key []byte, put, own, existed bool) {
 	case !put && existed:
 		st.mu.records[s.classOf(key)]--
 	}
-	t := &st.mu.t
-	ri := t.find(h, key)
 	if ri < 0 {
 		return
 	}
@@ -274,7 +274,7 @@ func (s *Store) replicated(key []byte, put, own, existed bool) {
 	// A dirty one is on its way to the committer, which writes whatever
 	// the record holds when it takes it: make that the replicated state.
 	if !put {
-		t.recs[ri].flags |= fDel | fMod
+		t.recs[ri].flags = t.recs[ri].flags&^fStored | fDel | fMod
 		t.recs[ri].vlen = 0
 		return
 	}
@@ -285,7 +285,7 @@ func (s *Store) replicated(key []byte, put, own, existed bool) {
 	}
 	t.setVal(ri, v)
 	closer.Close()
-	t.recs[ri].flags = t.recs[ri].flags&^fDel | fMod
+	t.recs[ri].flags = t.recs[ri].flags&^fDel | fMod | fStored
 }
 
 // ReplicaGet returns a copy of the value of the replication key key, and

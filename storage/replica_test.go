@@ -6,6 +6,7 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
+	"math/rand/v2"
 	"path/filepath"
 	"slices"
 	"strings"
@@ -279,4 +280,102 @@ func repairReplicaStore(t *testing.T, newer func(b *pebble.Batch), first []byte)
 		t.Fatalf("%d replication keys survived the repair, want none", n)
 	}
 	return s
+}
+
+// mirror is a Replicator that commits each round at once into the
+// leader's store, as its own records, and into a follower's store as a
+// replica applies a round: by the Prior of each change.
+type mirror struct{ leader, follower *Store }
+
+func (m *mirror) Replicate(c int, ops []ReplicaOp) (<-chan error, error) {
+	for _, st := range []*Store{m.follower, m.leader} {
+		b := st.NewReplicaBatch()
+		for _, op := range ops {
+			if err := b.Record(op, st == m.leader); err != nil {
+				return nil, err
+			}
+		}
+		if err := b.Commit(false); err != nil {
+			return nil, err
+		}
+		if err := b.Close(); err != nil {
+			return nil, err
+		}
+	}
+	done := make(chan error, 1)
+	done <- nil
+	return done, nil
+}
+
+// The Prior of each change of a leader's round is what the rounds before
+// it left: a follower that counts by it, reading nothing, counts what the
+// leader counts, through creates, updates, deletes, a key created and
+// deleted in one round, reads that cache what Pebble holds, and records
+// evicted from a small cache, or no cache at all (the record then read
+// from Pebble again).
+func TestRoundPriorsKeepFollowerCounts(t *testing.T) {
+	for name, opts := range map[string]Options{
+		"cache":       {},
+		"small cache": {CacheMemory: 64 << 10},
+		"no cache":    {NoCache: true},
+	} {
+		t.Run(name, func(t *testing.T) {
+			follower, err := Open(filepath.Join(t.TempDir(), "f"), Options{Sync: SyncAlways})
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer follower.Close()
+			m := &mirror{follower: follower}
+			opts.Sync, opts.Committers, opts.Replicator = SyncAlways, 1, m
+			dir := filepath.Join(t.TempDir(), "l")
+			leader, err := Open(dir, opts)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer func() { leader.Close() }()
+			m.leader = leader
+			del := mutatorFunc(func([]byte, bool) ([]byte, Op, error) { return nil, Delete, nil })
+			read := mutatorFunc(func([]byte, bool) ([]byte, Op, error) { return nil, Keep, nil })
+			rng := rand.New(rand.NewPCG(1, 2))
+			for round := range 300 {
+				if round == 150 {
+					// An empty table: what it holds comes from Pebble.
+					if err := leader.Close(); err != nil {
+						t.Fatal(err)
+					}
+					if leader, err = Open(dir, opts); err != nil {
+						t.Fatal(err)
+					}
+					m.leader = leader
+				}
+				b := leader.NewBatch()
+				for range 20 {
+					key := fmt.Appendf([]byte{0, 1}, "k%d", rng.IntN(500))
+					var mut Mutator = putValue{v: fmt.Appendf(nil, "v%d", round)}
+					switch rng.IntN(4) {
+					case 0:
+						mut = del
+					case 1:
+						mut = read // caches what Pebble holds
+					}
+					if err := b.Modify(key, mut); err != nil {
+						t.Fatal(err)
+					}
+				}
+				if err := b.Commit(); err != nil {
+					t.Fatal(err)
+				}
+				if l, f := leader.Records(), follower.Records(); l != f {
+					t.Fatalf("after round %d: the follower counts %d records, the leader %d", round, f, l)
+				}
+			}
+			n := 0
+			if err := follower.Scan([]byte{0}, []byte{0xfe}, func(k, v []byte) bool { n++; return true }); err != nil {
+				t.Fatal(err)
+			}
+			if c := follower.Records(); c != int64(n) {
+				t.Fatalf("the follower counts %d records and holds %d", c, n)
+			}
+		})
+	}
 }

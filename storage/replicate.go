@@ -26,11 +26,28 @@ import (
 var ErrNotReplicated = errors.New("storage: the round was not replicated")
 
 // ReplicaOp is one change of a replicated round: a record key and its new
-// value, or its deletion.
+// value, or its deletion, and whether the record existed before.
 type ReplicaOp struct {
 	Key, Value []byte
 	Delete     bool
+	Prior      Prior
 }
+
+// Prior says whether a change's record existed before the change, as the
+// leader that made the round knew it: the state the rounds before it left,
+// which is what a replica applying them in order holds. A replica keeps
+// its record counts (DBSIZE, the counts per kind) from it, without
+// reading the record before writing it.
+type Prior uint8
+
+const (
+	// PriorUnknown makes the replica read whether the record exists: the
+	// rounds of older versions, and changes that do not come from a
+	// committer's round.
+	PriorUnknown Prior = iota
+	PriorAbsent        // the record did not exist
+	PriorPresent       // the record existed
+)
 
 // Replicator takes the committers' rounds when the store's records are
 // replicated.
@@ -60,12 +77,16 @@ func (r *replicaRound) reset() {
 	}
 }
 
-// add copies a change into the round. An op keeps pointing at its bytes
-// when buf grows: the old array stays as it was.
-func (r *replicaRound) add(key, val []byte, del bool) {
+// add copies a change into the round, of a record that existed before it
+// if stored. An op keeps pointing at its bytes when buf grows: the old
+// array stays as it was.
+func (r *replicaRound) add(key, val []byte, del, stored bool) {
 	start := len(r.buf)
 	r.buf = append(r.buf, key...)
-	op := ReplicaOp{Key: r.buf[start:len(r.buf):len(r.buf)], Delete: del}
+	op := ReplicaOp{Key: r.buf[start:len(r.buf):len(r.buf)], Delete: del, Prior: PriorAbsent}
+	if stored {
+		op.Prior = PriorPresent
+	}
 	if !del {
 		start = len(r.buf)
 		r.buf = append(r.buf, val...)

@@ -78,6 +78,12 @@ const (
 	// fRound says the committer's current round has written the record,
 	// so that a round writes each key once however often it was queued.
 	fRound
+	// fStored says the key exists in the state last handed on: what
+	// Pebble held when the record was read, or what the committer's last
+	// round that took the record wrote. A replicated round tells each
+	// change's Prior from it, so that followers keep their record counts
+	// without reading the record first.
+	fStored
 )
 
 // recordSize is the bytes of one record; each record in use also holds

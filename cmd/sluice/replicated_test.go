@@ -54,7 +54,11 @@ func startReplicatedCluster(t *testing.T) (addrs, bus, dirs []string, procs []*p
 }
 
 // waitHomeLeaders waits until INFO replication on each node i shows its
-// three shards and shard i led and served by it, failing at deadline.
+// three shards and shard i led and served by it, and every node's slot
+// table (CLUSTER SLOTS) gives shard i's slots to node i, failing at
+// deadline. The node that hands a shard back home learns of its new leader
+// a moment after the home node leads it, and answers CLUSTERDOWN for its
+// slots meanwhile.
 func waitHomeLeaders(t *testing.T, procs []*proc, deadline time.Time) {
 	t.Helper()
 	for i, p := range procs {
@@ -66,6 +70,23 @@ func waitHomeLeaders(t *testing.T, procs []*proc, deadline time.Time) {
 			}
 			if time.Now().After(deadline) {
 				t.Fatalf("node %d never showed its three shards and its home shard led: %v\n%s", i, err, info)
+			}
+			time.Sleep(20 * time.Millisecond)
+		}
+	}
+	for i, p := range procs {
+		c := p.client(t)
+		for {
+			slots, err := c.ClusterSlots(context.Background()).Result()
+			home := err == nil && len(slots) == len(procs)
+			for s := 0; home && s < len(slots); s++ {
+				home = len(slots[s].Nodes) > 0 && slots[s].Nodes[0].Addr == procs[s].addr
+			}
+			if home {
+				break
+			}
+			if time.Now().After(deadline) {
+				t.Fatalf("node %d never gave each shard's slots to its home node: %v %+v", i, err, slots)
 			}
 			time.Sleep(20 * time.Millisecond)
 		}
