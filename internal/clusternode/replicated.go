@@ -104,7 +104,8 @@ func (r *replicas) nodes() []replication.Node {
 	return *r.known.Load()
 }
 
-// addrs returns the announced addresses of the cluster's nodes by ordinal.
+// addrs returns the announced addresses of the cluster's nodes by
+// ordinal, "" for a node removed.
 func (r *replicas) addrs() []string {
 	nodes := r.nodes()
 	out := make([]string, len(nodes))
@@ -112,6 +113,12 @@ func (r *replicas) addrs() []string {
 		out[o] = n.Addr
 	}
 	return out
+}
+
+// present is the addresses of the cluster's nodes but those removed,
+// comma-separated, for an error to list.
+func (r *replicas) present() string {
+	return strings.Join(slices.DeleteFunc(r.addrs(), func(a string) bool { return a == "" }), ",")
 }
 
 // group returns this node's replica of shard i, or nil.
@@ -171,7 +178,7 @@ func (s *Node) openReplicated(cc *Config) error {
 			groups = append(groups, replication.ShardGroup(i))
 		}
 	}
-	inc, known2, err := s.storedIncarnation(groups)
+	inc, incKnown, err := s.storedIncarnation(groups)
 	if err != nil {
 		return err
 	}
@@ -195,7 +202,7 @@ func (s *Node) openReplicated(cc *Config) error {
 			return err
 		}
 		s.rep.tr = tr
-	case known2:
+	case incKnown:
 		// As before any wait: a node that cannot start its replicas fails
 		// to start.
 		if err := st.start(inc, nil, nil); err != nil {
@@ -224,7 +231,7 @@ func (s *Node) openReplicated(cc *Config) error {
 			if !st.joinAndStart(ctx) {
 				return
 			}
-		case !known2:
+		case !incKnown:
 			if !st.decideAndStart(ctx) {
 				return
 			}
@@ -822,7 +829,7 @@ func (s *Node) place(args [][]byte) (uint64, error) {
 	for _, a := range args[1:] {
 		o := slices.Index(nodes, string(a))
 		if o < 0 || len(a) == 0 {
-			return 0, refuse("node '" + resp.Preview(a) + "' is not one of the cluster's nodes: " + strings.Join(nodes, ",") + " (--cluster-nodes, and those added by CLUSTER ADDNODE)")
+			return 0, refuse("node '" + resp.Preview(a) + "' is not one of the cluster's nodes: " + s.rep.present() + " (--cluster-nodes, and those added by CLUSTER ADDNODE)")
 		}
 		ordinals, addrs = append(ordinals, o), append(addrs, string(a))
 	}
@@ -878,7 +885,7 @@ func (s *Node) removeNode(addr []byte) (uint64, error) {
 	nodes := s.rep.addrs()
 	o := slices.Index(nodes, string(addr))
 	if o < 0 || len(addr) == 0 {
-		return 0, refuse("node '" + resp.Preview(addr) + "' is not one of the cluster's nodes: " + strings.Join(slices.DeleteFunc(slices.Clone(nodes), func(a string) bool { return a == "" }), ","))
+		return 0, refuse("node '" + resp.Preview(addr) + "' is not one of the cluster's nodes: " + s.rep.present())
 	}
 	p, err := host.RemoveNode(o)
 	if err != nil {
