@@ -2,8 +2,10 @@ package clusternode
 
 import (
 	"errors"
+	"slices"
 	"testing"
 
+	"github.com/sluicehq/sluice/replication"
 	"github.com/sluicehq/sluice/storage"
 )
 
@@ -76,5 +78,23 @@ func TestPlacementDigestDiffers(t *testing.T) {
 	c := placementDigest(placement(nodes[:3], 3, 5))
 	if a == b || a == c || a != placementDigest(placement(nodes, 3, 3)) {
 		t.Errorf("digests %x, %x, %x: want the first unlike the others, and stable", a, b, c)
+	}
+}
+
+// TestReplicaNodesTakeTheFlagsBus: the nodes the cluster first started
+// with are dialed and listened for at the replication addresses this
+// node's flags give (a proxy's, in the fault test), not those of the
+// placement, which holds its proposer's; a node added has the
+// placement's, and a node removed stays removed.
+func TestReplicaNodesTakeTheFlagsBus(t *testing.T) {
+	r := &replicas{initial: []replication.Node{{Addr: "a:1", Bus: "own-a:2"}, {Addr: "b:1", Bus: "own-b:2"}, {Addr: "c:1", Bus: "own-c:2"}}}
+	placed := []replication.Node{{Addr: "a:1", Bus: "prop-a:2"}, {}, {Addr: "c:1", Bus: "prop-c:2"}, {Addr: "d:1", Bus: "d:2"}}
+	r.known.Store(&placed)
+	want := []replication.Node{{Addr: "a:1", Bus: "own-a:2"}, {}, {Addr: "c:1", Bus: "own-c:2"}, {Addr: "d:1", Bus: "d:2"}}
+	if got := r.nodes(); !slices.Equal(got, want) {
+		t.Errorf("nodes: %v; want %v", got, want)
+	}
+	if got := r.addrs(); !slices.Equal(got, []string{"a:1", "", "c:1", "d:1"}) || r.present() != "a:1,c:1,d:1" {
+		t.Errorf("addrs %q, present %q", got, r.present())
 	}
 }

@@ -76,8 +76,10 @@ type replicas struct {
 	// a node added to the cluster that has not learned it yet (join).
 	self atomic.Int64
 	// known are the cluster's nodes until host follows them: those of the
-	// flags, or of the placement a node added to the cluster learned.
-	known atomic.Pointer[[]replication.Node]
+	// flags, or of the placement a node added to the cluster learned;
+	// initial those the flags give (nodes).
+	known   atomic.Pointer[[]replication.Node]
+	initial []replication.Node
 	// host is nil until the node knows its incarnation: on an empty data
 	// directory, once the other nodes have answered (decideIncarnation).
 	host atomic.Pointer[replication.Host]
@@ -96,12 +98,23 @@ type replicas struct {
 func (r *replicas) ordinal() int { return int(r.self.Load()) }
 
 // nodes returns the cluster's nodes by ordinal, as this node follows
-// them.
+// them: those the cluster first started with as this node's flags give
+// them (each node's --cluster-bus-nodes may name other replication
+// addresses for them, a proxy's, while the placement holds its proposer's),
+// the nodes added since as the placement gives them, and a node removed
+// as removed.
 func (r *replicas) nodes() []replication.Node {
+	placed := *r.known.Load()
 	if h := r.host.Load(); h != nil && h.Nodes() != nil {
-		return h.Nodes()
+		placed = h.Nodes()
 	}
-	return *r.known.Load()
+	out := slices.Clone(placed)
+	for o := range min(len(out), len(r.initial)) {
+		if !out[o].Removed() {
+			out[o] = r.initial[o]
+		}
+	}
+	return out
 }
 
 // addrs returns the announced addresses of the cluster's nodes by
@@ -189,7 +202,7 @@ func (s *Node) openReplicated(cc *Config) error {
 	tick := timeout / replication.DefaultElectionTicks
 	st := &replicaStart{s: s, cc: cc, shards: shards, initial: initial, tick: tick, cluster: placementDigest(place)}
 	ctx, cancel := context.WithCancel(context.Background())
-	s.rep = &replicas{shards: shards, stop: cancel, done: make(chan struct{})}
+	s.rep = &replicas{shards: shards, initial: initial, stop: cancel, done: make(chan struct{})}
 	s.rep.self.Store(int64(self))
 	s.rep.known.Store(&known)
 	s.view.Store(s.rep.view(0, s.myID))
@@ -799,8 +812,9 @@ func (s *Node) placementText() (string, error) {
 		}
 		b.WriteString("shard " + strconv.Itoa(i) + " " + cluster.FormatRanges([]cluster.Range{s.rep.shards[i].Slots}) + " " + strings.Join(addrs, ",") + "\n")
 	}
-	if host.Nodes() != nil {
-		for o, n := range s.rep.nodes() {
+	if p.Nodes != nil {
+		// The placement's, the same on every node.
+		for o, n := range p.Nodes {
 			if n.Removed() {
 				b.WriteString("node " + strconv.Itoa(o) + " removed\n")
 				continue
