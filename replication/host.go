@@ -342,10 +342,12 @@ func (h *Host) isStopped() bool {
 }
 
 // nodeSet is the cluster's nodes: how many, and their addresses where
-// known.
+// known; placed when the list is a stored placement's, the same on every
+// node, rather than this node's HostConfig.Addrs.
 type nodeSet struct {
-	n    int
-	list []Node
+	n      int
+	list   []Node
+	placed bool
 }
 
 // nodeCount is how many nodes the cluster has, as this node follows it.
@@ -373,7 +375,7 @@ func (h *Host) presentOrdinals() []int {
 
 // setNodes follows the nodes of a placement.
 func (h *Host) setNodes(list []Node) {
-	h.nodeSet.Store(&nodeSet{n: len(list), list: slices.Clone(list)})
+	h.nodeSet.Store(&nodeSet{n: len(list), list: slices.Clone(list), placed: true})
 }
 
 // Nodes returns the cluster's nodes by ordinal as this node follows them,

@@ -561,6 +561,9 @@ func (c *hostCluster) placeOn(i int, ordinals ...int) Placement {
 func TestHostMoveThroughThePlacementGroup(t *testing.T) {
 	c := newHostCluster(t, 4, 3)
 	c.commitOn(1, 1, c.keyIn(1, "k"), "v")
+	if p := c.nodes[0].h.Placement(); p.Epoch != 0 || p.Nodes != nil {
+		t.Errorf("placement before any move: %+v; want epoch 0 without nodes (each node knows them from its own flags)", p)
+	}
 	lead := c.placementLeader()
 	other := (lead + 1) % 4
 	var nl *NotLeaderError
@@ -584,6 +587,9 @@ func TestHostMoveThroughThePlacementGroup(t *testing.T) {
 	c.waitFor("the record on node 0", func() bool { return c.read(0, c.keyIn(1, "k")) == "v" })
 	for o := range c.nodes {
 		c.waitFor("node "+strconv.Itoa(o)+" following epoch 1", func() bool { return c.nodes[o].h.Placement().Epoch == 1 })
+		if got := c.nodes[o].h.Placement().Nodes; !slices.Equal(got, c.addrs) {
+			t.Errorf("node %d at epoch 1: nodes %v; want the placement's, %v", o, got, c.addrs)
+		}
 	}
 	c.stop(2)
 	c.start(2)

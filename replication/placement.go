@@ -166,9 +166,15 @@ func StoredPlacement(store *storage.Store) (Placement, bool, error) {
 	return p, err == nil, err
 }
 
-// Placement returns the placement as this node applied it.
+// Placement returns the placement as this node applied it. Its Nodes are
+// nil until a stored placement gave them: before the first change each
+// node knows the others from its own HostConfig.Addrs, whose replication
+// addresses may differ from node to node.
 func (h *Host) Placement() Placement {
-	p := Placement{Epoch: h.epoch.Load(), Nodes: slices.Clone(h.nodeSet.Load().list)}
+	p := Placement{Epoch: h.epoch.Load()}
+	if ns := h.nodeSet.Load(); ns.placed {
+		p.Nodes = slices.Clone(ns.list)
+	}
 	for i := range h.replicas {
 		p.Replicas = append(p.Replicas, slices.Clone(h.replicasOf(i)))
 	}
@@ -359,8 +365,8 @@ func (h *Host) followPlacement() {
 		h.lg.Error("the cluster's placement has another number of shards than this node's; not followed", "epoch", p.Epoch, "shards", len(p.Replicas), "want", len(h.replicas))
 		return
 	}
-	if p.Nodes != nil && !slices.Equal(p.Nodes, h.nodeSet.Load().list) {
-		old := h.nodeSet.Load().list
+	if ns := h.nodeSet.Load(); p.Nodes != nil && (!ns.placed || !slices.Equal(p.Nodes, ns.list)) {
+		old := ns.list
 		for o, n := range p.Nodes {
 			switch {
 			case o >= len(old) && !n.Removed():

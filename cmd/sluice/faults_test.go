@@ -329,6 +329,19 @@ func (fc *faultCluster) waitFor(deadline time.Time, what string, cond func() boo
 	}
 }
 
+// showAgrees checks that sluice cluster show finds every node following
+// one placement, though each node names the others' replication
+// addresses by proxies of its own.
+func (fc *faultCluster) showAgrees() {
+	fc.t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), faultPhaseLimit)
+	defer cancel()
+	var out bytes.Buffer
+	if err := runReloading(ctx, nil, []string{"cluster", "show", "--nodes", strings.Join(fc.addrs, ",")}, noEnvLookup, nil, &out, &out); err != nil {
+		fc.t.Fatalf("sluice cluster show: %v\n%s", err, out.String())
+	}
+}
+
 // waitHomeLeaders waits until every node shows each of its shards, and
 // shard i led and served by node i (where leadership settles), with
 // every replica of the shard naming node i its leader at the same term.
@@ -946,6 +959,8 @@ func TestReplicatedFaults(t *testing.T) {
 		t.Run(c.String(), func(t *testing.T) {
 			start := time.Now()
 			fc := startFaultCluster(t, c)
+			fc.waitHomeLeaders(time.Now().Add(faultPhaseLimit))
+			fc.showAgrees()
 			var st faultStats
 			target := 0
 			for round := range rounds {

@@ -789,8 +789,9 @@ func (r *replicas) placed() []cluster.Shard {
 
 // placementText is CLUSTER PLACEMENT's reply: the placement's epoch, its
 // leader, then a line per shard with its slots and its replicas'
-// addresses, its home first, then a line per node with its ordinal,
-// address and replication address ("removed" for a node removed).
+// addresses, its home first, then, once the placement holds the nodes
+// (its first change), a line per node with its ordinal, address and
+// replication address ("removed" for a node removed).
 func (s *Node) placementText() (string, error) {
 	host := s.rep.host.Load()
 	if host == nil {
