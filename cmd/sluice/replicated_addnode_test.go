@@ -5,8 +5,6 @@ import (
 	"context"
 	"strconv"
 	"strings"
-	"sync"
-	"sync/atomic"
 	"syscall"
 	"testing"
 	"time"
@@ -41,32 +39,9 @@ func TestReplicatedNodeAdded(t *testing.T) {
 	}
 	// Tokens are taken throughout, by four clients.
 	const limit = 1000000
-	var mu sync.Mutex
-	acked, failed := make([]int64, len(keys)), make([]int64, len(keys))
-	var stop atomic.Bool
-	var wg sync.WaitGroup
-	for w := range 4 {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			for !stop.Load() && time.Now().Before(deadline) {
-				for b := w; b < len(keys); b += 4 {
-					err := cc.Do(ctx, "RL.REDUCE", keys[b], limit, 3600, "AT", clusterAt).Err()
-					mu.Lock()
-					if err != nil {
-						failed[b]++
-					} else {
-						acked[b]++
-					}
-					mu.Unlock()
-					if err != nil {
-						time.Sleep(10 * time.Millisecond)
-					}
-				}
-			}
-		}()
-	}
-	defer func() { stop.Store(true); wg.Wait() }()
+	tk := newTakers(cc, keys, limit)
+	tk.run(ctx, 4, deadline)
+	defer tk.stop()
 	more, moreBus := freePorts(t, 1), freePorts(t, 1)
 	all := append(append([]string{}, addrs...), more[0])
 	dirs = append(dirs, t.TempDir())
@@ -200,25 +175,8 @@ func TestReplicatedNodeAdded(t *testing.T) {
 	}
 	run("cluster", "show", "--nodes", strings.Join(addrs, ","))
 	// Every take acknowledged through the moves is counted once.
-	stop.Store(true)
-	wg.Wait()
-	var total, errs int64
-	for b, key := range keys {
-		total, errs = total+acked[b], errs+failed[b]
-		for {
-			n, err := cc.Do(ctx, "RL.GET", key, limit, 3600, "AT", clusterAt).Int64()
-			if err == nil {
-				if n > limit-acked[b] || n < limit-acked[b]-failed[b] {
-					t.Errorf("%s: %d tokens left after %d takes acknowledged and %d failed; want %d less at most %d", key, n, acked[b], failed[b], limit-acked[b], failed[b])
-				}
-				break
-			}
-			if time.Now().After(deadline) {
-				t.Fatalf("%s after the removal: %v", key, err)
-			}
-			time.Sleep(20 * time.Millisecond)
-		}
-	}
+	tk.stop()
+	total, errs := tk.check(t, ctx, deadline, "after the removal")
 	t.Logf("%d takes acknowledged, %d failed (retried), over the addition, two moves, a restart and the removal", total, errs)
 	// Restarted, it is no node of the cluster: it waits to be added again.
 	added.stop(t, syscall.SIGTERM)

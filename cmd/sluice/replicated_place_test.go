@@ -6,8 +6,6 @@ import (
 	"slices"
 	"strconv"
 	"strings"
-	"sync"
-	"sync/atomic"
 	"syscall"
 	"testing"
 	"time"
@@ -56,43 +54,16 @@ func testShardPlaced(t *testing.T, fsync string) {
 			keys = append(keys, key)
 		}
 	}
-	var mu sync.Mutex
-	acked, failed := make([]int64, len(keys)), make([]int64, len(keys))
-	take := func(b int) error {
-		n, err := cc.Do(ctx, "RL.REDUCE", keys[b], limit, 3600, "AT", clusterAt).Int64()
-		mu.Lock()
-		defer mu.Unlock()
-		switch {
-		case err != nil:
-			failed[b]++
-		case n >= 1:
-			acked[b]++
-		}
-		return err
-	}
+	tk := newTakers(cc, keys, limit)
 	for b := range keys {
-		for take(b) != nil {
+		for tk.take(ctx, b) != nil {
 			if time.Now().After(deadline) {
 				t.Fatalf("bucket %s never served", keys[b])
 			}
 			time.Sleep(20 * time.Millisecond)
 		}
 	}
-	var stop atomic.Bool
-	var wg sync.WaitGroup
-	for w := range 8 {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			for !stop.Load() && time.Now().Before(deadline) {
-				for b := w; b < len(keys); b += 8 {
-					if take(b) != nil {
-						time.Sleep(10 * time.Millisecond)
-					}
-				}
-			}
-		}()
-	}
+	tk.run(ctx, 8, deadline)
 	place := func(epoch int, to ...int) {
 		t.Helper()
 		var out bytes.Buffer
@@ -161,27 +132,8 @@ func testShardPlaced(t *testing.T, fsync string) {
 	}
 	procs[0].stop(t, syscall.SIGKILL)
 	procs[2].stop(t, syscall.SIGKILL)
-	stop.Store(true)
-	wg.Wait()
-	for b := range keys {
-		for {
-			n, err := cc.Do(ctx, "RL.GET", keys[b], limit, 3600, "AT", clusterAt).Int64()
-			if err == nil {
-				if n > limit-acked[b] || n < limit-acked[b]-failed[b] {
-					t.Errorf("%s on nodes 1 and 3 alone: %d tokens left after %d takes acknowledged and %d failed; want %d less at most %d", keys[b], n, acked[b], failed[b], limit-acked[b], failed[b])
-				}
-				break
-			}
-			if time.Now().After(deadline) {
-				t.Fatalf("%s on nodes 1 and 3 alone: %v", keys[b], err)
-			}
-			time.Sleep(20 * time.Millisecond)
-		}
-	}
-	var total, errs int64
-	for b := range keys {
-		total, errs = total+acked[b], errs+failed[b]
-	}
+	tk.stop()
+	total, errs := tk.check(t, ctx, deadline, "on nodes 1 and 3 alone")
 	t.Logf("%d takes acknowledged, %d failed (retried), over two moves and two kills", total, errs)
 }
 
