@@ -232,12 +232,7 @@ func TestClusterOverrides(t *testing.T) {
 // that leads it then (--fsync always: every hit counted is kept).
 func TestReplicatedOverrides(t *testing.T) {
 	rules, o := overrideCluster(t)
-	addrs, bus := freePorts(t, 3), freePorts(t, 3)
-	dirs := []string{t.TempDir(), t.TempDir(), t.TempDir()}
-	o.procs = make([]*proc, 3)
-	for i := range o.procs {
-		o.procs[i] = startReplicated(t, addrs, bus, dirs, i, "--fsync", "always", "--policy", rules)
-	}
+	_, _, _, o.procs = startReplicatedNodes(t, 3, "--fsync", "always", "--policy", rules)
 	deadline := time.Now().Add(90 * time.Second) // bounds a hang
 	waitHomeLeaders(t, o.procs, deadline)
 	// Shard 2, led by node 2 at first, has slots 10923-16383.

@@ -38,6 +38,8 @@ type clusterToolConfig struct {
 	add      string
 	addBus   string
 	remove   string
+	// moveTimeout bounds the wait for each shard's move in rebalance.
+	moveTimeout time.Duration
 
 	maxConfigFile byteSize
 }
@@ -56,11 +58,12 @@ func newClusterFlagSet(cfg *clusterToolConfig, stderr io.Writer) *flag.FlagSet {
 	fs.StringVar(&cfg.passFile, "requirepass-file", "", "file holding the password clients must give with AUTH (one line; a trailing newline is ignored)")
 	fs.StringVar(&cfg.pass, "requirepass", "", "password clients must give with AUTH (visible in process listings: prefer --requirepass-file)")
 	durationVar(fs, &cfg.timeout, "cluster-command-timeout", 30*time.Second, "sluice cluster: the most one command to a node may take")
+	durationVar(fs, &cfg.moveTimeout, "cluster-move-timeout", 10*time.Minute, "sluice cluster rebalance, --cluster-replicas above 1: the most it waits for one shard's move to finish (its new replicas caught up, its old ones let go)")
 	fs.StringVar(&cfg.topology, "topology", "", "sluice cluster push: the topology to push, as CLUSTER TOPOLOGY prints it: <epoch> <host:port> <slots> ...")
 	intVar(fs, &cfg.page, "cluster-page", 500, "sluice cluster: records copied per page while moving slots")
 	addMaxConfigFile(fs, &cfg.maxConfigFile)
 	fs.Usage = func() {
-		fmt.Fprintf(fs.Output(), "Usage: sluice cluster rebalance --nodes a:p,b:p,c:p   (spread the slots evenly over exactly these nodes)\n       sluice cluster move --nodes a:p,... --slots 0-99 --to d:p\n       sluice cluster show --nodes a:p,...   (the topology with the highest epoch, the nodes that have another, and any that answers as another node)\n       sluice cluster push --nodes a:p,... --topology '<epoch> a:p 0-8191 b:p 8192-16383'   (push a topology to every node: finishing an interrupted move)\n       sluice cluster renumber --nodes a:p,...   (push the highest topology under a low epoch: after the epoch cap)\n       sluice cluster place --nodes a:p,... --shard 0 --to a:p,b:p,d:p   (--cluster-replicas above 1: move a shard's replicas to these nodes, its home first)\n       sluice cluster add-node --nodes a:p,... --add d:p   (--cluster-replicas above 1: add a node, which holds no replica until place moves one there)\n       sluice cluster remove-node --nodes a:p,... --remove d:p   (--cluster-replicas above 1: remove a node whose replicas place moved away)\n\n")
+		fmt.Fprintf(fs.Output(), "Usage: sluice cluster rebalance --nodes a:p,b:p,c:p   (spread the slots evenly over exactly these nodes; --cluster-replicas above 1: the shards' replicas and homes)\n       sluice cluster move --nodes a:p,... --slots 0-99 --to d:p\n       sluice cluster show --nodes a:p,...   (the topology with the highest epoch, the nodes that have another, and any that answers as another node)\n       sluice cluster push --nodes a:p,... --topology '<epoch> a:p 0-8191 b:p 8192-16383'   (push a topology to every node: finishing an interrupted move)\n       sluice cluster renumber --nodes a:p,...   (push the highest topology under a low epoch: after the epoch cap)\n       sluice cluster place --nodes a:p,... --shard 0 --to a:p,b:p,d:p   (--cluster-replicas above 1: move a shard's replicas to these nodes, its home first)\n       sluice cluster add-node --nodes a:p,... --add d:p   (--cluster-replicas above 1: add a node, which holds no replica until place moves one there)\n       sluice cluster remove-node --nodes a:p,... --remove d:p   (--cluster-replicas above 1: remove a node whose replicas place moved away)\n\n")
 		fs.PrintDefaults()
 	}
 	return fs
@@ -125,8 +128,10 @@ func (clusterCommand) run(inv invocation, args []string) error {
 		case "show":
 			return ct.showPlacement(places, missing)
 		case "place", "add-node", "remove-node":
+		case "rebalance":
+			return ct.rebalanceReplicas(ctx, ct.highestPlacement(places), nodes, cfg.moveTimeout)
 		default:
-			return fmt.Errorf("sluice cluster %s: these nodes run replicated shards (--cluster-replicas above 1), whose slot ranges are fixed: move a shard's replicas with sluice cluster place", sub)
+			return fmt.Errorf("sluice cluster %s: these nodes run replicated shards (--cluster-replicas above 1), whose slot ranges are fixed: move a shard's replicas with sluice cluster place or rebalance", sub)
 		}
 	}
 	// Two nodes serving one slot count its limits twice: show says so and
@@ -292,21 +297,31 @@ func (ct *clusterTool) placements(ctx context.Context) (map[string]string, []str
 	return places, missing
 }
 
+// placementEpoch is the epoch of a CLUSTER PLACEMENT text.
+func placementEpoch(text string) uint64 {
+	var e uint64
+	fmt.Sscanf(text, "epoch %d", &e)
+	return e
+}
+
+// highestPlacement is the placement of the highest epoch among places,
+// the first node's on a tie.
+func (ct *clusterTool) highestPlacement(places map[string]string) string {
+	best := ""
+	for _, addr := range ct.order {
+		if p, ok := places[addr]; ok && (best == "" || placementEpoch(p) > placementEpoch(best)) {
+			best = p
+		}
+	}
+	return best
+}
+
 // showPlacement prints the placement of the highest epoch the nodes
 // follow, then each node that follows another, or did not answer, and
 // fails if there is one.
 func (ct *clusterTool) showPlacement(places map[string]string, missing []string) error {
-	epochOf := func(text string) uint64 {
-		var e uint64
-		fmt.Sscanf(text, "epoch %d", &e)
-		return e
-	}
-	best := ""
-	for _, addr := range ct.order {
-		if p, ok := places[addr]; ok && (best == "" || epochOf(p) > epochOf(best)) {
-			best = p
-		}
-	}
+	epochOf := placementEpoch
+	best := ct.highestPlacement(places)
 	fmt.Fprint(ct.out, best)
 	var behind []string
 	for _, addr := range ct.order {
@@ -335,10 +350,28 @@ func (ct *clusterTool) showPlacement(places map[string]string, missing []string)
 // the leader's address (internal/clusternode).
 const leaderHint = " to its leader, "
 
-// place changes the placement by args (CLUSTER PLACE or ADDNODE) on the
-// placement's leader, found by asking the nodes (one that does not lead
-// names the leader), then prints the placement.
+// place changes the placement by args (CLUSTER PLACE, ADDNODE or
+// REMOVENODE) on the placement's leader (propose), then prints the
+// placement.
 func (ct *clusterTool) place(ctx context.Context, nodes []string, args []any) error {
+	epoch, err := ct.propose(ctx, nodes, args)
+	if err != nil {
+		return err
+	}
+	text, err := ct.do(ctx, ct.placedOn, "CLUSTER", "PLACEMENT")
+	if err != nil {
+		return err
+	}
+	verb := map[any]string{"PLACE": "placed", "ADDNODE": "added", "REMOVENODE": "removed"}[args[1]]
+	fmt.Fprintf(ct.out, "%s: epoch %v\n%v", verb, epoch, text)
+	return nil
+}
+
+// propose sends args, a change of the placement, to the placement
+// group's leader, found by asking the nodes (one that does not lead names
+// the leader; during an election it asks again), and returns the new
+// epoch; placedOn is then the leader that took it.
+func (ct *clusterTool) propose(ctx context.Context, nodes []string, args []any) (any, error) {
 	queue := slices.Clone(nodes)
 	var errs []error
 	deadline := time.Now().Add(ct.timeout)
@@ -347,13 +380,8 @@ func (ct *clusterTool) place(ctx context.Context, nodes []string, args []any) er
 		queue = queue[1:]
 		v, err := ct.do(ctx, addr, args...)
 		if err == nil {
-			text, err := ct.do(ctx, addr, "CLUSTER", "PLACEMENT")
-			if err != nil {
-				return err
-			}
-			verb := map[any]string{"PLACE": "placed", "ADDNODE": "added", "REMOVENODE": "removed"}[args[1]]
-			fmt.Fprintf(ct.out, "%s: epoch %v\n%v", verb, v, text)
-			return nil
+			ct.placedOn = addr
+			return v, nil
 		}
 		msg := err.Error()
 		switch {
@@ -363,14 +391,14 @@ func (ct *clusterTool) place(ctx context.Context, nodes []string, args []any) er
 			queue = append(queue, addr) // an election: ask again
 			time.Sleep(100 * time.Millisecond)
 		case strings.Contains(msg, "ERR "):
-			return err // a change the leader refuses
+			return nil, err // a change the leader refuses
 		}
 		errs = append(errs, err)
 		if len(errs) > 4*len(nodes) {
 			break
 		}
 	}
-	return fmt.Errorf("sluice cluster: no node took CLUSTER %v: %w", args[1], errors.Join(errs...))
+	return nil, fmt.Errorf("sluice cluster: no node took CLUSTER %v: %w", args[1], errors.Join(errs...))
 }
 
 // clusterTool talks to the nodes, one client each.
@@ -390,6 +418,9 @@ type clusterTool struct {
 	// impostors are the lines naming each node of a topology whose
 	// CLUSTER MYID is not its address's ID, as topology found them.
 	impostors []string
+	// placedOn is the node that took the last change of the placement
+	// (propose).
+	placedOn string
 }
 
 func (ct *clusterTool) client(addr string) *redis.Client {

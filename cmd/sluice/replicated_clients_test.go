@@ -95,12 +95,7 @@ func TestReplicatedClientsRideAFailover(t *testing.T) {
 		}
 		t.Skipf("node with ioredis in %s: %v (npm ci in server/testdata/clients)", modules, err)
 	}
-	addrs, bus := freePorts(t, 3), freePorts(t, 3)
-	dirs := []string{t.TempDir(), t.TempDir(), t.TempDir()}
-	procs := make([]*proc, 3)
-	for i := range procs {
-		procs[i] = startReplicated(t, addrs, bus, dirs, i, "--fsync", "always", "--cluster-election-timeout", "1s")
-	}
+	addrs, _, _, procs := startReplicatedNodes(t, 3, "--fsync", "always", "--cluster-election-timeout", "1s")
 	deadline := time.Now().Add(90 * time.Second) // bounds a hang
 	waitHomeLeaders(t, procs, deadline)
 	var ports []string

@@ -38,13 +38,8 @@ func TestReplicatedRuleCountersOnLeaders(t *testing.T) {
 		t.Fatal(err)
 	}
 	replaceFile(t, filepath.Join(conf, "api.yaml"), "domain: api\ndescriptors:\n  - key: user\n    rate_limit:\n      unit: year\n      requests_per_unit: 3\n")
-	addrs, bus := freePorts(t, 3), freePorts(t, 3)
-	dirs := []string{t.TempDir(), t.TempDir(), t.TempDir()}
-	procs := make([]*proc, 3)
-	for i := range procs {
-		procs[i] = startReplicated(t, addrs, bus, dirs, i, "--fsync", "always", "--policy", rules,
-			"--check-addr", "127.0.0.1:0", "--check-trusted-proxies", "127.0.0.1", "--divvy-addr", "127.0.0.1:0", "--rls-addr", "127.0.0.1:0", "--rls-config", conf)
-	}
+	_, _, _, procs := startReplicatedNodes(t, 3, "--fsync", "always", "--policy", rules,
+		"--check-addr", "127.0.0.1:0", "--check-trusted-proxies", "127.0.0.1", "--divvy-addr", "127.0.0.1:0", "--rls-addr", "127.0.0.1:0", "--rls-config", conf)
 	ctx := context.Background()
 	deadline := time.Now().Add(90 * time.Second) // bounds a hang
 	waitHomeLeaders(t, procs, deadline)

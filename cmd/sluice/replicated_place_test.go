@@ -36,12 +36,7 @@ func TestReplicatedShardPlacedOnAnotherNode(t *testing.T) {
 }
 
 func testShardPlaced(t *testing.T, fsync string) {
-	addrs, bus := freePorts(t, 4), freePorts(t, 4)
-	dirs := []string{t.TempDir(), t.TempDir(), t.TempDir(), t.TempDir()}
-	procs := make([]*proc, 4)
-	for i := range procs {
-		procs[i] = startReplicated(t, addrs, bus, dirs, i, "--fsync", fsync)
-	}
+	addrs, _, _, procs := startReplicatedNodes(t, 4, "--fsync", fsync)
 	ctx := context.Background()
 	deadline := time.Now().Add(120 * time.Second) // bounds a hang
 	cc := redis.NewClusterClient(&redis.ClusterOptions{Addrs: addrs, ClusterStateReloadInterval: 200 * time.Millisecond})

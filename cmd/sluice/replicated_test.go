@@ -33,6 +33,21 @@ func startReplicated(t *testing.T, addrs, bus, dirs []string, i int, extra ...st
 	return startProc(t, dirs[i], flags...)
 }
 
+// startReplicatedNodes starts n processes with --cluster-replicas 3 and
+// the extra flags, each on a data directory of its own.
+func startReplicatedNodes(t *testing.T, n int, extra ...string) (addrs, bus, dirs []string, procs []*proc) {
+	t.Helper()
+	addrs, bus = freePorts(t, n), freePorts(t, n)
+	procs = make([]*proc, n)
+	for range n {
+		dirs = append(dirs, t.TempDir())
+	}
+	for i := range procs {
+		procs[i] = startReplicated(t, addrs, bus, dirs, i, extra...)
+	}
+	return addrs, bus, dirs, procs
+}
+
 // startReplicatedCluster starts three processes with --cluster-replicas 3
 // and --fsync always (a write is answered once its shard's group has it),
 // and a go-redis ClusterClient on them, closed with the test. go-redis
@@ -42,12 +57,7 @@ func startReplicated(t *testing.T, addrs, bus, dirs []string, i int, extra ...st
 // reload.
 func startReplicatedCluster(t *testing.T) (addrs, bus, dirs []string, procs []*proc, cc *redis.ClusterClient) {
 	t.Helper()
-	addrs, bus = freePorts(t, 3), freePorts(t, 3)
-	dirs = []string{t.TempDir(), t.TempDir(), t.TempDir()}
-	procs = make([]*proc, 3)
-	for i := range procs {
-		procs[i] = startReplicated(t, addrs, bus, dirs, i, "--fsync", "always")
-	}
+	addrs, bus, dirs, procs = startReplicatedNodes(t, 3, "--fsync", "always")
 	cc = redis.NewClusterClient(&redis.ClusterOptions{Addrs: addrs, ClusterStateReloadInterval: 200 * time.Millisecond})
 	t.Cleanup(func() { cc.Close() })
 	return addrs, bus, dirs, procs, cc
@@ -432,12 +442,7 @@ func TestReplicatedNodeAddedByListIsRefused(t *testing.T) {
 // them; once node 1 is killed, its two shards are served by other
 // replicas with every acknowledged write (--fsync always).
 func TestReplicatedMoreShardsThanNodes(t *testing.T) {
-	addrs, bus := freePorts(t, 3), freePorts(t, 3)
-	dirs := []string{t.TempDir(), t.TempDir(), t.TempDir()}
-	procs := make([]*proc, 3)
-	for i := range procs {
-		procs[i] = startReplicated(t, addrs, bus, dirs, i, "--fsync", "always", "--cluster-shards", "6")
-	}
+	addrs, _, _, procs := startReplicatedNodes(t, 3, "--fsync", "always", "--cluster-shards", "6")
 	ctx := context.Background()
 	deadline := time.Now().Add(90 * time.Second) // bounds a hang
 	for i, p := range procs {
@@ -523,12 +528,7 @@ func TestReplicatedMoreShardsThanNodes(t *testing.T) {
 // at once, as before, dropped what the stand-in had decided in its last
 // interval.
 func TestReplicatedHandbackLosesNothing(t *testing.T) {
-	addrs, bus := freePorts(t, 3), freePorts(t, 3)
-	dirs := []string{t.TempDir(), t.TempDir(), t.TempDir()}
-	procs := make([]*proc, 3)
-	for i := range procs {
-		procs[i] = startReplicated(t, addrs, bus, dirs, i, "--fsync", "everysec")
-	}
+	addrs, bus, dirs, procs := startReplicatedNodes(t, 3, "--fsync", "everysec")
 	ctx := context.Background()
 	deadline := time.Now().Add(90 * time.Second) // bounds a hang
 	waitHomeLeaders(t, procs, deadline)

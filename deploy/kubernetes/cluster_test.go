@@ -149,24 +149,40 @@ func testClusterOverlay(t *testing.T, dir string) {
 	}
 }
 
-// TestRebalanceJob checks the rebalance example against the sharded
-// overlay, and TestAddNodeJob the add-node example against the
-// replicated one: the same image, sluice cluster over the same pods'
-// names, the password from the same Secret.
+// TestRebalanceJob checks the rebalance examples against their
+// overlays, and TestAddNodeJob and TestRemoveNodeJob the add-node and
+// remove-node examples against the replicated one: the same image,
+// sluice cluster over the same pods' names, the password from the same
+// Secret.
 func TestRebalanceJob(t *testing.T) {
 	checkToolJob(t, shardedOverlay, "rebalance-job.example.yaml", "rebalance")
+	checkToolJob(t, clusterOverlay, "rebalance-job.example.yaml", "rebalance")
 }
 
 func TestAddNodeJob(t *testing.T) {
 	flags := checkToolJob(t, clusterOverlay, "add-node-job.example.yaml", "add-node")
+	if want := firstPodPast(t); flags["add"] != want {
+		t.Errorf("--add %q: want %q, the first pod past --cluster-size", flags["add"], want)
+	}
+}
+
+func TestRemoveNodeJob(t *testing.T) {
+	flags := checkToolJob(t, clusterOverlay, "remove-node-job.example.yaml", "remove-node")
+	if want := firstPodPast(t); flags["remove"] != want {
+		t.Errorf("--remove %q: want %q, the pod the add-node example adds", flags["remove"], want)
+	}
+}
+
+// firstPodPast is the announced address of the replicated overlay's
+// first pod past its --cluster-size.
+func firstPodPast(t *testing.T) string {
+	t.Helper()
 	m := load(t)
 	sts := overlayStatefulSet(t, clusterOverlay, m.sts())
 	tm := &manifests{statefulSets: []*appsv1.StatefulSet{sts}}
 	stsFlags := tm.containerFlags(t)
 	size, _ := strconv.Atoi(stsFlags["cluster-size"])
-	if want := strings.ReplaceAll(stsFlags["cluster-nodes"], "{i}", strconv.Itoa(size)); flags["add"] != want {
-		t.Errorf("--add %q: want %q, the first pod past --cluster-size", flags["add"], want)
-	}
+	return strings.ReplaceAll(stsFlags["cluster-nodes"], "{i}", strconv.Itoa(size))
 }
 
 // checkToolJob checks the Job in file of the overlay in dir, which runs
