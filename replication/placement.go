@@ -285,7 +285,7 @@ func (h *Host) RemoveNode(o int) (Placement, error) {
 			}
 		}
 		if len(held) > 0 {
-			return fmt.Errorf("%w: node %d (%s) still holds a replica of shards %s: move them to other nodes first", ErrNodes, o, p.Nodes[o].Addr, strings.Join(held, ","))
+			return fmt.Errorf("%w: node %d (%s) still holds a replica of shards %s: move them to other nodes first (CLUSTER PLACE, or sluice cluster rebalance with the other nodes)", ErrNodes, o, p.Nodes[o].Addr, strings.Join(held, ","))
 		}
 		p.Nodes[o] = Node{}
 		return nil
