@@ -5,6 +5,7 @@ import (
 	"context"
 	"strconv"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
@@ -19,10 +20,14 @@ import (
 // once each move has finished: node 3 then holds no shard, and every
 // other node holds all four. sluice cluster remove-node then
 // removes node 3, and a second rebalance finds nothing to move. Fewer
-// nodes than replicas are refused. Every bucket holds exactly its limit
-// less the takes acknowledged (less, at most, those that failed).
+// nodes than replicas are refused. Node 3, restarted on an empty data
+// directory with the flags it first had, learns it was removed and waits
+// to be added (it used to wait for the others to answer, which refuse a
+// node removed); added again it is node 4, and a rebalance onto the four
+// nodes moves three replicas onto it. Every bucket holds exactly its
+// limit less the takes acknowledged (less, at most, those that failed).
 func TestReplicatedRebalance(t *testing.T) {
-	addrs, _, _, procs := startReplicatedNodes(t, 4, "--fsync", "always")
+	addrs, bus, dirs, procs := startReplicatedNodes(t, 4, "--fsync", "always")
 	ctx := context.Background()
 	deadline := time.Now().Add(120 * time.Second) // bounds a hang
 	waitHomeLeaders(t, procs, deadline)
@@ -69,7 +74,41 @@ func TestReplicatedRebalance(t *testing.T) {
 	if out, err := run("rebalance", "--nodes", three); err != nil || out != "balanced: no replica to move\n" {
 		t.Errorf("rebalance again: %v\n%s\nwant nothing to move", err, out)
 	}
+
+	// Node 3, removed, restarted on an empty data directory with the
+	// flags it first had, learns it was removed and waits to be added.
+	procs[3].stop(t, syscall.SIGTERM)
+	dirs[3] = t.TempDir()
+	procs[3] = startReplicated(t, addrs, bus, dirs, 3, "--fsync", "always")
+	waitInfo := func(want string) {
+		t.Helper()
+		for {
+			info, err := procs[3].client(t).Info(ctx, "replication").Result()
+			if err == nil && strings.Contains(info, want) {
+				return
+			}
+			if time.Now().After(deadline) {
+				t.Fatalf("node 3 never showed %q: %v\n%s", want, err, info)
+			}
+			time.Sleep(20 * time.Millisecond)
+		}
+	}
+	waitInfo("cluster_ordinal:-1\r\n")
+	// Added again, it is node 4, and the rebalance onto all four moves
+	// three replicas onto it, one a home.
+	if out, err := run("add-node", "--nodes", three, "--add", addrs[3], "--add-bus", bus[3]); err != nil || !strings.Contains(out, "node 4 "+addrs[3]+" "+bus[3]+"\n") {
+		t.Fatalf("add-node of node 3's address again: %v\n%s\nwant it node 4", err, out)
+	}
+	waitInfo("cluster_ordinal:4\r\n")
+	out, err = run("rebalance", "--nodes", strings.Join(addrs, ","))
+	if err != nil || !strings.HasSuffix(out, "balanced: 3 shards moved\n") {
+		t.Fatalf("rebalance onto the four: %v\n%s", err, out)
+	}
+	info, err := procs[3].client(t).Info(ctx, "replication").Result()
+	if n := len(infoShards(info)); err != nil || n != 3 {
+		t.Errorf("node 4 after the rebalance onto it holds %d shards (%v); want 3\n%s", n, err, info)
+	}
 	tk.stop()
-	acked, failed := tk.check(t, ctx, deadline, "after the rebalance")
-	t.Logf("%d takes acknowledged, %d failed (retried), over three moves and a removal; the rebalance printed:\n%s", acked, failed, out)
+	acked, failed := tk.check(t, ctx, deadline, "after the rebalances")
+	t.Logf("%d takes acknowledged, %d failed (retried), over six moves, a removal and an addition; the last rebalance printed:\n%s", acked, failed, out)
 }

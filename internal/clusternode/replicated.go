@@ -281,11 +281,16 @@ type replicaStart struct {
 // listening yet; of identity 0, to ask for the placement only, while the
 // node does not know its ordinal.
 func (st *replicaStart) transport(inc uint64) (*replication.Transport, error) {
-	r := st.s.rep
 	var id uint64
-	if o := r.ordinal(); o >= 0 {
+	if o := st.s.rep.ordinal(); o >= 0 {
 		id = replication.NodeID(o, inc)
 	}
+	return st.transportAs(id)
+}
+
+// transportAs returns a transport of identity id, not listening yet.
+func (st *replicaStart) transportAs(id uint64) (*replication.Transport, error) {
+	r := st.s.rep
 	return replication.NewTransport(replication.TransportConfig{
 		Node: id, Cluster: st.cluster,
 		Addr: func(node uint64) (string, bool) {
@@ -352,7 +357,27 @@ func (st *replicaStart) start(inc uint64, tr *replication.Transport, learned *re
 // then answers -CLUSTERDOWN here, and the other replicas serve.
 func (st *replicaStart) decideAndStart(ctx context.Context) bool {
 	r := st.s.rep
-	inc, err := st.s.decideIncarnation(ctx, r.tr, len(st.initial), r.ordinal())
+	// The others refuse a node the cluster removed: it asks for the
+	// placement as a node not added yet does.
+	asker, err := st.transportAs(0)
+	if err != nil {
+		st.s.log.Error("cluster: this node's replicas did not start; its slots are served by the other replicas", "err", err)
+		return false
+	}
+	inc, removed, err := st.s.decideIncarnation(ctx, r.tr, asker, len(st.initial), r.ordinal())
+	if removed != nil {
+		// Its ordinal is never given again: it waits to be added anew.
+		st.s.log.Warn("cluster: this node's data directory is empty, and the cluster's placement shows its ordinal removed (sluice cluster remove-node): it is no node of the cluster, and waits to be added again as a new node (sluice cluster add-node), serving nothing",
+			"ordinal", r.ordinal(), "placement_epoch", removed.Epoch)
+		r.tr.Close()
+		nodes := removed.Nodes
+		r.known.Store(&nodes)
+		r.self.Store(-1)
+		st.s.view.Store(r.view(0, st.s.myID))
+		r.tr = asker
+		return st.joinAndStart(ctx)
+	}
+	asker.Close()
 	if err != nil {
 		return false // stopped
 	}
@@ -413,7 +438,7 @@ func (st *replicaStart) joinAndStart(ctx context.Context) bool {
 		}
 		if now := time.Now(); now.Sub(logged) >= askLogEvery {
 			logged = now
-			s.log.Warn("cluster: this node is not one of --cluster-nodes, and the cluster has not added it: add it with CLUSTER ADDNODE "+s.myAddr+" on the placement's leader (sluice cluster add-node); it serves nothing until then",
+			s.log.Warn("cluster: this node is not one of the cluster's nodes (not one of --cluster-nodes, or removed), and the cluster has not added it: add it with CLUSTER ADDNODE "+s.myAddr+" on the placement's leader (sluice cluster add-node); it serves nothing until then",
 				"announce", s.myAddr)
 		}
 		select {
@@ -526,8 +551,10 @@ const (
 // or only groups as bootstrapped, the cluster is new: 0, and the node
 // bootstraps its shards like the others. Until every node has answered
 // it waits (a new cluster starts once all its nodes are up), or until
-// ctx is done.
-func (s *Node) decideIncarnation(ctx context.Context, tr *replication.Transport, n, self int) (uint64, error) {
+// ctx is done. The nodes refuse one the cluster removed: if one that does
+// not answer gives asker (of identity 0) a placement in which this node's
+// ordinal is removed, that placement is returned.
+func (s *Node) decideIncarnation(ctx context.Context, tr, asker *replication.Transport, n, self int) (uint64, *replication.Placement, error) {
 	var logged time.Time
 	for {
 		var missing, other []int
@@ -545,12 +572,19 @@ func (s *Node) decideIncarnation(ctx context.Context, tr *replication.Transport,
 				inc := rand.Uint64N(1<<50) + 1
 				s.log.Warn("cluster: this node's data directory holds nothing of its shards, and ordinal "+strconv.Itoa(o)+"'s shows the cluster has run: this node lost its data; its replicas rejoin by snapshot under a new identity",
 					"ordinal", self, "incarnation", inc)
-				return inc, nil
+				return inc, nil, nil
 			}
 		}
 		if len(missing) == 0 && len(other) == 0 {
 			s.log.Info("cluster: every node is new; bootstrapping the shards", "ordinal", self)
-			return 0, nil
+			return 0, nil, nil
+		}
+		// Those that do not answer may refuse a node removed.
+		for _, o := range missing {
+			p, ok, err := asker.AskPlacement(replication.NodeID(o, 0))
+			if err == nil && ok && self < len(p.Nodes) && p.Nodes[self].Removed() {
+				return 0, &p, nil
+			}
 		}
 		if now := time.Now(); now.Sub(logged) >= askLogEvery && len(other) > 0 {
 			logged = now
@@ -563,7 +597,7 @@ func (s *Node) decideIncarnation(ctx context.Context, tr *replication.Transport,
 		}
 		select {
 		case <-ctx.Done():
-			return 0, ctx.Err()
+			return 0, nil, ctx.Err()
 		case <-time.After(askEvery):
 		}
 	}
