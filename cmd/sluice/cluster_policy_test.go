@@ -67,8 +67,12 @@ func TestClusterSendAndCheckPolicy(t *testing.T) {
 		t.Fatalf("send refused by every node: %v; want both named\n%s", err, out)
 	}
 
-	// Node 1 misses changes while it is down: send names it.
+	// Node 1 misses changes while it is down: send names it, and the
+	// process exits 1.
 	procs[1].stop(t, syscall.SIGTERM)
+	if code, out := runToExit(t, "cluster", "send", "--nodes", nodes, "POLICY", "ENFORCE", "shadow"); code != 1 || !strings.Contains(out, "node "+addrs[1]+": not reached") {
+		t.Fatalf("sluice cluster send with node 1 down: exit status %d; want 1, naming it\n%s", code, out)
+	}
 	missed := [][]string{
 		{"POLICY", "ENFORCE", "shadow"},
 		{"POLICY", "LIMIT", "api", "3"},
@@ -111,7 +115,7 @@ func TestClusterSendAndCheckPolicy(t *testing.T) {
 	for _, c := range missed {
 		send(c...)
 	}
-	if out, err := tool("check-policy"); err != nil || !strings.Contains(out, "2 nodes agree: enforce shadow") || !strings.Contains(out, "5 overrides in 2 labels") {
-		t.Fatalf("check-policy after the changes were sent again: %v\n%s", err, out)
+	if code, out := runToExit(t, "cluster", "check-policy", "--nodes", nodes, "--cluster-page", "2"); code != 0 || !strings.Contains(out, "2 nodes agree: enforce shadow") || !strings.Contains(out, "5 overrides in 2 labels") {
+		t.Fatalf("sluice cluster check-policy after the changes were sent again: exit status %d; want 0\n%s", code, out)
 	}
 }
