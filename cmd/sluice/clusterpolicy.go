@@ -91,6 +91,7 @@ func (ct *clusterTool) checkPolicy(ctx context.Context, addrs []string) error {
 	dials := make([]map[string]string, 0, len(addrs))
 	rules := 0        // of the first node reached
 	var keys []string // the dials' names, of every node
+	seen := map[string]bool{}
 	labels := map[string][]int{}
 	for _, addr := range addrs {
 		d, ls, n, err := ct.dials(ctx, addr)
@@ -100,7 +101,8 @@ func (ct *clusterTool) checkPolicy(ctx context.Context, addrs []string) error {
 			continue
 		}
 		for k := range d {
-			if !slices.Contains(keys, k) {
+			if !seen[k] {
+				seen[k] = true
 				keys = append(keys, k)
 			}
 		}
@@ -118,9 +120,14 @@ func (ct *clusterTool) checkPolicy(ctx context.Context, addrs []string) error {
 	for _, k := range keys {
 		vals := make([]string, len(reached))
 		for i, d := range dials {
-			if vals[i] = d[k]; vals[i] == "" {
-				vals[i] = "none"
+			v, ok := d[k]
+			switch {
+			case !ok:
+				v = "none" // no such rule on the node
+			case v == "":
+				v = `""`
 			}
+			vals[i] = v
 		}
 		if diffLine(ct, k, reached, vals) {
 			diffs++
