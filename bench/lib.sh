@@ -45,14 +45,28 @@ wait_port() { for _ in $(seq 500); do (echo >"/dev/tcp/127.0.0.1/$1") 2>/dev/nul
 # cpu_ticks PID: utime + stime in clock ticks.
 cpu_ticks() { awk '{ print $14 + $15 }' "/proc/$1/stat"; }
 
-# start_sluice NAME: a server on CPU 0 with the rules of bench_setup, the
-# data directory and log of NAME, /check keyed by X-User; sets sluice,
-# resp_port and check_port.
+# bench_mode MODE: standalone, or cluster (start_sluice starts a cluster
+# of one node).
+bench_mode() {
+  case $1 in
+  standalone) cluster_node= ;;
+  cluster) cluster_node=1 ;;
+  *) echo "$script: mode $1: want standalone or cluster" >&2; exit 1 ;;
+  esac
+}
+
+# start_sluice NAME [RESP_PORT]: a server on CPU 0 with the rules of
+# bench_setup, the data directory and log of NAME, /check keyed by
+# X-User, on RESP_PORT (default a free one: a restarted cluster node
+# needs its own); with cluster_node set, a cluster of this one node,
+# owning every slot; sets sluice, resp_port and check_port.
 start_sluice() {
-  resp_port=$(free_port); check_port=$(free_port)
+  resp_port=${2:-$(free_port)}; check_port=$(free_port)
+  local cluster=()
+  if [ -n "${cluster_node:-}" ]; then cluster=(--cluster-nodes "127.0.0.1:$resp_port" --cluster-ordinal 0); fi
   taskset -c 0 "$dir/sluice" --addr "127.0.0.1:$resp_port" --http-addr "" --data "$dir/data-$1" --policy "$dir/rules.ini" \
     --check-addr "127.0.0.1:$check_port" --check-identity-header X-User --check-trusted-proxies 127.0.0.1 \
-    --log-level warn 2>"$dir/sluice-$1.log" &
+    "${cluster[@]}" --log-level warn 2>"$dir/sluice-$1.log" &
   sluice=$!
   pids+=("$sluice")
   wait_port "$resp_port"; wait_port "$check_port"

@@ -3,7 +3,7 @@
 # million per-actor overrides (issue 30, must show 2), with wrk.
 #
 # Usage, from the repository root (needs wrk, redis-cli and taskset; 2 CPUs):
-#   bench/overrides.sh [seconds per run, default 10] [connections, default 50] [overrides, default 1000000] [users, default 1000000]
+#   bench/overrides.sh [seconds per run, default 10] [connections, default 50] [overrides, default 1000000] [users, default 1000000] [standalone|cluster, default standalone]
 #
 # Two fresh servers, each under taskset -c 0 (so GOMAXPROCS is 1), with
 # the rule file of bench/check.sh (a per-user rule, actorField user):
@@ -18,6 +18,13 @@
 # (the steady state). For each run it prints wrk's rate and latency
 # percentiles, sluice's CPU per request, and its memory (VmRSS, VmHWM
 # from /proc, used_memory from INFO) before and after.
+#
+# With cluster, each server is a cluster of one node (--cluster-nodes
+# itself), which owns every slot: its overrides are the node's own
+# values, read at every hit of a label that has overrides, not only when
+# a counter is created (docs/policy.md, "In a cluster"). A cluster node
+# syncs each override as it is set: run with TMPDIR on a tmpfs
+# (TMPDIR=/dev/shm) unless the disk syncs fast.
 set -euo pipefail
 secs=${1:-10}
 conns=${2:-50}
@@ -25,6 +32,7 @@ n=${3:-1000000}
 users=${4:-1000000}
 script=bench/overrides.sh
 . "$(dirname "$0")/lib.sh"
+bench_mode "${5:-standalone}"
 bench_setup "$users" wrk redis-cli taskset
 
 # mem NAME WHEN: the server's memory now.
@@ -73,7 +81,7 @@ mem overrides-loaded end
 # and compactions of the load, and the overrides are read from the store.
 redis-cli -p "$resp_port" COMPACT | sed 's/^/  COMPACT: /'
 kill -TERM "$sluice"; wait "$sluice" 2>/dev/null || true
-start_sluice overrides
+start_sluice overrides "$resp_port"
 redis-cli -p "$resp_port" INFO policy | tr -d '\r' | grep -E '^policy_overrides:' | sed 's/^/  after the restart: /'
 mem overrides restarted
 run overrides

@@ -150,6 +150,19 @@ func (o overrideNodes) actorOn(prefix string, lo, hi int) string {
 	}
 }
 
+// overrideRLSConfig writes, next to the rule file rules, an RLS
+// configuration directory whose domain api limits each user to 3 a year
+// (sliding_log), and returns it.
+func overrideRLSConfig(t *testing.T, rules string) string {
+	t.Helper()
+	conf := filepath.Join(filepath.Dir(rules), "rls")
+	if err := os.Mkdir(conf, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	replaceFile(t, filepath.Join(conf, "api.yaml"), "domain: api\ndescriptors:\n  - key: user\n    rate_limit:\n      algorithm: sliding_log\n      unit: year\n      requests_per_unit: 3\n")
+	return conf
+}
+
 func overrideCluster(t *testing.T) (string, overrideNodes) {
 	dir := t.TempDir()
 	rules := filepath.Join(dir, "rules.ini")
@@ -172,11 +185,7 @@ func overrideCluster(t *testing.T) (string, overrideNodes) {
 // the rule's limit.
 func TestClusterOverrides(t *testing.T) {
 	rules, o := overrideCluster(t)
-	conf := filepath.Join(filepath.Dir(rules), "rls")
-	if err := os.Mkdir(conf, 0o755); err != nil {
-		t.Fatal(err)
-	}
-	replaceFile(t, filepath.Join(conf, "api.yaml"), "domain: api\ndescriptors:\n  - key: user\n    rate_limit:\n      algorithm: sliding_log\n      unit: year\n      requests_per_unit: 3\n")
+	conf := overrideRLSConfig(t, rules)
 	addrs := freePorts(t, 2)
 	o.procs = startCluster(t, addrs, "--policy", rules, "--check-addr", "127.0.0.1:0", "--check-trusted-proxies", "127.0.0.1", "--check-header-style", "both",
 		"--rls-addr", "127.0.0.1:0", "--rls-config", conf)

@@ -60,10 +60,10 @@ func newClusterFlagSet(cfg *clusterToolConfig, stderr io.Writer) *flag.FlagSet {
 	durationVar(fs, &cfg.timeout, "cluster-command-timeout", 30*time.Second, "sluice cluster: the most one command to a node may take")
 	durationVar(fs, &cfg.moveTimeout, "cluster-move-timeout", 10*time.Minute, "sluice cluster rebalance, --cluster-replicas above 1: the most it waits for one shard's move to finish (its new replicas caught up, its old ones let go)")
 	fs.StringVar(&cfg.topology, "topology", "", "sluice cluster push: the topology to push, as CLUSTER TOPOLOGY prints it: <epoch> <host:port> <slots> ...")
-	intVar(fs, &cfg.page, "cluster-page", 500, "sluice cluster: records copied per page while moving slots")
+	intVar(fs, &cfg.page, "cluster-page", 500, "sluice cluster: records copied per page while moving slots, and overrides listed per page by check-policy")
 	addMaxConfigFile(fs, &cfg.maxConfigFile)
 	fs.Usage = func() {
-		fmt.Fprintf(fs.Output(), "Usage: sluice cluster rebalance --nodes a:p,b:p,c:p   (spread the slots evenly over exactly these nodes; --cluster-replicas above 1: the shards' replicas and homes)\n       sluice cluster move --nodes a:p,... --slots 0-99 --to d:p\n       sluice cluster show --nodes a:p,...   (the topology with the highest epoch, the nodes that have another, and any that answers as another node)\n       sluice cluster push --nodes a:p,... --topology '<epoch> a:p 0-8191 b:p 8192-16383'   (push a topology to every node: finishing an interrupted move)\n       sluice cluster renumber --nodes a:p,...   (push the highest topology under a low epoch: after the epoch cap)\n       sluice cluster place --nodes a:p,... --shard 0 --to a:p,b:p,d:p   (--cluster-replicas above 1: move a shard's replicas to these nodes, its home first)\n       sluice cluster add-node --nodes a:p,... --add d:p   (--cluster-replicas above 1: add a node, which holds no replica until place moves one there)\n       sluice cluster remove-node --nodes a:p,... --remove d:p   (--cluster-replicas above 1: remove a node whose replicas place moved away)\n\n")
+		fmt.Fprintf(fs.Output(), "Usage: sluice cluster rebalance --nodes a:p,b:p,c:p   (spread the slots evenly over exactly these nodes; --cluster-replicas above 1: the shards' replicas and homes)\n       sluice cluster move --nodes a:p,... --slots 0-99 --to d:p\n       sluice cluster show --nodes a:p,...   (the topology with the highest epoch, the nodes that have another, and any that answers as another node)\n       sluice cluster push --nodes a:p,... --topology '<epoch> a:p 0-8191 b:p 8192-16383'   (push a topology to every node: finishing an interrupted move)\n       sluice cluster renumber --nodes a:p,...   (push the highest topology under a low epoch: after the epoch cap)\n       sluice cluster place --nodes a:p,... --shard 0 --to a:p,b:p,d:p   (--cluster-replicas above 1: move a shard's replicas to these nodes, its home first)\n       sluice cluster add-node --nodes a:p,... --add d:p   (--cluster-replicas above 1: add a node, which holds no replica until place moves one there)\n       sluice cluster remove-node --nodes a:p,... --remove d:p   (--cluster-replicas above 1: remove a node whose replicas place moved away)\n       sluice cluster send --nodes a:p,... POLICY OVERRIDE <label> <actor> <limit>   (send a change of the dials or overrides to every node; fails naming each node that missed it)\n       sluice cluster check-policy --nodes a:p,...   (compare every node's dials and overrides; fails listing each difference)\n\n")
 		fs.PrintDefaults()
 	}
 	return fs
@@ -71,7 +71,8 @@ func newClusterFlagSet(cfg *clusterToolConfig, stderr io.Writer) *flag.FlagSet {
 
 // clusterCommand is sluice cluster: it changes or shows the topology of
 // running nodes, by its own subcommand (rebalance, move, show, push,
-// renumber).
+// renumber, place, add-node, remove-node), or sends a change of the
+// policy dials to every node and compares them (send, check-policy).
 type clusterCommand struct{}
 
 func (clusterCommand) run(inv invocation, args []string) error {
@@ -81,13 +82,22 @@ func (clusterCommand) run(inv invocation, args []string) error {
 		return flag.ErrHelp
 	}
 	if len(args) == 0 || strings.HasPrefix(args[0], "-") {
-		return errors.New("sluice cluster: want a subcommand: rebalance, move, show, push, renumber, place, add-node or remove-node (see sluice cluster --help)")
+		return errors.New("sluice cluster: want a subcommand: rebalance, move, show, push, renumber, place, add-node, remove-node, send or check-policy (see sluice cluster --help)")
 	}
 	sub := args[0]
 	var cfg clusterToolConfig
 	fs := newClusterFlagSet(&cfg, stderr)
-	if err := parseArgs(fs, args[1:], lookupEnv); err != nil {
+	rest, err := parseArgsRest(fs, args[1:], lookupEnv)
+	if err != nil {
 		return err
+	}
+	if sub != "send" && len(rest) > 0 {
+		return fmt.Errorf("unexpected argument %q: sluice cluster %s takes only flags (sluice cluster --help lists them)", rest[0], sub)
+	}
+	if sub == "send" {
+		if err := checkSend(rest); err != nil {
+			return err
+		}
 	}
 	pass, err := readPassword(cfg.pass, cfg.passFile, cfg.maxConfigFile)
 	if err != nil {
@@ -127,7 +137,7 @@ func (clusterCommand) run(inv invocation, args []string) error {
 		switch sub {
 		case "show":
 			return ct.showPlacement(places, missing)
-		case "place", "add-node", "remove-node":
+		case "place", "add-node", "remove-node", "send", "check-policy":
 		case "rebalance":
 			return ct.rebalanceReplicas(ctx, ct.highestPlacement(places), nodes, cfg.moveTimeout)
 		default:
@@ -250,6 +260,10 @@ func (clusterCommand) run(inv invocation, args []string) error {
 			return errors.New("sluice cluster remove-node: want --remove, the announced host:port of the node to remove")
 		}
 		return ct.place(ctx, nodes, []any{"CLUSTER", "REMOVENODE", cfg.remove})
+	case "send":
+		return ct.send(ctx, addrsOf(t), rest)
+	case "check-policy":
+		return ct.checkPolicy(ctx, addrsOf(t))
 	case "rebalance":
 		if t.Epoch >= cluster.MaxEpoch {
 			return cluster.ErrEpochCap
@@ -268,7 +282,7 @@ func (clusterCommand) run(inv invocation, args []string) error {
 		fmt.Fprintf(stdout, "balanced: epoch %d: %s\n", t.Epoch, strings.Join(t.Args()[1:], " "))
 		return nil
 	}
-	return fmt.Errorf("sluice cluster %s: unknown subcommand; want rebalance, move, show, push, renumber or place", sub)
+	return fmt.Errorf("sluice cluster %s: unknown subcommand; want rebalance, move, show, push, renumber, place, add-node, remove-node, send or check-policy", sub)
 }
 
 // placements asks each node that answered CLUSTER TOPOLOGY for its

@@ -25,6 +25,19 @@ import (
 // variable, and refuses arguments that are not flags. --help prints the
 // usage and returns flag.ErrHelp.
 func parseArgs(fs *flag.FlagSet, args []string, lookupEnv func(string) (string, bool)) error {
+	rest, err := parseArgsRest(fs, args, lookupEnv)
+	if err != nil {
+		return err
+	}
+	if len(rest) > 0 {
+		return fmt.Errorf("unexpected argument %q: %s takes only flags (%s --help lists them)", rest[0], fs.Name(), fs.Name())
+	}
+	return nil
+}
+
+// parseArgsRest is parseArgs for a command that takes arguments after
+// its flags (sluice cluster send: the command to send): it returns them.
+func parseArgsRest(fs *flag.FlagSet, args []string, lookupEnv func(string) (string, bool)) ([]string, error) {
 	var envErr error
 	fs.VisitAll(func(f *flag.Flag) {
 		if envErr != nil || noEnv[f.Name] {
@@ -37,16 +50,9 @@ func parseArgs(fs *flag.FlagSet, args []string, lookupEnv func(string) (string, 
 		}
 	})
 	if envErr != nil {
-		return envErr
+		return nil, envErr
 	}
-	rest, err := parseFlags(fs, args)
-	if err != nil {
-		return err
-	}
-	if len(rest) > 0 {
-		return fmt.Errorf("unexpected argument %q: %s takes only flags (%s --help lists them)", rest[0], fs.Name(), fs.Name())
-	}
-	return nil
+	return parseFlags(fs, args)
 }
 
 // parseFlags sets fs's flags from args with flag.FlagSet.Parse's syntax

@@ -2,8 +2,10 @@ package engine
 
 import (
 	"bytes"
+	"context"
 	"fmt"
 	"os"
+	"strconv"
 	"strings"
 	"sync"
 	"testing"
@@ -568,5 +570,61 @@ func TestOverridesClusterIgnoresRecords(t *testing.T) {
 	}
 	if n, _ := hitN(t, e.NewRound(), lp, 3, time.Unix(1_700_000_000, 0).UnixNano(), "path", "/api", "ip", "a"); n != 2 {
 		t.Fatalf("a's hits on the node: %d of 3 allowed; want the rule's 2", n)
+	}
+}
+
+// BenchmarkHitOverridesMillion is BenchmarkHitOverrides/cluster-actor-has
+// on a store as a cluster node holds a million overrides: in tables on
+// disk (compacted), not in the memtable, and hits spread over 10k actors
+// with live counters, each with an override. The node reads the actor's
+// override at every hit (nodeoverrides.go): a Pebble point read through
+// the table's index and data blocks.
+func BenchmarkHitOverridesMillion(b *testing.B) {
+	st, err := storage.Open(b.TempDir(), storage.Options{Sync: storage.SyncEverySec, Partition: keyspace.Partition, Partitions: keyspace.Partitions})
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer st.Close()
+	const n, actors = 1_000_000, 10_000
+	for i := 0; i < n; i += 10_000 { // as POLICY OVERRIDE api <i> 1000000 would store them, fewer syncs
+		put := map[string][]byte{}
+		for j := i + 1; j <= i+10_000; j++ {
+			put[string(keyspace.AppendOverrideMeta(nil, "api", []byte(strconv.Itoa(j))))] = keyspace.AppendUint(nil, 1_000_000)
+		}
+		if err := st.UpdateMeta(put, nil); err != nil {
+			b.Fatal(err)
+		}
+	}
+	if err := st.UpdateMeta(map[string][]byte{keyspace.OverrideCountMeta + "api": keyspace.AppendUint(nil, n)}, nil); err != nil {
+		b.Fatal(err)
+	}
+	if err := st.Compact(context.Background()); err != nil {
+		b.Fatal(err)
+	}
+	e := New(Config{Store: st, Cluster: &cluster{}})
+	if err := e.LoadOverrides(); err != nil {
+		b.Fatal(err)
+	}
+	lp := dialsFile(b, overrideRules).Current()
+	r := e.NewRound()
+	now := time.Unix(1_700_000_000, 0).UnixNano()
+	reqs := make([]policy.Request, actors)
+	for i := range reqs {
+		reqs[i] = policy.Request{{Key: []byte("path"), Value: []byte("/api")}, {Key: []byte("ip"), Value: []byte(strconv.Itoa(i + 1))}}
+		if _, err := r.Hit(lp, reqs[i], 1, now); err != nil {
+			b.Fatal(err)
+		}
+		if _, err := r.Commit(); err != nil {
+			b.Fatal(err)
+		}
+	}
+	b.ReportAllocs()
+	i := 0
+	for b.Loop() {
+		i = (i + 7919) % actors // a prime stride: every actor, in scattered order
+		if _, err := r.Hit(lp, reqs[i], 0, now); err != nil {
+			b.Fatal(err)
+		}
+		r.settle(true)
 	}
 }
