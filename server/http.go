@@ -29,8 +29,8 @@ func (s *Server) initHTTP() {
 		Host:             (*frontHost)(s),
 		Gate:             &s.adm.Gate,
 		Closing:          &s.closing,
-		MaxHeaderBytes:   s.cfg.HTTP.MaxHeaderBytes,
-		MaxMemoryClients: s.cfg.Listen.MaxMemoryClients.N(),
+		Config:           s.cfg.HTTP,
+		MaxMemoryClients: s.cfg.RESP.MaxMemoryClients.N(),
 		Evicted:          &s.stats.EvictedClients,
 	}
 	if s.guard.TLS != nil {

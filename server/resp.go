@@ -20,9 +20,9 @@ import (
 func (s *Server) initRESP() {
 	cfg := &s.cfg
 	s.resp = respserver.New(respserver.Config{
-		Tuning: cfg.RESP, Password: cfg.Listen.Password, MaxMemoryClients: cfg.Listen.MaxMemoryClients,
+		Tuning: cfg.RESP, Password: cfg.Listen.Password,
 		Version: cfg.Build.Version, Revision: cfg.Build.Revision, BackupDir: cfg.Files.BackupDir,
-		AllowOnStoreError: cfg.Engine.AllowOnStoreError, MaxKeySize: cfg.Engine.MaxKeySize,
+		AllowOnStoreError: cfg.Engine.AllowOnStoreError, MaxKeySize: s.eng.MaxKeySize(),
 		MaxClients: cfg.Listen.MaxClients, MaxClientsRequested: s.adm.requested,
 		FDLimit: cfg.Listen.Files.Limit, FDReserved: cfg.Listen.Files.Reserved, StoreMaxOpenFiles: cfg.Listen.Files.StoreFiles,
 	}, respserver.Options{
@@ -66,13 +66,13 @@ func (h *frontHost) Addr() net.Addr { return (*Server)(h).Addr() }
 func (h *frontHost) Settings() []respserver.Setting {
 	s := (*Server)(h)
 	cfg := &s.cfg
+	pol := cfg.Policy // the engine applies its defaults
+	pol.MaxOverrides, pol.StatsDays = int(s.eng.MaxOverrides()), s.eng.StatsDays()
 	o := settings.Of{
 		Addr: s.Addr(), Store: s.store, Cluster: s.clus != nil,
-		RESP: s.resp.Config(), Check: cfg.Check, Divvy: s.divvy.srv.Config(), RLS: cfg.RLS, TLS: cfg.Listen.TLS,
-		AllowRemoteWithoutAuth: cfg.Listen.AllowRemoteWithoutAuth, AcceptRepairedClusterState: cfg.Cluster.AcceptRepairedState,
-		MaxConfigFile: cfg.Files.MaxConfigFile, HTTPMaxHeaderBytes: cfg.HTTP.MaxHeaderBytes,
-		PolicyFile: cfg.Policy.File, PolicyMaxOverrides: cfg.Policy.MaxOverrides, PolicyStatsDays: cfg.Policy.StatsDays,
-		ReloadTimeout: cfg.Files.ReloadTimeout, ShutdownTimeout: cfg.Listen.ShutdownTimeout,
+		RESP: s.resp.Config(), Check: cfg.Check, Divvy: s.divvy.srv.Config(), RLS: s.rls.Settings(), HTTP: s.http.port.Config(),
+		Listen: cfg.Listen, Policy: pol, AcceptRepairedClusterState: cfg.Cluster.AcceptRepairedState,
+		MaxConfigFile: cfg.Files.MaxConfigFile, ReloadTimeout: cfg.Files.ReloadTimeout,
 	}
 	return o.List()
 }

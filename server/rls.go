@@ -3,7 +3,6 @@ package server
 import (
 	"crypto/tls"
 	"errors"
-	"fmt"
 	"net"
 
 	"github.com/sluicehq/sluice/internal/admit"
@@ -19,24 +18,19 @@ import (
 // initRLS makes the rate limit service and loads its configuration; New
 // calls it.
 func (s *Server) initRLS() error {
-	c := s.cfg.RLS
-	if n := envoy.StreamMemory(c.MaxHeaderBytes, c.MaxMessage); c.Dir != "" && !s.cfg.Listen.MaxMemoryClients.Within(n) {
-		return fmt.Errorf("server: a rate limit service call may hold %d bytes with --rls-max-message %d and --rls-max-header-bytes %d, more than --maxmemory-clients %d: every call would be refused; raise --maxmemory-clients or lower the others",
-			n, c.MaxMessage, c.MaxHeaderBytes, s.cfg.Listen.MaxMemoryClients.N())
-	}
 	opt := envoy.Options{
 		Engine:           s.eng,
 		Host:             (*frontHost)(s),
 		Logger:           s.log,
 		Clock:            s.clock,
 		MaxConfigFile:    s.cfg.Files.MaxConfigFile,
-		MaxMemoryClients: s.cfg.Listen.MaxMemoryClients.N(),
+		MaxMemoryClients: s.cfg.RESP.MaxMemoryClients.N(),
 		KeepBuf:          respserver.KeepBuf,
 	}
 	if s.guard.TLS != nil {
 		opt.TLS = func() *tls.Config { return s.guard.TLS.Current() }
 	}
-	r, err := envoy.New(c, opt)
+	r, err := envoy.New(s.cfg.RLS, opt)
 	if err != nil {
 		return err
 	}

@@ -15,6 +15,7 @@ import (
 	"context"
 	"crypto/tls"
 	"errors"
+	"fmt"
 	"log/slog"
 	"net"
 	"sync"
@@ -119,7 +120,8 @@ type Options struct {
 	// MaxConfigFile bounds the bytes read from the files of Config.Dir
 	// together (conffile).
 	MaxConfigFile int64
-	// MaxMemoryClients is --maxmemory-clients, for a refusal's message.
+	// MaxMemoryClients is --maxmemory-clients, for a refusal's message;
+	// New fails when one call may hold more. Zero: no bound.
 	MaxMemoryClients int64
 	// TLS, when set, returns the TLS configuration in use for a new
 	// connection (reloaded certificates): the service is served over TLS.
@@ -167,12 +169,18 @@ type loadedRLS struct {
 }
 
 // New returns the rate limit service of cfg, its configuration loaded
-// when cfg.Dir is set; cfg's limits are the defaults where zero.
+// when cfg.Dir is set; cfg's limits are the defaults where zero. It fails
+// when one call may hold more than opt.MaxMemoryClients (StreamMemory).
 func New(cfg Config, opt Options) (*Server, error) {
 	orDefault(&cfg.MaxMessage, DefaultMaxMessage)
 	orDefault(&cfg.MaxStreams, DefaultMaxStreams)
 	orDefault(&cfg.MaxDescriptors, DefaultMaxDescriptors)
 	orDefault(&cfg.MaxHeaderBytes, DefaultMaxHeaderBytes)
+	if n := StreamMemory(cfg.MaxHeaderBytes, cfg.MaxMessage); cfg.Dir != "" && opt.MaxMemoryClients > 0 && n > opt.MaxMemoryClients {
+		// The text names the server, as it did when the server checked.
+		return nil, fmt.Errorf("server: a rate limit service call may hold %d bytes with --rls-max-message %d and --rls-max-header-bytes %d, more than --maxmemory-clients %d: every call would be refused; raise --maxmemory-clients or lower the others",
+			n, cfg.MaxMessage, cfg.MaxHeaderBytes, opt.MaxMemoryClients)
+	}
 	if opt.Logger == nil {
 		opt.Logger = slog.New(slog.DiscardHandler)
 	}
@@ -189,6 +197,9 @@ func New(cfg Config, opt Options) (*Server, error) {
 	}
 	return s, nil
 }
+
+// Settings is the Config in use, with every default applied.
+func (s *Server) Settings() Config { return s.cfg }
 
 // orDefault sets a limit that is zero or negative to its default.
 func orDefault(v *int, def int) {
