@@ -1,11 +1,9 @@
 package server
 
 import (
-	"net"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
-	"github.com/prometheus/client_golang/prometheus/promhttp"
 
 	"github.com/sluicehq/sluice/internal/httpport"
 	"github.com/sluicehq/sluice/internal/metrics"
@@ -58,24 +56,6 @@ func (s *Server) initMetrics() {
 		src.RLS = s.rls
 	}
 	s.http.reg = metrics.New(src)
-}
-
-// ServeHTTP serves /metrics, /healthz, /readyz and /backup on ln until
-// Close, over TLS when the server has TLS. Client certificates are checked
-// when given but not required, so that probes and scrapers without one
-// still work; /backup requires one when RESP does.
-func (s *Server) ServeHTTP(ln net.Listener) error {
-	h := &s.http
-	srv := h.port.NewServer(h.port.Handler(httpport.Routes{
-		Metrics: promhttp.HandlerFor(h.reg, promhttp.HandlerOpts{ErrorLog: nil}),
-		Backup:  &h.backup,
-		Policy:  s.policyHTTP(),
-	}))
-	if !h.port.Start(&h.served, srv) {
-		return net.ErrClosed
-	}
-	s.log.Info("serving HTTP", "addr", ln.Addr().String(), "tls", s.guard.TLS != nil)
-	return h.port.Serve(&h.served, ln, "http", s.adm.TakeHTTP)
 }
 
 // closeHTTP stops the HTTP side; Close calls it last, so that /readyz

@@ -4,14 +4,12 @@ import (
 	"net"
 	"strconv"
 
-	"github.com/sluicehq/sluice/internal/admit"
-	"github.com/sluicehq/sluice/internal/resp"
 	"github.com/sluicehq/sluice/internal/respserver"
 	"github.com/sluicehq/sluice/internal/settings"
 )
 
 // RESP is served by package internal/respserver; the server admits its
-// connections (respDoor), and answers what it asks of the server
+// connections (respserver.Server.Door), and answers what it asks of the server
 // (frontHost): the other front ends' facts for INFO, CONFIG GET's
 // settings, POLICY RELOAD.
 
@@ -30,26 +28,6 @@ func (s *Server) initRESP() {
 		Logger: s.log, Clock: s.clock, ClockOffset: &s.clockOffset,
 		Host: (*frontHost)(s), Stats: &s.stats, Closing: &s.closing, Done: s.done,
 	})
-}
-
-// respDoor is how the RESP listener admits: a slot of --maxclients, held
-// until the connection finishes (the front end gives it back, Release),
-// and protected mode unless a password or TLS client certificates are
-// required; it refuses with Redis' errors, over TLS when the server has
-// it.
-func (s *Server) respDoor() admit.Door {
-	d := admit.Door{
-		Name:    "resp",
-		Take:    s.adm.Take,
-		Guarded: s.guard.Protected,
-		Full:    resp.AppendError(nil, "ERR max number of clients reached"),
-		Denied:  resp.AppendError(nil, admit.DeniedMessage),
-		Drain:   s.resp,
-	}
-	if s.guard.TLS != nil {
-		d.TLS = s.guard.TLS.Config()
-	}
-	return d
 }
 
 // Release implements respserver.Host.

@@ -15,7 +15,6 @@ package server
 import (
 	"errors"
 	"log/slog"
-	"net"
 	"sync/atomic"
 	"time"
 
@@ -272,20 +271,6 @@ func New(cfg Config) (*Server, error) {
 	s.stats.LastSave.Store(time.Now().Unix())
 	return s, nil
 }
-
-// Serve accepts connections on ln until Close. It returns nil after Close.
-func (s *Server) Serve(ln net.Listener) error {
-	l, err := s.lns.Listen(ln, s.respDoor())
-	if err != nil {
-		return err
-	}
-	s.log.Info("serving RESP", "addr", ln.Addr().String(), "fsync", s.store.Mode().String(), "data", s.store.Dir())
-	s.guard.WarnIfExposed(s.log, ln.Addr())
-	return s.resp.Serve(l)
-}
-
-// Addr returns the listening address, or nil before Serve.
-func (s *Server) Addr() net.Addr { return s.lns.Addr("resp") }
 
 // Close shuts the server down gracefully: it stops accepting, stops reading
 // new commands, lets every connection finish and answer the pipeline it is

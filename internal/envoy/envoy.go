@@ -31,6 +31,7 @@ import (
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
 	"google.golang.org/grpc/status"
 
+	"github.com/sluicehq/sluice/internal/admit"
 	"github.com/sluicehq/sluice/internal/engine"
 	"github.com/sluicehq/sluice/internal/errs"
 	"github.com/sluicehq/sluice/internal/rules"
@@ -279,6 +280,24 @@ func (s *Server) Rule(id rules.ID) (r *policy.Rule, n int, loaded bool) {
 		return nil, 0, false
 	}
 	return ld.byID[id], len(ld.lp.Counts), true
+}
+
+// Door is how the gRPC listener admits: a slot of --maxclients (take),
+// given back when the connection closes, and protected mode when guarded
+// (the service has no password: unless TLS client certificates are
+// required or protected mode is off). A refused connection is closed: a
+// gRPC client reads no text. Each connection admitted counts in conns.
+func (s *Server) Door(take func() bool, guarded bool, conns *atomic.Int64) admit.Door {
+	return admit.Door{
+		Name:    "rls",
+		Take:    take,
+		Guarded: func() bool { return guarded },
+		Conn: func(c *admit.Conn) net.Conn {
+			conns.Add(1)
+			return c
+		},
+		Drain: s, // a graceful stop of its gRPC server, then a hard one
+	}
 }
 
 // Serve serves the rate limit service and the gRPC health service on ln,

@@ -31,6 +31,7 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 
+	"github.com/sluicehq/sluice/internal/admit"
 	"github.com/sluicehq/sluice/internal/clusternode"
 	"github.com/sluicehq/sluice/internal/dispatch"
 	"github.com/sluicehq/sluice/internal/engine"
@@ -359,6 +360,26 @@ func (s *Server) Serve(ln net.Listener) error {
 		}
 		go cn.serve()
 	}
+}
+
+// Door is how the RESP listener admits: a slot of --maxclients (take),
+// held until the connection finishes (Host.Release gives it back), and
+// protected mode when guard says it applies (a password or TLS client
+// certificates keep strangers out otherwise); it refuses with Redis'
+// errors, over TLS when guard has it.
+func (s *Server) Door(take func() bool, guard admit.Guard) admit.Door {
+	d := admit.Door{
+		Name:    "resp",
+		Take:    take,
+		Guarded: guard.Protected,
+		Full:    resp.AppendError(nil, "ERR max number of clients reached"),
+		Denied:  resp.AppendError(nil, admit.DeniedMessage),
+		Drain:   s,
+	}
+	if guard.TLS != nil {
+		d.TLS = guard.TLS.Config()
+	}
+	return d
 }
 
 // Close stops the idle sweep (a running COMPACT ends early); the
