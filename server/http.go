@@ -62,19 +62,6 @@ func (s *Server) initMetrics() {
 // answers 503 while connections drain.
 func (s *Server) closeHTTP() { s.http.served.Stop() }
 
-// notReady says why the server should get no traffic, or "" when it should.
-func (s *Server) notReady() string {
-	switch {
-	case s.closing.Load():
-		return "shutting down"
-	case s.store.Failed() != nil:
-		return "store failed: " + s.store.Failed().Error()
-	case s.store.Unavailable() != nil:
-		return "store unavailable: " + s.store.Unavailable().Error()
-	}
-	return ""
-}
-
 // CheckpointFailed implements httpport.BackupHost.
 func (h *frontHost) CheckpointFailed(err error) string {
 	s := (*Server)(h)

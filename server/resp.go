@@ -2,7 +2,6 @@ package server
 
 import (
 	"net"
-	"strconv"
 
 	"github.com/sluicehq/sluice/internal/respserver"
 	"github.com/sluicehq/sluice/internal/settings"
@@ -64,13 +63,6 @@ func (s *Server) Ready() bool { return s.resp.Ready() }
 // lines of INFO's policy section.
 func (h *frontHost) PolicyInfo(kv func(k, v string)) {
 	s := (*Server)(h)
-	kv("divvy_addr", s.divvyAddr())
-	kv("divvy_connections", strconv.FormatInt(s.divvy.srv.Open.Load(), 10))
-	// Envoy's rate limit service's configuration, reloaded with the rules.
-	ri := s.rls.Info()
-	kv("rls_config_dir", s.cfg.RLS.Dir)
-	kv("rls_limits", strconv.Itoa(ri.Limits))
-	kv("rls_loaded_at", strconv.FormatInt(ri.LoadedAt, 10))
-	kv("rls_reloads", strconv.FormatInt(ri.Reloads, 10))
-	kv("rls_reload_failures", strconv.FormatInt(ri.ReloadFailures, 10))
+	s.divvy.srv.PolicyInfo(kv, s.divvyAddr())
+	s.rls.PolicyInfo(kv)
 }

@@ -45,4 +45,4 @@ func (h *frontHost) ReleaseClients(n int64) { h.resp.ReleaseClients(n) }
 func (h *frontHost) ClientMemory() int64 { return h.stats.ClientMem.Load() }
 
 // NotReady implements envoy.Host: the readiness of /readyz.
-func (h *frontHost) NotReady() string { return (*Server)(h).notReady() }
+func (h *frontHost) NotReady() string { return h.resp.NotReady() }

@@ -17,6 +17,7 @@ import (
 	"io"
 	"log/slog"
 	"net"
+	"strconv"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -175,6 +176,14 @@ func (s *Server) WarnUnauthenticated(a net.Addr, authRequired bool) {
 	if authRequired {
 		s.log.Warn("the divvy line protocol has no AUTH and no TLS: anyone who can reach its address can use it", "addr", a.String())
 	}
+}
+
+// PolicyInfo writes the line protocol's lines of INFO's policy section:
+// its address, served on by the server ("" when it is off), and the
+// connections open.
+func (s *Server) PolicyInfo(kv func(k, v string), addr string) {
+	kv("divvy_addr", addr)
+	kv("divvy_connections", strconv.FormatInt(s.Open.Load(), 10))
 }
 
 // Refusal is the line a connection refused for reason gets.

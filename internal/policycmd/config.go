@@ -1,6 +1,9 @@
 package policycmd
 
-import "github.com/sluicehq/sluice/internal/engine"
+import (
+	"github.com/sluicehq/sluice/internal/engine"
+	"github.com/sluicehq/sluice/internal/rules"
+)
 
 // Config configures the divvy rules (HIT, the line protocol, /check) and
 // their dials (POLICY). A zero field means the default given.
@@ -18,6 +21,25 @@ type Config struct {
 	// default engine.DefaultStatsDays, at most engine.MaxStatsDays, which
 	// the engine applies (engine.Config.StatsDays).
 	StatsDays int
+}
+
+// ReloadFile reads the --policy file again and, if it is valid, puts it
+// in use at once for every new hit; hits under way finish with the rules
+// they started with. A bad file keeps the rules in use, is logged and
+// counted, and its error is returned. Without a policy file it does
+// nothing and returns rules.ErrNoPolicy. The server runs it as one of its
+// reloads (SIGHUP, POLICY RELOAD).
+func (c *Commands) ReloadFile() error {
+	f := c.Rules
+	if f.Path == "" {
+		return rules.ErrNoPolicy
+	}
+	if err := f.Reload(); err != nil {
+		c.log().Error("policy reload failed; keeping the rules in use", "file", f.Path, "err", err)
+		return err
+	}
+	c.log().Info("policy reloaded", "file", f.Path, "rules", len(f.Current().Counts))
+	return nil
 }
 
 // Load puts the dials the store holds in use (the engine's), and logs
