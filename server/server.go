@@ -85,11 +85,8 @@ type EngineConfig struct {
 	// MaxKeySize is the longest key a command may name: the key of an
 	// RL.* command, the actor value of a HIT. A longer one is refused with
 	// an error reply naming both lengths, and the store is not touched.
-	// Default 16 KiB (engine.DefaultMaxKeySize): past it the costs that
-	// grow with each key (its copies on the way to the disk, Pebble's
-	// first and last key of every table) dominate; 4000 commands with
-	// 512 KiB keys took peak RSS to 785-950 MiB, with 16 KiB keys to
-	// 247-265 MiB.
+	// Default 16 KiB (engine.DefaultMaxKeySize, which says why), which
+	// the engine applies.
 	MaxKeySize int
 	// AllowOnStoreError makes limit commands answer normally when the store
 	// cannot take or give a bucket's state (disk full, I/O error): the
