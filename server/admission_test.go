@@ -15,6 +15,7 @@ import (
 
 	"github.com/sluicehq/sluice/internal/admit"
 	"github.com/sluicehq/sluice/internal/logrec"
+	"github.com/sluicehq/sluice/internal/policycmd"
 	"github.com/sluicehq/sluice/internal/respserver"
 	"github.com/sluicehq/sluice/storage"
 )
@@ -30,7 +31,7 @@ func TestMaxClientsLoweredToFDLimit(t *testing.T) {
 		t.Fatal(err)
 	}
 	logs := &logrec.Recorder{Level: slog.LevelWarn}
-	srv, err := New(Config{Store: store, Logger: slog.New(logs), Listen: ListenConfig{Files: b}})
+	srv, err := New(Config{Store: store, Logger: slog.New(logs), Listen: admit.Config{Files: b}})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -56,11 +57,11 @@ func TestMaxClientsLoweredToFDLimit(t *testing.T) {
 
 	// A --maxclients below what the limit allows stays; a limit that
 	// leaves too few clients is an error.
-	srv2, err := New(Config{Store: store, Listen: ListenConfig{Files: b, MaxClients: 50}})
+	srv2, err := New(Config{Store: store, Listen: admit.Config{Files: b, MaxClients: 50}})
 	if err != nil || srv2.cfg.Listen.MaxClients != 50 {
 		t.Fatalf("MaxClients 50 under a limit allowing 92: %v, %v", srv2.cfg.Listen.MaxClients, err)
 	}
-	if _, err := New(Config{Store: store, Listen: ListenConfig{Files: admit.FDBudget{Limit: 170, StoreFiles: 100, Reserved: 164}}}); !errors.Is(err, admit.ErrFDLimit) {
+	if _, err := New(Config{Store: store, Listen: admit.Config{Files: admit.FDBudget{Limit: 170, StoreFiles: 100, Reserved: 164}}}); !errors.Is(err, admit.ErrFDLimit) {
 		t.Fatalf("New with 6 descriptors left for clients: %v, want ErrFDLimit", err)
 	}
 }
@@ -85,7 +86,7 @@ func httpGet(t *testing.T, conn net.Conn, r *bufio.Reader, path string) int {
 // its protocol and counted, and a freed slot serves any listener again.
 func TestAdmissionSharedByEveryListener(t *testing.T) {
 	path := policyFile(t, "p.ini", "[default]\ncreditLimit = 100\nresetSeconds = 60\n")
-	srv := startServer(t, Config{Policy: PolicyConfig{File: path}, Listen: ListenConfig{MaxClients: 3}})
+	srv := startServer(t, Config{Policy: policycmd.Config{File: path}, Listen: admit.Config{MaxClients: 3}})
 	divvyAddr := startDivvy(t, srv)
 	httpAddr := strings.TrimPrefix(serveHTTPOn(t, srv), "http://")
 
@@ -197,7 +198,7 @@ func acceptErrs() []error {
 // listeners; it neither stops the listener nor spins.
 func TestAcceptErrorsDoNotStopListeners(t *testing.T) {
 	path := policyFile(t, "p.ini", "[default]\ncreditLimit = 1\nresetSeconds = 0\n")
-	srv := startServer(t, Config{Policy: PolicyConfig{File: path}})
+	srv := startServer(t, Config{Policy: policycmd.Config{File: path}})
 	for name, serve := range map[string]func(net.Listener) error{"divvy": srv.ServeDivvy, "http": srv.ServeHTTP} {
 		ln := &fakeListener{errs: acceptErrs()}
 		err := serve(ln)

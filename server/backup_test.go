@@ -6,6 +6,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/sluicehq/sluice/internal/admit"
 	"github.com/sluicehq/sluice/internal/httpport"
 )
 
@@ -23,7 +24,7 @@ func TestBackupAuth(t *testing.T) {
 		srv.http.backup.ServeHTTP(w, r)
 		return w
 	}
-	withPass := startServer(t, Config{Listen: ListenConfig{Password: "pw"}, Files: FilesConfig{BackupDir: t.TempDir()}})
+	withPass := startServer(t, Config{Listen: admit.Config{Password: "pw"}, Files: FilesConfig{BackupDir: t.TempDir()}})
 	for _, c := range []struct {
 		remote, user, pass string
 		want               int
@@ -49,7 +50,7 @@ func TestBackupAuth(t *testing.T) {
 	if w := get(protected, "127.0.0.1:5000", "", ""); w.Code != http.StatusOK {
 		t.Errorf("protected mode, a loopback client: %d %s, want 200", w.Code, w.Body)
 	}
-	open := startServer(t, Config{Files: FilesConfig{BackupDir: t.TempDir()}, Listen: ListenConfig{AllowRemoteWithoutAuth: true}})
+	open := startServer(t, Config{Files: FilesConfig{BackupDir: t.TempDir()}, Listen: admit.Config{AllowRemoteWithoutAuth: true}})
 	if w := get(open, "10.1.2.3:5000", "", ""); w.Code != http.StatusOK {
 		t.Errorf("protected mode off, a remote client: %d %s, want 200", w.Code, w.Body)
 	}

@@ -15,7 +15,9 @@ import (
 	"time"
 
 	"github.com/sluicehq/sluice/client/ratelimitheader"
+	"github.com/sluicehq/sluice/internal/admit"
 	"github.com/sluicehq/sluice/internal/check"
+	"github.com/sluicehq/sluice/internal/policycmd"
 	"github.com/sluicehq/sluice/internal/respserver"
 )
 
@@ -38,7 +40,7 @@ const noOrdersPolicy = "[path=/orders]\ncreditLimit = 0\nresetSeconds = 0\nlabel
 // TestCheckNormalisesPath: a rule on a path cannot be evaded by writing
 // the path another way in X-Forwarded-Uri, or after /check (Envoy).
 func TestCheckNormalisesPath(t *testing.T) {
-	srv := startServer(t, Config{Policy: PolicyConfig{File: policyFile(t, "rules.ini", noOrdersPolicy)}, RESP: respserver.Tuning{SweepInterval: respserver.NoLimit[time.Duration]()}})
+	srv := startServer(t, Config{Policy: policycmd.Config{File: policyFile(t, "rules.ini", noOrdersPolicy)}, RESP: respserver.Tuning{SweepInterval: respserver.NoLimit[time.Duration]()}})
 	for _, p := range []string{"/orders", "/%6Frders", "//orders", "/x/../orders", "/./orders?x=1", "/%2e%2e/orders"} {
 		if w := checkDirect(srv, "GET", "/check", "127.0.0.1:1", "X-Forwarded-Uri: "+p); w.Code != http.StatusTooManyRequests {
 			t.Errorf("X-Forwarded-Uri %s: status %d, want 429 (rule no-orders)", p, w.Code)
@@ -58,7 +60,7 @@ func TestCheckNormalisesPath(t *testing.T) {
 // clean are checked, not redirected (Envoy would hand a redirect to the
 // client as a denial); paths outside /check are 404.
 func TestCheckEnvoyUncleanPathIsChecked(t *testing.T) {
-	srv := startServer(t, Config{Policy: PolicyConfig{File: policyFile(t, "rules.ini", noOrdersPolicy)}, RESP: respserver.Tuning{SweepInterval: respserver.NoLimit[time.Duration]()}})
+	srv := startServer(t, Config{Policy: policycmd.Config{File: policyFile(t, "rules.ini", noOrdersPolicy)}, RESP: respserver.Tuning{SweepInterval: respserver.NoLimit[time.Duration]()}})
 	base := startCheck(t, srv)
 	raw := func(method, target string) *http.Response {
 		t.Helper()
@@ -110,7 +112,7 @@ func TestCheckPathNormalisedThroughProxies(t *testing.T) {
 				_, _ = w.Write([]byte("app\n"))
 			}))
 			t.Cleanup(app.Close)
-			srv := startServer(t, Config{Policy: PolicyConfig{File: policyFile(t, "rules.ini", noOrdersPolicy)}, RESP: respserver.Tuning{SweepInterval: respserver.NoLimit[time.Duration]()}, Check: check.Config{
+			srv := startServer(t, Config{Policy: policycmd.Config{File: policyFile(t, "rules.ini", noOrdersPolicy)}, RESP: respserver.Tuning{SweepInterval: respserver.NoLimit[time.Duration]()}, Check: check.Config{
 				TrustedProxies: []netip.Prefix{netip.MustParsePrefix("127.0.0.1/32")},
 			}})
 			checkURL := startCheck(t, srv)
@@ -169,7 +171,7 @@ func TestCheckIPPrefixes(t *testing.T) {
 		{"ipv4 /24", 24, 0, func(i int) string { return fmt.Sprintf("192.0.2.%d", i) }, 5, ""},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			srv := startServer(t, Config{Clock: newTestClock(t0).now, Policy: PolicyConfig{File: policyFile(t, "check.ini", checkPolicy)}, RESP: respserver.Tuning{SweepInterval: respserver.NoLimit[time.Duration]()}, Check: check.Config{
+			srv := startServer(t, Config{Clock: newTestClock(t0).now, Policy: policycmd.Config{File: policyFile(t, "check.ini", checkPolicy)}, RESP: respserver.Tuning{SweepInterval: respserver.NoLimit[time.Duration]()}, Check: check.Config{
 				TrustedProxies: []netip.Prefix{netip.MustParsePrefix("127.0.0.1/32")},
 				IPv4Bits:       tc.v4, IPv6Bits: tc.v6,
 			}})
@@ -193,11 +195,11 @@ func TestCheckIPPrefixes(t *testing.T) {
 // counter or choose the path a rule sees.
 func TestCheckUntrustedPeerIsTheClient(t *testing.T) {
 	clock := newTestClock(t0)
-	srv := startServer(t, Config{Clock: clock.now, Policy: PolicyConfig{File: policyFile(t, "check.ini", "[plan=free]\ncreditLimit = 0\nresetSeconds = 0\nlabel = free\n\n[path=/orders]\ncreditLimit = 0\nresetSeconds = 0\nlabel = no-orders\n\n"+checkPolicy)}, RESP: respserver.Tuning{SweepInterval: respserver.NoLimit[time.Duration]()}, Check: check.Config{
+	srv := startServer(t, Config{Clock: clock.now, Policy: policycmd.Config{File: policyFile(t, "check.ini", "[plan=free]\ncreditLimit = 0\nresetSeconds = 0\nlabel = free\n\n[path=/orders]\ncreditLimit = 0\nresetSeconds = 0\nlabel = no-orders\n\n"+checkPolicy)}, RESP: respserver.Tuning{SweepInterval: respserver.NoLimit[time.Duration]()}, Check: check.Config{
 		IdentityHeader: "X-User",
 		FieldHeaders:   []check.FieldHeader{{Field: "plan", Header: "X-Plan"}},
 		TrustedProxies: []netip.Prefix{netip.MustParsePrefix("10.0.0.0/8")},
-	}, Listen: ListenConfig{AllowRemoteWithoutAuth: true}})
+	}, Listen: admit.Config{AllowRemoteWithoutAuth: true}})
 	const outsider, proxy = "127.0.0.1:4711", "10.1.2.3:4711"
 	for i := 0; i < 5; i++ {
 		w := checkDirect(srv, "GET", "/check", outsider, "X-User: alice", "X-Forwarded-For: 203.0.113.9")
@@ -232,7 +234,7 @@ func TestCheckRateLimitPolicyIsTheRate(t *testing.T) {
 		"[path=/tb]\nalgorithm = tokenBucket\ncreditLimit = 60\nresetSeconds = 60\nburst = 3\nlabel = tb\n\n"+
 		"[path=/burst2]\nalgorithm = gcra\ncreditLimit = 60\nresetSeconds = 60\nburst = 2\nlabel = burst2\n\n"+
 		"[path=/plain]\nalgorithm = gcra\ncreditLimit = 60\nresetSeconds = 60\nlabel = plain\n\n[default]\ncreditLimit = 0\nresetSeconds = 0\n")
-	srv := startServer(t, Config{Clock: clock.now, Policy: PolicyConfig{File: path}, RESP: respserver.Tuning{SweepInterval: respserver.NoLimit[time.Duration]()}, Check: check.Config{
+	srv := startServer(t, Config{Clock: clock.now, Policy: policycmd.Config{File: path}, RESP: respserver.Tuning{SweepInterval: respserver.NoLimit[time.Duration]()}, Check: check.Config{
 		HeaderStyle:  ratelimitheader.Both,
 		FieldHeaders: []check.FieldHeader{{Field: "quota", Header: "X-Quota"}},
 	}})

@@ -17,6 +17,7 @@ import (
 	"github.com/sluicehq/sluice/client/ratelimitheader"
 	"github.com/sluicehq/sluice/internal/admit"
 	"github.com/sluicehq/sluice/internal/check"
+	"github.com/sluicehq/sluice/internal/policycmd"
 	"github.com/sluicehq/sluice/internal/respserver"
 	"github.com/sluicehq/sluice/internal/rules"
 	"github.com/sluicehq/sluice/storage"
@@ -104,7 +105,7 @@ func checkGetVia(t testing.TB, client *http.Client, method, url string, headers 
 func TestCheckEndpoint(t *testing.T) {
 	clock := newTestClock(t0)
 	path := policyFile(t, "check.ini", checkPolicy)
-	srv := startServer(t, Config{Clock: clock.now, Policy: PolicyConfig{File: path}, RESP: respserver.Tuning{SweepInterval: respserver.NoLimit[time.Duration]()}, Check: check.Config{
+	srv := startServer(t, Config{Clock: clock.now, Policy: policycmd.Config{File: path}, RESP: respserver.Tuning{SweepInterval: respserver.NoLimit[time.Duration]()}, Check: check.Config{
 		IdentityHeader: "X-User",
 		TrustedProxies: []netip.Prefix{netip.MustParsePrefix("127.0.0.1/32")},
 		HeaderStyle:    ratelimitheader.Both,
@@ -202,7 +203,7 @@ label = free
 creditLimit = 100
 resetSeconds = 60
 `)
-	srv := startServer(t, Config{Clock: newTestClock(t0).now, Policy: PolicyConfig{File: path}, RESP: respserver.Tuning{SweepInterval: respserver.NoLimit[time.Duration]()}, Check: check.Config{
+	srv := startServer(t, Config{Clock: newTestClock(t0).now, Policy: policycmd.Config{File: path}, RESP: respserver.Tuning{SweepInterval: respserver.NoLimit[time.Duration]()}, Check: check.Config{
 		FieldHeaders: []check.FieldHeader{{Field: "plan", Header: "x-plan"}},
 	}})
 	base := startCheck(t, srv)
@@ -228,7 +229,7 @@ func TestCheckProtectedMode(t *testing.T) {
 		open bool
 		want int
 	}{{false, http.StatusForbidden}, {true, http.StatusOK}} {
-		srv := startServer(t, Config{Policy: PolicyConfig{File: path}, RESP: respserver.Tuning{SweepInterval: respserver.NoLimit[time.Duration]()}, Listen: ListenConfig{AllowRemoteWithoutAuth: tc.open}})
+		srv := startServer(t, Config{Policy: policycmd.Config{File: path}, RESP: respserver.Tuning{SweepInterval: respserver.NoLimit[time.Duration]()}, Listen: admit.Config{AllowRemoteWithoutAuth: tc.open}})
 		req := httptest.NewRequest("GET", "/check", nil)
 		req.RemoteAddr = "192.0.2.1:4711"
 		w := httptest.NewRecorder()
@@ -265,7 +266,7 @@ func TestCheckStoreError(t *testing.T) {
 				t.Fatal(err)
 			}
 			path := policyFile(t, "check.ini", checkPolicy)
-			srv, err := New(Config{Store: store, Engine: EngineConfig{AllowOnStoreError: allow}, Policy: PolicyConfig{File: path}, RESP: respserver.Tuning{SweepInterval: respserver.NoLimit[time.Duration]()}})
+			srv, err := New(Config{Store: store, Engine: EngineConfig{AllowOnStoreError: allow}, Policy: policycmd.Config{File: path}, RESP: respserver.Tuning{SweepInterval: respserver.NoLimit[time.Duration]()}})
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -319,7 +320,7 @@ label = quota
 creditLimit = 0
 resetSeconds = 0
 `)
-	srv := startServer(t, Config{Clock: clock.now, Policy: PolicyConfig{File: path}, RESP: respserver.Tuning{SweepInterval: respserver.NoLimit[time.Duration]()}, Check: check.Config{
+	srv := startServer(t, Config{Clock: clock.now, Policy: policycmd.Config{File: path}, RESP: respserver.Tuning{SweepInterval: respserver.NoLimit[time.Duration]()}, Check: check.Config{
 		FieldHeaders: []check.FieldHeader{{Field: "quota", Header: "X-Quota"}, {Field: "tenant", Header: "X-Tenant"}},
 		HeaderStyle:  ratelimitheader.Both,
 	}})
@@ -376,7 +377,7 @@ resetSeconds = 0
 func TestCheckTLS(t *testing.T) {
 	pki := newTestPKI(t)
 	path := policyFile(t, "check.ini", checkPolicy)
-	srv := startServer(t, Config{Policy: PolicyConfig{File: path}, RESP: respserver.Tuning{SweepInterval: respserver.NoLimit[time.Duration]()}, Listen: ListenConfig{TLS: &admit.TLSFiles{Cert: pki.cert, Key: pki.key, CA: pki.ca}}})
+	srv := startServer(t, Config{Policy: policycmd.Config{File: path}, RESP: respserver.Tuning{SweepInterval: respserver.NoLimit[time.Duration]()}, Listen: admit.Config{TLS: &admit.TLSFiles{Cert: pki.cert, Key: pki.key, CA: pki.ca}}})
 	ip := nonLoopbackIPv4(t)
 	ln, err := net.Listen("tcp", net.JoinHostPort(ip.String(), "0"))
 	if err != nil {
@@ -423,7 +424,7 @@ func TestCheckTLS(t *testing.T) {
 // histogram, and the hits of /check in divvy_hits_total by label.
 func TestCheckMetrics(t *testing.T) {
 	path := policyFile(t, "check.ini", checkPolicy)
-	srv := startServer(t, Config{Policy: PolicyConfig{File: path}, RESP: respserver.Tuning{SweepInterval: respserver.NoLimit[time.Duration]()}})
+	srv := startServer(t, Config{Policy: policycmd.Config{File: path}, RESP: respserver.Tuning{SweepInterval: respserver.NoLimit[time.Duration]()}})
 	base := startCheck(t, srv)
 	for i := 0; i < 6; i++ {
 		checkGet(t, "GET", base+"/check")

@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/redis/go-redis/v9"
+	"github.com/sluicehq/sluice/internal/admit"
 	"github.com/sluicehq/sluice/internal/redistest"
 	"github.com/sluicehq/sluice/internal/respserver"
 )
@@ -18,7 +19,7 @@ import (
 // with Redis' globs and several patterns, and an empty reply for a name it
 // does not know.
 func TestConfigGet(t *testing.T) {
-	srv := startServer(t, Config{Listen: ListenConfig{MaxClients: 500, Password: "pw"}, RESP: respserver.Tuning{IdleTimeout: 300 * time.Second, MaxBulk: 2 << 20}})
+	srv := startServer(t, Config{Listen: admit.Config{MaxClients: 500, Password: "pw"}, RESP: respserver.Tuning{IdleTimeout: 300 * time.Second, MaxBulk: 2 << 20}})
 	ctx := context.Background()
 	for _, proto := range []int{2, 3} {
 		c := redis.NewClient(&redis.Options{Addr: srv.Addr().String(), Password: "pw", Protocol: proto, MaxRetries: -1})

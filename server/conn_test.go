@@ -13,6 +13,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/sluicehq/sluice/internal/admit"
 	"github.com/sluicehq/sluice/internal/respserver"
 	"github.com/sluicehq/sluice/storage"
 )
@@ -136,7 +137,7 @@ func TestIdleConnectionsLetBigCommandsGo(t *testing.T) {
 // most 10 arguments of 16 KiB, as in Redis; AUTH lifts that for the
 // commands pipelined behind it.
 func TestUnauthenticatedLimits(t *testing.T) {
-	srv := startServer(t, Config{Listen: ListenConfig{Password: "pw"}, RESP: respserver.Tuning{MaxBulk: 8 << 20, MaxQueryBuffer: 16 << 20}})
+	srv := startServer(t, Config{Listen: admit.Config{Password: "pw"}, RESP: respserver.Tuning{MaxBulk: 8 << 20, MaxQueryBuffer: 16 << 20}})
 
 	c := dialRaw(t, srv)
 	c.write(respCommand([]byte("ECHO"), bytes.Repeat([]byte("x"), 16<<10)))
@@ -270,7 +271,7 @@ func TestClientBuffersAccounted(t *testing.T) {
 // --maxmemory-clients: the client whose buffers push the total past it is
 // told so and closed; the others go on.
 func TestMaxMemoryClients(t *testing.T) {
-	srv := startServer(t, Config{Listen: ListenConfig{MaxMemoryClients: respserver.LimitOf[int64](2 << 20)}, RESP: respserver.Tuning{MaxBulk: 8 << 20, MaxQueryBuffer: 16 << 20}})
+	srv := startServer(t, Config{RESP: respserver.Tuning{MaxMemoryClients: respserver.LimitOf[int64](2 << 20), MaxBulk: 8 << 20, MaxQueryBuffer: 16 << 20}})
 	other := dialRaw(t, srv)
 	other.write([]byte("PING\r\n"))
 	other.expect("+PONG")

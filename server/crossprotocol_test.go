@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/redis/go-redis/v9"
+	"github.com/sluicehq/sluice/internal/admit"
 	"github.com/sluicehq/sluice/internal/logrec"
 )
 
@@ -22,7 +23,7 @@ func TestCrossProtocolClosed(t *testing.T) {
 	logs := &logrec.Recorder{Level: slog.LevelWarn}
 	var now atomic.Int64
 	now.Store(time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC).Unix())
-	srv := startServer(t, Config{Listen: ListenConfig{Password: "s3cret"}, Logger: slog.New(logs), Clock: func() time.Time { return time.Unix(now.Load(), 0) }})
+	srv := startServer(t, Config{Listen: admit.Config{Password: "s3cret"}, Logger: slog.New(logs), Clock: func() time.Time { return time.Unix(now.Load(), 0) }})
 	ctx := context.Background()
 	good := redis.NewClient(&redis.Options{Addr: srv.Addr().String(), Password: "s3cret", MaxRetries: -1})
 	defer good.Close()

@@ -9,6 +9,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/sluicehq/sluice/internal/policycmd"
 	"github.com/sluicehq/sluice/internal/respserver"
 	"github.com/sluicehq/sluice/keyspace"
 	"github.com/sluicehq/sluice/storage"
@@ -23,7 +24,7 @@ func TestDelRemovesEveryKind(t *testing.T) {
 	if err := os.WriteFile(path, []byte("[default]\nactorField = user\ncreditLimit = 5\nresetSeconds = 60\n"), 0o644); err != nil {
 		t.Fatal(err)
 	}
-	srv := startServer(t, Config{Clock: clock.now, Policy: PolicyConfig{File: path}, RESP: respserver.Tuning{SweepInterval: respserver.NoLimit[time.Duration]()}})
+	srv := startServer(t, Config{Clock: clock.now, Policy: policycmd.Config{File: path}, RESP: respserver.Tuning{SweepInterval: respserver.NoLimit[time.Duration]()}})
 	c := newClient(t, srv)
 	for _, k := range []string{"{u}a", "{u}b", "bin\xff\x00"} {
 		for _, cmd := range [][]any{

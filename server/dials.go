@@ -3,7 +3,6 @@ package server
 import (
 	"net/http"
 
-	"github.com/sluicehq/sluice/internal/engine"
 	"github.com/sluicehq/sluice/internal/policycmd"
 	"github.com/sluicehq/sluice/internal/policyhttp"
 	"github.com/sluicehq/sluice/rls"
@@ -16,26 +15,8 @@ import (
 // initDials puts the dials the store holds in use and logs the
 // enforcement mode when it is not on.
 func (s *Server) initDials() error {
-	if err := s.eng.LoadDials(); err != nil {
-		return err
-	}
-	if err := s.eng.LoadOverrides(); err != nil {
-		return err
-	}
-	if s.cfg.Cluster.Node != nil {
-		// A standalone store started as a cluster node: its overrides are
-		// records, which a node does not use (it keeps its own values).
-		if n, err := s.eng.RecordOverrides(); err != nil {
-			return err
-		} else if n > 0 {
-			s.log.Warn("cluster: this store holds per-actor overrides a standalone server kept; a cluster node does not use them: list them (POLICY OVERRIDES) standalone, or read them with sluice inspect --kind override, and set them on every node", "overrides", n)
-		}
-	}
 	s.polCmds = policycmd.Commands{Engine: s.eng, Rules: &s.pol, RLS: s.rlsConfig, Log: s.log}
-	if m := s.eng.Enforcement(); m != engine.Enforce {
-		policycmd.LogMode(s.log, m)
-	}
-	return nil
+	return s.polCmds.Load(s.cfg.Cluster.Node != nil)
 }
 
 // rlsConfig is the configuration of Envoy's rate limit service in use,

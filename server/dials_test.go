@@ -19,6 +19,7 @@ import (
 	"github.com/sluicehq/sluice/internal/check"
 	"github.com/sluicehq/sluice/internal/engine"
 	"github.com/sluicehq/sluice/internal/envoy"
+	"github.com/sluicehq/sluice/internal/policycmd"
 )
 
 // TestOverridesTranscript replays resp/overrides.txt on a server of its
@@ -27,7 +28,7 @@ func TestOverridesTranscript(t *testing.T) {
 	srv := startServer(t, Config{
 		Engine: EngineConfig{MaxKeySize: 16},
 		Clock:  newTestClock(transcriptTime).now,
-		Policy: PolicyConfig{
+		Policy: policycmd.Config{
 			File:         filepath.Join(transcriptDir, "overrides.ini"),
 			MaxOverrides: 3,
 		},
@@ -40,7 +41,7 @@ func TestOverridesTranscript(t *testing.T) {
 func TestDialsTranscript(t *testing.T) {
 	srv := startServer(t, Config{
 		Clock:  newTestClock(transcriptTime).now,
-		Policy: PolicyConfig{File: filepath.Join(transcriptDir, "dials.ini")},
+		Policy: policycmd.Config{File: filepath.Join(transcriptDir, "dials.ini")},
 	})
 	runRESPTranscript(t, srv, filepath.Join(transcriptDir, "resp", "dials.txt"))
 }
@@ -155,7 +156,7 @@ func TestDialsOverHTTP(t *testing.T) {
 	}
 
 	// Protected mode, as /backup: loopback only.
-	protected := startServer(t, Config{Policy: PolicyConfig{File: filepath.Join(transcriptDir, "dials.ini")}})
+	protected := startServer(t, Config{Policy: policycmd.Config{File: filepath.Join(transcriptDir, "dials.ini")}})
 	if code, body := policyRequest(protected, remote, "", "GET", "/v1/policy/", ""); code != 403 || !strings.Contains(body, "protected mode") {
 		t.Errorf("protected mode, a remote client: %d %s, want 403", code, body)
 	}
@@ -170,7 +171,7 @@ func TestDialsOverHTTP(t *testing.T) {
 // without an override a 404.
 func TestOverridesOverHTTP(t *testing.T) {
 	var logs bytes.Buffer
-	srv, c := policyServer(t, Config{Engine: EngineConfig{MaxKeySize: 16}, Policy: PolicyConfig{MaxOverrides: 2}}, "overrides.ini", &logs)
+	srv, c := policyServer(t, Config{Engine: EngineConfig{MaxKeySize: 16}, Policy: policycmd.Config{MaxOverrides: 2}}, "overrides.ini", &logs)
 	ctx := context.Background()
 	remote := "10.1.2.3:5000"
 	checkPolicyRequests(t, srv, remote, []policyCase{
@@ -258,7 +259,7 @@ func TestDialsRLS(t *testing.T) {
 // /check's rate-limit headers follow each runtime limit: the fields built
 // for one are not those of the limit before, nor the file's after RESET.
 func TestDialsCheckHeaders(t *testing.T) {
-	srv := startServer(t, Config{Clock: newTestClock(transcriptTime).now, Policy: PolicyConfig{File: filepath.Join(transcriptDir, "dials.ini")},
+	srv := startServer(t, Config{Clock: newTestClock(transcriptTime).now, Policy: policycmd.Config{File: filepath.Join(transcriptDir, "dials.ini")},
 		Check: check.Config{HeaderStyle: ratelimitheader.Both}})
 	base := startCheck(t, srv)
 	lp := srv.pol.Current()

@@ -14,6 +14,7 @@ import (
 
 	"github.com/sluicehq/sluice/internal/check"
 	"github.com/sluicehq/sluice/internal/clusternode"
+	"github.com/sluicehq/sluice/internal/policycmd"
 	"github.com/sluicehq/sluice/internal/respserver"
 	"github.com/sluicehq/sluice/keyspace"
 	"github.com/sluicehq/sluice/policy"
@@ -74,7 +75,7 @@ func TestClusterHitCountsOnOwner(t *testing.T) {
 func testClusterHitDivvy(t *testing.T) {
 	path := filepath.Join("..", "policy", "testdata", "example-config.ini")
 	clock := newTestClock(t0)
-	cfg := Config{Policy: PolicyConfig{File: path}, Clock: clock.now}
+	cfg := Config{Policy: policycmd.Config{File: path}, Clock: clock.now}
 	nodes := startClusterServers(t, 2, cfg)
 	lines := []string{dialLineAddr(t, nodes[0]), dialLineAddr(t, nodes[1])}
 	ref := startServer(t, cfg)
@@ -112,7 +113,7 @@ func dialLineAddr(t *testing.T, srv *Server) string { return startDivvy(t, srv) 
 func TestClusterHitOwnerDown(t *testing.T) {
 	path := filepath.Join("..", "policy", "testdata", "example-config.ini")
 	clock := newTestClock(t0)
-	nodes := startClusterServers(t, 2, Config{Policy: PolicyConfig{File: path}, Clock: clock.now})
+	nodes := startClusterServers(t, 2, Config{Policy: policycmd.Config{File: path}, Clock: clock.now})
 	nodes[1].Close()
 	var ok, down int
 	for ip := range 40 {
@@ -199,7 +200,7 @@ func checkOnOwners(t *testing.T, nodes []*Server, ref *Server, min int64) {
 func testClusterHitAlgorithms(t *testing.T) {
 	path := filepath.Join("..", "policy", "testdata", "algorithms.ini")
 	clock := newTestClock(t0)
-	cfg := Config{Policy: PolicyConfig{File: path}, Clock: clock.now, RESP: respserver.Tuning{SweepInterval: respserver.NoLimit[time.Duration]()}}
+	cfg := Config{Policy: policycmd.Config{File: path}, Clock: clock.now, RESP: respserver.Tuning{SweepInterval: respserver.NoLimit[time.Duration]()}}
 	nodes := startClusterServers(t, 2, cfg)
 	ref := startServer(t, cfg)
 	var forwarded int
@@ -246,7 +247,7 @@ func testClusterHitAlgorithms(t *testing.T) {
 func TestClusterCheckCountsOnOwner(t *testing.T) {
 	path := filepath.Join("..", "policy", "testdata", "algorithms.ini")
 	clock := newTestClock(t0)
-	cfg := Config{Policy: PolicyConfig{File: path}, Clock: clock.now, RESP: respserver.Tuning{SweepInterval: respserver.NoLimit[time.Duration]()}, Check: check.Config{
+	cfg := Config{Policy: policycmd.Config{File: path}, Clock: clock.now, RESP: respserver.Tuning{SweepInterval: respserver.NoLimit[time.Duration]()}, Check: check.Config{
 		FieldHeaders: []check.FieldHeader{{Field: "quota", Header: "X-Quota"}, {Field: "user", Header: "X-User"}},
 	}}
 	nodes := startClusterServers(t, 2, cfg)
@@ -283,7 +284,7 @@ func TestClusterCheckCountsOnOwner(t *testing.T) {
 // one.
 func TestCounterHitRefusesBadArguments(t *testing.T) {
 	path := filepath.Join("..", "policy", "testdata", "algorithms.ini")
-	srv := startClusterServers(t, 1, Config{Policy: PolicyConfig{File: path}})[0]
+	srv := startClusterServers(t, 1, Config{Policy: policycmd.Config{File: path}})[0]
 	rdb := newClient(t, srv)
 	ctx := context.Background()
 	rules := srv.pol.Current().Policy.Rules()

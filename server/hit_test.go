@@ -18,8 +18,10 @@ import (
 	"testing"
 	"time"
 
+	"github.com/sluicehq/sluice/internal/admit"
 	"github.com/sluicehq/sluice/internal/divvy"
 	"github.com/sluicehq/sluice/internal/engine"
+	"github.com/sluicehq/sluice/internal/policycmd"
 	"github.com/sluicehq/sluice/internal/respserver"
 	"github.com/sluicehq/sluice/storage"
 )
@@ -154,7 +156,7 @@ func TestExampleConfigOverBothProtocols(t *testing.T) {
 		path := filepath.Join("..", "policy", "testdata", file)
 		t.Run(file+"/line", func(t *testing.T) {
 			clock := newTestClock(t0)
-			srv := startServer(t, Config{Policy: PolicyConfig{File: path}, Clock: clock.now})
+			srv := startServer(t, Config{Policy: policycmd.Config{File: path}, Clock: clock.now})
 			c := dialLine(t, startDivvy(t, srv))
 			for i, st := range steps {
 				clock.ms.Store(t0 + st.at)
@@ -176,7 +178,7 @@ func TestExampleConfigOverBothProtocols(t *testing.T) {
 		})
 		t.Run(file+"/resp", func(t *testing.T) {
 			clock := newTestClock(t0)
-			srv := startServer(t, Config{Policy: PolicyConfig{File: path}, Clock: clock.now})
+			srv := startServer(t, Config{Policy: policycmd.Config{File: path}, Clock: clock.now})
 			for i, st := range steps {
 				clock.ms.Store(t0 + st.at)
 				if got := hitRESP(t, srv, st.line); got != st.want {
@@ -205,7 +207,7 @@ func TestTestConfig(t *testing.T) {
 	for _, file := range []string{"test-config.ini", "test-config.json"} {
 		t.Run(file, func(t *testing.T) {
 			clock := newTestClock(t0)
-			srv := startServer(t, Config{Policy: PolicyConfig{File: filepath.Join("..", "policy", "testdata", file)}, Clock: clock.now})
+			srv := startServer(t, Config{Policy: policycmd.Config{File: filepath.Join("..", "policy", "testdata", file)}, Clock: clock.now})
 			c := dialLine(t, startDivvy(t, srv))
 			var want []string
 			var req strings.Builder
@@ -253,7 +255,7 @@ func TestTestConfig(t *testing.T) {
 func TestLineProtocolErrorsCloseTheConnection(t *testing.T) {
 	path := policyFile(t, "p.ini", "[path=/x ip=*]\ncreditLimit = 5\nresetSeconds = 60\nactorField = ip\n\n[default]\ncreditLimit = 0\nresetSeconds = 0\n")
 	clock := newTestClock(t0)
-	srv := startServer(t, Config{Policy: PolicyConfig{File: path}, Clock: clock.now, Divvy: divvy.Config{MaxLine: 100}})
+	srv := startServer(t, Config{Policy: policycmd.Config{File: path}, Clock: clock.now, Divvy: divvy.Config{MaxLine: 100}})
 	addr := startDivvy(t, srv)
 	for _, tc := range []struct {
 		name, send, want string
@@ -321,7 +323,7 @@ label = shared
 creditLimit = 0
 resetSeconds = 0
 `, shared))
-	srv := startServer(t, Config{Policy: PolicyConfig{File: path}, Clock: newTestClock(t0).now})
+	srv := startServer(t, Config{Policy: policycmd.Config{File: path}, Clock: newTestClock(t0).now})
 	addr := startDivvy(t, srv)
 	var (
 		mu         sync.Mutex
@@ -413,7 +415,7 @@ resetSeconds = 0
 `, n, 100*n, n)
 	}
 	path := policyFile(t, "p.ini", version(1))
-	srv := startServer(t, Config{Policy: PolicyConfig{File: path}})
+	srv := startServer(t, Config{Policy: policycmd.Config{File: path}})
 	addr := startDivvy(t, srv)
 	stop := make(chan struct{})
 	var seen [3]atomic.Int64 // replies from version 1 and 2
@@ -527,7 +529,7 @@ func TestPolicyCommands(t *testing.T) {
 		"[path=/z]\ncreditLimit = 10\nresetSeconds = 1\nalgorithm = fixedWindow\nstagger = true\n\n"+
 		"[path=/w]\ncreditLimit = 10\nresetSeconds = 1\nalgorithm = slidingLog\nminGapMillis = 20\n\n"+
 		"[default]\ncreditLimit = 1\nresetSeconds = 0\n")
-	srv := startServer(t, Config{Policy: PolicyConfig{File: path}})
+	srv := startServer(t, Config{Policy: policycmd.Config{File: path}})
 	c := newClient(t, srv)
 	ctx := context.Background()
 	v, err := c.Do(ctx, "POLICY", "SHOW").Slice()
@@ -578,7 +580,7 @@ func TestBadPolicyFileStopsNew(t *testing.T) {
 	}
 	defer store.Close()
 	path := policyFile(t, "p.ini", "[a=1]\ncreditLimit = 1\nresetSeconds = 1\n")
-	_, err = New(Config{Store: store, Policy: PolicyConfig{File: path}})
+	_, err = New(Config{Store: store, Policy: policycmd.Config{File: path}})
 	if err == nil || !strings.Contains(err.Error(), path) || !strings.Contains(err.Error(), "default") {
 		t.Fatalf("New with a file lacking a default: %v", err)
 	}
@@ -589,7 +591,7 @@ func TestBadPolicyFileStopsNew(t *testing.T) {
 func TestSweepDropsEndedWindows(t *testing.T) {
 	path := policyFile(t, "p.ini", "[path=/a ip=*]\ncreditLimit = 2\nresetSeconds = 60\nactorField = ip\n\n[path=/b]\ncreditLimit = 2\nresetSeconds = 3600\n\n[default]\ncreditLimit = 0\nresetSeconds = 0\n")
 	clock := newTestClock(t0)
-	srv := startServer(t, Config{Policy: PolicyConfig{File: path}, Clock: clock.now})
+	srv := startServer(t, Config{Policy: policycmd.Config{File: path}, Clock: clock.now})
 	c := dialLine(t, startDivvy(t, srv))
 	c.send("HIT path=/a ip=1\nHIT path=/a ip=2\nHIT path=/b\nHIT path=/c\n")
 	for range 4 {
@@ -623,7 +625,7 @@ func TestSweepDropsEndedWindows(t *testing.T) {
 func TestLineProtocolLimits(t *testing.T) {
 	path := policyFile(t, "p.ini", "[default]\ncreditLimit = 1\nresetSeconds = 0\n")
 	t.Run("idle timeout", func(t *testing.T) {
-		srv := startServer(t, Config{Policy: PolicyConfig{File: path}, Divvy: divvy.Config{IdleTimeout: 50 * time.Millisecond}})
+		srv := startServer(t, Config{Policy: policycmd.Config{File: path}, Divvy: divvy.Config{IdleTimeout: 50 * time.Millisecond}})
 		c := dialLine(t, startDivvy(t, srv))
 		c.send("HIT\n")
 		if got := c.line(); got != "OK true 1 0" {
@@ -635,7 +637,7 @@ func TestLineProtocolLimits(t *testing.T) {
 		}
 	})
 	t.Run("maxclients is shared with RESP", func(t *testing.T) {
-		srv := startServer(t, Config{Policy: PolicyConfig{File: path}, Listen: ListenConfig{MaxClients: 2}})
+		srv := startServer(t, Config{Policy: policycmd.Config{File: path}, Listen: admit.Config{MaxClients: 2}})
 		addr := startDivvy(t, srv)
 		newClient(t, srv).Ping(context.Background())
 		c := dialLine(t, addr)
@@ -649,7 +651,7 @@ func TestLineProtocolLimits(t *testing.T) {
 	t.Run("pipeline bound", func(t *testing.T) {
 		// Rounds of at most 3 lines: 10 pipelined lines still get 10
 		// replies, in order.
-		srv := startServer(t, Config{Policy: PolicyConfig{File: path}, Divvy: divvy.Config{MaxPipeline: 3}})
+		srv := startServer(t, Config{Policy: policycmd.Config{File: path}, Divvy: divvy.Config{MaxPipeline: 3}})
 		c := dialLine(t, startDivvy(t, srv))
 		c.send(strings.Repeat("HIT\n", 10))
 		for i := range 10 {
@@ -659,7 +661,7 @@ func TestLineProtocolLimits(t *testing.T) {
 		}
 	})
 	t.Run("shutdown closes idle connections", func(t *testing.T) {
-		srv := startServer(t, Config{Policy: PolicyConfig{File: path}})
+		srv := startServer(t, Config{Policy: policycmd.Config{File: path}})
 		c := dialLine(t, startDivvy(t, srv))
 		c.send("HIT\n")
 		c.line()
@@ -672,7 +674,7 @@ func TestLineProtocolLimits(t *testing.T) {
 // counted rule, end to end, and its allocations.
 func BenchmarkHitLine(b *testing.B) {
 	path := policyFile(b, "p.ini", "[path=/x ip=*]\ncreditLimit = 1000000000\nresetSeconds = 3600\nactorField = ip\n\n[default]\ncreditLimit = 0\nresetSeconds = 0\n")
-	srv := startServer(b, Config{Policy: PolicyConfig{File: path}})
+	srv := startServer(b, Config{Policy: policycmd.Config{File: path}})
 	c := dialLine(b, startDivvy(b, srv))
 	const depth = 16
 	var req strings.Builder
@@ -699,7 +701,7 @@ func BenchmarkHitLine(b *testing.B) {
 // and never hangs or crashes.
 func FuzzDivvyLines(f *testing.F) {
 	path := policyFile(f, "p.ini", "[path=/x ip=*]\ncreditLimit = 3\nresetSeconds = 60\nactorField = ip\n\n[path=/y]\ncreditLimit = 1\nresetSeconds = 0\nmatchPolicy = canary\n\n[default]\ncreditLimit = 0\nresetSeconds = 0\n")
-	srv := startServer(f, Config{Policy: PolicyConfig{File: path}, Divvy: divvy.Config{MaxLine: 256, MaxPipeline: 4}})
+	srv := startServer(f, Config{Policy: policycmd.Config{File: path}, Divvy: divvy.Config{MaxLine: 256, MaxPipeline: 4}})
 	addr := startDivvy(f, srv)
 	for _, seed := range []string{
 		"HIT path=/x ip=1\n", "hit\r\n\r\nHIT path=/y\n", "HIT \"a b\"=\"c=d\"\nHIT x=\"\n", "PING\nHIT\n",
@@ -777,7 +779,7 @@ func TestIdleConnectionsLetBigHITsGo(t *testing.T) {
 		t.Fatal(err)
 	}
 	path := filepath.Join("..", "policy", "testdata", "example-config.ini")
-	srv, err := New(Config{Store: store, Policy: PolicyConfig{File: path}, Engine: EngineConfig{MaxKeySize: 8 << 20}, RESP: respserver.Tuning{MaxBulk: 8 << 20, MaxQueryBuffer: 16 << 20}})
+	srv, err := New(Config{Store: store, Policy: policycmd.Config{File: path}, Engine: EngineConfig{MaxKeySize: 8 << 20}, RESP: respserver.Tuning{MaxBulk: 8 << 20, MaxQueryBuffer: 16 << 20}})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -820,7 +822,7 @@ func TestIdleConnectionsLetBigHITsGo(t *testing.T) {
 // --maxmemory-clients like the connection's others.
 func TestClientMemoryCountsHitBuffers(t *testing.T) {
 	path := filepath.Join("..", "policy", "testdata", "example-config.ini")
-	srv := startServer(t, Config{Policy: PolicyConfig{File: path}})
+	srv := startServer(t, Config{Policy: policycmd.Config{File: path}})
 	// 128 fields of 6 bytes: a command of under 2 KiB whose parsed fields
 	// (two slice headers each) take 6 KiB, under connKeepBuf, so kept.
 	const fields = 128

@@ -1,11 +1,9 @@
 package server
 
 import (
-	"net"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
-	"github.com/prometheus/client_golang/prometheus/promhttp"
 
 	"github.com/sluicehq/sluice/internal/httpport"
 	"github.com/sluicehq/sluice/internal/metrics"
@@ -29,8 +27,8 @@ func (s *Server) initHTTP() {
 		Host:             (*frontHost)(s),
 		Gate:             &s.adm.Gate,
 		Closing:          &s.closing,
-		MaxHeaderBytes:   s.cfg.HTTP.MaxHeaderBytes,
-		MaxMemoryClients: s.cfg.Listen.MaxMemoryClients.N(),
+		Config:           s.cfg.HTTP,
+		MaxMemoryClients: s.cfg.RESP.MaxMemoryClients.N(),
 		Evicted:          &s.stats.EvictedClients,
 	}
 	if s.guard.TLS != nil {
@@ -60,40 +58,9 @@ func (s *Server) initMetrics() {
 	s.http.reg = metrics.New(src)
 }
 
-// ServeHTTP serves /metrics, /healthz, /readyz and /backup on ln until
-// Close, over TLS when the server has TLS. Client certificates are checked
-// when given but not required, so that probes and scrapers without one
-// still work; /backup requires one when RESP does.
-func (s *Server) ServeHTTP(ln net.Listener) error {
-	h := &s.http
-	srv := h.port.NewServer(h.port.Handler(httpport.Routes{
-		Metrics: promhttp.HandlerFor(h.reg, promhttp.HandlerOpts{ErrorLog: nil}),
-		Backup:  &h.backup,
-		Policy:  s.policyHTTP(),
-	}))
-	if !h.port.Start(&h.served, srv) {
-		return net.ErrClosed
-	}
-	s.log.Info("serving HTTP", "addr", ln.Addr().String(), "tls", s.guard.TLS != nil)
-	return h.port.Serve(&h.served, ln, "http", s.adm.TakeHTTP)
-}
-
 // closeHTTP stops the HTTP side; Close calls it last, so that /readyz
 // answers 503 while connections drain.
 func (s *Server) closeHTTP() { s.http.served.Stop() }
-
-// notReady says why the server should get no traffic, or "" when it should.
-func (s *Server) notReady() string {
-	switch {
-	case s.closing.Load():
-		return "shutting down"
-	case s.store.Failed() != nil:
-		return "store failed: " + s.store.Failed().Error()
-	case s.store.Unavailable() != nil:
-		return "store unavailable: " + s.store.Unavailable().Error()
-	}
-	return ""
-}
 
 // CheckpointFailed implements httpport.BackupHost.
 func (h *frontHost) CheckpointFailed(err error) string {

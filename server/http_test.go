@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/sluicehq/sluice/internal/httpport"
+	"github.com/sluicehq/sluice/internal/policycmd"
 	"github.com/sluicehq/sluice/internal/respserver"
 )
 
@@ -48,7 +49,7 @@ func headerLines(n int) string {
 // --http-max-header-bytes is answered 431 on both HTTP listeners (net/http
 // allowed 1 MiB); a shorter one is served.
 func TestHTTPMaxHeaderBytes(t *testing.T) {
-	srv := startServer(t, Config{Policy: PolicyConfig{File: policyFile(t, "check.ini", checkPolicy)}})
+	srv := startServer(t, Config{Policy: policycmd.Config{File: policyFile(t, "check.ini", checkPolicy)}})
 	for name, addr := range httpListeners(t, srv) {
 		for _, tc := range []struct {
 			header int
@@ -79,7 +80,7 @@ func TestHTTPMaxHeaderBytes(t *testing.T) {
 // counted as evicted); what a header held is given back when its request
 // is handled.
 func TestHTTPHeadersCountAgainstClients(t *testing.T) {
-	srv := startServer(t, Config{Policy: PolicyConfig{File: policyFile(t, "check.ini", checkPolicy)}, Listen: ListenConfig{MaxMemoryClients: respserver.LimitOf[int64](256 << 10)}, HTTP: HTTPConfig{MaxHeaderBytes: 1 << 20}})
+	srv := startServer(t, Config{Policy: policycmd.Config{File: policyFile(t, "check.ini", checkPolicy)}, RESP: respserver.Tuning{MaxMemoryClients: respserver.LimitOf[int64](256 << 10)}, HTTP: httpport.Config{MaxHeaderBytes: 1 << 20}})
 	evicted := int64(0)
 	for name, addr := range httpListeners(t, srv) {
 		dial := func() net.Conn {

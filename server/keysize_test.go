@@ -7,6 +7,7 @@ import (
 
 	"github.com/sluicehq/sluice/internal/engine"
 	"github.com/sluicehq/sluice/internal/errs"
+	"github.com/sluicehq/sluice/internal/policycmd"
 	"github.com/sluicehq/sluice/internal/resp"
 )
 
@@ -78,7 +79,7 @@ func TestMaxKeySizeHit(t *testing.T) {
 	const wantErr = "ERR value of actor field ip is 16385 bytes, longer than --max-key-size 16384"
 
 	t.Run("resp", func(t *testing.T) {
-		srv := startServer(t, Config{Policy: PolicyConfig{File: path}, Clock: newTestClock(t0).now})
+		srv := startServer(t, Config{Policy: policycmd.Config{File: path}, Clock: newTestClock(t0).now})
 		if got := hitRESP(t, srv, "HIT path=/x user=u ip="+over); got != "ERR "+wantErr {
 			t.Fatalf("HIT with a long actor value: %q, want %q", got, "ERR "+wantErr)
 		}
@@ -101,7 +102,7 @@ func TestMaxKeySizeHit(t *testing.T) {
 		}
 	})
 	t.Run("line", func(t *testing.T) {
-		srv := startServer(t, Config{Policy: PolicyConfig{File: path}, Clock: newTestClock(t0).now})
+		srv := startServer(t, Config{Policy: policycmd.Config{File: path}, Clock: newTestClock(t0).now})
 		c := dialLine(t, startDivvy(t, srv))
 		c.send("HIT path=/x user=u ip=" + atLimit + "\n")
 		if got := c.line(); got != "OK true 4 3600" {

@@ -17,6 +17,7 @@ import (
 	"github.com/sluicehq/sluice/cluster"
 	"github.com/sluicehq/sluice/internal/check"
 	"github.com/sluicehq/sluice/internal/clusternode"
+	"github.com/sluicehq/sluice/internal/policycmd"
 	"github.com/sluicehq/sluice/internal/respserver"
 	"github.com/sluicehq/sluice/keyspace"
 	"github.com/sluicehq/sluice/policy"
@@ -107,7 +108,7 @@ func heldSetupPause(t *testing.T, pauseWait time.Duration) (*Server, *holdingNod
 	self := ln.Addr().String()
 	ln.Close()
 	clock := newTestClock(t0)
-	srv := startServerOn(t, Config{Policy: PolicyConfig{File: policyFile(t, "held.ini", heldPolicy)}, Clock: clock.now, RESP: respserver.Tuning{SweepInterval: respserver.NoLimit[time.Duration]()},
+	srv := startServerOn(t, Config{Policy: policycmd.Config{File: policyFile(t, "held.ini", heldPolicy)}, Clock: clock.now, RESP: respserver.Tuning{SweepInterval: respserver.NoLimit[time.Duration]()},
 		Check:   check.Config{IdentityHeader: "X-User"},
 		Cluster: ClusterConfig{Node: &clusternode.Config{Nodes: []string{self, peer.addr}, Self: self, ForwardTimeout: time.Minute, PauseWait: pauseWait}}}, self)
 	rules := srv.pol.Current().Policy.Rules()
@@ -254,7 +255,7 @@ func TestCounterHitTrust(t *testing.T) {
 	path := "../policy/testdata/algorithms.ini"
 	clock := newTestClock(t0)
 	ctx := context.Background()
-	standalone := startServer(t, Config{Policy: PolicyConfig{File: path}, Clock: clock.now, RESP: respserver.Tuning{SweepInterval: respserver.NoLimit[time.Duration]()}})
+	standalone := startServer(t, Config{Policy: policycmd.Config{File: path}, Clock: clock.now, RESP: respserver.Tuning{SweepInterval: respserver.NoLimit[time.Duration]()}})
 	r := standalone.pol.Current().Policy.Rules()[0] // fixedWindow
 	key := keyspace.AppendRuleKey(nil, r, 2, append(r.AppendCounterID(nil, nil), "ann"...))
 	now := strconv.FormatInt(clock.now().UnixNano(), 10)
@@ -263,7 +264,7 @@ func TestCounterHitTrust(t *testing.T) {
 		t.Errorf("SLUICE.COUNTERHIT on a standalone server: %v; want it refused", err)
 	}
 
-	node := startServer(t, Config{Policy: PolicyConfig{File: path}, Clock: clock.now, RESP: respserver.Tuning{SweepInterval: respserver.NoLimit[time.Duration]()},
+	node := startServer(t, Config{Policy: policycmd.Config{File: path}, Clock: clock.now, RESP: respserver.Tuning{SweepInterval: respserver.NoLimit[time.Duration]()},
 		Cluster: ClusterConfig{Node: &clusternode.Config{Nodes: []string{"127.0.0.1:7000"}, Self: "127.0.0.1:7000", MaxClockSkew: 5 * time.Second}}})
 	rdb := newClient(t, node)
 	hit := func(actor string, at int64, hits int) []any {

@@ -16,6 +16,8 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
+	"github.com/sluicehq/sluice/internal/admit"
+	"github.com/sluicehq/sluice/internal/policycmd"
 	"github.com/sluicehq/sluice/internal/respserver"
 	"github.com/sluicehq/sluice/storage"
 )
@@ -45,7 +47,7 @@ func roundTrip(t *testing.T, conn net.Conn, r *bufio.Reader, req string) string 
 }
 
 func TestMaxClients(t *testing.T) {
-	srv := startServer(t, Config{Listen: ListenConfig{MaxClients: 2}})
+	srv := startServer(t, Config{Listen: admit.Config{MaxClients: 2}})
 	var open []net.Conn
 	for range 2 {
 		c := dial(t, srv)
@@ -173,7 +175,7 @@ func TestMetricsAndHealth(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	srv, err := New(Config{Store: store, Listen: ListenConfig{Password: "pw", ShutdownTimeout: time.Minute}, Build: Build{Version: "v9.9.9", Revision: "0123456789abcdef0123456789abcdef01234567-dirty"}})
+	srv, err := New(Config{Store: store, Listen: admit.Config{Password: "pw", ShutdownTimeout: time.Minute}, Build: Build{Version: "v9.9.9", Revision: "0123456789abcdef0123456789abcdef01234567-dirty"}})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -314,7 +316,7 @@ func stall(t *testing.T, conn net.Conn, chunk []byte) {
 func TestCloseForcesConnectionsAtNineTenths(t *testing.T) {
 	const timeout = 10 * time.Second
 	path := filepath.Join("..", "policy", "testdata", "example-config.ini")
-	srv := startServer(t, Config{Policy: PolicyConfig{File: path}, Listen: ListenConfig{ShutdownTimeout: timeout}})
+	srv := startServer(t, Config{Policy: policycmd.Config{File: path}, Listen: admit.Config{ShutdownTimeout: timeout}})
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)

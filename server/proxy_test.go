@@ -18,6 +18,7 @@ import (
 	"time"
 
 	"github.com/sluicehq/sluice/internal/check"
+	"github.com/sluicehq/sluice/internal/policycmd"
 	"github.com/sluicehq/sluice/internal/respserver"
 )
 
@@ -215,7 +216,7 @@ func testProxy(t *testing.T, pc proxyCase, bin string) {
 	t.Cleanup(app.Close)
 
 	clock := newTestClock(t0)
-	srv := startServer(t, Config{Clock: clock.now, Policy: PolicyConfig{File: policyFile(t, "rules.ini", docBlock(t, ""))}, RESP: respserver.Tuning{SweepInterval: respserver.NoLimit[time.Duration]()}, Check: check.Config{
+	srv := startServer(t, Config{Clock: clock.now, Policy: policycmd.Config{File: policyFile(t, "rules.ini", docBlock(t, ""))}, RESP: respserver.Tuning{SweepInterval: respserver.NoLimit[time.Duration]()}, Check: check.Config{
 		TrustedProxies: []netip.Prefix{netip.MustParsePrefix("127.0.0.1/32")},
 		IdentityHeader: "X-User",
 	}})

@@ -4,7 +4,6 @@ import (
 	"errors"
 
 	"github.com/sluicehq/sluice/internal/respserver"
-	"github.com/sluicehq/sluice/internal/rules"
 )
 
 // Reloads read files an operator names: SIGHUP's (Reload: the TLS files,
@@ -19,27 +18,17 @@ func (s *Server) Reload() error {
 	return s.reload.Run(func() error {
 		var perr error
 		if s.pol.Path != "" {
-			perr = s.reloadPolicy()
+			perr = s.polCmds.ReloadFile()
 		}
-		return errors.Join(s.reloadTLS(), perr, s.rls.Reload())
+		return errors.Join(s.guard.TLS.Reload(s.log), perr, s.rls.Reload())
 	})
 }
 
 // ReloadTLS reads the TLS files again, for SIGHUP after a certificate
 // renewal, as a reload. Open connections keep their session; on an error
 // the old certificates stay in use.
-func (s *Server) ReloadTLS() error { return s.reload.Run(s.reloadTLS) }
-
-func (s *Server) reloadTLS() error {
-	if s.guard.TLS == nil {
-		return nil
-	}
-	if err := s.guard.TLS.Load(); err != nil {
-		s.log.Error("TLS reload failed; keeping the certificates in use", "err", err)
-		return err
-	}
-	s.log.Info("TLS certificates reloaded", "cert", s.guard.TLS.Files().Cert)
-	return nil
+func (s *Server) ReloadTLS() error {
+	return s.reload.Run(func() error { return s.guard.TLS.Reload(s.log) })
 }
 
 // ReloadPolicy reads the --policy file again, as a reload, and, if it is
@@ -47,19 +36,7 @@ func (s *Server) reloadTLS() error {
 // with the rules they started with. A bad file keeps the rules in use, is
 // logged and counted, and its error is returned. Without a policy file it
 // does nothing and returns rules.ErrNoPolicy.
-func (s *Server) ReloadPolicy() error { return s.reload.Run(s.reloadPolicy) }
-
-func (s *Server) reloadPolicy() error {
-	if s.pol.Path == "" {
-		return rules.ErrNoPolicy
-	}
-	if err := s.pol.Reload(); err != nil {
-		s.log.Error("policy reload failed; keeping the rules in use", "file", s.pol.Path, "err", err)
-		return err
-	}
-	s.log.Info("policy reloaded", "file", s.pol.Path, "rules", len(s.pol.Current().Counts))
-	return nil
-}
+func (s *Server) ReloadPolicy() error { return s.reload.Run(s.polCmds.ReloadFile) }
 
 // ReloadRLS reads the --rls-config directory again, as a reload, and, if
 // every file is valid, puts the new configuration in use at once; calls
@@ -76,7 +53,7 @@ func (h *frontHost) ReloadRules() error {
 	return s.reload.Run(func() error {
 		var e respserver.ReloadError
 		if s.pol.Path != "" || s.cfg.RLS.Dir == "" {
-			e.Policy = s.reloadPolicy()
+			e.Policy = s.polCmds.ReloadFile()
 		}
 		if e.RLS = s.rls.Reload(); e.Policy == nil && e.RLS == nil {
 			return nil

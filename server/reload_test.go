@@ -11,6 +11,7 @@ import (
 	"github.com/sluicehq/sluice/internal/admit"
 	"github.com/sluicehq/sluice/internal/conffile"
 	"github.com/sluicehq/sluice/internal/envoy"
+	"github.com/sluicehq/sluice/internal/policycmd"
 	"github.com/sluicehq/sluice/internal/reload"
 	"github.com/sluicehq/sluice/storage"
 )
@@ -25,7 +26,7 @@ func TestReloadThatHangsHoldsUpNothing(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	srv, err := New(Config{Store: store, Policy: PolicyConfig{File: policyFile(t, "rules.ini", "[default]\ncreditLimit = 7\nresetSeconds = 0\n")}})
+	srv, err := New(Config{Store: store, Policy: policycmd.Config{File: policyFile(t, "rules.ini", "[default]\ncreditLimit = 7\nresetSeconds = 0\n")}})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -99,7 +100,7 @@ func TestReloadReadsOnlyRegularFiles(t *testing.T) {
 	cert := pki.cert
 	rules := policyFile(t, "rules.ini", "[default]\ncreditLimit = 7\nresetSeconds = 0\n")
 	rlsDir := rlsConfigDir(t, rlsYAML)
-	srv := startServer(t, Config{Policy: PolicyConfig{File: rules}, RLS: envoy.Config{Dir: rlsDir}, Listen: ListenConfig{TLS: &admit.TLSFiles{Cert: pki.cert, Key: pki.key}}, Files: FilesConfig{MaxConfigFile: 8 << 10}})
+	srv := startServer(t, Config{Policy: policycmd.Config{File: rules}, RLS: envoy.Config{Dir: rlsDir}, Listen: admit.Config{TLS: &admit.TLSFiles{Cert: pki.cert, Key: pki.key}}, Files: FilesConfig{MaxConfigFile: 8 << 10}})
 	if err := srv.Reload(); err != nil {
 		t.Fatalf("Reload of good files: %v", err)
 	}

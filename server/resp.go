@@ -2,16 +2,13 @@ package server
 
 import (
 	"net"
-	"strconv"
 
-	"github.com/sluicehq/sluice/internal/admit"
-	"github.com/sluicehq/sluice/internal/resp"
 	"github.com/sluicehq/sluice/internal/respserver"
 	"github.com/sluicehq/sluice/internal/settings"
 )
 
 // RESP is served by package internal/respserver; the server admits its
-// connections (respDoor), and answers what it asks of the server
+// connections (respserver.Server.Door), and answers what it asks of the server
 // (frontHost): the other front ends' facts for INFO, CONFIG GET's
 // settings, POLICY RELOAD.
 
@@ -20,9 +17,9 @@ import (
 func (s *Server) initRESP() {
 	cfg := &s.cfg
 	s.resp = respserver.New(respserver.Config{
-		Tuning: cfg.RESP, Password: cfg.Listen.Password, MaxMemoryClients: cfg.Listen.MaxMemoryClients,
+		Tuning: cfg.RESP, Password: cfg.Listen.Password,
 		Version: cfg.Build.Version, Revision: cfg.Build.Revision, BackupDir: cfg.Files.BackupDir,
-		AllowOnStoreError: cfg.Engine.AllowOnStoreError, MaxKeySize: cfg.Engine.MaxKeySize,
+		AllowOnStoreError: cfg.Engine.AllowOnStoreError, MaxKeySize: s.eng.MaxKeySize(),
 		MaxClients: cfg.Listen.MaxClients, MaxClientsRequested: s.adm.requested,
 		FDLimit: cfg.Listen.Files.Limit, FDReserved: cfg.Listen.Files.Reserved, StoreMaxOpenFiles: cfg.Listen.Files.StoreFiles,
 	}, respserver.Options{
@@ -30,26 +27,6 @@ func (s *Server) initRESP() {
 		Logger: s.log, Clock: s.clock, ClockOffset: &s.clockOffset,
 		Host: (*frontHost)(s), Stats: &s.stats, Closing: &s.closing, Done: s.done,
 	})
-}
-
-// respDoor is how the RESP listener admits: a slot of --maxclients, held
-// until the connection finishes (the front end gives it back, Release),
-// and protected mode unless a password or TLS client certificates are
-// required; it refuses with Redis' errors, over TLS when the server has
-// it.
-func (s *Server) respDoor() admit.Door {
-	d := admit.Door{
-		Name:    "resp",
-		Take:    s.adm.Take,
-		Guarded: s.guard.Protected,
-		Full:    resp.AppendError(nil, "ERR max number of clients reached"),
-		Denied:  resp.AppendError(nil, admit.DeniedMessage),
-		Drain:   s.resp,
-	}
-	if s.guard.TLS != nil {
-		d.TLS = s.guard.TLS.Config()
-	}
-	return d
 }
 
 // Release implements respserver.Host.
@@ -66,13 +43,13 @@ func (h *frontHost) Addr() net.Addr { return (*Server)(h).Addr() }
 func (h *frontHost) Settings() []respserver.Setting {
 	s := (*Server)(h)
 	cfg := &s.cfg
+	pol := cfg.Policy // the engine applies its defaults
+	pol.MaxOverrides, pol.StatsDays = int(s.eng.MaxOverrides()), s.eng.StatsDays()
 	o := settings.Of{
 		Addr: s.Addr(), Store: s.store, Cluster: s.clus != nil,
-		RESP: s.resp.Config(), Check: cfg.Check, Divvy: s.divvy.srv.Config(), RLS: cfg.RLS, TLS: cfg.Listen.TLS,
-		AllowRemoteWithoutAuth: cfg.Listen.AllowRemoteWithoutAuth, AcceptRepairedClusterState: cfg.Cluster.AcceptRepairedState,
-		MaxConfigFile: cfg.Files.MaxConfigFile, HTTPMaxHeaderBytes: cfg.HTTP.MaxHeaderBytes,
-		PolicyFile: cfg.Policy.File, PolicyMaxOverrides: cfg.Policy.MaxOverrides, PolicyStatsDays: cfg.Policy.StatsDays,
-		ReloadTimeout: cfg.Files.ReloadTimeout, ShutdownTimeout: cfg.Listen.ShutdownTimeout,
+		RESP: s.resp.Config(), Check: cfg.Check, Divvy: s.divvy.srv.Config(), RLS: s.rls.Settings(), HTTP: s.http.port.Config(),
+		Listen: cfg.Listen, Policy: pol, AcceptRepairedClusterState: cfg.Cluster.AcceptRepairedState,
+		MaxConfigFile: cfg.Files.MaxConfigFile, ReloadTimeout: cfg.Files.ReloadTimeout,
 	}
 	return o.List()
 }
@@ -86,13 +63,6 @@ func (s *Server) Ready() bool { return s.resp.Ready() }
 // lines of INFO's policy section.
 func (h *frontHost) PolicyInfo(kv func(k, v string)) {
 	s := (*Server)(h)
-	kv("divvy_addr", s.divvyAddr())
-	kv("divvy_connections", strconv.FormatInt(s.divvy.srv.Open.Load(), 10))
-	// Envoy's rate limit service's configuration, reloaded with the rules.
-	ri := s.rls.Info()
-	kv("rls_config_dir", s.cfg.RLS.Dir)
-	kv("rls_limits", strconv.Itoa(ri.Limits))
-	kv("rls_loaded_at", strconv.FormatInt(ri.LoadedAt, 10))
-	kv("rls_reloads", strconv.FormatInt(ri.Reloads, 10))
-	kv("rls_reload_failures", strconv.FormatInt(ri.ReloadFailures, 10))
+	s.divvy.srv.PolicyInfo(kv, s.divvyAddr())
+	s.rls.PolicyInfo(kv)
 }

@@ -13,6 +13,7 @@ import (
 	typev3 "github.com/envoyproxy/go-control-plane/envoy/type/v3"
 	"github.com/sluicehq/sluice/internal/check"
 	"github.com/sluicehq/sluice/internal/envoy"
+	"github.com/sluicehq/sluice/internal/policycmd"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 )
@@ -93,7 +94,7 @@ func TestRLSClusterCountsEveryCounter(t *testing.T) {
 // answers 503 for the same failure.
 func TestRLSClusterOwnerDownIsUnavailable(t *testing.T) {
 	cfg := Config{RLS: envoy.Config{Dir: rlsConfigDir(t, rlsClusterYAML)}, Clock: newTestClock(rlsT0).now,
-		Policy: PolicyConfig{File: policyFile(t, "check.ini", checkPolicy)}, Check: check.Config{IdentityHeader: "X-User"}}
+		Policy: policycmd.Config{File: policyFile(t, "check.ini", checkPolicy)}, Check: check.Config{IdentityHeader: "X-User"}}
 	nodes := startClusterServers(t, 2, cfg)
 	cl := rlspb.NewRateLimitServiceClient(dialRLS(t, startRLS(t, nodes[0]), nil))
 	check := startCheck(t, nodes[0])

@@ -29,6 +29,7 @@ import (
 
 	"github.com/sluicehq/sluice/internal/admit"
 	"github.com/sluicehq/sluice/internal/envoy"
+	"github.com/sluicehq/sluice/internal/policycmd"
 	"github.com/sluicehq/sluice/storage"
 )
 
@@ -527,7 +528,7 @@ func TestRLSHealth(t *testing.T) {
 
 func TestRLSTLS(t *testing.T) {
 	pki := newTestPKI(t)
-	f := newRLS(t, Config{Listen: ListenConfig{TLS: &admit.TLSFiles{Cert: pki.cert, Key: pki.key, CA: pki.ca}}})
+	f := newRLS(t, Config{Listen: admit.Config{TLS: &admit.TLSFiles{Cert: pki.cert, Key: pki.key, CA: pki.ca}}})
 	ctx := context.Background()
 	req := &rlspb.RateLimitRequest{Domain: "test", Descriptors: []*rlcommon.RateLimitDescriptor{desc("k", "a")}}
 	withCert := credentials.NewTLS(&tls.Config{RootCAs: pki.caPool, Certificates: []tls.Certificate{pki.client}, MinVersion: tls.VersionTLS12})
@@ -588,8 +589,8 @@ func TestRLSProtectedMode(t *testing.T) {
 		served bool
 	}{
 		{Config{}, false},
-		{Config{Listen: ListenConfig{Password: "x"}}, false}, // the password protects RESP; RLS has none
-		{Config{Listen: ListenConfig{AllowRemoteWithoutAuth: true}}, true},
+		{Config{Listen: admit.Config{Password: "x"}}, false}, // the password protects RESP; RLS has none
+		{Config{Listen: admit.Config{AllowRemoteWithoutAuth: true}}, true},
 	} {
 		tc.cfg.RLS.Dir = rlsConfigDir(t, rlsYAML)
 		srv := startServer(t, tc.cfg)
@@ -667,7 +668,7 @@ func TestRLSSlidingLogTakesOneHit(t *testing.T) {
 // NOT_SERVING when the server closes, and ends, so that it does not hold
 // the graceful stop until the shutdown timeout.
 func TestRLSHealthWatchEndsAtClose(t *testing.T) {
-	f := newRLS(t, Config{Listen: ListenConfig{ShutdownTimeout: time.Hour}})
+	f := newRLS(t, Config{Listen: admit.Config{ShutdownTimeout: time.Hour}})
 	h := healthpb.NewHealthClient(dialRLS(t, f.addr, nil))
 	// The deadline is a guard: a stream that does not end at Close ends
 	// with DeadlineExceeded instead of Unavailable.
@@ -707,7 +708,7 @@ func TestRLSHealthWatchEndsAtClose(t *testing.T) {
 // descriptor's counter: the two identities differ by their source.
 func TestRLSCounterNotReachableFromHIT(t *testing.T) {
 	ini := policyFile(t, "p.ini", "[domain=d descriptor=*]\nalgorithm = fixedWindow\ncreditLimit = 2\nresetSeconds = 3600\nactorField = descriptor\n\n[default]\ncreditLimit = 100\nresetSeconds = 60\n")
-	f := newRLS(t, Config{Policy: PolicyConfig{File: ini}, RLS: envoy.Config{Dir: rlsConfigDir(t, "domain: d\ndescriptors:\n  - key: \"*\"\n    rate_limit: {unit: hour, requests_per_unit: 2}\n")}})
+	f := newRLS(t, Config{Policy: policycmd.Config{File: ini}, RLS: envoy.Config{Dir: rlsConfigDir(t, "domain: d\ndescriptors:\n  - key: \"*\"\n    rate_limit: {unit: hour, requests_per_unit: 2}\n")}})
 	// rls.AppendDescriptor of the descriptor (*, v): each string with its
 	// length in front.
 	for i := range 2 {

@@ -74,7 +74,7 @@ func TestRLSMaxDescriptors(t *testing.T) {
 // RESOURCE_EXHAUSTED before it is decoded; what calls take is given back
 // when they end.
 func TestRLSCallMemoryCountsAgainstClients(t *testing.T) {
-	f := newRLS(t, Config{Listen: ListenConfig{MaxMemoryClients: respserver.LimitOf[int64](2 << 20)}})
+	f := newRLS(t, Config{RESP: respserver.Tuning{MaxMemoryClients: respserver.LimitOf[int64](2 << 20)}})
 	// 60 KiB on the wire: 30000 empty entries, 4 MB decoded, which the
 	// wire bytes do not show.
 	var ds []*rlcommon.RateLimitDescriptor
@@ -106,7 +106,7 @@ func TestRLSCallMemoryCountsAgainstClients(t *testing.T) {
 // and what they held is given back when they end.
 func TestRLSStreamsCountAgainstClients(t *testing.T) {
 	per := envoy.StreamMemory(0, envoy.DefaultMaxMessage)
-	f := newRLS(t, Config{Listen: ListenConfig{MaxMemoryClients: respserver.LimitOf[int64](4*per + per/2)}})
+	f := newRLS(t, Config{RESP: respserver.Tuning{MaxMemoryClients: respserver.LimitOf[int64](4*per + per/2)}})
 	cc := dialRLS(t, f.addr, nil)
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()

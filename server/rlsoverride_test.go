@@ -16,6 +16,7 @@ import (
 	"google.golang.org/protobuf/types/known/wrapperspb"
 
 	"github.com/sluicehq/sluice/internal/envoy"
+	"github.com/sluicehq/sluice/internal/policycmd"
 	"github.com/sluicehq/sluice/internal/transcript"
 )
 
@@ -24,7 +25,7 @@ import (
 // a server with the RLS tests' configuration, --max-key-size 32 and
 // --policy-max-overrides 3.
 func TestRLSOverridesTranscript(t *testing.T) {
-	f := newRLS(t, Config{Engine: EngineConfig{MaxKeySize: 32}, Policy: PolicyConfig{MaxOverrides: 3}})
+	f := newRLS(t, Config{Engine: EngineConfig{MaxKeySize: 32}, Policy: policycmd.Config{MaxOverrides: 3}})
 	c := dialRaw(t, f.srv)
 	r := bufio.NewReader(c.conn)
 	transcript.Run(t, filepath.Join(transcriptDir, "rls-overrides.txt"), *rewrite, func(req string) string {

@@ -9,6 +9,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/sluicehq/sluice/internal/policycmd"
 	"github.com/sluicehq/sluice/policy"
 )
 
@@ -99,7 +100,7 @@ func TestAlgorithmsOverBothProtocols(t *testing.T) {
 		path := filepath.Join("..", "policy", "testdata", file)
 		t.Run(file+"/line", func(t *testing.T) {
 			clock := newTestClock(t0)
-			srv := startServer(t, Config{Policy: PolicyConfig{File: path}, Clock: clock.now})
+			srv := startServer(t, Config{Policy: policycmd.Config{File: path}, Clock: clock.now})
 			c := dialLine(t, startDivvy(t, srv))
 			for i, st := range algorithmSteps {
 				clock.ms.Store(t0 + st.at)
@@ -111,7 +112,7 @@ func TestAlgorithmsOverBothProtocols(t *testing.T) {
 		})
 		t.Run(file+"/resp", func(t *testing.T) {
 			clock := newTestClock(t0)
-			srv := startServer(t, Config{Policy: PolicyConfig{File: path}, Clock: clock.now})
+			srv := startServer(t, Config{Policy: policycmd.Config{File: path}, Clock: clock.now})
 			for i, st := range algorithmSteps {
 				clock.ms.Store(t0 + st.at)
 				if got := hitRESP(t, srv, st.line); got != st.want {
@@ -128,7 +129,7 @@ func TestAlgorithmsOverBothProtocols(t *testing.T) {
 func TestStaggeredRule(t *testing.T) {
 	path := filepath.Join("..", "policy", "testdata", "algorithms.ini")
 	clock := newTestClock(t0)
-	srv := startServer(t, Config{Policy: PolicyConfig{File: path}, Clock: clock.now})
+	srv := startServer(t, Config{Policy: policycmd.Config{File: path}, Clock: clock.now})
 	p := srv.pol.Current().Policy
 	ends := map[int64]bool{}
 	for _, user := range []string{"a", "b", "c", "d"} {
@@ -156,7 +157,7 @@ func TestStaggeredRule(t *testing.T) {
 func TestHitEntryPoint(t *testing.T) {
 	path := filepath.Join("..", "policy", "testdata", "algorithms.ini")
 	clock := newTestClock(t0)
-	srv := startServer(t, Config{Policy: PolicyConfig{File: path}, Clock: clock.now})
+	srv := startServer(t, Config{Policy: policycmd.Config{File: path}, Clock: clock.now})
 	lp := srv.pol.Current()
 	r := srv.eng.NewRound()
 	hit := func(hits int64, kv ...string) policy.Outcome {
@@ -225,7 +226,7 @@ func TestHitEntryPoint(t *testing.T) {
 func TestRuleCountersAreRecordsOfTheirKind(t *testing.T) {
 	path := filepath.Join("..", "policy", "testdata", "algorithms.ini")
 	clock := newTestClock(t0)
-	srv := startServer(t, Config{Policy: PolicyConfig{File: path}, Clock: clock.now})
+	srv := startServer(t, Config{Policy: policycmd.Config{File: path}, Clock: clock.now})
 	for _, line := range []string{
 		"HIT path=/fw user=a", "HIT path=/fws user=a", "HIT path=/tb user=a", "HIT path=/gcra user=a",
 		"HIT path=/log user=a", "HIT path=/quota user=a", "HIT path=/gcra-quota user=a quota=7", "HIT path=/elsewhere",
@@ -264,7 +265,7 @@ func TestRuleCountersUnreachableFromRESP(t *testing.T) {
 	} {
 		t.Run(tc.alg, func(t *testing.T) {
 			path := policyFile(t, "p.ini", "[path=/x ip=*]\nalgorithm = "+tc.alg+"\ncreditLimit = 2\nresetSeconds = 3600\nactorField = ip\n\n[default]\ncreditLimit = 0\nresetSeconds = 0\n")
-			srv := startServer(t, Config{Policy: PolicyConfig{File: path}, Clock: newTestClock(t0).now})
+			srv := startServer(t, Config{Policy: policycmd.Config{File: path}, Clock: newTestClock(t0).now})
 			rc := newClient(t, srv)
 			ctx := context.Background()
 			hit := func() string {

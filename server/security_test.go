@@ -27,7 +27,7 @@ import (
 )
 
 func TestAuthRequiredLikeRedis(t *testing.T) {
-	srv := startServer(t, Config{Listen: ListenConfig{Password: "s3cret"}})
+	srv := startServer(t, Config{Listen: admit.Config{Password: "s3cret"}})
 	ctx := context.Background()
 	c := newClient(t, srv)
 
@@ -163,7 +163,7 @@ func TestTLS(t *testing.T) {
 	}
 
 	t.Run("server certificate", func(t *testing.T) {
-		srv := startServer(t, Config{Listen: ListenConfig{TLS: &admit.TLSFiles{Cert: pki.cert, Key: pki.key}}})
+		srv := startServer(t, Config{Listen: admit.Config{TLS: &admit.TLSFiles{Cert: pki.cert, Key: pki.key}}})
 		c := tlsClient(srv, pki, nil)
 		if n, err := c.Do(ctx, "RL.REDUCE", "k", 5, 60).Int64(); err != nil || n != 5 {
 			t.Fatalf("RL.REDUCE over TLS: %d, %v", n, err)
@@ -205,7 +205,7 @@ func TestTLS(t *testing.T) {
 
 	t.Run("client certificate required", func(t *testing.T) {
 		pki := newTestPKI(t)
-		srv := startServer(t, Config{Listen: ListenConfig{TLS: &admit.TLSFiles{Cert: pki.cert, Key: pki.key, CA: pki.ca}}})
+		srv := startServer(t, Config{Listen: admit.Config{TLS: &admit.TLSFiles{Cert: pki.cert, Key: pki.key, CA: pki.ca}}})
 		if err := tlsClient(srv, pki, nil).Ping(ctx).Err(); err == nil {
 			t.Fatal("served a client without a certificate")
 		}
@@ -268,10 +268,10 @@ func TestProtectedMode(t *testing.T) {
 		want bool
 	}{
 		{Config{}, true},
-		{Config{Listen: ListenConfig{Password: "x"}}, false},
-		{Config{Listen: ListenConfig{AllowRemoteWithoutAuth: true}}, false},
-		{Config{Listen: ListenConfig{TLS: &admit.TLSFiles{Cert: pki.cert, Key: pki.key}}}, true},
-		{Config{Listen: ListenConfig{TLS: &admit.TLSFiles{Cert: pki.cert, Key: pki.key, CA: pki.ca}}}, false},
+		{Config{Listen: admit.Config{Password: "x"}}, false},
+		{Config{Listen: admit.Config{AllowRemoteWithoutAuth: true}}, false},
+		{Config{Listen: admit.Config{TLS: &admit.TLSFiles{Cert: pki.cert, Key: pki.key}}}, true},
+		{Config{Listen: admit.Config{TLS: &admit.TLSFiles{Cert: pki.cert, Key: pki.key, CA: pki.ca}}}, false},
 	} {
 		srv := startServer(t, c.cfg)
 		if got := srv.guard.Protected(); got != c.want {
@@ -325,7 +325,7 @@ func TestAuthFailuresCloseTheConnection(t *testing.T) {
 	wrongPass := "-WRONGPASS invalid username-password pair or user is disabled.\r\n"
 
 	t.Run("default", func(t *testing.T) {
-		srv := startServer(t, Config{Listen: ListenConfig{Password: "s3cret"}})
+		srv := startServer(t, Config{Listen: admit.Config{Password: "s3cret"}})
 		conn := dial(t, srv)
 		// Four AUTHs and a HELLO AUTH, then a PING that must not run.
 		if _, err := io.WriteString(conn, strings.Repeat(wrong, 4)+helloWrong+"PING\r\n"); err != nil {
@@ -352,7 +352,7 @@ func TestAuthFailuresCloseTheConnection(t *testing.T) {
 		}
 	})
 	t.Run("a pipeline of guesses stops at the limit", func(t *testing.T) {
-		srv := startServer(t, Config{Listen: ListenConfig{Password: "s3cret"}, RESP: respserver.Tuning{MaxAuthFailures: respserver.LimitOf(3)}})
+		srv := startServer(t, Config{Listen: admit.Config{Password: "s3cret"}, RESP: respserver.Tuning{MaxAuthFailures: respserver.LimitOf(3)}})
 		conn := dial(t, srv)
 		go io.WriteString(conn, strings.Repeat(wrong, 10000)+"AUTH s3cret\r\n")
 		got, _ := io.ReadAll(conn) // a reset is fine: the server did not read everything
@@ -364,7 +364,7 @@ func TestAuthFailuresCloseTheConnection(t *testing.T) {
 		}
 	})
 	t.Run("negative never closes", func(t *testing.T) {
-		srv := startServer(t, Config{Listen: ListenConfig{Password: "s3cret"}, RESP: respserver.Tuning{MaxAuthFailures: respserver.NoLimit[int]()}})
+		srv := startServer(t, Config{Listen: admit.Config{Password: "s3cret"}, RESP: respserver.Tuning{MaxAuthFailures: respserver.NoLimit[int]()}})
 		conn := dial(t, srv)
 		r := bufio.NewReader(conn)
 		for range 20 {
@@ -386,7 +386,7 @@ func TestAuthFailuresCloseTheConnection(t *testing.T) {
 func TestAuthFailureCloseKeepsTheReplies(t *testing.T) {
 	wrong := "*2\r\n$4\r\nAUTH\r\n$5\r\nwrong\r\n"
 	wrongPass := "-WRONGPASS invalid username-password pair or user is disabled.\r\n"
-	srv := startServer(t, Config{Listen: ListenConfig{Password: "s3cret"}})
+	srv := startServer(t, Config{Listen: admit.Config{Password: "s3cret"}})
 	conn := dial(t, srv)
 	// 100 PINGs of 100 bytes: more than the server's first read, so that
 	// some is still unread when it closes.

@@ -15,7 +15,6 @@ package server
 import (
 	"errors"
 	"log/slog"
-	"net"
 	"sync/atomic"
 	"time"
 
@@ -55,10 +54,11 @@ type Config struct {
 
 	// Listen configures what every listener shares: admission, protected
 	// mode, TLS, the password, the drain on Close.
-	Listen ListenConfig
+	Listen admit.Config
 	// Policy configures the divvy rules and their dials.
-	Policy PolicyConfig
-	// RESP configures the RESP front end (Serve).
+	Policy policycmd.Config
+	// RESP configures the RESP front end (Serve), and the client memory
+	// budget it keeps for every front end (MaxMemoryClients).
 	RESP respserver.Tuning
 	// Divvy configures the divvy line protocol (ServeDivvy); its Logger
 	// is the server's.
@@ -68,7 +68,7 @@ type Config struct {
 	// RLS configures Envoy's rate limit service (ServeRLS).
 	RLS envoy.Config
 	// HTTP configures the HTTP listener (ServeHTTP) and /check's.
-	HTTP HTTPConfig
+	HTTP httpport.Config
 }
 
 // Build is the binary the server runs as.
@@ -85,11 +85,8 @@ type EngineConfig struct {
 	// MaxKeySize is the longest key a command may name: the key of an
 	// RL.* command, the actor value of a HIT. A longer one is refused with
 	// an error reply naming both lengths, and the store is not touched.
-	// Default 16 KiB (engine.DefaultMaxKeySize): past it the costs that
-	// grow with each key (its copies on the way to the disk, Pebble's
-	// first and last key of every table) dominate; 4000 commands with
-	// 512 KiB keys took peak RSS to 785-950 MiB, with 16 KiB keys to
-	// 247-265 MiB.
+	// Default 16 KiB (engine.DefaultMaxKeySize, which says why), which
+	// the engine applies.
 	MaxKeySize int
 	// AllowOnStoreError makes limit commands answer normally when the store
 	// cannot take or give a bucket's state (disk full, I/O error): the
@@ -132,73 +129,6 @@ type ClusterConfig struct {
 	AcceptRepairedState bool
 }
 
-// ListenConfig configures what the listeners of every front end share
-// (package admit). A zero field means the default given.
-type ListenConfig struct {
-	// MaxClients is the most connections served at once, RESP, line
-	// protocol and HTTP together; more are answered "ERR max number of
-	// clients reached" (HTTP: 503) and closed. Default 10000, as in
-	// Redis (admit.DefaultMaxClients); lowered to what Files leaves.
-	MaxClients int
-	// Files is how the process's open-file limit is shared (see
-	// admit.BudgetFDs); with its Limit set, MaxClients is lowered to
-	// Files.Clients() and New fails when that is below MinClients. Zero:
-	// MaxClients as given.
-	Files admit.FDBudget
-	// MaxMemoryClients bounds the bytes of all RESP clients' buffers
-	// together (query and reply, as Redis' maxmemory-clients): a client
-	// whose buffers grow the total past it is answered with an error and
-	// closed. Calls of the rate limit service in flight and HTTP request
-	// headers being read count against it too: past it a call is refused
-	// (RESOURCE_EXHAUSTED) and an HTTP connection closed. Default 64 MiB;
-	// respserver.NoLimit: no bound.
-	MaxMemoryClients respserver.Limit[int64]
-	// TLS, when set, serves RESP (and HTTP) over TLS only.
-	TLS *admit.TLSFiles
-	// AllowRemoteWithoutAuth turns protected mode off. In protected mode
-	// (the default) a server with neither a Password nor TLS client
-	// certificates answers clients from addresses other than loopback
-	// with a DENIED error and closes them, as Redis does.
-	AllowRemoteWithoutAuth bool
-	// Password, when set, must be given with AUTH or HELLO ... AUTH before
-	// any command other than AUTH, HELLO, PING and QUIT, as with Redis'
-	// requirepass (user "default").
-	Password string
-	// ShutdownTimeout bounds Close: connections get nine tenths of it to
-	// finish their last pipeline, are then closed, and Close waits for them
-	// at most the last tenth; default DefaultShutdownTimeout.
-	ShutdownTimeout time.Duration
-}
-
-// PolicyConfig configures the divvy rules (HIT, the line protocol,
-// /check) and their dials (POLICY). A zero field means the default given.
-type PolicyConfig struct {
-	// File is a divvy rule file (.ini or .json) for HIT and the line
-	// protocol. New loads it and fails with its validation error;
-	// ReloadPolicy reads it again. Empty: no rules, and HIT answers an
-	// error.
-	File string
-	// MaxOverrides is the most per-actor overrides (POLICY OVERRIDE) the
-	// server keeps; default engine.DefaultMaxOverrides.
-	MaxOverrides int
-	// StatsDays is the days of threshold data (POLICY STATS) kept;
-	// default engine.DefaultStatsDays, at most engine.MaxStatsDays.
-	StatsDays int
-}
-
-// HTTPConfig configures the HTTP listener (ServeHTTP) and /check's
-// (ServeCheck). A zero field means the default given.
-type HTTPConfig struct {
-	// MaxHeaderBytes bounds a request's header on the HTTP listener and
-	// on /check (http.Server.MaxHeaderBytes: the request line, names and
-	// values; net/http allows 4 KiB more); past it the request is
-	// answered 431. Default httpport.DefaultMaxHeaderBytes.
-	MaxHeaderBytes int
-}
-
-// DefaultShutdownTimeout is Config.Listen.ShutdownTimeout's default.
-const DefaultShutdownTimeout = 10 * time.Second
-
 // Server is sluice's server: the store, the engine, the cluster node and
 // the front ends (RESP, the line protocol, /check, Envoy's rate limit
 // service, the HTTP port), wired together behind one listener wrapper
@@ -238,13 +168,6 @@ type Server struct {
 	lns admit.Listeners
 }
 
-// orDefault sets a limit that is zero or negative to its default.
-func orDefault[T int | int64 | time.Duration](v *T, def T) {
-	if *v <= 0 {
-		*v = def
-	}
-}
-
 // StoreOptions returns o with what the store must know of the server's
 // record layout: how to upgrade the keys of a store written before hash
 // slots (format 1), each record's kind, for the per-kind counts of INFO
@@ -266,17 +189,10 @@ func New(cfg Config) (*Server, error) {
 	if cfg.Store == nil {
 		return nil, errors.New("server: Config.Store is required")
 	}
-	orDefault(&cfg.Engine.MaxKeySize, engine.DefaultMaxKeySize)
-	orDefault(&cfg.Listen.ShutdownTimeout, DefaultShutdownTimeout)
-	orDefault(&cfg.Listen.MaxClients, admit.DefaultMaxClients)
-	cfg.Listen.MaxMemoryClients = cfg.Listen.MaxMemoryClients.OrDefault(respserver.DefaultMaxMemoryClients)
-	orDefault(&cfg.Policy.MaxOverrides, engine.DefaultMaxOverrides)
-	orDefault(&cfg.Policy.StatsDays, engine.DefaultStatsDays)
-	orDefault(&cfg.RLS.MaxMessage, envoy.DefaultMaxMessage)
-	orDefault(&cfg.RLS.MaxStreams, envoy.DefaultMaxStreams)
-	orDefault(&cfg.RLS.MaxDescriptors, envoy.DefaultMaxDescriptors)
-	orDefault(&cfg.RLS.MaxHeaderBytes, envoy.DefaultMaxHeaderBytes)
-	orDefault(&cfg.HTTP.MaxHeaderBytes, httpport.DefaultMaxHeaderBytes)
+	// Each front end's defaults are its package's; these are applied
+	// here as more than one front end reads them.
+	cfg.Listen = cfg.Listen.WithDefaults()
+	cfg.RESP = cfg.RESP.WithDefaults()
 	if cfg.Build.Version == "" {
 		cfg.Build.Version = "dev"
 	}
@@ -292,20 +208,12 @@ func New(cfg Config) (*Server, error) {
 	if cfg.Files.ReloadTimeout <= 0 {
 		cfg.Files.ReloadTimeout = reload.DefaultTimeout
 	}
-	s := &Server{
-		cfg:   cfg,
-		store: cfg.Store,
-		log:   cfg.Logger,
-		guard: admit.Guard{Off: cfg.Listen.AllowRemoteWithoutAuth, Password: cfg.Listen.Password != ""},
-	}
+	s := &Server{cfg: cfg, store: cfg.Store, log: cfg.Logger}
 	base := cfg.Clock
 	s.clock = func() time.Time { return base().Add(time.Duration(s.clockOffset.Load())) }
-	if cfg.Listen.TLS != nil {
-		t, err := admit.NewTLS(*cfg.Listen.TLS, cfg.Files.MaxConfigFile)
-		if err != nil {
-			return nil, err
-		}
-		s.guard.TLS = t
+	var err error
+	if s.guard, err = cfg.Listen.Guard(cfg.Files.MaxConfigFile); err != nil {
+		return nil, err
 	}
 	if err := s.initAdmission(); err != nil {
 		return nil, err
@@ -322,16 +230,13 @@ func New(cfg Config) (*Server, error) {
 		Password:                   cfg.Listen.Password, TLS: cfg.Listen.TLS != nil,
 	}
 	if s.guard.TLS != nil && cfg.Cluster.Node != nil && cfg.Cluster.Node.Replicas > 1 {
-		var err error
 		if co.ReplicationClientTLS, co.ReplicationServerTLS, err = s.guard.TLS.Replication(); err != nil {
 			return nil, err
 		}
 	}
-	clus, err := clusternode.Open(co)
-	if err != nil {
+	if s.clus, err = clusternode.Open(co); err != nil {
 		return nil, err
 	}
-	s.clus = clus
 	ecfg := engine.Config{Store: s.store, Clock: s.clock, MaxKeySize: cfg.Engine.MaxKeySize, MaxOverrides: int64(cfg.Policy.MaxOverrides), StatsDays: cfg.Policy.StatsDays}
 	if cfg.Engine.AllowOnStoreError {
 		ecfg.OnStoreError = engine.Allow
@@ -363,20 +268,6 @@ func New(cfg Config) (*Server, error) {
 	s.stats.LastSave.Store(time.Now().Unix())
 	return s, nil
 }
-
-// Serve accepts connections on ln until Close. It returns nil after Close.
-func (s *Server) Serve(ln net.Listener) error {
-	l, err := s.lns.Listen(ln, s.respDoor())
-	if err != nil {
-		return err
-	}
-	s.log.Info("serving RESP", "addr", ln.Addr().String(), "fsync", s.store.Mode().String(), "data", s.store.Dir())
-	s.guard.WarnIfExposed(s.log, ln.Addr())
-	return s.resp.Serve(l)
-}
-
-// Addr returns the listening address, or nil before Serve.
-func (s *Server) Addr() net.Addr { return s.lns.Addr("resp") }
 
 // Close shuts the server down gracefully: it stops accepting, stops reading
 // new commands, lets every connection finish and answer the pipeline it is

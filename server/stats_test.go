@@ -7,6 +7,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/sluicehq/sluice/internal/policycmd"
 	"github.com/sluicehq/sluice/internal/respserver"
 )
 
@@ -16,7 +17,7 @@ import (
 func TestStatsTranscript(t *testing.T) {
 	srv := startServer(t, Config{
 		Clock:  newTestClock(transcriptTime).now,
-		Policy: PolicyConfig{File: filepath.Join(transcriptDir, "stats.ini")},
+		Policy: policycmd.Config{File: filepath.Join(transcriptDir, "stats.ini")},
 		RESP:   respserver.Tuning{Debug: respserver.DebugLocal},
 	})
 	runRESPTranscript(t, srv, filepath.Join(transcriptDir, "resp", "stats.txt"))

@@ -21,6 +21,7 @@ import (
 	"google.golang.org/protobuf/types/known/wrapperspb"
 
 	"github.com/sluicehq/sluice/internal/divvy"
+	"github.com/sluicehq/sluice/internal/policycmd"
 	"github.com/sluicehq/sluice/internal/transcript"
 )
 
@@ -58,7 +59,7 @@ func TestRuleTranscripts(t *testing.T) {
 	srv := startServer(t, Config{
 		Engine: EngineConfig{MaxKeySize: 16},
 		Clock:  newTestClock(transcriptTime).now,
-		Policy: PolicyConfig{File: filepath.Join(transcriptDir, "policy.ini")},
+		Policy: policycmd.Config{File: filepath.Join(transcriptDir, "policy.ini")},
 		Divvy:  divvy.Config{MaxLine: 100},
 	})
 	divvy := startDivvy(t, srv)

@@ -466,7 +466,7 @@ func (h *messageHandler) wait(t *testing.T, prefix string) {
 // TestTxQueueCountsAgainstClientMemory: a queued transaction is part of a
 // client's buffers for --maxmemory-clients.
 func TestTxQueueCountsAgainstClientMemory(t *testing.T) {
-	srv := startServer(t, Config{Listen: ListenConfig{MaxMemoryClients: respserver.LimitOf[int64](256 << 10)}, RESP: respserver.Tuning{MaxMultiBytes: 64 << 20}})
+	srv := startServer(t, Config{RESP: respserver.Tuning{MaxMemoryClients: respserver.LimitOf[int64](256 << 10), MaxMultiBytes: 64 << 20}})
 	nc, err := net.Dial("tcp", srv.Addr().String())
 	if err != nil {
 		t.Fatal(err)
@@ -639,7 +639,7 @@ func TestTxExecReplyLimits(t *testing.T) {
 		want   string
 	}{
 		{"--max-reply-buffer", 64 << 10, 2 * 64 << 10, Config{RESP: respserver.Tuning{MaxReplyBuffer: 64 << 10}}, "-ERR reply buffer limit reached (--max-reply-buffer); the transaction ran, its replies are dropped; closing the connection\r\n"},
-		{"--maxmemory-clients", 512 << 10, 512 << 10, Config{Listen: ListenConfig{MaxMemoryClients: respserver.LimitOf[int64](512 << 10)}}, "-ERR client memory limit reached: the buffers of all clients exceed --maxmemory-clients; the transaction ran, its replies are dropped; closing the connection\r\n"},
+		{"--maxmemory-clients", 512 << 10, 512 << 10, Config{RESP: respserver.Tuning{MaxMemoryClients: respserver.LimitOf[int64](512 << 10)}}, "-ERR client memory limit reached: the buffers of all clients exceed --maxmemory-clients; the transaction ran, its replies are dropped; closing the connection\r\n"},
 	} {
 		t.Run(tc.flag, func(t *testing.T) {
 			srv := startServer(t, tc.cfg)

@@ -18,7 +18,6 @@ import (
 	"github.com/sluicehq/sluice/internal/httpport"
 	"github.com/sluicehq/sluice/internal/reload"
 	"github.com/sluicehq/sluice/internal/respserver"
-	"github.com/sluicehq/sluice/server"
 	"github.com/sluicehq/sluice/storage"
 )
 
@@ -154,7 +153,7 @@ func newFlagSet(cfg *config, stderr io.Writer) *flag.FlagSet {
 	intVar(fs, &cfg.compactions, "store-compaction-concurrency", 0, fmt.Sprintf("Pebble compactions that run at once, each over its own key range; 0 is GOMAXPROCS (the CPU limit, or the machine's cores), at most %d", storage.MaxCompactionConcurrency))
 	fs.Var(&cfg.memoryLimit, "memory-limit", "the Go runtime's soft memory limit: auto computes the sizing rule from the memory flags (docs/operations.md, Sizing), 0 sets none, or a size; the GOMEMLIMIT environment variable wins over it")
 	fs.Var(&cfg.keyFilterSize, "key-filter-size", "in-memory filter of stored keys that spares a disk lookup for new buckets (about 10 bits per key); 0 turns it off")
-	durationVar(fs, &cfg.shutdownTimeout, "shutdown-timeout", server.DefaultShutdownTimeout, "on SIGTERM, the most the shutdown takes: connections finish their last pipeline, then the store is written, fsynced and closed; past it, sluice exits with status 1 and logs what may be lost")
+	durationVar(fs, &cfg.shutdownTimeout, "shutdown-timeout", admit.DefaultShutdownTimeout, "on SIGTERM, the most the shutdown takes: connections finish their last pipeline, then the store is written, fsynced and closed; past it, sluice exits with status 1 and logs what may be lost")
 	durationVar(fs, &cfg.sweepInterval, "sweep-interval", respserver.DefaultSweepInterval, "pause between passes of the sweep that deletes idle records (buckets refilled to full, ended windows, GCRA keys whose allowance is whole); 0 turns it off (COMPACT still sweeps)")
 	intVar(fs, &cfg.sweepRate, "sweep-rate", respserver.DefaultSweepRate, "most records the background sweep examines per second; 0 for no limit")
 	fs.StringVar(&cfg.backupDir, "backup-dir", "./sluice-backups", "directory where CHECKPOINT writes its copies of the store")

@@ -18,6 +18,8 @@ import (
 	"github.com/sluicehq/sluice/internal/conffile"
 	"github.com/sluicehq/sluice/internal/divvy"
 	"github.com/sluicehq/sluice/internal/envoy"
+	"github.com/sluicehq/sluice/internal/httpport"
+	"github.com/sluicehq/sluice/internal/policycmd"
 	"github.com/sluicehq/sluice/internal/respserver"
 	"github.com/sluicehq/sluice/policy"
 	"github.com/sluicehq/sluice/rls"
@@ -206,18 +208,18 @@ func serverConfig(cfg config, store *storage.Store, log *slog.Logger, password s
 			MemoryLimit:       memLimit,
 			MemoryLimitSource: memLimitSource,
 			Debug:             cfg.debug,
+			MaxMemoryClients:  zeroIsOff(int64(cfg.maxMemClients)),
 		},
 		Engine: server.EngineConfig{
 			MaxKeySize:        int(cfg.maxKeySize),
 			AllowOnStoreError: cfg.onStoreError == "allow",
 		},
-		Listen: server.ListenConfig{
+		Listen: admit.Config{
 			ShutdownTimeout:        cfg.shutdownTimeout,
 			Password:               password,
 			AllowRemoteWithoutAuth: cfg.protectedMode == "no",
 			MaxClients:             cfg.maxClients,
 			Files:                  files,
-			MaxMemoryClients:       zeroIsOff(int64(cfg.maxMemClients)),
 			TLS:                    tlsFiles,
 		},
 		Build: server.Build{Version: buildVersion(), Revision: buildRevision()},
@@ -227,7 +229,7 @@ func serverConfig(cfg config, store *storage.Store, log *slog.Logger, password s
 			ReloadTimeout: cfg.reloadTimeout,
 		},
 
-		Policy: server.PolicyConfig{
+		Policy: policycmd.Config{
 			File:         cfg.policyFile,
 			MaxOverrides: cfg.policyMaxOverrides,
 			StatsDays:    cfg.policyStatsDays,
@@ -249,7 +251,7 @@ func serverConfig(cfg config, store *storage.Store, log *slog.Logger, password s
 			MaxHeaderBytes:  int(cfg.rlsMaxHeaderBytes),
 		},
 
-		HTTP: server.HTTPConfig{MaxHeaderBytes: int(cfg.httpMaxHeaderBytes)},
+		HTTP: httpport.Config{MaxHeaderBytes: int(cfg.httpMaxHeaderBytes)},
 	}
 }
 

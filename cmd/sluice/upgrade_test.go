@@ -10,6 +10,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/sluicehq/sluice/internal/policycmd"
 	"github.com/sluicehq/sluice/internal/respserver"
 	"github.com/sluicehq/sluice/keyspace"
 	"github.com/sluicehq/sluice/server"
@@ -89,7 +90,7 @@ func TestUpgradeFormat1(t *testing.T) {
 	defer store.Close()
 	c, stop := serveStore(t, server.Config{
 		Store:  store,
-		Policy: server.PolicyConfig{File: "testdata/format1/policy.ini"},
+		Policy: policycmd.Config{File: "testdata/format1/policy.ini"},
 		Clock:  func() time.Time { return time.UnixMilli(1795469061587) },
 		RESP:   respserver.Tuning{SweepInterval: respserver.NoLimit[time.Duration]()},
 	})

@@ -24,7 +24,9 @@ import (
 	"github.com/redis/go-redis/v9"
 	"sigs.k8s.io/yaml"
 
+	"github.com/sluicehq/sluice/internal/admit"
 	"github.com/sluicehq/sluice/internal/envoy"
+	"github.com/sluicehq/sluice/internal/policycmd"
 	"github.com/sluicehq/sluice/server"
 	"github.com/sluicehq/sluice/storage"
 )
@@ -239,9 +241,9 @@ func scrape(t *testing.T) map[string]bool {
 	srv, err := server.New(server.Config{
 		Clock:  func() time.Time { return time.Unix(0, now.Load()) },
 		Store:  store,
-		Listen: server.ListenConfig{Password: "pw"},
+		Listen: admit.Config{Password: "pw"},
 		Files:  server.FilesConfig{BackupDir: filepath.Join(t.TempDir(), "backups")},
-		Policy: server.PolicyConfig{File: policy},
+		Policy: policycmd.Config{File: policy},
 		RLS:    envoy.Config{Dir: rlsDir},
 	})
 	if err != nil {

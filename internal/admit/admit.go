@@ -7,7 +7,8 @@
 // end on shutdown the same way for every front end (Drain). What a door
 // decides by is here too: the open-file budget that bounds --maxclients
 // (FDBudget), protected mode (Guard) and the TLS certificates, reloaded
-// while connections stay open (TLS).
+// while connections stay open (TLS), and what an operator sets of them
+// (Config).
 //
 // A Gate, a Listener and a TLS are safe for concurrent use.
 package admit

@@ -5,6 +5,7 @@ import (
 	"crypto/x509"
 	"errors"
 	"fmt"
+	"log/slog"
 	"sync/atomic"
 
 	"github.com/sluicehq/sluice/internal/conffile"
@@ -126,6 +127,21 @@ func (t *TLS) Replication() (client, server *tls.Config, err error) {
 
 // Current is the configuration in use, as last loaded.
 func (t *TLS) Current() *tls.Config { return t.cur.Load() }
+
+// Reload is Load for SIGHUP after a certificate renewal, its outcome
+// logged on log; open connections keep their session, and on an error
+// the certificates in use stay. Without TLS (a nil t) it does nothing.
+func (t *TLS) Reload(log *slog.Logger) error {
+	if t == nil {
+		return nil
+	}
+	if err := t.Load(); err != nil {
+		log.Error("TLS reload failed; keeping the certificates in use", "err", err)
+		return err
+	}
+	log.Info("TLS certificates reloaded", "cert", t.files.Cert)
+	return nil
+}
 
 // Files are the files the certificates are read from.
 func (t *TLS) Files() TLSFiles { return t.files }

@@ -14,6 +14,8 @@ package check
 
 import (
 	"errors"
+	"log/slog"
+	"net"
 	"net/http"
 	"net/netip"
 	"net/textproto"
@@ -207,6 +209,15 @@ func (c *Handler) admitted(r *http.Request) bool {
 	}
 	a, err := netip.ParseAddrPort(r.RemoteAddr)
 	return err == nil && a.Addr().Unmap().IsLoopback()
+}
+
+// WarnIfProtected logs, for /check served on a that other machines can
+// reach, that protected mode answers only proxies on loopback (or with a
+// client certificate), unless it is off.
+func (c *Handler) WarnIfProtected(log *slog.Logger, a net.Addr) {
+	if ta, ok := a.(*net.TCPAddr); ok && !ta.IP.IsLoopback() && !c.opt.AllowRemote {
+		log.Warn("protected mode: /check answers proxies on loopback only (or, with --tls-ca, proxies that present a client certificate); set --protected-mode no to serve others", "addr", a.String())
+	}
 }
 
 // ServeHTTP serves /check and every path under /check/, with any method:

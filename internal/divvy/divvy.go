@@ -17,12 +17,14 @@ import (
 	"io"
 	"log/slog"
 	"net"
+	"strconv"
 	"sync"
 	"sync/atomic"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
 
+	"github.com/sluicehq/sluice/internal/admit"
 	"github.com/sluicehq/sluice/internal/engine"
 	"github.com/sluicehq/sluice/internal/errs"
 	"github.com/sluicehq/sluice/internal/rules"
@@ -147,6 +149,41 @@ func (s *Server) Serve(ln net.Listener) error {
 			go c.serve()
 		}
 	}
+}
+
+// Door is how the line protocol's listener admits: a slot of
+// --maxclients (take), shared with RESP and HTTP, given back when the
+// connection closes, and protected mode unless it is off (protectedOff):
+// the line protocol has no authentication. It refuses with an ERR line,
+// counted in divvy_errors_total.
+func (s *Server) Door(take func() bool, protectedOff bool) admit.Door {
+	return admit.Door{
+		Name:    "divvy",
+		Take:    take,
+		Guarded: func() bool { return !protectedOff },
+		Full:    Refusal("max number of clients reached"),
+		Denied:  Refusal("DENIED: sluice is in protected mode and the divvy line protocol has no authentication; it serves clients on loopback only unless started with --protected-mode no"),
+		Refused: func() { s.ErrUnknown.Add(1) },
+		Conn:    func(c *admit.Conn) net.Conn { return c },
+		Drain:   s, // every connection finishes its round and closes
+	}
+}
+
+// WarnUnauthenticated logs that the line protocol, served on a, has
+// neither AUTH nor TLS, when the server's other front ends require either
+// (authRequired).
+func (s *Server) WarnUnauthenticated(a net.Addr, authRequired bool) {
+	if authRequired {
+		s.log.Warn("the divvy line protocol has no AUTH and no TLS: anyone who can reach its address can use it", "addr", a.String())
+	}
+}
+
+// PolicyInfo writes the line protocol's lines of INFO's policy section:
+// its address, served on by the server ("" when it is off), and the
+// connections open.
+func (s *Server) PolicyInfo(kv func(k, v string), addr string) {
+	kv("divvy_addr", addr)
+	kv("divvy_connections", strconv.FormatInt(s.Open.Load(), 10))
 }
 
 // Refusal is the line a connection refused for reason gets.

@@ -15,6 +15,7 @@ import (
 	"context"
 	"crypto/tls"
 	"errors"
+	"fmt"
 	"log/slog"
 	"net"
 	"sync"
@@ -30,6 +31,7 @@ import (
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
 	"google.golang.org/grpc/status"
 
+	"github.com/sluicehq/sluice/internal/admit"
 	"github.com/sluicehq/sluice/internal/engine"
 	"github.com/sluicehq/sluice/internal/errs"
 	"github.com/sluicehq/sluice/internal/rules"
@@ -119,7 +121,8 @@ type Options struct {
 	// MaxConfigFile bounds the bytes read from the files of Config.Dir
 	// together (conffile).
 	MaxConfigFile int64
-	// MaxMemoryClients is --maxmemory-clients, for a refusal's message.
+	// MaxMemoryClients is --maxmemory-clients, for a refusal's message;
+	// New fails when one call may hold more. Zero: no bound.
 	MaxMemoryClients int64
 	// TLS, when set, returns the TLS configuration in use for a new
 	// connection (reloaded certificates): the service is served over TLS.
@@ -167,12 +170,18 @@ type loadedRLS struct {
 }
 
 // New returns the rate limit service of cfg, its configuration loaded
-// when cfg.Dir is set; cfg's limits are the defaults where zero.
+// when cfg.Dir is set; cfg's limits are the defaults where zero. It fails
+// when one call may hold more than opt.MaxMemoryClients (StreamMemory).
 func New(cfg Config, opt Options) (*Server, error) {
 	orDefault(&cfg.MaxMessage, DefaultMaxMessage)
 	orDefault(&cfg.MaxStreams, DefaultMaxStreams)
 	orDefault(&cfg.MaxDescriptors, DefaultMaxDescriptors)
 	orDefault(&cfg.MaxHeaderBytes, DefaultMaxHeaderBytes)
+	if n := StreamMemory(cfg.MaxHeaderBytes, cfg.MaxMessage); cfg.Dir != "" && opt.MaxMemoryClients > 0 && n > opt.MaxMemoryClients {
+		// The text names the server, as it did when the server checked.
+		return nil, fmt.Errorf("server: a rate limit service call may hold %d bytes with --rls-max-message %d and --rls-max-header-bytes %d, more than --maxmemory-clients %d: every call would be refused; raise --maxmemory-clients or lower the others",
+			n, cfg.MaxMessage, cfg.MaxHeaderBytes, opt.MaxMemoryClients)
+	}
 	if opt.Logger == nil {
 		opt.Logger = slog.New(slog.DiscardHandler)
 	}
@@ -189,6 +198,9 @@ func New(cfg Config, opt Options) (*Server, error) {
 	}
 	return s, nil
 }
+
+// Settings is the Config in use, with every default applied.
+func (s *Server) Settings() Config { return s.cfg }
 
 // orDefault sets a limit that is zero or negative to its default.
 func orDefault(v *int, def int) {
@@ -268,6 +280,24 @@ func (s *Server) Rule(id rules.ID) (r *policy.Rule, n int, loaded bool) {
 		return nil, 0, false
 	}
 	return ld.byID[id], len(ld.lp.Counts), true
+}
+
+// Door is how the gRPC listener admits: a slot of --maxclients (take),
+// given back when the connection closes, and protected mode when guarded
+// (the service has no password: unless TLS client certificates are
+// required or protected mode is off). A refused connection is closed: a
+// gRPC client reads no text. Each connection admitted counts in conns.
+func (s *Server) Door(take func() bool, guarded bool, conns *atomic.Int64) admit.Door {
+	return admit.Door{
+		Name:    "rls",
+		Take:    take,
+		Guarded: func() bool { return guarded },
+		Conn: func(c *admit.Conn) net.Conn {
+			conns.Add(1)
+			return c
+		},
+		Drain: s, // a graceful stop of its gRPC server, then a hard one
+	}
 }
 
 // Serve serves the rate limit service and the gRPC health service on ln,

@@ -3,6 +3,7 @@ package envoy
 import (
 	"math"
 	"runtime"
+	"strconv"
 	"strings"
 	"testing"
 
@@ -91,5 +92,24 @@ func TestRequestMemoryCoversDecoding(t *testing.T) {
 	}
 	if _, err := scanRLSRequest([]byte{0x12, 0x05, 0x0a}); err == nil {
 		t.Fatal("a truncated request scanned")
+	}
+}
+
+// TestNewRefusesCallsOverClientMemory: a service whose every call may
+// hold more than --maxmemory-clients is refused at start, with the text
+// the server gave it before the check moved here; at the bound, or with
+// no bound (0), it starts.
+func TestNewRefusesCallsOverClientMemory(t *testing.T) {
+	cfg := Config{Dir: t.TempDir(), MaxMessage: 1 << 20}
+	n := StreamMemory(DefaultMaxHeaderBytes, cfg.MaxMessage)
+	_, err := New(cfg, Options{MaxMemoryClients: n - 1})
+	want := "server: a rate limit service call may hold " + strconv.FormatInt(n, 10) + " bytes with --rls-max-message 1048576 and --rls-max-header-bytes 16384, more than --maxmemory-clients " + strconv.FormatInt(n-1, 10) + ": every call would be refused; raise --maxmemory-clients or lower the others"
+	if err == nil || err.Error() != want {
+		t.Fatalf("New at %d bytes of --maxmemory-clients: %v, want %q", n-1, err, want)
+	}
+	for _, limit := range []int64{n, 0} {
+		if _, err := New(cfg, Options{MaxMemoryClients: limit}); err != nil && strings.Contains(err.Error(), "maxmemory-clients") {
+			t.Errorf("New at %d bytes of --maxmemory-clients: %v", limit, err)
+		}
 	}
 }

@@ -4,6 +4,7 @@ import (
 	"maps"
 	"math"
 	"slices"
+	"strconv"
 	"sync/atomic"
 
 	rlcommon "github.com/envoyproxy/go-control-plane/envoy/extensions/common/ratelimit/v3"
@@ -69,6 +70,17 @@ func (s *Server) Info() Info {
 		i.Limits, i.LoadedAt = len(ld.cfg.Limits()), ld.at.Unix()
 	}
 	return i
+}
+
+// PolicyInfo writes the service's lines of INFO's policy section: its
+// configuration, reloaded with the rules.
+func (s *Server) PolicyInfo(kv func(k, v string)) {
+	i := s.Info()
+	kv("rls_config_dir", s.cfg.Dir)
+	kv("rls_limits", strconv.Itoa(i.Limits))
+	kv("rls_loaded_at", strconv.FormatInt(i.LoadedAt, 10))
+	kv("rls_reloads", strconv.FormatInt(i.Reloads, 10))
+	kv("rls_reload_failures", strconv.FormatInt(i.ReloadFailures, 10))
 }
 
 // count adds one descriptor's hits to envoyproxy/ratelimit's

@@ -43,8 +43,20 @@ type Host interface {
 // headers by default, nginx 32 KiB) and far more than a scraper sends.
 const DefaultMaxHeaderBytes = 64 << 10
 
-// Options configures a Port. Every field is required but TLS.
+// Config is what an operator sets of the HTTP listeners, the HTTP
+// port's and /check's. A zero field means the default given.
+type Config struct {
+	// MaxHeaderBytes bounds a request's header on the HTTP listener and
+	// on /check (http.Server.MaxHeaderBytes: the request line, names and
+	// values; net/http allows 4 KiB more); past it the request is
+	// answered 431. Default DefaultMaxHeaderBytes.
+	MaxHeaderBytes int
+}
+
+// Options configures a Port. Every field is required but TLS and
+// Config.
 type Options struct {
+	Config
 	Logger *slog.Logger
 	Host   Host
 	// Gate counts the connections against --maxclients.
@@ -54,8 +66,6 @@ type Options struct {
 	Closing *atomic.Bool
 	// TLS, when set, serves every listener over TLS.
 	TLS *tls.Config
-	// MaxHeaderBytes bounds a request's header (http.Server's).
-	MaxHeaderBytes int
 	// MaxMemoryClients is --maxmemory-clients, for the log.
 	MaxMemoryClients int64
 	// Evicted counts the connections closed at --maxmemory-clients.
@@ -66,7 +76,15 @@ type Options struct {
 type Port struct{ o Options }
 
 // New returns a Port for o.
-func New(o Options) *Port { return &Port{o: o} }
+func New(o Options) *Port {
+	if o.MaxHeaderBytes <= 0 {
+		o.MaxHeaderBytes = DefaultMaxHeaderBytes
+	}
+	return &Port{o: o}
+}
+
+// Config is the Config in use, with every default applied.
+func (p *Port) Config() Config { return p.o.Config }
 
 // Grace is how long an HTTP listener's requests may take to finish once
 // Stop stops it.

@@ -5,8 +5,11 @@
 // same overrides for Envoy's descriptors (rls.go). The dials
 // themselves are the engine's (engine.SetLimit, engine.SetEnforcement,
 // engine.SetOverride), kept in the store and read by every rule front
-// end's hits; this package parses, answers and logs each change. POLICY
-// RELOAD, which reloads the server's files, stays the server's.
+// end's hits; this package parses, answers and logs each change, and
+// puts the stored dials in use at start (Commands.Load). Config is the
+// rules' configuration (--policy and the dials' bounds). POLICY RELOAD
+// is the server's, one of its reloads: this package reads the rule file
+// again for it (Commands.ReloadFile).
 //
 // A Commands is safe for concurrent use: it holds no state of its own but
 // the count of changes. Every change is audited: logged at info with the

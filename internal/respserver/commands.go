@@ -643,7 +643,18 @@ func cmdReady(s *Server, c *client, args [][]byte) {
 // Ready reports whether the server can serve changes now: not shutting
 // down, and the store neither failed nor refusing changes because writes to
 // its disk fail.
-func (s *Server) Ready() bool {
-	st := s.store
-	return !s.closing.Load() && st.Failed() == nil && st.Unavailable() == nil
+func (s *Server) Ready() bool { return s.NotReady() == "" }
+
+// NotReady says why the server should get no traffic (/readyz, the
+// health service of Envoy's rate limit service), or "" when it should.
+func (s *Server) NotReady() string {
+	switch {
+	case s.closing.Load():
+		return "shutting down"
+	case s.store.Failed() != nil:
+		return "store failed: " + s.store.Failed().Error()
+	case s.store.Unavailable() != nil:
+		return "store unavailable: " + s.store.Unavailable().Error()
+	}
+	return ""
 }

@@ -31,8 +31,9 @@ func TestConfigDefaults(t *testing.T) {
 		MaxArgs: 7, MaxBulk: DefaultMaxBulk, MaxInline: DefaultMaxInline, MaxQueryBuffer: DefaultMaxQueryBuffer,
 		MaxAuthFailures: LimitOf(DefaultMaxAuthFailures), MaxReplyBuffer: DefaultMaxReplyBuffer, MaxMultiBytes: DefaultMaxMultiBytes,
 		SweepInterval: NoLimit[time.Duration](), SweepRate: LimitOf(DefaultSweepRate),
+		MaxMemoryClients: LimitOf[int64](DefaultMaxMemoryClients),
 	},
-		Version: "dev", BackupDir: DefaultBackupDir, MaxMemoryClients: LimitOf[int64](DefaultMaxMemoryClients),
+		Version: "dev", BackupDir: DefaultBackupDir,
 	}
 	if got != want {
 		t.Errorf("withDefaults:\n got %+v\nwant %+v", got, want)

@@ -31,6 +31,7 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 
+	"github.com/sluicehq/sluice/internal/admit"
 	"github.com/sluicehq/sluice/internal/clusternode"
 	"github.com/sluicehq/sluice/internal/dispatch"
 	"github.com/sluicehq/sluice/internal/engine"
@@ -63,7 +64,8 @@ const (
 
 // Tuning is what an operator sets of the RESP front end itself
 // (server.Config.RESP): its bounds, who may run DEBUG, the idle sweep's
-// pacing, and the memory limit INFO reports. A zero field means the
+// pacing, the memory limit INFO reports, and the client memory budget it
+// keeps for every front end. A zero field means the
 // default given.
 type Tuning struct {
 	MaxArgs        int   // most arguments in one command; default DefaultMaxArgs
@@ -87,7 +89,7 @@ type Tuning struct {
 	// commands queued after MULTI plus 64 for each command and each key
 	// WATCH watches; past it the transaction is discarded (EXEC answers
 	// EXECABORT). Default DefaultMaxMultiBytes. The queue also counts
-	// against Config.MaxMemoryClients.
+	// against MaxMemoryClients.
 	MaxMultiBytes int
 
 	// Debug says who may run DEBUG, whose CLOCK-OFFSET shifts the server
@@ -108,6 +110,16 @@ type Tuning struct {
 	// the limit, as it is the process's.
 	MemoryLimit       int64
 	MemoryLimitSource string
+	// MaxMemoryClients bounds the bytes of all RESP clients' buffers
+	// together (query and reply, as Redis' maxmemory-clients;
+	// Stats.ClientMem): a client whose buffers grow the total past it is
+	// answered with an error and closed. The front end keeps this budget
+	// for every front end (ReserveClients): calls of the rate limit
+	// service in flight and HTTP request headers being read count against
+	// it too, and past it a call is refused (RESOURCE_EXHAUSTED) and an
+	// HTTP connection closed. Default DefaultMaxMemoryClients; NoLimit: no
+	// bound.
+	MaxMemoryClients Limit[int64]
 }
 
 // Config configures the RESP front end: its Tuning, and what it is
@@ -120,9 +132,6 @@ type Config struct {
 	Version, Revision string // for INFO and HELLO; Version default "dev"
 	BackupDir         string // where CHECKPOINT writes; default DefaultBackupDir
 	AllowOnStoreError bool   // for INFO: the engine applies it
-	// MaxMemoryClients bounds the bytes of all clients' buffers
-	// (Stats.ClientMem); default DefaultMaxMemoryClients.
-	MaxMemoryClients Limit[int64]
 
 	// For INFO only: the longest key a command may name (the engine
 	// enforces it); the connections admitted at once, as configured and as
@@ -139,18 +148,26 @@ func orDefault[T int | int64 | time.Duration](v *T, def T) {
 	}
 }
 
+// WithDefaults is t with its zero fields set to their defaults: the
+// composition root applies them before it hands MaxMemoryClients to the
+// other front ends.
+func (t Tuning) WithDefaults() Tuning {
+	orDefault(&t.MaxArgs, DefaultMaxArgs)
+	orDefault(&t.MaxBulk, DefaultMaxBulk)
+	orDefault(&t.MaxInline, DefaultMaxInline)
+	orDefault(&t.MaxQueryBuffer, DefaultMaxQueryBuffer)
+	orDefault(&t.MaxReplyBuffer, DefaultMaxReplyBuffer)
+	orDefault(&t.MaxMultiBytes, DefaultMaxMultiBytes)
+	t.MaxAuthFailures = t.MaxAuthFailures.OrDefault(DefaultMaxAuthFailures)
+	t.MaxMemoryClients = t.MaxMemoryClients.OrDefault(DefaultMaxMemoryClients)
+	t.SweepInterval = t.SweepInterval.OrDefault(DefaultSweepInterval)
+	t.SweepRate = t.SweepRate.OrDefault(DefaultSweepRate)
+	return t
+}
+
 // withDefaults is cfg with its zero fields set to their defaults.
 func (cfg Config) withDefaults() Config {
-	orDefault(&cfg.MaxArgs, DefaultMaxArgs)
-	orDefault(&cfg.MaxBulk, DefaultMaxBulk)
-	orDefault(&cfg.MaxInline, DefaultMaxInline)
-	orDefault(&cfg.MaxQueryBuffer, DefaultMaxQueryBuffer)
-	orDefault(&cfg.MaxReplyBuffer, DefaultMaxReplyBuffer)
-	orDefault(&cfg.MaxMultiBytes, DefaultMaxMultiBytes)
-	cfg.MaxAuthFailures = cfg.MaxAuthFailures.OrDefault(DefaultMaxAuthFailures)
-	cfg.MaxMemoryClients = cfg.MaxMemoryClients.OrDefault(DefaultMaxMemoryClients)
-	cfg.SweepInterval = cfg.SweepInterval.OrDefault(DefaultSweepInterval)
-	cfg.SweepRate = cfg.SweepRate.OrDefault(DefaultSweepRate)
+	cfg.Tuning = cfg.Tuning.WithDefaults()
 	if cfg.Version == "" {
 		cfg.Version = "dev"
 	}
@@ -343,6 +360,26 @@ func (s *Server) Serve(ln net.Listener) error {
 		}
 		go cn.serve()
 	}
+}
+
+// Door is how the RESP listener admits: a slot of --maxclients (take),
+// held until the connection finishes (Host.Release gives it back), and
+// protected mode when guard says it applies (a password or TLS client
+// certificates keep strangers out otherwise); it refuses with Redis'
+// errors, over TLS when guard has it.
+func (s *Server) Door(take func() bool, guard admit.Guard) admit.Door {
+	d := admit.Door{
+		Name:    "resp",
+		Take:    take,
+		Guarded: guard.Protected,
+		Full:    resp.AppendError(nil, "ERR max number of clients reached"),
+		Denied:  resp.AppendError(nil, admit.DeniedMessage),
+		Drain:   s,
+	}
+	if guard.TLS != nil {
+		d.TLS = guard.TLS.Config()
+	}
+	return d
 }
 
 // Close stops the idle sweep (a running COMPACT ends early); the

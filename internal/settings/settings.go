@@ -14,6 +14,8 @@ import (
 	"github.com/sluicehq/sluice/internal/check"
 	"github.com/sluicehq/sluice/internal/divvy"
 	"github.com/sluicehq/sluice/internal/envoy"
+	"github.com/sluicehq/sluice/internal/httpport"
+	"github.com/sluicehq/sluice/internal/policycmd"
 	"github.com/sluicehq/sluice/internal/respserver"
 	"github.com/sluicehq/sluice/storage"
 )
@@ -26,21 +28,17 @@ type Of struct {
 	Cluster bool // cluster mode
 	// RESP is the RESP front end's configuration, which also holds the
 	// server-wide settings INFO shows (--maxclients, --requirepass, ...).
-	RESP  respserver.Config
-	Check check.Config
-	Divvy divvy.Config
-	RLS   envoy.Config
-	TLS   *admit.TLSFiles // nil without TLS
+	RESP   respserver.Config
+	Check  check.Config
+	Divvy  divvy.Config
+	RLS    envoy.Config
+	HTTP   httpport.Config
+	Listen admit.Config     // what every listener shares
+	Policy policycmd.Config // with the engine's defaults applied
 
-	AllowRemoteWithoutAuth     bool // --protected-mode no
 	AcceptRepairedClusterState bool
 	MaxConfigFile              int64
-	HTTPMaxHeaderBytes         int
-	PolicyFile                 string
-	PolicyMaxOverrides         int
-	PolicyStatsDays            int
 	ReloadTimeout              time.Duration
-	ShutdownTimeout            time.Duration
 }
 
 // List is every setting CONFIG GET answers: by its redis.conf name where
@@ -69,9 +67,9 @@ func (o *Of) List() []respserver.Setting {
 	}
 	plainPort, tlsPort := port, "0"
 	var tlsFiles admit.TLSFiles
-	if o.TLS != nil {
+	if o.Listen.TLS != nil {
 		// TLS only, as Redis with port 0 and tls-port set.
-		plainPort, tlsPort, tlsFiles = "0", port, *o.TLS
+		plainPort, tlsPort, tlsFiles = "0", port, *o.Listen.TLS
 	}
 	ck := o.Check
 	proxies := make([]string, len(ck.TrustedProxies))
@@ -109,7 +107,7 @@ func (o *Of) List() []respserver.Setting {
 		{Name: "maxmemory-clients", Value: atLeast0(rc.MaxMemoryClients.N())},
 		{Name: "maxmemory-policy", Value: "noeviction"},
 		{Name: "port", Value: plainPort},
-		{Name: "protected-mode", Value: yesNo(!o.AllowRemoteWithoutAuth)},
+		{Name: "protected-mode", Value: yesNo(!o.Listen.AllowRemoteWithoutAuth)},
 		{Name: "proto-max-bulk-len", Value: i64(rc.MaxBulk)},
 		{Name: "requirepass", Value: rc.Password},
 		{Name: "save", Value: ""}, // no snapshots: CHECKPOINT takes copies
@@ -134,7 +132,7 @@ func (o *Of) List() []respserver.Setting {
 		{Name: "divvy-max-pipeline", Value: i(o.Divvy.MaxPipeline)},
 		{Name: "divvy-timeout", Value: i64(int64(o.Divvy.IdleTimeout.Seconds()))},
 		{Name: "fsync", Value: o.Store.Mode().String()},
-		{Name: "http-max-header-bytes", Value: i(o.HTTPMaxHeaderBytes)},
+		{Name: "http-max-header-bytes", Value: i(o.HTTP.MaxHeaderBytes)},
 		{Name: "max-args", Value: i(rc.MaxArgs)},
 		{Name: "max-auth-failures", Value: atLeast0(int64(rc.MaxAuthFailures.N()))},
 		{Name: "max-bulk", Value: i64(rc.MaxBulk)},
@@ -146,9 +144,9 @@ func (o *Of) List() []respserver.Setting {
 		{Name: "max-reply-buffer", Value: i(rc.MaxReplyBuffer)},
 		{Name: "memory-limit", Value: i64(rc.MemoryLimit)},
 		{Name: "on-store-error", Value: onStoreError},
-		{Name: "policy", Value: o.PolicyFile},
-		{Name: "policy-max-overrides", Value: i(o.PolicyMaxOverrides)},
-		{Name: "policy-stats-days", Value: i(o.PolicyStatsDays)},
+		{Name: "policy", Value: o.Policy.File},
+		{Name: "policy-max-overrides", Value: i(o.Policy.MaxOverrides)},
+		{Name: "policy-stats-days", Value: i(o.Policy.StatsDays)},
 		{Name: "reload-timeout", Value: o.ReloadTimeout.String()},
 		{Name: "rls-config", Value: o.RLS.Dir},
 		{Name: "rls-max-descriptors", Value: i(o.RLS.MaxDescriptors)},
@@ -156,7 +154,7 @@ func (o *Of) List() []respserver.Setting {
 		{Name: "rls-max-message", Value: i(o.RLS.MaxMessage)},
 		{Name: "rls-max-streams", Value: i(o.RLS.MaxStreams)},
 		{Name: "rls-response-headers", Value: strconv.FormatBool(o.RLS.ResponseHeaders)},
-		{Name: "shutdown-timeout", Value: o.ShutdownTimeout.String()},
+		{Name: "shutdown-timeout", Value: o.Listen.ShutdownTimeout.String()},
 		{Name: "sweep-interval", Value: max(rc.SweepInterval.N(), 0).String()},
 		{Name: "sweep-rate", Value: atLeast0(int64(rc.SweepRate.N()))},
 		{Name: "tls-ca", Value: tlsFiles.CA},

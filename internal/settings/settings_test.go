@@ -57,12 +57,12 @@ func TestListListeners(t *testing.T) {
 	})
 	expect(t, "before Serve", list(t, Of{}), map[string]string{"addr": "", "port": "", "bind": "* -::*"})
 	files := &admit.TLSFiles{Cert: "c.pem", Key: "k.pem", CA: "ca.pem"}
-	expect(t, "TLS", list(t, Of{Addr: addr("127.0.0.1:6380"), TLS: files}), map[string]string{
+	expect(t, "TLS", list(t, Of{Addr: addr("127.0.0.1:6380"), Listen: admit.Config{TLS: files}}), map[string]string{
 		"port": "0", "tls-port": "6380", "tls-auth-clients": "yes",
 		"tls-cert-file": "c.pem", "tls-key-file": "k.pem", "tls-ca-cert-file": "ca.pem",
 		"tls-cert": "c.pem", "tls-key": "k.pem", "tls-ca": "ca.pem",
 	})
-	expect(t, "TLS without client certificates", list(t, Of{TLS: &admit.TLSFiles{Cert: "c.pem", Key: "k.pem"}}), map[string]string{
+	expect(t, "TLS without client certificates", list(t, Of{Listen: admit.Config{TLS: &admit.TLSFiles{Cert: "c.pem", Key: "k.pem"}}}), map[string]string{
 		"tls-auth-clients": "no", "tls-ca": "",
 	})
 }
@@ -70,18 +70,20 @@ func TestListListeners(t *testing.T) {
 // TestListOff: a bound turned off shows as its flag's 0 (which turns it
 // off on the command line), never as a negative number.
 func TestListOff(t *testing.T) {
-	rc := respserver.Config{MaxMemoryClients: respserver.NoLimit[int64](), Tuning: respserver.Tuning{
-		MaxAuthFailures: respserver.NoLimit[int](),
-		SweepInterval:   respserver.NoLimit[time.Duration](),
-		SweepRate:       respserver.NoLimit[int](),
+	rc := respserver.Config{Tuning: respserver.Tuning{
+		MaxMemoryClients: respserver.NoLimit[int64](),
+		MaxAuthFailures:  respserver.NoLimit[int](),
+		SweepInterval:    respserver.NoLimit[time.Duration](),
+		SweepRate:        respserver.NoLimit[int](),
 	}}
 	expect(t, "off", list(t, Of{RESP: rc}), map[string]string{
 		"maxmemory-clients": "0", "max-auth-failures": "0", "sweep-interval": "0s", "sweep-rate": "0",
 	})
-	rc = respserver.Config{MaxMemoryClients: respserver.LimitOf[int64](1 << 20), Tuning: respserver.Tuning{
-		MaxAuthFailures: respserver.LimitOf(3),
-		SweepInterval:   respserver.LimitOf(time.Minute),
-		SweepRate:       respserver.LimitOf(500),
+	rc = respserver.Config{Tuning: respserver.Tuning{
+		MaxMemoryClients: respserver.LimitOf[int64](1 << 20),
+		MaxAuthFailures:  respserver.LimitOf(3),
+		SweepInterval:    respserver.LimitOf(time.Minute),
+		SweepRate:        respserver.LimitOf(500),
 	}}
 	expect(t, "on", list(t, Of{RESP: rc}), map[string]string{
 		"maxmemory-clients": "1048576", "max-auth-failures": "3", "sweep-interval": "1m0s", "sweep-rate": "500",
@@ -113,7 +115,7 @@ func TestListStore(t *testing.T) {
 	}
 	defer s.Close()
 	rc := respserver.Config{AllowOnStoreError: true, Tuning: respserver.Tuning{Debug: respserver.DebugLocal}, Password: "pw"}
-	expect(t, "store", list(t, Of{Store: s, RESP: rc, Cluster: true, AllowRemoteWithoutAuth: true}), map[string]string{
+	expect(t, "store", list(t, Of{Store: s, RESP: rc, Cluster: true, Listen: admit.Config{AllowRemoteWithoutAuth: true}}), map[string]string{
 		"appendfsync": "always", "fsync": "always", "dir": s.Dir(), "data": s.Dir(),
 		"on-store-error": "allow", "enable-debug-command": "local", "requirepass": "pw",
 		"cluster-enabled": "yes", "protected-mode": "no",
