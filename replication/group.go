@@ -92,8 +92,9 @@ type Config struct {
 	LogKeep uint64
 	// LogKeepBytes bounds the log by bytes as LogKeep does by entries:
 	// once its entries take twice as many bytes in the store, the applied
-	// ones before the newest LogKeepBytes go, while they are likely still
-	// in Pebble's memtable, so that they are never flushed or compacted.
+	// ones before the newest LogKeepBytes go, most while still in
+	// Pebble's memtable, whose flush then drops them: they are never
+	// written to a table nor compacted.
 	// The leader keeps what every follower it heard from within an
 	// election timeout has yet to acknowledge (a follower that lags a
 	// little catches up from the log); one that went silent gets a
