@@ -22,7 +22,7 @@ import (
 // leader's, and the followers', which only apply shard 0's rounds. With
 // --pin the measured node (standalone, owner, leader) runs on core 0 and
 // the generator on core 1; the followers and the other nodes are not
-// pinned.
+// pinned. --server-flags go to every sluice it starts.
 
 // replcostRow is one configuration's figures.
 type replcostRow struct {
@@ -61,7 +61,7 @@ func runReplCost(o options, log io.Writer) error {
 	for _, mode := range []string{"always", "everysec"} {
 		// Standalone.
 		dir := filepath.Join(tmp, "standalone-"+mode)
-		s, err := startSluice(o.serverWrap(), bin, dir, []string{"--fsync", mode})
+		s, err := startSluice(o.serverWrap(), bin, dir, append([]string{"--fsync", mode}, strings.Fields(o.serverFlags)...))
 		if err != nil {
 			return err
 		}
@@ -94,7 +94,7 @@ func runReplCost(o options, log io.Writer) error {
 func replcostCluster(o options, tmp, bin string, r int, mode string, w workload) (replcostRow, error) {
 	name := fmt.Sprintf("--cluster-replicas %d, %s", r, mode)
 	dir := filepath.Join(tmp, fmt.Sprintf("r%d-%s", r, mode))
-	flags := []string{"--cluster-replicas", strconv.Itoa(r), "--fsync", mode}
+	flags := append([]string{"--cluster-replicas", strconv.Itoa(r), "--fsync", mode}, strings.Fields(o.serverFlags)...)
 	nodes, _, shards, keys, err := startClusterNodes(dir, bin, r, flags, func(i int) []string {
 		if i == 0 {
 			return o.serverWrap()

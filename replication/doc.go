@@ -19,7 +19,9 @@
 //     rounds are applied with the applied index in one write that is not
 //     synced, since the log is the record: after a crash the replica
 //     applies again from its applied index. The log is truncated once it
-//     holds twice Config.LogKeep applied entries. Time is Tick, which the
+//     holds twice Config.LogKeep applied entries, or entries of twice
+//     Config.LogKeepBytes bytes (then keeping what the followers the
+//     leader hears from lack). Time is Tick, which the
 //     caller drives: tests tick by hand and need no clock.
 //   - Snapshots (snapshot.go): Raft's snapshot is only metadata; the
 //     shard's records are streamed in pages from a Pebble snapshot on the

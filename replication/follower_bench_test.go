@@ -33,7 +33,23 @@ import (
 func BenchmarkFollowerRound(b *testing.B) {
 	for _, known := range []bool{true, false} {
 		b.Run(fmt.Sprintf("prior=%s", map[bool]string{true: "known", false: "unknown"}[known]), func(b *testing.B) {
-			benchFollowerRound(b, known)
+			benchFollowerRound(b, known, 0)
+		})
+	}
+}
+
+// BenchmarkFollowerRoundKeepBytes is BenchmarkFollowerRound (the Prior
+// known) with the log truncated by bytes at each Config.LogKeepBytes, and
+// at 1 TiB: by entries alone (LogKeep), as before there was a bound in
+// bytes. It is how DefaultLogKeepBytes was chosen (docs/benchmarks.md).
+func BenchmarkFollowerRoundKeepBytes(b *testing.B) {
+	for _, keep := range []uint64{64 << 10, 256 << 10, 1 << 20, 4 << 20, 1 << 40} {
+		name := fmt.Sprintf("keep=%dKiB", keep>>10)
+		if keep == 1<<40 {
+			name = "keep=entries"
+		}
+		b.Run(name, func(b *testing.B) {
+			benchFollowerRound(b, true, keep)
 		})
 	}
 }
@@ -43,7 +59,7 @@ const (
 	benchKeySpace  = 1 << 20
 )
 
-func benchFollowerRound(b *testing.B, known bool) {
+func benchFollowerRound(b *testing.B, known bool, keepBytes uint64) {
 	s, err := storage.Open(filepath.Join(b.TempDir(), "f"), storage.Options{Sync: storage.SyncAlways})
 	if err != nil {
 		b.Fatal(err)
@@ -52,7 +68,8 @@ func benchFollowerRound(b *testing.B, known bool) {
 	g, err := NewGroup(Config{
 		Group: testGroup, Node: 2, Bootstrap: []uint64{1, 2, 3},
 		Lower: testLower, Upper: testUpper, Store: s,
-		Send: func(uint64, []*pb.Message) {},
+		Send:         func(uint64, []*pb.Message) {},
+		LogKeepBytes: keepBytes,
 	})
 	if err != nil {
 		b.Fatal(err)
@@ -107,6 +124,11 @@ func benchFollowerRound(b *testing.B, known bool) {
 	keys := float64(b.N) * benchRoundKeys
 	b.ReportMetric(float64((processCPU(b)-cpu0).Nanoseconds())/keys, "cpu-ns/key")
 	b.ReportMetric(float64(b.Elapsed().Nanoseconds())/keys, "ns/key")
+	// What Pebble was left to flush and compact: the log's entries among
+	// the records unless they were deleted in the memtable.
+	st := s.Stats()
+	b.ReportMetric(float64(st.TableBytes)/keys, "table-B/key")
+	b.ReportMetric(float64(st.Compactions), "compactions")
 }
 
 func processCPU(b *testing.B) time.Duration {

@@ -13,6 +13,7 @@ import (
 
 	"go.etcd.io/raft/v3"
 	pb "go.etcd.io/raft/v3/raftpb"
+	"go.etcd.io/raft/v3/tracker"
 	"google.golang.org/protobuf/proto"
 
 	"github.com/sluicehq/sluice/storage"
@@ -23,6 +24,7 @@ const (
 	DefaultElectionTicks  = 10
 	DefaultHeartbeatTicks = 1
 	DefaultLogKeep        = 10000
+	DefaultLogKeepBytes   = 1 << 20
 	DefaultMaxSizePerMsg  = 1 << 20
 	DefaultMaxInflight    = 256
 )
@@ -88,6 +90,21 @@ type Config struct {
 	// that lag; it is truncated to that once it holds twice as many.
 	// Default 10000. A follower further behind gets a snapshot.
 	LogKeep uint64
+	// LogKeepBytes bounds the log by bytes as LogKeep does by entries:
+	// once its entries take twice as many bytes in the store, the applied
+	// ones before the newest LogKeepBytes go, most while still in
+	// Pebble's memtable, whose flush then drops them: they are never
+	// written to a table nor compacted.
+	// The leader keeps what every follower it heard from within an
+	// election timeout has yet to acknowledge (a follower that lags a
+	// little catches up from the log); one that went silent gets a
+	// snapshot. Default 1 MiB.
+	LogKeepBytes uint64
+	// LogMemory bounds the bytes of the newest entries the log keeps in
+	// memory besides the store, to answer Raft without reading and
+	// decoding them again; default 1 MiB (DefaultLogMemory). Less than
+	// one round costs a read of the store per round, nothing else.
+	LogMemory int
 	// MaxSizePerMsg bounds the entries of one append message, in bytes;
 	// default 1 MiB. MaxInflight bounds the appends in flight to one
 	// follower; default 256.
@@ -192,6 +209,12 @@ func NewGroup(cfg Config) (*Group, error) {
 	if cfg.LogKeep == 0 {
 		cfg.LogKeep = DefaultLogKeep
 	}
+	if cfg.LogKeepBytes == 0 {
+		cfg.LogKeepBytes = DefaultLogKeepBytes
+	}
+	if cfg.LogMemory <= 0 {
+		cfg.LogMemory = DefaultLogMemory
+	}
 	if cfg.MaxSizePerMsg == 0 {
 		cfg.MaxSizePerMsg = DefaultMaxSizePerMsg
 	}
@@ -205,6 +228,7 @@ func NewGroup(cfg Config) (*Group, error) {
 	if err != nil {
 		return nil, err
 	}
+	l.recentMax = cfg.LogMemory
 	g := &Group{
 		cfg:     cfg,
 		own:     own,
@@ -780,16 +804,23 @@ func (g *Group) apply(ents []*pb.Entry) error {
 }
 
 // maybeCompact truncates the log to LogKeep applied entries once it holds
-// twice as many.
+// twice as many, and to LogKeepBytes once its entries take twice as many
+// bytes (see Config.LogKeepBytes).
 func (g *Group) maybeCompact() error {
 	applied := g.log.Applied()
 	first, _ := g.log.FirstIndex()
-	keep := g.cfg.LogKeep
-	if applied < first+2*keep {
+	var to uint64
+	if keep := g.cfg.LogKeep; applied >= first+2*keep {
+		to = applied - keep
+	}
+	if i := g.log.bytesCompactIndex(applied, g.cfg.LogKeepBytes); i > to {
+		to = max(to, g.keptForFollowers(i))
+	}
+	if to < first {
 		return nil
 	}
 	var c logChange
-	if err := g.log.stageCompact(g.batch, &c, applied-keep); err != nil {
+	if err := g.log.stageCompact(g.batch, &c, to); err != nil {
 		return err
 	}
 	if err := g.batch.Commit(false); err != nil {
@@ -797,6 +828,26 @@ func (g *Group) maybeCompact() error {
 	}
 	g.log.settle(&c)
 	return nil
+}
+
+// keptForFollowers returns index, or on the leader the lowest index that
+// a follower heard from within an election timeout has not acknowledged
+// after, if lower: truncating the log by bytes is not to send a snapshot,
+// which streams the whole shard, to a follower that lags a little.
+func (g *Group) keptForFollowers(index uint64) uint64 {
+	g.raft(func(rn *raft.RawNode) error {
+		if rn.BasicStatus().RaftState != raft.StateLeader {
+			return nil
+		}
+		rn.WithProgress(func(id uint64, _ raft.ProgressType, pr tracker.Progress) {
+			heard, ok := g.mu.heard[id]
+			if id != g.cfg.Node && ok && g.mu.ticks-heard <= uint64(g.cfg.ElectionTicks) && pr.Match < index {
+				index = pr.Match
+			}
+		})
+		return nil
+	})
+	return index
 }
 
 // raftLogger sends the library's log lines to slog.

@@ -43,7 +43,11 @@ type testCluster struct {
 	cut   map[[2]uint64]bool // links that drop messages, both ways
 	queue []*pb.Message
 	keep  uint64
-	snaps int // snapshots delivered
+	// keepBytes and logMemory are each group's Config.LogKeepBytes and
+	// LogMemory; 0 their default.
+	keepBytes uint64
+	logMemory int
+	snaps     int // snapshots delivered
 	// lenient lets a node's group fail (its Process errors are skipped
 	// over) instead of failing the test.
 	lenient bool
@@ -61,7 +65,13 @@ func newTestCluster(t *testing.T, n int, keep uint64) *testCluster {
 }
 
 func newTestClusterOf(t *testing.T, n int, keep uint64, replicated, everysec bool) *testCluster {
-	c := &testCluster{t: t, nodes: map[uint64]*testNode{}, down: map[uint64]bool{}, cut: map[[2]uint64]bool{}, keep: keep, replicated: replicated, everysec: everysec}
+	return newTestClusterOfConfig(t, n, &testCluster{keep: keep, replicated: replicated, everysec: everysec})
+}
+
+// newTestClusterOfConfig starts n nodes configured as c says (keep,
+// keepBytes, replicated, everysec).
+func newTestClusterOfConfig(t *testing.T, n int, c *testCluster) *testCluster {
+	c.t, c.nodes, c.down, c.cut = t, map[uint64]*testNode{}, map[uint64]bool{}, map[[2]uint64]bool{}
 	for i := 1; i <= n; i++ {
 		c.ids = append(c.ids, uint64(i))
 	}
@@ -97,7 +107,7 @@ func (c *testCluster) start(id uint64, dir string, bootstrap []uint64) {
 		Group: testGroup, Node: id, Bootstrap: bootstrap,
 		Lower: testLower, Upper: testUpper, Store: s,
 		Send:    c.send,
-		LogKeep: c.keep,
+		LogKeep: c.keep, LogKeepBytes: c.keepBytes, LogMemory: c.logMemory,
 	})
 	if err != nil {
 		c.t.Fatal(err)

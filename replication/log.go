@@ -56,6 +56,9 @@ type Log struct {
 	// enc is stageAppend's buffer for the entries it encodes (the batch
 	// copies them): its callers run one at a time (the group's procMu).
 	enc []byte
+	// recentMax bounds the bytes of the entries kept in memory (recent);
+	// set before the first append (Config.LogMemory).
+	recentMax int
 
 	mu struct {
 		sync.Mutex
@@ -70,15 +73,30 @@ type Log struct {
 		// asks for every append, reads no entry.
 		terms []termRun
 		// recent are the last entries appended, from index recentFrom
-		// on, of maxRecent bytes at most: Raft asks for the entries it
+		// on, of recentMax bytes at most: Raft asks for the entries it
 		// applies once it learns they are committed, after they were
 		// stored, and for those it sends a replica just behind; a read
 		// from the store would decode them again.
 		recent      []recentEntry
 		recentFrom  uint64
 		recentBytes int
+		// marks count the bytes of the entries in the log (their size
+		// in the store), so that it is truncated by bytes too: the
+		// entries up to truncIdx took cumTrunc bytes, those up to last
+		// cumLast, counted from the Log's opening.
+		marks    []sizeMark
+		cumTrunc uint64
+		cumLast  uint64
 	}
 }
+
+// sizeMark says that the entries up to end took cum bytes. A mark spans
+// the entries after the previous one's end (or the log's start), of
+// markBytes at least unless it is the last, so that a log of many small
+// entries keeps few marks: the log is truncated by bytes at a mark's end.
+type sizeMark struct{ end, cum uint64 }
+
+const markBytes = 4 << 10
 
 // recentEntry is an entry kept in memory, and its size in the store.
 type recentEntry struct {
@@ -86,9 +104,9 @@ type recentEntry struct {
 	size int
 }
 
-// maxRecent bounds the bytes of the entries a Log keeps in memory: a few
-// rounds, enough for those not yet applied.
-const maxRecent = 1 << 20
+// DefaultLogMemory is the default of Config.LogMemory: a few rounds,
+// enough for those not yet applied.
+const DefaultLogMemory = 1 << 20
 
 // termRun says that the entries from start on, up to the next run's
 // start, are of term.
@@ -118,7 +136,7 @@ func termAt(runs []termRun, i uint64) uint64 {
 // OpenLog reads group's Raft state from store; a group never written has
 // an empty log, no hard state and no members.
 func OpenLog(store *storage.Store, group uint64) (*Log, error) {
-	l := &Log{store: store, group: group}
+	l := &Log{store: store, group: group, recentMax: DefaultLogMemory}
 	l.mu.hard = &pb.HardState{}
 	l.mu.conf = &pb.ConfState{}
 	if v, ok, err := store.ReplicaGet(groupKey(group, keyHard)); err != nil {
@@ -164,6 +182,7 @@ func OpenLog(store *storage.Store, group uint64) (*Log, error) {
 		}
 		l.mu.terms = addTerms(l.mu.terms, i, []termRun{{i, e.GetTerm()}})
 		l.mu.last = i
+		l.countLocked(i, len(v))
 		return true
 	})
 	if err == nil {
@@ -468,9 +487,17 @@ func (l *Log) settle(c *logChange) {
 	if c.clearTerms {
 		l.mu.terms = l.mu.terms[:0]
 		l.keepRecentLocked(nil, 0)
+		clear(l.mu.marks)
+		l.mu.marks, l.mu.cumTrunc = l.mu.marks[:0], l.mu.cumLast
+	} else if c.trunc {
+		l.dropMarksLocked()
 	}
 	if len(c.appended) > 0 {
 		l.keepRecentLocked(c.appended, c.termsFrom)
+		l.cutMarksLocked(c.termsFrom)
+		for i, r := range c.appended {
+			l.countLocked(c.termsFrom+uint64(i), r.size)
+		}
 	}
 	if c.setLast {
 		l.mu.last = c.last
@@ -491,7 +518,7 @@ func (l *Log) settle(c *logChange) {
 
 // keepRecentLocked adds the entries appended from index from on to the
 // recent ones, in place of any from that index on (a new leader's log
-// replaces a conflicting tail), and drops the oldest past maxRecent. An
+// replaces a conflicting tail), and drops the oldest past recentMax. An
 // empty ents forgets them all. l.mu must be locked.
 func (l *Log) keepRecentLocked(ents []recentEntry, from uint64) {
 	end := l.mu.recentFrom + uint64(len(l.mu.recent))
@@ -509,7 +536,7 @@ func (l *Log) keepRecentLocked(ents []recentEntry, from uint64) {
 		l.mu.recentBytes += r.size
 	}
 	drop := 0
-	for drop < len(l.mu.recent) && l.mu.recentBytes > maxRecent {
+	for drop < len(l.mu.recent) && l.mu.recentBytes > l.recentMax {
 		l.mu.recentBytes -= l.mu.recent[drop].size
 		drop++
 	}
@@ -519,6 +546,91 @@ func (l *Log) keepRecentLocked(ents []recentEntry, from uint64) {
 		l.mu.recent = l.mu.recent[:n]
 		l.mu.recentFrom += uint64(drop)
 	}
+}
+
+// countLocked counts entry i, of size bytes, appended after the last.
+// l.mu must be locked.
+func (l *Log) countLocked(i uint64, size int) {
+	l.mu.cumLast += uint64(size)
+	m := l.mu.marks
+	if n := len(m); n > 0 && m[n-1].cum-l.prevCumLocked(n-1) < markBytes {
+		m[n-1] = sizeMark{i, l.mu.cumLast}
+		return
+	}
+	l.mu.marks = append(m, sizeMark{i, l.mu.cumLast})
+}
+
+// prevCumLocked returns the bytes up to where mark j starts.
+func (l *Log) prevCumLocked(j int) uint64 {
+	if j == 0 {
+		return l.mu.cumTrunc
+	}
+	return l.mu.marks[j-1].cum
+}
+
+// cutMarksLocked forgets the entries from index from on, which a new
+// leader's log replaces. A mark that spans entries on both sides keeps its
+// bytes: the log's are overcounted by a little until it is truncated.
+func (l *Log) cutMarksLocked(from uint64) {
+	m := l.mu.marks
+	for n := len(m); n > 0 && m[n-1].end >= from; n = len(m) {
+		prevEnd := l.mu.truncIdx
+		if n > 1 {
+			prevEnd = m[n-2].end
+		}
+		if prevEnd+1 < from {
+			m[n-1].end = from - 1
+			break
+		}
+		m = m[:n-1]
+	}
+	l.mu.marks = m
+	l.mu.cumLast = l.mu.cumTrunc
+	if len(m) > 0 {
+		l.mu.cumLast = m[len(m)-1].cum
+	}
+}
+
+// dropMarksLocked forgets the marks of the entries truncated. A mark that
+// spans the truncation point keeps its bytes (overcounted until the next).
+func (l *Log) dropMarksLocked() {
+	m := l.mu.marks
+	i := 0
+	for i < len(m) && m[i].end <= l.mu.truncIdx {
+		i++
+	}
+	if i == 0 {
+		return
+	}
+	l.mu.cumTrunc = m[i-1].cum
+	n := copy(m, m[i:])
+	clear(m[n:])
+	l.mu.marks = m[:n]
+}
+
+// bytesCompactIndex returns where to truncate the log so that it keeps
+// the keep bytes of its newest entries, at least, once they are twice as
+// many, removing applied entries only (those up to applied); 0: not now.
+func (l *Log) bytesCompactIndex(applied, keep uint64) uint64 {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if l.mu.cumLast-l.mu.cumTrunc < 2*keep {
+		return 0
+	}
+	m, last := l.mu.marks, l.mu.cumLast
+	j := sort.Search(len(m), func(j int) bool { return m[j].end > applied || last-m[j].cum < keep })
+	if j == 0 {
+		return 0
+	}
+	return m[j-1].end
+}
+
+// logBytes returns the bytes of the entries in the log (their size in the
+// store), as counted for its truncation.
+func (l *Log) logBytes() uint64 {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.mu.cumLast - l.mu.cumTrunc
 }
 
 // hasMembers reports whether the ConfState at the applied index names any

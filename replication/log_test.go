@@ -43,7 +43,7 @@ func TestLogMatchesMemoryStorage(t *testing.T) {
 			for i := range 1 + rng.IntN(5) {
 				pad := rng.IntN(50)
 				if rng.IntN(8) == 0 {
-					pad = rng.IntN(maxRecent / 2) // past the entries kept in memory
+					pad = rng.IntN(DefaultLogMemory / 2) // past the entries kept in memory
 				}
 				ents = append(ents, &pb.Entry{Index: proto.Uint64(start + uint64(i)), Term: proto.Uint64(term),
 					Data: fmt.Appendf(nil, "step %d entry %d %s", step, i, make([]byte, pad))})
@@ -82,9 +82,32 @@ func TestLogMatchesMemoryStorage(t *testing.T) {
 			if l, err = OpenLog(s, 1); err != nil {
 				t.Fatal(err)
 			}
+			// Reopened, the log counts its bytes from the store.
+			if got, want := l.logBytes(), storedLogBytes(t, s, l); got != want {
+				t.Fatalf("step %d: reopened, the log counts %d bytes, holds %d", step, got, want)
+			}
 		}
 		compareLog(t, step, l, model)
+		// Truncating a mark in two or replacing a tail overcounts a little,
+		// never under: the log keeps at least what it is to keep.
+		if got, want := l.logBytes(), storedLogBytes(t, s, l); got < want {
+			t.Fatalf("step %d: the log counts %d bytes, holds %d", step, got, want)
+		}
 	}
+}
+
+// storedLogBytes returns the bytes of l's entries in the store.
+func storedLogBytes(t *testing.T, s *storage.Store, l *Log) uint64 {
+	t.Helper()
+	var n uint64
+	err := s.ReplicaScan(groupKey(l.group, keyEntry), groupKey(l.group, keyEntry+1), func(_, v []byte) bool {
+		n += uint64(len(v))
+		return true
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return n
 }
 
 func compareLog(t *testing.T, step int, l *Log, m *raft.MemoryStorage) {

@@ -18,7 +18,15 @@ import (
 	"github.com/sluicehq/sluice/internal/httpport"
 	"github.com/sluicehq/sluice/internal/reload"
 	"github.com/sluicehq/sluice/internal/respserver"
+	"github.com/sluicehq/sluice/replication"
 	"github.com/sluicehq/sluice/storage"
+)
+
+// The least --cluster-log-keep-bytes and --cluster-log-memory take: less
+// would truncate the log at about every round, or keep no round in memory.
+const (
+	minLogKeepBytes = 64 << 10
+	minLogMemory    = 64 << 10
 )
 
 // config is everything the flags and environment set.
@@ -87,6 +95,8 @@ type config struct {
 	clusterShards      int
 	clusterBusNodes    string
 	clusterElection    time.Duration
+	clusterLogKeep     byteSize
+	clusterLogMemory   byteSize
 	clusterReassign    string
 	acceptRepaired     bool
 	rlsAddr            string
@@ -119,6 +129,8 @@ func newFlagSet(cfg *config, stderr io.Writer) *flag.FlagSet {
 	cfg.commitQueueMem = storage.DefaultMaxQueuedBytes
 	cfg.divvyMaxLine = divvy.DefaultMaxLine
 	cfg.memoryLimit = memoryLimit{auto: true}
+	cfg.clusterLogKeep = replication.DefaultLogKeepBytes
+	cfg.clusterLogMemory = clusternode.DefaultLogMemory
 	addrVar(fs, &cfg.addr, "addr", "127.0.0.1:9049", "127.0.0.1:9049", false, "RESP listen address (host:port; port 0 picks a free one)")
 	fs.StringVar(&cfg.data, "data", "./sluice-data", "data directory, created if missing")
 	fs.StringVar(&cfg.fsync, "fsync", "everysec", "durability: always (reply after fsync), everysec (lose at most ~1s on a crash), no (the OS decides)")
@@ -175,6 +187,8 @@ func newFlagSet(cfg *config, stderr io.Writer) *flag.FlagSet {
 	intVar(fs, &cfg.clusterShards, "cluster-shards", 0, "cluster mode with --cluster-replicas above 1: how many shards (slot ranges, each a Raft group) the cluster has, from one per node up to 64, each node the home of as many as another, give or take one; 0: one per node. Fixed when the cluster first starts")
 	fs.StringVar(&cfg.clusterBusNodes, "cluster-bus-nodes", "", "cluster mode with --cluster-replicas above 1: the nodes' replication host:port in the order of --cluster-nodes, comma-separated; empty: each node's port plus 10000")
 	durationVar(fs, &cfg.clusterElection, "cluster-election-timeout", clusternode.DefaultElectionTimeout, "cluster mode with --cluster-replicas above 1: how long a shard's replicas go without a word from its leader before electing another")
+	fs.Var(&cfg.clusterLogKeep, "cluster-log-keep-bytes", "cluster mode with --cluster-replicas above 1: once a shard's Raft log takes twice this many bytes, its applied entries older than the newest this many are deleted, while still in the memtable; a replica further behind, that went silent, catches up by snapshot")
+	fs.Var(&cfg.clusterLogMemory, "cluster-log-memory", "cluster mode with --cluster-replicas above 1: most bytes of Raft log entries kept in memory as well as in the store, all shards together (each shard's group, and the placement's, an equal share); counted in --memory-limit auto")
 	durationVar(fs, &cfg.clusterTimeout, "cluster-forward-timeout", clusternode.DefaultForwardTimeout, "cluster mode: the most one HIT counter forwarded to the node owning it may take, connecting included")
 	fs.StringVar(&cfg.clusterReassign, "cluster-reassign-from", "", "cluster mode: the node (announced host:port) a data directory was recorded as, to start it as this node anyway, on purpose: it then records this node; without it, a directory of another node is refused")
 	boolVar(fs, &cfg.acceptRepaired, "accept-repaired-cluster-state", false, "start on a store whose cluster state (topology, moves, identity) sluice repair brought back older than it may have been, after checking it against the rest of the cluster; without it such a store is refused")
@@ -343,6 +357,12 @@ func parseConfig(args []string, lookupEnv func(string) (string, bool), stderr io
 	}
 	if cfg.clusterElection < 10*time.Millisecond {
 		return cfg, fmt.Errorf("--cluster-election-timeout %v: want 10ms or more", cfg.clusterElection)
+	}
+	if cfg.clusterLogKeep < minLogKeepBytes {
+		return cfg, fmt.Errorf("--cluster-log-keep-bytes %s: want at least %s", humanSize(int64(cfg.clusterLogKeep)), humanSize(minLogKeepBytes))
+	}
+	if cfg.clusterLogMemory < minLogMemory {
+		return cfg, fmt.Errorf("--cluster-log-memory %s: want at least %s (1 KiB for each of up to 64 shards' groups)", humanSize(int64(cfg.clusterLogMemory)), humanSize(minLogMemory))
 	}
 	if cfg.clusterTimeout <= 0 {
 		return cfg, fmt.Errorf("--cluster-forward-timeout %v: want a positive duration", cfg.clusterTimeout)

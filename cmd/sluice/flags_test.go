@@ -203,3 +203,18 @@ func TestFlagMistakes(t *testing.T) {
 		t.Errorf("sluice cluster --help: %v\n%s", err, stderr.String())
 	}
 }
+
+// --cluster-log-keep-bytes and --cluster-log-memory refuse sizes too small
+// to bound anything sensibly, naming the least they take.
+func TestClusterLogFlagsRefuseTooLittle(t *testing.T) {
+	for _, args := range [][]string{{"--cluster-log-keep-bytes", "32KiB"}, {"--cluster-log-memory", "0"}} {
+		_, err := parseConfig(args, noEnvAt, io.Discard)
+		if err == nil || !strings.Contains(err.Error(), args[0]+" "+args[1]+": want at least 64KiB") {
+			t.Errorf("%v: %v, want an error naming the flag and the least it takes", args, err)
+		}
+	}
+	cfg := mustParse(t, "--cluster-log-keep-bytes", "64KiB", "--cluster-log-memory", "64KiB")
+	if cfg.clusterLogKeep != 64<<10 || cfg.clusterLogMemory != 64<<10 {
+		t.Errorf("64KiB: %v, %v", cfg.clusterLogKeep, cfg.clusterLogMemory)
+	}
+}

@@ -18,7 +18,8 @@ const runtimeMemory = 40 << 20
 
 // autoMemoryLimit is the soft memory limit of --memory-limit auto: the
 // sizing rule of docs/operations.md ("Sizing"), term for term,
-// plus --maxmemory-clients, so that a burst of big commands is collected
+// plus --maxmemory-clients (and --cluster-log-memory with replicated
+// shards), so that a burst of big commands is collected
 // before it doubles the heap. Without it the collector lets the heap run to
 // about twice its live size between collections (GOGC=100), and the peak
 // RSS to well over the rule with long keys.
@@ -36,6 +37,9 @@ func autoMemoryLimit(cfg config, pebbleOnGoHeap bool) int64 {
 	// parseConfig has converted a deprecated --cache-buckets.
 	n := int64(cfg.cacheMemory) + int64(cfg.keyFilterSize) + clients + runtimeMemory
 	n += max(int64(cfg.commitQueueMem)-storage.DefaultMaxQueuedBytes, 0)
+	if cfg.clusterReplicas > 1 {
+		n += int64(cfg.clusterLogMemory)
+	}
 	if pebbleOnGoHeap {
 		n += int64(cfg.cacheSize) + 2*int64(cfg.memtableSize)
 	}

@@ -89,6 +89,8 @@ func (serveCommand) run(inv invocation, args []string) (err error) {
 		clusterCfg.Replicas = cfg.clusterReplicas
 		clusterCfg.Shards = cfg.clusterShards
 		clusterCfg.ElectionTimeout = cfg.clusterElection
+		clusterCfg.LogKeepBytes = uint64(cfg.clusterLogKeep)
+		clusterCfg.LogMemory = int64(cfg.clusterLogMemory)
 		if cfg.clusterBusNodes != "" {
 			clusterCfg.BusNodes = strings.Split(cfg.clusterBusNodes, ",")
 		}

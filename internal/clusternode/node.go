@@ -84,6 +84,13 @@ type Config struct {
 	// from its leader before electing another; default
 	// DefaultElectionTimeout.
 	ElectionTimeout time.Duration
+	// LogKeepBytes bounds each shard's Raft log by bytes
+	// (replication.Config.LogKeepBytes); 0: its default.
+	LogKeepBytes uint64
+	// LogMemory bounds the bytes of Raft log entries the node keeps in
+	// memory, all its groups together: each gets an equal share of it
+	// (replication.Config.LogMemory); 0: DefaultLogMemory.
+	LogMemory int64
 }
 
 // Options is what Open needs besides the user's Config.

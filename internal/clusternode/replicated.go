@@ -37,6 +37,23 @@ import (
 // word from its leader before electing another; Config.ElectionTimeout.
 const DefaultElectionTimeout = time.Second
 
+// DefaultLogMemory is the default of Config.LogMemory: the 1 MiB of
+// entries each group kept before it was a bound, for the groups of a
+// cluster of three nodes with one shard each (and the placement group).
+const DefaultLogMemory = 4 << 20
+
+// groupConfig returns the template of the node's groups' Config
+// (replication.HostConfig.Group): the log's bounds, LogMemory shared by
+// the groups of shards shards and the placement group, which is as many
+// as a node can hold.
+func groupConfig(cc *Config, shards int) replication.Config {
+	mem := cc.LogMemory
+	if mem <= 0 {
+		mem = DefaultLogMemory
+	}
+	return replication.Config{LogKeepBytes: cc.LogKeepBytes, LogMemory: int(max(mem/int64(shards+1), 1))}
+}
+
 // busPortOffset is the default distance of a node's replication port from
 // its announced port, as Redis Cluster's bus port.
 const busPortOffset = 10000
@@ -331,7 +348,7 @@ func (st *replicaStart) start(inc uint64, tr *replication.Transport, learned *re
 	host, err := replication.NewHost(replication.HostConfig{
 		Store: st.s.store, Committers: st.cc.Replicator, Transport: tr,
 		Shards: st.shards, Addrs: st.initial, Placement: learned, Ordinal: r.ordinal(), Incarnation: inc, Logger: st.s.log,
-		Handoff: st.s.handoff,
+		Handoff: st.s.handoff, Group: groupConfig(st.cc, len(st.shards)),
 	})
 	if err == nil && !listening {
 		// Only now: before its groups are in, it would answer another
