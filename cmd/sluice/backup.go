@@ -140,27 +140,39 @@ func backupClient(cfg backupConfig) (string, *http.Client, error) {
 	}
 	tr := &http.Transport{Proxy: http.ProxyFromEnvironment, DisableCompression: true}
 	if strings.HasPrefix(base, "https://") {
-		conf := &tls.Config{MinVersion: tls.VersionTLS12}
-		if cfg.cacert != "" {
-			pem, err := conffile.Read(cfg.cacert, int64(cfg.maxConfigFile))
-			if err != nil {
-				return "", nil, fmt.Errorf("--cacert: %w", err)
-			}
-			conf.RootCAs = x509.NewCertPool()
-			if !conf.RootCAs.AppendCertsFromPEM(pem) {
-				return "", nil, fmt.Errorf("--cacert %s: no PEM certificate in it", cfg.cacert)
-			}
-		}
-		if cfg.tlsCert != "" {
-			pair, err := loadKeyPair(cfg.tlsCert, cfg.tlsKey, cfg.maxConfigFile)
-			if err != nil {
-				return "", nil, fmt.Errorf("--tls-cert %s, --tls-key %s: %w", cfg.tlsCert, cfg.tlsKey, err)
-			}
-			conf.Certificates = []tls.Certificate{pair}
+		conf, err := clientTLS(cfg.cacert, cfg.tlsCert, cfg.tlsKey, cfg.maxConfigFile)
+		if err != nil {
+			return "", nil, err
 		}
 		tr.TLSClientConfig = conf
 	}
 	return strings.TrimSuffix(base, "/") + "/backup", &http.Client{Transport: tr}, nil
+}
+
+// clientTLS is the TLS configuration of a tool that connects to servers
+// (sluice backup, sluice cluster): their certificates verified against
+// cacert (the system's roots when empty), and the client certificate of
+// certFile and keyFile presented when given.
+func clientTLS(cacert, certFile, keyFile string, limit byteSize) (*tls.Config, error) {
+	conf := &tls.Config{MinVersion: tls.VersionTLS12}
+	if cacert != "" {
+		pem, err := conffile.Read(cacert, int64(limit))
+		if err != nil {
+			return nil, fmt.Errorf("--cacert: %w", err)
+		}
+		conf.RootCAs = x509.NewCertPool()
+		if !conf.RootCAs.AppendCertsFromPEM(pem) {
+			return nil, fmt.Errorf("--cacert %s: no PEM certificate in it", cacert)
+		}
+	}
+	if certFile != "" {
+		pair, err := loadKeyPair(certFile, keyFile, limit)
+		if err != nil {
+			return nil, fmt.Errorf("--tls-cert %s, --tls-key %s: %w", certFile, keyFile, err)
+		}
+		conf.Certificates = []tls.Certificate{pair}
+	}
+	return conf, nil
 }
 
 // readBackup reads the archive of resp, checking each entry, and calls fn

@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"crypto/tls"
 	"errors"
 	"flag"
 	"fmt"
@@ -42,6 +43,10 @@ type clusterToolConfig struct {
 	moveTimeout time.Duration
 
 	maxConfigFile byteSize
+
+	// cacert, tlsCert and tlsKey make the tool connect over TLS, as
+	// sluice backup does (clientTLS).
+	cacert, tlsCert, tlsKey string
 }
 
 func newClusterFlagSet(cfg *clusterToolConfig, stderr io.Writer) *flag.FlagSet {
@@ -57,6 +62,9 @@ func newClusterFlagSet(cfg *clusterToolConfig, stderr io.Writer) *flag.FlagSet {
 	fs.StringVar(&cfg.addBus, "add-bus", "", "sluice cluster add-node: the host:port of the added node's replication listener (default: its port plus 10000)")
 	fs.StringVar(&cfg.passFile, "requirepass-file", "", "file holding the password clients must give with AUTH (one line; a trailing newline is ignored)")
 	fs.StringVar(&cfg.pass, "requirepass", "", "password clients must give with AUTH (visible in process listings: prefer --requirepass-file)")
+	fs.StringVar(&cfg.cacert, "cacert", "", "sluice cluster: PEM CA file that signed the nodes' certificates: connect over TLS and verify them")
+	fs.StringVar(&cfg.tlsCert, "tls-cert", "", "sluice cluster: PEM client certificate, for nodes with --tls-ca (with --tls-key); connects over TLS")
+	fs.StringVar(&cfg.tlsKey, "tls-key", "", "sluice cluster: PEM private key of --tls-cert")
 	durationVar(fs, &cfg.timeout, "cluster-command-timeout", 30*time.Second, "sluice cluster: the most one command to a node may take")
 	durationVar(fs, &cfg.moveTimeout, "cluster-move-timeout", 10*time.Minute, "sluice cluster rebalance, --cluster-replicas above 1: the most it waits for one shard's move to finish (its new replicas caught up, its old ones let go)")
 	fs.StringVar(&cfg.topology, "topology", "", "sluice cluster push: the topology to push, as CLUSTER TOPOLOGY prints it: <epoch> <host:port> <slots> ...")
@@ -114,7 +122,15 @@ func (clusterCommand) run(inv invocation, args []string) error {
 		// RESTORE takes a page's pairs in one command, under --max-args.
 		return fmt.Errorf("--cluster-page %d: want 1 to 500 (RESTORE sends a page's key-value pairs in one command, under the nodes' --max-args 1024)", cfg.page)
 	}
+	if (cfg.tlsCert == "") != (cfg.tlsKey == "") {
+		return errors.New("--tls-cert and --tls-key: give both or neither")
+	}
 	ct := &clusterTool{pass: pass, timeout: cfg.timeout, page: cfg.page, out: stdout, clients: map[string]*redis.Client{}}
+	if cfg.cacert != "" || cfg.tlsCert != "" {
+		if ct.tls, err = clientTLS(cfg.cacert, cfg.tlsCert, cfg.tlsKey, cfg.maxConfigFile); err != nil {
+			return err
+		}
+	}
 	defer ct.close()
 	t, err := ct.topology(ctx, nodes)
 	if err != nil {
@@ -435,13 +451,15 @@ type clusterTool struct {
 	// placedOn is the node that took the last change of the placement
 	// (propose).
 	placedOn string
+	// tls, when set, is how the tool connects to every node.
+	tls *tls.Config
 }
 
 func (ct *clusterTool) client(addr string) *redis.Client {
 	c := ct.clients[addr]
 	if c == nil {
 		c = redis.NewClient(&redis.Options{Addr: addr, Password: ct.pass, MaxRetries: -1, PoolSize: 4,
-			DialTimeout: ct.timeout, ReadTimeout: ct.timeout, WriteTimeout: ct.timeout, Protocol: 2})
+			DialTimeout: ct.timeout, ReadTimeout: ct.timeout, WriteTimeout: ct.timeout, Protocol: 2, TLSConfig: ct.tls})
 		ct.clients[addr] = c
 	}
 	return c

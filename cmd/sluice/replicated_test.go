@@ -1,6 +1,7 @@
 package main
 
 import (
+	"bytes"
 	"context"
 	"crypto/tls"
 	"crypto/x509"
@@ -322,8 +323,9 @@ func TestReplicatedNodeRejoinsAfterLosingItsVolume(t *testing.T) {
 // TestReplicatedOverTLS: with --tls-cert, --tls-key and --tls-ca the
 // replication port speaks mutual TLS only: the shards of three nodes
 // commit (a write in --fsync always is answered once a majority of its
-// shard has it) and a plain connection to a replication port gets no
-// answer; without --tls-ca, replicated shards are refused at start, as
+// shard has it), sluice cluster show reaches them with --cacert,
+// --tls-cert and --tls-key (and none without), and a plain connection to
+// a replication port gets no answer; without --tls-ca, replicated shards are refused at start, as
 // the nodes could not authenticate each other.
 func TestReplicatedOverTLS(t *testing.T) {
 	cert, key := writeCA(t, filepath.Join(t.TempDir(), "ca"))
@@ -360,6 +362,17 @@ func TestReplicatedOverTLS(t *testing.T) {
 			}
 			time.Sleep(20 * time.Millisecond)
 		}
+	}
+	// sluice cluster reaches the nodes over TLS with sluice backup's
+	// flags; without them it reaches none.
+	var out bytes.Buffer
+	tool := []string{"cluster", "show", "--nodes", strings.Join(addrs, ","), "--cluster-command-timeout", "5s"}
+	if err := runReloading(ctx, nil, append(tool, "--cacert", cert, "--tls-cert", cert, "--tls-key", key), noEnvLookup, nil, &out, &out); err != nil || !strings.HasPrefix(out.String(), "epoch 0\nshard 0 ") {
+		t.Errorf("sluice cluster show over TLS: %v\n%s", err, out.String())
+	}
+	out.Reset()
+	if err := runReloading(ctx, nil, tool, noEnvLookup, nil, &out, &out); err == nil {
+		t.Errorf("sluice cluster show without the TLS flags passed:\n%s", out.String())
 	}
 	c, err := net.Dial("tcp", bus[0])
 	if err != nil {
