@@ -3,6 +3,7 @@ package main
 import (
 	"bytes"
 	"context"
+	"slices"
 	"strconv"
 	"strings"
 	"syscall"
@@ -117,5 +118,25 @@ func TestClusterSendAndCheckPolicy(t *testing.T) {
 	}
 	if code, out := runToExit(t, "cluster", "check-policy", "--nodes", nodes, "--cluster-page", "2"); code != 0 || !strings.Contains(out, "2 nodes agree: enforce shadow") || !strings.Contains(out, "5 overrides in 2 labels") {
 		t.Fatalf("sluice cluster check-policy after the changes were sent again: exit status %d; want 0\n%s", code, out)
+	}
+}
+
+// TestOverrideLabels: check-policy reads INFO's policy_override_labels
+// whole, an Envoy domain with commas (or a '=') in it included, which a
+// split at each comma read as other labels.
+func TestOverrideLabels(t *testing.T) {
+	for _, tc := range []struct {
+		list string
+		want []string
+	}{
+		{"", nil},
+		{"api=3", []string{"api"}},
+		{"api=3,rls:messaging=1", []string{"api", "rls:messaging"}},
+		{"rls:a,b=2,web=10", []string{"rls:a,b", "web"}},
+		{"rls:x=y,z=4", []string{"rls:x=y,z"}},
+	} {
+		if got := overrideLabels(tc.list); !slices.Equal(got, tc.want) {
+			t.Errorf("overrideLabels(%q) = %q; want %q", tc.list, got, tc.want)
+		}
 	}
 }

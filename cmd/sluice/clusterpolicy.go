@@ -224,13 +224,33 @@ func (ct *clusterTool) dials(ctx context.Context, addr string) (d map[string]str
 		if !ok || list == "" {
 			continue
 		}
-		for _, lc := range strings.Split(list, ",") {
-			if i := strings.LastIndexByte(lc, '='); i > 0 {
-				labels = append(labels, lc[:i])
-			}
-		}
+		labels = append(labels, overrideLabels(list)...)
 	}
 	return d, labels, rules, nil
+}
+
+// overrideLabels reads the labels of INFO's policy_override_labels,
+// label=count,...: a piece that does not end in =<count> belongs to the
+// next, as an Envoy domain's label (rls:<domain>) may hold commas.
+func overrideLabels(list string) []string {
+	var labels []string
+	start := 0
+	for i := 0; i <= len(list); i++ {
+		if i < len(list) && list[i] != ',' {
+			continue
+		}
+		piece := list[start:i]
+		eq := strings.LastIndexByte(piece, '=')
+		if eq <= 0 {
+			continue
+		}
+		if _, err := strconv.ParseUint(piece[eq+1:], 10, 63); err != nil {
+			continue
+		}
+		labels = append(labels, piece[:eq])
+		start = i + 1
+	}
+	return labels
 }
 
 // answer is do, but an error reply (or nil) is a reply: only a node that
