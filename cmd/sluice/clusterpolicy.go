@@ -171,7 +171,7 @@ func diffLine(ct *clusterTool, what string, addrs, vals []string) bool {
 // dials reads addr's dials as names and values, "enforce" first, then
 // "rule <label> <field>" for each field of each rule of POLICY SHOW but
 // its count of overrides (compared one by one instead), and the labels of
-// its overrides (INFO policy's policy_override_labels), and how many
+// its overrides (POLICY OVERRIDES without a label), and how many
 // rules and orphaned limits it named. An error reply is a value, compared
 // as the others; a node that cannot be asked is an error.
 func (ct *clusterTool) dials(ctx context.Context, addr string) (d map[string]string, labels []string, rules int, err error) {
@@ -214,6 +214,19 @@ func (ct *clusterTool) dials(ctx context.Context, addr string) (d map[string]str
 			}
 		}
 	}
+	v, err = ct.do(ctx, addr, "POLICY", "OVERRIDES")
+	var rerr redis.Error
+	switch {
+	case err == nil:
+		list, _ := v.([]any)
+		for i := 0; i+1 < len(list); i += 2 {
+			labels = append(labels, fmt.Sprint(list[i]))
+		}
+		return d, labels, rules, nil
+	case !errors.As(err, &rerr):
+		return nil, nil, 0, err
+	}
+	// A node of a version before POLICY OVERRIDES without a label.
 	info, err := ct.do(ctx, addr, "INFO", "policy")
 	if err != nil {
 		return nil, nil, 0, err
@@ -230,8 +243,10 @@ func (ct *clusterTool) dials(ctx context.Context, addr string) (d map[string]str
 }
 
 // overrideLabels reads the labels of INFO's policy_override_labels,
-// label=count,...: a piece that does not end in =<count> belongs to the
-// next, as an Envoy domain's label (rls:<domain>) may hold commas.
+// label=count,..., as a node before POLICY OVERRIDES without a label
+// gives them: a piece that does not end in =<count> belongs to the next,
+// as an Envoy domain's label (rls:<domain>) may hold commas (one whose
+// own text has "=<digits>," stays ambiguous there).
 func overrideLabels(list string) []string {
 	var labels []string
 	start := 0

@@ -2,6 +2,8 @@ package policycmd
 
 import (
 	"encoding/hex"
+	"maps"
+	"slices"
 	"strconv"
 
 	"github.com/sluicehq/sluice/internal/dispatch"
@@ -122,6 +124,22 @@ func (c *Commands) overrides(x *dispatch.Ctx, args [][]byte) error {
 	for _, o := range list {
 		x.Out = resp.AppendBulk(x.Out, o.Actor)
 		x.Out = resp.AppendInt(x.Out, o.Limit)
+	}
+	return nil
+}
+
+// overrideLabels is POLICY OVERRIDES without a label: as HGETALL, a flat
+// array of each label that has overrides on this server and how many, in
+// label order. INFO's policy_override_labels says the same in one line,
+// where an Envoy domain's label (rls:<domain>) holding "=" and "," cannot
+// be told from two; this reply can, for tools that compare servers.
+func (c *Commands) overrideLabels(x *dispatch.Ctx) error {
+	counts, _ := c.Engine.OverrideCounts()
+	labels := slices.Sorted(maps.Keys(counts))
+	x.Out = resp.AppendArray(x.Out, 2*len(labels))
+	for _, l := range labels {
+		x.Out = resp.AppendBulkString(x.Out, l)
+		x.Out = resp.AppendInt(x.Out, counts[l])
 	}
 	return nil
 }

@@ -90,7 +90,7 @@ func (c *Commands) audit(who Who, change int, attrs ...any) {
 const maxLabel = 255
 
 // usage is the error of a subcommand that is none of these.
-var usage = errs.New(errs.Request, "unknown POLICY subcommand or wrong number of arguments; expected POLICY RELOAD, POLICY SHOW, POLICY LIMIT <label> <creditLimit> [<resetSeconds>], POLICY LIMIT <label> RESET, POLICY ENFORCE [on|shadow|off], POLICY OVERRIDE <label> <actor> [<limit>|RESET], POLICY OVERRIDES <label> [CURSOR <cursor>] [COUNT <count>] or POLICY STATS <label> [WHATIF <limit>]")
+var usage = errs.New(errs.Request, "unknown POLICY subcommand or wrong number of arguments; expected POLICY RELOAD, POLICY SHOW, POLICY LIMIT <label> <creditLimit> [<resetSeconds>], POLICY LIMIT <label> RESET, POLICY ENFORCE [on|shadow|off], POLICY OVERRIDE <label> <actor> [<limit>|RESET], POLICY OVERRIDES [<label> [CURSOR <cursor>] [COUNT <count>]] or POLICY STATS <label> [WHATIF <limit>]")
 
 // Run runs POLICY args[1] with args[2:] (args[0] is POLICY) for who and
 // appends its reply to x.Out, or returns the error to answer.
@@ -104,6 +104,8 @@ func (c *Commands) Run(x *dispatch.Ctx, who Who, args [][]byte) error {
 		return c.enforce(x, who, args[2:])
 	case (len(args) == 4 || len(args) == 5) && resp.EqualFold(args[1], "override"):
 		return c.override(x, who, args[2:])
+	case len(args) == 2 && resp.EqualFold(args[1], "overrides"):
+		return c.overrideLabels(x)
 	case len(args) >= 3 && len(args) <= 7 && resp.EqualFold(args[1], "overrides"):
 		return c.overrides(x, args[2:])
 	case len(args) >= 3 && resp.EqualFold(args[1], "stats"):
