@@ -127,6 +127,9 @@ type workload struct {
 	// Only, when set, holds the key numbers drawn from, Keys of them (the
 	// keys of one shard: replcost); nil: 0 to Keys-1.
 	Only []int64
+	// Rate paces the load at that many requests/s in all, shared evenly
+	// by the connections; 0: as fast as the server answers.
+	Rate float64
 }
 
 // command is the workload's sluice command, RL.PREDUCE when unset.
@@ -622,6 +625,7 @@ func run(addr string, t target, w workload, sha string) (result, error) {
 			g := newKeyGen(w, uint64(i)+1, &seq)
 			r := bufio.NewReaderSize(c, 64<<10)
 			buf := make([]byte, 0, 64<<10)
+			sent := int64(0)
 			for errs.Load() == 0 {
 				n := int64(w.Pipeline)
 				if left := remaining.Add(-n); left < 0 {
@@ -629,6 +633,12 @@ func run(addr string, t target, w workload, sha string) (result, error) {
 					if n <= 0 {
 						break
 					}
+				}
+				if w.Rate > 0 {
+					// Each connection keeps its share of the rate from the start.
+					due := start.Add(time.Duration(float64(sent) / (w.Rate / float64(w.Conns)) * float64(time.Second)))
+					time.Sleep(time.Until(due))
+					sent += n
 				}
 				buf = buf[:0]
 				nowUs := time.Now().UnixMicro()

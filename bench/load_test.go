@@ -4,6 +4,7 @@ import (
 	"bufio"
 	"bytes"
 	"fmt"
+	"math"
 	"net"
 	"os"
 	"regexp"
@@ -133,6 +134,8 @@ func TestValidateRefusesMismatchedLimiterFlags(t *testing.T) {
 		{"unknown command", func(w *workload) { w.Command = "CL.NOPE" }},
 		{"RL.PGET mixed into FW.PINCR", func(w *workload) { w.Command, w.GetPct = cmdFWPIncr, 10 }},
 		{"CL.THROTTLE with a period that is not whole seconds", func(w *workload) { w.Command, w.RefillMs = cmdCLThrottle, 1500 }},
+		{"a negative rate", func(w *workload) { w.Rate = -1 }},
+		{"a rate that is not a number", func(w *workload) { w.Rate = math.NaN() }},
 	} {
 		w := ok
 		c.edit(&w)

@@ -24,6 +24,7 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"math"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -144,7 +145,7 @@ func mainErr(args []string, stdout, stderr io.Writer) error {
 	fs.BoolVar(&o.spawn, "spawn", false, "build and start sluice with a fresh data directory, and report its CPU and peak RSS")
 	fs.StringVar(&o.serverFlags, "server-flags", "", "extra flags for the sluice the harness starts, e.g. \"--fsync always\"")
 	fs.StringVar(&o.compare, "compare", "", "also run the workload against redis-server, the Redis way of doing what its sluice command does (value: redis): for RL.PREDUCE, INCR and the EVALSHA token bucket; for CL.*, redis-cell and INCR+EXPIRE; for FW.*, INCR+EXPIRE, the same in MULTI/EXEC, and the EVALSHA fixed window; for ROLL.LIMIT, rolling-rate-limiter's MULTI of ZREMRANGEBYSCORE, ZADD, ZRANGE WITHSCORES and EXPIRE")
-	fs.StringVar(&o.scenario, "scenario", "", "preset: "+strings.Join(scenarioNames(), ", ")+"; or all ("+strings.Join(groupNames(groupMain), ", ")+"); or limiters ("+strings.Join(groupNames(groupLimiters), ", ")+"); or roll ("+strings.Join(groupNames(groupRoll), ", ")+"); or sweep (the idle sweep, sluice alone); or rls (Envoy's ShouldRateLimit over gRPC, sluice alone); or goals (issue 13's goal workloads and their table, Redis rows included); or memory (--keys buckets, 10M by default, created once each: sluice's peak RSS with default flags); or scale (issue 28: Redis INCR, the Lua bucket and, with --redis-cell, redis-cell, then sluice at GOMAXPROCS 1, 2, 4, ... up to the machine's cores, uniform and hot keys, unpinned, with the cores each server used, and the serial stage ceiling of a server of 8 cores, or of the machine's if it has more, from the stage benchmarks of ./storage); or failover (issue 29: three local nodes with --cluster-replicas 3 --fsync always, --server-flags added; --kills SIGKILLs of a shard's leader, each restarted on its volume: the time to the shard's first decision by another node, and to a go-redis ClusterClient's first success; unpinned); or rejoin (issue 29: the same three nodes, --keys buckets in shard 0, then its home node killed and started on an empty data directory: the time until it leads shard 0 again, every bucket read back from it); or replcost (issue 29: pipelined RL.PREDUCE over --keys buckets of one shard against a standalone sluice, the shard's owner of three nodes with --cluster-replicas 1 and its leader with 3, in --fsync always and everysec: throughput and each process's CPU per request; --pin pins the measured node)")
+	fs.StringVar(&o.scenario, "scenario", "", "preset: "+strings.Join(scenarioNames(), ", ")+"; or all ("+strings.Join(groupNames(groupMain), ", ")+"); or limiters ("+strings.Join(groupNames(groupLimiters), ", ")+"); or roll ("+strings.Join(groupNames(groupRoll), ", ")+"); or sweep (the idle sweep, sluice alone); or rls (Envoy's ShouldRateLimit over gRPC, sluice alone); or goals (issue 13's goal workloads and their table, Redis rows included); or memory (--keys buckets, 10M by default, created once each: sluice's peak RSS with default flags); or scale (issue 28: Redis INCR, the Lua bucket and, with --redis-cell, redis-cell, then sluice at GOMAXPROCS 1, 2, 4, ... up to the machine's cores, uniform and hot keys, unpinned, with the cores each server used, and the serial stage ceiling of a server of 8 cores, or of the machine's if it has more, from the stage benchmarks of ./storage); or failover (issue 29: three local nodes with --cluster-replicas 3 --fsync always, --server-flags added; --kills SIGKILLs of a shard's leader, each restarted on its volume: the time to the shard's first decision by another node, and to a go-redis ClusterClient's first success; unpinned); or rejoin (issue 29: the same three nodes, --keys buckets in shard 0, then its home node killed and started on an empty data directory: the time until it leads shard 0 again, every bucket read back from it); or replcost (issue 29: pipelined RL.PREDUCE over --keys buckets of one shard against a standalone sluice, the shard's owner of three nodes with --cluster-replicas 1 and its leader with 3, in --fsync always and everysec: throughput and each process's CPU per request, then the standalone sluice again paced at the rate the three replicas took, to compare the followers with it at the same rate; --pin pins the measured node)")
 	fs.StringVar(&o.serverBin, "server-bin", "", "a sluice binary to start instead of building ./cmd/sluice")
 	fs.StringVar(&o.beforeBin, "before-bin", "", "with --scenario goals: an older sluice binary, measured in the same run on each goal workload, for the table's before column")
 	fs.StringVar(&o.redisCell, "redis-cell", os.Getenv("SLUICE_BENCH_REDIS_CELL"), "with --compare redis: the redis-cell module (libredis_cell.so, built for the installed Redis) to load with --loadmodule for the CL.THROTTLE row; without it that row is skipped (env SLUICE_BENCH_REDIS_CELL)")
@@ -161,6 +162,7 @@ func mainErr(args []string, stdout, stderr io.Writer) error {
 	fs.IntVar(&o.w.Pipeline, "pipeline", 16, "commands per round trip")
 	fs.Int64Var(&o.w.Requests, "requests", 1_000_000, "requests in all")
 	fs.Int64Var(&o.w.Keys, "keys", 1_000_000, "distinct bucket keys")
+	fs.Float64Var(&o.w.Rate, "rate", 0, "requests per second in all, shared by the connections; 0: as fast as the server answers")
 	fs.StringVar(&o.w.Dist, "dist", "uniform", "key distribution: uniform, zipf or seq")
 	fs.Float64Var(&o.w.ZipfS, "zipf-s", 1.2, "zipf exponent (> 1)")
 	fs.IntVar(&o.w.GetPct, "get-pct", 0, "percent of RL.PGET among sluice commands (the rest RL.PREDUCE)")
@@ -368,6 +370,8 @@ func validate(w workload) error {
 		return errors.New("--zipf-s must be greater than 1")
 	case w.GetPct < 0 || w.HitPct < 0 || w.GetPct+w.HitPct > 100:
 		return errors.New("--get-pct and --hit-pct must be 0..100 together")
+	case w.Rate < 0 || math.IsNaN(w.Rate) || math.IsInf(w.Rate, 0):
+		return fmt.Errorf("--rate %v: want requests per second, 0 or more (0: unpaced)", w.Rate)
 	case w.Take < 0 || w.Max < 1 || w.RefillMs < 1:
 		return errors.New("--take >= 0, --max >= 1 and --refill-ms >= 1")
 	case w.Command != "" && !slices.Contains(sluiceCommands, w.Command):

@@ -31,6 +31,9 @@ type replcostRow struct {
 	CPU    []time.Duration // by node: the measured node first
 	Labels []string
 	Notes  []string // where the profiles are (--perf)
+	// PacedFor is the replicated row whose rate a paced standalone row
+	// took, nil for others.
+	PacedFor *replcostRow
 }
 
 // shardKeyNumbers returns n key numbers whose keys (k:<n>, as the generator
@@ -59,34 +62,53 @@ func runReplCost(o options, log io.Writer) error {
 		w.Conns, w.Pipeline, w.Requests, w.Keys, o.pinNote, loadAverage())
 	var rows []replcostRow
 	for _, mode := range []string{"always", "everysec"} {
-		// Standalone.
-		dir := filepath.Join(tmp, "standalone-"+mode)
-		s, err := startSluice(o.serverWrap(), bin, dir, append([]string{"--fsync", mode}, strings.Fields(o.serverFlags)...))
+		row, err := replcostStandalone(o, filepath.Join(tmp, "standalone-"+mode), bin, "standalone, "+mode, mode, w)
 		if err != nil {
 			return err
 		}
-		cpu0 := s.cpuTime()
-		res, err := run(s.addr, targetSluice, w, "")
-		cpu := s.cpuTime() - cpu0
-		s.stop()
-		if err != nil {
-			return err
-		}
-		rows = append(rows, replcostRow{Name: "standalone, " + mode, Res: res, CPU: []time.Duration{cpu}, Labels: []string{"node"}})
-		fmt.Fprintln(log, "   "+rows[len(rows)-1].line())
+		rows = append(rows, row)
+		fmt.Fprintln(log, "   "+row.line())
 		// A cluster with one copy per slot, then with three.
+		var r3 replcostRow
 		for _, r := range []int{1, 3} {
-			row, err := replcostCluster(o, tmp, bin, r, mode, w)
-			if err != nil {
+			if r3, err = replcostCluster(o, tmp, bin, r, mode, w); err != nil {
 				return err
 			}
-			rows = append(rows, row)
-			fmt.Fprintln(log, "   "+row.line())
+			rows = append(rows, r3)
+			fmt.Fprintln(log, "   "+r3.line())
 		}
+		// Standalone again, paced at the rate the three replicas took: a
+		// follower's cost per request follows the size of its leader's
+		// rounds, which follows the rate, and so does a standalone
+		// node's; this row compares them at the same rate.
+		paced := w
+		paced.Rate = r3.Res.opsPerSec()
+		if row, err = replcostStandalone(o, filepath.Join(tmp, "paced-"+mode), bin, fmt.Sprintf("standalone at %.0f requests/s, %s", paced.Rate, mode), mode, paced); err != nil {
+			return err
+		}
+		row.PacedFor = &r3
+		rows = append(rows, row)
+		fmt.Fprintln(log, "   "+row.line())
 	}
 	fmt.Fprintln(log)
 	fmt.Fprint(log, replcostMarkdown(rows))
 	return nil
+}
+
+// replcostStandalone measures a standalone node on dir, named name.
+func replcostStandalone(o options, dir, bin, name, mode string, w workload) (replcostRow, error) {
+	s, err := startSluice(o.serverWrap(), bin, dir, append([]string{"--fsync", mode}, strings.Fields(o.serverFlags)...))
+	if err != nil {
+		return replcostRow{}, err
+	}
+	cpu0 := s.cpuTime()
+	res, err := run(s.addr, targetSluice, w, "")
+	cpu := s.cpuTime() - cpu0
+	s.stop()
+	if err != nil {
+		return replcostRow{}, err
+	}
+	return replcostRow{Name: name, Res: res, CPU: []time.Duration{cpu}, Labels: []string{"node"}}, nil
 }
 
 // replcostCluster measures shard 0's node (its owner, or its leader at
@@ -175,7 +197,7 @@ func replcostMarkdown(rows []replcostRow) string {
 	b.WriteString("| configuration | requests/s | × standalone | measured node µs CPU/request | × standalone | other nodes µs CPU/request |\n|---|---:|---:|---:|---:|---|\n")
 	var base replcostRow
 	for _, r := range rows {
-		if strings.HasPrefix(r.Name, "standalone") {
+		if strings.HasPrefix(r.Name, "standalone") && r.PacedFor == nil {
 			base = r
 		}
 		var others []string
@@ -184,6 +206,16 @@ func replcostMarkdown(rows []replcostRow) string {
 		}
 		fmt.Fprintf(&b, "| %s | %.0f | %.2f | %.2f | %.2f | %s |\n", r.Name, r.Res.opsPerSec(), r.Res.opsPerSec()/base.Res.opsPerSec(),
 			r.perReq(0), r.perReq(0)/base.perReq(0), strings.Join(others, ", "))
+	}
+	for _, r := range rows {
+		if f := r.PacedFor; f != nil && r.perReq(0) > 0 {
+			var ratios []string
+			for i := 1; i < len(f.CPU); i++ {
+				ratios = append(ratios, fmt.Sprintf("%s %.2f×", f.Labels[i], f.perReq(i)/r.perReq(0)))
+			}
+			fmt.Fprintf(&b, "\n%s: at the same rate as a standalone node (%.2f µs CPU/request at %.0f requests/s): leader %.2f×, %s\n",
+				f.Name, r.perReq(0), r.Res.opsPerSec(), f.perReq(0)/r.perReq(0), strings.Join(ratios, ", "))
+		}
 	}
 	return b.String()
 }
