@@ -1,9 +1,12 @@
 package main
 
 import (
+	"bufio"
 	"context"
 	"crypto/tls"
 	"crypto/x509"
+	"fmt"
+	"net"
 	"net/http"
 	"os"
 	"path/filepath"
@@ -21,7 +24,7 @@ import (
 // rate limit service over TLS with client certificates (--tls-ca). A
 // HIT and a GET /check sent to the node that does not own the actor's
 // counter are forwarded to its owner over TLS and counted there, as are
-// Envoy's calls sent to either node; a node with --tls-cert and no
+// Envoy's calls sent to either node and the line protocol's HIT; a node with --tls-cert and no
 // --tls-ca cannot verify the owner and answers an error naming --tls-ca.
 func TestClusterForwardOverTLS(t *testing.T) {
 	cert, key := writeCA(t, filepath.Join(t.TempDir(), "ca"))
@@ -29,7 +32,7 @@ func TestClusterForwardOverTLS(t *testing.T) {
 	conf := overrideRLSConfig(t, rules)
 	addrs := freePorts(t, 2)
 	procs := startCluster(t, addrs, "--policy", rules, "--check-addr", "127.0.0.1:0", "--check-trusted-proxies", "127.0.0.1",
-		"--rls-addr", "127.0.0.1:0", "--rls-config", conf, "--tls-cert", cert, "--tls-key", key, "--tls-ca", cert)
+		"--rls-addr", "127.0.0.1:0", "--rls-config", conf, "--divvy-addr", "127.0.0.1:0", "--tls-cert", cert, "--tls-key", key, "--tls-ca", cert)
 	tc := clientCert(t, cert, key)
 	ctx := context.Background()
 	resp := func(p *proc) *redis.Client {
@@ -72,6 +75,22 @@ func TestClusterForwardOverTLS(t *testing.T) {
 	hit(0, a, 0)
 	check(0, a, http.StatusTooManyRequests)
 	hit(1, a, 0) // counted on the owner
+	// The line protocol (plain TCP: divvy's clients speak no TLS).
+	b := o.actorOn("10.0.2.", 8192, 16383)
+	dc, err := net.Dial("tcp", procs[0].divvyAddr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer dc.Close()
+	dc.SetDeadline(time.Now().Add(time.Minute)) // bounds a hang only
+	dr := bufio.NewReader(dc)
+	for k, want := range []string{"OK true 1 ", "OK true 0 "} {
+		fmt.Fprintf(dc, "HIT path=/api ip=%s\n", b)
+		if line, err := dr.ReadString('\n'); err != nil || !strings.HasPrefix(line, want) {
+			t.Fatalf("divvy HIT %d of %s on node 0: %q, %v; want %q...", k+1, b, line, err, want)
+		}
+	}
+	hit(1, b, 0)
 	if n, err := resp(procs[0]).DBSize(ctx).Result(); err != nil || n != 0 {
 		t.Errorf("DBSIZE on node 0, which owns no counter hit: %d, %v; want 0", n, err)
 	}
@@ -97,7 +116,7 @@ func TestClusterForwardOverTLS(t *testing.T) {
 	// Without --tls-ca a node has nothing to verify its peers with.
 	addrs = freePorts(t, 2)
 	procs = startCluster(t, addrs, "--policy", rules, "--tls-cert", cert, "--tls-key", key)
-	err := resp(procs[0]).Do(ctx, "HIT", "path=/api", "ip="+a).Err()
+	err = resp(procs[0]).Do(ctx, "HIT", "path=/api", "ip="+a).Err()
 	if err == nil || !strings.Contains(err.Error(), "to its owner "+addrs[1]+" failed: ") || !strings.Contains(err.Error(), "--tls-ca") {
 		t.Fatalf("HIT forwarded over TLS without --tls-ca: %v; want an error naming the owner and --tls-ca", err)
 	}
