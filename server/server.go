@@ -227,7 +227,10 @@ func New(cfg Config) (*Server, error) {
 	co := clusternode.Options{
 		Store: s.store, Logger: s.log, Clock: s.clock, Cluster: cfg.Cluster.Node,
 		AcceptRepairedClusterState: cfg.Cluster.AcceptRepairedState,
-		Password:                   cfg.Listen.Password, TLS: cfg.Listen.TLS != nil,
+		Password:                   cfg.Listen.Password,
+	}
+	if s.guard.TLS != nil {
+		co.ForwardTLS = s.guard.TLS.NodeClient
 	}
 	if s.guard.TLS != nil && cfg.Cluster.Node != nil && cfg.Cluster.Node.Replicas > 1 {
 		if co.ReplicationClientTLS, co.ReplicationServerTLS, err = s.guard.TLS.Replication(); err != nil {

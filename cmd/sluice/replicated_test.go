@@ -3,12 +3,9 @@ package main
 import (
 	"bytes"
 	"context"
-	"crypto/tls"
-	"crypto/x509"
 	"errors"
 	"io"
 	"net"
-	"os"
 	"os/exec"
 	"path/filepath"
 	"strconv"
@@ -335,18 +332,8 @@ func TestReplicatedOverTLS(t *testing.T) {
 	for i := range dirs {
 		startReplicated(t, addrs, bus, dirs, i, tlsFlags...)
 	}
-	pair, err := tls.LoadX509KeyPair(cert, key)
-	if err != nil {
-		t.Fatal(err)
-	}
-	pem, err := os.ReadFile(cert)
-	if err != nil {
-		t.Fatal(err)
-	}
-	pool := x509.NewCertPool()
-	pool.AppendCertsFromPEM(pem)
 	cc := redis.NewClusterClient(&redis.ClusterOptions{Addrs: addrs, ClusterStateReloadInterval: 200 * time.Millisecond,
-		TLSConfig: &tls.Config{Certificates: []tls.Certificate{pair}, RootCAs: pool, MinVersion: tls.VersionTLS12}})
+		TLSConfig: clientCert(t, cert, key)})
 	defer cc.Close()
 	ctx := context.Background()
 	deadline := time.Now().Add(60 * time.Second) // bounds a hang

@@ -125,6 +125,34 @@ func (t *TLS) Replication() (client, server *tls.Config, err error) {
 	return client, server, nil
 }
 
+// ErrNodeTLSNeedsCA is the error of NodeClient on a server without a CA
+// (--tls-ca): it could not tell another node from anyone.
+var ErrNodeTLSNeedsCA = errors.New("over TLS a node reaches another only with --tls-ca, the CA that signed the nodes' certificates (each allowing server and client authentication and naming the host of its node's address)")
+
+// NodeClient returns the configuration of a new connection from this
+// node to another node's RESP port (a forwarded counter hit): it
+// presents this server's certificate and verifies the other's against
+// the CA of --tls-ca, both as last loaded, so a reload (SIGHUP) applies
+// to the connections opened afterwards. Each call returns a new
+// configuration, for the caller to set ServerName. Without a CA it
+// returns ErrNodeTLSNeedsCA.
+func (t *TLS) NodeClient() (*tls.Config, error) {
+	if t.files.CA == "" {
+		return nil, ErrNodeTLSNeedsCA
+	}
+	cur := t.cur.Load()
+	cert := &cur.Certificates[0]
+	return &tls.Config{
+		MinVersion: tls.VersionTLS12,
+		RootCAs:    cur.ClientCAs,
+		// Presented whatever CAs the other node names: one that refuses
+		// it says why in its handshake error.
+		GetClientCertificate: func(*tls.CertificateRequestInfo) (*tls.Certificate, error) {
+			return cert, nil
+		},
+	}, nil
+}
+
 // Current is the configuration in use, as last loaded.
 func (t *TLS) Current() *tls.Config { return t.cur.Load() }
 

@@ -2,6 +2,7 @@ package clusternode
 
 import (
 	"bufio"
+	"crypto/tls"
 	"errors"
 	"fmt"
 	"net"
@@ -25,7 +26,8 @@ import (
 // that receives it, and each counted rule's counter lives in the slot of
 // its own key (rule identity and actor). When another node owns that slot,
 // the hit of that one counter is forwarded to it as SLUICE.COUNTERHIT over
-// RESP, on pooled connections with a timeout, and the owner applies it
+// RESP, on pooled connections with a timeout (over TLS when the nodes
+// serve RESP over TLS: Options.ForwardTLS), and the owner applies it
 // under the same rule (the nodes must run the same --policy and
 // --rls-config; the owner checks the rule's identity). The engine asks
 // through engine.Cluster, which Node implements: one call in its
@@ -50,6 +52,9 @@ const forwardIdle = 8
 
 // forwarder holds the pooled connections to the other nodes.
 type forwarder struct {
+	// tls is Options.ForwardTLS, set before the node serves.
+	tls func() (*tls.Config, error)
+
 	mu struct {
 		sync.Mutex
 		idle   map[string][]*fwdConn
@@ -194,11 +199,14 @@ func (f *forwarder) get(s *Node, addr string, deadline time.Time) (*fwdConn, err
 		return c, nil
 	}
 	f.mu.Unlock()
-	if s.tls {
-		return nil, errors.New("forwarding between nodes over TLS is not supported: run cluster mode without --tls-cert, or send HIT to the node owning its counter")
-	}
 	d := net.Dialer{Deadline: deadline}
-	nc, err := d.Dial("tcp", addr)
+	var nc net.Conn
+	var err error
+	if f.tls != nil {
+		nc, err = f.dialTLS(&d, addr)
+	} else {
+		nc, err = d.Dial("tcp", addr)
+	}
 	if err != nil {
 		return nil, err
 	}
@@ -220,6 +228,25 @@ func (f *forwarder) get(s *Node, addr string, deadline time.Time) (*fwdConn, err
 		}
 	}
 	return c, nil
+}
+
+// dialTLS connects to addr over TLS, the handshake within d's deadline.
+// The owner's certificate must name the host of its address, as
+// CLUSTER SLOTS gives it: the address its clients verify it by.
+func (f *forwarder) dialTLS(d *net.Dialer, addr string) (net.Conn, error) {
+	cfg, err := f.tls()
+	if err != nil {
+		return nil, err
+	}
+	if cfg.ServerName, _, err = net.SplitHostPort(addr); err != nil {
+		return nil, err
+	}
+	nc, err := tls.DialWithDialer(d, "tcp", addr, cfg)
+	var ve *tls.CertificateVerificationError
+	if errors.As(err, &ve) {
+		return nil, fmt.Errorf("%w (every node's certificate must be signed by --tls-ca and name the host of its address)", err)
+	}
+	return nc, err
 }
 
 func (f *forwarder) put(addr string, c *fwdConn) {

@@ -109,9 +109,13 @@ type Options struct {
 	// Password is the one the nodes share: forwarded hits authenticate
 	// with it.
 	Password string
-	// TLS is set when the nodes serve RESP over TLS only, which
-	// forwarding does not support.
-	TLS bool
+	// ForwardTLS is set when the nodes serve RESP over TLS only: each
+	// connection forwarding hits to another node is opened with the
+	// configuration it returns (a new one each call, the certificates as
+	// last reloaded), its ServerName set to the host of that node's
+	// address; its error is answered instead (no CA to verify the nodes
+	// with). Nil: plain TCP.
+	ForwardTLS func() (*tls.Config, error)
 	// ReplicationClientTLS and ReplicationServerTLS, both or neither,
 	// secure the replication transport of replicated shards with mutual
 	// TLS (replication.TransportConfig); nil: plain TCP.
@@ -128,7 +132,6 @@ type Node struct {
 	clock func() time.Time
 	cfg   Config
 	pass  string
-	tls   bool
 	// repClientTLS and repServerTLS: Options.ReplicationClientTLS and
 	// ReplicationServerTLS.
 	repClientTLS, repServerTLS *tls.Config
@@ -210,8 +213,9 @@ func newView(top cluster.Topology, myID string) *view {
 // initial one, so it wins. Standalone (o.Cluster nil), it returns a nil
 // Node once it has checked that the store may be served standalone.
 func Open(o Options) (*Node, error) {
-	s := &Node{store: o.Store, log: o.Logger, clock: o.Clock, pass: o.Password, tls: o.TLS,
+	s := &Node{store: o.Store, log: o.Logger, clock: o.Clock, pass: o.Password,
 		repClientTLS: o.ReplicationClientTLS, repServerTLS: o.ReplicationServerTLS}
+	s.fwd.tls = o.ForwardTLS
 	if s.log == nil {
 		s.log = slog.New(slog.DiscardHandler)
 	}
