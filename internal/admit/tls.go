@@ -117,12 +117,37 @@ func (t *TLS) Replication() (client, server *tls.Config, err error) {
 	}
 	client = &tls.Config{
 		MinVersion: tls.VersionTLS12,
-		RootCAs:    t.cur.Load().ClientCAs,
+		// The transport keeps this configuration for its life, so the
+		// other node's certificate is verified in VerifyConnection,
+		// against the CA as last loaded, instead of against RootCAs
+		// fixed here: a CA rotated by a reload applies to new
+		// connections, as the certificate does.
+		InsecureSkipVerify: true,
+		VerifyConnection: func(cs tls.ConnectionState) error {
+			return verifyNode(t.cur.Load().ClientCAs, cs)
+		},
 		GetClientCertificate: func(*tls.CertificateRequestInfo) (*tls.Certificate, error) {
 			return &t.cur.Load().Certificates[0], nil
 		},
 	}
 	return client, server, nil
+}
+
+// verifyNode verifies the certificate another node presented in cs
+// against roots, for the host cs.ServerName names, as crypto/tls does
+// for RootCAs.
+func verifyNode(roots *x509.CertPool, cs tls.ConnectionState) error {
+	if len(cs.PeerCertificates) == 0 {
+		return errors.New("tls: the other node presented no certificate")
+	}
+	opts := x509.VerifyOptions{Roots: roots, DNSName: cs.ServerName, Intermediates: x509.NewCertPool()}
+	for _, c := range cs.PeerCertificates[1:] {
+		opts.Intermediates.AddCert(c)
+	}
+	if _, err := cs.PeerCertificates[0].Verify(opts); err != nil {
+		return &tls.CertificateVerificationError{UnverifiedCertificates: cs.PeerCertificates, Err: err}
+	}
+	return nil
 }
 
 // ErrNodeTLSNeedsCA is the error of NodeClient on a server without a CA

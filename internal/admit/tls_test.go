@@ -60,9 +60,24 @@ func TestNodeClient(t *testing.T) {
 // or, when it has none, the server's (its check of the client's
 // certificate).
 func handshake(srv *TLS, client *tls.Config) error {
-	a, b := net.Pipe()
-	defer a.Close()
+	// Over loopback TCP, not net.Pipe: a side that fails the handshake
+	// writes its alert while the other may still be writing its flight,
+	// which a pipe's unbuffered writes turn into a wait for the deadline.
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		return err
+	}
+	defer l.Close()
+	b, err := net.Dial("tcp", l.Addr().String())
+	if err != nil {
+		return err
+	}
 	defer b.Close()
+	a, err := l.Accept()
+	if err != nil {
+		return err
+	}
+	defer a.Close()
 	deadline := time.Now().Add(time.Minute) // bounds a hang only
 	a.SetDeadline(deadline)
 	b.SetDeadline(deadline)
@@ -75,11 +90,10 @@ func handshake(srv *TLS, client *tls.Config) error {
 		done <- err
 	}()
 	c := tls.Client(b, client)
-	err := c.Handshake()
+	err = c.Handshake()
 	if err == nil {
 		// Until the server closes: it checks the client's certificate
-		// after the client's handshake is done (TLS 1.3), and on a pipe
-		// its session tickets wait for a reader.
+		// after the client's handshake is done (TLS 1.3).
 		c.Read(make([]byte, 1))
 		err = <-done
 	}
@@ -100,5 +114,45 @@ func installNodeCert(t *testing.T, f TLSFiles, name string) {
 		if err := os.WriteFile(dst, b, 0o600); err != nil {
 			t.Fatal(err)
 		}
+	}
+}
+
+// TestReplicationClientFollowsReload: the replication transport's client
+// configuration, made once when the node starts, verifies a node's
+// certificate against --tls-ca as last loaded: after a reload to another
+// CA's certificate, as every node does on SIGHUP during a CA rotation,
+// the handshake with the new certificate succeeds; with the CA of the
+// start it failed. A certificate from an unknown CA is still refused.
+func TestReplicationClientFollowsReload(t *testing.T) {
+	dir := t.TempDir()
+	f := TLSFiles{Cert: filepath.Join(dir, "cert.pem"), Key: filepath.Join(dir, "key.pem")}
+	f.CA = f.Cert // self-signed: its own CA, as every node's
+	installNodeCert(t, f, "a")
+	tt, err := NewTLS(f, 1<<20)
+	if err != nil {
+		t.Fatal(err)
+	}
+	client, _, err := tt.Replication()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := handshake(tt, client.Clone()); err != nil {
+		t.Fatalf("handshake with the certificates loaded: %v", err)
+	}
+	installNodeCert(t, f, "b") // another key and CA
+	if err := tt.Load(); err != nil {
+		t.Fatal(err)
+	}
+	if err := handshake(tt, client.Clone()); err != nil {
+		t.Fatalf("handshake after a reload, with the configuration of the start: %v", err)
+	}
+	other := TLSFiles{Cert: filepath.Join(dir, "other.pem"), Key: filepath.Join(dir, "other-key.pem")}
+	installNodeCert(t, other, "a")
+	stranger, err := NewTLS(other, 1<<20)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := handshake(stranger, client.Clone()); err == nil {
+		t.Fatal("a node serving a certificate of a CA no longer loaded was accepted")
 	}
 }
