@@ -5,11 +5,14 @@
 # separate runs of bench/overrides.sh), standalone or as a cluster node.
 #
 # Usage, from the repository root (needs wrk, redis-cli and taskset; 2 CPUs):
-#   bench/overrides-interleaved.sh [seconds per run, default 15] [connections, default 50] [overrides, default 1000000] [users, default 10000] [rounds, default 4] [standalone|cluster, default cluster]
+#   bench/overrides-interleaved.sh [seconds per run, default 15] [connections, default 50] [overrides, default 1000000] [users, default 10000] [rounds, default 4] [standalone|cluster, default cluster] [with|without, default with]
 #
 # Both servers run at once under taskset -c 0 with the rule file of
 # bench/check.sh; the second gets POLICY OVERRIDE per-user <i> 1000000
-# for i = 1..N (the rule's own limit), then COMPACT and a SIGTERM
+# for i = 1..N (the rule's own limit), or with without the same for the
+# actors x1..xN, so that no user the checks send has an override (a
+# cluster node's filter of its override keys answers them without a
+# store read: docs/policy.md, "In a cluster"), then COMPACT and a SIGTERM
 # restart, as in bench/overrides.sh. Then each round runs wrk -t1 (CPU 1)
 # against the first, then the second, and prints checks/s, p50, p99,
 # sluice's CPU per check and the load average. With cluster, each server
@@ -24,12 +27,17 @@ rounds=${5:-4}
 script=bench/overrides-interleaved.sh
 . "$(dirname "$0")/lib.sh"
 bench_mode "${6:-cluster}"
+case ${7:-with} in
+with) prefix= ;;
+without) prefix=x ;;
+*) echo "$script: $7: want with (the users checked have the overrides) or without (others have them)" >&2; exit 1 ;;
+esac
 bench_setup "$users" wrk redis-cli taskset
 
 start_sluice none
 none_pid=$sluice none_check=$check_port
 start_sluice overrides
-awk -v n="$n" 'BEGIN { for (i = 1; i <= n; i++) { a = i ""; printf "*5\r\n$6\r\nPOLICY\r\n$8\r\nOVERRIDE\r\n$8\r\nper-user\r\n$%d\r\n%s\r\n$7\r\n1000000\r\n", length(a), a } }' > "$dir/overrides.resp"
+awk -v n="$n" -v p="$prefix" 'BEGIN { for (i = 1; i <= n; i++) { a = p i; printf "*5\r\n$6\r\nPOLICY\r\n$8\r\nOVERRIDE\r\n$8\r\nper-user\r\n$%d\r\n%s\r\n$7\r\n1000000\r\n", length(a), a } }' > "$dir/overrides.resp"
 taskset -c 1 redis-cli -p "$resp_port" --pipe < "$dir/overrides.resp" | tail -1 | sed 's/^/load: /'
 rm "$dir/overrides.resp"
 redis-cli -p "$resp_port" COMPACT | sed 's/^/COMPACT: /'

@@ -45,8 +45,12 @@ func TestImports(t *testing.T) {
 		// lock).
 		{"rules", noIO, []string{"policy", "internal/errs"}},
 		// The engine under every front end: the store, the rules, typed
-		// errors; no protocol (internal/resp), no I/O but the store's.
-		{"engine", noIO, []string{"bucket", "keyspace", "policy", "storage", "internal/errs", "internal/rules", "internal/peakstats"}},
+		// errors, a cluster node's filter of its overrides; no protocol
+		// (internal/resp), no I/O but the store's.
+		{"engine", noIO, []string{"bucket", "keyspace", "policy", "storage", "internal/errs", "internal/rules", "internal/peakstats", "internal/bloom"}},
+		// The Bloom filter under the store and the engine: atomic words,
+		// no lock, no clock, no I/O.
+		{"bloom", append([]string{"sync", "time"}, noIO...), nil},
 		// POLICY STATS's summaries: pure, the standard library alone.
 		{"peakstats", pure, nil},
 	} {

@@ -17,9 +17,12 @@ import (
 // nothing below calls back up but through an interface it declares
 // (engine.Cluster).
 var layers = [][]string{
+	// A data structure below the store: its filter of keys, and a cluster
+	// node's of its overrides.
+	{"internal/bloom"},
 	// The pure domain, the store, and what tests share (transcript,
 	// faultnet, logrec, redistest): they import no package of this
-	// module.
+	// module but internal/bloom.
 	{"bucket", "cluster", "storage", "internal/errs", "internal/conffile", "internal/reload", "internal/transcript", "internal/faultnet", "internal/logrec", "internal/redistest", "internal/peakstats", "cmd/sluice/internal/earlyhup"},
 	// Rules over the limiters; the RESP codec over typed errors; a shard's
 	// records replicated over the store; every front end's listener, whose

@@ -148,7 +148,7 @@ func (b *Batch) modify(key []byte, m Mutator, cache bool) (Op, error) {
 			closer io.Closer
 			gerr   error
 		)
-		if s.filter != nil && !s.filter.mayContain(h) {
+		if s.filter != nil && !s.filter.MayContain(h) {
 			st.mu.skips++
 			gerr = pebble.ErrNotFound
 		} else {
@@ -229,7 +229,7 @@ func (b *Batch) modify(key []byte, m Mutator, cache bool) (Op, error) {
 		st.mu.records[s.classOf(key)]--
 	}
 	if op == Put && s.filter != nil {
-		s.filter.add(h) // before the committer can write it
+		s.filter.Add(h) // before the committer can write it
 	}
 	if op == Delete {
 		t.recs[ri].flags |= fDel | fMod

@@ -15,8 +15,10 @@ import (
 	"time"
 
 	"github.com/cockroachdb/pebble/v2"
-	"github.com/cockroachdb/pebble/v2/bloom"
+	pebblebloom "github.com/cockroachdb/pebble/v2/bloom"
 	"github.com/cockroachdb/pebble/v2/vfs"
+
+	"github.com/sluicehq/sluice/internal/bloom"
 )
 
 // formatKey marks a directory as a sluice store, and says which format it
@@ -228,7 +230,7 @@ func (s *Store) openPebble(ctx context.Context, base vfs.FS) (err error) {
 	}
 	// Lookups of buckets that do not exist yet are common; a Bloom filter
 	// answers most of them without reading a block.
-	po.Levels[0].FilterPolicy = bloom.FilterPolicy(10)
+	po.Levels[0].FilterPolicy = pebblebloom.FilterPolicy(10)
 	// Most records sit in the last level, which Zstd compresses to about
 	// two thirds of what the default does; upper levels stay fast.
 	po.ApplyCompressionSettings(func() pebble.DBCompressionSettings { return pebble.DBCompressionBalanced })
@@ -259,9 +261,9 @@ func (s *Store) openPebble(ctx context.Context, base vfs.FS) (err error) {
 	switch {
 	case o.NoKeyFilter:
 	case o.KeyFilterSize == 0:
-		s.filter = newKeyFilter(DefaultKeyFilter)
+		s.filter = bloom.New(DefaultKeyFilter)
 	case o.KeyFilterSize > 0:
-		s.filter = newKeyFilter(o.KeyFilterSize)
+		s.filter = bloom.New(o.KeyFilterSize)
 	}
 	return s.scanRecords()
 }
@@ -535,7 +537,7 @@ func (s *Store) scanRecords() error {
 	n := int64(0)
 	for ok := it.First(); ok; ok = it.Next() {
 		if s.filter != nil {
-			s.filter.add(maphash.Bytes(s.seed, it.Key()))
+			s.filter.Add(maphash.Bytes(s.seed, it.Key()))
 		}
 		s.openRecords[s.classOf(it.Key())]++
 		n++
@@ -543,9 +545,9 @@ func (s *Store) scanRecords() error {
 	if err := it.Close(); err != nil {
 		return fmt.Errorf("scan %s: %w", s.dir, err)
 	}
-	filterBytes := 0
+	filterBytes := int64(0)
 	if s.filter != nil {
-		filterBytes = len(s.filter.words) * 8
+		filterBytes = s.filter.Bytes()
 	}
 	s.log.Info("store scanned", "records", n, "key_filter_bytes", filterBytes, "took", time.Since(t0).Round(time.Millisecond))
 	return nil

@@ -188,7 +188,7 @@ func (b *ReplicaBatch) Commit(sync bool) error {
 		// mostly in no cache, and their loads overlap.
 		for _, r := range b.recs {
 			if r.put {
-				s.filter.add(r.h)
+				s.filter.Add(r.h)
 			}
 		}
 	}
@@ -224,7 +224,7 @@ func (s *Store) exists(key []byte, h uint64) (bool, error) {
 		return ok, nil
 	}
 	st.mu.Unlock()
-	if s.filter != nil && !s.filter.mayContain(h) {
+	if s.filter != nil && !s.filter.MayContain(h) {
 		return false, nil
 	}
 	_, closer, err := s.db.Get(key)

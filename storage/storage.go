@@ -43,6 +43,8 @@ import (
 
 	"github.com/cockroachdb/pebble/v2"
 	"github.com/cockroachdb/pebble/v2/vfs"
+
+	"github.com/sluicehq/sluice/internal/bloom"
 )
 
 // SyncMode says when a write counts as done, like Redis' appendfsync.
@@ -265,7 +267,7 @@ type Store struct {
 	// byteLimit is the most bytes of a stripe's table (CacheMemory/1024);
 	// 0 when the cache is off, which keeps only dirty records.
 	byteLimit int64
-	filter    *keyFilter // nil when off
+	filter    *bloom.Filter // nil when off
 	// openRecords is the number of records of each class found by the
 	// scan at Open.
 	openRecords [MaxClasses]int64

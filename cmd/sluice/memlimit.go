@@ -6,6 +6,7 @@ import (
 	"runtime/debug"
 	"strings"
 
+	"github.com/sluicehq/sluice/internal/engine"
 	"github.com/sluicehq/sluice/internal/respserver"
 	"github.com/sluicehq/sluice/storage"
 )
@@ -19,7 +20,8 @@ const runtimeMemory = 40 << 20
 // autoMemoryLimit is the soft memory limit of --memory-limit auto: the
 // sizing rule of docs/operations.md ("Sizing"), term for term,
 // plus --maxmemory-clients (and --cluster-log-memory with replicated
-// shards), so that a burst of big commands is collected
+// shards, and a cluster node's filter of its overrides at
+// --policy-max-overrides), so that a burst of big commands is collected
 // before it doubles the heap. Without it the collector lets the heap run to
 // about twice its live size between collections (GOGC=100), and the peak
 // RSS to well over the rule with long keys.
@@ -39,6 +41,9 @@ func autoMemoryLimit(cfg config, pebbleOnGoHeap bool) int64 {
 	n += max(int64(cfg.commitQueueMem)-storage.DefaultMaxQueuedBytes, 0)
 	if cfg.clusterReplicas > 1 {
 		n += int64(cfg.clusterLogMemory)
+	}
+	if cfg.clusterNodes != "" {
+		n += engine.NodeFilterBytes(int64(cfg.policyMaxOverrides))
 	}
 	if pebbleOnGoHeap {
 		n += int64(cfg.cacheSize) + 2*int64(cfg.memtableSize)

@@ -108,6 +108,9 @@ type Engine struct {
 	// afterOverrideRead, set by tests only, runs between a new counter's
 	// read of its override and its creation.
 	afterOverrideRead func()
+	// onNodeRead, set by tests only, runs at each store read of a hit's
+	// override on a cluster node (nodeLookup).
+	onNodeRead func()
 }
 
 // New returns an Engine for cfg.

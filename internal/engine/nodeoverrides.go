@@ -1,8 +1,10 @@
 package engine
 
 import (
+	"hash/maphash"
 	"maps"
 
+	"github.com/sluicehq/sluice/internal/bloom"
 	"github.com/sluicehq/sluice/internal/errs"
 	"github.com/sluicehq/sluice/keyspace"
 	"github.com/sluicehq/sluice/policy"
@@ -15,26 +17,110 @@ import (
 // and a change of its leader never touch them, and the command is sent
 // to every node (as POLICY RELOAD). The node that applies a hit to a
 // counter (the owner of its slot, or its shard's leader; for a forwarded
-// hit, the owner) reads the actor's override on every hit of a label that
-// has overrides on the node, not only when it creates the counter: a
-// counter moved in from another node, or replicated from a leader that
+// hit, the owner) looks the actor's override up at every hit of a label
+// that has overrides on the node, not only when it creates the counter:
+// a counter moved in from another node, or replicated from a leader that
 // took a change a moment before this node did, carries no copy this node
 // could trust. The counter still carries the limit its last hit used, for
 // the sweep's threshold data (Swept). A label without overrides costs
-// nothing; the read is one point read of the node's own store, no round
-// trip and no allocation.
+// nothing.
+//
+// The lookup asks the node's filter of its override keys first (a Bloom
+// filter, nodeFilter): an actor it does not hold has no override, and
+// its hit costs no store read and no allocation. An actor it may hold
+// (one with an override, or about 1% of the others) costs one point read
+// of the node's own store. The filter holds every stored key at every
+// moment: a change adds its key before the store write, a removal leaves
+// its key, and a new filter, built from the store under o.mu, replaces the
+// old one whole.
 
-// nodeLookup reads the override of rule's label for actor, among the
+// Sizing of a node's filter: 10 bits per key it is sized for (about 1%
+// false positives, package bloom), for twice the overrides there are when
+// it is built, and at least minFilterKeys.
+const (
+	filterBitsPerKey = 10
+	minFilterKeys    = 4096
+)
+
+// NodeFilterBytes is the most memory a cluster node's filter of its
+// overrides takes with maxOverrides (--policy-max-overrides): 2.5 bytes
+// per override, for the --memory-limit auto budget.
+func NodeFilterBytes(maxOverrides int64) int64 {
+	return filterSize(2 * maxOverrides)
+}
+
+// filterSize is the bytes of a filter sized for keys keys.
+func filterSize(keys int64) int64 {
+	return max(keys, minFilterKeys) * filterBitsPerKey / 8
+}
+
+// nodeFilter is a cluster node's filter of its override keys (their
+// names after keyspace.OverrideMeta: the label, then the actor). The
+// counts are o.mu's.
+type nodeFilter struct {
+	bits *bloom.Filter
+	seed maphash.Seed
+	// capacity is the keys it is sized for; added the keys added since
+	// it was built, those it was built with included; removed the
+	// overrides removed since.
+	capacity, added, removed int64
+}
+
+func (f *nodeFilter) add(name []byte) { f.bits.Add(maphash.Bytes(f.seed, name)) }
+
+func (f *nodeFilter) mayHold(name []byte) bool {
+	return f.bits.MayContain(maphash.Bytes(f.seed, name))
+}
+
+// buildFilterLocked builds the node's filter from the overrides the store
+// holds, sized for n of them, and puts it in use; the caller holds o.mu,
+// so that no change is made meanwhile. On an error the filter in use
+// stays, which holds every stored key still.
+func (e *Engine) buildFilterLocked(n int64) (*nodeFilter, error) {
+	capacity := max(2*n, minFilterKeys)
+	f := &nodeFilter{bits: bloom.New(filterSize(capacity)), seed: maphash.MakeSeed(), capacity: capacity}
+	err := e.store.ScanMeta(keyspace.OverrideMeta, func(name string, _ []byte) bool {
+		f.bits.Add(maphash.String(f.seed, name))
+		f.added++
+		return true
+	})
+	if err != nil {
+		return nil, Typed(StoreErr(err))
+	}
+	e.ov.filter.Store(f)
+	return f, nil
+}
+
+// filterLocked returns the node's filter, built now if LoadOverrides has
+// not built it; the caller holds o.mu.
+func (e *Engine) filterLocked() (*nodeFilter, error) {
+	if f := e.ov.filter.Load(); f != nil {
+		return f, nil
+	}
+	return e.buildFilterLocked(e.ov.total.Load())
+}
+
+// nodeLookup looks the override of rule's label for actor up among the
 // node's own values, into r.m: the hit is then applied under it.
 func (r *Round) nodeLookup(rule *policy.Rule, actor []byte) error {
 	m := &r.m
-	r.okey = keyspace.AppendOverrideMeta(storage.AppendMetaKey(r.okey[:0]), rule.OverridesLabel(), actor)
+	r.okey = storage.AppendMetaKey(r.okey[:0])
+	name := len(r.okey) + len(keyspace.OverrideMeta)
+	r.okey = keyspace.AppendOverrideMeta(r.okey, rule.OverridesLabel(), actor)
+	m.lookup = lookupLocal
+	if f := r.e.ov.filter.Load(); f != nil && !f.mayHold(r.okey[name:]) {
+		m.has = false
+		return nil
+	}
+	if h := r.e.onNodeRead; h != nil {
+		h()
+	}
 	limit, found, val, err := r.e.nodeOverrideAt(r.okey, r.oval)
 	r.oval = val
 	if err != nil {
 		return err
 	}
-	m.lookup, m.has, m.limit = lookupLocal, found, limit
+	m.has, m.limit = found, limit
 	if found {
 		m.base = limit
 	}
@@ -94,7 +180,27 @@ func (e *Engine) changeNodeOverride(label string, actor []byte, limit int64, set
 	if !set && !existed {
 		return false, nil
 	}
-	name := string(keyspace.AppendOverrideMeta(nil, label, actor))
+	f, err := e.filterLocked()
+	if err != nil {
+		return false, err
+	}
+	key := keyspace.AppendOverrideMeta(nil, label, actor)
+	if set && !existed {
+		if f.added >= f.capacity {
+			// Grown, or filled with removed keys: a new one, sized for
+			// twice the overrides there are. Should the store not give
+			// them, the full one still holds every key, at a higher false
+			// positive rate.
+			if nf, err := e.buildFilterLocked(o.total.Load()); err == nil {
+				f = nf
+			}
+		}
+		// Before the write: a hit that can read the override finds its
+		// key in the filter.
+		f.add(key[len(keyspace.OverrideMeta):])
+		f.added++
+	}
+	name := string(key)
 	put, del := map[string][]byte{}, []string(nil)
 	if set {
 		put[name] = keyspace.AppendUint(nil, limit)
@@ -120,6 +226,16 @@ func (e *Engine) changeNodeOverride(label string, actor []byte, limit int64, set
 		return false, Typed(err)
 	}
 	o.add(label, delta)
+	if !set {
+		// The removed key stays in the filter, where it costs its actor's
+		// hits a read; once the removed outnumber the overrides left, a
+		// new filter forgets them, in time linear in the removals. Should
+		// the store not give the overrides, the filter in use stays: it
+		// holds every stored key.
+		if f.removed++; f.removed > o.total.Load() {
+			_, _ = e.buildFilterLocked(o.total.Load())
+		}
+	}
 	return existed, nil
 }
 

@@ -48,8 +48,10 @@ type overrides struct {
 	total  atomic.Int64
 	max    int64
 	// local: a cluster node's own overrides, kept among the store's own
-	// values and read at every hit (nodeoverrides.go).
-	local bool
+	// values and looked up at every hit, through filter, the filter of
+	// their keys (nodeoverrides.go); nil until built.
+	local  bool
+	filter atomic.Pointer[nodeFilter]
 }
 
 // has reports whether label has overrides: whether a hit creating one of
@@ -76,19 +78,26 @@ func (e *Engine) OverrideCounts() (byLabel map[string]int64, total int64) {
 // MaxOverrides is the most overrides the server keeps.
 func (e *Engine) MaxOverrides() int64 { return e.ov.max }
 
-// LoadOverrides reads the overrides' counts from the store, at start.
+// LoadOverrides reads the overrides' counts from the store, at start, and
+// on a cluster node builds the filter of its overrides' keys.
 func (e *Engine) LoadOverrides() error {
 	scan := e.scanRecordCounts
 	if e.ov.local {
 		scan = e.scanNodeCounts
 	}
+	o := &e.ov
+	o.mu.Lock()
+	defer o.mu.Unlock()
 	m, total, err := readCounts(scan)
 	if err != nil {
 		return err
 	}
-	e.ov.counts.Store(&m)
-	e.ov.total.Store(total)
-	return nil
+	o.counts.Store(&m)
+	o.total.Store(total)
+	if o.local {
+		_, err = e.buildFilterLocked(total)
+	}
+	return err
 }
 
 // RecordOverrides is how many overrides the store holds as records, a

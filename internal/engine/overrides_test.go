@@ -8,6 +8,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -389,8 +390,9 @@ func BenchmarkHitOverrides(b *testing.B) {
 		entries := []rls.Entry{{Key: "user", Value: user}}
 		return rls.AppendDescriptor(nil, entries), cfg.Find("api", entries).Rule
 	}
-	// cluster-: a cluster node owning the counters, which reads an
-	// override at every hit of a label that has some.
+	// cluster-: a cluster node owning the counters, which looks an
+	// override up at every hit of a label that has some: its filter,
+	// then the store for an actor the filter may hold.
 	for _, front := range []string{"", "rls-", "cluster-"} {
 		for _, c := range []struct {
 			name, actor string
@@ -573,12 +575,210 @@ func TestOverridesClusterIgnoresRecords(t *testing.T) {
 	}
 }
 
+// On a cluster node, a hit of an actor without an override does not read
+// the store: the node's filter of its override keys answers it; an actor
+// with one gets it. Once the removed outnumber the overrides left, the
+// filter is built again without them, and their actors' hits read
+// nothing either; a restart builds it from the store.
+func TestOverridesClusterFilter(t *testing.T) {
+	st := openStore(t, storage.NewMemDisk())
+	cfg := Config{Store: st, Cluster: &cluster{}}
+	e := New(cfg)
+	if err := e.LoadOverrides(); err != nil {
+		t.Fatal(err)
+	}
+	lp := dialsFile(t, overrideRules).Current()
+	now := time.Unix(1_700_000_000, 0).UnixNano()
+	reads := 0
+	e.onNodeRead = func() { reads++ }
+	for i := range 100 {
+		if err := e.SetOverride(lp, "api", fmt.Appendf(nil, "o%d", i), int64(10+i)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	// hits checks that actors prefix<from> to prefix<to-1> get limit(i)
+	// on e, and returns how many store reads their hits made.
+	hits := func(e *Engine, prefix string, from, to int, limit func(i int) int64) int {
+		t.Helper()
+		r, before := e.NewRound(), reads
+		for i := from; i < to; i++ {
+			actor := prefix + strconv.Itoa(i)
+			if _, out := hitN(t, r, lp, 1, now, "path", "/api", "ip", actor); out.Limit != limit(i) {
+				t.Fatalf("a hit of %s: limit %d; want %d", actor, out.Limit, limit(i))
+			}
+		}
+		return reads - before
+	}
+	rule := func(int) int64 { return 2 }
+	override := func(i int) int64 { return int64(10 + i) }
+	if n := hits(e, "n", 0, 100, rule); n != 0 {
+		t.Fatalf("hits of 100 actors without an override read the store %d times; want none", n)
+	}
+	if n := hits(e, "o", 0, 100, override); n != 100 {
+		t.Fatalf("hits of 100 actors with an override read the store %d times; want 100", n)
+	}
+	r, req := e.NewRound(), request("path", "/api", "ip", "n0")
+	if n := testing.AllocsPerRun(100, func() {
+		if _, err := r.Hit(lp, req, 0, now); err != nil {
+			t.Fatal(err)
+		}
+		r.settle(true)
+	}); n != 0 {
+		t.Fatalf("a warm hit of an actor without an override: %v allocations; want none", n)
+	}
+
+	// The 51st removal outnumbers the 49 left: the filter is built again.
+	built := e.ov.filter.Load()
+	for i := range 60 {
+		if had, err := e.ResetOverride(lp, "api", fmt.Appendf(nil, "o%d", i)); err != nil || !had {
+			t.Fatalf("ResetOverride(o%d) = %v, %v", i, had, err)
+		}
+	}
+	if f := e.ov.filter.Load(); f == built || f.added != 49 || f.removed != 9 {
+		t.Fatalf("after 60 removals of 100: the filter was not built again from the 49 left (%d keys added, %d removed since)", f.added, f.removed)
+	}
+	if n := hits(e, "o", 0, 51, rule); n != 0 {
+		t.Fatalf("hits of 51 actors whose override was removed before the filter was built read the store %d times; want none", n)
+	}
+	hits(e, "o", 51, 60, rule) // removed since: they may read
+	if n := hits(e, "o", 60, 100, override); n != 40 {
+		t.Fatalf("hits of the 40 actors left with an override read the store %d times; want 40", n)
+	}
+
+	// A restart builds the filter from the store.
+	e2 := New(cfg)
+	e2.onNodeRead = func() { reads++ }
+	if err := e2.LoadOverrides(); err != nil {
+		t.Fatal(err)
+	}
+	if n := hits(e2, "o", 0, 60, rule) + hits(e2, "n", 0, 100, rule); n != 0 {
+		t.Fatalf("after a restart, hits of 160 actors without an override read the store %d times; want none", n)
+	}
+	if n := hits(e2, "o", 60, 100, override); n != 40 {
+		t.Fatalf("after a restart, hits of the 40 actors with an override read the store %d times; want 40", n)
+	}
+}
+
+// A node's filter grows with its overrides: past the keys it was sized
+// for, it is built again, bigger, and holds every override still.
+func TestOverridesClusterFilterGrows(t *testing.T) {
+	e := New(Config{Store: openStore(t, storage.NewMemDisk()), Cluster: &cluster{}})
+	if err := e.LoadOverrides(); err != nil {
+		t.Fatal(err)
+	}
+	lp := dialsFile(t, overrideRules).Current()
+	const n = minFilterKeys + 100
+	for i := range n {
+		if err := e.SetOverride(lp, "api", fmt.Appendf(nil, "o%d", i), int64(10+i)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if f := e.ov.filter.Load(); f.capacity != 2*minFilterKeys || f.added != n {
+		t.Fatalf("filter after %d overrides: sized for %d, %d added; want %d, %d", n, f.capacity, f.added, 2*minFilterKeys, n)
+	}
+	r := e.NewRound()
+	now := time.Unix(1_700_000_000, 0).UnixNano()
+	for i := 0; i < n; i += 37 {
+		if _, out := hitN(t, r, lp, 1, now, "path", "/api", "ip", "o"+strconv.Itoa(i)); out.Limit != int64(10+i) {
+			t.Fatalf("a hit of o%d after the filter grew: limit %d; want its override %d", i, out.Limit, 10+i)
+		}
+	}
+}
+
+// Overrides set, removed and set again while hits run, with the filter
+// built again every round: a hit that began after a change was answered
+// and ended before the next began applies what the change left, an
+// override or none.
+func TestOverridesClusterFilterConcurrent(t *testing.T) {
+	e := New(Config{Store: openStore(t, storage.NewMemDisk()), Cluster: &cluster{}})
+	if err := e.LoadOverrides(); err != nil {
+		t.Fatal(err)
+	}
+	lp := dialsFile(t, overrideRules).Current()
+	if err := e.SetOverride(lp, "api", []byte("seed"), 1); err != nil { // the label keeps overrides
+		t.Fatal(err)
+	}
+	const actors, rounds = 32, 20
+	// ver[a] is odd while a's override changes; set[a] says it has one.
+	var ver [actors]atomic.Uint64
+	var set [actors]atomic.Bool
+	done := make(chan struct{})
+	var checked atomic.Int64
+	var wg sync.WaitGroup
+	stop := sync.OnceFunc(func() { close(done); wg.Wait() })
+	defer stop() // a Fatal below ends the hits too
+	for w := range 2 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			r := e.NewRound()
+			now := time.Unix(1_700_000_000, 0).UnixNano()
+			for i := w; ; i += 7 {
+				select {
+				case <-done:
+					return
+				default:
+				}
+				a := i % actors
+				v := ver[a].Load()
+				has := set[a].Load()
+				out, err := r.Hit(lp, request("path", "/api", "ip", "a"+strconv.Itoa(a)), 0, now)
+				if _, cerr := r.Commit(); err != nil || cerr != nil {
+					t.Error(err, cerr)
+					return
+				}
+				if v%2 == 1 || ver[a].Load() != v {
+					continue // a change ran during the hit: either answer stands
+				}
+				want := int64(2)
+				if has {
+					want = int64(100 + a)
+				}
+				if out.Limit != want {
+					t.Errorf("a%d, override set %v before the hit: limit %d; want %d", a, has, out.Limit, want)
+					return
+				}
+				checked.Add(1)
+			}
+		}()
+	}
+	builds := 0
+	for range rounds {
+		built := e.ov.filter.Load()
+		for _, on := range []bool{true, false} {
+			for a := range actors {
+				ver[a].Add(1)
+				actor := []byte("a" + strconv.Itoa(a))
+				var err error
+				if on {
+					err = e.SetOverride(lp, "api", actor, int64(100+a))
+				} else {
+					_, err = e.ResetOverride(lp, "api", actor)
+				}
+				if err != nil {
+					t.Fatal(err)
+				}
+				set[a].Store(on)
+				ver[a].Add(1)
+			}
+		}
+		if e.ov.filter.Load() != built {
+			builds++
+		}
+	}
+	stop()
+	if builds != rounds || checked.Load() == 0 {
+		t.Fatalf("the filter was built again in %d of %d rounds, %d hits checked; want every round, some", builds, rounds, checked.Load())
+	}
+}
+
 // BenchmarkHitOverridesMillion is BenchmarkHitOverrides/cluster-actor-has
-// on a store as a cluster node holds a million overrides: in tables on
-// disk (compacted), not in the memtable, and hits spread over 10k actors
-// with live counters, each with an override. The node reads the actor's
-// override at every hit (nodeoverrides.go): a Pebble point read through
-// the table's index and data blocks.
+// and cluster-label-has on a store as a cluster node holds a million overrides:
+// in tables on disk (compacted), not in the memtable, and hits spread
+// over 10k actors with live counters, each with an override (actor-has)
+// or none (actor-none). The node reads the override of an actor the
+// filter may hold at every hit (nodeoverrides.go): a Pebble point read
+// through the table's index and data blocks.
 func BenchmarkHitOverridesMillion(b *testing.B) {
 	st, err := storage.Open(b.TempDir(), storage.Options{Sync: storage.SyncEverySec, Partition: keyspace.Partition, Partitions: keyspace.Partitions})
 	if err != nil {
@@ -608,23 +808,30 @@ func BenchmarkHitOverridesMillion(b *testing.B) {
 	lp := dialsFile(b, overrideRules).Current()
 	r := e.NewRound()
 	now := time.Unix(1_700_000_000, 0).UnixNano()
-	reqs := make([]policy.Request, actors)
-	for i := range reqs {
-		reqs[i] = policy.Request{{Key: []byte("path"), Value: []byte("/api")}, {Key: []byte("ip"), Value: []byte(strconv.Itoa(i + 1))}}
-		if _, err := r.Hit(lp, reqs[i], 1, now); err != nil {
-			b.Fatal(err)
+	for _, c := range []struct{ name, prefix string }{
+		{"actor-has", ""},   // the actors 1 to 10k, of the million
+		{"actor-none", "x"}, // x1 to x10k: none has an override
+	} {
+		reqs := make([]policy.Request, actors)
+		for i := range reqs {
+			reqs[i] = policy.Request{{Key: []byte("path"), Value: []byte("/api")}, {Key: []byte("ip"), Value: []byte(c.prefix + strconv.Itoa(i+1))}}
+			if _, err := r.Hit(lp, reqs[i], 1, now); err != nil {
+				b.Fatal(err)
+			}
+			if _, err := r.Commit(); err != nil {
+				b.Fatal(err)
+			}
 		}
-		if _, err := r.Commit(); err != nil {
-			b.Fatal(err)
-		}
-	}
-	b.ReportAllocs()
-	i := 0
-	for b.Loop() {
-		i = (i + 7919) % actors // a prime stride: every actor, in scattered order
-		if _, err := r.Hit(lp, reqs[i], 0, now); err != nil {
-			b.Fatal(err)
-		}
-		r.settle(true)
+		b.Run(c.name, func(b *testing.B) {
+			b.ReportAllocs()
+			i := 0
+			for b.Loop() {
+				i = (i + 7919) % actors // a prime stride: every actor, in scattered order
+				if _, err := r.Hit(lp, reqs[i], 0, now); err != nil {
+					b.Fatal(err)
+				}
+				r.settle(true)
+			}
+		})
 	}
 }
