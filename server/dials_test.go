@@ -26,7 +26,7 @@ import (
 // own with the rules of overrides.ini and a bound of 3 overrides.
 func TestOverridesTranscript(t *testing.T) {
 	srv := startServer(t, Config{
-		Engine: EngineConfig{MaxKeySize: 16},
+		Engine: engine.Tuning{MaxKeySize: 16},
 		Clock:  newTestClock(transcriptTime).now,
 		Policy: policycmd.Config{
 			File:         filepath.Join(transcriptDir, "overrides.ini"),
@@ -171,7 +171,7 @@ func TestDialsOverHTTP(t *testing.T) {
 // without an override a 404.
 func TestOverridesOverHTTP(t *testing.T) {
 	var logs bytes.Buffer
-	srv, c := policyServer(t, Config{Engine: EngineConfig{MaxKeySize: 16}, Policy: policycmd.Config{MaxOverrides: 2}}, "overrides.ini", &logs)
+	srv, c := policyServer(t, Config{Engine: engine.Tuning{MaxKeySize: 16}, Policy: policycmd.Config{MaxOverrides: 2}}, "overrides.ini", &logs)
 	ctx := context.Background()
 	remote := "10.1.2.3:5000"
 	checkPolicyRequests(t, srv, remote, []policyCase{

@@ -779,7 +779,7 @@ func TestIdleConnectionsLetBigHITsGo(t *testing.T) {
 		t.Fatal(err)
 	}
 	path := filepath.Join("..", "policy", "testdata", "example-config.ini")
-	srv, err := New(Config{Store: store, Policy: policycmd.Config{File: path}, Engine: EngineConfig{MaxKeySize: 8 << 20}, RESP: respserver.Tuning{MaxBulk: 8 << 20, MaxQueryBuffer: 16 << 20}})
+	srv, err := New(Config{Store: store, Policy: policycmd.Config{File: path}, Engine: engine.Tuning{MaxKeySize: 8 << 20}, RESP: respserver.Tuning{MaxBulk: 8 << 20, MaxQueryBuffer: 16 << 20}})
 	if err != nil {
 		t.Fatal(err)
 	}

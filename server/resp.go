@@ -3,6 +3,7 @@ package server
 import (
 	"net"
 
+	"github.com/sluicehq/sluice/internal/engine"
 	"github.com/sluicehq/sluice/internal/respserver"
 	"github.com/sluicehq/sluice/internal/settings"
 )
@@ -19,7 +20,7 @@ func (s *Server) initRESP() {
 	s.resp = respserver.New(respserver.Config{
 		Tuning: cfg.RESP, Password: cfg.Listen.Password,
 		Version: cfg.Build.Version, Revision: cfg.Build.Revision, BackupDir: cfg.Files.BackupDir,
-		AllowOnStoreError: cfg.Engine.AllowOnStoreError, MaxKeySize: s.eng.MaxKeySize(),
+		AllowOnStoreError: cfg.Engine.OnStoreError == engine.Allow, MaxKeySize: s.eng.MaxKeySize(),
 		MaxClients: cfg.Listen.MaxClients, MaxClientsRequested: s.adm.requested,
 		FDLimit: cfg.Listen.Files.Limit, FDReserved: cfg.Listen.Files.Reserved, StoreMaxOpenFiles: cfg.Listen.Files.StoreFiles,
 	}, respserver.Options{

@@ -45,7 +45,7 @@ type Config struct {
 	// binary.
 	Build Build
 	// Engine configures how every front end's limit operations run.
-	Engine EngineConfig
+	Engine engine.Tuning
 	// Files configures the files the server reads and writes besides the
 	// store: the configuration's, their reloads, CHECKPOINT's.
 	Files FilesConfig
@@ -77,24 +77,6 @@ type Build struct {
 	// Revision is the VCS revision sluice was built from, with "-dirty"
 	// for uncommitted changes; empty when unknown.
 	Revision string
-}
-
-// EngineConfig configures the engine every front end runs its limit
-// operations in (package engine). A zero field means the default given.
-type EngineConfig struct {
-	// MaxKeySize is the longest key a command may name: the key of an
-	// RL.* command, the actor value of a HIT. A longer one is refused with
-	// an error reply naming both lengths, and the store is not touched.
-	// Default 16 KiB (engine.DefaultMaxKeySize, which says why), which
-	// the engine applies.
-	MaxKeySize int
-	// AllowOnStoreError makes limit commands answer normally when the store
-	// cannot take or give a bucket's state (disk full, I/O error): the
-	// reply is computed from the state the server can still read, or from
-	// a full bucket when it cannot, and the change is not stored. By
-	// default (false) such commands get an error reply, which clients of
-	// a rate limiter usually treat as a denial.
-	AllowOnStoreError bool
 }
 
 // FilesConfig configures the files the server reads and writes besides
@@ -237,10 +219,7 @@ func New(cfg Config) (*Server, error) {
 	if s.clus, err = clusternode.Open(co); err != nil {
 		return nil, err
 	}
-	ecfg := engine.Config{Store: s.store, Clock: s.clock, MaxKeySize: cfg.Engine.MaxKeySize, MaxOverrides: int64(cfg.Policy.MaxOverrides), StatsDays: cfg.Policy.StatsDays}
-	if cfg.Engine.AllowOnStoreError {
-		ecfg.OnStoreError = engine.Allow
-	}
+	ecfg := engine.Config{Store: s.store, Clock: s.clock, Tuning: cfg.Engine, MaxOverrides: int64(cfg.Policy.MaxOverrides), StatsDays: cfg.Policy.StatsDays}
 	if s.clus != nil { // not a nil *Node in the interface
 		ecfg.Cluster = s.clus
 	}

@@ -17,6 +17,7 @@ import (
 	"github.com/sluicehq/sluice/internal/clusternode"
 	"github.com/sluicehq/sluice/internal/conffile"
 	"github.com/sluicehq/sluice/internal/divvy"
+	"github.com/sluicehq/sluice/internal/engine"
 	"github.com/sluicehq/sluice/internal/envoy"
 	"github.com/sluicehq/sluice/internal/httpport"
 	"github.com/sluicehq/sluice/internal/policycmd"
@@ -190,6 +191,15 @@ func storeOptions(cfg config, mode storage.SyncMode, files admit.FDBudget, log *
 	})
 }
 
+// onStoreError is the engine's mode of --on-store-error v, which
+// parseConfig checked is deny or allow.
+func onStoreError(v string) engine.OnStoreError {
+	if v == "allow" {
+		return engine.Allow
+	}
+	return engine.Refuse
+}
+
 // serverConfig is the server.Config of cfg, for store, with what
 // serveCommand read or derived from it.
 func serverConfig(cfg config, store *storage.Store, log *slog.Logger, password string, files admit.FDBudget, clusterCfg *clusternode.Config, tlsFiles *admit.TLSFiles, memLimit int64, memLimitSource string) server.Config {
@@ -212,9 +222,9 @@ func serverConfig(cfg config, store *storage.Store, log *slog.Logger, password s
 			Debug:             cfg.debug,
 			MaxMemoryClients:  zeroIsOff(int64(cfg.maxMemClients)),
 		},
-		Engine: server.EngineConfig{
-			MaxKeySize:        int(cfg.maxKeySize),
-			AllowOnStoreError: cfg.onStoreError == "allow",
+		Engine: engine.Tuning{
+			MaxKeySize:   int(cfg.maxKeySize),
+			OnStoreError: onStoreError(cfg.onStoreError),
 		},
 		Listen: admit.Config{
 			ShutdownTimeout:        cfg.shutdownTimeout,
