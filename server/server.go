@@ -50,7 +50,7 @@ type Config struct {
 	// store: the configuration's, their reloads, CHECKPOINT's.
 	Files FilesConfig
 	// Cluster configures cluster mode; its zero value is standalone.
-	Cluster ClusterConfig
+	Cluster clusternode.Mode
 
 	// Listen configures what every listener shares: admission, protected
 	// mode, TLS, the password, the drain on Close.
@@ -96,19 +96,6 @@ type FilesConfig struct {
 	// reload.ErrTimeout, and the reload goes on. Default
 	// reload.DefaultTimeout.
 	ReloadTimeout time.Duration
-}
-
-// ClusterConfig configures cluster mode.
-type ClusterConfig struct {
-	// Node, when set, serves the Redis Cluster protocol as a node of the
-	// cluster it describes (package clusternode); nil: standalone.
-	Node *clusternode.Config
-	// AcceptRepairedState starts on a store whose cluster state sluice
-	// repair brought back older than it may have been
-	// (storage.StaleMetaName), which is otherwise refused
-	// (clusternode.ErrClusterStateRepaired): an operator has checked it
-	// is current.
-	AcceptRepairedState bool
 }
 
 // Server is sluice's server: the store, the engine, the cluster node and
@@ -206,17 +193,10 @@ func New(cfg Config) (*Server, error) {
 			return nil, err
 		}
 	}
-	co := clusternode.Options{
-		Store: s.store, Logger: s.log, Clock: s.clock, Cluster: cfg.Cluster.Node,
-		AcceptRepairedClusterState: cfg.Cluster.AcceptRepairedState,
-		Password:                   cfg.Listen.Password, TLS: cfg.Listen.TLS != nil,
-	}
-	if s.guard.TLS != nil && cfg.Cluster.Node != nil && cfg.Cluster.Node.Replicas > 1 {
-		if co.ReplicationClientTLS, co.ReplicationServerTLS, err = s.guard.TLS.Replication(); err != nil {
-			return nil, err
-		}
-	}
-	if s.clus, err = clusternode.Open(co); err != nil {
+	if s.clus, err = clusternode.Open(clusternode.Options{
+		Store: s.store, Logger: s.log, Clock: s.clock, Mode: cfg.Cluster,
+		Password: cfg.Listen.Password, TLS: s.guard.TLS,
+	}); err != nil {
 		return nil, err
 	}
 	ecfg := engine.Config{Store: s.store, Clock: s.clock, Tuning: cfg.Engine, MaxOverrides: int64(cfg.Policy.MaxOverrides), StatsDays: cfg.Policy.StatsDays}

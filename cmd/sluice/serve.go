@@ -253,7 +253,7 @@ func serverConfig(cfg config, store *storage.Store, log *slog.Logger, password s
 		},
 
 		Check:   cfg.check.serverConfig(),
-		Cluster: server.ClusterConfig{Node: clusterCfg, AcceptRepairedState: cfg.acceptRepaired},
+		Cluster: clusternode.Mode{Node: clusterCfg, AcceptRepairedState: cfg.acceptRepaired},
 		RLS: envoy.Config{
 			Dir:             cfg.rlsConfig,
 			ResponseHeaders: cfg.rlsResponseHeaders,

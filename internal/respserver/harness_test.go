@@ -82,7 +82,7 @@ func newTestServer(tb testing.TB, o testOptions) *Server {
 	var clus *clusternode.Node
 	ecfg := engine.Config{Store: store, Clock: o.Clock, Tuning: engine.Tuning{MaxKeySize: 16 << 10}, MaxOverrides: engine.DefaultMaxOverrides}
 	if o.Cluster != nil {
-		if clus, err = clusternode.Open(clusternode.Options{Store: store, Logger: o.Logger, Clock: o.Clock, Cluster: o.Cluster}); err != nil {
+		if clus, err = clusternode.Open(clusternode.Options{Store: store, Logger: o.Logger, Clock: o.Clock, Mode: clusternode.Mode{Node: o.Cluster}}); err != nil {
 			tb.Fatal(err)
 		}
 		ecfg.Cluster = clus
