@@ -34,7 +34,7 @@ func (s *Server) rlsConfig() *rls.Config {
 // either.
 func (s *Server) policyHTTP() http.Handler {
 	user := ""
-	if s.cfg.Listen.Password != "" {
+	if s.adm.Config.Password != "" {
 		user = "default" // the only user
 	}
 	return s.http.access.Protect(policyhttp.New(&s.polCmds, user))

@@ -39,7 +39,7 @@ func (h *frontHost) Refuse(c net.Conn, reply []byte) { h.adm.Refuse(c, reply) }
 
 // divvyAddr is the line protocol's address, or "" when it is off.
 func (s *Server) divvyAddr() string {
-	if a := s.lns.Addr("divvy"); a != nil {
+	if a := s.adm.Listeners.Addr("divvy"); a != nil {
 		return a.String()
 	}
 	return ""

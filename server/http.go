@@ -31,12 +31,12 @@ func (s *Server) initHTTP() {
 		MaxMemoryClients: s.cfg.RESP.MaxMemoryClients.N(),
 		Evicted:          &s.stats.EvictedClients,
 	}
-	if s.guard.TLS != nil {
-		o.TLS = s.guard.TLS.HTTPConfig()
+	if s.adm.Guard.TLS != nil {
+		o.TLS = s.adm.Guard.TLS.HTTPConfig()
 	}
 	s.http.port = httpport.New(o)
 	s.http.access = httpport.Access{
-		Guard:     s.guard,
+		Guard:     s.adm.Guard,
 		CheckAuth: func(user, pass []byte) bool { return s.resp.CheckAuth(user, pass) }, // made after the HTTP port
 		Failures:  &s.stats.AuthFailures,
 		Logger:    s.log,
@@ -48,7 +48,7 @@ func (s *Server) initHTTP() {
 // once every front end is made.
 func (s *Server) initMetrics() {
 	src := metrics.Sources{
-		Version: s.cfg.Build.Version, Revision: s.cfg.Build.Revision, MaxClients: s.cfg.Listen.MaxClients,
+		Version: s.cfg.Build.Version, Revision: s.cfg.Build.Revision, MaxClients: s.adm.Config.MaxClients,
 		RESP: s.resp, Stats: &s.stats, Gate: &s.adm.Gate, Engine: s.eng, Store: s.store,
 		Rules: &s.pol, Policy: &s.polCmds, Cluster: s.clus, Divvy: s.divvy.srv, Check: s.check.h,
 	}

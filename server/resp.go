@@ -18,11 +18,11 @@ import (
 func (s *Server) initRESP() {
 	cfg := &s.cfg
 	s.resp = respserver.New(respserver.Config{
-		Tuning: cfg.RESP, Password: cfg.Listen.Password,
+		Tuning: cfg.RESP, Password: s.adm.Config.Password,
 		Version: cfg.Build.Version, Revision: cfg.Build.Revision, BackupDir: cfg.Files.BackupDir,
 		AllowOnStoreError: cfg.Engine.OnStoreError == engine.Allow, MaxKeySize: s.eng.MaxKeySize(),
-		MaxClients: cfg.Listen.MaxClients, MaxClientsRequested: s.adm.requested,
-		FDLimit: cfg.Listen.Files.Limit, FDReserved: cfg.Listen.Files.Reserved, StoreMaxOpenFiles: cfg.Listen.Files.StoreFiles,
+		MaxClients: s.adm.Config.MaxClients, MaxClientsRequested: s.adm.Requested,
+		FDLimit: s.adm.Config.Files.Limit, FDReserved: s.adm.Config.Files.Reserved, StoreMaxOpenFiles: s.adm.Config.Files.StoreFiles,
 	}, respserver.Options{
 		Store: s.store, Engine: s.eng, Rules: &s.pol, Policy: &s.polCmds, Cluster: s.clus, RLS: s.rls,
 		Logger: s.log, Clock: s.clock, ClockOffset: &s.clockOffset,
@@ -49,7 +49,7 @@ func (h *frontHost) Settings() []respserver.Setting {
 	o := settings.Of{
 		Addr: s.Addr(), Store: s.store, Cluster: s.clus != nil,
 		RESP: s.resp.Config(), Check: cfg.Check, Divvy: s.divvy.srv.Config(), RLS: s.rls.Settings(), HTTP: s.http.port.Config(),
-		Listen: cfg.Listen, Policy: pol, AcceptRepairedClusterState: cfg.Cluster.AcceptRepairedState,
+		Listen: s.adm.Config, Policy: pol, AcceptRepairedClusterState: cfg.Cluster.AcceptRepairedState,
 		MaxConfigFile: cfg.Files.MaxConfigFile, ReloadTimeout: cfg.Files.ReloadTimeout,
 	}
 	return o.List()

@@ -24,8 +24,8 @@ func (s *Server) initRLS() error {
 		MaxMemoryClients: s.cfg.RESP.MaxMemoryClients.N(),
 		KeepBuf:          respserver.KeepBuf,
 	}
-	if s.guard.TLS != nil {
-		opt.TLS = func() *tls.Config { return s.guard.TLS.Current() }
+	if s.adm.Guard.TLS != nil {
+		opt.TLS = func() *tls.Config { return s.adm.Guard.TLS.Current() }
 	}
 	r, err := envoy.New(s.cfg.RLS, opt)
 	if err != nil {

@@ -123,18 +123,16 @@ type Server struct {
 	// stats are the counters every front end adds to.
 	stats respserver.Stats
 
-	guard  admit.Guard // protected mode, and TLS (guard.TLS, nil without)
+	// adm admits every front end's connections: --maxclients, protected
+	// mode, TLS (adm.Guard.TLS, nil without), the listeners.
+	adm    *admit.Admission
 	http   httpState
 	pol    rules.File
 	reload *reload.Runner // reloads, one at a time
 	divvy  divvyState
 	check  checkState
-	rls    *envoy.Server // Envoy's rate limit service
-	adm    admission
+	rls    *envoy.Server     // Envoy's rate limit service
 	clus   *clusternode.Node // nil: standalone
-	// lns are the listeners of RESP, the line protocol and Envoy's rate
-	// limit service, once served, which Close drains.
-	lns admit.Listeners
 }
 
 // StoreOptions returns o with what the store must know of the server's
@@ -158,9 +156,8 @@ func New(cfg Config) (*Server, error) {
 	if cfg.Store == nil {
 		return nil, errors.New("server: Config.Store is required")
 	}
-	// Each front end's defaults are its package's; these are applied
+	// The RESP front end's defaults are its package's; they are applied
 	// here as more than one front end reads them.
-	cfg.Listen = cfg.Listen.WithDefaults()
 	cfg.RESP = cfg.RESP.WithDefaults()
 	if cfg.Build.Version == "" {
 		cfg.Build.Version = "dev"
@@ -181,10 +178,11 @@ func New(cfg Config) (*Server, error) {
 	base := cfg.Clock
 	s.clock = func() time.Time { return base().Add(time.Duration(s.clockOffset.Load())) }
 	var err error
-	if s.guard, err = cfg.Listen.Guard(cfg.Files.MaxConfigFile); err != nil {
-		return nil, err
-	}
-	if err := s.initAdmission(); err != nil {
+	if s.adm, err = admit.New(cfg.Listen, cfg.Files.MaxConfigFile, admit.Shared{
+		Closing: &s.closing, Log: s.log,
+		RejectedMax: &s.stats.RejectedMax, RejectedDenied: &s.stats.RejectedDenied, NetOut: &s.stats.NetOut,
+		After: func(d time.Duration) <-chan time.Time { return s.after(d) },
+	}); err != nil {
 		return nil, err
 	}
 	if cfg.Policy.File != "" {
@@ -195,7 +193,7 @@ func New(cfg Config) (*Server, error) {
 	}
 	if s.clus, err = clusternode.Open(clusternode.Options{
 		Store: s.store, Logger: s.log, Clock: s.clock, Mode: cfg.Cluster,
-		Password: cfg.Listen.Password, TLS: s.guard.TLS,
+		Password: s.adm.Config.Password, TLS: s.adm.Guard.TLS,
 	}); err != nil {
 		return nil, err
 	}
@@ -245,9 +243,8 @@ func (s *Server) Close() error {
 	}
 	// From now, as cmd/sluice's own timer: a slow stopSweeper does not
 	// push the forced close past the moment the store is closed.
+	start := time.Now()
 	s.reload.Stop() // a reload under way is waited for no longer
-	rest := s.cfg.Listen.ShutdownTimeout / 10
-	forceAt := time.Now().Add(s.cfg.Listen.ShutdownTimeout - rest)
 	defer close(s.done)
 	defer s.resp.Closed()
 	if s.clus != nil {
@@ -258,8 +255,8 @@ func (s *Server) Close() error {
 	s.resp.Close()      // stops the idle sweep: also ends a running COMPACT early
 	// RESP, the line protocol and Envoy's rate limit service drain all at
 	// once, the way /check and HTTP do, each in its listener
-	// (admit.Listeners.Drain).
-	s.lns.Drain(forceAt, rest, s.cfg.Listen.ShutdownTimeout)
+	// (admit.Admission.Drain).
+	s.adm.Drain(start)
 	// The threshold data since the last flush (POLICY STATS), now that no
 	// round adds to them.
 	if err := s.eng.FlushStats(); err != nil {
