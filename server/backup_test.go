@@ -21,7 +21,7 @@ func TestBackupAuth(t *testing.T) {
 			r.SetBasicAuth(user, pass)
 		}
 		w := httptest.NewRecorder()
-		srv.http.backup.ServeHTTP(w, r)
+		httpHandler(srv).ServeHTTP(w, r)
 		return w
 	}
 	withPass := startServer(t, Config{Listen: admit.Config{Password: "pw"}, Files: FilesConfig{BackupDir: t.TempDir()}})

@@ -5,6 +5,7 @@ import (
 	"context"
 	"fmt"
 	"log/slog"
+	"net/http"
 	"net/http/httptest"
 	"path/filepath"
 	"strings"
@@ -19,6 +20,7 @@ import (
 	"github.com/sluicehq/sluice/internal/check"
 	"github.com/sluicehq/sluice/internal/engine"
 	"github.com/sluicehq/sluice/internal/envoy"
+	"github.com/sluicehq/sluice/internal/httpport"
 	"github.com/sluicehq/sluice/internal/policycmd"
 )
 
@@ -56,8 +58,13 @@ func policyRequest(srv *Server, remote, pass, method, path, body string) (int, s
 		r.SetBasicAuth("default", pass)
 	}
 	w := httptest.NewRecorder()
-	srv.policyHTTP().ServeHTTP(w, r)
+	httpHandler(srv).ServeHTTP(w, r)
 	return w.Code, strings.TrimSpace(w.Body.String())
+}
+
+// httpHandler is srv's HTTP port's handler, /metrics aside.
+func httpHandler(srv *Server) http.Handler {
+	return srv.http.port.Handler(httpport.Routes{Metrics: http.NotFoundHandler(), Policy: srv.policyHTTP()})
 }
 
 // policyServer starts a server with password pw, the rules of file, the

@@ -71,7 +71,6 @@ func (s *Server) ServeHTTP(ln net.Listener) error {
 	h := &s.http
 	routes := h.port.Handler(httpport.Routes{
 		Metrics: promhttp.HandlerFor(h.reg, promhttp.HandlerOpts{ErrorLog: nil}),
-		Backup:  &h.backup,
 		Policy:  s.policyHTTP(),
 	})
 	return s.serveHTTP(ln, &h.served, routes, "http", s.adm.TakeHTTP, func(net.Addr) {},

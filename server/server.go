@@ -207,7 +207,6 @@ func New(cfg Config) (*Server, error) {
 	}
 	s.initCheck()
 	s.initDivvy()
-	s.initHTTP()
 	if err := s.initRLS(); err != nil {
 		return nil, err
 	}
@@ -218,6 +217,7 @@ func New(cfg Config) (*Server, error) {
 		After: func(d time.Duration) <-chan time.Time { return s.after(d) },
 	})
 	s.initRESP()
+	s.initHTTP()
 	// A replicated shard is handed back to its home node once the writes
 	// under way have ended and its group has committed them.
 	s.clus.SetQuiesce(s.resp.Quiesce)
