@@ -22,7 +22,7 @@ func (s *Server) initHTTP() {
 	s.http.port = httpport.New(httpport.Options{
 		Config: s.cfg.HTTP, Logger: s.log, Host: s.resp, Gate: &s.adm.Gate, Guard: s.adm.Guard, Closing: &s.closing,
 		MaxMemoryClients: s.cfg.RESP.MaxMemoryClients.N(), Evicted: &s.stats.EvictedClients, AuthFailures: &s.stats.AuthFailures,
-		Store: s.store, BackupDir: s.cfg.Files.BackupDir,
+		Store: s.store, BackupDir: s.cfg.RESP.BackupDir,
 	})
 }
 

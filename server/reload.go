@@ -8,7 +8,7 @@ import (
 
 // Reloads read files an operator names: SIGHUP's (Reload: the TLS files,
 // the --policy file, the --rls-config directory) and POLICY RELOAD's, one
-// at a time, never waited for past Config.Files.ReloadTimeout or Close (package
+// at a time, never waited for past Config.Files.Timeout or Close (package
 // reload: Server.reload).
 
 // Reload reads again what SIGHUP reloads, as one reload: the TLS files,

@@ -19,7 +19,7 @@ func (s *Server) initRESP() {
 	cfg := &s.cfg
 	s.resp = respserver.New(respserver.Config{
 		Tuning: cfg.RESP, Password: s.adm.Config.Password,
-		Version: cfg.Build.Version, Revision: cfg.Build.Revision, BackupDir: cfg.Files.BackupDir,
+		Version: cfg.Build.Version, Revision: cfg.Build.Revision,
 		AllowOnStoreError: cfg.Engine.OnStoreError == engine.Allow, MaxKeySize: s.eng.MaxKeySize(),
 		MaxClients: s.adm.Config.MaxClients, MaxClientsRequested: s.adm.Requested,
 		FDLimit: s.adm.Config.Files.Limit, FDReserved: s.adm.Config.Files.Reserved, StoreMaxOpenFiles: s.adm.Config.Files.StoreFiles,
@@ -50,7 +50,7 @@ func (h *frontHost) Settings() []respserver.Setting {
 		Addr: s.Addr(), Store: s.store, Cluster: s.clus != nil,
 		RESP: s.resp.Config(), Check: cfg.Check, Divvy: s.divvy.srv.Config(), RLS: s.rls.Settings(), HTTP: s.http.port.Config(),
 		Listen: s.adm.Config, Policy: pol, AcceptRepairedClusterState: cfg.Cluster.AcceptRepairedState,
-		MaxConfigFile: cfg.Files.MaxConfigFile, ReloadTimeout: cfg.Files.ReloadTimeout,
+		MaxConfigFile: cfg.Files.MaxFileBytes, ReloadTimeout: cfg.Files.Timeout,
 	}
 	return o.List()
 }

@@ -20,7 +20,7 @@ func (s *Server) initRLS() error {
 		Host:             (*frontHost)(s),
 		Logger:           s.log,
 		Clock:            s.clock,
-		MaxConfigFile:    s.cfg.Files.MaxConfigFile,
+		MaxConfigFile:    s.cfg.Files.MaxFileBytes,
 		MaxMemoryClients: s.cfg.RESP.MaxMemoryClients.N(),
 		KeepBuf:          respserver.KeepBuf,
 	}

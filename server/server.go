@@ -46,9 +46,8 @@ type Config struct {
 	Build Build
 	// Engine configures how every front end's limit operations run.
 	Engine engine.Tuning
-	// Files configures the files the server reads and writes besides the
-	// store: the configuration's, their reloads, CHECKPOINT's.
-	Files FilesConfig
+	// Files configures the files of the configuration and their reloads.
+	Files reload.Config
 	// Cluster configures cluster mode; its zero value is standalone.
 	Cluster clusternode.Mode
 
@@ -77,25 +76,6 @@ type Build struct {
 	// Revision is the VCS revision sluice was built from, with "-dirty"
 	// for uncommitted changes; empty when unknown.
 	Revision string
-}
-
-// FilesConfig configures the files the server reads and writes besides
-// the store. A zero field means the default given.
-type FilesConfig struct {
-	// BackupDir is where CHECKPOINT writes; default "sluice-backups".
-	BackupDir string
-	// MaxConfigFile bounds the bytes read from each file of the
-	// configuration: Policy.File, each TLS file, and the files of
-	// RLS.Dir together; default conffile.DefaultLimit. Only regular
-	// files (or symlinks to them) are read: a named pipe or a device is
-	// refused without being opened.
-	MaxConfigFile int64
-	// ReloadTimeout is the most Reload, ReloadTLS, ReloadPolicy, ReloadRLS
-	// and POLICY RELOAD wait for a reload to read its files, and for
-	// another one to finish first (internal/reload); past it they return
-	// reload.ErrTimeout, and the reload goes on. Default
-	// reload.DefaultTimeout.
-	ReloadTimeout time.Duration
 }
 
 // Server is sluice's server: the store, the engine, the cluster node and
@@ -156,9 +136,10 @@ func New(cfg Config) (*Server, error) {
 	if cfg.Store == nil {
 		return nil, errors.New("server: Config.Store is required")
 	}
-	// The RESP front end's defaults are its package's; they are applied
-	// here as more than one front end reads them.
+	// These defaults are their packages'; they are applied here as more
+	// than one component reads them.
 	cfg.RESP = cfg.RESP.WithDefaults()
+	cfg.Files = cfg.Files.WithDefaults()
 	if cfg.Build.Version == "" {
 		cfg.Build.Version = "dev"
 	}
@@ -168,17 +149,11 @@ func New(cfg Config) (*Server, error) {
 	if cfg.Clock == nil {
 		cfg.Clock = time.Now
 	}
-	if cfg.Files.BackupDir == "" {
-		cfg.Files.BackupDir = respserver.DefaultBackupDir
-	}
-	if cfg.Files.ReloadTimeout <= 0 {
-		cfg.Files.ReloadTimeout = reload.DefaultTimeout
-	}
 	s := &Server{cfg: cfg, store: cfg.Store, log: cfg.Logger}
 	base := cfg.Clock
 	s.clock = func() time.Time { return base().Add(time.Duration(s.clockOffset.Load())) }
 	var err error
-	if s.adm, err = admit.New(cfg.Listen, cfg.Files.MaxConfigFile, admit.Shared{
+	if s.adm, err = admit.New(cfg.Listen, cfg.Files.MaxFileBytes, admit.Shared{
 		Closing: &s.closing, Log: s.log,
 		RejectedMax: &s.stats.RejectedMax, RejectedDenied: &s.stats.RejectedDenied, NetOut: &s.stats.NetOut,
 		After: func(d time.Duration) <-chan time.Time { return s.after(d) },
@@ -186,7 +161,7 @@ func New(cfg Config) (*Server, error) {
 		return nil, err
 	}
 	if cfg.Policy.File != "" {
-		s.pol.Path, s.pol.MaxBytes = cfg.Policy.File, cfg.Files.MaxConfigFile
+		s.pol.Path, s.pol.MaxBytes = cfg.Policy.File, cfg.Files.MaxFileBytes
 		if err := s.pol.Load(); err != nil {
 			return nil, err
 		}
@@ -213,7 +188,7 @@ func New(cfg Config) (*Server, error) {
 	s.done = make(chan struct{})
 	s.after = time.After
 	s.reload = reload.New(reload.Options{
-		Timeout: cfg.Files.ReloadTimeout, Log: s.log, Closed: storage.ErrClosed,
+		Timeout: cfg.Files.Timeout, Log: s.log, Closed: storage.ErrClosed,
 		After: func(d time.Duration) <-chan time.Time { return s.after(d) },
 	})
 	s.initRESP()

@@ -127,7 +127,7 @@ func TestWritesBeforeMaintenanceFailWithIt(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			srv, err := New(Config{Store: store, Files: FilesConfig{BackupDir: t.TempDir()}, RESP: respserver.Tuning{SweepInterval: respserver.NoLimit[time.Duration]()}})
+			srv, err := New(Config{Store: store, RESP: respserver.Tuning{BackupDir: t.TempDir(), SweepInterval: respserver.NoLimit[time.Duration]()}})
 			if err != nil {
 				t.Fatal(err)
 			}

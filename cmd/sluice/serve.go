@@ -21,6 +21,7 @@ import (
 	"github.com/sluicehq/sluice/internal/envoy"
 	"github.com/sluicehq/sluice/internal/httpport"
 	"github.com/sluicehq/sluice/internal/policycmd"
+	"github.com/sluicehq/sluice/internal/reload"
 	"github.com/sluicehq/sluice/internal/respserver"
 	"github.com/sluicehq/sluice/policy"
 	"github.com/sluicehq/sluice/rls"
@@ -221,6 +222,7 @@ func serverConfig(cfg config, store *storage.Store, log *slog.Logger, password s
 			MemoryLimitSource: memLimitSource,
 			Debug:             cfg.debug,
 			MaxMemoryClients:  zeroIsOff(int64(cfg.maxMemClients)),
+			BackupDir:         cfg.backupDir,
 		},
 		Engine: engine.Tuning{
 			MaxKeySize:   int(cfg.maxKeySize),
@@ -235,10 +237,9 @@ func serverConfig(cfg config, store *storage.Store, log *slog.Logger, password s
 			TLS:                    tlsFiles,
 		},
 		Build: server.Build{Version: buildVersion(), Revision: buildRevision()},
-		Files: server.FilesConfig{
-			BackupDir:     cfg.backupDir,
-			MaxConfigFile: int64(cfg.maxConfigFile),
-			ReloadTimeout: cfg.reloadTimeout,
+		Files: reload.Config{
+			MaxFileBytes: int64(cfg.maxConfigFile),
+			Timeout:      cfg.reloadTimeout,
 		},
 
 		Policy: policycmd.Config{

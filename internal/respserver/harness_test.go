@@ -94,7 +94,7 @@ func newTestServer(tb testing.TB, o testOptions) *Server {
 		closing atomic.Bool
 		offset  atomic.Int64
 	}{}
-	s := New(Config{Password: o.Password, BackupDir: tb.TempDir()}, Options{
+	s := New(Config{Password: o.Password, Tuning: Tuning{BackupDir: tb.TempDir()}}, Options{
 		Store: store, Engine: eng, Rules: f, Policy: &policycmd.Commands{Engine: eng, Rules: f, Log: o.Logger},
 		Cluster: clus, RLS: noRLS{}, Logger: o.Logger, Clock: o.Clock, ClockOffset: &sh.offset,
 		Host: &testHost{}, Stats: &sh.stats, Closing: &sh.closing, Done: done,

@@ -64,9 +64,9 @@ const (
 
 // Tuning is what an operator sets of the RESP front end itself
 // (server.Config.RESP): its bounds, who may run DEBUG, the idle sweep's
-// pacing, the memory limit INFO reports, and the client memory budget it
-// keeps for every front end. A zero field means the
-// default given.
+// pacing, the memory limit INFO reports, the client memory budget it
+// keeps for every front end, and where CHECKPOINT writes. A zero field
+// means the default given.
 type Tuning struct {
 	MaxArgs        int   // most arguments in one command; default DefaultMaxArgs
 	MaxBulk        int64 // most bytes in one argument; default DefaultMaxBulk
@@ -120,6 +120,9 @@ type Tuning struct {
 	// HTTP connection closed. Default DefaultMaxMemoryClients; NoLimit: no
 	// bound.
 	MaxMemoryClients Limit[int64]
+	// BackupDir is where CHECKPOINT writes, and a backup over HTTP
+	// (httpport) makes its copy; default DefaultBackupDir.
+	BackupDir string
 }
 
 // Config configures the RESP front end: its Tuning, and what it is
@@ -130,7 +133,6 @@ type Config struct {
 
 	Password          string // required by AUTH; empty: none
 	Version, Revision string // for INFO and HELLO; Version default "dev"
-	BackupDir         string // where CHECKPOINT writes; default DefaultBackupDir
 	AllowOnStoreError bool   // for INFO: the engine applies it
 
 	// For INFO only: the longest key a command may name (the engine
@@ -149,8 +151,8 @@ func orDefault[T int | int64 | time.Duration](v *T, def T) {
 }
 
 // WithDefaults is t with its zero fields set to their defaults: the
-// composition root applies them before it hands MaxMemoryClients to the
-// other front ends.
+// composition root applies them before it hands MaxMemoryClients and
+// BackupDir to the other front ends.
 func (t Tuning) WithDefaults() Tuning {
 	orDefault(&t.MaxArgs, DefaultMaxArgs)
 	orDefault(&t.MaxBulk, DefaultMaxBulk)
@@ -162,6 +164,9 @@ func (t Tuning) WithDefaults() Tuning {
 	t.MaxMemoryClients = t.MaxMemoryClients.OrDefault(DefaultMaxMemoryClients)
 	t.SweepInterval = t.SweepInterval.OrDefault(DefaultSweepInterval)
 	t.SweepRate = t.SweepRate.OrDefault(DefaultSweepRate)
+	if t.BackupDir == "" {
+		t.BackupDir = DefaultBackupDir
+	}
 	return t
 }
 
@@ -170,9 +175,6 @@ func (cfg Config) withDefaults() Config {
 	cfg.Tuning = cfg.Tuning.WithDefaults()
 	if cfg.Version == "" {
 		cfg.Version = "dev"
-	}
-	if cfg.BackupDir == "" {
-		cfg.BackupDir = DefaultBackupDir
 	}
 	return cfg
 }
