@@ -26,15 +26,9 @@ func (s *Server) initRESP() {
 	}, respserver.Options{
 		Store: s.store, Engine: s.eng, Rules: &s.pol, Policy: &s.polCmds, Cluster: s.clus, RLS: s.rls,
 		Logger: s.log, Clock: s.clock, ClockOffset: &s.clockOffset,
-		Host: (*frontHost)(s), Stats: &s.stats, Closing: &s.closing, Done: s.done,
+		Host: (*frontHost)(s), Stats: &s.stats, Gate: &s.adm.Gate, Closing: &s.closing, Done: s.done,
 	})
 }
-
-// Release implements respserver.Host.
-func (h *frontHost) Release() { h.adm.Release() }
-
-// Admitted implements respserver.Host.
-func (h *frontHost) Admitted() int64 { return h.adm.Open() }
 
 // Addr implements respserver.Host.
 func (h *frontHost) Addr() net.Addr { return (*Server)(h).Addr() }

@@ -19,7 +19,7 @@ import (
 
 // Serve accepts connections on ln until Close. It returns nil after Close.
 func (s *Server) Serve(ln net.Listener) error {
-	return s.serve(ln, s.resp.Door(s.adm.Take, s.adm.Guard), s.resp.Serve, s.warnIfExposed,
+	return s.serve(ln, s.resp.Door(s.adm.Guard), s.resp.Serve, s.warnIfExposed,
 		"serving RESP", "fsync", s.store.Mode().String(), "data", s.store.Dir())
 }
 

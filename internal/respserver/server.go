@@ -185,10 +185,6 @@ type Host interface {
 	// has logged what is not meant for clients and counted the store's
 	// errors.
 	Failure(err error) *errs.Error
-	// Release gives back the --maxclients slot a connection's door took.
-	Release()
-	// Admitted is the connections admitted now, every front end's.
-	Admitted() int64
 	// Addr is the RESP listener's address, nil before Serve.
 	Addr() net.Addr
 	// Settings is every setting CONFIG GET answers.
@@ -251,6 +247,9 @@ type Options struct {
 	ClockOffset *atomic.Int64
 	Host        Host
 	Stats       *Stats
+	// Gate is every front end's --maxclients slots: a connection gives
+	// back the one its door took, and INFO counts those taken.
+	Gate *admit.Gate
 	// Closing is set when the server begins to close; Done is closed
 	// when it has.
 	Closing *atomic.Bool
@@ -261,6 +260,7 @@ type Options struct {
 type Server struct {
 	cfg         Config
 	host        Host
+	gate        *admit.Gate
 	store       *storage.Store
 	log         *slog.Logger
 	clock       func() time.Time
@@ -306,6 +306,7 @@ func New(cfg Config, o Options) *Server {
 	s := &Server{
 		cfg:         cfg,
 		host:        o.Host,
+		gate:        o.Gate,
 		store:       o.Store,
 		log:         o.Logger,
 		clock:       o.Clock,
@@ -357,22 +358,22 @@ func (s *Server) Serve(ln net.Listener) error {
 		cn := s.newConn(nc)
 		if cn == nil { // closing
 			_ = nc.Close()
-			s.host.Release()
+			s.gate.Release()
 			return nil
 		}
 		go cn.serve()
 	}
 }
 
-// Door is how the RESP listener admits: a slot of --maxclients (take),
-// held until the connection finishes (Host.Release gives it back), and
+// Door is how the RESP listener admits: a slot of --maxclients (Gate),
+// held until the connection finishes (then given back), and
 // protected mode when guard says it applies (a password or TLS client
 // certificates keep strangers out otherwise); it refuses with Redis'
 // errors, over TLS when guard has it.
-func (s *Server) Door(take func() bool, guard admit.Guard) admit.Door {
+func (s *Server) Door(guard admit.Guard) admit.Door {
 	d := admit.Door{
 		Name:    "resp",
-		Take:    take,
+		Take:    s.gate.Take,
 		Guarded: guard.Protected,
 		Full:    resp.AppendError(nil, "ERR max number of clients reached"),
 		Denied:  resp.AppendError(nil, admit.DeniedMessage),
