@@ -1,15 +1,14 @@
 package server
 
 import (
-	"net"
-
 	"github.com/sluicehq/sluice/internal/divvy"
 	"github.com/sluicehq/sluice/internal/errs"
 )
 
-// The divvy line protocol is served by package internal/divvy; the server
-// admits its connections (divvy.Server.Door), renders its errors and counts what
-// it shares with the other front ends (frontHost).
+// The divvy line protocol is served by package internal/divvy, which
+// admits its connections by the server's gate and guard
+// (divvy.Server.Door); the server renders its errors (frontHost) and
+// counts what it shares with the other front ends.
 
 // divvyState is the line-protocol front end.
 type divvyState struct {
@@ -23,6 +22,7 @@ func (s *Server) initDivvy() {
 	c.Logger = s.log
 	s.divvy.srv = divvy.New(c, s.eng, &s.pol, (*frontHost)(s), divvy.Shared{
 		NetIn: &st.NetIn, NetOut: &st.NetOut, Panics: &st.Panics, IdleClosed: &st.IdleClosed, ConnsTotal: &st.ConnsTotal,
+		Gate: &s.adm.Gate, Guard: s.adm.Guard,
 	})
 }
 
@@ -33,9 +33,6 @@ type frontHost Server
 // Failure implements divvy.Host: the typed error of err, logged and
 // counted once.
 func (h *frontHost) Failure(err error) *errs.Error { return (*Server)(h).failure(err) }
-
-// Refuse implements divvy.Host.
-func (h *frontHost) Refuse(c net.Conn, reply []byte) { h.adm.Refuse(c, reply) }
 
 // divvyAddr is the line protocol's address, or "" when it is off.
 func (s *Server) divvyAddr() string {

@@ -27,10 +27,7 @@ func (s *Server) Serve(ln net.Listener) error {
 // returns nil after Close. The line protocol has no authentication: in
 // protected mode (the default) it serves loopback clients only.
 func (s *Server) ServeDivvy(ln net.Listener) error {
-	warn := func(a net.Addr) {
-		s.divvy.srv.WarnUnauthenticated(a, s.adm.Config.Password != "" || s.adm.Guard.CertsRequired())
-	}
-	return s.serve(ln, s.divvy.srv.Door(s.adm.Take, s.adm.Config.AllowRemoteWithoutAuth), s.divvy.srv.Serve, warn,
+	return s.serve(ln, s.divvy.srv.Door(), s.divvy.srv.Serve, s.divvy.srv.WarnUnauthenticated,
 		"serving the divvy line protocol", "policy", s.pol.Path)
 }
 
@@ -43,8 +40,7 @@ func (s *Server) ServeRLS(ln net.Listener) error {
 	if s.cfg.RLS.Dir == "" {
 		return errors.New("server: RLS needs Config.RLS.Dir")
 	}
-	guarded := !s.adm.Config.AllowRemoteWithoutAuth && !s.adm.Guard.CertsRequired()
-	return s.serve(ln, s.rls.Door(s.adm.Take, guarded, &s.stats.ConnsTotal), s.rls.Serve, s.warnIfExposed,
+	return s.serve(ln, s.rls.Door(), s.rls.Serve, s.warnIfExposed,
 		"serving Envoy's rate limit service (gRPC)", "config", s.cfg.RLS.Dir, "tls", s.adm.Guard.TLS != nil)
 }
 
