@@ -10,17 +10,12 @@ import (
 // (divvy.Server.Door); the server renders its errors (frontHost) and
 // counts what it shares with the other front ends.
 
-// divvyState is the line-protocol front end.
-type divvyState struct {
-	srv *divvy.Server
-}
-
 // initDivvy makes the line-protocol front end; New calls it.
 func (s *Server) initDivvy() {
 	st := &s.stats
 	c := s.cfg.Divvy
 	c.Logger = s.log
-	s.divvy.srv = divvy.New(c, s.eng, &s.pol, (*frontHost)(s), divvy.Shared{
+	s.divvy = divvy.New(c, s.eng, &s.pol, (*frontHost)(s), divvy.Shared{
 		NetIn: &st.NetIn, NetOut: &st.NetOut, Panics: &st.Panics, IdleClosed: &st.IdleClosed, ConnsTotal: &st.ConnsTotal,
 		Gate: &s.adm.Gate, Guard: s.adm.Guard,
 	})

@@ -289,10 +289,10 @@ func TestLineProtocolErrorsCloseTheConnection(t *testing.T) {
 	if got, err := io.ReadAll(c.r); err != nil || string(got) != "OK true 4 60\n" {
 		t.Fatalf("last line at EOF: %q, %v", got, err)
 	}
-	if n := srv.divvy.srv.ErrUnknownCommand.Load(); n != 1 {
+	if n := srv.divvy.ErrUnknownCommand.Load(); n != 1 {
 		t.Errorf("unknown-command errors = %d, want 1", n)
 	}
-	if n := srv.divvy.srv.ErrUnknown.Load(); n != 4 {
+	if n := srv.divvy.ErrUnknown.Load(); n != 4 {
 		t.Errorf("unknown errors = %d, want 4", n)
 	}
 }

@@ -32,7 +32,7 @@ func (s *Server) initMetrics() {
 	src := metrics.Sources{
 		Version: s.cfg.Build.Version, Revision: s.cfg.Build.Revision, MaxClients: s.adm.Config.MaxClients,
 		RESP: s.resp, Stats: &s.stats, Gate: &s.adm.Gate, Engine: s.eng, Store: s.store,
-		Rules: &s.pol, Policy: &s.polCmds, Cluster: s.clus, Divvy: s.divvy.srv, Check: s.check.h,
+		Rules: &s.pol, Policy: &s.polCmds, Cluster: s.clus, Divvy: s.divvy, Check: s.check.h,
 	}
 	if s.cfg.RLS.Dir != "" {
 		src.RLS = s.rls

@@ -42,7 +42,7 @@ func (h *frontHost) Settings() []respserver.Setting {
 	pol.MaxOverrides, pol.StatsDays = int(s.eng.MaxOverrides()), s.eng.StatsDays()
 	o := settings.Of{
 		Addr: s.Addr(), Store: s.store, Cluster: s.clus != nil,
-		RESP: s.resp.Config(), Check: cfg.Check, Divvy: s.divvy.srv.Config(), RLS: s.rls.Settings(), HTTP: s.http.port.Config(),
+		RESP: s.resp.Config(), Check: cfg.Check, Divvy: s.divvy.Config(), RLS: s.rls.Settings(), HTTP: s.http.port.Config(),
 		Listen: s.adm.Config, Policy: pol, AcceptRepairedClusterState: cfg.Cluster.AcceptRepairedState,
 		MaxConfigFile: cfg.Files.MaxFileBytes, ReloadTimeout: cfg.Files.Timeout,
 	}
@@ -58,6 +58,6 @@ func (s *Server) Ready() bool { return s.resp.Ready() }
 // lines of INFO's policy section.
 func (h *frontHost) PolicyInfo(kv func(k, v string)) {
 	s := (*Server)(h)
-	s.divvy.srv.PolicyInfo(kv, s.divvyAddr())
+	s.divvy.PolicyInfo(kv, s.divvyAddr())
 	s.rls.PolicyInfo(kv)
 }

@@ -27,7 +27,7 @@ func (s *Server) Serve(ln net.Listener) error {
 // returns nil after Close. The line protocol has no authentication: in
 // protected mode (the default) it serves loopback clients only.
 func (s *Server) ServeDivvy(ln net.Listener) error {
-	return s.serve(ln, s.divvy.srv.Door(), s.divvy.srv.Serve, s.divvy.srv.WarnUnauthenticated,
+	return s.serve(ln, s.divvy.Door(), s.divvy.Serve, s.divvy.WarnUnauthenticated,
 		"serving the divvy line protocol", "policy", s.pol.Path)
 }
 

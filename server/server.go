@@ -109,7 +109,7 @@ type Server struct {
 	http   httpState
 	pol    rules.File
 	reload *reload.Runner // reloads, one at a time
-	divvy  divvyState
+	divvy  *divvy.Server  // the divvy line protocol
 	check  checkState
 	rls    *envoy.Server     // Envoy's rate limit service
 	clus   *clusternode.Node // nil: standalone
