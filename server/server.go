@@ -46,7 +46,8 @@ type Config struct {
 	Build Build
 	// Engine configures how every front end's limit operations run.
 	Engine engine.Tuning
-	// Files configures the files of the configuration and their reloads.
+	// Files configures the files of the configuration: the bytes read of
+	// each, and how long a reload of them is waited for.
 	Files reload.Config
 	// Cluster configures cluster mode; its zero value is standalone.
 	Cluster clusternode.Mode
@@ -56,8 +57,9 @@ type Config struct {
 	Listen admit.Config
 	// Policy configures the divvy rules and their dials.
 	Policy policycmd.Config
-	// RESP configures the RESP front end (Serve), and the client memory
-	// budget it keeps for every front end (MaxMemoryClients).
+	// RESP configures the RESP front end (Serve), the client memory
+	// budget it keeps for every front end (MaxMemoryClients), and where
+	// CHECKPOINT and /backup copy the store (BackupDir).
 	RESP respserver.Tuning
 	// Divvy configures the divvy line protocol (ServeDivvy); its Logger
 	// is the server's.
@@ -90,29 +92,29 @@ type Server struct {
 	// clockOffset is DEBUG CLOCK-OFFSET's shift of the server clock, in
 	// nanoseconds: atomic, as every round reads the clock.
 	clockOffset atomic.Int64
-	eng         *engine.Engine // runs the limit operations of every front end
-	resp        *respserver.Server
-
-	// polCmds is POLICY's subcommands but RELOAD: the rules' dials.
-	polCmds policycmd.Commands
-
+	// stats are the counters every front end adds to.
+	stats   respserver.Stats
 	closing atomic.Bool
 	done    chan struct{} // closed when Close has finished
 	// after is time.After for Close's waits; tests see and drive them.
 	after func(time.Duration) <-chan time.Time
-	// stats are the counters every front end adds to.
-	stats respserver.Stats
+
+	// The components, in the order New makes them.
 
 	// adm admits every front end's connections: --maxclients, protected
 	// mode, TLS (adm.Guard.TLS, nil without), the listeners.
-	adm    *admit.Admission
-	http   httpState
-	pol    rules.File
-	reload *reload.Runner // reloads, one at a time
-	divvy  *divvy.Server  // the divvy line protocol
-	check  checkState
-	rls    *envoy.Server     // Envoy's rate limit service
-	clus   *clusternode.Node // nil: standalone
+	adm  *admit.Admission
+	pol  rules.File        // the divvy rules in use
+	clus *clusternode.Node // nil: standalone
+	eng  *engine.Engine    // runs the limit operations of every front end
+	// polCmds is POLICY's subcommands but RELOAD: the rules' dials.
+	polCmds policycmd.Commands
+	check   checkState
+	divvy   *divvy.Server  // the divvy line protocol
+	rls     *envoy.Server  // Envoy's rate limit service
+	reload  *reload.Runner // reloads, one at a time
+	resp    *respserver.Server
+	http    httpState
 }
 
 // StoreOptions returns o with what the store must know of the server's
@@ -149,7 +151,7 @@ func New(cfg Config) (*Server, error) {
 	if cfg.Clock == nil {
 		cfg.Clock = time.Now
 	}
-	s := &Server{cfg: cfg, store: cfg.Store, log: cfg.Logger}
+	s := &Server{cfg: cfg, store: cfg.Store, log: cfg.Logger, done: make(chan struct{}), after: time.After}
 	base := cfg.Clock
 	s.clock = func() time.Time { return base().Add(time.Duration(s.clockOffset.Load())) }
 	var err error
@@ -185,8 +187,6 @@ func New(cfg Config) (*Server, error) {
 	if err := s.initRLS(); err != nil {
 		return nil, err
 	}
-	s.done = make(chan struct{})
-	s.after = time.After
 	s.reload = reload.New(reload.Options{
 		Timeout: cfg.Files.Timeout, Log: s.log, Closed: storage.ErrClosed,
 		After: func(d time.Duration) <-chan time.Time { return s.after(d) },
