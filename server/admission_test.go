@@ -58,8 +58,8 @@ func TestMaxClientsLoweredToFDLimit(t *testing.T) {
 	// A --maxclients below what the limit allows stays; a limit that
 	// leaves too few clients is an error.
 	srv2, err := New(Config{Store: store, Listen: admit.Config{Files: b, MaxClients: 50}})
-	if err != nil || srv2.cfg.Listen.MaxClients != 50 {
-		t.Fatalf("MaxClients 50 under a limit allowing 92: %v, %v", srv2.cfg.Listen.MaxClients, err)
+	if err != nil || srv2.adm.Config.MaxClients != 50 {
+		t.Fatalf("MaxClients 50 under a limit allowing 92: %v, %v", srv2.adm.Config.MaxClients, err)
 	}
 	if _, err := New(Config{Store: store, Listen: admit.Config{Files: admit.FDBudget{Limit: 170, StoreFiles: 100, Reserved: 164}}}); !errors.Is(err, admit.ErrFDLimit) {
 		t.Fatalf("New with 6 descriptors left for clients: %v, want ErrFDLimit", err)

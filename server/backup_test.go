@@ -8,6 +8,7 @@ import (
 
 	"github.com/sluicehq/sluice/internal/admit"
 	"github.com/sluicehq/sluice/internal/httpport"
+	"github.com/sluicehq/sluice/internal/respserver"
 )
 
 // TestBackupAuth applies RESP's rules to GET /backup: the password, with
@@ -21,10 +22,10 @@ func TestBackupAuth(t *testing.T) {
 			r.SetBasicAuth(user, pass)
 		}
 		w := httptest.NewRecorder()
-		srv.http.backup.ServeHTTP(w, r)
+		httpHandler(srv).ServeHTTP(w, r)
 		return w
 	}
-	withPass := startServer(t, Config{Listen: admit.Config{Password: "pw"}, Files: FilesConfig{BackupDir: t.TempDir()}})
+	withPass := startServer(t, Config{Listen: admit.Config{Password: "pw"}, RESP: respserver.Tuning{BackupDir: t.TempDir()}})
 	for _, c := range []struct {
 		remote, user, pass string
 		want               int
@@ -43,14 +44,14 @@ func TestBackupAuth(t *testing.T) {
 			t.Errorf("a backup without its trailer or content type: %v", w.Result())
 		}
 	}
-	protected := startServer(t, Config{Files: FilesConfig{BackupDir: t.TempDir()}})
+	protected := startServer(t, Config{RESP: respserver.Tuning{BackupDir: t.TempDir()}})
 	if w := get(protected, "10.1.2.3:5000", "", ""); w.Code != http.StatusForbidden || !strings.Contains(w.Body.String(), "protected mode") {
 		t.Errorf("protected mode, a remote client: %d %s, want 403", w.Code, w.Body)
 	}
 	if w := get(protected, "127.0.0.1:5000", "", ""); w.Code != http.StatusOK {
 		t.Errorf("protected mode, a loopback client: %d %s, want 200", w.Code, w.Body)
 	}
-	open := startServer(t, Config{Files: FilesConfig{BackupDir: t.TempDir()}, Listen: admit.Config{AllowRemoteWithoutAuth: true}})
+	open := startServer(t, Config{RESP: respserver.Tuning{BackupDir: t.TempDir()}, Listen: admit.Config{AllowRemoteWithoutAuth: true}})
 	if w := get(open, "10.1.2.3:5000", "", ""); w.Code != http.StatusOK {
 		t.Errorf("protected mode off, a remote client: %d %s, want 200", w.Code, w.Body)
 	}

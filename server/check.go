@@ -21,7 +21,7 @@ func (s *Server) initCheck() {
 		Engine:         s.eng,
 		Rules:          &s.pol,
 		Host:           (*frontHost)(s),
-		AllowRemote:    s.cfg.Listen.AllowRemoteWithoutAuth,
+		AllowRemote:    s.adm.Config.AllowRemoteWithoutAuth,
 		RejectedDenied: &s.stats.RejectedDenied,
 	})
 }

@@ -266,7 +266,7 @@ func TestCheckStoreError(t *testing.T) {
 				t.Fatal(err)
 			}
 			path := policyFile(t, "check.ini", checkPolicy)
-			srv, err := New(Config{Store: store, Engine: EngineConfig{AllowOnStoreError: allow}, Policy: policycmd.Config{File: path}, RESP: respserver.Tuning{SweepInterval: respserver.NoLimit[time.Duration]()}})
+			srv, err := New(Config{Store: store, Engine: onStoreError(allow), Policy: policycmd.Config{File: path}, RESP: respserver.Tuning{SweepInterval: respserver.NoLimit[time.Duration]()}})
 			if err != nil {
 				t.Fatal(err)
 			}

@@ -56,7 +56,7 @@ func TestClusterDisabled(t *testing.T) {
 // there, answers MOVED for the others and CROSSSLOT for a DEL across
 // slots; its CLUSTER replies parse in go-redis.
 func TestClusterMode(t *testing.T) {
-	srv := startServer(t, Config{Cluster: ClusterConfig{Node: &clusternode.Config{Nodes: threeNodes, Self: threeNodes[1]}}})
+	srv := startServer(t, Config{Cluster: clusternode.Mode{Node: &clusternode.Config{Nodes: threeNodes, Self: threeNodes[1]}}})
 	rdb := newClient(t, srv)
 	ctx := context.Background()
 	mine, other := keyIn(5461, 10921), keyIn(0, 5460)
@@ -135,7 +135,7 @@ func TestSetTopology(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		srv, err := New(Config{Store: store, Cluster: ClusterConfig{Node: &clusternode.Config{Nodes: threeNodes, Self: threeNodes[0]}}})
+		srv, err := New(Config{Store: store, Cluster: clusternode.Mode{Node: &clusternode.Config{Nodes: threeNodes, Self: threeNodes[0]}}})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -183,7 +183,7 @@ func TestSetTopology(t *testing.T) {
 // TestClusterAddedNode: a node whose address is not among the initial
 // nodes (a pod added by scaling up) is a member that owns no slot.
 func TestClusterAddedNode(t *testing.T) {
-	srv := startServer(t, Config{Cluster: ClusterConfig{Node: &clusternode.Config{Nodes: threeNodes, Self: "127.0.0.1:7003"}}})
+	srv := startServer(t, Config{Cluster: clusternode.Mode{Node: &clusternode.Config{Nodes: threeNodes, Self: "127.0.0.1:7003"}}})
 	rdb := newClient(t, srv)
 	ctx := context.Background()
 	nodes, _ := rdb.ClusterNodes(ctx).Result()
@@ -201,7 +201,7 @@ func TestClusterAddedNode(t *testing.T) {
 // makes EXEC answer EXECABORT without running anything; HIT, whose
 // counters other nodes may own, cannot be queued.
 func TestClusterTransactions(t *testing.T) {
-	srv := startServer(t, Config{Cluster: ClusterConfig{Node: &clusternode.Config{Nodes: threeNodes, Self: threeNodes[1]}}})
+	srv := startServer(t, Config{Cluster: clusternode.Mode{Node: &clusternode.Config{Nodes: threeNodes, Self: threeNodes[1]}}})
 	mine, other := keyIn(5461, 10921), keyIn(0, 5460)
 	mine2 := "{" + mine + "}2"
 	slot := keyspace.Slot([]byte(other))
@@ -238,7 +238,7 @@ func TestClusterTransactions(t *testing.T) {
 // it are noted for MIGRATE DIRTY like a pipeline's, so the target gets
 // them (they were lost: Release emptied the batch before they were noted).
 func TestClusterExecWritesMigrate(t *testing.T) {
-	srv := startServer(t, Config{Cluster: ClusterConfig{Node: &clusternode.Config{Nodes: threeNodes, Self: threeNodes[1]}}})
+	srv := startServer(t, Config{Cluster: clusternode.Mode{Node: &clusternode.Config{Nodes: threeNodes, Self: threeNodes[1]}}})
 	ctx := context.Background()
 	rdb := newClient(t, srv)
 	mine := keyIn(5461, 10921)
@@ -265,7 +265,7 @@ func TestClusterExecWritesMigrate(t *testing.T) {
 // nothing, instead of an array of TRYAGAIN elements (which, with a pause
 // landing midway, split a transaction).
 func TestClusterExecRoutedAsWhole(t *testing.T) {
-	srv := startServer(t, Config{Cluster: ClusterConfig{Node: &clusternode.Config{Nodes: threeNodes, Self: threeNodes[1]}}})
+	srv := startServer(t, Config{Cluster: clusternode.Mode{Node: &clusternode.Config{Nodes: threeNodes, Self: threeNodes[1]}}})
 	ctx := context.Background()
 	admin := newClient(t, srv)
 	mine := keyIn(5461, 10921)
@@ -306,7 +306,7 @@ func newAt(t *testing.T, dir string, cc *clusternode.Config) (srv *Server, close
 	if err != nil {
 		t.Fatal(err)
 	}
-	srv, err = New(Config{Store: store, Cluster: ClusterConfig{Node: cc}})
+	srv, err = New(Config{Store: store, Cluster: clusternode.Mode{Node: cc}})
 	if err != nil {
 		store.Close()
 		return nil, nil, err

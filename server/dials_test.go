@@ -5,6 +5,7 @@ import (
 	"context"
 	"fmt"
 	"log/slog"
+	"net/http"
 	"net/http/httptest"
 	"path/filepath"
 	"strings"
@@ -19,6 +20,7 @@ import (
 	"github.com/sluicehq/sluice/internal/check"
 	"github.com/sluicehq/sluice/internal/engine"
 	"github.com/sluicehq/sluice/internal/envoy"
+	"github.com/sluicehq/sluice/internal/httpport"
 	"github.com/sluicehq/sluice/internal/policycmd"
 )
 
@@ -26,7 +28,7 @@ import (
 // own with the rules of overrides.ini and a bound of 3 overrides.
 func TestOverridesTranscript(t *testing.T) {
 	srv := startServer(t, Config{
-		Engine: EngineConfig{MaxKeySize: 16},
+		Engine: engine.Tuning{MaxKeySize: 16},
 		Clock:  newTestClock(transcriptTime).now,
 		Policy: policycmd.Config{
 			File:         filepath.Join(transcriptDir, "overrides.ini"),
@@ -56,8 +58,13 @@ func policyRequest(srv *Server, remote, pass, method, path, body string) (int, s
 		r.SetBasicAuth("default", pass)
 	}
 	w := httptest.NewRecorder()
-	srv.policyHTTP().ServeHTTP(w, r)
+	httpHandler(srv).ServeHTTP(w, r)
 	return w.Code, strings.TrimSpace(w.Body.String())
+}
+
+// httpHandler is srv's HTTP port's handler, /metrics aside.
+func httpHandler(srv *Server) http.Handler {
+	return srv.http.port.Handler(httpport.Routes{Metrics: http.NotFoundHandler(), Policy: srv.policyHTTP()})
 }
 
 // policyServer starts a server with password pw, the rules of file, the
@@ -171,7 +178,7 @@ func TestDialsOverHTTP(t *testing.T) {
 // without an override a 404.
 func TestOverridesOverHTTP(t *testing.T) {
 	var logs bytes.Buffer
-	srv, c := policyServer(t, Config{Engine: EngineConfig{MaxKeySize: 16}, Policy: policycmd.Config{MaxOverrides: 2}}, "overrides.ini", &logs)
+	srv, c := policyServer(t, Config{Engine: engine.Tuning{MaxKeySize: 16}, Policy: policycmd.Config{MaxOverrides: 2}}, "overrides.ini", &logs)
 	ctx := context.Background()
 	remote := "10.1.2.3:5000"
 	checkPolicyRequests(t, srv, remote, []policyCase{

@@ -289,10 +289,10 @@ func TestLineProtocolErrorsCloseTheConnection(t *testing.T) {
 	if got, err := io.ReadAll(c.r); err != nil || string(got) != "OK true 4 60\n" {
 		t.Fatalf("last line at EOF: %q, %v", got, err)
 	}
-	if n := srv.divvy.srv.ErrUnknownCommand.Load(); n != 1 {
+	if n := srv.divvy.ErrUnknownCommand.Load(); n != 1 {
 		t.Errorf("unknown-command errors = %d, want 1", n)
 	}
-	if n := srv.divvy.srv.ErrUnknown.Load(); n != 4 {
+	if n := srv.divvy.ErrUnknown.Load(); n != 4 {
 		t.Errorf("unknown errors = %d, want 4", n)
 	}
 }
@@ -779,7 +779,7 @@ func TestIdleConnectionsLetBigHITsGo(t *testing.T) {
 		t.Fatal(err)
 	}
 	path := filepath.Join("..", "policy", "testdata", "example-config.ini")
-	srv, err := New(Config{Store: store, Policy: policycmd.Config{File: path}, Engine: EngineConfig{MaxKeySize: 8 << 20}, RESP: respserver.Tuning{MaxBulk: 8 << 20, MaxQueryBuffer: 16 << 20}})
+	srv, err := New(Config{Store: store, Policy: policycmd.Config{File: path}, Engine: engine.Tuning{MaxKeySize: 8 << 20}, RESP: respserver.Tuning{MaxBulk: 8 << 20, MaxQueryBuffer: 16 << 20}})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -1,8 +1,6 @@
 package server
 
 import (
-	"time"
-
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/sluicehq/sluice/internal/httpport"
@@ -10,47 +8,31 @@ import (
 )
 
 // httpState is the HTTP side: the listeners' shared http.Server setup
-// (package httpport), the HTTP port's listener, its backups, and the
+// and /backup (package httpport), the HTTP port's listener, and the
 // Prometheus metrics.
 type httpState struct {
 	port   *httpport.Port
 	served httpport.Listener
-	backup httpport.Backup
-	access httpport.Access // who may take a backup or change the dials
 	reg    *prometheus.Registry
 }
 
-// initHTTP sets up what every HTTP listener shares; New calls it.
+// initHTTP sets up what every HTTP listener shares; New calls it once
+// the RESP front end, its Host, is made.
 func (s *Server) initHTTP() {
-	o := httpport.Options{
-		Logger:           s.log,
-		Host:             (*frontHost)(s),
-		Gate:             &s.adm.Gate,
-		Closing:          &s.closing,
-		Config:           s.cfg.HTTP,
-		MaxMemoryClients: s.cfg.RESP.MaxMemoryClients.N(),
-		Evicted:          &s.stats.EvictedClients,
-	}
-	if s.guard.TLS != nil {
-		o.TLS = s.guard.TLS.HTTPConfig()
-	}
-	s.http.port = httpport.New(o)
-	s.http.access = httpport.Access{
-		Guard:     s.guard,
-		CheckAuth: func(user, pass []byte) bool { return s.resp.CheckAuth(user, pass) }, // made after the HTTP port
-		Failures:  &s.stats.AuthFailures,
-		Logger:    s.log,
-	}
-	s.http.backup = httpport.Backup{Store: s.store, Dir: s.cfg.Files.BackupDir, Logger: s.log, Access: &s.http.access, Host: (*frontHost)(s)}
+	s.http.port = httpport.New(httpport.Options{
+		Config: s.cfg.HTTP, Logger: s.log, Host: s.resp, Gate: &s.adm.Gate, Guard: s.adm.Guard, Closing: &s.closing,
+		MaxMemoryClients: s.cfg.RESP.MaxMemoryClients.N(), Evicted: &s.stats.EvictedClients, AuthFailures: &s.stats.AuthFailures,
+		Store: s.store, BackupDir: s.cfg.RESP.BackupDir,
+	})
 }
 
 // initMetrics makes /metrics' registry (package metrics); New calls it
 // once every front end is made.
 func (s *Server) initMetrics() {
 	src := metrics.Sources{
-		Version: s.cfg.Build.Version, Revision: s.cfg.Build.Revision, MaxClients: s.cfg.Listen.MaxClients,
+		Version: s.cfg.Build.Version, Revision: s.cfg.Build.Revision, MaxClients: s.adm.Config.MaxClients,
 		RESP: s.resp, Stats: &s.stats, Gate: &s.adm.Gate, Engine: s.eng, Store: s.store,
-		Rules: &s.pol, Policy: &s.polCmds, Cluster: s.clus, Divvy: s.divvy.srv, Check: s.check.h,
+		Rules: &s.pol, Policy: &s.polCmds, Cluster: s.clus, Divvy: s.divvy, Check: s.check.h,
 	}
 	if s.cfg.RLS.Dir != "" {
 		src.RLS = s.rls
@@ -61,12 +43,3 @@ func (s *Server) initMetrics() {
 // closeHTTP stops the HTTP side; Close calls it last, so that /readyz
 // answers 503 while connections drain.
 func (s *Server) closeHTTP() { s.http.served.Stop() }
-
-// CheckpointFailed implements httpport.BackupHost.
-func (h *frontHost) CheckpointFailed(err error) string {
-	s := (*Server)(h)
-	return s.errorText(s.resp.MaintenanceErr("checkpoint", err))
-}
-
-// Checkpointed implements httpport.BackupHost.
-func (h *frontHost) Checkpointed() { h.stats.LastSave.Store(time.Now().Unix()) }

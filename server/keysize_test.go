@@ -52,7 +52,7 @@ func TestMaxKeySize(t *testing.T) {
 		t.Fatalf("RL.REDUCE with a long key and a bad max: %v, want %q", err, resp.ErrorText(errs.NotInteger))
 	}
 
-	small := startServer(t, Config{Engine: EngineConfig{MaxKeySize: 8}})
+	small := startServer(t, Config{Engine: engine.Tuning{MaxKeySize: 8}})
 	sc := newClient(t, small)
 	if err := sc.Do(ctx, "RL.REDUCE", "123456789", 10, 60).Err(); err == nil || err.Error() != "ERR key is 9 bytes, longer than --max-key-size 8" {
 		t.Fatalf("MaxKeySize 8, 9-byte key: %v", err)

@@ -150,7 +150,7 @@ func TestCheckpointServedBySecondServer(t *testing.T) {
 	backups := t.TempDir()
 	clock := &testClock{}
 	clock.ms.Store(1_700_000_000_000)
-	srv := startServer(t, Config{Clock: clock.now, Files: FilesConfig{BackupDir: backups}})
+	srv := startServer(t, Config{Clock: clock.now, RESP: respserver.Tuning{BackupDir: backups}})
 	c := newClient(t, srv)
 	stop := make(chan struct{})
 	var wg sync.WaitGroup

@@ -110,7 +110,7 @@ func heldSetupPause(t *testing.T, pauseWait time.Duration) (*Server, *holdingNod
 	clock := newTestClock(t0)
 	srv := startServerOn(t, Config{Policy: policycmd.Config{File: policyFile(t, "held.ini", heldPolicy)}, Clock: clock.now, RESP: respserver.Tuning{SweepInterval: respserver.NoLimit[time.Duration]()},
 		Check:   check.Config{IdentityHeader: "X-User"},
-		Cluster: ClusterConfig{Node: &clusternode.Config{Nodes: []string{self, peer.addr}, Self: self, ForwardTimeout: time.Minute, PauseWait: pauseWait}}}, self)
+		Cluster: clusternode.Mode{Node: &clusternode.Config{Nodes: []string{self, peer.addr}, Self: self, ForwardTimeout: time.Minute, PauseWait: pauseWait}}}, self)
 	rules := srv.pol.Current().Policy.Rules()
 	owner := func(r *policy.Rule, actor string) (bool, []byte) {
 		k := keyspace.AppendRuleKey(nil, r, r.CreditLimit, append(r.AppendCounterID(nil, nil), actor...))
@@ -227,7 +227,7 @@ func TestMigratePauseWaitsForLineAndCheckWrites(t *testing.T) {
 // would hand over each other's keys and cancel each other); after CANCEL,
 // or the hand-over, a new move starts.
 func TestMigrateOneMoveAtATime(t *testing.T) {
-	srv := startServer(t, Config{Cluster: ClusterConfig{Node: &clusternode.Config{Nodes: []string{"127.0.0.1:7000", "127.0.0.1:7001"}, Self: "127.0.0.1:7000"}}})
+	srv := startServer(t, Config{Cluster: clusternode.Mode{Node: &clusternode.Config{Nodes: []string{"127.0.0.1:7000", "127.0.0.1:7001"}, Self: "127.0.0.1:7000"}}})
 	rdb := newClient(t, srv)
 	ctx := context.Background()
 	if err := rdb.Do(ctx, "CLUSTER", "MIGRATE", "START", "100-199").Err(); err != nil {
@@ -265,7 +265,7 @@ func TestCounterHitTrust(t *testing.T) {
 	}
 
 	node := startServer(t, Config{Policy: policycmd.Config{File: path}, Clock: clock.now, RESP: respserver.Tuning{SweepInterval: respserver.NoLimit[time.Duration]()},
-		Cluster: ClusterConfig{Node: &clusternode.Config{Nodes: []string{"127.0.0.1:7000"}, Self: "127.0.0.1:7000", MaxClockSkew: 5 * time.Second}}})
+		Cluster: clusternode.Mode{Node: &clusternode.Config{Nodes: []string{"127.0.0.1:7000"}, Self: "127.0.0.1:7000", MaxClockSkew: 5 * time.Second}}})
 	rdb := newClient(t, node)
 	hit := func(actor string, at int64, hits int) []any {
 		k := keyspace.AppendRuleKey(nil, r, 2, append(r.AppendCounterID(nil, nil), actor...))
@@ -295,7 +295,7 @@ func TestClusterInitialTopologyStored(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		srv, err := New(Config{Store: store, Cluster: ClusterConfig{Node: &clusternode.Config{Nodes: nodes, Self: threeNodes[1]}}})
+		srv, err := New(Config{Store: store, Cluster: clusternode.Mode{Node: &clusternode.Config{Nodes: nodes, Self: threeNodes[1]}}})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -317,7 +317,7 @@ func TestClusterInitialTopologyStored(t *testing.T) {
 // tools' next epoch, +1, would wrap at 2^64−1 and freeze the topology), and
 // a node at the cap takes a pushed topology of any epoch (renumbering).
 func TestClusterEpochCap(t *testing.T) {
-	srv := startServer(t, Config{Cluster: ClusterConfig{Node: &clusternode.Config{Nodes: threeNodes, Self: threeNodes[0]}}})
+	srv := startServer(t, Config{Cluster: clusternode.Mode{Node: &clusternode.Config{Nodes: threeNodes, Self: threeNodes[0]}}})
 	rdb := newClient(t, srv)
 	ctx := context.Background()
 	for _, e := range []string{"18446744073709551615", strconv.FormatUint(cluster.MaxEpoch+1, 10)} {
@@ -338,7 +338,7 @@ func TestClusterEpochCap(t *testing.T) {
 // gives them: a key of no kind, or a value its kind does not decode, is
 // refused and nothing of the command is written.
 func TestClusterRestoreValidates(t *testing.T) {
-	srv := startServer(t, Config{Cluster: ClusterConfig{Node: &clusternode.Config{Nodes: []string{"127.0.0.1:7000", "127.0.0.1:7001"}, Self: "127.0.0.1:7000"}}})
+	srv := startServer(t, Config{Cluster: clusternode.Mode{Node: &clusternode.Config{Nodes: []string{"127.0.0.1:7000", "127.0.0.1:7001"}, Self: "127.0.0.1:7000"}}})
 	rdb := newClient(t, srv)
 	ctx := context.Background()
 	key := keyIn(9000, 9999)
@@ -383,7 +383,7 @@ func TestClusterRestoreValidates(t *testing.T) {
 // TestClusterDumpCountBounded: a DUMP count above 10000 is refused (2^63−1
 // overflowed the page bound and dumped every record in one reply).
 func TestClusterDumpCountBounded(t *testing.T) {
-	srv := startServer(t, Config{Cluster: ClusterConfig{Node: &clusternode.Config{Nodes: []string{"127.0.0.1:7000"}, Self: "127.0.0.1:7000"}}})
+	srv := startServer(t, Config{Cluster: clusternode.Mode{Node: &clusternode.Config{Nodes: []string{"127.0.0.1:7000"}, Self: "127.0.0.1:7000"}}})
 	rdb := newClient(t, srv)
 	ctx := context.Background()
 	for _, n := range []string{"10001", "9223372036854775807"} {
@@ -401,7 +401,7 @@ func TestClusterDumpCountBounded(t *testing.T) {
 // announced by IP address, as Redis does for a node with no hostname, and
 // gives it for one announced by name.
 func TestClusterShardsHostname(t *testing.T) {
-	srv := startServer(t, Config{Cluster: ClusterConfig{Node: &clusternode.Config{Nodes: []string{"127.0.0.1:7000", "sluice-1.sluice:7001"}, Self: "127.0.0.1:7000"}}})
+	srv := startServer(t, Config{Cluster: clusternode.Mode{Node: &clusternode.Config{Nodes: []string{"127.0.0.1:7000", "sluice-1.sluice:7001"}, Self: "127.0.0.1:7000"}}})
 	shards, err := newClient(t, srv).ClusterShards(context.Background()).Result()
 	if err != nil {
 		t.Fatal(err)
@@ -553,7 +553,7 @@ func TestClusterDropOutlastsAKill(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	tgt, err := New(Config{Store: store, Cluster: ClusterConfig{Node: &clusternode.Config{Nodes: nodes, Self: nodes[1]}}})
+	tgt, err := New(Config{Store: store, Cluster: clusternode.Mode{Node: &clusternode.Config{Nodes: nodes, Self: nodes[1]}}})
 	if err != nil {
 		store.Close()
 		t.Fatal(err)

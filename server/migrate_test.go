@@ -23,7 +23,7 @@ import (
 // DROP and MIGRATE START refuse slots on the wrong side; a node that has
 // forgotten a migration (restarted) refuses PAUSE and DIRTY.
 func TestMigrateCommands(t *testing.T) {
-	srv := startServer(t, Config{Cluster: ClusterConfig{Node: &clusternode.Config{Nodes: []string{"127.0.0.1:7000", "127.0.0.1:7001"}, Self: "127.0.0.1:7000"}}})
+	srv := startServer(t, Config{Cluster: clusternode.Mode{Node: &clusternode.Config{Nodes: []string{"127.0.0.1:7000", "127.0.0.1:7001"}, Self: "127.0.0.1:7000"}}})
 	rdb := newClient(t, srv)
 	ctx := context.Background()
 	expectErr := func(want string, args ...any) {
@@ -143,7 +143,7 @@ func TestMigrateRuleCounters(t *testing.T) {
 // interval) is noted again, so that the DIRTY after the pause hands the
 // latest value to the target.
 func TestMigrateDirtyWhileQueued(t *testing.T) {
-	srv := startServer(t, Config{Cluster: ClusterConfig{Node: &clusternode.Config{Nodes: []string{"127.0.0.1:7000", "127.0.0.1:7001"}, Self: "127.0.0.1:7000"}}})
+	srv := startServer(t, Config{Cluster: clusternode.Mode{Node: &clusternode.Config{Nodes: []string{"127.0.0.1:7000", "127.0.0.1:7001"}, Self: "127.0.0.1:7000"}}})
 	rdb := newClient(t, srv)
 	ctx := context.Background()
 	key := keyIn(100, 199)

@@ -8,7 +8,7 @@ import (
 
 // Reloads read files an operator names: SIGHUP's (Reload: the TLS files,
 // the --policy file, the --rls-config directory) and POLICY RELOAD's, one
-// at a time, never waited for past Config.Files.ReloadTimeout or Close (package
+// at a time, never waited for past Config.Files.Timeout or Close (package
 // reload: Server.reload).
 
 // Reload reads again what SIGHUP reloads, as one reload: the TLS files,
@@ -20,7 +20,7 @@ func (s *Server) Reload() error {
 		if s.pol.Path != "" {
 			perr = s.polCmds.ReloadFile()
 		}
-		return errors.Join(s.guard.TLS.Reload(s.log), perr, s.rls.Reload())
+		return errors.Join(s.adm.Guard.TLS.Reload(s.log), perr, s.rls.Reload())
 	})
 }
 
@@ -28,7 +28,7 @@ func (s *Server) Reload() error {
 // renewal, as a reload. Open connections keep their session; on an error
 // the old certificates stay in use.
 func (s *Server) ReloadTLS() error {
-	return s.reload.Run(func() error { return s.guard.TLS.Reload(s.log) })
+	return s.reload.Run(func() error { return s.adm.Guard.TLS.Reload(s.log) })
 }
 
 // ReloadPolicy reads the --policy file again, as a reload, and, if it is

@@ -100,7 +100,7 @@ func TestReloadReadsOnlyRegularFiles(t *testing.T) {
 	cert := pki.cert
 	rules := policyFile(t, "rules.ini", "[default]\ncreditLimit = 7\nresetSeconds = 0\n")
 	rlsDir := rlsConfigDir(t, rlsYAML)
-	srv := startServer(t, Config{Policy: policycmd.Config{File: rules}, RLS: envoy.Config{Dir: rlsDir}, Listen: admit.Config{TLS: &admit.TLSFiles{Cert: pki.cert, Key: pki.key}}, Files: FilesConfig{MaxConfigFile: 8 << 10}})
+	srv := startServer(t, Config{Policy: policycmd.Config{File: rules}, RLS: envoy.Config{Dir: rlsDir}, Listen: admit.Config{TLS: &admit.TLSFiles{Cert: pki.cert, Key: pki.key}}, Files: reload.Config{MaxFileBytes: 8 << 10}})
 	if err := srv.Reload(); err != nil {
 		t.Fatalf("Reload of good files: %v", err)
 	}

@@ -116,7 +116,7 @@ func TestRepairedClusterStateRefused(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	srv, err := New(Config{Store: store, Cluster: ClusterConfig{Node: cc, AcceptRepairedState: true}})
+	srv, err := New(Config{Store: store, Cluster: clusternode.Mode{Node: cc, AcceptRepairedState: true}})
 	if err != nil {
 		store.Close()
 		t.Fatalf("start with AcceptRepairedClusterState: %v", err)

@@ -3,6 +3,7 @@ package server
 import (
 	"net"
 
+	"github.com/sluicehq/sluice/internal/engine"
 	"github.com/sluicehq/sluice/internal/respserver"
 	"github.com/sluicehq/sluice/internal/settings"
 )
@@ -17,23 +18,17 @@ import (
 func (s *Server) initRESP() {
 	cfg := &s.cfg
 	s.resp = respserver.New(respserver.Config{
-		Tuning: cfg.RESP, Password: cfg.Listen.Password,
-		Version: cfg.Build.Version, Revision: cfg.Build.Revision, BackupDir: cfg.Files.BackupDir,
-		AllowOnStoreError: cfg.Engine.AllowOnStoreError, MaxKeySize: s.eng.MaxKeySize(),
-		MaxClients: cfg.Listen.MaxClients, MaxClientsRequested: s.adm.requested,
-		FDLimit: cfg.Listen.Files.Limit, FDReserved: cfg.Listen.Files.Reserved, StoreMaxOpenFiles: cfg.Listen.Files.StoreFiles,
+		Tuning: cfg.RESP, Password: s.adm.Config.Password,
+		Version: cfg.Build.Version, Revision: cfg.Build.Revision,
+		AllowOnStoreError: cfg.Engine.OnStoreError == engine.Allow, MaxKeySize: s.eng.MaxKeySize(),
+		MaxClients: s.adm.Config.MaxClients, MaxClientsRequested: s.adm.Requested,
+		FDLimit: s.adm.Config.Files.Limit, FDReserved: s.adm.Config.Files.Reserved, StoreMaxOpenFiles: s.adm.Config.Files.StoreFiles,
 	}, respserver.Options{
 		Store: s.store, Engine: s.eng, Rules: &s.pol, Policy: &s.polCmds, Cluster: s.clus, RLS: s.rls,
 		Logger: s.log, Clock: s.clock, ClockOffset: &s.clockOffset,
-		Host: (*frontHost)(s), Stats: &s.stats, Closing: &s.closing, Done: s.done,
+		Host: (*frontHost)(s), Stats: &s.stats, Gate: &s.adm.Gate, Closing: &s.closing, Done: s.done,
 	})
 }
-
-// Release implements respserver.Host.
-func (h *frontHost) Release() { h.adm.Release() }
-
-// Admitted implements respserver.Host.
-func (h *frontHost) Admitted() int64 { return h.adm.Open() }
 
 // Addr implements respserver.Host.
 func (h *frontHost) Addr() net.Addr { return (*Server)(h).Addr() }
@@ -47,9 +42,9 @@ func (h *frontHost) Settings() []respserver.Setting {
 	pol.MaxOverrides, pol.StatsDays = int(s.eng.MaxOverrides()), s.eng.StatsDays()
 	o := settings.Of{
 		Addr: s.Addr(), Store: s.store, Cluster: s.clus != nil,
-		RESP: s.resp.Config(), Check: cfg.Check, Divvy: s.divvy.srv.Config(), RLS: s.rls.Settings(), HTTP: s.http.port.Config(),
-		Listen: cfg.Listen, Policy: pol, AcceptRepairedClusterState: cfg.Cluster.AcceptRepairedState,
-		MaxConfigFile: cfg.Files.MaxConfigFile, ReloadTimeout: cfg.Files.ReloadTimeout,
+		RESP: s.resp.Config(), Check: cfg.Check, Divvy: s.divvy.Config(), RLS: s.rls.Settings(), HTTP: s.http.port.Config(),
+		Listen: s.adm.Config, Policy: pol, AcceptRepairedClusterState: cfg.Cluster.AcceptRepairedState,
+		MaxConfigFile: cfg.Files.MaxFileBytes, ReloadTimeout: cfg.Files.Timeout,
 	}
 	return o.List()
 }
@@ -63,6 +58,6 @@ func (s *Server) Ready() bool { return s.resp.Ready() }
 // lines of INFO's policy section.
 func (h *frontHost) PolicyInfo(kv func(k, v string)) {
 	s := (*Server)(h)
-	s.divvy.srv.PolicyInfo(kv, s.divvyAddr())
+	s.divvy.PolicyInfo(kv, s.divvyAddr())
 	s.rls.PolicyInfo(kv)
 }

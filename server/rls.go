@@ -1,38 +1,26 @@
 package server
 
 import (
-	"crypto/tls"
-
 	"github.com/sluicehq/sluice/internal/envoy"
 	"github.com/sluicehq/sluice/internal/respserver"
 )
 
-// Envoy's rate limit service is served by package internal/envoy; the
-// server admits its connections (envoy.Server.Door), renders its errors, lends it
-// the client memory budget and the store's health (frontHost), and runs
-// its reloads with the others.
+// Envoy's rate limit service is served by package internal/envoy, which
+// admits its connections by the server's gate and guard
+// (envoy.Server.Door); the server renders its errors, lends it the client
+// memory budget and the store's health (frontHost), and runs its reloads
+// with the others.
 
 // initRLS makes the rate limit service and loads its configuration; New
 // calls it.
 func (s *Server) initRLS() error {
-	opt := envoy.Options{
-		Engine:           s.eng,
-		Host:             (*frontHost)(s),
-		Logger:           s.log,
-		Clock:            s.clock,
-		MaxConfigFile:    s.cfg.Files.MaxConfigFile,
-		MaxMemoryClients: s.cfg.RESP.MaxMemoryClients.N(),
-		KeepBuf:          respserver.KeepBuf,
-	}
-	if s.guard.TLS != nil {
-		opt.TLS = func() *tls.Config { return s.guard.TLS.Current() }
-	}
-	r, err := envoy.New(s.cfg.RLS, opt)
-	if err != nil {
-		return err
-	}
-	s.rls = r
-	return nil
+	var err error
+	s.rls, err = envoy.New(s.cfg.RLS, envoy.Options{
+		Engine: s.eng, Host: (*frontHost)(s), Logger: s.log, Clock: s.clock,
+		MaxConfigFile: s.cfg.Files.MaxFileBytes, MaxMemoryClients: s.cfg.RESP.MaxMemoryClients.N(),
+		Guard: s.adm.Guard, Gate: &s.adm.Gate, ConnsTotal: &s.stats.ConnsTotal, KeepBuf: respserver.KeepBuf,
+	})
+	return err
 }
 
 // ReserveClients implements envoy.Host: --maxmemory-clients.

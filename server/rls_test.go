@@ -28,6 +28,7 @@ import (
 	"google.golang.org/protobuf/types/known/wrapperspb"
 
 	"github.com/sluicehq/sluice/internal/admit"
+	"github.com/sluicehq/sluice/internal/engine"
 	"github.com/sluicehq/sluice/internal/envoy"
 	"github.com/sluicehq/sluice/internal/policycmd"
 	"github.com/sluicehq/sluice/storage"
@@ -637,7 +638,7 @@ func TestRLSMaxMessage(t *testing.T) {
 }
 
 func TestRLSMaxKeySize(t *testing.T) {
-	f := newRLS(t, Config{Engine: EngineConfig{MaxKeySize: 100}})
+	f := newRLS(t, Config{Engine: engine.Tuning{MaxKeySize: 100}})
 	// The first descriptor fits, the second does not: the request is
 	// refused as a whole and counts nothing.
 	_, err := f.client.ShouldRateLimit(context.Background(), &rlspb.RateLimitRequest{Domain: "test", Descriptors: []*rlcommon.RateLimitDescriptor{desc("k", "a"), desc("k", strings.Repeat("x", 200))}})

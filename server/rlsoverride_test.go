@@ -15,6 +15,7 @@ import (
 	rlspb "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
 	"google.golang.org/protobuf/types/known/wrapperspb"
 
+	"github.com/sluicehq/sluice/internal/engine"
 	"github.com/sluicehq/sluice/internal/envoy"
 	"github.com/sluicehq/sluice/internal/policycmd"
 	"github.com/sluicehq/sluice/internal/transcript"
@@ -25,7 +26,7 @@ import (
 // a server with the RLS tests' configuration, --max-key-size 32 and
 // --policy-max-overrides 3.
 func TestRLSOverridesTranscript(t *testing.T) {
-	f := newRLS(t, Config{Engine: EngineConfig{MaxKeySize: 32}, Policy: policycmd.Config{MaxOverrides: 3}})
+	f := newRLS(t, Config{Engine: engine.Tuning{MaxKeySize: 32}, Policy: policycmd.Config{MaxOverrides: 3}})
 	c := dialRaw(t, f.srv)
 	r := bufio.NewReader(c.conn)
 	transcript.Run(t, filepath.Join(transcriptDir, "rls-overrides.txt"), *rewrite, func(req string) string {
@@ -76,7 +77,7 @@ func TestRLSOverrideHeadersAndAudit(t *testing.T) {
 // 400 that says what was expected, a descriptor without an override a
 // 404.
 func TestRLSOverridesOverHTTP(t *testing.T) {
-	f := newRLS(t, Config{Engine: EngineConfig{MaxKeySize: 32}})
+	f := newRLS(t, Config{Engine: engine.Tuning{MaxKeySize: 32}})
 	remote := "127.0.0.1:5000"
 	checkPolicyRequests(t, f.srv, remote, []policyCase{
 		{"PUT", "/v1/policy/rls/test/override?entry=k=a", "", `{"requests_per_unit": 5}`, 200, `{"domain":"test","descriptor":[{"key":"k","value":"a"}],"requests_per_unit":5}`},

@@ -274,7 +274,7 @@ func TestProtectedMode(t *testing.T) {
 		{Config{Listen: admit.Config{TLS: &admit.TLSFiles{Cert: pki.cert, Key: pki.key, CA: pki.ca}}}, false},
 	} {
 		srv := startServer(t, c.cfg)
-		if got := srv.guard.Protected(); got != c.want {
+		if got := srv.adm.Guard.Protected(); got != c.want {
 			t.Errorf("protected() with %+v = %v, want %v", c.cfg, got, c.want)
 		}
 	}

@@ -19,7 +19,7 @@ import (
 
 // Serve accepts connections on ln until Close. It returns nil after Close.
 func (s *Server) Serve(ln net.Listener) error {
-	return s.serve(ln, s.resp.Door(s.adm.Take, s.guard), s.resp.Serve, s.warnIfExposed,
+	return s.serve(ln, s.resp.Door(s.adm.Guard), s.resp.Serve, s.warnIfExposed,
 		"serving RESP", "fsync", s.store.Mode().String(), "data", s.store.Dir())
 }
 
@@ -27,10 +27,7 @@ func (s *Server) Serve(ln net.Listener) error {
 // returns nil after Close. The line protocol has no authentication: in
 // protected mode (the default) it serves loopback clients only.
 func (s *Server) ServeDivvy(ln net.Listener) error {
-	warn := func(a net.Addr) {
-		s.divvy.srv.WarnUnauthenticated(a, s.cfg.Listen.Password != "" || s.guard.CertsRequired())
-	}
-	return s.serve(ln, s.divvy.srv.Door(s.adm.Take, s.cfg.Listen.AllowRemoteWithoutAuth), s.divvy.srv.Serve, warn,
+	return s.serve(ln, s.divvy.Door(), s.divvy.Serve, s.divvy.WarnUnauthenticated,
 		"serving the divvy line protocol", "policy", s.pol.Path)
 }
 
@@ -43,9 +40,8 @@ func (s *Server) ServeRLS(ln net.Listener) error {
 	if s.cfg.RLS.Dir == "" {
 		return errors.New("server: RLS needs Config.RLS.Dir")
 	}
-	guarded := !s.cfg.Listen.AllowRemoteWithoutAuth && !s.guard.CertsRequired()
-	return s.serve(ln, s.rls.Door(s.adm.Take, guarded, &s.stats.ConnsTotal), s.rls.Serve, s.warnIfExposed,
-		"serving Envoy's rate limit service (gRPC)", "config", s.cfg.RLS.Dir, "tls", s.guard.TLS != nil)
+	return s.serve(ln, s.rls.Door(), s.rls.Serve, s.warnIfExposed,
+		"serving Envoy's rate limit service (gRPC)", "config", s.cfg.RLS.Dir, "tls", s.adm.Guard.TLS != nil)
 }
 
 // ServeCheck serves the forward-auth endpoint /check on ln until Close,
@@ -60,7 +56,7 @@ func (s *Server) ServeCheck(ln net.Listener) error {
 	warn := func(a net.Addr) { s.check.h.WarnIfProtected(s.log, a) }
 	// /check has no probe reserve: it takes its slot as RESP does.
 	return s.serveHTTP(ln, &s.check.served, s.check.h, "check", s.adm.Take, warn,
-		"serving the forward-auth endpoint /check", "tls", s.guard.TLS != nil, "policy", s.pol.Path)
+		"serving the forward-auth endpoint /check", "tls", s.adm.Guard.TLS != nil, "policy", s.pol.Path)
 }
 
 // ServeHTTP serves /metrics, /healthz, /readyz and /backup on ln until
@@ -71,18 +67,17 @@ func (s *Server) ServeHTTP(ln net.Listener) error {
 	h := &s.http
 	routes := h.port.Handler(httpport.Routes{
 		Metrics: promhttp.HandlerFor(h.reg, promhttp.HandlerOpts{ErrorLog: nil}),
-		Backup:  &h.backup,
 		Policy:  s.policyHTTP(),
 	})
 	return s.serveHTTP(ln, &h.served, routes, "http", s.adm.TakeHTTP, func(net.Addr) {},
-		"serving HTTP", "tls", s.guard.TLS != nil)
+		"serving HTTP", "tls", s.adm.Guard.TLS != nil)
 }
 
 // serve serves ln, through door d, with serve until Close, once it has
 // logged msg with ln's address and attrs and warned (warn) of what may
 // reach it; it returns nil after Close.
 func (s *Server) serve(ln net.Listener, d admit.Door, serve func(net.Listener) error, warn func(net.Addr), msg string, attrs ...any) error {
-	l, err := s.lns.Listen(ln, d)
+	l, err := s.adm.Listeners.Listen(ln, d)
 	if err != nil {
 		return err
 	}
@@ -112,10 +107,10 @@ func (s *Server) logServing(ln net.Listener, warn func(net.Addr), msg string, at
 
 // warnIfExposed warns when a listens where nothing but the network keeps
 // strangers out (admit.Guard.WarnIfExposed).
-func (s *Server) warnIfExposed(a net.Addr) { s.guard.WarnIfExposed(s.log, a) }
+func (s *Server) warnIfExposed(a net.Addr) { s.adm.Guard.WarnIfExposed(s.log, a) }
 
 // Addr returns the listening address, or nil before Serve.
-func (s *Server) Addr() net.Addr { return s.lns.Addr("resp") }
+func (s *Server) Addr() net.Addr { return s.adm.Listeners.Addr("resp") }
 
 // RLSAddr returns the gRPC listener's address, or nil when it is off.
-func (s *Server) RLSAddr() net.Addr { return s.lns.Addr("rls") }
+func (s *Server) RLSAddr() net.Addr { return s.adm.Listeners.Addr("rls") }

@@ -45,20 +45,21 @@ type Config struct {
 	// binary.
 	Build Build
 	// Engine configures how every front end's limit operations run.
-	Engine EngineConfig
-	// Files configures the files the server reads and writes besides the
-	// store: the configuration's, their reloads, CHECKPOINT's.
-	Files FilesConfig
+	Engine engine.Tuning
+	// Files configures the files of the configuration: the bytes read of
+	// each, and how long a reload of them is waited for.
+	Files reload.Config
 	// Cluster configures cluster mode; its zero value is standalone.
-	Cluster ClusterConfig
+	Cluster clusternode.Mode
 
 	// Listen configures what every listener shares: admission, protected
 	// mode, TLS, the password, the drain on Close.
 	Listen admit.Config
 	// Policy configures the divvy rules and their dials.
 	Policy policycmd.Config
-	// RESP configures the RESP front end (Serve), and the client memory
-	// budget it keeps for every front end (MaxMemoryClients).
+	// RESP configures the RESP front end (Serve), the client memory
+	// budget it keeps for every front end (MaxMemoryClients), and where
+	// CHECKPOINT and /backup copy the store (BackupDir).
 	RESP respserver.Tuning
 	// Divvy configures the divvy line protocol (ServeDivvy); its Logger
 	// is the server's.
@@ -79,56 +80,6 @@ type Build struct {
 	Revision string
 }
 
-// EngineConfig configures the engine every front end runs its limit
-// operations in (package engine). A zero field means the default given.
-type EngineConfig struct {
-	// MaxKeySize is the longest key a command may name: the key of an
-	// RL.* command, the actor value of a HIT. A longer one is refused with
-	// an error reply naming both lengths, and the store is not touched.
-	// Default 16 KiB (engine.DefaultMaxKeySize, which says why), which
-	// the engine applies.
-	MaxKeySize int
-	// AllowOnStoreError makes limit commands answer normally when the store
-	// cannot take or give a bucket's state (disk full, I/O error): the
-	// reply is computed from the state the server can still read, or from
-	// a full bucket when it cannot, and the change is not stored. By
-	// default (false) such commands get an error reply, which clients of
-	// a rate limiter usually treat as a denial.
-	AllowOnStoreError bool
-}
-
-// FilesConfig configures the files the server reads and writes besides
-// the store. A zero field means the default given.
-type FilesConfig struct {
-	// BackupDir is where CHECKPOINT writes; default "sluice-backups".
-	BackupDir string
-	// MaxConfigFile bounds the bytes read from each file of the
-	// configuration: Policy.File, each TLS file, and the files of
-	// RLS.Dir together; default conffile.DefaultLimit. Only regular
-	// files (or symlinks to them) are read: a named pipe or a device is
-	// refused without being opened.
-	MaxConfigFile int64
-	// ReloadTimeout is the most Reload, ReloadTLS, ReloadPolicy, ReloadRLS
-	// and POLICY RELOAD wait for a reload to read its files, and for
-	// another one to finish first (internal/reload); past it they return
-	// reload.ErrTimeout, and the reload goes on. Default
-	// reload.DefaultTimeout.
-	ReloadTimeout time.Duration
-}
-
-// ClusterConfig configures cluster mode.
-type ClusterConfig struct {
-	// Node, when set, serves the Redis Cluster protocol as a node of the
-	// cluster it describes (package clusternode); nil: standalone.
-	Node *clusternode.Config
-	// AcceptRepairedState starts on a store whose cluster state sluice
-	// repair brought back older than it may have been
-	// (storage.StaleMetaName), which is otherwise refused
-	// (clusternode.ErrClusterStateRepaired): an operator has checked it
-	// is current.
-	AcceptRepairedState bool
-}
-
 // Server is sluice's server: the store, the engine, the cluster node and
 // the front ends (RESP, the line protocol, /check, Envoy's rate limit
 // service, the HTTP port), wired together behind one listener wrapper
@@ -141,31 +92,29 @@ type Server struct {
 	// clockOffset is DEBUG CLOCK-OFFSET's shift of the server clock, in
 	// nanoseconds: atomic, as every round reads the clock.
 	clockOffset atomic.Int64
-	eng         *engine.Engine // runs the limit operations of every front end
-	resp        *respserver.Server
-
-	// polCmds is POLICY's subcommands but RELOAD: the rules' dials.
-	polCmds policycmd.Commands
-
+	// stats are the counters every front end adds to.
+	stats   respserver.Stats
 	closing atomic.Bool
 	done    chan struct{} // closed when Close has finished
 	// after is time.After for Close's waits; tests see and drive them.
 	after func(time.Duration) <-chan time.Time
-	// stats are the counters every front end adds to.
-	stats respserver.Stats
 
-	guard  admit.Guard // protected mode, and TLS (guard.TLS, nil without)
-	http   httpState
-	pol    rules.File
-	reload *reload.Runner // reloads, one at a time
-	divvy  divvyState
-	check  checkState
-	rls    *envoy.Server // Envoy's rate limit service
-	adm    admission
-	clus   *clusternode.Node // nil: standalone
-	// lns are the listeners of RESP, the line protocol and Envoy's rate
-	// limit service, once served, which Close drains.
-	lns admit.Listeners
+	// The components, in the order New makes them.
+
+	// adm admits every front end's connections: --maxclients, protected
+	// mode, TLS (adm.Guard.TLS, nil without), the listeners.
+	adm  *admit.Admission
+	pol  rules.File        // the divvy rules in use
+	clus *clusternode.Node // nil: standalone
+	eng  *engine.Engine    // runs the limit operations of every front end
+	// polCmds is POLICY's subcommands but RELOAD: the rules' dials.
+	polCmds policycmd.Commands
+	check   checkState
+	divvy   *divvy.Server  // the divvy line protocol
+	rls     *envoy.Server  // Envoy's rate limit service
+	reload  *reload.Runner // reloads, one at a time
+	resp    *respserver.Server
+	http    httpState
 }
 
 // StoreOptions returns o with what the store must know of the server's
@@ -189,10 +138,10 @@ func New(cfg Config) (*Server, error) {
 	if cfg.Store == nil {
 		return nil, errors.New("server: Config.Store is required")
 	}
-	// Each front end's defaults are its package's; these are applied
-	// here as more than one front end reads them.
-	cfg.Listen = cfg.Listen.WithDefaults()
+	// These defaults are their packages'; they are applied here as more
+	// than one component reads them.
 	cfg.RESP = cfg.RESP.WithDefaults()
+	cfg.Files = cfg.Files.WithDefaults()
 	if cfg.Build.Version == "" {
 		cfg.Build.Version = "dev"
 	}
@@ -202,48 +151,30 @@ func New(cfg Config) (*Server, error) {
 	if cfg.Clock == nil {
 		cfg.Clock = time.Now
 	}
-	if cfg.Files.BackupDir == "" {
-		cfg.Files.BackupDir = respserver.DefaultBackupDir
-	}
-	if cfg.Files.ReloadTimeout <= 0 {
-		cfg.Files.ReloadTimeout = reload.DefaultTimeout
-	}
-	s := &Server{cfg: cfg, store: cfg.Store, log: cfg.Logger}
+	s := &Server{cfg: cfg, store: cfg.Store, log: cfg.Logger, done: make(chan struct{}), after: time.After}
 	base := cfg.Clock
 	s.clock = func() time.Time { return base().Add(time.Duration(s.clockOffset.Load())) }
 	var err error
-	if s.guard, err = cfg.Listen.Guard(cfg.Files.MaxConfigFile); err != nil {
-		return nil, err
-	}
-	if err := s.initAdmission(); err != nil {
+	if s.adm, err = admit.New(cfg.Listen, cfg.Files.MaxFileBytes, admit.Shared{
+		Closing: &s.closing, Log: s.log,
+		RejectedMax: &s.stats.RejectedMax, RejectedDenied: &s.stats.RejectedDenied, NetOut: &s.stats.NetOut,
+		After: func(d time.Duration) <-chan time.Time { return s.after(d) },
+	}); err != nil {
 		return nil, err
 	}
 	if cfg.Policy.File != "" {
-		s.pol.Path, s.pol.MaxBytes = cfg.Policy.File, cfg.Files.MaxConfigFile
+		s.pol.Path, s.pol.MaxBytes = cfg.Policy.File, cfg.Files.MaxFileBytes
 		if err := s.pol.Load(); err != nil {
 			return nil, err
 		}
 	}
-	co := clusternode.Options{
-		Store: s.store, Logger: s.log, Clock: s.clock, Cluster: cfg.Cluster.Node,
-		AcceptRepairedClusterState: cfg.Cluster.AcceptRepairedState,
-		Password:                   cfg.Listen.Password,
-	}
-	if s.guard.TLS != nil {
-		co.ForwardTLS = s.guard.TLS.NodeClient
-	}
-	if s.guard.TLS != nil && cfg.Cluster.Node != nil && cfg.Cluster.Node.Replicas > 1 {
-		if co.ReplicationClientTLS, co.ReplicationServerTLS, err = s.guard.TLS.Replication(); err != nil {
-			return nil, err
-		}
-	}
-	if s.clus, err = clusternode.Open(co); err != nil {
+	if s.clus, err = clusternode.Open(clusternode.Options{
+		Store: s.store, Logger: s.log, Clock: s.clock, Mode: cfg.Cluster,
+		Password: s.adm.Config.Password, TLS: s.adm.Guard.TLS,
+	}); err != nil {
 		return nil, err
 	}
-	ecfg := engine.Config{Store: s.store, Clock: s.clock, MaxKeySize: cfg.Engine.MaxKeySize, MaxOverrides: int64(cfg.Policy.MaxOverrides), StatsDays: cfg.Policy.StatsDays}
-	if cfg.Engine.AllowOnStoreError {
-		ecfg.OnStoreError = engine.Allow
-	}
+	ecfg := engine.Config{Store: s.store, Clock: s.clock, Tuning: cfg.Engine, MaxOverrides: int64(cfg.Policy.MaxOverrides), StatsDays: cfg.Policy.StatsDays}
 	if s.clus != nil { // not a nil *Node in the interface
 		ecfg.Cluster = s.clus
 	}
@@ -253,17 +184,15 @@ func New(cfg Config) (*Server, error) {
 	}
 	s.initCheck()
 	s.initDivvy()
-	s.initHTTP()
 	if err := s.initRLS(); err != nil {
 		return nil, err
 	}
-	s.done = make(chan struct{})
-	s.after = time.After
 	s.reload = reload.New(reload.Options{
-		Timeout: cfg.Files.ReloadTimeout, Log: s.log, Closed: storage.ErrClosed,
+		Timeout: cfg.Files.Timeout, Log: s.log, Closed: storage.ErrClosed,
 		After: func(d time.Duration) <-chan time.Time { return s.after(d) },
 	})
 	s.initRESP()
+	s.initHTTP()
 	// A replicated shard is handed back to its home node once the writes
 	// under way have ended and its group has committed them.
 	s.clus.SetQuiesce(s.resp.Quiesce)
@@ -289,9 +218,8 @@ func (s *Server) Close() error {
 	}
 	// From now, as cmd/sluice's own timer: a slow stopSweeper does not
 	// push the forced close past the moment the store is closed.
+	start := time.Now()
 	s.reload.Stop() // a reload under way is waited for no longer
-	rest := s.cfg.Listen.ShutdownTimeout / 10
-	forceAt := time.Now().Add(s.cfg.Listen.ShutdownTimeout - rest)
 	defer close(s.done)
 	defer s.resp.Closed()
 	if s.clus != nil {
@@ -302,8 +230,8 @@ func (s *Server) Close() error {
 	s.resp.Close()      // stops the idle sweep: also ends a running COMPACT early
 	// RESP, the line protocol and Envoy's rate limit service drain all at
 	// once, the way /check and HTTP do, each in its listener
-	// (admit.Listeners.Drain).
-	s.lns.Drain(forceAt, rest, s.cfg.Listen.ShutdownTimeout)
+	// (admit.Admission.Drain).
+	s.adm.Drain(start)
 	// The threshold data since the last flush (POLICY STATS), now that no
 	// round adds to them.
 	if err := s.eng.FlushStats(); err != nil {

@@ -21,6 +21,7 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
+	"github.com/sluicehq/sluice/internal/engine"
 	"github.com/sluicehq/sluice/internal/respserver"
 	"github.com/sluicehq/sluice/storage"
 )
@@ -385,7 +386,7 @@ func TestMalformedInput(t *testing.T) {
 // A big argument sent one byte at a time is assembled, not re-parsed on
 // every read, and served.
 func TestSlowLargeArgument(t *testing.T) {
-	srv := startServer(t, Config{Engine: EngineConfig{MaxKeySize: 64 << 10}})
+	srv := startServer(t, Config{Engine: engine.Tuning{MaxKeySize: 64 << 10}})
 	c := rawConn(t, srv)
 	key := strings.Repeat("k", 64<<10)
 	msg := fmt.Sprintf("*4\r\n$9\r\nRL.REDUCE\r\n$%d\r\n%s\r\n$2\r\n10\r\n$2\r\n60\r\n", len(key), key)

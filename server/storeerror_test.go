@@ -11,9 +11,19 @@ import (
 	"testing"
 	"time"
 
+	"github.com/sluicehq/sluice/internal/engine"
 	"github.com/sluicehq/sluice/internal/respserver"
 	"github.com/sluicehq/sluice/storage"
 )
+
+// onStoreError is the engine's tuning with --on-store-error allow when
+// allow is set, deny (the default) otherwise.
+func onStoreError(allow bool) engine.Tuning {
+	if allow {
+		return engine.Tuning{OnStoreError: engine.Allow}
+	}
+	return engine.Tuning{}
+}
 
 // TestDiskFullAnswersErrorsThenRecovers serves from a store whose disk
 // starts refusing writes: limit commands answer a clear error (or, with
@@ -28,7 +38,7 @@ func TestDiskFullAnswersErrorsThenRecovers(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			srv, err := New(Config{Store: store, Engine: EngineConfig{AllowOnStoreError: allow}})
+			srv, err := New(Config{Store: store, Engine: onStoreError(allow)})
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -117,7 +127,7 @@ func TestWritesBeforeMaintenanceFailWithIt(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			srv, err := New(Config{Store: store, Files: FilesConfig{BackupDir: t.TempDir()}, RESP: respserver.Tuning{SweepInterval: respserver.NoLimit[time.Duration]()}})
+			srv, err := New(Config{Store: store, RESP: respserver.Tuning{BackupDir: t.TempDir(), SweepInterval: respserver.NoLimit[time.Duration]()}})
 			if err != nil {
 				t.Fatal(err)
 			}

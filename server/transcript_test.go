@@ -21,6 +21,7 @@ import (
 	"google.golang.org/protobuf/types/known/wrapperspb"
 
 	"github.com/sluicehq/sluice/internal/divvy"
+	"github.com/sluicehq/sluice/internal/engine"
 	"github.com/sluicehq/sluice/internal/policycmd"
 	"github.com/sluicehq/sluice/internal/transcript"
 )
@@ -41,7 +42,7 @@ const transcriptTime = 1_700_000_000_000
 // cmd/sluice/testdata/transcript-resp*.txt, byte for byte and without
 // redis-cli, then every error a client can meet.
 func TestRESPTranscripts(t *testing.T) {
-	srv := startServer(t, Config{Engine: EngineConfig{MaxKeySize: 16}, Clock: newTestClock(transcriptTime).now})
+	srv := startServer(t, Config{Engine: engine.Tuning{MaxKeySize: 16}, Clock: newTestClock(transcriptTime).now})
 	files, err := filepath.Glob(filepath.Join(transcriptDir, "resp", "[0-9]-*.txt"))
 	if err != nil || len(files) == 0 {
 		t.Fatalf("no RESP transcripts: %v", err)
@@ -57,7 +58,7 @@ func TestRESPTranscripts(t *testing.T) {
 // the rules of policy.ini, in that order.
 func TestRuleTranscripts(t *testing.T) {
 	srv := startServer(t, Config{
-		Engine: EngineConfig{MaxKeySize: 16},
+		Engine: engine.Tuning{MaxKeySize: 16},
 		Clock:  newTestClock(transcriptTime).now,
 		Policy: policycmd.Config{File: filepath.Join(transcriptDir, "policy.ini")},
 		Divvy:  divvy.Config{MaxLine: 100},
@@ -203,7 +204,7 @@ func checkRequest(t *testing.T, base, req string) string {
 
 // TestRLSTranscript replays rls.txt on Envoy's rate limit service.
 func TestRLSTranscript(t *testing.T) {
-	f := newRLS(t, Config{Engine: EngineConfig{MaxKeySize: 32}})
+	f := newRLS(t, Config{Engine: engine.Tuning{MaxKeySize: 32}})
 	transcript.Run(t, filepath.Join(transcriptDir, "rls.txt"), *rewrite, func(req string) string {
 		return rlsRequest(f, req)
 	})

@@ -546,7 +546,7 @@ func TestTxClientListShowsQueue(t *testing.T) {
 // the committer would wait for forever (CLUSTER DROP after a write
 // deadlocked the store).
 func TestTxQueuesOnlyAllowedCommands(t *testing.T) {
-	srv := startServer(t, Config{Cluster: ClusterConfig{Node: &clusternode.Config{Nodes: threeNodes, Self: threeNodes[1]}}})
+	srv := startServer(t, Config{Cluster: clusternode.Mode{Node: &clusternode.Config{Nodes: threeNodes, Self: threeNodes[1]}}})
 	mine := keyIn(5461, 10921)
 	for _, cmd := range []string{"CLUSTER DROP 0-5460", "CLUSTER DUMP 5461 5461 \"\" 10", "CLUSTER MIGRATE PAUSE",
 		"CLUSTER MIGRATE DIRTY 10", "DEL " + mine, "INFO", "DBSIZE", "COMPACT", "CHECKPOINT", "CONFIG SET x y", "POLICY reload"} {

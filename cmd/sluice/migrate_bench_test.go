@@ -37,7 +37,7 @@ func BenchmarkMigrate1M(b *testing.B) {
 		if err != nil {
 			b.Fatal(err)
 		}
-		srv, err := server.New(server.Config{Store: store, Cluster: server.ClusterConfig{Node: &clusternode.Config{Nodes: addrs[:1], Self: addrs[i]}}})
+		srv, err := server.New(server.Config{Store: store, Cluster: clusternode.Mode{Node: &clusternode.Config{Nodes: addrs[:1], Self: addrs[i]}}})
 		if err != nil {
 			b.Fatal(err)
 		}

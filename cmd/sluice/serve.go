@@ -17,9 +17,11 @@ import (
 	"github.com/sluicehq/sluice/internal/clusternode"
 	"github.com/sluicehq/sluice/internal/conffile"
 	"github.com/sluicehq/sluice/internal/divvy"
+	"github.com/sluicehq/sluice/internal/engine"
 	"github.com/sluicehq/sluice/internal/envoy"
 	"github.com/sluicehq/sluice/internal/httpport"
 	"github.com/sluicehq/sluice/internal/policycmd"
+	"github.com/sluicehq/sluice/internal/reload"
 	"github.com/sluicehq/sluice/internal/respserver"
 	"github.com/sluicehq/sluice/policy"
 	"github.com/sluicehq/sluice/rls"
@@ -190,6 +192,15 @@ func storeOptions(cfg config, mode storage.SyncMode, files admit.FDBudget, log *
 	})
 }
 
+// onStoreError is the engine's mode of --on-store-error v, which
+// parseConfig checked is deny or allow.
+func onStoreError(v string) engine.OnStoreError {
+	if v == "allow" {
+		return engine.Allow
+	}
+	return engine.Refuse
+}
+
 // serverConfig is the server.Config of cfg, for store, with what
 // serveCommand read or derived from it.
 func serverConfig(cfg config, store *storage.Store, log *slog.Logger, password string, files admit.FDBudget, clusterCfg *clusternode.Config, tlsFiles *admit.TLSFiles, memLimit int64, memLimitSource string) server.Config {
@@ -211,10 +222,11 @@ func serverConfig(cfg config, store *storage.Store, log *slog.Logger, password s
 			MemoryLimitSource: memLimitSource,
 			Debug:             cfg.debug,
 			MaxMemoryClients:  zeroIsOff(int64(cfg.maxMemClients)),
+			BackupDir:         cfg.backupDir,
 		},
-		Engine: server.EngineConfig{
-			MaxKeySize:        int(cfg.maxKeySize),
-			AllowOnStoreError: cfg.onStoreError == "allow",
+		Engine: engine.Tuning{
+			MaxKeySize:   int(cfg.maxKeySize),
+			OnStoreError: onStoreError(cfg.onStoreError),
 		},
 		Listen: admit.Config{
 			ShutdownTimeout:        cfg.shutdownTimeout,
@@ -225,10 +237,9 @@ func serverConfig(cfg config, store *storage.Store, log *slog.Logger, password s
 			TLS:                    tlsFiles,
 		},
 		Build: server.Build{Version: buildVersion(), Revision: buildRevision()},
-		Files: server.FilesConfig{
-			BackupDir:     cfg.backupDir,
-			MaxConfigFile: int64(cfg.maxConfigFile),
-			ReloadTimeout: cfg.reloadTimeout,
+		Files: reload.Config{
+			MaxFileBytes: int64(cfg.maxConfigFile),
+			Timeout:      cfg.reloadTimeout,
 		},
 
 		Policy: policycmd.Config{
@@ -243,7 +254,7 @@ func serverConfig(cfg config, store *storage.Store, log *slog.Logger, password s
 		},
 
 		Check:   cfg.check.serverConfig(),
-		Cluster: server.ClusterConfig{Node: clusterCfg, AcceptRepairedState: cfg.acceptRepaired},
+		Cluster: clusternode.Mode{Node: clusterCfg, AcceptRepairedState: cfg.acceptRepaired},
 		RLS: envoy.Config{
 			Dir:             cfg.rlsConfig,
 			ResponseHeaders: cfg.rlsResponseHeaders,

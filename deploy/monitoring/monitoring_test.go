@@ -27,6 +27,7 @@ import (
 	"github.com/sluicehq/sluice/internal/admit"
 	"github.com/sluicehq/sluice/internal/envoy"
 	"github.com/sluicehq/sluice/internal/policycmd"
+	"github.com/sluicehq/sluice/internal/respserver"
 	"github.com/sluicehq/sluice/server"
 	"github.com/sluicehq/sluice/storage"
 )
@@ -242,7 +243,7 @@ func scrape(t *testing.T) map[string]bool {
 		Clock:  func() time.Time { return time.Unix(0, now.Load()) },
 		Store:  store,
 		Listen: admit.Config{Password: "pw"},
-		Files:  server.FilesConfig{BackupDir: filepath.Join(t.TempDir(), "backups")},
+		RESP:   respserver.Tuning{BackupDir: filepath.Join(t.TempDir(), "backups")},
 		Policy: policycmd.Config{File: policy},
 		RLS:    envoy.Config{Dir: rlsDir},
 	})

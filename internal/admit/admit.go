@@ -8,9 +8,9 @@
 // decides by is here too: the open-file budget that bounds --maxclients
 // (FDBudget), protected mode (Guard) and the TLS certificates, reloaded
 // while connections stay open (TLS), and what an operator sets of them
-// (Config).
+// (Config). New makes a server's Admission of them all.
 //
-// A Gate, a Listener and a TLS are safe for concurrent use.
+// An Admission, a Gate, a Listener and a TLS are safe for concurrent use.
 package admit
 
 import (
@@ -39,6 +39,15 @@ const DefaultMaxClients = 10000
 type Gate struct {
 	// Max is the most connections open at once (--maxclients).
 	Max int64
+	Shared
+
+	open     atomic.Int64 // connections admitted and not yet closed
+	refusing atomic.Int64 // refusals being written
+}
+
+// Shared is what a Gate shares with its server: its state, its counters,
+// its logger and its clock.
+type Shared struct {
 	// Closing reports that the server is closing: an Accept error then
 	// ends the listener instead of being retried.
 	Closing *atomic.Bool
@@ -48,9 +57,6 @@ type Gate struct {
 	Log                                 *slog.Logger
 	// After is time.After for Drain's waits; tests see and drive it.
 	After func(time.Duration) <-chan time.Time
-
-	open     atomic.Int64 // connections admitted and not yet closed
-	refusing atomic.Int64 // refusals being written
 }
 
 // Take admits a connection, or reports false when Max are open.

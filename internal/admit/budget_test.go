@@ -2,6 +2,7 @@ package admit
 
 import (
 	"errors"
+	"log/slog"
 	"strings"
 	"testing"
 )
@@ -32,5 +33,28 @@ func TestBudgetFDs(t *testing.T) {
 			t.Errorf("BudgetFDs(%d) = %+v (%d clients), %v; want store %d, reserved %d, clients %d",
 				tc.limit, b, b.Clients(), err, tc.store, tc.reserved, tc.clients)
 		}
+	}
+}
+
+// New lowers MaxClients to what the budget leaves, keeps the one
+// requested, and gates at the lowered one; a budget leaving too few
+// clients is ErrFDLimit.
+func TestNewLowersMaxClients(t *testing.T) {
+	b, err := BudgetFDs(256)
+	if err != nil {
+		t.Fatal(err)
+	}
+	a, err := New(Config{Files: b}, 0, Shared{Log: slog.New(slog.DiscardHandler)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if a.Config.MaxClients != 92 || a.Requested != DefaultMaxClients || a.Max != 92 || a.Listeners.Gate != &a.Gate {
+		t.Fatalf("New under a limit allowing 92: MaxClients %d, Requested %d, Max %d", a.Config.MaxClients, a.Requested, a.Max)
+	}
+	if a.Config.ShutdownTimeout != DefaultShutdownTimeout {
+		t.Errorf("ShutdownTimeout %v, want the default %v", a.Config.ShutdownTimeout, DefaultShutdownTimeout)
+	}
+	if _, err := New(Config{Files: FDBudget{Limit: 170, StoreFiles: 100, Reserved: 164}}, 0, Shared{}); !errors.Is(err, ErrFDLimit) {
+		t.Fatalf("New with 6 descriptors left for clients: %v, want ErrFDLimit", err)
 	}
 }

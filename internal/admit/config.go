@@ -37,8 +37,8 @@ type Config struct {
 }
 
 // WithDefaults is c with its zero fields set to their defaults.
-// MaxClients is still as requested: the server lowers it to what Files
-// leaves (FDBudget.MaxClients), and reports both.
+// MaxClients is still as requested: New lowers it to what Files leaves
+// (FDBudget.MaxClients), and its Admission keeps both.
 func (c Config) WithDefaults() Config {
 	if c.ShutdownTimeout <= 0 {
 		c.ShutdownTimeout = DefaultShutdownTimeout

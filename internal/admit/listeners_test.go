@@ -14,7 +14,7 @@ import (
 // taken; Drain closes those it took.
 func TestListenersOnePerFrontEnd(t *testing.T) {
 	var closing atomic.Bool
-	ls := Listeners{Gate: &Gate{Max: 1, Closing: &closing, Log: slog.New(slog.DiscardHandler), After: time.After}}
+	ls := Listeners{Gate: &Gate{Max: 1, Shared: Shared{Closing: &closing, Log: slog.New(slog.DiscardHandler), After: time.After}}}
 	listen := func() net.Listener {
 		ln, err := net.Listen("tcp", "127.0.0.1:0")
 		if err != nil {

@@ -28,6 +28,7 @@ import (
 	"time"
 
 	"github.com/sluicehq/sluice/cluster"
+	"github.com/sluicehq/sluice/internal/admit"
 	"github.com/sluicehq/sluice/internal/clustercmd"
 	"github.com/sluicehq/sluice/internal/dispatch"
 	"github.com/sluicehq/sluice/internal/engine"
@@ -93,33 +94,36 @@ type Config struct {
 	LogMemory int64
 }
 
-// Options is what Open needs besides the user's Config.
+// Mode is cluster mode as an operator sets it; its zero value is
+// standalone.
+type Mode struct {
+	// Node, when set, serves the Redis Cluster protocol as a node of the
+	// cluster it describes; nil: standalone (Open then only checks that
+	// the store is not a cluster node's).
+	Node *Config
+	// AcceptRepairedState starts on a store whose cluster state sluice
+	// repair brought back older than it may have been
+	// (storage.StaleMetaName), which is otherwise refused
+	// (ErrClusterStateRepaired): an operator has checked it is current.
+	AcceptRepairedState bool
+}
+
+// Options is what Open needs besides the operator's Mode.
 type Options struct {
 	Store  *storage.Store   // required
 	Logger *slog.Logger     // default: discard
 	Clock  func() time.Time // default time.Now
-	// Cluster, when set, turns cluster mode on; nil: standalone (Open
-	// then only checks that the store is not a cluster node's).
-	Cluster *Config
-	// AcceptRepairedClusterState starts on a store whose cluster state
-	// sluice repair brought back older than it may have been
-	// (storage.StaleMetaName), which is otherwise refused
-	// (ErrClusterStateRepaired).
-	AcceptRepairedClusterState bool
+	// Mode is cluster mode or standalone.
+	Mode Mode
 	// Password is the one the nodes share: forwarded hits authenticate
 	// with it.
 	Password string
-	// ForwardTLS is set when the nodes serve RESP over TLS only: each
-	// connection forwarding hits to another node is opened with the
-	// configuration it returns (a new one each call, the certificates as
-	// last reloaded), its ServerName set to the host of that node's
-	// address; its error is answered instead (no CA to verify the nodes
-	// with). Nil: plain TCP.
-	ForwardTLS func() (*tls.Config, error)
-	// ReplicationClientTLS and ReplicationServerTLS, both or neither,
-	// secure the replication transport of replicated shards with mutual
-	// TLS (replication.TransportConfig); nil: plain TCP.
-	ReplicationClientTLS, ReplicationServerTLS *tls.Config
+	// TLS is the server's, nil without: the nodes then serve RESP over
+	// TLS only, so a hit forwarded to another node goes over TLS
+	// (admit.TLS.NodeClient), and the replication transport of
+	// replicated shards is mutual TLS with its certificates
+	// (admit.TLS.Replication); without it, plain TCP.
+	TLS *admit.TLS
 }
 
 // Node is the engine's Cluster in cluster mode.
@@ -132,8 +136,8 @@ type Node struct {
 	clock func() time.Time
 	cfg   Config
 	pass  string
-	// repClientTLS and repServerTLS: Options.ReplicationClientTLS and
-	// ReplicationServerTLS.
+	// repClientTLS and repServerTLS secure the replication transport
+	// (Options.TLS); nil: plain TCP.
 	repClientTLS, repServerTLS *tls.Config
 
 	myID   string
@@ -160,7 +164,7 @@ var ErrClusterIdentity = errors.New("server: the data directory belongs to anoth
 
 // ErrClusterStateRepaired is wrapped by the error of a start on a store
 // whose cluster state sluice repair brought back older than it may have
-// been, without Options.AcceptRepairedClusterState.
+// been, without Mode.AcceptRepairedState.
 var ErrClusterStateRepaired = errors.New("server: sluice repair brought back this node's cluster state as it was before a table it could not read")
 
 // view is a topology with its slot table. Node.view is replaced as a
@@ -208,26 +212,33 @@ func newView(top cluster.Topology, myID string) *view {
 	return &view{top: top, owner: top.Owners(), self: uint16(top.Index(myID) + 1)}
 }
 
-// Open starts cluster mode from o.Cluster and the topology the store
+// Open starts cluster mode from o.Mode.Node and the topology the store
 // kept, if any: a stored topology was pushed later than the flags'
-// initial one, so it wins. Standalone (o.Cluster nil), it returns a nil
+// initial one, so it wins. Standalone (o.Mode.Node nil), it returns a nil
 // Node once it has checked that the store may be served standalone.
 func Open(o Options) (*Node, error) {
-	s := &Node{store: o.Store, log: o.Logger, clock: o.Clock, pass: o.Password,
-		repClientTLS: o.ReplicationClientTLS, repServerTLS: o.ReplicationServerTLS}
-	s.fwd.tls = o.ForwardTLS
+	s := &Node{store: o.Store, log: o.Logger, clock: o.Clock, pass: o.Password}
+	if o.TLS != nil {
+		s.fwd.tls = o.TLS.NodeClient
+	}
 	if s.log == nil {
 		s.log = slog.New(slog.DiscardHandler)
 	}
 	if s.clock == nil {
 		s.clock = time.Now
 	}
+	cc := o.Mode.Node
+	if o.TLS != nil && cc != nil && cc.Replicas > 1 {
+		var err error
+		if s.repClientTLS, s.repServerTLS, err = o.TLS.Replication(); err != nil {
+			return nil, err
+		}
+	}
 	// First: a stale record of the node's identity would be refused below
 	// as another node's.
-	if err := s.checkRepairedState(o.AcceptRepairedClusterState); err != nil {
+	if err := s.checkRepairedState(o.Mode.AcceptRepairedState); err != nil {
 		return nil, err
 	}
-	cc := o.Cluster
 	if cc == nil {
 		return nil, s.checkStandalone()
 	}
@@ -307,7 +318,7 @@ func Open(o Options) (*Node, error) {
 // table it lost: the node would act on an old topology, serving slots it
 // gave away, or drop the copy of slots it owns as an interrupted move. An
 // operator who has compared it with the cluster says so with
-// AcceptRepairedClusterState; the mark is then removed.
+// Mode.AcceptRepairedState; the mark is then removed.
 func (s *Node) checkRepairedState(accept bool) error {
 	v, err := s.store.Meta(storage.StaleMetaName)
 	if err != nil {

@@ -23,7 +23,7 @@ func openNode(t *testing.T, st *storage.Store, cfg *Config) (*Node, *storage.Sto
 		}
 		t.Cleanup(func() { _ = st.Close() })
 	}
-	n, err := Open(Options{Store: st, Cluster: cfg})
+	n, err := Open(Options{Store: st, Mode: Mode{Node: cfg}})
 	return n, st, err
 }
 

@@ -38,7 +38,7 @@ func TestPlacementIsFixed(t *testing.T) {
 	}
 	start := func(cfg *Config) error {
 		t.Helper()
-		n, err := Open(Options{Store: st, Cluster: cfg})
+		n, err := Open(Options{Store: st, Mode: Mode{Node: cfg}})
 		if n != nil {
 			n.Close()
 		}

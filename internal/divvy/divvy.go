@@ -59,15 +59,15 @@ type Host interface {
 	// has logged what is not meant for clients and counted the store's
 	// errors.
 	Failure(err error) *errs.Error
-	// Refuse answers a connection that will not be served with reply, and
-	// closes it.
-	Refuse(c net.Conn, reply []byte)
 }
 
-// Shared are the counters of the server's that the line protocol adds to,
-// with the other front ends.
+// Shared is what the line protocol shares with the server's other front
+// ends: the counters it adds to, the --maxclients slots (Gate, which
+// also answers a connection refused) and protected mode (Guard).
 type Shared struct {
 	NetIn, NetOut, Panics, IdleClosed, ConnsTotal *atomic.Int64
+	Gate                                          *admit.Gate
+	Guard                                         admit.Guard
 }
 
 // Server serves the line protocol's connections.
@@ -152,15 +152,16 @@ func (s *Server) Serve(ln net.Listener) error {
 }
 
 // Door is how the line protocol's listener admits: a slot of
-// --maxclients (take), shared with RESP and HTTP, given back when the
-// connection closes, and protected mode unless it is off (protectedOff):
-// the line protocol has no authentication. It refuses with an ERR line,
-// counted in divvy_errors_total.
-func (s *Server) Door(take func() bool, protectedOff bool) admit.Door {
+// --maxclients (Shared.Gate), shared with RESP and HTTP, given back when
+// the connection closes, and protected mode unless it is off: the line
+// protocol has no authentication. It refuses with an ERR line, counted in
+// divvy_errors_total.
+func (s *Server) Door() admit.Door {
+	guarded := !s.shared.Guard.Off
 	return admit.Door{
 		Name:    "divvy",
-		Take:    take,
-		Guarded: func() bool { return !protectedOff },
+		Take:    s.shared.Gate.Take,
+		Guarded: func() bool { return guarded },
 		Full:    Refusal("max number of clients reached"),
 		Denied:  Refusal("DENIED: sluice is in protected mode and the divvy line protocol has no authentication; it serves clients on loopback only unless started with --protected-mode no"),
 		Refused: func() { s.ErrUnknown.Add(1) },
@@ -171,9 +172,9 @@ func (s *Server) Door(take func() bool, protectedOff bool) admit.Door {
 
 // WarnUnauthenticated logs that the line protocol, served on a, has
 // neither AUTH nor TLS, when the server's other front ends require either
-// (authRequired).
-func (s *Server) WarnUnauthenticated(a net.Addr, authRequired bool) {
-	if authRequired {
+// (Shared.Guard).
+func (s *Server) WarnUnauthenticated(a net.Addr) {
+	if g := s.shared.Guard; g.Password || g.CertsRequired() {
 		s.log.Warn("the divvy line protocol has no AUTH and no TLS: anyone who can reach its address can use it", "addr", a.String())
 	}
 }
@@ -198,7 +199,7 @@ func (s *Server) admit(nc net.Conn) *conn {
 	defer s.mu.Unlock()
 	if s.closing.Load() {
 		s.ErrUnknown.Add(1)
-		s.host.Refuse(nc, Refusal("server is shutting down"))
+		s.shared.Gate.Refuse(nc, Refusal("server is shutting down"))
 		return nil
 	}
 	c := &conn{s: s, nc: nc, r: s.eng.NewRound()}

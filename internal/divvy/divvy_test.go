@@ -29,8 +29,7 @@ func (failingCommit) NoteWrites(*storage.Batch) { panic("injected: noting a roun
 
 type host struct{}
 
-func (host) Failure(err error) *errs.Error   { return engine.Typed(err) }
-func (host) Refuse(c net.Conn, reply []byte) { _, _ = c.Write(reply); _ = c.Close() }
+func (host) Failure(err error) *errs.Error { return engine.Typed(err) }
 
 // A round that panics still leaves the write gate: the connection is
 // closed and the panic counted, as for any panic, but a later slot move's

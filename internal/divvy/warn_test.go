@@ -5,6 +5,7 @@ import (
 	"net"
 	"testing"
 
+	"github.com/sluicehq/sluice/internal/admit"
 	"github.com/sluicehq/sluice/internal/logrec"
 )
 
@@ -15,8 +16,8 @@ func TestWarnUnauthenticated(t *testing.T) {
 	a := &net.TCPAddr{IP: net.IPv4(192, 0, 2, 1), Port: 7070}
 	for _, authRequired := range []bool{true, false} {
 		rec := &logrec.Recorder{Level: slog.LevelWarn}
-		s := New(Config{Logger: slog.New(rec)}, nil, nil, host{}, Shared{})
-		s.WarnUnauthenticated(a, authRequired)
+		s := New(Config{Logger: slog.New(rec)}, nil, nil, host{}, Shared{Guard: admit.Guard{Password: authRequired}})
+		s.WarnUnauthenticated(a)
 		recs := rec.Records()
 		switch {
 		case !authRequired && len(recs) != 0:

@@ -47,21 +47,32 @@ const (
 	Allow
 )
 
-// DefaultMaxKeySize is the longest client key when Config.MaxKeySize is
+// DefaultMaxKeySize is the longest client key when Tuning.MaxKeySize is
 // zero: past it the costs that grow with each key (its copies on the way
 // to the disk, Pebble's first and last key of every table) dominate;
 // 4000 commands with 512 KiB keys took peak RSS to 785-950 MiB, with
 // 16 KiB keys to 247-265 MiB.
 const DefaultMaxKeySize = 16 << 10
 
+// Tuning is what an operator sets of an Engine. A zero field means the
+// default given.
+type Tuning struct {
+	// MaxKeySize is the longest key a request may name (--max-key-size):
+	// the key of an RL.* command, the actor value of a HIT. A longer one
+	// is refused with an error naming both lengths (CheckKeySize), and
+	// the store is not touched. Default DefaultMaxKeySize.
+	MaxKeySize int
+	// OnStoreError is what an operation does when the store cannot take
+	// or give its state (--on-store-error); default Refuse.
+	OnStoreError OnStoreError
+}
+
 // Config configures an Engine. A zero field means the default given.
 type Config struct {
 	Store *storage.Store   // required
 	Clock func() time.Time // default time.Now
-	// MaxKeySize is the longest key a request may name (--max-key-size);
-	// default DefaultMaxKeySize.
-	MaxKeySize   int
-	OnStoreError OnStoreError
+	// Tuning is the operator's settings.
+	Tuning Tuning
 	// Cluster is cluster mode's side of the engine; nil for a standalone
 	// server.
 	Cluster Cluster
@@ -118,13 +129,13 @@ func New(cfg Config) *Engine {
 	if cfg.Clock == nil {
 		cfg.Clock = time.Now
 	}
-	if cfg.MaxKeySize <= 0 {
-		cfg.MaxKeySize = DefaultMaxKeySize
+	if cfg.Tuning.MaxKeySize <= 0 {
+		cfg.Tuning.MaxKeySize = DefaultMaxKeySize
 	}
 	if cfg.MaxOverrides <= 0 {
 		cfg.MaxOverrides = DefaultMaxOverrides
 	}
-	e := &Engine{store: cfg.Store, clock: cfg.Clock, maxKeySize: cfg.MaxKeySize, onStoreError: cfg.OnStoreError, cluster: cfg.Cluster}
+	e := &Engine{store: cfg.Store, clock: cfg.Clock, maxKeySize: cfg.Tuning.MaxKeySize, onStoreError: cfg.Tuning.OnStoreError, cluster: cfg.Cluster}
 	if cfg.StatsDays <= 0 {
 		cfg.StatsDays = DefaultStatsDays
 	}

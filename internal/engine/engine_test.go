@@ -50,7 +50,7 @@ func TestCommitOnStoreError(t *testing.T) {
 	for _, mode := range []OnStoreError{Refuse, Allow} {
 		t.Run(fmt.Sprint(mode), func(t *testing.T) {
 			disk := storage.NewMemDisk()
-			e := New(Config{Store: openStore(t, disk), OnStoreError: mode})
+			e := New(Config{Store: openStore(t, disk), Tuning: Tuning{OnStoreError: mode}})
 			t.Cleanup(func() { disk.FailWrites(nil) }) // before the store closes
 			r := e.NewRound()
 			m := &counter{n: 5}
@@ -203,7 +203,7 @@ func TestFailedRoundCountsNoWrites(t *testing.T) {
 // one wording of --max-key-size.
 func TestHitChecksActorKey(t *testing.T) {
 	lp := loadRules(t)
-	e := New(Config{Store: openStore(t, storage.NewMemDisk()), MaxKeySize: 4})
+	e := New(Config{Store: openStore(t, storage.NewMemDisk()), Tuning: Tuning{MaxKeySize: 4}})
 	r := e.NewRound()
 	_, err := r.Hit(lp, request("path", "/tb", "user", "abcde"), 1, 0)
 	var te *errs.Error

@@ -165,7 +165,7 @@ func TestOverridesRefuse(t *testing.T) {
 }
 
 func testOverridesRefuse(t *testing.T, cfg Config) {
-	cfg.Store, cfg.MaxOverrides, cfg.MaxKeySize = openStore(t, storage.NewMemDisk()), 2, 16
+	cfg.Store, cfg.MaxOverrides, cfg.Tuning.MaxKeySize = openStore(t, storage.NewMemDisk()), 2, 16
 	e := New(cfg)
 	lp := dialsFile(t, overrideRules).Current()
 	for _, c := range []struct {

@@ -124,9 +124,15 @@ type Options struct {
 	// MaxMemoryClients is --maxmemory-clients, for a refusal's message;
 	// New fails when one call may hold more. Zero: no bound.
 	MaxMemoryClients int64
-	// TLS, when set, returns the TLS configuration in use for a new
-	// connection (reloaded certificates): the service is served over TLS.
-	TLS func() *tls.Config
+	// Guard is protected mode, which the service's listener applies
+	// unless TLS client certificates are required (Door), and TLS: with
+	// Guard.TLS the service is served over TLS, each new connection with
+	// the certificates as last reloaded.
+	Guard admit.Guard
+	// Gate is every front end's --maxclients slots (Door).
+	Gate *admit.Gate
+	// ConnsTotal counts the connections admitted, every front end's.
+	ConnsTotal *atomic.Int64
 	// KeepBuf is the most buffer a call's round keeps for the next one.
 	KeepBuf int
 }
@@ -282,18 +288,21 @@ func (s *Server) Rule(id rules.ID) (r *policy.Rule, n int, loaded bool) {
 	return ld.byID[id], len(ld.lp.Counts), true
 }
 
-// Door is how the gRPC listener admits: a slot of --maxclients (take),
-// given back when the connection closes, and protected mode when guarded
-// (the service has no password: unless TLS client certificates are
+// Door is how the gRPC listener admits: a slot of --maxclients
+// (Options.Gate), given back when the connection closes, and protected
+// mode (the service has no password: unless TLS client certificates are
 // required or protected mode is off). A refused connection is closed: a
-// gRPC client reads no text. Each connection admitted counts in conns.
-func (s *Server) Door(take func() bool, guarded bool, conns *atomic.Int64) admit.Door {
+// gRPC client reads no text. Each connection admitted counts in
+// Options.ConnsTotal.
+func (s *Server) Door() admit.Door {
+	g := s.opt.Guard
+	guarded := !g.Off && !g.CertsRequired()
 	return admit.Door{
 		Name:    "rls",
-		Take:    take,
+		Take:    s.opt.Gate.Take,
 		Guarded: func() bool { return guarded },
 		Conn: func(c *admit.Conn) net.Conn {
-			conns.Add(1)
+			s.opt.ConnsTotal.Add(1)
 			return c
 		},
 		Drain: s, // a graceful stop of its gRPC server, then a hard one
@@ -302,7 +311,7 @@ func (s *Server) Door(take func() bool, guarded bool, conns *atomic.Int64) admit
 
 // Serve serves the rate limit service and the gRPC health service on ln,
 // a listener that has admitted each connection, until Finish, over TLS
-// when Options.TLS is set. It returns net.ErrClosed after Finish, and
+// when Options.Guard has it. It returns net.ErrClosed after Finish, and
 // nil when Finish stopped it.
 func (s *Server) Serve(ln net.Listener) error {
 	opts := []grpc.ServerOption{
@@ -313,12 +322,12 @@ func (s *Server) Serve(ln net.Listener) error {
 		grpc.InTapHandle(s.admitStream),
 		grpc.ForceServerCodecV2(rlsCodec{encoding.GetCodecV2(protoenc.Name)}),
 	}
-	if s.opt.TLS != nil {
+	if t := s.opt.Guard.TLS; t != nil {
 		opts = append(opts, grpc.Creds(credentials.NewTLS(&tls.Config{
 			MinVersion: tls.VersionTLS12,
 			NextProtos: []string{"h2"},
 			GetConfigForClient: func(*tls.ClientHelloInfo) (*tls.Config, error) {
-				c := s.opt.TLS().Clone()
+				c := t.Current().Clone()
 				c.NextProtos = []string{"h2"}
 				return c, nil
 			},

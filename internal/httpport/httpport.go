@@ -24,6 +24,7 @@ import (
 	"time"
 
 	"github.com/sluicehq/sluice/internal/admit"
+	"github.com/sluicehq/sluice/storage"
 )
 
 // Host is what the HTTP listeners ask of the server.
@@ -36,6 +37,10 @@ type Host interface {
 	// NotReady says why the server should get no traffic (/readyz), or
 	// "" when it should.
 	NotReady() string
+	// CheckAuth reports whether user and pass are a user and its
+	// password, as AUTH checks them (Access).
+	CheckAuth(user, pass []byte) bool
+	BackupHost
 }
 
 // DefaultMaxHeaderBytes is the default bound of an HTTP request's header:
@@ -53,34 +58,50 @@ type Config struct {
 	MaxHeaderBytes int
 }
 
-// Options configures a Port. Every field is required but TLS and
-// Config.
+// Options configures a Port. Every field is required but Config.
 type Options struct {
 	Config
 	Logger *slog.Logger
 	Host   Host
 	// Gate counts the connections against --maxclients.
 	Gate *admit.Gate
+	// Guard is protected mode, which /backup and Routes.Policy apply
+	// (Access), and TLS: with Guard.TLS every listener serves over TLS.
+	Guard admit.Guard
 	// Closing is set once the server closes: a listener started then
 	// refuses to serve.
 	Closing *atomic.Bool
-	// TLS, when set, serves every listener over TLS.
-	TLS *tls.Config
 	// MaxMemoryClients is --maxmemory-clients, for the log.
 	MaxMemoryClients int64
 	// Evicted counts the connections closed at --maxmemory-clients.
 	Evicted *atomic.Int64
+	// AuthFailures counts failed authentications (Access.Failures).
+	AuthFailures *atomic.Int64
+	// Store is what /backup copies, under BackupDir (--backup-dir).
+	Store     *storage.Store
+	BackupDir string
 }
 
 // Port is what the HTTP listeners of one server share.
-type Port struct{ o Options }
+type Port struct {
+	o      Options
+	tls    *tls.Config // every listener's; nil: plain HTTP
+	access Access      // who may take a backup or change the dials
+	backup Backup
+}
 
 // New returns a Port for o.
 func New(o Options) *Port {
 	if o.MaxHeaderBytes <= 0 {
 		o.MaxHeaderBytes = DefaultMaxHeaderBytes
 	}
-	return &Port{o: o}
+	p := &Port{o: o}
+	if o.Guard.TLS != nil {
+		p.tls = o.Guard.TLS.HTTPConfig()
+	}
+	p.access = Access{Guard: o.Guard, CheckAuth: o.Host.CheckAuth, Failures: o.AuthFailures, Logger: o.Logger}
+	p.backup = Backup{Store: o.Store, Dir: o.BackupDir, Logger: o.Logger, Access: &p.access, Host: o.Host}
+	return p
 }
 
 // Config is the Config in use, with every default applied.
@@ -164,14 +185,14 @@ var http503 = []byte("HTTP/1.1 503 Service Unavailable\r\nContent-Type: text/pla
 func (p *Port) Serve(v *Listener, ln net.Listener, name string, take func() bool) error {
 	srv := v.srv
 	d := admit.Door{Name: name, Take: take, Conn: func(c *admit.Conn) net.Conn { return &conn{Conn: c, p: p} }, Drain: v}
-	if p.o.TLS == nil {
+	if p.tls == nil {
 		d.Full = http503 // with TLS, which runs above, a refusal is closed
 	}
 	l := p.o.Gate.Listen(ln, d)
 	v.listen(l)
 	ln = l
 	var err error
-	if p.o.TLS != nil {
+	if p.tls != nil {
 		err = srv.ServeTLS(ln, "", "")
 	} else {
 		err = srv.Serve(ln)
@@ -221,8 +242,8 @@ func (p *Port) NewServer(h http.Handler) *http.Server {
 		IdleTimeout:       2 * time.Minute,
 		ErrorLog:          log.New(logWriter{p.o.Logger}, "", 0),
 	}
-	if p.o.TLS != nil {
-		srv.TLSConfig = p.o.TLS.Clone()
+	if p.tls != nil {
+		srv.TLSConfig = p.tls.Clone()
 	}
 	return srv
 }
@@ -270,7 +291,7 @@ func (c *conn) Read(p []byte) (int, error) {
 		o := &c.p.o
 		o.Evicted.Add(1)
 		o.Logger.Warn("closing an HTTP connection: its request header and the buffers of all clients exceed --maxmemory-clients", "remote", c.RemoteAddr().String(), "limit", o.MaxMemoryClients)
-		if o.TLS == nil {
+		if c.p.tls == nil {
 			_ = c.SetWriteDeadline(time.Now().Add(time.Second))
 			_, _ = c.Write(http503Memory)
 		}
@@ -326,12 +347,14 @@ func (c *conn) Close() error {
 // Routes are the HTTP port's handlers that are not the port's own.
 type Routes struct {
 	Metrics http.Handler // GET /metrics
-	Backup  http.Handler // GET /backup
-	Policy  http.Handler // /v1/policy/: the rules' dials; nil for none
+	// Policy is /v1/policy/, the rules' dials, behind /backup's checks
+	// (Access); nil for none.
+	Policy http.Handler
 }
 
-// Handler is the HTTP port's: /metrics, /backup and /v1/policy/ as r gives them,
-// /healthz (the process answers) and /readyz (Host.NotReady).
+// Handler is the HTTP port's: /metrics and /v1/policy/ as r gives them,
+// /backup (Backup), /healthz (the process answers) and /readyz
+// (Host.NotReady).
 func (p *Port) Handler(r Routes) http.Handler {
 	mux := http.NewServeMux()
 	mux.Handle("GET /metrics", r.Metrics)
@@ -339,9 +362,9 @@ func (p *Port) Handler(r Routes) http.Handler {
 		w.Header().Set("Content-Type", "text/plain; charset=utf-8")
 		_, _ = w.Write([]byte("ok\n"))
 	})
-	mux.Handle("GET /backup", r.Backup)
+	mux.Handle("GET /backup", &p.backup)
 	if r.Policy != nil {
-		mux.Handle("/v1/policy/", r.Policy)
+		mux.Handle("/v1/policy/", p.access.Protect(r.Policy))
 	}
 	mux.HandleFunc("GET /readyz", func(w http.ResponseWriter, _ *http.Request) {
 		w.Header().Set("Content-Type", "text/plain; charset=utf-8")

@@ -29,9 +29,35 @@ var ErrTimeout = errors.New("server: reload timed out")
 // takes milliseconds; seconds mean a file system that does not answer.
 const DefaultTimeout = 5 * time.Second
 
+// Config is what an operator sets of the files of the server's
+// configuration (the --policy file, the TLS files, the --rls-config
+// directory) and their reloads. A zero field means the default given.
+type Config struct {
+	// MaxFileBytes bounds the bytes read from each file of the
+	// configuration (--max-config-file), the files of the --rls-config
+	// directory together; default conffile.DefaultLimit, which
+	// conffile.Read applies. Only regular files (or symlinks to them) are
+	// read: a named pipe or a device is refused without being opened.
+	MaxFileBytes int64
+	// Timeout is the most a reload is waited for, reading its files or
+	// waiting for another one to finish first (--reload-timeout); past
+	// it Run returns ErrTimeout, and the reload goes on. Default
+	// DefaultTimeout.
+	Timeout time.Duration
+}
+
+// WithDefaults is c with its zero fields set to their defaults:
+// MaxFileBytes stays 0 for conffile.Read's own.
+func (c Config) WithDefaults() Config {
+	if c.Timeout <= 0 {
+		c.Timeout = DefaultTimeout
+	}
+	return c
+}
+
 // Options configure a Runner.
 type Options struct {
-	Timeout time.Duration // --reload-timeout
+	Timeout time.Duration // Config.Timeout
 	// After is time.After for the timeout; tests see and drive it.
 	After func(time.Duration) <-chan time.Time
 	Log   *slog.Logger

@@ -388,7 +388,7 @@ func (cn *conn) finish() {
 	delete(s.mu.guards, cn)
 	delete(s.mu.clients, cn.cl.id)
 	s.mu.Unlock()
-	s.host.Release() // the slot its door took
+	s.gate.Release() // the slot its door took
 	s.conns.Done()
 }
 

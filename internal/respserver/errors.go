@@ -22,9 +22,9 @@ func ErrorText(err error, h interface{ Failure(error) *errs.Error }) string {
 // errorText is ErrorText with the Host.
 func (s *Server) errorText(err error) string { return ErrorText(err, s.host) }
 
-// MaintenanceErr turns an error of a maintenance command into a reply: the
+// maintenanceErr turns an error of a maintenance command into a reply: the
 // store's own conditions as for every command, anything else logged.
-func (s *Server) MaintenanceErr(what string, err error) error {
+func (s *Server) maintenanceErr(what string, err error) error {
 	switch engine.Typed(err).Kind {
 	case errs.Shutdown, errs.StoreFailed, errs.StoreUnavailable:
 		return err

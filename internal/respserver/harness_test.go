@@ -9,6 +9,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/sluicehq/sluice/internal/admit"
 	"github.com/sluicehq/sluice/internal/clusternode"
 	"github.com/sluicehq/sluice/internal/engine"
 	"github.com/sluicehq/sluice/internal/errs"
@@ -36,8 +37,6 @@ type testOptions struct {
 type testHost struct{ addr atomic.Pointer[net.Addr] }
 
 func (*testHost) Failure(err error) *errs.Error { return engine.Typed(err) }
-func (*testHost) Release()                      {}
-func (*testHost) Admitted() int64               { return 0 }
 func (h *testHost) Addr() net.Addr {
 	if a := h.addr.Load(); a != nil {
 		return *a
@@ -80,9 +79,9 @@ func newTestServer(tb testing.TB, o testOptions) *Server {
 		}
 	}
 	var clus *clusternode.Node
-	ecfg := engine.Config{Store: store, Clock: o.Clock, MaxKeySize: 16 << 10, MaxOverrides: engine.DefaultMaxOverrides}
+	ecfg := engine.Config{Store: store, Clock: o.Clock, Tuning: engine.Tuning{MaxKeySize: 16 << 10}, MaxOverrides: engine.DefaultMaxOverrides}
 	if o.Cluster != nil {
-		if clus, err = clusternode.Open(clusternode.Options{Store: store, Logger: o.Logger, Clock: o.Clock, Cluster: o.Cluster}); err != nil {
+		if clus, err = clusternode.Open(clusternode.Options{Store: store, Logger: o.Logger, Clock: o.Clock, Mode: clusternode.Mode{Node: o.Cluster}}); err != nil {
 			tb.Fatal(err)
 		}
 		ecfg.Cluster = clus
@@ -91,13 +90,14 @@ func newTestServer(tb testing.TB, o testOptions) *Server {
 	done := make(chan struct{})
 	sh := &struct {
 		stats   Stats
+		gate    admit.Gate
 		closing atomic.Bool
 		offset  atomic.Int64
 	}{}
-	s := New(Config{Password: o.Password, BackupDir: tb.TempDir()}, Options{
+	s := New(Config{Password: o.Password, Tuning: Tuning{BackupDir: tb.TempDir()}}, Options{
 		Store: store, Engine: eng, Rules: f, Policy: &policycmd.Commands{Engine: eng, Rules: f, Log: o.Logger},
 		Cluster: clus, RLS: noRLS{}, Logger: o.Logger, Clock: o.Clock, ClockOffset: &sh.offset,
-		Host: &testHost{}, Stats: &sh.stats, Closing: &sh.closing, Done: done,
+		Host: &testHost{}, Stats: &sh.stats, Gate: &sh.gate, Closing: &sh.closing, Done: done,
 	})
 	tb.Cleanup(func() {
 		sh.closing.Store(true)

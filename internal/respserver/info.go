@@ -102,7 +102,7 @@ func (s *Server) writeInfo(b *strings.Builder, section string) {
 		kv("blocked_clients", "0")
 		kv("maxclients", strconv.Itoa(s.cfg.MaxClients))
 		kv("maxclients_requested", strconv.Itoa(s.cfg.MaxClientsRequested))
-		kv("admitted_connections", i64(s.host.Admitted()))
+		kv("admitted_connections", i64(s.gate.Open()))
 		kv("max_auth_failures", strconv.Itoa(s.cfg.MaxAuthFailures.N()))
 		kv("max_args", strconv.Itoa(s.cfg.MaxArgs))
 		kv("max_bulk", i64(s.cfg.MaxBulk))

@@ -31,9 +31,9 @@ func TestConfigDefaults(t *testing.T) {
 		MaxArgs: 7, MaxBulk: DefaultMaxBulk, MaxInline: DefaultMaxInline, MaxQueryBuffer: DefaultMaxQueryBuffer,
 		MaxAuthFailures: LimitOf(DefaultMaxAuthFailures), MaxReplyBuffer: DefaultMaxReplyBuffer, MaxMultiBytes: DefaultMaxMultiBytes,
 		SweepInterval: NoLimit[time.Duration](), SweepRate: LimitOf(DefaultSweepRate),
-		MaxMemoryClients: LimitOf[int64](DefaultMaxMemoryClients),
+		MaxMemoryClients: LimitOf[int64](DefaultMaxMemoryClients), BackupDir: DefaultBackupDir,
 	},
-		Version: "dev", BackupDir: DefaultBackupDir,
+		Version: "dev",
 	}
 	if got != want {
 		t.Errorf("withDefaults:\n got %+v\nwant %+v", got, want)

@@ -168,18 +168,18 @@ func cmdCompact(s *Server, c *client, args [][]byte) {
 	// committed before the command is written to Pebble, so that the sweep
 	// and the compaction see them.
 	if err := s.commitWrites(c); err != nil {
-		s.replyErr(c, s.MaintenanceErr("compact", err))
+		s.replyErr(c, s.maintenanceErr("compact", err))
 		return
 	}
 	if err := s.store.Flush(); err != nil {
-		s.replyErr(c, s.MaintenanceErr("compact", err))
+		s.replyErr(c, s.maintenanceErr("compact", err))
 		return
 	}
 	s.sweep.mu.Lock()
 	s.sweep.cursor = nil // a whole pass, from the first record
 	s.sweep.mu.Unlock()
 	if err := s.sweepPass(0, s.sweep.stop); err != nil {
-		s.replyErr(c, s.MaintenanceErr("compact", err))
+		s.replyErr(c, s.maintenanceErr("compact", err))
 		return
 	}
 	ctx, cancel := context.WithCancel(context.Background())
@@ -192,7 +192,7 @@ func cmdCompact(s *Server, c *client, args [][]byte) {
 		}
 	}()
 	if err := s.store.Compact(ctx); err != nil {
-		s.replyErr(c, s.MaintenanceErr("compact", err))
+		s.replyErr(c, s.maintenanceErr("compact", err))
 		return
 	}
 	c.Out = resp.AppendSimple(c.Out, "OK")
@@ -221,7 +221,7 @@ func cmdCheckpoint(s *Server, c *client, args [][]byte) {
 		}
 	}
 	if err := s.commitWrites(c); err != nil {
-		s.replyErr(c, s.MaintenanceErr("checkpoint", err))
+		s.replyErr(c, s.maintenanceErr("checkpoint", err))
 		return
 	}
 	dir, err := filepath.Abs(filepath.Join(s.cfg.BackupDir, name))
@@ -235,12 +235,22 @@ func cmdCheckpoint(s *Server, c *client, args [][]byte) {
 		err = s.store.Checkpoint(dir)
 	}
 	if err != nil {
-		s.replyErr(c, s.MaintenanceErr("checkpoint", err))
+		s.replyErr(c, s.maintenanceErr("checkpoint", err))
 		return
 	}
-	s.stats.LastSave.Store(time.Now().Unix())
+	s.Checkpointed()
 	s.log.Info("checkpoint written", "dir", dir)
 	c.Out = resp.AppendBulkString(c.Out, dir)
+}
+
+// Checkpointed notes that a checkpoint was taken (LASTSAVE), by
+// CHECKPOINT or a backup over HTTP (httpport.BackupHost).
+func (s *Server) Checkpointed() { s.stats.LastSave.Store(time.Now().Unix()) }
+
+// CheckpointFailed implements httpport.BackupHost: the text of
+// CHECKPOINT's error reply for a checkpoint that failed with err.
+func (s *Server) CheckpointFailed(err error) string {
+	return s.errorText(s.maintenanceErr("checkpoint", err))
 }
 
 func validBackupName(n string) bool {

@@ -64,9 +64,9 @@ const (
 
 // Tuning is what an operator sets of the RESP front end itself
 // (server.Config.RESP): its bounds, who may run DEBUG, the idle sweep's
-// pacing, the memory limit INFO reports, and the client memory budget it
-// keeps for every front end. A zero field means the
-// default given.
+// pacing, the memory limit INFO reports, the client memory budget it
+// keeps for every front end, and where CHECKPOINT writes. A zero field
+// means the default given.
 type Tuning struct {
 	MaxArgs        int   // most arguments in one command; default DefaultMaxArgs
 	MaxBulk        int64 // most bytes in one argument; default DefaultMaxBulk
@@ -120,6 +120,9 @@ type Tuning struct {
 	// HTTP connection closed. Default DefaultMaxMemoryClients; NoLimit: no
 	// bound.
 	MaxMemoryClients Limit[int64]
+	// BackupDir is where CHECKPOINT writes, and a backup over HTTP
+	// (httpport) makes its copy; default DefaultBackupDir.
+	BackupDir string
 }
 
 // Config configures the RESP front end: its Tuning, and what it is
@@ -130,7 +133,6 @@ type Config struct {
 
 	Password          string // required by AUTH; empty: none
 	Version, Revision string // for INFO and HELLO; Version default "dev"
-	BackupDir         string // where CHECKPOINT writes; default DefaultBackupDir
 	AllowOnStoreError bool   // for INFO: the engine applies it
 
 	// For INFO only: the longest key a command may name (the engine
@@ -149,8 +151,8 @@ func orDefault[T int | int64 | time.Duration](v *T, def T) {
 }
 
 // WithDefaults is t with its zero fields set to their defaults: the
-// composition root applies them before it hands MaxMemoryClients to the
-// other front ends.
+// composition root applies them before it hands MaxMemoryClients and
+// BackupDir to the other front ends.
 func (t Tuning) WithDefaults() Tuning {
 	orDefault(&t.MaxArgs, DefaultMaxArgs)
 	orDefault(&t.MaxBulk, DefaultMaxBulk)
@@ -162,6 +164,9 @@ func (t Tuning) WithDefaults() Tuning {
 	t.MaxMemoryClients = t.MaxMemoryClients.OrDefault(DefaultMaxMemoryClients)
 	t.SweepInterval = t.SweepInterval.OrDefault(DefaultSweepInterval)
 	t.SweepRate = t.SweepRate.OrDefault(DefaultSweepRate)
+	if t.BackupDir == "" {
+		t.BackupDir = DefaultBackupDir
+	}
 	return t
 }
 
@@ -170,9 +175,6 @@ func (cfg Config) withDefaults() Config {
 	cfg.Tuning = cfg.Tuning.WithDefaults()
 	if cfg.Version == "" {
 		cfg.Version = "dev"
-	}
-	if cfg.BackupDir == "" {
-		cfg.BackupDir = DefaultBackupDir
 	}
 	return cfg
 }
@@ -183,10 +185,6 @@ type Host interface {
 	// has logged what is not meant for clients and counted the store's
 	// errors.
 	Failure(err error) *errs.Error
-	// Release gives back the --maxclients slot a connection's door took.
-	Release()
-	// Admitted is the connections admitted now, every front end's.
-	Admitted() int64
 	// Addr is the RESP listener's address, nil before Serve.
 	Addr() net.Addr
 	// Settings is every setting CONFIG GET answers.
@@ -249,6 +247,9 @@ type Options struct {
 	ClockOffset *atomic.Int64
 	Host        Host
 	Stats       *Stats
+	// Gate is every front end's --maxclients slots: a connection gives
+	// back the one its door took, and INFO counts those taken.
+	Gate *admit.Gate
 	// Closing is set when the server begins to close; Done is closed
 	// when it has.
 	Closing *atomic.Bool
@@ -259,6 +260,7 @@ type Options struct {
 type Server struct {
 	cfg         Config
 	host        Host
+	gate        *admit.Gate
 	store       *storage.Store
 	log         *slog.Logger
 	clock       func() time.Time
@@ -304,6 +306,7 @@ func New(cfg Config, o Options) *Server {
 	s := &Server{
 		cfg:         cfg,
 		host:        o.Host,
+		gate:        o.Gate,
 		store:       o.Store,
 		log:         o.Logger,
 		clock:       o.Clock,
@@ -355,22 +358,22 @@ func (s *Server) Serve(ln net.Listener) error {
 		cn := s.newConn(nc)
 		if cn == nil { // closing
 			_ = nc.Close()
-			s.host.Release()
+			s.gate.Release()
 			return nil
 		}
 		go cn.serve()
 	}
 }
 
-// Door is how the RESP listener admits: a slot of --maxclients (take),
-// held until the connection finishes (Host.Release gives it back), and
+// Door is how the RESP listener admits: a slot of --maxclients (Gate),
+// held until the connection finishes (then given back), and
 // protected mode when guard says it applies (a password or TLS client
 // certificates keep strangers out otherwise); it refuses with Redis'
 // errors, over TLS when guard has it.
-func (s *Server) Door(take func() bool, guard admit.Guard) admit.Door {
+func (s *Server) Door(guard admit.Guard) admit.Door {
 	d := admit.Door{
 		Name:    "resp",
-		Take:    take,
+		Take:    s.gate.Take,
 		Guarded: guard.Protected,
 		Full:    resp.AppendError(nil, "ERR max number of clients reached"),
 		Denied:  resp.AppendError(nil, admit.DeniedMessage),
