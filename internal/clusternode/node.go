@@ -242,6 +242,12 @@ func Open(o Options) (*Node, error) {
 	if cc == nil {
 		return nil, s.checkStandalone()
 	}
+	if o.TLS != nil {
+		// Said once here rather than only in each forwarded hit's error.
+		if _, err := o.TLS.NodeClient(); err != nil {
+			s.log.Warn("cluster: HIT, /check and Envoy's calls whose counter another node owns will answer an error: " + err.Error())
+		}
+	}
 	s.cfg = *cc
 	if len(cc.Nodes) == 0 {
 		return nil, errors.New("server: cluster mode needs the nodes' addresses (--cluster-nodes)")

@@ -2,12 +2,17 @@ package clusternode
 
 import (
 	"errors"
+	"log/slog"
+	"path/filepath"
+	"strings"
 	"testing"
 	"time"
 
+	"github.com/sluicehq/sluice/internal/admit"
 	"github.com/sluicehq/sluice/internal/dispatch"
 	"github.com/sluicehq/sluice/internal/engine"
 	"github.com/sluicehq/sluice/internal/errs"
+	"github.com/sluicehq/sluice/internal/logrec"
 	"github.com/sluicehq/sluice/internal/resp"
 	"github.com/sluicehq/sluice/storage"
 )
@@ -132,4 +137,47 @@ func TestRefusalsTyped(t *testing.T) {
 	}
 	_, err = n.Route(100)
 	check("slot 100, paused", err, errs.Forward, "TRYAGAIN Slot is being handed over to another node; retry shortly")
+}
+
+// TestOpenWarnsOfTLSWithoutCA: a cluster node serving RESP over TLS
+// without --tls-ca cannot forward a counter's hit to another node (it
+// could not verify it); Open says so once, at warn, naming the flag. With
+// the CA, or standalone, it says nothing.
+func TestOpenWarnsOfTLSWithoutCA(t *testing.T) {
+	cert, key := filepath.Join("..", "admit", "testdata", "node-a.pem"), filepath.Join("..", "admit", "testdata", "node-a-key.pem")
+	for _, c := range []struct {
+		name    string
+		ca      string
+		cluster bool
+		warned  bool
+	}{
+		{"cluster, no CA", "", true, true},
+		{"cluster, a CA", cert, true, false},
+		{"standalone, no CA", "", false, false},
+	} {
+		tt, err := admit.NewTLS(admit.TLSFiles{Cert: cert, Key: key, CA: c.ca}, 1<<20)
+		if err != nil {
+			t.Fatal(err)
+		}
+		st, err := storage.Open("db", storage.Options{Disk: storage.NewMemDisk()})
+		if err != nil {
+			t.Fatal(err)
+		}
+		rec := &logrec.Recorder{Level: slog.LevelWarn}
+		o := Options{Store: st, Logger: slog.New(rec), TLS: tt}
+		if c.cluster {
+			o.Mode.Node = &Config{Nodes: nodes, Self: nodes[0]}
+		}
+		if _, err := Open(o); err != nil {
+			t.Fatalf("%s: %v", c.name, err)
+		}
+		st.Close()
+		warned := false
+		for _, r := range rec.Records() {
+			warned = warned || strings.Contains(r["msg"], "--tls-ca") && strings.Contains(r["msg"], "HIT, /check and Envoy's calls")
+		}
+		if warned != c.warned {
+			t.Errorf("%s: warned %v, want %v; logged %v", c.name, warned, c.warned, rec.Records())
+		}
+	}
 }
