@@ -1,8 +1,6 @@
 package admit
 
-import (
-	"time"
-)
+import "time"
 
 // Admission is a server's admission of every front end's connections:
 // one count of open connections for every listener (RESP, the divvy line
