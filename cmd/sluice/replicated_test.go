@@ -320,13 +320,15 @@ func TestReplicatedNodeRejoinsAfterLosingItsVolume(t *testing.T) {
 // TestReplicatedOverTLS: with --tls-cert, --tls-key and --tls-ca the
 // replication port speaks mutual TLS only: the shards of three nodes
 // commit (a write in --fsync always is answered once a majority of its
-// shard has it), sluice cluster show reaches them with --cacert,
+// shard has it), a HIT whose counter another node's shard holds is
+// forwarded to that shard's leader over TLS, sluice cluster show reaches them with --cacert,
 // --tls-cert and --tls-key (and none without), and a plain connection to
 // a replication port gets no answer; without --tls-ca, replicated shards are refused at start, as
 // the nodes could not authenticate each other.
 func TestReplicatedOverTLS(t *testing.T) {
 	cert, key := writeCA(t, filepath.Join(t.TempDir(), "ca"))
-	tlsFlags := []string{"--tls-cert", cert, "--tls-key", key, "--tls-ca", cert, "--fsync", "always"}
+	rules, o := overrideCluster(t)
+	tlsFlags := []string{"--tls-cert", cert, "--tls-key", key, "--tls-ca", cert, "--fsync", "always", "--policy", rules}
 	addrs, bus := freePorts(t, 3), freePorts(t, 3)
 	dirs := []string{t.TempDir(), t.TempDir(), t.TempDir()}
 	for i := range dirs {
@@ -350,6 +352,33 @@ func TestReplicatedOverTLS(t *testing.T) {
 			time.Sleep(20 * time.Millisecond)
 		}
 	}
+	// A HIT on node 0 whose counter is in shard 2 (slots 10923-16383,
+	// led from node 2) is forwarded to that shard's leader over TLS and
+	// counted there: the rule allows 2 a year.
+	actor := o.actorOn("10.0.3.", 10923, 16383)
+	node := func(i int) *redis.Client {
+		c := redis.NewClient(&redis.Options{Addr: addrs[i], TLSConfig: clientCert(t, cert, key), MaxRetries: -1})
+		t.Cleanup(func() { c.Close() })
+		return c
+	}
+	for n, want := range []int64{1, 1, 0} {
+		var v []any
+		var err error
+		for {
+			v, err = node(0).Do(ctx, "HIT", "path=/api", "ip="+actor).Slice()
+			if err == nil || !strings.HasPrefix(err.Error(), "CLUSTERDOWN") || time.Now().After(deadline) {
+				break
+			}
+			time.Sleep(20 * time.Millisecond) // shard 2's leader still being elected
+		}
+		if err != nil || v[0] != want {
+			t.Fatalf("HIT %d of %s on node 0, forwarded over TLS: %v, %v; want allowed %d", n+1, actor, v, err, want)
+		}
+	}
+	if v, err := node(2).Do(ctx, "HIT", "path=/api", "ip="+actor).Slice(); err != nil || v[0] != int64(0) {
+		t.Errorf("HIT of %s on node 2, the leader the hits were forwarded to: %v, %v; want it spent", actor, v, err)
+	}
+
 	// sluice cluster reaches the nodes over TLS with sluice backup's
 	// flags; without them it reaches none.
 	var out bytes.Buffer
