@@ -182,7 +182,7 @@ func (f *forwarder) call(s *Node, addr string, deadline time.Time, args [][]byte
 	rep, err := counterhit.ReadReply(c.r)
 	if err != nil {
 		c.nc.Close()
-		return counterhit.Reply{}, err
+		return counterhit.Reply{}, refusedCertHint(err)
 	}
 	f.put(addr, c)
 	return rep, nil
@@ -224,10 +224,22 @@ func (f *forwarder) get(s *Node, addr string, deadline time.Time) (*fwdConn, err
 			if err == nil {
 				err = fmt.Errorf("AUTH refused: %s (the nodes of a cluster must share --requirepass)", strings.TrimSpace(line))
 			}
-			return nil, err
+			return nil, refusedCertHint(err)
 		}
 	}
 	return c, nil
+}
+
+// refusedCertHint adds to err, when it is an alert the other node sent,
+// what usually makes a node refuse another's certificate. Over TLS 1.3 a
+// server checks the client's certificate after the client's handshake
+// is done, so its refusal arrives at the first read, not at the dial.
+func refusedCertHint(err error) error {
+	var op *net.OpError
+	if errors.As(err, &op) && op.Op == "remote error" {
+		return fmt.Errorf("%w (the owner refused this node's certificate: every node's certificate must be signed by the --tls-ca of the others and allow client authentication)", err)
+	}
+	return err
 }
 
 // dialTLS connects to addr over TLS, the handshake within d's deadline.

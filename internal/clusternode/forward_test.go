@@ -1,12 +1,16 @@
 package clusternode
 
 import (
+	"crypto/tls"
+	"path/filepath"
 	"strings"
 	"testing"
+	"time"
 
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 
+	"github.com/sluicehq/sluice/internal/admit"
 	"github.com/sluicehq/sluice/internal/engine"
 	"github.com/sluicehq/sluice/internal/envoy"
 	"github.com/sluicehq/sluice/internal/errs"
@@ -42,5 +46,42 @@ func TestForwardErrorKeepsItsReplyText(t *testing.T) {
 		if (errs.KindOf(err) == errs.Forward) != tc.forward || rendered(err) != tc.reply {
 			t.Errorf("owner reply %q: forwarding failure %v, text %q; want %v and the reply", tc.reply, errs.KindOf(err) == errs.Forward, rendered(err), tc.forward)
 		}
+	}
+}
+
+// TestForwardNamesARefusedCertificate: an owner that refuses the
+// forwarding node's certificate (signed by a CA it does not trust) says
+// so only at the first read over TLS 1.3; the error then says what the
+// certificates need, as a certificate the forwarder cannot verify does.
+func TestForwardNamesARefusedCertificate(t *testing.T) {
+	td := filepath.Join("..", "admit", "testdata")
+	a, aKey := filepath.Join(td, "node-a.pem"), filepath.Join(td, "node-a-key.pem")
+	owner, err := admit.NewTLS(admit.TLSFiles{Cert: a, Key: aKey, CA: a}, 1<<20)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// The forwarder trusts the owner's CA, but presents node b's
+	// certificate, of a CA the owner does not trust.
+	self, err := admit.NewTLS(admit.TLSFiles{Cert: filepath.Join(td, "node-b.pem"), Key: filepath.Join(td, "node-b-key.pem"), CA: a}, 1<<20)
+	if err != nil {
+		t.Fatal(err)
+	}
+	l, err := tls.Listen("tcp", "127.0.0.1:0", owner.Config())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	go func() {
+		c, err := l.Accept()
+		if err != nil {
+			return
+		}
+		defer c.Close()
+		_ = c.(*tls.Conn).Handshake() // refuses the certificate
+	}()
+	f := &forwarder{tls: self.NodeClient}
+	_, err = f.call(&Node{}, l.Addr().String(), time.Now().Add(time.Minute), [][]byte{[]byte("PING")})
+	if err == nil || !strings.Contains(err.Error(), "the owner refused this node's certificate") || !strings.Contains(err.Error(), "--tls-ca") {
+		t.Fatalf("a call the owner refused the certificate of: %v; want the refusal, naming --tls-ca", err)
 	}
 }
