@@ -90,6 +90,7 @@ type config struct {
 	clusterSize        int
 	clusterOrdinal     int
 	clusterTimeout     time.Duration
+	clusterFwdQueue    int
 	clusterClockSkew   time.Duration
 	clusterReplicas    int
 	clusterShards      int
@@ -190,6 +191,7 @@ func newFlagSet(cfg *config, stderr io.Writer) *flag.FlagSet {
 	fs.Var(&cfg.clusterLogKeep, "cluster-log-keep-bytes", "cluster mode with --cluster-replicas above 1: once a shard's Raft log takes twice this many bytes, its applied entries older than the newest this many are deleted, while still in the memtable; a replica further behind, that went silent, catches up by snapshot")
 	fs.Var(&cfg.clusterLogMemory, "cluster-log-memory", "cluster mode with --cluster-replicas above 1: most bytes of Raft log entries kept in memory as well as in the store, all shards together (each shard's group, and the placement's, an equal share); counted in --memory-limit auto")
 	durationVar(fs, &cfg.clusterTimeout, "cluster-forward-timeout", clusternode.DefaultForwardTimeout, "cluster mode: the most one HIT counter forwarded to the node owning it may take, connecting included")
+	intVar(fs, &cfg.clusterFwdQueue, "cluster-forward-queue", clusternode.DefaultForwardQueue, "cluster mode: the most HIT counters forwarded to one node that wait for its replies at once, on the one connection to it; another waits for room, within --cluster-forward-timeout")
 	fs.StringVar(&cfg.clusterReassign, "cluster-reassign-from", "", "cluster mode: the node (announced host:port) a data directory was recorded as, to start it as this node anyway, on purpose: it then records this node; without it, a directory of another node is refused")
 	boolVar(fs, &cfg.acceptRepaired, "accept-repaired-cluster-state", false, "start on a store whose cluster state (topology, moves, identity) sluice repair brought back older than it may have been, after checking it against the rest of the cluster; without it such a store is refused")
 	durationVar(fs, &cfg.clusterClockSkew, "cluster-max-clock-skew", clusternode.DefaultMaxClockSkew, "cluster mode: how far the clock of a node forwarding a HIT counter may be from this node's; a forwarded time further off is clamped to this node's clock plus or minus it")
@@ -363,6 +365,9 @@ func parseConfig(args []string, lookupEnv func(string) (string, bool), stderr io
 	}
 	if cfg.clusterLogMemory < minLogMemory {
 		return cfg, fmt.Errorf("--cluster-log-memory %s: want at least %s (1 KiB for each of up to 64 shards' groups)", humanSize(int64(cfg.clusterLogMemory)), humanSize(minLogMemory))
+	}
+	if cfg.clusterFwdQueue < 1 {
+		return cfg, fmt.Errorf("--cluster-forward-queue %d: want 1 or more", cfg.clusterFwdQueue)
 	}
 	if cfg.clusterTimeout <= 0 {
 		return cfg, fmt.Errorf("--cluster-forward-timeout %v: want a positive duration", cfg.clusterTimeout)

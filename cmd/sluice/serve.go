@@ -86,6 +86,7 @@ func (serveCommand) run(inv invocation, args []string) (err error) {
 	}
 	if clusterCfg != nil {
 		clusterCfg.ForwardTimeout = cfg.clusterTimeout
+		clusterCfg.ForwardQueue = cfg.clusterFwdQueue
 		clusterCfg.MaxClockSkew = cfg.clusterClockSkew
 		clusterCfg.ReassignFrom = cfg.clusterReassign
 		clusterCfg.Replicas = cfg.clusterReplicas

@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"net"
+	"os"
 	"strconv"
 	"strings"
 	"sync"
@@ -26,7 +27,7 @@ import (
 // that receives it, and each counted rule's counter lives in the slot of
 // its own key (rule identity and actor). When another node owns that slot,
 // the hit of that one counter is forwarded to it as SLUICE.COUNTERHIT over
-// RESP, on pooled connections with a timeout (over TLS when the nodes
+// RESP, on one connection to each owner with a timeout (over TLS when the nodes
 // serve RESP over TLS: Options.ForwardTLS), and the owner applies it
 // under the same rule (the nodes must run the same --policy and
 // --rls-config; the owner checks the rule's identity). The engine asks
@@ -47,26 +48,82 @@ import (
 // included.
 const DefaultForwardTimeout = 2 * time.Second
 
-// forwardIdle is the most idle connections kept per node.
-const forwardIdle = 8
+// DefaultForwardQueue is how many counter hits may wait for their
+// owner's replies on the connection to it (Config.ForwardQueue).
+const DefaultForwardQueue = 1024
 
-// forwarder holds the pooled connections to the other nodes.
+// forwarder holds one connection to each node hits were forwarded to,
+// shared by all of them: RESP is pipelined, so every hit is written on it
+// as it comes (those that come while another is written go together in
+// one write) and the replies come back in the order of the hits. One
+// connection per pair of nodes, rather than one per hit in flight, keeps
+// the owner's clients, TLS handshakes and system calls to a few however
+// many hits are forwarded at once.
 type forwarder struct {
 	// tls is Options.ForwardTLS, set before the node serves.
 	tls func() (*tls.Config, error)
+	// queue is Config.ForwardQueue; zero means DefaultForwardQueue.
+	queue int
 
 	mu struct {
 		sync.Mutex
-		idle   map[string][]*fwdConn
+		peers  map[string]*peer
 		closed bool
 	}
 }
 
-type fwdConn struct {
-	nc  net.Conn
-	r   *bufio.Reader
-	buf []byte
+// errForwarderClosed is what a hit forwarded during a shutdown gets.
+var errForwarderClosed = errors.New("this node is shutting down")
+
+// peer is the forwarder's link to one node: its connection, when one is
+// open, and the room left in its queue.
+type peer struct {
+	addr string
+	// room holds a token for each hit in flight to the node, so that at
+	// most cap(room) wait for its replies; the others wait for room.
+	room chan struct{}
+
+	mu      sync.Mutex
+	conn    *fwdConn // nil until dialed, and again once it failed
+	dialing *dialing // the dial under way, nil when none
 }
+
+// dialing is a dial that hits forwarded meanwhile wait for.
+type dialing struct {
+	done chan struct{}
+	err  error
+}
+
+// fwdConn is a connection to a node, its requests written in order and
+// its replies read in order by its reader goroutine (readReplies). The
+// fields but nc and r are guarded by the peer's mu.
+type fwdConn struct {
+	nc net.Conn
+	r  *bufio.Reader
+	// out are the requests queued and not yet written; spare is the
+	// buffer the writer hands back.
+	out, spare []byte
+	writing    bool // a caller is writing; it writes out before it leaves
+	// pending are the hits written or queued, waiting for their replies
+	// in the order of the requests, from head on.
+	pending []*fwdCall
+	head    int
+	err     error // why the connection failed; nil while it serves
+}
+
+// fwdCall is one forwarded hit: its request's arguments (with room for
+// the numbers) and its deadline, then its reply or error. The calls are
+// pooled: a forwarded hit allocates nothing.
+type fwdCall struct {
+	args     [][]byte
+	nums     [4][20]byte
+	deadline time.Time
+	done     chan struct{}
+	rep      counterhit.Reply
+	err      error
+}
+
+var fwdCalls = sync.Pool{New: func() any { return &fwdCall{args: make([][]byte, 0, 6), done: make(chan struct{}, 1)} }}
 
 // ForwardCounter implements engine.Cluster: when another node owns the
 // slot of the counter key key (keyspace.AppendRuleKey's, any kind), it
@@ -90,20 +147,23 @@ func (s *Node) ForwardCounter(key []byte, r *policy.Rule, limit, hits, now int64
 // forwardHit sends SLUICE.COUNTERHIT to addr, following a MOVED and
 // retrying a TRYAGAIN (a slot being handed over) until the timeout.
 func (s *Node) forwardHit(addr string, slot uint16, key []byte, r *policy.Rule, limit, hits, now int64) (policy.Outcome, error) {
-	deadline := time.Now().Add(s.forwardTimeout())
-	args := [][]byte{[]byte("SLUICE.COUNTERHIT"), key, []byte(strconv.Itoa(r.Pos)), []byte(strconv.FormatInt(now, 10)),
-		[]byte(strconv.FormatInt(limit, 10)), []byte(strconv.FormatInt(hits, 10))}
+	c := fwdCalls.Get().(*fwdCall)
+	defer fwdCalls.Put(c)
+	c.deadline = time.Now().Add(s.forwardTimeout())
+	c.args = append(c.args[:0], counterHitCmd, key, strconv.AppendInt(c.nums[0][:0], int64(r.Pos), 10), strconv.AppendInt(c.nums[1][:0], now, 10),
+		strconv.AppendInt(c.nums[2][:0], limit, 10), strconv.AppendInt(c.nums[3][:0], hits, 10))
+	defer clear(c.args) // the pool keeps no key
 	for hops := 0; ; hops++ {
-		reply, err := s.fwd.call(s, addr, deadline, args)
-		if err != nil {
+		if err := s.fwd.call(s, addr, c); err != nil {
 			return policy.Outcome{}, forwardErr("", fmt.Sprintf("cluster: forwarding a counter of slot %d to its owner %s failed: %v", slot, addr, resp.OneLine(err.Error())))
+		}
+		reply := c.rep
+		if reply.Err == nil {
+			return reply.Outcome(limit), nil
 		}
 		var re resp.Error
 		if !errors.As(reply.Err, &re) {
-			if reply.Err != nil {
-				return policy.Outcome{}, reply.Err
-			}
-			return reply.Outcome(limit), nil
+			return policy.Outcome{}, reply.Err
 		}
 		msg := string(re)
 		switch {
@@ -112,13 +172,15 @@ func (s *Node) forwardHit(addr string, slot uint16, key []byte, r *policy.Rule, 
 				addr = f[2]
 				continue
 			}
-		case strings.HasPrefix(msg, "TRYAGAIN") && time.Now().Before(deadline):
+		case strings.HasPrefix(msg, "TRYAGAIN") && time.Now().Before(c.deadline):
 			time.Sleep(5 * time.Millisecond)
 			continue
 		}
 		return policy.Outcome{}, ownerErr(msg)
 	}
 }
+
+var counterHitCmd = []byte("SLUICE.COUNTERHIT")
 
 // forwardErr is a counter hit the cluster could not apply for reasons
 // that are not the request's: the counter's owner unreachable or slower
@@ -167,38 +229,183 @@ func (s *Node) forwardTimeout() time.Duration {
 	return DefaultForwardTimeout
 }
 
-// call sends args to addr on a pooled connection and reads the reply.
-func (f *forwarder) call(s *Node, addr string, deadline time.Time, args [][]byte) (counterhit.Reply, error) {
-	c, err := f.get(s, addr, deadline)
+// call sends c.args to addr and waits for the reply, into c.rep, or
+// for c.deadline: a hit waits for room in the node's queue, for the dial
+// when there is no connection, then for its reply.
+func (f *forwarder) call(s *Node, addr string, c *fwdCall) error {
+	p, err := f.peer(addr)
 	if err != nil {
-		return counterhit.Reply{}, err
+		return err
 	}
-	_ = c.nc.SetDeadline(deadline)
-	c.buf = resp.AppendCommand(c.buf[:0], args)
-	if _, err := c.nc.Write(c.buf); err != nil {
-		c.nc.Close()
-		return counterhit.Reply{}, err
+	select {
+	case p.room <- struct{}{}:
+	default:
+		t := time.NewTimer(time.Until(c.deadline))
+		select {
+		case p.room <- struct{}{}:
+			t.Stop()
+		case <-t.C:
+			return fmt.Errorf("timed out waiting for room: %d hits already wait for this node's replies (--cluster-forward-queue)", cap(p.room))
+		}
 	}
-	rep, err := counterhit.ReadReply(c.r)
+	defer func() { <-p.room }()
+	conn, err := p.connect(f, s, c.deadline)
 	if err != nil {
-		c.nc.Close()
-		return counterhit.Reply{}, refusedCertHint(err)
+		return err
 	}
-	f.put(addr, c)
-	return rep, nil
+	// p.mu is held, and conn serves: a failed connection is no longer p's.
+	if !time.Now().Before(c.deadline) {
+		p.mu.Unlock()
+		return os.ErrDeadlineExceeded
+	}
+	c.err = nil
+	conn.out = resp.AppendCommand(conn.out, c.args)
+	if conn.head == len(conn.pending) {
+		// The reader waits for this reply first.
+		conn.pending, conn.head = conn.pending[:0], 0
+		_ = conn.nc.SetReadDeadline(c.deadline)
+	}
+	conn.pending = append(conn.pending, c)
+	if conn.writing {
+		p.mu.Unlock() // the caller writing writes this request too
+	} else {
+		p.write(conn, c.deadline)
+	}
+	<-c.done
+	return c.err
 }
 
-// get returns an idle connection to addr, or dials one and authenticates
-// with this node's password (the nodes of a cluster share it).
-func (f *forwarder) get(s *Node, addr string, deadline time.Time) (*fwdConn, error) {
-	f.mu.Lock()
-	if l := f.mu.idle[addr]; len(l) > 0 {
-		c := l[len(l)-1]
-		f.mu.idle[addr] = l[:len(l)-1]
-		f.mu.Unlock()
-		return c, nil
+// write writes conn.out, and what is queued while it writes, until
+// nothing is left; p.mu is held, and released when it returns.
+func (p *peer) write(conn *fwdConn, deadline time.Time) {
+	conn.writing = true
+	for len(conn.out) > 0 && conn.err == nil {
+		buf := conn.out
+		conn.out = conn.spare[:0]
+		p.mu.Unlock()
+		_ = conn.nc.SetWriteDeadline(deadline)
+		_, err := conn.nc.Write(buf)
+		p.mu.Lock()
+		conn.spare = buf[:0]
+		if err != nil {
+			p.failLocked(conn, err)
+		}
 	}
-	f.mu.Unlock()
+	conn.writing = false
+	p.mu.Unlock()
+}
+
+// readReplies hands each reply read on conn to the hit at the head of its
+// queue, until the connection fails: a read error (the oldest hit's
+// deadline passed: the read deadline is always the head's), or a reply
+// that is not one.
+func (p *peer) readReplies(conn *fwdConn) {
+	for {
+		rep, err := counterhit.ReadReply(conn.r)
+		p.mu.Lock()
+		if err == nil && conn.head == len(conn.pending) {
+			err = errors.New("a reply to no request")
+		}
+		if err != nil {
+			p.failLocked(conn, refusedCertHint(err))
+			p.mu.Unlock()
+			return
+		}
+		c := conn.pending[conn.head]
+		conn.pending[conn.head] = nil
+		conn.head++
+		if conn.head < len(conn.pending) {
+			_ = conn.nc.SetReadDeadline(conn.pending[conn.head].deadline)
+		} else {
+			_ = conn.nc.SetReadDeadline(time.Time{}) // idle: only a close is read
+		}
+		p.mu.Unlock()
+		c.rep = rep
+		c.done <- struct{}{}
+	}
+}
+
+// failLocked closes conn for err, fails the hits waiting on it, and has
+// the next hit dial again. p.mu must be held.
+func (p *peer) failLocked(conn *fwdConn, err error) {
+	if conn.err != nil {
+		return
+	}
+	conn.err = err
+	conn.nc.Close()
+	for _, c := range conn.pending[conn.head:] {
+		c.err = err
+		c.done <- struct{}{}
+	}
+	clear(conn.pending)
+	conn.pending, conn.head = conn.pending[:0], 0
+	if p.conn == conn {
+		p.conn = nil
+	}
+}
+
+// peer returns the forwarder's link to addr.
+func (f *forwarder) peer(addr string) (*peer, error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if f.mu.closed {
+		return nil, errForwarderClosed
+	}
+	p := f.mu.peers[addr]
+	if p == nil {
+		if f.mu.peers == nil {
+			f.mu.peers = make(map[string]*peer)
+		}
+		q := f.queue
+		if q <= 0 {
+			q = DefaultForwardQueue
+		}
+		p = &peer{addr: addr, room: make(chan struct{}, q)}
+		f.mu.peers[addr] = p
+	}
+	return p, nil
+}
+
+// connect returns p's connection with p.mu held, dialing one when there is
+// none; hits that come during a dial wait for it, and get its error.
+func (p *peer) connect(f *forwarder, s *Node, deadline time.Time) (*fwdConn, error) {
+	p.mu.Lock()
+	for p.conn == nil {
+		if d := p.dialing; d != nil {
+			p.mu.Unlock()
+			<-d.done
+			if d.err != nil {
+				return nil, d.err
+			}
+			p.mu.Lock()
+			continue
+		}
+		d := &dialing{done: make(chan struct{})}
+		p.dialing = d
+		p.mu.Unlock()
+		conn, err := f.dial(s, p.addr, deadline)
+		f.mu.Lock()
+		if err == nil && f.mu.closed {
+			conn.nc.Close()
+			err = errForwarderClosed
+		}
+		p.mu.Lock()
+		f.mu.Unlock()
+		p.dialing, d.err = nil, err
+		close(d.done)
+		if err != nil {
+			p.mu.Unlock()
+			return nil, err
+		}
+		p.conn = conn
+		go p.readReplies(conn)
+	}
+	return p.conn, nil
+}
+
+// dial connects to addr and authenticates with this node's password (the
+// nodes of a cluster share it).
+func (f *forwarder) dial(s *Node, addr string, deadline time.Time) (*fwdConn, error) {
 	d := net.Dialer{Deadline: deadline}
 	var nc net.Conn
 	var err error
@@ -210,14 +417,15 @@ func (f *forwarder) get(s *Node, addr string, deadline time.Time) (*fwdConn, err
 	if err != nil {
 		return nil, err
 	}
-	c := &fwdConn{nc: nc, r: bufio.NewReaderSize(nc, 512)}
+	c := &fwdConn{nc: nc, r: bufio.NewReaderSize(nc, 4096)}
 	if s.pass != "" {
 		_ = nc.SetDeadline(deadline)
-		c.buf = resp.AppendCommand(c.buf[:0], [][]byte{[]byte("AUTH"), []byte(s.pass)})
-		if _, err := nc.Write(c.buf); err != nil {
+		c.out = resp.AppendCommand(c.out[:0], [][]byte{[]byte("AUTH"), []byte(s.pass)})
+		if _, err := nc.Write(c.out); err != nil {
 			nc.Close()
 			return nil, err
 		}
+		c.out = c.out[:0]
 		line, err := c.r.ReadString('\n')
 		if err != nil || !strings.HasPrefix(line, "+OK") {
 			nc.Close()
@@ -226,6 +434,7 @@ func (f *forwarder) get(s *Node, addr string, deadline time.Time) (*fwdConn, err
 			}
 			return nil, refusedCertHint(err)
 		}
+		_ = nc.SetDeadline(time.Time{})
 	}
 	return c, nil
 }
@@ -261,30 +470,20 @@ func (f *forwarder) dialTLS(d *net.Dialer, addr string) (net.Conn, error) {
 	return nc, err
 }
 
-func (f *forwarder) put(addr string, c *fwdConn) {
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	if f.mu.closed || len(f.mu.idle[addr]) >= forwardIdle {
-		c.nc.Close()
-		return
-	}
-	if f.mu.idle == nil {
-		f.mu.idle = make(map[string][]*fwdConn)
-	}
-	f.mu.idle[addr] = append(f.mu.idle[addr], c)
-}
-
-// closeAll closes the idle connections, and every one returned later.
+// closeAll closes the connections and fails the hits waiting on them;
+// hits forwarded later get errForwarderClosed.
 func (f *forwarder) closeAll() {
 	f.mu.Lock()
-	defer f.mu.Unlock()
 	f.mu.closed = true
-	for _, l := range f.mu.idle {
-		for _, c := range l {
-			c.nc.Close()
+	peers := f.mu.peers
+	f.mu.Unlock()
+	for _, p := range peers {
+		p.mu.Lock()
+		if p.conn != nil {
+			p.failLocked(p.conn, errForwarderClosed)
 		}
+		p.mu.Unlock()
 	}
-	f.mu.idle = nil
 }
 
 // CounterHit runs SLUICE.COUNTERHIT key rule-position now-ns limit hits,

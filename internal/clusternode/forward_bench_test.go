@@ -17,9 +17,33 @@ type fakeOwner struct {
 	l     net.Listener
 	dials atomic.Int64 // connections accepted
 	reqs  atomic.Int64 // commands read
-	// hold, when set, stops the owner from answering until it is closed.
-	hold chan struct{}
-	wg   sync.WaitGroup
+	// closeNext closes the connection instead of answering, that many
+	// times.
+	closeNext atomic.Int64
+	wg        sync.WaitGroup
+
+	mu struct {
+		sync.Mutex
+		// hold, when set, stops the owner from answering until it is
+		// closed.
+		hold chan struct{}
+		// reply, when set, is answered instead of fakeReply.
+		reply string
+	}
+}
+
+// setHold has the owner wait for hold to close before each answer.
+func (o *fakeOwner) setHold(hold chan struct{}) {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	o.mu.hold = hold
+}
+
+// setReply has the owner answer reply; "" is fakeReply.
+func (o *fakeOwner) setReply(reply string) {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	o.mu.reply = reply
 }
 
 // fakeReply is an allowed hit: 9 left of 10, reset in 60 s.
@@ -66,10 +90,20 @@ func (o *fakeOwner) serve(c net.Conn) {
 			return
 		}
 		o.reqs.Add(1)
-		if o.hold != nil {
-			<-o.hold
+		o.mu.Lock()
+		hold, reply := o.mu.hold, o.mu.reply
+		o.mu.Unlock()
+		if hold != nil {
+			<-hold
 		}
-		w.WriteString(fakeReply)
+		if o.closeNext.Add(-1) >= 0 {
+			return
+		}
+		o.closeNext.Store(0)
+		if reply == "" {
+			reply = fakeReply
+		}
+		w.WriteString(reply)
 		if r.Buffered() == 0 {
 			if w.Flush() != nil {
 				return

@@ -2,8 +2,11 @@ package clusternode
 
 import (
 	"crypto/tls"
+	"fmt"
 	"path/filepath"
+	"runtime"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -15,6 +18,7 @@ import (
 	"github.com/sluicehq/sluice/internal/envoy"
 	"github.com/sluicehq/sluice/internal/errs"
 	"github.com/sluicehq/sluice/internal/resp"
+	"github.com/sluicehq/sluice/policy"
 )
 
 // TestForwardErrorKeepsItsReplyText: a forwarding failure is of kind
@@ -80,8 +84,182 @@ func TestForwardNamesARefusedCertificate(t *testing.T) {
 		_ = c.(*tls.Conn).Handshake() // refuses the certificate
 	}()
 	f := &forwarder{tls: self.NodeClient}
-	_, err = f.call(&Node{}, l.Addr().String(), time.Now().Add(time.Minute), [][]byte{[]byte("PING")})
+	c := &fwdCall{args: [][]byte{[]byte("PING")}, deadline: time.Now().Add(time.Minute), done: make(chan struct{}, 1)}
+	err = f.call(&Node{}, l.Addr().String(), c)
 	if err == nil || !strings.Contains(err.Error(), "the owner refused this node's certificate") || !strings.Contains(err.Error(), "--tls-ca") {
 		t.Fatalf("a call the owner refused the certificate of: %v; want the refusal, naming --tls-ca", err)
+	}
+}
+
+// forwardOne forwards one hit to o as a node forwards a counter's.
+func forwardOne(s *Node, o *fakeOwner) (policy.Outcome, error) {
+	return s.forwardHit(o.l.Addr().String(), 1, []byte("some-counter-key"), &policy.Rule{Pos: 1}, 10, 1, 1)
+}
+
+// TestForwardSharesOneConnection: hits forwarded at once to one owner
+// share one connection, each getting its own reply.
+func TestForwardSharesOneConnection(t *testing.T) {
+	o := startFakeOwner(t)
+	s := &Node{}
+	defer s.fwd.closeAll()
+	var wg sync.WaitGroup
+	errs := make(chan error, 200)
+	for range 200 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			out, err := forwardOne(s, o)
+			if err == nil && (!out.Allowed || out.CreditsLeft != 9 || out.ResetAfterMs != 60000) {
+				err = fmt.Errorf("outcome %+v; want the owner's", out)
+			}
+			if err != nil {
+				errs <- err
+			}
+		}()
+	}
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		t.Error(err)
+	}
+	if n, m := o.dials.Load(), o.reqs.Load(); n != 1 || m != 200 {
+		t.Errorf("the owner accepted %d connections and read %d hits; want 1 and 200", n, m)
+	}
+}
+
+// TestForwardQueueIsBounded: once --cluster-forward-queue hits wait for
+// an owner's replies, another waits for room until its deadline, and gets
+// an error naming the flag; when the owner answers, hits go through again.
+func TestForwardQueueIsBounded(t *testing.T) {
+	o := startFakeOwner(t)
+	hold := make(chan struct{})
+	o.setHold(hold)
+	s := &Node{}
+	s.fwd.queue = 4
+	defer s.fwd.closeAll()
+	addr := o.l.Addr().String()
+	var wg sync.WaitGroup
+	for range 4 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			if _, err := forwardOne(s, o); err != nil {
+				t.Error(err)
+			}
+		}()
+	}
+	p, err := s.fwd.peer(addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for len(p.room) < 4 {
+		runtime.Gosched()
+	}
+	c := &fwdCall{args: [][]byte{[]byte("PING")}, deadline: time.Now(), done: make(chan struct{}, 1)}
+	if err := s.fwd.call(s, addr, c); err == nil || !strings.Contains(err.Error(), "4 hits already wait") || !strings.Contains(err.Error(), "--cluster-forward-queue") {
+		t.Errorf("a hit over the queue: %v; want it refused, naming the flag", err)
+	}
+	close(hold)
+	wg.Wait()
+	if _, err := forwardOne(s, o); err != nil {
+		t.Errorf("a hit once the owner answered: %v", err)
+	}
+	if n := o.dials.Load(); n != 1 {
+		t.Errorf("the owner accepted %d connections; want 1", n)
+	}
+}
+
+// TestForwardTimeoutReplacesTheConnection: an owner that does not answer
+// within the timeout fails the hits waiting on its connection, whose
+// replies would now come out of order; the next hit dials again.
+func TestForwardTimeoutReplacesTheConnection(t *testing.T) {
+	o := startFakeOwner(t)
+	s := &Node{}
+	defer s.fwd.closeAll()
+	if _, err := forwardOne(s, o); err != nil {
+		t.Fatal(err)
+	}
+	hold := make(chan struct{})
+	o.setHold(hold)
+	s.cfg.ForwardTimeout = 50 * time.Millisecond
+	if _, err := forwardOne(s, o); err == nil || !strings.Contains(err.Error(), "i/o timeout") {
+		t.Errorf("a hit the owner did not answer: %v; want a timeout", err)
+	}
+	o.setHold(nil)
+	close(hold) // the late reply goes to a closed connection
+	s.cfg.ForwardTimeout = time.Minute
+	if out, err := forwardOne(s, o); err != nil || out.CreditsLeft != 9 {
+		t.Errorf("the next hit: %+v, %v; want the owner's reply", out, err)
+	}
+	if n := o.dials.Load(); n != 2 {
+		t.Errorf("the owner accepted %d connections; want 2", n)
+	}
+}
+
+// TestForwardRedialsAfterAClose: a connection the owner closed (a
+// restart) fails the hit sent on it, and the next hit dials again; a reply
+// that is not SLUICE.COUNTERHIT's fails the connection the same way.
+func TestForwardRedialsAfterAClose(t *testing.T) {
+	o := startFakeOwner(t)
+	s := &Node{}
+	defer s.fwd.closeAll()
+	if _, err := forwardOne(s, o); err != nil {
+		t.Fatal(err)
+	}
+	o.closeNext.Store(1)
+	if _, err := forwardOne(s, o); err == nil || !strings.Contains(err.Error(), "EOF") {
+		t.Errorf("a hit whose connection the owner closed: %v; want EOF", err)
+	}
+	if _, err := forwardOne(s, o); err != nil {
+		t.Errorf("the next hit: %v", err)
+	}
+	o.setReply("+PONG\r\n")
+	if _, err := forwardOne(s, o); err == nil || !strings.Contains(err.Error(), `unexpected reply "+PONG"`) {
+		t.Errorf("a hit answered +PONG: %v; want the reply named", err)
+	}
+	o.setReply("")
+	if _, err := forwardOne(s, o); err != nil {
+		t.Errorf("the hit after it: %v", err)
+	}
+	if n := o.dials.Load(); n != 3 {
+		t.Errorf("the owner accepted %d connections; want 3", n)
+	}
+}
+
+// TestForwardCloseFailsWaitingHits: closing the node fails the hits
+// waiting for replies, and refuses later ones.
+func TestForwardCloseFailsWaitingHits(t *testing.T) {
+	o := startFakeOwner(t)
+	hold := make(chan struct{})
+	o.setHold(hold)
+	defer close(hold)
+	s := &Node{}
+	done := make(chan error)
+	go func() {
+		_, err := forwardOne(s, o)
+		done <- err
+	}()
+	p, err := s.fwd.peer(o.l.Addr().String())
+	if err != nil {
+		t.Fatal(err)
+	}
+	for {
+		p.mu.Lock()
+		n := 0
+		if p.conn != nil {
+			n = len(p.conn.pending) - p.conn.head
+		}
+		p.mu.Unlock()
+		if n == 1 {
+			break
+		}
+		runtime.Gosched()
+	}
+	s.fwd.closeAll()
+	if err := <-done; err == nil || !strings.Contains(err.Error(), "shutting down") {
+		t.Errorf("a hit waiting at the close: %v; want the shutdown named", err)
+	}
+	if _, err := forwardOne(s, o); err == nil || !strings.Contains(err.Error(), "shutting down") {
+		t.Errorf("a hit after the close: %v; want the shutdown named", err)
 	}
 }

@@ -52,6 +52,10 @@ type Config struct {
 	// ForwardTimeout bounds one counter hit forwarded to the node owning
 	// the counter (forward.go); default DefaultForwardTimeout.
 	ForwardTimeout time.Duration
+	// ForwardQueue bounds the counter hits waiting for replies on the
+	// connection to one node (forward.go); a hit beyond it waits for room,
+	// within ForwardTimeout. Default DefaultForwardQueue.
+	ForwardQueue int
 	// MaxClockSkew bounds how far the clock of a node forwarding a counter
 	// hit (SLUICE.COUNTERHIT's now) may be from this node's: a now further
 	// off is clamped to this node's clock ± MaxClockSkew; default
@@ -249,6 +253,7 @@ func Open(o Options) (*Node, error) {
 		}
 	}
 	s.cfg = *cc
+	s.fwd.queue = cc.ForwardQueue
 	if len(cc.Nodes) == 0 {
 		return nil, errors.New("server: cluster mode needs the nodes' addresses (--cluster-nodes)")
 	}

@@ -2,14 +2,14 @@
 // nodes of a cluster: the owner of a rule's counter encodes the outcome of
 // a forwarded hit, and the node that forwarded it reads it back. It is
 // pure: it reads from the reader it is given and holds no state; the
-// connections, the pool and the retries are server's forwarder.
+// connection to each node and the retries are clusternode's forwarder.
 package counterhit
 
 import (
 	"bufio"
+	"bytes"
 	"fmt"
 	"strconv"
-	"strings"
 
 	"github.com/sluicehq/sluice/internal/resp"
 	"github.com/sluicehq/sluice/policy"
@@ -71,17 +71,23 @@ func (r Reply) Outcome(limit int64) policy.Outcome {
 
 // ReadReply reads a reply of ReplyLen integers (and, after them, the limit
 // applied, when the owner applied another), or an error reply. Its error
-// is the reader's, or a reply of another shape.
+// is the reader's, or a reply of another shape. It allocates only for an
+// error reply: its lines are read in r's buffer, which must hold the
+// longest (bufio.ErrBufferFull otherwise).
 func ReadReply(r *bufio.Reader) (Reply, error) {
-	line, err := r.ReadString('\n')
+	line, err := readLine(r)
 	if err != nil {
 		return Reply{}, err
 	}
-	line = strings.TrimRight(line, "\r\n")
+	n := 0
 	switch {
-	case strings.HasPrefix(line, "-"):
+	case len(line) > 0 && line[0] == '-':
 		return Reply{Err: resp.Error(line[1:])}, nil
-	case line != "*"+strconv.Itoa(ReplyLen) && line != "*"+strconv.Itoa(ReplyLen+1):
+	case string(line) == replyHead:
+		n = ReplyLen
+	case string(line) == replyHeadRate:
+		n = ReplyLen + 1
+	default:
 		return Reply{}, fmt.Errorf("unexpected reply %q", line)
 	}
 	rep := Reply{Rate: -1}
@@ -90,7 +96,7 @@ func ReadReply(r *bufio.Reader) (Reply, error) {
 			return Reply{}, err
 		}
 	}
-	if line == "*"+strconv.Itoa(ReplyLen+1) {
+	if n > ReplyLen {
 		if rep.Rate, err = readInt(r); err != nil {
 			return Reply{}, err
 		}
@@ -101,18 +107,30 @@ func ReadReply(r *bufio.Reader) (Reply, error) {
 	return rep, nil
 }
 
+// The array headers of a reply without and with Rate.
+var replyHead, replyHeadRate = "*" + strconv.Itoa(ReplyLen), "*" + strconv.Itoa(ReplyLen+1)
+
+// readLine reads a line, without its CR LF, in r's buffer: valid until
+// the next read.
+func readLine(r *bufio.Reader) ([]byte, error) {
+	l, err := r.ReadSlice('\n')
+	if err != nil {
+		return nil, err
+	}
+	return bytes.TrimRight(l, "\r\n"), nil
+}
+
 // readInt reads one integer element of a reply.
 func readInt(r *bufio.Reader) (int64, error) {
-	l, err := r.ReadString('\n')
+	l, err := readLine(r)
 	if err != nil {
 		return 0, err
 	}
-	l = strings.TrimRight(l, "\r\n")
 	if len(l) < 2 || l[0] != ':' {
 		return 0, fmt.Errorf("unexpected reply element %q", l)
 	}
-	n, err := strconv.ParseInt(l[1:], 10, 64)
-	if err != nil {
+	n, ok := resp.ParseInt(l[1:])
+	if !ok {
 		return 0, fmt.Errorf("unexpected reply element %q", l)
 	}
 	return n, nil
