@@ -9,7 +9,7 @@ bench_setup() {
   local users=$1 p pkg
   shift
   for p in "$@"; do
-    case $p in redis-cli) pkg=redis-tools ;; taskset) pkg=util-linux ;; *) pkg=$p ;; esac
+    case $p in redis-cli | redis-benchmark) pkg=redis-tools ;; taskset) pkg=util-linux ;; *) pkg=$p ;; esac
     command -v "$p" >/dev/null || { echo "$script: $p is missing (Debian: $pkg)" >&2; exit 1; }
   done
   [ "$(nproc)" -ge 2 ] || { echo "$script: needs 2 CPUs" >&2; exit 1; }
