@@ -43,7 +43,7 @@ func autoMemoryLimit(cfg config, pebbleOnGoHeap bool) int64 {
 		n += int64(cfg.clusterLogMemory)
 	}
 	if cfg.clusterNodes != "" {
-		n += engine.NodeFilterBytes(int64(cfg.policyMaxOverrides))
+		n += engine.NodeFilterBytes(int64(cfg.policyMaxOverrides)) + engine.NodeCacheBytes
 	}
 	if pebbleOnGoHeap {
 		n += int64(cfg.cacheSize) + 2*int64(cfg.memtableSize)

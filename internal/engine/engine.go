@@ -23,6 +23,7 @@ package engine
 
 import (
 	"errors"
+	"hash/maphash"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -144,6 +145,9 @@ func New(cfg Config) *Engine {
 		cfg.StatsFlush = StatsFlushInterval
 	}
 	e.ov.max, e.ov.local = cfg.MaxOverrides, cfg.Cluster != nil
+	if e.ov.local {
+		e.ov.cache = &nodeCache{seed: maphash.MakeSeed()}
+	}
 	e.stats.days, e.stats.every = int64(cfg.StatsDays), cfg.StatsFlush
 	return e
 }

@@ -3,6 +3,9 @@ package engine
 import (
 	"hash/maphash"
 	"maps"
+	"sync"
+	"sync/atomic"
+	"unsafe"
 
 	"github.com/sluicehq/sluice/internal/bloom"
 	"github.com/sluicehq/sluice/internal/errs"
@@ -28,8 +31,9 @@ import (
 // The lookup asks the node's filter of its override keys first (a Bloom
 // filter, nodeFilter): an actor it does not hold has no override, and
 // its hit costs no store read and no allocation. An actor it may hold
-// (one with an override, or about 1% of the others) costs one point read
-// of the node's own store. The filter holds every stored key at every
+// (one with an override, or about 1% of the others) is looked up in the
+// node's cache of the overrides its hits read (nodeCache), then, when
+// the cache does not have it, read from the node's own store. The filter holds every stored key at every
 // moment: a change adds its key before the store write, a removal leaves
 // its key, and a new filter, built from the store under o.mu, replaces the
 // old one whole.
@@ -47,6 +51,79 @@ const (
 // per override, for the --memory-limit auto budget.
 func NodeFilterBytes(maxOverrides int64) int64 {
 	return filterSize(2 * maxOverrides)
+}
+
+// Sizing of a node's cache: nodeCacheShards shards of nodeCacheWays
+// entries, each with room for an override name of nodeCacheMaxName bytes
+// (a longer one is read from the store at every hit): 16384 entries in
+// NodeCacheBytes, made at the first lookup.
+const (
+	nodeCacheShards  = 64
+	nodeCacheWays    = 256
+	nodeCacheMaxName = 96
+)
+
+// NodeCacheBytes is the memory of a cluster node's cache of the
+// overrides its hits read, for the --memory-limit auto budget.
+const NodeCacheBytes = nodeCacheShards * int64(unsafe.Sizeof(cacheShard{}))
+
+// nodeCache holds the lookups of a cluster node's hits, found or not,
+// by the name of the override (as nodeFilter's): an entry per hash, in
+// shards under their own mutex, so that a miss allocates nothing and the
+// hits of many cores rarely meet. An entry serves while gen is the one
+// read before the store read that made it; each change of an override
+// adds one to gen after its store write, so that no entry read before
+// the change serves after it returns.
+type nodeCache struct {
+	seed   maphash.Seed
+	gen    atomic.Uint64
+	once   sync.Once
+	shards []cacheShard
+}
+
+type cacheShard struct {
+	mu      sync.Mutex
+	entries [nodeCacheWays]cachedOverride
+}
+
+type cachedOverride struct {
+	valid uint64 // gen + 1 when made; 0: empty
+	limit int64
+	found bool
+	n     uint8
+	name  [nodeCacheMaxName]byte
+}
+
+// entry returns the shard and entry of name, making the shards at the
+// first call.
+func (c *nodeCache) entry(name []byte) (*cacheShard, *cachedOverride) {
+	c.once.Do(func() { c.shards = make([]cacheShard, nodeCacheShards) })
+	h := maphash.Bytes(c.seed, name)
+	sh := &c.shards[h%nodeCacheShards]
+	return sh, &sh.entries[(h/nodeCacheShards)%nodeCacheWays]
+}
+
+// get returns name's lookup if the cache has it at gen.
+func (c *nodeCache) get(name []byte, gen uint64) (limit int64, found, ok bool) {
+	sh, e := c.entry(name)
+	sh.mu.Lock()
+	if e.valid == gen+1 && int(e.n) == len(name) && string(e.name[:e.n]) == string(name) {
+		limit, found, ok = e.limit, e.found, true
+	}
+	sh.mu.Unlock()
+	return limit, found, ok
+}
+
+// put keeps name's lookup, read from the store after gen was.
+func (c *nodeCache) put(name []byte, gen uint64, limit int64, found bool) {
+	if len(name) > nodeCacheMaxName {
+		return
+	}
+	sh, e := c.entry(name)
+	sh.mu.Lock()
+	e.valid, e.limit, e.found, e.n = gen+1, limit, found, uint8(len(name))
+	copy(e.name[:], name)
+	sh.mu.Unlock()
 }
 
 // filterSize is the bytes of a filter sized for keys keys.
@@ -112,6 +189,15 @@ func (r *Round) nodeLookup(rule *policy.Rule, actor []byte) error {
 		m.has = false
 		return nil
 	}
+	c := r.e.ov.cache
+	gen := c.gen.Load()
+	if limit, found, ok := c.get(r.okey[name:], gen); ok {
+		m.has, m.limit = found, limit
+		if found {
+			m.base = limit
+		}
+		return nil
+	}
 	if h := r.e.onNodeRead; h != nil {
 		h()
 	}
@@ -120,6 +206,7 @@ func (r *Round) nodeLookup(rule *policy.Rule, actor []byte) error {
 	if err != nil {
 		return err
 	}
+	c.put(r.okey[name:], gen, limit, found)
 	m.has, m.limit = found, limit
 	if found {
 		m.base = limit
@@ -222,7 +309,11 @@ func (e *Engine) changeNodeOverride(label string, actor []byte, limit int64, set
 			del = append(del, countName)
 		}
 	}
-	if err := e.store.UpdateMeta(put, del); err != nil {
+	err = e.store.UpdateMeta(put, del)
+	// After the write, stored or not: a lookup that read the store
+	// before it caches nothing that serves after this returns.
+	o.cache.gen.Add(1)
+	if err != nil {
 		return false, Typed(err)
 	}
 	o.add(label, delta)

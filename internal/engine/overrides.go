@@ -49,9 +49,10 @@ type overrides struct {
 	max    int64
 	// local: a cluster node's own overrides, kept among the store's own
 	// values and looked up at every hit, through filter, the filter of
-	// their keys (nodeoverrides.go); nil until built.
+	// their keys (nodeoverrides.go; nil until built), and cache.
 	local  bool
 	filter atomic.Pointer[nodeFilter]
+	cache  *nodeCache // a cluster node's, nil otherwise
 }
 
 // has reports whether label has overrides: whether a hit creating one of

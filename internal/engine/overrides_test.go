@@ -844,3 +844,54 @@ func BenchmarkHitOverridesMillion(b *testing.B) {
 		})
 	}
 }
+
+// A cluster node's cache of the overrides its hits read: the second hit
+// of an actor with an override reads no store and allocates nothing; a
+// change is seen by the first hit after it returns; a removed override's
+// key, which stays in the filter, is read once, then cached as none.
+func TestOverridesClusterCache(t *testing.T) {
+	e := New(Config{Store: openStore(t, storage.NewMemDisk()), Cluster: &cluster{}})
+	if err := e.LoadOverrides(); err != nil {
+		t.Fatal(err)
+	}
+	lp := dialsFile(t, overrideRules).Current()
+	reads := 0
+	e.onNodeRead = func() { reads++ }
+	now := time.Unix(1_700_000_000, 0).UnixNano()
+	r := e.NewRound()
+	// hit hits vip and checks the limit applied and the store reads.
+	hit := func(what string, limit int64, read int) {
+		t.Helper()
+		before := reads
+		if _, out := hitN(t, r, lp, 1, now, "path", "/api", "ip", "vip"); out.Limit != limit || reads-before != read {
+			t.Fatalf("%s: limit %d, %d store reads; want %d, %d", what, out.Limit, reads-before, limit, read)
+		}
+	}
+	if err := e.SetOverride(lp, "api", []byte("vip"), 5); err != nil {
+		t.Fatal(err)
+	}
+	hit("the first hit", 5, 1)
+	hit("the second hit", 5, 0)
+	req := request("path", "/api", "ip", "vip")
+	if n := testing.AllocsPerRun(100, func() {
+		if _, err := r.Hit(lp, req, 0, now); err != nil {
+			t.Fatal(err)
+		}
+		r.settle(true)
+	}); n != 0 {
+		t.Fatalf("a warm hit of an actor with an override: %v allocations; want none", n)
+	}
+	if err := e.SetOverride(lp, "api", []byte("vip"), 7); err != nil {
+		t.Fatal(err)
+	}
+	hit("the hit after a change", 7, 1)
+	hit("the hit after it", 7, 0)
+	if err := e.SetOverride(lp, "api", []byte("other"), 9); err != nil { // the label keeps overrides
+		t.Fatal(err)
+	}
+	if had, err := e.ResetOverride(lp, "api", []byte("vip")); err != nil || !had {
+		t.Fatalf("ResetOverride(vip) = %v, %v", had, err)
+	}
+	hit("the hit after the removal", 2, 1)
+	hit("the hit after it", 2, 0)
+}
