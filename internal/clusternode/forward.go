@@ -103,12 +103,43 @@ type fwdConn struct {
 	// out are the requests queued and not yet written; spare is the
 	// buffer the writer hands back.
 	out, spare []byte
-	writing    bool // a caller is writing; it writes out before it leaves
-	// pending are the hits written or queued, waiting for their replies
-	// in the order of the requests, from head on.
-	pending []*fwdCall
-	head    int
-	err     error // why the connection failed; nil while it serves
+	writing    bool      // a caller is writing; it writes out before it leaves
+	pending    callQueue // the hits written or queued, in order
+	err        error     // why the connection failed; nil while it serves
+}
+
+// callQueue is the hits waiting for their replies, oldest first: a slice
+// taken from its head, moved back to its start once half of it is taken,
+// so that it holds at most about twice the hits in flight however long
+// it never empties.
+type callQueue struct {
+	calls []*fwdCall
+	head  int
+}
+
+func (q *callQueue) len() int { return len(q.calls) - q.head }
+
+// first returns the oldest call; the queue must not be empty.
+func (q *callQueue) first() *fwdCall { return q.calls[q.head] }
+
+func (q *callQueue) push(c *fwdCall) {
+	if q.head > 0 && q.head >= len(q.calls)/2 {
+		n := copy(q.calls, q.calls[q.head:])
+		clear(q.calls[n:])
+		q.calls, q.head = q.calls[:n], 0
+	}
+	q.calls = append(q.calls, c)
+}
+
+// pop takes the oldest call; the queue must not be empty.
+func (q *callQueue) pop() *fwdCall {
+	c := q.calls[q.head]
+	q.calls[q.head] = nil
+	q.head++
+	if q.head == len(q.calls) {
+		q.calls, q.head = q.calls[:0], 0
+	}
+	return c
 }
 
 // fwdCall is one forwarded hit: its request's arguments (with room for
@@ -260,12 +291,11 @@ func (f *forwarder) call(s *Node, addr string, c *fwdCall) error {
 	}
 	c.err = nil
 	conn.out = resp.AppendCommand(conn.out, c.args)
-	if conn.head == len(conn.pending) {
+	if conn.pending.len() == 0 {
 		// The reader waits for this reply first.
-		conn.pending, conn.head = conn.pending[:0], 0
 		_ = conn.nc.SetReadDeadline(c.deadline)
 	}
-	conn.pending = append(conn.pending, c)
+	conn.pending.push(c)
 	if conn.writing {
 		p.mu.Unlock() // the caller writing writes this request too
 	} else {
@@ -303,7 +333,7 @@ func (p *peer) readReplies(conn *fwdConn) {
 	for {
 		rep, err := counterhit.ReadReply(conn.r)
 		p.mu.Lock()
-		if err == nil && conn.head == len(conn.pending) {
+		if err == nil && conn.pending.len() == 0 {
 			err = errors.New("a reply to no request")
 		}
 		if err != nil {
@@ -311,11 +341,9 @@ func (p *peer) readReplies(conn *fwdConn) {
 			p.mu.Unlock()
 			return
 		}
-		c := conn.pending[conn.head]
-		conn.pending[conn.head] = nil
-		conn.head++
-		if conn.head < len(conn.pending) {
-			_ = conn.nc.SetReadDeadline(conn.pending[conn.head].deadline)
+		c := conn.pending.pop()
+		if conn.pending.len() > 0 {
+			_ = conn.nc.SetReadDeadline(conn.pending.first().deadline)
 		} else {
 			_ = conn.nc.SetReadDeadline(time.Time{}) // idle: only a close is read
 		}
@@ -333,12 +361,11 @@ func (p *peer) failLocked(conn *fwdConn, err error) {
 	}
 	conn.err = err
 	conn.nc.Close()
-	for _, c := range conn.pending[conn.head:] {
+	for conn.pending.len() > 0 {
+		c := conn.pending.pop()
 		c.err = err
 		c.done <- struct{}{}
 	}
-	clear(conn.pending)
-	conn.pending, conn.head = conn.pending[:0], 0
 	if p.conn == conn {
 		p.conn = nil
 	}

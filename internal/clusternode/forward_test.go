@@ -247,7 +247,7 @@ func TestForwardCloseFailsWaitingHits(t *testing.T) {
 		p.mu.Lock()
 		n := 0
 		if p.conn != nil {
-			n = len(p.conn.pending) - p.conn.head
+			n = p.conn.pending.len()
 		}
 		p.mu.Unlock()
 		if n == 1 {
@@ -261,5 +261,24 @@ func TestForwardCloseFailsWaitingHits(t *testing.T) {
 	}
 	if _, err := forwardOne(s, o); err == nil || !strings.Contains(err.Error(), "shutting down") {
 		t.Errorf("a hit after the close: %v; want the shutdown named", err)
+	}
+}
+
+// TestCallQueueStaysSmall: a queue of hits that never empties, a few in
+// flight at a time, holds about twice them, not every hit it took.
+func TestCallQueueStaysSmall(t *testing.T) {
+	var q callQueue
+	calls := make([]fwdCall, 3)
+	for i := range calls {
+		q.push(&calls[i])
+	}
+	for i := range 10000 {
+		if c := q.pop(); c != &calls[i%3] {
+			t.Fatalf("pop %d: call %p; want %p, the oldest", i, c, &calls[i%3])
+		}
+		q.push(&calls[i%3])
+	}
+	if q.len() != 3 || cap(q.calls) > 8 {
+		t.Fatalf("after 10000 hits, 3 in flight: %d queued in room for %d; want 3 in at most 8", q.len(), cap(q.calls))
 	}
 }
