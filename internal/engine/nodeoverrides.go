@@ -53,13 +53,16 @@ func NodeFilterBytes(maxOverrides int64) int64 {
 	return filterSize(2 * maxOverrides)
 }
 
-// Sizing of a node's cache: nodeCacheShards shards of nodeCacheWays
-// entries, each with room for an override name of nodeCacheMaxName bytes
-// (a longer one is read from the store at every hit): 16384 entries in
-// NodeCacheBytes, made at the first lookup.
+// Sizing of a node's cache: nodeCacheShards shards of nodeCacheSets sets
+// of nodeCacheWays entries, each with room for an override name of
+// nodeCacheMaxName bytes (a longer one is read from the store at every
+// hit): 16384 entries in NodeCacheBytes, made at the first lookup. A
+// name may be in any entry of its set: with one entry per hash, 10,000
+// actors hit at random found theirs three times in four.
 const (
 	nodeCacheShards  = 64
-	nodeCacheWays    = 256
+	nodeCacheSets    = 64
+	nodeCacheWays    = 4
 	nodeCacheMaxName = 96
 )
 
@@ -82,8 +85,9 @@ type nodeCache struct {
 }
 
 type cacheShard struct {
-	mu      sync.Mutex
-	entries [nodeCacheWays]cachedOverride
+	mu   sync.Mutex
+	next uint32 // which entry of a full set the next put replaces
+	sets [nodeCacheSets][nodeCacheWays]cachedOverride
 }
 
 type cachedOverride struct {
@@ -94,33 +98,57 @@ type cachedOverride struct {
 	name  [nodeCacheMaxName]byte
 }
 
-// entry returns the shard and entry of name, making the shards at the
-// first call.
-func (c *nodeCache) entry(name []byte) (*cacheShard, *cachedOverride) {
+// set returns the shard and set of name, making the shards at the first
+// call.
+func (c *nodeCache) set(name []byte) (*cacheShard, *[nodeCacheWays]cachedOverride) {
 	c.once.Do(func() { c.shards = make([]cacheShard, nodeCacheShards) })
 	h := maphash.Bytes(c.seed, name)
 	sh := &c.shards[h%nodeCacheShards]
-	return sh, &sh.entries[(h/nodeCacheShards)%nodeCacheWays]
+	return sh, &sh.sets[(h/nodeCacheShards)%nodeCacheSets]
+}
+
+// holds reports whether e is name's lookup at gen.
+func (e *cachedOverride) holds(name []byte, gen uint64) bool {
+	return e.valid == gen+1 && int(e.n) == len(name) && string(e.name[:e.n]) == string(name)
 }
 
 // get returns name's lookup if the cache has it at gen.
 func (c *nodeCache) get(name []byte, gen uint64) (limit int64, found, ok bool) {
-	sh, e := c.entry(name)
+	sh, set := c.set(name)
 	sh.mu.Lock()
-	if e.valid == gen+1 && int(e.n) == len(name) && string(e.name[:e.n]) == string(name) {
-		limit, found, ok = e.limit, e.found, true
+	for i := range set {
+		if e := &set[i]; e.holds(name, gen) {
+			limit, found, ok = e.limit, e.found, true
+			break
+		}
 	}
 	sh.mu.Unlock()
 	return limit, found, ok
 }
 
-// put keeps name's lookup, read from the store after gen was.
+// put keeps name's lookup, read from the store after gen was, in its
+// entry, else an entry of its set that serves no longer, else the next
+// in turn.
 func (c *nodeCache) put(name []byte, gen uint64, limit int64, found bool) {
 	if len(name) > nodeCacheMaxName {
 		return
 	}
-	sh, e := c.entry(name)
+	sh, set := c.set(name)
 	sh.mu.Lock()
+	e := (*cachedOverride)(nil)
+	for i := range set {
+		if set[i].holds(name, gen) {
+			e = &set[i]
+			break
+		}
+		if e == nil && set[i].valid != gen+1 {
+			e = &set[i]
+		}
+	}
+	if e == nil {
+		e = &set[sh.next%nodeCacheWays]
+		sh.next++
+	}
 	e.valid, e.limit, e.found, e.n = gen+1, limit, found, uint8(len(name))
 	copy(e.name[:], name)
 	sh.mu.Unlock()
