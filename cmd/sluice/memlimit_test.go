@@ -43,12 +43,12 @@ func TestAutoMemoryLimit(t *testing.T) {
 		{"commit queue below its default", []string{"--commit-queue-memory", "1MiB"}, 160*mib + 16*mib + 64*mib + 40*mib},
 		// The Raft logs' entries in memory count with replicated shards
 		// only; a cluster node's filter of its overrides, 2.5 bytes per
-		// --policy-max-overrides, and its cache of them, 1,966,592 bytes,
+		// --policy-max-overrides, and its cache of them, 1,967,104 bytes,
 		// in cluster mode only.
-		{"replicated shards", []string{"--cluster-nodes", "a:1,b:1,c:1", "--cluster-replicas", "3"}, 160*mib + 16*mib + 64*mib + 40*mib + 4*mib + 2_500_000 + 1_966_592},
-		{"replicated shards, log memory", []string{"--cluster-nodes", "a:1,b:1,c:1", "--cluster-replicas", "3", "--cluster-log-memory", "32MiB"}, 160*mib + 16*mib + 64*mib + 40*mib + 32*mib + 2_500_000 + 1_966_592},
-		{"one copy per slot, log memory", []string{"--cluster-nodes", "a:1,b:1,c:1", "--cluster-log-memory", "32MiB"}, 160*mib + 16*mib + 64*mib + 40*mib + 2_500_000 + 1_966_592},
-		{"cluster, overrides bound", []string{"--cluster-nodes", "a:1,b:1,c:1", "--policy-max-overrides", "4000000"}, 160*mib + 16*mib + 64*mib + 40*mib + 10_000_000 + 1_966_592},
+		{"replicated shards", []string{"--cluster-nodes", "a:1,b:1,c:1", "--cluster-replicas", "3"}, 160*mib + 16*mib + 64*mib + 40*mib + 4*mib + 2_500_000 + 1_967_104},
+		{"replicated shards, log memory", []string{"--cluster-nodes", "a:1,b:1,c:1", "--cluster-replicas", "3", "--cluster-log-memory", "32MiB"}, 160*mib + 16*mib + 64*mib + 40*mib + 32*mib + 2_500_000 + 1_967_104},
+		{"one copy per slot, log memory", []string{"--cluster-nodes", "a:1,b:1,c:1", "--cluster-log-memory", "32MiB"}, 160*mib + 16*mib + 64*mib + 40*mib + 2_500_000 + 1_967_104},
+		{"cluster, overrides bound", []string{"--cluster-nodes", "a:1,b:1,c:1", "--policy-max-overrides", "4000000"}, 160*mib + 16*mib + 64*mib + 40*mib + 10_000_000 + 1_967_104},
 	} {
 		cfg := mustParse(t, tc.flags...)
 		if got := autoMemoryLimit(cfg, false); got != tc.want {
