@@ -33,10 +33,10 @@ import (
 // its hit costs no store read and no allocation. An actor it may hold
 // (one with an override, or about 1% of the others) is looked up in the
 // node's cache of the overrides its hits read (nodeCache), then, when
-// the cache does not have it, read from the node's own store. The filter holds every stored key at every
-// moment: a change adds its key before the store write, a removal leaves
-// its key, and a new filter, built from the store under o.mu, replaces the
-// old one whole.
+// the cache does not have it, read with one point read of the node's own
+// store. The filter holds every stored key at every moment: a change adds
+// its key before the store write, a removal leaves its key, and a new
+// filter, built from the store under o.mu, replaces the old one whole.
 
 // Sizing of a node's filter: 10 bits per key it is sized for (about 1%
 // false positives, package bloom), for twice the overrides there are when
@@ -71,9 +71,9 @@ const (
 const NodeCacheBytes = nodeCacheShards * int64(unsafe.Sizeof(cacheShard{}))
 
 // nodeCache holds the lookups of a cluster node's hits, found or not,
-// by the name of the override (as nodeFilter's): an entry per hash, in
-// shards under their own mutex, so that a miss allocates nothing and the
-// hits of many cores rarely meet. An entry serves while gen is the one
+// by the name of the override (as nodeFilter's): a set of entries per
+// hash, in shards under their own mutex, the entries made once, so that
+// a miss allocates nothing and the hits of many cores rarely meet. An entry serves while gen is the one
 // read before the store read that made it; each change of an override
 // adds one to gen after its store write, so that no entry read before
 // the change serves after it returns.
