@@ -146,6 +146,17 @@ func TestReplicatedRuleCountersOnLeaders(t *testing.T) {
 		}
 	}
 
+	// Each node forwarded the hits of other shards' counters, each to
+	// their leader on one connection, all of them answered.
+	for i, p := range procs {
+		m := scrape(t, p)
+		if m[`sluice_cluster_forwarded_hits_total{result="ok"}`] < 1 || m[`sluice_cluster_forwarded_hits_total{result="failed"}`] != 0 ||
+			m["sluice_cluster_forward_connections_total"] > 2 || m["sluice_cluster_forward_in_flight"] != 0 {
+			t.Errorf("node %d: forwarded hits ok %v, failed %v, on %v connections, %v in flight; want some ok, none failed, at most one connection per other node, none in flight", i,
+				m[`sluice_cluster_forwarded_hits_total{result="ok"}`], m[`sluice_cluster_forwarded_hits_total{result="failed"}`], m["sluice_cluster_forward_connections_total"], m["sluice_cluster_forward_in_flight"])
+		}
+	}
+
 	// Node 0, the leader of shard 0, dies: every counter is served by a
 	// replica that has every hit.
 	procs[0].stop(t, syscall.SIGKILL)

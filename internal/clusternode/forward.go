@@ -10,6 +10,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/sluicehq/sluice/internal/counterhit"
@@ -70,6 +71,36 @@ type forwarder struct {
 		peers  map[string]*peer
 		closed bool
 	}
+	stats forwardCounters
+}
+
+// forwardCounters are what ForwardMetrics reads.
+type forwardCounters struct {
+	ok, refused, failed, dials atomic.Uint64
+	inFlight                   atomic.Int64
+}
+
+// ForwardStats are a node's forwarded counter hits (ForwardMetrics).
+type ForwardStats struct {
+	// OK, Refused and Failed count the hits forwarded: the owner's
+	// outcome, an error the owner answered, and no answer (the owner
+	// unreachable or slower than the timeout, a full queue, a shutdown).
+	OK, Refused, Failed uint64
+	// InFlight is the hits waiting for their owners' replies now.
+	InFlight int64
+	// Dials counts the connections opened to other nodes: one per node,
+	// and one more each time one failed.
+	Dials uint64
+}
+
+// ForwardMetrics returns the node's forwarded counter hits; zero for a
+// nil Node (standalone).
+func (s *Node) ForwardMetrics() ForwardStats {
+	if s == nil {
+		return ForwardStats{}
+	}
+	c := &s.fwd.stats
+	return ForwardStats{OK: c.ok.Load(), Refused: c.refused.Load(), Failed: c.failed.Load(), InFlight: c.inFlight.Load(), Dials: c.dials.Load()}
 }
 
 // errForwarderClosed is what a hit forwarded during a shutdown gets.
@@ -184,16 +215,20 @@ func (s *Node) forwardHit(addr string, slot uint16, key []byte, r *policy.Rule, 
 	c.args = append(c.args[:0], counterHitCmd, key, strconv.AppendInt(c.nums[0][:0], int64(r.Pos), 10), strconv.AppendInt(c.nums[1][:0], now, 10),
 		strconv.AppendInt(c.nums[2][:0], limit, 10), strconv.AppendInt(c.nums[3][:0], hits, 10))
 	defer clear(c.args) // the pool keeps no key
+	st := &s.fwd.stats
 	for hops := 0; ; hops++ {
 		if err := s.fwd.call(s, addr, c); err != nil {
+			st.failed.Add(1)
 			return policy.Outcome{}, forwardErr("", fmt.Sprintf("cluster: forwarding a counter of slot %d to its owner %s failed: %v", slot, addr, resp.OneLine(err.Error())))
 		}
 		reply := c.rep
 		if reply.Err == nil {
+			st.ok.Add(1)
 			return reply.Outcome(limit), nil
 		}
 		var re resp.Error
 		if !errors.As(reply.Err, &re) {
+			st.refused.Add(1)
 			return policy.Outcome{}, reply.Err
 		}
 		msg := string(re)
@@ -207,6 +242,7 @@ func (s *Node) forwardHit(addr string, slot uint16, key []byte, r *policy.Rule, 
 			time.Sleep(5 * time.Millisecond)
 			continue
 		}
+		st.refused.Add(1)
 		return policy.Outcome{}, ownerErr(msg)
 	}
 }
@@ -279,7 +315,11 @@ func (f *forwarder) call(s *Node, addr string, c *fwdCall) error {
 			return fmt.Errorf("timed out waiting for room: %d hits already wait for this node's replies (--cluster-forward-queue)", cap(p.room))
 		}
 	}
-	defer func() { <-p.room }()
+	f.stats.inFlight.Add(1)
+	defer func() {
+		<-p.room
+		f.stats.inFlight.Add(-1)
+	}()
 	conn, err := p.connect(f, s, c.deadline)
 	if err != nil {
 		return err
@@ -425,6 +465,7 @@ func (p *peer) connect(f *forwarder, s *Node, deadline time.Time) (*fwdConn, err
 			return nil, err
 		}
 		p.conn = conn
+		f.stats.dials.Add(1)
 		go p.readReplies(conn)
 	}
 	return p.conn, nil

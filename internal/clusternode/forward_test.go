@@ -125,6 +125,9 @@ func TestForwardSharesOneConnection(t *testing.T) {
 	if n, m := o.dials.Load(), o.reqs.Load(); n != 1 || m != 200 {
 		t.Errorf("the owner accepted %d connections and read %d hits; want 1 and 200", n, m)
 	}
+	if st := s.ForwardMetrics(); st != (ForwardStats{OK: 200, Dials: 1}) {
+		t.Errorf("ForwardMetrics = %+v; want 200 ok on 1 connection", st)
+	}
 }
 
 // TestForwardQueueIsBounded: once --cluster-forward-queue hits wait for
@@ -217,12 +220,19 @@ func TestForwardRedialsAfterAClose(t *testing.T) {
 	if _, err := forwardOne(s, o); err == nil || !strings.Contains(err.Error(), `unexpected reply "+PONG"`) {
 		t.Errorf("a hit answered +PONG: %v; want the reply named", err)
 	}
+	o.setReply("-ERR server is shutting down\r\n")
+	if _, err := forwardOne(s, o); err == nil || err.Error() != "server is shutting down" {
+		t.Errorf("a hit the owner refused: %v; want its reply", err)
+	}
 	o.setReply("")
 	if _, err := forwardOne(s, o); err != nil {
 		t.Errorf("the hit after it: %v", err)
 	}
 	if n := o.dials.Load(); n != 3 {
 		t.Errorf("the owner accepted %d connections; want 3", n)
+	}
+	if st := s.ForwardMetrics(); st != (ForwardStats{OK: 3, Refused: 1, Failed: 2, Dials: 3}) {
+		t.Errorf("ForwardMetrics = %+v; want 3 ok, 1 refused, 2 failed, on 3 connections", st)
 	}
 }
 

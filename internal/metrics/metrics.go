@@ -38,8 +38,8 @@ type Sources struct {
 	Store  *storage.Store
 	Rules  *rules.File
 	Policy *policycmd.Commands // the dials' changes
-	// Cluster is the cluster node, for the metrics of replicated shards;
-	// nil: standalone.
+	// Cluster is the cluster node, for the metrics of replicated shards
+	// and of forwarded hits; nil: standalone.
 	Cluster *clusternode.Node
 	Divvy   *divvy.Server
 	Check   *check.Handler
@@ -236,6 +236,7 @@ func (sc *collector) Collect(ch chan<- prometheus.Metric) {
 	}
 	s.collectDials(ch)
 	s.collectReplication(ch)
+	s.collectForwards(ch)
 	counter(descDivvyErrors, s.Divvy.ErrUnknownCommand.Load(), policy.CodeUnknownCommand)
 	counter(descDivvyErrors, s.Divvy.ErrUnknown.Load(), policy.CodeUnknown)
 	gauge(descDivvyConns, float64(s.Divvy.Open.Load()))

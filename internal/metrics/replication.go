@@ -30,6 +30,27 @@ var (
 	}()
 )
 
+// The metrics of counter hits forwarded to the node owning the counter,
+// in cluster mode.
+var (
+	descFwdHits     = prometheus.NewDesc("sluice_cluster_forwarded_hits_total", "Counter hits (HIT, the line protocol, /check, Envoy's service) this node forwarded to the node owning the counter: ok, the owner's outcome; refused, an error the owner answered; failed, no answer (unreachable, over --cluster-forward-timeout, a full --cluster-forward-queue, a shutdown).", []string{"result"}, nil)
+	descFwdInFlight = prometheus.NewDesc("sluice_cluster_forward_in_flight", "Forwarded counter hits waiting for their owners' replies.", nil, nil)
+	descFwdDials    = prometheus.NewDesc("sluice_cluster_forward_connections_total", "Connections this node opened to other nodes to forward counter hits: one per node, and one more each time one failed.", nil, nil)
+)
+
+// collectForwards sends the metrics of the hits this node forwarded.
+func (s *Sources) collectForwards(ch chan<- prometheus.Metric) {
+	if s.Cluster == nil {
+		return
+	}
+	f := s.Cluster.ForwardMetrics()
+	ch <- prometheus.MustNewConstMetric(descFwdHits, prometheus.CounterValue, float64(f.OK), "ok")
+	ch <- prometheus.MustNewConstMetric(descFwdHits, prometheus.CounterValue, float64(f.Refused), "refused")
+	ch <- prometheus.MustNewConstMetric(descFwdHits, prometheus.CounterValue, float64(f.Failed), "failed")
+	ch <- prometheus.MustNewConstMetric(descFwdInFlight, prometheus.GaugeValue, float64(f.InFlight))
+	ch <- prometheus.MustNewConstMetric(descFwdDials, prometheus.CounterValue, float64(f.Dials))
+}
+
 // collectReplication sends the metrics of the shards this node holds.
 func (s *Sources) collectReplication(ch chan<- prometheus.Metric) {
 	for _, m := range s.Cluster.ReplicationMetrics() {
