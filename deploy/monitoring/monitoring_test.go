@@ -25,6 +25,7 @@ import (
 	"sigs.k8s.io/yaml"
 
 	"github.com/sluicehq/sluice/internal/admit"
+	"github.com/sluicehq/sluice/internal/clusternode"
 	"github.com/sluicehq/sluice/internal/envoy"
 	"github.com/sluicehq/sluice/internal/policycmd"
 	"github.com/sluicehq/sluice/internal/respserver"
@@ -239,22 +240,26 @@ func scrape(t *testing.T) map[string]bool {
 	// sluice_policy_peak_used_ratio observes it.
 	var now atomic.Int64
 	now.Store(time.Date(2026, 11, 28, 12, 0, 0, 0, time.UTC).UnixNano())
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	// A cluster of this one node, so that the metrics of cluster mode are
+	// exported too.
+	self := ln.Addr().String()
 	srv, err := server.New(server.Config{
-		Clock:  func() time.Time { return time.Unix(0, now.Load()) },
-		Store:  store,
-		Listen: admit.Config{Password: "pw"},
-		RESP:   respserver.Tuning{BackupDir: filepath.Join(t.TempDir(), "backups")},
-		Policy: policycmd.Config{File: policy},
-		RLS:    envoy.Config{Dir: rlsDir},
+		Clock:   func() time.Time { return time.Unix(0, now.Load()) },
+		Store:   store,
+		Listen:  admit.Config{Password: "pw"},
+		RESP:    respserver.Tuning{BackupDir: filepath.Join(t.TempDir(), "backups")},
+		Policy:  policycmd.Config{File: policy},
+		RLS:     envoy.Config{Dir: rlsDir},
+		Cluster: clusternode.Mode{Node: &clusternode.Config{Nodes: []string{self}, Self: self}},
 	})
 	if err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { srv.Close() })
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
 	hln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
