@@ -524,6 +524,16 @@ func (s *Store) ScanMeta(prefix string, fn func(name string, val []byte) bool) e
 // ScanMetaFrom is ScanMeta from the name from on (a name starting with
 // prefix, or prefix itself): a listing that continues where a page ended.
 func (s *Store) ScanMetaFrom(prefix, from string, fn func(name string, val []byte) bool) error {
+	return s.scanMeta(prefix, from, func(name, val []byte) bool { return fn(string(name), val) })
+}
+
+// ScanMetaBytes is ScanMeta with the name as bytes, which fn must not
+// keep either: a scan of many names that allocates none.
+func (s *Store) ScanMetaBytes(prefix string, fn func(name, val []byte) bool) error {
+	return s.scanMeta(prefix, prefix, fn)
+}
+
+func (s *Store) scanMeta(prefix, from string, fn func(name, val []byte) bool) error {
 	return s.withDB(func(db *pebble.DB) error {
 		lower := []byte(metaPrefix + prefix)
 		it, err := db.NewIter(&pebble.IterOptions{LowerBound: []byte(metaPrefix + max(from, prefix)), UpperBound: prefixEnd(lower)})
@@ -536,7 +546,7 @@ func (s *Store) ScanMetaFrom(prefix, from string, fn func(name string, val []byt
 				it.Close()
 				return fmt.Errorf("storage: read %s: %w", it.Key()[len(metaPrefix):], err)
 			}
-			if !fn(string(it.Key()[len(lower):]), v) {
+			if !fn(it.Key()[len(lower):], v) {
 				break
 			}
 		}

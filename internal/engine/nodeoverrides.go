@@ -184,8 +184,8 @@ func (f *nodeFilter) mayHold(name []byte) bool {
 func (e *Engine) buildFilterLocked(n int64) (*nodeFilter, error) {
 	capacity := max(2*n, minFilterKeys)
 	f := &nodeFilter{bits: bloom.New(filterSize(capacity)), seed: maphash.MakeSeed(), capacity: capacity}
-	err := e.store.ScanMeta(keyspace.OverrideMeta, func(name string, _ []byte) bool {
-		f.bits.Add(maphash.String(f.seed, name))
+	err := e.store.ScanMetaBytes(keyspace.OverrideMeta, func(name, _ []byte) bool {
+		f.bits.Add(maphash.Bytes(f.seed, name))
 		f.added++
 		return true
 	})
