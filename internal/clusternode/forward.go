@@ -125,16 +125,22 @@ type dialing struct {
 	err  error
 }
 
-// fwdConn is a connection to a node, its requests written in order and
-// its replies read in order by its reader goroutine (readReplies). The
-// fields but nc and r are guarded by the peer's mu.
+// fwdConn is a connection to a node, its requests written in order by
+// its writer goroutine (writeRequests) and its replies read in order by
+// its reader goroutine (readReplies). The fields but nc, r, wake and
+// timeout are guarded by the peer's mu.
 type fwdConn struct {
 	nc net.Conn
 	r  *bufio.Reader
+	// wake tells the writer that out has requests, or that the
+	// connection failed.
+	wake chan struct{}
+	// timeout is the forward timeout: a write the node does not take
+	// within it fails the connection.
+	timeout time.Duration
 	// out are the requests queued and not yet written; spare is the
 	// buffer the writer hands back.
 	out, spare []byte
-	writing    bool      // a caller is writing; it writes out before it leaves
 	pending    callQueue // the hits written or queued, in order
 	err        error     // why the connection failed; nil while it serves
 }
@@ -200,6 +206,7 @@ func (s *Node) ForwardCounter(key []byte, r *policy.Rule, limit, hits, now int64
 	case o == v.self && o != 0 && !s.SlotMigrating(slot):
 		return false, out, nil
 	case o == 0:
+		s.fwd.stats.failed.Add(1)
 		return true, out, forwardErr("CLUSTERDOWN", "Hash slot not served")
 	}
 	out, err = s.forwardHit(v.top.Nodes[o-1].Addr, slot, key, r, limit, hits, now)
@@ -336,33 +343,45 @@ func (f *forwarder) call(s *Node, addr string, c *fwdCall) error {
 		_ = conn.nc.SetReadDeadline(c.deadline)
 	}
 	conn.pending.push(c)
-	if conn.writing {
-		p.mu.Unlock() // the caller writing writes this request too
-	} else {
-		p.write(conn, c.deadline)
-	}
+	p.mu.Unlock()
+	wake(conn.wake)
 	<-c.done
 	return c.err
 }
 
-// write writes conn.out, and what is queued while it writes, until
-// nothing is left; p.mu is held, and released when it returns.
-func (p *peer) write(conn *fwdConn, deadline time.Time) {
-	conn.writing = true
-	for len(conn.out) > 0 && conn.err == nil {
-		buf := conn.out
-		conn.out = conn.spare[:0]
-		p.mu.Unlock()
-		_ = conn.nc.SetWriteDeadline(deadline)
-		_, err := conn.nc.Write(buf)
+// wake signals ch without waiting: one signal pending is enough.
+func wake(ch chan struct{}) {
+	select {
+	case ch <- struct{}{}:
+	default:
+	}
+}
+
+// writeRequests writes conn.out, what was queued since the last write
+// in one write, until the connection fails. A write has the forward
+// timeout of its own, not a hit's: a node that takes no byte for that
+// long fails the connection.
+func (p *peer) writeRequests(conn *fwdConn) {
+	for range conn.wake {
 		p.mu.Lock()
-		conn.spare = buf[:0]
-		if err != nil {
-			p.failLocked(conn, err)
+		for len(conn.out) > 0 && conn.err == nil {
+			buf := conn.out
+			conn.out = conn.spare[:0]
+			p.mu.Unlock()
+			_ = conn.nc.SetWriteDeadline(time.Now().Add(conn.timeout))
+			_, err := conn.nc.Write(buf)
+			p.mu.Lock()
+			conn.spare = buf[:0]
+			if err != nil {
+				p.failLocked(conn, err)
+			}
+		}
+		failed := conn.err != nil
+		p.mu.Unlock()
+		if failed {
+			return
 		}
 	}
-	conn.writing = false
-	p.mu.Unlock()
 }
 
 // readReplies hands each reply read on conn to the hit at the head of its
@@ -373,6 +392,10 @@ func (p *peer) readReplies(conn *fwdConn) {
 	for {
 		rep, err := counterhit.ReadReply(conn.r)
 		p.mu.Lock()
+		if conn.err != nil { // failed meanwhile, its hits with it
+			p.mu.Unlock()
+			return
+		}
 		if err == nil && conn.pending.len() == 0 {
 			err = errors.New("a reply to no request")
 		}
@@ -394,13 +417,15 @@ func (p *peer) readReplies(conn *fwdConn) {
 }
 
 // failLocked closes conn for err, fails the hits waiting on it, and has
-// the next hit dial again. p.mu must be held.
+// the next hit dial again. p.mu must be held. The close runs apart: over
+// TLS it may wait to send its alert to a node that reads nothing.
 func (p *peer) failLocked(conn *fwdConn, err error) {
 	if conn.err != nil {
 		return
 	}
 	conn.err = err
-	conn.nc.Close()
+	go conn.nc.Close()
+	wake(conn.wake) // the writer leaves
 	for conn.pending.len() > 0 {
 		c := conn.pending.pop()
 		c.err = err
@@ -433,42 +458,60 @@ func (f *forwarder) peer(addr string) (*peer, error) {
 	return p, nil
 }
 
-// connect returns p's connection with p.mu held, dialing one when there is
-// none; hits that come during a dial wait for it, and get its error.
+// connect returns p's connection with p.mu held, dialing one when there
+// is none. The dial runs on its own, with a timeout of its own, and hits
+// that come meanwhile wait for it, each until its own deadline; they get
+// its error.
 func (p *peer) connect(f *forwarder, s *Node, deadline time.Time) (*fwdConn, error) {
 	p.mu.Lock()
 	for p.conn == nil {
-		if d := p.dialing; d != nil {
-			p.mu.Unlock()
-			<-d.done
-			if d.err != nil {
-				return nil, d.err
-			}
-			p.mu.Lock()
-			continue
+		d := p.dialing
+		if d == nil {
+			d = &dialing{done: make(chan struct{})}
+			p.dialing = d
+			go p.dial(f, s, d)
 		}
-		d := &dialing{done: make(chan struct{})}
-		p.dialing = d
 		p.mu.Unlock()
-		conn, err := f.dial(s, p.addr, deadline)
-		f.mu.Lock()
-		if err == nil && f.mu.closed {
-			conn.nc.Close()
-			err = errForwarderClosed
+		select {
+		case <-d.done:
+		default:
+			t := time.NewTimer(time.Until(deadline))
+			select {
+			case <-d.done:
+				t.Stop()
+			case <-t.C:
+				return nil, fmt.Errorf("connecting: %w", os.ErrDeadlineExceeded)
+			}
+		}
+		if d.err != nil {
+			return nil, d.err
 		}
 		p.mu.Lock()
-		f.mu.Unlock()
-		p.dialing, d.err = nil, err
-		close(d.done)
-		if err != nil {
-			p.mu.Unlock()
-			return nil, err
-		}
+	}
+	return p.conn, nil
+}
+
+// dial connects p for d, and starts the connection's reader and writer.
+func (p *peer) dial(f *forwarder, s *Node, d *dialing) {
+	timeout := s.forwardTimeout()
+	conn, err := f.dial(s, p.addr, time.Now().Add(timeout))
+	f.mu.Lock()
+	if err == nil && f.mu.closed {
+		conn.nc.Close()
+		err = errForwarderClosed
+	}
+	p.mu.Lock()
+	f.mu.Unlock()
+	p.dialing, d.err = nil, err
+	if err == nil {
+		conn.wake, conn.timeout = make(chan struct{}, 1), timeout
 		p.conn = conn
 		f.stats.dials.Add(1)
 		go p.readReplies(conn)
+		go p.writeRequests(conn)
 	}
-	return p.conn, nil
+	p.mu.Unlock()
+	close(d.done)
 }
 
 // dial connects to addr and authenticates with this node's password (the

@@ -81,12 +81,14 @@ func startFakeOwner(t testing.TB) *fakeOwner {
 }
 
 // serve answers each RESP array command read from c, writing the replies
-// of the commands read so far in one write, as a server does a pipeline.
+// of the commands read so far in one write, as a server does a pipeline;
+// an AUTH gets +OK.
 func (o *fakeOwner) serve(c net.Conn) {
 	r := bufio.NewReader(c)
 	w := bufio.NewWriter(c)
 	for {
-		if err := skipCommand(r); err != nil {
+		auth, err := readCommand(r)
+		if err != nil {
 			return
 		}
 		o.reqs.Add(1)
@@ -100,7 +102,10 @@ func (o *fakeOwner) serve(c net.Conn) {
 			return
 		}
 		o.closeNext.Store(0)
-		if reply == "" {
+		switch {
+		case auth:
+			reply = "+OK\r\n"
+		case reply == "":
 			reply = fakeReply
 		}
 		w.WriteString(reply)
@@ -112,24 +117,32 @@ func (o *fakeOwner) serve(c net.Conn) {
 	}
 }
 
-// skipCommand reads one command: an array of bulk strings.
-func skipCommand(r *bufio.Reader) error {
+// readCommand reads one command, an array of bulk strings, and reports
+// whether it is an AUTH.
+func readCommand(r *bufio.Reader) (auth bool, err error) {
 	line, err := r.ReadSlice('\n')
 	if err != nil {
-		return err
+		return false, err
 	}
 	n, _ := strconv.Atoi(string(line[1 : len(line)-2]))
-	for range n {
+	for i := range n {
 		line, err := r.ReadSlice('\n')
 		if err != nil {
-			return err
+			return false, err
 		}
 		size, _ := strconv.Atoi(string(line[1 : len(line)-2]))
+		if i == 0 {
+			name, err := r.Peek(size)
+			if err != nil {
+				return false, err
+			}
+			auth = string(name) == "AUTH"
+		}
 		if _, err := r.Discard(size + 2); err != nil {
-			return err
+			return false, err
 		}
 	}
-	return nil
+	return auth, nil
 }
 
 // BenchmarkForwardCounter forwards counter hits to one owner from many

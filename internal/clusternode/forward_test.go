@@ -2,11 +2,14 @@ package clusternode
 
 import (
 	"crypto/tls"
+	"errors"
 	"fmt"
+	"os"
 	"path/filepath"
 	"runtime"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -137,7 +140,7 @@ func TestForwardQueueIsBounded(t *testing.T) {
 	o := startFakeOwner(t)
 	hold := make(chan struct{})
 	o.setHold(hold)
-	s := &Node{}
+	s := &Node{cfg: Config{ForwardTimeout: time.Minute}}
 	s.fwd.queue = 4
 	defer s.fwd.closeAll()
 	addr := o.l.Addr().String()
@@ -243,8 +246,8 @@ func TestForwardCloseFailsWaitingHits(t *testing.T) {
 	hold := make(chan struct{})
 	o.setHold(hold)
 	defer close(hold)
-	s := &Node{}
-	done := make(chan error)
+	s := &Node{cfg: Config{ForwardTimeout: time.Minute}}
+	done := make(chan error, 1)
 	go func() {
 		_, err := forwardOne(s, o)
 		done <- err
@@ -263,7 +266,12 @@ func TestForwardCloseFailsWaitingHits(t *testing.T) {
 		if n == 1 {
 			break
 		}
-		runtime.Gosched()
+		select {
+		case err := <-done:
+			t.Fatalf("the hit returned before the close: %v", err)
+		default:
+			runtime.Gosched()
+		}
 	}
 	s.fwd.closeAll()
 	if err := <-done; err == nil || !strings.Contains(err.Error(), "shutting down") {
@@ -290,5 +298,70 @@ func TestCallQueueStaysSmall(t *testing.T) {
 	}
 	if q.len() != 3 || cap(q.calls) > 8 {
 		t.Fatalf("after 10000 hits, 3 in flight: %d queued in room for %d; want 3 in at most 8", q.len(), cap(q.calls))
+	}
+}
+
+// TestForwardDialOutlivesItsCaller: a dial runs with the forward timeout
+// of its own, not the deadline of the hit that started it: that hit gives
+// up at its deadline, a hit that waits for the same dial with time left
+// gets the connection, and the connection is kept.
+func TestForwardDialOutlivesItsCaller(t *testing.T) {
+	o := startFakeOwner(t)
+	hold := make(chan struct{})
+	o.setHold(hold) // the AUTH of the dial waits
+	s := &Node{pass: "pw", cfg: Config{ForwardTimeout: time.Minute}}
+	defer s.fwd.closeAll()
+	addr := o.l.Addr().String()
+	short := &fwdCall{args: [][]byte{[]byte("PING")}, deadline: time.Now().Add(100 * time.Millisecond), done: make(chan struct{}, 1)}
+	shortErr := make(chan error, 1)
+	go func() { shortErr <- s.fwd.call(s, addr, short) }()
+	for o.reqs.Load() < 1 { // the owner has the AUTH: the dial is under way
+		runtime.Gosched()
+	}
+	long := make(chan error, 1)
+	go func() {
+		_, err := forwardOne(s, o)
+		long <- err
+	}()
+	if err := <-shortErr; err == nil || !errors.Is(err, os.ErrDeadlineExceeded) {
+		t.Errorf("the hit whose deadline passed during the dial: %v; want its deadline exceeded", err)
+	}
+	o.setHold(nil)
+	close(hold)
+	if err := <-long; err != nil {
+		t.Errorf("the hit that waited for the same dial: %v; want the owner's reply", err)
+	}
+	if n := o.dials.Load(); n != 1 {
+		t.Errorf("the owner accepted %d connections; want 1", n)
+	}
+}
+
+// TestForwardUnderLoadOutlivesTheTimeout: hits forwarded without a pause
+// for several times the forward timeout all get their replies: no hit's
+// deadline bounds the writes of the others.
+func TestForwardUnderLoadOutlivesTheTimeout(t *testing.T) {
+	o := startFakeOwner(t)
+	s := &Node{cfg: Config{ForwardTimeout: 20 * time.Millisecond}}
+	defer s.fwd.closeAll()
+	if _, err := forwardOne(s, o); err != nil { // connected
+		t.Fatal(err)
+	}
+	start := time.Now()
+	var wg sync.WaitGroup
+	var failed atomic.Int64
+	for range 8 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for time.Since(start) < 10*s.cfg.ForwardTimeout {
+				if _, err := forwardOne(s, o); err != nil {
+					failed.Add(1)
+				}
+			}
+		}()
+	}
+	wg.Wait()
+	if st := s.ForwardMetrics(); failed.Load() != 0 || st.Failed != 0 || st.Dials != 1 {
+		t.Errorf("hits for 10 timeouts: %d failed (metrics: %+v); want none, on 1 connection", failed.Load(), st)
 	}
 }

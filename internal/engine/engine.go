@@ -123,6 +123,9 @@ type Engine struct {
 	// onNodeRead, set by tests only, runs at each store read of a hit's
 	// override on a cluster node (nodeLookup).
 	onNodeRead func()
+	// beforeNodeWrite, set by tests only, runs in a cluster node's
+	// change of an override just before its store write.
+	beforeNodeWrite func()
 }
 
 // New returns an Engine for cfg.

@@ -337,6 +337,9 @@ func (e *Engine) changeNodeOverride(label string, actor []byte, limit int64, set
 			del = append(del, countName)
 		}
 	}
+	if h := e.beforeNodeWrite; h != nil {
+		h()
+	}
 	err = e.store.UpdateMeta(put, del)
 	// After the write, stored or not: a lookup that read the store
 	// before it caches nothing that serves after this returns.

@@ -895,3 +895,33 @@ func TestOverridesClusterCache(t *testing.T) {
 	hit("the hit after the removal", 2, 1)
 	hit("the hit after it", 2, 0)
 }
+
+// A hit that reads an override while a change of it is being written
+// caches what it read, and the first hit after the change returns still
+// applies the change: the cache's generation moves after the store write.
+func TestOverridesClusterCacheDuringAChange(t *testing.T) {
+	e := New(Config{Store: openStore(t, storage.NewMemDisk()), Cluster: &cluster{}})
+	if err := e.LoadOverrides(); err != nil {
+		t.Fatal(err)
+	}
+	lp := dialsFile(t, overrideRules).Current()
+	now := time.Unix(1_700_000_000, 0).UnixNano()
+	r := e.NewRound()
+	if err := e.SetOverride(lp, "api", []byte("vip"), 5); err != nil {
+		t.Fatal(err)
+	}
+	// The hit that runs just before the store write of the change to 7
+	// reads (and caches) 5.
+	e.beforeNodeWrite = func() {
+		e.beforeNodeWrite = nil
+		if _, out := hitN(t, e.NewRound(), lp, 1, now, "path", "/api", "ip", "vip"); out.Limit != 5 {
+			t.Errorf("a hit during the change: limit %d; want 5, the override before it", out.Limit)
+		}
+	}
+	if err := e.SetOverride(lp, "api", []byte("vip"), 7); err != nil {
+		t.Fatal(err)
+	}
+	if _, out := hitN(t, r, lp, 1, now, "path", "/api", "ip", "vip"); out.Limit != 7 {
+		t.Fatalf("the hit after the change returned: limit %d; want 7", out.Limit)
+	}
+}
