@@ -430,6 +430,7 @@ func TestReadPassword(t *testing.T) {
 		{"--committers", "65"},
 		{"--store-compaction-concurrency", "-1"},
 		{"--store-compaction-concurrency", "65"},
+		{"--cluster-forward-queue", "0"},
 	} {
 		if _, err := parseConfig(args, noEnv, io.Discard); err == nil {
 			t.Errorf("parseConfig(%v) accepted it", args)
