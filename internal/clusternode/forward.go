@@ -28,8 +28,8 @@ import (
 // that receives it, and each counted rule's counter lives in the slot of
 // its own key (rule identity and actor). When another node owns that slot,
 // the hit of that one counter is forwarded to it as SLUICE.COUNTERHIT over
-// RESP, on one connection to each owner with a timeout (over TLS when the nodes
-// serve RESP over TLS: Options.ForwardTLS), and the owner applies it
+// RESP, on one connection to each owner with a timeout (over TLS when the
+// nodes serve RESP over TLS: Options.ForwardTLS), and the owner applies it
 // under the same rule (the nodes must run the same --policy and
 // --rls-config; the owner checks the rule's identity). The engine asks
 // through engine.Cluster, which Node implements: one call in its
@@ -84,7 +84,8 @@ type forwardCounters struct {
 type ForwardStats struct {
 	// OK, Refused and Failed count the hits forwarded: the owner's
 	// outcome, an error the owner answered, and no answer (the owner
-	// unreachable or slower than the timeout, a full queue, a shutdown).
+	// unreachable or slower than the timeout, a full queue, a shutdown)
+	// or no owner (CLUSTERDOWN: no node serves the slot).
 	OK, Refused, Failed uint64
 	// InFlight is the hits waiting for their owners' replies now.
 	InFlight int64

@@ -33,7 +33,7 @@ var (
 // The metrics of counter hits forwarded to the node owning the counter,
 // in cluster mode.
 var (
-	descFwdHits     = prometheus.NewDesc("sluice_cluster_forwarded_hits_total", "Counter hits (HIT, the line protocol, /check, Envoy's service) this node forwarded to the node owning the counter: ok, the owner's outcome; refused, an error the owner answered; failed, no answer (unreachable, over --cluster-forward-timeout, a full --cluster-forward-queue, a shutdown).", []string{"result"}, nil)
+	descFwdHits     = prometheus.NewDesc("sluice_cluster_forwarded_hits_total", "Counter hits (HIT, the line protocol, /check, Envoy's service) this node forwarded to the node owning the counter: ok, the owner's outcome; refused, an error the owner answered; failed, no answer (unreachable, over --cluster-forward-timeout, a full --cluster-forward-queue, a shutdown) or no node serving the slot (CLUSTERDOWN).", []string{"result"}, nil)
 	descFwdInFlight = prometheus.NewDesc("sluice_cluster_forward_in_flight", "Forwarded counter hits waiting for their owners' replies.", nil, nil)
 	descFwdDials    = prometheus.NewDesc("sluice_cluster_forward_connections_total", "Connections this node opened to other nodes to forward counter hits: one per node, and one more each time one failed.", nil, nil)
 )
